@@ -1,0 +1,81 @@
+/* cli.c: the subcommand table and shared option helpers (see cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../db/store.h"
+
+extern const char cmd_run_usage[];
+extern const char cmd_synth_usage[];
+extern const char cmd_help_usage[];
+
+const cli_command cli_commands[] = {
+    {"run", "sweep a capture through every precision mode into SQLite", cmd_run_usage, cmd_run},
+    {"synth", "write a synthetic capture shaped like a real model's", cmd_synth_usage, cmd_synth},
+    {"help", "show the commands, or one command's usage", cmd_help_usage, cmd_help},
+    {NULL, NULL, NULL, NULL},
+};
+
+const cli_command *cli_find(const char *name)
+{
+    for (const cli_command *c = cli_commands; c->name != NULL; c++)
+        if (strcmp(c->name, name) == 0) return c;
+    return NULL;
+}
+
+void cli_print_overview(FILE *out)
+{
+    fprintf(out,
+            "precgate %s: accuracy-regression harness for low-precision LLM attention\n\n"
+            "usage: precgate COMMAND [OPTIONS]\n"
+            "       precgate --version | --help | help COMMAND\n\ncommands:\n",
+            PRECGATE_VERSION);
+    for (const cli_command *c = cli_commands; c->name != NULL; c++)
+        fprintf(out, "  %-8s %s\n", c->name, c->summary);
+    fprintf(out, "\nexit status: 0 success, 1 failure, 2 usage error\n");
+}
+
+int cli_report(const pg_err *err)
+{
+    fprintf(stderr, "precgate: error: %s\n",
+            err->msg[0] != '\0' ? err->msg : pg_status_str(err->code));
+    return pg_status_exit_code(err->code);
+}
+
+pg_status cli_parse_int(const char *opt, const char *value, long min, long max, long *out,
+                        pg_err *err)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0')
+        return pg_fail(err, PG_ERR_USAGE, "%s: '%s' is not an integer", opt, value);
+    if (v < min || v > max)
+        return pg_fail(err, PG_ERR_USAGE, "%s: %ld is outside [%ld, %ld]", opt, v, min, max);
+    *out = v;
+    return PG_OK;
+}
+
+pg_status cli_parse_u64(const char *opt, const char *value, unsigned long long *out,
+                        pg_err *err)
+{
+    char *end = NULL;
+    errno = 0;
+    if (value[0] == '-')
+        return pg_fail(err, PG_ERR_USAGE, "%s: '%s' must not be negative", opt, value);
+    unsigned long long v = strtoull(value, &end, 0);
+    if (errno != 0 || end == value || *end != '\0')
+        return pg_fail(err, PG_ERR_USAGE, "%s: '%s' is not an unsigned integer", opt, value);
+    *out = v;
+    return PG_OK;
+}
+
+const char *cli_db_path(const char *db_option)
+{
+    if (db_option != NULL) return db_option;
+    const char *env = getenv(STORE_PATH_ENV);
+    if (env != NULL && env[0] != '\0') return env;
+    return STORE_DEFAULT_PATH;
+}

@@ -1,0 +1,52 @@
+/*
+ * cli.h: the command table and the helpers every subcommand shares.
+ *
+ * Each subcommand is a row {name, summary, usage, handler}; main() looks the
+ * name up, `precgate help NAME` and `precgate NAME --help` print its usage.
+ * Handlers return a process exit status (pg_status_exit_code).
+ */
+#ifndef PG_CLI_H
+#define PG_CLI_H
+
+#include <stdio.h>
+
+#include "status.h"
+
+/* One subcommand. handler gets argv[0] = the command name. */
+typedef struct cli_command {
+    const char *name;
+    const char *summary;                 /* one line for `precgate help` */
+    const char *usage;                   /* full text for `help NAME` / `--help` */
+    int (*handler)(int argc, char **argv);
+} cli_command;
+
+/* The table, terminated by a row with name NULL. */
+extern const cli_command cli_commands[];
+
+/* The row for name, or NULL. */
+const cli_command *cli_find(const char *name);
+
+/* Prints the program usage and the command list to out. */
+void cli_print_overview(FILE *out);
+
+/* Prints `precgate: error: <detail>` to stderr and returns the exit status
+ * for err->code (falls back to pg_status_str when the detail is empty). */
+int cli_report(const pg_err *err);
+
+/* Parses an integer option value in [min, max]; PG_ERR_USAGE naming opt. */
+pg_status cli_parse_int(const char *opt, const char *value, long min, long max,
+                        long *out, pg_err *err);
+
+/* Parses a 64-bit unsigned option value; PG_ERR_USAGE naming opt. */
+pg_status cli_parse_u64(const char *opt, const char *value, unsigned long long *out,
+                        pg_err *err);
+
+/* The database path: the --db value if given, else $PRECGATE_DB, else the default. */
+const char *cli_db_path(const char *db_option);
+
+/* Handlers of the subcommands (each in its own cmd_*.c). */
+int cmd_run(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_help(int argc, char **argv);
+
+#endif /* PG_CLI_H */
