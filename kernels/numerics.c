@@ -1,0 +1,281 @@
+/*
+ * numerics.c: bf16 and OCP fp8 (e4m3fn, e5m2) conversions (see numerics.h).
+ *
+ * All encoders work on the IEEE binary32 bit pattern with integer
+ * arithmetic only: they run on every element of large tensors, and integer
+ * rounding is exact by construction (no double rounding, no dependence on
+ * the FPU rounding mode or on -ffast-math). Decoders build the binary32 bit
+ * pattern directly, except for fp8 subnormals, which are small integers
+ * times a power of two and so are exact as a float product.
+ */
+#include "numerics.h"
+
+#include <string.h>
+
+/* ---- IEEE 754 binary32 layout ------------------------------------------ */
+
+/* Bits of the binary32 significand field (IEEE 754-2019, 3.4). */
+#define F32_MAN_BITS 23u
+/* Exponent bias of binary32. */
+#define F32_BIAS 127u
+/* Sign bit of binary32. */
+#define F32_SIGN_MASK 0x80000000u
+/* Everything but the sign bit. */
+#define F32_ABS_MASK 0x7FFFFFFFu
+/* +inf; an |x| pattern above it is a NaN. */
+#define F32_INF_BITS 0x7F800000u
+/* The implicit leading significand bit of a normal binary32. */
+#define F32_IMPLICIT_BIT (1u << F32_MAN_BITS)
+/* A quiet NaN with an empty payload. */
+#define F32_QNAN_BITS 0x7FC00000u
+
+/* ---- bf16: the top 16 bits of a binary32 -------------------------------- */
+
+/* Bits dropped when a binary32 is cut to bf16. */
+#define BF16_SHIFT 16u
+/* The quiet bit of a bf16 NaN (top bit of its 7-bit significand). */
+#define BF16_QUIET_BIT 0x0040u
+/* |h| pattern of bf16 +inf; an |h| above it is a NaN. */
+#define BF16_INF_BITS 0x7F80u
+/* Everything but the bf16 sign bit. */
+#define BF16_ABS_MASK 0x7FFFu
+
+/* ---- OCP fp8 (arXiv 2209.05433, Table 1) -------------------------------- */
+
+/* e4m3fn: 3 significand bits, bias 7, max 448 = 0x7E, NaN = S.1111.111. */
+#define E4M3_MAN_BITS 3u
+#define E4M3_BIAS 7u
+#define E4M3_MAX_CODE 0x7Eu
+#define E4M3_NAN_MAG 0x7Fu
+/* binary32 pattern of 448.0f = 1.75 * 2^8. */
+#define E4M3_MAX_F32_BITS 0x43E00000u
+
+/* e5m2: 2 significand bits, bias 15, max 57344 = 0x7B, inf = S.11111.00,
+ * NaN = S.11111.{01,10,11}. */
+#define E5M2_MAN_BITS 2u
+#define E5M2_BIAS 15u
+#define E5M2_MAX_CODE 0x7Bu
+#define E5M2_INF_CODE 0x7Cu
+/* binary32 pattern of 57344.0f = 1.75 * 2^15. */
+#define E5M2_MAX_F32_BITS 0x47600000u
+
+/* Sign bit of an fp8 byte, and the rest of it. */
+#define FP8_SIGN_BIT 0x80u
+#define FP8_ABS_MASK 0x7Fu
+/* Shift that moves the binary32 sign bit onto the fp8 sign bit. */
+#define F32_TO_FP8_SIGN_SHIFT 24u
+
+/* The binary32 bit pattern of x (memcpy: no aliasing or union tricks). */
+static inline uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* The binary32 whose bit pattern is u. */
+static inline float f32_from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+uint16_t bf16_from_f32(float x)
+{
+    uint32_t u = f32_bits(x);
+    if ((u & F32_ABS_MASK) > F32_INF_BITS) {
+        /* NaN: keep sign and the top of the payload, force the quiet bit so
+         * that a payload living only in the dropped bits stays a NaN. */
+        return (uint16_t)((u >> BF16_SHIFT) | BF16_QUIET_BIT);
+    }
+    /* Round to nearest even on the 16 dropped bits: add just under half an
+     * ulp, plus one when the kept lsb is odd. A carry out of the significand
+     * bumps the exponent, which is exactly right, up to and including
+     * overflow to inf (|u| >= 0x7F7F8000). No u32 overflow: |u| <= inf. */
+    u += ((1u << (BF16_SHIFT - 1u)) - 1u) + ((u >> BF16_SHIFT) & 1u);
+    return (uint16_t)(u >> BF16_SHIFT);
+}
+
+float bf16_to_f32(uint16_t h)
+{
+    return f32_from_bits((uint32_t)h << BF16_SHIFT);
+}
+
+/*
+ * Rounds the binary32 pattern u to an OCP fp8 format with man_bits
+ * significand bits and exponent bias `bias`, to nearest even, saturating
+ * every |x| > max (max_f32_bits, inf included) to +-max_code; a NaN gives
+ * FP8_NAN_BITS. The caller passes constants, so each format gets its own
+ * branch-light specialization. Both formats share the layout
+ * S.E...E.M...M, so a normal fp8 code is (fp8 exponent << man_bits) | man.
+ */
+static inline uint8_t fp8_round(uint32_t u, unsigned man_bits, unsigned bias,
+                                uint32_t max_f32_bits, unsigned max_code)
+{
+    const unsigned sign = (unsigned)(u >> F32_TO_FP8_SIGN_SHIFT) & FP8_SIGN_BIT;
+    const uint32_t a = u & F32_ABS_MASK;
+    /* Significand bits of binary32 that do not fit in the fp8 significand. */
+    const unsigned drop = F32_MAN_BITS - man_bits;
+    /* binary32 biased exponent of the fp8 minimum normal 2^(1 - bias). */
+    const uint32_t min_normal_exp = F32_BIAS - bias + 1u;
+
+    if (a > F32_INF_BITS) return (uint8_t)FP8_NAN_BITS;
+    if (a > max_f32_bits) return (uint8_t)(sign | max_code);
+
+    if (a >= (min_normal_exp << F32_MAN_BITS)) {
+        /* Normal: rebias the exponent field in place, then round off `drop`
+         * bits to nearest even. A significand carry moves into the exponent
+         * (e.g. 0.9999 -> 1.0); a <= max keeps the result <= max_code. */
+        uint32_t v = a - ((F32_BIAS - bias) << F32_MAN_BITS);
+        v += ((1u << (drop - 1u)) - 1u) + ((v >> drop) & 1u);
+        return (uint8_t)(sign | (v >> drop));
+    }
+
+    /* Subnormal target: the code is round(|x| / 2^(1 - bias - man_bits)),
+     * an integer in [0, 2^man_bits]; 2^man_bits is the minimum normal code,
+     * reached by carry. With |x| = M * 2^(E - 150), M the 24-bit significand
+     * with its implicit bit, that is round(M >> shift) for the shift below. */
+    const uint32_t e = a >> F32_MAN_BITS;
+    const int shift = (int)(F32_BIAS + F32_MAN_BITS + 1u - bias - man_bits)
+                      - (int)e;
+    /* M < 2^24 <= half of 2^shift: rounds to zero (binary32 subnormals and
+     * zeros land here too, as their e is 0). Sign kept: -tiny -> -0. */
+    if (shift > (int)(F32_MAN_BITS + 1u)) return (uint8_t)sign;
+    const uint32_t m = (a & (F32_IMPLICIT_BIT - 1u)) | F32_IMPLICIT_BIT;
+    const uint32_t q = (m + ((1u << (shift - 1)) - 1u) + ((m >> shift) & 1u))
+                       >> shift;
+    return (uint8_t)(sign | q);
+}
+
+uint8_t fp8_e4m3_encode(float x)
+{
+    return fp8_round(f32_bits(x), E4M3_MAN_BITS, E4M3_BIAS,
+                     E4M3_MAX_F32_BITS, E4M3_MAX_CODE);
+}
+
+uint8_t fp8_e5m2_encode(float x)
+{
+    return fp8_round(f32_bits(x), E5M2_MAN_BITS, E5M2_BIAS,
+                     E5M2_MAX_F32_BITS, E5M2_MAX_CODE);
+}
+
+/*
+ * The exact binary32 value of the fp8 byte b in a format with man_bits
+ * significand bits and bias `bias`, for codes that are neither NaN nor inf
+ * (the callers filter those). Subnormals are mantissa * 2^(1-bias-man_bits),
+ * a product of a small integer and a power of two, exact in binary32.
+ */
+static inline float fp8_decode_finite(unsigned b, unsigned man_bits,
+                                      unsigned bias, float subnormal_unit)
+{
+    const unsigned mag = b & FP8_ABS_MASK;
+    const uint32_t sign = (uint32_t)(b & FP8_SIGN_BIT) << F32_TO_FP8_SIGN_SHIFT;
+    const unsigned exp = mag >> man_bits;
+    const unsigned man = mag & ((1u << man_bits) - 1u);
+    if (exp == 0u) {
+        float v = (float)man * subnormal_unit;
+        return sign ? -v : v; /* b = 0x80 gives -0 */
+    }
+    return f32_from_bits(sign | ((exp + F32_BIAS - bias) << F32_MAN_BITS)
+                         | ((uint32_t)man << (F32_MAN_BITS - man_bits)));
+}
+
+/* e4m3fn smallest subnormal 2^-9 (OCP spec, Table 1). */
+#define E4M3_SUBNORMAL_UNIT 0x1p-9f
+/* e5m2 smallest subnormal 2^-16 (OCP spec, Table 1). */
+#define E5M2_SUBNORMAL_UNIT 0x1p-16f
+
+float fp8_e4m3_decode(uint8_t b)
+{
+    if ((b & FP8_ABS_MASK) == E4M3_NAN_MAG) {
+        /* 0x7F / 0xFF: a quiet NaN with the byte's sign. */
+        return f32_from_bits(F32_QNAN_BITS
+                             | ((uint32_t)(b & FP8_SIGN_BIT) << F32_TO_FP8_SIGN_SHIFT));
+    }
+    return fp8_decode_finite(b, E4M3_MAN_BITS, E4M3_BIAS, E4M3_SUBNORMAL_UNIT);
+}
+
+float fp8_e5m2_decode(uint8_t b)
+{
+    const uint32_t sign = (uint32_t)(b & FP8_SIGN_BIT) << F32_TO_FP8_SIGN_SHIFT;
+    const unsigned mag = b & FP8_ABS_MASK;
+    if (mag == E5M2_INF_CODE) return f32_from_bits(sign | F32_INF_BITS);
+    if (mag > E5M2_INF_CODE) return f32_from_bits(sign | F32_QNAN_BITS);
+    return fp8_decode_finite(b, E5M2_MAN_BITS, E5M2_BIAS, E5M2_SUBNORMAL_UNIT);
+}
+
+/*
+ * The quotient is a plain binary32 division, as in vLLM's kernel (its
+ * build does not use fast math for this file); this file is compiled
+ * without fast math or contraction, so it is the correctly rounded
+ * quotient. A zero scale gives +-inf -> +-448 for x != 0 and NaN -> 0x7F
+ * for x = 0; callers pass a positive finite scale.
+ */
+uint8_t fp8_e4m3_encode_scaled(float x, float scale)
+{
+    return fp8_e4m3_encode(x / scale);
+}
+
+/*
+ * Statistics, per value x (as fp32) and y = x / scale (fp32 quotient):
+ *   n_saturated: |y| > 448, infinities included; NaN never counts.
+ *   n_nonzero:   x != 0 as an IEEE comparison, so a NaN counts (it is not a
+ *                zero, and it does not become one); n - n_nonzero is exactly
+ *                the number of +-0 inputs.
+ *   n_underflow: x != 0 and the byte is +-0 (0x00 / 0x80). A NaN encodes to
+ *                0x7F, so it never counts; n_underflow <= n_nonzero.
+ * The counters are added to, never reset, so one stats can span tensors.
+ */
+void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
+                            uint8_t *out, fp8_quant_stats *stats)
+{
+    uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float xf = bf16_to_f32(x[i]);
+        const float y = xf / scale;
+        const uint8_t b = fp8_e4m3_encode(y);
+        if (out != NULL) out[i] = b;
+        /* |y| > 448 on the bit pattern: NaN patterns exceed inf's and are
+         * excluded by the upper bound. */
+        const uint32_t ay = f32_bits(y) & F32_ABS_MASK;
+        n_sat += (ay > E4M3_MAX_F32_BITS && ay <= F32_INF_BITS);
+        const int nz = (xf != 0.0f);
+        n_nz += (uint64_t)nz;
+        n_uf += (uint64_t)(nz && (b & FP8_ABS_MASK) == 0u);
+    }
+    if (stats != NULL) {
+        stats->n += (uint64_t)n;
+        stats->n_saturated += n_sat;
+        stats->n_nonzero += n_nz;
+        stats->n_underflow += n_uf;
+    }
+}
+
+/*
+ * Works on |h| bit patterns: for non-NaN bf16 the unsigned order of the
+ * magnitude bits is the order of the magnitudes (inf included, so an inf
+ * input makes the result inf). x may be NULL when n is 0.
+ */
+float bf16_amax(const uint16_t *x, size_t n)
+{
+    unsigned best = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned a = x[i] & BF16_ABS_MASK;
+        if (a <= BF16_INF_BITS && a > best) best = a;
+    }
+    return bf16_to_f32((uint16_t)best);
+}
+
+/*
+ * amax / 448 rounded once in binary32; exactly 0 (either sign) gives 1.0.
+ * Non-finite or negative amax is not special-cased (inf -> inf, NaN -> NaN):
+ * callers reject non-finite tensors before calibrating. For amax from
+ * bf16_amax the quotient never underflows to 0 (the smallest positive bf16
+ * is 2^-133, and 2^-133 / 448 > 2^-149).
+ */
+float fp8_e4m3_calibrated_scale(float amax)
+{
+    if (amax == 0.0f) return 1.0f;
+    return amax / FP8_E4M3_MAX;
+}

@@ -1,0 +1,72 @@
+/*
+ * numerics.h: the number formats of the precision modes, bit for bit.
+ *
+ * bf16 is stored as uint16_t (the top half of an IEEE binary32), fp8 as
+ * uint8_t. Formats follow the OCP 8-bit floating point specification
+ * (Micikevicius et al., "FP8 Formats for Deep Learning", arXiv 2209.05433):
+ *   e4m3fn: bias 7, max 448, no infinities, NaN = 0x7F / 0xFF,
+ *           smallest subnormal 2^-9.
+ *   e5m2:   bias 15, max 57344, infinities 0x7C / 0xFC, NaNs above them.
+ * Encoders round to nearest even and saturate to the largest finite value,
+ * like CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...) (cuda_fp8.h);
+ * a NaN input encodes to 0x7F in both fp8 formats, as CUDA does.
+ */
+#ifndef PG_NUMERICS_H
+#define PG_NUMERICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest finite e4m3fn value (OCP spec). */
+#define FP8_E4M3_MAX 448.0f
+/* Largest finite e5m2 value (OCP spec). */
+#define FP8_E5M2_MAX 57344.0f
+/* The NaN that the fp8 encoders return for a NaN input (CUDA's choice). */
+#define FP8_NAN_BITS 0x7Fu
+
+/* Rounds x to the nearest bf16, ties to even; NaN stays NaN (quieted, sign kept). */
+uint16_t bf16_from_f32(float x);
+
+/* The exact fp32 value of the bf16 bits h. */
+float bf16_to_f32(uint16_t h);
+
+/* Rounds x to e4m3fn, ties to even, saturating at +-448; NaN -> 0x7F. */
+uint8_t fp8_e4m3_encode(float x);
+
+/* The exact fp32 value of the e4m3fn byte b (NaN for 0x7F/0xFF). */
+float fp8_e4m3_decode(uint8_t b);
+
+/* Rounds x to e5m2, ties to even, saturating at +-57344 (inf too); NaN -> 0x7F. */
+uint8_t fp8_e5m2_encode(float x);
+
+/* The exact fp32 value of the e5m2 byte b (+-inf for 0x7C/0xFC, NaN above). */
+float fp8_e5m2_decode(uint8_t b);
+
+/* vLLM's KV-cache write of one value: e4m3 encode of (x / scale) computed in
+ * fp32 (csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh). */
+uint8_t fp8_e4m3_encode_scaled(float x, float scale);
+
+/* Counters that describe one tensor's quantization to e4m3 with a scale. */
+typedef struct fp8_quant_stats {
+    uint64_t n;            /* values seen */
+    uint64_t n_saturated;  /* |x / scale| > FP8_E4M3_MAX in fp32, inf included, NaN not */
+    uint64_t n_nonzero;    /* x != 0 as an IEEE compare: a NaN counts, +-0 does not */
+    uint64_t n_underflow;  /* x != 0 but encoded to +-0 (a NaN encodes to 0x7F: never) */
+} fp8_quant_stats;
+
+/* Encodes n bf16 values with fp8_e4m3_encode_scaled into out (may be NULL to
+ * only count) and adds to *stats (may be NULL; counters are added, not reset). */
+void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
+                            uint8_t *out, fp8_quant_stats *stats);
+
+/* Largest |x| over n bf16 values, NaN ignored, an inf gives inf; 0 when n is 0
+ * or every value is NaN or +-0. */
+float bf16_amax(const uint16_t *x, size_t n);
+
+/* Per-tensor calibration scale amax / FP8_E4M3_MAX in fp32, or 1.0 when amax
+ * is 0 (vLLM's default for uncalibrated scales,
+ * docs/features/quantization/quantized_kvcache.md). Non-finite amax is not
+ * special-cased (inf -> inf, NaN -> NaN): callers reject it earlier. */
+float fp8_e4m3_calibrated_scale(float amax);
+
+#endif /* PG_NUMERICS_H */
