@@ -1,0 +1,553 @@
+/* store.c: precgate's SQLite store (see store.h): open and migrate, cached statements, inserts. */
+#include "store.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "schema.h"
+
+/* Longest "what failed" phrase kept before SQLite's message is appended. */
+#define STORE_WHAT_MAX 256
+/* Longest journal_mode name read back from the PRAGMA, NUL included. */
+#define STORE_JOURNAL_MODE_MAX 16
+/* SQL for "now" as UTC ISO 8601 with milliseconds: 2024-05-01T12:34:56.789Z. */
+#define STORE_NOW_SQL "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+
+/* The statements a store prepares once at open and reuses. */
+typedef enum stmt_id {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_USER_VERSION,
+    ST_RUN_INSERT,
+    ST_RUN_FINISH,
+    ST_RUN_STATUS,
+    ST_LAYER_INSERT,
+    ST_QUANT_INSERT,
+    ST_COUNT
+} stmt_id;
+
+/* The SQL of each stmt_id; parameters are numbered in the order they are bound. */
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_USER_VERSION] = "PRAGMA user_version",
+    [ST_RUN_INSERT] =
+        "INSERT INTO runs (kind, label, git_rev, host, device, config_json, status, started_at)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', " STORE_NOW_SQL ")",
+    [ST_RUN_FINISH] =
+        "UPDATE runs SET status = ?1, finished_at = " STORE_NOW_SQL " WHERE id = ?2",
+    [ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
+    [ST_LAYER_INSERT] =
+        "INSERT INTO layer_metrics (run_id, capture, layer, head, variant, backend,"
+        " rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db, nan_count, inf_count)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    [ST_QUANT_INSERT] =
+        "INSERT INTO quant_stats (run_id, capture, layer, tensor, scale, scale_source,"
+        " saturated_frac, underflow_frac) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+};
+
+struct pg_store {
+    sqlite3 *db;
+    char *path;                     /* as given to store_open, for messages */
+    sqlite3_stmt *stmt[ST_COUNT];   /* prepared at open, reset after every use */
+};
+
+/* s (NULL-safe) as printable text: "NULL" for a NULL pointer. */
+static const char *str_or_null(const char *s)
+{
+    return s != NULL ? s : "NULL";
+}
+
+/* Records PG_ERR_DB in err as "<path>: <what>: <SQLite's message>", what being
+ * fmt formatted with ap; call it before anything else touches the connection,
+ * which would replace the message. Returns the code err now holds. */
+static pg_status db_vfail(const pg_store *s, pg_err *err, const char *fmt, va_list ap)
+{
+    char what[STORE_WHAT_MAX];
+    vsnprintf(what, sizeof what, fmt, ap);
+    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+}
+
+/* db_vfail with the arguments inline. */
+__attribute__((format(printf, 3, 4)))
+static pg_status db_fail(const pg_store *s, pg_err *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pg_status ps = db_vfail(s, err, fmt, ap);
+    va_end(ap);
+    return ps;
+}
+
+/* Rolls back s's open transaction, if any; errors are dropped (the caller is
+ * already reporting the failure that made it roll back). */
+static void rollback_quietly(pg_store *s)
+{
+    if (s->db != NULL && !sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Runs sql, a constant text from this file or schema.c (never built from
+ * input), with sqlite3_exec; PG_ERR_DB described by fmt on failure. Used only
+ * while opening, before the cached statements exist. */
+__attribute__((format(printf, 4, 5)))
+static pg_status exec_const(pg_store *s, const char *sql, pg_err *err, const char *fmt, ...)
+{
+    if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK) return PG_OK;
+    va_list ap;
+    va_start(ap, fmt);
+    pg_status ps = db_vfail(s, err, fmt, ap);
+    va_end(ap);
+    return ps;
+}
+
+/* Runs the constant query sql and puts the first column of its first row in
+ * *out; PG_ERR_DB (what names it) on failure or when it returns no row. */
+static pg_status query_int(pg_store *s, const char *sql, int *out, const char *what, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status ps = PG_OK;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        ps = db_fail(s, err, "%s", what);
+    } else if (sqlite3_step(st) != SQLITE_ROW) {
+        ps = db_fail(s, err, "%s", what);
+    } else {
+        *out = sqlite3_column_int(st, 0);
+    }
+    sqlite3_finalize(st);
+    return ps;
+}
+
+/* PG_ERR_DB unless version is one this binary can open (0 .. latest). */
+static pg_status check_version_known(const pg_store *s, int version, pg_err *err)
+{
+    if (version >= 0 && version <= schema_migration_count) return PG_OK;
+    return pg_fail(err, PG_ERR_DB,
+                   "%s: database schema version %d is newer than this precgate knows "
+                   "(newest %d); use a newer precgate (database left unchanged)",
+                   s->path, version, schema_migration_count);
+}
+
+/* Switches the database to WAL and checks that it took (an in-memory
+ * database keeps "memory"); PG_ERR_DB otherwise. */
+static pg_status set_wal(pg_store *s, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    char mode[STORE_JOURNAL_MODE_MAX] = "";
+    pg_status ps = PG_OK;
+    if (sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK
+        || sqlite3_step(st) != SQLITE_ROW) {
+        ps = db_fail(s, err, "set journal_mode=WAL");
+    } else {
+        const unsigned char *got = sqlite3_column_text(st, 0);
+        snprintf(mode, sizeof mode, "%s", got != NULL ? (const char *)got : "");
+    }
+    sqlite3_finalize(st);
+    if (ps != PG_OK) return ps;
+    const char *file = sqlite3_db_filename(s->db, "main");
+    int in_memory = file == NULL || file[0] == '\0';
+    if (strcasecmp(mode, "wal") == 0 || (in_memory && strcasecmp(mode, "memory") == 0))
+        return PG_OK;
+    return pg_fail(err, PG_ERR_DB,
+                   "%s: cannot switch to WAL journal mode (it stays '%s'; is the "
+                   "directory writable?)", s->path, mode);
+}
+
+/* PG_ERR_DB when the open transaction leaves rows that break a foreign key. */
+static pg_status check_foreign_keys(pg_store *s, int version, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status ps = PG_OK;
+    if (sqlite3_prepare_v2(s->db, "PRAGMA foreign_key_check", -1, &st, NULL) != SQLITE_OK) {
+        ps = db_fail(s, err, "check foreign keys after migrating to schema version %d", version);
+    } else {
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            const unsigned char *table = sqlite3_column_text(st, 0);
+            ps = pg_fail(err, PG_ERR_DB,
+                         "%s: migrating to schema version %d leaves rows of %s that break "
+                         "a foreign key (nothing changed)",
+                         s->path, version, table != NULL ? (const char *)table : "?");
+        } else if (rc != SQLITE_DONE) {
+            ps = db_fail(s, err, "check foreign keys after migrating to schema version %d",
+                         version);
+        }
+    }
+    sqlite3_finalize(st);
+    return ps;
+}
+
+/* Applies the migration that follows the database's version, inside one
+ * BEGIN IMMEDIATE transaction (so a concurrent opener waits, then sees the
+ * new version); sets *done when the database is already at the newest
+ * version. On failure everything this step did is rolled back. */
+static pg_status migrate_one_step(pg_store *s, int *done, pg_err *err)
+{
+    *done = 0;
+    pg_status ps = exec_const(s, "BEGIN IMMEDIATE", err, "begin a schema migration");
+    if (ps != PG_OK) return ps;
+
+    /* Read again under the write lock: another process may have migrated. */
+    int version = 0;
+    ps = query_int(s, "PRAGMA user_version", &version, "read the schema version", err);
+    if (ps == PG_OK) ps = check_version_known(s, version, err);
+    if (ps == PG_OK && version == schema_migration_count) {
+        *done = 1;
+        rollback_quietly(s);
+        return PG_OK;
+    }
+
+    const schema_migration *m = ps == PG_OK ? &schema_migrations[version] : NULL;
+    if (m != NULL && m->version != version + 1)
+        ps = pg_fail(err, PG_ERR_INTERNAL,
+                     "schema.c: migration at index %d has version %d, not %d",
+                     version, m->version, version + 1);
+    if (ps == PG_OK)
+        ps = exec_const(s, m->sql, err, "migrate to schema version %d", m->version);
+    if (ps == PG_OK)
+        ps = exec_const(s, m->set_version, err, "record schema version %d", m->version);
+    int recorded = 0;
+    if (ps == PG_OK)
+        ps = query_int(s, "PRAGMA user_version", &recorded, "read the schema version", err);
+    if (ps == PG_OK && recorded != m->version)
+        ps = pg_fail(err, PG_ERR_INTERNAL,
+                     "schema.c: migration %d records user_version %d", m->version, recorded);
+    if (ps == PG_OK) ps = check_foreign_keys(s, m->version, err);
+    if (ps == PG_OK)
+        ps = exec_const(s, "COMMIT", err, "commit the migration to schema version %d",
+                        m->version);
+    if (ps != PG_OK) rollback_quietly(s);
+    return ps;
+}
+
+/* Brings a database at version up to the newest schema, one transaction per
+ * migration, with foreign keys off while they run (as SQLite's table-rebuild
+ * procedure needs; each step checks them before committing). */
+static pg_status migrate(pg_store *s, int version, pg_err *err)
+{
+    if (version == schema_migration_count) return PG_OK;
+    pg_status ps = exec_const(s, "PRAGMA foreign_keys = OFF", err, "turn foreign keys off");
+    for (int done = 0; ps == PG_OK && !done;)
+        ps = migrate_one_step(s, &done, err);
+    return ps;
+}
+
+/* Sets the connection up: refuses a too-new database before changing
+ * anything, then WAL, synchronous=NORMAL, migrations, foreign keys on. */
+static pg_status configure(pg_store *s, pg_err *err)
+{
+    int version = 0;
+    pg_status ps = query_int(s, "PRAGMA user_version", &version, "read the schema version", err);
+    if (ps == PG_OK) ps = check_version_known(s, version, err);
+    if (ps == PG_OK) ps = set_wal(s, err);
+    if (ps == PG_OK)
+        ps = exec_const(s, "PRAGMA synchronous = NORMAL", err, "set synchronous=NORMAL");
+    if (ps == PG_OK) ps = migrate(s, version, err);
+    if (ps == PG_OK)
+        ps = exec_const(s, "PRAGMA foreign_keys = ON", err, "turn foreign keys on");
+    int fk = 0;
+    if (ps == PG_OK) ps = query_int(s, "PRAGMA foreign_keys", &fk, "read foreign_keys", err);
+    if (ps == PG_OK && fk != 1)
+        ps = pg_fail(err, PG_ERR_DB, "%s: this SQLite cannot enforce foreign keys", s->path);
+    return ps;
+}
+
+/* Prepares every cached statement (after migration: they name the tables). */
+static pg_status prepare_all(pg_store *s, pg_err *err)
+{
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i],
+                               NULL) != SQLITE_OK)
+            return db_fail(s, err, "prepare \"%s\"", stmt_sql[i]);
+    }
+    return PG_OK;
+}
+
+pg_status store_open(const char *path, pg_store **out, pg_err *err)
+{
+    if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: out is NULL");
+    *out = NULL;
+    if (path == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: path is NULL");
+
+    pg_store *s = calloc(1, sizeof *s);
+    if (s == NULL || (s->path = strdup(path)) == NULL) {
+        free(s);
+        return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory opening the database", path);
+    }
+    pg_status ps = PG_OK;
+    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL)
+        != SQLITE_OK) {
+        ps = db_fail(s, err, "cannot open the database");
+    } else {
+        sqlite3_extended_result_codes(s->db, 1);
+        sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
+        ps = configure(s, err);
+        if (ps == PG_OK) ps = prepare_all(s, err);
+    }
+    if (ps != PG_OK) {
+        store_close(s);
+        return ps;
+    }
+    *out = s;
+    return PG_OK;
+}
+
+void store_close(pg_store *s)
+{
+    if (s == NULL) return;
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->stmt[i]);
+    /* close_v2: a statement a caller left open on store_handle() delays the
+     * close until it is finalized instead of leaking the connection. */
+    sqlite3_close_v2(s->db);
+    free(s->path);
+    free(s);
+}
+
+int store_schema_version(pg_store *s)
+{
+    if (s == NULL) return -1;
+    sqlite3_stmt *st = s->stmt[ST_USER_VERSION];
+    int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_reset(st);
+    return version;
+}
+
+int store_latest_schema_version(void)
+{
+    return schema_migration_count;
+}
+
+/* Binds a cached statement's parameters left to right (?1, ?2, ...),
+ * keeping the first failure. Text is bound SQLITE_STATIC: the caller's
+ * strings need only outlive the step, as finish_write clears the bindings. */
+typedef struct binder {
+    sqlite3_stmt *st;
+    int next;   /* the parameter the next bind fills */
+    int rc;     /* SQLITE_OK until a bind fails */
+} binder;
+
+/* A binder for st, starting at its first parameter. */
+static binder bind_start(sqlite3_stmt *st)
+{
+    return (binder){.st = st, .next = 1, .rc = SQLITE_OK};
+}
+
+/* Binds v (NULL binds SQL NULL) to the next parameter. */
+static void bind_text(binder *b, const char *v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_text(b->st, b->next, v, -1, SQLITE_STATIC);
+    b->next++;
+}
+
+/* Binds v to the next parameter. */
+static void bind_int64(binder *b, int64_t v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_int64(b->st, b->next, v);
+    b->next++;
+}
+
+/* Binds v to the next parameter; SQLite stores NaN as NULL, +-inf as REAL. */
+static void bind_double(binder *b, double v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_double(b->st, b->next, v);
+    b->next++;
+}
+
+/* Steps b's statement once, expecting no rows; PG_ERR_DB described by fmt
+ * when a bind or the step fails, PG_ERR_INTERNAL when the statement's
+ * parameters were not all bound. Always resets and clears the statement. */
+__attribute__((format(printf, 4, 5)))
+static pg_status finish_write(pg_store *s, binder *b, pg_err *err, const char *fmt, ...)
+{
+    pg_status ps = PG_OK;
+    va_list ap;
+    va_start(ap, fmt);
+    int expected = sqlite3_bind_parameter_count(b->st);
+    if (b->rc != SQLITE_OK) {
+        ps = db_vfail(s, err, fmt, ap);
+    } else if (b->next - 1 != expected) {
+        ps = pg_fail(err, PG_ERR_INTERNAL, "%s: \"%s\" has %d parameters, %d bound", s->path,
+                     sqlite3_sql(b->st), expected, b->next - 1);
+    } else if (sqlite3_step(b->st) != SQLITE_DONE) {
+        ps = db_vfail(s, err, fmt, ap);
+    }
+    va_end(ap);
+    sqlite3_reset(b->st);
+    sqlite3_clear_bindings(b->st);
+    return ps;
+}
+
+/* Steps one of the parameterless transaction statements; PG_ERR_DB as what. */
+static pg_status step_plain(pg_store *s, stmt_id id, const char *what, pg_err *err)
+{
+    sqlite3_stmt *st = s->stmt[id];
+    pg_status ps = sqlite3_step(st) == SQLITE_DONE ? PG_OK : db_fail(s, err, "%s", what);
+    sqlite3_reset(st);
+    return ps;
+}
+
+pg_status store_begin(pg_store *s, pg_err *err)
+{
+    if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_begin: store is NULL");
+    return step_plain(s, ST_BEGIN, "begin a transaction", err);
+}
+
+pg_status store_commit(pg_store *s, pg_err *err)
+{
+    if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_commit: store is NULL");
+    return step_plain(s, ST_COMMIT, "commit", err);
+}
+
+void store_rollback(pg_store *s)
+{
+    if (s == NULL || sqlite3_get_autocommit(s->db)) return;
+    sqlite3_stmt *st = s->stmt[ST_ROLLBACK];
+    sqlite3_step(st);
+    sqlite3_reset(st);
+}
+
+pg_status store_run_begin(pg_store *s, const store_run_info *info, int64_t *run_id, pg_err *err)
+{
+    if (s == NULL || info == NULL || info->kind == NULL || run_id == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_run_begin: store, info, kind or run_id is NULL");
+    if (!sqlite3_get_autocommit(s->db))
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "%s: store_run_begin inside a transaction (the run must be committed "
+                       "at once)", s->path);
+    binder b = bind_start(s->stmt[ST_RUN_INSERT]);
+    bind_text(&b, info->kind);
+    bind_text(&b, info->label);
+    bind_text(&b, info->git_rev);
+    bind_text(&b, info->host);
+    bind_text(&b, info->device);
+    bind_text(&b, info->config_json);
+    pg_status ps = finish_write(s, &b, err, "insert a '%s' run", info->kind);
+    if (ps == PG_OK) *run_id = sqlite3_last_insert_rowid(s->db);
+    return ps;
+}
+
+pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, pg_err *err)
+{
+    if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_run_finish: store is NULL");
+    if (status == NULL || (strcmp(status, "complete") != 0 && strcmp(status, "failed") != 0))
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "store_run_finish: run %" PRId64 " status '%s' is not 'complete' or "
+                       "'failed'", run_id, str_or_null(status));
+    binder b = bind_start(s->stmt[ST_RUN_FINISH]);
+    bind_text(&b, status);
+    bind_int64(&b, run_id);
+    pg_status ps = finish_write(s, &b, err, "finish run %" PRId64 " as '%s'", run_id, status);
+    if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
+        ps = pg_fail(err, PG_ERR_DB, "%s: finish run %" PRId64 ": no such run", s->path, run_id);
+    return ps;
+}
+
+pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *capture, int layer,
+                                  int head, const char *variant, const char *backend,
+                                  const attn_error_metrics *m, pg_err *err)
+{
+    if (s == NULL || m == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_put_layer_metrics: store or metrics is NULL");
+    /* cos_sim is left out: NaN is one of its documented values (stored NULL). */
+    const struct { const char *name; double value; } must_be_numbers[] = {
+        {"rel_l2", m->rel_l2}, {"max_abs", m->max_abs}, {"mean_abs", m->mean_abs},
+        {"p99_abs", m->p99_abs}, {"sqnr_db", m->sqnr_db},
+    };
+    for (size_t i = 0; i < sizeof must_be_numbers / sizeof must_be_numbers[0]; i++) {
+        if (isnan(must_be_numbers[i].value))
+            return pg_fail(err, PG_ERR_NUMERIC,
+                           "%s: layer_metrics (run %" PRId64 ", capture '%s', layer %d, head %d, "
+                           "variant '%s', backend '%s'): %s is NaN (only cos_sim may be NaN)",
+                           s->path, run_id, str_or_null(capture), layer, head,
+                           str_or_null(variant), str_or_null(backend),
+                           must_be_numbers[i].name);
+    }
+    binder b = bind_start(s->stmt[ST_LAYER_INSERT]);
+    bind_int64(&b, run_id);
+    bind_text(&b, capture);
+    bind_int64(&b, layer);
+    bind_int64(&b, head);
+    bind_text(&b, variant);
+    bind_text(&b, backend);
+    bind_double(&b, m->rel_l2);
+    bind_double(&b, m->max_abs);
+    bind_double(&b, m->mean_abs);
+    bind_double(&b, m->p99_abs);
+    bind_double(&b, m->cos_sim);
+    bind_double(&b, m->sqnr_db);
+    bind_int64(&b, m->nan_count);
+    bind_int64(&b, m->inf_count);
+    return finish_write(s, &b, err,
+                        "insert layer_metrics (run %" PRId64 ", capture '%s', layer %d, head %d, "
+                        "variant '%s', backend '%s')",
+                        run_id, str_or_null(capture), layer, head, str_or_null(variant),
+                        str_or_null(backend));
+}
+
+pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture, int layer,
+                                const char *tensor, double scale, const char *scale_source,
+                                double saturated_frac, double underflow_frac, pg_err *err)
+{
+    if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_put_quant_stats: store is NULL");
+    if (isnan(scale))
+        return pg_fail(err, PG_ERR_NUMERIC,
+                       "%s: quant_stats (run %" PRId64 ", capture '%s', layer %d, tensor '%s'): "
+                       "scale is NaN", s->path, run_id, str_or_null(capture), layer,
+                       str_or_null(tensor));
+    binder b = bind_start(s->stmt[ST_QUANT_INSERT]);
+    bind_int64(&b, run_id);
+    bind_text(&b, capture);
+    bind_int64(&b, layer);
+    bind_text(&b, tensor);
+    bind_double(&b, scale);
+    bind_text(&b, scale_source);
+    bind_double(&b, saturated_frac);
+    bind_double(&b, underflow_frac);
+    return finish_write(s, &b, err,
+                        "insert quant_stats (run %" PRId64 ", capture '%s', layer %d, tensor '%s')",
+                        run_id, str_or_null(capture), layer, str_or_null(tensor));
+}
+
+pg_status store_run_status(pg_store *s, int64_t run_id, char *buf, size_t buf_len, pg_err *err)
+{
+    if (s == NULL || buf == NULL || buf_len == 0)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_run_status: store or buffer missing");
+    sqlite3_stmt *st = s->stmt[ST_RUN_STATUS];
+    pg_status ps = PG_OK;
+    int rc = sqlite3_bind_int64(st, 1, run_id);
+    if (rc == SQLITE_OK) rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const unsigned char *text = sqlite3_column_text(st, 0);
+        size_t len = (size_t)sqlite3_column_bytes(st, 0);
+        if (text == NULL) {
+            ps = db_fail(s, err, "read the status of run %" PRId64, run_id);
+        } else if (len >= buf_len) {
+            ps = pg_fail(err, PG_ERR_INTERNAL,
+                         "store_run_status: run %" PRId64 " status '%s' needs %zu bytes, "
+                         "buffer has %zu", run_id, (const char *)text, len + 1, buf_len);
+        } else {
+            memcpy(buf, text, len + 1);
+        }
+    } else if (rc == SQLITE_DONE) {
+        ps = pg_fail(err, PG_ERR_DB, "%s: status of run %" PRId64 ": no such run", s->path,
+                     run_id);
+    } else {
+        ps = db_fail(s, err, "read the status of run %" PRId64, run_id);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return ps;
+}
+
+struct sqlite3 *store_handle(pg_store *s)
+{
+    return s != NULL ? s->db : NULL;
+}

@@ -1,0 +1,777 @@
+/* test_store.c: Criterion tests of the SQLite store (db/store.h): schema, migrations, round trips, constraints. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store.h"
+
+/* Seconds in a day, to turn julianday differences into seconds. */
+#define SECONDS_PER_DAY 86400.0
+/* How far started_at may lie from the test's "now" and still count as now. */
+#define NOW_TOLERANCE_S 60.0
+/* Length of "YYYY-MM-DDTHH:MM:SS.sssZ". */
+#define ISO_MS_LEN 24
+/* Big enough for any status string the store writes, NUL included. */
+#define STATUS_BUF 16
+
+/* This test's scratch directory and the database file in it. */
+static char g_dir[PATH_MAX];
+static char g_db[PATH_MAX + 16];
+
+/* Makes a fresh directory under $TMPDIR (or /tmp) and names the database in it. */
+static void setup(void)
+{
+    const char *base = getenv("TMPDIR");
+    if (base == NULL || base[0] == '\0') base = "/tmp";
+    snprintf(g_dir, sizeof g_dir, "%s/pgstore.XXXXXX", base);
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp under %s failed", base);
+    snprintf(g_db, sizeof g_db, "%s/precgate.db", g_dir);
+}
+
+/* Removes the scratch directory and the files the test left in it. */
+static void teardown(void)
+{
+    DIR *d = opendir(g_dir);
+    if (d == NULL) return;
+    struct dirent *e;
+    char p[PATH_MAX + NAME_MAX + 2];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(g_dir);
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+/* Opens the test's database through the store, asserting success. */
+static pg_store *open_ok(void)
+{
+    pg_err err = {0};
+    pg_store *s = NULL;
+    pg_status st = store_open(g_db, &s, &err);
+    cr_assert_eq(st, PG_OK, "store_open: %s", err.msg);
+    cr_assert_not_null(s);
+    return s;
+}
+
+/* Opens path with plain SQLite (no store), asserting success. */
+static sqlite3 *raw_open(const char *path)
+{
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
+                 SQLITE_OK);
+    return db;
+}
+
+/* Runs constant SQL on db, asserting success. */
+static void raw_exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+}
+
+/* The integer in the first column of sql's first row. */
+static int64_t q_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s returned no row", sql);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* The text in the first column of sql's first row, in a malloc'd string. */
+static char *q_text(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s returned no row", sql);
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    char *v = strdup(t ? (const char *)t : "(null)");
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* The whole of path, malloc'd; its length in *len. */
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    cr_assert_geq(size, 0);
+    rewind(f);
+    unsigned char *buf = malloc((size_t)size + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    *len = (size_t)size;
+    return buf;
+}
+
+/* Whether path exists. */
+static int exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Bitwise equality of two doubles (tells -0 from 0, compares infs exactly). */
+static int same_bits(double a, double b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* Metrics with every field set from the arguments. */
+static attn_error_metrics mk_metrics(double rel_l2, double max_abs, double mean_abs,
+                                     double p99_abs, double cos_sim, double sqnr_db,
+                                     int64_t nan_count, int64_t inf_count)
+{
+    attn_error_metrics m = {.rel_l2 = rel_l2, .max_abs = max_abs, .mean_abs = mean_abs,
+                            .p99_abs = p99_abs, .cos_sim = cos_sim, .sqnr_db = sqnr_db,
+                            .nan_count = nan_count, .inf_count = inf_count, .n = 4096};
+    return m;
+}
+
+/* A committed run of kind "sweep"; returns its id. */
+static int64_t begin_run(pg_store *s)
+{
+    store_run_info info = {.kind = "sweep"};
+    int64_t id = -1;
+    pg_err err = {0};
+    cr_assert_eq(store_run_begin(s, &info, &id, &err), PG_OK, "%s", err.msg);
+    cr_assert_gt(id, 0);
+    return id;
+}
+
+/* Inserts a plain finite bf16/cpu row for (run, "cap0", layer, head), asserting success. */
+static void put_plain(pg_store *s, int64_t run, int layer, int head)
+{
+    attn_error_metrics m = mk_metrics(1e-3, 2e-2, 3e-4, 1e-2, 0.999, 60.0, 0, 0);
+    pg_err err = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, "cap0", layer, head, "bf16", "cpu", &m, &err),
+                 PG_OK, "%s", err.msg);
+}
+
+/* Expected shape of one column, as PRAGMA table_info reports it. */
+typedef struct col_spec {
+    const char *name, *type;
+    int notnull, pk;
+} col_spec;
+
+/* Asserts that table's columns are exactly cols, in order. */
+static void check_columns(sqlite3 *db, const char *table, const col_spec *cols, size_t n)
+{
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1)"
+                                    " ORDER BY cid", -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    size_t i = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        cr_assert_lt(i, n, "%s has more columns than expected", table);
+        cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), cols[i].name, "%s col %zu", table, i);
+        cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), cols[i].type, "%s.%s type", table, cols[i].name);
+        cr_expect_eq(sqlite3_column_int(st, 2), cols[i].notnull, "%s.%s notnull", table, cols[i].name);
+        cr_expect_eq(sqlite3_column_int(st, 3), cols[i].pk, "%s.%s pk", table, cols[i].name);
+        i++;
+    }
+    sqlite3_finalize(st);
+    cr_assert_eq(i, n, "%s has %zu columns, expected %zu", table, i, n);
+}
+
+Test(store, fresh_db_has_schema_wal_and_pragmas)
+{
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    cr_assert_geq(store_latest_schema_version(), 1);
+    cr_assert_eq(store_schema_version(s), store_latest_schema_version());
+    cr_assert_eq(q_int(db, "PRAGMA user_version"), store_latest_schema_version());
+    char *mode = q_text(db, "PRAGMA journal_mode");
+    cr_assert_str_eq(mode, "wal");
+    free(mode);
+    cr_assert_eq(q_int(db, "PRAGMA foreign_keys"), 1);
+    cr_assert_eq(q_int(db, "PRAGMA busy_timeout"), STORE_BUSY_TIMEOUT_MS);
+    cr_assert_eq(q_int(db, "PRAGMA synchronous"), 1 /* NORMAL */);
+
+    const col_spec runs[] = {
+        {"id", "INTEGER", 0, 1},     {"kind", "TEXT", 1, 0},       {"label", "TEXT", 0, 0},
+        {"status", "TEXT", 1, 0},    {"started_at", "TEXT", 1, 0}, {"finished_at", "TEXT", 0, 0},
+        {"git_rev", "TEXT", 0, 0},   {"host", "TEXT", 0, 0},       {"device", "TEXT", 0, 0},
+        {"config_json", "TEXT", 0, 0},
+    };
+    const col_spec layer_metrics[] = {
+        {"run_id", "INTEGER", 1, 0}, {"capture", "TEXT", 1, 0},  {"layer", "INTEGER", 1, 0},
+        {"head", "INTEGER", 1, 0},   {"variant", "TEXT", 1, 0},  {"backend", "TEXT", 1, 0},
+        {"rel_l2", "REAL", 0, 0},    {"max_abs", "REAL", 0, 0},  {"mean_abs", "REAL", 0, 0},
+        {"p99_abs", "REAL", 0, 0},   {"cos_sim", "REAL", 0, 0},  {"sqnr_db", "REAL", 0, 0},
+        {"nan_count", "INTEGER", 1, 0}, {"inf_count", "INTEGER", 1, 0},
+    };
+    const col_spec quant_stats[] = {
+        {"run_id", "INTEGER", 1, 0},     {"capture", "TEXT", 1, 0},
+        {"layer", "INTEGER", 1, 0},      {"tensor", "TEXT", 1, 0},
+        {"scale", "REAL", 1, 0},         {"scale_source", "TEXT", 1, 0},
+        {"saturated_frac", "REAL", 0, 0}, {"underflow_frac", "REAL", 0, 0},
+    };
+    check_columns(db, "runs", runs, sizeof runs / sizeof runs[0]);
+    check_columns(db, "layer_metrics", layer_metrics, sizeof layer_metrics / sizeof layer_metrics[0]);
+    check_columns(db, "quant_stats", quant_stats, sizeof quant_stats / sizeof quant_stats[0]);
+
+    /* The (run_id, variant) index, and foreign keys from both child tables. */
+    char *cols = q_text(db, "SELECT group_concat(name, ',') FROM "
+                            "(SELECT name FROM pragma_index_info('layer_metrics_run_variant') ORDER BY seqno)");
+    cr_assert_str_eq(cols, "run_id,variant");
+    free(cols);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM pragma_foreign_key_list('layer_metrics') "
+                           "WHERE \"table\" = 'runs' AND \"from\" = 'run_id' AND \"to\" = 'id'"), 1);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM pragma_foreign_key_list('quant_stats') "
+                           "WHERE \"table\" = 'runs' AND \"from\" = 'run_id' AND \"to\" = 'id'"), 1);
+    store_close(s);
+}
+
+Test(store, reopen_keeps_data_and_does_not_migrate_again)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    put_plain(s, run, 3, -1);
+    int64_t cookie = q_int(store_handle(s), "PRAGMA schema_version");
+    store_close(s);
+
+    s = open_ok();
+    sqlite3 *db = store_handle(s);
+    /* schema_version (the schema cookie) moves on any DDL: unchanged means no
+     * migration ran again; the migrations' plain CREATE would also fail. */
+    cr_assert_eq(q_int(db, "PRAGMA schema_version"), cookie);
+    cr_assert_eq(store_schema_version(s), store_latest_schema_version());
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs"), 1);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 3 AND head = -1"), 1);
+    char status[STATUS_BUF];
+    pg_err err = {0};
+    cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "running");
+    put_plain(s, run, 4, -1);   /* the cached statements work after a reopen */
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics"), 2);
+    store_close(s);
+}
+
+/* Opens a database whose user_version is beyond this binary's and asserts
+ * the refusal: PG_ERR_DB naming the version and path, and no byte changed. */
+static void expect_newer_refused(int version)
+{
+    size_t len_before = 0, len_after = 0;
+    unsigned char *before = slurp(g_db, &len_before);
+    pg_err err = {0};
+    pg_store *s = (pg_store *)&err;   /* must be overwritten with NULL */
+    cr_assert_eq(store_open(g_db, &s, &err), PG_ERR_DB);
+    cr_assert_null(s);
+    cr_assert_eq(err.code, PG_ERR_DB);
+    char needle[64];
+    snprintf(needle, sizeof needle, "version %d", version);
+    cr_assert_not_null(strstr(err.msg, needle), "message lacks '%s': %s", needle, err.msg);
+    cr_assert_not_null(strstr(err.msg, g_db), "message lacks the path: %s", err.msg);
+    unsigned char *after = slurp(g_db, &len_after);
+    cr_assert_eq(len_after, len_before);
+    cr_assert_eq(memcmp(before, after, len_before), 0, "the database file changed");
+    free(before);
+    free(after);
+}
+
+Test(store, newer_rollback_journal_db_refused_unchanged)
+{
+    /* A rollback-journal database: opening must not even switch it to WAL. */
+    int newer = store_latest_schema_version() + 1;
+    sqlite3 *db = raw_open(g_db);
+    raw_exec(db, "CREATE TABLE future (x); INSERT INTO future VALUES (42);");
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", newer);   /* test setup only */
+    raw_exec(db, sql);
+    sqlite3_close(db);
+
+    expect_newer_refused(newer);
+    char wal[sizeof g_db + 8];
+    snprintf(wal, sizeof wal, "%s-wal", g_db);
+    cr_assert(!exists(wal), "a -wal file was left behind");
+    db = raw_open(g_db);
+    char *mode = q_text(db, "PRAGMA journal_mode");
+    cr_assert_str_eq(mode, "delete");
+    free(mode);
+    cr_assert_eq(q_int(db, "PRAGMA user_version"), newer);
+    cr_assert_eq(q_int(db, "SELECT x FROM future"), 42);
+    sqlite3_close(db);
+}
+
+Test(store, newer_wal_db_refused_unchanged)
+{
+    pg_store *s = open_ok();
+    begin_run(s);
+    store_close(s);
+    int newer = store_latest_schema_version() + 7;
+    sqlite3 *db = raw_open(g_db);
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", newer);   /* test setup only */
+    raw_exec(db, sql);
+    sqlite3_close(db);   /* last connection: checkpoints the WAL into the file */
+
+    expect_newer_refused(newer);
+    db = raw_open(g_db);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs"), 1);
+    sqlite3_close(db);
+}
+
+Test(store, failed_migration_rolls_back_whole_step)
+{
+    /* A version-0 database that already has an unrelated "runs" table: the
+     * first migration fails part-way and must leave nothing behind. */
+    sqlite3 *db = raw_open(g_db);
+    raw_exec(db, "CREATE TABLE runs (x); INSERT INTO runs VALUES ('keep me');");
+    sqlite3_close(db);
+
+    pg_err err = {0};
+    pg_store *s = NULL;
+    cr_assert_eq(store_open(g_db, &s, &err), PG_ERR_DB);
+    cr_assert_null(s);
+    cr_assert_not_null(strstr(err.msg, "schema version 1"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "already exists"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, g_db), "%s", err.msg);
+
+    db = raw_open(g_db);
+    cr_assert_eq(q_int(db, "PRAGMA user_version"), 0);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM sqlite_schema WHERE name IN "
+                           "('layer_metrics', 'quant_stats', 'runs_kind_started')"), 0);
+    char *x = q_text(db, "SELECT x FROM runs");
+    cr_assert_str_eq(x, "keep me");
+    free(x);
+    sqlite3_close(db);
+}
+
+Test(store, round_trip_every_column)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    store_run_info full = {.kind = "sweep", .label = "nightly fp8", .git_rev = "0123abcd",
+                           .host = "gpu-07", .device = "NVIDIA H200",
+                           .config_json = "{\"layers\":[0,1],\"note\":\"it's \\\"quoted\\\"\"}"};
+    store_run_info bare = {.kind = "eval"};
+    int64_t run = 0, run2 = 0;
+    cr_assert_eq(store_run_begin(s, &full, &run, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_begin(s, &bare, &run2, &err), PG_OK, "%s", err.msg);
+    cr_assert_neq(run, run2);
+
+    /* head -1 with a non-finite output: +inf errors, NaN cos_sim, -inf sqnr. */
+    attn_error_metrics bad = mk_metrics(INFINITY, INFINITY, INFINITY, INFINITY, NAN, -INFINITY,
+                                        3, 5);
+    /* Awkward finite doubles: must come back bit for bit. */
+    attn_error_metrics odd = mk_metrics(0.1, DBL_MAX, 5e-324, 1.0 / 3.0, -0.999999999999,
+                                        INFINITY /* identical output */, 0, 0);
+    attn_error_metrics plain = mk_metrics(1.25e-3, 0.0625, 2.5e-4, 1e-2, 0.9999871, 57.125, 0, 0);
+
+    cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 31, -1, "fp8qkv", "cuda", &bad, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 0, 7, "ext:my_kernel-v2", "cpu",
+                                         &odd, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 0, 7, "bf16", "cpu", &plain, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(store_put_quant_stats(s, run, "llama-8b/p0", 31, "k", 0.0223214286, "calibrated",
+                                       0.001953125, 1.0 / 3.0, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_put_quant_stats(s, run, "llama-8b/p0", 31, "q", 1.0, "capture",
+                                       0.0, NAN, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_commit(s, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, run, "complete", &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, run2, "failed", &err), PG_OK, "%s", err.msg);
+    store_close(s);
+
+    s = open_ok();
+    sqlite3 *db = store_handle(s);
+    char status[STATUS_BUF];
+    cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "complete");
+    cr_assert_eq(store_run_status(s, run2, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "failed");
+
+    /* runs: every column, and the timestamps' format and time zone. */
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+        "SELECT id, kind, label, status, started_at, finished_at, git_rev, host, device,"
+        " config_json, (julianday('now') - julianday(started_at)) * ?1,"
+        " finished_at >= started_at FROM runs ORDER BY id", -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_double(st, 1, SECONDS_PER_DAY);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int64(st, 0), run);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "sweep");
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 2), full.label);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 3), "complete");
+    for (int c = 4; c <= 5; c++) {
+        const char *ts = (const char *)sqlite3_column_text(st, c);
+        cr_assert_not_null(ts);
+        cr_assert_eq(strlen(ts), ISO_MS_LEN, "timestamp %s", ts);
+        const char *shape = "dddd-dd-ddTdd:dd:dd.dddZ";
+        for (int i = 0; i < ISO_MS_LEN; i++)
+            cr_assert(shape[i] == 'd' ? (ts[i] >= '0' && ts[i] <= '9') : ts[i] == shape[i],
+                      "timestamp %s is not UTC ISO 8601 with milliseconds", ts);
+    }
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 6), full.git_rev);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 7), full.host);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 8), full.device);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 9), full.config_json);
+    double age = sqlite3_column_double(st, 10);
+    cr_assert(age >= 0.0 && age < NOW_TOLERANCE_S, "started_at is %g s from UTC now", age);
+    cr_assert_eq(sqlite3_column_int(st, 11), 1);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int64(st, 0), run2);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "eval");
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 3), "failed");
+    cr_assert_not_null(sqlite3_column_text(st, 5));
+    for (int c = 2; c <= 9; c++) {
+        if (c == 3 || c == 4 || c == 5) continue;
+        cr_assert_eq(sqlite3_column_type(st, c), SQLITE_NULL, "column %d of the bare run", c);
+    }
+    cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+
+    /* layer_metrics: every column of every row. */
+    cr_assert_eq(sqlite3_prepare_v2(db,
+        "SELECT run_id, capture, layer, head, variant, backend, rel_l2, max_abs, mean_abs,"
+        " p99_abs, cos_sim, sqnr_db, nan_count, inf_count FROM layer_metrics"
+        " ORDER BY layer DESC, variant DESC", -1, &st, NULL), SQLITE_OK);
+    const struct { int layer, head; const char *variant, *backend; const attn_error_metrics *m; }
+        want[] = {{31, -1, "fp8qkv", "cuda", &bad},
+                  {0, 7, "ext:my_kernel-v2", "cpu", &odd},
+                  {0, 7, "bf16", "cpu", &plain}};
+    for (size_t r = 0; r < sizeof want / sizeof want[0]; r++) {
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "row %zu", r);
+        cr_assert_eq(sqlite3_column_int64(st, 0), run);
+        cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "llama-8b/p0");
+        cr_assert_eq(sqlite3_column_int(st, 2), want[r].layer);
+        cr_assert_eq(sqlite3_column_int(st, 3), want[r].head);
+        cr_assert_str_eq((const char *)sqlite3_column_text(st, 4), want[r].variant);
+        cr_assert_str_eq((const char *)sqlite3_column_text(st, 5), want[r].backend);
+        const double expect[] = {want[r].m->rel_l2, want[r].m->max_abs, want[r].m->mean_abs,
+                                 want[r].m->p99_abs, want[r].m->cos_sim, want[r].m->sqnr_db};
+        for (int c = 0; c < 6; c++) {
+            if (isnan(expect[c])) {
+                cr_assert_eq(sqlite3_column_type(st, 6 + c), SQLITE_NULL,
+                             "row %zu col %d: NaN must read back as NULL", r, 6 + c);
+                continue;
+            }
+            cr_assert_eq(sqlite3_column_type(st, 6 + c), SQLITE_FLOAT, "row %zu col %d", r, 6 + c);
+            double got = sqlite3_column_double(st, 6 + c);
+            cr_assert(same_bits(got, expect[c]), "row %zu col %d: got %a, stored %a", r, 6 + c,
+                      got, expect[c]);
+        }
+        cr_assert_eq(sqlite3_column_int64(st, 12), want[r].m->nan_count);
+        cr_assert_eq(sqlite3_column_int64(st, 13), want[r].m->inf_count);
+    }
+    cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    /* Users can find the non-finite rows with plain SQL. */
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics WHERE rel_l2 = 9e999 "
+                           "AND sqnr_db = -9e999 AND cos_sim IS NULL"), 1);
+
+    /* quant_stats: every column of both rows. */
+    cr_assert_eq(sqlite3_prepare_v2(db,
+        "SELECT run_id, capture, layer, tensor, scale, scale_source, saturated_frac,"
+        " underflow_frac FROM quant_stats ORDER BY tensor", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int64(st, 0), run);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "llama-8b/p0");
+    cr_assert_eq(sqlite3_column_int(st, 2), 31);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 3), "k");
+    cr_assert(same_bits(sqlite3_column_double(st, 4), 0.0223214286));
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 5), "calibrated");
+    cr_assert(same_bits(sqlite3_column_double(st, 6), 0.001953125));
+    cr_assert(same_bits(sqlite3_column_double(st, 7), 1.0 / 3.0));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 3), "q");
+    cr_assert(same_bits(sqlite3_column_double(st, 4), 1.0));
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 5), "capture");
+    cr_assert_eq(sqlite3_column_type(st, 6), SQLITE_FLOAT);
+    cr_assert(same_bits(sqlite3_column_double(st, 6), 0.0));
+    cr_assert_eq(sqlite3_column_type(st, 7), SQLITE_NULL, "a NaN fraction reads back as NULL");
+    cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    store_close(s);
+}
+
+Test(store, run_begin_commits_at_once)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    /* A second connection sees the row while the store is still open, as it
+     * would after the process was killed. */
+    sqlite3 *other = raw_open(g_db);
+    char *status = q_text(other, "SELECT status || '/' || ifnull(finished_at, 'NULL') FROM runs");
+    cr_assert_str_eq(status, "running/NULL");
+    free(status);
+    cr_assert_eq(q_int(other, "SELECT id FROM runs"), run);
+    sqlite3_close(other);
+
+    /* Inside an explicit transaction the promise cannot be kept: refused. */
+    pg_err err = {0};
+    cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
+    store_run_info info = {.kind = "sweep"};
+    int64_t id = -1;
+    cr_assert_eq(store_run_begin(s, &info, &id, &err), PG_ERR_INTERNAL);
+    cr_assert_eq(id, -1);
+    store_rollback(s);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM runs"), 1);
+    store_close(s);
+}
+
+Test(store, run_finish_and_status_errors)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    const char *bad[] = {"running", "Complete", "done", "", NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pg_err err = {0};
+        cr_assert_eq(store_run_finish(s, run, bad[i], &err), PG_ERR_INTERNAL, "status %s",
+                     bad[i] ? bad[i] : "NULL");
+    }
+    char status[STATUS_BUF];
+    pg_err err = {0};
+    cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "running");
+    cr_assert_eq(q_int(store_handle(s), "SELECT finished_at IS NULL FROM runs"), 1);
+
+    pg_err e2 = {0};
+    cr_assert_eq(store_run_finish(s, run + 100, "complete", &e2), PG_ERR_DB);
+    cr_assert_not_null(strstr(e2.msg, "no such run"), "%s", e2.msg);
+    cr_assert_not_null(strstr(e2.msg, g_db), "%s", e2.msg);
+    pg_err e3 = {0};
+    cr_assert_eq(store_run_status(s, run + 100, status, sizeof status, &e3), PG_ERR_DB);
+    char exact[sizeof "running"];
+    pg_err e4 = {0};   /* one byte short of "running" and its NUL */
+    cr_assert_eq(store_run_status(s, run, exact, sizeof exact - 1, &e4), PG_ERR_INTERNAL);
+    pg_err e5 = {0};
+    cr_assert_eq(store_run_status(s, run, exact, sizeof exact, &e5), PG_OK, "%s", e5.msg);
+    cr_assert_str_eq(exact, "running");
+
+    cr_assert_eq(store_run_finish(s, run, "failed", &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "failed");
+    cr_assert_eq(q_int(store_handle(s), "SELECT finished_at IS NOT NULL FROM runs"), 1);
+    store_close(s);
+}
+
+Test(store, duplicate_key_rejected)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    put_plain(s, run, 2, -1);
+    attn_error_metrics m = mk_metrics(0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0, 0);
+    pg_err err = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, "cap0", 2, -1, "bf16", "cpu", &m, &err), PG_ERR_DB);
+    cr_assert_not_null(strstr(err.msg, "UNIQUE constraint failed"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, g_db), "%s", err.msg);
+    /* The first row is untouched; a row differing only in backend is fine. */
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics WHERE rel_l2 = 1e-3"), 1);
+    pg_err e2 = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, "cap0", 2, -1, "bf16", "cuda", &m, &e2), PG_OK,
+                 "%s", e2.msg);
+    pg_err e3 = {0};
+    cr_assert_eq(store_put_quant_stats(s, run, "cap0", 2, "v", 1.0, "capture", 0, 0, &e3), PG_OK, "%s", e3.msg);
+    cr_assert_eq(store_put_quant_stats(s, run, "cap0", 2, "v", 2.0, "capture", 0, 0, &e3), PG_ERR_DB);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 2);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 1);
+    store_close(s);
+}
+
+Test(store, rollback_keeps_committed_rows)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    pg_err err = {0};
+    cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
+    put_plain(s, run, 0, -1);
+    cr_assert_eq(store_commit(s, &err), PG_OK, "%s", err.msg);
+
+    cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
+    pg_err nested = {0};
+    cr_assert_eq(store_begin(s, &nested), PG_ERR_DB, "BEGIN inside a transaction must fail");
+    put_plain(s, run, 1, -1);
+    attn_error_metrics m = mk_metrics(9, 9, 9, 9, 9, 9, 0, 0);
+    pg_err dup = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, "cap0", 0, -1, "bf16", "cpu", &m, &dup), PG_ERR_DB);
+    store_rollback(s);
+    store_rollback(s);      /* nothing open: a no-op */
+    store_rollback(NULL);
+
+    sqlite3 *db = store_handle(s);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics"), 1);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 0 AND rel_l2 = 1e-3"), 1);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs"), 1);
+    pg_err none = {0};
+    cr_assert_eq(store_commit(s, &none), PG_ERR_DB, "COMMIT without a transaction must fail");
+
+    /* The store is usable afterwards; the rolled-back row can be written again. */
+    cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
+    put_plain(s, run, 1, -1);
+    cr_assert_eq(store_commit(s, &err), PG_OK, "%s", err.msg);
+    store_close(s);
+    s = open_ok();
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 2);
+    store_close(s);
+}
+
+Test(store, begin_takes_the_write_lock_at_once)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
+    /* BEGIN IMMEDIATE holds the write lock before any write: another writer
+     * (not waiting) is refused at once; WAL readers still read. */
+    sqlite3 *other = raw_open(g_db);
+    cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_BUSY);
+    cr_assert_eq(q_int(other, "SELECT count(*) FROM runs"), 0);
+    store_rollback(s);
+    cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE; ROLLBACK;", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(other);
+    store_close(s);
+}
+
+Test(store, bad_strings_rejected_by_check)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    attn_error_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
+    const char *bad_variants[] = {"fp16", "BF16", "ext:", "EXT:foo", "ext", " bf16", ""};
+    for (size_t i = 0; i < sizeof bad_variants / sizeof bad_variants[0]; i++) {
+        pg_err err = {0};
+        cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, 0, bad_variants[i], "cpu", &m, &err),
+                     PG_ERR_DB, "variant '%s' accepted", bad_variants[i]);
+        cr_assert_not_null(strstr(err.msg, "CHECK constraint failed"), "%s", err.msg);
+    }
+    const char *bad_backends[] = {"gpu", "CUDA", "rocm", ""};
+    for (size_t i = 0; i < sizeof bad_backends / sizeof bad_backends[0]; i++) {
+        pg_err err = {0};
+        cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, 0, "bf16", bad_backends[i], &m, &err),
+                     PG_ERR_DB, "backend '%s' accepted", bad_backends[i]);
+        cr_assert_not_null(strstr(err.msg, "CHECK constraint failed"), "%s", err.msg);
+    }
+    pg_err err = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, -2, "bf16", "cpu", &m, &err), PG_ERR_DB);
+    pg_err e1 = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, "c", -1, 0, "bf16", "cpu", &m, &e1), PG_ERR_DB);
+    pg_err e2 = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, 0, NULL, "cpu", &m, &e2), PG_ERR_DB);
+    pg_err e3 = {0};
+    cr_assert_eq(store_put_quant_stats(s, run, "c", 0, "x", 1.0, "capture", 0, 0, &e3), PG_ERR_DB);
+    pg_err e4 = {0};
+    cr_assert_eq(store_put_quant_stats(s, run, "c", 0, "q", 1.0, "guess", 0, 0, &e4), PG_ERR_DB);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 0);
+
+    /* Every legal spelling goes in. */
+    const char *good[] = {"bf16", "fp8kv", "fp8qkv", "ext:x"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        pg_err ok = {0};
+        cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, 0, good[i], "cuda", &m, &ok), PG_OK,
+                     "%s", ok.msg);
+    }
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 4);
+    store_close(s);
+}
+
+Test(store, unknown_run_rejected_by_foreign_key)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    attn_error_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
+    pg_err err = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run + 1, "c", 0, 0, "bf16", "cpu", &m, &err), PG_ERR_DB);
+    cr_assert_not_null(strstr(err.msg, "FOREIGN KEY"), "%s", err.msg);
+    pg_err e2 = {0};
+    cr_assert_eq(store_put_quant_stats(s, run + 1, "c", 0, "q", 1.0, "capture", 0, 0, &e2), PG_ERR_DB);
+    store_close(s);
+}
+
+Test(store, nan_rejected_where_it_would_be_lost)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    for (int field = 0; field < 5; field++) {
+        attn_error_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
+        double *slot[] = {&m.rel_l2, &m.max_abs, &m.mean_abs, &m.p99_abs, &m.sqnr_db};
+        *slot[field] = NAN;
+        pg_err err = {0};
+        cr_assert_eq(store_put_layer_metrics(s, run, "c", field, 0, "bf16", "cpu", &m, &err),
+                     PG_ERR_NUMERIC, "NaN in field %d accepted", field);
+        cr_assert_not_null(strstr(err.msg, "NaN"), "%s", err.msg);
+    }
+    pg_err err = {0};
+    cr_assert_eq(store_put_quant_stats(s, run, "c", 0, "q", NAN, "capture", 0, 0, &err),
+                 PG_ERR_NUMERIC);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 0);
+    store_close(s);
+}
+
+Test(store, unwritable_path_names_the_path)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/no/such/dir/precgate.db", g_dir);
+    pg_err err = {0};
+    pg_store *s = (pg_store *)&err;
+    cr_assert_eq(store_open(path, &s, &err), PG_ERR_DB);
+    cr_assert_null(s);
+    cr_assert_not_null(strstr(err.msg, path), "message lacks the path: %s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "unable to open"), "%s", err.msg);
+    char dir[PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s/no", g_dir);
+    cr_assert(!exists(dir), "store_open created directories");
+}
+
+Test(store, not_a_database_refused_unchanged)
+{
+    const char junk[] = "this is not an SQLite database, just some text that is long enough\n";
+    FILE *f = fopen(g_db, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(junk, 1, sizeof junk - 1, f), sizeof junk - 1);
+    fclose(f);
+    pg_err err = {0};
+    pg_store *s = NULL;
+    cr_assert_eq(store_open(g_db, &s, &err), PG_ERR_DB);
+    cr_assert_null(s);
+    cr_assert_not_null(strstr(err.msg, g_db), "%s", err.msg);
+    size_t len = 0;
+    unsigned char *after = slurp(g_db, &len);
+    cr_assert_eq(len, sizeof junk - 1);
+    cr_assert_eq(memcmp(after, junk, len), 0);
+    free(after);
+}
+
+Test(store, null_arguments_are_safe)
+{
+    store_close(NULL);
+    store_rollback(NULL);
+    cr_assert_null(store_handle(NULL));
+    cr_assert_eq(store_schema_version(NULL), -1);
+    pg_err err = {0};
+    cr_assert_eq(store_begin(NULL, &err), PG_ERR_INTERNAL);
+    pg_store *s = open_ok();
+    pg_err e2 = {0};
+    int64_t id = 0;
+    cr_assert_eq(store_run_begin(s, NULL, &id, &e2), PG_ERR_INTERNAL);
+    pg_err e3 = {0};
+    store_run_info no_kind = {.label = "x"};
+    cr_assert_eq(store_run_begin(s, &no_kind, &id, &e3), PG_ERR_INTERNAL);
+    pg_err e4 = {0};
+    cr_assert_eq(store_put_layer_metrics(s, 1, "c", 0, 0, "bf16", "cpu", NULL, &e4), PG_ERR_INTERNAL);
+    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM runs"), 0);
+    store_close(s);
+}
