@@ -1,0 +1,108 @@
+/*
+ * attn.h: prefill attention in each precision mode, as a CPU specification.
+ *
+ * Each mode is a statement of where rounding happens; this CPU code is that
+ * statement, and GPU kernels are held against it.
+ *
+ * Shared by all modes (one layer of a packed, causal, varlen batch):
+ *   Query token j of sequence s (context c = seq_kv[s] - seq_q[s]) attends
+ *   keys c+j-W+1 .. c+j when the window W > 0, else 0 .. c+j. Query head h
+ *   reads kv head h / (hq / hkv) (grouped-query attention).
+ *   Softmax uses the final row max (two passes: all scores first, then
+ *   exponentials): m = max(sink_h, max_t S_t), l = exp(sink_h - m) + sum_t
+ *   exp(S_t - m); the sink logit is not multiplied by sm_scale and has no
+ *   value vector (gpt-oss, openai/gpt-oss gpt_oss/torch/model.py `sdpa`).
+ *
+ * reference: fp64 throughout from the bf16 inputs, exact exp (see
+ *   attn_reference.c for its error bound).
+ * bf16:      S_t = (sum_d q_d k_td in fp32, d ascending) * sm_scale in fp32;
+ *   P_t = expf(S_t - m) in fp32; l summed in fp32 (sink term first, then t
+ *   ascending); O_d = bf16( (sum_t bf16(P_t) v_td in fp32, t ascending) / l ).
+ * fp8kv:     K, V are written into a paged e4m3 cache (x / scale, saturating,
+ *   nearest even) through a scattered block table (page 0 = null page); the
+ *   dequant step of vLLM PR #24197 gathers this prefill's pages into a compact
+ *   bf16 cache (bf16(fp8 * scale)) with block table 1..B*P; then bf16 runs on it.
+ * fp8qkv:    Q, K, V in e4m3 with their scales; S_t = (sum_d q8 k8 in fp32) *
+ *   fp32(q_scale*k_scale*sm_scale); m, P, l as above; P rounded per
+ *   attn_p_rounding (e4m3 with no scale by default, as FlashAttention-3's fp8
+ *   path does); O_d = bf16( (sum_t p8 v8 in fp32) * v_scale / l ), K/V read
+ *   straight from the paged fp8 cache.
+ * With quantization off, fp8kv equals bf16 bit for bit, and so does fp8qkv
+ * with P rounded to bf16 (tests/test_attn.c holds both).
+ */
+#ifndef PG_ATTN_H
+#define PG_ATTN_H
+
+#include <stdint.h>
+
+#include "numerics.h"
+#include "status.h"
+
+/* One layer's batch shape. */
+typedef struct attn_batch {
+    int n_seqs;
+    const int32_t *seq_q;   /* [n_seqs] new tokens */
+    const int32_t *seq_kv;  /* [n_seqs] context + new tokens */
+    int hq, hkv, d;
+    int window;             /* 0 = full causal, else keys seen including self */
+    float sm_scale;
+    const float *sinks;     /* [hq] sink logits, or NULL */
+} attn_batch;
+
+/* How fp8qkv rounds P before the P.V product (kernels differ here). */
+typedef enum attn_p_rounding {
+    ATTN_P_E4M3,  /* unscaled cast to e4m3 (FlashAttention-3 fp8) */
+    ATTN_P_BF16,  /* bf16, as the bf16 mode does */
+    ATTN_P_NONE   /* fp32, no rounding */
+} attn_p_rounding;
+
+/* Name of a rounding ("e4m3", "bf16", "none"). */
+const char *attn_p_rounding_name(attn_p_rounding r);
+/* Parses a rounding name; PG_ERR_USAGE when unknown. */
+pg_status attn_p_rounding_parse(const char *name, attn_p_rounding *out, pg_err *err);
+
+/* Options of the fp8 modes. */
+typedef struct attn_fp8_options {
+    int quantize;             /* 0: keep bf16 where fp8 would go (for the identity tests) */
+    float q_scale, k_scale, v_scale;
+    attn_p_rounding p_rounding;
+    int block_size;           /* KV page size: 16, 32 or 64 */
+    uint64_t page_seed;       /* scatters the pages of the paged cache */
+} attn_fp8_options;
+
+/* What quantization did to each tensor (filled by the fp8 modes). */
+typedef struct attn_quant_report {
+    fp8_quant_stats q, k, v;  /* q stays zero for fp8kv */
+} attn_quant_report;
+
+/* Checks shapes and options: positive sizes, hq % hkv == 0, seq_kv >= seq_q >= 1,
+ * window >= 0, finite positive sm_scale; PG_ERR_SHAPE / PG_ERR_USAGE otherwise. */
+pg_status attn_batch_check(const attn_batch *b, pg_err *err);
+
+/* Total query tokens and kv tokens of the batch. */
+int64_t attn_batch_tq(const attn_batch *b);
+int64_t attn_batch_tkv(const attn_batch *b);
+
+/* fp64 reference: q bf16 [Tq,hq,d], k/v bf16 [Tkv,hkv,d] -> out fp64 [Tq,hq,d]. */
+pg_status attn_reference(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, double *out, int n_threads, pg_err *err);
+
+/* bf16 mode -> out bf16 [Tq,hq,d]. */
+pg_status attn_variant_bf16(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                            const uint16_t *v, uint16_t *out, int n_threads, pg_err *err);
+
+/* fp8kv mode (paged e4m3 cache, dequant gather, bf16 attention) -> out bf16. */
+pg_status attn_variant_fp8kv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                             const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
+                             attn_quant_report *rep, int n_threads, pg_err *err);
+
+/* fp8qkv mode (e4m3 Q, K, V; P rounded per opt) -> out bf16. */
+pg_status attn_variant_fp8qkv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                              const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
+                              attn_quant_report *rep, int n_threads, pg_err *err);
+
+/* Floating-point operations of one attention pass over the batch
+ * (4 * d per attended (query, key) pair, the usual attention count). */
+double attn_batch_flops(const attn_batch *b);
+
+#endif /* PG_ATTN_H */

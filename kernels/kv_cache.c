@@ -1,0 +1,169 @@
+/* kv_cache.c: paged KV-cache write and vLLM PR #24197's dequant gather (see kv_cache.h). */
+#include "kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+/* bf16 bits of a quiet NaN: what unwritten cache slots hold. */
+#define KV_BF16_NAN_BITS 0x7FC0u
+/* Spare pages beyond those the batch needs, as a fraction of them, so that
+ * page ids are sparse as in a cache shared with other requests. */
+#define KV_SPARE_PAGE_FRACTION 4
+
+size_t kv_elem_size(kv_elem e)
+{
+    return e == KV_ELEM_E4M3 ? 1 : 2;
+}
+
+/* Elements in one page (K and V). */
+static size_t page_elems(const kv_paged *c)
+{
+    return (size_t)2 * (size_t)c->hkv * (size_t)c->block_size * (size_t)c->d;
+}
+
+const void *kv_paged_row(const kv_paged *c, int64_t page, int which, int head, int slot)
+{
+    size_t idx = (size_t)page * page_elems(c) +
+                 (((size_t)which * (size_t)c->hkv + (size_t)head) * (size_t)c->block_size +
+                  (size_t)slot) * (size_t)c->d;
+    return (const char *)c->data + idx * kv_elem_size(c->elem);
+}
+
+/* Fills n elements at p with the NaN of elem. */
+static void fill_nan(void *p, size_t n, kv_elem elem)
+{
+    if (elem == KV_ELEM_E4M3) {
+        memset(p, FP8_NAN_BITS, n);
+    } else {
+        uint16_t *h = p;
+        for (size_t i = 0; i < n; i++) h[i] = KV_BF16_NAN_BITS;
+    }
+}
+
+/* Allocates c's page buffer (NaN-filled) and a zeroed block table. */
+static pg_status kv_paged_alloc(kv_paged *c, pg_err *err)
+{
+    size_t n = (size_t)c->n_pages * page_elems(c);
+    c->data = malloc(n * kv_elem_size(c->elem) + 1);
+    c->block_table = calloc((size_t)c->n_seqs * (size_t)c->pages_per_seq + 1, sizeof(int32_t));
+    if (c->data == NULL || c->block_table == NULL) {
+        kv_paged_free(c);
+        return pg_fail(err, PG_ERR_NOMEM, "paged KV cache: cannot allocate %lld pages",
+                       (long long)c->n_pages);
+    }
+    fill_nan(c->data, n, c->elem);
+    return PG_OK;
+}
+
+pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
+                         float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                         kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
+                         pg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (block_size <= 0)
+        return pg_fail(err, PG_ERR_USAGE, "paged KV cache: block size %d must be positive",
+                       block_size);
+    int64_t needed = 0;
+    int width = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int pages = (b->seq_kv[s] + block_size - 1) / block_size;
+        needed += pages;
+        if (pages > width) width = pages;
+    }
+    if (needed + needed / KV_SPARE_PAGE_FRACTION + 1 > INT32_MAX)
+        return pg_fail(err, PG_ERR_SHAPE, "paged KV cache: %lld pages exceed int32 page ids",
+                       (long long)needed);
+    *out = (kv_paged){.elem = elem, .n_seqs = b->n_seqs, .hkv = b->hkv, .d = b->d,
+                      .block_size = block_size,
+                      .n_pages = 1 + needed + needed / KV_SPARE_PAGE_FRACTION,
+                      .pages_per_seq = width};
+    pg_status st = kv_paged_alloc(out, err);
+    if (st != PG_OK) return st;
+
+    /* Scatter: a Fisher-Yates permutation of the ids 1..n_pages-1. */
+    int64_t n_ids = out->n_pages - 1;
+    int32_t *ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *ids);
+    if (ids == NULL) {
+        kv_paged_free(out);
+        return pg_fail(err, PG_ERR_NOMEM, "paged KV cache: cannot allocate page ids");
+    }
+    for (int64_t i = 0; i < n_ids; i++) ids[i] = (int32_t)(i + 1);
+    uint64_t rng = page_seed;
+    for (int64_t i = n_ids - 1; i > 0; i--) {
+        int64_t j = (int64_t)rng_below(&rng, (uint64_t)i + 1);
+        int32_t t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+
+    int64_t next_id = 0, kv_base = 0;
+    const size_t d = (size_t)b->d;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int pages = (b->seq_kv[s] + block_size - 1) / block_size;
+        int32_t *row = out->block_table + (size_t)s * (size_t)width;
+        for (int p = 0; p < pages; p++) row[p] = ids[next_id++];
+        for (int t = 0; t < b->seq_kv[s]; t++) {
+            int64_t page = row[t / block_size];
+            int slot = t % block_size;
+            for (int h = 0; h < b->hkv; h++) {
+                size_t src = ((size_t)(kv_base + t) * (size_t)b->hkv + (size_t)h) * d;
+                void *kd = (void *)kv_paged_row(out, page, 0, h, slot);
+                void *vd = (void *)kv_paged_row(out, page, 1, h, slot);
+                if (elem == KV_ELEM_E4M3) {
+                    fp8_e4m3_quantize_bf16(k + src, d, k_scale, kd, kstats);
+                    fp8_e4m3_quantize_bf16(v + src, d, v_scale, vd, vstats);
+                } else {
+                    memcpy(kd, k + src, d * sizeof(uint16_t));
+                    memcpy(vd, v + src, d * sizeof(uint16_t));
+                }
+            }
+        }
+        kv_base += b->seq_kv[s];
+    }
+    free(ids);
+    return PG_OK;
+}
+
+pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, kv_paged *out,
+                            pg_err *err)
+{
+    const int B = src->n_seqs, P = src->pages_per_seq;
+    *out = (kv_paged){.elem = KV_ELEM_BF16, .n_seqs = B, .hkv = src->hkv, .d = src->d,
+                      .block_size = src->block_size, .n_pages = (int64_t)B * P + 1,
+                      .pages_per_seq = P};
+    pg_status st = kv_paged_alloc(out, err);
+    if (st != PG_OK) return st;
+    const size_t half = page_elems(src) / 2; /* K or V part of one page */
+    for (int b = 0; b < B; b++) {
+        for (int p = 0; p < P; p++) {
+            int64_t mock = (int64_t)b * P + p + 1;
+            out->block_table[(size_t)b * (size_t)P + (size_t)p] = (int32_t)mock;
+            int32_t orig = src->block_table[(size_t)b * (size_t)P + (size_t)p];
+            if (orig <= 0) continue; /* null page: the kernel returns early */
+            for (int which = 0; which < 2; which++) {
+                const float scale = which == 0 ? k_scale : v_scale;
+                uint16_t *dst = (uint16_t *)kv_paged_row(out, mock, which, 0, 0);
+                const void *from = kv_paged_row(src, orig, which, 0, 0);
+                if (src->elem == KV_ELEM_E4M3) {
+                    const uint8_t *f8 = from;
+                    for (size_t i = 0; i < half; i++)
+                        dst[i] = bf16_from_f32(fp8_e4m3_decode(f8[i]) * scale);
+                } else {
+                    memcpy(dst, from, half * sizeof(uint16_t));
+                }
+            }
+        }
+    }
+    return PG_OK;
+}
+
+void kv_paged_free(kv_paged *c)
+{
+    free(c->data);
+    free(c->block_table);
+    c->data = NULL;
+    c->block_table = NULL;
+}

@@ -1,0 +1,61 @@
+/*
+ * kv_cache.h: the paged KV cache of vLLM's FlashInfer/TRT-LLM path and the
+ * dequant gather of vLLM PR #24197.
+ *
+ * Layout (HND, vllm/v1/attention/backends/flashinfer.py): elements
+ * [n_pages, 2, hkv, block_size, d], K then V in each page; a block table
+ * [n_seqs, pages_per_seq] maps a sequence's page p to a page id; id 0 is the
+ * null page (vllm/v1/core/block_pool.py) and ids <= 0 mean "no page".
+ */
+#ifndef PG_KV_CACHE_H
+#define PG_KV_CACHE_H
+
+#include <stdint.h>
+
+#include "attn.h"
+#include "numerics.h"
+#include "status.h"
+
+/* What one cache element is. */
+typedef enum kv_elem {
+    KV_ELEM_BF16,  /* uint16_t bf16 bits */
+    KV_ELEM_E4M3   /* uint8_t e4m3fn byte */
+} kv_elem;
+
+/* A paged cache and its block table. */
+typedef struct kv_paged {
+    kv_elem elem;
+    int n_seqs, hkv, d, block_size;
+    int64_t n_pages;          /* including page 0 */
+    int pages_per_seq;        /* block-table width */
+    void *data;               /* [n_pages, 2, hkv, block_size, d] */
+    int32_t *block_table;     /* [n_seqs, pages_per_seq] */
+} kv_paged;
+
+/* Bytes of one element. */
+size_t kv_elem_size(kv_elem e);
+
+/* Pointer to element 0 of (page, which = 0 K / 1 V, head, slot). */
+const void *kv_paged_row(const kv_paged *c, int64_t page, int which, int head, int slot);
+
+/* Writes packed bf16 k/v [Tkv, hkv, d] into a new paged cache of element
+ * type elem (e4m3: x / scale, saturating; bf16: bits copied, scales unused).
+ * Pages come from a seeded permutation of 1..n_pages-1 so neighbours are not
+ * adjacent; slots past a sequence's end and page 0 hold NaN so that a read
+ * outside the batch shows in the output. Adds to kstats/vstats (may be NULL). */
+pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
+                         float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                         kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
+                         pg_err *err);
+
+/* vLLM PR #24197's dequant: from src (e4m3 or bf16) build a compact bf16
+ * cache of n_seqs*pages_per_seq + 1 pages, block table arange(1, B*P+1);
+ * page b*P+p+1 = bf16(decode(src page) * scale) when src id > 0, else left
+ * unwritten (NaN here; uninitialised torch.empty there). */
+pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, kv_paged *out,
+                            pg_err *err);
+
+/* Frees the cache's buffers and zeroes it. */
+void kv_paged_free(kv_paged *c);
+
+#endif /* PG_KV_CACHE_H */
