@@ -1,0 +1,36 @@
+/*
+ * metrics.h: how far a precision mode's attention output is from the reference.
+ *
+ * For output O (bf16) and reference R (fp64) over the same elements:
+ *   rel_l2 = |O-R|_2 / |R|_2          max_abs, mean_abs of |O-R|
+ *   p99_abs = exact 99th percentile of |O-R| (nearest rank, ceil(0.99 n))
+ *   cos_sim = <O,R> / (|O| |R|)       sqnr_db = 20 log10(|R| / |O-R|)
+ *   nan_count, inf_count: non-finite elements of O.
+ * Any non-finite O makes the error metrics +inf (sqnr -inf, cos_sim NaN):
+ * a NaN output is never "close". Identical outputs give sqnr_db = +inf.
+ */
+#ifndef PG_METRICS_H
+#define PG_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+/* The percentile that p99_abs reports. */
+#define METRICS_PERCENTILE 0.99
+
+typedef struct attn_error_metrics {
+    double rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db;
+    int64_t nan_count, inf_count;
+    int64_t n;               /* elements compared */
+} attn_error_metrics;
+
+/* Metrics of n elements: out[i*out_stride + j], ref[i*ref_stride + j] for
+ * rows i < n_rows and j < row_len (n = n_rows*row_len). scratch must hold n
+ * doubles (for the exact percentile). */
+void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *ref,
+                          size_t ref_stride, size_t n_rows, size_t row_len,
+                          double *scratch, attn_error_metrics *m);
+
+#endif /* PG_METRICS_H */
