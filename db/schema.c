@@ -62,6 +62,9 @@ const schema_migration schema_migrations[] = {
         "    underflow_frac REAL,   -- NULL: the fraction was NaN (nothing to count)\n"
         "    UNIQUE (run_id, capture, layer, tensor)\n"
         ");\n"),
+    SCHEMA_MIGRATION(2,
+        "-- Why a run failed: the message precgate printed, NULL unless status = 'failed'.\n"
+        "ALTER TABLE runs ADD COLUMN error TEXT;\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -43,7 +43,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         "INSERT INTO runs (kind, label, git_rev, host, device, config_json, status, started_at)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', " STORE_NOW_SQL ")",
     [ST_RUN_FINISH] =
-        "UPDATE runs SET status = ?1, finished_at = " STORE_NOW_SQL " WHERE id = ?2",
+        "UPDATE runs SET status = ?1, error = ?2, finished_at = " STORE_NOW_SQL " WHERE id = ?3",
     [ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
     [ST_LAYER_INSERT] =
         "INSERT INTO layer_metrics (run_id, capture, layer, head, variant, backend,"
@@ -434,7 +434,8 @@ pg_status store_run_begin(pg_store *s, const store_run_info *info, int64_t *run_
     return ps;
 }
 
-pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, pg_err *err)
+pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, const char *error,
+                           pg_err *err)
 {
     if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_run_finish: store is NULL");
     if (status == NULL || (strcmp(status, "complete") != 0 && strcmp(status, "failed") != 0))
@@ -443,6 +444,7 @@ pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, pg_e
                        "'failed'", run_id, str_or_null(status));
     binder b = bind_start(s->stmt[ST_RUN_FINISH]);
     bind_text(&b, status);
+    bind_text(&b, strcmp(status, "failed") == 0 ? error : NULL);
     bind_int64(&b, run_id);
     pg_status ps = finish_write(s, &b, err, "finish run %" PRId64 " as '%s'", run_id, status);
     if (ps == PG_OK && sqlite3_changes64(s->db) == 0)

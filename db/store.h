@@ -81,10 +81,12 @@ typedef struct store_run_info {
  * committed at once). The strings are copied; the caller keeps them. */
 pg_status store_run_begin(pg_store *s, const store_run_info *info, int64_t *run_id, pg_err *err);
 
-/* Sets a run's status ("complete" or "failed") and finished_at now.
+/* Sets a run's status ("complete" or "failed"), its error (the failure's
+ * message, stored only for "failed"; may be NULL) and finished_at now.
  * PG_ERR_INTERNAL for any other status (nothing changed); PG_ERR_DB when no
  * run has that id. Inside a transaction it commits with it; otherwise at once. */
-pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, pg_err *err);
+pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, const char *error,
+                           pg_err *err);
 
 /* Inserts one layer_metrics row (head -1 = whole layer) from m (m->n is not
  * stored). PG_ERR_DB when a CHECK, NOT NULL, UNIQUE or foreign-key constraint

@@ -212,7 +212,7 @@ Test(store, fresh_db_has_schema_wal_and_pragmas)
         {"id", "INTEGER", 0, 1},     {"kind", "TEXT", 1, 0},       {"label", "TEXT", 0, 0},
         {"status", "TEXT", 1, 0},    {"started_at", "TEXT", 1, 0}, {"finished_at", "TEXT", 0, 0},
         {"git_rev", "TEXT", 0, 0},   {"host", "TEXT", 0, 0},       {"device", "TEXT", 0, 0},
-        {"config_json", "TEXT", 0, 0},
+        {"config_json", "TEXT", 0, 0}, {"error", "TEXT", 0, 0},
     };
     const col_spec layer_metrics[] = {
         {"run_id", "INTEGER", 1, 0}, {"capture", "TEXT", 1, 0},  {"layer", "INTEGER", 1, 0},
@@ -391,8 +391,8 @@ Test(store, round_trip_every_column)
     cr_assert_eq(store_put_quant_stats(s, run, "llama-8b/p0", 31, "q", 1.0, "capture",
                                        0.0, NAN, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(store_commit(s, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(store_run_finish(s, run, "complete", &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(store_run_finish(s, run2, "failed", &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, run, "complete", NULL, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, run2, "failed", "injected: layer 3 failed", &err), PG_OK, "%s", err.msg);
     store_close(s);
 
     s = open_ok();
@@ -539,7 +539,7 @@ Test(store, run_finish_and_status_errors)
     const char *bad[] = {"running", "Complete", "done", "", NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pg_err err = {0};
-        cr_assert_eq(store_run_finish(s, run, bad[i], &err), PG_ERR_INTERNAL, "status %s",
+        cr_assert_eq(store_run_finish(s, run, bad[i], NULL, &err), PG_ERR_INTERNAL, "status %s",
                      bad[i] ? bad[i] : "NULL");
     }
     char status[STATUS_BUF];
@@ -549,7 +549,7 @@ Test(store, run_finish_and_status_errors)
     cr_assert_eq(q_int(store_handle(s), "SELECT finished_at IS NULL FROM runs"), 1);
 
     pg_err e2 = {0};
-    cr_assert_eq(store_run_finish(s, run + 100, "complete", &e2), PG_ERR_DB);
+    cr_assert_eq(store_run_finish(s, run + 100, "complete", NULL, &e2), PG_ERR_DB);
     cr_assert_not_null(strstr(e2.msg, "no such run"), "%s", e2.msg);
     cr_assert_not_null(strstr(e2.msg, g_db), "%s", e2.msg);
     pg_err e3 = {0};
@@ -561,7 +561,7 @@ Test(store, run_finish_and_status_errors)
     cr_assert_eq(store_run_status(s, run, exact, sizeof exact, &e5), PG_OK, "%s", e5.msg);
     cr_assert_str_eq(exact, "running");
 
-    cr_assert_eq(store_run_finish(s, run, "failed", &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, run, "failed", "second failure", &err), PG_OK, "%s", err.msg);
     cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
     cr_assert_str_eq(status, "failed");
     cr_assert_eq(q_int(store_handle(s), "SELECT finished_at IS NOT NULL FROM runs"), 1);
@@ -774,4 +774,24 @@ Test(store, null_arguments_are_safe)
     cr_assert_eq(store_put_layer_metrics(s, 1, "c", 0, 0, "bf16", "cpu", NULL, &e4), PG_ERR_INTERNAL);
     cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM runs"), 0);
     store_close(s);
+}
+
+Test(store, failed_run_keeps_its_error_and_complete_run_none)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    int64_t ok = begin_run(s), bad = begin_run(s);
+    cr_assert_eq(store_run_finish(s, ok, "complete", "ignored for complete runs", &err), PG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, bad, "failed", "layer 2: injected", &err), PG_OK, "%s",
+                 err.msg);
+    store_close(s);
+    sqlite3 *db = raw_open(g_db);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs WHERE id = 1 AND error IS NULL"), 1);
+    char *msg = q_text(db, "SELECT error FROM runs WHERE id = 2");
+    cr_assert_str_eq(msg, "layer 2: injected");
+    free(msg);
+    sqlite3_close(db);
+    (void)ok;
+    (void)bad;
 }
