@@ -1,0 +1,218 @@
+/* cmd_run.c: `precgate run`: sweep a capture through every precision mode into SQLite. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../db/store.h"
+#include "../kernels/gpu_probe.h"
+#include "../kernels/parallel.h"
+#include "../reports/sweep_table.h"
+#include "capture.h"
+#include "cli.h"
+#include "sweep.h"
+
+#ifndef PRECGATE_GIT_REV
+#define PRECGATE_GIT_REV "unknown"
+#endif
+
+/* Seed of the paged cache's page scattering unless --seed is given. */
+#define RUN_DEFAULT_PAGE_SEED 0x5EEDull
+/* Length of host and device descriptions. */
+#define RUN_DESC_MAX 256
+
+const char cmd_run_usage[] =
+    "usage: precgate run --capture PATH [options]\n\n"
+    "Computes every layer of the capture in the fp64 reference and in each precision\n"
+    "mode, stores per-layer and per-head error metrics in SQLite, and prints the run id\n"
+    "and a layer x mode table of rel_l2.\n\n"
+    "  --capture PATH       safetensors capture file, or a directory of shards (required)\n"
+    "  --variants LIST      comma-separated modes: bf16,fp8kv,fp8qkv (default: all three)\n"
+    "  --backend NAME       cpu or auto (default auto: the GPU when usable, else cpu;\n"
+    "                       this build's sweep runs on the cpu and says so)\n"
+    "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
+    "  --label TEXT         free text stored with the run\n"
+    "  --p-rounding R       fp8qkv's rounding of P before P.V: e4m3 (default), bf16, none\n"
+    "  --threads N          CPU threads (default $PRECGATE_THREADS, else all CPUs)\n"
+    "  --seed N             seed of the paged KV cache's page scattering\n"
+    "  --no-progress        never draw the progress bar\n\n"
+    "exit status: 0 on success; 1 on failure (the run is marked failed, rows already\n"
+    "stored are kept); 2 on a usage error.\n";
+
+/* Parsed command line. */
+typedef struct run_args {
+    const char *capture, *db, *label, *backend;
+    unsigned variants;
+    attn_p_rounding p_rounding;
+    long threads;
+    unsigned long long seed;
+    int progress;
+} run_args;
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
+static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
+{
+    enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_PROUND, O_THREADS, O_SEED,
+           O_NOPROG };
+    static const struct option opts[] = {
+        {"capture", required_argument, NULL, O_CAPTURE},
+        {"variants", required_argument, NULL, O_VARIANTS},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"db", required_argument, NULL, O_DB},
+        {"label", required_argument, NULL, O_LABEL},
+        {"p-rounding", required_argument, NULL, O_PROUND},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"seed", required_argument, NULL, O_SEED},
+        {"no-progress", no_argument, NULL, O_NOPROG},
+        {NULL, 0, NULL, 0},
+    };
+    *a = (run_args){.backend = "auto", .variants = SWEEP_ALL_VARIANTS,
+                    .p_rounding = ATTN_P_E4M3, .threads = parallel_default_threads(),
+                    .seed = RUN_DEFAULT_PAGE_SEED, .progress = 1};
+    optind = 1;
+    opterr = 0;
+    int c;
+    pg_status st = PG_OK;
+    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case O_CAPTURE: a->capture = optarg; break;
+        case O_VARIANTS: st = sweep_variants_parse(optarg, &a->variants, err); break;
+        case O_BACKEND: a->backend = optarg; break;
+        case O_DB: a->db = optarg; break;
+        case O_LABEL: a->label = optarg; break;
+        case O_PROUND: {
+            pg_err local = {0};
+            if (attn_p_rounding_parse(optarg, &a->p_rounding, &local) != PG_OK)
+                st = pg_fail(err, PG_ERR_USAGE, "run: --p-rounding: %s", local.msg);
+            break;
+        }
+        case O_THREADS: st = cli_parse_int("--threads", optarg, 1, 256, &a->threads, err); break;
+        case O_SEED: st = cli_parse_u64("--seed", optarg, &a->seed, err); break;
+        case O_NOPROG: a->progress = 0; break;
+        case ':': return pg_fail(err, PG_ERR_USAGE, "run: %s requires a value", argv[optind - 1]);
+        default: return pg_fail(err, PG_ERR_USAGE, "run: unknown option '%s' (see precgate run --help)",
+                                argv[optind - 1]);
+        }
+    }
+    if (st != PG_OK) return st;
+    if (optind < argc)
+        return pg_fail(err, PG_ERR_USAGE, "run: unexpected argument '%s'", argv[optind]);
+    if (a->capture == NULL)
+        return pg_fail(err, PG_ERR_USAGE, "run: --capture PATH is required");
+    if (strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "auto") != 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --backend '%s' is not cpu or auto", a->backend);
+    return PG_OK;
+}
+
+/* The CPU model name from /proc/cpuinfo, or "unknown cpu". */
+static void cpu_model(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL) return;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *colon = strchr(line, ':');
+        if (colon == NULL) break;
+        colon++;
+        while (*colon == ' ' || *colon == '\t') colon++;
+        snprintf(buf, len, "%s", colon);
+        buf[strcspn(buf, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+/* The run's configuration as JSON text (caller frees). */
+static char *run_config_json(const run_args *a, const capture *cap)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    cJSON_AddStringToObject(o, "capture", a->capture);
+    cJSON_AddStringToObject(o, "model", cap->model);
+    cJSON *vars = cJSON_AddArrayToObject(o, "variants");
+    const sweep_variant all[] = {SWEEP_BF16, SWEEP_FP8KV, SWEEP_FP8QKV};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (a->variants & all[i]) cJSON_AddItemToArray(vars, cJSON_CreateString(sweep_variant_name(all[i])));
+    cJSON_AddStringToObject(o, "backend_requested", a->backend);
+    cJSON_AddStringToObject(o, "backend", "cpu");
+    cJSON_AddStringToObject(o, "p_rounding", attn_p_rounding_name(a->p_rounding));
+    cJSON_AddNumberToObject(o, "threads", (double)a->threads);
+    cJSON_AddNumberToObject(o, "page_seed", (double)a->seed);
+    cJSON_AddNumberToObject(o, "layers", cap->n_layers);
+    cJSON_AddNumberToObject(o, "sequences", cap->n_seqs);
+    cJSON_AddNumberToObject(o, "tokens_q", (double)cap->tq);
+    cJSON_AddNumberToObject(o, "tokens_kv", (double)cap->tkv);
+    cJSON_AddNumberToObject(o, "block_size", cap->block_size);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* Says on stderr which backend runs, for --backend auto. */
+static void report_backend_choice(const run_args *a)
+{
+    if (strcmp(a->backend, "auto") != 0) return;
+    char gpu[RUN_DESC_MAX];
+    pg_err probe = {0};
+    if (gpu_probe(gpu, sizeof gpu, &probe) == PG_OK)
+        fprintf(stderr, "precgate: backend auto: GPU %s found, but this build's sweep has "
+                        "no CUDA backend; using cpu\n", gpu);
+    else
+        fprintf(stderr, "precgate: backend auto: %s; using cpu\n", probe.msg);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    pg_err err = {0};
+    run_args a;
+    if (run_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
+    report_backend_choice(&a);
+
+    const char *db_path = cli_db_path(a.db);
+    pg_store *store = NULL;
+    if (store_open(db_path, &store, &err) != PG_OK) return cli_report(&err);
+
+    capture *cap = NULL;
+    pg_status st = capture_open(a.capture, &cap, &err);
+    char *config = st == PG_OK ? run_config_json(&a, cap) : NULL;
+    char host[RUN_DESC_MAX] = "unknown", cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
+    gethostname(host, sizeof host - 1);
+    cpu_model(cpu, sizeof cpu);
+    snprintf(device, sizeof device, "cpu: %s, %ld threads", cpu, a.threads);
+    const store_run_info info = {"sweep", a.label, PRECGATE_GIT_REV, host, device, config};
+    int64_t run_id = -1;
+    /* A capture that fails validation still gets a run row, marked failed. */
+    pg_err run_err = {0};
+    if (store_run_begin(store, &info, &run_id, &run_err) != PG_OK) {
+        if (st == PG_OK) err = run_err;
+        st = run_err.code;
+    } else if (st == PG_OK) {
+        printf("run %lld: %s, %d layers, backend cpu\n", (long long)run_id, a.capture,
+               cap->n_layers);
+        fflush(stdout);
+    }
+    if (st == PG_OK) {
+        const sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress};
+        st = sweep_run_cpu(store, run_id, cap, a.capture, &so, &err);
+    }
+    if (run_id >= 0) {
+        pg_err fin = {0};
+        if (store_run_finish(store, run_id, st == PG_OK ? "complete" : "failed", err.msg,
+                             &fin) != PG_OK &&
+            st == PG_OK) {
+            err = fin;
+            st = fin.code;
+        }
+        if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
+        if (st == PG_OK) printf("run %lld complete: %s\n", (long long)run_id, db_path);
+        else fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
+    }
+    free(config);
+    capture_close(cap);
+    store_close(store);
+    return st == PG_OK ? 0 : cli_report(&err);
+}

@@ -1,0 +1,48 @@
+/*
+ * sweep.h: the per-layer precision sweep: for every layer of a capture, the
+ * fp64 reference and each precision mode, their error metrics per head and
+ * per layer, and the quantization statistics, one SQLite transaction a layer.
+ */
+#ifndef PG_SWEEP_H
+#define PG_SWEEP_H
+
+#include <stdint.h>
+
+#include "../db/store.h"
+#include "../kernels/attn.h"
+#include "capture.h"
+#include "status.h"
+
+/* The precision modes a sweep can run (a bit set). */
+typedef enum sweep_variant {
+    SWEEP_BF16 = 1u << 0,
+    SWEEP_FP8KV = 1u << 1,
+    SWEEP_FP8QKV = 1u << 2
+} sweep_variant;
+
+/* All three modes. */
+#define SWEEP_ALL_VARIANTS (SWEEP_BF16 | SWEEP_FP8KV | SWEEP_FP8QKV)
+
+typedef struct sweep_options {
+    unsigned variants;            /* sweep_variant bits */
+    attn_p_rounding p_rounding;   /* fp8qkv's P rounding */
+    int n_threads;
+    uint64_t page_seed;           /* scatters the paged cache's pages */
+    int progress;                 /* 1: draw a progress bar when stderr is a terminal */
+} sweep_options;
+
+/* Parses a comma-separated list of mode names into sweep_variant bits;
+ * PG_ERR_USAGE naming the bad entry. */
+pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err);
+
+/* The store's name of one variant bit ("bf16", "fp8kv", "fp8qkv"). */
+const char *sweep_variant_name(sweep_variant v);
+
+/* Runs the sweep over every layer of cap, storing rows under run_id with
+ * capture name capture_name and backend "cpu". Each layer is one
+ * transaction: on failure the failing layer is rolled back, earlier layers
+ * stay stored, and err names the layer and what failed. */
+pg_status sweep_run_cpu(pg_store *store, int64_t run_id, const capture *cap,
+                        const char *capture_name, const sweep_options *opt, pg_err *err);
+
+#endif /* PG_SWEEP_H */

@@ -1,0 +1,382 @@
+/*
+ * test_sweep.c: harness/sweep.c through the library: the per-layer
+ * transactions (a failing layer rolls back alone), the --variants parser,
+ * and external outputs (layers.L.out.NAME) stored next to the modes.
+ */
+#include "sweep.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <limits.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn.h"
+#include "capture.h"
+#include "numerics.h"
+#include "safetensors.h"
+#include "store.h"
+#include "synth.h"
+#include "testutil.h"
+
+/* Modes of a full sweep. */
+#define N_MODES 3
+/* The metrics columns of layer_metrics compared bit for bit. */
+#define N_METRIC_COLS 8
+
+/* This test's scratch directory. */
+static char g_dir[PATH_MAX];
+
+/* Creates the test's scratch directory. */
+static void setup(void)
+{
+    char *d = tu_tempdir();
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    free(d);
+}
+
+/* Removes the scratch directory and the plain files in it. */
+static void teardown(void)
+{
+    DIR *d = opendir(g_dir);
+    if (d == NULL) return;
+    struct dirent *e;
+    char p[PATH_MAX + NAME_MAX + 2];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(g_dir);
+}
+
+TestSuite(sweep, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* path of name inside the scratch directory, in a static rotating buffer. */
+static const char *in_dir(const char *name)
+{
+    static char bufs[4][PATH_MAX + NAME_MAX + 2];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
+    return b;
+}
+
+/* Opens (creating) the database name in the scratch directory, asserting success. */
+static pg_store *open_store(const char *name)
+{
+    pg_store *s = NULL;
+    pg_err err = {0};
+    cr_assert_eq(store_open(in_dir(name), &s, &err), PG_OK, "store_open: %s", err.msg);
+    return s;
+}
+
+/* Starts a 'sweep' run in s and returns its id. */
+static int64_t begin_run(pg_store *s)
+{
+    const store_run_info info = {"sweep", "test_sweep", NULL, NULL, NULL, NULL};
+    int64_t id = -1;
+    pg_err err = {0};
+    cr_assert_eq(store_run_begin(s, &info, &id, &err), PG_OK, "store_run_begin: %s", err.msg);
+    cr_assert_gt(id, 0);
+    return id;
+}
+
+/* Opens the capture at path through the library, asserting success. */
+static capture *open_capture(const char *path)
+{
+    capture *c = NULL;
+    pg_err err = {0};
+    cr_assert_eq(capture_open(path, &c, &err), PG_OK, "capture_open: %s", err.msg);
+    return c;
+}
+
+/* Runs constant SQL on db, asserting success. */
+static void exec_sql(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+    sqlite3_free(msg);
+}
+
+/* The integer in the first column of the sqlite3_mprintf-formatted query's
+ * first row (asserts that there is one). */
+static long long db_int(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = sqlite3_vmprintf(fmt, ap);
+    va_end(ap);
+    cr_assert_not_null(sql);
+    sqlite3_stmt *s = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", sql);
+    long long v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_free(sql);
+    return v;
+}
+
+/* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
+static sweep_options options(unsigned variants)
+{
+    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0};
+}
+
+/* ---- a failing layer rolls back alone --------------------------------- */
+
+Test(sweep, failure_mid_run_keeps_earlier_layers)
+{
+    /* 3 small layers: 4 q / 2 kv heads, D 16, 2 x (4 context + 12 new) tokens */
+    synth_config cfg;
+    pg_err err = {0};
+    cr_assert_eq(synth_preset("gpt-oss-120b", &cfg, &err), PG_OK, "%s", err.msg);
+    cfg.n_layers = 3;
+    cfg.hq = 4;
+    cfg.hkv = 2;
+    cfg.d = 16;
+    cfg.window = 8;
+    cfg.n_seqs = 2;
+    cfg.seq_len = 12;
+    cfg.context = 4;
+    cr_assert_eq(synth_write(&cfg, in_dir("c.safetensors"), &err), PG_OK, "%s", err.msg);
+    capture *cap = open_capture(in_dir("c.safetensors"));
+    cr_assert_eq(cap->n_layers, 3);
+    const int hq = cap->layers[0].hq;
+    cr_assert_eq(hq, 4);
+
+    pg_store *s = open_store("d.db");
+    const int64_t run = begin_run(s);
+    sqlite3 *db = store_handle(s);
+    exec_sql(db, "CREATE TEMP TRIGGER inject BEFORE INSERT ON main.layer_metrics "
+                 "WHEN NEW.layer = 2 BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
+
+    const sweep_options so = options(SWEEP_ALL_VARIANTS);
+    pg_err serr = {0};
+    const pg_status st = sweep_run_cpu(s, run, cap, "c.safetensors", &so, &serr);
+    cr_assert_eq(st, PG_ERR_DB, "sweep_run_cpu returned %d (%s)", st, serr.msg);
+    cr_assert_eq(serr.code, PG_ERR_DB);
+    cr_assert_eq(strncmp(serr.msg, "layer 2: ", 9), 0, "message '%s'", serr.msg);
+    cr_assert_not_null(strstr(serr.msg, "injected failure"), "message '%s'", serr.msg);
+
+    /* layers 0 and 1 whole, layer 2 nothing */
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = %lld", (long long)run),
+                 2 * N_MODES * (hq + 1));
+    for (int l = 0; l < 2; l++) {
+        cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = %d", l),
+                     N_MODES * (hq + 1), "layer %d incomplete", l);
+        cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE layer = %d", l), 3,
+                     "layer %d quant_stats", l);
+    }
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 2"), 0);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE layer = 2"), 0);
+    /* the run itself is the caller's to finish */
+    char status[16];
+    cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "running");
+    /* no transaction was left open: a new one starts, and the run can be failed */
+    cr_assert_eq(sqlite3_get_autocommit(db), 1, "a transaction is still open");
+    cr_assert_eq(store_run_finish(s, run, "failed", serr.msg, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"), 2 * N_MODES * (hq + 1));
+
+    store_close(s);
+    capture_close(cap);
+}
+
+/* ---- --variants ------------------------------------------------------- */
+
+/* Sentinel that a failed parse must leave in *out. */
+#define UNTOUCHED 0xDEADu
+
+/* Parses list expecting PG_ERR_USAGE with a message containing needle, and
+ * *out left alone. */
+static void expect_variants_error(const char *list, const char *needle)
+{
+    unsigned bits = UNTOUCHED;
+    pg_err err = {0};
+    cr_assert_eq(sweep_variants_parse(list, &bits, &err), PG_ERR_USAGE, "'%s' accepted", list);
+    cr_assert_eq(err.code, PG_ERR_USAGE);
+    cr_assert_not_null(strstr(err.msg, needle), "'%s': message '%s' lacks '%s'", list, err.msg,
+                       needle);
+    cr_assert_eq(strncmp(err.msg, "--variants: ", 12), 0, "'%s': message '%s'", list, err.msg);
+    cr_assert_eq(bits, UNTOUCHED, "'%s': out written on failure", list);
+}
+
+/* Parses list expecting success with exactly want. */
+static void expect_variants(const char *list, unsigned want)
+{
+    unsigned bits = UNTOUCHED;
+    pg_err err = {0};
+    cr_assert_eq(sweep_variants_parse(list, &bits, &err), PG_OK, "'%s': %s", list, err.msg);
+    cr_assert_eq(bits, want, "'%s' -> 0x%x, want 0x%x", list, bits, want);
+    cr_assert_eq(err.code, PG_OK);
+}
+
+Test(sweep, variants_parse)
+{
+    expect_variants("bf16,fp8kv,fp8qkv", SWEEP_BF16 | SWEEP_FP8KV | SWEEP_FP8QKV);
+    cr_assert_eq(SWEEP_ALL_VARIANTS, 7u);
+    expect_variants("fp8kv", SWEEP_FP8KV);
+    expect_variants("fp8qkv", SWEEP_FP8QKV);
+    expect_variants("fp8qkv,bf16", SWEEP_BF16 | SWEEP_FP8QKV);
+    expect_variants("bf16,bf16", SWEEP_BF16);
+
+    expect_variants_error("", "the list is empty");
+    /* an empty entry between commas is an error naming the empty entry */
+    expect_variants_error("bf16,,fp8kv", "'' is not one of bf16, fp8kv, fp8qkv");
+    expect_variants_error(",bf16", "''");
+    /* names are case-sensitive */
+    expect_variants_error("FP8KV", "'FP8KV'");
+    expect_variants_error("bf16,fp8", "'fp8'");
+    expect_variants_error("fp8kvx", "'fp8kvx'");
+    expect_variants_error("bf1", "'bf1'");
+    expect_variants_error("bf16 ", "'bf16 '");
+
+    cr_assert_str_eq(sweep_variant_name(SWEEP_BF16), "bf16");
+    cr_assert_str_eq(sweep_variant_name(SWEEP_FP8KV), "fp8kv");
+    cr_assert_str_eq(sweep_variant_name(SWEEP_FP8QKV), "fp8qkv");
+}
+
+/* ---- external outputs ----------------------------------------------------- */
+
+/* Shape of the hand-written capture. */
+#define EXT_HQ 4
+#define EXT_HKV 2
+#define EXT_D 16
+#define EXT_SEQS 2
+#define EXT_TQ 8   /* seq_q [5, 3] */
+#define EXT_TKV 10 /* seq_kv [7, 3]: 2 context tokens on sequence 0 */
+#define EXT_LAYERS 2
+
+/* A deterministic bf16 in about [-3, 3) for element i of stream k. */
+static uint16_t gen_bf16(uint64_t k, uint64_t i)
+{
+    uint64_t x = (k * 0x9E3779B97F4A7C15ull) ^ (i + 0x632BE59BD9B4E019ull);
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    const double u = (double)(x >> 11) / (double)(1ull << 53);
+    return bf16_from_f32((float)(6.0 * u - 3.0));
+}
+
+/* Reads every metric column of one layer_metrics row into v (NULL as NaN)
+ * and its NULL-ness into is_null; asserts the row exists. */
+static void read_metrics(sqlite3 *db, int64_t run, int layer, int head, const char *variant,
+                         double v[N_METRIC_COLS], int is_null[N_METRIC_COLS])
+{
+    char *sql = sqlite3_mprintf("SELECT rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db, "
+                                "nan_count, inf_count FROM layer_metrics WHERE run_id = %lld AND "
+                                "layer = %d AND head = %d AND variant = %Q AND backend = 'cpu'",
+                                (long long)run, layer, head, variant);
+    sqlite3_stmt *s = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row: layer %d head %d %s", layer, head, variant);
+    for (int c = 0; c < N_METRIC_COLS; c++) {
+        is_null[c] = sqlite3_column_type(s, c) == SQLITE_NULL;
+        v[c] = is_null[c] ? NAN : sqlite3_column_double(s, c);
+    }
+    cr_assert_eq(sqlite3_step(s), SQLITE_DONE, "two rows: layer %d head %d %s", layer, head, variant);
+    sqlite3_finalize(s);
+    sqlite3_free(sql);
+}
+
+Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
+{
+    static const int32_t seq_q[EXT_SEQS] = {5, 3}, seq_kv[EXT_SEQS] = {7, 3};
+    static uint16_t q[EXT_LAYERS][EXT_TQ * EXT_HQ * EXT_D];
+    static uint16_t k[EXT_LAYERS][EXT_TKV * EXT_HKV * EXT_D];
+    static uint16_t v[EXT_LAYERS][EXT_TKV * EXT_HKV * EXT_D];
+    static uint16_t ext[EXT_TQ * EXT_HQ * EXT_D];
+    static const float sinks[EXT_HQ] = {0.5f, -1.0f, 2.0f, 0.25f};
+    for (int l = 0; l < EXT_LAYERS; l++) {
+        for (size_t i = 0; i < sizeof q[l] / sizeof q[l][0]; i++) q[l][i] = gen_bf16(3 * l + 1, i);
+        for (size_t i = 0; i < sizeof k[l] / sizeof k[l][0]; i++) k[l][i] = gen_bf16(3 * l + 2, i);
+        for (size_t i = 0; i < sizeof v[l] / sizeof v[l][0]; i++) v[l][i] = gen_bf16(3 * l + 3, i);
+    }
+    /* layer 0's bf16-mode output, the "external implementation" */
+    const attn_batch b = {EXT_SEQS, seq_q, seq_kv, EXT_HQ, EXT_HKV, EXT_D, 0, 0.25f, sinks};
+    pg_err err = {0};
+    cr_assert_eq(attn_variant_bf16(&b, q[0], k[0], v[0], ext, 1, &err), PG_OK, "%s", err.msg);
+
+    st_writer *w = NULL;
+    cr_assert_eq(st_writer_create(&w, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(st_writer_add_meta(w, "format", CAPTURE_FORMAT_V1, &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "model", "ext-test", &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "seq_q", "[5, 3]", &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "seq_kv", "[7, 3]", &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "sm_scale", "0.25", &err), PG_OK);
+    const int64_t qshape[3] = {EXT_TQ, EXT_HQ, EXT_D}, kvshape[3] = {EXT_TKV, EXT_HKV, EXT_D},
+                  sshape[1] = {EXT_HQ};
+    char name[64];
+    for (int l = 0; l < EXT_LAYERS; l++) {
+        snprintf(name, sizeof name, "layers.%d.q", l);
+        cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, qshape, q[l], &err), PG_OK, "%s",
+                     err.msg);
+        snprintf(name, sizeof name, "layers.%d.k", l);
+        cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, kvshape, k[l], &err), PG_OK, "%s",
+                     err.msg);
+        snprintf(name, sizeof name, "layers.%d.v", l);
+        cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, kvshape, v[l], &err), PG_OK, "%s",
+                     err.msg);
+    }
+    cr_assert_eq(st_writer_add_tensor(w, "layers.0.sinks", ST_F32, 1, sshape, sinks, &err), PG_OK);
+    cr_assert_eq(st_writer_add_tensor(w, "layers.0.out.vllm", ST_BF16, 3, qshape, ext, &err), PG_OK);
+    cr_assert_eq(st_writer_write(w, in_dir("ext.safetensors"), &err), PG_OK, "%s", err.msg);
+    st_writer_free(w);
+
+    capture *cap = open_capture(in_dir("ext.safetensors"));
+    cr_assert_eq(cap->n_layers, EXT_LAYERS);
+    cr_assert_eq(cap->layers[0].sm_scale, 0.25f);
+    cr_assert_eq(cap->layers[0].n_ext, 1);
+    cr_assert_eq(cap->layers[1].n_ext, 0);
+    cr_assert_str_eq(cap->layers[0].ext[0].name, "vllm");
+    cr_assert_eq(memcmp(cap->layers[0].ext[0].out, ext, sizeof ext), 0);
+
+    pg_store *s = open_store("d.db");
+    const int64_t run = begin_run(s);
+    const sweep_options so = options(SWEEP_ALL_VARIANTS);
+    cr_assert_eq(sweep_run_cpu(s, run, cap, "ext.safetensors", &so, &err), PG_OK, "%s", err.msg);
+    sqlite3 *db = store_handle(s);
+
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:vllm'"),
+                 EXT_HQ + 1);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:vllm' AND "
+                            "layer = 0 AND head BETWEEN -1 AND %d",
+                        EXT_HQ - 1),
+                 EXT_HQ + 1);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"),
+                 EXT_LAYERS * N_MODES * (EXT_HQ + 1) + EXT_HQ + 1);
+    for (int h = -1; h < EXT_HQ; h++) {
+        double mb[N_METRIC_COLS], me[N_METRIC_COLS];
+        int nb[N_METRIC_COLS], ne[N_METRIC_COLS];
+        read_metrics(db, run, 0, h, "bf16", mb, nb);
+        read_metrics(db, run, 0, h, "ext:vllm", me, ne);
+        cr_assert(isfinite(mb[0]) && mb[0] > 0, "head %d: bf16 rel_l2 %g", h, mb[0]);
+        for (int c = 0; c < N_METRIC_COLS; c++) {
+            cr_assert_eq(nb[c], ne[c], "head %d column %d: NULL-ness differs", h, c);
+            cr_assert_eq(memcmp(&mb[c], &me[c], sizeof mb[c]), 0,
+                         "head %d column %d: bf16 %.17g vs ext %.17g", h, c, mb[c], me[c]);
+        }
+    }
+    /* and the ext output differs from the fp8 modes */
+    double mk[N_METRIC_COLS], me[N_METRIC_COLS];
+    int nk[N_METRIC_COLS], ne[N_METRIC_COLS];
+    read_metrics(db, run, 0, -1, "fp8kv", mk, nk);
+    read_metrics(db, run, 0, -1, "ext:vllm", me, ne);
+    cr_assert_neq(mk[0], me[0]);
+
+    store_close(s);
+    capture_close(cap);
+}
