@@ -1,0 +1,101 @@
+/*
+ * cpu_sweep.c: times the CPU specification on a capture: the fp64 reference
+ * and each precision mode, per layer, with GFLOP/s (4 * d flops per attended
+ * (query, key) pair and head, attn_batch_flops), best of --reps runs.
+ *
+ * usage: cpu_sweep CAPTURE [threads] [reps]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "attn.h"
+#include "capture.h"
+#include "numerics.h"
+#include "parallel.h"
+
+enum { MODE_REF, MODE_BF16, MODE_FP8KV, MODE_FP8QKV, MODE_COUNT };
+static const char *const mode_names[MODE_COUNT] = {"reference", "bf16", "fp8kv", "fp8qkv"};
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Runs one mode on layer L once; returns seconds, or -1 on error. */
+static double run_mode(int mode, const capture *cap, const capture_layer *L, double *ref,
+                       uint16_t *out, int threads)
+{
+    const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
+                          L->window, L->sm_scale, L->sinks};
+    const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
+    const size_t nkv = (size_t)cap->tkv * (size_t)L->hkv * (size_t)L->d;
+    attn_fp8_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
+                           fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv)),
+                           fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)), ATTN_P_E4M3,
+                           cap->block_size, 1};
+    pg_err err = {0};
+    pg_status st = PG_OK;
+    double t0 = now();
+    switch (mode) {
+    case MODE_REF: st = attn_reference(&b, L->q, L->k, L->v, ref, threads, &err); break;
+    case MODE_BF16: st = attn_variant_bf16(&b, L->q, L->k, L->v, out, threads, &err); break;
+    case MODE_FP8KV:
+        st = attn_variant_fp8kv(&b, L->q, L->k, L->v, &fo, out, NULL, threads, &err);
+        break;
+    default: st = attn_variant_fp8qkv(&b, L->q, L->k, L->v, &fo, out, NULL, threads, &err);
+    }
+    double dt = now() - t0;
+    if (st != PG_OK) {
+        fprintf(stderr, "cpu_sweep: %s\n", err.msg);
+        return -1;
+    }
+    return dt;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: cpu_sweep CAPTURE [threads] [reps]\n");
+        return 2;
+    }
+    const int threads = argc > 2 ? atoi(argv[2]) : parallel_default_threads();
+    const int reps = argc > 3 ? atoi(argv[3]) : 1;
+    capture *cap = NULL;
+    pg_err err = {0};
+    if (capture_open(argv[1], &cap, &err) != PG_OK) {
+        fprintf(stderr, "cpu_sweep: %s\n", err.msg);
+        return 1;
+    }
+    double secs[MODE_COUNT] = {0}, flops = 0;
+    for (int li = 0; li < cap->n_layers; li++) {
+        const capture_layer *L = &cap->layers[li];
+        const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
+                              L->window, L->sm_scale, L->sinks};
+        const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
+        double *ref = malloc(nq * sizeof *ref);
+        uint16_t *out = malloc(nq * sizeof *out);
+        flops += attn_batch_flops(&b);
+        for (int m = 0; m < MODE_COUNT; m++) {
+            double best = -1;
+            for (int r = 0; r < reps; r++) {
+                double dt = run_mode(m, cap, L, ref, out, threads);
+                if (dt < 0) return 1;
+                if (best < 0 || dt < best) best = dt;
+            }
+            secs[m] += best;
+        }
+        free(ref);
+        free(out);
+    }
+    printf("capture %s: %d layers, %d seqs, %lld q tokens, %lld kv tokens, %d threads\n",
+           argv[1], cap->n_layers, cap->n_seqs, (long long)cap->tq, (long long)cap->tkv, threads);
+    printf("%-10s %10s %10s\n", "mode", "seconds", "GFLOP/s");
+    for (int m = 0; m < MODE_COUNT; m++)
+        printf("%-10s %10.3f %10.2f\n", mode_names[m], secs[m], flops / secs[m] / 1e9);
+    printf("attention GFLOP per mode: %.2f\n", flops / 1e9);
+    capture_close(cap);
+    return 0;
+}
