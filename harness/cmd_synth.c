@@ -18,7 +18,9 @@ const char cmd_synth_usage[] =
     "Writes a synthetic capture (precgate.capture.v1) with the structure of real\n"
     "activations: RoPE at absolute positions, a few large-magnitude key channels,\n"
     "a massive first token that is an attention sink, queries correlated with keys.\n"
-    "The same options and seed give a byte-identical file.\n\n"
+    "The same options and seed give a byte-identical file. Layers are generated in\n"
+    "parallel on $PRECGATE_THREADS threads (default: all CPUs); the file does not\n"
+    "depend on the thread count.\n\n"
     "options:\n"
     "  -o, --output FILE   where to write the .safetensors file (required)\n"
     "  --preset NAME       model shape (default gpt-oss-120b):\n"
@@ -118,7 +120,8 @@ int cmd_synth(int argc, char **argv)
                          argv[optind - 1]);
             break;
         default:
-            st = pg_fail(&err, PG_ERR_USAGE, "synth: unknown option '%s' (see 'precgate help synth')",
+            st = pg_fail(&err, PG_ERR_USAGE,
+                         "synth: unknown option '%s' (see 'precgate help synth')",
                          argv[optind - 1]);
             break;
         }

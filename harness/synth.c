@@ -115,6 +115,11 @@
 /* Learned-like per-head sink logits (gpt-oss): N(0, 1) + this offset, fp32. */
 #define SINK_PARAM_MEAN 0.5
 
+/* The smallest head dim leaves room for the sink pairs, the outliers and a
+ * content direction on what remains. */
+_Static_assert(2 * SINK_ROPE_PAIRS + SYNTH_K_OUTLIERS_MAX < SYNTH_MIN_D,
+               "SYNTH_MIN_D too small for the sink pairs and outlier channels");
+
 /* ---- random streams ---------------------------------------------------- */
 
 /* Stream of the per-sequence layout (second massive token); layer L uses
@@ -689,7 +694,8 @@ static void layer_params(const synth_shared *sh, xoshiro256 *r, synth_scratch *s
         for (int c = 0; c < d; c++)
             if (!sink_mask[c]) s->chan[n_free++] = c;
         const int n_out =
-            SYNTH_K_OUTLIERS_MIN + uniform_below(r, SYNTH_K_OUTLIERS_MAX - SYNTH_K_OUTLIERS_MIN + 1);
+            SYNTH_K_OUTLIERS_MIN +
+            uniform_below(r, SYNTH_K_OUTLIERS_MAX - SYNTH_K_OUTLIERS_MIN + 1);
         for (int c = 0; c < d; c++) free_mask[c] = !sink_mask[c];
         for (int i = 0; i < n_out; i++) {
             const int j = i + uniform_below(r, n_free - i);
@@ -763,7 +769,9 @@ static void synth_layer(void *ctx, int item, int thread)
             /* Absolute position: context tokens 0..c-1, new tokens c..c+n-1. */
             const float *cs = sh->cos_tab + (size_t)t * half;
             const float *sn = sh->sin_tab + (size_t)t * half;
-            const float m = t == 0 ? 1.0f : t == sh->massive2[seq] ? (float)MASSIVE2_FRACTION : 0.0f;
+            const float m = t == 0                   ? 1.0f
+                            : t == sh->massive2[seq] ? (float)MASSIVE2_FRACTION
+                                                     : 0.0f;
             const size_t row = (size_t)seq * (size_t)sh->seq_kv + (size_t)t;
             uint16_t *k_out = out->k + row * kv_row;
             uint16_t *v_out = out->v + row * kv_row;
@@ -1019,8 +1027,10 @@ pg_status synth_write(const synth_config *cfg, const char *path, pg_err *err)
         o->shape_kv[2] = d;
         o->shape_sinks[0] = c.hq;
         st = st_writer_add_tensor(w, o->name_q, ST_BF16, 3, o->shape_q, o->q, err);
-        if (st == PG_OK) st = st_writer_add_tensor(w, o->name_k, ST_BF16, 3, o->shape_kv, o->k, err);
-        if (st == PG_OK) st = st_writer_add_tensor(w, o->name_v, ST_BF16, 3, o->shape_kv, o->v, err);
+        if (st == PG_OK)
+            st = st_writer_add_tensor(w, o->name_k, ST_BF16, 3, o->shape_kv, o->k, err);
+        if (st == PG_OK)
+            st = st_writer_add_tensor(w, o->name_v, ST_BF16, 3, o->shape_kv, o->v, err);
         if (st == PG_OK && c.sinks)
             st = st_writer_add_tensor(w, o->name_sinks, ST_F32, 1, o->shape_sinks, o->sinks, err);
     }

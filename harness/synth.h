@@ -38,7 +38,7 @@
 /* What to synthesize; a preset fills the model shape, options override. */
 typedef struct synth_config {
     const char *preset;     /* "gpt-oss-120b", "llama-3-8b", ... */
-    const char *model;      /* metadata "model"; NULL = preset name */
+    const char *model;      /* metadata "model"; NULL = "synth:" + preset */
     int n_layers;
     int hq, hkv, d;         /* d even, >= SYNTH_MIN_D */
     int window;             /* on even layers when window_even_only, else all; 0 = none */
@@ -63,8 +63,8 @@ const char *const *synth_preset_names(void);
 
 /* Checks cfg: positive sizes within the SYNTH_MAX_* limits, d even and
  * >= SYNTH_MIN_D, hq % hkv == 0, context >= 0, window >= 0, block_size in
- * capture_block_sizes (16/32/64), n_seqs * (context + seq_len) <= INT32_MAX; PG_ERR_USAGE naming
- * the offending field and its command-line option. */
+ * capture_block_sizes (16/32/64), n_seqs * (context + seq_len) <= INT32_MAX;
+ * PG_ERR_USAGE naming the offending field and its command-line option. */
 pg_status synth_validate(const synth_config *cfg, pg_err *err);
 
 /* Generates the capture described by cfg and writes it to path (through

@@ -165,6 +165,41 @@ Test(synth, same_seed_same_bytes_different_seed_differs)
     free(ba), free(bb), free(bd), free(a), free(b), free(d);
 }
 
+/* FNV-1a 64 (Fowler, Noll, Vo) of n bytes, continuing from h. */
+static uint64_t fnv1a64(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The generator's output is part of the benchmark's definition: a capture
+ * synthesized today must be the one synthesized by the next version, on any
+ * machine and build (the AVX2 and the scalar paths give the same bits).
+ * This pins the tensor data of a small capture (not the header, whose
+ * formatting belongs to the writer). A deliberate change to the generator
+ * updates the constant, and says so. */
+#define SYNTH_GOLDEN_FNV 0x224a6fa672abc5bcull
+
+Test(synth, golden_tensor_checksum)
+{
+    synth_config c = make_cfg("gpt-oss-120b", 2, 2, 24, 8, 2024);
+    capture *cap = open_synth(&c);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a offset basis */
+    for (int l = 0; l < cap->n_layers; l++) {
+        const capture_layer *L = &cap->layers[l];
+        h = fnv1a64(h, L->q, (size_t)cap->tq * L->hq * L->d * 2);
+        h = fnv1a64(h, L->k, (size_t)cap->tkv * L->hkv * L->d * 2);
+        h = fnv1a64(h, L->v, (size_t)cap->tkv * L->hkv * L->d * 2);
+        h = fnv1a64(h, L->sinks, (size_t)L->hq * sizeof(float));
+    }
+    cr_assert_eq(h, SYNTH_GOLDEN_FNV,
+                 "synthetic data changed: FNV-1a 0x%016llx, pinned 0x%016llx (update the "
+                 "constant only for a deliberate change to the generator)",
+                 (unsigned long long)h, (unsigned long long)SYNTH_GOLDEN_FNV);
+    capture_close(cap);
+}
+
 Test(synth, layers_are_different_streams)
 {
     synth_config c = make_cfg("llama-3-8b", 2, 1, 32, 0, 5);
