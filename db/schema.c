@@ -65,6 +65,36 @@ const schema_migration schema_migrations[] = {
     SCHEMA_MIGRATION(2,
         "-- Why a run failed: the message precgate printed, NULL unless status = 'failed'.\n"
         "ALTER TABLE runs ADD COLUMN error TEXT;\n"),
+    /* The GPU backend's --check-spec rows ('bf16~spec': a GPU mode against the
+     * CPU specification's output) need a wider variant CHECK: SQLite cannot
+     * alter a CHECK, so the table is rebuilt (lang_altertable.html, section 7). */
+    SCHEMA_MIGRATION(3,
+        "CREATE TABLE layer_metrics_v3 (\n"
+        "    run_id    INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture   TEXT    NOT NULL,\n"
+        "    layer     INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    head      INTEGER NOT NULL CHECK (head >= -1),  -- -1: the whole layer\n"
+        "    -- A mode against the fp64 reference, an external output (ext:NAME), or a\n"
+        "    -- GPU mode against the CPU specification's output (MODE~spec).\n"
+        "    variant   TEXT    NOT NULL CHECK (variant IN ('bf16', 'fp8kv', 'fp8qkv',\n"
+        "                                                  'bf16~spec', 'fp8kv~spec', 'fp8qkv~spec')\n"
+        "                                      OR variant GLOB 'ext:?*'),\n"
+        "    backend   TEXT    NOT NULL CHECK (backend IN ('cpu', 'cuda')),\n"
+        "    -- Error metrics (harness/metrics.h); +inf when the output had NaN/Inf.\n"
+        "    rel_l2    REAL,\n"
+        "    max_abs   REAL,\n"
+        "    mean_abs  REAL,\n"
+        "    p99_abs   REAL,\n"
+        "    cos_sim   REAL,    -- NULL: the cosine was NaN (zero or non-finite output)\n"
+        "    sqnr_db   REAL,    -- +inf: identical output; -inf: non-finite output\n"
+        "    nan_count INTEGER NOT NULL CHECK (nan_count >= 0),\n"
+        "    inf_count INTEGER NOT NULL CHECK (inf_count >= 0),\n"
+        "    UNIQUE (run_id, capture, layer, head, variant, backend)\n"
+        ");\n"
+        "INSERT INTO layer_metrics_v3 SELECT * FROM layer_metrics;\n"
+        "DROP TABLE layer_metrics;\n"
+        "ALTER TABLE layer_metrics_v3 RENAME TO layer_metrics;\n"
+        "CREATE INDEX layer_metrics_run_variant ON layer_metrics (run_id, variant);\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

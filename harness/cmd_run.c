@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "../db/store.h"
-#include "../kernels/gpu_probe.h"
+#include "../kernels/attn_cuda.h"
 #include "../kernels/parallel.h"
 #include "../reports/sweep_table.h"
 #include "capture.h"
@@ -30,8 +30,10 @@ const char cmd_run_usage[] =
     "and a layer x mode table of rel_l2.\n\n"
     "  --capture PATH       safetensors capture file, or a directory of shards (required)\n"
     "  --variants LIST      comma-separated modes: bf16,fp8kv,fp8qkv (default: all three)\n"
-    "  --backend NAME       cpu or auto (default auto: the GPU when usable, else cpu;\n"
-    "                       this build's sweep runs on the cpu and says so)\n"
+    "  --backend NAME       cpu, cuda or auto (default auto: the GPU when one is usable,\n"
+    "                       else the cpu, saying which; cuda without a GPU is an error)\n"
+    "  --check-spec         GPU only: also store each mode against the CPU specification's\n"
+    "                       output (variants MODE~spec) on one GQA group of heads\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
     "  --p-rounding R       fp8qkv's rounding of P before P.V: e4m3 (default), bf16, none\n"
@@ -49,13 +51,14 @@ typedef struct run_args {
     long threads;
     unsigned long long seed;
     int progress;
+    int check_spec;
 } run_args;
 
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
 static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
 {
     enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_PROUND, O_THREADS, O_SEED,
-           O_NOPROG };
+           O_NOPROG, O_CHECKSPEC };
     static const struct option opts[] = {
         {"capture", required_argument, NULL, O_CAPTURE},
         {"variants", required_argument, NULL, O_VARIANTS},
@@ -66,6 +69,7 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"threads", required_argument, NULL, O_THREADS},
         {"seed", required_argument, NULL, O_SEED},
         {"no-progress", no_argument, NULL, O_NOPROG},
+        {"check-spec", no_argument, NULL, O_CHECKSPEC},
         {NULL, 0, NULL, 0},
     };
     *a = (run_args){.backend = "auto", .variants = SWEEP_ALL_VARIANTS,
@@ -91,6 +95,7 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         case O_THREADS: st = cli_parse_int("--threads", optarg, 1, 256, &a->threads, err); break;
         case O_SEED: st = cli_parse_u64("--seed", optarg, &a->seed, err); break;
         case O_NOPROG: a->progress = 0; break;
+        case O_CHECKSPEC: a->check_spec = 1; break;
         case ':': return pg_fail(err, PG_ERR_USAGE, "run: %s requires a value", argv[optind - 1]);
         default: return pg_fail(err, PG_ERR_USAGE, "run: unknown option '%s' (see precgate run --help)",
                                 argv[optind - 1]);
@@ -101,8 +106,13 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         return pg_fail(err, PG_ERR_USAGE, "run: unexpected argument '%s'", argv[optind]);
     if (a->capture == NULL)
         return pg_fail(err, PG_ERR_USAGE, "run: --capture PATH is required");
-    if (strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "auto") != 0)
-        return pg_fail(err, PG_ERR_USAGE, "run: --backend '%s' is not cpu or auto", a->backend);
+    if (strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "auto") != 0 &&
+        strcmp(a->backend, "cuda") != 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --backend '%s' is not cpu, cuda or auto",
+                       a->backend);
+    if (a->check_spec && strcmp(a->backend, "cpu") == 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --check-spec compares the GPU with the CPU "
+                                          "specification; it needs --backend cuda or auto");
     return PG_OK;
 }
 
@@ -127,7 +137,7 @@ static void cpu_model(char *buf, size_t len)
 }
 
 /* The run's configuration as JSON text (caller frees). */
-static char *run_config_json(const run_args *a, const capture *cap)
+static char *run_config_json(const run_args *a, const capture *cap, const char *backend)
 {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
@@ -138,7 +148,8 @@ static char *run_config_json(const run_args *a, const capture *cap)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (a->variants & all[i]) cJSON_AddItemToArray(vars, cJSON_CreateString(sweep_variant_name(all[i])));
     cJSON_AddStringToObject(o, "backend_requested", a->backend);
-    cJSON_AddStringToObject(o, "backend", "cpu");
+    cJSON_AddStringToObject(o, "backend", backend);
+    cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
     cJSON_AddStringToObject(o, "p_rounding", attn_p_rounding_name(a->p_rounding));
     cJSON_AddNumberToObject(o, "threads", (double)a->threads);
     cJSON_AddNumberToObject(o, "page_seed", (double)a->seed);
@@ -152,17 +163,23 @@ static char *run_config_json(const run_args *a, const capture *cap)
     return text;
 }
 
-/* Says on stderr which backend runs, for --backend auto. */
-static void report_backend_choice(const run_args *a)
+/* Opens the GPU for --backend cuda (an error when none is usable) or auto
+ * (says on stderr which backend runs); *be stays NULL for the cpu. */
+static pg_status open_backend(const run_args *a, cuda_backend **be, char *desc, size_t len,
+                              pg_err *err)
 {
-    if (strcmp(a->backend, "auto") != 0) return;
-    char gpu[RUN_DESC_MAX];
+    *be = NULL;
+    if (strcmp(a->backend, "cpu") == 0) return PG_OK;
     pg_err probe = {0};
-    if (gpu_probe(gpu, sizeof gpu, &probe) == PG_OK)
-        fprintf(stderr, "precgate: backend auto: GPU %s found, but this build's sweep has "
-                        "no CUDA backend; using cpu\n", gpu);
-    else
-        fprintf(stderr, "precgate: backend auto: %s; using cpu\n", probe.msg);
+    if (cuda_backend_open(be, desc, len, &probe) == PG_OK) {
+        if (strcmp(a->backend, "auto") == 0)
+            fprintf(stderr, "precgate: backend auto: using %s\n", desc);
+        return PG_OK;
+    }
+    if (strcmp(a->backend, "cuda") == 0)
+        return pg_fail(err, PG_ERR_DEVICE, "--backend cuda: %s", probe.msg);
+    fprintf(stderr, "precgate: backend auto: %s; using cpu\n", probe.msg);
+    return PG_OK;
 }
 
 int cmd_run(int argc, char **argv)
@@ -170,7 +187,13 @@ int cmd_run(int argc, char **argv)
     pg_err err = {0};
     run_args a;
     if (run_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
-    report_backend_choice(&a);
+    cuda_backend *gpu = NULL;
+    char gpu_desc[RUN_DESC_MAX] = "";
+    if (open_backend(&a, &gpu, gpu_desc, sizeof gpu_desc, &err) != PG_OK) return cli_report(&err);
+    if (a.check_spec && gpu == NULL) {
+        pg_fail(&err, PG_ERR_DEVICE, "run: --check-spec needs a GPU, and none is usable");
+        return cli_report(&err);
+    }
 
     const char *db_path = cli_db_path(a.db);
     pg_store *store = NULL;
@@ -178,11 +201,13 @@ int cmd_run(int argc, char **argv)
 
     capture *cap = NULL;
     pg_status st = capture_open(a.capture, &cap, &err);
-    char *config = st == PG_OK ? run_config_json(&a, cap) : NULL;
+    const char *backend = gpu != NULL ? "cuda" : "cpu";
+    char *config = st == PG_OK ? run_config_json(&a, cap, backend) : NULL;
     char host[RUN_DESC_MAX] = "unknown", cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
     gethostname(host, sizeof host - 1);
     cpu_model(cpu, sizeof cpu);
-    snprintf(device, sizeof device, "cpu: %s, %ld threads", cpu, a.threads);
+    if (gpu != NULL) snprintf(device, sizeof device, "%s", gpu_desc);
+    else snprintf(device, sizeof device, "cpu: %s, %ld threads", cpu, a.threads);
     const store_run_info info = {"sweep", a.label, PRECGATE_GIT_REV, host, device, config};
     int64_t run_id = -1;
     /* A capture that fails validation still gets a run row, marked failed. */
@@ -191,13 +216,14 @@ int cmd_run(int argc, char **argv)
         if (st == PG_OK) err = run_err;
         st = run_err.code;
     } else if (st == PG_OK) {
-        printf("run %lld: %s, %d layers, backend cpu\n", (long long)run_id, a.capture,
-               cap->n_layers);
+        printf("run %lld: %s, %d layers, backend %s\n", (long long)run_id, a.capture,
+               cap->n_layers, backend);
         fflush(stdout);
     }
     if (st == PG_OK) {
-        const sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress};
-        st = sweep_run_cpu(store, run_id, cap, a.capture, &so, &err);
+        const sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress,
+                                  gpu, a.check_spec};
+        st = sweep_run(store, run_id, cap, a.capture, &so, &err);
     }
     if (run_id >= 0) {
         pg_err fin = {0};
@@ -214,5 +240,6 @@ int cmd_run(int argc, char **argv)
     free(config);
     capture_close(cap);
     store_close(store);
+    cuda_backend_close(gpu);
     return st == PG_OK ? 0 : cli_report(&err);
 }

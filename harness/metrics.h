@@ -17,6 +17,10 @@
 
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The percentile that p99_abs reports. */
 #define METRICS_PERCENTILE 0.99
 
@@ -32,5 +36,9 @@ typedef struct attn_error_metrics {
 void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *ref,
                           size_t ref_stride, size_t n_rows, size_t row_len,
                           double *scratch, attn_error_metrics *m);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PG_METRICS_H */

@@ -60,6 +60,7 @@ pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err)
 typedef struct variant_metrics {
     char name[SWEEP_VARIANT_NAME_MAX];
     attn_error_metrics *m;
+    int n_heads;              /* 0: all heads; else the sampled heads 0..n_heads-1 */
 } variant_metrics;
 
 /* Fills vm->m for out against ref ([Tq, hq, d] both). */
@@ -81,16 +82,20 @@ typedef struct tensor_quant {
     int present;
 } tensor_quant;
 
-/* Writes one layer's rows in one transaction. */
+/* Writes one layer's rows in one transaction; spec rows (vm[i].n_heads set)
+ * cover only the sampled heads. */
 static pg_status store_layer(pg_store *store, int64_t run_id, const char *capture_name,
                              int layer, int hq, const variant_metrics *vm, int n_vm,
-                             const tensor_quant *tq, const char *scale_source, pg_err *err)
+                             const tensor_quant *tq, const char *scale_source,
+                             const char *backend, pg_err *err)
 {
     pg_status st = store_begin(store, err);
-    for (int i = 0; st == PG_OK && i < n_vm; i++)
-        for (int h = -1; st == PG_OK && h < hq; h++)
-            st = store_put_layer_metrics(store, run_id, capture_name, layer, h, vm[i].name, "cpu",
-                                         &vm[i].m[h + 1], err);
+    for (int i = 0; st == PG_OK && i < n_vm; i++) {
+        const int heads = vm[i].n_heads > 0 ? vm[i].n_heads : hq;
+        for (int h = -1; st == PG_OK && h < heads; h++)
+            st = store_put_layer_metrics(store, run_id, capture_name, layer, h, vm[i].name,
+                                         backend, &vm[i].m[h + 1], err);
+    }
     for (int i = 0; st == PG_OK && i < 3; i++) {
         if (!tq[i].present) continue;
         const fp8_quant_stats *s = &tq[i].st;
@@ -104,85 +109,237 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
     return st;
 }
 
+/* What one layer's sweep works on and fills. */
+typedef struct layer_ctx {
+    const capture *cap;
+    const capture_layer *L;
+    int li;
+    attn_batch b;
+    size_t nq;
+    attn_fp8_options fo;
+    variant_metrics *vm;     /* [SWEEP_N_VARIANTS * 2 + n_ext] */
+    attn_error_metrics *mbuf;
+    int n_vm;
+    tensor_quant tqs[3];
+} layer_ctx;
+
+/* The next variant_metrics slot, named name, covering n_heads (0 = all). */
+static variant_metrics *next_vm(layer_ctx *c, const char *name, int n_heads)
+{
+    variant_metrics *v = &c->vm[c->n_vm];
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->m = c->mbuf + (size_t)c->n_vm * (size_t)(c->L->hq + 1);
+    v->n_heads = n_heads;
+    c->n_vm++;
+    return v;
+}
+
+/* Records the quantization statistics a mode reported. */
+static void note_quant(layer_ctx *c, sweep_variant bit, const attn_quant_report *rep)
+{
+    if (bit == SWEEP_BF16) return;
+    c->tqs[1].st = rep->k;
+    c->tqs[2].st = rep->v;
+    c->tqs[1].present = c->tqs[2].present = 1;
+    if (bit == SWEEP_FP8QKV) {
+        c->tqs[0].st = rep->q;
+        c->tqs[0].present = 1;
+    }
+}
+
+/* One mode of the CPU specification on batch b into out. */
+static pg_status cpu_mode(sweep_variant bit, const attn_batch *b, const uint16_t *q,
+                          const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
+                          uint16_t *out, attn_quant_report *rep, int threads, pg_err *err)
+{
+    memset(rep, 0, sizeof *rep);
+    if (bit == SWEEP_BF16) return attn_variant_bf16(b, q, k, v, out, threads, err);
+    if (bit == SWEEP_FP8KV) return attn_variant_fp8kv(b, q, k, v, fo, out, rep, threads, err);
+    return attn_variant_fp8qkv(b, q, k, v, fo, out, rep, threads, err);
+}
+
+/* The layer on the CPU specification: reference, modes, external outputs. */
+static pg_status layer_cpu(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
+                           pg_err *err)
+{
+    const capture_layer *L = c->L;
+    double *ref = malloc(c->nq * sizeof *ref);
+    double *scratch = malloc(c->nq * sizeof *scratch);
+    uint16_t *out = malloc(c->nq * sizeof *out);
+    pg_status st = PG_OK;
+    if (!ref || !scratch || !out)
+        st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
+    char what[64];
+    snprintf(what, sizeof what, "layer %d reference", c->li);
+    progress_update(bar, *step, what);
+    if (st == PG_OK) st = attn_reference(&c->b, L->q, L->k, L->v, ref, opt->n_threads, err);
+    for (size_t i = 0; st == PG_OK && i < SWEEP_N_VARIANTS; i++) {
+        const sweep_variant bit = sweep_variant_table[i].bit;
+        if (!(opt->variants & bit)) continue;
+        (*step)++;
+        snprintf(what, sizeof what, "layer %d %s", c->li, sweep_variant_table[i].name);
+        progress_update(bar, *step, what);
+        attn_quant_report rep;
+        st = cpu_mode(bit, &c->b, L->q, L->k, L->v, &c->fo, out, &rep, opt->n_threads, err);
+        if (st != PG_OK) break;
+        note_quant(c, bit, &rep);
+        compare_layer(out, ref, c->cap->tq, L->hq, L->d, scratch,
+                      next_vm(c, sweep_variant_table[i].name, 0)->m);
+    }
+    for (int e = 0; st == PG_OK && e < L->n_ext; e++) {
+        char name[SWEEP_VARIANT_NAME_MAX];
+        snprintf(name, sizeof name, "ext:%s", L->ext[e].name);
+        compare_layer(L->ext[e].out, ref, c->cap->tq, L->hq, L->d, scratch, next_vm(c, name, 0)->m);
+    }
+    free(ref);
+    free(scratch);
+    free(out);
+    return st;
+}
+
+/* --check-spec: the GPU output of a mode against the CPU specification's, on
+ * the query heads of kv head 0 (one GQA group: a sample that costs 1/hkv of
+ * a CPU sweep). */
+static pg_status spec_check(layer_ctx *c, sweep_variant bit, const uint16_t *gpu_out,
+                            const sweep_options *opt, pg_err *err)
+{
+    const capture_layer *L = c->L;
+    const int G = L->hq / L->hkv, d = L->d;
+    const int64_t tq = c->cap->tq, tkv = c->cap->tkv;
+    const attn_batch sb = {c->b.n_seqs, c->b.seq_q, c->b.seq_kv, G, 1, d, c->b.window,
+                           c->b.sm_scale, c->b.sinks};
+    const size_t nq = (size_t)tq * G * d, nkv = (size_t)tkv * d;
+    uint16_t *q = malloc(nq * 2), *k = malloc(nkv * 2), *v = malloc(nkv * 2), *o = malloc(nq * 2);
+    double *od = malloc(nq * sizeof *od), *scratch = malloc(nq * sizeof *scratch);
+    pg_status st = PG_OK;
+    if (!q || !k || !v || !o || !od || !scratch)
+        st = pg_fail(err, PG_ERR_NOMEM, "--check-spec: cannot allocate the sampled heads");
+    if (st == PG_OK) {
+        for (int64_t t = 0; t < tq; t++)
+            memcpy(q + (size_t)t * G * d, L->q + (size_t)t * L->hq * d, (size_t)G * d * 2);
+        for (int64_t t = 0; t < tkv; t++) {
+            memcpy(k + (size_t)t * d, L->k + (size_t)t * L->hkv * d, (size_t)d * 2);
+            memcpy(v + (size_t)t * d, L->v + (size_t)t * L->hkv * d, (size_t)d * 2);
+        }
+        attn_quant_report rep;
+        st = cpu_mode(bit, &sb, q, k, v, &c->fo, o, &rep, opt->n_threads, err);
+    }
+    if (st == PG_OK) {
+        for (size_t i = 0; i < nq; i++) od[i] = bf16_to_f32(o[i]);
+        char name[SWEEP_VARIANT_NAME_MAX];
+        snprintf(name, sizeof name, "%s~spec", sweep_variant_name(bit));
+        attn_error_metrics *m = next_vm(c, name, G)->m;
+        const size_t row = (size_t)L->hq * d;
+        metrics_compare_bf16(gpu_out, row, od, (size_t)G * d, (size_t)tq, (size_t)G * d, scratch,
+                             &m[0]);
+        for (int h = 0; h < G; h++)
+            metrics_compare_bf16(gpu_out + (size_t)h * d, row, od + (size_t)h * d, (size_t)G * d,
+                                 (size_t)tq, (size_t)d, scratch, &m[1 + h]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(od);
+    free(scratch);
+    return st;
+}
+
+/* The layer on the GPU: one call keeps it on the device and returns numbers. */
+static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
+                            pg_err *err)
+{
+    const capture_layer *L = c->L;
+    uint16_t *outs[SWEEP_N_VARIANTS] = {NULL};
+    const uint16_t **ext = calloc((size_t)L->n_ext + 1, sizeof *ext);
+    pg_status st = ext ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "external outputs");
+    for (int e = 0; st == PG_OK && e < L->n_ext; e++) ext[e] = L->ext[e].out;
+    int n_modes = 0;
+    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++)
+        if (opt->variants & sweep_variant_table[i].bit) {
+            if (opt->check_spec && st == PG_OK && (outs[n_modes] = malloc(c->nq * 2)) == NULL)
+                st = pg_fail(err, PG_ERR_NOMEM, "--check-spec: output copies");
+            n_modes++;
+        }
+    char what[64];
+    snprintf(what, sizeof what, "layer %d on the GPU", c->li);
+    progress_update(bar, *step, what);
+    attn_quant_report rep;
+    if (st == PG_OK)
+        st = cuda_sweep_layer(opt->cuda, &c->b, L->q, L->k, L->v, &c->fo, opt->variants,
+                              L->n_ext, ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, NULL,
+                              NULL, NULL, err);
+    if (st == PG_OK) {
+        /* cuda_sweep_layer filled mbuf in the order the names are given here. */
+        int slot = 0;
+        for (size_t i = 0; i < SWEEP_N_VARIANTS; i++) {
+            const sweep_variant bit = sweep_variant_table[i].bit;
+            if (!(opt->variants & bit)) continue;
+            next_vm(c, sweep_variant_table[i].name, 0);
+            note_quant(c, bit, &rep);
+            slot++;
+        }
+        for (int e = 0; e < L->n_ext; e++) {
+            char name[SWEEP_VARIANT_NAME_MAX];
+            snprintf(name, sizeof name, "ext:%s", L->ext[e].name);
+            next_vm(c, name, 0);
+        }
+        (void)slot;
+        *step += n_modes;
+    }
+    int m = 0;
+    for (size_t i = 0; st == PG_OK && opt->check_spec && i < SWEEP_N_VARIANTS; i++) {
+        const sweep_variant bit = sweep_variant_table[i].bit;
+        if (!(opt->variants & bit)) continue;
+        snprintf(what, sizeof what, "layer %d %s~spec", c->li, sweep_variant_table[i].name);
+        progress_update(bar, *step, what);
+        st = spec_check(c, bit, outs[m++], opt, err);
+    }
+    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++) free(outs[i]);
+    free(ext);
+    return st;
+}
+
 /* The reference, every selected mode and every external output of one layer. */
 static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap,
                              const char *capture_name, int li, const sweep_options *opt,
                              progress *bar, int64_t *step, pg_err *err)
 {
     const capture_layer *L = &cap->layers[li];
-    const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
-                          L->window, L->sm_scale, L->sinks};
-    const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
+    layer_ctx c = {.cap = cap, .L = L, .li = li,
+                   .b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d, L->window,
+                         L->sm_scale, L->sinks},
+                   .nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d};
     const size_t nkv = (size_t)cap->tkv * (size_t)L->hkv * (size_t)L->d;
-    const int n_vm_max = (int)SWEEP_N_VARIANTS + L->n_ext;
-    double *ref = malloc(nq * sizeof *ref);
-    double *scratch = malloc(nq * sizeof *scratch);
-    uint16_t *out = malloc(nq * sizeof *out);
-    variant_metrics *vm = calloc((size_t)n_vm_max, sizeof *vm);
-    attn_error_metrics *mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *mbuf);
+    const int n_vm_max = 2 * (int)SWEEP_N_VARIANTS + L->n_ext;
+    c.vm = calloc((size_t)n_vm_max, sizeof *c.vm);
+    c.mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *c.mbuf);
     pg_status st = PG_OK;
-    if (!ref || !scratch || !out || !vm || !mbuf)
-        st = pg_fail(err, PG_ERR_NOMEM, "layer %d: cannot allocate outputs for %zu elements", li,
-                     nq);
-
-    char what[64];
-    snprintf(what, sizeof what, "layer %d reference", li);
-    progress_update(bar, *step, what);
-    if (st == PG_OK) st = attn_reference(&b, L->q, L->k, L->v, ref, opt->n_threads, err);
+    if (!c.vm || !c.mbuf) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
     /* Scales from the capture, else calibrated per tensor as amax / 448. */
-    attn_fp8_options fo = {.quantize = 1, .p_rounding = opt->p_rounding,
-                           .block_size = cap->block_size, .page_seed = opt->page_seed + (uint64_t)li};
+    c.fo = (attn_fp8_options){.quantize = 1, .p_rounding = opt->p_rounding,
+                              .block_size = cap->block_size,
+                              .page_seed = opt->page_seed + (uint64_t)li};
     const char *scale_source = L->has_scales ? "capture" : "calibrated";
     if (L->has_scales) {
-        fo.q_scale = L->q_scale;
-        fo.k_scale = L->k_scale;
-        fo.v_scale = L->v_scale;
+        c.fo.q_scale = L->q_scale;
+        c.fo.k_scale = L->k_scale;
+        c.fo.v_scale = L->v_scale;
     } else {
-        fo.q_scale = fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq));
-        fo.k_scale = fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv));
-        fo.v_scale = fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv));
+        c.fo.q_scale = fp8_e4m3_calibrated_scale(bf16_amax(L->q, c.nq));
+        c.fo.k_scale = fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv));
+        c.fo.v_scale = fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv));
     }
-    tensor_quant tqs[3] = {{"q", fo.q_scale, {0}, 0}, {"k", fo.k_scale, {0}, 0},
-                           {"v", fo.v_scale, {0}, 0}};
+    const tensor_quant tq0[3] = {{"q", c.fo.q_scale, {0}, 0}, {"k", c.fo.k_scale, {0}, 0},
+                                 {"v", c.fo.v_scale, {0}, 0}};
+    memcpy(c.tqs, tq0, sizeof tq0);
 
-    int n_vm = 0;
-    for (size_t i = 0; st == PG_OK && i < SWEEP_N_VARIANTS; i++) {
-        const sweep_variant bit = sweep_variant_table[i].bit;
-        if (!(opt->variants & bit)) continue;
-        (*step)++;
-        snprintf(what, sizeof what, "layer %d %s", li, sweep_variant_table[i].name);
-        progress_update(bar, *step, what);
-        attn_quant_report rep;
-        if (bit == SWEEP_BF16)
-            st = attn_variant_bf16(&b, L->q, L->k, L->v, out, opt->n_threads, err);
-        else if (bit == SWEEP_FP8KV)
-            st = attn_variant_fp8kv(&b, L->q, L->k, L->v, &fo, out, &rep, opt->n_threads, err);
-        else
-            st = attn_variant_fp8qkv(&b, L->q, L->k, L->v, &fo, out, &rep, opt->n_threads, err);
-        if (st != PG_OK) break;
-        if (bit != SWEEP_BF16) {
-            tqs[1].st = rep.k;
-            tqs[2].st = rep.v;
-            tqs[1].present = tqs[2].present = 1;
-        }
-        if (bit == SWEEP_FP8QKV) {
-            tqs[0].st = rep.q;
-            tqs[0].present = 1;
-        }
-        snprintf(vm[n_vm].name, sizeof vm[n_vm].name, "%s", sweep_variant_table[i].name);
-        vm[n_vm].m = mbuf + (size_t)n_vm * (size_t)(L->hq + 1);
-        compare_layer(out, ref, cap->tq, L->hq, L->d, scratch, vm[n_vm].m);
-        n_vm++;
-    }
-    for (int e = 0; st == PG_OK && e < L->n_ext; e++) {
-        snprintf(vm[n_vm].name, sizeof vm[n_vm].name, "ext:%s", L->ext[e].name);
-        vm[n_vm].m = mbuf + (size_t)n_vm * (size_t)(L->hq + 1);
-        compare_layer(L->ext[e].out, ref, cap->tq, L->hq, L->d, scratch, vm[n_vm].m);
-        n_vm++;
-    }
     if (st == PG_OK)
-        st = store_layer(store, run_id, capture_name, li, L->hq, vm, n_vm, tqs, scale_source, err);
+        st = opt->cuda ? layer_cuda(&c, opt, bar, step, err) : layer_cpu(&c, opt, bar, step, err);
+    if (st == PG_OK)
+        st = store_layer(store, run_id, capture_name, li, L->hq, c.vm, c.n_vm, c.tqs,
+                         scale_source, opt->cuda ? "cuda" : "cpu", err);
     if (st != PG_OK && err != NULL && strncmp(err->msg, "layer ", 6) != 0) {
         /* Prefix the detail with where it happened, keeping the first failure's code. */
         char prefix[32];
@@ -193,16 +350,13 @@ static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap
         memcpy(err->msg, prefix, plen);
         err->msg[plen + len] = '\0';
     }
-    free(ref);
-    free(scratch);
-    free(out);
-    free(vm);
-    free(mbuf);
+    free(c.vm);
+    free(c.mbuf);
     return st;
 }
 
-pg_status sweep_run_cpu(pg_store *store, int64_t run_id, const capture *cap,
-                        const char *capture_name, const sweep_options *opt, pg_err *err)
+pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
+                    const char *capture_name, const sweep_options *opt, pg_err *err)
 {
     int per_layer = 0;
     for (size_t i = 0; i < SWEEP_N_VARIANTS; i++)

@@ -10,6 +10,7 @@
 
 #include "../db/store.h"
 #include "../kernels/attn.h"
+#include "../kernels/attn_cuda.h"
 #include "capture.h"
 #include "status.h"
 
@@ -29,6 +30,9 @@ typedef struct sweep_options {
     int n_threads;
     uint64_t page_seed;           /* scatters the paged cache's pages */
     int progress;                 /* 1: draw a progress bar when stderr is a terminal */
+    cuda_backend *cuda;           /* run on this GPU; NULL: the CPU specification */
+    int check_spec;               /* GPU only: also store each mode against the CPU
+                                   * specification's output on a sample of heads */
 } sweep_options;
 
 /* Parses a comma-separated list of mode names into sweep_variant bits;
@@ -39,10 +43,10 @@ pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err);
 const char *sweep_variant_name(sweep_variant v);
 
 /* Runs the sweep over every layer of cap, storing rows under run_id with
- * capture name capture_name and backend "cpu". Each layer is one
- * transaction: on failure the failing layer is rolled back, earlier layers
- * stay stored, and err names the layer and what failed. */
-pg_status sweep_run_cpu(pg_store *store, int64_t run_id, const capture *cap,
-                        const char *capture_name, const sweep_options *opt, pg_err *err);
+ * capture name capture_name and backend "cuda" when opt->cuda is set, else
+ * "cpu". Each layer is one transaction: on failure the failing layer is rolled
+ * back, earlier layers stay stored, and err names the layer and what failed. */
+pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
+                    const char *capture_name, const sweep_options *opt, pg_err *err);
 
 #endif /* PG_SWEEP_H */

@@ -38,6 +38,10 @@
 #include "numerics.h"
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* One layer's batch shape. */
 typedef struct attn_batch {
     int n_seqs;
@@ -104,5 +108,9 @@ pg_status attn_variant_fp8qkv(const attn_batch *b, const uint16_t *q, const uint
 /* Floating-point operations of one attention pass over the batch
  * (4 * d per attended (query, key) pair, the usual attention count). */
 double attn_batch_flops(const attn_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PG_ATTN_H */

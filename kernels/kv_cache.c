@@ -57,12 +57,11 @@ static pg_status kv_paged_alloc(kv_paged *c, pg_err *err)
     return PG_OK;
 }
 
-pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
-                         float k_scale, float v_scale, uint64_t page_seed, int block_size,
-                         kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
-                         pg_err *err)
+pg_status kv_block_table_build(const attn_batch *b, int block_size, uint64_t page_seed,
+                               int64_t *n_pages, int *pages_per_seq, int32_t **table,
+                               pg_err *err)
 {
-    memset(out, 0, sizeof *out);
+    *table = NULL;
     if (block_size <= 0)
         return pg_fail(err, PG_ERR_USAGE, "paged KV cache: block size %d must be positive",
                        block_size);
@@ -73,23 +72,19 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
         needed += pages;
         if (pages > width) width = pages;
     }
-    if (needed + needed / KV_SPARE_PAGE_FRACTION + 1 > INT32_MAX)
+    const int64_t total = 1 + needed + needed / KV_SPARE_PAGE_FRACTION;
+    if (total > INT32_MAX)
         return pg_fail(err, PG_ERR_SHAPE, "paged KV cache: %lld pages exceed int32 page ids",
                        (long long)needed);
-    *out = (kv_paged){.elem = elem, .n_seqs = b->n_seqs, .hkv = b->hkv, .d = b->d,
-                      .block_size = block_size,
-                      .n_pages = 1 + needed + needed / KV_SPARE_PAGE_FRACTION,
-                      .pages_per_seq = width};
-    pg_status st = kv_paged_alloc(out, err);
-    if (st != PG_OK) return st;
-
-    /* Scatter: a Fisher-Yates permutation of the ids 1..n_pages-1. */
-    int64_t n_ids = out->n_pages - 1;
-    int32_t *ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof *ids);
-    if (ids == NULL) {
-        kv_paged_free(out);
-        return pg_fail(err, PG_ERR_NOMEM, "paged KV cache: cannot allocate page ids");
+    int32_t *bt = calloc((size_t)b->n_seqs * (size_t)width + 1, sizeof *bt);
+    int32_t *ids = malloc((size_t)total * sizeof *ids);
+    if (bt == NULL || ids == NULL) {
+        free(bt);
+        free(ids);
+        return pg_fail(err, PG_ERR_NOMEM, "paged KV cache: cannot allocate the block table");
     }
+    /* Scatter: a Fisher-Yates permutation of the ids 1..total-1. */
+    const int64_t n_ids = total - 1;
     for (int64_t i = 0; i < n_ids; i++) ids[i] = (int32_t)(i + 1);
     uint64_t rng = page_seed;
     for (int64_t i = n_ids - 1; i > 0; i--) {
@@ -98,13 +93,43 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
         ids[i] = ids[j];
         ids[j] = t;
     }
-
-    int64_t next_id = 0, kv_base = 0;
-    const size_t d = (size_t)b->d;
+    int64_t next = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         int pages = (b->seq_kv[s] + block_size - 1) / block_size;
-        int32_t *row = out->block_table + (size_t)s * (size_t)width;
-        for (int p = 0; p < pages; p++) row[p] = ids[next_id++];
+        for (int p = 0; p < pages; p++) bt[(size_t)s * (size_t)width + (size_t)p] = ids[next++];
+    }
+    free(ids);
+    *n_pages = total;
+    *pages_per_seq = width;
+    *table = bt;
+    return PG_OK;
+}
+
+pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
+                         float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                         kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
+                         pg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int64_t n_pages;
+    int width;
+    int32_t *table;
+    pg_status st = kv_block_table_build(b, block_size, page_seed, &n_pages, &width, &table, err);
+    if (st != PG_OK) return st;
+    *out = (kv_paged){.elem = elem, .n_seqs = b->n_seqs, .hkv = b->hkv, .d = b->d,
+                      .block_size = block_size, .n_pages = n_pages, .pages_per_seq = width};
+    st = kv_paged_alloc(out, err);
+    if (st != PG_OK) {
+        free(table);
+        return st;
+    }
+    memcpy(out->block_table, table, (size_t)b->n_seqs * (size_t)width * sizeof *table);
+    free(table);
+
+    int64_t kv_base = 0;
+    const size_t d = (size_t)b->d;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int32_t *row = out->block_table + (size_t)s * (size_t)width;
         for (int t = 0; t < b->seq_kv[s]; t++) {
             int64_t page = row[t / block_size];
             int slot = t % block_size;
@@ -123,7 +148,6 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
         }
         kv_base += b->seq_kv[s];
     }
-    free(ids);
     return PG_OK;
 }
 

@@ -16,6 +16,10 @@
 #include "numerics.h"
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* What one cache element is. */
 typedef enum kv_elem {
     KV_ELEM_BF16,  /* uint16_t bf16 bits */
@@ -38,6 +42,13 @@ size_t kv_elem_size(kv_elem e);
 /* Pointer to element 0 of (page, which = 0 K / 1 V, head, slot). */
 const void *kv_paged_row(const kv_paged *c, int64_t page, int which, int head, int slot);
 
+/* The scattered block table kv_paged_write uses: pages from a seeded
+ * permutation of 1..n_pages-1 (n_pages includes page 0 and spare pages),
+ * entries past a sequence's pages 0. *table is malloc'd [n_seqs, *pages_per_seq]. */
+pg_status kv_block_table_build(const attn_batch *b, int block_size, uint64_t page_seed,
+                               int64_t *n_pages, int *pages_per_seq, int32_t **table,
+                               pg_err *err);
+
 /* Writes packed bf16 k/v [Tkv, hkv, d] into a new paged cache of element
  * type elem (e4m3: x / scale, saturating; bf16: bits copied, scales unused).
  * Pages come from a seeded permutation of 1..n_pages-1 so neighbours are not
@@ -57,5 +68,9 @@ pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, k
 
 /* Frees the cache's buffers and zeroes it. */
 void kv_paged_free(kv_paged *c);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PG_KV_CACHE_H */

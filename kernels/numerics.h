@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Largest finite e4m3fn value (OCP spec). */
 #define FP8_E4M3_MAX 448.0f
 /* Largest finite e5m2 value (OCP spec). */
@@ -68,5 +72,9 @@ float bf16_amax(const uint16_t *x, size_t n);
  * docs/features/quantization/quantized_kvcache.md). Non-finite amax is not
  * special-cased (inf -> inf, NaN -> NaN): callers reject it earlier. */
 float fp8_e4m3_calibrated_scale(float amax);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* PG_NUMERICS_H */

@@ -130,7 +130,7 @@ static long long db_int(sqlite3 *db, const char *fmt, ...)
 /* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
 static sweep_options options(unsigned variants)
 {
-    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0};
+    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0};
 }
 
 /* ---- a failing layer rolls back alone --------------------------------- */
@@ -163,8 +163,8 @@ Test(sweep, failure_mid_run_keeps_earlier_layers)
 
     const sweep_options so = options(SWEEP_ALL_VARIANTS);
     pg_err serr = {0};
-    const pg_status st = sweep_run_cpu(s, run, cap, "c.safetensors", &so, &serr);
-    cr_assert_eq(st, PG_ERR_DB, "sweep_run_cpu returned %d (%s)", st, serr.msg);
+    const pg_status st = sweep_run(s, run, cap, "c.safetensors", &so, &serr);
+    cr_assert_eq(st, PG_ERR_DB, "sweep_run returned %d (%s)", st, serr.msg);
     cr_assert_eq(serr.code, PG_ERR_DB);
     cr_assert_eq(strncmp(serr.msg, "layer 2: ", 9), 0, "message '%s'", serr.msg);
     cr_assert_not_null(strstr(serr.msg, "injected failure"), "message '%s'", serr.msg);
@@ -347,7 +347,7 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
     pg_store *s = open_store("d.db");
     const int64_t run = begin_run(s);
     const sweep_options so = options(SWEEP_ALL_VARIANTS);
-    cr_assert_eq(sweep_run_cpu(s, run, cap, "ext.safetensors", &so, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(sweep_run(s, run, cap, "ext.safetensors", &so, &err), PG_OK, "%s", err.msg);
     sqlite3 *db = store_handle(s);
 
     cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:vllm'"),

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""torch_sweep.py: the PyTorch baseline of bench/RESULTS.md's GPU benchmark.
+
+The same sweep as `precgate run` on a one-sequence capture (no context):
+bf16, fp8kv and fp8qkv through torch.nn.functional.scaled_dot_product_attention
+and torch.float8_e4m3fn (quantize-dequantize around bf16 SDPA), an fp32 SDPA
+reference, and the relative L2 error per layer. PyTorch's SDPA has no sink
+term, so sinks are left out here (they are a per-row normalization, no matmul
+work). Also measures the card's two ceilings: a bf16 matrix product and a
+device-to-device copy.
+
+usage: torch_sweep.py CAPTURE [reps]
+"""
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+
+FP8_MAX = 448.0  # largest finite e4m3fn value (OCP FP8 spec)
+
+
+def timed(fn, reps):
+    """Median seconds of fn() over reps runs after one warm-up."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def ceilings():
+    """bf16 matmul TFLOP/s and device copy GB/s (bytes read + written)."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    t = timed(lambda: a @ b, 10)
+    x = torch.empty(2 * 1024**3, device="cuda", dtype=torch.uint8)
+    y = torch.empty_like(x)
+    tc = timed(lambda: y.copy_(x), 10)
+    return 2 * n**3 / t / 1e12, 2 * x.numel() / tc / 1e9
+
+
+def fp8_roundtrip(x, scale):
+    """x / scale saturated to +-448, cast to e4m3fn, back to bf16 times scale."""
+    y = (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return (y.float() * scale).to(torch.bfloat16)
+
+
+def main():
+    path = sys.argv[1]
+    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    with safe_open(path, framework="pt", device="cuda") as f:
+        meta = f.metadata()
+        seq_q, seq_kv = json.loads(meta["seq_q"]), json.loads(meta["seq_kv"])
+        assert len(seq_q) == 1 and seq_q == seq_kv, "one sequence, no context"
+        windows = json.loads(meta.get("sliding_window", "[]"))
+        layers = []
+        for name in f.keys():
+            if name.endswith(".q"):
+                li = int(name.split(".")[1])
+                layers.append((li, f.get_tensor(f"layers.{li}.q"), f.get_tensor(f"layers.{li}.k"),
+                               f.get_tensor(f"layers.{li}.v")))
+    layers.sort(key=lambda t: t[0])
+    T = seq_q[0]
+    d = layers[0][1].shape[2]
+    sm = float(meta.get("sm_scale", d ** -0.5))
+    band = {}
+
+    def mask_for(w):
+        if w not in band:
+            i = torch.arange(T, device="cuda")
+            band[w] = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)
+        return band[w]
+
+    def attn(q, k, v, w, dtype):
+        q = q.to(dtype).permute(1, 0, 2).unsqueeze(0)
+        k = k.to(dtype).permute(1, 0, 2).unsqueeze(0)
+        v = v.to(dtype).permute(1, 0, 2).unsqueeze(0)
+        if w:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask_for(w), scale=sm,
+                                                  enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=sm, enable_gqa=True)
+
+    errors = []
+
+    def sweep(record):
+        for li, q, k, v in layers:
+            w = windows[li] if li < len(windows) else 0
+            ref = attn(q, k, v, w, torch.float32)
+            qs, ks, vs = (x.abs().amax().float() / FP8_MAX for x in (q, k, v))
+            outs = {
+                "bf16": attn(q, k, v, w, torch.bfloat16),
+                "fp8kv": attn(q, fp8_roundtrip(k, ks), fp8_roundtrip(v, vs), w, torch.bfloat16),
+                "fp8qkv": attn(fp8_roundtrip(q, qs), fp8_roundtrip(k, ks), fp8_roundtrip(v, vs),
+                               w, torch.bfloat16),
+            }
+            rel = {m: ((o.float() - ref).norm() / ref.norm()) for m, o in outs.items()}
+            if record:
+                errors.append((li, {m: float(r) for m, r in rel.items()}))
+
+    total = timed(lambda: sweep(False), reps)
+    sweep(True)
+    # Parts, for the comparison with precgate's kernels.
+    full = [(q, k, v) for li, q, k, v in layers if not (li < len(windows) and windows[li])]
+    t_bf16 = timed(lambda: [attn(q, k, v, 0, torch.bfloat16) for q, k, v in full], reps)
+    t_ref = timed(lambda: [attn(q, k, v, 0, torch.float32) for q, k, v in full], reps)
+    hq = layers[0][1].shape[1]
+    flops_full = 4 * d * hq * (T * (T + 1) / 2) * len(full)
+    mm, copy = ceilings()
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+    print(f"ceilings: bf16 matmul {mm:.0f} TFLOP/s, device copy {copy:.0f} GB/s")
+    print(f"torch sweep ({len(layers)} layers x {T} tokens, 3 modes + fp32 reference + errors): "
+          f"{total:.3f} s")
+    print(f"torch bf16 SDPA on the {len(full)} full layers: {t_bf16 * 1e3:.1f} ms, "
+          f"{flops_full / t_bf16 / 1e12:.0f} TFLOP/s")
+    print(f"torch fp32 SDPA reference on the full layers: {t_ref * 1e3:.1f} ms")
+    worst = max(errors, key=lambda e: e[1]["fp8qkv"])
+    print(f"torch rel_l2 layer 0: {errors[0][1]}, worst fp8qkv layer {worst[0]}: {worst[1]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+/*
+ * attn_cuda.h: the CUDA backend: the precision modes, the fp64 reference and
+ * the metrics on one GPU, held against the CPU specification (attn.h).
+ *
+ * Names run parallel to the CPU's (attn_variant_bf16 / cuda_variant_bf16).
+ * The cuda_variant_* and cuda_reference functions take and return host
+ * arrays, for the agreement tests; cuda_sweep_layer keeps a whole layer on the
+ * device and returns only numbers. Every CUDA call is checked: a failure is
+ * PG_ERR_DEVICE naming the kernel or call. In a build without CUDA every
+ * function returns PG_ERR_DEVICE saying so.
+ */
+#ifndef PG_ATTN_CUDA_H
+#define PG_ATTN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "kv_cache.h"
+#include "metrics.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuda_backend cuda_backend;
+
+/* Opens GPU 0 (a stream and its properties); PG_ERR_DEVICE with the reason
+ * when no GPU is usable. desc gets the device's description. */
+pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t desc_len, pg_err *err);
+
+/* Releases the backend; NULL is a no-op. */
+void cuda_backend_close(cuda_backend *be);
+
+/* fp64 reference on the GPU; out fp64 [Tq, hq, d] on the host. */
+pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
+
+/* bf16 mode on the GPU (K/V through a scattered bf16 paged cache). */
+pg_status cuda_variant_bf16(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, uint64_t page_seed,
+                            int block_size, uint16_t *out, pg_err *err);
+
+/* fp8kv mode on the GPU: e4m3 cache write, dequant gather, bf16 attention. */
+pg_status cuda_variant_fp8kv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                             uint16_t *out, attn_quant_report *rep, pg_err *err);
+
+/* fp8qkv mode on the GPU: e4m3 Q and cache, fp8 attention (P in e4m3 only). */
+pg_status cuda_variant_fp8qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                              uint16_t *out, attn_quant_report *rep, pg_err *err);
+
+/* The dequant gather alone, from a host paged cache (e.g. kv_paged_write's)
+ * into out (host, allocated here like kv_dequant_gather's, NaN where unwritten). */
+pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, float k_scale, float v_scale,
+                              kv_paged *out, pg_err *err);
+
+/* The paged cache write alone: into out (host, same block table and size as
+ * kv_paged_write with the same seed), for the bit-identity check. */
+pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t *k,
+                           const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                           uint64_t page_seed, int block_size, kv_paged *out,
+                           attn_quant_report *rep, pg_err *err);
+
+/* Metrics on the GPU of out (bf16) against ref (fp64), host arrays [tq, hq, d]:
+ * m[0] whole layer, m[1 + h] head h. */
+pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double *ref, int64_t tq,
+                            int hq, int d, attn_error_metrics *m, pg_err *err);
+
+/* Which modes cuda_sweep_layer runs (the sweep_variant bits). */
+enum { CUDA_MODE_BF16 = 1, CUDA_MODE_FP8KV = 2, CUDA_MODE_FP8QKV = 4 };
+
+/* One layer of the sweep on the GPU: uploads q/k/v, computes the reference
+ * and the selected modes, compares each (and each external output ext[i],
+ * bf16 [Tq, hq, d] on the host) with the reference on the device.
+ * metrics: (modes run, in bf16/fp8kv/fp8qkv order, then ext) x (hq + 1).
+ * mode_out (may be NULL; entries may be NULL): host copies of each mode's
+ * output in the same order, for --check-spec. Times in ms per stage go to
+ * ms_ref / ms_modes[3] / ms_metrics when non-NULL. */
+pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           unsigned modes, int n_ext, const uint16_t *const *ext,
+                           attn_error_metrics *metrics, attn_quant_report *rep,
+                           uint16_t *const *mode_out, double *ms_ref, double *ms_modes,
+                           double *ms_metrics, pg_err *err);
+
+/* Median milliseconds of each kernel of a layer, for bench/ (device-resident data). */
+typedef struct cuda_kernel_times {
+    double reference, cache_write_e4m3, dequant_gather, attn_bf16, quantize_q, attn_fp8, metrics;
+    double gather_bytes;  /* bytes one dequant gather reads plus writes */
+} cuda_kernel_times;
+
+/* Times each kernel of one layer reps times (after a warm-up) with events. */
+pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                            int reps, cuda_kernel_times *t, pg_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_ATTN_CUDA_H */

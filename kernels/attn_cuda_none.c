@@ -1,0 +1,102 @@
+/* attn_cuda_none.c: the CUDA backend's entry points in a build without CUDA
+ * (see attn_cuda.h): each says so with PG_ERR_DEVICE. */
+#include "attn_cuda.h"
+
+#ifndef PG_HAVE_CUDA
+/* The one message of a build without CUDA. */
+static pg_status no_cuda(pg_err *err)
+{
+    return pg_fail(err, PG_ERR_DEVICE, "no usable GPU: precgate was built without CUDA "
+                                       "(nvcc not found or -DPRECGATE_CUDA=OFF)");
+}
+
+pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t desc_len, pg_err *err)
+{
+    *out = NULL;
+    if (desc_len > 0) desc[0] = '\0';
+    return no_cuda(err);
+}
+
+void cuda_backend_close(cuda_backend *be)
+{
+    (void)be;
+}
+
+pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                         const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
+{
+    (void)be, (void)b, (void)q, (void)k, (void)v, (void)out;
+    return no_cuda(err);
+}
+
+pg_status cuda_variant_bf16(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, uint64_t page_seed,
+                            int block_size, uint16_t *out, pg_err *err)
+{
+    (void)be, (void)b, (void)q, (void)k, (void)v, (void)page_seed, (void)block_size, (void)out;
+    return no_cuda(err);
+}
+
+pg_status cuda_variant_fp8kv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                             uint16_t *out, attn_quant_report *rep, pg_err *err)
+{
+    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)out, (void)rep;
+    return no_cuda(err);
+}
+
+pg_status cuda_variant_fp8qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                              uint16_t *out, attn_quant_report *rep, pg_err *err)
+{
+    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)out, (void)rep;
+    return no_cuda(err);
+}
+
+pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, float k_scale, float v_scale,
+                              kv_paged *out, pg_err *err)
+{
+    (void)be, (void)src, (void)k_scale, (void)v_scale, (void)out;
+    return no_cuda(err);
+}
+
+pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t *k,
+                           const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                           uint64_t page_seed, int block_size, kv_paged *out,
+                           attn_quant_report *rep, pg_err *err)
+{
+    (void)be, (void)b, (void)k, (void)v, (void)elem, (void)k_scale, (void)v_scale;
+    (void)page_seed, (void)block_size, (void)out, (void)rep;
+    return no_cuda(err);
+}
+
+pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double *ref, int64_t tq,
+                            int hq, int d, attn_error_metrics *m, pg_err *err)
+{
+    (void)be, (void)out, (void)ref, (void)tq, (void)hq, (void)d, (void)m;
+    return no_cuda(err);
+}
+
+pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           unsigned modes, int n_ext, const uint16_t *const *ext,
+                           attn_error_metrics *metrics, attn_quant_report *rep,
+                           uint16_t *const *mode_out, double *ms_ref, double *ms_modes,
+                           double *ms_metrics, pg_err *err)
+{
+    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)modes, (void)n_ext, (void)ext;
+    (void)metrics, (void)rep, (void)mode_out, (void)ms_ref, (void)ms_modes, (void)ms_metrics;
+    return no_cuda(err);
+}
+
+pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                            int reps, cuda_kernel_times *t, pg_err *err)
+{
+    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)reps, (void)t;
+    return no_cuda(err);
+}
+#else
+/* Built with CUDA: cuda_backend.cu provides these. */
+typedef int attn_cuda_none_unused;
+#endif

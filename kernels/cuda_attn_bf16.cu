@@ -1,0 +1,255 @@
+// cuda_attn_bf16.cu: bf16 prefill attention reading K/V through a paged
+// cache's block table (the bf16 and fp8kv modes of kernels/attn.h on the GPU).
+//
+// FlashAttention-2 structure (Dao, arXiv 2307.08691): a block of ATTN_WARPS
+// warps takes ATTN_BM query rows of one (sequence, query head); each warp owns
+// 16 rows; key tiles of ATTN_BN rows stream through shared memory two stages
+// deep (cp.async); S = Q.K^T and O += P.V run on bf16 tensor cores
+// (mma.sync m16n8k16, fp32 accumulators). Softmax is online (running max),
+// where the CPU specification uses the final max: the two differ only in P's
+// bf16 rounding, which the agreement test bounds. The sink joins at the end as
+// one more logit with no value vector.
+#include <math.h>
+
+#include "cuda_common.cuh"
+#include "cuda_mma.cuh"
+
+namespace {
+
+constexpr int ATTN_BM = 64;                  // query rows per block
+constexpr int ATTN_BN = 64;                  // keys per tile
+constexpr int ATTN_WARPS = ATTN_BM / 16;     // one warp per 16 rows
+constexpr int ATTN_THREADS = ATTN_WARPS * 32;
+constexpr float ATTN_LOG2E = 1.4426950408889634f;
+
+// Shared-memory plan for head dim D: rows padded by 16 bytes so that the
+// eight rows an ldmatrix reads fall in different banks.
+template <int D>
+struct bf16_smem {
+    static constexpr int stride = D + 8;                  // bf16 elements per row
+    static constexpr int q_elems = ATTN_BM * stride;
+    static constexpr int kv_elems = ATTN_BN * stride;
+    static constexpr size_t bytes = (size_t)(q_elems + 4 * kv_elems) * sizeof(uint16_t);
+};
+
+// One block: query rows m0..m0+ATTN_BM-1 of sequence blockIdx.z, head blockIdx.y.
+template <int D>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
+                 const uint16_t *__restrict__ cache, const int32_t *__restrict__ block_table,
+                 const int block_size, const int pages_per_seq, uint16_t *__restrict__ out)
+{
+    using sm = bf16_smem<D>;
+    constexpr int CH = D / 8;  // 16-byte chunks per row
+    const int s = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * ATTN_BM;
+    const int sq = b.seq_q[s];
+    if (m0 >= sq) return;
+    const int skv = b.seq_kv[s], ctx = skv - sq;
+    const int g = h / (b.hq / b.hkv);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+    extern __shared__ __align__(16) uint16_t smem_bf16[];
+    uint16_t *sQ = smem_bf16;
+    // Stage st's K tile is at sKV + 2 st kv_elems, its V tile right after it.
+    uint16_t *sKV = sQ + sm::q_elems;
+
+    // Q tile; rows past the sequence are zero and never written out.
+    const int64_t q_row0 = b.q_off[s] + m0;
+    for (int c = tid; c < ATTN_BM * CH; c += ATTN_THREADS) {
+        const int r = c / CH, cc = c % CH;
+        const bool ok = m0 + r < sq;
+        const uint16_t *src = q + ((q_row0 + (ok ? r : 0)) * b.hq + h) * (int64_t)D + cc * 8;
+        cp_async_16(sQ + r * sm::stride + cc * 8, src, ok ? 16 : 0);
+    }
+
+    // The keys any row of this block sees.
+    const int j_last = min(m0 + ATTN_BM, sq) - 1;
+    const int n_end = ctx + j_last + 1;
+    const int lo_first = b.window > 0 ? max(0, ctx + m0 - b.window + 1) : 0;
+    const int n_begin = lo_first / ATTN_BN * ATTN_BN;
+    const int n_tiles = (n_end - n_begin + ATTN_BN - 1) / ATTN_BN;
+    const int64_t page_elems_half = (int64_t)b.hkv * block_size * D;  // K (or V) part of a page
+
+    auto load_kv = [&](int tile, int stage) {
+        const int n0 = n_begin + tile * ATTN_BN;
+        for (int c = tid; c < ATTN_BN * CH; c += ATTN_THREADS) {
+            const int r = c / CH, cc = c % CH, t = n0 + r;
+            const bool ok = t < n_end;
+            const int tt = ok ? t : 0;
+            const int64_t page = block_table[(int64_t)s * pages_per_seq + tt / block_size];
+            const int64_t base = (page * 2 * b.hkv + g) * (int64_t)block_size * D +
+                                 (int64_t)(tt % block_size) * D + cc * 8;
+            cp_async_16(sKV + 2 * stage * sm::kv_elems + r * sm::stride + cc * 8, cache + base,
+                        ok ? 16 : 0);
+            cp_async_16(sKV + (2 * stage + 1) * sm::kv_elems + r * sm::stride + cc * 8,
+                        cache + base + page_elems_half,
+                        ok ? 16 : 0);
+        }
+    };
+
+    load_kv(0, 0);
+    cp_async_commit();
+
+    const float scale_log2 = b.sm_scale * ATTN_LOG2E;
+    const int row0 = m0 + warp * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
+    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    uint32_t qf[D / 16][4];
+
+    for (int tile = 0; tile < n_tiles; tile++) {
+        const int stage = tile & 1;
+        if (tile + 1 < n_tiles) {
+            load_kv(tile + 1, stage ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (tile == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * sm::stride + kk * 16 +
+                                        (lane / 16) * 8);
+        }
+
+        // S = Q.K^T for this warp's 16 rows and the tile's ATTN_BN keys.
+        float sc[ATTN_BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < ATTN_BN / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < ATTN_BN / 16; np++) {
+                uint32_t kb[4];
+                const int mi = lane / 8;
+                ldmatrix_x4(kb, sKV + 2 * stage * sm::kv_elems + (np * 16 + (mi >> 1) * 8 + lane % 8) * sm::stride +
+                                    kk * 16 + (mi & 1) * 8);
+                mma_bf16_16816(sc[2 * np], qf[kk], kb[0], kb[1]);
+                mma_bf16_16816(sc[2 * np + 1], qf[kk], kb[2], kb[3]);
+            }
+        }
+
+        // Mask, scale into log2 units, online softmax.
+        const int n0 = n_begin + tile * ATTN_BN;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < ATTN_BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = row0 + (e / 2) * 8;
+                const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+                const int hi = ctx + j;
+                const int lo = b.window > 0 ? hi - b.window + 1 : 0;
+                const bool ok = j < sq && t <= hi && t >= lo;
+                sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
+                mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+            }
+        }
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(m_run[r], mx[r]);
+            m_use[r] = m_new == -INFINITY ? 0.f : m_new;
+            alpha[r] = exp2f(m_run[r] - m_use[r]);
+            m_run[r] = m_new;
+            l_part[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int nt = 0; nt < ATTN_BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sc[nt][e] = exp2f(sc[nt][e] - m_use[e / 2]);
+                l_part[e / 2] += sc[nt][e];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+        }
+
+        // O += bf16(P).V; P's accumulator layout is the A operand's layout.
+#pragma unroll
+        for (int kk = 0; kk < ATTN_BN / 16; kk++) {
+            uint32_t pa[4] = {pack_bf16x2(sc[2 * kk][0], sc[2 * kk][1]),
+                              pack_bf16x2(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack_bf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack_bf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t vb[4];
+                const int mi = lane / 8;
+                ldmatrix_x4_trans(vb, sKV + (2 * stage + 1) * sm::kv_elems +
+                                          (kk * 16 + (mi & 1) * 8 + lane % 8) * sm::stride +
+                                          dp * 16 + (mi >> 1) * 8);
+                mma_bf16_16816(o[2 * dp], pa, vb[0], vb[1]);
+                mma_bf16_16816(o[2 * dp + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads();  // the stage is overwritten by the load two tiles on
+    }
+
+    // Sink, normalisation, store.
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_part[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float a = 1.f;
+        if (b.sinks != nullptr) {
+            const float sink = b.sinks[h] * ATTN_LOG2E;
+            const float m_new = fmaxf(m_run[r], sink);
+            a = exp2f(m_run[r] - m_new);
+            l = l * a + exp2f(sink - m_new);
+        }
+        const float inv = a / l;
+        const int j = row0 + r * 8;
+        if (j >= sq) continue;
+        uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++)
+            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
+                pack_bf16x2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+    }
+}
+
+// Launches attn_bf16_kernel for head dim D.
+template <int D>
+pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
+                      uint16_t *out, cudaStream_t stream, pg_err *err)
+{
+    const size_t smem = bf16_smem<D>::bytes;
+    CUDA_TRY("attn_bf16", cudaFuncSetAttribute(attn_bf16_kernel<D>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem));
+    const dim3 grid((unsigned)((b->max_q + ATTN_BM - 1) / ATTN_BM), (unsigned)b->hq,
+                    (unsigned)b->n_seqs);
+    attn_bf16_kernel<D><<<grid, ATTN_THREADS, smem, stream>>>(
+        *b, q, static_cast<const uint16_t *>(kv->data), kv->block_table, kv->block_size,
+        kv->pages_per_seq, out);
+    CUDA_TRY_LAUNCH("attn_bf16");
+    return PG_OK;
+}
+
+}  // namespace
+
+extern "C" pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
+                                    uint16_t *out, cudaStream_t stream, pg_err *err)
+{
+    if (kv->elem != KV_ELEM_BF16)
+        return pg_fail(err, PG_ERR_INTERNAL, "attn_bf16: the cache must hold bf16");
+    switch (b->d) {
+    case 64: return launch_bf16<64>(b, q, kv, out, stream, err);
+    case 128: return launch_bf16<128>(b, q, kv, out, stream, err);
+    default:
+        return pg_fail(err, PG_ERR_SHAPE, "attn_bf16: head dim %d is not supported on the GPU "
+                                          "(64 or 128)", b->d);
+    }
+}

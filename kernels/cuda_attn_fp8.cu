@@ -1,0 +1,287 @@
+// cuda_attn_fp8.cu: fp8 (e4m3) prefill attention, the fp8qkv mode of
+// kernels/attn.h on the GPU: Q, K and V in e4m3, S = Q8.K8^T and O += P8.V8
+// on fp8 tensor cores (mma.sync m16n8k32 e4m3, fp32 accumulators), P cast to
+// e4m3 with no scale as FlashAttention-3's fp8 path does. K and V come
+// straight from the paged e4m3 cache through the block table.
+//
+// Layout trick for P.V: the fp32 accumulator of S holds, per thread, keys
+// 8i + 2q and 8i + 2q + 1 (i = 0..3, q = lane % 4) of each 32-key chunk,
+// while the k32 A operand wants four consecutive k slots per register. The
+// product does not care about the order of its k index, so slot s of a chunk
+// is assigned key fp8_slot_key(s) and V is transposed into shared memory in
+// that same order: each thread packs its own P values with no shuffles.
+#include <cuda_fp8.h>
+#include <math.h>
+
+#include "cuda_common.cuh"
+#include "cuda_mma.cuh"
+
+namespace {
+
+constexpr int F8_BM = 64;                 // query rows per block
+constexpr int F8_BN = 64;                 // keys per tile
+constexpr int F8_WARPS = F8_BM / 16;
+constexpr int F8_THREADS = F8_WARPS * 32;
+constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
+constexpr float F8_LOG2E = 1.4426950408889634f;
+
+// Key (within a 32-key chunk) that k slot s of the P.V product stands for.
+__device__ __forceinline__ int fp8_slot_key(int s)
+{
+    const int half = s / 16, within = s % 16, q = within / 4, e = within % 4;
+    return half * 16 + (e / 2) * 8 + 2 * q + (e % 2);
+}
+
+// Shared-memory plan: byte rows padded by 16 for conflict-free ldmatrix.
+template <int D>
+struct fp8_smem {
+    static constexpr int stride = D + 16;       // bytes per Q / K / V row
+    static constexpr int vt_stride = F8_BN + 16; // bytes per transposed-V row (one dim)
+    static constexpr int q_bytes = F8_BM * stride;
+    static constexpr int kv_bytes = F8_BN * stride;
+    static constexpr int vt_bytes = D * vt_stride;
+    static constexpr size_t bytes = (size_t)q_bytes + 4 * kv_bytes + vt_bytes;
+};
+
+// Two floats to packed e4m3 (low byte first), saturating, nearest even.
+__device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi)
+{
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
+
+template <int D>
+__global__ void __launch_bounds__(F8_THREADS)
+attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
+                const uint8_t *__restrict__ cache, const int32_t *__restrict__ block_table,
+                const int block_size, const int pages_per_seq, const float qk_scale,
+                const float v_scale, uint16_t *__restrict__ out)
+{
+    using sm = fp8_smem<D>;
+    constexpr int CH = D / 16;  // 16-byte chunks per row
+    const int s = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * F8_BM;
+    const int sq = b.seq_q[s];
+    if (m0 >= sq) return;
+    const int skv = b.seq_kv[s], ctx = skv - sq;
+    const int g = h / (b.hq / b.hkv);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+    extern __shared__ __align__(16) uint8_t smem_fp8[];
+    uint8_t *sQ = smem_fp8;
+    uint8_t *sKV = sQ + sm::q_bytes;             // stage st: K at 2 st, V at 2 st + 1
+    uint8_t *sVt = sKV + 4 * sm::kv_bytes;       // [D][F8_BN] in slot order
+
+    const int64_t q_row0 = b.q_off[s] + m0;
+    for (int c = tid; c < F8_BM * CH; c += F8_THREADS) {
+        const int r = c / CH, cc = c % CH;
+        const bool ok = m0 + r < sq;
+        const uint8_t *src = q8 + ((q_row0 + (ok ? r : 0)) * b.hq + h) * (int64_t)D + cc * 16;
+        cp_async_16(sQ + r * sm::stride + cc * 16, src, ok ? 16 : 0);
+    }
+
+    const int j_last = min(m0 + F8_BM, sq) - 1;
+    const int n_end = ctx + j_last + 1;
+    const int lo_first = b.window > 0 ? max(0, ctx + m0 - b.window + 1) : 0;
+    const int n_begin = lo_first / F8_BN * F8_BN;
+    const int n_tiles = (n_end - n_begin + F8_BN - 1) / F8_BN;
+    const int64_t page_half = (int64_t)b.hkv * block_size * D;
+
+    auto load_kv = [&](int tile, int stage) {
+        const int n0 = n_begin + tile * F8_BN;
+        for (int c = tid; c < F8_BN * CH; c += F8_THREADS) {
+            const int r = c / CH, cc = c % CH, t = n0 + r;
+            const bool ok = t < n_end;
+            const int tt = ok ? t : 0;
+            const int64_t page = block_table[(int64_t)s * pages_per_seq + tt / block_size];
+            const int64_t base = (page * 2 * b.hkv + g) * (int64_t)block_size * D +
+                                 (int64_t)(tt % block_size) * D + cc * 16;
+            cp_async_16(sKV + 2 * stage * sm::kv_bytes + r * sm::stride + cc * 16, cache + base,
+                        ok ? 16 : 0);
+            cp_async_16(sKV + (2 * stage + 1) * sm::kv_bytes + r * sm::stride + cc * 16,
+                        cache + base + page_half, ok ? 16 : 0);
+        }
+    };
+
+    load_kv(0, 0);
+    cp_async_commit();
+
+    const float scale_log2 = qk_scale * F8_LOG2E;
+    const int row0 = m0 + warp * 16 + lane / 4;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    uint32_t qf[D / F8_KCHUNK][4];
+
+    for (int tile = 0; tile < n_tiles; tile++) {
+        const int stage = tile & 1;
+        if (tile + 1 < n_tiles) {
+            load_kv(tile + 1, stage ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (tile == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / F8_KCHUNK; kk++)
+                ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * sm::stride + kk * 32 +
+                                        (lane / 16) * 16);
+        }
+        // Transpose this tile's V into slot order: sVt[dim][chunk*32 + slot].
+        const uint8_t *sV = sKV + (2 * stage + 1) * sm::kv_bytes;
+        for (int w = tid; w < D * (F8_BN / 4); w += F8_THREADS) {
+            const int dim = w / (F8_BN / 4), s4 = (w % (F8_BN / 4)) * 4;
+            uint32_t packed = 0;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int slot = s4 + e;
+                const int key = (slot / F8_KCHUNK) * F8_KCHUNK + fp8_slot_key(slot % F8_KCHUNK);
+                packed |= (uint32_t)sV[key * sm::stride + dim] << (8 * e);
+            }
+            *reinterpret_cast<uint32_t *>(sVt + dim * sm::vt_stride + s4) = packed;
+        }
+
+        float sc[F8_BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < F8_BN / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+        const uint8_t *sK = sKV + 2 * stage * sm::kv_bytes;
+#pragma unroll
+        for (int kk = 0; kk < D / F8_KCHUNK; kk++) {
+#pragma unroll
+            for (int np = 0; np < F8_BN / 16; np++) {
+                uint32_t kb[4];
+                const int mi = lane / 8;
+                ldmatrix_x4(kb, sK + (np * 16 + (mi >> 1) * 8 + lane % 8) * sm::stride +
+                                    kk * 32 + (mi & 1) * 16);
+                mma_e4m3_16832(sc[2 * np], qf[kk], kb[0], kb[1]);
+                mma_e4m3_16832(sc[2 * np + 1], qf[kk], kb[2], kb[3]);
+            }
+        }
+
+        const int n0 = n_begin + tile * F8_BN;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < F8_BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = row0 + (e / 2) * 8;
+                const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+                const int hi = ctx + j;
+                const int lo = b.window > 0 ? hi - b.window + 1 : 0;
+                const bool ok = j < sq && t <= hi && t >= lo;
+                sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
+                mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+            }
+        }
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(m_run[r], mx[r]);
+            m_use[r] = m_new == -INFINITY ? 0.f : m_new;
+            alpha[r] = exp2f(m_run[r] - m_use[r]);
+            m_run[r] = m_new;
+            l_part[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int nt = 0; nt < F8_BN / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sc[nt][e] = exp2f(sc[nt][e] - m_use[e / 2]);
+                l_part[e / 2] += sc[nt][e];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+        }
+        __syncthreads();  // sVt complete
+
+        // O += e4m3(P).V8, one 32-key chunk (four accumulator tiles) per mma.
+#pragma unroll
+        for (int kc = 0; kc < F8_BN / F8_KCHUNK; kc++) {
+            const int t0 = 4 * kc;
+            uint32_t pa[4] = {
+                pack_e4m3x2(sc[t0][0], sc[t0][1]) | pack_e4m3x2(sc[t0 + 1][0], sc[t0 + 1][1]) << 16,
+                pack_e4m3x2(sc[t0][2], sc[t0][3]) | pack_e4m3x2(sc[t0 + 1][2], sc[t0 + 1][3]) << 16,
+                pack_e4m3x2(sc[t0 + 2][0], sc[t0 + 2][1]) |
+                    pack_e4m3x2(sc[t0 + 3][0], sc[t0 + 3][1]) << 16,
+                pack_e4m3x2(sc[t0 + 2][2], sc[t0 + 2][3]) |
+                    pack_e4m3x2(sc[t0 + 3][2], sc[t0 + 3][3]) << 16};
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t vb[4];
+                const int mi = lane / 8;
+                ldmatrix_x4(vb, sVt + (dp * 16 + (mi >> 1) * 8 + lane % 8) * sm::vt_stride +
+                                    kc * 32 + (mi & 1) * 16);
+                mma_e4m3_16832(o[2 * dp], pa, vb[0], vb[1]);
+                mma_e4m3_16832(o[2 * dp + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads();  // stage and sVt are overwritten next
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_part[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float a = 1.f;
+        if (b.sinks != nullptr) {
+            const float sink = b.sinks[h] * F8_LOG2E;
+            const float m_new = fmaxf(m_run[r], sink);
+            a = exp2f(m_run[r] - m_new);
+            l = l * a + exp2f(sink - m_new);
+        }
+        const float mul = a * v_scale / l;
+        const int j = row0 + r * 8;
+        if (j >= sq) continue;
+        uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++)
+            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
+                pack_bf16x2(o[nt][2 * r] * mul, o[nt][2 * r + 1] * mul);
+    }
+}
+
+template <int D>
+pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv, float qk_scale,
+                     float v_scale, uint16_t *out, cudaStream_t stream, pg_err *err)
+{
+    const size_t smem = fp8_smem<D>::bytes;
+    CUDA_TRY("attn_fp8", cudaFuncSetAttribute(attn_fp8_kernel<D>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)smem));
+    const dim3 grid((unsigned)((b->max_q + F8_BM - 1) / F8_BM), (unsigned)b->hq,
+                    (unsigned)b->n_seqs);
+    attn_fp8_kernel<D><<<grid, F8_THREADS, smem, stream>>>(
+        *b, q8, static_cast<const uint8_t *>(kv->data), kv->block_table, kv->block_size,
+        kv->pages_per_seq, qk_scale, v_scale, out);
+    CUDA_TRY_LAUNCH("attn_fp8");
+    return PG_OK;
+}
+
+}  // namespace
+
+extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
+                                   float qk_scale, float v_scale, int p_rounding, uint16_t *out,
+                                   cudaStream_t stream, pg_err *err)
+{
+    if (kv->elem != KV_ELEM_E4M3)
+        return pg_fail(err, PG_ERR_INTERNAL, "attn_fp8: the cache must hold e4m3");
+    if (p_rounding != ATTN_P_E4M3)
+        return pg_fail(err, PG_ERR_USAGE, "attn_fp8: the GPU kernel rounds P to e4m3 only "
+                                          "(--p-rounding e4m3)");
+    switch (b->d) {
+    case 64: return launch_fp8<64>(b, q8, kv, qk_scale, v_scale, out, stream, err);
+    case 128: return launch_fp8<128>(b, q8, kv, qk_scale, v_scale, out, stream, err);
+    default:
+        return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: head dim %d is not supported on the GPU "
+                                          "(64 or 128)", b->d);
+    }
+}

@@ -1,0 +1,655 @@
+// cuda_backend.cu: the CUDA backend's host side (see attn_cuda.h): device
+// buffers, the paged caches' block tables, and the order of kernels a layer
+// runs. The kernels themselves are one per file (cuda_*.cu).
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_cuda.h"
+#include "cuda_common.cuh"
+
+// bf16 bits of the quiet NaN that unwritten cache slots hold (as kv_cache.c).
+#define CUDA_BF16_NAN_BITS 0x7FC0u
+// Threads per block of the fill kernel.
+#define CUDA_FILL_THREADS 256
+
+struct cuda_backend {
+    int device;
+    cudaStream_t stream;
+    cudaDeviceProp prop;
+};
+
+namespace {
+
+// Fills n uint16_t with value.
+__global__ void fill_u16_kernel(uint16_t *p, int64_t n, uint16_t value)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = value;
+}
+
+// Device allocations of one call, freed together.
+struct dev_pool {
+    cuda_backend *be;
+    void *ptr[32];
+    int n;
+};
+
+pg_status dev_alloc(dev_pool *pool, void **p, size_t bytes, const char *what, pg_err *err)
+{
+    *p = nullptr;
+    if (pool->n == (int)(sizeof pool->ptr / sizeof pool->ptr[0]))
+        return pg_fail(err, PG_ERR_INTERNAL, "cuda: too many buffers in one call");
+    cudaError_t rc = cudaMallocAsync(p, bytes ? bytes : 1, pool->be->stream);
+    if (rc != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        return pg_fail(err, rc == cudaErrorMemoryAllocation ? PG_ERR_NOMEM : PG_ERR_DEVICE,
+                       "cuda: cannot allocate %.1f MiB for %s (%.1f of %.1f GiB free): %s",
+                       (double)bytes / (1 << 20), what, (double)free_b / (1 << 30),
+                       (double)total_b / (1 << 30), cudaGetErrorString(rc));
+    }
+    pool->ptr[pool->n++] = *p;
+    return PG_OK;
+}
+
+void dev_pool_free(dev_pool *pool)
+{
+    for (int i = 0; i < pool->n; i++) cudaFreeAsync(pool->ptr[i], pool->be->stream);
+    cudaStreamSynchronize(pool->be->stream);
+    pool->n = 0;
+}
+
+pg_status upload(cuda_backend *be, void *dst, const void *src, size_t bytes, const char *what,
+                 pg_err *err)
+{
+    CUDA_TRY(what, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, be->stream));
+    return PG_OK;
+}
+
+pg_status download(cuda_backend *be, void *dst, const void *src, size_t bytes, const char *what,
+                   pg_err *err)
+{
+    CUDA_TRY(what, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->stream));
+    CUDA_TRY(what, cudaStreamSynchronize(be->stream));
+    return PG_OK;
+}
+
+// Copies allocate-and-upload of one host array into the pool.
+pg_status dev_copy(dev_pool *pool, void **dst, const void *src, size_t bytes, const char *what,
+                   pg_err *err)
+{
+    pg_status st = dev_alloc(pool, dst, bytes, what, err);
+    if (st == PG_OK && bytes > 0) st = upload(pool->be, *dst, src, bytes, what, err);
+    return st;
+}
+
+// The batch geometry on the device.
+pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg_err *err)
+{
+    pg_status st = attn_batch_check(b, err);
+    if (st != PG_OK) return st;
+    const int n = b->n_seqs;
+    int64_t *offs = (int64_t *)malloc(2 * (size_t)n * sizeof(int64_t));
+    if (offs == nullptr) return pg_fail(err, PG_ERR_NOMEM, "cuda: batch offsets");
+    *cb = cuda_batch{};
+    cb->n_seqs = n;
+    cb->hq = b->hq;
+    cb->hkv = b->hkv;
+    cb->d = b->d;
+    cb->window = b->window;
+    cb->sm_scale = b->sm_scale;
+    int64_t tq = 0, tkv = 0;
+    for (int s = 0; s < n; s++) {
+        offs[s] = tq;
+        offs[n + s] = tkv;
+        tq += b->seq_q[s];
+        tkv += b->seq_kv[s];
+        if (b->seq_q[s] > cb->max_q) cb->max_q = b->seq_q[s];
+        if (b->seq_kv[s] > cb->max_kv) cb->max_kv = b->seq_kv[s];
+    }
+    cb->tq = tq;
+    cb->tkv = tkv;
+    void *p[5] = {};
+    st = dev_copy(pool, &p[0], b->seq_q, (size_t)n * sizeof(int32_t), "seq_q", err);
+    if (st == PG_OK) st = dev_copy(pool, &p[1], b->seq_kv, (size_t)n * sizeof(int32_t), "seq_kv", err);
+    if (st == PG_OK) st = dev_copy(pool, &p[2], offs, (size_t)n * sizeof(int64_t), "q_off", err);
+    if (st == PG_OK) st = dev_copy(pool, &p[3], offs + n, (size_t)n * sizeof(int64_t), "kv_off", err);
+    if (st == PG_OK && b->sinks != nullptr)
+        st = dev_copy(pool, &p[4], b->sinks, (size_t)b->hq * sizeof(float), "sinks", err);
+    if (st == PG_OK) st = download(pool->be, offs, p[2], 0, "sync", err); // orders the uploads
+    free(offs);
+    cb->seq_q = (const int32_t *)p[0];
+    cb->seq_kv = (const int32_t *)p[1];
+    cb->q_off = (const int64_t *)p[2];
+    cb->kv_off = (const int64_t *)p[3];
+    cb->sinks = (const float *)p[4];
+    return st;
+}
+
+size_t elem_bytes(kv_elem e)
+{
+    return e == KV_ELEM_E4M3 ? 1 : 2;
+}
+
+// A NaN-filled device paged cache with the host's block table (uploaded).
+pg_status dev_paged_make(dev_pool *pool, const attn_batch *b, kv_elem elem, int block_size,
+                         int64_t n_pages, int pages_per_seq, const int32_t *table_host,
+                         cuda_paged *c, pg_err *err)
+{
+    *c = cuda_paged{};
+    c->elem = elem;
+    c->block_size = block_size;
+    c->pages_per_seq = pages_per_seq;
+    c->n_pages = n_pages;
+    const int64_t elems = n_pages * 2 * b->hkv * (int64_t)block_size * b->d;
+    void *table = nullptr;
+    pg_status st = dev_alloc(pool, &c->data, (size_t)elems * elem_bytes(elem), "paged cache", err);
+    if (st == PG_OK)
+        st = dev_copy(pool, &table, table_host,
+                      (size_t)b->n_seqs * (size_t)pages_per_seq * sizeof(int32_t), "block table",
+                      err);
+    if (st != PG_OK) return st;
+    c->block_table = (const int32_t *)table;
+    if (elem == KV_ELEM_E4M3) {
+        CUDA_TRY("fill cache", cudaMemsetAsync(c->data, FP8_NAN_BITS, (size_t)elems,
+                                               pool->be->stream));
+    } else {
+        fill_u16_kernel<<<1024, CUDA_FILL_THREADS, 0, pool->be->stream>>>(
+            (uint16_t *)c->data, elems, CUDA_BF16_NAN_BITS);
+        CUDA_TRY_LAUNCH("fill cache");
+    }
+    return PG_OK;
+}
+
+// The scattered cache of kv_paged_write (same seed, same table) on the device.
+pg_status dev_paged_write(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
+                          const uint16_t *dk, const uint16_t *dv, kv_elem elem, float ks,
+                          float vs, uint64_t seed, int block_size, cuda_paged *c,
+                          unsigned long long *dstats, pg_err *err)
+{
+    int64_t n_pages;
+    int width;
+    int32_t *table = nullptr;
+    pg_status st = kv_block_table_build(b, block_size, seed, &n_pages, &width, &table, err);
+    if (st == PG_OK) st = dev_paged_make(pool, b, elem, block_size, n_pages, width, table, c, err);
+    free(table);
+    if (st == PG_OK) st = cuda_kv_cache_write(cb, dk, dv, ks, vs, c, dstats, pool->be->stream, err);
+    return st;
+}
+
+// The compact cache of the dequant gather (B*P + 1 pages, table 1..B*P) on the device.
+pg_status dev_gather(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
+                     const cuda_paged *src, float ks, float vs, cuda_paged *out, pg_err *err)
+{
+    const int B = b->n_seqs, P = src->pages_per_seq;
+    int32_t *table = (int32_t *)malloc((size_t)B * (size_t)P * sizeof(int32_t) + 1);
+    if (table == nullptr) return pg_fail(err, PG_ERR_NOMEM, "cuda: mock block table");
+    for (int64_t i = 0; i < (int64_t)B * P; i++) table[i] = (int32_t)(i + 1);
+    pg_status st = dev_paged_make(pool, b, KV_ELEM_BF16, src->block_size, (int64_t)B * P + 1, P,
+                                  table, out, err);
+    free(table);
+    if (st == PG_OK) st = cuda_kv_dequant_gather(cb, src, ks, vs, out, pool->be->stream, err);
+    return st;
+}
+
+void stats_to_host(const unsigned long long *s, fp8_quant_stats *out)
+{
+    out->n = s[CUDA_QSTAT_N];
+    out->n_saturated = s[CUDA_QSTAT_SAT];
+    out->n_nonzero = s[CUDA_QSTAT_NONZERO];
+    out->n_underflow = s[CUDA_QSTAT_UNDERFLOW];
+}
+
+// Uploads q/k/v of a batch.
+pg_status dev_qkv(dev_pool *pool, const cuda_batch *cb, const uint16_t *q, const uint16_t *k,
+                  const uint16_t *v, uint16_t **dq, uint16_t **dk, uint16_t **dv, pg_err *err)
+{
+    const size_t nq = (size_t)cb->tq * cb->hq * cb->d, nkv = (size_t)cb->tkv * cb->hkv * cb->d;
+    pg_status st = dev_copy(pool, (void **)dq, q, nq * 2, "q", err);
+    if (st == PG_OK) st = dev_copy(pool, (void **)dk, k, nkv * 2, "k", err);
+    if (st == PG_OK) st = dev_copy(pool, (void **)dv, v, nkv * 2, "v", err);
+    return st;
+}
+
+// Milliseconds between two recorded events (0 when timing is off).
+double event_ms(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    if (cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&ms, a, b) != cudaSuccess)
+        return 0;
+    return ms;
+}
+
+}  // namespace
+
+extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t desc_len,
+                                       pg_err *err)
+{
+    *out = nullptr;
+    int count = 0;
+    cudaError_t rc = cudaGetDeviceCount(&count);
+    if (rc != cudaSuccess)
+        return pg_fail(err, PG_ERR_DEVICE, "no usable GPU: %s (%s)", cudaGetErrorString(rc),
+                       cudaGetErrorName(rc));
+    if (count == 0) return pg_fail(err, PG_ERR_DEVICE, "no usable GPU: the driver sees no device");
+    cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
+    if (be == nullptr) return pg_fail(err, PG_ERR_NOMEM, "cuda backend");
+    be->device = 0;
+    pg_status st = PG_OK;
+    rc = cudaSetDevice(0);
+    if (rc == cudaSuccess) rc = cudaGetDeviceProperties(&be->prop, 0);
+    if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) {
+        st = pg_fail(err, PG_ERR_DEVICE, "GPU 0: cannot start: %s", cudaGetErrorString(rc));
+        free(be);
+        return st;
+    }
+    if (be->prop.major * 10 + be->prop.minor < 89) {
+        st = pg_fail(err, PG_ERR_DEVICE, "GPU 0 (%s) is sm_%d%d; the fp8 kernels need sm_89 or later",
+                     be->prop.name, be->prop.major, be->prop.minor);
+        cudaStreamDestroy(be->stream);
+        free(be);
+        return st;
+    }
+    if (desc != nullptr && desc_len > 0)
+        snprintf(desc, desc_len, "cuda: %s (sm_%d%d, %d SMs, %.0f GiB)", be->prop.name,
+                 be->prop.major, be->prop.minor, be->prop.multiProcessorCount,
+                 (double)be->prop.totalGlobalMem / (1 << 30));
+    *out = be;
+    return PG_OK;
+}
+
+extern "C" void cuda_backend_close(cuda_backend *be)
+{
+    if (be == nullptr) return;
+    cudaStreamDestroy(be->stream);
+    free(be);
+}
+
+extern "C" pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                    const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
+{
+    dev_pool pool = {be, {}, 0};
+    cuda_batch cb;
+    uint16_t *dq, *dk, *dv;
+    double *dout;
+    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
+    const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * sizeof(double), "reference", err);
+    if (st == PG_OK) st = cuda_attn_reference(&cb, dq, dk, dv, dout, be->stream, err);
+    if (st == PG_OK) st = download(be, out, dout, nq * sizeof(double), "reference", err);
+    dev_pool_free(&pool);
+    return st;
+}
+
+extern "C" pg_status cuda_variant_bf16(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                       const uint16_t *k, const uint16_t *v, uint64_t page_seed,
+                                       int block_size, uint16_t *out, pg_err *err)
+{
+    dev_pool pool = {be, {}, 0};
+    cuda_batch cb;
+    uint16_t *dq, *dk, *dv, *dout;
+    cuda_paged cache;
+    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
+    const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "bf16 output", err);
+    if (st == PG_OK)
+        st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_BF16, 1.f, 1.f, page_seed, block_size,
+                             &cache, nullptr, err);
+    if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &cache, dout, be->stream, err);
+    if (st == PG_OK) st = download(be, out, dout, nq * 2, "bf16 output", err);
+    dev_pool_free(&pool);
+    return st;
+}
+
+// fp8kv (qkv == 0) or fp8qkv (qkv == 1) with host in/out.
+static pg_status variant_fp8(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                             int qkv, uint16_t *out, attn_quant_report *rep, pg_err *err)
+{
+    if (!opt->quantize)
+        return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
+    dev_pool pool = {be, {}, 0};
+    cuda_batch cb;
+    uint16_t *dq, *dk, *dv, *dout;
+    unsigned long long *dstats;
+    cuda_paged cache, compact;
+    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
+    const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "fp8 output", err);
+    if (st == PG_OK)
+        st = dev_alloc(&pool, (void **)&dstats, 3 * CUDA_QSTAT_COUNT * sizeof(unsigned long long),
+                       "stats", err);
+    if (st == PG_OK)
+        CUDA_TRY("stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
+    if (st == PG_OK)
+        st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
+                             opt->page_seed, opt->block_size, &cache, dstats + CUDA_QSTAT_COUNT,
+                             err);
+    if (st == PG_OK && !qkv) {
+        st = dev_gather(&pool, b, &cb, &cache, opt->k_scale, opt->v_scale, &compact, err);
+        if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &compact, dout, be->stream, err);
+    } else if (st == PG_OK) {
+        uint8_t *dq8;
+        st = dev_alloc(&pool, (void **)&dq8, nq, "fp8 q", err);
+        if (st == PG_OK)
+            st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, dq8, dstats, be->stream, err);
+        const float qk = (float)((double)opt->q_scale * opt->k_scale * b->sm_scale);
+        if (st == PG_OK)
+            st = cuda_attn_fp8(&cb, dq8, &cache, qk, opt->v_scale, opt->p_rounding, dout,
+                               be->stream, err);
+    }
+    unsigned long long hs[3 * CUDA_QSTAT_COUNT];
+    if (st == PG_OK) st = download(be, out, dout, nq * 2, "fp8 output", err);
+    if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
+    if (st == PG_OK && rep != nullptr) {
+        memset(rep, 0, sizeof *rep);
+        if (qkv) stats_to_host(hs, &rep->q);
+        stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
+        stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
+    }
+    dev_pool_free(&pool);
+    return st;
+}
+
+extern "C" pg_status cuda_variant_fp8kv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                        const uint16_t *k, const uint16_t *v,
+                                        const attn_fp8_options *opt, uint16_t *out,
+                                        attn_quant_report *rep, pg_err *err)
+{
+    return variant_fp8(be, b, q, k, v, opt, 0, out, rep, err);
+}
+
+extern "C" pg_status cuda_variant_fp8qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                         const uint16_t *k, const uint16_t *v,
+                                         const attn_fp8_options *opt, uint16_t *out,
+                                         attn_quant_report *rep, pg_err *err)
+{
+    return variant_fp8(be, b, q, k, v, opt, 1, out, rep, err);
+}
+
+extern "C" pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t *k,
+                                      const uint16_t *v, kv_elem elem, float k_scale,
+                                      float v_scale, uint64_t page_seed, int block_size,
+                                      kv_paged *out, attn_quant_report *rep, pg_err *err)
+{
+    dev_pool pool = {be, {}, 0};
+    cuda_batch cb;
+    uint16_t *dk, *dv;
+    unsigned long long *dstats;
+    cuda_paged cache;
+    memset(out, 0, sizeof *out);
+    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    const size_t nkv = (size_t)cb.tkv * cb.hkv * cb.d;
+    if (st == PG_OK) st = dev_copy(&pool, (void **)&dk, k, nkv * 2, "k", err);
+    if (st == PG_OK) st = dev_copy(&pool, (void **)&dv, v, nkv * 2, "v", err);
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, 2 * CUDA_QSTAT_COUNT * 8, "stats", err);
+    if (st == PG_OK) CUDA_TRY("stats", cudaMemsetAsync(dstats, 0, 2 * CUDA_QSTAT_COUNT * 8, be->stream));
+    if (st == PG_OK)
+        st = dev_paged_write(&pool, b, &cb, dk, dv, elem, k_scale, v_scale, page_seed, block_size,
+                             &cache, dstats, err);
+    if (st == PG_OK) {
+        *out = kv_paged{elem, b->n_seqs, b->hkv, b->d, block_size, cache.n_pages,
+                        cache.pages_per_seq, nullptr, nullptr};
+        const size_t bytes = (size_t)cache.n_pages * 2 * b->hkv * block_size * b->d * elem_bytes(elem);
+        const size_t tbytes = (size_t)b->n_seqs * cache.pages_per_seq * sizeof(int32_t);
+        out->data = malloc(bytes + 1);
+        out->block_table = (int32_t *)malloc(tbytes + 1);
+        if (out->data == nullptr || out->block_table == nullptr)
+            st = pg_fail(err, PG_ERR_NOMEM, "cuda: host copy of the paged cache");
+        if (st == PG_OK) st = download(be, out->data, cache.data, bytes, "paged cache", err);
+        if (st == PG_OK) st = download(be, out->block_table, cache.block_table, tbytes, "table", err);
+    }
+    unsigned long long hs[2 * CUDA_QSTAT_COUNT];
+    if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
+    if (st == PG_OK && rep != nullptr) {
+        memset(rep, 0, sizeof *rep);
+        stats_to_host(hs, &rep->k);
+        stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->v);
+    }
+    if (st != PG_OK) kv_paged_free(out);
+    dev_pool_free(&pool);
+    return st;
+}
+
+extern "C" pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, float k_scale,
+                                         float v_scale, kv_paged *out, pg_err *err)
+{
+    dev_pool pool = {be, {}, 0};
+    memset(out, 0, sizeof *out);
+    // The gather needs only n_seqs and the geometry: a batch of that many sequences.
+    const int B = src->n_seqs, P = src->pages_per_seq;
+    int32_t *ones = (int32_t *)malloc((size_t)B * sizeof(int32_t));
+    if (ones == nullptr) return pg_fail(err, PG_ERR_NOMEM, "cuda: gather batch");
+    for (int i = 0; i < B; i++) ones[i] = 1;
+    const attn_batch b = {B, ones, ones, src->hkv, src->hkv, src->d, 0, 1.f, nullptr};
+    cuda_batch cb;
+    cuda_paged dsrc, dout;
+    pg_status st = dev_batch_make(&pool, &b, &cb, err);
+    const size_t src_bytes = (size_t)src->n_pages * 2 * src->hkv * src->block_size * src->d *
+                             elem_bytes(src->elem);
+    if (st == PG_OK)
+        st = dev_paged_make(&pool, &b, src->elem, src->block_size, src->n_pages, P,
+                            src->block_table, &dsrc, err);
+    if (st == PG_OK) st = upload(be, dsrc.data, src->data, src_bytes, "gather source", err);
+    if (st == PG_OK) st = dev_gather(&pool, &b, &cb, &dsrc, k_scale, v_scale, &dout, err);
+    if (st == PG_OK) {
+        *out = kv_paged{KV_ELEM_BF16, B, src->hkv, src->d, src->block_size, (int64_t)B * P + 1, P,
+                        nullptr, nullptr};
+        const size_t bytes = (size_t)out->n_pages * 2 * src->hkv * src->block_size * src->d * 2;
+        out->data = malloc(bytes + 1);
+        out->block_table = (int32_t *)malloc((size_t)B * P * sizeof(int32_t) + 1);
+        if (out->data == nullptr || out->block_table == nullptr)
+            st = pg_fail(err, PG_ERR_NOMEM, "cuda: host copy of the compact cache");
+        if (st == PG_OK) st = download(be, out->data, dout.data, bytes, "compact cache", err);
+        if (st == PG_OK)
+            st = download(be, out->block_table, dout.block_table, (size_t)B * P * sizeof(int32_t),
+                          "compact table", err);
+    }
+    if (st != PG_OK) kv_paged_free(out);
+    free(ones);
+    dev_pool_free(&pool);
+    return st;
+}
+
+extern "C" pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double *ref,
+                                       int64_t tq, int hq, int d, attn_error_metrics *m,
+                                       pg_err *err)
+{
+    dev_pool pool = {be, {}, 0};
+    const size_t n = (size_t)tq * hq * d;
+    uint16_t *dout;
+    double *dref;
+    pg_status st = dev_copy(&pool, (void **)&dout, out, n * 2, "metrics output", err);
+    if (st == PG_OK) st = dev_copy(&pool, (void **)&dref, ref, n * 8, "metrics reference", err);
+    if (st == PG_OK) st = cuda_metrics(dout, dref, tq, hq, d, m, be->stream, err);
+    dev_pool_free(&pool);
+    return st;
+}
+
+extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                      const uint16_t *k, const uint16_t *v,
+                                      const attn_fp8_options *opt, unsigned modes, int n_ext,
+                                      const uint16_t *const *ext, attn_error_metrics *metrics,
+                                      attn_quant_report *rep, uint16_t *const *mode_out,
+                                      double *ms_ref, double *ms_modes, double *ms_metrics,
+                                      pg_err *err)
+{
+    dev_pool pool = {be, {}, 0};
+    cuda_batch cb;
+    uint16_t *dq, *dk, *dv, *dout;
+    double *dref;
+    unsigned long long *dstats;
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    double t_metrics = 0;
+    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
+    const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
+    const int per = b->hq + 1;
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dref, nq * 8, "reference", err);
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, 3 * CUDA_QSTAT_COUNT * 8, "stats", err);
+    if (st == PG_OK) CUDA_TRY("stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
+    if (st == PG_OK) CUDA_TRY("events", cudaEventCreate(&ev[0]));
+    if (st == PG_OK) CUDA_TRY("events", cudaEventCreate(&ev[1]));
+    if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[0], be->stream));
+    if (st == PG_OK) st = cuda_attn_reference(&cb, dq, dk, dv, dref, be->stream, err);
+    if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[1], be->stream));
+    if (st == PG_OK && ms_ref) *ms_ref = event_ms(ev[0], ev[1]);
+
+    int slot = 0;
+    cuda_paged e4m3 = {};
+    const int mode_bits[3] = {CUDA_MODE_BF16, CUDA_MODE_FP8KV, CUDA_MODE_FP8QKV};
+    for (int mi = 0; st == PG_OK && mi < 3; mi++) {
+        if (!(modes & mode_bits[mi])) continue;
+        CUDA_TRY("events", cudaEventRecord(ev[0], be->stream));
+        if (mi == 0) {
+            cuda_paged cache;
+            st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_BF16, 1.f, 1.f, opt->page_seed,
+                                 opt->block_size, &cache, nullptr, err);
+            if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &cache, dout, be->stream, err);
+        } else {
+            if (e4m3.data == nullptr)
+                st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale,
+                                     opt->v_scale, opt->page_seed, opt->block_size, &e4m3,
+                                     dstats + CUDA_QSTAT_COUNT, err);
+            if (st == PG_OK && mi == 1) {
+                cuda_paged compact;
+                st = dev_gather(&pool, b, &cb, &e4m3, opt->k_scale, opt->v_scale, &compact, err);
+                if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &compact, dout, be->stream, err);
+            } else if (st == PG_OK) {
+                uint8_t *dq8;
+                st = dev_alloc(&pool, (void **)&dq8, nq, "fp8 q", err);
+                if (st == PG_OK)
+                    st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, dq8, dstats,
+                                            be->stream, err);
+                const float qk = (float)((double)opt->q_scale * opt->k_scale * b->sm_scale);
+                if (st == PG_OK)
+                    st = cuda_attn_fp8(&cb, dq8, &e4m3, qk, opt->v_scale, opt->p_rounding, dout,
+                                       be->stream, err);
+            }
+        }
+        if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[1], be->stream));
+        if (st == PG_OK && ms_modes) ms_modes[mi] = event_ms(ev[0], ev[1]);
+        if (st == PG_OK && mode_out != nullptr && mode_out[slot] != nullptr)
+            st = download(be, mode_out[slot], dout, nq * 2, "mode output", err);
+        if (st == PG_OK) {
+            CUDA_TRY("events", cudaEventRecord(ev[0], be->stream));
+            st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, metrics + (size_t)slot * per,
+                              be->stream, err);
+            if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[1], be->stream));
+            if (st == PG_OK) t_metrics += event_ms(ev[0], ev[1]);
+        }
+        slot++;
+    }
+    for (int e = 0; st == PG_OK && e < n_ext; e++) {
+        st = upload(be, dout, ext[e], nq * 2, "external output", err);
+        if (st == PG_OK)
+            st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, metrics + (size_t)slot * per,
+                              be->stream, err);
+        slot++;
+    }
+    unsigned long long hs[3 * CUDA_QSTAT_COUNT];
+    if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
+    if (st == PG_OK && rep != nullptr) {
+        memset(rep, 0, sizeof *rep);
+        stats_to_host(hs, &rep->q);
+        stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
+        stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
+    }
+    if (ms_metrics) *ms_metrics = t_metrics;
+    for (int i = 0; i < 2; i++)
+        if (ev[i] != nullptr) cudaEventDestroy(ev[i]);
+    dev_pool_free(&pool);
+    return st;
+}
+
+namespace {
+
+int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+}  // namespace
+
+// Runs one stage reps + 1 times (the first a warm-up) between events; the
+// median of the timed runs goes to *ms. STAGE is a statement setting st.
+#define TIME_STAGE(ms, STAGE)                                                      \
+    do {                                                                           \
+        double runs_[CUDA_TIME_MAX_REPS];                                          \
+        for (int r_ = 0; st == PG_OK && r_ <= reps; r_++) {                        \
+            CUDA_TRY("timing", cudaEventRecord(ev[0], be->stream));                \
+            STAGE;                                                                 \
+            if (st == PG_OK) CUDA_TRY("timing", cudaEventRecord(ev[1], be->stream)); \
+            if (st == PG_OK && r_ > 0) runs_[r_ - 1] = event_ms(ev[0], ev[1]);     \
+        }                                                                          \
+        if (st == PG_OK) {                                                         \
+            qsort(runs_, (size_t)reps, sizeof(double), cmp_double);                \
+            *(ms) = runs_[reps / 2];                                               \
+        }                                                                          \
+    } while (0)
+
+// Most timed repetitions per stage.
+#define CUDA_TIME_MAX_REPS 64
+
+extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                       const uint16_t *k, const uint16_t *v,
+                                       const attn_fp8_options *opt, int reps,
+                                       cuda_kernel_times *t, pg_err *err)
+{
+    if (reps < 1) reps = 1;
+    if (reps > CUDA_TIME_MAX_REPS) reps = CUDA_TIME_MAX_REPS;
+    memset(t, 0, sizeof *t);
+    dev_pool pool = {be, {}, 0};
+    cuda_batch cb;
+    uint16_t *dq, *dk, *dv, *dout;
+    uint8_t *dq8;
+    double *dref;
+    cuda_paged e4m3, compact;
+    cudaEvent_t ev[2];
+    CUDA_TRY("events", cudaEventCreate(&ev[0]));
+    CUDA_TRY("events", cudaEventCreate(&ev[1]));
+    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
+    const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dref, nq * 8, "reference", err);
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dq8, nq, "fp8 q", err);
+    if (st == PG_OK)
+        st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
+                             opt->page_seed, opt->block_size, &e4m3, nullptr, err);
+    if (st == PG_OK) st = dev_gather(&pool, b, &cb, &e4m3, opt->k_scale, opt->v_scale, &compact, err);
+    const float qk = (float)((double)opt->q_scale * opt->k_scale * b->sm_scale);
+    TIME_STAGE(&t->reference, st = cuda_attn_reference(&cb, dq, dk, dv, dref, be->stream, err));
+    TIME_STAGE(&t->cache_write_e4m3, st = cuda_kv_cache_write(&cb, dk, dv, opt->k_scale,
+                                                              opt->v_scale, &e4m3, nullptr,
+                                                              be->stream, err));
+    TIME_STAGE(&t->dequant_gather, st = cuda_kv_dequant_gather(&cb, &e4m3, opt->k_scale,
+                                                               opt->v_scale, &compact,
+                                                               be->stream, err));
+    TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, dout, be->stream, err));
+    TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, dq8, nullptr,
+                                                       be->stream, err));
+    TIME_STAGE(&t->attn_fp8, st = cuda_attn_fp8(&cb, dq8, &e4m3, qk, opt->v_scale, opt->p_rounding,
+                                                dout, be->stream, err));
+    attn_error_metrics *m = (attn_error_metrics *)calloc((size_t)b->hq + 1, sizeof *m);
+    if (m == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "metrics");
+    TIME_STAGE(&t->metrics, st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, m, be->stream, err));
+    free(m);
+    /* The gather reads the e4m3 pages the batch uses and writes them as bf16. */
+    int64_t used = 0;
+    for (int s = 0; s < b->n_seqs; s++) used += (b->seq_kv[s] + opt->block_size - 1) / opt->block_size;
+    t->gather_bytes = (double)used * 2 * b->hkv * opt->block_size * b->d * (1 + 2);
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    dev_pool_free(&pool);
+    return st;
+}

@@ -1,0 +1,98 @@
+// cuda_common.cuh: what every CUDA file of precgate shares: the batch geometry
+// as the kernels see it, the launchers' declarations, and CUDA_TRY, the one
+// way a CUDA call's failure becomes a pg_status naming the kernel and call.
+#ifndef PG_CUDA_COMMON_CUH
+#define PG_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kv_cache.h"
+#include "metrics.h"
+#include "status.h"
+
+// Batch geometry on the device. Arrays are device pointers; the scalars are
+// the same as attn_batch's, plus maxima the launchers size grids with.
+typedef struct cuda_batch {
+    int n_seqs, hq, hkv, d, window;
+    float sm_scale;
+    const int32_t *seq_q, *seq_kv;   // [n_seqs]
+    const int64_t *q_off, *kv_off;   // [n_seqs] first row of each sequence in the packed tensors
+    const float *sinks;              // [hq] or NULL
+    int max_q, max_kv;               // longest seq_q / seq_kv
+    int64_t tq, tkv;                 // sum of seq_q / seq_kv
+} cuda_batch;
+
+// A paged cache on the device, the layout of kv_cache.h.
+typedef struct cuda_paged {
+    kv_elem elem;
+    int block_size, pages_per_seq;
+    int64_t n_pages;
+    void *data;                      // [n_pages, 2, hkv, block_size, d]
+    const int32_t *block_table;      // [n_seqs, pages_per_seq]
+} cuda_paged;
+
+// Quantization counters on the device, in fp8_quant_stats order.
+enum { CUDA_QSTAT_N, CUDA_QSTAT_SAT, CUDA_QSTAT_NONZERO, CUDA_QSTAT_UNDERFLOW, CUDA_QSTAT_COUNT };
+
+// Evaluates a CUDA runtime call; on failure records "WHAT: call: error" in err
+// (first failure wins) and returns PG_ERR_DEVICE from the enclosing function.
+#define CUDA_TRY(what, call)                                                              \
+    do {                                                                                  \
+        cudaError_t cuda_try_rc_ = (call);                                                \
+        if (cuda_try_rc_ != cudaSuccess)                                                  \
+            return pg_fail(err, PG_ERR_DEVICE, "%s: %s failed: %s (%s, %s:%d)", (what), #call, \
+                           cudaGetErrorString(cuda_try_rc_), cudaGetErrorName(cuda_try_rc_), \
+                           __FILE__, __LINE__);                                           \
+    } while (0)
+
+// Checks the launch just made (configuration errors) in the same way.
+#define CUDA_TRY_LAUNCH(what) CUDA_TRY(what, cudaGetLastError())
+
+// ---- launchers (each in its own .cu file); all enqueue on stream ----
+
+extern "C" {
+
+// kv cache write (cuda_kv_cache.cu): packed bf16 k/v [tkv, hkv, d] into c
+// through c->block_table; e4m3: x / scale with SATFINITE, nearest even;
+// bf16: bits copied. stats (may be NULL): 2 x CUDA_QSTAT_COUNT counters, K then V,
+// added to. Slots the batch does not fill are left as they were.
+pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k, const uint16_t *v,
+                              float k_scale, float v_scale, cuda_paged *c,
+                              unsigned long long *stats, cudaStream_t stream, pg_err *err);
+
+// vLLM PR #24197's dequant gather (cuda_kv_cache.cu): mock page b*P+p+1 of
+// out (bf16) = bf16(decode(src page) * scale) for src ids > 0; other pages untouched.
+pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_paged *src, float k_scale,
+                                 float v_scale, cuda_paged *out, cudaStream_t stream, pg_err *err);
+
+// e4m3 quantization of n bf16 values with a scale (cuda_kv_cache.cu); stats as above (one set).
+pg_status cuda_quantize_e4m3(const uint16_t *x, int64_t n, float scale, uint8_t *out,
+                             unsigned long long *stats, cudaStream_t stream, pg_err *err);
+
+// fp64 reference attention (cuda_attn_reference.cu): packed bf16 q [tq,hq,d],
+// k/v [tkv,hkv,d] -> out fp64 [tq,hq,d]; d <= 128.
+pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
+                              const uint16_t *v, double *out, cudaStream_t stream, pg_err *err);
+
+// bf16 prefill attention through a bf16 paged cache (cuda_attn_bf16.cu): out bf16 [tq,hq,d].
+pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
+                         uint16_t *out, cudaStream_t stream, pg_err *err);
+
+// fp8 prefill attention (cuda_attn_fp8.cu): e4m3 q8 [tq,hq,d] and e4m3 paged
+// cache; S scaled by qk_scale, P rounded per p_rounding (e4m3 or bf16-equivalent
+// where supported), O scaled by v_scale / l; out bf16.
+pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
+                        float qk_scale, float v_scale, int p_rounding, uint16_t *out,
+                        cudaStream_t stream, pg_err *err);
+
+// Error metrics of out (bf16) against ref (fp64), [tq, hq, d] both
+// (cuda_metrics.cu): m[0] whole layer, m[1 + h] head h, the definitions of
+// metrics.h; p99 is the exact nearest-rank percentile of |out - ref| rounded to
+// fp32. Synchronizes stream; scratch is allocated inside.
+pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
+                       attn_error_metrics *m, cudaStream_t stream, pg_err *err);
+
+}  // extern "C"
+
+#endif  // PG_CUDA_COMMON_CUH

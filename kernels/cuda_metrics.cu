@@ -1,0 +1,529 @@
+// cuda_metrics.cu: the error metrics of harness/metrics.c on the GPU, for a
+// whole layer and for each head, with only a few KB travelling back.
+//
+//   1. metrics_stats_kernel (one pass over out and ref): per head, double sums
+//      of e^2, r^2, o^2, o*r, |e|, max |e| and the NaN / Inf counts of o; it
+//      also writes each element's key, the bits of (float)|e| (non-negative
+//      floats order like their bits; a non-finite o gives +inf), head-major.
+//   2. Exact nearest-rank p99 of each segment (segments 0..hq-1: the heads;
+//      segment hq: the whole layer) by a 3-pass radix select over the 32-bit
+//      keys (11, 11, 10 bits, most significant first): metrics_hist_kernel
+//      histograms the keys that match each segment's prefix so far, then
+//      metrics_select_kernel finds the bin holding each segment's remaining
+//      rank and extends its prefix. After the last pass the prefix is the key.
+//   3. The host turns the sums into metrics with metrics.c's formulas and
+//      special cases (non-finite output, n == 0, zero reference).
+//
+// The sums are reduced in another order than metrics.c's sequential loop, so
+// they agree to rounding, not bit for bit; max_abs, the counts and n are
+// exact; p99_abs is exactly (double)(float) of metrics.c's value (rounding to
+// fp32 is monotone, so the k-th smallest rounded key is the rounded k-th
+// smallest |e|). ref is assumed finite (it is the fp64 reference): a NaN ref
+// element gives a NaN |e| whose key sorts above +inf, where metrics.c's
+// quickselect has no defined answer either.
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "status.h"
+
+// cuda_common.cuh declares the launchers without a linkage specification;
+// declaring cuda_metrics extern "C" first gives it C linkage (as gpu_probe.cu's
+// definition has), which the later plain declaration keeps ([dcl.link]).
+extern "C" pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq,
+                                  int d, attn_error_metrics *m, cudaStream_t stream, pg_err *err);
+
+#include "cuda_common.cuh"
+
+namespace {
+
+// ---- constants ---------------------------------------------------------------
+
+constexpr int kBlock = 256;                   // threads per block, stats and histogram kernels
+constexpr int kWarps = kBlock / 32;           // warps per such block
+constexpr int kBlocksPerSm = 8;               // blocks per SM the grids aim for (2048 threads)
+constexpr int kKeysPerLane = 4;               // keys a lane loads per histogram-loop step
+constexpr int kRadixBins = 2048;              // bins of the widest digit (11 bits)
+constexpr int kPasses = 3;                    // radix-select passes over the keys
+constexpr int kPassBits[kPasses] = {11, 11, 10};  // digit width per pass, most significant first
+constexpr int kSelectBlock = 256;             // threads of a select block (one per segment)
+constexpr uint32_t kKeyNonFinite = 0x7F800000u;   // the key of a NaN / Inf output: +inf
+constexpr uint32_t kNoDigit = 0xFFFFFFFFu;    // warp-match code of a lane that adds nothing
+constexpr int64_t kMaxElements = (int64_t)1 << 40;       // shape limit (keys: 4 TB), keeps grids in range
+constexpr int64_t kMaxKeysPerHistBlock = (int64_t)1 << 30;  // keeps smem uint32 bin counts exact
+constexpr size_t kAlign = 256;                // alignment of each part of the device scratch
+
+static_assert(kBlock % 32 == 0, "whole warps");
+static_assert(kPassBits[0] + kPassBits[1] + kPassBits[2] == 32, "the passes cover the key");
+static_assert((1 << kPassBits[0]) <= kRadixBins && (1 << kPassBits[1]) <= kRadixBins &&
+                  (1 << kPassBits[2]) <= kRadixBins, "histogram rows hold every digit");
+static_assert((1 << kPassBits[2]) % kSelectBlock == 0 && kRadixBins % kSelectBlock == 0,
+              "select threads split the bins evenly");
+
+// Per-head sums that metrics_stats_kernel accumulates (zeroed before it runs).
+struct head_acc {
+    double err2, ref2, out2, dot, sum_abs;
+    unsigned long long max_bits;  // bits of max |e| (a non-negative double: orders like its bits)
+    unsigned long long nan_count, inf_count;
+};
+
+// Radix-select state of one segment.
+struct seg_state {
+    unsigned long long rank;  // 0-based rank still to find among the keys matching prefix
+    uint32_t prefix;          // key bits chosen so far (bits below the current digit are 0)
+    uint32_t pad;
+};
+
+// ---- device helpers ------------------------------------------------------------
+
+__device__ __forceinline__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_max(double v)  // v never NaN here
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xFFFFFFFFu, v, o));
+    return v;
+}
+
+// Adds 1 to hist[digit] for every lane with in set, one shared atomic per
+// distinct digit of the warp. All 32 lanes must call it together.
+__device__ __forceinline__ void warp_hist_add(uint32_t *hist, bool in, uint32_t digit, int lane)
+{
+    const uint32_t code = in ? digit : kNoDigit;
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, code);
+    if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], (uint32_t)__popc(peers));
+}
+
+// ---- kernels -------------------------------------------------------------------
+
+// Pass 1. Grid (bx, hq), kBlock threads; block (x, h) covers head h, token rows
+// x*rows.., stepping gridDim.x*rows, where rows = kBlock / d token rows are
+// handled at once when d < kBlock (thread tid: row tid / d, column tid % d;
+// threads past rows*d idle), else one row with columns tid, tid + kBlock, ...
+// For each element e = o - r in double (o = bf16 -> float -> double) it adds
+// to acc[h] (zeroed before): e^2, r^2, o^2, o*r, |e|, max |e| (NaN skipped,
+// as metrics.c's e > max), NaN and Inf counts of o; and writes
+// keys[h*tq*d + t*d + j] = bits of (float)|e|, or kKeyNonFinite for a
+// non-finite o. One atomic per block per quantity.
+__global__ void __launch_bounds__(kBlock)
+metrics_stats_kernel(const uint16_t *__restrict__ out, const double *__restrict__ ref, int64_t tq,
+                     int hq, int d, head_acc *__restrict__ acc, uint32_t *__restrict__ keys)
+{
+    const int h = blockIdx.y;
+    const int tid = threadIdx.x;
+    const int rows = d >= kBlock ? 1 : kBlock / d;
+    const int r = d >= kBlock ? 0 : tid / d;
+    const int j0 = d >= kBlock ? tid : tid % d;
+    uint32_t *hkeys = keys + (int64_t)h * tq * d;
+
+    double err2 = 0, ref2 = 0, out2 = 0, dot = 0, sum_abs = 0, mx = 0;
+    unsigned long long nan_count = 0, inf_count = 0;
+    if (r < rows) {
+        for (int64_t t = (int64_t)blockIdx.x * rows + r; t < tq; t += (int64_t)gridDim.x * rows) {
+            const int64_t src = (t * hq + h) * (int64_t)d;
+            const int64_t dst = t * (int64_t)d;
+            for (int j = j0; j < d; j += kBlock) {
+                const float of = __uint_as_float((uint32_t)out[src + j] << 16);
+                const double x = of, y = ref[src + j];
+                const double e = fabs(x - y);
+                if (isnan(of)) nan_count++;
+                else if (isinf(of)) inf_count++;
+                err2 += e * e;
+                ref2 += y * y;
+                out2 += x * x;
+                dot += x * y;
+                sum_abs += e;
+                if (e > mx) mx = e;
+                hkeys[dst + j] = isfinite(of) ? __float_as_uint((float)e) : kKeyNonFinite;
+            }
+        }
+    }
+
+    // Block reduction: warps by shuffles, then warp 0 over the warps' results.
+    __shared__ double s_sum[5][kWarps];
+    __shared__ double s_max[kWarps];
+    __shared__ unsigned long long s_cnt[2][kWarps];
+    const int lane = tid & 31, warp = tid >> 5;
+    err2 = warp_sum(err2);
+    ref2 = warp_sum(ref2);
+    out2 = warp_sum(out2);
+    dot = warp_sum(dot);
+    sum_abs = warp_sum(sum_abs);
+    mx = warp_max(mx);
+    nan_count = warp_sum(nan_count);
+    inf_count = warp_sum(inf_count);
+    if (lane == 0) {
+        s_sum[0][warp] = err2;
+        s_sum[1][warp] = ref2;
+        s_sum[2][warp] = out2;
+        s_sum[3][warp] = dot;
+        s_sum[4][warp] = sum_abs;
+        s_max[warp] = mx;
+        s_cnt[0][warp] = nan_count;
+        s_cnt[1][warp] = inf_count;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const bool has = lane < kWarps;
+        err2 = warp_sum(has ? s_sum[0][lane] : 0.0);
+        ref2 = warp_sum(has ? s_sum[1][lane] : 0.0);
+        out2 = warp_sum(has ? s_sum[2][lane] : 0.0);
+        dot = warp_sum(has ? s_sum[3][lane] : 0.0);
+        sum_abs = warp_sum(has ? s_sum[4][lane] : 0.0);
+        mx = warp_max(has ? s_max[lane] : 0.0);
+        nan_count = warp_sum(has ? s_cnt[0][lane] : 0ull);
+        inf_count = warp_sum(has ? s_cnt[1][lane] : 0ull);
+        if (lane == 0) {
+            head_acc *a = &acc[h];
+            atomicAdd(&a->err2, err2);
+            atomicAdd(&a->ref2, ref2);
+            atomicAdd(&a->out2, out2);
+            atomicAdd(&a->dot, dot);
+            atomicAdd(&a->sum_abs, sum_abs);
+            atomicMax(&a->max_bits, (unsigned long long)__double_as_longlong(mx));
+            atomicAdd(&a->nan_count, nan_count);
+            atomicAdd(&a->inf_count, inf_count);
+        }
+    }
+}
+
+// One radix pass. Grid (bx, hq), kBlock threads; block (x, h) reads head h's
+// keys (keys[h*nh .. h*nh + nh), grid-stride over x) and counts each key k
+// with (k & hi_mask) == state[h].prefix into hist[h][(k >> shift) & digit_mask]
+// and each key with (k & hi_mask) == state[hq].prefix into hist[hq][same
+// digit]; hist (rows of kRadixBins) must be zero before the pass. Counts go
+// to shared-memory histograms first (one shared atomic per distinct digit per
+// warp), then one global atomic per non-zero bin per block. When the head's
+// and the layer's prefixes are equal, the two filters are the same and the
+// head histogram is flushed into both rows.
+__global__ void __launch_bounds__(kBlock)
+metrics_hist_kernel(const uint32_t *__restrict__ keys, int64_t nh, int hq,
+                    const seg_state *__restrict__ state, uint32_t hi_mask, int shift,
+                    uint32_t digit_mask, unsigned long long *__restrict__ hist)
+{
+    __shared__ uint32_t s_head[kRadixBins];
+    __shared__ uint32_t s_layer[kRadixBins];
+    const int h = blockIdx.y;
+    const uint32_t pre_head = state[h].prefix, pre_layer = state[hq].prefix;
+    const bool same = pre_head == pre_layer;  // block-uniform
+    for (int b = threadIdx.x; b < kRadixBins; b += kBlock) {
+        s_head[b] = 0;
+        s_layer[b] = 0;
+    }
+    __syncthreads();
+
+    const uint32_t *hk = keys + (int64_t)h * nh;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t step = 32 * kKeysPerLane;  // keys per warp per iteration
+    // base is warp-uniform, so every lane of a warp runs the same iterations.
+    for (int64_t base = ((int64_t)blockIdx.x * kWarps + warp) * step; base < nh;
+         base += (int64_t)gridDim.x * kWarps * step) {
+        uint32_t k[kKeysPerLane];
+        bool valid[kKeysPerLane];
+#pragma unroll
+        for (int u = 0; u < kKeysPerLane; u++) {
+            const int64_t i = base + u * 32 + lane;
+            valid[u] = i < nh;
+            k[u] = valid[u] ? hk[i] : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < kKeysPerLane; u++) {
+            const uint32_t digit = (k[u] >> shift) & digit_mask;
+            warp_hist_add(s_head, valid[u] && (k[u] & hi_mask) == pre_head, digit, lane);
+            if (!same) warp_hist_add(s_layer, valid[u] && (k[u] & hi_mask) == pre_layer, digit, lane);
+        }
+    }
+    __syncthreads();
+
+    unsigned long long *row_head = hist + (int64_t)h * kRadixBins;
+    unsigned long long *row_layer = hist + (int64_t)hq * kRadixBins;
+    for (int b = threadIdx.x; b < kRadixBins; b += kBlock) {
+        const uint32_t ch = s_head[b];
+        if (ch) {
+            atomicAdd(&row_head[b], (unsigned long long)ch);
+            if (same) atomicAdd(&row_layer[b], (unsigned long long)ch);
+        }
+        const uint32_t cl = s_layer[b];  // 0 when same
+        if (cl) atomicAdd(&row_layer[b], (unsigned long long)cl);
+    }
+}
+
+// After a pass. Grid hq + 1 (block s: segment s), kSelectBlock threads. Finds
+// the bin b of hist[s][0 .. bins) where the cumulative count first exceeds
+// state[s].rank, then state[s].rank -= count below b and state[s].prefix |=
+// b << shift. If no bin holds the rank (a broken invariant), sets *flag = 1
+// and leaves the state as it was.
+__global__ void __launch_bounds__(kSelectBlock)
+metrics_select_kernel(const unsigned long long *__restrict__ hist, int bins, int shift,
+                      seg_state *__restrict__ state, unsigned int *__restrict__ flag)
+{
+    __shared__ unsigned long long s_part[kSelectBlock];
+    const int s = blockIdx.x;
+    const unsigned long long *row = hist + (int64_t)s * kRadixBins;
+    const int per = bins / kSelectBlock;
+    unsigned long long part = 0;
+    for (int b = threadIdx.x * per; b < (threadIdx.x + 1) * per; b++) part += row[b];
+    s_part[threadIdx.x] = part;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+
+    const unsigned long long rank = state[s].rank;
+    unsigned long long below = 0;
+    int chunk = -1;
+    for (int c = 0; c < kSelectBlock; c++) {
+        if (rank < below + s_part[c]) {
+            chunk = c;
+            break;
+        }
+        below += s_part[c];
+    }
+    if (chunk >= 0) {
+        for (int b = chunk * per; b < (chunk + 1) * per; b++) {
+            const unsigned long long cnt = row[b];
+            if (rank < below + cnt) {
+                state[s].rank = rank - below;
+                state[s].prefix |= (uint32_t)b << shift;
+                return;
+            }
+            below += cnt;
+        }
+    }
+    *flag = 1;
+}
+
+// ---- host ----------------------------------------------------------------------
+
+// The sums of one segment, in host form.
+struct metric_sums {
+    double err2, ref2, out2, dot, sum_abs, max_abs;
+    int64_t nan_count, inf_count;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// The 0-based rank metrics.c selects among n >= 1 values (nearest rank,
+// computed with the same double expression).
+unsigned long long p99_index(int64_t n)
+{
+    size_t rank = (size_t)ceil(METRICS_PERCENTILE * (double)n);
+    if (rank < 1) rank = 1;
+    return (unsigned long long)(rank - 1);
+}
+
+// The float whose bits are key, widened.
+double key_value(uint32_t key)
+{
+    float f;
+    memcpy(&f, &key, sizeof f);
+    return (double)f;
+}
+
+// metrics_compare_bf16's epilogue, line for line, on sums s of n elements.
+void finish_metrics(const metric_sums *s, int64_t n, double p99, attn_error_metrics *m)
+{
+    m->n = n;
+    m->nan_count = s->nan_count;
+    m->inf_count = s->inf_count;
+    if (s->nan_count + s->inf_count > 0) {
+        m->rel_l2 = m->max_abs = m->mean_abs = m->p99_abs = INFINITY;
+        m->sqnr_db = -INFINITY;
+        m->cos_sim = NAN;
+        return;
+    }
+    if (n == 0) {
+        m->rel_l2 = m->max_abs = m->mean_abs = m->p99_abs = 0;
+        m->cos_sim = 1;
+        m->sqnr_db = INFINITY;
+        return;
+    }
+    const double e_norm = sqrt(s->err2), r_norm = sqrt(s->ref2), o_norm = sqrt(s->out2);
+    m->rel_l2 = r_norm > 0 ? e_norm / r_norm : (e_norm > 0 ? INFINITY : 0);
+    m->max_abs = s->max_abs;
+    m->mean_abs = s->sum_abs / (double)n;
+    m->p99_abs = p99;
+    m->cos_sim = (r_norm > 0 && o_norm > 0) ? s->dot / sqrt(s->ref2 * s->out2)
+                                            : (r_norm == o_norm ? 1.0 : 0.0);
+    m->sqnr_db = e_norm > 0 ? 20.0 * log10(r_norm / e_norm) : INFINITY;
+}
+
+// Where the parts of the one device scratch allocation lie (byte offsets).
+struct scratch_layout {
+    size_t acc, state, flag, hist, keys, total;
+};
+
+scratch_layout make_layout(int hq, int64_t n)
+{
+    scratch_layout l;
+    l.acc = 0;
+    l.state = l.acc + align_up((size_t)hq * sizeof(head_acc));
+    l.flag = l.state + align_up((size_t)(hq + 1) * sizeof(seg_state));
+    l.hist = l.flag + align_up(sizeof(unsigned int));
+    l.keys = l.hist + align_up((size_t)(hq + 1) * kRadixBins * sizeof(unsigned long long));
+    l.total = l.keys + align_up((size_t)n * sizeof(uint32_t));
+    return l;
+}
+
+// Host copies of what comes back (and the select's initial state).
+struct host_results {
+    head_acc *acc;      // [hq]
+    seg_state *state;   // [hq + 1]
+    unsigned int flag;
+};
+
+// Everything after the allocation: enqueues the kernels on stream, copies the
+// results back, synchronizes, fills m[0 .. hq]. nh = tq*d >= 1, hq >= 1.
+pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
+                      int sms, char *scratch, const scratch_layout *l, host_results *hr,
+                      attn_error_metrics *m, cudaStream_t stream, pg_err *err)
+{
+    const int64_t nh = tq * d, n = nh * hq;
+    head_acc *acc = (head_acc *)(scratch + l->acc);
+    seg_state *state = (seg_state *)(scratch + l->state);
+    unsigned int *flag = (unsigned int *)(scratch + l->flag);
+    unsigned long long *hist = (unsigned long long *)(scratch + l->hist);
+    uint32_t *keys = (uint32_t *)(scratch + l->keys);
+    const size_t hist_bytes = (size_t)(hq + 1) * kRadixBins * sizeof(unsigned long long);
+
+    // acc, state and flag are contiguous: zero them all, then set the ranks.
+    CUDA_TRY("cuda_metrics", cudaMemsetAsync(scratch, 0, l->hist, stream));
+    for (int s = 0; s <= hq; s++) {
+        hr->state[s].rank = p99_index(s < hq ? nh : n);
+        hr->state[s].prefix = 0;
+        hr->state[s].pad = 0;
+    }
+    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(state, hr->state, (size_t)(hq + 1) * sizeof(seg_state),
+                                             cudaMemcpyHostToDevice, stream));
+
+    // Blocks per head: enough for kBlocksPerSm blocks per SM over all heads.
+    const int64_t per_head = ceil_div((int64_t)sms * kBlocksPerSm, hq);
+    const int rows = d >= kBlock ? 1 : kBlock / d;
+    const int64_t bx_stats = per_head < ceil_div(tq, rows) ? per_head : ceil_div(tq, rows);
+    metrics_stats_kernel<<<dim3((unsigned)bx_stats, (unsigned)hq), kBlock, 0, stream>>>(
+        out, ref, tq, hq, d, acc, keys);
+    CUDA_TRY_LAUNCH("cuda_metrics: metrics_stats_kernel");
+
+    const int64_t tiles = ceil_div(nh, (int64_t)32 * kKeysPerLane * kWarps);
+    int64_t bx_hist = per_head > ceil_div(nh, kMaxKeysPerHistBlock) ? per_head
+                                                                    : ceil_div(nh, kMaxKeysPerHistBlock);
+    if (bx_hist > tiles) bx_hist = tiles;
+    int shift = 32;
+    for (int p = 0; p < kPasses; p++) {
+        const int bits = kPassBits[p];
+        const uint32_t hi_mask = shift >= 32 ? 0u : ~((1u << shift) - 1u);  // bits chosen so far
+        shift -= bits;
+        const uint32_t digit_mask = (1u << bits) - 1u;
+        CUDA_TRY("cuda_metrics", cudaMemsetAsync(hist, 0, hist_bytes, stream));
+        metrics_hist_kernel<<<dim3((unsigned)bx_hist, (unsigned)hq), kBlock, 0, stream>>>(
+            keys, nh, hq, state, hi_mask, shift, digit_mask, hist);
+        CUDA_TRY_LAUNCH("cuda_metrics: metrics_hist_kernel");
+        metrics_select_kernel<<<(unsigned)(hq + 1), kSelectBlock, 0, stream>>>(hist, 1 << bits,
+                                                                               shift, state, flag);
+        CUDA_TRY_LAUNCH("cuda_metrics: metrics_select_kernel");
+    }
+
+    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(hr->acc, acc, (size_t)hq * sizeof(head_acc),
+                                             cudaMemcpyDeviceToHost, stream));
+    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(hr->state, state, (size_t)(hq + 1) * sizeof(seg_state),
+                                             cudaMemcpyDeviceToHost, stream));
+    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(&hr->flag, flag, sizeof(unsigned int),
+                                             cudaMemcpyDeviceToHost, stream));
+    CUDA_TRY("cuda_metrics", cudaStreamSynchronize(stream));
+    if (hr->flag)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "cuda_metrics: radix select lost its rank (tq=%lld, hq=%d, d=%d)",
+                       (long long)tq, hq, d);
+
+    metric_sums layer = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int h = 0; h < hq; h++) {
+        const head_acc *a = &hr->acc[h];
+        double mx;
+        memcpy(&mx, &a->max_bits, sizeof mx);
+        const metric_sums hs = {a->err2, a->ref2, a->out2, a->dot, a->sum_abs, mx,
+                                (int64_t)a->nan_count, (int64_t)a->inf_count};
+        finish_metrics(&hs, nh, key_value(hr->state[h].prefix), &m[1 + h]);
+        layer.err2 += hs.err2;
+        layer.ref2 += hs.ref2;
+        layer.out2 += hs.out2;
+        layer.dot += hs.dot;
+        layer.sum_abs += hs.sum_abs;
+        if (hs.max_abs > layer.max_abs) layer.max_abs = hs.max_abs;
+        layer.nan_count += hs.nan_count;
+        layer.inf_count += hs.inf_count;
+    }
+    finish_metrics(&layer, n, key_value(hr->state[hq].prefix), &m[0]);
+    return PG_OK;
+}
+
+// Frees the scratch on stream (stream-ordered); a failure is recorded in err
+// unless err already holds one.
+pg_status free_scratch(void *scratch, cudaStream_t stream, pg_err *err)
+{
+    CUDA_TRY("cuda_metrics", cudaFreeAsync(scratch, stream));
+    return PG_OK;
+}
+
+}  // namespace
+
+extern "C" pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq,
+                                  int d, attn_error_metrics *m, cudaStream_t stream, pg_err *err)
+{
+    if (!m) return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: m is NULL");
+    if (tq < 0 || hq < 0 || d < 0)
+        return pg_fail(err, PG_ERR_SHAPE, "cuda_metrics: negative shape tq=%lld hq=%d d=%d",
+                       (long long)tq, hq, d);
+    if (hq > 65535)
+        return pg_fail(err, PG_ERR_SHAPE, "cuda_metrics: hq=%d exceeds the grid's 65535 heads", hq);
+    if (d > 0 && hq > 0 && tq > kMaxElements / d / hq)
+        return pg_fail(err, PG_ERR_SHAPE,
+                       "cuda_metrics: tq*hq*d (%lld*%d*%d) exceeds 2^40 elements", (long long)tq, hq,
+                       d);
+    const int64_t nh = tq * d, n = nh * hq;
+
+    if (n == 0) {  // no elements: metrics.c's n == 0 rule everywhere
+        const metric_sums zero = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int s = 0; s <= hq; s++) finish_metrics(&zero, 0, 0.0, &m[s]);
+        CUDA_TRY("cuda_metrics", cudaStreamSynchronize(stream));
+        return PG_OK;
+    }
+    if (!out || !ref) return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: out or ref is NULL");
+
+    int dev = 0, sms = 0;
+    CUDA_TRY("cuda_metrics", cudaGetDevice(&dev));
+    CUDA_TRY("cuda_metrics", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (sms < 1) sms = 1;
+
+    const scratch_layout l = make_layout(hq, n);
+    void *scratch = NULL;
+    CUDA_TRY("cuda_metrics", cudaMallocAsync(&scratch, l.total, stream));
+
+    // From here on every path frees the scratch (stream-ordered) and the host buffers.
+    host_results hr;
+    hr.flag = 0;
+    hr.acc = (head_acc *)malloc((size_t)hq * sizeof(head_acc));
+    hr.state = (seg_state *)malloc((size_t)(hq + 1) * sizeof(seg_state));
+    pg_status st;
+    if (!hr.acc || !hr.state)
+        st = pg_fail(err, PG_ERR_NOMEM, "cuda_metrics: out of host memory (hq=%d)", hq);
+    else
+        st = metrics_run(out, ref, tq, hq, d, sms, (char *)scratch, &l, &hr, m, stream, err);
+    const pg_status fst = free_scratch(scratch, stream, err);
+    free(hr.acc);
+    free(hr.state);
+    if (st == PG_OK) st = fst;
+    return st;
+}
