@@ -24,6 +24,7 @@
 #define REF_LANES 8                 /* doubles per vector */
 #define REF_ROWS 8                  /* query rows per register tile */
 #define REF_T_TILE (2 * REF_LANES)  /* keys per S tile */
+#define REF_PV_ROWS 4               /* query rows per P.V register tile */
 #define REF_PV_VECS 4               /* vectors of output dims per P.V tile */
 #define REF_D_TILE (REF_PV_VECS * REF_LANES)
 #define REF_EXP_DEGREE 13
@@ -79,7 +80,7 @@ typedef struct ref_scratch {
     double *kt;   /* keys transposed in tiles: [t_pad / REF_T_TILE][d][REF_T_TILE], zero-padded */
     double *vv;   /* [t_pad][d_pad] values, zero-padded */
     double *sr;   /* [REF_ROWS][t_pad] scores, then weights */
-    double *qb;   /* [REF_ROWS][d] query rows */
+    double *qd;   /* [group][max_q][d] this work item's queries, gathered once */
 } ref_scratch;
 
 typedef struct ref_job {
@@ -88,6 +89,7 @@ typedef struct ref_job {
     const uint16_t *q, *k, *v;
     double *out;
     int t_pad, d_pad;
+    int max_q;                /* longest seq_q */
     ref_scratch *scratch;
 } ref_job;
 
@@ -102,12 +104,12 @@ static void ref_rows(const ref_job *job, ref_scratch *sc, int s, int h, int j0, 
     const attn_batch *b = job->b;
     const int d = b->d, tp = job->t_pad, dp = job->d_pad;
     int lo_r[REF_ROWS], hi_r[REF_ROWS];
+    const double *qb[REF_ROWS]; /* this block's query rows; pad rows repeat the last one */
     for (int r = 0; r < REF_ROWS; r++) {
-        int j = j0 + (r < rows ? r : rows - 1); /* pad rows repeat the last one */
+        int j = j0 + (r < rows ? r : rows - 1);
         attn_key_range(b, s, j, &lo_r[r], &hi_r[r]);
-        const uint16_t *qs = job->q + ((size_t)(job->lay->q_off[s] + j) * (size_t)b->hq +
-                                       (size_t)h) * (size_t)d;
-        for (int i = 0; i < d; i++) sc->qb[r * d + i] = bf16_to_f32(qs[i]);
+        qb[r] = sc->qd + ((size_t)(h % (b->hq / b->hkv)) * (size_t)job->max_q + (size_t)j) *
+                             (size_t)d;
     }
     const int t0 = lo_r[0] / REF_T_TILE * REF_T_TILE;
     const int t1 = round_up(hi_r[REF_ROWS - 1] + 1, REF_T_TILE);
@@ -116,17 +118,19 @@ static void ref_rows(const ref_job *job, ref_scratch *sc, int s, int h, int j0, 
     /* S tiles: REF_ROWS x REF_T_TILE accumulators, d ascending. */
     for (int t = t0; t < t1; t += REF_T_TILE) {
         v8d acc[REF_ROWS][2];
+#pragma GCC unroll 8
         for (int r = 0; r < REF_ROWS; r++) acc[r][0] = acc[r][1] = v8d_splat(0.0);
         for (int i = 0; i < d; i++) {
             const double *kr = sc->kt + (size_t)t * (size_t)d + (size_t)i * REF_T_TILE;
             const v8d k0 = v8d_load(kr), k1 = v8d_load(kr + REF_LANES);
 #pragma GCC unroll 8
             for (int r = 0; r < REF_ROWS; r++) {
-                const v8d qv = v8d_splat(sc->qb[r * d + i]);
+                const v8d qv = v8d_splat(qb[r][i]);
                 acc[r][0] += qv * k0;
                 acc[r][1] += qv * k1;
             }
         }
+#pragma GCC unroll 8
         for (int r = 0; r < REF_ROWS; r++) {
             v8d_store(sc->sr + (size_t)r * (size_t)tp + (size_t)(t - t0), acc[r][0]);
             v8d_store(sc->sr + (size_t)r * (size_t)tp + (size_t)(t - t0) + REF_LANES, acc[r][1]);
@@ -163,30 +167,41 @@ static void ref_rows(const ref_job *job, ref_scratch *sc, int s, int h, int j0, 
     }
 
     /* O = P.V / l, REF_ROWS x REF_D_TILE accumulators, keys ascending. */
-    for (int c = 0; c < dp; c += REF_D_TILE) {
-        v8d acc[REF_ROWS][REF_PV_VECS];
-        for (int r = 0; r < REF_ROWS; r++)
-            for (int u = 0; u < REF_PV_VECS; u++) acc[r][u] = v8d_splat(0.0);
-        for (int t = 0; t < len; t++) {
-            const double *vr = sc->vv + (size_t)(t0 + t) * (size_t)dp + (size_t)c;
-            v8d vv[REF_PV_VECS];
-            for (int u = 0; u < REF_PV_VECS; u++) vv[u] = v8d_load(vr + u * REF_LANES);
-#pragma GCC unroll 8
-            for (int r = 0; r < REF_ROWS; r++) {
-                const v8d p = v8d_splat(sc->sr[(size_t)r * (size_t)tp + (size_t)t]);
-                for (int u = 0; u < REF_PV_VECS; u++) acc[r][u] += p * vv[u];
+    for (int r0 = 0; r0 < rows; r0 += REF_PV_ROWS)
+        for (int c = 0; c < dp; c += REF_D_TILE) {
+            v8d acc[REF_PV_ROWS][REF_PV_VECS];
+#pragma GCC unroll 4
+            for (int r = 0; r < REF_PV_ROWS; r++)
+#pragma GCC unroll 4
+                for (int u = 0; u < REF_PV_VECS; u++) acc[r][u] = v8d_splat(0.0);
+            const double *pr = sc->sr + (size_t)r0 * (size_t)tp;
+            for (int t = 0; t < len; t++) {
+                const double *vr = sc->vv + (size_t)(t0 + t) * (size_t)dp + (size_t)c;
+                v8d vv[REF_PV_VECS];
+#pragma GCC unroll 4
+                for (int u = 0; u < REF_PV_VECS; u++) vv[u] = v8d_load(vr + u * REF_LANES);
+#pragma GCC unroll 4
+                for (int r = 0; r < REF_PV_ROWS; r++) {
+                    const v8d p = v8d_splat(pr[(size_t)r * (size_t)tp + (size_t)t]);
+#pragma GCC unroll 4
+                    for (int u = 0; u < REF_PV_VECS; u++) acc[r][u] += p * vv[u];
+                }
+            }
+            for (int r = 0; r < REF_PV_ROWS && r0 + r < rows; r++) {
+                double *o = job->out + ((size_t)(job->lay->q_off[s] + j0 + r0 + r) *
+                                            (size_t)b->hq + (size_t)h) * (size_t)d;
+                const v8d il = v8d_splat(inv_l[r0 + r]);
+                for (int u = 0; u < REF_PV_VECS; u++) {
+                    const int col = c + u * REF_LANES;
+                    if (col + REF_LANES <= d) {
+                        v8d_store(o + col, acc[r][u] * il);
+                    } else {
+                        for (int i = 0; i < REF_LANES && col + i < d; i++)
+                            o[col + i] = acc[r][u][i] * inv_l[r0 + r];
+                    }
+                }
             }
         }
-        for (int r = 0; r < rows; r++) {
-            double *o = job->out + ((size_t)(job->lay->q_off[s] + j0 + r) * (size_t)b->hq +
-                                    (size_t)h) * (size_t)d;
-            for (int u = 0; u < REF_PV_VECS; u++)
-                for (int i = 0; i < REF_LANES; i++) {
-                    const int col = c + u * REF_LANES + i;
-                    if (col < d) o[col] = acc[r][u][i] * inv_l[r];
-                }
-        }
-    }
 }
 
 /* Work item: sequence item / hkv, kv head item % hkv. */
@@ -210,6 +225,13 @@ static void ref_item(void *ctx, int item, int thread)
     }
     const int group = b->hq / b->hkv;
     for (int hh = 0; hh < group; hh++)
+        for (int j = 0; j < b->seq_q[s]; j++) {
+            const uint16_t *qs = job->q + ((size_t)(job->lay->q_off[s] + j) * (size_t)b->hq +
+                                           (size_t)(g * group + hh)) * (size_t)d;
+            double *qo = sc->qd + ((size_t)hh * (size_t)job->max_q + (size_t)j) * (size_t)d;
+            for (int i = 0; i < d; i++) qo[i] = bf16_to_f32(qs[i]);
+        }
+    for (int hh = 0; hh < group; hh++)
         for (int j0 = 0; j0 < b->seq_q[s]; j0 += REF_ROWS) {
             const int rows = b->seq_q[s] - j0 < REF_ROWS ? b->seq_q[s] - j0 : REF_ROWS;
             ref_rows(job, sc, s, g * group + hh, j0, rows);
@@ -227,8 +249,11 @@ pg_status attn_reference(const attn_batch *b, const uint16_t *q, const uint16_t 
     const int items = b->n_seqs * b->hkv;
     if (n_threads > items) n_threads = items;
     if (n_threads < 1) n_threads = 1;
+    int max_q = 0;
+    for (int i = 0; i < b->n_seqs; i++)
+        if (b->seq_q[i] > max_q) max_q = b->seq_q[i];
     ref_job job = {b, &lay, q, k, v, out, round_up(lay.max_kv, REF_T_TILE),
-                   round_up(b->d, REF_D_TILE), NULL};
+                   round_up(b->d, REF_D_TILE), max_q, NULL};
     job.scratch = calloc((size_t)n_threads, sizeof *job.scratch);
     if (job.scratch == NULL) st = pg_fail(err, PG_ERR_NOMEM, "reference: out of memory");
     for (int t = 0; st == PG_OK && t < n_threads; t++) {
@@ -236,8 +261,8 @@ pg_status attn_reference(const attn_batch *b, const uint16_t *q, const uint16_t 
         sc->kt = malloc((size_t)b->d * (size_t)job.t_pad * sizeof(double));
         sc->vv = malloc((size_t)job.t_pad * (size_t)job.d_pad * sizeof(double));
         sc->sr = malloc((size_t)REF_ROWS * (size_t)job.t_pad * sizeof(double));
-        sc->qb = malloc((size_t)REF_ROWS * (size_t)b->d * sizeof(double));
-        if (!sc->kt || !sc->vv || !sc->sr || !sc->qb)
+        sc->qd = malloc((size_t)(b->hq / b->hkv) * (size_t)max_q * (size_t)b->d * sizeof(double));
+        if (!sc->kt || !sc->vv || !sc->sr || !sc->qd)
             st = pg_fail(err, PG_ERR_NOMEM, "reference: cannot allocate scratch for %d keys",
                          lay.max_kv);
     }
@@ -247,7 +272,7 @@ pg_status attn_reference(const attn_batch *b, const uint16_t *q, const uint16_t 
             free(job.scratch[t].kt);
             free(job.scratch[t].vv);
             free(job.scratch[t].sr);
-            free(job.scratch[t].qb);
+            free(job.scratch[t].qd);
         }
         free(job.scratch);
     }

@@ -97,11 +97,6 @@ uint16_t bf16_from_f32(float x)
     return (uint16_t)(u >> BF16_SHIFT);
 }
 
-float bf16_to_f32(uint16_t h)
-{
-    return f32_from_bits((uint32_t)h << BF16_SHIFT);
-}
-
 /*
  * Rounds the binary32 pattern u to an OCP fp8 format with man_bits
  * significand bits and exponent bias `bias`, to nearest even, saturating

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,8 +32,14 @@ extern "C" {
 /* Rounds x to the nearest bf16, ties to even; NaN stays NaN (quieted, sign kept). */
 uint16_t bf16_from_f32(float x);
 
-/* The exact fp32 value of the bf16 bits h. */
-float bf16_to_f32(uint16_t h);
+/* The exact fp32 value of the bf16 bits h (inline: it runs on every element). */
+static inline float bf16_to_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16; /* bf16 is the top half of binary32 */
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /* Rounds x to e4m3fn, ties to even, saturating at +-448; NaN -> 0x7F. */
 uint8_t fp8_e4m3_encode(float x);
