@@ -13,13 +13,13 @@ export PRECGATE_THREADS=${PRECGATE_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv | tee "$out/card.txt"
 
 echo "== agreement: every kernel against the CPU specification"
-"$bin/gpu_check" ${GPU_CHECK_ARGS:-} > "$out/gpu_check.log" 2>&1
+timeout 240 "$bin/gpu_check" ${GPU_CHECK_ARGS:-} > "$out/gpu_check.log" 2>&1
 echo "gpu_check exit $?"
 grep -E '^(FAIL|gpu_check)' "$out/gpu_check.log" | head -40
 
 echo "== the sweep with --check-spec on a small capture"
 "$bin/precgate" synth -o /tmp/small.safetensors --layers 4 --seqs 2 --seq-len 1024 --context 256 >/dev/null
-"$bin/precgate" run --capture /tmp/small.safetensors --backend cuda --check-spec --db /tmp/small.db \
+timeout 120 "$bin/precgate" run --capture /tmp/small.safetensors --backend cuda --check-spec --db /tmp/small.db \
   --no-progress > "$out/check_spec.log" 2>&1
 echo "run exit $?"; tail -8 "$out/check_spec.log"
 python3 - <<'PY' >> "$out/check_spec.log"
@@ -35,13 +35,13 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== benchmark: gpt-oss-120b-shaped capture, 36 layers x 8192 tokens"
   "$bin/precgate" synth -o /tmp/bench.safetensors --preset gpt-oss-120b --layers 36 --seqs 1 \
     --seq-len 8192 --seed 1 | tail -1
-  "$bin/gpu_kernels" /tmp/bench.safetensors 5 2>&1 | tee "$out/gpu_kernels.log"
+  timeout 120 "$bin/gpu_kernels" /tmp/bench.safetensors 5 2>&1 | tee "$out/gpu_kernels.log"
   start=$(date +%s%N)
-  "$bin/precgate" run --capture /tmp/bench.safetensors --backend cuda --db /tmp/bench.db \
+  timeout 120 "$bin/precgate" run --capture /tmp/bench.safetensors --backend cuda --db /tmp/bench.db \
     --no-progress > "$out/bench_run.log" 2>&1
   rc=$?
   end=$(date +%s%N)
   echo "precgate run --backend cuda (load, reference, 3 modes, metrics, SQLite): exit $rc, $(( (end - start) / 1000000 )) ms"
   tail -3 "$out/bench_run.log"
-  PYTHONUNBUFFERED=1 python3 bench/torch_sweep.py /tmp/bench.safetensors 3 2>&1 | tee "$out/torch.log"
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_sweep.py /tmp/bench.safetensors 3 2>&1 | tee "$out/torch.log"
 fi
