@@ -135,17 +135,32 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         // Mask, scale into log2 units, online softmax.
         const int n0 = n_begin + tile * ATTN_BN;
         float mx[2] = {-INFINITY, -INFINITY};
+        /* Tiles wholly inside every row's key range of this warp skip the mask. */
+        const int j_first = m0 + warp * 16;
+        const bool inside = n0 + ATTN_BN - 1 <= ctx + j_first &&
+                            (b.window == 0 || n0 >= ctx + j_first + 15 - b.window + 1);
+        if (inside) {
 #pragma unroll
-        for (int nt = 0; nt < ATTN_BN / 8; nt++) {
+            for (int nt = 0; nt < ATTN_BN / 8; nt++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = row0 + (e / 2) * 8;
-                const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-                const int hi = ctx + j;
-                const int lo = b.window > 0 ? hi - b.window + 1 : 0;
-                const bool ok = j < sq && t <= hi && t >= lo;
-                sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
-                mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+                for (int e = 0; e < 4; e++) {
+                    sc[nt][e] *= scale_log2;
+                    mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < ATTN_BN / 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = row0 + (e / 2) * 8;
+                    const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+                    const int hi = ctx + j;
+                    const int lo = b.window > 0 ? hi - b.window + 1 : 0;
+                    const bool ok = j < sq && t <= hi && t >= lo;
+                    sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
+                    mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+                }
             }
         }
         float alpha[2], m_use[2];
@@ -155,7 +170,7 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             const float m_new = fmaxf(m_run[r], mx[r]);
             m_use[r] = m_new == -INFINITY ? 0.f : m_new;
-            alpha[r] = exp2f(m_run[r] - m_use[r]);
+            alpha[r] = fast_exp2(m_run[r] - m_use[r]);
             m_run[r] = m_new;
             l_part[r] *= alpha[r];
         }
@@ -163,7 +178,7 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         for (int nt = 0; nt < ATTN_BN / 8; nt++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                sc[nt][e] = exp2f(sc[nt][e] - m_use[e / 2]);
+                sc[nt][e] = fast_exp2(sc[nt][e] - m_use[e / 2]);
                 l_part[e / 2] += sc[nt][e];
             }
         }
@@ -206,8 +221,8 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         if (b.sinks != nullptr) {
             const float sink = b.sinks[h] * ATTN_LOG2E;
             const float m_new = fmaxf(m_run[r], sink);
-            a = exp2f(m_run[r] - m_new);
-            l = l * a + exp2f(sink - m_new);
+            a = fast_exp2(m_run[r] - m_new);
+            l = l * a + fast_exp2(sink - m_new);
         }
         const float inv = a / l;
         const int j = row0 + r * 8;

@@ -7,9 +7,11 @@
 // Layout trick for P.V: the fp32 accumulator of S holds, per thread, keys
 // 8i + 2q and 8i + 2q + 1 (i = 0..3, q = lane % 4) of each 32-key chunk,
 // while the k32 A operand wants four consecutive k slots per register. The
-// product does not care about the order of its k index, so slot s of a chunk
-// is assigned key fp8_slot_key(s) and V is transposed into shared memory in
-// that same order: each thread packs its own P values with no shuffles.
+// product does not care about the order of its k index, so slot s of each
+// 16-key group is assigned key fp8_slot_key(s), and a pre-pass
+// (fp8_vt_kernel) writes V transposed, [page][hkv][d][block_size], in that
+// order: each thread packs its own P values with no shuffles, and V^T tiles
+// stream in with cp.async like K's.
 #include <cuda_fp8.h>
 #include <math.h>
 
@@ -25,11 +27,53 @@ constexpr int F8_THREADS = F8_WARPS * 32;
 constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
 constexpr float F8_LOG2E = 1.4426950408889634f;
 
-// Key (within a 32-key chunk) that k slot s of the P.V product stands for.
+// Key (within a 16-key group) that k slot s of the P.V product stands for.
 __device__ __forceinline__ int fp8_slot_key(int s)
 {
-    const int half = s / 16, within = s % 16, q = within / 4, e = within % 4;
-    return half * 16 + (e / 2) * 8 + 2 * q + (e % 2);
+    const int q = s / 4, e = s % 4;
+    return (e / 2) * 8 + 2 * q + (e % 2);
+}
+
+constexpr int F8_GROUP = 16;            // keys per permuted group (one ldmatrix row)
+constexpr int F8_VT_THREADS = 256;
+
+// V^T in slot order, one page per block (grid: pages_per_seq, n_seqs):
+// vt[((page * hkv + g) * D + dim) * bs + grp * 16 + slot] = V[key][dim] with
+// key = grp * 16 + fp8_slot_key(slot); keys past the sequence's end get 0, so
+// that P = 0 there never meets the cache's NaN fill (0 * NaN = NaN).
+__global__ void __launch_bounds__(F8_VT_THREADS)
+fp8_vt_kernel(const cuda_batch b, const uint8_t *__restrict__ cache,
+              const int32_t *__restrict__ block_table, int block_size, int pages_per_seq,
+              uint8_t *__restrict__ vt)
+{
+    const int p = blockIdx.x, s = blockIdx.y, d = b.d;
+    const int skv = b.seq_kv[s];
+    if (p * block_size >= skv) return;
+    const int64_t page = block_table[(int64_t)s * pages_per_seq + p];
+    if (page <= 0) return;
+    const int groups = block_size / F8_GROUP;
+    const int64_t half = (int64_t)b.hkv * block_size * d;
+    const uint8_t *v = cache + page * 2 * half + half;   // the page's V part [hkv][bs][d]
+    for (int w = threadIdx.x; w < b.hkv * d * groups; w += F8_VT_THREADS) {
+        const int grp = w % groups, dim = (w / groups) % d, g = w / (groups * d);
+        uint32_t word[F8_GROUP / 4];
+#pragma unroll
+        for (int i = 0; i < F8_GROUP / 4; i++) {
+            uint32_t packed = 0;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int slot = grp * F8_GROUP + fp8_slot_key(4 * i + e);
+                const uint32_t byte = p * block_size + slot < skv
+                                          ? v[((int64_t)g * block_size + slot) * d + dim]
+                                          : 0u;
+                packed |= byte << (8 * e);
+            }
+            word[i] = packed;
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(
+            vt + ((page * b.hkv + g) * (int64_t)d + dim) * block_size + grp * F8_GROUP);
+        *dst = make_uint4(word[0], word[1], word[2], word[3]);
+    }
 }
 
 // Shared-memory plan: byte rows padded by 16 for conflict-free ldmatrix.
@@ -40,7 +84,7 @@ struct fp8_smem {
     static constexpr int q_bytes = F8_BM * stride;
     static constexpr int kv_bytes = F8_BN * stride;
     static constexpr int vt_bytes = D * vt_stride;
-    static constexpr size_t bytes = (size_t)q_bytes + 4 * kv_bytes + vt_bytes;
+    static constexpr size_t bytes = (size_t)q_bytes + 2 * kv_bytes + 2 * vt_bytes;
 };
 
 // Two floats to packed e4m3 (low byte first), saturating, nearest even.
@@ -52,7 +96,8 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi)
 template <int D>
 __global__ void __launch_bounds__(F8_THREADS)
 attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
-                const uint8_t *__restrict__ cache, const int32_t *__restrict__ block_table,
+                const uint8_t *__restrict__ cache, const uint8_t *__restrict__ vt,
+                const int32_t *__restrict__ block_table,
                 const int block_size, const int pages_per_seq, const float qk_scale,
                 const float v_scale, uint16_t *__restrict__ out)
 {
@@ -67,8 +112,8 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
 
     extern __shared__ __align__(16) uint8_t smem_fp8[];
     uint8_t *sQ = smem_fp8;
-    uint8_t *sKV = sQ + sm::q_bytes;             // stage st: K at 2 st, V at 2 st + 1
-    uint8_t *sVt = sKV + 4 * sm::kv_bytes;       // [D][F8_BN] in slot order
+    uint8_t *sK2 = sQ + sm::q_bytes;             // stage st's K tile at st * kv_bytes
+    uint8_t *sVt2 = sK2 + 2 * sm::kv_bytes;      // stage st's V^T tile [D][F8_BN] at st * vt_bytes
 
     const int64_t q_row0 = b.q_off[s] + m0;
     for (int c = tid; c < F8_BM * CH; c += F8_THREADS) {
@@ -83,7 +128,6 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     const int lo_first = b.window > 0 ? max(0, ctx + m0 - b.window + 1) : 0;
     const int n_begin = lo_first / F8_BN * F8_BN;
     const int n_tiles = (n_end - n_begin + F8_BN - 1) / F8_BN;
-    const int64_t page_half = (int64_t)b.hkv * block_size * D;
 
     auto load_kv = [&](int tile, int stage) {
         const int n0 = n_begin + tile * F8_BN;
@@ -94,10 +138,20 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
             const int64_t page = block_table[(int64_t)s * pages_per_seq + tt / block_size];
             const int64_t base = (page * 2 * b.hkv + g) * (int64_t)block_size * D +
                                  (int64_t)(tt % block_size) * D + cc * 16;
-            cp_async_16(sKV + 2 * stage * sm::kv_bytes + r * sm::stride + cc * 16, cache + base,
+            cp_async_16(sK2 + stage * sm::kv_bytes + r * sm::stride + cc * 16, cache + base,
                         ok ? 16 : 0);
-            cp_async_16(sKV + (2 * stage + 1) * sm::kv_bytes + r * sm::stride + cc * 16,
-                        cache + base + page_half, ok ? 16 : 0);
+        }
+        // V^T: D rows of F8_BN keys, 16-key groups from their pages.
+        for (int c = tid; c < D * (F8_BN / F8_GROUP); c += F8_THREADS) {
+            const int dim = c / (F8_BN / F8_GROUP), grp = c % (F8_BN / F8_GROUP);
+            const int kb = n0 + grp * F8_GROUP;
+            const bool ok = kb < n_end;
+            const int kk = ok ? kb : 0;
+            const int64_t page = block_table[(int64_t)s * pages_per_seq + kk / block_size];
+            const uint8_t *src = vt + ((page * b.hkv + g) * (int64_t)D + dim) * block_size +
+                                 kk % block_size;
+            cp_async_16(sVt2 + stage * sm::vt_bytes + dim * sm::vt_stride + grp * F8_GROUP, src,
+                        ok ? 16 : 0);
         }
     };
 
@@ -128,24 +182,11 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
                 ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * sm::stride + kk * 32 +
                                         (lane / 16) * 16);
         }
-        // Transpose this tile's V into slot order: sVt[dim][chunk*32 + slot].
-        const uint8_t *sV = sKV + (2 * stage + 1) * sm::kv_bytes;
-        for (int w = tid; w < D * (F8_BN / 4); w += F8_THREADS) {
-            const int dim = w / (F8_BN / 4), s4 = (w % (F8_BN / 4)) * 4;
-            uint32_t packed = 0;
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int slot = s4 + e;
-                const int key = (slot / F8_KCHUNK) * F8_KCHUNK + fp8_slot_key(slot % F8_KCHUNK);
-                packed |= (uint32_t)sV[key * sm::stride + dim] << (8 * e);
-            }
-            *reinterpret_cast<uint32_t *>(sVt + dim * sm::vt_stride + s4) = packed;
-        }
-
         float sc[F8_BN / 8][4];
 #pragma unroll
         for (int i = 0; i < F8_BN / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
-        const uint8_t *sK = sKV + 2 * stage * sm::kv_bytes;
+        const uint8_t *sK = sK2 + stage * sm::kv_bytes;
+        const uint8_t *sVt = sVt2 + stage * sm::vt_bytes;
 #pragma unroll
         for (int kk = 0; kk < D / F8_KCHUNK; kk++) {
 #pragma unroll
@@ -161,17 +202,32 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
 
         const int n0 = n_begin + tile * F8_BN;
         float mx[2] = {-INFINITY, -INFINITY};
+        /* Tiles wholly inside every row's key range of this warp skip the mask. */
+        const int j_first = m0 + warp * 16;
+        const bool inside = n0 + F8_BN - 1 <= ctx + j_first &&
+                            (b.window == 0 || n0 >= ctx + j_first + 15 - b.window + 1);
+        if (inside) {
 #pragma unroll
-        for (int nt = 0; nt < F8_BN / 8; nt++) {
+            for (int nt = 0; nt < F8_BN / 8; nt++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = row0 + (e / 2) * 8;
-                const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-                const int hi = ctx + j;
-                const int lo = b.window > 0 ? hi - b.window + 1 : 0;
-                const bool ok = j < sq && t <= hi && t >= lo;
-                sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
-                mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+                for (int e = 0; e < 4; e++) {
+                    sc[nt][e] *= scale_log2;
+                    mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < F8_BN / 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = row0 + (e / 2) * 8;
+                    const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+                    const int hi = ctx + j;
+                    const int lo = b.window > 0 ? hi - b.window + 1 : 0;
+                    const bool ok = j < sq && t <= hi && t >= lo;
+                    sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
+                    mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
+                }
             }
         }
         float alpha[2], m_use[2];
@@ -181,7 +237,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             const float m_new = fmaxf(m_run[r], mx[r]);
             m_use[r] = m_new == -INFINITY ? 0.f : m_new;
-            alpha[r] = exp2f(m_run[r] - m_use[r]);
+            alpha[r] = fast_exp2(m_run[r] - m_use[r]);
             m_run[r] = m_new;
             l_part[r] *= alpha[r];
         }
@@ -189,7 +245,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         for (int nt = 0; nt < F8_BN / 8; nt++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                sc[nt][e] = exp2f(sc[nt][e] - m_use[e / 2]);
+                sc[nt][e] = fast_exp2(sc[nt][e] - m_use[e / 2]);
                 l_part[e / 2] += sc[nt][e];
             }
         }
@@ -200,7 +256,6 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
             o[i][2] *= alpha[1];
             o[i][3] *= alpha[1];
         }
-        __syncthreads();  // sVt complete
 
         // O += e4m3(P).V8, one 32-key chunk (four accumulator tiles) per mma.
 #pragma unroll
@@ -223,7 +278,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
                 mma_e4m3_16832(o[2 * dp + 1], pa, vb[2], vb[3]);
             }
         }
-        __syncthreads();  // stage and sVt are overwritten next
+        __syncthreads();  // the stage is overwritten by the load two tiles on
     }
 
 #pragma unroll
@@ -235,8 +290,8 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         if (b.sinks != nullptr) {
             const float sink = b.sinks[h] * F8_LOG2E;
             const float m_new = fmaxf(m_run[r], sink);
-            a = exp2f(m_run[r] - m_new);
-            l = l * a + exp2f(sink - m_new);
+            a = fast_exp2(m_run[r] - m_new);
+            l = l * a + fast_exp2(sink - m_new);
         }
         const float mul = a * v_scale / l;
         const int j = row0 + r * 8;
@@ -250,8 +305,9 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
 }
 
 template <int D>
-pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv, float qk_scale,
-                     float v_scale, uint16_t *out, cudaStream_t stream, pg_err *err)
+pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
+                     const uint8_t *vt, float qk_scale, float v_scale, uint16_t *out,
+                     cudaStream_t stream, pg_err *err)
 {
     const size_t smem = fp8_smem<D>::bytes;
     CUDA_TRY("attn_fp8", cudaFuncSetAttribute(attn_fp8_kernel<D>,
@@ -260,7 +316,7 @@ pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *k
     const dim3 grid((unsigned)((b->max_q + F8_BM - 1) / F8_BM), (unsigned)b->hq,
                     (unsigned)b->n_seqs);
     attn_fp8_kernel<D><<<grid, F8_THREADS, smem, stream>>>(
-        *b, q8, static_cast<const uint8_t *>(kv->data), kv->block_table, kv->block_size,
+        *b, q8, static_cast<const uint8_t *>(kv->data), vt, kv->block_table, kv->block_size,
         kv->pages_per_seq, qk_scale, v_scale, out);
     CUDA_TRY_LAUNCH("attn_fp8");
     return PG_OK;
@@ -277,11 +333,24 @@ extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const
     if (p_rounding != ATTN_P_E4M3)
         return pg_fail(err, PG_ERR_USAGE, "attn_fp8: the GPU kernel rounds P to e4m3 only "
                                           "(--p-rounding e4m3)");
-    switch (b->d) {
-    case 64: return launch_fp8<64>(b, q8, kv, qk_scale, v_scale, out, stream, err);
-    case 128: return launch_fp8<128>(b, q8, kv, qk_scale, v_scale, out, stream, err);
-    default:
+    if (b->d != 64 && b->d != 128)
         return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: head dim %d is not supported on the GPU "
                                           "(64 or 128)", b->d);
-    }
+    // V^T in slot order (fp8_vt_kernel), one byte per cached V element.
+    uint8_t *vt = nullptr;
+    const size_t vt_bytes = (size_t)kv->n_pages * b->hkv * kv->block_size * b->d;
+    CUDA_TRY("attn_fp8: V^T", cudaMallocAsync((void **)&vt, vt_bytes, stream));
+    fp8_vt_kernel<<<dim3((unsigned)kv->pages_per_seq, (unsigned)b->n_seqs), F8_VT_THREADS, 0,
+                    stream>>>(*b, static_cast<const uint8_t *>(kv->data), kv->block_table,
+                              kv->block_size, kv->pages_per_seq, vt);
+    pg_status st = PG_OK;
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess)
+        st = pg_fail(err, PG_ERR_DEVICE, "attn_fp8: fp8_vt_kernel launch: %s",
+                     cudaGetErrorString(rc));
+    if (st == PG_OK)
+        st = b->d == 64 ? launch_fp8<64>(b, q8, kv, vt, qk_scale, v_scale, out, stream, err)
+                        : launch_fp8<128>(b, q8, kv, vt, qk_scale, v_scale, out, stream, err);
+    cudaFreeAsync(vt, stream);
+    return st;
 }

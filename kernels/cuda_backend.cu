@@ -254,6 +254,13 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
         free(be);
         return st;
     }
+    /* Keep freed stream-ordered memory in the pool between layers instead of
+     * returning it to the driver at every synchronization (the default). */
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
     if (desc != nullptr && desc_len > 0)
         snprintf(desc, desc_len, "cuda: %s (sm_%d%d, %d SMs, %.0f GiB)", be->prop.name,
                  be->prop.major, be->prop.minor, be->prop.multiProcessorCount,

@@ -31,12 +31,6 @@
 #include "metrics.h"
 #include "status.h"
 
-// cuda_common.cuh declares the launchers without a linkage specification;
-// declaring cuda_metrics extern "C" first gives it C linkage (as gpu_probe.cu's
-// definition has), which the later plain declaration keeps ([dcl.link]).
-extern "C" pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq,
-                                  int d, attn_error_metrics *m, cudaStream_t stream, pg_err *err);
-
 #include "cuda_common.cuh"
 
 namespace {

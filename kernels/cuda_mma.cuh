@@ -78,4 +78,13 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
     return r;
 }
 
+// 2^x by the special-function unit (ex2.approx.ftz: about 2 ulp, the
+// exponential FlashAttention kernels use); -inf gives 0.
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 #endif  // PG_CUDA_MMA_CUH

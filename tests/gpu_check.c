@@ -73,6 +73,7 @@ static void check(int ok, const char *id, const char *what, double got, double w
 
 static int rel_close(double a, double b, double tol)
 {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b); /* NaN is a defined value (cos_sim) */
     if (isinf(a) || isinf(b)) return a == b;
     return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)) + 1e-300;
 }
