@@ -34,8 +34,8 @@
 // distinct banks; reads along a row stay conflict-free.
 #define REF_KT_STRIDE (REF_BN + 1)
 // Query rows per block for d <= 64 and for 64 < d <= 128.
-#define REF_BM_SMALL_D 64
-#define REF_BM_LARGE_D 32
+#define REF_BM_SMALL_D 128
+#define REF_BM_LARGE_D 64
 #define REF_D_SMALL 64
 #define REF_D_MAX 128
 // Head dims must be a multiple of this.
@@ -256,7 +256,7 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
 // sinks or NULL) all on the device; the batch passed attn_batch_check on the
 // host (1 <= seq_q <= seq_kv) and b->max_q is the longest seq_q. d a multiple
 // of 8 up to 128, else PG_ERR_SHAPE. Writes every out row of the batch.
-// Asynchronous on stream (dynamic smem: ~128 KB for d <= 64, ~177 KB for d = 128).
+// Asynchronous on stream (dynamic smem: ~193 KB for d <= 64, ~225 KB for d = 128).
 extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                                          const uint16_t *k, const uint16_t *v, double *out,
                                          cudaStream_t stream, pg_err *err)
