@@ -11,6 +11,7 @@
 #include "../kernels/parallel.h"
 #include "../reports/sweep_table.h"
 #include "capture.h"
+#include "progress.h"
 #include "cli.h"
 #include "sweep.h"
 
@@ -200,7 +201,10 @@ int cmd_run(int argc, char **argv)
     if (store_open(db_path, &store, &err) != PG_OK) return cli_report(&err);
 
     capture *cap = NULL;
+    const double t_load = progress_now();
     pg_status st = capture_open(a.capture, &cap, &err);
+    const double load_s = progress_now() - t_load;
+    sweep_stats stats = {0, 0};
     const char *backend = gpu != NULL ? "cuda" : "cpu";
     char *config = st == PG_OK ? run_config_json(&a, cap, backend) : NULL;
     char host[RUN_DESC_MAX] = "unknown", cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
@@ -222,7 +226,7 @@ int cmd_run(int argc, char **argv)
     }
     if (st == PG_OK) {
         const sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress,
-                                  gpu, a.check_spec};
+                                  gpu, a.check_spec, &stats};
         st = sweep_run(store, run_id, cap, a.capture, &so, &err);
     }
     if (run_id >= 0) {
@@ -234,7 +238,9 @@ int cmd_run(int argc, char **argv)
             st = fin.code;
         }
         if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
-        if (st == PG_OK) printf("run %lld complete: %s\n", (long long)run_id, db_path);
+        if (st == PG_OK)
+            printf("run %lld complete: %s (load and validate %.2f s, compute %.2f s, store %.2f s)\n",
+                   (long long)run_id, db_path, load_s, stats.compute_s, stats.store_s);
         else fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
     }
     free(config);

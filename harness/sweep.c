@@ -335,11 +335,17 @@ static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap
                                  {"v", c.fo.v_scale, {0}, 0}};
     memcpy(c.tqs, tq0, sizeof tq0);
 
+    const double t0 = progress_now();
     if (st == PG_OK)
         st = opt->cuda ? layer_cuda(&c, opt, bar, step, err) : layer_cpu(&c, opt, bar, step, err);
+    const double t1 = progress_now();
     if (st == PG_OK)
         st = store_layer(store, run_id, capture_name, li, L->hq, c.vm, c.n_vm, c.tqs,
                          scale_source, opt->cuda ? "cuda" : "cpu", err);
+    if (opt->stats != NULL) {
+        opt->stats->compute_s += t1 - t0;
+        opt->stats->store_s += progress_now() - t1;
+    }
     if (st != PG_OK && err != NULL && strncmp(err->msg, "layer ", 6) != 0) {
         /* Prefix the detail with where it happened, keeping the first failure's code. */
         char prefix[32];

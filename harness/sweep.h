@@ -14,6 +14,12 @@
 #include "capture.h"
 #include "status.h"
 
+/* Where a sweep's time went (seconds), for `precgate run`'s timing line. */
+typedef struct sweep_stats {
+    double compute_s;   /* reference, modes and metrics (CPU or GPU, uploads included) */
+    double store_s;     /* SQLite transactions */
+} sweep_stats;
+
 /* The precision modes a sweep can run (a bit set). */
 typedef enum sweep_variant {
     SWEEP_BF16 = 1u << 0,
@@ -33,6 +39,7 @@ typedef struct sweep_options {
     cuda_backend *cuda;           /* run on this GPU; NULL: the CPU specification */
     int check_spec;               /* GPU only: also store each mode against the CPU
                                    * specification's output on a sample of heads */
+    sweep_stats *stats;           /* added to when not NULL */
 } sweep_options;
 
 /* Parses a comma-separated list of mode names into sweep_variant bits;

@@ -411,7 +411,7 @@ Test(cli, run_happy_path_fills_every_table)
     free(hdr);
     char last[512];
     last_line(p.out, last, sizeof last);
-    cr_assert_str_eq(last, "run 1 complete: d.db");
+    cr_assert(strncmp(last, "run 1 complete: d.db (", strlen("run 1 complete: d.db (")) == 0, "last line: %s", last);
 
     sqlite3 *db = db_open(in_dir("d.db"));
     capture *cap = open_capture(in_dir("c.safetensors"));
@@ -614,8 +614,8 @@ Test(cli, run_uses_PRECGATE_DB_when_no_db_option)
     cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
     char last[PATH_MAX + 64], want[PATH_MAX + 64];
     last_line(p.out, last, sizeof last);
-    snprintf(want, sizeof want, "run 1 complete: %s", envdb);
-    cr_assert_str_eq(last, want);
+    snprintf(want, sizeof want, "run 1 complete: %s (", envdb);
+    cr_assert(strncmp(last, want, strlen(want)) == 0, "last line: %s", last);
     cr_assert_not(file_exists(in_dir("precgate.db")), "default database created despite PRECGATE_DB");
     sqlite3 *db = db_open(envdb);
     cr_assert_eq(db_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
@@ -644,7 +644,7 @@ Test(cli, run_default_database_is_precgate_db_in_working_dir)
     cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
     char last[256];
     last_line(p.out, last, sizeof last);
-    cr_assert_str_eq(last, "run 1 complete: precgate.db");
+    cr_assert(strncmp(last, "run 1 complete: precgate.db (", strlen("run 1 complete: precgate.db (")) == 0, "last line: %s", last);
     sqlite3 *db = db_open(in_dir("precgate.db"));
     cr_assert_eq(db_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
     sqlite3_close(db);
@@ -655,7 +655,7 @@ Test(cli, run_default_database_is_precgate_db_in_working_dir)
                 PRECGATE_BIN);
     cr_assert_eq(q.rc, 0, "run failed: %s", q.err);
     last_line(q.out, last, sizeof last);
-    cr_assert_str_eq(last, "run 2 complete: precgate.db");
+    cr_assert(strncmp(last, "run 2 complete: precgate.db (", strlen("run 2 complete: precgate.db (")) == 0, "last line: %s", last);
     proc_free(&q);
 }
 
@@ -722,7 +722,7 @@ Test(cli, truncated_capture_fails_and_leaves_earlier_runs_alone)
     cr_assert_eq(strncmp(again.out, "run 3: ", 7), 0, "%s", again.out);
     char last[256];
     last_line(again.out, last, sizeof last);
-    cr_assert_str_eq(last, "run 3 complete: d.db");
+    cr_assert(strncmp(last, "run 3 complete: d.db (", strlen("run 3 complete: d.db (")) == 0, "last line: %s", last);
     proc_free(&again);
 
     db = db_open(in_dir("d.db"));

@@ -130,7 +130,7 @@ static long long db_int(sqlite3 *db, const char *fmt, ...)
 /* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
 static sweep_options options(unsigned variants)
 {
-    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0};
+    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL};
 }
 
 /* ---- a failing layer rolls back alone --------------------------------- */
