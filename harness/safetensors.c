@@ -473,7 +473,8 @@ static pg_status map_file(const char *path, st_file *f, pg_err *err)
             f->map_len = (size_t)sb.st_size;
             /* Every byte is read once front to back (validation, then the sweep):
              * ask for read-ahead; advice only, so its result is not an error. */
-            (void)madvise(map, f->map_len, MADV_SEQUENTIAL | MADV_WILLNEED);
+            (void)madvise(map, f->map_len, MADV_SEQUENTIAL);
+            (void)madvise(map, f->map_len, MADV_WILLNEED);
         }
     }
     close(fd);
