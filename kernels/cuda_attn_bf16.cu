@@ -16,7 +16,7 @@
 
 namespace {
 
-constexpr int ATTN_BM = 64;                  // query rows per block
+constexpr int ATTN_BM = 128;                 // query rows per block (8 warps share each K/V tile)
 constexpr int ATTN_BN = 64;                  // keys per tile
 constexpr int ATTN_WARPS = ATTN_BM / 16;     // one warp per 16 rows
 constexpr int ATTN_THREADS = ATTN_WARPS * 32;

@@ -20,7 +20,7 @@
 
 namespace {
 
-constexpr int F8_BM = 64;                 // query rows per block
+constexpr int F8_BM = 128;                // query rows per block (8 warps share each K/V tile)
 constexpr int F8_BN = 64;                 // keys per tile
 constexpr int F8_WARPS = F8_BM / 16;
 constexpr int F8_THREADS = F8_WARPS * 32;
