@@ -37,34 +37,19 @@ static double select_kth(double *a, size_t n, size_t k)
     return a[kk];
 }
 
-void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *ref,
-                          size_t ref_stride, size_t n_rows, size_t row_len,
-                          double *scratch, attn_error_metrics *m)
+size_t metrics_p99_index(int64_t n)
 {
-    double err2 = 0, ref2 = 0, out2 = 0, dot = 0, sum_abs = 0, max_abs = 0;
-    int64_t nan = 0, inf = 0;
-    size_t n = 0;
-    for (size_t i = 0; i < n_rows; i++) {
-        const uint16_t *o = out + i * out_stride;
-        const double *r = ref + i * ref_stride;
-        for (size_t j = 0; j < row_len; j++) {
-            const double x = bf16_to_f32(o[j]), y = r[j];
-            if (isnan(x)) nan++;
-            else if (isinf(x)) inf++;
-            const double e = fabs(x - y);
-            err2 += e * e;
-            ref2 += y * y;
-            out2 += x * x;
-            dot += x * y;
-            sum_abs += e;
-            if (e > max_abs) max_abs = e;
-            scratch[n++] = e;
-        }
-    }
-    m->n = (int64_t)n;
-    m->nan_count = nan;
-    m->inf_count = inf;
-    if (nan + inf > 0) {
+    size_t rank = (size_t)ceil(METRICS_PERCENTILE * (double)n);
+    if (rank < 1) rank = 1;
+    return rank - 1;
+}
+
+void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, attn_error_metrics *m)
+{
+    m->n = n;
+    m->nan_count = s->nan_count;
+    m->inf_count = s->inf_count;
+    if (s->nan_count + s->inf_count > 0) {
         m->rel_l2 = m->max_abs = m->mean_abs = m->p99_abs = INFINITY;
         m->sqnr_db = -INFINITY;
         m->cos_sim = NAN;
@@ -76,16 +61,41 @@ void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *
         m->sqnr_db = INFINITY;
         return;
     }
-    const double e_norm = sqrt(err2), r_norm = sqrt(ref2), o_norm = sqrt(out2);
+    const double e_norm = sqrt(s->err2), r_norm = sqrt(s->ref2), o_norm = sqrt(s->out2);
     m->rel_l2 = r_norm > 0 ? e_norm / r_norm : (e_norm > 0 ? INFINITY : 0);
-    m->max_abs = max_abs;
-    m->mean_abs = sum_abs / (double)n;
-    /* Nearest rank: the ceil(p n)-th smallest, 1-based. */
-    size_t rank = (size_t)ceil(METRICS_PERCENTILE * (double)n);
-    if (rank < 1) rank = 1;
-    m->p99_abs = select_kth(scratch, n, rank - 1);
+    m->max_abs = s->max_abs;
+    m->mean_abs = s->sum_abs / (double)n;
+    m->p99_abs = p99;
     /* One square root of the product: exactly 1 when out == ref. */
-    m->cos_sim = (r_norm > 0 && o_norm > 0) ? dot / sqrt(ref2 * out2)
+    m->cos_sim = (r_norm > 0 && o_norm > 0) ? s->dot / sqrt(s->ref2 * s->out2)
                                             : (r_norm == o_norm ? 1.0 : 0.0);
     m->sqnr_db = e_norm > 0 ? 20.0 * log10(r_norm / e_norm) : INFINITY;
+}
+
+void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *ref,
+                          size_t ref_stride, size_t n_rows, size_t row_len,
+                          double *scratch, attn_error_metrics *m)
+{
+    metrics_sums s = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t n = 0;
+    for (size_t i = 0; i < n_rows; i++) {
+        const uint16_t *o = out + i * out_stride;
+        const double *r = ref + i * ref_stride;
+        for (size_t j = 0; j < row_len; j++) {
+            const double x = bf16_to_f32(o[j]), y = r[j];
+            if (isnan(x)) s.nan_count++;
+            else if (isinf(x)) s.inf_count++;
+            const double e = fabs(x - y);
+            s.err2 += e * e;
+            s.ref2 += y * y;
+            s.out2 += x * x;
+            s.dot += x * y;
+            s.sum_abs += e;
+            if (e > s.max_abs) s.max_abs = e;
+            scratch[n++] = e;
+        }
+    }
+    const int finite = s.nan_count + s.inf_count == 0 && n > 0;
+    const double p99 = finite ? select_kth(scratch, n, metrics_p99_index((int64_t)n)) : 0;
+    metrics_from_sums(&s, (int64_t)n, p99, m);
 }

@@ -30,6 +30,20 @@ typedef struct attn_error_metrics {
     int64_t n;               /* elements compared */
 } attn_error_metrics;
 
+/* The running sums metrics are made from (any summation order). */
+typedef struct metrics_sums {
+    double err2, ref2, out2, dot, sum_abs, max_abs;
+    int64_t nan_count, inf_count;
+} metrics_sums;
+
+/* 0-based index of the nearest-rank METRICS_PERCENTILE among n >= 1 values
+ * (the ceil(p n)-th smallest). */
+size_t metrics_p99_index(int64_t n);
+
+/* Fills m from the sums of n elements and their p99 |O-R|, applying the
+ * non-finite and empty rules above; shared by every backend. */
+void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, attn_error_metrics *m);
+
 /* Metrics of n elements: out[i*out_stride + j], ref[i*ref_stride + j] for
  * rows i < n_rows and j < row_len (n = n_rows*row_len). scratch must hold n
  * doubles (for the exact percentile). */

@@ -17,6 +17,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_mma.cuh"
+#include "cuda_softmax.cuh"
 
 namespace {
 
@@ -25,7 +26,6 @@ constexpr int F8_BN = 64;                 // keys per tile
 constexpr int F8_WARPS = F8_BM / 16;
 constexpr int F8_THREADS = F8_WARPS * 32;
 constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
-constexpr float F8_LOG2E = 1.4426950408889634f;
 
 // Key (within a 16-key group) that k slot s of the P.V product stands for.
 __device__ __forceinline__ int fp8_slot_key(int s)
@@ -158,9 +158,9 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     load_kv(0, 0);
     cp_async_commit();
 
-    const float scale_log2 = qk_scale * F8_LOG2E;
+    const float scale_log2 = qk_scale * SOFTMAX_LOG2E;
     const int row0 = m0 + warp * 16 + lane / 4;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+    softmax_rows sm_rows = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -201,61 +201,9 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         }
 
         const int n0 = n_begin + tile * F8_BN;
-        float mx[2] = {-INFINITY, -INFINITY};
-        /* Tiles wholly inside every row's key range of this warp skip the mask. */
-        const int j_first = m0 + warp * 16;
-        const bool inside = n0 + F8_BN - 1 <= ctx + j_first &&
-                            (b.window == 0 || n0 >= ctx + j_first + 15 - b.window + 1);
-        if (inside) {
-#pragma unroll
-            for (int nt = 0; nt < F8_BN / 8; nt++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    sc[nt][e] *= scale_log2;
-                    mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < F8_BN / 8; nt++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int j = row0 + (e / 2) * 8;
-                    const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-                    const int hi = ctx + j;
-                    const int lo = b.window > 0 ? hi - b.window + 1 : 0;
-                    const bool ok = j < sq && t <= hi && t >= lo;
-                    sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
-                    mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
-                }
-            }
-        }
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float m_new = fmaxf(m_run[r], mx[r]);
-            m_use[r] = m_new == -INFINITY ? 0.f : m_new;
-            alpha[r] = fast_exp2(m_run[r] - m_use[r]);
-            m_run[r] = m_new;
-            l_part[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int nt = 0; nt < F8_BN / 8; nt++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                sc[nt][e] = fast_exp2(sc[nt][e] - m_use[e / 2]);
-                l_part[e / 2] += sc[nt][e];
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) {
-            o[i][0] *= alpha[0];
-            o[i][1] *= alpha[0];
-            o[i][2] *= alpha[1];
-            o[i][3] *= alpha[1];
-        }
+        float alpha[2];
+        softmax_tile<F8_BN>(sc, sm_rows, alpha, b, m0, warp, lane, n0, sq, ctx, scale_log2);
+        softmax_rescale<D>(o, alpha);
 
         // O += e4m3(P).V8, one 32-key chunk (four accumulator tiles) per mma.
 #pragma unroll
@@ -283,17 +231,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
 
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float l = l_part[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        float a = 1.f;
-        if (b.sinks != nullptr) {
-            const float sink = b.sinks[h] * F8_LOG2E;
-            const float m_new = fmaxf(m_run[r], sink);
-            a = fast_exp2(m_run[r] - m_new);
-            l = l * a + fast_exp2(sink - m_new);
-        }
-        const float mul = a * v_scale / l;
+        const float mul = softmax_finish(sm_rows, r, b.sinks, h) * v_scale;
         const int j = row0 + r * 8;
         if (j >= sq) continue;
         uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;

@@ -292,24 +292,10 @@ metrics_select_kernel(const unsigned long long *__restrict__ hist, int bins, int
 
 // ---- host ----------------------------------------------------------------------
 
-// The sums of one segment, in host form.
-struct metric_sums {
-    double err2, ref2, out2, dot, sum_abs, max_abs;
-    int64_t nan_count, inf_count;
-};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// The 0-based rank metrics.c selects among n >= 1 values (nearest rank,
-// computed with the same double expression).
-unsigned long long p99_index(int64_t n)
-{
-    size_t rank = (size_t)ceil(METRICS_PERCENTILE * (double)n);
-    if (rank < 1) rank = 1;
-    return (unsigned long long)(rank - 1);
-}
 
 // The float whose bits are key, widened.
 double key_value(uint32_t key)
@@ -317,34 +303,6 @@ double key_value(uint32_t key)
     float f;
     memcpy(&f, &key, sizeof f);
     return (double)f;
-}
-
-// metrics_compare_bf16's epilogue, line for line, on sums s of n elements.
-void finish_metrics(const metric_sums *s, int64_t n, double p99, attn_error_metrics *m)
-{
-    m->n = n;
-    m->nan_count = s->nan_count;
-    m->inf_count = s->inf_count;
-    if (s->nan_count + s->inf_count > 0) {
-        m->rel_l2 = m->max_abs = m->mean_abs = m->p99_abs = INFINITY;
-        m->sqnr_db = -INFINITY;
-        m->cos_sim = NAN;
-        return;
-    }
-    if (n == 0) {
-        m->rel_l2 = m->max_abs = m->mean_abs = m->p99_abs = 0;
-        m->cos_sim = 1;
-        m->sqnr_db = INFINITY;
-        return;
-    }
-    const double e_norm = sqrt(s->err2), r_norm = sqrt(s->ref2), o_norm = sqrt(s->out2);
-    m->rel_l2 = r_norm > 0 ? e_norm / r_norm : (e_norm > 0 ? INFINITY : 0);
-    m->max_abs = s->max_abs;
-    m->mean_abs = s->sum_abs / (double)n;
-    m->p99_abs = p99;
-    m->cos_sim = (r_norm > 0 && o_norm > 0) ? s->dot / sqrt(s->ref2 * s->out2)
-                                            : (r_norm == o_norm ? 1.0 : 0.0);
-    m->sqnr_db = e_norm > 0 ? 20.0 * log10(r_norm / e_norm) : INFINITY;
 }
 
 // Where the parts of the one device scratch allocation lie (byte offsets).
@@ -388,7 +346,7 @@ pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq
     // acc, state and flag are contiguous: zero them all, then set the ranks.
     CUDA_TRY("cuda_metrics", cudaMemsetAsync(scratch, 0, l->hist, stream));
     for (int s = 0; s <= hq; s++) {
-        hr->state[s].rank = p99_index(s < hq ? nh : n);
+        hr->state[s].rank = metrics_p99_index(s < hq ? nh : n);
         hr->state[s].prefix = 0;
         hr->state[s].pad = 0;
     }
@@ -434,14 +392,14 @@ pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq
                        "cuda_metrics: radix select lost its rank (tq=%lld, hq=%d, d=%d)",
                        (long long)tq, hq, d);
 
-    metric_sums layer = {0, 0, 0, 0, 0, 0, 0, 0};
+    metrics_sums layer = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int h = 0; h < hq; h++) {
         const head_acc *a = &hr->acc[h];
         double mx;
         memcpy(&mx, &a->max_bits, sizeof mx);
-        const metric_sums hs = {a->err2, a->ref2, a->out2, a->dot, a->sum_abs, mx,
+        const metrics_sums hs = {a->err2, a->ref2, a->out2, a->dot, a->sum_abs, mx,
                                 (int64_t)a->nan_count, (int64_t)a->inf_count};
-        finish_metrics(&hs, nh, key_value(hr->state[h].prefix), &m[1 + h]);
+        metrics_from_sums(&hs, nh, key_value(hr->state[h].prefix), &m[1 + h]);
         layer.err2 += hs.err2;
         layer.ref2 += hs.ref2;
         layer.out2 += hs.out2;
@@ -451,7 +409,7 @@ pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq
         layer.nan_count += hs.nan_count;
         layer.inf_count += hs.inf_count;
     }
-    finish_metrics(&layer, n, key_value(hr->state[hq].prefix), &m[0]);
+    metrics_from_sums(&layer, n, key_value(hr->state[hq].prefix), &m[0]);
     return PG_OK;
 }
 
@@ -481,8 +439,8 @@ extern "C" pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_
     const int64_t nh = tq * d, n = nh * hq;
 
     if (n == 0) {  // no elements: metrics.c's n == 0 rule everywhere
-        const metric_sums zero = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int s = 0; s <= hq; s++) finish_metrics(&zero, 0, 0.0, &m[s]);
+        const metrics_sums zero = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int s = 0; s <= hq; s++) metrics_from_sums(&zero, 0, 0.0, &m[s]);
         CUDA_TRY("cuda_metrics", cudaStreamSynchronize(stream));
         return PG_OK;
     }
