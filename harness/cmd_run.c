@@ -190,7 +190,9 @@ int cmd_run(int argc, char **argv)
     if (run_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
     cuda_backend *gpu = NULL;
     char gpu_desc[RUN_DESC_MAX] = "";
+    const double t_gpu = progress_now();
     if (open_backend(&a, &gpu, gpu_desc, sizeof gpu_desc, &err) != PG_OK) return cli_report(&err);
+    const double gpu_s = progress_now() - t_gpu;
     if (a.check_spec && gpu == NULL) {
         pg_fail(&err, PG_ERR_DEVICE, "run: --check-spec needs a GPU, and none is usable");
         return cli_report(&err);
@@ -239,8 +241,9 @@ int cmd_run(int argc, char **argv)
         }
         if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
         if (st == PG_OK)
-            printf("run %lld complete: %s (load and validate %.2f s, compute %.2f s, store %.2f s)\n",
-                   (long long)run_id, db_path, load_s, stats.compute_s, stats.store_s);
+            printf("run %lld complete: %s (backend start %.2f s, load and validate %.2f s, "
+                   "compute %.2f s, store %.2f s)\n",
+                   (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, stats.store_s);
         else fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
     }
     free(config);

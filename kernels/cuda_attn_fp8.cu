@@ -25,6 +25,7 @@ constexpr int F8_BM = 128;                // query rows per block (8 warps share
 constexpr int F8_BN = 64;                 // keys per tile
 constexpr int F8_WARPS = F8_BM / 16;
 constexpr int F8_THREADS = F8_WARPS * 32;
+constexpr int F8_MIN_BLOCKS = 2;  // d 64: blocks per SM the register budget must allow (16 warps)
 constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
 
 // Key (within a 16-key group) that k slot s of the P.V product stands for.
@@ -94,7 +95,7 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi)
 }
 
 template <int D>
-__global__ void __launch_bounds__(F8_THREADS)
+__global__ void __launch_bounds__(F8_THREADS, D == 64 ? F8_MIN_BLOCKS : 1)
 attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
                 const uint8_t *__restrict__ cache, const uint8_t *__restrict__ vt,
                 const int32_t *__restrict__ block_table,
