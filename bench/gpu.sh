@@ -43,5 +43,5 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   end=$(date +%s%N)
   echo "precgate run --backend cuda (load, reference, 3 modes, metrics, SQLite): exit $rc, $(( (end - start) / 1000000 )) ms"
   tail -3 "$out/bench_run.log"
-  PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_sweep.py /tmp/bench.safetensors 3 2>&1 | tee "$out/torch.log"
+  [ "${SKIP_TORCH:-0}" = 1 ] || PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_sweep.py /tmp/bench.safetensors 3 2>&1 | tee "$out/torch.log"
 fi
