@@ -1,0 +1,608 @@
+/* eval_store.c: eval_samples, eval_scores and eval_pairs in the store (see eval_store.h). */
+#include "eval_store.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Longest "what failed" phrase kept before SQLite's message is appended. */
+#define EVAL_WHAT_MAX 384
+/* Room for one pass@k JSON member: "k": value, with a 20-digit k and %.17g. */
+#define EVAL_JSON_MEMBER_MAX 64
+/* Significant digits tried before the 17 that always round-trip a double. */
+#define EVAL_SHORT_DIGITS 15
+#define EVAL_ROUNDTRIP_DIGITS 17
+
+static const char SQL_SAMPLE_UPSERT[] =
+    "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id, sample, status,"
+    " attempts, latency_ms, finish_reason, prompt_tokens, completion_tokens, content,"
+    " extracted, correct, error)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    " ON CONFLICT (run_id, eval, mode, effort, problem_id, sample) DO UPDATE SET"
+    " status = excluded.status, attempts = excluded.attempts,"
+    " latency_ms = excluded.latency_ms, finish_reason = excluded.finish_reason,"
+    " prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,"
+    " content = excluded.content, extracted = excluded.extracted,"
+    " correct = excluded.correct, error = excluded.error"
+    " WHERE eval_samples.status = 'error'";
+
+static const char SQL_SAMPLE_STATUS[] =
+    "SELECT status FROM eval_samples WHERE run_id = ?1 AND eval = ?2 AND mode = ?3"
+    " AND effort = ?4 AND problem_id = ?5 AND sample = ?6";
+
+static const char SQL_SAMPLE_DONE[] =
+    "SELECT 1 FROM eval_samples WHERE run_id = ?1 AND eval = ?2 AND mode = ?3"
+    " AND effort = ?4 AND problem_id = ?5 AND sample = ?6 AND status IN ('ok', 'truncated')";
+
+/* Every sample of (run, eval): all modes give the rows, ours the cells. */
+static const char SQL_LOAD[] =
+    "SELECT problem_id, sample, status, correct, (mode = ?3 AND effort = ?4)"
+    " FROM eval_samples WHERE run_id = ?1 AND eval = ?2 ORDER BY problem_id, sample";
+
+static const char SQL_SCORE_UPSERT[] =
+    "INSERT INTO eval_scores (run_id, eval, mode, effort, n_problems, k, accuracy, stderr,"
+    " ci_low, ci_high, n_errors, n_truncated, ci_method, pass_at_json, n_empty, n_missing)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    " ON CONFLICT (run_id, eval, mode, effort) DO UPDATE SET"
+    " n_problems = excluded.n_problems, k = excluded.k, accuracy = excluded.accuracy,"
+    " stderr = excluded.stderr, ci_low = excluded.ci_low, ci_high = excluded.ci_high,"
+    " n_errors = excluded.n_errors, n_truncated = excluded.n_truncated,"
+    " ci_method = excluded.ci_method, pass_at_json = excluded.pass_at_json,"
+    " n_empty = excluded.n_empty, n_missing = excluded.n_missing";
+
+static const char SQL_PAIR_UPSERT[] =
+    "INSERT INTO eval_pairs (run_id, eval, effort, mode_a, mode_b, n_problems, mean_diff,"
+    " stderr, ci_low, ci_high, wins, losses, ties, sign_p, mde)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+    " ON CONFLICT (run_id, eval, effort, mode_a, mode_b) DO UPDATE SET"
+    " n_problems = excluded.n_problems, mean_diff = excluded.mean_diff,"
+    " stderr = excluded.stderr, ci_low = excluded.ci_low, ci_high = excluded.ci_high,"
+    " wins = excluded.wins, losses = excluded.losses, ties = excluded.ties,"
+    " sign_p = excluded.sign_p, mde = excluded.mde";
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* s (NULL-safe) as printable text. */
+static const char *str_or_null(const char *s)
+{
+    return s != NULL ? s : "NULL";
+}
+
+/* The database's file name for messages (":memory:" for an in-memory one). */
+static const char *db_path(sqlite3 *db)
+{
+    const char *f = sqlite3_db_filename(db, "main");
+    return f != NULL && f[0] != '\0' ? f : ":memory:";
+}
+
+/* Records PG_ERR_DB as "<file>: <what>: <SQLite's message>"; call it before
+ * anything else touches the connection. Returns the code err now holds. */
+__attribute__((format(printf, 3, 4)))
+static pg_status db_fail(sqlite3 *db, pg_err *err, const char *fmt, ...)
+{
+    char what[EVAL_WHAT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", db_path(db), what, sqlite3_errmsg(db));
+}
+
+/* The handle of s, or NULL after recording PG_ERR_INTERNAL (fn names the caller). */
+static sqlite3 *handle_or_fail(pg_store *s, const char *fn, pg_err *err)
+{
+    sqlite3 *db = store_handle(s);
+    if (db == NULL) pg_fail(err, PG_ERR_INTERNAL, "%s: store is NULL", fn);
+    return db;
+}
+
+/* Prepares constant sql into *st; PG_ERR_DB naming it on failure. */
+static pg_status prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pg_err *err)
+{
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return PG_OK;
+    return db_fail(db, err, "prepare \"%s\"", sql);
+}
+
+/* ---- binding ----------------------------------------------------------- */
+
+/* Binds a statement's parameters left to right (?1, ?2, ...), keeping the
+ * first failure. Text is SQLITE_STATIC: it need only outlive the step. */
+typedef struct binder {
+    sqlite3_stmt *st;
+    int next;   /* the parameter the next bind fills */
+    int rc;     /* SQLITE_OK until a bind fails */
+} binder;
+
+static binder bind_start(sqlite3_stmt *st)
+{
+    return (binder){.st = st, .next = 1, .rc = SQLITE_OK};
+}
+
+static void bind_text(binder *b, const char *v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_text(b->st, b->next, v, -1, SQLITE_STATIC);
+    b->next++;
+}
+
+static void bind_int64(binder *b, int64_t v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_int64(b->st, b->next, v);
+    b->next++;
+}
+
+/* Binds SQL NULL to the next parameter. */
+static void bind_null(binder *b)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_null(b->st, b->next);
+    b->next++;
+}
+
+/* Binds v, or NULL when v < 0 (the "not known" of counts). */
+static void bind_count_or_null(binder *b, int64_t v)
+{
+    if (b->rc == SQLITE_OK)
+        b->rc = v < 0 ? sqlite3_bind_null(b->st, b->next) : sqlite3_bind_int64(b->st, b->next, v);
+    b->next++;
+}
+
+/* Binds a size_t count (a table's size: far below INT64_MAX). */
+static void bind_size(binder *b, size_t v)
+{
+    bind_int64(b, (int64_t)v);
+}
+
+/* Binds v, NaN as NULL explicitly (SQLite would do the same). */
+static void bind_double_or_null(binder *b, double v)
+{
+    if (b->rc == SQLITE_OK)
+        b->rc = isnan(v) ? sqlite3_bind_null(b->st, b->next) : sqlite3_bind_double(b->st, b->next, v);
+    b->next++;
+}
+
+/* Binds the key (run_id, eval, mode, effort, problem_id, sample) as ?1..?6. */
+static void bind_key(binder *b, int64_t run_id, const char *eval, const char *mode,
+                     const char *effort, const char *problem_id, int sample)
+{
+    bind_int64(b, run_id);
+    bind_text(b, eval);
+    bind_text(b, mode);
+    bind_text(b, effort);
+    bind_text(b, problem_id);
+    bind_int64(b, sample);
+}
+
+/* Steps b's statement once expecting no rows; PG_ERR_DB described by what
+ * when a bind or the step fails, PG_ERR_INTERNAL when the parameters were
+ * not all bound. Finalizes the statement in every case. */
+static pg_status finish_write(sqlite3 *db, binder *b, const char *what, pg_err *err)
+{
+    pg_status ps = PG_OK;
+    const int expected = sqlite3_bind_parameter_count(b->st);
+    if (b->rc != SQLITE_OK) {
+        ps = db_fail(db, err, "%s", what);
+    } else if (b->next - 1 != expected) {
+        ps = pg_fail(err, PG_ERR_INTERNAL, "%s: \"%s\" has %d parameters, %d bound",
+                     db_path(db), sqlite3_sql(b->st), expected, b->next - 1);
+    } else if (sqlite3_step(b->st) != SQLITE_DONE) {
+        ps = db_fail(db, err, "%s", what);
+    }
+    sqlite3_finalize(b->st);
+    b->st = NULL;
+    return ps;
+}
+
+/* ---- samples ----------------------------------------------------------- */
+
+static const char *status_text(eval_sample_status st)
+{
+    switch (st) {
+    case EVAL_SAMPLE_OK: return "ok";
+    case EVAL_SAMPLE_TRUNCATED: return "truncated";
+    case EVAL_SAMPLE_ERROR: return "error";
+    case EVAL_SAMPLE_MISSING: break;
+    }
+    return NULL;
+}
+
+/* The status named by text (NULL-safe); -1 when it is none of the stored three. */
+static int status_from_text(const char *text)
+{
+    if (text == NULL) return -1;
+    if (strcmp(text, "ok") == 0) return EVAL_SAMPLE_OK;
+    if (strcmp(text, "truncated") == 0) return EVAL_SAMPLE_TRUNCATED;
+    if (strcmp(text, "error") == 0) return EVAL_SAMPLE_ERROR;
+    return -1;
+}
+
+/* After an upsert that changed nothing: names the status that kept the row. */
+static pg_status refuse_replace(sqlite3 *db, int64_t run_id, const eval_sample_row *r,
+                                const char *what, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status ps = prepare(db, SQL_SAMPLE_STATUS, &st, err);
+    if (ps != PG_OK) return ps;
+    binder b = bind_start(st);
+    bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
+    char stored[16] = "?";
+    if (b.rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(st, 0);
+        snprintf(stored, sizeof stored, "%s", t != NULL ? (const char *)t : "NULL");
+    }
+    sqlite3_finalize(st);
+    return pg_fail(err, PG_ERR_DB,
+                   "%s: %s: already stored with status '%s' (only 'error' samples are "
+                   "replaced; nothing changed)", db_path(db), what, stored);
+}
+
+pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_row *r,
+                                pg_err *err)
+{
+    sqlite3 *db = handle_or_fail(s, "eval_store_put_sample", err);
+    if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
+    if (r == NULL || r->eval == NULL || r->mode == NULL || r->effort == NULL
+        || r->problem_id == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "eval_store_put_sample: row, eval, mode, effort or problem_id is NULL");
+    char what[EVAL_WHAT_MAX];
+    snprintf(what, sizeof what,
+             "eval sample (run %" PRId64 ", eval '%s', mode '%s', effort '%s', problem '%s', "
+             "sample %d)", run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
+    const char *status = status_text(r->status);
+    if (status == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status %d cannot be stored", db_path(db),
+                       what, (int)r->status);
+    if (r->sample < 0)
+        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: negative sample index", db_path(db), what);
+    const int graded = r->status != EVAL_SAMPLE_ERROR;
+    if (graded && r->correct != 0 && r->correct != 1)
+        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status '%s' needs correct 0 or 1, not %d",
+                       db_path(db), what, status, r->correct);
+    if (isinf(r->latency_ms))
+        return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: latency_ms is infinite", db_path(db), what);
+
+    sqlite3_stmt *st = NULL;
+    pg_status ps = prepare(db, SQL_SAMPLE_UPSERT, &st, err);
+    if (ps != PG_OK) return ps;
+    binder b = bind_start(st);
+    bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
+    bind_text(&b, status);
+    bind_count_or_null(&b, r->attempts);
+    bind_double_or_null(&b, r->latency_ms);
+    bind_text(&b, r->finish_reason);
+    bind_count_or_null(&b, r->prompt_tokens);
+    bind_count_or_null(&b, r->completion_tokens);
+    bind_text(&b, r->content);
+    if (r->has_extracted) bind_int64(&b, r->extracted);
+    else bind_null(&b);
+    if (graded) bind_int64(&b, r->correct);
+    else bind_null(&b);
+    bind_text(&b, r->error);
+    ps = finish_write(db, &b, what, err);
+    /* The upsert's WHERE keeps an ok/truncated row: no error, no change. */
+    if (ps == PG_OK && sqlite3_changes(db) == 0) ps = refuse_replace(db, run_id, r, what, err);
+    return ps;
+}
+
+pg_status eval_store_missing(pg_store *s, int64_t run_id, const char *eval,
+                             const eval_key *planned, size_t n_planned, size_t *missing,
+                             size_t *n_missing, pg_err *err)
+{
+    sqlite3 *db = handle_or_fail(s, "eval_store_missing", err);
+    if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
+    if (eval == NULL || n_missing == NULL || (n_planned > 0 && (planned == NULL || missing == NULL)))
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "eval_store_missing: eval, planned, missing or n_missing is NULL");
+    *n_missing = 0;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = prepare(db, SQL_SAMPLE_DONE, &st, err);
+    for (size_t i = 0; ps == PG_OK && i < n_planned; i++) {
+        const eval_key *key = &planned[i];
+        if (key->mode == NULL || key->effort == NULL || key->problem_id == NULL) {
+            ps = pg_fail(err, PG_ERR_INTERNAL,
+                         "eval_store_missing: planned key %zu has a NULL mode, effort or "
+                         "problem_id", i);
+            break;
+        }
+        binder b = bind_start(st);
+        bind_key(&b, run_id, eval, key->mode, key->effort, key->problem_id, key->sample);
+        const int rc = b.rc == SQLITE_OK ? sqlite3_step(st) : b.rc;
+        if (rc == SQLITE_DONE) {
+            missing[(*n_missing)++] = i;
+        } else if (rc != SQLITE_ROW) {
+            ps = db_fail(db, err,
+                         "look up eval sample (run %" PRId64 ", eval '%s', mode '%s', effort "
+                         "'%s', problem '%s', sample %d)", run_id, eval, key->mode, key->effort,
+                         key->problem_id, key->sample);
+        }
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+    }
+    sqlite3_finalize(st);
+    return ps;
+}
+
+/* ---- reading back ------------------------------------------------------ */
+
+/* One loaded row of ours: its problem's index, sample, outcome. */
+typedef struct loaded_cell {
+    size_t problem;
+    int64_t sample;
+    eval_cell cell;
+} loaded_cell;
+
+/* Growable arrays of the load: problem ids and our cells. */
+typedef struct load_state {
+    char **ids;
+    size_t n_ids, cap_ids;
+    loaded_cell *cells;
+    size_t n_cells, cap_cells;
+    int64_t max_sample;   /* over every mode; -1 before the first row */
+} load_state;
+
+/* Grows *arr (of elem bytes each, *cap of them) to hold one more; 0 on failure. */
+static int grow(void **arr, size_t *cap, size_t used, size_t elem)
+{
+    if (used < *cap) return 1;
+    const size_t ncap = *cap ? *cap * 2 : 64;
+    if (ncap > SIZE_MAX / elem) return 0;
+    void *p = realloc(*arr, ncap * elem);
+    if (p == NULL) return 0;
+    *arr = p;
+    *cap = ncap;
+    return 1;
+}
+
+/* Takes one result row of SQL_LOAD into ls. */
+static pg_status load_row(sqlite3 *db, sqlite3_stmt *st, const char *what, load_state *ls,
+                          pg_err *err)
+{
+    const char *pid = (const char *)sqlite3_column_text(st, 0);
+    if (pid == NULL) return db_fail(db, err, "%s: read problem_id", what);
+    const int64_t sample = sqlite3_column_int64(st, 1);
+    if (sample < 0)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: %s: problem '%s' has sample %" PRId64,
+                       db_path(db), what, pid, sample);
+    if (sample > ls->max_sample) ls->max_sample = sample;
+
+    /* Rows come in problem_id order: a new id is a new problem. */
+    if (ls->n_ids == 0 || strcmp(ls->ids[ls->n_ids - 1], pid) != 0) {
+        if (!grow((void **)&ls->ids, &ls->cap_ids, ls->n_ids, sizeof *ls->ids))
+            return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", db_path(db), what);
+        if ((ls->ids[ls->n_ids] = strdup(pid)) == NULL)
+            return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", db_path(db), what);
+        ls->n_ids++;
+    }
+    if (sqlite3_column_int(st, 4) == 0) return PG_OK;   /* another mode or effort */
+
+    const char *text = (const char *)sqlite3_column_text(st, 2);
+    const int status = status_from_text(text);
+    if (status < 0)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: %s: problem '%s' sample %" PRId64
+                       " has status '%s'", db_path(db), what, pid, sample, str_or_null(text));
+    int correct = 0;
+    if (status != EVAL_SAMPLE_ERROR) {
+        if (sqlite3_column_type(st, 3) == SQLITE_NULL)
+            return pg_fail(err, PG_ERR_FORMAT,
+                           "%s: %s: problem '%s' sample %" PRId64 " is '%s' but not graded "
+                           "(correct is NULL)", db_path(db), what, pid, sample, text);
+        correct = sqlite3_column_int(st, 3);
+    }
+    if (!grow((void **)&ls->cells, &ls->cap_cells, ls->n_cells, sizeof *ls->cells))
+        return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", db_path(db), what);
+    ls->cells[ls->n_cells++] = (loaded_cell){
+        .problem = ls->n_ids - 1, .sample = sample,
+        .cell = {.status = (eval_sample_status)status, .correct = correct}};
+    return PG_OK;
+}
+
+pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const char *mode,
+                          const char *effort, size_t k, eval_table *out, pg_err *err)
+{
+    if (out != NULL) memset(out, 0, sizeof *out);
+    sqlite3 *db = handle_or_fail(s, "eval_store_load", err);
+    if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
+    if (eval == NULL || mode == NULL || effort == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "eval_store_load: eval, mode, effort or out is NULL");
+    char what[EVAL_WHAT_MAX];
+    snprintf(what, sizeof what,
+             "load eval samples (run %" PRId64 ", eval '%s', mode '%s', effort '%s')", run_id,
+             eval, mode, effort);
+
+    load_state ls = {.max_sample = -1};
+    sqlite3_stmt *st = NULL;
+    pg_status ps = prepare(db, SQL_LOAD, &st, err);
+    if (ps == PG_OK) {
+        binder b = bind_start(st);
+        bind_int64(&b, run_id);
+        bind_text(&b, eval);
+        bind_text(&b, mode);
+        bind_text(&b, effort);
+        int rc = b.rc;
+        while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+            rc = sqlite3_step(st);
+            if (rc == SQLITE_ROW) ps = load_row(db, st, what, &ls, err);
+            if (ps != PG_OK) break;
+        }
+        if (ps == PG_OK && rc != SQLITE_DONE) ps = db_fail(db, err, "%s", what);
+    }
+    sqlite3_finalize(st);
+
+    if (ps == PG_OK) {
+        const size_t stored_k = (size_t)(ls.max_sample + 1);
+        if (k == 0) {
+            k = stored_k;
+        } else if (stored_k > k) {
+            ps = pg_fail(err, PG_ERR_SHAPE,
+                         "%s: %s: sample %" PRId64 " is stored but k is %zu", db_path(db), what,
+                         ls.max_sample, k);
+        }
+    }
+    if (ps == PG_OK && ls.n_ids > 0 && k > 0) {
+        if (ls.n_ids > SIZE_MAX / k / sizeof *out->cells
+            || (out->cells = malloc(ls.n_ids * k * sizeof *out->cells)) == NULL) {
+            ps = pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory for %zu x %zu samples",
+                         db_path(db), what, ls.n_ids, k);
+        } else {
+            for (size_t i = 0; i < ls.n_ids * k; i++)
+                out->cells[i] = (eval_cell){.status = EVAL_SAMPLE_MISSING, .correct = 0};
+            for (size_t c = 0; c < ls.n_cells; c++)
+                out->cells[ls.cells[c].problem * k + (size_t)ls.cells[c].sample] = ls.cells[c].cell;
+        }
+    }
+    free(ls.cells);
+    /* The ids go to out (also on failure: eval_table_free releases them). */
+    out->problem_ids = ls.ids;
+    out->n_problems = ls.n_ids;
+    out->k = ps == PG_OK ? k : 0;
+    if (ps != PG_OK) {
+        free(out->cells);
+        out->cells = NULL;
+    }
+    return ps;
+}
+
+/* ---- scores and pairs -------------------------------------------------- */
+
+/* PG_ERR_NUMERIC when one of the n named values is infinite. */
+static pg_status refuse_inf(sqlite3 *db, const char *what, const char *const *names,
+                            const double *values, size_t n, pg_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(values[i]))
+            return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: %s is infinite", db_path(db), what,
+                           names[i]);
+    }
+    return PG_OK;
+}
+
+/* Appends v to buf at *len as the shortest of %.15g / %.17g that reads back
+ * to v (JSON null for NaN). buf has room (EVAL_JSON_MEMBER_MAX per member). */
+static void append_json_number(char *buf, size_t cap, size_t *len, double v)
+{
+    char num[EVAL_JSON_MEMBER_MAX];
+    if (isnan(v)) {
+        snprintf(num, sizeof num, "null");
+    } else {
+        snprintf(num, sizeof num, "%.*g", EVAL_SHORT_DIGITS, v);
+        if (strtod(num, NULL) != v) snprintf(num, sizeof num, "%.*g", EVAL_ROUNDTRIP_DIGITS, v);
+    }
+    int w = snprintf(buf + *len, cap - *len, "%s", num);
+    if (w > 0) *len += (size_t)w;
+}
+
+/* {"1": pass@1, ..., "K": pass@K} of sc in a malloc'd string; NULL when out of memory. */
+static char *pass_at_json(const eval_score *sc)
+{
+    const size_t k = sc->pass_at != NULL ? sc->k : 0;
+    if (k > (SIZE_MAX - 3) / EVAL_JSON_MEMBER_MAX) return NULL;
+    const size_t cap = 3 + k * EVAL_JSON_MEMBER_MAX;
+    char *buf = malloc(cap);
+    if (buf == NULL) return NULL;
+    size_t len = 0;
+    buf[len++] = '{';
+    for (size_t j = 0; j < k; j++) {
+        int w = snprintf(buf + len, cap - len, "%s\"%zu\":", j > 0 ? "," : "", j + 1);
+        if (w > 0) len += (size_t)w;
+        append_json_number(buf, cap, &len, sc->pass_at[j]);
+    }
+    snprintf(buf + len, cap - len, "}");
+    return buf;
+}
+
+pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, const char *mode,
+                               const char *effort, const eval_score *sc, pg_err *err)
+{
+    sqlite3 *db = handle_or_fail(s, "eval_store_put_score", err);
+    if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
+    if (eval == NULL || mode == NULL || effort == NULL || sc == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "eval_store_put_score: eval, mode, effort or score is NULL");
+    char what[EVAL_WHAT_MAX];
+    snprintf(what, sizeof what,
+             "store eval score (run %" PRId64 ", eval '%s', mode '%s', effort '%s')", run_id,
+             eval, mode, effort);
+    const char *const names[] = {"accuracy", "stderr", "ci_low", "ci_high"};
+    const double values[] = {sc->accuracy, sc->se, sc->ci_low, sc->ci_high};
+    pg_status ps = refuse_inf(db, what, names, values, sizeof values / sizeof values[0], err);
+    for (size_t j = 0; ps == PG_OK && sc->pass_at != NULL && j < sc->k; j++) {
+        if (isinf(sc->pass_at[j]))
+            ps = pg_fail(err, PG_ERR_NUMERIC, "%s: %s: pass@%zu is infinite", db_path(db), what,
+                         j + 1);
+    }
+    if (ps != PG_OK) return ps;
+    char *json = pass_at_json(sc);
+    if (json == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory for pass_at_json", db_path(db),
+                       what);
+
+    sqlite3_stmt *st = NULL;
+    ps = prepare(db, SQL_SCORE_UPSERT, &st, err);
+    if (ps == PG_OK) {
+        binder b = bind_start(st);
+        bind_int64(&b, run_id);
+        bind_text(&b, eval);
+        bind_text(&b, mode);
+        bind_text(&b, effort);
+        bind_size(&b, sc->n_scored);
+        bind_size(&b, sc->k);
+        bind_double_or_null(&b, sc->accuracy);
+        bind_double_or_null(&b, sc->se);
+        bind_double_or_null(&b, sc->ci_low);
+        bind_double_or_null(&b, sc->ci_high);
+        bind_size(&b, sc->n_errors);
+        bind_size(&b, sc->n_truncated);
+        bind_text(&b, EVAL_CI_METHOD);
+        bind_text(&b, json);
+        bind_size(&b, sc->n_empty);
+        bind_size(&b, sc->n_missing);
+        ps = finish_write(db, &b, what, err);
+    }
+    free(json);
+    return ps;
+}
+
+pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, const char *effort,
+                              const char *mode_a, const char *mode_b, const eval_pair *p,
+                              pg_err *err)
+{
+    sqlite3 *db = handle_or_fail(s, "eval_store_put_pair", err);
+    if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
+    if (eval == NULL || effort == NULL || mode_a == NULL || mode_b == NULL || p == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "eval_store_put_pair: eval, effort, mode_a, mode_b or pair is NULL");
+    char what[EVAL_WHAT_MAX];
+    snprintf(what, sizeof what,
+             "store eval pair (run %" PRId64 ", eval '%s', effort '%s', '%s' vs '%s')", run_id,
+             eval, effort, mode_a, mode_b);
+    const char *const names[] = {"mean_diff", "stderr", "ci_low", "ci_high", "sign_p", "mde"};
+    const double values[] = {p->mean_diff, p->se, p->ci_low, p->ci_high, p->sign_p, p->mde};
+    pg_status ps = refuse_inf(db, what, names, values, sizeof values / sizeof values[0], err);
+    if (ps == PG_OK && isnan(p->sign_p))
+        ps = pg_fail(err, PG_ERR_NUMERIC, "%s: %s: sign_p is NaN", db_path(db), what);
+    if (ps != PG_OK) return ps;
+
+    sqlite3_stmt *st = NULL;
+    ps = prepare(db, SQL_PAIR_UPSERT, &st, err);
+    if (ps != PG_OK) return ps;
+    binder b = bind_start(st);
+    bind_int64(&b, run_id);
+    bind_text(&b, eval);
+    bind_text(&b, effort);
+    bind_text(&b, mode_a);
+    bind_text(&b, mode_b);
+    bind_size(&b, p->n_problems);
+    bind_double_or_null(&b, p->mean_diff);
+    bind_double_or_null(&b, p->se);
+    bind_double_or_null(&b, p->ci_low);
+    bind_double_or_null(&b, p->ci_high);
+    bind_size(&b, p->wins);
+    bind_size(&b, p->losses);
+    bind_size(&b, p->ties);
+    bind_double_or_null(&b, p->sign_p);
+    bind_double_or_null(&b, p->mde);
+    return finish_write(db, &b, what, err);
+}

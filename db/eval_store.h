@@ -1,0 +1,109 @@
+/*
+ * eval_store.h: end-task eval rows in precgate's store (schema version 4):
+ * eval_samples (one row per sample, stored as each completes), eval_scores
+ * and eval_pairs (what evals/score.h derives from them).
+ *
+ * Every function works on an open pg_store (db/store.h) through
+ * store_handle(), with statements prepared for the call and bound
+ * parameters only. Failures are PG_ERR_DB naming the database file, what
+ * failed and SQLite's message, except where a contract says otherwise; a
+ * NULL store or a NULL argument that must not be NULL is PG_ERR_INTERNAL.
+ *
+ * Transactions: a write made while no transaction is open is its own
+ * transaction, committed before the call returns (a crash loses at most
+ * the sample being written); inside store_begin .. store_commit it commits
+ * or rolls back with the caller's transaction.
+ *
+ * NULLs: an integer field < 0 (attempts, tokens) and a NaN latency are
+ * stored as NULL; a NaN statistic is stored as NULL where evals/score.h
+ * calls it undefined; +-inf is refused with PG_ERR_NUMERIC.
+ */
+#ifndef PG_EVAL_STORE_H
+#define PG_EVAL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../evals/score.h"
+#include "../harness/status.h"
+#include "store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One eval_samples row. Strings are bound for the call only (the caller
+ * keeps them); NULL optional strings are stored as NULL. */
+typedef struct eval_sample_row {
+    const char *eval, *mode, *effort, *problem_id;   /* required */
+    int sample;                    /* 0 .. K-1 */
+    eval_sample_status status;     /* OK, TRUNCATED or ERROR (MISSING is refused) */
+    int attempts;                  /* < 0: NULL */
+    double latency_ms;             /* NaN: NULL */
+    const char *finish_reason;
+    int64_t prompt_tokens;         /* < 0: NULL */
+    int64_t completion_tokens;     /* < 0: NULL */
+    const char *content;
+    int has_extracted;             /* 0: extracted is NULL */
+    int64_t extracted;
+    int correct;                   /* 0 or 1 for OK/TRUNCATED; ignored (NULL) for ERROR */
+    const char *error;
+} eval_sample_row;
+
+/* Stores one sample of run_id. A new key is inserted; a key already stored
+ * with status 'error' is replaced by row (a retried sample); a key already
+ * stored as 'ok' or 'truncated' is left as it is and PG_ERR_DB says so.
+ * PG_ERR_INTERNAL for a missing key string, sample < 0, status MISSING or
+ * outside the enum, or correct not 0/1 on an OK/TRUNCATED row;
+ * PG_ERR_NUMERIC for an infinite latency; PG_ERR_DB for an unknown run. */
+pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_row *row,
+                                pg_err *err);
+
+/* One planned sample. */
+typedef struct eval_key {
+    const char *mode, *effort, *problem_id;
+    int sample;
+} eval_key;
+
+/* For --resume: writes to missing[0 .. *n_missing) the indices (ascending)
+ * of the planned keys of (run_id, eval) not stored with status 'ok' or
+ * 'truncated' (absent, or stored as 'error': to be run again). missing must
+ * hold n_planned entries. Reads only; PG_ERR_INTERNAL for a NULL key string. */
+pg_status eval_store_missing(pg_store *s, int64_t run_id, const char *eval,
+                             const eval_key *planned, size_t n_planned, size_t *missing,
+                             size_t *n_missing, pg_err *err);
+
+/* Reads the samples of (run_id, eval, mode, effort) into *out (free with
+ * eval_table_free, also after a failure). Rows are the problems stored for
+ * (run_id, eval) in any mode and effort, in problem_id order (SQLite's
+ * BINARY collation), so every table of one run and eval lines up for
+ * eval_pair_compute; problem_ids are filled. k is the number of samples per
+ * problem, 0 to take 1 + the largest sample stored for (run_id, eval).
+ * Cells with no row are EVAL_SAMPLE_MISSING. Read in one statement (one
+ * snapshot). PG_ERR_SHAPE when a stored sample is >= a given k;
+ * PG_ERR_FORMAT for a stored row the schema cannot hold from precgate (a
+ * status outside ok/truncated/error, an ok/truncated row with correct NULL);
+ * PG_ERR_NOMEM when an allocation fails. */
+pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const char *mode,
+                          const char *effort, size_t k, eval_table *out, pg_err *err);
+
+/* Stores sc as the eval_scores row of (run_id, eval, mode, effort),
+ * replacing one stored before (re-scoring is idempotent). n_problems is
+ * sc->n_scored; ci_method is EVAL_CI_METHOD; pass_at_json holds pass@1 ..
+ * pass@K with the shortest decimal that reads back to the same double
+ * (null where NaN). PG_ERR_NOMEM when the JSON cannot be built. */
+pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, const char *mode,
+                               const char *effort, const eval_score *sc, pg_err *err);
+
+/* Stores p as the eval_pairs row of (run_id, eval, effort, mode_a, mode_b),
+ * replacing one stored before. PG_ERR_DB (CHECK) when mode_a equals mode_b;
+ * PG_ERR_NUMERIC when sign_p is NaN. */
+pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, const char *effort,
+                              const char *mode_a, const char *mode_b, const eval_pair *p,
+                              pg_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_EVAL_STORE_H */

@@ -1,0 +1,168 @@
+/*
+ * score.h: statistics of end-task evals (AIME-style problems, K samples each).
+ *
+ * Pure functions: no I/O, no global state; the only side effect is memory
+ * that the caller frees with the matching *_free.
+ *
+ * Input: a table of n problems x K samples for one (mode, effort). A sample
+ * is ok, truncated (hit the token limit; graded like any answer, normally
+ * wrong), error (no answer: the request failed) or missing (not run yet).
+ * Errors and missing samples are excluded, not wrong: problem i's
+ * denominator n_i counts its ok and truncated samples, c_i its correct ones.
+ * A problem with n_i = 0 is left out of every mean and counted (n_empty).
+ *
+ * Formulas (s_i = c_i/n_i, the per-problem mean, over the m problems with
+ * n_i > 0; sources in score.c):
+ *   accuracy (avg@K)  = (1/m) sum_i s_i
+ *   se (clustered by problem) = sqrt(var_s / m), var_s the sample variance
+ *       (divisor m-1) of the s_i: the SE of a mean of per-problem means,
+ *       which equals the cluster-robust SE of the per-sample mean with the
+ *       C/(C-1) small-sample factor when every n_i is the same (Miller 2024).
+ *   pass@k = mean over problems with n_i >= k of 1 - C(n_i-c_i, k)/C(n_i, k)
+ *       (Chen et al. 2021's unbiased estimator, as a stable product).
+ *   ci_low, ci_high: 95% percentile bootstrap over problems (the stored
+ *       interval, all K): EVAL_BOOTSTRAP_B resamples of the m values s_i
+ *       with replacement from a fixed seed, so it is deterministic.
+ *   wilson_low, wilson_high: 95% Wilson score interval of c/m, given only
+ *       when every scored problem has exactly one valid sample (K = 1).
+ * Pairs (A vs B, same problems, d_i = s_A,i - s_B,i over problems scored
+ * in both): mean_diff, sd (divisor n-1), se = sd/sqrt(n), 95% paired
+ * percentile bootstrap interval (the same index resample for A and B), an
+ * exact two-sided sign test on wins/losses (ties dropped) and the minimum
+ * detectable effect at 80% power, alpha 0.05 two-sided:
+ *   mde = (z_0.975 + z_0.80) * sd / sqrt(n).
+ *
+ * Undefined values are NaN: accuracy with m = 0, se/CI with m < 2 (the
+ * bootstrap of one value would be a point), pass@k without a problem of
+ * n_i >= k, mde with n < 2.
+ */
+#ifndef PG_SCORE_H
+#define PG_SCORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../harness/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Resamples of the percentile bootstrap. */
+#define EVAL_BOOTSTRAP_B 10000
+/* Seed of every bootstrap (xoshiro256** seeded through splitmix64). */
+#define EVAL_BOOTSTRAP_SEED UINT64_C(0x9e3779b97f4a7c15)
+/* Two-sided confidence level of every interval. */
+#define EVAL_CI_LEVEL 0.95
+/* What eval_scores.ci_method says the stored interval is (keep in step with
+ * EVAL_BOOTSTRAP_B and EVAL_BOOTSTRAP_SEED). */
+#define EVAL_CI_METHOD "bootstrap-percentile(problems,B=10000,seed=0x9e3779b97f4a7c15)"
+/* Standard normal quantiles: z_0.975 (alpha 0.05 two-sided) and z_0.80 (power 80%). */
+#define EVAL_Z_975 1.959963984540054
+#define EVAL_Z_80 0.8416212335729143
+
+typedef enum eval_sample_status {
+    EVAL_SAMPLE_OK = 0,     /* answered; correct says whether right */
+    EVAL_SAMPLE_TRUNCATED,  /* cut at the token limit; graded (counted) */
+    EVAL_SAMPLE_ERROR,      /* failed: excluded from every denominator */
+    EVAL_SAMPLE_MISSING     /* not stored (yet): excluded like an error */
+} eval_sample_status;
+
+/* One sample's outcome; correct (0 or 1) is read only for ok/truncated. */
+typedef struct eval_cell {
+    eval_sample_status status;
+    int correct;
+} eval_cell;
+
+/* n_problems x k samples of one (mode, effort): cells[i*k + j] is problem
+ * i's sample j. problem_ids (n_problems strings) may be NULL; when both
+ * tables of a pair have them they must match. eval_table_free releases a
+ * table whose arrays were malloc'd (as eval_store_load builds them). */
+typedef struct eval_table {
+    size_t n_problems;
+    size_t k;
+    eval_cell *cells;
+    char **problem_ids;
+} eval_table;
+
+/* Frees t's cells, ids and id array, and zeroes t; NULL is a no-op. */
+void eval_table_free(eval_table *t);
+
+/* The statistics of one (mode, effort). Arrays are owned: eval_score_free. */
+typedef struct eval_score {
+    size_t n_problems;     /* rows of the table */
+    size_t n_scored;       /* m: problems with n_i > 0 (every mean's denominator) */
+    size_t n_empty;        /* problems with n_i = 0, left out */
+    size_t k;              /* K: samples per problem in the table */
+    size_t n_valid;        /* ok + truncated samples */
+    size_t n_errors, n_truncated, n_missing;
+    double accuracy;       /* avg@K */
+    double se;             /* clustered by problem */
+    double ci_low, ci_high;        /* percentile bootstrap (stored) */
+    double wilson_low, wilson_high; /* K = 1 only, else NaN */
+    double *pass_at;       /* k entries: pass_at[j] = pass@(j+1) */
+    size_t *pass_at_n;     /* k entries: problems with n_i >= j+1 that entered it */
+    double *problem_mean;  /* n_problems entries: s_i, NaN where n_i = 0 */
+} eval_score;
+
+/* Scores t into *out (overwritten; free with eval_score_free even on
+ * failure). PG_ERR_INTERNAL for a NULL argument, a table with cells NULL
+ * while n_problems*k > 0, a status outside the enum or correct not 0/1 on
+ * a valid sample; PG_ERR_NOMEM when an allocation fails. */
+pg_status eval_score_compute(const eval_table *t, eval_score *out, pg_err *err);
+
+/* Frees out's arrays and zeroes it; NULL is a no-op. */
+void eval_score_free(eval_score *out);
+
+/* A vs B on the same problems. */
+typedef struct eval_pair {
+    size_t n_problems;     /* n: problems with n_i > 0 in both tables */
+    size_t n_dropped;      /* problems left out (n_i = 0 in A or B) */
+    double mean_diff;      /* mean of d_i = s_A,i - s_B,i (A minus B) */
+    double sd;             /* sample SD of d_i (divisor n-1) */
+    double se;             /* sd / sqrt(n) */
+    double ci_low, ci_high;        /* paired percentile bootstrap */
+    size_t wins, losses, ties;     /* d_i > 0, d_i < 0, d_i = 0 (exact) */
+    double sign_p;         /* exact two-sided sign test p on wins vs losses */
+    double mde;            /* (z_0.975 + z_0.80) * sd / sqrt(n) */
+} eval_pair;
+
+/* Compares a with b into *out. PG_ERR_SHAPE when their n_problems differ
+ * or both carry problem_ids that differ at some row; PG_ERR_INTERNAL and
+ * PG_ERR_NOMEM as eval_score_compute. Tables of different K are allowed. */
+pg_status eval_pair_compute(const eval_table *a, const eval_table *b, eval_pair *out,
+                            pg_err *err);
+
+/* Chen et al.'s unbiased pass@k for one problem with n valid samples of
+ * which c are correct: 1 - C(n-c, k)/C(n, k); NaN unless 1 <= k <= n and
+ * c <= n. */
+double eval_pass_at_k(size_t n, size_t c, size_t k);
+
+/* Exact two-sided sign-test p: min(1, 2 P(X <= min(w, l))), X ~ Bin(w+l, 1/2);
+ * 1 when w + l = 0. Summed in log space (accurate for w + l in the millions). */
+double eval_sign_test_p(size_t wins, size_t losses);
+
+/* Minimum detectable effect (EVAL_Z_975 + EVAL_Z_80) * sd / sqrt(n); NaN
+ * for n = 0 or sd NaN. */
+double eval_mde(double sd, size_t n);
+
+/* Wilson score interval of successes/n at normal quantile z into *lo, *hi
+ * (NaN both for n = 0 or successes > n). */
+void eval_wilson(size_t successes, size_t n, double z, double *lo, double *hi);
+
+/* Percentile bootstrap interval (level, e.g. 0.95) of the mean of x[0..n):
+ * b resamples of n indices drawn uniformly with replacement by xoshiro256**
+ * seeded with seed; the bounds are the (1-level)/2 and (1+level)/2
+ * quantiles of the b resample means, linearly interpolated between order
+ * statistics (numpy's default). For a paired interval pass the differences.
+ * NaN both for n < 2 or b < 2. PG_ERR_NOMEM when the b means cannot be
+ * allocated; PG_ERR_INTERNAL for a NULL x with n > 0, NULL lo/hi, or a level
+ * outside (0, 1). */
+pg_status eval_bootstrap_ci(const double *x, size_t n, size_t b, uint64_t seed, double level,
+                            double *lo, double *hi, pg_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_SCORE_H */
