@@ -161,6 +161,33 @@ const schema_migration schema_migrations[] = {
         "    CHECK (mode_a <> mode_b),\n"
         "    UNIQUE (run_id, eval, effort, mode_a, mode_b)\n"
         ");\n"),
+    /* An eval run with samples that failed after every retry is 'incomplete'
+     * (its scores exclude them and say how many); the runs CHECK is rebuilt
+     * to allow it (lang_altertable.html, section 7; foreign keys are off). */
+    SCHEMA_MIGRATION(5,
+        "CREATE TABLE runs_v5 (\n"
+        "    id          INTEGER PRIMARY KEY,\n"
+        "    kind        TEXT NOT NULL,         -- 'sweep', 'eval', ...\n"
+        "    label       TEXT,\n"
+        "    -- 'incomplete': finished, but some samples failed after every retry\n"
+        "    status      TEXT NOT NULL CHECK (status IN ('running', 'complete', 'incomplete',\n"
+        "                                                'failed')),\n"
+        "    started_at  TEXT NOT NULL,         -- UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'\n"
+        "    finished_at TEXT,                  -- same format; NULL while running\n"
+        "    git_rev     TEXT,\n"
+        "    host        TEXT,\n"
+        "    device      TEXT,\n"
+        "    config_json TEXT,\n"
+        "    error       TEXT,                  -- why it failed; NULL unless 'failed'\n"
+        "    CHECK ((status = 'running') = (finished_at IS NULL))\n"
+        ");\n"
+        "INSERT INTO runs_v5 (id, kind, label, status, started_at, finished_at, git_rev, host,\n"
+        "                     device, config_json, error)\n"
+        "    SELECT id, kind, label, status, started_at, finished_at, git_rev, host, device,\n"
+        "           config_json, error FROM runs;\n"
+        "DROP TABLE runs;\n"
+        "ALTER TABLE runs_v5 RENAME TO runs;\n"
+        "CREATE INDEX runs_kind_started ON runs (kind, started_at);\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

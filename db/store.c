@@ -438,10 +438,11 @@ pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, cons
                            pg_err *err)
 {
     if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_run_finish: store is NULL");
-    if (status == NULL || (strcmp(status, "complete") != 0 && strcmp(status, "failed") != 0))
+    if (status == NULL || (strcmp(status, "complete") != 0 && strcmp(status, "failed") != 0 &&
+                           strcmp(status, "incomplete") != 0))
         return pg_fail(err, PG_ERR_INTERNAL,
-                       "store_run_finish: run %" PRId64 " status '%s' is not 'complete' or "
-                       "'failed'", run_id, str_or_null(status));
+                       "store_run_finish: run %" PRId64 " status '%s' is not 'complete', "
+                       "'incomplete' or 'failed'", run_id, str_or_null(status));
     binder b = bind_start(s->stmt[ST_RUN_FINISH]);
     bind_text(&b, status);
     bind_text(&b, strcmp(status, "failed") == 0 ? error : NULL);

@@ -81,7 +81,7 @@ typedef struct store_run_info {
  * committed at once). The strings are copied; the caller keeps them. */
 pg_status store_run_begin(pg_store *s, const store_run_info *info, int64_t *run_id, pg_err *err);
 
-/* Sets a run's status ("complete" or "failed"), its error (the failure's
+/* Sets a run's status ("complete", "incomplete" or "failed"), its error (the failure's
  * message, stored only for "failed"; may be NULL) and finished_at now.
  * PG_ERR_INTERNAL for any other status (nothing changed); PG_ERR_DB when no
  * run has that id. Inside a transaction it commits with it; otherwise at once. */

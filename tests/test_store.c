@@ -795,3 +795,18 @@ Test(store, failed_run_keeps_its_error_and_complete_run_none)
     (void)ok;
     (void)bad;
 }
+
+Test(store, incomplete_is_a_finished_status)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    int64_t run = begin_run(s);
+    cr_assert_eq(store_run_finish(s, run, "incomplete", "ignored", &err), PG_OK, "%s", err.msg);
+    char status[STATUS_BUF];
+    cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "incomplete");
+    store_close(s);
+    sqlite3 *db = raw_open(g_db);
+    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs WHERE finished_at IS NOT NULL AND error IS NULL"), 1);
+    sqlite3_close(db);
+}
