@@ -1,0 +1,1126 @@
+/*
+ * openai_client.c: the end-task eval HTTP client (see openai_client.h).
+ *
+ * oa_run() keeps one CURLM for every endpoint and one easy handle per request
+ * in progress. A request holds its endpoint's in-flight slot from its first
+ * attempt until it is reported, backoff waits included, so a struggling
+ * server gets fewer new requests rather than more. Replies are parsed as they
+ * arrive: a text/event-stream reply line by line (only the unparsed tail is
+ * buffered), anything else as one JSON body. Every message that leaves this
+ * file passes through scrub(), which blanks the API key wherever it appears.
+ */
+#include "openai_client.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Largest reply body (or streamed text per field) kept: far above the
+ * 131072-token ceiling of gpt-oss evals (__main__.py max_tokens=131_072) at
+ * a few bytes per token, small enough that 64 replies fit in memory. */
+#define OA_MAX_BODY_BYTES ((size_t)64 << 20)
+/* Most characters of a server's message quoted in an error. */
+#define OA_MSG_SNIPPET 300
+/* Room for a formatted error message. */
+#define OA_ERR_MAX 1024
+/* Timeout of one /health or /v1/models request (oa_wait_ready, oa_model_name). */
+#define OA_PROBE_TIMEOUT_S 10.0
+/* Shortest timeout of a probe, so one is made even at the deadline. */
+#define OA_PROBE_MIN_TIMEOUT_S 0.1
+/* Longest single wait of the oa_run() loop, so retry deadlines are noticed. */
+#define OA_MAX_POLL_MS 1000
+/* A streamed attempt that averages fewer bytes per second than this over
+ * stall_s seconds is aborted (CURLOPT_LOW_SPEED_LIMIT). */
+#define OA_STALL_BYTES_PER_S 1L
+/* The instruction gpt-oss evals appends to every AIME problem
+ * (openai/gpt-oss gpt_oss/evals/aime_eval.py, AIME_TEMPLATE). */
+#define OA_AIME_PROMPT_HEAD "\n"
+#define OA_AIME_PROMPT_TAIL                                                                        \
+    "\nPlease reason step by step, and put your final answer within \\boxed{}.\n"
+/* Values vLLM accepts for reasoning_effort (vllm/entrypoints/openai/
+ * chat_completion/protocol.py, ChatCompletionRequest). */
+static const char *const k_efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+/* What replaces each character of the API key wherever it shows up. */
+#define OA_SCRUB_CHAR '*'
+
+/* Default sources (openai_client.h):
+ * - max_in_flight 64: below the 128 --max-num-seqs of vLLM's gpt-oss recipe
+ *   (vllm-project/recipes OpenAI/GPT-OSS.md), so requests are not queued.
+ * - 6 attempts, backoff base 1 s, cap 60 s, full jitter: "Exponential Backoff
+ *   And Jitter", AWS Architecture Blog (2015); gpt-oss evals sleeps 2**trial
+ *   without a cap, lm-eval caps at 10 s (notes-evals.md sections 1, 2).
+ * - timeout 4 h: lm-eval users raise aiohttp's total timeout to 14400 s for
+ *   long generations (lm-evaluation-harness PR #2307).
+ * - stall 600 s, connect 10 s, poll 2 s: vLLM streams a chunk per token, so
+ *   ten silent minutes mean a hung attempt; a loading vLLM refuses
+ *   connections, so polls fail fast and cheap. */
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A growable NUL-terminated byte buffer; p NULL until the first byte. */
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+} buf;
+
+/* Appends n bytes of s; false when out of memory or past OA_MAX_BODY_BYTES. */
+static bool buf_add(buf *b, const char *s, size_t n)
+{
+    if (n > OA_MAX_BODY_BYTES - b->len) return false;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return true;
+}
+
+/* Frees b's bytes and empties it. */
+static void buf_free(buf *b)
+{
+    free(b->p);
+    *b = (buf){0};
+}
+
+/* Monotonic clock in seconds. */
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps for s seconds (nothing when s <= 0). */
+static void sleep_s(double s)
+{
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* Blanks every occurrence of key (when not NULL or empty) in s, in place. */
+static void scrub(char *s, const char *key)
+{
+    if (s == NULL || key == NULL || key[0] == '\0') return;
+    size_t n = strlen(key);
+    for (char *p = strstr(s, key); p != NULL; p = strstr(p + n, key)) memset(p, OA_SCRUB_CHAR, n);
+}
+
+/* The server's message in a reply body: error.message ({"error":{...}}),
+ * error as a string, message ({"object":"error",...}), detail (FastAPI), or
+ * else the body text itself, control characters flattened; at most
+ * OA_MSG_SNIPPET characters into out (size >= OA_MSG_SNIPPET + 4). */
+static void server_message(const char *body, size_t len, char *out, size_t size)
+{
+    const char *msg = NULL;
+    cJSON *root = body ? cJSON_ParseWithLength(body, len) : NULL;
+    if (cJSON_IsObject(root)) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "detail");
+        if (cJSON_IsString(m)) msg = m->valuestring;
+        else if (cJSON_IsString(e)) msg = e->valuestring;
+        else if (cJSON_IsString(m = cJSON_GetObjectItemCaseSensitive(root, "message")))
+            msg = m->valuestring;
+        else if (cJSON_IsString(d)) msg = d->valuestring;
+        else if (cJSON_IsArray(d) && cJSON_IsString(m = cJSON_GetObjectItemCaseSensitive(
+                                                        cJSON_GetArrayItem(d, 0), "msg")))
+            msg = m->valuestring;
+    }
+    if (msg == NULL) {
+        msg = body;
+    } else {
+        len = strlen(msg);
+    }
+    if (msg == NULL || len == 0) {
+        snprintf(out, size, "(empty body)");
+    } else {
+        size_t n = len < OA_MSG_SNIPPET ? len : OA_MSG_SNIPPET;
+        if (n > size - 4) n = size - 4;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)msg[i];
+            out[i] = (c < 0x20 || c == 0x7f) ? ' ' : (char)c;
+        }
+        strcpy(out + n, n < len ? "..." : "");
+    }
+    cJSON_Delete(root);
+}
+
+/* ------------------------------------------------------------------------ */
+/* endpoints                                                                */
+/* ------------------------------------------------------------------------ */
+
+struct oa_endpoint {
+    char *mode;
+    char *url_chat, *url_health, *url_models;
+    char *model;                     /* the options' or the discovered name */
+    char *api_key;                   /* NULL when none; kept only for scrub() */
+    struct curl_slist *post_headers; /* JSON body, no Expect, Authorization */
+    struct curl_slist *get_headers;  /* Authorization only */
+    oa_options opt;                  /* defaults filled in */
+};
+
+static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
+static CURLcode g_curl_init_rc = CURLE_OK;
+
+/* curl_global_init, once per process (it is not thread-safe in 7.88). */
+static void curl_init_once(void)
+{
+    g_curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* Zeroes every header string of l (one holds the key), then frees l. */
+static void wipe_headers(struct curl_slist *l)
+{
+    for (struct curl_slist *s = l; s != NULL; s = s->next) explicit_bzero(s->data, strlen(s->data));
+    curl_slist_free_all(l);
+}
+
+void oa_endpoint_close(oa_endpoint *ep)
+{
+    if (ep == NULL) return;
+    wipe_headers(ep->post_headers);
+    wipe_headers(ep->get_headers);
+    if (ep->api_key) explicit_bzero(ep->api_key, strlen(ep->api_key));
+    free(ep->api_key);
+    free(ep->mode);
+    free(ep->url_chat);
+    free(ep->url_health);
+    free(ep->url_models);
+    free(ep->model);
+    free(ep);
+}
+
+const char *oa_endpoint_mode(const oa_endpoint *ep)
+{
+    return ep->mode;
+}
+
+/* Fills the zero fields of o with defaults; PG_ERR_USAGE for a negative
+ * field or a cap below the base. */
+static pg_status resolve_options(oa_options *o, const char *mode, pg_err *err)
+{
+    if (o->max_in_flight < 0 || o->max_attempts < 0 || o->backoff_base_s < 0 ||
+        o->backoff_cap_s < 0 || o->timeout_s < 0 || o->connect_timeout_s < 0 || o->stall_s < 0 ||
+        o->poll_s < 0 || isnan(o->backoff_base_s) || isnan(o->backoff_cap_s) ||
+        isnan(o->timeout_s) || isnan(o->connect_timeout_s) || isnan(o->poll_s))
+        return pg_fail(err, PG_ERR_USAGE, "endpoint %s: options must not be negative", mode);
+    if (!o->max_in_flight) o->max_in_flight = OA_DEFAULT_MAX_IN_FLIGHT;
+    if (!o->max_attempts) o->max_attempts = OA_DEFAULT_MAX_ATTEMPTS;
+    if (o->backoff_base_s == 0) o->backoff_base_s = OA_DEFAULT_BACKOFF_BASE_S;
+    if (o->backoff_cap_s == 0) o->backoff_cap_s = OA_DEFAULT_BACKOFF_CAP_S;
+    if (o->timeout_s == 0) o->timeout_s = OA_DEFAULT_TIMEOUT_S;
+    if (o->connect_timeout_s == 0) o->connect_timeout_s = OA_DEFAULT_CONNECT_TIMEOUT_S;
+    if (!o->stall_s) o->stall_s = OA_DEFAULT_STALL_S;
+    if (o->poll_s == 0) o->poll_s = OA_DEFAULT_POLL_S;
+    if (o->backoff_cap_s < o->backoff_base_s)
+        return pg_fail(err, PG_ERR_USAGE, "endpoint %s: backoff cap %g s is below its base %g s",
+                       mode, o->backoff_cap_s, o->backoff_base_s);
+    return PG_OK;
+}
+
+/* The first base_len bytes of base, then path, as a new string in *out. */
+static pg_status join_url(const char *base, size_t base_len, const char *path, char **out)
+{
+    size_t n = base_len + strlen(path) + 1;
+    *out = malloc(n);
+    if (*out == NULL) return PG_ERR_NOMEM;
+    snprintf(*out, n, "%.*s%s", (int)base_len, base, path);
+    return PG_OK;
+}
+
+pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *api_key_env,
+                           const oa_options *opt, oa_endpoint **out, pg_err *err)
+{
+    *out = NULL;
+    if (mode == NULL || mode[0] == '\0')
+        return pg_fail(err, PG_ERR_USAGE, "an endpoint needs a mode name");
+    if (base_url == NULL ||
+        (strncmp(base_url, "http://", 7) != 0 && strncmp(base_url, "https://", 8) != 0))
+        return pg_fail(err, PG_ERR_USAGE,
+                       "endpoint %s: base URL must start with http:// or https://", mode);
+    const char *host = strstr(base_url, "://") + 3;
+    size_t host_len = strcspn(host, "/?#");
+    if (memchr(host, '@', host_len) != NULL)  /* the URL itself is not echoed: it holds a secret */
+        return pg_fail(err, PG_ERR_USAGE,
+                       "endpoint %s: base URL must not carry credentials; name the API key's "
+                       "environment variable instead", mode);
+    if (host_len == 0 || host[host_len] == '?' || host[host_len] == '#')
+        return pg_fail(err, PG_ERR_USAGE, "endpoint %s: base URL '%s' has no host or has a query",
+                       mode, base_url);
+    /* Strip trailing slashes and one trailing "/v1": the paths below add it. */
+    size_t host_end = (size_t)(host - base_url) + host_len, n = strlen(base_url);
+    while (n > host_end && base_url[n - 1] == '/') n--;
+    if (n >= host_end + 3 && memcmp(base_url + n - 3, "/v1", 3) == 0) n -= 3;
+    while (n > host_end && base_url[n - 1] == '/') n--;
+
+    oa_options o = opt ? *opt : (oa_options){0};
+    pg_status st = resolve_options(&o, mode, err);
+    if (st != PG_OK) return st;
+
+    const char *key = NULL;
+    if (api_key_env != NULL) {
+        key = getenv(api_key_env);
+        if (key == NULL || key[0] == '\0')
+            return pg_fail(err, PG_ERR_USAGE,
+                           "endpoint %s: environment variable %s (the API key) is not set or empty",
+                           mode, api_key_env);
+        if (strpbrk(key, "\r\n") != NULL)
+            return pg_fail(err, PG_ERR_USAGE,
+                           "endpoint %s: the API key in %s contains a line break", mode,
+                           api_key_env);
+    }
+
+    pthread_once(&g_curl_once, curl_init_once);
+    if (g_curl_init_rc != CURLE_OK)
+        return pg_fail(err, PG_ERR_HTTP, "curl_global_init: %s",
+                       curl_easy_strerror(g_curl_init_rc));
+
+    oa_endpoint *ep = calloc(1, sizeof *ep);
+    if (ep == NULL) return pg_fail(err, PG_ERR_NOMEM, "out of memory opening endpoint %s", mode);
+    ep->opt = o;
+    ep->opt.model = NULL;
+    bool ok = (ep->mode = strdup(mode)) != NULL &&
+              join_url(base_url, n, "/v1/chat/completions", &ep->url_chat) == PG_OK &&
+              join_url(base_url, n, "/health", &ep->url_health) == PG_OK &&
+              join_url(base_url, n, "/v1/models", &ep->url_models) == PG_OK &&
+              (o.model == NULL || (ep->model = strdup(o.model)) != NULL) &&
+              (key == NULL || (ep->api_key = strdup(key)) != NULL);
+    struct curl_slist *l;
+    ok = ok && (l = curl_slist_append(NULL, "Content-Type: application/json")) &&
+         (ep->post_headers = l) &&
+         (l = curl_slist_append(l, "Accept: application/json, text/event-stream")) &&
+         (l = curl_slist_append(l, "Expect:")) &&
+         (l = curl_slist_append(NULL, "Accept: application/json")) && (ep->get_headers = l);
+    if (ok && key != NULL) {
+        size_t hn = strlen(key) + sizeof "Authorization: Bearer ";
+        char *h = malloc(hn);
+        ok = h != NULL;
+        if (ok) {
+            snprintf(h, hn, "Authorization: Bearer %s", key);
+            ok = curl_slist_append(ep->post_headers, h) && curl_slist_append(ep->get_headers, h);
+            explicit_bzero(h, hn);
+            free(h);
+        }
+    }
+    if (!ok) {
+        oa_endpoint_close(ep);
+        return pg_fail(err, PG_ERR_NOMEM, "out of memory opening endpoint %s", mode);
+    }
+    *out = ep;
+    return PG_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* simple GETs: /health and /v1/models                                      */
+/* ------------------------------------------------------------------------ */
+
+/* libcurl write callback collecting a body into a buf (stops past the cap). */
+static size_t collect_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    return buf_add(userdata, ptr, size * nmemb) ? size * nmemb : 0;
+}
+
+/* GET url with ep's headers within timeout_s. On a completed transfer
+ * returns true with *code and body; else false with the reason in why. */
+static bool http_get(const oa_endpoint *ep, const char *url, double timeout_s, long *code,
+                     buf *body, char *why, size_t why_size)
+{
+    char errbuf[CURL_ERROR_SIZE] = "";
+    *code = 0;
+    CURL *h = curl_easy_init();
+    if (h == NULL) {
+        snprintf(why, why_size, "curl_easy_init failed");
+        return false;
+    }
+    long ms = (long)ceil(timeout_s * 1000.0);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, ep->get_headers);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms > 0 ? ms : 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(ep->opt.connect_timeout_s * 1000.0));
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    CURLcode rc = curl_easy_perform(h);
+    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
+    else snprintf(why, why_size, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    curl_easy_cleanup(h);
+    scrub(why, ep->api_key);
+    return rc == CURLE_OK;
+}
+
+/* Reads a ModelList body ({"data":[{"id":...},...]}): the first id into
+ * *first (malloc'd) and whether want (may be NULL) is listed into *found.
+ * false with the reason in why when the body is no such list or lists none. */
+static bool parse_models(const buf *body, const char *want, char **first, bool *found, char *why,
+                         size_t why_size)
+{
+    *first = NULL;
+    *found = false;
+    cJSON *root = body->p ? cJSON_ParseWithLength(body->p, body->len) : NULL;
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    bool ok = cJSON_IsArray(data);
+    if (!ok) snprintf(why, why_size, "reply is not a model list (no \"data\" array)");
+    const cJSON *m;
+    cJSON_ArrayForEach(m, data)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "id");
+        if (!cJSON_IsString(id)) continue;
+        if (*first == NULL && (*first = strdup(id->valuestring)) == NULL) {
+            snprintf(why, why_size, "out of memory");
+            ok = false;
+            break;
+        }
+        if (want && strcmp(want, id->valuestring) == 0) *found = true;
+    }
+    if (ok && *first == NULL) {
+        snprintf(why, why_size, "no model listed");
+        ok = false;
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* "HTTP <code>: <server message>" for a non-200 reply into why. */
+static void http_status_why(const oa_endpoint *ep, long code, const buf *body, char *why,
+                            size_t why_size)
+{
+    char msg[OA_MSG_SNIPPET + 4];
+    server_message(body->p, body->len, msg, sizeof msg);
+    snprintf(why, why_size, "HTTP %ld: %s", code, msg);
+    scrub(why, ep->api_key);
+}
+
+pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
+{
+    double end = mono_now() + deadline_s;
+    char why[OA_ERR_MAX] = "no attempt made";
+    const char *url = ep->url_health;
+    for (;;) {  /* probes at least once, even past the deadline */
+        double left = end - mono_now();
+        double to = left < OA_PROBE_TIMEOUT_S ? left : OA_PROBE_TIMEOUT_S;
+        if (to < OA_PROBE_MIN_TIMEOUT_S) to = OA_PROBE_MIN_TIMEOUT_S;
+        buf body = {0};
+        long code;
+        url = ep->url_health;
+        if (http_get(ep, url, to, &code, &body, why, sizeof why)) {
+            if (code != 200) {
+                http_status_why(ep, code, &body, why, sizeof why);
+            } else {
+                buf_free(&body);
+                url = ep->url_models;
+                if (http_get(ep, url, to, &code, &body, why, sizeof why)) {
+                    char *first;
+                    bool found;
+                    if (code != 200) {
+                        http_status_why(ep, code, &body, why, sizeof why);
+                    } else if (parse_models(&body, ep->model, &first, &found, why, sizeof why)) {
+                        buf_free(&body);
+                        if (ep->model != NULL && !found) {
+                            pg_status st =
+                                pg_fail(err, PG_ERR_HTTP,
+                                        "%s: model '%s' is not served (it serves '%s', ...)", url,
+                                        ep->model, first);
+                            free(first);
+                            return st;
+                        }
+                        if (ep->model == NULL) ep->model = first;
+                        else free(first);
+                        return PG_OK;
+                    }
+                }
+            }
+        }
+        buf_free(&body);
+        left = end - mono_now();
+        if (left <= 0) break;
+        sleep_s(ep->opt.poll_s < left ? ep->opt.poll_s : left);
+    }
+    return pg_fail(err, PG_ERR_HTTP, "%s: server not ready after %.1f s (last: %s)", url,
+                   deadline_s, why);
+}
+
+pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err)
+{
+    *model = NULL;
+    if (ep->model == NULL) {
+        char why[OA_ERR_MAX] = "";
+        buf body = {0};
+        long code;
+        bool found;
+        bool ok = http_get(ep, ep->url_models, OA_PROBE_TIMEOUT_S, &code, &body, why, sizeof why);
+        if (ok && code != 200) {
+            http_status_why(ep, code, &body, why, sizeof why);
+            ok = false;
+        }
+        ok = ok && parse_models(&body, NULL, &ep->model, &found, why, sizeof why);
+        buf_free(&body);
+        if (!ok) return pg_fail(err, PG_ERR_HTTP, "GET %s: %s", ep->url_models, why);
+    }
+    if ((*model = strdup(ep->model)) == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "out of memory copying a model name");
+    return PG_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* request bodies                                                           */
+/* ------------------------------------------------------------------------ */
+
+oa_sampling oa_sampling_default(void)
+{
+    return (oa_sampling){.temperature = 1.0, .top_p = -1.0, .stream = 1};
+}
+
+pg_status oa_build_chat_body(const char *model, const char *messages_json, const char *problem,
+                             const oa_sampling *s, char **out, pg_err *err)
+{
+    *out = NULL;
+    oa_sampling def = oa_sampling_default();
+    if (s == NULL) s = &def;
+    if (model == NULL || model[0] == '\0')
+        return pg_fail(err, PG_ERR_USAGE, "chat request: no model name");
+    if (!isfinite(s->temperature) || s->temperature < 0)
+        return pg_fail(err, PG_ERR_USAGE, "chat request: temperature %g must be >= 0",
+                       s->temperature);
+    if (s->top_p >= 0 && !(s->top_p > 0 && s->top_p <= 1))
+        return pg_fail(err, PG_ERR_USAGE, "chat request: top_p %g must be in (0, 1]", s->top_p);
+    if (s->reasoning_effort != NULL) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof k_efforts / sizeof *k_efforts; i++)
+            known = known || strcmp(s->reasoning_effort, k_efforts[i]) == 0;
+        if (!known)
+            return pg_fail(err, PG_ERR_USAGE,
+                           "chat request: reasoning_effort '%s' is not one vLLM accepts "
+                           "(none, minimal, low, medium, high, xhigh, max)",
+                           s->reasoning_effort);
+    }
+
+    cJSON *messages = NULL;
+    if (messages_json != NULL) {
+        messages = cJSON_Parse(messages_json);
+        if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
+            cJSON_Delete(messages);
+            return pg_fail(err, PG_ERR_USAGE,
+                           "chat request: messages must be a non-empty JSON array");
+        }
+    } else {
+        if (problem == NULL)
+            return pg_fail(err, PG_ERR_USAGE, "chat request: neither messages nor a problem given");
+        size_t n = strlen(OA_AIME_PROMPT_HEAD) + strlen(problem) + strlen(OA_AIME_PROMPT_TAIL) + 1;
+        char *text = malloc(n);
+        cJSON *msg = cJSON_CreateObject();
+        if (text) snprintf(text, n, "%s%s%s", OA_AIME_PROMPT_HEAD, problem, OA_AIME_PROMPT_TAIL);
+        if (text && msg && (messages = cJSON_CreateArray()) &&
+            cJSON_AddStringToObject(msg, "role", "user") &&
+            cJSON_AddStringToObject(msg, "content", text) && cJSON_AddItemToArray(messages, msg)) {
+            msg = NULL;  /* owned by messages now */
+        } else {
+            cJSON_Delete(messages);
+            messages = NULL;
+        }
+        cJSON_Delete(msg);
+        free(text);
+        if (messages == NULL)
+            return pg_fail(err, PG_ERR_NOMEM, "out of memory building a chat request");
+    }
+
+    char num[32];
+    cJSON *root = cJSON_CreateObject();
+    bool ok = root && cJSON_AddStringToObject(root, "model", model);
+    if (ok) {
+        ok = cJSON_AddItemToObject(root, "messages", messages);
+        if (ok) messages = NULL;
+    }
+    ok = ok && cJSON_AddNumberToObject(root, "temperature", s->temperature);
+    if (ok && s->top_p >= 0) ok = cJSON_AddNumberToObject(root, "top_p", s->top_p);
+    if (ok && s->max_tokens > 0) {
+        snprintf(num, sizeof num, "%ld", s->max_tokens);
+        ok = cJSON_AddRawToObject(root, "max_tokens", num);
+    }
+    if (ok && s->has_seed) {  /* raw: a double would round seeds past 2^53 */
+        snprintf(num, sizeof num, "%lld", (long long)s->seed);
+        ok = cJSON_AddRawToObject(root, "seed", num);
+    }
+    if (ok && s->reasoning_effort)
+        ok = cJSON_AddStringToObject(root, "reasoning_effort", s->reasoning_effort);
+    if (ok) ok = cJSON_AddBoolToObject(root, "stream", s->stream != 0);
+    if (ok && s->stream) {
+        cJSON *so = cJSON_AddObjectToObject(root, "stream_options");
+        ok = so && cJSON_AddTrueToObject(so, "include_usage");
+    }
+    if (ok) ok = (*out = cJSON_PrintUnformatted(root)) != NULL;
+    cJSON_Delete(messages);
+    cJSON_Delete(root);
+    if (!ok) return pg_fail(err, PG_ERR_NOMEM, "out of memory building a chat request");
+    return PG_OK;
+}
+
+const char *oa_outcome_str(oa_outcome o)
+{
+    switch (o) {
+    case OA_OK: return "ok";
+    case OA_TRUNCATED: return "truncated";
+    case OA_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+/* ------------------------------------------------------------------------ */
+/* one request's transfer state                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum xf_state { XF_QUEUED, XF_ACTIVE, XF_WAITING, XF_DONE } xf_state;
+/* How the current attempt's reply body is read. */
+typedef enum rx_mode { RX_UNDECIDED, RX_SSE, RX_WHOLE } rx_mode;
+
+/* One request across its attempts. */
+typedef struct xfer {
+    oa_request *req;
+    oa_endpoint *ep;
+    int ep_index;
+    bool stream;            /* the body asks for a streamed reply */
+    xf_state state;
+    CURL *easy;
+    int attempts;
+    double started;         /* monotonic start of the current attempt */
+    double not_before;      /* XF_WAITING: earliest start of the next attempt */
+    char errbuf[CURL_ERROR_SIZE];
+    /* the current attempt's reply */
+    rx_mode rx;
+    buf body;               /* RX_WHOLE: the body; RX_SSE: bytes not yet parsed */
+    buf event;              /* RX_SSE: data lines of the event being read */
+    buf content, reasoning; /* p NULL: never present */
+    char *finish_reason;
+    long prompt_tokens, completion_tokens;
+    bool sse_done;          /* "data: [DONE]" seen */
+    char *stream_error;     /* message of an error event */
+    long stream_error_code;
+    bool too_big;           /* a cap was hit: the attempt was aborted */
+    bool bad_event;         /* an event was not JSON */
+} xfer;
+
+/* Clears the per-attempt reply state of x. */
+static void reply_reset(xfer *x)
+{
+    buf_free(&x->body);
+    buf_free(&x->event);
+    buf_free(&x->content);
+    buf_free(&x->reasoning);
+    free(x->finish_reason);
+    free(x->stream_error);
+    x->finish_reason = x->stream_error = NULL;
+    x->rx = RX_UNDECIDED;
+    x->prompt_tokens = x->completion_tokens = -1;
+    x->sse_done = x->too_big = x->bad_event = false;
+    x->stream_error_code = 0;
+    x->errbuf[0] = '\0';
+}
+
+/* Appends a JSON string value (when it is one) to field, marking it present. */
+static bool add_text(xfer *x, buf *field, const cJSON *v)
+{
+    if (!cJSON_IsString(v)) return true;
+    if (!buf_add(field, v->valuestring, strlen(v->valuestring))) {
+        x->too_big = true;
+        return false;
+    }
+    return true;
+}
+
+/* Takes what one reply object carries: an error, choices[0]'s message (or,
+ * when delta, its delta) text and finish_reason, and usage. false when a cap
+ * is hit. "reasoning" wins over the older "reasoning_content" when a server
+ * sends both. */
+static bool take_reply(xfer *x, const cJSON *root, bool delta)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
+    if (e != NULL && !cJSON_IsNull(e)) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "code");
+        const char *msg = cJSON_IsString(m)   ? m->valuestring
+                          : cJSON_IsString(e) ? e->valuestring
+                                              : "(no message)";
+        if (x->stream_error == NULL) x->stream_error = strdup(msg ? msg : "");
+        if (cJSON_IsNumber(c)) x->stream_error_code = (long)c->valuedouble;
+        return true;
+    }
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
+    if (c0 != NULL) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(c0, delta ? "delta" : "message");
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning");
+        if (!cJSON_IsString(r)) r = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        if (!add_text(x, &x->content, cJSON_GetObjectItemCaseSensitive(m, "content")) ||
+            !add_text(x, &x->reasoning, r))
+            return false;
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c0, "finish_reason");
+        if (cJSON_IsString(f)) {
+            free(x->finish_reason);
+            x->finish_reason = strdup(f->valuestring);
+        }
+    }
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "usage");
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
+    if (cJSON_IsNumber(pt)) x->prompt_tokens = (long)pt->valuedouble;
+    if (cJSON_IsNumber(ct)) x->completion_tokens = (long)ct->valuedouble;
+    return true;
+}
+
+/* Handles the end of one server-sent event (a blank line). */
+static bool sse_dispatch(xfer *x)
+{
+    if (x->event.len == 0) return true;
+    bool ok = true;
+    if (strcmp(x->event.p, "[DONE]") == 0) {
+        x->sse_done = true;
+    } else {
+        cJSON *root = cJSON_ParseWithLength(x->event.p, x->event.len);
+        if (!cJSON_IsObject(root)) x->bad_event = true;
+        else ok = take_reply(x, root, true);
+        cJSON_Delete(root);
+    }
+    x->event.len = 0;
+    x->event.p[0] = '\0';
+    return ok;
+}
+
+/* Handles one line of an event stream (without its line break). Only
+ * "data:" fields matter; comments and other fields are skipped. */
+static bool sse_line(xfer *x, const char *line, size_t len)
+{
+    if (len == 0) return sse_dispatch(x);
+    if (len < 5 || memcmp(line, "data:", 5) != 0) return true;
+    line += 5;
+    len -= 5;
+    if (len > 0 && line[0] == ' ') line++, len--;
+    if ((x->event.len > 0 && !buf_add(&x->event, "\n", 1)) || !buf_add(&x->event, line, len)) {
+        x->too_big = true;
+        return false;
+    }
+    return true;
+}
+
+/* Parses every complete line buffered in x->body and keeps the rest. */
+static bool sse_feed(xfer *x)
+{
+    size_t start = 0;
+    bool ok = true;
+    for (;;) {
+        char *nl = memchr(x->body.p + start, '\n', x->body.len - start);
+        if (nl == NULL) break;
+        size_t end = (size_t)(nl - x->body.p), len = end - start;
+        if (len > 0 && x->body.p[start + len - 1] == '\r') len--;
+        ok = sse_line(x, x->body.p + start, len);
+        start = end + 1;
+        if (!ok) break;
+    }
+    memmove(x->body.p, x->body.p + start, x->body.len - start);
+    x->body.len -= start;
+    x->body.p[x->body.len] = '\0';
+    return ok;
+}
+
+/* libcurl write callback of a chat request: decides on the first bytes
+ * whether the reply is an event stream (2xx text/event-stream) or one body. */
+static size_t on_chat_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    xfer *x = userdata;
+    size_t n = size * nmemb;
+    if (x->rx == RX_UNDECIDED) {
+        long code = 0;
+        char *ct = NULL;
+        curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_getinfo(x->easy, CURLINFO_CONTENT_TYPE, &ct);
+        x->rx = (code / 100 == 2 && ct && strncasecmp(ct, "text/event-stream", 17) == 0) ? RX_SSE
+                                                                                       : RX_WHOLE;
+    }
+    if (!buf_add(&x->body, ptr, n)) {
+        x->too_big = true;
+        return 0;
+    }
+    if (x->rx == RX_SSE && !sse_feed(x)) return 0;
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the run                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* One endpoint's share of a run. */
+typedef struct ep_queue {
+    oa_endpoint *ep;
+    int next;    /* first index of reqs not yet looked at for this endpoint */
+    int held;    /* requests holding a slot (active or waiting to retry) */
+} ep_queue;
+
+/* The state of one oa_run() call. */
+typedef struct run {
+    CURLM *multi;
+    xfer *x;
+    int n;
+    ep_queue *q;
+    int n_q;
+    xfer **held;       /* every request holding a slot */
+    int n_held;
+    oa_progress prog;
+    uint64_t rng;      /* xorshift64* state for the jitter */
+    oa_done_fn on_done;
+    void *ctx;
+} run;
+
+/* A uniform double in [0, 1) from r's generator (xorshift64*, Vigna 2016). */
+static double rng_uniform(run *r)
+{
+    r->rng ^= r->rng >> 12;
+    r->rng ^= r->rng << 25;
+    r->rng ^= r->rng >> 27;
+    return (double)((r->rng * 0x2545F4914F6CDD1DULL) >> 11) * 0x1.0p-53;
+}
+
+/* Whether a libcurl failure is worth another attempt: the network or the
+ * server went away or was too slow, not a local or protocol mistake. */
+static bool curl_retryable(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether an HTTP status is worth another attempt: 408, 429 and 5xx. */
+static bool status_retryable(long code)
+{
+    return code == 408 || code == 429 || code >= 500;
+}
+
+/* Creates x's easy handle (once) and starts its next attempt. */
+static pg_status start_attempt(run *r, xfer *x, pg_err *err)
+{
+    const oa_options *o = &x->ep->opt;
+    reply_reset(x);
+    if (x->easy == NULL) {
+        CURL *h = x->easy = curl_easy_init();
+        if (h == NULL) return pg_fail(err, PG_ERR_NOMEM, "curl_easy_init failed");
+        const char *body = x->req->body_json;
+        curl_easy_setopt(h, CURLOPT_URL, x->ep->url_chat);
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->ep->post_headers);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_chat_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+        curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)ceil(o->timeout_s * 1000.0));
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(o->connect_timeout_s * 1000.0));
+        if (x->stream) {  /* a non-streamed reply is silent until complete: no stall check */
+            curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, OA_STALL_BYTES_PER_S);
+            curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_s);
+        }
+    }
+    x->attempts++;
+    x->started = mono_now();
+    x->state = XF_ACTIVE;
+    CURLMcode mc = curl_multi_add_handle(r->multi, x->easy);
+    if (mc != CURLM_OK)
+        return pg_fail(err, PG_ERR_HTTP, "curl_multi_add_handle: %s", curl_multi_strerror(mc));
+    return PG_OK;
+}
+
+/* Frees x's handle and reply and gives its slot back. */
+static void release(run *r, xfer *x)
+{
+    if (x->easy) {
+        if (x->state == XF_ACTIVE) curl_multi_remove_handle(r->multi, x->easy);
+        curl_easy_cleanup(x->easy);
+        x->easy = NULL;
+    }
+    reply_reset(x);
+    for (int i = 0; i < r->n_held; i++)
+        if (r->held[i] == x) {
+            r->held[i] = r->held[--r->n_held];
+            break;
+        }
+    r->q[x->ep_index].held--;
+    x->state = XF_DONE;
+}
+
+/* Reports x as finished with outcome (why is the reason for OA_ERROR, without
+ * URL) and calls on_done. */
+static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const char *why,
+                        pg_err *err)
+{
+    char msg[OA_ERR_MAX] = "";
+    oa_response resp = {
+        .outcome = outcome,
+        .http_status = (int)code,
+        .attempts = x->attempts,
+        .latency_ms = (mono_now() - x->started) * 1000.0,
+        .prompt_tokens = x->prompt_tokens,
+        .completion_tokens = x->completion_tokens,
+    };
+    if (outcome == OA_ERROR) {
+        int k = snprintf(msg, sizeof msg, "POST %s: %s", x->ep->url_chat, why);
+        if (x->attempts > 1 && k > 0 && (size_t)k < sizeof msg)
+            snprintf(msg + k, sizeof msg - (size_t)k, " (after %d attempts)", x->attempts);
+        scrub(msg, x->ep->api_key);
+        resp.error = msg;
+        r->prog.errors++;
+    } else {
+        resp.content = x->content.p;
+        resp.reasoning = x->reasoning.p;
+        resp.finish_reason = x->finish_reason;
+        if (outcome == OA_TRUNCATED) r->prog.truncated++;
+        else r->prog.ok++;
+    }
+    r->prog.done++;
+    r->prog.in_flight = r->n_held - 1;
+    pg_status st = r->on_done ? r->on_done(r->ctx, x->req, &resp, &r->prog, err) : PG_OK;
+    release(r, x);
+    if (st != PG_OK) pg_fail(err, st, "the caller stopped the run after request %s#%d",
+                             x->req->problem_id ? x->req->problem_id : "?", x->req->sample);
+    return st;
+}
+
+/* Classifies the attempt of x that libcurl finished with rc: reports it,
+ * or schedules another attempt with full-jitter backoff. */
+static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
+{
+    char why[OA_ERR_MAX];
+    long code = 0;
+    bool retry = false;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+    curl_multi_remove_handle(r->multi, x->easy);
+    x->state = XF_WAITING;
+
+    if (rc != CURLE_OK && x->too_big) {
+        snprintf(why, sizeof why, "reply larger than %zu MiB", OA_MAX_BODY_BYTES >> 20);
+    } else if (rc != CURLE_OK) {
+        snprintf(why, sizeof why, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
+        retry = curl_retryable(rc);
+    } else if (code / 100 != 2) {
+        char msg[OA_MSG_SNIPPET + 4];
+        server_message(x->body.p, x->body.len, msg, sizeof msg);
+        snprintf(why, sizeof why, "HTTP %ld: %s", code, msg);
+        retry = status_retryable(code);
+    } else {
+        bool parsed = true;
+        if (x->rx == RX_SSE) {
+            if (x->body.len > 0) parsed = sse_line(x, x->body.p, x->body.len);
+            parsed = parsed && sse_dispatch(x);
+        } else if (x->rx == RX_WHOLE) {
+            cJSON *root = cJSON_ParseWithLength(x->body.p, x->body.len);
+            if (!cJSON_IsObject(root)) x->bad_event = true;
+            else if (cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0) ==
+                         NULL &&
+                     cJSON_GetObjectItemCaseSensitive(root, "error") == NULL)
+                x->bad_event = true;
+            else parsed = take_reply(x, root, false);
+            cJSON_Delete(root);
+        }
+        if (!parsed || x->too_big) {
+            snprintf(why, sizeof why, "HTTP %ld: reply larger than %zu MiB", code,
+                     OA_MAX_BODY_BYTES >> 20);
+        } else if (x->stream_error) {
+            snprintf(why, sizeof why, "HTTP %ld: error in reply: %.*s", code, OA_MSG_SNIPPET,
+                     x->stream_error);
+            retry = x->stream_error_code == 0 || status_retryable(x->stream_error_code);
+        } else if (x->rx == RX_UNDECIDED) {
+            snprintf(why, sizeof why, "HTTP %ld: empty reply", code);
+            retry = true;
+        } else if (x->bad_event) {
+            snprintf(why, sizeof why, "HTTP %ld: reply is not a chat completion", code);
+            retry = true;
+        } else if (x->rx == RX_SSE && !x->sse_done && x->finish_reason == NULL) {
+            snprintf(why, sizeof why, "HTTP %ld: stream ended before its last event", code);
+            retry = true;
+        } else {
+            bool trunc = x->finish_reason && strcmp(x->finish_reason, "length") == 0;
+            return report(r, x, trunc ? OA_TRUNCATED : OA_OK, code, NULL, err);
+        }
+    }
+    for (char *p = why; *p; p++)  /* curl and servers may end messages with a newline */
+        if (*p == '\n' || *p == '\r') *p = ' ';
+
+    if (!retry || x->attempts >= x->ep->opt.max_attempts)
+        return report(r, x, OA_ERROR, code, why, err);
+
+    const oa_options *o = &x->ep->opt;
+    double ceil_s = ldexp(o->backoff_base_s, x->attempts - 1);
+    if (!(ceil_s < o->backoff_cap_s)) ceil_s = o->backoff_cap_s;
+    double delay = rng_uniform(r) * ceil_s;
+    curl_off_t after = 0;
+    if ((code == 429 || code == 503) &&
+        curl_easy_getinfo(x->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0) {
+        double ra = (double)after < o->backoff_cap_s ? (double)after : o->backoff_cap_s;
+        if (ra > delay) delay = ra;
+    }
+    x->not_before = mono_now() + delay;
+    r->prog.retries++;
+    return PG_OK;
+}
+
+/* Index of the next queued request of endpoint e, or -1. */
+static int next_queued(run *r, int e)
+{
+    ep_queue *q = &r->q[e];
+    while (q->next < r->n && (r->x[q->next].ep_index != e || r->x[q->next].state != XF_QUEUED))
+        q->next++;
+    return q->next < r->n ? q->next : -1;
+}
+
+/* Starts what may start now: new requests into free slots, due retries.
+ * *wait_ms: milliseconds until the next retry is due (at most OA_MAX_POLL_MS). */
+static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
+{
+    pg_status st = PG_OK;
+    for (int e = 0; e < r->n_q && st == PG_OK; e++) {
+        int i;
+        while (st == PG_OK && r->q[e].held < r->q[e].ep->opt.max_in_flight &&
+               (i = next_queued(r, e)) >= 0) {
+            r->held[r->n_held++] = &r->x[i];
+            r->q[e].held++;
+            st = start_attempt(r, &r->x[i], err);
+        }
+    }
+    double now = mono_now(), next = now + OA_MAX_POLL_MS / 1000.0;
+    for (int k = 0; k < r->n_held && st == PG_OK; k++) {
+        xfer *x = r->held[k];
+        if (x->state != XF_WAITING) continue;
+        if (x->not_before <= now) st = start_attempt(r, x, err);
+        else if (x->not_before < next) next = x->not_before;
+    }
+    r->prog.in_flight = r->n_held;
+    *wait_ms = (long)ceil((next - now) * 1000.0);
+    if (*wait_ms < 0) *wait_ms = 0;
+    return st;
+}
+
+/* Checks the requests and endpoints, routes each request, reads its stream
+ * flag; nothing is sent. */
+static pg_status prepare(run *r, oa_endpoint **eps, int n_eps, oa_request *reqs, pg_err *err)
+{
+    for (int e = 0; e < n_eps; e++) {
+        if (eps[e] == NULL) return pg_fail(err, PG_ERR_USAGE, "endpoint %d is NULL", e);
+        r->q[e].ep = eps[e];
+        for (int f = 0; f < e; f++)
+            if (strcmp(eps[e]->mode, eps[f]->mode) == 0)
+                return pg_fail(err, PG_ERR_USAGE, "two endpoints for mode %s", eps[e]->mode);
+    }
+    for (int i = 0; i < r->n; i++) {
+        xfer *x = &r->x[i];
+        x->req = &reqs[i];
+        x->ep_index = -1;
+        x->prompt_tokens = x->completion_tokens = -1;
+        const char *pid = reqs[i].problem_id ? reqs[i].problem_id : "?";
+        for (int e = 0; e < n_eps && reqs[i].mode; e++)
+            if (strcmp(reqs[i].mode, eps[e]->mode) == 0) x->ep_index = e;
+        if (x->ep_index < 0)
+            return pg_fail(err, PG_ERR_USAGE, "request %s#%d: no endpoint for mode %s", pid,
+                           reqs[i].sample, reqs[i].mode ? reqs[i].mode : "(none)");
+        x->ep = eps[x->ep_index];
+        cJSON *body = reqs[i].body_json ? cJSON_Parse(reqs[i].body_json) : NULL;
+        bool is_obj = cJSON_IsObject(body);
+        x->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream"));
+        cJSON_Delete(body);
+        if (!is_obj)
+            return pg_fail(err, PG_ERR_USAGE, "request %s#%d: body is not a JSON object", pid,
+                           reqs[i].sample);
+    }
+    return PG_OK;
+}
+
+pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_done_fn on_done,
+                 void *ctx, pg_err *err)
+{
+    if (n_reqs <= 0) return PG_OK;
+    if (n_eps <= 0) return pg_fail(err, PG_ERR_USAGE, "no endpoint to send %d requests to", n_reqs);
+    run r = {.n = n_reqs, .n_q = n_eps, .on_done = on_done, .ctx = ctx};
+    r.prog.total = n_reqs;
+    r.rng = ((uint64_t)(mono_now() * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&r) | 1;
+    r.x = calloc((size_t)n_reqs, sizeof *r.x);
+    r.q = calloc((size_t)n_eps, sizeof *r.q);
+    r.held = calloc((size_t)n_reqs, sizeof *r.held);
+    pg_status st = PG_OK;
+    if (r.x == NULL || r.q == NULL || r.held == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "out of memory for %d requests", n_reqs);
+    if (st == PG_OK) st = prepare(&r, eps, n_eps, reqs, err);
+    if (st == PG_OK && (r.multi = curl_multi_init()) == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "curl_multi_init failed");
+    if (st == PG_OK) {
+        long cache = 0;
+        for (int e = 0; e < n_eps; e++) cache += eps[e]->opt.max_in_flight;
+        curl_multi_setopt(r.multi, CURLMOPT_MAXCONNECTS, cache);
+    }
+
+    while (st == PG_OK && r.prog.done < n_reqs) {
+        long wait_ms;
+        st = start_ready(&r, &wait_ms, err);
+        if (st != PG_OK) break;
+        int running;
+        CURLMcode mc = curl_multi_perform(r.multi, &running);
+        if (mc != CURLM_OK) {
+            st = pg_fail(err, PG_ERR_HTTP, "curl_multi_perform: %s", curl_multi_strerror(mc));
+            break;
+        }
+        CURLMsg *m;
+        int left;
+        bool finished = false;
+        while (st == PG_OK && (m = curl_multi_info_read(r.multi, &left)) != NULL) {
+            if (m->msg != CURLMSG_DONE) continue;
+            CURL *h = m->easy_handle;
+            CURLcode rc = m->data.result;  /* m dies with curl_multi_remove_handle */
+            xfer *x = NULL;
+            curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&x);
+            st = attempt_done(&r, x, rc, err);
+            finished = true;
+        }
+        if (st != PG_OK || r.prog.done >= n_reqs) break;
+        if (finished) continue;  /* free slots and zero-delay retries start at once */
+        mc = curl_multi_poll(r.multi, NULL, 0,
+                             (int)(wait_ms < OA_MAX_POLL_MS ? wait_ms : OA_MAX_POLL_MS), NULL);
+        if (mc != CURLM_OK)
+            st = pg_fail(err, PG_ERR_HTTP, "curl_multi_poll: %s", curl_multi_strerror(mc));
+    }
+
+    /* Abandon whatever is still held (only after a failure). */
+    while (r.n_held > 0) release(&r, r.held[r.n_held - 1]);
+    if (r.multi) curl_multi_cleanup(r.multi);
+    free(r.held);
+    free(r.q);
+    free(r.x);
+    return st;
+}

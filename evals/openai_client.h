@@ -1,0 +1,178 @@
+/*
+ * openai_client.h: the live HTTP client for end-task evals, one
+ * OpenAI-compatible server (vLLM) per precision mode.
+ *
+ * Flow: oa_endpoint_open() per mode, oa_wait_ready() until the server
+ * answers /health and /v1/models, oa_model_name() for the served model,
+ * oa_build_chat_body() per request, then one oa_run() over every request of
+ * every endpoint. oa_run() drives all transfers on the calling thread with
+ * libcurl's multi interface, keeps at most max_in_flight requests per
+ * endpoint, retries transient failures with capped, fully jittered
+ * exponential backoff, and hands each finished request to on_done at once.
+ *
+ * A request that still fails after every attempt comes back with outcome
+ * OA_ERROR and the reason; it is never dressed up as an answer. Secrets:
+ * the API key is read from the environment variable the caller names, sent
+ * only as "Authorization: Bearer ...", and never copied into an error,
+ * a response or anything this module prints (it prints nothing).
+ *
+ * References (see ../shared/reference/notes-evals.md, section 5):
+ * vLLM's vllm/entrypoints/openai/chat_completion/protocol.py for the request
+ * and response fields, serve/engine/protocol.py for the error bodies.
+ */
+#ifndef PG_OPENAI_CLIENT_H
+#define PG_OPENAI_CLIENT_H
+
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Defaults taken by a zero field of oa_options (sources in openai_client.c). */
+#define OA_DEFAULT_MAX_IN_FLIGHT 64
+#define OA_DEFAULT_MAX_ATTEMPTS 6
+#define OA_DEFAULT_BACKOFF_BASE_S 1.0
+#define OA_DEFAULT_BACKOFF_CAP_S 60.0
+#define OA_DEFAULT_TIMEOUT_S (4.0 * 3600.0)
+#define OA_DEFAULT_CONNECT_TIMEOUT_S 10.0
+#define OA_DEFAULT_STALL_S 600L
+#define OA_DEFAULT_POLL_S 2.0
+
+/* Per-endpoint settings. Zero-initialise, then set what differs: every zero
+ * field takes the default above. */
+typedef struct oa_options {
+    const char *model;        /* served model name; NULL: ask /v1/models */
+    int max_in_flight;        /* requests in progress at once (retry waits included) */
+    int max_attempts;         /* attempts per request, first one included */
+    double backoff_base_s;    /* retry k waits U(0, min(cap, base * 2^(k-1))) */
+    double backoff_cap_s;
+    double timeout_s;         /* whole attempt, connection to last byte */
+    double connect_timeout_s;
+    long stall_s;             /* streamed replies: abort an attempt slower than
+                                 1 byte/s for this many seconds (libcurl's
+                                 LOW_SPEED check; it averages over its last 5 s,
+                                 so silence is caught about stall_s + 5 s after
+                                 the last byte). Not applied to unstreamed
+                                 replies, which are silent until complete. */
+    double poll_s;            /* oa_wait_ready: pause between polls */
+} oa_options;
+
+/* Sampling parameters of one chat request. Start from oa_sampling_default(). */
+typedef struct oa_sampling {
+    double temperature;            /* default 1.0 (gpt-oss evals --temperature) */
+    double top_p;                  /* < 0: not sent (server default) */
+    long max_tokens;               /* <= 0: not sent */
+    int has_seed;                  /* 0: no seed sent */
+    int64_t seed;
+    const char *reasoning_effort;  /* NULL: not sent; else low, medium, high, ... */
+    int stream;                    /* 1 (default): SSE with usage; 0: one JSON reply */
+} oa_sampling;
+
+/* One request. The caller owns every field; body_json must stay valid for
+ * the whole oa_run() (it is sent as is). mode routes the request to the
+ * endpoint opened with the same mode; effort, problem_id, sample and user are
+ * the caller's labels, handed back untouched. */
+typedef struct oa_request {
+    const char *mode;
+    const char *effort;
+    const char *problem_id;
+    int sample;
+    char *body_json;   /* from oa_build_chat_body() */
+    void *user;
+} oa_request;
+
+typedef enum oa_outcome {
+    OA_OK = 0,      /* the model finished (finish_reason other than "length") */
+    OA_TRUNCATED,   /* finish_reason "length": hit max_tokens; content may be NULL */
+    OA_ERROR        /* no usable reply after every attempt; see error */
+} oa_outcome;
+
+/* What became of one request. Strings are owned by oa_run() and valid only
+ * during the on_done call: copy what you keep. A NULL string was absent or
+ * null in the reply. */
+typedef struct oa_response {
+    oa_outcome outcome;
+    int http_status;          /* of the last attempt; 0 when no reply came */
+    int attempts;             /* attempts made, first one included */
+    double latency_ms;        /* of the last attempt */
+    char *content;            /* choices[0].message.content */
+    char *reasoning;          /* message.reasoning or message.reasoning_content */
+    char *finish_reason;
+    long prompt_tokens;       /* usage; -1 when the server sent none */
+    long completion_tokens;
+    char *error;              /* OA_ERROR only: URL, status and the server's message */
+} oa_response;
+
+/* Counters for a progress display, current as of the on_done call. */
+typedef struct oa_progress {
+    int total;       /* requests in this oa_run() */
+    int done;        /* finished (any outcome), this one included */
+    int ok, truncated, errors;
+    int retries;     /* attempts beyond the first, over all requests so far */
+    int in_flight;   /* requests started but not finished */
+} oa_progress;
+
+/* Called once per request, as soon as it is finished. Returning anything
+ * but PG_OK (with err filled) stops oa_run(), which abandons the requests
+ * still in progress and returns that status. */
+typedef pg_status (*oa_done_fn)(void *ctx, const oa_request *req, const oa_response *resp,
+                                const oa_progress *progress, pg_err *err);
+
+typedef struct oa_endpoint oa_endpoint;
+
+/* The sampling defaults: temperature 1.0, stream on, nothing else sent. */
+oa_sampling oa_sampling_default(void);
+
+/* Builds a /v1/chat/completions body into *out (malloc'd; caller frees).
+ * messages_json, when not NULL, is a JSON array of messages used as is;
+ * otherwise the one user message of gpt-oss evals' AIME_TEMPLATE
+ * (openai/gpt-oss gpt_oss/evals/aime_eval.py):
+ *     "\n" problem "\nPlease reason step by step, and put your final answer
+ *     within \boxed{}.\n"
+ * s NULL means oa_sampling_default(). PG_ERR_USAGE for a bad parameter. */
+pg_status oa_build_chat_body(const char *model, const char *messages_json, const char *problem,
+                             const oa_sampling *s, char **out, pg_err *err);
+
+/* Opens an endpoint for mode at base_url ("http[s]://host:port", with or
+ * without a trailing "/v1"; no user:password part). api_key_env names the
+ * environment variable holding the API key (NULL: no key; named but unset
+ * or empty: PG_ERR_USAGE). opt NULL means all defaults. Sends nothing. */
+pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *api_key_env,
+                           const oa_options *opt, oa_endpoint **out, pg_err *err);
+
+/* Frees ep (wiping its copy of the key); NULL is a no-op. */
+void oa_endpoint_close(oa_endpoint *ep);
+
+/* The mode ep was opened with. */
+const char *oa_endpoint_mode(const oa_endpoint *ep);
+
+/* Polls GET /health, then GET /v1/models, every poll_s until both answer
+ * 200 and at least one model is listed, or deadline_s seconds have passed:
+ * PG_ERR_HTTP naming the URL and the last failure. A model named in the
+ * options but not listed fails at once. */
+pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err);
+
+/* The served model name in *model (malloc'd; caller frees): the options'
+ * model when set, else the first id of GET /v1/models (remembered). */
+pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err);
+
+/* Sends every request to the endpoint of its mode (POST /v1/chat/completions)
+ * and calls on_done for each as it finishes, in completion order. Returns
+ * PG_OK once all are reported, whatever their outcomes; PG_ERR_USAGE (before
+ * sending anything) for a request without a body or an endpoint; the
+ * callback's status when it stops the run; PG_ERR_NOMEM or PG_ERR_HTTP when
+ * libcurl itself fails. */
+pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs,
+                 oa_done_fn on_done, void *ctx, pg_err *err);
+
+/* Short name of an outcome ("ok", "truncated", "error"). */
+const char *oa_outcome_str(oa_outcome o);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_OPENAI_CLIENT_H */

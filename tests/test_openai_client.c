@@ -1,0 +1,832 @@
+/* test_openai_client.c: the end-task eval HTTP client against a loopback
+ * fake server (tests/fake_openai_server.h): parsing, retries, timeouts,
+ * concurrency, readiness polling and keeping the API key secret. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake_openai_server.h"
+#include "openai_client.h"
+
+/* The environment variable and the key the tests send. */
+#define KEY_ENV "PG_TEST_OA_API_KEY"
+#define KEY "sk-test-S3cr3tK3y-7f2a9c"
+/* Most responses one test collects. */
+#define MAX_COLLECT 64
+#define CHAT "/v1/chat/completions"
+
+/* Options that keep every test short: 3 attempts, 10-50 ms backoff. */
+static oa_options fast_opts(void)
+{
+    return (oa_options){.model = "test-model", .max_in_flight = 4, .max_attempts = 3,
+                        .backoff_base_s = 0.01, .backoff_cap_s = 0.05, .timeout_s = 5,
+                        .connect_timeout_s = 2, .stall_s = 5, .poll_s = 0.05};
+}
+
+/* Deep copies of the responses handed to on_done. */
+typedef struct collected {
+    int n;
+    oa_response r[MAX_COLLECT];
+    oa_request req[MAX_COLLECT];   /* by value; their strings are literals */
+    oa_progress last;
+    int stop_after;   /* > 0: fail the run after this many */
+} collected;
+
+/* strdup that passes NULL through. */
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* on_done: copies the response into the collected (ctx). */
+static pg_status collect(void *ctx, const oa_request *req, const oa_response *resp,
+                         const oa_progress *p, pg_err *err)
+{
+    collected *c = ctx;
+    cr_assert_lt(c->n, MAX_COLLECT);
+    oa_response *r = &c->r[c->n];
+    *r = *resp;
+    r->content = dup_or_null(resp->content);
+    r->reasoning = dup_or_null(resp->reasoning);
+    r->finish_reason = dup_or_null(resp->finish_reason);
+    r->error = dup_or_null(resp->error);
+    c->req[c->n++] = *req;
+    c->last = *p;
+    if (c->stop_after > 0 && c->n >= c->stop_after)
+        return pg_fail(err, PG_ERR_DB, "test stop after %d", c->n);
+    return PG_OK;
+}
+
+/* Frees the strings collect() copied. */
+static void collected_free(collected *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        free(c->r[i].content);
+        free(c->r[i].reasoning);
+        free(c->r[i].finish_reason);
+        free(c->r[i].error);
+    }
+}
+
+/* Starts s with one scripted route. */
+static void serve(fake_server *s, const char *path, const fs_reply *replies, int n)
+{
+    fs_init(s);
+    fs_route(s, path, replies, n);
+    cr_assert(fs_start(s), "fake server did not start");
+}
+
+/* Opens an endpoint on s (mode "bf16", key from KEY_ENV). */
+static oa_endpoint *open_on(fake_server *s, const oa_options *o)
+{
+    char url[64];
+    pg_err err = {0};
+    oa_endpoint *ep = NULL;
+    fs_url(s, url, sizeof url);
+    setenv(KEY_ENV, KEY, 1);
+    cr_assert_eq(oa_endpoint_open("bf16", url, KEY_ENV, o, &ep, &err), PG_OK, "%s", err.msg);
+    return ep;
+}
+
+/* A default body for the problem "What is 2+2?" with seed, effort and
+ * max_tokens set; stream as given. */
+static char *test_body(int stream)
+{
+    oa_sampling s = oa_sampling_default();
+    s.has_seed = 1;
+    s.seed = 1234;
+    s.reasoning_effort = "high";
+    s.max_tokens = 2048;
+    s.stream = stream;
+    char *body = NULL;
+    pg_err err = {0};
+    cr_assert_eq(oa_build_chat_body("test-model", NULL, "What is 2+2?", &s, &body, &err), PG_OK,
+                 "%s", err.msg);
+    return body;
+}
+
+/* Runs n copies of one request against ep, collecting into c. */
+static pg_status run_n(oa_endpoint *ep, int n, int stream, collected *c, pg_err *err)
+{
+    oa_request reqs[MAX_COLLECT];
+    char *body = test_body(stream);
+    for (int i = 0; i < n; i++)
+        reqs[i] = (oa_request){.mode = "bf16", .effort = "high", .problem_id = "p1", .sample = i,
+                               .body_json = body};
+    pg_status st = oa_run(&ep, 1, reqs, n, collect, c, err);
+    free(body);
+    return st;
+}
+
+/* Runs one request on a fresh endpoint on s with options o. */
+static void run_one(fake_server *s, const oa_options *o, int stream, collected *c)
+{
+    oa_endpoint *ep = open_on(s, o);
+    pg_err err = {0};
+    cr_assert_eq(run_n(ep, 1, stream, c, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c->n, 1);
+    oa_endpoint_close(ep);
+}
+
+/* Whether needle occurs in hay, ignoring ASCII case (hay may be NULL). */
+static bool has_ci(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; hay && *hay; hay++)
+        if (strncasecmp(hay, needle, n) == 0) return true;
+    return false;
+}
+
+/* Monotonic clock in seconds. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A streamed reply: reasoning_content then content deltas, finish, usage. */
+static const char *const k_sse_ok =
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+    "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"
+    ": a comment line\n\n"
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"Let me think. \"},"
+    "\"finish_reason\":null}]}\r\n\r\n"
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"2+2=4.\"},"
+    "\"finish_reason\":null}]}\n\n"
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The answer is \"},"
+    "\"finish_reason\":null}]}\n\n"
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\\\boxed{4}\"},"
+    "\"finish_reason\":\"stop\"}]}\n\n"
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":42,\"completion_tokens\":17,"
+    "\"total_tokens\":59}}\n\n"
+    "data: [DONE]\n\n";
+
+/* A non-streamed reply with message.reasoning (vLLM's newer name). */
+static const char *const k_json_ok =
+    "{\"id\":\"c2\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,\"message\":"
+    "{\"role\":\"assistant\",\"content\":\"\\\\boxed{4}\",\"reasoning\":\"Adding.\"},"
+    "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":9}}";
+
+#define SSE "text/event-stream"
+
+/* ------------------------------------------------------------------------ */
+
+Test(openai_client, build_body_uses_gpt_oss_template)
+{
+    char *body = test_body(1);
+    cJSON *j = cJSON_Parse(body);
+    cr_assert_not_null(j);
+    cJSON *msgs = cJSON_GetObjectItem(j, "messages");
+    cr_assert_eq(cJSON_GetArraySize(msgs), 1);
+    cJSON *m0 = cJSON_GetArrayItem(msgs, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(m0, "role")->valuestring, "user");
+    cr_assert_str_eq(cJSON_GetObjectItem(m0, "content")->valuestring,
+                     "\nWhat is 2+2?\nPlease reason step by step, and put your final answer "
+                     "within \\boxed{}.\n");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "model")->valuestring, "test-model");
+    cr_assert_float_eq(cJSON_GetObjectItem(j, "temperature")->valuedouble, 1.0, 0);
+    cr_assert_null(cJSON_GetObjectItem(j, "top_p"));
+    cr_assert(strstr(body, "\"seed\":1234") != NULL, "%s", body);
+    cr_assert(strstr(body, "\"max_tokens\":2048") != NULL, "%s", body);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "stream")));
+    cr_assert(cJSON_IsTrue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(j, "stream_options"), "include_usage")));
+    cJSON_Delete(j);
+    free(body);
+
+    /* Given messages are used as they are; a 64-bit seed survives exactly. */
+    oa_sampling s = oa_sampling_default();
+    s.has_seed = 1;
+    s.seed = 9007199254740993LL;  /* 2^53 + 1: not a double */
+    s.stream = 0;
+    s.top_p = 0.95;
+    pg_err err = {0};
+    cr_assert_eq(oa_build_chat_body("m", "[{\"role\":\"system\",\"content\":\"hi\"}]", NULL, &s,
+                                    &body, &err),
+                 PG_OK);
+    cr_assert(strstr(body, "\"seed\":9007199254740993") != NULL, "%s", body);
+    cr_assert(strstr(body, "\"messages\":[{\"role\":\"system\",\"content\":\"hi\"}]") != NULL, "%s",
+              body);
+    cr_assert(strstr(body, "\"stream\":false") != NULL && strstr(body, "stream_options") == NULL,
+              "%s", body);
+    cr_assert(strstr(body, "\"top_p\":0.95") != NULL, "%s", body);
+    cr_assert(strstr(body, "reasoning_effort") == NULL && strstr(body, "max_tokens") == NULL, "%s",
+              body);
+    free(body);
+}
+
+Test(openai_client, build_body_rejects_bad_parameters)
+{
+    char *body = NULL;
+    pg_err err = {0};
+    oa_sampling s = oa_sampling_default();
+    s.reasoning_effort = "extreme";
+    cr_assert_eq(oa_build_chat_body("m", NULL, "q", &s, &body, &err), PG_ERR_USAGE);
+    cr_assert(strstr(err.msg, "extreme") != NULL, "%s", err.msg);
+    cr_assert_null(body);
+    pg_err_clear(&err);
+    s = oa_sampling_default();
+    s.temperature = -0.5;
+    cr_assert_eq(oa_build_chat_body("m", NULL, "q", &s, &body, &err), PG_ERR_USAGE);
+    pg_err_clear(&err);
+    cr_assert_eq(oa_build_chat_body("m", "{\"not\":\"an array\"}", NULL, NULL, &body, &err),
+                 PG_ERR_USAGE);
+    pg_err_clear(&err);
+    cr_assert_eq(oa_build_chat_body("", NULL, "q", NULL, &body, &err), PG_ERR_USAGE);
+}
+
+Test(openai_client, streamed_success_parsed_and_request_checked)
+{
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_sse_ok, SSE, NULL, 0, 0}}, 1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    oa_response *r = &c.r[0];
+    cr_assert_eq(r->outcome, OA_OK, "%s", r->error ? r->error : "");
+    cr_assert_eq(r->http_status, 200);
+    cr_assert_eq(r->attempts, 1);
+    cr_assert_str_eq(r->content, "The answer is \\boxed{4}");
+    cr_assert_str_eq(r->reasoning, "Let me think. 2+2=4.");
+    cr_assert_str_eq(r->finish_reason, "stop");
+    cr_assert_eq(r->prompt_tokens, 42);
+    cr_assert_eq(r->completion_tokens, 17);
+    cr_assert_null(r->error);
+    cr_assert_geq(r->latency_ms, 0.0);
+    cr_assert_str_eq(c.req[0].problem_id, "p1");
+    cr_assert_eq(c.last.done, 1);
+    cr_assert_eq(c.last.ok, 1);
+
+    /* What the server received. */
+    const fs_logged *lg = fs_request(&s, CHAT, 0);
+    cr_assert_not_null(lg);
+    cr_assert_str_eq(lg->method, "POST");
+    cr_assert(strstr(lg->head, "Authorization: Bearer " KEY "\r\n") != NULL, "%s", lg->head);
+    cr_assert(has_ci(lg->head, "Content-Type: application/json"), "%s", lg->head);
+    cJSON *j = cJSON_Parse(lg->body);
+    cr_assert_not_null(j, "%s", lg->body);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "model")->valuestring, "test-model");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "reasoning_effort")->valuestring, "high");
+    cr_assert_eq(cJSON_GetObjectItem(j, "seed")->valuedouble, 1234);
+    cr_assert_eq(cJSON_GetObjectItem(j, "max_tokens")->valuedouble, 2048);
+    cJSON *m0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "messages"), 0);
+    cr_assert(strstr(cJSON_GetObjectItem(m0, "content")->valuestring, "What is 2+2?") != NULL);
+    cJSON_Delete(j);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, plain_json_success_reads_reasoning_field)
+{
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_json_ok, NULL, NULL, 0, 0}}, 1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 0, &c);
+    oa_response *r = &c.r[0];
+    cr_assert_eq(r->outcome, OA_OK, "%s", r->error ? r->error : "");
+    cr_assert_str_eq(r->content, "\\boxed{4}");
+    cr_assert_str_eq(r->reasoning, "Adding.");
+    cr_assert_eq(r->prompt_tokens, 40);
+    cr_assert_eq(r->completion_tokens, 9);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, large_stream_split_across_reads)
+{
+    /* 400 events of 100 characters each: far more than one socket read. */
+    enum { EVENTS = 400, CHUNK = 100 };
+    static char body[EVENTS * 200 + 256];
+    char piece[CHUNK + 1];
+    size_t len = 0;
+    for (int i = 0; i < EVENTS; i++) {
+        memset(piece, 'a' + i % 26, CHUNK);
+        piece[CHUNK] = '\0';
+        len += (size_t)snprintf(
+            body + len, sizeof body - len,
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"}}]}\n\n", piece);
+    }
+    snprintf(body + len, sizeof body - len,
+             "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: "
+             "[DONE]\n\n");
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, body, SSE, NULL, 0, 0}}, 1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
+    cr_assert_eq(strlen(c.r[0].content), (size_t)EVENTS * CHUNK);
+    for (int i = 0; i < EVENTS; i++)
+        cr_assert_eq(c.r[0].content[i * CHUNK + CHUNK - 1], 'a' + i % 26);
+    cr_assert_eq(c.r[0].prompt_tokens, -1, "no usage sent: -1");
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, retries_429_then_succeeds)
+{
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){
+              {429, "{\"error\":{\"message\":\"slow down\",\"code\":429}}", NULL, NULL, 0, 0},
+              {200, k_sse_ok, SSE, NULL, 0, 0}},
+          2);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
+    cr_assert_eq(c.r[0].attempts, 2);
+    cr_assert_eq(c.last.retries, 1);
+    cr_assert_eq(fs_hits(&s, CHAT), 2);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, server_error_exhausts_attempts)
+{
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){{500,
+                        "{\"error\":{\"message\":\"engine "
+                        "overloaded\",\"type\":\"InternalServerError\",\"code\":500}}",
+                        NULL, NULL, 0, 0}},
+          1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    oa_response *r = &c.r[0];
+    cr_assert_eq(r->outcome, OA_ERROR);
+    cr_assert_eq(r->attempts, 3);
+    cr_assert_eq(r->http_status, 500);
+    cr_assert_null(r->content);
+    cr_assert(strstr(r->error, "HTTP 500") && strstr(r->error, "engine overloaded") &&
+              strstr(r->error, "/v1/chat/completions") && strstr(r->error, "after 3 attempts"),
+              "%s", r->error);
+    cr_assert_eq(fs_hits(&s, CHAT), 3);
+    cr_assert_eq(c.last.errors, 1);
+    cr_assert_eq(c.last.retries, 2);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, bad_request_not_retried)
+{
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){
+              {400,
+               "{\"error\":{\"message\":\"This model's maximum context length is 4096 tokens\","
+               "\"type\":\"BadRequestError\",\"param\":null,\"code\":400}}",
+               NULL, NULL, 0, 0}},
+          1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_eq(c.r[0].attempts, 1);
+    cr_assert_eq(fs_hits(&s, CHAT), 1);
+    cr_assert(strstr(c.r[0].error, "HTTP 400: This model's maximum context length is 4096 tokens"),
+              "%s", c.r[0].error);
+    cr_assert(strstr(c.r[0].error, "attempts") == NULL, "%s", c.r[0].error);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, flat_error_shape_message)
+{
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){{404,
+                        "{\"object\":\"error\",\"message\":\"The model `nope` does not exist.\","
+                        "\"type\":\"NotFoundError\",\"param\":null,\"code\":404}",
+                        NULL, NULL, 0, 0}},
+          1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_eq(c.r[0].attempts, 1);
+    cr_assert(strstr(c.r[0].error, "HTTP 404: The model `nope` does not exist."), "%s",
+              c.r[0].error);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, connection_refused_names_url)
+{
+    int port = fs_dead_port();
+    cr_assert_gt(port, 0);
+    char url[64], chat[96];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/", port);
+    snprintf(chat, sizeof chat, "POST http://127.0.0.1:%d/v1/chat/completions: ", port);
+    oa_options o = fast_opts();
+    oa_endpoint *ep = NULL;
+    pg_err err = {0};
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
+    collected c = {0};
+    cr_assert_eq(run_n(ep, 1, 1, &c, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_eq(c.r[0].attempts, 3);
+    cr_assert_eq(c.r[0].http_status, 0);
+    cr_assert(strncmp(c.r[0].error, chat, strlen(chat)) == 0, "%s", c.r[0].error);
+    cr_assert(has_ci(c.r[0].error, "connect"), "%s", c.r[0].error);
+    oa_endpoint_close(ep);
+    collected_free(&c);
+}
+
+Test(openai_client, timeout_retried_then_error)
+{
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_sse_ok, SSE, NULL, 5000, 0}}, 1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    o.timeout_s = 0.3;
+    o.max_attempts = 2;
+    double t0 = now_s();
+    run_one(&s, &o, 1, &c);
+    double took = now_s() - t0;
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_eq(c.r[0].attempts, 2);
+    cr_assert_eq(fs_hits(&s, CHAT), 2);
+    cr_assert(has_ci(c.r[0].error, "timed out"), "%s", c.r[0].error);
+    cr_assert(took > 0.55 && took < 3.0, "took %.2f s", took);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, stalled_stream_aborted)
+{
+    /* One chunk, then silence far longer than stall_s. libcurl averages the
+     * speed (upload included) over its last 5 s (lib/progress.c, CURR_TIME),
+     * so the stall is caught about 5 s after the last byte plus stall_s. */
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){
+              {200, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n",
+               SSE, NULL, 0, 12000}},
+          1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    o.stall_s = 1;
+    o.max_attempts = 1;
+    o.timeout_s = 11;
+    double t0 = now_s();
+    run_one(&s, &o, 1, &c);
+    double took = now_s() - t0;
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_null(c.r[0].content, "no partial text of a failed request is reported");
+    cr_assert(has_ci(c.r[0].error, "too slow"), "%s", c.r[0].error);
+    cr_assert(took > 0.9 && took < 9.0, "took %.2f s", took);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, stream_cut_short_is_retried)
+{
+    /* A stream without finish_reason or [DONE] is not an answer. */
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){{200,
+                        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n",
+                        SSE, NULL, 0, 0},
+                       {200, k_sse_ok, SSE, NULL, 0, 0}},
+          2);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
+    cr_assert_eq(c.r[0].attempts, 2);
+    cr_assert_str_eq(c.r[0].content, "The answer is \\boxed{4}");
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, length_finish_is_truncated_not_retried)
+{
+    fake_server s;
+    serve(
+        &s, CHAT,
+        (fs_reply[]){
+            {200,
+             "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"still thinking\"}}]}\n\n"
+             "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
+             "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2048}}\n\n"
+             "data: [DONE]\n\n",
+             SSE, NULL, 0, 0}},
+        1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_TRUNCATED);
+    cr_assert_eq(c.r[0].attempts, 1);
+    cr_assert_null(c.r[0].content);
+    cr_assert_str_eq(c.r[0].reasoning, "still thinking");
+    cr_assert_eq(c.r[0].completion_tokens, 2048);
+    cr_assert_eq(c.last.truncated, 1);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, error_event_in_stream_retried)
+{
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){
+              {200,
+               "data: {\"error\":{\"message\":\"engine died\",\"code\":500}}\n\ndata: [DONE]\n\n",
+               SSE, NULL, 0, 0}},
+          1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    run_one(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_eq(c.r[0].attempts, 3);
+    cr_assert(strstr(c.r[0].error, "engine died"), "%s", c.r[0].error);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, concurrency_bound_respected)
+{
+    enum { N = 24, LIMIT = 3 };
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_sse_ok, SSE, NULL, 60, 0}}, 1);
+    oa_options o = fast_opts();
+    o.max_in_flight = LIMIT;
+    oa_endpoint *ep = open_on(&s, &o);
+    collected c = {0};
+    pg_err err = {0};
+    cr_assert_eq(run_n(ep, N, 1, &c, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c.n, N);
+    cr_assert_eq(c.last.done, N);
+    cr_assert_eq(c.last.ok, N);
+    cr_assert_eq(c.last.total, N);
+    cr_assert_eq(c.last.in_flight, 0);
+    cr_assert_eq(fs_hits(&s, CHAT), N);
+    int peak = fs_max_active(&s);
+    cr_assert_leq(peak, LIMIT, "peak %d > limit %d", peak, LIMIT);
+    cr_assert_geq(peak, 2, "requests never overlapped (peak %d)", peak);
+    bool seen[N] = {false};
+    for (int i = 0; i < N; i++) seen[c.req[i].sample] = true;
+    for (int i = 0; i < N; i++) cr_assert(seen[i], "sample %d never reported", i);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, requests_routed_by_mode)
+{
+    fake_server a, b;
+    serve(&a, CHAT, (fs_reply[]){{200, k_sse_ok, SSE, NULL, 0, 0}}, 1);
+    serve(&b, CHAT, (fs_reply[]){{200, k_json_ok, NULL, NULL, 0, 0}}, 1);
+    oa_options o = fast_opts();
+    char ua[64], ub[64];
+    fs_url(&a, ua, sizeof ua);
+    fs_url(&b, ub, sizeof ub);
+    oa_endpoint *eps[2];
+    pg_err err = {0};
+    cr_assert_eq(oa_endpoint_open("bf16", ua, NULL, &o, &eps[0], &err), PG_OK);
+    cr_assert_eq(oa_endpoint_open("fp8", ub, NULL, &o, &eps[1], &err), PG_OK);
+    char *body = test_body(1);
+    oa_request reqs[5];
+    for (int i = 0; i < 5; i++)
+        reqs[i] = (oa_request){
+            .mode = i % 2 ? "fp8" : "bf16", .problem_id = "p", .sample = i, .body_json = body};
+    collected c = {0};
+    cr_assert_eq(oa_run(eps, 2, reqs, 5, collect, &c, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c.n, 5);
+    cr_assert_eq(fs_hits(&a, CHAT), 3);
+    cr_assert_eq(fs_hits(&b, CHAT), 2);
+    for (int i = 0; i < 5; i++)
+        cr_assert_str_eq(c.r[i].content, strcmp(c.req[i].mode, "fp8") == 0
+                                             ? "\\boxed{4}"
+                                             : "The answer is \\boxed{4}");
+    free(body);
+    oa_endpoint_close(eps[0]);
+    oa_endpoint_close(eps[1]);
+    fs_stop(&a);
+    fs_stop(&b);
+    collected_free(&c);
+}
+
+static const char *const k_models =
+    "{\"object\":\"list\",\"data\":[{\"id\":\"openai/"
+    "gpt-oss-120b\",\"object\":\"model\",\"created\":1,"
+    "\"owned_by\":\"vllm\",\"root\":\"openai/gpt-oss-120b\",\"max_model_len\":131072},"
+    "{\"id\":\"lora-a\",\"object\":\"model\"}]}";
+
+Test(openai_client, wait_ready_after_503s)
+{
+    fake_server s;
+    fs_init(&s);
+    fs_route(&s, "/health",
+             (fs_reply[]){{503, "", NULL, NULL, 0, 0}, {503, "", NULL, NULL, 0, 0},
+                          {503, "", NULL, NULL, 0, 0}, {200, "", NULL, NULL, 0, 0}},
+             4);
+    fs_route(&s, "/v1/models", (fs_reply[]){{200, k_models, NULL, NULL, 0, 0}}, 1);
+    cr_assert(fs_start(&s));
+    oa_options o = fast_opts();
+    o.model = NULL;
+    oa_endpoint *ep = open_on(&s, &o);
+    pg_err err = {0};
+    cr_assert_eq(oa_wait_ready(ep, 5.0, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(fs_hits(&s, "/health"), 4);
+    cr_assert_eq(fs_hits(&s, "/v1/models"), 1);
+    char *model = NULL;
+    cr_assert_eq(oa_model_name(ep, &model, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(model, "openai/gpt-oss-120b");
+    cr_assert_eq(fs_hits(&s, "/v1/models"), 1, "the name is remembered");
+    const fs_logged *lg = fs_request(&s, "/health", 0);
+    cr_assert(strstr(lg->head, "Authorization: Bearer " KEY), "%s", lg->head);
+    free(model);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+}
+
+Test(openai_client, wait_ready_fails_at_deadline)
+{
+    fake_server s;
+    serve(&s, "/health",
+          (fs_reply[]){{503, "{\"error\":{\"message\":\"engine dead\"}}", NULL, NULL, 0, 0}}, 1);
+    oa_options o = fast_opts();
+    oa_endpoint *ep = open_on(&s, &o);
+    pg_err err = {0};
+    double t0 = now_s();
+    cr_assert_eq(oa_wait_ready(ep, 0.4, &err), PG_ERR_HTTP);
+    double took = now_s() - t0;
+    char url[96];
+    fs_url(&s, url, sizeof url);
+    strcat(url, "/health");
+    cr_assert(strstr(err.msg, url) && strstr(err.msg, "HTTP 503") && strstr(err.msg, "engine dead"),
+              "%s", err.msg);
+    cr_assert(took >= 0.35 && took < 2.0, "took %.2f s", took);
+    cr_assert_geq(fs_hits(&s, "/health"), 3);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+
+    /* Nothing listening: the last failure is the refused connection. */
+    int port = fs_dead_port();
+    char dead[64];
+    snprintf(dead, sizeof dead, "http://127.0.0.1:%d", port);
+    cr_assert_eq(oa_endpoint_open("bf16", dead, NULL, &o, &ep, &err), PG_OK);
+    pg_err_clear(&err);
+    cr_assert_eq(oa_wait_ready(ep, 0.2, &err), PG_ERR_HTTP);
+    cr_assert(strstr(err.msg, dead) && has_ci(err.msg, "connect"), "%s", err.msg);
+    oa_endpoint_close(ep);
+}
+
+Test(openai_client, models_parsing)
+{
+    fake_server s;
+    serve(&s, "/v1/models", (fs_reply[]){{200, k_models, NULL, NULL, 0, 0}}, 1);
+    fs_route(&s, "/health", (fs_reply[]){{200, "", NULL, NULL, 0, 0}}, 1);
+    pg_err err = {0};
+    char *model = NULL;
+
+    /* A configured name is used without asking. */
+    oa_options o = fast_opts();
+    oa_endpoint *ep = open_on(&s, &o);
+    cr_assert_eq(oa_model_name(ep, &model, &err), PG_OK);
+    cr_assert_str_eq(model, "test-model");
+    free(model);
+    cr_assert_eq(fs_hits(&s, "/v1/models"), 0);
+    /* ... but wait_ready fails at once when the server does not list it. */
+    double t0 = now_s();
+    cr_assert_eq(oa_wait_ready(ep, 5.0, &err), PG_ERR_HTTP);
+    cr_assert_lt(now_s() - t0, 1.0);
+    cr_assert(strstr(err.msg, "'test-model' is not served") &&
+                  strstr(err.msg, "openai/gpt-oss-120b"),
+              "%s", err.msg);
+    oa_endpoint_close(ep);
+
+    /* A listed configured name passes. */
+    o.model = "lora-a";
+    ep = open_on(&s, &o);
+    pg_err_clear(&err);
+    cr_assert_eq(oa_wait_ready(ep, 5.0, &err), PG_OK, "%s", err.msg);
+    oa_endpoint_close(ep);
+
+    /* A malformed list is an error naming the URL. */
+    fs_route(&s, "/v1/models", (fs_reply[]){{200, "{\"data\":[]}", NULL, NULL, 0, 0}}, 1);
+    o.model = NULL;
+    ep = open_on(&s, &o);
+    cr_assert_eq(oa_model_name(ep, &model, &err), PG_ERR_HTTP);
+    cr_assert(strstr(err.msg, "/v1/models") && strstr(err.msg, "no model listed"), "%s", err.msg);
+    cr_assert_null(model);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+}
+
+Test(openai_client, api_key_sent_but_never_leaked)
+{
+    /* The server echoes the key in its error body and its health reply. */
+    static const char *const echo = "{\"error\":{\"message\":\"bad key " KEY " for you\"}}";
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{401, echo, NULL, NULL, 0, 0}}, 1);
+    fs_route(&s, "/health", (fs_reply[]){{500, echo, NULL, NULL, 0, 0}}, 1);
+    fs_route(&s, "/v1/models", (fs_reply[]){{403, echo, NULL, NULL, 0, 0}}, 1);
+    oa_options o = fast_opts();
+    collected c = {0};
+    run_one(&s, &o, 1, &c);
+    const fs_logged *lg = fs_request(&s, CHAT, 0);
+    cr_assert(strstr(lg->head, "Authorization: Bearer " KEY "\r\n"), "%s", lg->head);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert(strstr(c.r[0].error, "HTTP 401: bad key"), "%s", c.r[0].error);
+    cr_assert_null(strstr(c.r[0].error, KEY), "%s", c.r[0].error);
+    cr_assert_null(strstr(c.r[0].error, "S3cr3t"), "%s", c.r[0].error);
+
+    o.model = NULL;
+    oa_endpoint *ep = open_on(&s, &o);
+    pg_err err = {0};
+    cr_assert_eq(oa_wait_ready(ep, 0.1, &err), PG_ERR_HTTP);
+    cr_assert(strstr(err.msg, "HTTP 500") && !strstr(err.msg, "S3cr3t"), "%s", err.msg);
+    pg_err_clear(&err);
+    char *model = NULL;
+    cr_assert_eq(oa_model_name(ep, &model, &err), PG_ERR_HTTP);
+    cr_assert(strstr(err.msg, "HTTP 403") && !strstr(err.msg, "S3cr3t"), "%s", err.msg);
+    oa_endpoint_close(ep);
+
+    /* A named variable that is unset is an error naming the variable only. */
+    unsetenv(KEY_ENV);
+    char url[64];
+    fs_url(&s, url, sizeof url);
+    pg_err_clear(&err);
+    cr_assert_eq(oa_endpoint_open("bf16", url, KEY_ENV, &o, &ep, &err), PG_ERR_USAGE);
+    cr_assert(strstr(err.msg, KEY_ENV), "%s", err.msg);
+    cr_assert_null(ep);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, callback_can_stop_the_run)
+{
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_sse_ok, SSE, NULL, 30, 0}}, 1);
+    oa_options o = fast_opts();
+    o.max_in_flight = 2;
+    oa_endpoint *ep = open_on(&s, &o);
+    collected c = {.stop_after = 1};
+    pg_err err = {0};
+    cr_assert_eq(run_n(ep, 20, 1, &c, &err), PG_ERR_DB);
+    cr_assert_str_eq(err.msg, "test stop after 1");
+    cr_assert_eq(c.n, 1);
+    cr_assert_lt(fs_hits(&s, CHAT), 20);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, bad_setup_sends_nothing)
+{
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_sse_ok, SSE, NULL, 0, 0}}, 1);
+    oa_options o = fast_opts();
+    oa_endpoint *ep = open_on(&s, &o);
+    char *body = test_body(1);
+    oa_request reqs[2] = {{.mode = "bf16", .problem_id = "p", .body_json = body},
+                          {.mode = "int4", .problem_id = "q", .sample = 3, .body_json = body}};
+    collected c = {0};
+    pg_err err = {0};
+    cr_assert_eq(oa_run(&ep, 1, reqs, 2, collect, &c, &err), PG_ERR_USAGE);
+    cr_assert(strstr(err.msg, "q#3") && strstr(err.msg, "int4"), "%s", err.msg);
+    reqs[1] = (oa_request){.mode = "bf16", .problem_id = "r", .body_json = "not json"};
+    pg_err_clear(&err);
+    cr_assert_eq(oa_run(&ep, 1, reqs, 2, collect, &c, &err), PG_ERR_USAGE);
+    cr_assert(strstr(err.msg, "not a JSON object"), "%s", err.msg);
+    cr_assert_eq(fs_hits(&s, CHAT), 0);
+    cr_assert_eq(c.n, 0);
+    free(body);
+    oa_endpoint_close(ep);
+
+    /* Credentials in the URL are refused without echoing them. */
+    pg_err_clear(&err);
+    cr_assert_eq(oa_endpoint_open("bf16", "http://user:hunter2@127.0.0.1:1", NULL, NULL, &ep, &err),
+                 PG_ERR_USAGE);
+    cr_assert_null(strstr(err.msg, "hunter2"), "%s", err.msg);
+    pg_err_clear(&err);
+    cr_assert_eq(oa_endpoint_open("bf16", "ftp://127.0.0.1:1", NULL, NULL, &ep, &err),
+                 PG_ERR_USAGE);
+    pg_err_clear(&err);
+    o.backoff_base_s = 2;
+    o.backoff_cap_s = 1;
+    cr_assert_eq(oa_endpoint_open("bf16", "http://127.0.0.1:1", NULL, &o, &ep, &err), PG_ERR_USAGE);
+
+    /* A base URL ending in /v1/ reaches /v1/chat/completions, not /v1/v1/... */
+    char url[80];
+    fs_url(&s, url, sizeof url);
+    strcat(url, "/v1/");
+    o = fast_opts();
+    pg_err_clear(&err);
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK);
+    cr_assert_eq(run_n(ep, 1, 1, &c, &err), PG_OK);
+    cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
+    cr_assert_eq(fs_hits(&s, CHAT), 1);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+    collected_free(&c);
+}
