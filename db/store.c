@@ -27,6 +27,7 @@ typedef enum stmt_id {
     ST_USER_VERSION,
     ST_RUN_INSERT,
     ST_RUN_FINISH,
+    ST_RUN_REOPEN,
     ST_RUN_STATUS,
     ST_LAYER_INSERT,
     ST_QUANT_INSERT,
@@ -44,6 +45,9 @@ static const char *const stmt_sql[ST_COUNT] = {
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', " STORE_NOW_SQL ")",
     [ST_RUN_FINISH] =
         "UPDATE runs SET status = ?1, error = ?2, finished_at = " STORE_NOW_SQL " WHERE id = ?3",
+    [ST_RUN_REOPEN] =
+        "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL"
+        " WHERE id = ?1 AND kind = ?2 AND status <> 'running'",
     [ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
     [ST_LAYER_INSERT] =
         "INSERT INTO layer_metrics (run_id, capture, layer, head, variant, backend,"
@@ -450,6 +454,21 @@ pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, cons
     pg_status ps = finish_write(s, &b, err, "finish run %" PRId64 " as '%s'", run_id, status);
     if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
         ps = pg_fail(err, PG_ERR_DB, "%s: finish run %" PRId64 ": no such run", s->path, run_id);
+    return ps;
+}
+
+pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, pg_err *err)
+{
+    if (s == NULL || kind == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_run_reopen: store or kind is NULL");
+    binder b = bind_start(s->stmt[ST_RUN_REOPEN]);
+    bind_int64(&b, run_id);
+    bind_text(&b, kind);
+    pg_status ps = finish_write(s, &b, err, "reopen run %" PRId64, run_id);
+    if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
+        ps = pg_fail(err, PG_ERR_USAGE,
+                     "%s: run %" PRId64 " cannot be resumed: no finished '%s' run has that id",
+                     s->path, run_id, kind);
     return ps;
 }
 

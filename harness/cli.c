@@ -9,11 +9,14 @@
 
 extern const char cmd_run_usage[];
 extern const char cmd_synth_usage[];
+extern const char cmd_eval_usage[];
 extern const char cmd_help_usage[];
 
 const cli_command cli_commands[] = {
     {"run", "sweep a capture through every precision mode into SQLite", cmd_run_usage, cmd_run},
     {"synth", "write a synthetic capture shaped like a real model's", cmd_synth_usage, cmd_synth},
+    {"eval", "end-task accuracy per precision mode (live servers or recorded)", cmd_eval_usage,
+     cmd_eval},
     {"help", "show the commands, or one command's usage", cmd_help_usage, cmd_help},
     {NULL, NULL, NULL, NULL},
 };

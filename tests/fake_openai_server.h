@@ -83,7 +83,7 @@ typedef struct fake_server {
 } fake_server;
 
 /* Zeroes s and prepares its lock; call before fs_route. */
-static void fs_init(fake_server *s)
+static inline void fs_init(fake_server *s)
 {
     memset(s, 0, sizeof *s);
     s->fd = -1;
@@ -93,7 +93,7 @@ static void fs_init(fake_server *s)
 
 /* Scripts path to answer replies[0..n-1] in order, then repeat the last.
  * The reply strings must outlive the server. Replaces an earlier script. */
-static void fs_route(fake_server *s, const char *path, const fs_reply *replies, int n)
+static inline void fs_route(fake_server *s, const char *path, const fs_reply *replies, int n)
 {
     pthread_mutex_lock(&s->mu);
     int i = 0;
@@ -109,7 +109,7 @@ static void fs_route(fake_server *s, const char *path, const fs_reply *replies, 
 }
 
 /* Sleeps ms milliseconds or until fs_stop; call with s->mu held. */
-static void fs_wait_locked(fake_server *s, int ms)
+static inline void fs_wait_locked(fake_server *s, int ms)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -120,7 +120,7 @@ static void fs_wait_locked(fake_server *s, int ms)
 }
 
 /* Writes all n bytes of p to fd (ignoring a client that went away). */
-static void fs_send_all(int fd, const char *p, size_t n)
+static inline void fs_send_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
         ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
@@ -134,7 +134,7 @@ static void fs_send_all(int fd, const char *p, size_t n)
 }
 
 /* The reason phrase of a status. */
-static const char *fs_reason(int status)
+static inline const char *fs_reason(int status)
 {
     switch (status) {
     case 200: return "OK";
@@ -150,7 +150,7 @@ static const char *fs_reason(int status)
 }
 
 /* The value of header name (case-insensitive) in head, copied into out. */
-static bool fs_header(const char *head, const char *name, char *out, size_t size)
+static inline bool fs_header(const char *head, const char *name, char *out, size_t size)
 {
     size_t n = strlen(name);
     for (const char *p = strstr(head, "\r\n"); p != NULL; p = strstr(p, "\r\n")) {
@@ -172,7 +172,7 @@ typedef struct fs_conn {
 } fs_conn;
 
 /* Serves one connection: reads one request, logs it, answers its script. */
-static void *fs_conn_main(void *arg)
+static inline void *fs_conn_main(void *arg)
 {
     fs_conn c = *(fs_conn *)arg;
     free(arg);
@@ -254,7 +254,7 @@ static void *fs_conn_main(void *arg)
 }
 
 /* Accepts connections until fs_stop, one detached thread each. */
-static void *fs_accept_main(void *arg)
+static inline void *fs_accept_main(void *arg)
 {
     fake_server *s = arg;
     for (;;) {
@@ -289,7 +289,7 @@ static void *fs_accept_main(void *arg)
 
 /* Listens on 127.0.0.1 at an ephemeral port (s->port) and starts serving;
  * false when the socket cannot be set up. */
-static bool fs_start(fake_server *s)
+static inline bool fs_start(fake_server *s)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -305,7 +305,7 @@ static bool fs_start(fake_server *s)
 
 /* Stops accepting, cuts delays short, waits for every connection thread,
  * and frees the log. */
-static void fs_stop(fake_server *s)
+static inline void fs_stop(fake_server *s)
 {
     pthread_mutex_lock(&s->mu);
     s->stop = true;
@@ -322,7 +322,7 @@ static void fs_stop(fake_server *s)
 }
 
 /* Requests path has received so far. */
-static int fs_hits(fake_server *s, const char *path)
+static inline int fs_hits(fake_server *s, const char *path)
 {
     int n = 0;
     pthread_mutex_lock(&s->mu);
@@ -333,7 +333,7 @@ static int fs_hits(fake_server *s, const char *path)
 }
 
 /* Most requests that were in service at once. */
-static int fs_max_active(fake_server *s)
+static inline int fs_max_active(fake_server *s)
 {
     pthread_mutex_lock(&s->mu);
     int n = s->max_active;
@@ -343,7 +343,7 @@ static int fs_max_active(fake_server *s)
 
 /* The k-th request (from 0) logged for path, or NULL. Entries never change
  * once logged, so the pointer stays valid until fs_stop. */
-static const fs_logged *fs_request(fake_server *s, const char *path, int k)
+static inline const fs_logged *fs_request(fake_server *s, const char *path, int k)
 {
     const fs_logged *found = NULL;
     pthread_mutex_lock(&s->mu);
@@ -354,13 +354,13 @@ static const fs_logged *fs_request(fake_server *s, const char *path, int k)
 }
 
 /* "http://127.0.0.1:<port>" into buf. */
-static void fs_url(const fake_server *s, char *buf, size_t size)
+static inline void fs_url(const fake_server *s, char *buf, size_t size)
 {
     snprintf(buf, size, "http://127.0.0.1:%d", s->port);
 }
 
 /* A loopback port that nothing listens on (bound, then closed), or -1. */
-static int fs_dead_port(void)
+static inline int fs_dead_port(void)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -1,0 +1,303 @@
+/* eval_run.c: replay or live eval runs, stored sample by sample, then scored (see eval_run.h). */
+#include "eval_run.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../db/eval_store.h"
+#include "../harness/progress.h"
+#include "score.h"
+
+/* The mode every other one is compared with when present (the baseline). */
+#define EVAL_BASELINE_MODE "bf16"
+/* Most (mode, effort) groups one run scores. */
+#define EVAL_MAX_GROUPS (EVAL_MAX_MODES * EVAL_MAX_EFFORTS)
+
+/* A sample row from a grading result and what the server or trace said. */
+static eval_sample_row graded_row(const char *eval, const char *mode, const char *effort,
+                                   const eval_problem *p, int sample, const char *content,
+                                   const char *finish_reason, grade_extractor ex)
+{
+    const grade_result g = grade_completion(content, finish_reason, p->answer, ex);
+    eval_sample_row r = {0};
+    r.eval = eval;
+    r.mode = mode;
+    r.effort = effort;
+    r.problem_id = p->id;
+    r.sample = sample;
+    r.status = g.truncated ? EVAL_SAMPLE_TRUNCATED : EVAL_SAMPLE_OK;
+    r.attempts = -1;
+    r.latency_ms = NAN;
+    r.finish_reason = finish_reason;
+    r.prompt_tokens = -1;
+    r.completion_tokens = -1;
+    r.content = content;
+    r.has_extracted = g.extracted;
+    r.extracted = g.value;
+    r.correct = g.correct;
+    return r;
+}
+
+pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
+                      const eval_run_options *o, eval_run_counts *c, pg_err *err)
+{
+    memset(c, 0, sizeof *c);
+    int64_t total = 0;
+    for (int i = 0; i < t->n; i++) total += t->problems[i].n_completions;
+    if (total == 0)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: --replay needs recorded completions, and no "
+                                           "problem has any", t->path);
+    /* Grading is instant: one transaction for the whole replay. */
+    pg_status st = store_begin(s, err);
+    for (int i = 0; st == PG_OK && i < t->n; i++) {
+        const eval_problem *p = &t->problems[i];
+        for (int j = 0; st == PG_OK && j < p->n_completions; j++) {
+            const eval_completion *cp = &p->completions[j];
+            eval_sample_row r = graded_row(o->eval_name, cp->mode, cp->effort, p, cp->sample,
+                                           cp->content, cp->finish_reason, o->extractor);
+            r.completion_tokens = cp->completion_tokens;
+            st = eval_store_put_sample(s, run_id, &r, err);
+            if (st == PG_OK) {
+                c->stored++;
+                if (r.status == EVAL_SAMPLE_TRUNCATED) c->truncated++;
+                else c->ok++;
+            }
+        }
+    }
+    if (st == PG_OK) st = store_commit(s, err);
+    else store_rollback(s);
+    return st;
+}
+
+/* What the live run's completion callback needs. */
+typedef struct live_ctx {
+    pg_store *store;
+    int64_t run_id;
+    const eval_run_options *o;
+    eval_run_counts *c;
+    progress bar;
+} live_ctx;
+
+/* Grades and stores one finished request; draws progress. */
+static pg_status live_done(void *ctx, const oa_request *req, const oa_response *resp,
+                           const oa_progress *pr, pg_err *err)
+{
+    live_ctx *lc = ctx;
+    const eval_problem *p = req->user;
+    eval_sample_row r = graded_row(lc->o->eval_name, req->mode, req->effort, p, req->sample,
+                                   resp->content, resp->finish_reason, lc->o->extractor);
+    r.attempts = resp->attempts;
+    r.latency_ms = resp->latency_ms;
+    r.prompt_tokens = resp->prompt_tokens;
+    r.completion_tokens = resp->completion_tokens;
+    if (resp->outcome == OA_ERROR) {
+        /* A failure after every retry is an error, never a wrong answer. */
+        r.status = EVAL_SAMPLE_ERROR;
+        r.has_extracted = 0;
+        r.correct = 0;
+        r.error = resp->error;
+    }
+    pg_status st = eval_store_put_sample(lc->store, lc->run_id, &r, err);
+    if (st != PG_OK) return st;
+    lc->c->stored++;
+    if (r.status == EVAL_SAMPLE_ERROR) lc->c->errors++;
+    else if (r.status == EVAL_SAMPLE_TRUNCATED) lc->c->truncated++;
+    else lc->c->ok++;
+    char what[64];
+    snprintf(what, sizeof what, "%d err, %d retries", pr->errors, pr->retries);
+    progress_update(&lc->bar, pr->done, what);
+    return PG_OK;
+}
+
+pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
+                    const eval_run_options *o, eval_run_counts *c, pg_err *err)
+{
+    memset(c, 0, sizeof *c);
+    const int K = o->samples, nm = o->n_endpoints, ne = o->n_efforts;
+    if (nm < 1 || ne < 1 || K < 1)
+        return pg_fail(err, PG_ERR_USAGE, "eval: needs at least one --endpoint, one effort and "
+                                          "one sample");
+    oa_endpoint *eps[EVAL_MAX_MODES] = {NULL};
+    char *models[EVAL_MAX_MODES] = {NULL};
+    pg_status st = PG_OK;
+    for (int m = 0; st == PG_OK && m < nm; m++) {
+        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, &o->client, &eps[m], err);
+        if (st == PG_OK) st = oa_wait_ready(eps[m], o->ready_deadline_s, err);
+        if (st == PG_OK) st = oa_model_name(eps[m], &models[m], err);
+    }
+    /* The planned samples, and which of them a resumed run still lacks. */
+    const size_t n_plan = (size_t)nm * (size_t)ne * (size_t)t->n * (size_t)K;
+    eval_key *plan = st == PG_OK ? calloc(n_plan ? n_plan : 1, sizeof *plan) : NULL;
+    size_t *missing = st == PG_OK ? calloc(n_plan ? n_plan : 1, sizeof *missing) : NULL;
+    if (st == PG_OK && (plan == NULL || missing == NULL))
+        st = pg_fail(err, PG_ERR_NOMEM, "eval: cannot plan %zu samples", n_plan);
+    size_t n_missing = 0;
+    if (st == PG_OK) {
+        size_t i = 0;
+        for (int m = 0; m < nm; m++)
+            for (int e = 0; e < ne; e++)
+                for (int p = 0; p < t->n; p++)
+                    for (int k = 0; k < K; k++)
+                        plan[i++] = (eval_key){o->modes[m], o->efforts[e], t->problems[p].id, k};
+        st = eval_store_missing(s, run_id, o->eval_name, plan, n_plan, missing, &n_missing, err);
+    }
+    oa_request *reqs = NULL;
+    if (st == PG_OK && n_missing > 0) {
+        reqs = calloc(n_missing, sizeof *reqs);
+        if (reqs == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval: cannot allocate requests");
+    }
+    for (size_t r = 0; st == PG_OK && r < n_missing; r++) {
+        const size_t i = missing[r];
+        const int k = (int)(i % (size_t)K), p = (int)(i / (size_t)K % (size_t)t->n);
+        const int e = (int)(i / ((size_t)K * (size_t)t->n) % (size_t)ne);
+        const int m = (int)(i / ((size_t)K * (size_t)t->n * (size_t)ne));
+        oa_sampling sp = o->sampling;
+        sp.reasoning_effort = o->efforts[e];
+        /* The same seed for a (problem, sample) in every mode: paired samples. */
+        sp.has_seed = 1;
+        sp.seed = o->seed_base + (int64_t)p * K + k;
+        const eval_problem *pr = &t->problems[p];
+        reqs[r] = (oa_request){o->modes[m], o->efforts[e], pr->id, k, NULL, (void *)pr};
+        st = oa_build_chat_body(models[m], pr->messages_json, pr->problem, &sp, &reqs[r].body_json,
+                                err);
+    }
+    c->skipped = (int64_t)(n_plan - n_missing);
+    if (st == PG_OK && n_missing > 0) {
+        live_ctx lc = {s, run_id, o, c, {0}};
+        progress_start(&lc.bar, (int64_t)n_missing);
+        if (!o->progress) lc.bar.enabled = 0;
+        st = oa_run(eps, nm, reqs, (int)n_missing, live_done, &lc, err);
+        progress_finish(&lc.bar);
+    }
+    for (size_t r = 0; reqs != NULL && r < n_missing; r++) free(reqs[r].body_json);
+    free(reqs);
+    free(plan);
+    free(missing);
+    for (int m = 0; m < nm; m++) {
+        free(models[m]);
+        oa_endpoint_close(eps[m]);
+    }
+    return st;
+}
+
+/* One scored (mode, effort). */
+typedef struct scored_group {
+    char *mode, *effort;
+    eval_table table;
+    eval_score score;
+} scored_group;
+
+/* Baseline first, then the rest by name. */
+static int mode_order(const char *a, const char *b)
+{
+    const int ba = strcmp(a, EVAL_BASELINE_MODE) == 0, bb = strcmp(b, EVAL_BASELINE_MODE) == 0;
+    if (ba != bb) return bb - ba;
+    return strcmp(a, b);
+}
+
+/* The distinct (mode, effort) groups stored for (run_id, eval), ordered. */
+static pg_status list_groups(pg_store *s, int64_t run_id, const char *eval, scored_group *g,
+                             int *n, pg_err *err)
+{
+    sqlite3 *db = store_handle(s);
+    sqlite3_stmt *q = NULL;
+    *n = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT DISTINCT mode, effort FROM eval_samples WHERE run_id = ?1 "
+                           "AND eval = ?2 ORDER BY effort, mode",
+                           -1, &q, NULL) != SQLITE_OK)
+        return pg_fail(err, PG_ERR_DB, "eval: cannot list modes: %s", sqlite3_errmsg(db));
+    sqlite3_bind_int64(q, 1, run_id);
+    sqlite3_bind_text(q, 2, eval, -1, SQLITE_TRANSIENT);
+    pg_status st = PG_OK;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (*n == EVAL_MAX_GROUPS) {
+            st = pg_fail(err, PG_ERR_USAGE, "eval: more than %d (mode, effort) groups",
+                         EVAL_MAX_GROUPS);
+            break;
+        }
+        g[*n].mode = strdup((const char *)sqlite3_column_text(q, 0));
+        g[*n].effort = strdup((const char *)sqlite3_column_text(q, 1));
+        (*n)++;
+    }
+    if (st == PG_OK && rc != SQLITE_DONE)
+        st = pg_fail(err, PG_ERR_DB, "eval: listing modes: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    /* Insertion sort: efforts together, the baseline first within each. */
+    for (int i = 1; i < *n; i++)
+        for (int j = i; j > 0; j--) {
+            const int c = strcmp(g[j - 1].effort, g[j].effort);
+            if (c < 0 || (c == 0 && mode_order(g[j - 1].mode, g[j].mode) <= 0)) break;
+            scored_group tmp = g[j - 1];
+            g[j - 1] = g[j];
+            g[j] = tmp;
+        }
+    return st;
+}
+
+/* Prints one group's line of the summary. */
+static void print_group(FILE *out, const scored_group *g)
+{
+    const eval_score *sc = &g->score;
+    fprintf(out, "%-10s %-8s %8.3f  [%5.3f, %5.3f] %6.3f %8zu %6zu %6zu", g->mode, g->effort,
+            sc->accuracy, sc->ci_low, sc->ci_high, sc->se, sc->n_scored, sc->n_errors,
+            sc->n_truncated);
+    for (size_t k = 0; k < sc->k; k++) fprintf(out, " pass@%zu %.3f", k + 1, sc->pass_at[k]);
+    fputc('\n', out);
+}
+
+pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *out, pg_err *err)
+{
+    scored_group g[EVAL_MAX_GROUPS];
+    memset(g, 0, sizeof g);
+    int n = 0;
+    pg_status st = list_groups(s, run_id, eval, g, &n, err);
+    if (st == PG_OK && n == 0)
+        st = pg_fail(err, PG_ERR_USAGE, "eval: run %lld stored no samples for '%s'",
+                     (long long)run_id, eval);
+    if (st == PG_OK)
+        fprintf(out, "eval %s, run %lld (avg@K; 95%% percentile bootstrap over problems; SE "
+                     "clustered by problem)\n%-10s %-8s %8s  %-14s %6s %8s %6s %6s\n",
+                eval, (long long)run_id, "mode", "effort", "accuracy", "95% CI", "SE", "problems",
+                "errors", "trunc");
+    for (int i = 0; st == PG_OK && i < n; i++) {
+        st = eval_store_load(s, run_id, eval, g[i].mode, g[i].effort, 0, &g[i].table, err);
+        if (st == PG_OK) st = eval_score_compute(&g[i].table, &g[i].score, err);
+        if (st == PG_OK) st = eval_store_put_score(s, run_id, eval, g[i].mode, g[i].effort,
+                                                   &g[i].score, err);
+        if (st == PG_OK) print_group(out, &g[i]);
+    }
+    /* Pairs within an effort: every mode against the baseline (A - B); without
+     * a baseline, each mode against the first. */
+    int printed_header = 0;
+    for (int i = 0; st == PG_OK && i < n; i++) {
+        if (i > 0 && strcmp(g[i].effort, g[i - 1].effort) == 0) continue; /* i: first of effort */
+        for (int j = i + 1; st == PG_OK && j < n && strcmp(g[j].effort, g[i].effort) == 0; j++) {
+            eval_pair pr;
+            st = eval_pair_compute(&g[j].table, &g[i].table, &pr, err);
+            if (st == PG_OK)
+                st = eval_store_put_pair(s, run_id, eval, g[i].effort, g[j].mode, g[i].mode, &pr,
+                                         err);
+            if (st != PG_OK) break;
+            if (!printed_header) {
+                fprintf(out, "paired, same problems (A - B): mean diff, SE, 95%% CI, wins/losses/"
+                             "ties of A, exact sign test, smallest detectable drop (80%% power)\n");
+                printed_header = 1;
+            }
+            fprintf(out, "%-8s %s - %s: %+.3f  SE %.3f  [%+.3f, %+.3f]  %zu/%zu/%zu  p %.3g  MDE "
+                         "%.3f  (%zu problems)\n",
+                    g[i].effort, g[j].mode, g[i].mode, pr.mean_diff, pr.se, pr.ci_low, pr.ci_high,
+                    pr.wins, pr.losses, pr.ties, pr.sign_p, pr.mde, pr.n_problems);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        free(g[i].mode);
+        free(g[i].effort);
+        eval_table_free(&g[i].table);
+        eval_score_free(&g[i].score);
+    }
+    return st;
+}

@@ -1,0 +1,61 @@
+/*
+ * eval_run.h: an end-task eval run: grading recorded completions (replay) or
+ * asking one OpenAI-compatible server per precision mode (live), storing each
+ * sample as it completes, then scoring every (mode, effort) and every pair of
+ * modes into eval_scores / eval_pairs and printing the summary.
+ */
+#ifndef PG_EVAL_RUN_H
+#define PG_EVAL_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../db/store.h"
+#include "../harness/status.h"
+#include "grade.h"
+#include "openai_client.h"
+#include "traces.h"
+
+/* Most endpoints (modes) and efforts one run takes. */
+#define EVAL_MAX_MODES 8
+#define EVAL_MAX_EFFORTS 8
+
+/* How to run. Strings are borrowed. */
+typedef struct eval_run_options {
+    const char *eval_name;        /* eval column: e.g. the traces' file name */
+    grade_extractor extractor;
+    /* live only: */
+    int n_endpoints;
+    const char *modes[EVAL_MAX_MODES];   /* precision mode served by ... */
+    const char *urls[EVAL_MAX_MODES];    /* ... this base URL */
+    int n_efforts;
+    const char *efforts[EVAL_MAX_EFFORTS];
+    int samples;                  /* K */
+    const char *api_key_env;      /* name of the variable holding the key, or NULL */
+    double ready_deadline_s;      /* wait for /health or /v1/models this long */
+    oa_options client;
+    oa_sampling sampling;         /* reasoning_effort and seed are set per request */
+    int64_t seed_base;            /* sample s of problem p gets seed_base + p * K + s */
+    int progress;                 /* draw a progress bar when stderr is a terminal */
+} eval_run_options;
+
+/* What happened to the samples of one call. */
+typedef struct eval_run_counts {
+    int64_t stored, ok, truncated, errors, skipped;  /* skipped: already stored (resume) */
+} eval_run_counts;
+
+/* Grades every recorded completion of t into run_id (no server). */
+pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
+                      const eval_run_options *o, eval_run_counts *c, pg_err *err);
+
+/* Sends every (mode, effort, problem, sample) not yet stored ok/truncated in
+ * run_id to its mode's server and stores each sample as it completes. */
+pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
+                    const eval_run_options *o, eval_run_counts *c, pg_err *err);
+
+/* Scores every (mode, effort) stored for (run_id, eval) and every pair of
+ * modes per effort (each mode against bf16 when present, A minus B), stores
+ * them, and prints the summary to out. */
+pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *out, pg_err *err);
+
+#endif /* PG_EVAL_RUN_H */
