@@ -106,7 +106,9 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
     else if (r.status == EVAL_SAMPLE_TRUNCATED) lc->c->truncated++;
     else lc->c->ok++;
     char what[64];
-    snprintf(what, sizeof what, "%d err, %d retries", pr->errors, pr->retries);
+    const double elapsed = progress_now() - lc->bar.started;
+    snprintf(what, sizeof what, "%.2f/s, %d err, %d retries",
+             elapsed > 0 ? pr->done / elapsed : 0.0, pr->errors, pr->retries);
     progress_update(&lc->bar, pr->done, what);
     return PG_OK;
 }

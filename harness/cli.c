@@ -10,6 +10,7 @@
 extern const char cmd_run_usage[];
 extern const char cmd_synth_usage[];
 extern const char cmd_eval_usage[];
+extern const char cmd_convert_aime_usage[];
 extern const char cmd_help_usage[];
 
 const cli_command cli_commands[] = {
@@ -17,6 +18,8 @@ const cli_command cli_commands[] = {
     {"synth", "write a synthetic capture shaped like a real model's", cmd_synth_usage, cmd_synth},
     {"eval", "end-task accuracy per precision mode (live servers or recorded)", cmd_eval_usage,
      cmd_eval},
+    {"convert-aime", "convert public AIME 2024/2025 JSONL into eval traces",
+     cmd_convert_aime_usage, cmd_convert_aime},
     {"help", "show the commands, or one command's usage", cmd_help_usage, cmd_help},
     {NULL, NULL, NULL, NULL},
 };
@@ -36,7 +39,7 @@ void cli_print_overview(FILE *out)
             "       precgate --version | --help | help COMMAND\n\ncommands:\n",
             PRECGATE_VERSION);
     for (const cli_command *c = cli_commands; c->name != NULL; c++)
-        fprintf(out, "  %-8s %s\n", c->name, c->summary);
+        fprintf(out, "  %-13s %s\n", c->name, c->summary);
     fprintf(out, "\nexit status: 0 success, 1 failure, 2 usage error\n");
 }
 

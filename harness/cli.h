@@ -48,6 +48,7 @@ const char *cli_db_path(const char *db_option);
 int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_convert_aime(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
 #endif /* PG_CLI_H */

@@ -204,3 +204,33 @@ Test(eval_cmd, usage_errors_exit_2)
         free(out);
     }
 }
+
+Test(eval_cmd, convert_aime_writes_loadable_traces)
+{
+    char in[512], outp[512], args[1200];
+    snprintf(in, sizeof in, "%s/aime.jsonl", g_dir);
+    snprintf(outp, sizeof outp, "%s/t.jsonl", g_dir);
+    const char *lines = "{\"ID\":\"2025-I-1\",\"problem\":\"p1\",\"answer\":\"070\"}\n"
+                        "{\"ID\":\"2025-I-2\",\"problem\":\"p2\",\"answer\":588}\n";
+    tu_write_file(in, lines, strlen(lines));
+    snprintf(args, sizeof args, "convert-aime '%s' '%s'", in, outp);
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgate(args, &out), 0, "%s", out);
+    cr_assert(strstr(out, "2 problems") != NULL, "%s", out);
+    free(out);
+    FILE *f = fopen(outp, "r");
+    cr_assert_not_null(f);
+    char line[256];
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_assert(strstr(line, "\"id\":\"2025-I-1\"") && strstr(line, "\"answer\":70"), "%s", line);
+    fclose(f);
+    /* A malformed input names its line and leaves no output behind. */
+    const char *badl = "{\"problem\":\"p1\"}\n";
+    tu_write_file(in, badl, strlen(badl));
+    snprintf(outp, sizeof outp, "%s/u.jsonl", g_dir);
+    snprintf(args, sizeof args, "convert-aime '%s' '%s'", in, outp);
+    cr_assert_eq(tu_run_precgate(args, &out), 1, "%s", out);
+    cr_assert(strstr(out, "aime.jsonl:1") != NULL, "%s", out);
+    free(out);
+    cr_assert_null(fopen(outp, "r"));
+}
