@@ -99,3 +99,13 @@ void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *
     const double p99 = finite ? select_kth(scratch, n, metrics_p99_index((int64_t)n)) : 0;
     metrics_from_sums(&s, (int64_t)n, p99, m);
 }
+
+void metrics_compare_heads(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
+                           double *scratch, attn_error_metrics *m)
+{
+    const size_t row = (size_t)hq * (size_t)d;
+    metrics_compare_bf16(out, row, ref, row, (size_t)tq, row, scratch, &m[0]);
+    for (int h = 0; h < hq; h++)
+        metrics_compare_bf16(out + (size_t)h * (size_t)d, row, ref + (size_t)h * (size_t)d, row,
+                             (size_t)tq, (size_t)d, scratch, &m[1 + h]);
+}

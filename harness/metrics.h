@@ -51,6 +51,11 @@ void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *
                           size_t ref_stride, size_t n_rows, size_t row_len,
                           double *scratch, attn_error_metrics *m);
 
+/* Metrics of a [tq, hq, d] output against its reference: m[0] the whole
+ * layer, m[1 + h] head h. scratch must hold tq*hq*d doubles. */
+void metrics_compare_heads(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
+                           double *scratch, attn_error_metrics *m);
+
 #ifdef __cplusplus
 }
 #endif

@@ -63,17 +63,6 @@ typedef struct variant_metrics {
     int n_heads;              /* 0: all heads; else the sampled heads 0..n_heads-1 */
 } variant_metrics;
 
-/* Fills vm->m for out against ref ([Tq, hq, d] both). */
-static void compare_layer(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
-                          double *scratch, attn_error_metrics *m)
-{
-    const size_t row = (size_t)hq * (size_t)d;
-    metrics_compare_bf16(out, row, ref, row, (size_t)tq, row, scratch, &m[0]);
-    for (int h = 0; h < hq; h++)
-        metrics_compare_bf16(out + (size_t)h * (size_t)d, row, ref + (size_t)h * (size_t)d, row,
-                             (size_t)tq, (size_t)d, scratch, &m[1 + h]);
-}
-
 /* One quantized tensor's statistics for quant_stats. */
 typedef struct tensor_quant {
     const char *tensor;  /* "q", "k", "v" */
@@ -183,13 +172,14 @@ static pg_status layer_cpu(layer_ctx *c, const sweep_options *opt, progress *bar
         st = cpu_mode(bit, &c->b, L->q, L->k, L->v, &c->fo, out, &rep, opt->n_threads, err);
         if (st != PG_OK) break;
         note_quant(c, bit, &rep);
-        compare_layer(out, ref, c->cap->tq, L->hq, L->d, scratch,
-                      next_vm(c, sweep_variant_table[i].name, 0)->m);
+        metrics_compare_heads(out, ref, c->cap->tq, L->hq, L->d, scratch,
+                              next_vm(c, sweep_variant_table[i].name, 0)->m);
     }
     for (int e = 0; st == PG_OK && e < L->n_ext; e++) {
         char name[SWEEP_VARIANT_NAME_MAX];
         snprintf(name, sizeof name, "ext:%s", L->ext[e].name);
-        compare_layer(L->ext[e].out, ref, c->cap->tq, L->hq, L->d, scratch, next_vm(c, name, 0)->m);
+        metrics_compare_heads(L->ext[e].out, ref, c->cap->tq, L->hq, L->d, scratch,
+                              next_vm(c, name, 0)->m);
     }
     free(ref);
     free(scratch);

@@ -480,13 +480,14 @@ extern "C" pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, co
     return st;
 }
 
-extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                                      const uint16_t *k, const uint16_t *v,
-                                      const attn_fp8_options *opt, unsigned modes, int n_ext,
-                                      const uint16_t *const *ext, attn_error_metrics *metrics,
-                                      attn_quant_report *rep, uint16_t *const *mode_out,
-                                      double *ms_ref, double *ms_modes, double *ms_metrics,
-                                      pg_err *err)
+// The whole layer on the device in one go (it fits: see cuda_sweep_layer).
+static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                   const uint16_t *k, const uint16_t *v,
+                                   const attn_fp8_options *opt, unsigned modes, int n_ext,
+                                   const uint16_t *const *ext, attn_error_metrics *metrics,
+                                   attn_quant_report *rep, uint16_t *const *mode_out,
+                                   double *ms_ref, double *ms_modes, double *ms_metrics,
+                                   pg_err *err)
 {
     dev_pool pool = {be, {}, 0};
     cuda_batch cb;
@@ -658,5 +659,248 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
     cudaEventDestroy(ev[0]);
     cudaEventDestroy(ev[1]);
     dev_pool_free(&pool);
+    return st;
+}
+
+// ---- memory planning: layers larger than the GPU run in pieces ----
+
+// Share of the free device memory a layer may plan to use (the rest is the
+// allocator's slack and the kernels' own buffers).
+#define CUDA_PLAN_FRACTION 0.8
+// Environment variable that caps the planned bytes (tests force pieces with it).
+#define CUDA_MEM_LIMIT_ENV "PRECGATE_CUDA_MEM_LIMIT"
+// Bytes per query element and per kv element a layer holds at its peak:
+// q 2 + reference 8 + output 2 + fp8 q 1 + metric keys 4 per query element;
+// k and v 2 + 2, the bf16 paged cache 4, the e4m3 one 2, the compact cache 4,
+// V^T 1, each with the cache's spare pages (kv_cache.c), per kv element.
+#define CUDA_BYTES_PER_Q 17.0
+#define CUDA_BYTES_PER_KV 21.0
+
+namespace {
+
+double layer_bytes(const attn_batch *b)
+{
+    return CUDA_BYTES_PER_Q * (double)attn_batch_tq(b) * b->hq * b->d +
+           CUDA_BYTES_PER_KV * (double)attn_batch_tkv(b) * b->hkv * b->d;
+}
+
+// Bytes a layer may plan with: a share of the free memory, or the test cap.
+pg_status plan_budget(double *budget, pg_err *err)
+{
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY("memory plan", cudaMemGetInfo(&free_b, &total_b));
+    *budget = CUDA_PLAN_FRACTION * (double)free_b;
+    const char *cap = getenv(CUDA_MEM_LIMIT_ENV);
+    if (cap != nullptr && cap[0] != '\0') {
+        char *end = nullptr;
+        const double c = strtod(cap, &end);
+        if (end == cap || *end != '\0' || !(c > 0))
+            return pg_fail(err, PG_ERR_USAGE, "%s='%s' is not a positive number of bytes",
+                           CUDA_MEM_LIMIT_ENV, cap);
+        if (c < *budget) *budget = c;
+    }
+    return PG_OK;
+}
+
+// One piece: whole sequences [s0, s1), or rows [j0, j1) of sequence s0 alone
+// (with its keys up to context + j1).
+struct piece {
+    int s0, s1, j0, j1;
+};
+
+// Splits the batch into pieces whose planned bytes fit budget; *out malloc'd.
+pg_status plan_pieces(const attn_batch *b, double budget, piece **out, int *n_out, pg_err *err)
+{
+    int cap = 16, n = 0;
+    piece *ps = (piece *)malloc((size_t)cap * sizeof *ps);
+    if (ps == nullptr) return pg_fail(err, PG_ERR_NOMEM, "memory plan");
+    auto push = [&](piece p) -> bool {
+        if (n == cap) {
+            cap *= 2;
+            piece *g = (piece *)realloc(ps, (size_t)cap * sizeof *ps);
+            if (g == nullptr) return false;
+            ps = g;
+        }
+        ps[n++] = p;
+        return true;
+    };
+    int s = 0;
+    while (s < b->n_seqs) {
+        // As many whole sequences as fit.
+        int e = s;
+        while (e < b->n_seqs) {
+            const attn_batch sub = {e + 1 - s, b->seq_q + s, b->seq_kv + s, b->hq, b->hkv, b->d,
+                                    b->window, b->sm_scale, b->sinks};
+            if (layer_bytes(&sub) > budget) break;
+            e++;
+        }
+        if (e > s) {
+            if (!push(piece{s, e, 0, 0})) goto nomem;
+            s = e;
+            continue;
+        }
+        // One sequence too large: row chunks, each with the keys it needs.
+        {
+            const int sq = b->seq_q[s], ctx = b->seq_kv[s] - sq;
+            int j0 = 0;
+            while (j0 < sq) {
+                int j1 = sq;
+                for (;;) {
+                    const int32_t q1 = j1 - j0, kv1 = ctx + j1;
+                    const attn_batch sub = {1, &q1, &kv1, b->hq, b->hkv, b->d, b->window,
+                                            b->sm_scale, b->sinks};
+                    if (layer_bytes(&sub) <= budget) break;
+                    if (j1 - j0 == 1) {
+                        free(ps);
+                        return pg_fail(err, PG_ERR_NOMEM,
+                                       "sequence %d: one query row with its %d keys needs %.2f GiB "
+                                       "on the GPU, more than the %.2f GiB planned",
+                                       s, kv1, layer_bytes(&sub) / (1 << 30), budget / (1 << 30));
+                    }
+                    j1 = j0 + (j1 - j0) / 2;
+                }
+                if (!push(piece{s, s + 1, j0, j1})) goto nomem;
+                j0 = j1;
+            }
+            s++;
+        }
+    }
+    *out = ps;
+    *n_out = n;
+    return PG_OK;
+nomem:
+    free(ps);
+    return pg_fail(err, PG_ERR_NOMEM, "memory plan: out of host memory");
+}
+
+void add_stats(fp8_quant_stats *a, const fp8_quant_stats *b)
+{
+    a->n += b->n;
+    a->n_saturated += b->n_saturated;
+    a->n_nonzero += b->n_nonzero;
+    a->n_underflow += b->n_underflow;
+}
+
+// The layer in pieces: each piece's reference and mode outputs come back to
+// the host, where the metrics of the whole layer are computed.
+pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                             unsigned modes, int n_ext, const uint16_t *const *ext,
+                             attn_error_metrics *metrics, attn_quant_report *rep,
+                             uint16_t *const *mode_out, const piece *ps, int n_pieces,
+                             pg_err *err)
+{
+    const int64_t tq = attn_batch_tq(b);
+    const size_t nq = (size_t)tq * b->hq * b->d;
+    const size_t qrow = (size_t)b->hq * b->d, kvrow = (size_t)b->hkv * b->d;
+    const int mode_bits[3] = {CUDA_MODE_BF16, CUDA_MODE_FP8KV, CUDA_MODE_FP8QKV};
+    double *ref = (double *)malloc(nq * sizeof(double));
+    double *scratch = (double *)malloc(nq * sizeof(double));
+    uint16_t *outs[3] = {nullptr, nullptr, nullptr};
+    pg_status st = (ref && scratch) ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "pieces: host arrays");
+    for (int mi = 0; st == PG_OK && mi < 3; mi++)
+        if ((modes & mode_bits[mi]) && (outs[mi] = (uint16_t *)malloc(nq * 2)) == nullptr)
+            st = pg_fail(err, PG_ERR_NOMEM, "pieces: host outputs");
+    attn_quant_report total = {};
+    int64_t *q_off = (int64_t *)malloc(((size_t)b->n_seqs + 1) * 2 * sizeof(int64_t));
+    if (st == PG_OK && q_off == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "pieces: offsets");
+    if (st == PG_OK) {
+        int64_t *kv_off = q_off + b->n_seqs + 1;
+        q_off[0] = kv_off[0] = 0;
+        for (int s = 0; s < b->n_seqs; s++) {
+            q_off[s + 1] = q_off[s] + b->seq_q[s];
+            kv_off[s + 1] = kv_off[s] + b->seq_kv[s];
+        }
+        for (int p = 0; st == PG_OK && p < n_pieces; p++) {
+            const piece &pc = ps[p];
+            int32_t one_q, one_kv;
+            attn_batch sub = {pc.s1 - pc.s0, b->seq_q + pc.s0, b->seq_kv + pc.s0, b->hq, b->hkv,
+                              b->d, b->window, b->sm_scale, b->sinks};
+            int64_t q0 = q_off[pc.s0];
+            if (pc.j1 > pc.j0) {  // a row chunk of one sequence
+                one_q = pc.j1 - pc.j0;
+                one_kv = b->seq_kv[pc.s0] - b->seq_q[pc.s0] + pc.j1;
+                sub.seq_q = &one_q;
+                sub.seq_kv = &one_kv;
+                q0 += pc.j0;
+            }
+            const uint16_t *pq = q + (size_t)q0 * qrow;
+            const uint16_t *pk = k + (size_t)kv_off[pc.s0] * kvrow;
+            const uint16_t *pv = v + (size_t)kv_off[pc.s0] * kvrow;
+            st = cuda_reference(be, &sub, pq, pk, pv, ref + (size_t)q0 * qrow, err);
+            for (int mi = 0; st == PG_OK && mi < 3; mi++) {
+                if (!(modes & mode_bits[mi])) continue;
+                uint16_t *o = outs[mi] + (size_t)q0 * qrow;
+                attn_quant_report r = {};
+                if (mi == 0)
+                    st = cuda_variant_bf16(be, &sub, pq, pk, pv, opt->page_seed, opt->block_size,
+                                           o, err);
+                else if (mi == 1)
+                    st = cuda_variant_fp8kv(be, &sub, pq, pk, pv, opt, o, &r, err);
+                else
+                    st = cuda_variant_fp8qkv(be, &sub, pq, pk, pv, opt, o, &r, err);
+                if (st != PG_OK) break;
+                /* K/V of a row chunk repeat its sequence's earlier keys: count
+                 * the cache's statistics once per piece of whole sequences
+                 * or the chunk that ends the sequence. */
+                if (mi != 0 && (pc.j1 == pc.j0 || pc.j1 == b->seq_q[pc.s0])) {
+                    if (mi == 1 || !(modes & CUDA_MODE_FP8KV)) {
+                        add_stats(&total.k, &r.k);
+                        add_stats(&total.v, &r.v);
+                    }
+                }
+                if (mi == 2) add_stats(&total.q, &r.q);
+            }
+        }
+    }
+    int slot = 0;
+    const int per = b->hq + 1;
+    for (int mi = 0; st == PG_OK && mi < 3; mi++) {
+        if (!(modes & mode_bits[mi])) continue;
+        metrics_compare_heads(outs[mi], ref, tq, b->hq, b->d, scratch, metrics + (size_t)slot * per);
+        if (mode_out != nullptr && mode_out[slot] != nullptr) memcpy(mode_out[slot], outs[mi], nq * 2);
+        slot++;
+    }
+    for (int e = 0; st == PG_OK && e < n_ext; e++, slot++)
+        metrics_compare_heads(ext[e], ref, tq, b->hq, b->d, scratch, metrics + (size_t)slot * per);
+    if (st == PG_OK && rep != nullptr) *rep = total;
+    free(q_off);
+    for (int mi = 0; mi < 3; mi++) free(outs[mi]);
+    free(ref);
+    free(scratch);
+    return st;
+}
+
+}  // namespace
+
+extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                      const uint16_t *k, const uint16_t *v,
+                                      const attn_fp8_options *opt, unsigned modes, int n_ext,
+                                      const uint16_t *const *ext, attn_error_metrics *metrics,
+                                      attn_quant_report *rep, uint16_t *const *mode_out,
+                                      double *ms_ref, double *ms_modes, double *ms_metrics,
+                                      pg_err *err)
+{
+    pg_status st = attn_batch_check(b, err);
+    double budget = 0;
+    if (st == PG_OK) st = plan_budget(&budget, err);
+    if (st != PG_OK) return st;
+    const double need = layer_bytes(b);
+    if (need <= budget)
+        return sweep_layer_whole(be, b, q, k, v, opt, modes, n_ext, ext, metrics, rep, mode_out,
+                                 ms_ref, ms_modes, ms_metrics, err);
+    piece *ps = nullptr;
+    int n = 0;
+    st = plan_pieces(b, budget, &ps, &n, err);
+    if (st != PG_OK) return st;
+    fprintf(stderr, "precgate: layer needs %.2f GiB on the GPU, %.2f GiB planned: running it in "
+                    "%d pieces, metrics on the host\n",
+            need / (1 << 30), budget / (1 << 30), n);
+    if (ms_ref) *ms_ref = 0;
+    if (ms_metrics) *ms_metrics = 0;
+    if (ms_modes) ms_modes[0] = ms_modes[1] = ms_modes[2] = 0;
+    st = sweep_layer_pieces(be, b, q, k, v, opt, modes, n_ext, ext, metrics, rep, mode_out, ps, n,
+                            err);
+    free(ps);
     return st;
 }

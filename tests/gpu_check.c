@@ -252,6 +252,70 @@ done:
     free(gout);
 }
 
+/* A layer forced into pieces (PRECGATE_CUDA_MEM_LIMIT) gives the metrics of
+ * the layer run whole. */
+static void run_pieces_case(cuda_backend *be)
+{
+    int32_t sq[3] = {300, 40, 700}, skv[3] = {300, 240, 900};
+    const int hq = 8, hkv = 2, d = 64;
+    float sinks[8];
+    uint64_t rs = 4242;
+    for (int h = 0; h < hq; h++) sinks[h] = (float)gauss(&rs);
+    attn_batch b = {3, sq, skv, hq, hkv, d, 0, 0.125f, sinks};
+    const size_t nq = (size_t)attn_batch_tq(&b) * hq * d, nkv = (size_t)attn_batch_tkv(&b) * hkv * d;
+    uint16_t *q = malloc(nq * 2), *k = malloc(nkv * 2), *v = malloc(nkv * 2);
+    for (size_t i = 0; i < nq; i++) q[i] = bf16_from_f32((float)(2.0 * gauss(&rs)));
+    for (size_t i = 0; i < nkv; i++) k[i] = bf16_from_f32((float)gauss(&rs));
+    for (size_t i = 0; i < nkv; i++) v[i] = bf16_from_f32((float)gauss(&rs));
+    attn_fp8_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
+                            fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
+                            fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), ATTN_P_E4M3, 16, 7};
+    const int per = hq + 1;
+    attn_error_metrics *mw = calloc(3 * (size_t)per, sizeof *mw), *mp = calloc(3 * (size_t)per, sizeof *mp);
+    attn_quant_report rw, rp;
+    uint16_t *ow[3], *op[3];
+    for (int i = 0; i < 3; i++) {
+        ow[i] = malloc(nq * 2);
+        op[i] = malloc(nq * 2);
+    }
+    pg_err err = {0};
+    cases++;
+    const char *id = "pieces";
+    if (cuda_sweep_layer(be, &b, q, k, v, &opt, 7, 0, NULL, mw, &rw, ow, NULL, NULL, NULL, &err) != PG_OK) {
+        failures++;
+        printf("FAIL %s: whole: %s\n", id, err.msg);
+    } else {
+        setenv("PRECGATE_CUDA_MEM_LIMIT", "4000000", 1); /* 4 MB: the long sequences split by rows */
+        if (cuda_sweep_layer(be, &b, q, k, v, &opt, 7, 0, NULL, mp, &rp, op, NULL, NULL, NULL, &err) != PG_OK) {
+            failures++;
+            printf("FAIL %s: pieces: %s\n", id, err.msg);
+        } else {
+            for (int i = 0; i < 3 * per; i++) {
+                check(rel_close(mp[i].rel_l2, mw[i].rel_l2, GPU_METRIC_TOL), id, "rel_l2", mp[i].rel_l2, mw[i].rel_l2);
+                check(rel_close(mp[i].p99_abs, mw[i].p99_abs, GPU_P99_TOL), id, "p99_abs", mp[i].p99_abs, mw[i].p99_abs);
+                check(rel_close(mp[i].max_abs, mw[i].max_abs, GPU_METRIC_TOL), id, "max_abs", mp[i].max_abs, mw[i].max_abs);
+            }
+            check(rp.k.n == rw.k.n && rp.k.n_saturated == rw.k.n_saturated && rp.q.n == rw.q.n &&
+                      rp.v.n_underflow == rw.v.n_underflow,
+                  id, "quant stats", (double)rp.k.n, (double)rw.k.n);
+            int same = 1;
+            for (int i = 0; i < 3; i++) same &= memcmp(ow[i], op[i], nq * 2) == 0;
+            printf("ok   pieces: metrics agree (rel_l2 whole %.4e / pieces %.4e), outputs %s\n",
+                   mw[per].rel_l2, mp[per].rel_l2, same ? "bit-identical" : "differ");
+        }
+        unsetenv("PRECGATE_CUDA_MEM_LIMIT");
+    }
+    for (int i = 0; i < 3; i++) {
+        free(ow[i]);
+        free(op[i]);
+    }
+    free(mw);
+    free(mp);
+    free(q);
+    free(k);
+    free(v);
+}
+
 /* Metrics on non-finite outputs and ties. */
 static void run_metrics_edge(cuda_backend *be)
 {
@@ -300,6 +364,7 @@ int main(int argc, char **argv)
                                      sc ? 0.8f : 1.0f, seed++);
                         }
     run_metrics_edge(be);
+    run_pieces_case(be);
     cuda_backend_close(be);
     printf("gpu_check: %d cases, %d failed checks\n", cases, failures);
     return failures ? 1 : 0;
