@@ -47,7 +47,7 @@ static const char *const stmt_sql[ST_COUNT] = {
         "UPDATE runs SET status = ?1, error = ?2, finished_at = " STORE_NOW_SQL " WHERE id = ?3",
     [ST_RUN_REOPEN] =
         "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL"
-        " WHERE id = ?1 AND kind = ?2 AND status <> 'running'",
+        " WHERE id = ?1 AND kind = ?2 AND (status <> 'running' OR ?3)",
     [ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
     [ST_LAYER_INSERT] =
         "INSERT INTO layer_metrics (run_id, capture, layer, head, variant, backend,"
@@ -457,17 +457,20 @@ pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, cons
     return ps;
 }
 
-pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, pg_err *err)
+pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int allow_running,
+                           pg_err *err)
 {
     if (s == NULL || kind == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "store_run_reopen: store or kind is NULL");
     binder b = bind_start(s->stmt[ST_RUN_REOPEN]);
     bind_int64(&b, run_id);
     bind_text(&b, kind);
+    bind_int64(&b, allow_running ? 1 : 0);
     pg_status ps = finish_write(s, &b, err, "reopen run %" PRId64, run_id);
     if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
         ps = pg_fail(err, PG_ERR_USAGE,
-                     "%s: run %" PRId64 " cannot be resumed: no finished '%s' run has that id",
+                     "%s: run %" PRId64 " cannot be resumed: no finished '%s' run has that id "
+                     "(a run still marked running, e.g. one that was killed, needs --force)",
                      s->path, run_id, kind);
     return ps;
 }

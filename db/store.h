@@ -89,9 +89,11 @@ pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, cons
                            pg_err *err);
 
 /* Marks a finished run of the given kind 'running' again (for --resume):
- * clears finished_at and error, committed at once. PG_ERR_USAGE when no such
- * finished run exists (wrong id, another kind, or still running). */
-pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, pg_err *err);
+ * clears finished_at and error, committed at once. A run still marked
+ * 'running' (a killed process) is taken only with allow_running. PG_ERR_USAGE
+ * when no such run exists (wrong id, another kind, or running without allow_running). */
+pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int allow_running,
+                           pg_err *err);
 
 /* Inserts one layer_metrics row (head -1 = whole layer) from m (m->n is not
  * stored). PG_ERR_DB when a CHECK, NOT NULL, UNIQUE or foreign-key constraint

@@ -10,6 +10,12 @@
 #include "../harness/progress.h"
 #include "score.h"
 
+/* FNV-1a 64-bit (Fowler, Noll, Vo), offset basis and prime as published. */
+#define FNV64_OFFSET 0xcbf29ce484222325ull
+#define FNV64_PRIME 0x100000001b3ull
+/* Seeds stay below this (a 32-bit signed seed on the server). */
+#define EVAL_SEED_MODULUS 2147483648ull
+
 /* The mode every other one is compared with when present (the baseline). */
 #define EVAL_BASELINE_MODE "bf16"
 /* Most (mode, effort) groups one run scores. */
@@ -38,6 +44,35 @@ static eval_sample_row graded_row(const char *eval, const char *mode, const char
     r.extracted = g.value;
     r.correct = g.correct;
     return r;
+}
+
+int64_t eval_sample_seed(int64_t seed_base, const char *id, int sample)
+{
+    uint64_t h = FNV64_OFFSET;
+    for (const unsigned char *p = (const unsigned char *)id; *p != '\0'; p++) {
+        h ^= *p;
+        h *= FNV64_PRIME;
+    }
+    return (int64_t)(((uint64_t)seed_base + h + (uint64_t)sample) % EVAL_SEED_MODULUS);
+}
+
+pg_status eval_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
+                            pg_err *err)
+{
+    sqlite3 *db = store_handle(s);
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT count(*) FROM eval_samples WHERE run_id = ?1 AND eval = ?2 "
+                           "AND status = 'error'",
+                           -1, &q, NULL) != SQLITE_OK)
+        return pg_fail(err, PG_ERR_DB, "eval: cannot count errors: %s", sqlite3_errmsg(db));
+    sqlite3_bind_int64(q, 1, run_id);
+    sqlite3_bind_text(q, 2, eval, -1, SQLITE_TRANSIENT);
+    pg_status st = PG_OK;
+    if (sqlite3_step(q) == SQLITE_ROW) *n = sqlite3_column_int64(q, 0);
+    else st = pg_fail(err, PG_ERR_DB, "eval: counting errors: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    return st;
 }
 
 pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
@@ -124,16 +159,12 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
     oa_endpoint *eps[EVAL_MAX_MODES] = {NULL};
     char *models[EVAL_MAX_MODES] = {NULL};
     pg_status st = PG_OK;
-    for (int m = 0; st == PG_OK && m < nm; m++) {
-        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, &o->client, &eps[m], err);
-        if (st == PG_OK) st = oa_wait_ready(eps[m], o->ready_deadline_s, err);
-        if (st == PG_OK) st = oa_model_name(eps[m], &models[m], err);
-    }
-    /* The planned samples, and which of them a resumed run still lacks. */
+    /* The planned samples, and which of them a resumed run still lacks:
+     * worked out before any server is asked for anything. */
     const size_t n_plan = (size_t)nm * (size_t)ne * (size_t)t->n * (size_t)K;
-    eval_key *plan = st == PG_OK ? calloc(n_plan ? n_plan : 1, sizeof *plan) : NULL;
-    size_t *missing = st == PG_OK ? calloc(n_plan ? n_plan : 1, sizeof *missing) : NULL;
-    if (st == PG_OK && (plan == NULL || missing == NULL))
+    eval_key *plan = calloc(n_plan ? n_plan : 1, sizeof *plan);
+    size_t *missing = calloc(n_plan ? n_plan : 1, sizeof *missing);
+    if (plan == NULL || missing == NULL)
         st = pg_fail(err, PG_ERR_NOMEM, "eval: cannot plan %zu samples", n_plan);
     size_t n_missing = 0;
     if (st == PG_OK) {
@@ -144,6 +175,19 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
                     for (int k = 0; k < K; k++)
                         plan[i++] = (eval_key){o->modes[m], o->efforts[e], t->problems[p].id, k};
         st = eval_store_missing(s, run_id, o->eval_name, plan, n_plan, missing, &n_missing, err);
+    }
+    /* Only the servers that have work are waited for. */
+    int needed[EVAL_MAX_MODES] = {0};
+    for (size_t r = 0; st == PG_OK && r < n_missing; r++)
+        needed[missing[r] / ((size_t)K * (size_t)t->n * (size_t)ne)] = 1;
+    oa_endpoint *live[EVAL_MAX_MODES];
+    int n_live = 0;
+    for (int m = 0; st == PG_OK && m < nm; m++) {
+        if (!needed[m]) continue;
+        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, &o->client, &eps[m], err);
+        if (st == PG_OK) st = oa_wait_ready(eps[m], o->ready_deadline_s, err);
+        if (st == PG_OK) st = oa_model_name(eps[m], &models[m], err);
+        if (st == PG_OK) live[n_live++] = eps[m];
     }
     oa_request *reqs = NULL;
     if (st == PG_OK && n_missing > 0) {
@@ -159,7 +203,7 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
         sp.reasoning_effort = o->efforts[e];
         /* The same seed for a (problem, sample) in every mode: paired samples. */
         sp.has_seed = 1;
-        sp.seed = o->seed_base + (int64_t)p * K + k;
+        sp.seed = eval_sample_seed(o->seed_base, t->problems[p].id, k);
         const eval_problem *pr = &t->problems[p];
         reqs[r] = (oa_request){o->modes[m], o->efforts[e], pr->id, k, NULL, (void *)pr};
         st = oa_build_chat_body(models[m], pr->messages_json, pr->problem, &sp, &reqs[r].body_json,
@@ -170,7 +214,7 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
         live_ctx lc = {s, run_id, o, c, {0}};
         progress_start(&lc.bar, (int64_t)n_missing);
         if (!o->progress) lc.bar.enabled = 0;
-        st = oa_run(eps, nm, reqs, (int)n_missing, live_done, &lc, err);
+        st = oa_run(live, n_live, reqs, (int)n_missing, live_done, &lc, err);
         progress_finish(&lc.bar);
     }
     for (size_t r = 0; reqs != NULL && r < n_missing; r++) free(reqs[r].body_json);

@@ -35,7 +35,7 @@ typedef struct eval_run_options {
     double ready_deadline_s;      /* wait for /health or /v1/models this long */
     oa_options client;
     oa_sampling sampling;         /* reasoning_effort and seed are set per request */
-    int64_t seed_base;            /* sample s of problem p gets seed_base + p * K + s */
+    int64_t seed_base;            /* sample s of problem id gets eval_sample_seed(seed_base, id, s) */
     int progress;                 /* draw a progress bar when stderr is a terminal */
 } eval_run_options;
 
@@ -43,6 +43,16 @@ typedef struct eval_run_options {
 typedef struct eval_run_counts {
     int64_t stored, ok, truncated, errors, skipped;  /* skipped: already stored (resume) */
 } eval_run_counts;
+
+/* The seed sent for sample `sample` of problem `id`: the same in every mode
+ * (paired samples) and independent of the problem's position in the file,
+ * so a resumed run with reordered traces sends the same seeds. Non-negative,
+ * below 2^31 (some servers take a 32-bit seed). */
+int64_t eval_sample_seed(int64_t seed_base, const char *id, int sample);
+
+/* Samples of (run_id, eval) stored with status 'error'. */
+pg_status eval_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
+                            pg_err *err);
 
 /* Grades every recorded completion of t into run_id (no server). */
 pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,

@@ -30,6 +30,8 @@
 
 /* The format string a v1 capture carries in __metadata__["format"]. */
 #define CAPTURE_FORMAT_V1 "precgate.capture.v1"
+/* Longest NAME of layers.L.out.NAME (it becomes the stored variant "ext:NAME"). */
+#define CAPTURE_EXT_NAME_MAX 64
 /* KV page size when the capture names none (vLLM's default block size). */
 #define CAPTURE_DEFAULT_BLOCK_SIZE 16
 /* Number of entries in capture_block_sizes. */

@@ -39,13 +39,16 @@ const char cmd_eval_usage[] =
     "  --model NAME         served model (default: the server's /v1/models)\n"
     "  --max-tokens N       completion budget per request (default: the server's)\n"
     "  --temperature T      (default 1.0)    --top-p P   (default: the server's)\n"
-    "  --seed N             base seed: sample s of problem p is sent seed N + p*K + s\n"
+    "  --seed N             base seed; each (problem id, sample) gets its own seed,\n"
+    "                       the same in every mode (paired samples)\n"
     "  --api-key-env VAR    read the API key from this environment variable\n"
     "  --timeout S          per-request timeout in seconds\n"
     "  --ready-timeout S    wait this long for the servers to be up (default 600)\n"
     "  --extractor NAME     answer extraction: default or gpt-oss\n"
     "  --eval NAME          name stored with the samples (default: the traces' file name)\n"
-    "  --resume RUN         continue run RUN, sending only the samples it lacks\n"
+    "  --resume RUN         continue run RUN, sending only the samples it lacks (and\n"
+    "                       retrying its errors); the same traces, modes and efforts\n"
+    "  --force              with --resume: take a run still marked running (killed)\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
     "  --no-progress        never draw the progress bar\n\n"
@@ -55,7 +58,7 @@ const char cmd_eval_usage[] =
 
 typedef struct eval_args {
     const char *traces, *db, *label, *eval_name, *model;
-    int replay;
+    int replay, force;
     long resume;
     char efforts_buf[EVAL_LIST_MAX];
     eval_run_options o;
@@ -88,7 +91,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
 {
     enum { O_TRACES = 256, O_ENDPOINT, O_REPLAY, O_SAMPLES, O_EFFORT, O_CONC, O_MODEL, O_MAXTOK,
            O_TEMP, O_TOPP, O_SEED, O_KEYENV, O_TIMEOUT, O_READY, O_EXTRACTOR, O_EVAL, O_RESUME,
-           O_DB, O_LABEL, O_NOPROG };
+           O_DB, O_LABEL, O_NOPROG, O_FORCE };
     static const struct option opts[] = {
         {"traces", required_argument, NULL, O_TRACES},
         {"endpoint", required_argument, NULL, O_ENDPOINT},
@@ -110,6 +113,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"db", required_argument, NULL, O_DB},
         {"label", required_argument, NULL, O_LABEL},
         {"no-progress", no_argument, NULL, O_NOPROG},
+        {"force", no_argument, NULL, O_FORCE},
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
@@ -184,6 +188,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         case O_DB: a->db = optarg; break;
         case O_LABEL: a->label = optarg; break;
         case O_NOPROG: a->o.progress = 0; break;
+        case O_FORCE: a->force = 1; break;
         case ':': return pg_fail(err, PG_ERR_USAGE, "eval: %s requires a value", argv[optind - 1]);
         default:
             return pg_fail(err, PG_ERR_USAGE, "eval: unknown option '%s' (see precgate eval --help)",
@@ -193,6 +198,11 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     if (st != PG_OK) return st;
     if (optind < argc) return pg_fail(err, PG_ERR_USAGE, "eval: unexpected argument '%s'", argv[optind]);
     if (a->traces == NULL) return pg_fail(err, PG_ERR_USAGE, "eval: --traces FILE is required");
+    if (a->replay && a->resume > 0)
+        return pg_fail(err, PG_ERR_USAGE, "eval: --resume continues a live run; a replay has "
+                                          "nothing to resume (run it again instead)");
+    if (a->force && a->resume <= 0)
+        return pg_fail(err, PG_ERR_USAGE, "eval: --force only goes with --resume RUN");
     if (a->replay == (a->o.n_endpoints > 0))
         return pg_fail(err, PG_ERR_USAGE, "eval: give either --replay or at least one "
                                           "--endpoint MODE=URL");
@@ -261,7 +271,7 @@ int cmd_eval(int argc, char **argv)
     int64_t run_id = -1;
     char *config = NULL;
     if (st == PG_OK && a.resume > 0) {
-        st = store_run_reopen(store, a.resume, "eval", &err);
+        st = store_run_reopen(store, a.resume, "eval", a.force, &err);
         if (st == PG_OK) run_id = a.resume;
     } else if (st == PG_OK) {
         config = eval_config_json(&a);
@@ -280,28 +290,40 @@ int cmd_eval(int argc, char **argv)
                       : eval_live(store, run_id, t, &a.o, &c, &err);
     }
     if (st == PG_OK) st = eval_score_all(store, run_id, a.o.eval_name, stdout, &err);
+    /* The run's state comes from what is stored, not from this invocation:
+     * a resume that skipped a mode still leaves that mode's errors. */
+    int64_t stored_errors = 0;
+    if (st == PG_OK) st = eval_count_errors(store, run_id, a.o.eval_name, &stored_errors, &err);
     if (run_id > 0) {
-        const char *status = st != PG_OK ? "failed" : c.errors > 0 ? "incomplete" : "complete";
+        /* A resumed run that fails keeps what it had: incomplete, not failed. */
+        const char *status = st != PG_OK ? (a.resume > 0 ? "incomplete" : "failed")
+                             : stored_errors > 0 ? "incomplete"
+                                                 : "complete";
         pg_err fin = {0};
-        if (store_run_finish(store, run_id, status, st != PG_OK ? err.msg : NULL, &fin) != PG_OK &&
-            st == PG_OK) {
+        const pg_status fst = store_run_finish(store, run_id, status, st != PG_OK ? err.msg : NULL,
+                                               &fin);
+        if (fst != PG_OK && st == PG_OK) {
             err = fin;
             st = fin.code;
         }
-        if (st == PG_OK && c.errors > 0) {
+        if (fst != PG_OK) {
+            fprintf(stderr, "precgate: run %lld could not be marked %s: %s\n", (long long)run_id,
+                    status, fin.msg);
+        } else if (st == PG_OK && stored_errors > 0) {
             printf("run %lld incomplete: %lld samples failed after every retry (excluded from the "
                    "scores); precgate eval --resume %lld retries them\n",
-                   (long long)run_id, (long long)c.errors, (long long)run_id);
+                   (long long)run_id, (long long)stored_errors, (long long)run_id);
         } else if (st == PG_OK) {
             printf("run %lld complete: %s (%lld samples stored, %lld already there)\n",
                    (long long)run_id, db_path, (long long)c.stored, (long long)c.skipped);
         } else {
-            fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
+            fprintf(stderr, "precgate: run %lld marked %s in %s\n", (long long)run_id, status,
+                    db_path);
         }
     }
     free(config);
     store_close(store);
     traces_free(t);
     if (st != PG_OK) return cli_report(&err);
-    return c.errors > 0 ? pg_status_exit_code(PG_ERR_HTTP) : 0;
+    return stored_errors > 0 ? pg_status_exit_code(PG_ERR_HTTP) : 0;
 }

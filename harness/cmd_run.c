@@ -183,6 +183,30 @@ static pg_status open_backend(const run_args *a, cuda_backend **be, char *desc, 
     return PG_OK;
 }
 
+/* Head dims the GPU attention kernels are built for (kernels/cuda_attn_*.cu). */
+static const int gpu_head_dims[] = {64, 128};
+
+/* Whether this run needs something the GPU kernels do not do; the reason in why. */
+static int gpu_unsupported(const run_args *a, const capture *cap, char *why, size_t len)
+{
+    if ((a->variants & SWEEP_FP8QKV) && a->p_rounding != ATTN_P_E4M3) {
+        snprintf(why, len, "the GPU fp8qkv kernel rounds P to e4m3 only (--p-rounding %s)",
+                 attn_p_rounding_name(a->p_rounding));
+        return 1;
+    }
+    for (int l = 0; l < cap->n_layers; l++) {
+        const int d = cap->layers[l].d;
+        int ok = 0;
+        for (size_t i = 0; i < sizeof gpu_head_dims / sizeof gpu_head_dims[0]; i++)
+            ok |= d == gpu_head_dims[i];
+        if (!ok) {
+            snprintf(why, len, "layer %d has head dim %d; the GPU kernels take 64 or 128", l, d);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     pg_err err = {0};
@@ -207,6 +231,16 @@ int cmd_run(int argc, char **argv)
     pg_status st = capture_open(a.capture, &cap, &err);
     const double load_s = progress_now() - t_load;
     sweep_stats stats = {0, 0};
+    char why[RUN_DESC_MAX];
+    if (st == PG_OK && gpu != NULL && gpu_unsupported(&a, cap, why, sizeof why)) {
+        if (strcmp(a.backend, "cuda") == 0 || a.check_spec) {
+            st = pg_fail(&err, PG_ERR_USAGE, "--backend %s: %s", a.backend, why);
+        } else {
+            fprintf(stderr, "precgate: backend auto: %s; using cpu\n", why);
+            cuda_backend_close(gpu);
+            gpu = NULL;
+        }
+    }
     const char *backend = gpu != NULL ? "cuda" : "cpu";
     char *config = st == PG_OK ? run_config_json(&a, cap, backend) : NULL;
     char host[RUN_DESC_MAX] = "unknown", cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
@@ -233,18 +267,22 @@ int cmd_run(int argc, char **argv)
     }
     if (run_id >= 0) {
         pg_err fin = {0};
-        if (store_run_finish(store, run_id, st == PG_OK ? "complete" : "failed", err.msg,
-                             &fin) != PG_OK &&
-            st == PG_OK) {
+        const pg_status fst = store_run_finish(store, run_id, st == PG_OK ? "complete" : "failed",
+                                               err.msg, &fin);
+        if (fst != PG_OK && st == PG_OK) {
             err = fin;
             st = fin.code;
         }
+        if (fst != PG_OK)
+            fprintf(stderr, "precgate: run %lld could not be marked finished: %s\n",
+                    (long long)run_id, fin.msg);
         if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
         if (st == PG_OK)
             printf("run %lld complete: %s (backend start %.2f s, load and validate %.2f s, "
                    "compute %.2f s, store %.2f s)\n",
                    (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, stats.store_s);
-        else fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
+        else if (fst == PG_OK)
+            fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
     }
     free(config);
     capture_close(cap);

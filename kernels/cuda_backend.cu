@@ -14,6 +14,18 @@
 // Threads per block of the fill kernel.
 #define CUDA_FILL_THREADS 256
 
+// Like CUDA_TRY, but for functions that hold device buffers: records the
+// failure in st and falls through, so the caller's cleanup still runs.
+#define CUDA_STEP(st, what, call)                                                          \
+    do {                                                                                   \
+        if ((st) == PG_OK) {                                                               \
+            cudaError_t step_rc_ = (call);                                                 \
+            if (step_rc_ != cudaSuccess)                                                   \
+                (st) = pg_fail(err, PG_ERR_DEVICE, "%s: %s failed: %s (%s)", (what), #call, \
+                               cudaGetErrorString(step_rc_), cudaGetErrorName(step_rc_));  \
+        }                                                                                  \
+    } while (0)
+
 struct cuda_backend {
     int device;
     cudaStream_t stream;
@@ -280,7 +292,7 @@ extern "C" pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const
                                     const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
 {
     dev_pool pool = {be, {}, 0};
-    cuda_batch cb;
+    cuda_batch cb = {};
     uint16_t *dq, *dk, *dv;
     double *dout;
     pg_status st = dev_batch_make(&pool, b, &cb, err);
@@ -298,7 +310,7 @@ extern "C" pg_status cuda_variant_bf16(cuda_backend *be, const attn_batch *b, co
                                        int block_size, uint16_t *out, pg_err *err)
 {
     dev_pool pool = {be, {}, 0};
-    cuda_batch cb;
+    cuda_batch cb = {};
     uint16_t *dq, *dk, *dv, *dout;
     cuda_paged cache;
     pg_status st = dev_batch_make(&pool, b, &cb, err);
@@ -322,7 +334,7 @@ static pg_status variant_fp8(cuda_backend *be, const attn_batch *b, const uint16
     if (!opt->quantize)
         return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
     dev_pool pool = {be, {}, 0};
-    cuda_batch cb;
+    cuda_batch cb = {};
     uint16_t *dq, *dk, *dv, *dout;
     unsigned long long *dstats;
     cuda_paged cache, compact;
@@ -334,7 +346,7 @@ static pg_status variant_fp8(cuda_backend *be, const attn_batch *b, const uint16
         st = dev_alloc(&pool, (void **)&dstats, 3 * CUDA_QSTAT_COUNT * sizeof(unsigned long long),
                        "stats", err);
     if (st == PG_OK)
-        CUDA_TRY("stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
+        CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
     if (st == PG_OK)
         st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
                              opt->page_seed, opt->block_size, &cache, dstats + CUDA_QSTAT_COUNT,
@@ -387,7 +399,7 @@ extern "C" pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, con
                                       kv_paged *out, attn_quant_report *rep, pg_err *err)
 {
     dev_pool pool = {be, {}, 0};
-    cuda_batch cb;
+    cuda_batch cb = {};
     uint16_t *dk, *dv;
     unsigned long long *dstats;
     cuda_paged cache;
@@ -397,7 +409,7 @@ extern "C" pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, con
     if (st == PG_OK) st = dev_copy(&pool, (void **)&dk, k, nkv * 2, "k", err);
     if (st == PG_OK) st = dev_copy(&pool, (void **)&dv, v, nkv * 2, "v", err);
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, 2 * CUDA_QSTAT_COUNT * 8, "stats", err);
-    if (st == PG_OK) CUDA_TRY("stats", cudaMemsetAsync(dstats, 0, 2 * CUDA_QSTAT_COUNT * 8, be->stream));
+    CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, 2 * CUDA_QSTAT_COUNT * 8, be->stream));
     if (st == PG_OK)
         st = dev_paged_write(&pool, b, &cb, dk, dv, elem, k_scale, v_scale, page_seed, block_size,
                              &cache, dstats, err);
@@ -436,7 +448,7 @@ extern "C" pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, 
     if (ones == nullptr) return pg_fail(err, PG_ERR_NOMEM, "cuda: gather batch");
     for (int i = 0; i < B; i++) ones[i] = 1;
     const attn_batch b = {B, ones, ones, src->hkv, src->hkv, src->d, 0, 1.f, nullptr};
-    cuda_batch cb;
+    cuda_batch cb = {};
     cuda_paged dsrc, dout;
     pg_status st = dev_batch_make(&pool, &b, &cb, err);
     const size_t src_bytes = (size_t)src->n_pages * 2 * src->hkv * src->block_size * src->d *
@@ -490,7 +502,7 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
                                    pg_err *err)
 {
     dev_pool pool = {be, {}, 0};
-    cuda_batch cb;
+    cuda_batch cb = {};
     uint16_t *dq, *dk, *dv, *dout;
     double *dref;
     unsigned long long *dstats;
@@ -503,12 +515,12 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dref, nq * 8, "reference", err);
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, 3 * CUDA_QSTAT_COUNT * 8, "stats", err);
-    if (st == PG_OK) CUDA_TRY("stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
-    if (st == PG_OK) CUDA_TRY("events", cudaEventCreate(&ev[0]));
-    if (st == PG_OK) CUDA_TRY("events", cudaEventCreate(&ev[1]));
-    if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[0], be->stream));
+    CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
+    CUDA_STEP(st, "events", cudaEventCreate(&ev[0]));
+    CUDA_STEP(st, "events", cudaEventCreate(&ev[1]));
+    CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
     if (st == PG_OK) st = cuda_attn_reference(&cb, dq, dk, dv, dref, be->stream, err);
-    if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[1], be->stream));
+    CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
     if (st == PG_OK && ms_ref) *ms_ref = event_ms(ev[0], ev[1]);
 
     int slot = 0;
@@ -516,7 +528,7 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     const int mode_bits[3] = {CUDA_MODE_BF16, CUDA_MODE_FP8KV, CUDA_MODE_FP8QKV};
     for (int mi = 0; st == PG_OK && mi < 3; mi++) {
         if (!(modes & mode_bits[mi])) continue;
-        CUDA_TRY("events", cudaEventRecord(ev[0], be->stream));
+        CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
         if (mi == 0) {
             cuda_paged cache;
             st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_BF16, 1.f, 1.f, opt->page_seed,
@@ -543,15 +555,15 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
                                        be->stream, err);
             }
         }
-        if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[1], be->stream));
+        CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
         if (st == PG_OK && ms_modes) ms_modes[mi] = event_ms(ev[0], ev[1]);
         if (st == PG_OK && mode_out != nullptr && mode_out[slot] != nullptr)
             st = download(be, mode_out[slot], dout, nq * 2, "mode output", err);
         if (st == PG_OK) {
-            CUDA_TRY("events", cudaEventRecord(ev[0], be->stream));
+            CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
             st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, metrics + (size_t)slot * per,
                               be->stream, err);
-            if (st == PG_OK) CUDA_TRY("events", cudaEventRecord(ev[1], be->stream));
+            CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
             if (st == PG_OK) t_metrics += event_ms(ev[0], ev[1]);
         }
         slot++;
@@ -594,9 +606,11 @@ int cmp_double(const void *a, const void *b)
     do {                                                                           \
         double runs_[CUDA_TIME_MAX_REPS];                                          \
         for (int r_ = 0; st == PG_OK && r_ <= reps; r_++) {                        \
-            CUDA_TRY("timing", cudaEventRecord(ev[0], be->stream));                \
-            STAGE;                                                                 \
-            if (st == PG_OK) CUDA_TRY("timing", cudaEventRecord(ev[1], be->stream)); \
+            CUDA_STEP(st, "timing", cudaEventRecord(ev[0], be->stream));           \
+            if (st == PG_OK) {                                                     \
+                STAGE;                                                             \
+            }                                                                      \
+            CUDA_STEP(st, "timing", cudaEventRecord(ev[1], be->stream));           \
             if (st == PG_OK && r_ > 0) runs_[r_ - 1] = event_ms(ev[0], ev[1]);     \
         }                                                                          \
         if (st == PG_OK) {                                                         \
@@ -617,15 +631,16 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
     if (reps > CUDA_TIME_MAX_REPS) reps = CUDA_TIME_MAX_REPS;
     memset(t, 0, sizeof *t);
     dev_pool pool = {be, {}, 0};
-    cuda_batch cb;
+    cuda_batch cb = {};
     uint16_t *dq, *dk, *dv, *dout;
     uint8_t *dq8;
     double *dref;
     cuda_paged e4m3, compact;
-    cudaEvent_t ev[2];
-    CUDA_TRY("events", cudaEventCreate(&ev[0]));
-    CUDA_TRY("events", cudaEventCreate(&ev[1]));
-    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    pg_status st = PG_OK;
+    CUDA_STEP(st, "events", cudaEventCreate(&ev[0]));
+    CUDA_STEP(st, "events", cudaEventCreate(&ev[1]));
+    if (st == PG_OK) st = dev_batch_make(&pool, b, &cb, err);
     if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
     const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dref, nq * 8, "reference", err);
@@ -656,8 +671,8 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
     int64_t used = 0;
     for (int s = 0; s < b->n_seqs; s++) used += (b->seq_kv[s] + opt->block_size - 1) / opt->block_size;
     t->gather_bytes = (double)used * 2 * b->hkv * opt->block_size * b->d * (1 + 2);
-    cudaEventDestroy(ev[0]);
-    cudaEventDestroy(ev[1]);
+    if (ev[0] != nullptr) cudaEventDestroy(ev[0]);
+    if (ev[1] != nullptr) cudaEventDestroy(ev[1]);
     dev_pool_free(&pool);
     return st;
 }

@@ -15,7 +15,9 @@ typedef void (*parallel_fn)(void *ctx, int item, int thread);
  * when a thread cannot be started. */
 pg_status parallel_for(int n_items, int n_threads, parallel_fn fn, void *ctx, pg_err *err);
 
-/* Threads to use by default: $PRECGATE_THREADS when set, else online CPUs. */
+/* Threads to use by default: $PRECGATE_THREADS when set, else online CPUs.
+ * A value that is not an integer in [1, 256] is reported on stderr once and
+ * the online CPU count is used: the variable never changes results, only speed. */
 int parallel_default_threads(void);
 
 #endif /* PG_PARALLEL_H */

@@ -148,6 +148,20 @@ Test(eval_cmd, live_run_with_a_failed_sample_is_incomplete_and_resumes)
     const int hits8 = fs_hits(&s8, "/v1/chat/completions");
     cr_assert_eq(hits8, 3);
 
+    /* A resume that leaves the failing mode out keeps the run incomplete:
+     * the state comes from the stored samples, not from this invocation. */
+    snprintf(args, sizeof args,
+             "eval --traces '%s' --endpoint bf16=%s --samples 1 --db '%s' --no-progress "
+             "--resume 1",
+             traces, u16, db);
+    rc = tu_run_precgate(args, &out);
+    cr_assert_eq(rc, 1, "%s", out);
+    free(out);
+    status = db_text(db, "SELECT status FROM runs WHERE id = 1");
+    cr_assert_str_eq(status, "incomplete");
+    free(status);
+    cr_assert_eq(fs_hits(&s16, "/v1/chat/completions"), 3, "nothing was missing for bf16");
+
     /* The server is fixed; --resume sends only the failed sample. */
     route_server(&s8, &right, 1);
     snprintf(args, sizeof args,
@@ -194,6 +208,8 @@ Test(eval_cmd, dead_server_is_a_clear_error_and_a_failed_run)
 Test(eval_cmd, usage_errors_exit_2)
 {
     const char *bad[] = {"eval", "eval --traces x.jsonl", "eval --traces x.jsonl --replay --endpoint a=b",
+                         "eval --traces x.jsonl --replay --resume 1",
+                         "eval --traces x.jsonl --endpoint a=http://x --force",
                          "eval --traces x.jsonl --endpoint nourl", "eval --traces x --replay --samples 0",
                          "eval --traces x --replay --extractor nope"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

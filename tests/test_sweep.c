@@ -379,4 +379,33 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
 
     store_close(s);
     capture_close(cap);
+
+    /* A NaN in an external output is recorded, not refused: head 1 of the
+     * second token of layer 0 is NaN in a copy of the capture. */
+    ext[(1 * EXT_HQ + 1) * EXT_D] = 0x7FC0;
+    cr_assert_eq(st_writer_create(&w, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(st_writer_add_meta(w, "format", CAPTURE_FORMAT_V1, &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "seq_q", "[5, 3]", &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "seq_kv", "[7, 3]", &err), PG_OK);
+    cr_assert_eq(st_writer_add_tensor(w, "layers.0.q", ST_BF16, 3, qshape, q[0], &err), PG_OK);
+    cr_assert_eq(st_writer_add_tensor(w, "layers.0.k", ST_BF16, 3, kvshape, k[0], &err), PG_OK);
+    cr_assert_eq(st_writer_add_tensor(w, "layers.0.v", ST_BF16, 3, kvshape, v[0], &err), PG_OK);
+    cr_assert_eq(st_writer_add_tensor(w, "layers.0.out.nan", ST_BF16, 3, qshape, ext, &err), PG_OK);
+    cr_assert_eq(st_writer_write(w, in_dir("nan.safetensors"), &err), PG_OK, "%s", err.msg);
+    st_writer_free(w);
+    cap = open_capture(in_dir("nan.safetensors"));
+    s = open_store("n.db");
+    const int64_t run2 = begin_run(s);
+    cr_assert_eq(sweep_run(s, run2, cap, "nan.safetensors", &so, &err), PG_OK, "%s", err.msg);
+    db = store_handle(s);
+    cr_assert_eq(db_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                            "head = -1"), 1);
+    cr_assert_eq(db_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                            "head = 1"), 1);
+    cr_assert_eq(db_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                            "head = 0"), 0);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                            "head = 1 AND rel_l2 > 1e308"), 1);
+    store_close(s);
+    capture_close(cap);
 }
