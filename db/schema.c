@@ -188,6 +188,40 @@ const schema_migration schema_migrations[] = {
         "DROP TABLE runs;\n"
         "ALTER TABLE runs_v5 RENAME TO runs;\n"
         "CREATE INDEX runs_kind_started ON runs (kind, started_at);\n"),
+    /* The regression gate (harness/regress.h, db/gate_store.h): named
+     * baselines, and every verdict of `precgate gate`, one row per
+     * comparison; gating a run again replaces its rows in one transaction. */
+    SCHEMA_MIGRATION(6,
+        "CREATE TABLE baselines (\n"
+        "    name    TEXT PRIMARY KEY,     -- 'default', a run label, ...\n"
+        "    run_id  INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    set_at  TEXT NOT NULL         -- UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'\n"
+        ");\n"
+        "\n"
+        "CREATE TABLE flags (\n"
+        "    id              INTEGER PRIMARY KEY,\n"
+        "    run_id          INTEGER NOT NULL REFERENCES runs (id),   -- the gated run\n"
+        "    baseline_run_id INTEGER REFERENCES runs (id),   -- NULL: no baseline run\n"
+        "    -- layer: against the baseline run; mode_pair: a mode against bf16 in the\n"
+        "    -- same run; eval: end-task accuracy (within the run and against the baseline).\n"
+        "    scope           TEXT NOT NULL CHECK (scope IN ('layer', 'mode_pair', 'eval')),\n"
+        "    capture         TEXT,     -- layer and mode_pair scopes\n"
+        "    layer           INTEGER,\n"
+        "    variant         TEXT,     -- 'fp8kv', or 'fp8kv-bf16' for a pair\n"
+        "    eval            TEXT,     -- eval scope\n"
+        "    mode            TEXT,\n"
+        "    effort          TEXT,\n"
+        "    metric          TEXT NOT NULL,  -- 'rel_l2', 'nonfinite', 'present', 'accuracy',\n"
+        "                                    -- 'diff_vs_bf16', ...\n"
+        "    value           REAL,     -- this run's value (eval diff_vs_*: the difference)\n"
+        "    baseline_value  REAL,     -- what it was compared with\n"
+        "    threshold       REAL,     -- the bound applied (eval: min_effect)\n"
+        "    verdict         TEXT NOT NULL CHECK (verdict IN ('pass', 'regression', 'improvement',\n"
+        "                                                     'no change', 'inconclusive',\n"
+        "                                                     'error')),\n"
+        "    message         TEXT NOT NULL   -- the numbers and why, as printed\n"
+        ");\n"
+        "CREATE INDEX flags_run ON flags (run_id, verdict);\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -11,6 +11,12 @@ extern const char cmd_run_usage[];
 extern const char cmd_synth_usage[];
 extern const char cmd_eval_usage[];
 extern const char cmd_convert_aime_usage[];
+extern const char cmd_runs_usage[];
+extern const char cmd_history_usage[];
+extern const char cmd_diff_usage[];
+extern const char cmd_report_usage[];
+extern const char cmd_gate_usage[];
+extern const char cmd_baseline_usage[];
 extern const char cmd_help_usage[];
 
 const cli_command cli_commands[] = {
@@ -20,6 +26,17 @@ const cli_command cli_commands[] = {
      cmd_eval},
     {"convert-aime", "convert public AIME 2024/2025 JSONL into eval traces",
      cmd_convert_aime_usage, cmd_convert_aime},
+    {"runs", "list the runs in the database, newest last", cmd_runs_usage, cmd_runs},
+    {"history", "one layer metric over the complete runs, newest last", cmd_history_usage,
+     cmd_history},
+    {"diff", "per-layer and end-task deltas between two runs or two modes", cmd_diff_usage,
+     cmd_diff},
+    {"report", "one run's report: self-contained HTML (charts) or Markdown", cmd_report_usage,
+     cmd_report},
+    {"gate", "compare a run with its baseline: exit 0 pass, 1 regression, 2 error",
+     cmd_gate_usage, cmd_gate},
+    {"baseline", "name a complete run as a baseline for gate, or list the names",
+     cmd_baseline_usage, cmd_baseline},
     {"help", "show the commands, or one command's usage", cmd_help_usage, cmd_help},
     {NULL, NULL, NULL, NULL},
 };

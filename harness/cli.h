@@ -49,6 +49,12 @@ int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_convert_aime(int argc, char **argv);
+int cmd_runs(int argc, char **argv);
+int cmd_history(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_gate(int argc, char **argv);
+int cmd_baseline(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
 #endif /* PG_CLI_H */

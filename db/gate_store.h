@@ -1,0 +1,117 @@
+/*
+ * gate_store.h: the regression gate's rows in precgate's store (schema
+ * version 6): named baselines, the rows a gate pass compares, and the
+ * flags it writes (harness/regress.h defines every verdict).
+ *
+ * Every function works on an open pg_store (db/store.h) through
+ * store_handle(), with statements prepared for the call and bound
+ * parameters only. Failures are PG_ERR_DB naming the database file, what
+ * failed and SQLite's message, except where a contract says otherwise; a
+ * NULL store or a NULL argument that must not be NULL is PG_ERR_INTERNAL.
+ * Reads see the committed state; the only write that spans several rows
+ * (gate_store_put_flags) is one transaction.
+ *
+ * Baseline selection (gate_store_auto_baseline): the newest complete run
+ * of the same kind and label (NULL labels match each other) that is older
+ * than the run (a smaller id: runs are numbered as they start) and passed
+ * its gate (it has flags and none with verdict regression or error). When
+ * no such run passed, the newest complete run of the same kind and label
+ * that is older: a first gate after runs that were never gated still has
+ * something to compare with, and the choice is printed as "not gated" so
+ * that a baseline that itself never passed is visible.
+ */
+#ifndef PG_GATE_STORE_H
+#define PG_GATE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../harness/regress.h"
+#include "../harness/status.h"
+#include "store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a gate needs to know about a run. Strings owned: gate_run_free. */
+typedef struct gate_run {
+    int64_t id;
+    char *kind;
+    char *label;    /* NULL when the run has none */
+    char *status;   /* "running", "complete", "incomplete", "failed" */
+    char *error;    /* why it failed; NULL unless failed */
+} gate_run;
+
+/* Frees r's strings and zeroes it; NULL is a no-op. */
+void gate_run_free(gate_run *r);
+
+/* Reads run id into *out (zeroed first). PG_ERR_USAGE "no run N in PATH"
+ * when there is no such run; PG_ERR_NOMEM. */
+pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err);
+
+/* The automatic baseline of run (the top of this file) into *base_id (-1
+ * when none) and *passed (1 when it passed its gate, 0 when it is the
+ * fallback). Reads only. */
+pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *base_id,
+                                   int *passed, pg_err *err);
+
+/* Resolves a --baseline value: a name in baselines first, else a decimal run
+ * id of an existing run. *by_name says which matched. PG_ERR_USAGE naming
+ * spec when neither does. */
+pg_status gate_store_resolve_baseline(pg_store *s, const char *spec, int64_t *run_id,
+                                      int *by_name, pg_err *err);
+
+/* Sets baseline name to run_id (replacing its previous run), set_at now (UTC
+ * ISO 8601). PG_ERR_USAGE when the run does not exist or is not complete
+ * (the message says its status), or name is empty. Committed at once. */
+pg_status gate_store_baseline_set(pg_store *s, const char *name, int64_t run_id, pg_err *err);
+
+/* One baselines row joined with its run. Strings owned. */
+typedef struct gate_baseline {
+    char *name;
+    int64_t run_id;
+    char *set_at;
+    char *kind, *label;   /* the run's; label NULL when it has none */
+} gate_baseline;
+
+/* Every baseline, by name, into *out (n entries; free with
+ * gate_baselines_free, also after a failure). PG_ERR_NOMEM. */
+pg_status gate_store_baseline_list(pg_store *s, gate_baseline **out, size_t *n, pg_err *err);
+
+/* Frees n baselines and the array; NULL is a no-op. */
+void gate_baselines_free(gate_baseline *b, size_t n);
+
+/* Rows of one run that a gate compares; strings and arrays owned
+ * (gate_rows_free). */
+typedef struct gate_rows {
+    regress_layer_row *layers;   /* head = -1 rows, one per (capture, layer, variant) */
+    size_t n_layers;
+    regress_eval_pair *pairs;    /* eval_pairs */
+    size_t n_pairs;
+    regress_eval_score *scores;  /* eval_scores */
+    size_t n_scores;
+} gate_rows;
+
+/* Reads run_id's whole-layer metrics, eval pairs and eval scores into *out
+ * (zeroed first; free with gate_rows_free, also after a failure). Rows of
+ * one (capture, layer, variant) stored under both backends (precgate run
+ * stores one backend per run) give one row, the 'cpu' one. NULL REALs read
+ * as NaN. One read transaction (one snapshot). PG_ERR_NOMEM. */
+pg_status gate_store_load(pg_store *s, int64_t run_id, gate_rows *out, pg_err *err);
+
+/* Frees what gate_store_load put in r and zeroes it; NULL is a no-op. */
+void gate_rows_free(gate_rows *r);
+
+/* Replaces run_id's flags with f (baseline_run_id < 0: stored NULL) in one
+ * transaction (BEGIN IMMEDIATE; PG_ERR_DB when the caller holds one open);
+ * on failure nothing changes. NaN numbers are stored as NULL, layer -1 as
+ * NULL. PG_ERR_DB when a row breaks a CHECK (an unknown scope or verdict). */
+pg_status gate_store_put_flags(pg_store *s, int64_t run_id, int64_t baseline_run_id,
+                               const regress_flags *f, pg_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_GATE_STORE_H */

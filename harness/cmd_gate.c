@@ -1,0 +1,259 @@
+/* cmd_gate.c: `precgate gate`: compare a run with its baseline and decide pass or regression. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../db/gate_store.h"
+#include "../db/store.h"
+#include "../reports/junit.h"
+#include "cli.h"
+#include "gate_config.h"
+#include "regress.h"
+
+const char cmd_gate_usage[] =
+    "usage: precgate gate --run N [--baseline B] [--config FILE] [--junit FILE] [--db PATH]\n\n"
+    "Compares run N with a baseline run and stores every verdict in the flags table\n"
+    "(gating a run again replaces its flags):\n"
+    "  layer      each (capture, layer, variant) against the baseline run: a metric\n"
+    "             worse than max(absolute bound, baseline x (1 + rel_tol)) (lower-is-\n"
+    "             worse metrics: min and 1 - rel_tol), any NaN/Inf output, or a layer\n"
+    "             the baseline has and the run lacks (an error)\n"
+    "  mode_pair  each mode against the fp64 reference and bf16 in the same run:\n"
+    "             rel_l2 above max(abs bound, ratio x bf16's rel_l2)\n"
+    "  eval       end-task accuracy: each mode against bf16 (paired) and each\n"
+    "             (mode, effort) against the baseline run: regression, improvement,\n"
+    "             no change or inconclusive at min_effect, with the MDE stated\n"
+    "Regressions are printed first, then the counts.\n\n"
+    "  --run N          the run to gate (required; it must be complete)\n"
+    "  --baseline B     a baseline name (precgate baseline list) or a run id; default:\n"
+    "                   the newest older complete run of the same kind and label that\n"
+    "                   passed its gate, else the newest older complete one\n"
+    "  --config FILE    thresholds as JSON (harness/gate_config.h documents the keys\n"
+    "                   and every default; defaults start from vLLM's kernel-test\n"
+    "                   tolerances: rel_l2 bf16 1e-2, fp8qkv 2e-2, fp8kv 4e-2)\n"
+    "  --junit FILE     also write the verdicts as JUnit XML (one testsuite per scope)\n"
+    "  --db PATH        database (default $PRECGATE_DB, else ./precgate.db)\n\n"
+    "exit status: 0 pass; 1 regression; 2 an error verdict (e.g. a layer missing from\n"
+    "the run), a run that is running, failed or incomplete, or any other error.\n";
+
+typedef struct gate_args {
+    long run;
+    const char *baseline, *config, *junit, *db;
+} gate_args;
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
+static pg_status gate_parse(int argc, char **argv, gate_args *a, pg_err *err)
+{
+    enum { O_RUN = 256, O_BASELINE, O_CONFIG, O_JUNIT, O_DB };
+    static const struct option opts[] = {
+        {"run", required_argument, NULL, O_RUN},
+        {"baseline", required_argument, NULL, O_BASELINE},
+        {"config", required_argument, NULL, O_CONFIG},
+        {"junit", required_argument, NULL, O_JUNIT},
+        {"db", required_argument, NULL, O_DB},
+        {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof *a);
+    a->run = -1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    pg_status st = PG_OK;
+    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case O_RUN: st = cli_parse_int("--run", optarg, 1, LONG_MAX, &a->run, err); break;
+        case O_BASELINE: a->baseline = optarg; break;
+        case O_CONFIG: a->config = optarg; break;
+        case O_JUNIT: a->junit = optarg; break;
+        case O_DB: a->db = optarg; break;
+        case ':': return pg_fail(err, PG_ERR_USAGE, "gate: %s requires a value", argv[optind - 1]);
+        default:
+            return pg_fail(err, PG_ERR_USAGE, "gate: unknown option '%s' (see precgate gate --help)",
+                           argv[optind - 1]);
+        }
+    }
+    if (st != PG_OK) return st;
+    if (optind < argc) return pg_fail(err, PG_ERR_USAGE, "gate: unexpected argument '%s'", argv[optind]);
+    if (a->run < 0) return pg_fail(err, PG_ERR_USAGE, "gate: --run N is required");
+    return PG_OK;
+}
+
+/* PG_ERR_USAGE unless run is complete, saying what it is instead. */
+static pg_status require_complete(const gate_run *r, pg_err *err)
+{
+    if (strcmp(r->status, "complete") == 0) return PG_OK;
+    if (strcmp(r->status, "running") == 0)
+        return pg_fail(err, PG_ERR_USAGE, "gate: run %" PRId64 " is still running (or stopped "
+                       "before it finished); only a complete run can be gated", r->id);
+    if (strcmp(r->status, "failed") == 0)
+        return pg_fail(err, PG_ERR_USAGE, "gate: run %" PRId64 " failed (%s); only a complete "
+                       "run can be gated", r->id, r->error != NULL ? r->error : "no message");
+    if (strcmp(r->status, "incomplete") == 0)
+        return pg_fail(err, PG_ERR_USAGE, "gate: run %" PRId64 " is incomplete (samples failed "
+                       "after every retry; precgate eval --resume %" PRId64 " retries them); only "
+                       "a complete run can be gated", r->id, r->id);
+    return pg_fail(err, PG_ERR_USAGE, "gate: run %" PRId64 " has status '%s'; only a complete "
+                   "run can be gated", r->id, r->status);
+}
+
+/* Picks the baseline (explicit or automatic) into *base_id (-1: none) and
+ * prints which and why. */
+static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run *run,
+                                 int64_t *base_id, pg_err *err)
+{
+    const char *label = run->label != NULL ? run->label : "";
+    const char *no_label = run->label != NULL ? "" : " (no label)";
+    *base_id = -1;
+    if (a->baseline == NULL) {
+        int passed = 0;
+        pg_status st = gate_store_auto_baseline(s, run, base_id, &passed, err);
+        if (st != PG_OK) return st;
+        if (*base_id < 0)
+            printf("baseline: none (no older complete %s run labelled '%s'%s); the layer "
+                   "scope and the eval comparison with a baseline are skipped\n",
+                   run->kind, label, no_label);
+        else if (passed)
+            printf("baseline: run %" PRId64 " (automatic: the newest older complete %s run "
+                   "labelled '%s'%s that passed its gate)\n", *base_id, run->kind, label, no_label);
+        else
+            printf("baseline: run %" PRId64 " (automatic: no older %s run labelled '%s'%s "
+                   "passed a gate, so the newest older complete one; it is not known good)\n",
+                   *base_id, run->kind, label, no_label);
+        return PG_OK;
+    }
+    int by_name = 0;
+    pg_status st = gate_store_resolve_baseline(s, a->baseline, base_id, &by_name, err);
+    gate_run b = {0};
+    if (st == PG_OK) st = gate_store_run(s, *base_id, &b, err);
+    if (st == PG_OK && *base_id == run->id)
+        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 " itself",
+                     a->baseline, run->id);
+    if (st == PG_OK && strcmp(b.kind, run->kind) != 0)
+        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 " of kind %s; run "
+                     "%" PRId64 " is %s", a->baseline, *base_id, b.kind, run->id, run->kind);
+    if (st == PG_OK && strcmp(b.status, "complete") != 0)
+        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 ", which is %s; a "
+                     "baseline must be complete", a->baseline, *base_id, b.status);
+    if (st == PG_OK)
+        printf("baseline: run %" PRId64 " (--baseline %s%s)\n", *base_id, a->baseline,
+               by_name ? ", by name" : "");
+    gate_run_free(&b);
+    if (st != PG_OK) *base_id = -1;
+    return st;
+}
+
+/* Upper-case verdict for the terminal. */
+static const char *loud(regress_verdict v)
+{
+    switch (v) {
+    case REGRESS_REGRESSION: return "REGRESSION";
+    case REGRESS_ERROR: return "ERROR";
+    case REGRESS_IMPROVEMENT: return "improvement";
+    case REGRESS_NO_CHANGE: return "no change";
+    case REGRESS_INCONCLUSIVE: return "inconclusive";
+    default: return "pass";
+    }
+}
+
+/* Prints regressions, then errors, then the eval verdicts (few, and each states
+ * its MDE), then the counts per scope. */
+static void print_summary(const regress_flags *f)
+{
+    const regress_verdict order[] = {REGRESS_REGRESSION, REGRESS_ERROR};
+    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
+        for (size_t i = 0; i < f->n; i++)
+            if (f->v[i].verdict == order[o])
+                printf("%-10s %-9s %s\n", loud(f->v[i].verdict),
+                       regress_scope_name(f->v[i].scope), f->v[i].message);
+    for (size_t i = 0; i < f->n; i++)
+        if (f->v[i].scope == REGRESS_SCOPE_EVAL && f->v[i].verdict != REGRESS_REGRESSION &&
+            f->v[i].verdict != REGRESS_ERROR)
+            printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "eval", f->v[i].message);
+    for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
+        size_t c[REGRESS_VERDICT_COUNT] = {0}, total = 0;
+        for (size_t i = 0; i < f->n; i++)
+            if ((int)f->v[i].scope == s) {
+                c[f->v[i].verdict]++;
+                total++;
+            }
+        printf("%-10s", regress_scope_name((regress_scope)s));
+        if (total == 0) printf(" nothing compared");
+        const char *sep = " ";
+        for (int v = 0; v < REGRESS_VERDICT_COUNT; v++)
+            if (c[v] > 0) {
+                printf("%s%zu %s", sep, c[v], regress_verdict_name((regress_verdict)v));
+                sep = ", ";
+            }
+        fputc('\n', stdout);
+    }
+}
+
+int cmd_gate(int argc, char **argv)
+{
+    pg_err err = {0};
+    gate_args a;
+    if (gate_parse(argc, argv, &a, &err) != PG_OK) {
+        cli_report(&err);
+        return GATE_EXIT_ERROR;
+    }
+    gate_config cfg;
+    pg_status st = a.config != NULL ? gate_config_load(a.config, &cfg, &err)
+                                    : (gate_config_default(&cfg), PG_OK);
+    const char *db_path = cli_db_path(a.db);
+    pg_store *store = NULL;
+    if (st == PG_OK) st = store_open(db_path, &store, &err);
+    gate_run run = {0};
+    if (st == PG_OK) st = gate_store_run(store, a.run, &run, &err);
+    if (st == PG_OK) st = require_complete(&run, &err);
+    if (st == PG_OK) {
+        printf("gate run %" PRId64 " (%s, label %s%s%s) in %s, thresholds: %s\n", run.id,
+               run.kind, run.label ? "'" : "", run.label ? run.label : "none",
+               run.label ? "'" : "", db_path, a.config != NULL ? a.config : "defaults");
+        fflush(stdout);
+    }
+    int64_t base_id = -1;
+    if (st == PG_OK) st = choose_baseline(store, &a, &run, &base_id, &err);
+
+    gate_rows rows = {0}, base = {0};
+    regress_flags flags = {0};
+    if (st == PG_OK) st = gate_store_load(store, run.id, &rows, &err);
+    if (st == PG_OK && base_id >= 0) st = gate_store_load(store, base_id, &base, &err);
+    if (st == PG_OK && base_id >= 0)
+        st = regress_layers(rows.layers, rows.n_layers, base.layers, base.n_layers, base_id, &cfg,
+                            &flags, &err);
+    if (st == PG_OK) st = regress_mode_pairs(rows.layers, rows.n_layers, &cfg, &flags, &err);
+    if (st == PG_OK)
+        st = regress_evals(rows.pairs, rows.n_pairs, rows.scores, rows.n_scores,
+                           base_id >= 0 ? base.scores : NULL, base_id >= 0 ? base.n_scores : 0,
+                           base_id, &cfg, &flags, &err);
+    if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, &err);
+    if (st == PG_OK && a.junit != NULL) st = junit_write(a.junit, run.id, base_id, &flags, &err);
+
+    int rc = GATE_EXIT_ERROR;
+    if (st == PG_OK) {
+        print_summary(&flags);
+        rc = regress_exit_status(&flags);
+        size_t c[REGRESS_VERDICT_COUNT];
+        regress_count(&flags, c);
+        printf("gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags stored%s%s)\n",
+               run.id, rc == GATE_EXIT_PASS ? "PASS" : rc == GATE_EXIT_REGRESSION ? "REGRESSION"
+                                                                                  : "ERROR",
+               c[REGRESS_REGRESSION], c[REGRESS_REGRESSION] == 1 ? "" : "s", c[REGRESS_ERROR],
+               c[REGRESS_ERROR] == 1 ? "" : "s", flags.n, a.junit ? ", JUnit: " : "",
+               a.junit ? a.junit : "");
+        if (flags.n == 0)
+            printf("gate run %" PRId64 ": nothing was compared (no baseline, no mode pair, no "
+                   "eval pair); a later gate will not take it as a baseline that passed\n", run.id);
+    } else {
+        cli_report(&err);
+    }
+    regress_flags_free(&flags);
+    gate_rows_free(&rows);
+    gate_rows_free(&base);
+    gate_run_free(&run);
+    store_close(store);
+    return rc;
+}

@@ -1,0 +1,337 @@
+/* gate_config.c: the regression gate's thresholds and their JSON file (see gate_config.h). */
+#include "gate_config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Longest key path kept for messages ("layer.metric_abs.p99_abs.ext:..."). */
+#define GATE_PATH_MAX 192
+/* What a variant map's key may be. */
+typedef enum bound_keys {
+    KEYS_ANY_VARIANT,   /* layer scope: modes, MODE~spec, ext:NAME */
+    KEYS_VS_REFERENCE,  /* mode_pair abs: modes and ext:NAME (no ~spec) */
+    KEYS_PAIRED_MODE    /* mode_pair ratio: as above, bf16 excluded */
+} bound_keys;
+
+static const char *const metric_names[REGRESS_METRIC_COUNT] = {
+    [REGRESS_REL_L2] = "rel_l2",   [REGRESS_MAX_ABS] = "max_abs",
+    [REGRESS_MEAN_ABS] = "mean_abs", [REGRESS_P99_ABS] = "p99_abs",
+    [REGRESS_COS_SIM] = "cos_sim", [REGRESS_SQNR_DB] = "sqnr_db",
+};
+
+static const char *const plain_modes[] = {"bf16", "fp8kv", "fp8qkv"};
+#define N_PLAIN_MODES (sizeof plain_modes / sizeof plain_modes[0])
+/* Suffix of a GPU mode checked against the CPU specification (db/schema.c v3). */
+#define SPEC_SUFFIX "~spec"
+/* Prefix of an external implementation's output (harness/capture.h). */
+#define EXT_PREFIX "ext:"
+
+const char *regress_metric_name(regress_metric m)
+{
+    return (unsigned)m < REGRESS_METRIC_COUNT ? metric_names[m] : "?";
+}
+
+int regress_metric_parse(const char *name, regress_metric *m)
+{
+    for (int i = 0; name != NULL && i < REGRESS_METRIC_COUNT; i++)
+        if (strcmp(name, metric_names[i]) == 0) {
+            *m = (regress_metric)i;
+            return 1;
+        }
+    return 0;
+}
+
+int regress_metric_higher_is_worse(regress_metric m)
+{
+    return m != REGRESS_COS_SIM && m != REGRESS_SQNR_DB;
+}
+
+int gate_variant_is_mode(const char *v)
+{
+    for (size_t i = 0; v != NULL && i < N_PLAIN_MODES; i++)
+        if (strcmp(v, plain_modes[i]) == 0) return 1;
+    return 0;
+}
+
+int gate_variant_valid(const char *v)
+{
+    if (v == NULL || strlen(v) >= GATE_VARIANT_MAX) return 0;
+    if (gate_variant_is_mode(v)) return 1;
+    const size_t n = strlen(v), ns = strlen(SPEC_SUFFIX), ne = strlen(EXT_PREFIX);
+    if (n > ns && strcmp(v + n - ns, SPEC_SUFFIX) == 0) {
+        char mode[GATE_VARIANT_MAX];
+        snprintf(mode, sizeof mode, "%.*s", (int)(n - ns), v);
+        return gate_variant_is_mode(mode);
+    }
+    return n > ne && strncmp(v, EXT_PREFIX, ne) == 0;
+}
+
+double gate_bound_find(const gate_bounds *b, const char *variant)
+{
+    for (size_t i = 0; b != NULL && variant != NULL && i < b->n; i++)
+        if (strcmp(b->b[i].variant, variant) == 0) return b->b[i].value;
+    return NAN;
+}
+
+pg_status gate_bound_set(gate_bounds *b, const char *variant, double value, pg_err *err)
+{
+    if (b == NULL || variant == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_bound_set: NULL argument");
+    for (size_t i = 0; i < b->n; i++)
+        if (strcmp(b->b[i].variant, variant) == 0) {
+            b->b[i].value = value;
+            return PG_OK;
+        }
+    if (strlen(variant) >= GATE_VARIANT_MAX)
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_bound_set: variant name longer than %d",
+                       GATE_VARIANT_MAX - 1);
+    if (b->n == GATE_MAX_BOUNDS)
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_bound_set: more than %d variants",
+                       GATE_MAX_BOUNDS);
+    snprintf(b->b[b->n].variant, GATE_VARIANT_MAX, "%s", variant);
+    b->b[b->n++].value = value;
+    return PG_OK;
+}
+
+void gate_bound_remove(gate_bounds *b, const char *variant)
+{
+    for (size_t i = 0; b != NULL && variant != NULL && i < b->n; i++)
+        if (strcmp(b->b[i].variant, variant) == 0) {
+            memmove(&b->b[i], &b->b[i + 1], (b->n - i - 1) * sizeof b->b[0]);
+            b->n--;
+            return;
+        }
+}
+
+/* Adds one default bound; the defaults fit by construction. */
+static void add_default(gate_bounds *b, const char *variant, double value)
+{
+    snprintf(b->b[b->n].variant, GATE_VARIANT_MAX, "%s", variant);
+    b->b[b->n++].value = value;
+}
+
+void gate_config_default(gate_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->layer.rel_tol = GATE_DEFAULT_REL_TOL;
+    c->layer.metrics = GATE_DEFAULT_LAYER_METRICS;
+    gate_bounds *rel = &c->layer.abs[REGRESS_REL_L2];
+    add_default(rel, "bf16", GATE_DEFAULT_ABS_BF16);
+    add_default(rel, "fp8kv", GATE_DEFAULT_ABS_FP8KV);
+    add_default(rel, "fp8qkv", GATE_DEFAULT_ABS_FP8QKV);
+    c->mode_pair.abs = *rel;
+    add_default(&c->mode_pair.ratio, "fp8kv", GATE_DEFAULT_PAIR_RATIO);
+    add_default(&c->mode_pair.ratio, "fp8qkv", GATE_DEFAULT_PAIR_RATIO);
+    c->eval.min_effect = GATE_DEFAULT_MIN_EFFECT;
+}
+
+/* Parsing context: where messages say the error is. */
+typedef struct parse_ctx {
+    const char *source;
+    pg_err *err;
+} parse_ctx;
+
+/* PG_ERR_FORMAT "<source>: <path>: <what>". */
+__attribute__((format(printf, 3, 4)))
+static pg_status bad(const parse_ctx *p, const char *path, const char *fmt, ...)
+{
+    char what[PG_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return pg_fail(p->err, PG_ERR_FORMAT, "%s: %s: %s", p->source, path, what);
+}
+
+/* parent.key into buf. */
+static void join(char *buf, size_t len, const char *parent, const char *key)
+{
+    if (parent[0] == '\0') snprintf(buf, len, "%s", key);
+    else snprintf(buf, len, "%s.%s", parent, key);
+}
+
+/* Checks that obj (at path) is an object whose keys are unique and among
+ * allowed (NULL-terminated; NULL allowed = any key), naming the first bad one. */
+static pg_status check_object(const parse_ctx *p, const cJSON *obj, const char *path,
+                              const char *const *allowed, const char *expected)
+{
+    if (!cJSON_IsObject(obj)) return bad(p, path[0] ? path : "(top level)", "expected an object");
+    for (const cJSON *k = obj->child; k != NULL; k = k->next) {
+        char kp[GATE_PATH_MAX];
+        join(kp, sizeof kp, path, k->string);
+        for (const cJSON *e = obj->child; e != k; e = e->next)
+            if (strcmp(e->string, k->string) == 0) return bad(p, kp, "duplicate key");
+        if (allowed == NULL) continue;
+        int ok = 0;
+        for (const char *const *a = allowed; *a != NULL && !ok; a++) ok = strcmp(*a, k->string) == 0;
+        if (!ok) return bad(p, kp, "unknown key (expected %s)", expected);
+    }
+    return PG_OK;
+}
+
+/* A finite number in [lo, hi] at path into *out. */
+static pg_status get_number(const parse_ctx *p, const cJSON *v, const char *path, double lo,
+                            double hi, double *out)
+{
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > hi) {
+        if (isinf(hi)) return bad(p, path, "expected a number >= %g", lo);
+        return bad(p, path, "expected a number in [%g, %g]", lo, hi);
+    }
+    *out = v->valuedouble;
+    return PG_OK;
+}
+
+/* Applies a variant -> number|null map at path onto b. */
+static pg_status apply_bounds(const parse_ctx *p, const cJSON *obj, const char *path,
+                              bound_keys keys, gate_bounds *b)
+{
+    pg_status st = check_object(p, obj, path, NULL, NULL);
+    for (const cJSON *k = st == PG_OK ? obj->child : NULL; k != NULL && st == PG_OK; k = k->next) {
+        char kp[GATE_PATH_MAX];
+        join(kp, sizeof kp, path, k->string);
+        const char *v = k->string;
+        const int spec = gate_variant_valid(v) && strstr(v, SPEC_SUFFIX) != NULL;
+        if (!gate_variant_valid(v))
+            return bad(p, kp, "unknown variant (expected bf16, fp8kv, fp8qkv, MODE~spec or "
+                              "ext:NAME)");
+        if (keys != KEYS_ANY_VARIANT && spec)
+            return bad(p, kp, "a ~spec variant is not measured against the fp64 reference; "
+                              "bound it under layer");
+        if (keys == KEYS_PAIRED_MODE && strcmp(v, GATE_REFERENCE_MODE) == 0)
+            return bad(p, kp, "bf16 is the reference of every pair; it takes no ratio");
+        if (cJSON_IsNull(k)) {
+            gate_bound_remove(b, v);
+            continue;
+        }
+        if (!cJSON_IsNumber(k) || !isfinite(k->valuedouble) || k->valuedouble < 0)
+            return bad(p, kp, "expected a number >= 0 or null");
+        if (b->n == GATE_MAX_BOUNDS && isnan(gate_bound_find(b, v)))
+            return bad(p, kp, "more than %d variants in one map", GATE_MAX_BOUNDS);
+        st = gate_bound_set(b, v, k->valuedouble, p->err);
+    }
+    return st;
+}
+
+/* The "layer" object. */
+static pg_status apply_layer(const parse_ctx *p, const cJSON *o, gate_config *c)
+{
+    static const char *const keys[] = {"rel_tol", "metrics", "abs", "metric_abs", NULL};
+    pg_status st = check_object(p, o, "layer", keys, "rel_tol, metrics, abs, metric_abs");
+    const cJSON *v;
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "rel_tol")) != NULL)
+        st = get_number(p, v, "layer.rel_tol", 0, INFINITY, &c->layer.rel_tol);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "metrics")) != NULL) {
+        if (!cJSON_IsArray(v)) return bad(p, "layer.metrics", "expected an array of metric names");
+        unsigned set = 0;
+        int i = 0;
+        for (const cJSON *e = v->child; e != NULL; e = e->next, i++) {
+            char ep[GATE_PATH_MAX];
+            snprintf(ep, sizeof ep, "layer.metrics[%d]", i);
+            regress_metric m;
+            if (!cJSON_IsString(e) || !regress_metric_parse(e->valuestring, &m))
+                return bad(p, ep, "expected one of rel_l2, max_abs, mean_abs, p99_abs, cos_sim, "
+                                  "sqnr_db");
+            set |= 1u << m;
+        }
+        c->layer.metrics = set;
+    }
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "abs")) != NULL)
+        st = apply_bounds(p, v, "layer.abs", KEYS_ANY_VARIANT, &c->layer.abs[REGRESS_REL_L2]);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "metric_abs")) != NULL) {
+        st = check_object(p, v, "layer.metric_abs", NULL, NULL);
+        for (const cJSON *k = st == PG_OK ? v->child : NULL; k != NULL && st == PG_OK;
+             k = k->next) {
+            char kp[GATE_PATH_MAX];
+            join(kp, sizeof kp, "layer.metric_abs", k->string);
+            regress_metric m;
+            if (!regress_metric_parse(k->string, &m))
+                return bad(p, kp, "unknown metric (expected max_abs, mean_abs, p99_abs, "
+                                  "cos_sim or sqnr_db)");
+            if (m == REGRESS_REL_L2) return bad(p, kp, "rel_l2's bounds are layer.abs");
+            st = apply_bounds(p, k, kp, KEYS_ANY_VARIANT, &c->layer.abs[m]);
+        }
+    }
+    return st;
+}
+
+/* The "mode_pair" object. */
+static pg_status apply_mode_pair(const parse_ctx *p, const cJSON *o, gate_config *c)
+{
+    static const char *const keys[] = {"abs", "ratio", NULL};
+    pg_status st = check_object(p, o, "mode_pair", keys, "abs, ratio");
+    const cJSON *v;
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "abs")) != NULL)
+        st = apply_bounds(p, v, "mode_pair.abs", KEYS_VS_REFERENCE, &c->mode_pair.abs);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "ratio")) != NULL)
+        st = apply_bounds(p, v, "mode_pair.ratio", KEYS_PAIRED_MODE, &c->mode_pair.ratio);
+    return st;
+}
+
+/* The "eval" object. */
+static pg_status apply_eval(const parse_ctx *p, const cJSON *o, gate_config *c)
+{
+    static const char *const keys[] = {"min_effect", NULL};
+    pg_status st = check_object(p, o, "eval", keys, "min_effect");
+    const cJSON *v;
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "min_effect")) != NULL)
+        st = get_number(p, v, "eval.min_effect", 0, 1, &c->eval.min_effect);
+    return st;
+}
+
+pg_status gate_config_parse(const char *text, const char *source, gate_config *c, pg_err *err)
+{
+    if (text == NULL || source == NULL || c == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_config_parse: NULL argument");
+    gate_config_default(c);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (root == NULL) {
+        const size_t at = end != NULL && end >= text ? (size_t)(end - text) : 0;
+        return pg_fail(err, PG_ERR_FORMAT, "%s: not valid JSON (at byte %zu)", source, at);
+    }
+    const parse_ctx p = {source, err};
+    static const char *const keys[] = {"layer", "mode_pair", "eval", NULL};
+    pg_status st = check_object(&p, root, "", keys, "layer, mode_pair, eval");
+    const cJSON *v;
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(root, "layer")) != NULL)
+        st = apply_layer(&p, v, c);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(root, "mode_pair")) != NULL)
+        st = apply_mode_pair(&p, v, c);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(root, "eval")) != NULL)
+        st = apply_eval(&p, v, c);
+    cJSON_Delete(root);
+    return st;
+}
+
+pg_status gate_config_load(const char *path, gate_config *c, pg_err *err)
+{
+    if (path == NULL || c == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_config_load: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return pg_fail(err, PG_ERR_IO, "%s: cannot open the gate config", path);
+    char *buf = malloc(GATE_CONFIG_MAX_BYTES + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory reading the gate config", path);
+    }
+    const size_t n = fread(buf, 1, GATE_CONFIG_MAX_BYTES + 1, f);
+    const int failed = ferror(f);
+    fclose(f);
+    pg_status st = PG_OK;
+    if (failed) st = pg_fail(err, PG_ERR_IO, "%s: cannot read the gate config", path);
+    else if (n > GATE_CONFIG_MAX_BYTES)
+        st = pg_fail(err, PG_ERR_IO, "%s: gate config larger than %u bytes", path,
+                     GATE_CONFIG_MAX_BYTES);
+    if (st == PG_OK) {
+        buf[n] = '\0';
+        if (strlen(buf) != n) st = pg_fail(err, PG_ERR_FORMAT, "%s: holds a NUL byte", path);
+    }
+    if (st == PG_OK) st = gate_config_parse(buf, path, c, err);
+    free(buf);
+    return st;
+}

@@ -1,0 +1,477 @@
+/* regress.c: the regression gate's verdicts (see regress.h). */
+#include "regress.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../evals/score.h"
+
+/* Longest "capture layer L variant" prefix of a message. */
+#define REGRESS_WHERE_MAX 320
+/* Longest pair variant name: "MODE-bf16". */
+#define REGRESS_PAIR_MAX (GATE_VARIANT_MAX + 8)
+
+static const char *const scope_names[REGRESS_SCOPE_COUNT] = {"layer", "mode_pair", "eval"};
+static const char *const verdict_names[REGRESS_VERDICT_COUNT] = {
+    "pass", "regression", "improvement", "no change", "inconclusive", "error"};
+
+const char *regress_scope_name(regress_scope s)
+{
+    return (unsigned)s < REGRESS_SCOPE_COUNT ? scope_names[s] : "?";
+}
+
+const char *regress_verdict_name(regress_verdict v)
+{
+    return (unsigned)v < REGRESS_VERDICT_COUNT ? verdict_names[v] : "?";
+}
+
+int regress_verdict_parse(const char *name, regress_verdict *v)
+{
+    for (int i = 0; name != NULL && i < REGRESS_VERDICT_COUNT; i++)
+        if (strcmp(name, verdict_names[i]) == 0) {
+            *v = (regress_verdict)i;
+            return 1;
+        }
+    return 0;
+}
+
+/* Frees one flag's strings. */
+static void flag_free(regress_flag *f)
+{
+    free(f->capture);
+    free(f->variant);
+    free(f->eval);
+    free(f->mode);
+    free(f->effort);
+    free(f->metric);
+    free(f->message);
+}
+
+void regress_flags_free(regress_flags *f)
+{
+    if (f == NULL) return;
+    for (size_t i = 0; i < f->n; i++) flag_free(&f->v[i]);
+    free(f->v);
+    memset(f, 0, sizeof *f);
+}
+
+/* strdup that keeps NULL; sets *oom when a copy fails. */
+static char *dup_or_null(const char *s, int *oom)
+{
+    if (s == NULL) return NULL;
+    char *d = strdup(s);
+    if (d == NULL) *oom = 1;
+    return d;
+}
+
+/* What a new flag says; strings are copied by push(). */
+typedef struct flag_spec {
+    regress_scope scope;
+    const char *capture;
+    int layer;
+    const char *variant, *eval, *mode, *effort, *metric;
+    double value, baseline_value, threshold;
+    regress_verdict verdict;
+} flag_spec;
+
+/* Appends a flag from s with the printf-style message; PG_ERR_NOMEM. */
+__attribute__((format(printf, 4, 5)))
+static pg_status push(regress_flags *out, const flag_spec *s, pg_err *err, const char *fmt, ...)
+{
+    if (out->n == out->cap) {
+        const size_t cap = out->cap ? 2 * out->cap : 64;
+        regress_flag *v = realloc(out->v, cap * sizeof *v);
+        if (v == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory for flags");
+        out->v = v;
+        out->cap = cap;
+    }
+    char msg[REGRESS_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int oom = 0;
+    regress_flag f = {
+        .scope = s->scope, .layer = s->layer, .value = s->value,
+        .baseline_value = s->baseline_value, .threshold = s->threshold, .verdict = s->verdict,
+    };
+    f.capture = dup_or_null(s->capture, &oom);
+    f.variant = dup_or_null(s->variant, &oom);
+    f.eval = dup_or_null(s->eval, &oom);
+    f.mode = dup_or_null(s->mode, &oom);
+    f.effort = dup_or_null(s->effort, &oom);
+    f.metric = dup_or_null(s->metric, &oom);
+    f.message = dup_or_null(msg, &oom);
+    if (oom) {
+        flag_free(&f);
+        return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory for flags");
+    }
+    out->v[out->n++] = f;
+    return PG_OK;
+}
+
+double regress_threshold(regress_metric m, double b, double a, double tol)
+{
+    const int higher = regress_metric_higher_is_worse(m);
+    const double rel = isfinite(b) ? (higher ? b + fabs(b) * tol : b - fabs(b) * tol) : NAN;
+    if (isnan(a)) return rel;
+    if (isnan(rel)) return a;
+    return higher ? fmax(a, rel) : fmin(a, rel);
+}
+
+int regress_worse(regress_metric m, double value, double threshold)
+{
+    if (isnan(value) || isnan(threshold)) return 0;
+    return regress_metric_higher_is_worse(m) ? value > threshold : value < threshold;
+}
+
+regress_verdict regress_effect_verdict(double d, double lo, double hi, double e)
+{
+    if (isnan(d) || isnan(lo) || isnan(hi) || isnan(e)) return REGRESS_INCONCLUSIVE;
+    if (hi < 0 && d <= -e) return REGRESS_REGRESSION;
+    if (lo > 0 && d >= e) return REGRESS_IMPROVEMENT;
+    if (lo >= -e && hi <= e) return REGRESS_NO_CHANGE;
+    return REGRESS_INCONCLUSIVE;
+}
+
+/* ---- layer and mode_pair --------------------------------------------- */
+
+/* Orders rows by (capture, layer, variant). */
+static int row_cmp(const regress_layer_row *x, const regress_layer_row *y)
+{
+    int c = strcmp(x->capture, y->capture);
+    if (c != 0) return c;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return strcmp(x->variant, y->variant);
+}
+
+/* qsort comparator over pointers to rows: row_cmp of what they point to. */
+static int row_ptr_cmp(const void *a, const void *b)
+{
+    return row_cmp(*(const regress_layer_row *const *)a, *(const regress_layer_row *const *)b);
+}
+
+/* Sorted pointers to rows[0..n) into *out (caller frees); PG_ERR_SHAPE naming
+ * side when a key repeats, PG_ERR_INTERNAL for a NULL string. */
+static pg_status sort_rows(const regress_layer_row *rows, size_t n, const char *side,
+                           const regress_layer_row ***out, pg_err *err)
+{
+    *out = NULL;
+    if (n == 0) return PG_OK;
+    const regress_layer_row **p = malloc(n * sizeof *p);
+    if (p == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory sorting layer rows");
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].capture == NULL || rows[i].variant == NULL) {
+            free(p);
+            return pg_fail(err, PG_ERR_INTERNAL, "gate: %s layer row %zu has a NULL string",
+                           side, i);
+        }
+        p[i] = &rows[i];
+    }
+    qsort(p, n, sizeof *p, row_ptr_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (row_cmp(p[i - 1], p[i]) == 0) {
+            pg_status st = pg_fail(err, PG_ERR_SHAPE, "gate: the %s holds %s layer %d %s twice",
+                                   side, p[i]->capture, p[i]->layer, p[i]->variant);
+            free(p);
+            return st;
+        }
+    *out = p;
+    return PG_OK;
+}
+
+/* "capture layer L variant" into buf. */
+static void where(char *buf, size_t len, const regress_layer_row *r, const char *variant)
+{
+    snprintf(buf, len, "%s layer %d %s", r->capture, r->layer, variant);
+}
+
+/* Formats the threshold's terms ("max(abs A, baseline B x (1 + tol))"). */
+static void describe_threshold(char *buf, size_t len, regress_metric m, double b, double a,
+                               double tol)
+{
+    const int higher = regress_metric_higher_is_worse(m);
+    char rel[96] = "", ab[48] = "";
+    if (isfinite(b)) snprintf(rel, sizeof rel, "baseline %.4g %s %.4g", b, higher ? "+" : "-",
+                              fabs(b) * tol);
+    if (!isnan(a)) snprintf(ab, sizeof ab, "abs %.4g", a);
+    if (rel[0] && ab[0]) snprintf(buf, len, "%s(%s, %s)", higher ? "max" : "min", ab, rel);
+    else snprintf(buf, len, "%s", rel[0] ? rel : ab);
+}
+
+/* The flags of one key present in the run (b: its baseline row or NULL). */
+static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *b,
+                           int64_t base_id, const gate_config *c, regress_flags *out, pg_err *err)
+{
+    char at[REGRESS_WHERE_MAX];
+    where(at, sizeof at, r, r->variant);
+    flag_spec s = {.scope = REGRESS_SCOPE_LAYER, .capture = r->capture, .layer = r->layer,
+                   .variant = r->variant, .metric = REGRESS_METRIC_NONFINITE,
+                   .value = (double)r->nonfinite,
+                   .baseline_value = b != NULL ? (double)b->nonfinite : NAN, .threshold = 0,
+                   .verdict = r->nonfinite > 0 ? REGRESS_REGRESSION : REGRESS_PASS};
+    pg_status st = push(out, &s, err, "%s: %lld NaN/Inf output elements%s", at,
+                        (long long)r->nonfinite,
+                        r->nonfinite > 0 ? " (any non-finite output is a regression)" : "");
+    for (int m = 0; st == PG_OK && m < REGRESS_METRIC_COUNT; m++) {
+        if (!(c->layer.metrics & (1u << m))) continue;
+        const char *name = regress_metric_name((regress_metric)m);
+        const double a = gate_bound_find(&c->layer.abs[m], r->variant);
+        const double bv = b != NULL ? b->m[m] : NAN;
+        const double t = regress_threshold((regress_metric)m, bv, a, c->layer.rel_tol);
+        const double v = r->m[m];
+        char terms[192];
+        describe_threshold(terms, sizeof terms, (regress_metric)m, bv, a, c->layer.rel_tol);
+        char base[64];
+        if (b != NULL) snprintf(base, sizeof base, "baseline run %lld", (long long)base_id);
+        else snprintf(base, sizeof base, "not in baseline run %lld", (long long)base_id);
+        s.metric = name;
+        s.value = v;
+        s.baseline_value = bv;
+        s.threshold = t;
+        if (r->nonfinite > 0) {
+            s.verdict = REGRESS_REGRESSION;
+            st = push(out, &s, err, "%s: %s %.4g: the output had %lld NaN/Inf elements (%s)", at,
+                      name, v, (long long)r->nonfinite, base);
+        } else if (isnan(v)) {
+            s.verdict = REGRESS_INCONCLUSIVE;
+            st = push(out, &s, err, "%s: %s undefined in this run (stored NULL; %s)", at, name,
+                      base);
+        } else if (isnan(t)) {
+            s.verdict = REGRESS_INCONCLUSIVE;
+            st = push(out, &s, err, "%s: %s %.4g: nothing to compare with (%s%s and no "
+                      "absolute bound for %s)", at, name, v, base,
+                      b != NULL ? " value is not finite" : "", r->variant);
+        } else {
+            const int bad = regress_worse((regress_metric)m, v, t);
+            const int higher = regress_metric_higher_is_worse((regress_metric)m);
+            s.verdict = bad ? REGRESS_REGRESSION : REGRESS_PASS;
+            st = push(out, &s, err, "%s: %s %.4g %s threshold %.4g = %s (%s)", at, name, v,
+                      bad ? (higher ? ">" : "<") : (higher ? "<=" : ">="), t, terms, base);
+        }
+    }
+    return st;
+}
+
+pg_status regress_layers(const regress_layer_row *run, size_t n_run,
+                         const regress_layer_row *base, size_t n_base, int64_t baseline_run_id,
+                         const gate_config *c, regress_flags *out, pg_err *err)
+{
+    if ((run == NULL && n_run > 0) || (base == NULL && n_base > 0) || c == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_layers: NULL argument");
+    const regress_layer_row **r = NULL, **b = NULL;
+    pg_status st = sort_rows(run, n_run, "run", &r, err);
+    if (st == PG_OK) st = sort_rows(base, n_base, "baseline", &b, err);
+    size_t i = 0, j = 0;
+    while (st == PG_OK && (i < n_run || j < n_base)) {
+        const int cmp = i == n_run ? 1 : j == n_base ? -1 : row_cmp(r[i], b[j]);
+        if (cmp <= 0) {
+            st = layer_key(r[i], cmp == 0 ? b[j] : NULL, baseline_run_id, c, out, err);
+            i++;
+            if (cmp == 0) j++;
+            continue;
+        }
+        char at[REGRESS_WHERE_MAX];
+        where(at, sizeof at, b[j], b[j]->variant);
+        const flag_spec s = {.scope = REGRESS_SCOPE_LAYER, .capture = b[j]->capture,
+                             .layer = b[j]->layer, .variant = b[j]->variant,
+                             .metric = REGRESS_METRIC_PRESENT, .value = NAN,
+                             .baseline_value = NAN, .threshold = NAN, .verdict = REGRESS_ERROR};
+        st = push(out, &s, err, "%s: in baseline run %lld, missing from this run", at,
+                  (long long)baseline_run_id);
+        j++;
+    }
+    free(r);
+    free(b);
+    return st;
+}
+
+/* 1 when v ends in "~spec" (a GPU mode against the CPU specification). */
+static int is_spec(const char *v)
+{
+    const char *t = strchr(v, '~');
+    return t != NULL && strcmp(t, "~spec") == 0;
+}
+
+pg_status regress_mode_pairs(const regress_layer_row *run, size_t n, const gate_config *c,
+                             regress_flags *out, pg_err *err)
+{
+    if ((run == NULL && n > 0) || c == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_mode_pairs: NULL argument");
+    const regress_layer_row **r = NULL;
+    pg_status st = sort_rows(run, n, "run", &r, err);
+    for (size_t g = 0; st == PG_OK && g < n;) {
+        size_t e = g;  /* [g, e): one (capture, layer) */
+        while (e < n && strcmp(r[e]->capture, r[g]->capture) == 0 && r[e]->layer == r[g]->layer)
+            e++;
+        const regress_layer_row *ref = NULL;
+        for (size_t k = g; k < e; k++)
+            if (strcmp(r[k]->variant, GATE_REFERENCE_MODE) == 0) ref = r[k];
+        const double ref_v = ref != NULL && ref->nonfinite == 0 && isfinite(ref->m[REGRESS_REL_L2])
+                                 ? ref->m[REGRESS_REL_L2] : NAN;
+        for (size_t k = g; st == PG_OK && k < e; k++) {
+            const regress_layer_row *x = r[k];
+            if (is_spec(x->variant)) continue;
+            const int is_ref = x == ref;
+            const double a = gate_bound_find(&c->mode_pair.abs, x->variant);
+            const double ratio = is_ref ? NAN : gate_bound_find(&c->mode_pair.ratio, x->variant);
+            const double rel = ratio * ref_v;  /* NaN unless both are defined */
+            if (isnan(a) && isnan(rel)) continue;
+            const double t = isnan(a) ? rel : isnan(rel) ? a : fmax(a, rel);
+            char name[REGRESS_PAIR_MAX], at[REGRESS_WHERE_MAX], terms[160];
+            if (is_ref) snprintf(name, sizeof name, "%s", x->variant);
+            else snprintf(name, sizeof name, "%s-%s", x->variant, GATE_REFERENCE_MODE);
+            where(at, sizeof at, x, name);
+            if (!isnan(a) && !isnan(rel))
+                snprintf(terms, sizeof terms, "max(abs %.4g, %.4g x bf16 %.4g)", a, ratio, ref_v);
+            else if (!isnan(a)) snprintf(terms, sizeof terms, "abs %.4g", a);
+            else snprintf(terms, sizeof terms, "%.4g x bf16 %.4g", ratio, ref_v);
+            const double v = x->m[REGRESS_REL_L2];
+            flag_spec s = {.scope = REGRESS_SCOPE_MODE_PAIR, .capture = x->capture,
+                           .layer = x->layer, .variant = name, .metric = "rel_l2", .value = v,
+                           .baseline_value = is_ref ? NAN : ref_v, .threshold = t};
+            if (x->nonfinite > 0) {
+                s.verdict = REGRESS_REGRESSION;
+                st = push(out, &s, err, "%s: rel_l2 %.4g: the output had %lld NaN/Inf elements",
+                          at, v, (long long)x->nonfinite);
+            } else if (isnan(v)) {
+                s.verdict = REGRESS_INCONCLUSIVE;
+                st = push(out, &s, err, "%s: rel_l2 undefined (stored NULL)", at);
+            } else {
+                const int bad = v > t;
+                s.verdict = bad ? REGRESS_REGRESSION : REGRESS_PASS;
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g %s threshold %.4g = %s",
+                          at, v, bad ? ">" : "<=", t, terms);
+            }
+        }
+        g = e;
+    }
+    free(r);
+    return st;
+}
+
+/* ---- eval ------------------------------------------------------------- */
+
+/* Why an eval verdict is what it is; the MDE is always stated. */
+static void explain(char *buf, size_t len, regress_verdict v, double e, double mde)
+{
+    char m[64];
+    if (isnan(mde)) snprintf(m, sizeof m, "MDE undefined (fewer than 2 problems)");
+    else snprintf(m, sizeof m, "MDE %.3f at 80%% power", mde);
+    switch (v) {
+    case REGRESS_REGRESSION:
+        snprintf(buf, len, "regression: the interval is below 0 and the drop is at least "
+                           "min_effect %.3f (%s)", e, m);
+        break;
+    case REGRESS_IMPROVEMENT:
+        snprintf(buf, len, "improvement: the interval is above 0 and the gain is at least "
+                           "min_effect %.3f (%s)", e, m);
+        break;
+    case REGRESS_NO_CHANGE:
+        snprintf(buf, len, "no change larger than min_effect %.3f: the interval lies within "
+                           "+-%.3f; not proof of equality (%s: smaller changes go undetected)",
+                 e, e, m);
+        break;
+    default:
+        snprintf(buf, len, "inconclusive at min_effect %.3f: the interval is neither clear of "
+                           "0 by that much nor within +-%.3f (%s)", e, e, m);
+        break;
+    }
+}
+
+/* 1 when the two scores have the same (eval, mode, effort). */
+static int same_score_key(const regress_eval_score *x, const regress_eval_score *y)
+{
+    return strcmp(x->eval, y->eval) == 0 && strcmp(x->mode, y->mode) == 0 &&
+           strcmp(x->effort, y->effort) == 0;
+}
+
+pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
+                        const regress_eval_score *run, size_t n_run,
+                        const regress_eval_score *base, size_t n_base, int64_t baseline_run_id,
+                        const gate_config *c, regress_flags *out, pg_err *err)
+{
+    if ((pairs == NULL && n_pairs > 0) || (run == NULL && n_run > 0) ||
+        (base == NULL && n_base > 0) || c == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_evals: NULL argument");
+    for (size_t i = 0; i < n_pairs + n_run + n_base; i++) {
+        const regress_eval_pair *p = i < n_pairs ? &pairs[i] : NULL;
+        const regress_eval_score *x = !p && i < n_pairs + n_run ? &run[i - n_pairs] : NULL;
+        const regress_eval_score *y = !p && !x ? &base[i - n_pairs - n_run] : NULL;
+        if ((p && (!p->eval || !p->effort || !p->mode_a || !p->mode_b)) ||
+            (x && (!x->eval || !x->mode || !x->effort)) ||
+            (y && (!y->eval || !y->mode || !y->effort)))
+            return pg_fail(err, PG_ERR_INTERNAL, "regress_evals: eval row %zu has a NULL key", i);
+    }
+    const double e = c->eval.min_effect;
+    pg_status st = PG_OK;
+    char why[REGRESS_MSG_MAX / 2];
+    for (size_t i = 0; st == PG_OK && i < n_pairs; i++) {
+        const regress_eval_pair *p = &pairs[i];
+        char metric[REGRESS_PAIR_MAX + 16];
+        snprintf(metric, sizeof metric, "%s%s", REGRESS_METRIC_DIFF_PREFIX, p->mode_b);
+        const regress_verdict v = regress_effect_verdict(p->mean_diff, p->ci_low, p->ci_high, e);
+        explain(why, sizeof why, v, e, p->mde);
+        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = p->eval,
+                             .mode = p->mode_a, .effort = p->effort, .metric = metric,
+                             .value = p->mean_diff, .baseline_value = NAN, .threshold = e,
+                             .verdict = v};
+        st = push(out, &s, err, "%s %s %s - %s: mean paired difference %+.3f, 95%% CI [%+.3f, "
+                  "%+.3f] over %lld problems; %s", p->eval, p->effort, p->mode_a, p->mode_b,
+                  p->mean_diff, p->ci_low, p->ci_high, (long long)p->n_problems, why);
+    }
+    for (size_t i = 0; st == PG_OK && i < n_run; i++) {
+        const regress_eval_score *x = &run[i];
+        const regress_eval_score *y = NULL;
+        for (size_t j = 0; j < n_base && y == NULL; j++)
+            if (same_score_key(x, &base[j])) y = &base[j];
+        if (y == NULL) continue;
+        const double d = x->accuracy - y->accuracy;
+        const double se = sqrt(x->se * x->se + y->se * y->se);
+        const double lo = d - EVAL_Z_975 * se, hi = d + EVAL_Z_975 * se;
+        const double mde = (EVAL_Z_975 + EVAL_Z_80) * se;
+        const regress_verdict v = regress_effect_verdict(d, lo, hi, e);
+        explain(why, sizeof why, v, e, mde);
+        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = x->eval,
+                             .mode = x->mode, .effort = x->effort,
+                             .metric = REGRESS_METRIC_ACCURACY, .value = x->accuracy,
+                             .baseline_value = y->accuracy, .threshold = e, .verdict = v};
+        st = push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld: "
+                  "difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and %.3f); %s",
+                  x->eval, x->effort, x->mode, x->accuracy, y->accuracy,
+                  (long long)baseline_run_id, d, lo, hi, x->se, y->se, why);
+    }
+    for (size_t j = 0; st == PG_OK && j < n_base; j++) {
+        const regress_eval_score *y = &base[j];
+        int found = 0;
+        for (size_t i = 0; i < n_run && !found; i++) found = same_score_key(&run[i], y);
+        if (found) continue;
+        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = y->eval,
+                             .mode = y->mode, .effort = y->effort,
+                             .metric = REGRESS_METRIC_ACCURACY, .value = NAN,
+                             .baseline_value = y->accuracy, .threshold = e,
+                             .verdict = REGRESS_ERROR};
+        st = push(out, &s, err, "%s %s %s: scored in baseline run %lld, missing from this run",
+                  y->eval, y->effort, y->mode, (long long)baseline_run_id);
+    }
+    return st;
+}
+
+void regress_count(const regress_flags *f, size_t *counts)
+{
+    for (int v = 0; v < REGRESS_VERDICT_COUNT; v++) counts[v] = 0;
+    for (size_t i = 0; f != NULL && i < f->n; i++)
+        if ((unsigned)f->v[i].verdict < REGRESS_VERDICT_COUNT) counts[f->v[i].verdict]++;
+}
+
+int regress_exit_status(const regress_flags *f)
+{
+    size_t counts[REGRESS_VERDICT_COUNT];
+    regress_count(f, counts);
+    if (counts[REGRESS_ERROR] > 0) return GATE_EXIT_ERROR;
+    if (counts[REGRESS_REGRESSION] > 0) return GATE_EXIT_REGRESSION;
+    return GATE_EXIT_PASS;
+}

@@ -1,0 +1,207 @@
+/*
+ * regress.h: the regression gate's verdicts, as pure functions of the rows
+ * a gate pass reads (db/gate_store.h loads them; `precgate gate` stores the
+ * verdicts in the flags table, schema version 6). No I/O, no global state.
+ *
+ * Three scopes, one flag (a verdict with its numbers and a message) per
+ * comparison:
+ *
+ * layer: a run against its baseline run, per (capture, layer, variant) of
+ *   the whole-layer rows (head = -1), variants MODE~spec and ext:NAME
+ *   included and checked like the modes.
+ *   - metric "nonfinite" (always checked): value = nan_count + inf_count;
+ *     regression when > 0, whatever the baseline had.
+ *   - each configured metric M (gate_config.layer.metrics), with b the
+ *     baseline's value, a the variant's absolute bound for M (if any) and
+ *     tol = rel_tol:
+ *        higher is worse (rel_l2, max_abs, mean_abs, p99_abs):
+ *            threshold = max(a, b + |b| tol), regression when value > threshold
+ *        lower is worse (cos_sim, sqnr_db):
+ *            threshold = min(a, b - |b| tol), regression when value < threshold
+ *     A value exactly at the threshold passes. A term that is undefined
+ *     (no bound configured; b absent, NULL or infinite) is left out; with
+ *     neither term the verdict is inconclusive. A run value that is NaN
+ *     (stored NULL) is a regression when the output had NaN/Inf, else
+ *     inconclusive (undefined, e.g. the cosine of an all-zero output).
+ *   - a key in the baseline and missing from the run: one flag, metric
+ *     "present", verdict error (never a pass). A key new in the run is
+ *     checked against the absolute bounds only.
+ *
+ * mode_pair: each variant against bf16 in the same run, per (capture,
+ *   layer): metric rel_l2 (against the fp64 reference) with
+ *        threshold = max(abs[V], ratio[V] x rel_l2(bf16 of that layer))
+ *   (gate_config.mode_pair; undefined terms left out as above), regression
+ *   when rel_l2 > threshold or the output had NaN/Inf. bf16 itself is
+ *   checked against abs[bf16] (flag variant "bf16"); another variant's flag
+ *   is named "V-bf16" and carries bf16's rel_l2 as baseline_value. MODE~spec
+ *   rows are not against the reference and are left out; a variant with no
+ *   term configured gets no flag.
+ *
+ * eval: per (eval, mode, effort), with e = gate_config.eval.min_effect, d a
+ *   difference of accuracies (0..1) and [lo, hi] its 95% interval:
+ *        regression    hi < 0 and d <= -e
+ *        improvement   lo > 0 and d >= e
+ *        no change     -e <= lo and hi <= e
+ *        inconclusive  otherwise, or when d, lo or hi is undefined.
+ *   Checked in this order (with e = 0 an interval [0, 0] is "no change").
+ *   - metric "diff_vs_B" from the run's eval_pairs (mode A vs mode B, bf16
+ *     when the run has it): d = mean paired difference A - B, the stored
+ *     paired bootstrap interval, and its stored MDE in the message.
+ *   - metric "accuracy" against the baseline run's eval_scores of the same
+ *     (eval, mode, effort): d = acc_run - acc_base, se = sqrt(se_run^2 +
+ *     se_base^2) (two-sample: the runs are treated as independent, as only
+ *     their clustered SEs are stored), interval d -+ z_0.975 se, MDE =
+ *     (z_0.975 + z_0.80) se. A key the baseline has and the run lacks is an
+ *     error.
+ *   Every eval message states the MDE, so "no change" reads as "no change
+ *   larger than min_effect", never as proven equality.
+ */
+#ifndef PG_REGRESS_H
+#define PG_REGRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gate_config.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* `precgate gate` exit statuses. */
+#define GATE_EXIT_PASS 0        /* no regression, no error */
+#define GATE_EXIT_REGRESSION 1  /* at least one regression, no error */
+#define GATE_EXIT_ERROR 2       /* an error verdict, or the gate could not run */
+
+/* Flag metric names beyond the layer_metrics columns. */
+#define REGRESS_METRIC_NONFINITE "nonfinite"
+#define REGRESS_METRIC_PRESENT "present"
+#define REGRESS_METRIC_ACCURACY "accuracy"
+#define REGRESS_METRIC_DIFF_PREFIX "diff_vs_"
+
+/* Longest flag message, NUL included. */
+#define REGRESS_MSG_MAX 640
+
+typedef enum regress_scope {
+    REGRESS_SCOPE_LAYER = 0,
+    REGRESS_SCOPE_MODE_PAIR,
+    REGRESS_SCOPE_EVAL,
+    REGRESS_SCOPE_COUNT
+} regress_scope;
+
+/* The flags.verdict values, in this order. */
+typedef enum regress_verdict {
+    REGRESS_PASS = 0,
+    REGRESS_REGRESSION,
+    REGRESS_IMPROVEMENT,
+    REGRESS_NO_CHANGE,
+    REGRESS_INCONCLUSIVE,
+    REGRESS_ERROR,
+    REGRESS_VERDICT_COUNT
+} regress_verdict;
+
+/* One whole-layer row of layer_metrics. Strings are borrowed. */
+typedef struct regress_layer_row {
+    const char *capture;
+    int layer;
+    const char *variant;
+    double m[REGRESS_METRIC_COUNT];  /* indexed by regress_metric; NaN where NULL */
+    int64_t nonfinite;               /* nan_count + inf_count */
+} regress_layer_row;
+
+/* One eval_pairs row (A - B). Strings are borrowed. */
+typedef struct regress_eval_pair {
+    const char *eval, *effort, *mode_a, *mode_b;
+    int64_t n_problems;
+    double mean_diff, ci_low, ci_high, mde;  /* NaN where NULL */
+} regress_eval_pair;
+
+/* One eval_scores row. Strings are borrowed. */
+typedef struct regress_eval_score {
+    const char *eval, *mode, *effort;
+    int64_t n_problems;
+    double accuracy, se;  /* NaN where NULL */
+} regress_eval_score;
+
+/* One verdict, as a flags row. Strings are owned (regress_flags_free). */
+typedef struct regress_flag {
+    regress_scope scope;
+    char *capture;       /* layer, mode_pair; NULL for eval */
+    int layer;           /* -1 for eval */
+    char *variant;       /* layer, mode_pair ("fp8kv", "fp8kv-bf16"); NULL for eval */
+    char *eval, *mode, *effort;  /* eval; NULL otherwise */
+    char *metric;
+    double value, baseline_value, threshold;  /* NaN: none (stored NULL) */
+    regress_verdict verdict;
+    char *message;
+} regress_flag;
+
+/* A growing list of flags; zero-initialise. */
+typedef struct regress_flags {
+    regress_flag *v;
+    size_t n, cap;
+} regress_flags;
+
+/* Frees every flag's strings and the array, and zeroes f; NULL is a no-op. */
+void regress_flags_free(regress_flags *f);
+
+/* "layer", "mode_pair", "eval" (the flags.scope values); "?" outside the enum. */
+const char *regress_scope_name(regress_scope s);
+
+/* "pass", "regression", "improvement", "no change", "inconclusive", "error"
+ * (the flags.verdict values); "?" outside the enum. */
+const char *regress_verdict_name(regress_verdict v);
+
+/* The verdict named name into *v: 1 when known, else 0. */
+int regress_verdict_parse(const char *name, regress_verdict *v);
+
+/* The layer threshold of metric m as the top of this file defines it, from
+ * baseline value b, absolute bound a and relative tolerance tol; NaN b or a
+ * (and infinite b) leave their term out; NaN when neither term is defined. */
+double regress_threshold(regress_metric m, double b, double a, double tol);
+
+/* 1 when value is strictly worse than threshold in m's direction, else 0
+ * (also 0 when either is NaN). */
+int regress_worse(regress_metric m, double value, double threshold);
+
+/* The eval verdict of difference d with interval [lo, hi] at min_effect e
+ * (the top of this file). */
+regress_verdict regress_effect_verdict(double d, double lo, double hi, double e);
+
+/* Appends the layer-scope flags of run[0..n_run) against base[0..n_base)
+ * (baseline_run_id names it in messages) to out, in (capture, layer,
+ * variant) order. PG_ERR_SHAPE when one side holds a key twice;
+ * PG_ERR_INTERNAL for a NULL argument (base may be NULL when n_base is 0);
+ * PG_ERR_NOMEM. On failure out keeps what was appended. */
+pg_status regress_layers(const regress_layer_row *run, size_t n_run,
+                         const regress_layer_row *base, size_t n_base, int64_t baseline_run_id,
+                         const gate_config *c, regress_flags *out, pg_err *err);
+
+/* Appends the mode_pair flags of run[0..n) to out, in (capture, layer,
+ * variant) order. Errors as regress_layers. */
+pg_status regress_mode_pairs(const regress_layer_row *run, size_t n, const gate_config *c,
+                             regress_flags *out, pg_err *err);
+
+/* Appends the eval flags to out: per pair of the run, then per score of
+ * the run with a baseline score of the same key, then an error per
+ * baseline score the run lacks. base may be NULL (no baseline run:
+ * baseline_run_id -1). PG_ERR_INTERNAL for a NULL argument with a count
+ * > 0; PG_ERR_NOMEM. */
+pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
+                        const regress_eval_score *run, size_t n_run,
+                        const regress_eval_score *base, size_t n_base, int64_t baseline_run_id,
+                        const gate_config *c, regress_flags *out, pg_err *err);
+
+/* counts[v] = flags of f with verdict v (counts has REGRESS_VERDICT_COUNT entries). */
+void regress_count(const regress_flags *f, size_t *counts);
+
+/* GATE_EXIT_ERROR when f holds an error verdict, else GATE_EXIT_REGRESSION
+ * when it holds a regression, else GATE_EXIT_PASS. */
+int regress_exit_status(const regress_flags *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_REGRESS_H */

@@ -1,0 +1,264 @@
+/* junit.c: a gate pass's verdicts as JUnit XML (see junit.h). */
+#include "junit.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Suffix of the temporary file (mkstemp's template). */
+#define JUNIT_TMP_SUFFIX ".tmp.XXXXXX"
+/* Mode of the written file: readable by the CI user, like a plain fopen. */
+#define JUNIT_FILE_MODE 0644
+
+/* Length of the valid UTF-8 sequence XML 1.0 allows that starts at s (1..4),
+ * or 0 when it is not one (bad or overlong encoding, a surrogate, U+FFFE,
+ * U+FFFF, or a control character other than tab, newline, return). */
+static size_t xml_char_len(const unsigned char *s)
+{
+    const unsigned c = s[0];
+    if (c < 0x80) return c >= 0x20 || c == '\t' || c == '\n' || c == '\r' ? 1 : 0;
+    size_t n;
+    unsigned cp, min;
+    if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;  /* also stops at the NUL */
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE ||
+        cp == 0xFFFF)
+        return 0;
+    return n;
+}
+
+void junit_escape(FILE *out, const char *s, int in_attribute)
+{
+    if (s == NULL) return;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p != '\0') {
+        const size_t n = xml_char_len(p);
+        if (n == 0) {
+            fputc('?', out);
+            p++;
+            continue;
+        }
+        if (n > 1) {
+            fwrite(p, 1, n, out);
+            p += n;
+            continue;
+        }
+        switch (*p) {
+        case '&': fputs("&amp;", out); break;
+        case '<': fputs("&lt;", out); break;
+        case '>': fputs("&gt;", out); break;
+        case '"': fputs("&quot;", out); break;
+        case '\'': fputs("&apos;", out); break;
+        case '\n': fputs(in_attribute ? "&#10;" : "\n", out); break;
+        case '\t': fputs(in_attribute ? "&#9;" : "\t", out); break;
+        case '\r': fputs("&#13;", out); break;
+        default: fputc(*p, out); break;
+        }
+        p++;
+    }
+}
+
+/* strcmp with NULL first. */
+static int str_cmp0(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL) return (a != NULL) - (b != NULL);
+    return strcmp(a, b);
+}
+
+/* Orders flags by testcase: scope, then its key; equal keys keep array order. */
+static int testcase_cmp(const regress_flag *x, const regress_flag *y)
+{
+    if (x->scope != y->scope) return x->scope < y->scope ? -1 : 1;
+    int c;
+    if (x->scope == REGRESS_SCOPE_EVAL) {
+        if ((c = str_cmp0(x->eval, y->eval)) != 0) return c;
+        if ((c = str_cmp0(x->effort, y->effort)) != 0) return c;
+        return str_cmp0(x->mode, y->mode);
+    }
+    if ((c = str_cmp0(x->capture, y->capture)) != 0) return c;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return str_cmp0(x->variant, y->variant);
+}
+
+/* qsort comparator over pointers into one flags array: testcase_cmp, then
+ * array order (the pointers' order), so a testcase keeps its flags' order. */
+static int flag_ptr_cmp(const void *a, const void *b)
+{
+    const regress_flag *x = *(const regress_flag *const *)a, *y = *(const regress_flag *const *)b;
+    const int c = testcase_cmp(x, y);
+    if (c != 0) return c;
+    return x < y ? -1 : x > y;
+}
+
+/* What a testcase's flags add up to. */
+typedef struct tc_state {
+    const regress_flag *first_error, *first_regression;
+} tc_state;
+
+/* The first error and first regression among the n flags g[0..n) (NULL when none). */
+static tc_state testcase_state(const regress_flag *const *g, size_t n)
+{
+    tc_state t = {NULL, NULL};
+    for (size_t i = 0; i < n; i++) {
+        if (g[i]->verdict == REGRESS_ERROR && t.first_error == NULL) t.first_error = g[i];
+        if (g[i]->verdict == REGRESS_REGRESSION && t.first_regression == NULL)
+            t.first_regression = g[i];
+    }
+    return t;
+}
+
+/* Writes one testcase of the n flags g[0..n) (one key). */
+static void write_testcase(FILE *out, const regress_flag *const *g, size_t n)
+{
+    const regress_flag *k = g[0];
+    fprintf(out, "    <testcase classname=\"precgate.%s\" name=\"", regress_scope_name(k->scope));
+    if (k->scope == REGRESS_SCOPE_EVAL) {
+        junit_escape(out, k->eval, 1);
+        fputc(' ', out);
+        junit_escape(out, k->effort, 1);
+        fputc(' ', out);
+        junit_escape(out, k->mode, 1);
+    } else {
+        junit_escape(out, k->capture, 1);
+        fprintf(out, " layer %d ", k->layer);
+        junit_escape(out, k->variant, 1);
+    }
+    fputs("\">\n", out);
+    const tc_state t = testcase_state(g, n);
+    const regress_flag *lead = t.first_error != NULL ? t.first_error : t.first_regression;
+    if (lead != NULL) {
+        const char *tag = t.first_error != NULL ? "error" : "failure";
+        fprintf(out, "      <%s type=\"%s\" message=\"", tag, regress_verdict_name(lead->verdict));
+        junit_escape(out, lead->message, 1);
+        fputs("\">", out);
+        for (size_t i = 0; i < n; i++) {
+            if (g[i]->verdict != REGRESS_ERROR && g[i]->verdict != REGRESS_REGRESSION) continue;
+            fprintf(out, "%s: %s: ", regress_verdict_name(g[i]->verdict), g[i]->metric);
+            junit_escape(out, g[i]->message, 0);
+            fputc('\n', out);
+        }
+        fprintf(out, "</%s>\n", tag);
+    }
+    fputs("      <system-out>", out);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "%s: ", regress_verdict_name(g[i]->verdict));
+        junit_escape(out, g[i]->message, 0);
+        fputc('\n', out);
+    }
+    fputs("</system-out>\n    </testcase>\n", out);
+}
+
+/* Testcase counts of one suite. */
+typedef struct suite_counts {
+    size_t tests, failures, errors;
+} suite_counts;
+
+/* Counts the testcases of p[lo..hi) (flags of one scope, sorted), writing each
+ * one to out when out is non-NULL. */
+static suite_counts walk_suite(FILE *out, const regress_flag *const *p, size_t lo, size_t hi)
+{
+    suite_counts c = {0, 0, 0};
+    for (size_t i = lo; i < hi;) {
+        size_t j = i + 1;
+        while (j < hi && testcase_cmp(p[i], p[j]) == 0) j++;
+        const tc_state t = testcase_state(p + i, j - i);
+        c.tests++;
+        if (t.first_error != NULL) c.errors++;
+        else if (t.first_regression != NULL) c.failures++;
+        if (out != NULL) write_testcase(out, p + i, j - i);
+        i = j;
+    }
+    return c;
+}
+
+/* Writes the document for sorted flags p[0..n) to out. */
+static void write_document(FILE *out, const regress_flag *const *p, size_t n, int64_t run_id,
+                           int64_t base_id)
+{
+    size_t lo[REGRESS_SCOPE_COUNT + 1];
+    suite_counts sc[REGRESS_SCOPE_COUNT], total = {0, 0, 0};
+    size_t i = 0;
+    for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
+        lo[s] = i;
+        while (i < n && (int)p[i]->scope == s) i++;
+        sc[s] = walk_suite(NULL, p, lo[s], i);
+        total.tests += sc[s].tests;
+        total.failures += sc[s].failures;
+        total.errors += sc[s].errors;
+    }
+    lo[REGRESS_SCOPE_COUNT] = i;
+    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", out);
+    fprintf(out, "<testsuites name=\"precgate gate run %" PRId64 "\" tests=\"%zu\" failures=\"%zu\""
+                 " errors=\"%zu\">\n", run_id, total.tests, total.failures, total.errors);
+    for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
+        fprintf(out, "  <testsuite name=\"%s\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\""
+                     " skipped=\"0\">\n", regress_scope_name((regress_scope)s), sc[s].tests,
+                sc[s].failures, sc[s].errors);
+        fprintf(out, "    <properties>\n      <property name=\"run_id\" value=\"%" PRId64 "\"/>\n",
+                run_id);
+        if (base_id >= 0)
+            fprintf(out, "      <property name=\"baseline_run_id\" value=\"%" PRId64 "\"/>\n",
+                    base_id);
+        fputs("    </properties>\n", out);
+        walk_suite(out, p, lo[s], lo[s + 1]);
+        fputs("  </testsuite>\n", out);
+    }
+    fputs("</testsuites>\n", out);
+}
+
+pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
+                      const regress_flags *f, pg_err *err)
+{
+    if (path == NULL || f == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "junit_write: NULL argument");
+    for (size_t i = 0; i < f->n; i++)
+        if ((unsigned)f->v[i].scope >= REGRESS_SCOPE_COUNT)
+            return pg_fail(err, PG_ERR_INTERNAL, "junit_write: flag %zu has scope %d", i,
+                           (int)f->v[i].scope);
+    const regress_flag **p = f->n > 0 ? malloc(f->n * sizeof *p) : NULL;
+    const size_t tlen = strlen(path) + sizeof JUNIT_TMP_SUFFIX;
+    char *tmp = malloc(tlen);
+    if ((f->n > 0 && p == NULL) || tmp == NULL) {
+        free(p);
+        free(tmp);
+        return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory writing the JUnit report", path);
+    }
+    for (size_t i = 0; i < f->n; i++) p[i] = &f->v[i];
+    if (f->n > 0) qsort(p, f->n, sizeof *p, flag_ptr_cmp);
+    snprintf(tmp, tlen, "%s%s", path, JUNIT_TMP_SUFFIX);
+
+    pg_status st = PG_OK;
+    const int fd = mkstemp(tmp);
+    FILE *out = NULL;
+    if (fd < 0) {
+        st = pg_fail(err, PG_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
+                     strerror(errno));
+    } else if (fchmod(fd, JUNIT_FILE_MODE) != 0 || (out = fdopen(fd, "w")) == NULL) {
+        st = pg_fail(err, PG_ERR_IO, "%s: cannot open %s: %s", path, tmp, strerror(errno));
+        close(fd);
+    }
+    if (st == PG_OK) {
+        write_document(out, (const regress_flag *const *)p, f->n, run_id, baseline_run_id);
+        const int bad = ferror(out) || fflush(out) != 0 || fsync(fileno(out)) != 0;
+        const int e = errno;
+        if (fclose(out) != 0 || bad)
+            st = pg_fail(err, PG_ERR_IO, "%s: cannot write %s: %s", path, tmp,
+                         strerror(bad ? e : errno));
+    }
+    if (st == PG_OK && rename(tmp, path) != 0)
+        st = pg_fail(err, PG_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp,
+                     strerror(errno));
+    if (st != PG_OK && fd >= 0) unlink(tmp);
+    free(tmp);
+    free(p);
+    return st;
+}

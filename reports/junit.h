@@ -1,0 +1,44 @@
+/*
+ * junit.h: a gate pass's verdicts (harness/regress.h) as JUnit XML, the
+ * format CI systems (GitLab, Jenkins, GitHub test reporters) read.
+ *
+ * Layout: <testsuites> holds one <testsuite> per scope (layer, mode_pair,
+ * eval; always all three, an empty one with tests="0"); a suite holds one
+ * <testcase> per (capture, layer, variant) or per (eval, mode, effort),
+ * named "CAPTURE layer L VARIANT" / "EVAL EFFORT MODE" with classname
+ * "precgate.SCOPE". A testcase with an error verdict carries <error>, else
+ * one with a regression carries <failure>; the element's message is the
+ * first such flag's message (metric, value, baseline and threshold) and its
+ * text lists every failing flag. <system-out> lists every flag of the
+ * testcase as "verdict: message". Counts (tests, failures, errors) are
+ * per testcase.
+ *
+ * Text: &, <, >, " and ' are escaped everywhere; bytes that are not valid
+ * UTF-8, and control characters XML 1.0 does not allow, are written as '?'
+ * (so capture paths of any bytes still give a well-formed document).
+ */
+#ifndef PG_JUNIT_H
+#define PG_JUNIT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../harness/regress.h"
+#include "../harness/status.h"
+
+/* Writes s to out as XML character data or attribute text (the escapes
+ * above; newline, tab and carriage return as character references when
+ * in_attribute is non-zero, so attribute values keep them). NULL writes
+ * nothing. */
+void junit_escape(FILE *out, const char *s, int in_attribute);
+
+/* Writes the JUnit document of f (run_id gated against baseline_run_id,
+ * < 0 for none) to path: into a temporary file in the same directory, then
+ * renamed over path, so a reader never sees half a file. PG_ERR_IO naming
+ * path (and errno's text) when it cannot be created, written or renamed
+ * (the temporary file is removed); PG_ERR_NOMEM; PG_ERR_INTERNAL for a
+ * NULL argument. */
+pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
+                      const regress_flags *f, pg_err *err);
+
+#endif /* PG_JUNIT_H */

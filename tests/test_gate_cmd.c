@@ -1,0 +1,414 @@
+/*
+ * test_gate_cmd.c: `precgate gate` and `precgate baseline` end to end on the
+ * real binary: a small synthetic capture swept twice passes against the
+ * automatic baseline, a layer worsened in the database is caught (exit 1,
+ * flags, JUnit), a layer deleted is an error (exit 2), named baselines
+ * round-trip, bad configs and runs that are not complete are refused
+ * (exit 2), and the shipped eval demo gets the verdicts regress.h defines.
+ */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* mode_pair bounds above what the synthetic capture's fp8 modes give (fp8kv
+ * ~5.5e-2, fp8qkv ~6.7e-2 rel_l2; the vLLM-derived defaults 4e-2 / 2e-2 flag
+ * them, see default_bounds_flag_the_synthetic_fp8_modes), so that the layer
+ * scope is what these tests exercise. */
+static const char PAIR_CONFIG[] = "{\"mode_pair\": {\"abs\": {\"fp8kv\": 0.08, \"fp8qkv\": 0.1}}}";
+
+static char *g_dir;
+static char g_db[512], g_cap[512], g_cfg[512];
+
+static void setup(void)
+{
+    g_dir = tu_tempdir();
+    snprintf(g_db, sizeof g_db, "%s/g.db", g_dir);
+    snprintf(g_cap, sizeof g_cap, "%s/cap.safetensors", g_dir);
+    snprintf(g_cfg, sizeof g_cfg, "%s/pair.json", g_dir);
+    tu_write_file(g_cfg, PAIR_CONFIG, strlen(PAIR_CONFIG));
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", g_dir);
+    free(g_dir);
+}
+
+TestSuite(gate_cmd, .init = setup, .fini = teardown);
+
+/* Runs precgate with a printf-style argument string; returns the exit status
+ * and the output in *out (caller frees). */
+__attribute__((format(printf, 2, 3)))
+static int pg(char **out, const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return tu_run_precgate(args, out);
+}
+
+/* First column of the first row of sql as a double. */
+static double db_num(const char *sql)
+{
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: no row", sql);
+    const double v = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* Runs sql (test setup: worsening, deleting, marking runs). */
+static void db_exec(const char *sql)
+{
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+    cr_assert_gt(sqlite3_changes(db), 0, "%s changed nothing", sql);
+    sqlite3_close(db);
+}
+
+/* Synthesizes the small capture once per test. */
+static void synth(void)
+{
+    char *out = NULL;
+    const int rc = pg(&out, "synth -o '%s' --layers 2 --seqs 1 --seq-len 24", g_cap);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+}
+
+/* Sweeps the capture into the database with label; asserts success. */
+static void sweep(const char *label)
+{
+    char *out = NULL;
+    const int rc = pg(&out, "run --capture '%s' --db '%s' --label %s --backend cpu --no-progress",
+                      g_cap, g_db, label);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+}
+
+/* The JUnit file through python3's minidom: "suite=tests/failures/errors ..."
+ * per testsuite; NULL (and a warning) without python3. */
+static char *junit_summary(const char *path)
+{
+    if (system("command -v python3 >/dev/null 2>&1") != 0) {
+        cr_log_warn("python3 not found: the JUnit file's well-formedness is not checked");
+        return NULL;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import xml.dom.minidom,sys; d=xml.dom.minidom.parse(sys.argv[1]); "
+             "print(\" \".join(s.getAttribute(\"name\")+\"=\"+s.getAttribute(\"tests\")+\"/\"+"
+             "s.getAttribute(\"failures\")+\"/\"+s.getAttribute(\"errors\") for s in "
+             "d.getElementsByTagName(\"testsuite\")))' '%s' 2>&1", path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char *buf = calloc(1, 4096);
+    cr_assert_not_null(buf);
+    const size_t n = fread(buf, 1, 4095, p);
+    buf[n] = '\0';
+    cr_assert_eq(pclose(p), 0, "minidom refused %s: %s", path, buf);
+    return buf;
+}
+
+Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_layer)
+{
+    synth();
+    sweep("nightly");
+    sweep("nightly");
+    char *out = NULL;
+    int rc = pg(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
+    cr_expect(strstr(out, "gate run 2: PASS") != NULL, "%s", out);
+    free(out);
+    /* 2 layers x 3 modes x (nonfinite, rel_l2, p99_abs) + 2 layers x 3 pairs. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'layer'"), 18);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'mode_pair'"), 6);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict <> 'pass'"), 0);
+    cr_expect_eq(db_num("SELECT count(DISTINCT baseline_run_id) FROM flags WHERE run_id = 2"), 1);
+    cr_expect_eq(db_num("SELECT baseline_run_id FROM flags WHERE run_id = 2 LIMIT 1"), 1);
+
+    /* Run 3: fp8kv's rel_l2 of layer 1 ten times worse. */
+    sweep("nightly");
+    db_exec("UPDATE layer_metrics SET rel_l2 = rel_l2 * 10 WHERE run_id = 3 AND layer = 1 "
+            "AND variant = 'fp8kv' AND head = -1");
+    char junit[600];
+    snprintf(junit, sizeof junit, "%s/gate.xml", g_dir);
+    rc = pg(&out, "gate --run 3 --db '%s' --config '%s' --junit '%s'", g_db, g_cfg, junit);
+    cr_assert_eq(rc, 1, "%s", out);
+    /* The baseline is run 2, the newest that passed its gate. */
+    cr_expect(strstr(out, "baseline: run 2 (automatic: the newest older complete sweep run "
+                          "labelled 'nightly' that passed its gate)") != NULL, "%s", out);
+    const char *first = strstr(out, "REGRESSION layer");
+    cr_assert_not_null(first, "%s", out);
+    cr_expect(strstr(first, "layer 1 fp8kv: rel_l2") != NULL, "%s", out);
+    cr_expect(strstr(out, "baseline run 2") != NULL, "%s", out);
+    /* Regressions come before the counts. */
+    const char *counts = strstr(out, "\nlayer ");
+    cr_expect(counts != NULL && first < counts, "%s", out);
+    cr_expect(strstr(out, "gate run 3: REGRESSION (2 regressions, 0 errors") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND verdict = 'regression' "
+                        "AND scope = 'layer' AND layer = 1 AND variant = 'fp8kv' "
+                        "AND metric = 'rel_l2' AND baseline_run_id = 2 "
+                        "AND abs(value - 10 * baseline_value) <= 1e-12 * value"), 1);
+    /* The same layer also leaves its mode_pair bound (0.08 > 10 x 5.4e-2? yes). */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND verdict = 'regression' "
+                        "AND scope = 'mode_pair' AND layer = 1 AND variant = 'fp8kv-bf16'"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND verdict = 'regression'"), 2);
+    char *sum = junit_summary(junit);
+    if (sum != NULL) {
+        /* One failing testcase in the layer suite (layer 1 fp8kv) and one in mode_pair. */
+        cr_expect(strstr(sum, "layer=6/1/0 mode_pair=6/1/0 eval=0/0/0") != NULL, "%s", sum);
+        free(sum);
+    }
+    const double n3 = db_num("SELECT count(*) FROM flags WHERE run_id = 3");
+    /* Gating again replaces the flags instead of adding to them. */
+    rc = pg(&out, "gate --run 3 --db '%s' --config '%s'", g_db, g_cfg);
+    cr_expect_eq(rc, 1, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3"), n3);
+}
+
+Test(gate_cmd, a_layer_missing_from_the_run_is_an_error)
+{
+    synth();
+    sweep("x");
+    sweep("x");
+    db_exec("DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 0 AND variant = 'fp8kv'");
+    char *out = NULL;
+    const int rc = pg(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "ERROR      layer     ") != NULL, "%s", out);
+    cr_expect(strstr(out, "layer 0 fp8kv: in baseline run 1, missing from this run") != NULL,
+              "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' "
+                        "AND layer = 0 AND variant = 'fp8kv' AND metric = 'present'"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 1);
+}
+
+Test(gate_cmd, default_bounds_flag_the_synthetic_fp8_modes)
+{
+    /* The defaults start from vLLM's kernel-test rtol (gate_config.h): as
+     * bounds on rel_l2 against the fp64 reference they are below what e4m3
+     * gives on this capture's outlier channels, and the gate says so. */
+    synth();
+    sweep("x");
+    char *out = NULL;
+    const int rc = pg(&out, "gate --run 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "baseline: none") != NULL, "%s", out);
+    cr_expect(strstr(out, "layer 0 fp8kv-bf16: rel_l2 vs fp64 reference") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'regression' "
+                        "AND scope = 'mode_pair' AND variant IN ('fp8kv-bf16', 'fp8qkv-bf16')"), 4);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND variant = 'bf16' "
+                        "AND verdict = 'pass'"), 2);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND scope = 'layer'"), 0);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE baseline_run_id IS NOT NULL"), 0);
+}
+
+Test(gate_cmd, baseline_set_and_list_round_trip)
+{
+    synth();
+    sweep("x");
+    sweep("x");
+    sweep("y");
+    char *out = NULL;
+    int rc = pg(&out, "baseline list --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "no baselines") != NULL, "%s", out);
+    free(out);
+    rc = pg(&out, "baseline set 1 --db '%s'", g_db);  /* named after the label */
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline 'x' -> run 1") != NULL, "%s", out);
+    free(out);
+    rc = pg(&out, "baseline set 2 --name golden --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    rc = pg(&out, "baseline list --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    const char *golden = strstr(out, "golden ");
+    const char *x = strstr(out, "\nx ");
+    cr_assert(golden != NULL && x != NULL, "%s", out);
+    cr_expect(golden < x, "names in order: %s", out);
+    cr_expect(strstr(golden, " 2  sweep") != NULL, "%s", out);
+    cr_expect(strstr(x, " 1  sweep") != NULL, "%s", out);
+    free(out);
+
+    /* Run 3 (label y) against the named baseline of label x's run 2. */
+    rc = pg(&out, "gate --run 3 --baseline golden --db '%s' --config '%s'", g_db, g_cfg);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline: run 2 (--baseline golden, by name)") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT min(baseline_run_id) = 2 AND max(baseline_run_id) = 2 "
+                        "FROM flags WHERE run_id = 3 AND scope = 'layer'"), 1);
+    /* A run id works too; the run itself does not. */
+    rc = pg(&out, "gate --run 3 --baseline 1 --db '%s' --config '%s'", g_db, g_cfg);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT max(baseline_run_id) FROM flags WHERE run_id = 3"), 1);
+    rc = pg(&out, "gate --run 3 --baseline 3 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "is run 3 itself") != NULL, "%s", out);
+    free(out);
+    rc = pg(&out, "gate --run 3 --baseline nosuch --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "--baseline nosuch: no baseline of that name") != NULL, "%s", out);
+    free(out);
+
+    /* Setting a name again moves it. */
+    rc = pg(&out, "baseline set 3 --name golden --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT run_id FROM baselines WHERE name = 'golden'"), 3);
+    cr_expect_eq(db_num("SELECT count(*) FROM baselines"), 2);
+    /* Only a complete run can be a baseline. */
+    db_exec("UPDATE runs SET status = 'failed', error = 'boom' WHERE id = 2");
+    rc = pg(&out, "baseline set 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "run 2 is failed; only a complete run can be a baseline") != NULL,
+              "%s", out);
+    free(out);
+    rc = pg(&out, "baseline set 99 --db '%s'", g_db);
+    cr_expect_neq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "no run 99") != NULL, "%s", out);
+    free(out);
+}
+
+Test(gate_cmd, bad_configs_are_refused_naming_the_key)
+{
+    synth();
+    sweep("x");
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        {"{\"layer\": {\"rel_tol\": 0.1, \"tolerance\": 2}}", "layer.tolerance: unknown key"},
+        {"{\"mode_pairs\": {}}", "mode_pairs: unknown key"},
+        {"{\"layer\": {\"abs\": {\"fp8kv\": \"high\"}}}", "layer.abs.fp8kv: expected a number"},
+    };
+    char path[600];
+    snprintf(path, sizeof path, "%s/bad.json", g_dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tu_write_file(path, cases[i].json, strlen(cases[i].json));
+        char *out = NULL;
+        const int rc = pg(&out, "gate --run 1 --db '%s' --config '%s'", g_db, path);
+        cr_expect_eq(rc, 2, "%s: %s", cases[i].json, out);
+        cr_expect(strstr(out, cases[i].want) != NULL, "%s: %s", cases[i].json, out);
+        cr_expect(strstr(out, "bad.json") != NULL, "%s", out);
+        free(out);
+    }
+    char *out = NULL;
+    const int rc = pg(&out, "gate --run 1 --db '%s' --config '%s/none.json'", g_db, g_dir);
+    cr_expect_eq(rc, 2, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags"), 0);  /* nothing judged */
+}
+
+Test(gate_cmd, running_failed_and_unknown_runs_are_refused)
+{
+    synth();
+    char *out = NULL;
+    /* Run 1 fails: the capture does not exist. */
+    int rc = pg(&out, "run --capture '%s/none.safetensors' --db '%s' --backend cpu", g_dir, g_db);
+    cr_assert_eq(rc, 1, "%s", out);
+    free(out);
+    rc = pg(&out, "gate --run 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "run 1 failed (") != NULL, "%s", out);
+    free(out);
+    /* Run 2 marked running again (as if it were still going or was killed). */
+    sweep("x");
+    db_exec("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = 2");
+    rc = pg(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "run 2 is still running") != NULL, "%s", out);
+    free(out);
+    rc = pg(&out, "gate --run 7 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "no run 7") != NULL, "%s", out);
+    free(out);
+    rc = pg(&out, "gate --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "--run N is required") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags"), 0);
+}
+
+Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
+{
+    const char *traces = PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl";
+    char *out = NULL;
+    int rc = pg(&out, "eval --traces '%s' --replay --db '%s' --label demo --no-progress", traces,
+                g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char junit[600];
+    snprintf(junit, sizeof junit, "%s/eval.xml", g_dir);
+    rc = pg(&out, "gate --run 1 --db '%s' --junit '%s'", g_db, junit);
+    /* fp8qkv - bf16 = -6/36, interval [-0.250, -0.083]: below 0, drop >= 0.05. */
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "REGRESSION eval      aime-style-demo medium fp8qkv - bf16: mean paired "
+                          "difference -0.167, 95% CI [-0.250, -0.083] over 12 problems") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "MDE 0.141") != NULL, "%s", out);
+    /* fp8kv - bf16 = -2/36, interval [-0.139, +0.000]: touches 0, so inconclusive. */
+    cr_expect(strstr(out, "inconclusive eval      aime-style-demo medium fp8kv - bf16") != NULL,
+              "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND scope = 'eval' "
+                        "AND mode = 'fp8qkv' AND effort = 'medium' AND metric = 'diff_vs_bf16' "
+                        "AND verdict = 'regression' AND abs(value + 6.0 / 36) < 1e-12"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND mode = 'fp8kv' "
+                        "AND verdict = 'inconclusive'"), 1);
+    char *sum = junit_summary(junit);
+    if (sum != NULL) {
+        cr_expect(strstr(sum, "layer=0/0/0 mode_pair=0/0/0 eval=2/1/0") != NULL, "%s", sum);
+        free(sum);
+    }
+
+    /* A second replay: run 1 failed its gate, so it is the fallback baseline;
+     * each mode's accuracy is unchanged, and with two runs' SEs the interval
+     * (about +-0.12) is too wide to call "no change" at 0.05. */
+    rc = pg(&out, "eval --traces '%s' --replay --db '%s' --label demo --no-progress", traces, g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    rc = pg(&out, "gate --run 2 --db '%s'", g_db);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1 (automatic: no older eval run labelled 'demo' passed "
+                          "a gate") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'accuracy' "
+                        "AND verdict = 'inconclusive' AND baseline_run_id = 1 "
+                        "AND value = baseline_value"), 3);
+
+    /* With min_effect 0.2, fp8kv's interval lies within +-0.2: "no change",
+     * stated as no proof of equality; fp8qkv's reaches -0.25: inconclusive. */
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/wide.json", g_dir);
+    static const char wide[] = "{\"eval\": {\"min_effect\": 0.2}}";
+    tu_write_file(cfg, wide, strlen(wide));
+    rc = pg(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "no change  eval      aime-style-demo medium fp8kv - bf16") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "not proof of equality (MDE 0.105 at 80% power") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND mode = 'fp8qkv' "
+                        "AND verdict = 'inconclusive'"), 1);
+}

@@ -1,0 +1,429 @@
+/*
+ * test_regress.c: the regression gate's pure logic on hand-made rows
+ * (harness/regress.h): thresholds in each direction and exactly at the
+ * boundary, NaN/Inf, a missing layer, mode pairs, eval verdicts (with the
+ * shipped demo's numbers), the JSON config's validation
+ * (harness/gate_config.h) and the JUnit writer (reports/junit.h).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gate_config.h"
+#include "junit.h"
+#include "regress.h"
+#include "testutil.h"
+
+/* A row with every metric NaN except those set afterwards. */
+static regress_layer_row row(const char *capture, int layer, const char *variant)
+{
+    regress_layer_row r = {.capture = capture, .layer = layer, .variant = variant, .nonfinite = 0};
+    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) r.m[m] = NAN;
+    return r;
+}
+
+/* The flag of (layer, variant, metric) in f; fails the test when absent. */
+static const regress_flag *find(const regress_flags *f, regress_scope scope, int layer,
+                                const char *variant, const char *metric)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (f->v[i].scope == scope && f->v[i].layer == layer &&
+            strcmp(f->v[i].variant, variant) == 0 && strcmp(f->v[i].metric, metric) == 0)
+            return &f->v[i];
+    cr_assert_fail("no %s flag for layer %d %s %s", regress_scope_name(scope), layer, variant,
+                   metric);
+    return NULL;
+}
+
+/* A config with only rel_l2 compared, tolerance tol, and no bounds at all. */
+static gate_config bare_config(double tol)
+{
+    gate_config c;
+    gate_config_default(&c);
+    c.layer.rel_tol = tol;
+    c.layer.metrics = 1u << REGRESS_REL_L2;
+    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) c.layer.abs[m].n = 0;
+    c.mode_pair.abs.n = 0;
+    c.mode_pair.ratio.n = 0;
+    return c;
+}
+
+Test(regress, higher_is_worse_threshold_is_max_of_bound_and_relative_term)
+{
+    /* 0.5 * (1 + 0.25) = 0.625 exactly in binary. */
+    cr_expect_eq(regress_threshold(REGRESS_REL_L2, 0.5, NAN, 0.25), 0.625);
+    cr_expect_eq(regress_threshold(REGRESS_REL_L2, 0.5, 0.5, 0.25), 0.625);   /* bound below */
+    cr_expect_eq(regress_threshold(REGRESS_REL_L2, 0.5, 0.75, 0.25), 0.75);   /* bound above */
+    cr_expect_eq(regress_threshold(REGRESS_P99_ABS, NAN, 0.75, 0.25), 0.75);  /* no baseline */
+    cr_expect_eq(regress_threshold(REGRESS_MAX_ABS, INFINITY, 0.75, 0.25), 0.75);
+    cr_expect(isnan(regress_threshold(REGRESS_MAX_ABS, INFINITY, NAN, 0.25)));
+    /* Exactly at the threshold passes; one ulp above regresses. */
+    cr_expect_not(regress_worse(REGRESS_REL_L2, 0.625, 0.625));
+    cr_expect(regress_worse(REGRESS_REL_L2, nextafter(0.625, 1.0), 0.625));
+    cr_expect_not(regress_worse(REGRESS_REL_L2, nextafter(0.625, 0.0), 0.625));
+    cr_expect(regress_worse(REGRESS_REL_L2, INFINITY, 0.625));
+    cr_expect_not(regress_worse(REGRESS_REL_L2, NAN, 0.625));
+}
+
+Test(regress, lower_is_worse_threshold_is_min_of_bound_and_relative_term)
+{
+    cr_expect(regress_metric_higher_is_worse(REGRESS_MEAN_ABS));
+    cr_expect_not(regress_metric_higher_is_worse(REGRESS_COS_SIM));
+    cr_expect_not(regress_metric_higher_is_worse(REGRESS_SQNR_DB));
+    /* cos_sim 0.5 * (1 - 0.25) = 0.375; with a bound 0.25 the min is 0.25. */
+    cr_expect_eq(regress_threshold(REGRESS_COS_SIM, 0.5, NAN, 0.25), 0.375);
+    cr_expect_eq(regress_threshold(REGRESS_COS_SIM, 0.5, 0.25, 0.25), 0.25);
+    cr_expect_eq(regress_threshold(REGRESS_COS_SIM, 0.5, 0.5, 0.25), 0.375);
+    /* A negative SQNR moves away from zero: -8 dB - |-8| * 0.25 = -10 dB. */
+    cr_expect_eq(regress_threshold(REGRESS_SQNR_DB, -8.0, NAN, 0.25), -10.0);
+    /* sqnr +inf (identical output) gives no relative term. */
+    cr_expect(isnan(regress_threshold(REGRESS_SQNR_DB, INFINITY, NAN, 0.25)));
+    cr_expect_not(regress_worse(REGRESS_COS_SIM, 0.375, 0.375));
+    cr_expect(regress_worse(REGRESS_COS_SIM, nextafter(0.375, 0.0), 0.375));
+    cr_expect_not(regress_worse(REGRESS_COS_SIM, 0.9, 0.375));  /* higher cosine is better */
+    cr_expect(regress_worse(REGRESS_SQNR_DB, -INFINITY, -10.0));
+}
+
+Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
+{
+    gate_config c = bare_config(0.25);
+    c.layer.metrics |= 1u << REGRESS_COS_SIM;
+    cr_assert_eq(gate_bound_set(&c.layer.abs[REGRESS_REL_L2], "fp8qkv", 0.75, NULL), PG_OK);
+    regress_layer_row base[5], run[4];
+    base[0] = row("a", 0, "bf16");  /* at the threshold exactly */
+    base[1] = row("a", 0, "fp8kv"); /* one ulp above */
+    base[2] = row("a", 1, "bf16");  /* NaN in the run */
+    base[3] = row("a", 1, "fp8kv"); /* missing from the run */
+    base[4] = row("a", 2, "bf16");  /* cosine drops */
+    for (int i = 0; i < 5; i++) {
+        base[i].m[REGRESS_REL_L2] = 0.5;
+        base[i].m[REGRESS_COS_SIM] = 0.5;
+    }
+    /* Given out of order: regress sorts by (capture, layer, variant). */
+    run[0] = base[1];
+    run[0].m[REGRESS_REL_L2] = nextafter(0.625, 1.0);
+    run[1] = base[0];
+    run[1].m[REGRESS_REL_L2] = 0.625;
+    run[2] = base[2];
+    run[2].m[REGRESS_REL_L2] = INFINITY;
+    run[2].m[REGRESS_COS_SIM] = NAN;
+    run[2].nonfinite = 3;
+    run[3] = base[4];
+    run[3].m[REGRESS_REL_L2] = 0.5;
+    run[3].m[REGRESS_COS_SIM] = nextafter(0.375, 0.0);
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_layers(run, 4, base, 5, 7, &c, &f, &err), PG_OK, "%s", err.msg);
+
+    const regress_flag *x = find(&f, REGRESS_SCOPE_LAYER, 0, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect_eq(x->threshold, 0.625);
+    cr_expect_eq(x->baseline_value, 0.5);
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    cr_expect(strstr(x->message, "a layer 0 fp8kv: rel_l2") != NULL, "%s", x->message);
+    cr_expect(strstr(x->message, "baseline run 7") != NULL, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", REGRESS_METRIC_NONFINITE);
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION);
+    cr_expect_eq(x->value, 3.0);
+    x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", "cos_sim");  /* NaN with NaN/Inf output */
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_LAYER, 1, "fp8kv", REGRESS_METRIC_PRESENT);
+    cr_expect_eq(x->verdict, REGRESS_ERROR);
+    cr_expect(strstr(x->message, "missing from this run") != NULL, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_LAYER, 2, "bf16", "cos_sim");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    cr_expect_eq(x->threshold, 0.375);
+    x = find(&f, REGRESS_SCOPE_LAYER, 2, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    /* Keys in order: 4 run keys x 3 flags + 1 missing key. */
+    cr_expect_eq(f.n, 13);
+    for (size_t i = 1; i < f.n; i++) cr_expect_geq(f.v[i].layer, f.v[i - 1].layer);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);  /* error outranks regression */
+    size_t counts[REGRESS_VERDICT_COUNT];
+    regress_count(&f, counts);
+    cr_expect_eq(counts[REGRESS_ERROR], 1);
+    cr_expect_eq(counts[REGRESS_REGRESSION], 5);
+    regress_flags_free(&f);
+
+    /* New keys (no baseline): the absolute bound only, else inconclusive;
+     * ~spec and ext: variants are checked like the modes. */
+    regress_layer_row nk[3] = {row("a", 0, "fp8qkv"), row("a", 0, "ext:trt"),
+                               row("a", 0, "fp8kv~spec")};
+    nk[0].m[REGRESS_REL_L2] = 0.75;  /* exactly at its bound */
+    nk[1].m[REGRESS_REL_L2] = 0.1;
+    nk[2].m[REGRESS_REL_L2] = 0.1;
+    regress_layer_row nb[1] = {row("a", 0, "fp8kv~spec")};
+    nb[0].m[REGRESS_REL_L2] = 0.05;
+    cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "rel_l2")->verdict, REGRESS_PASS);
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "rel_l2")->verdict,
+                 REGRESS_INCONCLUSIVE);
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv~spec", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.1 > 0.0625 */
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_REGRESSION);
+    regress_flags_free(&f);
+}
+
+Test(regress, a_key_twice_is_refused)
+{
+    gate_config c = bare_config(0.1);
+    regress_layer_row r[2] = {row("a", 0, "bf16"), row("a", 0, "bf16")};
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_expect_eq(regress_layers(r, 2, NULL, 0, 1, &c, &f, &err), PG_ERR_SHAPE);
+    cr_expect(strstr(err.msg, "a layer 0 bf16 twice") != NULL, "%s", err.msg);
+    regress_flags_free(&f);
+}
+
+Test(regress, mode_pairs_use_the_bound_and_the_ratio_to_bf16)
+{
+    gate_config c;
+    gate_config_default(&c);  /* abs bf16 1e-2, fp8kv 4e-2, fp8qkv 2e-2; ratio 16 */
+    regress_layer_row r[5] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
+                              row("a", 3, "fp8kv~spec"), row("a", 3, "ext:x")};
+    r[0].m[REGRESS_REL_L2] = 0.005;
+    r[1].m[REGRESS_REL_L2] = 16 * 0.005;                 /* exactly max(0.04, 16 x 0.005) */
+    r[2].m[REGRESS_REL_L2] = nextafter(16 * 0.005, 1.0); /* one ulp above */
+    r[3].m[REGRESS_REL_L2] = 0.9;                        /* not against the reference: skipped */
+    r[4].m[REGRESS_REL_L2] = 0.9;                        /* nothing configured: skipped */
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_mode_pairs(r, 5, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 3);
+    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS);
+    cr_expect_eq(x->threshold, GATE_DEFAULT_ABS_BF16);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect_eq(x->threshold, 16 * 0.005);
+    cr_expect_eq(x->baseline_value, 0.005);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    regress_flags_free(&f);
+
+    /* A small bf16 error leaves the absolute bound in charge; NaN/Inf fails. */
+    r[0].m[REGRESS_REL_L2] = 0.001;
+    r[1].m[REGRESS_REL_L2] = 0.041;
+    r[2].nonfinite = 1;
+    r[2].m[REGRESS_REL_L2] = INFINITY;
+    cr_assert_eq(regress_mode_pairs(r, 3, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    cr_expect_eq(x->threshold, GATE_DEFAULT_ABS_FP8KV);
+    cr_expect_eq(find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2")->verdict,
+                 REGRESS_REGRESSION);
+    regress_flags_free(&f);
+}
+
+Test(regress, effect_verdicts_at_their_boundaries)
+{
+    const double e = 0.05;
+    cr_expect_eq(regress_effect_verdict(-0.05, -0.08, -0.01, e), REGRESS_REGRESSION);
+    cr_expect_eq(regress_effect_verdict(nextafter(-0.05, 0), -0.08, -0.01, e),
+                 REGRESS_INCONCLUSIVE);  /* significant, smaller than min_effect, not within */
+    cr_expect_eq(regress_effect_verdict(-0.05, -0.08, 0.0, e), REGRESS_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(0.05, 0.01, 0.08, e), REGRESS_IMPROVEMENT);
+    cr_expect_eq(regress_effect_verdict(0.05, 0.0, 0.08, e), REGRESS_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(0.0, -0.05, 0.05, e), REGRESS_NO_CHANGE);
+    cr_expect_eq(regress_effect_verdict(0.0, nextafter(-0.05, -1), 0.05, e), REGRESS_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(-0.02, -0.04, -0.01, e), REGRESS_NO_CHANGE);
+    cr_expect_eq(regress_effect_verdict(NAN, -0.04, -0.01, e), REGRESS_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(0.0, NAN, NAN, e), REGRESS_INCONCLUSIVE);
+    /* The demo's numbers (tests/test_eval_cmd.c): fp8qkv - bf16 = -6/36 with the
+     * interval [-0.25, -0.0833]; fp8kv - bf16 = -2/36 with [-0.139, 0]. */
+    cr_expect_eq(regress_effect_verdict(-6.0 / 36, -0.25, -3.0 / 36, e), REGRESS_REGRESSION);
+    cr_expect_eq(regress_effect_verdict(-2.0 / 36, -5.0 / 36, 0.0, e), REGRESS_INCONCLUSIVE);
+}
+
+Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
+{
+    gate_config c;
+    gate_config_default(&c);
+    const regress_eval_pair pairs[1] = {
+        {"aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738}};
+    const regress_eval_score run[2] = {{"aime", "bf16", "medium", 12, 0.90, 0.04},
+                                       {"aime", "fp8qkv", "medium", 12, 0.75, 0.03}};
+    const regress_eval_score base[3] = {{"aime", "bf16", "medium", 12, 0.90, 0.04},
+                                        {"aime", "fp8qkv", "medium", 12, 0.90, 0.04},
+                                        {"aime", "fp8kv", "medium", 12, 0.80, 0.05}};
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_evals(pairs, 1, run, 2, base, 3, 4, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(f.n, 4);
+    cr_expect_str_eq(f.v[0].metric, "diff_vs_bf16");
+    cr_expect_str_eq(f.v[0].mode, "fp8qkv");
+    cr_expect_eq(f.v[0].verdict, REGRESS_REGRESSION);
+    cr_expect(strstr(f.v[0].message, "MDE 0.141") != NULL, "%s", f.v[0].message);
+    /* bf16 unchanged: d = 0, se = sqrt(2) 0.04, interval +-0.1109: inconclusive. */
+    cr_expect_str_eq(f.v[1].metric, REGRESS_METRIC_ACCURACY);
+    cr_expect_eq(f.v[1].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[1].message);
+    cr_expect_eq(f.v[1].baseline_value, 0.90);
+    /* fp8qkv: d = -0.15, se = sqrt(0.03^2 + 0.04^2) = 0.05, hi = -0.15 + 0.098 < 0. */
+    cr_expect_eq(f.v[2].verdict, REGRESS_REGRESSION, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "MDE 0.140") != NULL, "%s", f.v[2].message);  /* 2.8016 x 0.05 */
+    cr_expect(strstr(f.v[2].message, "[-0.248, -0.052]") != NULL, "%s", f.v[2].message);
+    /* fp8kv was scored in the baseline and is missing from the run. */
+    cr_expect_str_eq(f.v[3].mode, "fp8kv");
+    cr_expect_eq(f.v[3].verdict, REGRESS_ERROR);
+    regress_flags_free(&f);
+
+    /* "no change" states that it is not proof of equality. */
+    const regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02}};
+    cr_assert_eq(regress_evals(tight, 1, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[0].verdict, REGRESS_NO_CHANGE);
+    cr_expect(strstr(f.v[0].message, "not proof of equality") != NULL, "%s", f.v[0].message);
+    cr_expect(strstr(f.v[0].message, "MDE 0.020") != NULL, "%s", f.v[0].message);
+    regress_flags_free(&f);
+}
+
+/* Parses text as a config; returns the status and leaves the message in err. */
+static pg_status parse(const char *text, gate_config *c, pg_err *err)
+{
+    pg_err_clear(err);
+    return gate_config_parse(text, "g.json", c, err);
+}
+
+Test(regress, config_defaults_merge_and_removal)
+{
+    gate_config c;
+    pg_err err = {0};
+    cr_assert_eq(parse("{}", &c, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(c.layer.rel_tol, GATE_DEFAULT_REL_TOL);
+    cr_expect_eq(c.layer.metrics, GATE_DEFAULT_LAYER_METRICS);
+    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv"), 4e-2);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.abs, "fp8qkv"), 2e-2);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), GATE_DEFAULT_PAIR_RATIO);
+    cr_expect_eq(c.eval.min_effect, 0.05);
+    cr_assert_eq(parse("{\"layer\": {\"rel_tol\": 0.2, \"metrics\": [\"cos_sim\", \"max_abs\"],"
+                       " \"abs\": {\"fp8kv\": 0.08, \"bf16\": null, \"ext:trt\": 0.1},"
+                       " \"metric_abs\": {\"p99_abs\": {\"fp8kv~spec\": 0.5}}},"
+                       " \"mode_pair\": {\"ratio\": {\"fp8qkv\": null}},"
+                       " \"eval\": {\"min_effect\": 0}}", &c, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(c.layer.rel_tol, 0.2);
+    cr_expect_eq(c.layer.metrics, (1u << REGRESS_COS_SIM) | (1u << REGRESS_MAX_ABS));
+    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv"), 0.08);
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "bf16")));
+    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv"), 2e-2);  /* kept */
+    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "ext:trt"), 0.1);
+    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_P99_ABS], "fp8kv~spec"), 0.5);
+    cr_expect(isnan(gate_bound_find(&c.mode_pair.ratio, "fp8qkv")));
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), GATE_DEFAULT_PAIR_RATIO);
+    cr_expect_eq(c.eval.min_effect, 0.0);
+}
+
+Test(regress, config_errors_name_the_key_or_path)
+{
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        {"{\"layr\": {}}", "g.json: layr: unknown key (expected layer, mode_pair, eval)"},
+        {"{\"layer\": {\"tolerance\": 1}}", "g.json: layer.tolerance: unknown key"},
+        {"{\"layer\": {\"abs\": {\"fp8kv\": \"4e-2\"}}}",
+         "g.json: layer.abs.fp8kv: expected a number >= 0 or null"},
+        {"{\"layer\": {\"abs\": {\"fp8kv\": -1}}}", "layer.abs.fp8kv: expected a number >= 0"},
+        {"{\"layer\": {\"abs\": {\"fp9\": 1}}}", "layer.abs.fp9: unknown variant"},
+        {"{\"layer\": {\"abs\": {\"ext:\": 1}}}", "layer.abs.ext:: unknown variant"},
+        {"{\"layer\": {\"abs\": []}}", "layer.abs: expected an object"},
+        {"{\"layer\": {\"rel_tol\": true}}", "layer.rel_tol: expected a number >= 0"},
+        {"{\"layer\": {\"metrics\": [\"rel_l2\", \"l3\"]}}", "layer.metrics[1]: expected one of"},
+        {"{\"layer\": {\"metrics\": \"rel_l2\"}}", "layer.metrics: expected an array"},
+        {"{\"layer\": {\"metric_abs\": {\"rel_l2\": {}}}}", "layer.metric_abs.rel_l2: rel_l2's"},
+        {"{\"layer\": {\"metric_abs\": {\"p99_abs\": {\"bf16\": null, \"x\": 1}}}}",
+         "layer.metric_abs.p99_abs.x: unknown variant"},
+        {"{\"mode_pair\": {\"ratio\": {\"bf16\": 2}}}", "mode_pair.ratio.bf16: bf16 is the reference"},
+        {"{\"mode_pair\": {\"abs\": {\"fp8kv~spec\": 2}}}", "mode_pair.abs.fp8kv~spec: a ~spec"},
+        {"{\"eval\": {\"min_effect\": 2}}", "eval.min_effect: expected a number in [0, 1]"},
+        {"{\"eval\": {\"min_effect\": 0.1, \"min_effect\": 0.2}}", "eval.min_effect: duplicate key"},
+        {"[1]", "g.json: (top level): expected an object"},
+        {"{\"layer\": {}", "g.json: not valid JSON"},
+        {"{} {}", "g.json: not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gate_config c;
+        pg_err err = {0};
+        cr_expect_eq(parse(cases[i].json, &c, &err), PG_ERR_FORMAT, "%s", cases[i].json);
+        cr_expect(strstr(err.msg, cases[i].want) != NULL, "%s: got '%s', want '%s'", cases[i].json,
+                  err.msg, cases[i].want);
+    }
+}
+
+/* Runs python3's minidom on path; returns its output, or NULL without python3. */
+static char *minidom_summary(const char *path)
+{
+    if (system("command -v python3 >/dev/null 2>&1") != 0) return NULL;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import xml.dom.minidom,sys; d=xml.dom.minidom.parse(sys.argv[1]); "
+             "print(\" \".join(s.getAttribute(\"name\")+\"=\"+s.getAttribute(\"tests\")+\"/\"+"
+             "s.getAttribute(\"failures\")+\"/\"+s.getAttribute(\"errors\") for s in "
+             "d.getElementsByTagName(\"testsuite\"))); "
+             "print(d.getElementsByTagName(\"failure\")[0].getAttribute(\"message\"))' '%s' 2>&1",
+             path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char *buf = calloc(1, 4096);
+    cr_assert_not_null(buf);
+    size_t n = fread(buf, 1, 4095, p);
+    buf[n] = '\0';
+    cr_assert_eq(pclose(p), 0, "minidom refused %s: %s", path, buf);
+    return buf;
+}
+
+Test(regress, junit_escapes_everything_and_is_well_formed)
+{
+    char *dir = tu_tempdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/r.xml", dir);
+    gate_config c = bare_config(0.25);
+    /* A capture name with every XML special, a control byte and bad UTF-8. */
+    const char *nasty = "c&<>\"'\x01\xff\xc3\xa9.st";
+    regress_layer_row base[2] = {row(nasty, 0, "fp8kv"), row(nasty, 1, "fp8kv")};
+    base[0].m[REGRESS_REL_L2] = base[1].m[REGRESS_REL_L2] = 0.5;
+    regress_layer_row run[1] = {base[0]};
+    run[0].m[REGRESS_REL_L2] = 0.7;
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_layers(run, 1, base, 2, 1, &c, &f, &err), PG_OK, "%s", err.msg);
+    const regress_eval_pair pairs[1] = {{"e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1}};
+    cr_assert_eq(regress_evals(pairs, 1, NULL, 0, NULL, 0, 1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(junit_write(path, 2, 1, &f, &err), PG_OK, "%s", err.msg);
+
+    FILE *in = fopen(path, "rb");
+    cr_assert_not_null(in);
+    char text[16384];
+    const size_t n = fread(text, 1, sizeof text - 1, in);
+    fclose(in);
+    text[n] = '\0';
+    cr_expect(strstr(text, "c&amp;&lt;&gt;&quot;&apos;??\xc3\xa9.st layer 0 fp8kv") != NULL, "%s", text);
+    cr_expect(strstr(text, "\x01") == NULL && strstr(text, "\xff") == NULL);
+    cr_expect(strstr(text, "<testsuites name=\"precgate gate run 2\" tests=\"3\" failures=\"2\" "
+                           "errors=\"1\">") != NULL, "%s", text);
+    char *summary = minidom_summary(path);
+    if (summary == NULL) {
+        cr_log_warn("python3 not found: the JUnit file's well-formedness is not checked");
+    } else {
+        cr_expect(strstr(summary, "layer=2/1/1 mode_pair=0/0/0 eval=1/1/0") != NULL, "%s", summary);
+        cr_expect(strstr(summary, "rel_l2 0.7 > threshold 0.625") != NULL, "%s", summary);
+        free(summary);
+    }
+    /* No temporary file is left beside it. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "test \"$(ls '%s' | wc -l)\" -eq 1", dir);
+    cr_expect_eq(system(cmd), 0, "a temporary file was left in %s", dir);
+
+    /* An unwritable place is PG_ERR_IO naming the path. */
+    snprintf(path, sizeof path, "%s/no/such/dir/r.xml", dir);
+    pg_err_clear(&err);
+    cr_expect_eq(junit_write(path, 2, 1, &f, &err), PG_ERR_IO);
+    cr_expect(strstr(err.msg, path) != NULL, "%s", err.msg);
+    regress_flags_free(&f);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+    free(dir);
+}
