@@ -1,0 +1,154 @@
+/* cmd_diff.c: `precgate diff`: per-layer and end-task deltas, two runs or two modes of one run. */
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../reports/diff.h"
+#include "../reports/term.h"
+#include "cli.h"
+
+/* Longest --modes value kept (two mode names and a comma). */
+#define DIFF_MODES_MAX 256
+
+const char cmd_diff_usage[] =
+    "usage: precgate diff RUN_A RUN_B [--metric NAME] [--db PATH] [--json]\n"
+    "       precgate diff --run N --modes MODE,BASE [--metric NAME] [--db PATH] [--json]\n\n"
+    "Compares two runs, or two precision modes of one run. A is the baseline and B the\n"
+    "candidate: RUN_A against RUN_B, or BASE (A) against MODE (B) in run N, the way the\n"
+    "eval's paired rows read (MODE - BASE, e.g. --modes fp8kv,bf16).\n\n"
+    "Layers: each whole-layer value of the metric in A and B, B-A and B/A, worst first\n"
+    "(largest relative growth of the error: B/A for error metrics, (1-cos B)/(1-cos A)\n"
+    "for cos_sim, the drop in dB for sqnr_db). Two runs are matched on capture, layer and\n"
+    "variant (runs of one capture each are matched by layer even when the capture paths\n"
+    "differ); two modes on capture, layer and backend. A layer found on one side only is\n"
+    "listed as such. On a terminal, worse is red and better green (NO_COLOR turns colour\n"
+    "off).\n\n"
+    "End task, when the runs have eval_scores: accuracy in A and B per eval, effort and\n"
+    "mode, B-A and a 95% interval: for two runs (B-A) +/- 1.96*sqrt(seA^2 + seB^2), which\n"
+    "assumes the runs are independent; for two modes the stored paired interval, and the\n"
+    "stored eval_pairs rows themselves.\n\n"
+    "  --metric NAME   rel_l2 (default), max_abs, mean_abs, p99_abs, cos_sim, sqnr_db,\n"
+    "                  nan_count or inf_count\n"
+    "  --run N         the run whose modes --modes compares\n"
+    "  --modes M,BASE  the candidate mode and its baseline\n"
+    "  --db PATH       database (default $PRECGATE_DB, else ./precgate.db); never created\n"
+    "  --json          one JSON array of objects (\"type\": \"layer\", \"eval\" or\n"
+    "                  \"eval_pair\"); a NaN or infinite number is null, with a sibling\n"
+    "                  \"<field>_nonfinite\": \"nan\", \"inf\" or \"-inf\"\n\n"
+    "exit status: 0 success; 1 failure (no such run, nothing to compare, database error);\n"
+    "2 usage error.\n";
+
+/* Parsed command line. */
+typedef struct diff_args {
+    long run_a, run_b, run;
+    const char *metric, *db;
+    char mode_b[DIFF_MODES_MAX], mode_a[DIFF_MODES_MAX];  /* --modes MODE,BASE */
+    int have_modes, json;
+} diff_args;
+
+/* Splits --modes MODE,BASE into a->mode_b (MODE) and a->mode_a (BASE). */
+static pg_status parse_modes(const char *v, diff_args *a, pg_err *err)
+{
+    const char *comma = strchr(v, ',');
+    if (comma == NULL || strchr(comma + 1, ',') != NULL || comma == v || comma[1] == '\0')
+        return pg_fail(err, PG_ERR_USAGE,
+                       "diff: --modes '%s' must be two modes, MODE,BASE (e.g. fp8kv,bf16)", v);
+    const size_t n = (size_t)(comma - v);
+    if (n >= sizeof a->mode_b || strlen(comma + 1) >= sizeof a->mode_a)
+        return pg_fail(err, PG_ERR_USAGE, "diff: --modes '%s' is too long", v);
+    memcpy(a->mode_b, v, n);
+    a->mode_b[n] = '\0';
+    snprintf(a->mode_a, sizeof a->mode_a, "%s", comma + 1);
+    if (strcmp(a->mode_a, a->mode_b) == 0)
+        return pg_fail(err, PG_ERR_USAGE, "diff: --modes names '%s' twice", a->mode_a);
+    a->have_modes = 1;
+    return PG_OK;
+}
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or mixed. */
+static pg_status diff_parse(int argc, char **argv, diff_args *a, pg_err *err)
+{
+    enum { O_METRIC = 256, O_RUN, O_MODES, O_DB, O_JSON };
+    static const struct option opts[] = {
+        {"metric", required_argument, NULL, O_METRIC},
+        {"run", required_argument, NULL, O_RUN},
+        {"modes", required_argument, NULL, O_MODES},
+        {"db", required_argument, NULL, O_DB},
+        {"json", no_argument, NULL, O_JSON},
+        {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof *a);
+    a->metric = DIFF_DEFAULT_METRIC;
+    a->run = -1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    pg_status st = PG_OK;
+    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case O_METRIC: a->metric = optarg; break;
+        case O_RUN: st = cli_parse_int("--run", optarg, 1, LONG_MAX, &a->run, err); break;
+        case O_MODES: st = parse_modes(optarg, a, err); break;
+        case O_DB: a->db = optarg; break;
+        case O_JSON: a->json = 1; break;
+        case ':': return pg_fail(err, PG_ERR_USAGE, "diff: %s requires a value", argv[optind - 1]);
+        default:
+            return pg_fail(err, PG_ERR_USAGE,
+                           "diff: unknown option '%s' (see precgate diff --help)", argv[optind - 1]);
+        }
+    }
+    if (st != PG_OK) return st;
+    const diff_metric *m = NULL;
+    if (diff_metric_parse("diff", a->metric, &m, err) != PG_OK) return err->code;
+    const int positional = argc - optind;
+    if (a->run >= 0 || a->have_modes) {
+        if (positional > 0)
+            return pg_fail(err, PG_ERR_USAGE,
+                           "diff: give RUN_A RUN_B or --run N --modes MODE,BASE, not both");
+        if (a->run < 0) return pg_fail(err, PG_ERR_USAGE, "diff: --modes needs --run N");
+        if (!a->have_modes)
+            return pg_fail(err, PG_ERR_USAGE, "diff: --run needs --modes MODE,BASE");
+        a->run_a = a->run_b = a->run;
+        return PG_OK;
+    }
+    if (positional != 2)
+        return pg_fail(err, PG_ERR_USAGE,
+                       "diff: give two runs, RUN_A RUN_B, or --run N --modes MODE,BASE");
+    if (cli_parse_int("RUN_A", argv[optind], 1, LONG_MAX, &a->run_a, err) != PG_OK ||
+        cli_parse_int("RUN_B", argv[optind + 1], 1, LONG_MAX, &a->run_b, err) != PG_OK)
+        return err->code;
+    return PG_OK;
+}
+
+int cmd_diff(int argc, char **argv)
+{
+    pg_err err = {0};
+    diff_args a;
+    if (diff_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
+    const char *db_path = cli_db_path(a.db);
+    pg_store *store = NULL;
+    if (report_store_open_existing(db_path, &store, &err) != PG_OK) return cli_report(&err);
+    const diff_request req = {a.run_a, a.run_b, a.have_modes ? a.mode_a : NULL,
+                              a.have_modes ? a.mode_b : NULL, diff_metric_find(a.metric), db_path};
+    diff_result *r = NULL;
+    pg_status st = diff_compute(store, &req, &r, &err);
+    if (st == PG_OK && r->n_layers == 0 && r->n_evals == 0 && r->n_pairs == 0) {
+        if (a.have_modes)
+            st = pg_fail(&err, PG_ERR_DB,
+                         "diff: nothing to compare: run %ld has no layer metrics or eval scores "
+                         "for mode '%s' or '%s'", a.run, a.mode_b, a.mode_a);
+        else
+            st = pg_fail(&err, PG_ERR_DB,
+                         "diff: nothing to compare: runs %ld and %ld have no layer metrics or "
+                         "eval scores", a.run_a, a.run_b);
+    }
+    if (st == PG_OK) {
+        if (a.json) st = diff_print_json(r, stdout, &err);
+        else diff_print_table(r, stdout, term_use_colour(stdout));
+    }
+    diff_result_free(r);
+    store_close(store);
+    return st == PG_OK ? 0 : cli_report(&err);
+}

@@ -1,0 +1,329 @@
+/* cmd_history.c: `precgate history`: one layer metric over the complete runs, newest last. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../reports/diff.h"
+#include "../reports/term.h"
+#include "cli.h"
+
+/* The variant followed when --variant is not given. */
+#define HISTORY_DEFAULT_VARIANT "fp8kv"
+/* Length of the query with the metric's column spelled in. */
+#define HISTORY_SQL_MAX 1024
+/* Size of one formatted cell. */
+#define HISTORY_CELL_MAX 256
+/* Longest run field kept (times, git revision). */
+#define HISTORY_FIELD_MAX 64
+/* Characters of an ISO 8601 time shown: "YYYY-MM-DDTHH:MM:SS". */
+#define HISTORY_TIME_CHARS 19
+/* Column widths. */
+#define HISTORY_ID_WIDTH 5
+#define HISTORY_TIME_WIDTH 19
+#define HISTORY_GIT_WIDTH 12
+#define HISTORY_N_WIDTH 6
+#define HISTORY_VALUE_WIDTH 13
+#define HISTORY_LAYER_WIDTH 5
+
+const char cmd_history_usage[] =
+    "usage: precgate history [--variant V] [--metric NAME] [--layer L] [--label TEXT]\n"
+    "                        [--capture PATH] [--backend cpu|cuda] [--db PATH] [--json]\n\n"
+    "Follows one whole-layer metric of one variant over the complete runs, oldest first and\n"
+    "newest last, one line per run with its id, start time (UTC) and git revision. With\n"
+    "--layer, that layer's value; without, the worst over the run's layers (max for the\n"
+    "error metrics and counts, min for cos_sim and sqnr_db; an undefined value, a cosine\n"
+    "stored as NULL, counts as worst), the layer it is in, and the mean over layers.\n"
+    "Runs without a matching row are left out.\n\n"
+    "  --variant V     bf16, fp8kv (default), fp8qkv, MODE~spec or ext:NAME\n"
+    "  --metric NAME   rel_l2 (default), max_abs, mean_abs, p99_abs, cos_sim, sqnr_db,\n"
+    "                  nan_count or inf_count\n"
+    "  --layer L       one layer\n"
+    "  --label TEXT    only runs with exactly this label (e.g. nightly)\n"
+    "  --capture PATH  only this capture (as stored: the --capture given to run)\n"
+    "  --backend B     only rows computed on cpu or cuda\n"
+    "  --db PATH       database (default $PRECGATE_DB, else ./precgate.db); never created\n"
+    "  --json          a JSON array, one object per run, oldest first; a NaN or infinite\n"
+    "                  number is null with \"<field>_nonfinite\": \"nan\", \"inf\" or \"-inf\"\n\n"
+    "exit status: 0 success (also when no run matches); 1 failure; 2 usage error.\n";
+
+/* Parsed command line. */
+typedef struct history_args {
+    const char *variant, *metric_name, *label, *capture, *backend, *db;
+    const diff_metric *metric;
+    long layer;  /* -1: every layer */
+    int json;
+} history_args;
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown or invalid. */
+static pg_status history_parse(int argc, char **argv, history_args *a, pg_err *err)
+{
+    enum { O_VARIANT = 256, O_METRIC, O_LAYER, O_LABEL, O_CAPTURE, O_BACKEND, O_DB, O_JSON };
+    static const struct option opts[] = {
+        {"variant", required_argument, NULL, O_VARIANT},
+        {"metric", required_argument, NULL, O_METRIC},
+        {"layer", required_argument, NULL, O_LAYER},
+        {"label", required_argument, NULL, O_LABEL},
+        {"capture", required_argument, NULL, O_CAPTURE},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"db", required_argument, NULL, O_DB},
+        {"json", no_argument, NULL, O_JSON},
+        {NULL, 0, NULL, 0},
+    };
+    *a = (history_args){.variant = HISTORY_DEFAULT_VARIANT, .metric_name = DIFF_DEFAULT_METRIC,
+                        .layer = -1};
+    optind = 1;
+    opterr = 0;
+    int c;
+    pg_status st = PG_OK;
+    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case O_VARIANT: a->variant = optarg; break;
+        case O_METRIC: a->metric_name = optarg; break;
+        case O_LAYER: st = cli_parse_int("--layer", optarg, 0, INT_MAX, &a->layer, err); break;
+        case O_LABEL: a->label = optarg; break;
+        case O_CAPTURE: a->capture = optarg; break;
+        case O_BACKEND: a->backend = optarg; break;
+        case O_DB: a->db = optarg; break;
+        case O_JSON: a->json = 1; break;
+        case ':':
+            return pg_fail(err, PG_ERR_USAGE, "history: %s requires a value", argv[optind - 1]);
+        default:
+            return pg_fail(err, PG_ERR_USAGE,
+                           "history: unknown option '%s' (see precgate history --help)",
+                           argv[optind - 1]);
+        }
+    }
+    if (st != PG_OK) return st;
+    if (optind < argc)
+        return pg_fail(err, PG_ERR_USAGE, "history: unexpected argument '%s'", argv[optind]);
+    if (diff_metric_parse("history", a->metric_name, &a->metric, err) != PG_OK ||
+        diff_variant_check("history", "--variant", a->variant, err) != PG_OK)
+        return err->code;
+    if (a->backend != NULL && strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "cuda") != 0)
+        return pg_fail(err, PG_ERR_USAGE, "history: --backend '%s' is not cpu or cuda", a->backend);
+    return PG_OK;
+}
+
+/* One run's matching rows, folded. */
+typedef struct history_point {
+    long long id;
+    char started_at[HISTORY_FIELD_MAX], git_rev[HISTORY_FIELD_MAX];
+    char *label;        /* malloc'd; NULL when none */
+    long n;             /* rows folded */
+    double sum;         /* of the values (NaN once one is NaN) */
+    double worst;       /* NaN when a value was NaN */
+    int worst_layer;
+} history_point;
+
+/* 1 when v is worse than w under metric m (an undefined v is worst). */
+static int is_worse(const diff_metric *m, double v, double w)
+{
+    if (isnan(w)) return 0;
+    if (isnan(v)) return 1;
+    return diff_metric_higher_is_better(m) ? v < w : v > w;
+}
+
+/* Prints the header line and the column titles. */
+static void print_header(const history_args *a, FILE *out)
+{
+    char v[HISTORY_CELL_MAX], filt[3 * HISTORY_CELL_MAX] = "";
+    term_fit(v, sizeof v, a->variant, 0, 0);
+    fprintf(out, "%s %s", v, a->metric->name);
+    if (a->layer >= 0) fprintf(out, " of layer %ld", a->layer);
+    else fprintf(out, ", worst (%s) and mean over layers",
+                 diff_metric_higher_is_better(a->metric) ? "min" : "max");
+    size_t at = 0;
+    char f[HISTORY_CELL_MAX];
+    if (a->label != NULL) {
+        term_fit(f, sizeof f, a->label, 0, 0);
+        at += (size_t)snprintf(filt + at, sizeof filt - at, ", label %s", f);
+    }
+    if (a->capture != NULL && at < sizeof filt) {
+        term_fit(f, sizeof f, a->capture, 0, 0);
+        at += (size_t)snprintf(filt + at, sizeof filt - at, ", capture %s", f);
+    }
+    if (a->backend != NULL && at < sizeof filt)
+        snprintf(filt + at, sizeof filt - at, ", backend %s", a->backend);
+    fprintf(out, " (whole layer; complete runs%s), newest last\n", filt);
+    fprintf(out, "%*s  ", HISTORY_ID_WIDTH, "run");
+    term_cell(out, NULL, -HISTORY_TIME_WIDTH, "started (UTC)");
+    fputs("  ", out);
+    term_cell(out, NULL, -HISTORY_GIT_WIDTH, "git rev");
+    if (a->layer >= 0) {
+        term_cell(out, NULL, HISTORY_VALUE_WIDTH, "value");
+    } else {
+        term_cell(out, NULL, HISTORY_N_WIDTH, "layers");
+        term_cell(out, NULL, HISTORY_VALUE_WIDTH, "worst");
+        term_cell(out, NULL, HISTORY_LAYER_WIDTH + 1, "layer");
+        term_cell(out, NULL, HISTORY_VALUE_WIDTH, "mean");
+    }
+    fputc('\n', out);
+}
+
+/* Formats v with the metric's format; "nan" for any NaN. */
+static void fmt_value(char *buf, size_t len, const diff_metric *m, double v)
+{
+    if (isnan(v)) snprintf(buf, len, "nan");
+    else snprintf(buf, len, m->value_fmt, v);
+}
+
+/* Prints one run's line. */
+static void print_point(const history_args *a, const history_point *p, FILE *out)
+{
+    char when[HISTORY_FIELD_MAX], git[HISTORY_CELL_MAX], w[HISTORY_CELL_MAX],
+        mean[HISTORY_CELL_MAX];
+    snprintf(when, sizeof when, "%.*s", HISTORY_TIME_CHARS, p->started_at);
+    char *t = strchr(when, 'T');
+    if (t != NULL) *t = ' ';
+    term_fit(git, sizeof git, p->git_rev[0] != '\0' ? p->git_rev : "-", HISTORY_GIT_WIDTH, 0);
+    fmt_value(w, sizeof w, a->metric, p->worst);
+    fmt_value(mean, sizeof mean, a->metric, p->sum / (double)p->n);
+    fprintf(out, "%*lld  ", HISTORY_ID_WIDTH, p->id);
+    term_cell(out, NULL, -HISTORY_TIME_WIDTH, when);
+    fputs("  ", out);
+    term_cell(out, NULL, -HISTORY_GIT_WIDTH, git);
+    if (a->layer >= 0) {
+        term_cell(out, NULL, HISTORY_VALUE_WIDTH, w);
+        if (p->n > 1)
+            fprintf(out, "  (worst of %ld rows: several captures or backends; --capture or "
+                         "--backend picks one)", p->n);
+    } else {
+        fprintf(out, "%*ld", HISTORY_N_WIDTH, p->n);
+        term_cell(out, NULL, HISTORY_VALUE_WIDTH, w);
+        fprintf(out, " %*d", HISTORY_LAYER_WIDTH, p->worst_layer);
+        term_cell(out, NULL, HISTORY_VALUE_WIDTH, mean);
+    }
+    fputc('\n', out);
+}
+
+/* Adds one run's object to arr; 0 when out of memory. */
+static int point_json(const history_args *a, const history_point *p, cJSON *arr)
+{
+    cJSON *o = cJSON_CreateObject();
+    int ok = o != NULL && cJSON_AddNumberToObject(o, "run_id", (double)p->id) != NULL &&
+             cJSON_AddStringToObject(o, "started_at", p->started_at) != NULL &&
+             (p->git_rev[0] != '\0' ? cJSON_AddStringToObject(o, "git_rev", p->git_rev)
+                                    : cJSON_AddNullToObject(o, "git_rev")) != NULL &&
+             (p->label != NULL ? cJSON_AddStringToObject(o, "label", p->label)
+                               : cJSON_AddNullToObject(o, "label")) != NULL &&
+             cJSON_AddStringToObject(o, "variant", a->variant) != NULL &&
+             cJSON_AddStringToObject(o, "metric", a->metric->name) != NULL &&
+             cJSON_AddNumberToObject(o, "n_rows", (double)p->n) != NULL;
+    if (ok && a->layer >= 0)
+        ok = cJSON_AddNumberToObject(o, "layer", (double)a->layer) != NULL &&
+             report_json_number(o, "value", p->worst);
+    else if (ok)
+        ok = report_json_number(o, "worst", p->worst) &&
+             cJSON_AddNumberToObject(o, "worst_layer", p->worst_layer) != NULL &&
+             report_json_number(o, "mean", p->sum / (double)p->n);
+    if (ok && cJSON_AddItemToArray(arr, o)) return 1;
+    cJSON_Delete(o);
+    return 0;
+}
+
+/* Emits p (a table line or a JSON object) and frees its label. */
+static int flush_point(const history_args *a, history_point *p, cJSON *arr, FILE *out)
+{
+    int ok = 1;
+    if (arr != NULL) ok = point_json(a, p, arr);
+    else print_point(a, p, out);
+    free(p->label);
+    p->label = NULL;
+    return ok;
+}
+
+/* Reads the matching rows, run by run (oldest first), and prints them. */
+static pg_status history(pg_store *s, const history_args *a, FILE *out, pg_err *err)
+{
+    char sql[HISTORY_SQL_MAX];
+    /* The column is a->metric->name, from the fixed table in reports/diff.c. */
+    snprintf(sql, sizeof sql,
+             "SELECT r.id, r.started_at, r.git_rev, r.label, lm.layer, lm.%s "
+             "FROM runs r JOIN layer_metrics lm ON lm.run_id = r.id "
+             "WHERE r.status = 'complete' AND lm.head = -1 AND lm.variant = ?1 "
+             "AND (?2 IS NULL OR r.label = ?2) AND (?3 IS NULL OR lm.capture = ?3) "
+             "AND (?4 IS NULL OR lm.backend = ?4) AND (?5 IS NULL OR lm.layer = ?5) "
+             "ORDER BY r.started_at, r.id, lm.capture, lm.layer, lm.backend",
+             a->metric->name);
+    sqlite3 *db = store_handle(s);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return pg_fail(err, PG_ERR_DB, "history: cannot prepare query: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, a->variant, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, a->label, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, a->capture, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, a->backend, -1, SQLITE_STATIC);
+    if (a->layer >= 0) sqlite3_bind_int64(st, 5, a->layer);
+    else sqlite3_bind_null(st, 5);
+    cJSON *arr = a->json ? cJSON_CreateArray() : NULL;
+    pg_status rc = a->json && arr == NULL ? pg_fail(err, PG_ERR_NOMEM, "history: out of memory")
+                                          : PG_OK;
+    history_point p = {.id = -1};
+    long runs = 0;
+    int step = SQLITE_DONE;
+    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        const long long id = sqlite3_column_int64(st, 0);
+        const int layer = sqlite3_column_int(st, 4);
+        const double v = sqlite3_column_type(st, 5) == SQLITE_NULL ? NAN
+                                                                    : sqlite3_column_double(st, 5);
+        if (id != p.id) {
+            if (runs == 0 && !a->json) print_header(a, out);
+            if (p.id >= 0 && !flush_point(a, &p, arr, out)) {
+                rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
+                break;
+            }
+            runs++;
+            p = (history_point){.id = id, .worst = v, .worst_layer = layer};
+            const char *t = (const char *)sqlite3_column_text(st, 1);
+            snprintf(p.started_at, sizeof p.started_at, "%s", t != NULL ? t : "");
+            t = (const char *)sqlite3_column_text(st, 2);
+            snprintf(p.git_rev, sizeof p.git_rev, "%s", t != NULL ? t : "");
+            t = (const char *)sqlite3_column_text(st, 3);
+            if (t != NULL && (p.label = strdup(t)) == NULL) {
+                rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
+                break;
+            }
+        } else if (is_worse(a->metric, v, p.worst)) {
+            p.worst = v;
+            p.worst_layer = layer;
+        }
+        p.n++;
+        p.sum += v;
+    }
+    if (rc == PG_OK && step != SQLITE_DONE)
+        rc = pg_fail(err, PG_ERR_DB, "history: reading layer_metrics: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    if (rc == PG_OK && p.id >= 0 && !flush_point(a, &p, arr, out))
+        rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
+    free(p.label);
+    if (rc == PG_OK && a->json) {
+        char *text = cJSON_Print(arr);
+        if (text == NULL) rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
+        else fprintf(out, "%s\n", text);
+        free(text);
+    } else if (rc == PG_OK && runs == 0) {
+        char v[HISTORY_CELL_MAX];
+        term_fit(v, sizeof v, a->variant, 0, 0);
+        fprintf(out, "no complete run has %s %s rows matching the filters\n", v, a->metric->name);
+    }
+    cJSON_Delete(arr);
+    return rc;
+}
+
+int cmd_history(int argc, char **argv)
+{
+    pg_err err = {0};
+    history_args a;
+    if (history_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
+    pg_store *store = NULL;
+    if (report_store_open_existing(cli_db_path(a.db), &store, &err) != PG_OK)
+        return cli_report(&err);
+    const pg_status st = history(store, &a, stdout, &err);
+    store_close(store);
+    return st == PG_OK ? 0 : cli_report(&err);
+}

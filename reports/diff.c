@@ -1,0 +1,1072 @@
+/* diff.c: per-layer and end-task deltas between two runs or two modes (see diff.h). */
+#include "diff.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "term.h"
+
+/* Table widths (columns of the terminal). */
+#define DIFF_CAPTURE_WIDTH 32
+#define DIFF_VARIANT_WIDTH 18
+#define DIFF_VALUE_WIDTH 13
+#define DIFF_RATIO_WIDTH 9
+#define DIFF_EVAL_WIDTH 20
+#define DIFF_EFFORT_WIDTH 8
+#define DIFF_ACC_WIDTH 8
+#define DIFF_EVAL_DELTA_WIDTH 10
+#define DIFF_CI_WIDTH 20
+#define DIFF_LABEL_WIDTH 40
+/* Size of a formatted cell's buffer (a fitted field may hold 4 bytes per code point). */
+#define DIFF_CELL_MAX 256
+/* Length of a SELECT built with a metric's column name spelled in. */
+#define DIFF_SQL_MAX 512
+/* Characters of an ISO 8601 time shown: "YYYY-MM-DDTHH:MM:SS". */
+#define DIFF_TIME_CHARS 19
+/* Decibels per factor 10 of power. */
+#define DIFF_DB_PER_DECADE 10.0
+/* Initial capacity of a growing array. */
+#define DIFF_INITIAL_CAP 16
+
+const diff_metric diff_metrics[] = {
+    {"rel_l2", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
+    {"max_abs", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
+    {"mean_abs", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
+    {"p99_abs", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
+    {"cos_sim", DIFF_METRIC_COSINE, "%.9f", "%+.3e"},
+    {"sqnr_db", DIFF_METRIC_DB, "%.3f", "%+.3f"},
+    {"nan_count", DIFF_METRIC_ERROR, "%.0f", "%+.0f"},
+    {"inf_count", DIFF_METRIC_ERROR, "%.0f", "%+.0f"},
+    {NULL, DIFF_METRIC_ERROR, NULL, NULL},
+};
+
+/* The modes a variant name may carry (layer_metrics' CHECK). */
+static const char *const diff_modes[] = {"bf16", "fp8kv", "fp8qkv", NULL};
+/* Suffix of a GPU mode checked against the CPU specification. */
+#define DIFF_SPEC_SUFFIX "~spec"
+/* Prefix of an external implementation's output. */
+#define DIFF_EXT_PREFIX "ext:"
+
+int diff_metric_higher_is_better(const diff_metric *m)
+{
+    return m != NULL && m->kind != DIFF_METRIC_ERROR;
+}
+
+const diff_metric *diff_metric_find(const char *name)
+{
+    if (name == NULL) return NULL;
+    for (const diff_metric *m = diff_metrics; m->name != NULL; m++)
+        if (strcmp(m->name, name) == 0) return m;
+    return NULL;
+}
+
+pg_status diff_metric_parse(const char *cmd, const char *name, const diff_metric **out,
+                            pg_err *err)
+{
+    *out = diff_metric_find(name);
+    if (*out != NULL) return PG_OK;
+    char list[DIFF_SQL_MAX] = "";
+    size_t at = 0;
+    for (const diff_metric *m = diff_metrics; m->name != NULL && at < sizeof list; m++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at > 0 ? ", " : "", m->name);
+    return pg_fail(err, PG_ERR_USAGE, "%s: --metric '%s' is not a metric (one of: %s)", cmd,
+                   name != NULL ? name : "", list);
+}
+
+/* 1 when v is one of diff_modes. */
+static int is_mode(const char *v, size_t len)
+{
+    for (const char *const *m = diff_modes; *m != NULL; m++)
+        if (strlen(*m) == len && strncmp(*m, v, len) == 0) return 1;
+    return 0;
+}
+
+pg_status diff_variant_check(const char *cmd, const char *opt, const char *variant, pg_err *err)
+{
+    const size_t n = variant != NULL ? strlen(variant) : 0;
+    const size_t sfx = strlen(DIFF_SPEC_SUFFIX), pfx = strlen(DIFF_EXT_PREFIX);
+    if (n > 0 && is_mode(variant, n)) return PG_OK;
+    if (n > sfx && strcmp(variant + n - sfx, DIFF_SPEC_SUFFIX) == 0 && is_mode(variant, n - sfx))
+        return PG_OK;
+    if (n > pfx && strncmp(variant, DIFF_EXT_PREFIX, pfx) == 0) return PG_OK;
+    return pg_fail(err, PG_ERR_USAGE,
+                   "%s: %s '%s' is not a variant (bf16, fp8kv, fp8qkv, MODE~spec or ext:NAME)",
+                   cmd, opt, variant != NULL ? variant : "");
+}
+
+pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *err)
+{
+    *out = NULL;
+    struct stat sb;
+    if (path == NULL || stat(path, &sb) != 0)
+        return pg_fail(err, PG_ERR_IO, "database '%s' does not exist (--db PATH or $%s)",
+                       path != NULL ? path : "", STORE_PATH_ENV);
+    return store_open(path, out, err);
+}
+
+int report_json_number(struct cJSON *obj, const char *key, double v)
+{
+    if (isfinite(v)) return cJSON_AddNumberToObject(obj, key, v) != NULL;
+    if (cJSON_AddNullToObject(obj, key) == NULL) return 0;
+    char flag[DIFF_CELL_MAX];
+    snprintf(flag, sizeof flag, "%s_nonfinite", key);
+    const char *what = isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+    return cJSON_AddStringToObject(obj, flag, what) != NULL;
+}
+
+/* Column i of the current row as a double; NaN for NULL. */
+static double col_double(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+/* Column i as a malloc'd string into *out (NULL for SQL NULL); 0 when out of memory. */
+static int col_dup(sqlite3_stmt *st, int i, char **out)
+{
+    *out = NULL;
+    const unsigned char *t = sqlite3_column_text(st, i);
+    if (t == NULL) return 1;
+    *out = strdup((const char *)t);
+    return *out != NULL;
+}
+
+/* Column i copied into buf (len bytes); "" for NULL. */
+static void col_copy(sqlite3_stmt *st, int i, char *buf, size_t len)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    snprintf(buf, len, "%s", t != NULL ? (const char *)t : "");
+}
+
+/* Prepares sql on s's connection; PG_ERR_DB naming what on failure. */
+static pg_status prepare(pg_store *s, const char *sql, const char *what, sqlite3_stmt **st,
+                         pg_err *err)
+{
+    sqlite3 *db = store_handle(s);
+    *st = NULL;
+    if (db == NULL) return pg_fail(err, PG_ERR_INTERNAL, "%s: no open database", what);
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
+        return pg_fail(err, PG_ERR_DB, "%s: cannot prepare query: %s", what, sqlite3_errmsg(db));
+    return PG_OK;
+}
+
+/* Grows *arr (elements of size bytes, *cap of them) to hold n + 1; 0 when out of memory. */
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap) return 1;
+    const size_t ncap = *cap == 0 ? DIFF_INITIAL_CAP : *cap * 2;
+    void *p = realloc(*arr, ncap * size);
+    if (p == NULL) return 0;
+    *arr = p;
+    *cap = ncap;
+    return 1;
+}
+
+pg_status diff_run_read(pg_store *s, const char *cmd, const char *db_path, int64_t id,
+                        diff_run *run, pg_err *err)
+{
+    memset(run, 0, sizeof *run);
+    sqlite3_stmt *st = NULL;
+    pg_status rc = prepare(s,
+                           "SELECT id, kind, status, started_at, git_rev, label FROM runs "
+                           "WHERE id = ?1",
+                           cmd, &st, err);
+    if (rc != PG_OK) return rc;
+    sqlite3_bind_int64(st, 1, id);
+    const int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        run->id = sqlite3_column_int64(st, 0);
+        col_copy(st, 1, run->kind, sizeof run->kind);
+        col_copy(st, 2, run->status, sizeof run->status);
+        col_copy(st, 3, run->started_at, sizeof run->started_at);
+        col_copy(st, 4, run->git_rev, sizeof run->git_rev);
+        if (!col_dup(st, 5, &run->label)) rc = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", cmd);
+    } else if (step == SQLITE_DONE) {
+        rc = pg_fail(err, PG_ERR_DB, "%s: no run %lld in %s", cmd, (long long)id,
+                     db_path != NULL ? db_path : "the database");
+    } else {
+        rc = pg_fail(err, PG_ERR_DB, "%s: reading run %lld: %s", cmd, (long long)id,
+                     sqlite3_errmsg(store_handle(s)));
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- reading one side ---- */
+
+/* One layer_metrics row of a side. */
+typedef struct side_row {
+    char *capture, *variant, *backend;
+    int layer;
+    double v;
+} side_row;
+
+/* One eval_scores row of a side. */
+typedef struct side_score {
+    char *eval, *effort, *mode;
+    double acc, se;
+    long n;
+} side_score;
+
+/* A side's rows, in the SQL order (capture, layer, variant, backend) or
+ * (eval, effort, mode). */
+typedef struct side {
+    side_row *rows;
+    size_t n, cap;
+    side_score *scores;
+    size_t n_scores, cap_scores;
+} side;
+
+static void side_free(side *sd)
+{
+    for (size_t i = 0; i < sd->n; i++) {
+        free(sd->rows[i].capture);
+        free(sd->rows[i].variant);
+        free(sd->rows[i].backend);
+    }
+    for (size_t i = 0; i < sd->n_scores; i++) {
+        free(sd->scores[i].eval);
+        free(sd->scores[i].effort);
+        free(sd->scores[i].mode);
+    }
+    free(sd->rows);
+    free(sd->scores);
+    memset(sd, 0, sizeof *sd);
+}
+
+/* Reads run's whole-layer rows of metric m (only variant, when not NULL)
+ * into sd, ordered by capture, layer, variant, backend. */
+static pg_status read_layers(pg_store *s, int64_t run, const char *variant, const diff_metric *m,
+                             side *sd, pg_err *err)
+{
+    char sql[DIFF_SQL_MAX];
+    /* m->name comes from diff_metrics, never from the command line. */
+    snprintf(sql, sizeof sql,
+             "SELECT capture, layer, variant, backend, %s FROM layer_metrics "
+             "WHERE run_id = ?1 AND head = -1 AND (?2 IS NULL OR variant = ?2) "
+             "ORDER BY capture, layer, variant, backend",
+             m->name);
+    sqlite3_stmt *st = NULL;
+    pg_status rc = prepare(s, sql, "diff: layer_metrics", &st, err);
+    if (rc != PG_OK) return rc;
+    sqlite3_bind_int64(st, 1, run);
+    if (variant != NULL) sqlite3_bind_text(st, 2, variant, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 2);
+    int step;
+    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!grow((void **)&sd->rows, &sd->cap, sd->n, sizeof sd->rows[0])) {
+            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+            break;
+        }
+        side_row *r = &sd->rows[sd->n];
+        memset(r, 0, sizeof *r);
+        sd->n++;
+        r->layer = sqlite3_column_int(st, 1);
+        r->v = col_double(st, 4);
+        if (!col_dup(st, 0, &r->capture) || !col_dup(st, 2, &r->variant) ||
+            !col_dup(st, 3, &r->backend))
+            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    }
+    if (rc == PG_OK && step != SQLITE_DONE)
+        rc = pg_fail(err, PG_ERR_DB, "diff: reading layer_metrics of run %lld: %s",
+                     (long long)run, sqlite3_errmsg(store_handle(s)));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Reads run's eval_scores rows (only mode, when not NULL) into sd, ordered
+ * by eval, effort, mode. */
+static pg_status read_scores(pg_store *s, int64_t run, const char *mode, side *sd, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status rc = prepare(s,
+                           "SELECT eval, effort, mode, accuracy, stderr, n_problems "
+                           "FROM eval_scores WHERE run_id = ?1 AND (?2 IS NULL OR mode = ?2) "
+                           "ORDER BY eval, effort, mode",
+                           "diff: eval_scores", &st, err);
+    if (rc != PG_OK) return rc;
+    sqlite3_bind_int64(st, 1, run);
+    if (mode != NULL) sqlite3_bind_text(st, 2, mode, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 2);
+    int step;
+    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!grow((void **)&sd->scores, &sd->cap_scores, sd->n_scores, sizeof sd->scores[0])) {
+            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+            break;
+        }
+        side_score *r = &sd->scores[sd->n_scores];
+        memset(r, 0, sizeof *r);
+        sd->n_scores++;
+        r->acc = col_double(st, 3);
+        r->se = col_double(st, 4);
+        r->n = (long)sqlite3_column_int64(st, 5);
+        if (!col_dup(st, 0, &r->eval) || !col_dup(st, 1, &r->effort) ||
+            !col_dup(st, 2, &r->mode))
+            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    }
+    if (rc == PG_OK && step != SQLITE_DONE)
+        rc = pg_fail(err, PG_ERR_DB, "diff: reading eval_scores of run %lld: %s", (long long)run,
+                     sqlite3_errmsg(store_handle(s)));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- matching ---- */
+
+/* Which fields identify "the same layer" on both sides. */
+typedef struct match_rule {
+    int capture;  /* 0 when each run has one capture under different names */
+    int variant;  /* two runs: the same variant */
+    int backend;  /* two modes of one run: the same backend */
+} match_rule;
+
+/* Orders two rows by rule's key, in the SQL order's sense (strcmp is
+ * SQLite's BINARY collation). */
+static int key_cmp(const side_row *x, const side_row *y, const match_rule *rule)
+{
+    int c;
+    if (rule->capture && (c = strcmp(x->capture, y->capture)) != 0) return c;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    if (rule->variant && (c = strcmp(x->variant, y->variant)) != 0) return c;
+    if (rule->backend && (c = strcmp(x->backend, y->backend)) != 0) return c;
+    return 0;
+}
+
+/* Drops rows whose key equals the previous row's (the same layer stored for
+ * a second backend; the first, 'cpu' < 'cuda', is kept); returns how many. */
+static size_t dedupe(side *sd, const match_rule *rule)
+{
+    size_t out = 0, dropped = 0;
+    for (size_t i = 0; i < sd->n; i++) {
+        if (out > 0 && key_cmp(&sd->rows[out - 1], &sd->rows[i], rule) == 0) {
+            free(sd->rows[i].capture);
+            free(sd->rows[i].variant);
+            free(sd->rows[i].backend);
+            dropped++;
+            continue;
+        }
+        sd->rows[out++] = sd->rows[i];
+    }
+    sd->n = out;
+    return dropped;
+}
+
+/* How many times larger B's error is than A's under metric m (diff.h). */
+static double worsening(const diff_metric *m, double a, double b)
+{
+    if (isnan(a) || isnan(b)) return NAN;
+    if (m->kind == DIFF_METRIC_DB) {
+        if (a == b) return 1.0;
+        return pow(10.0, (a - b) / DIFF_DB_PER_DECADE);
+    }
+    double ea = a, eb = b;
+    if (m->kind == DIFF_METRIC_COSINE) {
+        ea = fmax(0.0, 1.0 - a);
+        eb = fmax(0.0, 1.0 - b);
+    }
+    if (ea == eb) return 1.0;
+    if (ea == 0.0) return INFINITY;
+    return eb / ea;
+}
+
+/* The change a worsening factor means. */
+static diff_change change_of(double w)
+{
+    if (isnan(w)) return DIFF_UNDEFINED;
+    if (w > 1.0) return DIFF_WORSE;
+    if (w < 1.0) return DIFF_BETTER;
+    return DIFF_SAME;
+}
+
+/* strdup of s, NULL for NULL; sets *oom when an allocation fails. */
+static char *dup_or_null(const char *s, int *oom)
+{
+    if (s == NULL) return NULL;
+    char *d = strdup(s);
+    if (d == NULL) *oom = 1;
+    return d;
+}
+
+/* Appends the layer row for x (side A, may be NULL) and y (side B, may be
+ * NULL) to r; 0 when out of memory. */
+static int add_layer(diff_result *r, size_t *cap, const side_row *x, const side_row *y)
+{
+    if (!grow((void **)&r->layers, cap, r->n_layers, sizeof r->layers[0])) return 0;
+    diff_layer *l = &r->layers[r->n_layers++];
+    memset(l, 0, sizeof *l);
+    int oom = 0;
+    const side_row *any = x != NULL ? x : y;
+    l->capture = dup_or_null(any->capture, &oom);
+    if (x != NULL && y != NULL && strcmp(x->capture, y->capture) != 0)
+        l->capture_b = dup_or_null(y->capture, &oom);
+    l->layer = any->layer;
+    l->variant_a = dup_or_null(x != NULL ? x->variant : NULL, &oom);
+    l->variant_b = dup_or_null(y != NULL ? y->variant : NULL, &oom);
+    l->backend_a = dup_or_null(x != NULL ? x->backend : NULL, &oom);
+    l->backend_b = dup_or_null(y != NULL ? y->backend : NULL, &oom);
+    l->presence = x != NULL && y != NULL ? DIFF_BOTH : x != NULL ? DIFF_ONLY_A : DIFF_ONLY_B;
+    l->a = x != NULL ? x->v : NAN;
+    l->b = y != NULL ? y->v : NAN;
+    l->delta = l->b - l->a;
+    l->ratio = l->b / l->a;
+    l->worsening = l->presence == DIFF_BOTH ? worsening(r->metric, l->a, l->b) : NAN;
+    l->change = l->presence == DIFF_BOTH ? change_of(l->worsening) : DIFF_UNDEFINED;
+    return !oom;
+}
+
+/* NULL-safe strcmp (NULL first). */
+static int str_cmp(const char *x, const char *y)
+{
+    if (x == NULL || y == NULL) return (x != NULL) - (y != NULL);
+    return strcmp(x, y);
+}
+
+/* Worst first: both sides before one side (A, then B); among both, worse,
+ * undefined, same, better, each by worsening (largest first); then by name. */
+static int layer_order(const void *p, const void *q)
+{
+    const diff_layer *x = p, *y = q;
+    if (x->presence != y->presence) return (int)x->presence - (int)y->presence;
+    if (x->presence == DIFF_BOTH) {
+        if (x->change != y->change) return (int)x->change - (int)y->change;
+        if (!isnan(x->worsening) && x->worsening != y->worsening)
+            return x->worsening > y->worsening ? -1 : 1;
+    }
+    int c = strcmp(x->capture, y->capture);
+    if (c != 0) return c;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    if ((c = str_cmp(x->variant_b != NULL ? x->variant_b : x->variant_a,
+                     y->variant_b != NULL ? y->variant_b : y->variant_a)) != 0)
+        return c;
+    return str_cmp(x->backend_b != NULL ? x->backend_b : x->backend_a,
+                   y->backend_b != NULL ? y->backend_b : y->backend_a);
+}
+
+/* Distinct captures of a side (rows are sorted by capture): 0, 1 or 2 for "more". */
+static int capture_count(const side *sd)
+{
+    int n = 0;
+    for (size_t i = 0; i < sd->n && n < 2; i++)
+        if (i == 0 || strcmp(sd->rows[i].capture, sd->rows[i - 1].capture) != 0) n++;
+    return n;
+}
+
+/* Merges the two sides' layer rows into r->layers and sorts them. */
+static pg_status match_layers(diff_result *r, side *a, side *b, pg_err *err)
+{
+    match_rule rule = {1, !r->modes, r->modes};
+    if (!r->modes && capture_count(a) == 1 && capture_count(b) == 1 &&
+        strcmp(a->rows[0].capture, b->rows[0].capture) != 0) {
+        rule.capture = 0;
+        r->captures_mapped = 1;
+    }
+    if (!r->modes) {
+        r->dup_a = dedupe(a, &rule);
+        r->dup_b = dedupe(b, &rule);
+    }
+    size_t i = 0, j = 0, cap = 0;
+    while (i < a->n || j < b->n) {
+        int c = i >= a->n ? 1 : j >= b->n ? -1 : key_cmp(&a->rows[i], &b->rows[j], &rule);
+        const int ok = c < 0   ? add_layer(r, &cap, &a->rows[i++], NULL)
+                       : c > 0 ? add_layer(r, &cap, NULL, &b->rows[j++])
+                               : add_layer(r, &cap, &a->rows[i++], &b->rows[j++]);
+        if (!ok) return pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    }
+    if (r->n_layers > 1) qsort(r->layers, r->n_layers, sizeof r->layers[0], layer_order);
+    return PG_OK;
+}
+
+/* Orders eval rows: (eval, effort), then mode unless two modes are compared. */
+static int score_cmp(const side_score *x, const side_score *y, int modes)
+{
+    int c = strcmp(x->eval, y->eval);
+    if (c != 0) return c;
+    if ((c = strcmp(x->effort, y->effort)) != 0) return c;
+    return modes ? 0 : strcmp(x->mode, y->mode);
+}
+
+/* Appends the end-task row of x (A) and y (B), either may be NULL. */
+static int add_eval(diff_result *r, size_t *cap, const side_score *x, const side_score *y)
+{
+    if (!grow((void **)&r->evals, cap, r->n_evals, sizeof r->evals[0])) return 0;
+    diff_eval *e = &r->evals[r->n_evals++];
+    memset(e, 0, sizeof *e);
+    int oom = 0;
+    const side_score *any = x != NULL ? x : y;
+    e->eval = dup_or_null(any->eval, &oom);
+    e->effort = dup_or_null(any->effort, &oom);
+    e->mode_a = dup_or_null(x != NULL ? x->mode : NULL, &oom);
+    e->mode_b = dup_or_null(y != NULL ? y->mode : NULL, &oom);
+    e->presence = x != NULL && y != NULL ? DIFF_BOTH : x != NULL ? DIFF_ONLY_A : DIFF_ONLY_B;
+    e->acc_a = x != NULL ? x->acc : NAN;
+    e->acc_b = y != NULL ? y->acc : NAN;
+    e->se_a = x != NULL ? x->se : NAN;
+    e->se_b = y != NULL ? y->se : NAN;
+    e->n_a = x != NULL ? x->n : -1;
+    e->n_b = y != NULL ? y->n : -1;
+    e->delta = e->acc_b - e->acc_a;
+    e->ci_low = e->ci_high = NAN;
+    e->interval = DIFF_INTERVAL_NONE;
+    if (!r->modes && e->presence == DIFF_BOTH && isfinite(e->delta) && isfinite(e->se_a) &&
+        isfinite(e->se_b)) {
+        const double half = DIFF_Z95 * sqrt(e->se_a * e->se_a + e->se_b * e->se_b);
+        e->ci_low = e->delta - half;
+        e->ci_high = e->delta + half;
+        e->interval = DIFF_INTERVAL_INDEPENDENT;
+    }
+    return !oom;
+}
+
+/* Largest drop first among both-sided rows (undefined deltas after), then
+ * rows only in A, only in B; then by eval, effort, mode. */
+static int eval_order(const void *p, const void *q)
+{
+    const diff_eval *x = p, *y = q;
+    if (x->presence != y->presence) return (int)x->presence - (int)y->presence;
+    if (x->presence == DIFF_BOTH) {
+        const int xn = isnan(x->delta), yn = isnan(y->delta);
+        if (xn != yn) return xn - yn;
+        if (!xn && x->delta != y->delta) return x->delta < y->delta ? -1 : 1;
+    }
+    int c = strcmp(x->eval, y->eval);
+    if (c != 0) return c;
+    if ((c = strcmp(x->effort, y->effort)) != 0) return c;
+    return str_cmp(x->mode_b != NULL ? x->mode_b : x->mode_a,
+                   y->mode_b != NULL ? y->mode_b : y->mode_a);
+}
+
+/* Merges the two sides' eval_scores rows into r->evals. */
+static pg_status match_scores(diff_result *r, const side *a, const side *b, pg_err *err)
+{
+    size_t i = 0, j = 0, cap = 0;
+    while (i < a->n_scores || j < b->n_scores) {
+        int c = i >= a->n_scores   ? 1
+                : j >= b->n_scores ? -1
+                                   : score_cmp(&a->scores[i], &b->scores[j], r->modes);
+        const int ok = c < 0   ? add_eval(r, &cap, &a->scores[i++], NULL)
+                       : c > 0 ? add_eval(r, &cap, NULL, &b->scores[j++])
+                               : add_eval(r, &cap, &a->scores[i++], &b->scores[j++]);
+        if (!ok) return pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    }
+    return PG_OK;
+}
+
+/* Reads the stored eval_pairs rows of the two modes (either orientation)
+ * and gives each both-sided end-task row its paired interval, as B - A. */
+static pg_status read_pairs(pg_store *s, diff_result *r, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status rc = prepare(s,
+                           "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, stderr, "
+                           "ci_low, ci_high, wins, losses, ties, sign_p, mde FROM eval_pairs "
+                           "WHERE run_id = ?1 AND ((mode_a = ?2 AND mode_b = ?3) OR "
+                           "(mode_a = ?3 AND mode_b = ?2)) ORDER BY eval, effort, mode_a",
+                           "diff: eval_pairs", &st, err);
+    if (rc != PG_OK) return rc;
+    sqlite3_bind_int64(st, 1, r->run_a.id);
+    sqlite3_bind_text(st, 2, r->mode_b, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, r->mode_a, -1, SQLITE_TRANSIENT);
+    size_t cap = 0;
+    int step;
+    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!grow((void **)&r->pairs, &cap, r->n_pairs, sizeof r->pairs[0])) {
+            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+            break;
+        }
+        diff_pair *p = &r->pairs[r->n_pairs++];
+        memset(p, 0, sizeof *p);
+        if (!col_dup(st, 0, &p->eval) || !col_dup(st, 1, &p->effort) ||
+            !col_dup(st, 2, &p->mode_a) || !col_dup(st, 3, &p->mode_b)) {
+            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+            break;
+        }
+        p->n_problems = (long)sqlite3_column_int64(st, 4);
+        p->mean_diff = col_double(st, 5);
+        p->se = col_double(st, 6);
+        p->ci_low = col_double(st, 7);
+        p->ci_high = col_double(st, 8);
+        p->wins = (long)sqlite3_column_int64(st, 9);
+        p->losses = (long)sqlite3_column_int64(st, 10);
+        p->ties = (long)sqlite3_column_int64(st, 11);
+        p->sign_p = col_double(st, 12);
+        p->mde = col_double(st, 13);
+    }
+    if (rc == PG_OK && step != SQLITE_DONE)
+        rc = pg_fail(err, PG_ERR_DB, "diff: reading eval_pairs of run %lld: %s",
+                     (long long)r->run_a.id, sqlite3_errmsg(store_handle(s)));
+    sqlite3_finalize(st);
+    for (size_t i = 0; rc == PG_OK && i < r->n_evals; i++) {
+        diff_eval *e = &r->evals[i];
+        if (e->presence != DIFF_BOTH) continue;
+        for (size_t k = 0; k < r->n_pairs; k++) {
+            const diff_pair *p = &r->pairs[k];
+            if (strcmp(p->eval, e->eval) != 0 || strcmp(p->effort, e->effort) != 0) continue;
+            /* Stored as mode_a - mode_b; B - A is that when mode_a is B's mode. */
+            const int as_b_minus_a = strcmp(p->mode_a, r->mode_b) == 0;
+            const double lo = as_b_minus_a ? p->ci_low : -p->ci_high;
+            const double hi = as_b_minus_a ? p->ci_high : -p->ci_low;
+            if (isfinite(lo) && isfinite(hi)) {
+                e->ci_low = lo;
+                e->ci_high = hi;
+                e->interval = DIFF_INTERVAL_PAIRED;
+            }
+            break;
+        }
+    }
+    return rc;
+}
+
+pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, pg_err *err)
+{
+    *out = NULL;
+    if (req == NULL || req->metric == NULL || (req->mode_a == NULL) != (req->mode_b == NULL))
+        return pg_fail(err, PG_ERR_INTERNAL, "diff_compute: malformed request");
+    diff_result *r = calloc(1, sizeof *r);
+    if (r == NULL) return pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    r->metric = req->metric;
+    r->modes = req->mode_a != NULL;
+    side a = {0}, b = {0};
+    pg_status rc = PG_OK;
+    if (r->modes && ((r->mode_a = strdup(req->mode_a)) == NULL ||
+                     (r->mode_b = strdup(req->mode_b)) == NULL))
+        rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    if (rc == PG_OK) rc = diff_run_read(s, "diff", req->db_path, req->run_a, &r->run_a, err);
+    if (rc == PG_OK) rc = diff_run_read(s, "diff", req->db_path, req->run_b, &r->run_b, err);
+    if (rc == PG_OK) rc = read_layers(s, req->run_a, req->mode_a, req->metric, &a, err);
+    if (rc == PG_OK) rc = read_layers(s, req->run_b, req->mode_b, req->metric, &b, err);
+    if (rc == PG_OK) rc = read_scores(s, req->run_a, req->mode_a, &a, err);
+    if (rc == PG_OK) rc = read_scores(s, req->run_b, req->mode_b, &b, err);
+    if (rc == PG_OK) rc = match_layers(r, &a, &b, err);
+    if (rc == PG_OK) rc = match_scores(r, &a, &b, err);
+    if (rc == PG_OK && r->modes) rc = read_pairs(s, r, err);
+    if (rc == PG_OK && r->n_evals > 1) qsort(r->evals, r->n_evals, sizeof r->evals[0], eval_order);
+    side_free(&a);
+    side_free(&b);
+    if (rc != PG_OK) {
+        diff_result_free(r);
+        return rc;
+    }
+    *out = r;
+    return PG_OK;
+}
+
+void diff_result_free(diff_result *r)
+{
+    if (r == NULL) return;
+    for (size_t i = 0; i < r->n_layers; i++) {
+        diff_layer *l = &r->layers[i];
+        free(l->capture);
+        free(l->capture_b);
+        free(l->variant_a);
+        free(l->variant_b);
+        free(l->backend_a);
+        free(l->backend_b);
+    }
+    for (size_t i = 0; i < r->n_evals; i++) {
+        free(r->evals[i].eval);
+        free(r->evals[i].effort);
+        free(r->evals[i].mode_a);
+        free(r->evals[i].mode_b);
+    }
+    for (size_t i = 0; i < r->n_pairs; i++) {
+        free(r->pairs[i].eval);
+        free(r->pairs[i].effort);
+        free(r->pairs[i].mode_a);
+        free(r->pairs[i].mode_b);
+    }
+    free(r->layers);
+    free(r->evals);
+    free(r->pairs);
+    free(r->run_a.label);
+    free(r->run_b.label);
+    free(r->mode_a);
+    free(r->mode_b);
+    free(r);
+}
+
+/* ---- terminal ---- */
+
+/* Formats v with fmt into buf; "nan" for any NaN (glibc would print "-nan"). */
+static void fmt_num(char *buf, size_t len, const char *fmt, double v)
+{
+    if (isnan(v)) snprintf(buf, len, "nan");
+    else snprintf(buf, len, fmt, v);
+}
+
+/* The run's start as "YYYY-MM-DD HH:MM:SS" (the stored text when shorter). */
+static void fmt_time(char *buf, size_t len, const char *iso)
+{
+    snprintf(buf, len, "%.*s", DIFF_TIME_CHARS, iso);
+    char *t = strchr(buf, 'T');
+    if (t != NULL) *t = ' ';
+}
+
+/* One line describing side A or B. */
+static void print_run(FILE *out, const char *side_name, const diff_run *run, const char *mode,
+                      int is_base)
+{
+    char when[DIFF_RUN_FIELD_MAX], label[DIFF_CELL_MAX];
+    fmt_time(when, sizeof when, run->started_at);
+    term_fit(label, sizeof label, run->label, DIFF_LABEL_WIDTH, 0);
+    fprintf(out, "%s: run %lld", side_name, (long long)run->id);
+    if (mode != NULL) {
+        char m[DIFF_CELL_MAX];
+        term_fit(m, sizeof m, mode, DIFF_VARIANT_WIDTH, 0);
+        fprintf(out, " mode %s%s", m, is_base ? " (base)" : "");
+    }
+    fprintf(out, "  %s %s  started %s UTC  git %s  label %s\n", run->kind, run->status, when,
+            run->git_rev[0] != '\0' ? run->git_rev : "-", label);
+    if (strcmp(run->status, "complete") != 0)
+        fprintf(out, "   note: run %lld is %s; only what it stored is compared\n",
+                (long long)run->id, run->status);
+}
+
+/* The variant cell of a layer row: the variant, or "B/A" for two modes. */
+static void variant_cell(char *buf, size_t len, const diff_result *r, const diff_layer *l)
+{
+    char raw[DIFF_CELL_MAX];
+    if (r->modes) snprintf(raw, sizeof raw, "%s/%s", r->mode_b, r->mode_a);
+    else snprintf(raw, sizeof raw, "%s", l->variant_a != NULL ? l->variant_a : l->variant_b);
+    term_fit(buf, len, raw, DIFF_VARIANT_WIDTH, 0);
+}
+
+/* The colour of a change (NULL when colour is off or for none). */
+static const char *change_colour(int colour, diff_change c)
+{
+    if (!colour) return NULL;
+    return c == DIFF_WORSE ? TERM_RED : c == DIFF_BETTER ? TERM_GREEN : NULL;
+}
+
+/* The layer table, its summary and notes. */
+static void print_layers(const diff_result *r, FILE *out, int colour)
+{
+    const diff_metric *m = r->metric;
+    if (r->n_layers == 0) {
+        if (r->modes)
+            fprintf(out, "\nno %s layer metrics for %s or %s in run %lld\n", m->name, r->mode_b,
+                    r->mode_a, (long long)r->run_a.id);
+        else
+            fprintf(out, "\nno layer metrics in run %lld or run %lld\n", (long long)r->run_a.id,
+                    (long long)r->run_b.id);
+        return;
+    }
+    const char *order = m->kind == DIFF_METRIC_COSINE ? "(1 - cos B) / (1 - cos A)"
+                        : m->kind == DIFF_METRIC_DB    ? "the drop in dB"
+                                                       : "B/A";
+    fprintf(out, "\n%s per layer (whole layer), worst first by %s:\n", m->name, order);
+    if (r->captures_mapped) {
+        char ca[DIFF_CELL_MAX], cb[DIFF_CELL_MAX];
+        const diff_layer *l = &r->layers[0];
+        for (size_t i = 0; i < r->n_layers; i++)
+            if (r->layers[i].capture_b != NULL) l = &r->layers[i];
+        term_fit(ca, sizeof ca, l->capture, 0, 0);
+        term_fit(cb, sizeof cb, l->capture_b != NULL ? l->capture_b : l->capture, 0, 0);
+        fprintf(out, "note: each run has one capture, under different names (A: %s, B: %s); "
+                     "layers are matched by number\n", ca, cb);
+    }
+    term_cell(out, NULL, -DIFF_CAPTURE_WIDTH, "capture");
+    fprintf(out, " %5s ", "layer");
+    term_cell(out, NULL, -DIFF_VARIANT_WIDTH, "variant");
+    term_cell(out, NULL, DIFF_VALUE_WIDTH, "A");
+    term_cell(out, NULL, DIFF_VALUE_WIDTH, "B");
+    term_cell(out, NULL, DIFF_VALUE_WIDTH, "B-A");
+    term_cell(out, NULL, DIFF_RATIO_WIDTH, "B/A");
+    fputc('\n', out);
+    size_t n_change[DIFF_BETTER + 1] = {0}, only_a = 0, only_b = 0;
+    for (size_t i = 0; i < r->n_layers; i++) {
+        const diff_layer *l = &r->layers[i];
+        char cap[DIFF_CELL_MAX], var[DIFF_CELL_MAX], a[DIFF_CELL_MAX], b[DIFF_CELL_MAX],
+            d[DIFF_CELL_MAX], q[DIFF_CELL_MAX];
+        term_fit(cap, sizeof cap, l->capture, DIFF_CAPTURE_WIDTH, 1);
+        variant_cell(var, sizeof var, r, l);
+        snprintf(a, sizeof a, "-");
+        snprintf(b, sizeof b, "-");
+        snprintf(q, sizeof q, "-");
+        if (l->presence != DIFF_ONLY_B) fmt_num(a, sizeof a, m->value_fmt, l->a);
+        if (l->presence != DIFF_ONLY_A) fmt_num(b, sizeof b, m->value_fmt, l->b);
+        if (l->presence == DIFF_BOTH) {
+            fmt_num(d, sizeof d, m->delta_fmt, l->delta);
+            fmt_num(q, sizeof q, "%.4g", l->ratio);
+            n_change[l->change]++;
+        } else {
+            snprintf(d, sizeof d, "only in %c", l->presence == DIFF_ONLY_A ? 'A' : 'B');
+            if (l->presence == DIFF_ONLY_A) only_a++;
+            else only_b++;
+        }
+        const char *c = l->presence == DIFF_BOTH ? change_colour(colour, l->change) : NULL;
+        term_cell(out, NULL, -DIFF_CAPTURE_WIDTH, cap);
+        fprintf(out, " %5d ", l->layer);
+        term_cell(out, NULL, -DIFF_VARIANT_WIDTH, var);
+        term_cell(out, NULL, DIFF_VALUE_WIDTH, a);
+        term_cell(out, NULL, DIFF_VALUE_WIDTH, b);
+        term_cell(out, c, DIFF_VALUE_WIDTH, d);
+        term_cell(out, c, DIFF_RATIO_WIDTH, q);
+        fputc('\n', out);
+    }
+    fprintf(out,
+            "%zu layers compared: %zu worse, %zu better, %zu unchanged, %zu undefined; "
+            "%zu only in A, %zu only in B\n",
+            n_change[DIFF_WORSE] + n_change[DIFF_BETTER] + n_change[DIFF_SAME] +
+                n_change[DIFF_UNDEFINED],
+            n_change[DIFF_WORSE], n_change[DIFF_BETTER], n_change[DIFF_SAME],
+            n_change[DIFF_UNDEFINED], only_a, only_b);
+    if (r->dup_a + r->dup_b > 0)
+        fprintf(out, "note: %zu rows of A and %zu of B repeat a layer for a second backend; "
+                     "the cpu rows are compared\n", r->dup_a, r->dup_b);
+}
+
+/* The end-task rows and, for two modes, the stored pairs. */
+static void print_evals(const diff_result *r, FILE *out, int colour)
+{
+    if (r->n_evals == 0 && r->n_pairs == 0) return;
+    if (r->modes)
+        fprintf(out, "\nend-task accuracy (eval_scores), B-A = %s - %s in run %lld; 95%% interval: "
+                     "the stored paired one (eval_pairs, same problems)\n",
+                r->mode_b, r->mode_a, (long long)r->run_a.id);
+    else
+        fprintf(out, "\nend-task accuracy (eval_scores); 95%% interval of B-A: "
+                     "(B-A) +/- %.2f*sqrt(seA^2 + seB^2), which assumes the two runs are "
+                     "independent\n", DIFF_Z95);
+    term_cell(out, NULL, -DIFF_EVAL_WIDTH, "eval");
+    fputc(' ', out);
+    term_cell(out, NULL, -DIFF_EFFORT_WIDTH, "effort");
+    fputc(' ', out);
+    term_cell(out, NULL, -DIFF_VARIANT_WIDTH, "mode");
+    term_cell(out, NULL, DIFF_ACC_WIDTH, "A");
+    term_cell(out, NULL, DIFF_ACC_WIDTH, "B");
+    term_cell(out, NULL, DIFF_EVAL_DELTA_WIDTH, "B-A");
+    fputs("  ", out);
+    term_cell(out, NULL, -DIFF_CI_WIDTH, "95% interval");
+    fputs(" problems A/B\n", out);
+    for (size_t i = 0; i < r->n_evals; i++) {
+        const diff_eval *e = &r->evals[i];
+        char ev[DIFF_CELL_MAX], ef[DIFF_CELL_MAX], mo[DIFF_CELL_MAX], raw[DIFF_CELL_MAX],
+            a[DIFF_CELL_MAX], b[DIFF_CELL_MAX], d[DIFF_CELL_MAX], ci[DIFF_CELL_MAX];
+        term_fit(ev, sizeof ev, e->eval, DIFF_EVAL_WIDTH, 0);
+        term_fit(ef, sizeof ef, e->effort, DIFF_EFFORT_WIDTH, 0);
+        if (r->modes) snprintf(raw, sizeof raw, "%s-%s", r->mode_b, r->mode_a);
+        else snprintf(raw, sizeof raw, "%s", e->mode_a != NULL ? e->mode_a : e->mode_b);
+        term_fit(mo, sizeof mo, raw, DIFF_VARIANT_WIDTH, 0);
+        snprintf(a, sizeof a, "-");
+        snprintf(b, sizeof b, "-");
+        snprintf(ci, sizeof ci, "-");
+        if (e->presence != DIFF_ONLY_B) fmt_num(a, sizeof a, "%.4f", e->acc_a);
+        if (e->presence != DIFF_ONLY_A) fmt_num(b, sizeof b, "%.4f", e->acc_b);
+        const char *c = NULL;
+        if (e->presence == DIFF_BOTH) {
+            fmt_num(d, sizeof d, "%+.4f", e->delta);
+            if (e->interval != DIFF_INTERVAL_NONE) {
+                snprintf(ci, sizeof ci, "[%+.4f, %+.4f]", e->ci_low, e->ci_high);
+                /* Colour only a change the interval says is real. */
+                if (colour && e->ci_high < 0) c = TERM_RED;
+                else if (colour && e->ci_low > 0) c = TERM_GREEN;
+            }
+        } else {
+            snprintf(d, sizeof d, "only in %c", e->presence == DIFF_ONLY_A ? 'A' : 'B');
+        }
+        term_cell(out, NULL, -DIFF_EVAL_WIDTH, ev);
+        fputc(' ', out);
+        term_cell(out, NULL, -DIFF_EFFORT_WIDTH, ef);
+        fputc(' ', out);
+        term_cell(out, NULL, -DIFF_VARIANT_WIDTH, mo);
+        term_cell(out, NULL, DIFF_ACC_WIDTH, a);
+        term_cell(out, NULL, DIFF_ACC_WIDTH, b);
+        term_cell(out, c, DIFF_EVAL_DELTA_WIDTH, d);
+        fputs("  ", out);
+        term_cell(out, c, -DIFF_CI_WIDTH, ci);
+        char na[DIFF_CELL_MAX], nb[DIFF_CELL_MAX];
+        snprintf(na, sizeof na, e->n_a >= 0 ? "%ld" : "-", e->n_a);
+        snprintf(nb, sizeof nb, e->n_b >= 0 ? "%ld" : "-", e->n_b);
+        fprintf(out, " %s/%s\n", na, nb);
+    }
+    if (!r->modes) return;
+    if (r->n_pairs == 0) {
+        fprintf(out, "no eval_pairs row for %s and %s in run %lld: no interval\n", r->mode_b,
+                r->mode_a, (long long)r->run_a.id);
+        return;
+    }
+    fprintf(out, "stored eval_pairs rows (mode_a - mode_b over the same problems: mean, SE, "
+                 "95%% bootstrap CI, wins/losses/ties of mode_a, exact sign test, smallest "
+                 "detectable drop at 80%% power):\n");
+    for (size_t i = 0; i < r->n_pairs; i++) {
+        const diff_pair *p = &r->pairs[i];
+        char ev[DIFF_CELL_MAX], ef[DIFF_CELL_MAX], ma[DIFF_CELL_MAX], mb[DIFF_CELL_MAX],
+            mean[DIFF_CELL_MAX], se[DIFF_CELL_MAX], lo[DIFF_CELL_MAX], hi[DIFF_CELL_MAX],
+            sp[DIFF_CELL_MAX], mde[DIFF_CELL_MAX];
+        term_fit(ev, sizeof ev, p->eval, DIFF_EVAL_WIDTH, 0);
+        term_fit(ef, sizeof ef, p->effort, DIFF_EFFORT_WIDTH, 0);
+        term_fit(ma, sizeof ma, p->mode_a, DIFF_VARIANT_WIDTH, 0);
+        term_fit(mb, sizeof mb, p->mode_b, DIFF_VARIANT_WIDTH, 0);
+        fmt_num(mean, sizeof mean, "%+.4f", p->mean_diff);
+        fmt_num(se, sizeof se, "%.4f", p->se);
+        fmt_num(lo, sizeof lo, "%+.4f", p->ci_low);
+        fmt_num(hi, sizeof hi, "%+.4f", p->ci_high);
+        fmt_num(sp, sizeof sp, "%.4g", p->sign_p);
+        fmt_num(mde, sizeof mde, "%.4f", p->mde);
+        fprintf(out, "  %s %s %s - %s: %s  SE %s  [%s, %s]  %ld/%ld/%ld  p %s  MDE %s  "
+                     "(%ld problems)\n",
+                ev, ef, ma, mb, mean, se, lo, hi, p->wins, p->losses, p->ties, sp, mde,
+                p->n_problems);
+    }
+}
+
+void diff_print_table(const diff_result *r, FILE *out, int colour)
+{
+    fprintf(out, "diff %s: A is the baseline, B the candidate\n", r->metric->name);
+    print_run(out, "A", &r->run_a, r->mode_a, 1);
+    print_run(out, "B", &r->run_b, r->mode_b, 0);
+    print_layers(r, out, colour);
+    print_evals(r, out, colour);
+}
+
+/* ---- JSON ---- */
+
+static const char *presence_name(diff_presence p)
+{
+    return p == DIFF_BOTH ? "both" : p == DIFF_ONLY_A ? "only_a" : "only_b";
+}
+
+static const char *change_name(diff_change c)
+{
+    switch (c) {
+    case DIFF_WORSE: return "worse";
+    case DIFF_BETTER: return "better";
+    case DIFF_SAME: return "same";
+    case DIFF_UNDEFINED: break;
+    }
+    return "undefined";
+}
+
+static const char *interval_name(diff_interval i)
+{
+    return i == DIFF_INTERVAL_INDEPENDENT ? "independent"
+           : i == DIFF_INTERVAL_PAIRED    ? "paired"
+                                          : "none";
+}
+
+/* Adds s, or null for NULL; 0 when out of memory. */
+static int json_str(cJSON *o, const char *key, const char *s)
+{
+    return (s != NULL ? cJSON_AddStringToObject(o, key, s) : cJSON_AddNullToObject(o, key)) != NULL;
+}
+
+/* Adds v when the side is present (report_json_number), plain null when not. */
+static int json_side_num(cJSON *o, const char *key, double v, int present)
+{
+    return present ? report_json_number(o, key, v) : cJSON_AddNullToObject(o, key) != NULL;
+}
+
+/* The JSON object of a layer row; NULL when out of memory. */
+static cJSON *layer_json(const diff_result *r, const diff_layer *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    const int both = l->presence == DIFF_BOTH;
+    int ok = o != NULL && json_str(o, "type", "layer") &&
+             cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
+             cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL &&
+             json_str(o, "metric", r->metric->name) && json_str(o, "capture", l->capture);
+    if (ok && l->capture_b != NULL) ok = json_str(o, "capture_b", l->capture_b);
+    ok = ok && cJSON_AddNumberToObject(o, "layer", l->layer) != NULL &&
+         json_str(o, "variant_a", r->modes ? r->mode_a : l->variant_a) &&
+         json_str(o, "variant_b", r->modes ? r->mode_b : l->variant_b) &&
+         json_str(o, "backend_a", l->backend_a) && json_str(o, "backend_b", l->backend_b) &&
+         json_str(o, "presence", presence_name(l->presence)) &&
+         json_side_num(o, "a", l->a, l->presence != DIFF_ONLY_B) &&
+         json_side_num(o, "b", l->b, l->presence != DIFF_ONLY_A) &&
+         json_side_num(o, "delta", l->delta, both) && json_side_num(o, "ratio", l->ratio, both) &&
+         json_side_num(o, "worsening", l->worsening, both) &&
+         json_str(o, "change", both ? change_name(l->change) : NULL);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The JSON object of an end-task row; NULL when out of memory. */
+static cJSON *eval_json(const diff_result *r, const diff_eval *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    const int has_a = e->presence != DIFF_ONLY_B, has_b = e->presence != DIFF_ONLY_A;
+    const int iv = e->interval != DIFF_INTERVAL_NONE;
+    int ok = o != NULL && json_str(o, "type", "eval") &&
+             cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
+             cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL &&
+             json_str(o, "eval", e->eval) && json_str(o, "effort", e->effort) &&
+             json_str(o, "mode_a", r->modes ? r->mode_a : e->mode_a) &&
+             json_str(o, "mode_b", r->modes ? r->mode_b : e->mode_b) &&
+             json_str(o, "presence", presence_name(e->presence)) &&
+             json_side_num(o, "accuracy_a", e->acc_a, has_a) &&
+             json_side_num(o, "accuracy_b", e->acc_b, has_b) &&
+             json_side_num(o, "stderr_a", e->se_a, has_a) &&
+             json_side_num(o, "stderr_b", e->se_b, has_b) &&
+             json_side_num(o, "n_problems_a", (double)e->n_a, has_a) &&
+             json_side_num(o, "n_problems_b", (double)e->n_b, has_b) &&
+             json_side_num(o, "delta", e->delta, has_a && has_b) &&
+             json_side_num(o, "ci_low", e->ci_low, iv) &&
+             json_side_num(o, "ci_high", e->ci_high, iv) &&
+             json_str(o, "interval", interval_name(e->interval));
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The JSON object of a stored pair; NULL when out of memory. */
+static cJSON *pair_json(const diff_result *r, const diff_pair *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    int ok = o != NULL && json_str(o, "type", "eval_pair") &&
+             cJSON_AddNumberToObject(o, "run", (double)r->run_a.id) != NULL &&
+             json_str(o, "eval", p->eval) && json_str(o, "effort", p->effort) &&
+             json_str(o, "mode_a", p->mode_a) && json_str(o, "mode_b", p->mode_b) &&
+             cJSON_AddNumberToObject(o, "n_problems", (double)p->n_problems) != NULL &&
+             report_json_number(o, "mean_diff", p->mean_diff) &&
+             report_json_number(o, "stderr", p->se) &&
+             report_json_number(o, "ci_low", p->ci_low) &&
+             report_json_number(o, "ci_high", p->ci_high) &&
+             cJSON_AddNumberToObject(o, "wins", (double)p->wins) != NULL &&
+             cJSON_AddNumberToObject(o, "losses", (double)p->losses) != NULL &&
+             cJSON_AddNumberToObject(o, "ties", (double)p->ties) != NULL &&
+             report_json_number(o, "sign_p", p->sign_p) && report_json_number(o, "mde", p->mde);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Appends o (may be NULL: out of memory) to arr; 0 on failure, o then freed. */
+static int add_item(cJSON *arr, cJSON *o)
+{
+    if (o == NULL) return 0;
+    if (cJSON_AddItemToArray(arr, o)) return 1;
+    cJSON_Delete(o);
+    return 0;
+}
+
+pg_status diff_print_json(const diff_result *r, FILE *out, pg_err *err)
+{
+    cJSON *arr = cJSON_CreateArray();
+    int ok = arr != NULL;
+    for (size_t i = 0; ok && i < r->n_layers; i++) {
+        ok = add_item(arr, layer_json(r, &r->layers[i]));
+    }
+    for (size_t i = 0; ok && i < r->n_evals; i++) {
+        ok = add_item(arr, eval_json(r, &r->evals[i]));
+    }
+    for (size_t i = 0; ok && i < r->n_pairs; i++) {
+        ok = add_item(arr, pair_json(r, &r->pairs[i]));
+    }
+    char *text = ok ? cJSON_Print(arr) : NULL;
+    cJSON_Delete(arr);
+    if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "diff: out of memory building JSON");
+    fputs(text, out);
+    fputc('\n', out);
+    free(text);
+    return PG_OK;
+}

@@ -1,0 +1,203 @@
+/*
+ * diff.h: comparisons read back from the store, for `precgate diff`, and the
+ * pieces `history` and `runs` share with it: the table of layer metrics a
+ * user may name, opening a database that must already exist, and reading a
+ * run's row.
+ *
+ * A diff has two sides, A (the baseline) and B (the candidate):
+ *   - two runs: A = RUN_A, B = RUN_B, each layer's value of one variant in A
+ *     against the same capture, layer and variant in B;
+ *   - two modes of one run (--run N --modes MODE,BASE): A = BASE, B = MODE,
+ *     each layer of MODE against the same capture, layer and backend in BASE
+ *     (the orientation eval_pairs stores: mode_a - mode_b = MODE - BASE).
+ * Per layer: A, B, B - A and B / A, ordered worst first by how much the error
+ * grew relative to A (see diff_layer.worsening). A layer present on one side
+ * only is kept and marked so. End-task rows compare eval_scores accuracy the
+ * same way, with a 95% interval; a modes diff also carries the stored
+ * eval_pairs rows.
+ *
+ * Every SQL statement is fixed text with bound parameters; a metric's column
+ * is spelled from diff_metrics, never from user text.
+ */
+#ifndef PG_DIFF_H
+#define PG_DIFF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../db/store.h"
+#include "../harness/status.h"
+
+/* z of a two-sided 95% normal interval. */
+#define DIFF_Z95 1.96
+/* The metric compared when none is named. */
+#define DIFF_DEFAULT_METRIC "rel_l2"
+
+/* What a metric's numbers mean, which decides "worse". */
+typedef enum diff_metric_kind {
+    DIFF_METRIC_ERROR,   /* an error or a count: larger is worse (worst = max) */
+    DIFF_METRIC_COSINE,  /* cos_sim: smaller is worse (worst = min); its error is 1 - cos */
+    DIFF_METRIC_DB       /* sqnr_db: smaller is worse (worst = min); a ratio in decibels */
+} diff_metric_kind;
+
+/* One layer_metrics column a user may name. */
+typedef struct diff_metric {
+    const char *name;       /* the option value, which is also the column's name */
+    diff_metric_kind kind;
+    const char *value_fmt;  /* printf format of one value (one double) */
+    const char *delta_fmt;  /* printf format of a difference, with its sign */
+} diff_metric;
+
+/* The metrics in the order help texts list them, ended by a NULL name. */
+extern const diff_metric diff_metrics[];
+
+/* 1 when a larger value of m is better (cos_sim, sqnr_db), else 0. */
+int diff_metric_higher_is_better(const diff_metric *m);
+
+/* The row named name, or NULL (also for NULL name). */
+const diff_metric *diff_metric_find(const char *name);
+
+/* Looks name up for command cmd (used in the message); PG_ERR_USAGE naming
+ * the metric and listing the valid ones when there is no such metric. */
+pg_status diff_metric_parse(const char *cmd, const char *name, const diff_metric **out,
+                            pg_err *err);
+
+/* Checks a layer_metrics variant name for command cmd and option opt:
+ * bf16, fp8kv, fp8qkv, MODE~spec for those modes, or ext:NAME (NAME not
+ * empty); PG_ERR_USAGE naming it otherwise. */
+pg_status diff_variant_check(const char *cmd, const char *opt, const char *variant, pg_err *err);
+
+/* Opens the database at path with store_open, but only when the file
+ * exists: a read-only command must not create an empty database out of a
+ * mistyped path (PG_ERR_IO naming the path). Other failures as store_open. */
+pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *err);
+
+struct cJSON;
+
+/* Adds number v to the JSON object obj under key; a NaN or infinite v is
+ * added as null with a sibling "<key>_nonfinite": "nan", "inf" or "-inf"
+ * (JSON has no such numbers). Returns 0 when an allocation failed. */
+int report_json_number(struct cJSON *obj, const char *key, double v);
+
+/* Longest text kept of a run's short fields (kind, status, times, git rev). */
+#define DIFF_RUN_FIELD_MAX 64
+
+/* The runs row of one run, as a report shows it. */
+typedef struct diff_run {
+    int64_t id;
+    char kind[DIFF_RUN_FIELD_MAX];
+    char status[DIFF_RUN_FIELD_MAX];
+    char started_at[DIFF_RUN_FIELD_MAX];
+    char git_rev[DIFF_RUN_FIELD_MAX];  /* "" when NULL */
+    char *label;                       /* malloc'd; NULL when the run has none */
+} diff_run;
+
+/* Reads run id into *run (free its label with free()); PG_ERR_DB naming the
+ * run when there is no such run ("<cmd>: no run <id> in <path>"), or when
+ * the query fails. */
+pg_status diff_run_read(pg_store *s, const char *cmd, const char *db_path, int64_t id,
+                        diff_run *run, pg_err *err);
+
+/* Where a compared row was found. */
+typedef enum diff_presence { DIFF_BOTH, DIFF_ONLY_A, DIFF_ONLY_B } diff_presence;
+
+/* Which way a layer's metric moved from A to B. */
+typedef enum diff_change {
+    DIFF_WORSE,      /* the error grew (worsening > 1) */
+    DIFF_UNDEFINED,  /* a value is NaN (a cosine stored as NULL) or both are unbounded */
+    DIFF_SAME,       /* worsening == 1 (equal values) */
+    DIFF_BETTER      /* the error shrank */
+} diff_change;
+
+/* One layer (head -1 rows) on both sides. Strings are malloc'd (NULL where
+ * a side is missing) and owned by the diff_result. */
+typedef struct diff_layer {
+    char *capture;          /* A's capture (B's when only in B) */
+    char *capture_b;        /* B's capture, NULL when the same as capture */
+    int layer;
+    char *variant_a, *variant_b;
+    char *backend_a, *backend_b;
+    diff_presence presence;
+    double a, b;            /* the metric; NaN where missing or stored NULL */
+    double delta;           /* b - a */
+    double ratio;           /* b / a */
+    /* How many times larger B's error is than A's, the sort key (worst
+     * first): b / a for error metrics and counts, (1 - b) / (1 - a) for
+     * cos_sim, 10^((a - b) / 10) (the noise power ratio) for sqnr_db; equal
+     * values give exactly 1, a zero error growing gives +inf, NaN when
+     * undefined. */
+    double worsening;
+    diff_change change;
+} diff_layer;
+
+/* How an end-task row's interval was made. */
+typedef enum diff_interval {
+    DIFF_INTERVAL_NONE,        /* a standard error is missing or no pair is stored */
+    DIFF_INTERVAL_INDEPENDENT, /* two runs: delta +- DIFF_Z95 sqrt(se_a^2 + se_b^2) */
+    DIFF_INTERVAL_PAIRED       /* one run's modes: the stored eval_pairs interval, as B - A */
+} diff_interval;
+
+/* One (eval, effort, mode) accuracy on both sides; strings as diff_layer's. */
+typedef struct diff_eval {
+    char *eval, *effort, *mode_a, *mode_b;
+    diff_presence presence;
+    double acc_a, acc_b, se_a, se_b;  /* NaN where missing or NULL */
+    long n_a, n_b;                    /* problems scored; -1 where missing */
+    double delta;                     /* acc_b - acc_a */
+    double ci_low, ci_high;           /* NaN with DIFF_INTERVAL_NONE */
+    diff_interval interval;
+} diff_eval;
+
+/* A stored eval_pairs row, verbatim (mode_a - mode_b as stored). */
+typedef struct diff_pair {
+    char *eval, *effort, *mode_a, *mode_b;
+    long n_problems, wins, losses, ties;
+    double mean_diff, se, ci_low, ci_high, sign_p, mde;  /* NaN where NULL */
+} diff_pair;
+
+/* What to compare. For two runs mode_a and mode_b are NULL; for two modes
+ * run_a == run_b, mode_a is the base (A) and mode_b the mode (B). */
+typedef struct diff_request {
+    int64_t run_a, run_b;
+    const char *mode_a, *mode_b;
+    const diff_metric *metric;
+    const char *db_path;  /* for messages */
+} diff_request;
+
+/* A computed diff; free with diff_result_free. */
+typedef struct diff_result {
+    const diff_metric *metric;
+    int modes;                 /* 1 for a modes diff */
+    char *mode_a, *mode_b;     /* copies of the request's (NULL for two runs) */
+    diff_run run_a, run_b;
+    diff_layer *layers;        /* worst first, then only-in-A, then only-in-B */
+    size_t n_layers;
+    diff_eval *evals;          /* largest drop first, then the one-sided rows */
+    size_t n_evals;
+    diff_pair *pairs;          /* modes diff only */
+    size_t n_pairs;
+    int captures_mapped;       /* each run had one capture, under different names */
+    size_t dup_a, dup_b;       /* rows skipped: a layer stored for both backends */
+} diff_result;
+
+/* Reads both sides from the store and computes the diff into *out (NULL on
+ * failure). PG_ERR_DB naming the run when a run does not exist, or when a
+ * query fails; PG_ERR_INTERNAL for a malformed request; PG_ERR_NOMEM. */
+pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, pg_err *err);
+
+/* Frees r; NULL is a no-op. */
+void diff_result_free(diff_result *r);
+
+/* Prints r as terminal tables to out: the runs, the layer table (with
+ * colour when colour is non-zero: red worse, green better), a summary, and
+ * the end-task rows. */
+void diff_print_table(const diff_result *r, FILE *out, int colour);
+
+/* Prints r as one JSON array of objects to out ("type": "layer", "eval" or
+ * "eval_pair"); numbers are JSON numbers, and a NaN or infinite value is
+ * null with a sibling "<field>_nonfinite": "nan" | "inf" | "-inf".
+ * PG_ERR_NOMEM when the document cannot be built. */
+pg_status diff_print_json(const diff_result *r, FILE *out, pg_err *err);
+
+#endif /* PG_DIFF_H */

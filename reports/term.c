@@ -1,0 +1,141 @@
+/* term.c: terminal output helpers (see term.h). */
+#include "term.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Lowest byte of a C0 control character range's end (exclusive): 0x00-0x1f. */
+#define TERM_C0_END 0x20
+/* DEL. */
+#define TERM_DEL 0x7f
+/* The C1 control characters U+0080-U+009F. */
+#define TERM_C1_FIRST 0x80
+#define TERM_C1_LAST 0x9f
+/* Longest UTF-8 sequence. */
+#define TERM_UTF8_MAX 4
+
+int term_colour_wanted(int is_tty, const char *no_color)
+{
+    return is_tty != 0 && no_color == NULL;
+}
+
+int term_use_colour(FILE *out)
+{
+    if (out == NULL) return 0;
+    const int fd = fileno(out);
+    return term_colour_wanted(fd >= 0 && isatty(fd), getenv(TERM_NO_COLOR_ENV));
+}
+
+/* The length (1-4) of the valid UTF-8 sequence at s, with its code point in
+ * *cp; 0 when s does not start one (a stray continuation byte, an overlong
+ * form, a surrogate, a value above U+10FFFF or a cut sequence). */
+static size_t utf8_decode(const unsigned char *s, unsigned long *cp)
+{
+    const unsigned char c = s[0];
+    size_t n;
+    unsigned long v, min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+        n = 2, v = c & 0x1fu, min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3, v = c & 0x0fu, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4, v = c & 0x07u, min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0u) != 0x80u) return 0; /* also stops at the NUL */
+        v = (v << 6) | (s[i] & 0x3fu);
+    }
+    if (v < min || v > 0x10ffffUL || (v >= 0xd800UL && v <= 0xdfffUL)) return 0;
+    *cp = v;
+    return n;
+}
+
+/* One code point of the cleaned text: its bytes (not NUL-terminated). */
+typedef struct term_glyph {
+    char bytes[TERM_UTF8_MAX];
+    unsigned char len;
+} term_glyph;
+
+/* The cleaned code point at s into *g; returns the bytes of s consumed. */
+static size_t next_glyph(const char *s, term_glyph *g)
+{
+    unsigned long cp = 0;
+    const size_t n = utf8_decode((const unsigned char *)s, &cp);
+    if (n == 0) {
+        g->bytes[0] = '?';
+        g->len = 1;
+        return 1;
+    }
+    if (cp < TERM_C0_END || cp == TERM_DEL || (cp >= TERM_C1_FIRST && cp <= TERM_C1_LAST)) {
+        g->bytes[0] = ' ';
+        g->len = 1;
+        return n;
+    }
+    memcpy(g->bytes, s, n);
+    g->len = (unsigned char)n;
+    return n;
+}
+
+size_t term_width(const char *text)
+{
+    size_t w = 0;
+    term_glyph g;
+    for (const char *p = text; *p != '\0'; w++) p += next_glyph(p, &g);
+    return w;
+}
+
+/* Appends g to buf (used bytes in *at, capacity len including the NUL) when
+ * it fits whole; returns 0 when it did not fit. */
+static int put_glyph(char *buf, size_t len, size_t *at, const char *bytes, size_t n)
+{
+    if (*at + n + 1 > len) return 0;
+    memcpy(buf + *at, bytes, n);
+    *at += n;
+    buf[*at] = '\0';
+    return 1;
+}
+
+void term_fit(char *buf, size_t len, const char *text, size_t width, int keep_tail)
+{
+    if (buf == NULL || len == 0) return;
+    buf[0] = '\0';
+    if (text == NULL) text = "-";
+    const size_t total = term_width(text);
+    const size_t dots = strlen(TERM_ELLIPSIS);
+    size_t skip = 0, keep = total; /* code points dropped from the start, then kept */
+    int cut = 0;
+    if (width > 0 && total > width) {
+        cut = 1;
+        keep = width > dots ? width - dots : width;
+        if (keep_tail && width > dots) skip = total - keep;
+    }
+    size_t at = 0, i = 0;
+    int room = 1;
+    if (cut && keep_tail && width > dots) room = put_glyph(buf, len, &at, TERM_ELLIPSIS, dots);
+    term_glyph g;
+    for (const char *p = text; room && *p != '\0' && i < skip + keep; i++) {
+        p += next_glyph(p, &g);
+        if (i >= skip) room = put_glyph(buf, len, &at, g.bytes, g.len);
+    }
+    if (room && cut && !keep_tail && width > dots) put_glyph(buf, len, &at, TERM_ELLIPSIS, dots);
+}
+
+void term_cell(FILE *out, const char *colour, int width, const char *text)
+{
+    const size_t field = (size_t)(width < 0 ? -(long)width : width);
+    const size_t w = term_width(text);
+    const size_t pad = w < field ? field - w : 0;
+    if (width > 0)
+        for (size_t i = 0; i < pad; i++) fputc(' ', out);
+    if (colour != NULL) fputs(colour, out);
+    fputs(text, out);
+    if (colour != NULL) fputs(TERM_RESET, out);
+    if (width < 0)
+        for (size_t i = 0; i < pad; i++) fputc(' ', out);
+}
