@@ -5,7 +5,8 @@
 set -euo pipefail
 
 packages=(cmake gcc make pkg-config libsqlite3-dev libcurl4-openssl-dev libcjson-dev
-          libcriterion-dev sqlite3)
+          libcriterion-dev sqlite3
+          chromium)   # test dependency: tests/test_report.c renders the HTML report headless
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

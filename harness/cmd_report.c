@@ -1,0 +1,188 @@
+/* cmd_report.c: `precgate report`: one run's report as self-contained HTML or Markdown. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../db/store.h"
+#include "../reports/report_data.h"
+#include "../reports/report_html.h"
+#include "../reports/report_md.h"
+#include "cli.h"
+
+/* Suffix of the temporary file written beside the output before the rename. */
+#define REPORT_TMP_SUFFIX ".tmp.XXXXXX"
+/* Mode of a new report file before the umask (as fopen would create it). */
+#define REPORT_FILE_MODE 0666
+
+const char cmd_report_usage[] =
+    "usage: precgate report --run N -o FILE.html|FILE.md [options]\n\n"
+    "Writes one run's report, chosen by FILE's extension: a self-contained HTML page\n"
+    "(.html, .htm: inline CSS and SVG charts, no script, no network) or Markdown for a\n"
+    "pull-request comment (.md, .markdown: the same verdicts and tables, no charts).\n"
+    "It shows the gate's regressions first (\"not gated\" when none were recorded),\n"
+    "rel_l2 per layer and mode (log scale), a per-head heatmap of the worst 3 layers of\n"
+    "the worst fp8 mode, fp8 saturation and underflow, end-task accuracy with 95%\n"
+    "intervals (eval runs), and the trend over earlier runs of the same kind and label.\n\n"
+    "  --run N              the run to report (required)\n"
+    "  -o, --output FILE    where to write (required); written to a temporary file\n"
+    "                       beside FILE, then renamed over it\n"
+    "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
+    "  --trend N            the trend's runs: the last N complete runs of the same kind\n"
+    "                       and label, up to this one (default 10, at most 1000)\n\n"
+    "exit status: 0 on success; 1 on failure; 2 on a usage error or an unknown run.\n";
+
+/* A report format's writer. */
+typedef pg_status (*report_writer)(const report_data *d, FILE *out, pg_err *err);
+
+/* Parsed command line. */
+typedef struct report_args {
+    long run, trend;
+    const char *output, *db;
+    report_writer write;
+    const char *format;     /* "html" or "markdown", for the closing message */
+} report_args;
+
+/* Whether path ends with suffix, ignoring ASCII case. */
+static int ends_with(const char *path, const char *suffix)
+{
+    const size_t n = strlen(path), m = strlen(suffix);
+    if (n < m) return 0;
+    for (size_t i = 0; i < m; i++) {
+        char c = path[n - m + i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != suffix[i]) return 0;
+    }
+    return 1;
+}
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or malformed. */
+static pg_status report_parse(int argc, char **argv, report_args *a, pg_err *err)
+{
+    enum { O_RUN = 256, O_DB, O_TREND };
+    static const struct option opts[] = {
+        {"run", required_argument, NULL, O_RUN},
+        {"output", required_argument, NULL, 'o'},
+        {"db", required_argument, NULL, O_DB},
+        {"trend", required_argument, NULL, O_TREND},
+        {NULL, 0, NULL, 0},
+    };
+    *a = (report_args){.run = -1, .trend = REPORT_TREND_DEFAULT};
+    optind = 1;
+    opterr = 0;
+    int c, have_run = 0;
+    pg_status st = PG_OK;
+    while (st == PG_OK && (c = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
+        switch (c) {
+        case O_RUN:
+            st = cli_parse_int("--run", optarg, 1, LONG_MAX, &a->run, err);
+            have_run = 1;
+            break;
+        case 'o': a->output = optarg; break;
+        case O_DB: a->db = optarg; break;
+        case O_TREND: st = cli_parse_int("--trend", optarg, 1, REPORT_TREND_MAX, &a->trend, err); break;
+        case ':': return pg_fail(err, PG_ERR_USAGE, "report: %s requires a value", argv[optind - 1]);
+        default:
+            return pg_fail(err, PG_ERR_USAGE, "report: unknown option '%s' (see precgate report --help)",
+                           argv[optind - 1]);
+        }
+    }
+    if (st != PG_OK) return st;
+    if (optind < argc)
+        return pg_fail(err, PG_ERR_USAGE, "report: unexpected argument '%s'", argv[optind]);
+    if (!have_run) return pg_fail(err, PG_ERR_USAGE, "report: --run N is required");
+    if (a->output == NULL) return pg_fail(err, PG_ERR_USAGE, "report: -o FILE is required");
+    if (ends_with(a->output, ".html") || ends_with(a->output, ".htm")) {
+        a->write = report_html_write;
+        a->format = "html";
+    } else if (ends_with(a->output, ".md") || ends_with(a->output, ".markdown")) {
+        a->write = report_md_write;
+        a->format = "markdown";
+    } else {
+        return pg_fail(err, PG_ERR_USAGE,
+                       "report: -o %s: the name must end in .html, .htm, .md or .markdown",
+                       a->output);
+    }
+    return PG_OK;
+}
+
+/* Writes d to path through write(): a temporary file beside path (mode
+ * REPORT_FILE_MODE less the umask), flushed and synced, then renamed over
+ * path, so a reader sees the old file or the whole new one. PG_ERR_IO
+ * naming path on any failure (the temporary file is removed); a writer's
+ * own failure keeps its code, prefixed with path. */
+static pg_status write_atomic(const char *path, report_writer write, const report_data *d,
+                              pg_err *err)
+{
+    const size_t len = strlen(path) + sizeof REPORT_TMP_SUFFIX;
+    char *tmp = malloc(len);
+    if (tmp == NULL) return pg_fail(err, PG_ERR_NOMEM, "report: %s: out of memory", path);
+    snprintf(tmp, len, "%s" REPORT_TMP_SUFFIX, path);
+    const int fd = mkstemp(tmp);
+    if (fd < 0) {
+        pg_status s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: cannot create %s: %s", path,
+                              tmp, strerror(errno));
+        free(tmp);
+        return s;
+    }
+    const mode_t um = umask(0);
+    umask(um);
+    pg_status s = PG_OK;
+    if (fchmod(fd, REPORT_FILE_MODE & ~um) != 0)
+        s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: chmod %s: %s", path, tmp, strerror(errno));
+    FILE *f = s == PG_OK ? fdopen(fd, "w") : NULL;
+    if (s == PG_OK && f == NULL)
+        s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: %s", path, strerror(errno));
+    if (f == NULL) close(fd);
+    if (s == PG_OK) {
+        pg_err w = {0};
+        if (write(d, f, &w) != PG_OK) s = pg_fail(err, w.code, "%s: %s", path, w.msg);
+    }
+    if (f != NULL) {
+        /* The first failure's errno; EIO when a stream error left none. */
+        int e = 0;
+        errno = 0;
+        if (fflush(f) != 0 || ferror(f)) e = errno != 0 ? errno : EIO;
+        if (e == 0 && fsync(fileno(f)) != 0) e = errno;
+        if (fclose(f) != 0 && e == 0) e = errno != 0 ? errno : EIO;
+        if (e != 0 && s == PG_OK)
+            s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: %s", path, strerror(e));
+    }
+    if (s == PG_OK && rename(tmp, path) != 0)
+        s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: rename from %s: %s", path, tmp,
+                    strerror(errno));
+    if (s != PG_OK) unlink(tmp);
+    free(tmp);
+    return s;
+}
+
+/* `precgate report`: parses argv, loads the run from the database (which must
+ * exist: a report never creates one) and writes the chosen format atomically;
+ * returns the exit status (cli.h). */
+int cmd_report(int argc, char **argv)
+{
+    pg_err err = {0};
+    report_args a;
+    if (report_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
+    const char *db_path = cli_db_path(a.db);
+    /* A report reads: never create an empty database where none was. */
+    if (access(db_path, F_OK) != 0) {
+        pg_fail(&err, PG_ERR_IO, "report: database %s: %s", db_path, strerror(errno));
+        return cli_report(&err);
+    }
+    pg_store *store = NULL;
+    if (store_open(db_path, &store, &err) != PG_OK) return cli_report(&err);
+    report_data d;
+    pg_status st = report_data_load(store_handle(store), db_path, (int64_t)a.run, (int)a.trend, &d,
+                                    &err);
+    if (st == PG_OK) st = write_atomic(a.output, a.write, &d, &err);
+    if (st == PG_OK)
+        printf("report: wrote %s (%s, run %ld from %s)\n", a.output, a.format, a.run, db_path);
+    report_data_free(&d);
+    store_close(store);
+    return st == PG_OK ? 0 : cli_report(&err);
+}

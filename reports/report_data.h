@@ -1,0 +1,168 @@
+/*
+ * report_data.h: one run's numbers, loaded from precgate's SQLite store into
+ * plain structs for the report writers (reports/report_html.h,
+ * reports/report_md.h): the run row, whole-layer and per-head error metrics,
+ * fp8 quantization statistics, end-task eval scores and paired differences,
+ * the regression gate's flags, and the trend over earlier runs like it.
+ *
+ * Loading only reads (SELECT with bound parameters); tables an older schema
+ * lacks are not needed except as noted. The gate's `flags` table (schema
+ * migration 6) is read only when sqlite_schema lists it; otherwise the run is
+ * "not gated". Missing numbers are NaN; a NULL text column is a NULL pointer.
+ */
+#ifndef PG_REPORT_DATA_H
+#define PG_REPORT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../harness/status.h"
+
+struct sqlite3;
+
+/* Runs in the trend unless --trend says otherwise, and the most allowed. */
+#define REPORT_TREND_DEFAULT 10
+#define REPORT_TREND_MAX 1000
+/* Layers shown in the per-head heatmap (the worst of the worst fp8 mode). */
+#define REPORT_HEATMAP_LAYERS 3
+/* Most heads per layer a report accepts (far above any model's). */
+#define REPORT_MAX_HEADS 4096
+/* quant_stats tensors, in this order: q, k, v. */
+#define REPORT_N_TENSORS 3
+
+/* The runs row. */
+typedef struct report_run {
+    int64_t id;
+    char *kind, *label, *status, *started_at, *finished_at, *git_rev, *host, *device, *error;
+} report_run;
+
+/* One layer of the run: (capture, layer), in capture then layer order. */
+typedef struct report_layer {
+    char *capture;
+    int layer;
+} report_layer;
+
+/* One whole-layer layer_metrics row (head -1). */
+typedef struct report_cell {
+    int present;                /* 0: no row for this layer and variant */
+    double rel_l2, max_abs, cos_sim, sqnr_db;   /* NULL read as NaN */
+    int64_t nan_count, inf_count;               /* non-finite outputs of the mode */
+} report_cell;
+
+/* One quant_stats row. */
+typedef struct report_quant {
+    int present;
+    double scale;
+    char source[16];                           /* "capture" or "calibrated" */
+    double saturated_frac, underflow_frac;     /* NaN: nothing to count (NULL) */
+} report_quant;
+
+/* One eval_scores row. */
+typedef struct report_score {
+    char *eval, *mode, *effort;
+    int64_t n_problems, k, n_errors, n_truncated;
+    double accuracy, se, ci_low, ci_high;      /* NaN where NULL */
+} report_score;
+
+/* One eval_pairs row (mode_a minus mode_b). */
+typedef struct report_pair {
+    char *eval, *effort, *mode_a, *mode_b;
+    int64_t n_problems, wins, losses, ties;
+    double mean_diff, se, ci_low, ci_high, sign_p, mde;   /* NaN where NULL */
+} report_pair;
+
+/* One flags row of the gate. */
+typedef struct report_flag {
+    int64_t baseline_run_id;        /* -1 where NULL */
+    char *scope, *capture, *variant, *eval, *mode, *effort, *metric, *verdict, *message;
+    int layer;                      /* -1 where NULL */
+    double value, baseline_value, threshold;   /* NaN where NULL */
+} report_flag;
+
+/* What the trend follows. */
+typedef enum report_trend_metric {
+    REPORT_TREND_NONE,       /* nothing loaded (not set by report_data_load) */
+    REPORT_TREND_REL_L2,     /* layer-mean rel_l2 per variant: a run with layer metrics,
+                                or one with neither layers nor scores whose kind is not eval */
+    REPORT_TREND_ACCURACY    /* accuracy per eval mode and effort: a run with eval scores
+                                and no layer metrics, or an empty run of kind eval */
+} report_trend_metric;
+
+/* One run of the trend. */
+typedef struct report_trend_run {
+    int64_t id;
+    char *started_at, *git_rev;
+} report_trend_run;
+
+/* The last complete runs of the same kind and label, up to this run's id. */
+typedef struct report_trend {
+    report_trend_metric metric;
+    size_t n_runs;                 /* oldest first; the report's own run is last when complete */
+    report_trend_run *runs;
+    size_t n_series;               /* variants, or "mode effort" (eval-prefixed if several) */
+    char **series;
+    double *values;                /* [s * n_runs + r]; NaN: no data; +inf: a layer was
+                                      non-finite, so the mean is too */
+    unsigned char *present;        /* [s * n_runs + r] */
+} report_trend;
+
+/* Everything a report shows. Zero-initialise, load, free. */
+typedef struct report_data {
+    char *db_name;                 /* the database path, for the footer */
+    report_run run;
+    size_t n_variants;             /* bf16, fp8kv, fp8qkv first, then others by name */
+    char **variants;
+    size_t n_layers;
+    report_layer *layers;
+    report_cell *cells;            /* [l * n_variants + v] */
+    int n_heads;                   /* 1 + the largest head index; 0: no per-head rows */
+    double *head_rel_l2;           /* [(l * n_variants + v) * n_heads + h] */
+    unsigned char *head_present;   /* same index */
+    int has_quant;                 /* any quant_stats row */
+    report_quant *quant;           /* [l * REPORT_N_TENSORS + t] */
+    size_t n_scores;
+    report_score *scores;          /* by eval, effort, mode (bf16, fp8kv, fp8qkv first) */
+    size_t n_pairs;
+    report_pair *pairs;
+    int gated;                     /* the flags table exists and holds rows of this run */
+    int flags_table;               /* the flags table exists */
+    size_t n_flags;
+    report_flag *flags;            /* regressions, errors, then the other verdicts */
+    report_trend trend;
+} report_data;
+
+/* Loads run_id from db into *out (zero-initialised by the call; free with
+ * report_data_free, also after a failure), with a trend over the last
+ * trend_n (1 .. REPORT_TREND_MAX) complete runs of the same kind and label
+ * whose id is <= run_id. db_name names the database in messages.
+ * PG_ERR_USAGE when no run has that id or trend_n is out of range; PG_ERR_DB
+ * naming db_name on a query failure; PG_ERR_FORMAT when a head index is at
+ * or above REPORT_MAX_HEADS; PG_ERR_NOMEM. */
+pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_id, int trend_n,
+                           report_data *out, pg_err *err);
+
+/* Frees everything d owns and zeroes it; safe on a zeroed or partly loaded d. */
+void report_data_free(report_data *d);
+
+/* Whether a flag's verdict fails the gate ("regression" or "error"). */
+int report_flag_fails(const report_flag *f);
+
+/* Index of "fp8kv" or "fp8qkv", whichever has the larger layer-mean
+ * rel_l2 (a non-finite layer makes a mode the worst); -1 when neither has
+ * a whole-layer row. */
+int report_worst_fp8_variant(const report_data *d);
+
+/* Writes to out[0 .. return) the indices of the (at most max) layers with
+ * the largest rel_l2 in variant v, worst first (non-finite first, ties by
+ * layer order); layers without a row for v are left out. */
+size_t report_worst_layers(const report_data *d, size_t v, size_t *out, size_t max);
+
+/* The layer-mean rel_l2 of variant v: NaN with no rows, +inf when a layer's
+ * value is not finite or its output had NaN/Inf. */
+double report_variant_mean(const report_data *d, size_t v);
+
+/* Colour of a variant or mode name in every chart: fixed for bf16, fp8kv,
+ * fp8qkv; others from a palette by a hash of the name. */
+const char *report_colour(const char *name);
+
+#endif /* PG_REPORT_DATA_H */
