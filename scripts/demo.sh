@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh: the README's first command: installs what is missing, builds,
 # synthesizes a gpt-oss-120b-shaped demo capture and sweeps it through every
-# precision mode into ./precgate.db (CPU backend when no GPU), ending in the
-# layer x mode report.
+# precision mode into ./precgate.db (the GPU when one is usable, else the
+# CPU), grades the shipped AIME-style demo traces, and ends in the report:
+# the layer x mode table, the eval summary, and build/demo-report.{md,html}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -10,4 +11,9 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$(nproc)"
 build/precgate synth -o build/demo.safetensors --preset gpt-oss-120b --layers 4 \
   --seqs 2 --seq-len 512 --context 128
-build/precgate run --capture build/demo.safetensors --label demo "$@"
+out=$(build/precgate run --capture build/demo.safetensors --label demo "$@" | tee /dev/stderr)
+run=$(printf '%s\n' "$out" | sed -n 's/^run \([0-9]*\) complete.*/\1/p')
+build/precgate eval --traces evals/demo/aime-style-demo.jsonl --replay --label demo
+build/precgate report --run "$run" -o build/demo-report.html
+build/precgate report --run "$run" -o build/demo-report.md
+echo "report: build/demo-report.html (open in a browser) and build/demo-report.md"
