@@ -787,3 +787,21 @@ const char *report_colour(const char *name)
     for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) h = (h ^ *p) * FNV_PRIME;
     return PALETTE[h % PALETTE_N];
 }
+
+void report_flag_where(FILE *out, const report_flag *f,
+                       void (*put_escaped)(FILE *out, const char *s))
+{
+    const char *parts[] = {f->capture, f->variant, f->eval, f->mode, f->effort};
+    int first = 1;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (i == 1 && f->layer >= 0) {
+            fprintf(out, "%slayer %d", first ? "" : " / ", f->layer);
+            first = 0;
+        }
+        if (parts[i] == NULL) continue;
+        if (!first) fputs(" / ", out);
+        put_escaped(out, parts[i]);
+        first = 0;
+    }
+    if (first) fputc('-', out);
+}

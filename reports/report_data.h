@@ -14,6 +14,7 @@
 #define PG_REPORT_DATA_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "../harness/status.h"
@@ -78,6 +79,11 @@ typedef struct report_flag {
     int layer;                      /* -1 where NULL */
     double value, baseline_value, threshold;   /* NaN where NULL */
 } report_flag;
+
+/* Writes where flag f applies (its non-NULL location fields joined by " / ",
+ * "-" when none) to out, each string through put_escaped (HTML or Markdown). */
+void report_flag_where(FILE *out, const report_flag *f,
+                       void (*put_escaped)(FILE *out, const char *s));
 
 /* What the trend follows. */
 typedef enum report_trend_metric {

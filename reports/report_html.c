@@ -180,23 +180,6 @@ static void put_header(FILE *out, const report_data *d)
           out);
 }
 
-/* Where a flag applies: its non-NULL location fields, joined. */
-static void put_flag_where(FILE *out, const report_flag *f)
-{
-    const char *parts[] = {f->capture, f->variant, f->eval, f->mode, f->effort};
-    int first = 1;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        if (i == 1 && f->layer >= 0) {
-            fprintf(out, "%slayer %d", first ? "" : " / ", f->layer);
-            first = 0;
-        }
-        if (parts[i] == NULL) continue;
-        if (!first) fputs(" / ", out);
-        svg_put_escaped(out, parts[i]);
-        first = 0;
-    }
-    if (first) fputs("-", out);
-}
 
 /* A table of the run's flags: only the failing ones (regression, error) when
  * failing_only, else all of them. */
@@ -214,7 +197,7 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
         fputs("</span></td>", out);
         td_text(out, f->scope);
         fputs("<td class=\"t\">", out);
-        put_flag_where(out, f);
+        report_flag_where(out, f, svg_put_escaped);
         fputs("</td>", out);
         td_text(out, f->metric);
         td_num(out, f->value);

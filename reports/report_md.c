@@ -107,23 +107,6 @@ static void put_header(FILE *out, const report_data *d)
     }
 }
 
-/* Where a flag applies: its non-NULL location fields, joined. */
-static void put_flag_where(FILE *out, const report_flag *f)
-{
-    const char *parts[] = {f->capture, f->variant, f->eval, f->mode, f->effort};
-    int first = 1;
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        if (i == 1 && f->layer >= 0) {
-            fprintf(out, "%slayer %d", first ? "" : " / ", f->layer);
-            first = 0;
-        }
-        if (parts[i] == NULL) continue;
-        if (!first) fputs(" / ", out);
-        report_md_put_escaped(out, parts[i]);
-        first = 0;
-    }
-    if (first) fputc('-', out);
-}
 
 /* A table of the run's flags: only the failing ones when failing_only. */
 static void put_flag_table(FILE *out, const report_data *d, int failing_only)
@@ -142,7 +125,7 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
         fputs(" |", out);
         cell_text(out, f->scope);
         fputc(' ', out);
-        put_flag_where(out, f);
+        report_flag_where(out, f, report_md_put_escaped);
         fputs(" |", out);
         cell_text(out, f->metric);
         cell_num(out, f->value);
