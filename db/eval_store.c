@@ -1,6 +1,8 @@
 /* eval_store.c: eval_samples, eval_scores and eval_pairs in the store (see eval_store.h). */
 #include "eval_store.h"
 
+#include "sql_util.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -9,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Longest "what failed" phrase kept before SQLite's message is appended. */
-#define EVAL_WHAT_MAX 384
 /* Room for one pass@k JSON member: "k": value, with a 20-digit k and %.17g. */
 #define EVAL_JSON_MEMBER_MAX 64
 /* Significant digits tried before the 17 that always round-trip a double. */
@@ -72,40 +72,9 @@ static const char *str_or_null(const char *s)
     return s != NULL ? s : "NULL";
 }
 
-/* The database's file name for messages (":memory:" for an in-memory one). */
-static const char *db_path(sqlite3 *db)
-{
-    const char *f = sqlite3_db_filename(db, "main");
-    return f != NULL && f[0] != '\0' ? f : ":memory:";
-}
 
-/* Records PG_ERR_DB as "<file>: <what>: <SQLite's message>"; call it before
- * anything else touches the connection. Returns the code err now holds. */
-__attribute__((format(printf, 3, 4)))
-static pg_status db_fail(sqlite3 *db, pg_err *err, const char *fmt, ...)
-{
-    char what[EVAL_WHAT_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", db_path(db), what, sqlite3_errmsg(db));
-}
 
-/* The handle of s, or NULL after recording PG_ERR_INTERNAL (fn names the caller). */
-static sqlite3 *handle_or_fail(pg_store *s, const char *fn, pg_err *err)
-{
-    sqlite3 *db = store_handle(s);
-    if (db == NULL) pg_fail(err, PG_ERR_INTERNAL, "%s: store is NULL", fn);
-    return db;
-}
 
-/* Prepares constant sql into *st; PG_ERR_DB naming it on failure. */
-static pg_status prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pg_err *err)
-{
-    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return PG_OK;
-    return db_fail(db, err, "prepare \"%s\"", sql);
-}
 
 /* ---- binding ----------------------------------------------------------- */
 
@@ -183,12 +152,12 @@ static pg_status finish_write(sqlite3 *db, binder *b, const char *what, pg_err *
     pg_status ps = PG_OK;
     const int expected = sqlite3_bind_parameter_count(b->st);
     if (b->rc != SQLITE_OK) {
-        ps = db_fail(db, err, "%s", what);
+        ps = sql_fail(db, err, "%s", what);
     } else if (b->next - 1 != expected) {
         ps = pg_fail(err, PG_ERR_INTERNAL, "%s: \"%s\" has %d parameters, %d bound",
-                     db_path(db), sqlite3_sql(b->st), expected, b->next - 1);
+                     sql_db_path(db), sqlite3_sql(b->st), expected, b->next - 1);
     } else if (sqlite3_step(b->st) != SQLITE_DONE) {
-        ps = db_fail(db, err, "%s", what);
+        ps = sql_fail(db, err, "%s", what);
     }
     sqlite3_finalize(b->st);
     b->st = NULL;
@@ -223,7 +192,7 @@ static pg_status refuse_replace(sqlite3 *db, int64_t run_id, const eval_sample_r
                                 const char *what, pg_err *err)
 {
     sqlite3_stmt *st = NULL;
-    pg_status ps = prepare(db, SQL_SAMPLE_STATUS, &st, err);
+    pg_status ps = sql_prepare(db, SQL_SAMPLE_STATUS, &st, err);
     if (ps != PG_OK) return ps;
     binder b = bind_start(st);
     bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
@@ -235,37 +204,37 @@ static pg_status refuse_replace(sqlite3 *db, int64_t run_id, const eval_sample_r
     sqlite3_finalize(st);
     return pg_fail(err, PG_ERR_DB,
                    "%s: %s: already stored with status '%s' (only 'error' samples are "
-                   "replaced; nothing changed)", db_path(db), what, stored);
+                   "replaced; nothing changed)", sql_db_path(db), what, stored);
 }
 
 pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_row *r,
                                 pg_err *err)
 {
-    sqlite3 *db = handle_or_fail(s, "eval_store_put_sample", err);
+    sqlite3 *db = sql_handle_or_fail(s, "eval_store_put_sample", err);
     if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
     if (r == NULL || r->eval == NULL || r->mode == NULL || r->effort == NULL
         || r->problem_id == NULL)
         return pg_fail(err, PG_ERR_INTERNAL,
                        "eval_store_put_sample: row, eval, mode, effort or problem_id is NULL");
-    char what[EVAL_WHAT_MAX];
+    char what[SQL_WHAT_MAX];
     snprintf(what, sizeof what,
              "eval sample (run %" PRId64 ", eval '%s', mode '%s', effort '%s', problem '%s', "
              "sample %d)", run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
     const char *status = status_text(r->status);
     if (status == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status %d cannot be stored", db_path(db),
+        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status %d cannot be stored", sql_db_path(db),
                        what, (int)r->status);
     if (r->sample < 0)
-        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: negative sample index", db_path(db), what);
+        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: negative sample index", sql_db_path(db), what);
     const int graded = r->status != EVAL_SAMPLE_ERROR;
     if (graded && r->correct != 0 && r->correct != 1)
         return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status '%s' needs correct 0 or 1, not %d",
-                       db_path(db), what, status, r->correct);
+                       sql_db_path(db), what, status, r->correct);
     if (isinf(r->latency_ms))
-        return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: latency_ms is infinite", db_path(db), what);
+        return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: latency_ms is infinite", sql_db_path(db), what);
 
     sqlite3_stmt *st = NULL;
-    pg_status ps = prepare(db, SQL_SAMPLE_UPSERT, &st, err);
+    pg_status ps = sql_prepare(db, SQL_SAMPLE_UPSERT, &st, err);
     if (ps != PG_OK) return ps;
     binder b = bind_start(st);
     bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
@@ -291,14 +260,14 @@ pg_status eval_store_missing(pg_store *s, int64_t run_id, const char *eval,
                              const eval_key *planned, size_t n_planned, size_t *missing,
                              size_t *n_missing, pg_err *err)
 {
-    sqlite3 *db = handle_or_fail(s, "eval_store_missing", err);
+    sqlite3 *db = sql_handle_or_fail(s, "eval_store_missing", err);
     if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
     if (eval == NULL || n_missing == NULL || (n_planned > 0 && (planned == NULL || missing == NULL)))
         return pg_fail(err, PG_ERR_INTERNAL,
                        "eval_store_missing: eval, planned, missing or n_missing is NULL");
     *n_missing = 0;
     sqlite3_stmt *st = NULL;
-    pg_status ps = prepare(db, SQL_SAMPLE_DONE, &st, err);
+    pg_status ps = sql_prepare(db, SQL_SAMPLE_DONE, &st, err);
     for (size_t i = 0; ps == PG_OK && i < n_planned; i++) {
         const eval_key *key = &planned[i];
         if (key->mode == NULL || key->effort == NULL || key->problem_id == NULL) {
@@ -313,7 +282,7 @@ pg_status eval_store_missing(pg_store *s, int64_t run_id, const char *eval,
         if (rc == SQLITE_DONE) {
             missing[(*n_missing)++] = i;
         } else if (rc != SQLITE_ROW) {
-            ps = db_fail(db, err,
+            ps = sql_fail(db, err,
                          "look up eval sample (run %" PRId64 ", eval '%s', mode '%s', effort "
                          "'%s', problem '%s', sample %d)", run_id, eval, key->mode, key->effort,
                          key->problem_id, key->sample);
@@ -361,19 +330,19 @@ static pg_status load_row(sqlite3 *db, sqlite3_stmt *st, const char *what, load_
                           pg_err *err)
 {
     const char *pid = (const char *)sqlite3_column_text(st, 0);
-    if (pid == NULL) return db_fail(db, err, "%s: read problem_id", what);
+    if (pid == NULL) return sql_fail(db, err, "%s: read problem_id", what);
     const int64_t sample = sqlite3_column_int64(st, 1);
     if (sample < 0)
         return pg_fail(err, PG_ERR_FORMAT, "%s: %s: problem '%s' has sample %" PRId64,
-                       db_path(db), what, pid, sample);
+                       sql_db_path(db), what, pid, sample);
     if (sample > ls->max_sample) ls->max_sample = sample;
 
     /* Rows come in problem_id order: a new id is a new problem. */
     if (ls->n_ids == 0 || strcmp(ls->ids[ls->n_ids - 1], pid) != 0) {
         if (!grow((void **)&ls->ids, &ls->cap_ids, ls->n_ids, sizeof *ls->ids))
-            return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", db_path(db), what);
+            return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", sql_db_path(db), what);
         if ((ls->ids[ls->n_ids] = strdup(pid)) == NULL)
-            return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", db_path(db), what);
+            return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", sql_db_path(db), what);
         ls->n_ids++;
     }
     if (sqlite3_column_int(st, 4) == 0) return PG_OK;   /* another mode or effort */
@@ -382,17 +351,17 @@ static pg_status load_row(sqlite3 *db, sqlite3_stmt *st, const char *what, load_
     const int status = status_from_text(text);
     if (status < 0)
         return pg_fail(err, PG_ERR_FORMAT, "%s: %s: problem '%s' sample %" PRId64
-                       " has status '%s'", db_path(db), what, pid, sample, str_or_null(text));
+                       " has status '%s'", sql_db_path(db), what, pid, sample, str_or_null(text));
     int correct = 0;
     if (status != EVAL_SAMPLE_ERROR) {
         if (sqlite3_column_type(st, 3) == SQLITE_NULL)
             return pg_fail(err, PG_ERR_FORMAT,
                            "%s: %s: problem '%s' sample %" PRId64 " is '%s' but not graded "
-                           "(correct is NULL)", db_path(db), what, pid, sample, text);
+                           "(correct is NULL)", sql_db_path(db), what, pid, sample, text);
         correct = sqlite3_column_int(st, 3);
     }
     if (!grow((void **)&ls->cells, &ls->cap_cells, ls->n_cells, sizeof *ls->cells))
-        return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", db_path(db), what);
+        return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory", sql_db_path(db), what);
     ls->cells[ls->n_cells++] = (loaded_cell){
         .problem = ls->n_ids - 1, .sample = sample,
         .cell = {.status = (eval_sample_status)status, .correct = correct}};
@@ -403,18 +372,18 @@ pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const c
                           const char *effort, size_t k, eval_table *out, pg_err *err)
 {
     if (out != NULL) memset(out, 0, sizeof *out);
-    sqlite3 *db = handle_or_fail(s, "eval_store_load", err);
+    sqlite3 *db = sql_handle_or_fail(s, "eval_store_load", err);
     if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
     if (eval == NULL || mode == NULL || effort == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "eval_store_load: eval, mode, effort or out is NULL");
-    char what[EVAL_WHAT_MAX];
+    char what[SQL_WHAT_MAX];
     snprintf(what, sizeof what,
              "load eval samples (run %" PRId64 ", eval '%s', mode '%s', effort '%s')", run_id,
              eval, mode, effort);
 
     load_state ls = {.max_sample = -1};
     sqlite3_stmt *st = NULL;
-    pg_status ps = prepare(db, SQL_LOAD, &st, err);
+    pg_status ps = sql_prepare(db, SQL_LOAD, &st, err);
     if (ps == PG_OK) {
         binder b = bind_start(st);
         bind_int64(&b, run_id);
@@ -427,7 +396,7 @@ pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const c
             if (rc == SQLITE_ROW) ps = load_row(db, st, what, &ls, err);
             if (ps != PG_OK) break;
         }
-        if (ps == PG_OK && rc != SQLITE_DONE) ps = db_fail(db, err, "%s", what);
+        if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "%s", what);
     }
     sqlite3_finalize(st);
 
@@ -437,7 +406,7 @@ pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const c
             k = stored_k;
         } else if (stored_k > k) {
             ps = pg_fail(err, PG_ERR_SHAPE,
-                         "%s: %s: sample %" PRId64 " is stored but k is %zu", db_path(db), what,
+                         "%s: %s: sample %" PRId64 " is stored but k is %zu", sql_db_path(db), what,
                          ls.max_sample, k);
         }
     }
@@ -445,7 +414,7 @@ pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const c
         if (ls.n_ids > SIZE_MAX / k / sizeof *out->cells
             || (out->cells = malloc(ls.n_ids * k * sizeof *out->cells)) == NULL) {
             ps = pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory for %zu x %zu samples",
-                         db_path(db), what, ls.n_ids, k);
+                         sql_db_path(db), what, ls.n_ids, k);
         } else {
             for (size_t i = 0; i < ls.n_ids * k; i++)
                 out->cells[i] = (eval_cell){.status = EVAL_SAMPLE_MISSING, .correct = 0};
@@ -473,7 +442,7 @@ static pg_status refuse_inf(sqlite3 *db, const char *what, const char *const *na
 {
     for (size_t i = 0; i < n; i++) {
         if (isinf(values[i]))
-            return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: %s is infinite", db_path(db), what,
+            return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: %s is infinite", sql_db_path(db), what,
                            names[i]);
     }
     return PG_OK;
@@ -516,12 +485,12 @@ static char *pass_at_json(const eval_score *sc)
 pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, const char *mode,
                                const char *effort, const eval_score *sc, pg_err *err)
 {
-    sqlite3 *db = handle_or_fail(s, "eval_store_put_score", err);
+    sqlite3 *db = sql_handle_or_fail(s, "eval_store_put_score", err);
     if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
     if (eval == NULL || mode == NULL || effort == NULL || sc == NULL)
         return pg_fail(err, PG_ERR_INTERNAL,
                        "eval_store_put_score: eval, mode, effort or score is NULL");
-    char what[EVAL_WHAT_MAX];
+    char what[SQL_WHAT_MAX];
     snprintf(what, sizeof what,
              "store eval score (run %" PRId64 ", eval '%s', mode '%s', effort '%s')", run_id,
              eval, mode, effort);
@@ -530,17 +499,17 @@ pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, co
     pg_status ps = refuse_inf(db, what, names, values, sizeof values / sizeof values[0], err);
     for (size_t j = 0; ps == PG_OK && sc->pass_at != NULL && j < sc->k; j++) {
         if (isinf(sc->pass_at[j]))
-            ps = pg_fail(err, PG_ERR_NUMERIC, "%s: %s: pass@%zu is infinite", db_path(db), what,
+            ps = pg_fail(err, PG_ERR_NUMERIC, "%s: %s: pass@%zu is infinite", sql_db_path(db), what,
                          j + 1);
     }
     if (ps != PG_OK) return ps;
     char *json = pass_at_json(sc);
     if (json == NULL)
-        return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory for pass_at_json", db_path(db),
+        return pg_fail(err, PG_ERR_NOMEM, "%s: %s: out of memory for pass_at_json", sql_db_path(db),
                        what);
 
     sqlite3_stmt *st = NULL;
-    ps = prepare(db, SQL_SCORE_UPSERT, &st, err);
+    ps = sql_prepare(db, SQL_SCORE_UPSERT, &st, err);
     if (ps == PG_OK) {
         binder b = bind_start(st);
         bind_int64(&b, run_id);
@@ -569,12 +538,12 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
                               const char *mode_a, const char *mode_b, const eval_pair *p,
                               pg_err *err)
 {
-    sqlite3 *db = handle_or_fail(s, "eval_store_put_pair", err);
+    sqlite3 *db = sql_handle_or_fail(s, "eval_store_put_pair", err);
     if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
     if (eval == NULL || effort == NULL || mode_a == NULL || mode_b == NULL || p == NULL)
         return pg_fail(err, PG_ERR_INTERNAL,
                        "eval_store_put_pair: eval, effort, mode_a, mode_b or pair is NULL");
-    char what[EVAL_WHAT_MAX];
+    char what[SQL_WHAT_MAX];
     snprintf(what, sizeof what,
              "store eval pair (run %" PRId64 ", eval '%s', effort '%s', '%s' vs '%s')", run_id,
              eval, effort, mode_a, mode_b);
@@ -582,11 +551,11 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
     const double values[] = {p->mean_diff, p->se, p->ci_low, p->ci_high, p->sign_p, p->mde};
     pg_status ps = refuse_inf(db, what, names, values, sizeof values / sizeof values[0], err);
     if (ps == PG_OK && isnan(p->sign_p))
-        ps = pg_fail(err, PG_ERR_NUMERIC, "%s: %s: sign_p is NaN", db_path(db), what);
+        ps = pg_fail(err, PG_ERR_NUMERIC, "%s: %s: sign_p is NaN", sql_db_path(db), what);
     if (ps != PG_OK) return ps;
 
     sqlite3_stmt *st = NULL;
-    ps = prepare(db, SQL_PAIR_UPSERT, &st, err);
+    ps = sql_prepare(db, SQL_PAIR_UPSERT, &st, err);
     if (ps != PG_OK) return ps;
     binder b = bind_start(st);
     bind_int64(&b, run_id);

@@ -1,6 +1,8 @@
 /* gate_store.c: baselines, the rows a gate compares and the flags it writes (see gate_store.h). */
 #include "gate_store.h"
 
+#include "sql_util.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -10,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Longest "what failed" phrase kept before SQLite's message is appended. */
-#define GATE_WHAT_MAX 256
 /* First capacity of a growing row array. */
 #define GATE_ROWS_INITIAL 64
 
@@ -65,40 +65,9 @@ static const char SQL_FLAG_INSERT[] =
 
 /* ---- errors and small helpers ----------------------------------------- */
 
-/* The database's file name for messages (":memory:" for an in-memory one). */
-static const char *db_path(sqlite3 *db)
-{
-    const char *f = sqlite3_db_filename(db, "main");
-    return f != NULL && f[0] != '\0' ? f : ":memory:";
-}
 
-/* Records PG_ERR_DB as "<file>: <what>: <SQLite's message>"; call it before
- * anything else touches the connection. Returns the code err now holds. */
-__attribute__((format(printf, 3, 4)))
-static pg_status db_fail(sqlite3 *db, pg_err *err, const char *fmt, ...)
-{
-    char what[GATE_WHAT_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", db_path(db), what, sqlite3_errmsg(db));
-}
 
-/* The handle of s, or NULL after recording PG_ERR_INTERNAL (fn names the caller). */
-static sqlite3 *handle_or_fail(pg_store *s, const char *fn, pg_err *err)
-{
-    sqlite3 *db = store_handle(s);
-    if (db == NULL) pg_fail(err, PG_ERR_INTERNAL, "%s: store is NULL", fn);
-    return db;
-}
 
-/* Prepares constant sql into *st; PG_ERR_DB naming it on failure. */
-static pg_status prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pg_err *err)
-{
-    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return PG_OK;
-    return db_fail(db, err, "prepare \"%s\"", sql);
-}
 
 /* A copy of column i's text, NULL for SQL NULL; sets *oom when the copy fails. */
 static char *col_dup(sqlite3_stmt *st, int i, int *oom)
@@ -138,7 +107,7 @@ static pg_status query_id(sqlite3 *db, const char *sql, const char *text, int64_
 {
     sqlite3_stmt *st = NULL;
     *found = 0;
-    pg_status ps = prepare(db, sql, &st, err);
+    pg_status ps = sql_prepare(db, sql, &st, err);
     if (ps == PG_OK) {
         int rc = SQLITE_OK;
         if (text != NULL) rc = sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
@@ -148,7 +117,7 @@ static pg_status query_id(sqlite3 *db, const char *sql, const char *text, int64_
             *found = 1;
             *out = sqlite3_column_int64(st, 0);
         } else if (rc != SQLITE_DONE) {
-            ps = db_fail(db, err, "run \"%s\"", sql);
+            ps = sql_fail(db, err, "run \"%s\"", sql);
         }
     }
     sqlite3_finalize(st);
@@ -171,10 +140,10 @@ pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err)
 {
     if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_run: out is NULL");
     memset(out, 0, sizeof *out);
-    sqlite3 *db = handle_or_fail(s, "gate_store_run", err);
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_run", err);
     if (db == NULL) return PG_ERR_INTERNAL;
     sqlite3_stmt *st = NULL;
-    pg_status ps = prepare(db, SQL_RUN, &st, err);
+    pg_status ps = sql_prepare(db, SQL_RUN, &st, err);
     if (ps == PG_OK) {
         int rc = sqlite3_bind_int64(st, 1, id);
         if (rc == SQLITE_OK) rc = sqlite3_step(st);
@@ -188,9 +157,9 @@ pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err)
             if (oom || out->kind == NULL || out->status == NULL)
                 ps = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading run %" PRId64, id);
         } else if (rc == SQLITE_DONE) {
-            ps = pg_fail(err, PG_ERR_USAGE, "no run %" PRId64 " in %s", id, db_path(db));
+            ps = pg_fail(err, PG_ERR_USAGE, "no run %" PRId64 " in %s", id, sql_db_path(db));
         } else {
-            ps = db_fail(db, err, "read run %" PRId64, id);
+            ps = sql_fail(db, err, "read run %" PRId64, id);
         }
     }
     sqlite3_finalize(st);
@@ -204,7 +173,7 @@ static pg_status auto_query(sqlite3 *db, const char *sql, const gate_run *run, i
 {
     sqlite3_stmt *st = NULL;
     *found = 0;
-    pg_status ps = prepare(db, sql, &st, err);
+    pg_status ps = sql_prepare(db, sql, &st, err);
     if (ps == PG_OK) {
         int rc = sqlite3_bind_text(st, 1, run->kind, -1, SQLITE_STATIC);
         if (rc == SQLITE_OK)
@@ -216,7 +185,7 @@ static pg_status auto_query(sqlite3 *db, const char *sql, const gate_run *run, i
             *found = 1;
             *id = sqlite3_column_int64(st, 0);
         } else if (rc != SQLITE_DONE) {
-            ps = db_fail(db, err, "find the baseline of run %" PRId64, run->id);
+            ps = sql_fail(db, err, "find the baseline of run %" PRId64, run->id);
         }
     }
     sqlite3_finalize(st);
@@ -230,7 +199,7 @@ pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *ba
         return pg_fail(err, PG_ERR_INTERNAL, "gate_store_auto_baseline: NULL argument");
     *base_id = -1;
     *passed = 0;
-    sqlite3 *db = handle_or_fail(s, "gate_store_auto_baseline", err);
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_auto_baseline", err);
     if (db == NULL) return PG_ERR_INTERNAL;
     int found = 0;
     pg_status ps = auto_query(db, SQL_AUTO_PASSED, run, base_id, &found, err);
@@ -248,7 +217,7 @@ pg_status gate_store_resolve_baseline(pg_store *s, const char *spec, int64_t *ru
 {
     if (spec == NULL || run_id == NULL || by_name == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "gate_store_resolve_baseline: NULL argument");
-    sqlite3 *db = handle_or_fail(s, "gate_store_resolve_baseline", err);
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_resolve_baseline", err);
     if (db == NULL) return PG_ERR_INTERNAL;
     int found = 0;
     *by_name = 0;
@@ -270,10 +239,10 @@ pg_status gate_store_resolve_baseline(pg_store *s, const char *spec, int64_t *ru
             return PG_OK;
         }
         return pg_fail(err, PG_ERR_USAGE, "--baseline %s: no baseline of that name and no run "
-                                          "%lld in %s", spec, id, db_path(db));
+                                          "%lld in %s", spec, id, sql_db_path(db));
     }
     return pg_fail(err, PG_ERR_USAGE, "--baseline %s: no baseline of that name in %s (see "
-                                      "precgate baseline list)", spec, db_path(db));
+                                      "precgate baseline list)", spec, sql_db_path(db));
 }
 
 pg_status gate_store_baseline_set(pg_store *s, const char *name, int64_t run_id, pg_err *err)
@@ -290,12 +259,12 @@ pg_status gate_store_baseline_set(pg_store *s, const char *name, int64_t run_id,
     if (ps != PG_OK) return ps;
     sqlite3 *db = store_handle(s);
     sqlite3_stmt *st = NULL;
-    ps = prepare(db, SQL_BASELINE_SET, &st, err);
+    ps = sql_prepare(db, SQL_BASELINE_SET, &st, err);
     if (ps == PG_OK) {
         int rc = sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, run_id);
         if (rc == SQLITE_OK) rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE) ps = db_fail(db, err, "set baseline '%s'", name);
+        if (rc != SQLITE_DONE) ps = sql_fail(db, err, "set baseline '%s'", name);
     }
     sqlite3_finalize(st);
     return ps;
@@ -318,11 +287,11 @@ pg_status gate_store_baseline_list(pg_store *s, gate_baseline **out, size_t *n, 
         return pg_fail(err, PG_ERR_INTERNAL, "gate_store_baseline_list: NULL argument");
     *out = NULL;
     *n = 0;
-    sqlite3 *db = handle_or_fail(s, "gate_store_baseline_list", err);
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_baseline_list", err);
     if (db == NULL) return PG_ERR_INTERNAL;
     sqlite3_stmt *st = NULL;
     size_t cap = 0;
-    pg_status ps = prepare(db, SQL_BASELINE_LIST, &st, err);
+    pg_status ps = sql_prepare(db, SQL_BASELINE_LIST, &st, err);
     int rc = SQLITE_DONE;
     while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         ps = grow((void **)out, &cap, *n, sizeof **out, err);
@@ -337,7 +306,7 @@ pg_status gate_store_baseline_list(pg_store *s, gate_baseline **out, size_t *n, 
         b->label = col_dup(st, 4, &oom);
         if (oom) ps = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory listing baselines");
     }
-    if (ps == PG_OK && rc != SQLITE_DONE) ps = db_fail(db, err, "list baselines");
+    if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "list baselines");
     sqlite3_finalize(st);
     return ps;
 }
@@ -375,12 +344,12 @@ static pg_status read_rows(sqlite3 *db, const char *sql, int64_t run_id, const c
                            gate_rows *out, size_t *cap, pg_err *err)
 {
     sqlite3_stmt *st = NULL;
-    pg_status ps = prepare(db, sql, &st, err);
+    pg_status ps = sql_prepare(db, sql, &st, err);
     int rc = SQLITE_DONE;
     if (ps == PG_OK && sqlite3_bind_int64(st, 1, run_id) != SQLITE_OK)
-        ps = db_fail(db, err, "read %s of run %" PRId64, what, run_id);
+        ps = sql_fail(db, err, "read %s of run %" PRId64, what, run_id);
     while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) ps = take(st, out, cap, err);
-    if (ps == PG_OK && rc != SQLITE_DONE) ps = db_fail(db, err, "read %s of run %" PRId64, what, run_id);
+    if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "read %s of run %" PRId64, what, run_id);
     sqlite3_finalize(st);
     return ps;
 }
@@ -459,11 +428,11 @@ pg_status gate_store_load(pg_store *s, int64_t run_id, gate_rows *out, pg_err *e
 {
     if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_load: out is NULL");
     memset(out, 0, sizeof *out);
-    sqlite3 *db = handle_or_fail(s, "gate_store_load", err);
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_load", err);
     if (db == NULL) return PG_ERR_INTERNAL;
     /* A savepoint is a read transaction outside one and nests inside one. */
     if (sqlite3_exec(db, "SAVEPOINT gate_load", NULL, NULL, NULL) != SQLITE_OK)
-        return db_fail(db, err, "begin reading run %" PRId64, run_id);
+        return sql_fail(db, err, "begin reading run %" PRId64, run_id);
     size_t cl = 0, cp = 0, cs = 0;
     pg_status ps = read_rows(db, SQL_LAYERS, run_id, "layer_metrics", take_layer, out, &cl, err);
     if (ps == PG_OK) ps = read_rows(db, SQL_PAIRS, run_id, "eval_pairs", take_pair, out, &cp, err);
@@ -509,7 +478,7 @@ static pg_status insert_flag(sqlite3 *db, sqlite3_stmt *st, int64_t run_id, int6
     if (rc == SQLITE_OK) rc = bind_str(st, 15, f->message);
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     pg_status ps = rc == SQLITE_DONE ? PG_OK
-                                     : db_fail(db, err, "store flag %zu of run %" PRId64, index, run_id);
+                                     : sql_fail(db, err, "store flag %zu of run %" PRId64, index, run_id);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return ps;
@@ -519,17 +488,17 @@ pg_status gate_store_put_flags(pg_store *s, int64_t run_id, int64_t baseline_run
                                const regress_flags *f, pg_err *err)
 {
     if (f == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_put_flags: flags is NULL");
-    sqlite3 *db = handle_or_fail(s, "gate_store_put_flags", err);
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_put_flags", err);
     if (db == NULL) return PG_ERR_INTERNAL;
     pg_status ps = store_begin(s, err);
     if (ps != PG_OK) return ps;
     sqlite3_stmt *del = NULL, *ins = NULL;
-    ps = prepare(db, SQL_FLAGS_DELETE, &del, err);
-    if (ps == PG_OK) ps = prepare(db, SQL_FLAG_INSERT, &ins, err);
+    ps = sql_prepare(db, SQL_FLAGS_DELETE, &del, err);
+    if (ps == PG_OK) ps = sql_prepare(db, SQL_FLAG_INSERT, &ins, err);
     if (ps == PG_OK) {
         int rc = sqlite3_bind_int64(del, 1, run_id);
         if (rc == SQLITE_OK) rc = sqlite3_step(del);
-        if (rc != SQLITE_DONE) ps = db_fail(db, err, "clear the flags of run %" PRId64, run_id);
+        if (rc != SQLITE_DONE) ps = sql_fail(db, err, "clear the flags of run %" PRId64, run_id);
     }
     for (size_t i = 0; ps == PG_OK && i < f->n; i++)
         ps = insert_flag(db, ins, run_id, baseline_run_id, &f->v[i], i, err);

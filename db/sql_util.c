@@ -1,0 +1,34 @@
+/* sql_util.c: SQLite helpers shared by the table modules (see sql_util.h). */
+#include "sql_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+const char *sql_db_path(sqlite3 *db)
+{
+    const char *f = sqlite3_db_filename(db, "main");
+    return f != NULL && f[0] != '\0' ? f : ":memory:";
+}
+
+pg_status sql_fail(sqlite3 *db, pg_err *err, const char *fmt, ...)
+{
+    char what[SQL_WHAT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", sql_db_path(db), what, sqlite3_errmsg(db));
+}
+
+sqlite3 *sql_handle_or_fail(pg_store *s, const char *fn, pg_err *err)
+{
+    sqlite3 *db = store_handle(s);
+    if (db == NULL) pg_fail(err, PG_ERR_INTERNAL, "%s: store is NULL", fn);
+    return db;
+}
+
+pg_status sql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pg_err *err)
+{
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return PG_OK;
+    return sql_fail(db, err, "prepare \"%s\"", sql);
+}
