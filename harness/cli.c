@@ -95,6 +95,13 @@ pg_status cli_parse_u64(const char *opt, const char *value, unsigned long long *
     return PG_OK;
 }
 
+pg_status cli_getopt_fail(const char *cmd, int c, const char *arg, pg_err *err)
+{
+    if (c == ':') return pg_fail(err, PG_ERR_USAGE, "%s: %s requires a value", cmd, arg);
+    return pg_fail(err, PG_ERR_USAGE, "%s: unknown option '%s' (see precgate %s --help)", cmd, arg,
+                   cmd);
+}
+
 const char *cli_db_path(const char *db_option)
 {
     if (db_option != NULL) return db_option;

@@ -41,6 +41,11 @@ pg_status cli_parse_int(const char *opt, const char *value, long min, long max,
 pg_status cli_parse_u64(const char *opt, const char *value, unsigned long long *out,
                         pg_err *err);
 
+/* The usage error of an option getopt_long refused: c == ':' for a missing
+ * value, anything else for an unknown option; cmd names the subcommand and
+ * arg is the offending argument (argv[optind - 1]). Returns PG_ERR_USAGE. */
+pg_status cli_getopt_fail(const char *cmd, int c, const char *arg, pg_err *err);
+
 /* The database path: the --db value if given, else $PRECGATE_DB, else the default. */
 const char *cli_db_path(const char *db_option);
 

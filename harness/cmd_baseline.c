@@ -53,10 +53,8 @@ static pg_status baseline_parse(int argc, char **argv, baseline_args *a, pg_err 
         switch (c) {
         case O_NAME: a->name = optarg; break;
         case O_DB: a->db = optarg; break;
-        case ':': return pg_fail(err, PG_ERR_USAGE, "baseline: %s requires a value", av[optind - 1]);
-        default:
-            return pg_fail(err, PG_ERR_USAGE, "baseline: unknown option '%s' (see precgate "
-                                              "baseline --help)", av[optind - 1]);
+        case ':':
+        default: return cli_getopt_fail("baseline", c, av[optind - 1], err);
         }
     }
     if (strcmp(a->action, "list") == 0) {

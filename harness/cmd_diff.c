@@ -93,10 +93,8 @@ static pg_status diff_parse(int argc, char **argv, diff_args *a, pg_err *err)
         case O_MODES: st = parse_modes(optarg, a, err); break;
         case O_DB: a->db = optarg; break;
         case O_JSON: a->json = 1; break;
-        case ':': return pg_fail(err, PG_ERR_USAGE, "diff: %s requires a value", argv[optind - 1]);
-        default:
-            return pg_fail(err, PG_ERR_USAGE,
-                           "diff: unknown option '%s' (see precgate diff --help)", argv[optind - 1]);
+        case ':':
+        default: return cli_getopt_fail("diff", c, argv[optind - 1], err);
         }
     }
     if (st != PG_OK) return st;

@@ -189,10 +189,8 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         case O_LABEL: a->label = optarg; break;
         case O_NOPROG: a->o.progress = 0; break;
         case O_FORCE: a->force = 1; break;
-        case ':': return pg_fail(err, PG_ERR_USAGE, "eval: %s requires a value", argv[optind - 1]);
-        default:
-            return pg_fail(err, PG_ERR_USAGE, "eval: unknown option '%s' (see precgate eval --help)",
-                           argv[optind - 1]);
+        case ':':
+        default: return cli_getopt_fail("eval", c, argv[optind - 1], err);
         }
     }
     if (st != PG_OK) return st;

@@ -69,10 +69,8 @@ static pg_status gate_parse(int argc, char **argv, gate_args *a, pg_err *err)
         case O_CONFIG: a->config = optarg; break;
         case O_JUNIT: a->junit = optarg; break;
         case O_DB: a->db = optarg; break;
-        case ':': return pg_fail(err, PG_ERR_USAGE, "gate: %s requires a value", argv[optind - 1]);
-        default:
-            return pg_fail(err, PG_ERR_USAGE, "gate: unknown option '%s' (see precgate gate --help)",
-                           argv[optind - 1]);
+        case ':':
+        default: return cli_getopt_fail("gate", c, argv[optind - 1], err);
         }
     }
     if (st != PG_OK) return st;

@@ -91,11 +91,7 @@ static pg_status history_parse(int argc, char **argv, history_args *a, pg_err *e
         case O_DB: a->db = optarg; break;
         case O_JSON: a->json = 1; break;
         case ':':
-            return pg_fail(err, PG_ERR_USAGE, "history: %s requires a value", argv[optind - 1]);
-        default:
-            return pg_fail(err, PG_ERR_USAGE,
-                           "history: unknown option '%s' (see precgate history --help)",
-                           argv[optind - 1]);
+        default: return cli_getopt_fail("history", c, argv[optind - 1], err);
         }
     }
     if (st != PG_OK) return st;

@@ -85,10 +85,8 @@ static pg_status report_parse(int argc, char **argv, report_args *a, pg_err *err
         case 'o': a->output = optarg; break;
         case O_DB: a->db = optarg; break;
         case O_TREND: st = cli_parse_int("--trend", optarg, 1, REPORT_TREND_MAX, &a->trend, err); break;
-        case ':': return pg_fail(err, PG_ERR_USAGE, "report: %s requires a value", argv[optind - 1]);
-        default:
-            return pg_fail(err, PG_ERR_USAGE, "report: unknown option '%s' (see precgate report --help)",
-                           argv[optind - 1]);
+        case ':':
+        default: return cli_getopt_fail("report", c, argv[optind - 1], err);
         }
     }
     if (st != PG_OK) return st;

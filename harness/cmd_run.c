@@ -97,9 +97,8 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         case O_SEED: st = cli_parse_u64("--seed", optarg, &a->seed, err); break;
         case O_NOPROG: a->progress = 0; break;
         case O_CHECKSPEC: a->check_spec = 1; break;
-        case ':': return pg_fail(err, PG_ERR_USAGE, "run: %s requires a value", argv[optind - 1]);
-        default: return pg_fail(err, PG_ERR_USAGE, "run: unknown option '%s' (see precgate run --help)",
-                                argv[optind - 1]);
+        case ':':
+        default: return cli_getopt_fail("run", c, argv[optind - 1], err);
         }
     }
     if (st != PG_OK) return st;

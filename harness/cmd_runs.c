@@ -90,10 +90,8 @@ static pg_status runs_parse(int argc, char **argv, runs_args *a, pg_err *err)
             break;
         case O_DB: a->db = optarg; break;
         case O_JSON: a->json = 1; break;
-        case ':': return pg_fail(err, PG_ERR_USAGE, "runs: %s requires a value", argv[optind - 1]);
-        default:
-            return pg_fail(err, PG_ERR_USAGE,
-                           "runs: unknown option '%s' (see precgate runs --help)", argv[optind - 1]);
+        case ':':
+        default: return cli_getopt_fail("runs", c, argv[optind - 1], err);
         }
     }
     if (st != PG_OK) return st;
