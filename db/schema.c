@@ -222,6 +222,17 @@ const schema_migration schema_migrations[] = {
         "    message         TEXT NOT NULL   -- the numbers and why, as printed\n"
         ");\n"
         "CREATE INDEX flags_run ON flags (run_id, verdict);\n"),
+    /* Per-problem means of an eval, the unit every score above averages over
+     * (errors excluded, truncated samples counted as graded), as a view so it
+     * can never disagree with eval_samples. */
+    SCHEMA_MIGRATION(7,
+        "CREATE VIEW eval_problem_means AS\n"
+        "SELECT run_id, eval, mode, effort, problem_id,\n"
+        "       sum(status <> 'error') AS n_valid,      -- ok + truncated samples\n"
+        "       sum(status = 'error') AS n_errors,\n"
+        "       sum(CASE WHEN status <> 'error' THEN correct ELSE 0 END) AS n_correct,\n"
+        "       avg(CASE WHEN status <> 'error' THEN correct END) AS mean  -- NULL: no valid sample\n"
+        "FROM eval_samples GROUP BY run_id, eval, mode, effort, problem_id;\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -80,6 +80,11 @@ Test(eval_cmd, replay_of_the_demo_scores_every_mode)
                        27.0 / 36.0, 1e-12);
     cr_assert_eq(db_num(db, "SELECT n_truncated FROM eval_scores WHERE mode = 'fp8qkv'"), 1);
     cr_assert_eq(db_num(db, "SELECT count(*) FROM eval_pairs WHERE mode_b = 'bf16'"), 2);
+    /* The per-problem means are what avg@K averages. */
+    cr_assert_eq(db_num(db, "SELECT count(*) FROM eval_problem_means WHERE mode = 'bf16'"), 12);
+    cr_assert_float_eq(db_num(db, "SELECT avg(mean) FROM eval_problem_means WHERE mode = 'fp8kv'"),
+                       31.0 / 36.0, 1e-12);
+    cr_assert_eq(db_num(db, "SELECT sum(n_valid) FROM eval_problem_means WHERE mode = 'fp8qkv'"), 36);
     cr_assert_float_eq(db_num(db, "SELECT mean_diff FROM eval_pairs WHERE mode_a = 'fp8qkv'"),
                        27.0 / 36.0 - 33.0 / 36.0, 1e-12);
     char *status = db_text(db, "SELECT status FROM runs WHERE id = 1");
