@@ -188,32 +188,7 @@ static void write_capture(const char *path, const cap_spec *s)
     for (int i = 0; i < n_bufs; i++) free(bufs[i]);
 }
 
-/* A malloc'd "dir/name". */
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    cr_assert_not_null(p);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
-/* Removes dir and the plain files in it; frees dir. */
-static void rm_dir(char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d != NULL) {
-        for (struct dirent *e; (e = readdir(d)) != NULL;) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char *p = join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-    free(dir);
-}
 
 /* Opens path expecting success. */
 static capture *open_ok(const char *path)
@@ -251,11 +226,12 @@ static void expect_fail(const char *path, pg_status code, const char *s1, const 
 static void expect_spec_fail(const cap_spec *s, pg_status code, const char *s1, const char *s2)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     write_capture(path, s);
     expect_fail(path, code, "cap.safetensors", s1, s2);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* Checks that layer l of c holds spec layer l's generated values. */
@@ -324,20 +300,21 @@ static void check_default_fields(const capture *c, const char *path, const cap_s
 Test(capture, valid_capture_loads_every_field)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     cap_spec s = default_spec();
     write_capture(path, &s);
     capture *c = open_ok(path);
     check_default_fields(c, path, &s);
     capture_close(c);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, defaults_when_optional_metadata_absent)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     cap_spec s = default_spec();
     static const char *const optional[] = {"model", "sliding_window", "q_scale", "k_scale",
                                            "v_scale", "block_size"};
@@ -353,13 +330,14 @@ Test(capture, defaults_when_optional_metadata_absent)
     }
     capture_close(c);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, sm_scale_from_metadata_applies_to_every_layer)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     cap_spec s = default_spec();
     set_meta(&s, "sm_scale", "0.125");
     write_capture(path, &s);
@@ -368,7 +346,8 @@ Test(capture, sm_scale_from_metadata_applies_to_every_layer)
     cr_assert_eq(c->layers[1].sm_scale, 0.125f);
     capture_close(c);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, directory_of_two_shards)
@@ -376,18 +355,18 @@ Test(capture, directory_of_two_shards)
     char *dir = tu_tempdir();
     cap_spec s = default_spec();
     s.hi = 1; /* shard a: all metadata and layer 0 */
-    char *a = join(dir, "model-00001-of-00002.safetensors");
+    char *a = tu_join(dir, "model-00001-of-00002.safetensors");
     write_capture(a, &s);
     s.lo = 1; /* shard b: layer 1 and only the keys it agrees on */
     s.hi = 2;
     cap_spec b = s;
     b.n_meta = 0;
     set_meta(&b, "seq_q", "[3, 2]");
-    char *bpath = join(dir, "model-00002-of-00002.safetensors");
+    char *bpath = tu_join(dir, "model-00002-of-00002.safetensors");
     write_capture(bpath, &b);
-    char *notes = join(dir, "notes.txt");
+    char *notes = tu_join(dir, "notes.txt");
     tu_write_file(notes, "not a shard", 11);
-    char *hidden = join(dir, ".partial.safetensors");
+    char *hidden = tu_join(dir, ".partial.safetensors");
     tu_write_file(hidden, "junk", 4);
 
     capture *c = open_ok(dir);
@@ -398,7 +377,8 @@ Test(capture, directory_of_two_shards)
     free(bpath);
     free(notes);
     free(hidden);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, shards_must_agree_and_not_repeat)
@@ -406,13 +386,13 @@ Test(capture, shards_must_agree_and_not_repeat)
     char *dir = tu_tempdir();
     cap_spec s = default_spec();
     s.hi = 1;
-    char *a = join(dir, "a.safetensors");
+    char *a = tu_join(dir, "a.safetensors");
     write_capture(a, &s);
     cap_spec b = s;
     b.lo = 1;
     b.hi = 2;
     set_meta(&b, "seq_kv", "[6, 2]");
-    char *bp = join(dir, "b.safetensors");
+    char *bp = tu_join(dir, "b.safetensors");
     write_capture(bp, &b);
     expect_fail(dir, PG_ERR_FORMAT, "b.safetensors: metadata 'seq_kv'", "a.safetensors has \"[5, 2]\"",
                 "shards must agree");
@@ -431,17 +411,19 @@ Test(capture, shards_must_agree_and_not_repeat)
     expect_fail(dir, PG_ERR_FORMAT, "no shard has metadata 'format'", CAPTURE_FORMAT_V1, NULL);
     free(a);
     free(bp);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, empty_directory_and_missing_path)
 {
     char *dir = tu_tempdir();
     expect_fail(dir, PG_ERR_FORMAT, dir, "no *.safetensors shards", NULL);
-    char *missing = join(dir, "absent.safetensors");
+    char *missing = tu_join(dir, "absent.safetensors");
     expect_fail(missing, PG_ERR_IO, "absent.safetensors", "cannot open", NULL);
     free(missing);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* ------------------------------------------------------------ dtypes / shapes */
@@ -474,11 +456,12 @@ Test(capture, missing_v)
     cap_spec s = default_spec();
     s.skip_v_layer = 1;
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     write_capture(path, &s);
     expect_fail(path, PG_ERR_FORMAT, "cap.safetensors", "layers.1.v is missing", NULL);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, gap_in_layer_numbers)
@@ -486,18 +469,19 @@ Test(capture, gap_in_layer_numbers)
     cap_spec s = default_spec();
     s.layer_id[1] = 2;
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     write_capture(path, &s);
     expect_fail(path, PG_ERR_FORMAT, "cap.safetensors", "layer 1 has no tensors",
                 "without gaps");
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, unknown_tensor_name_is_rejected)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     static const char *const bad[] = {"layer.0.q", "layers.0.query", "layers.01.q", "layers.0.out.",
                                       "layers.0.out.a b", "layers.-1.q", "embed"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -517,7 +501,8 @@ Test(capture, unknown_tensor_name_is_rejected)
         expect_fail(path, PG_ERR_FORMAT, "cap.safetensors", want, NULL);
     }
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* ------------------------------------------------------------ metadata */
@@ -684,7 +669,7 @@ static void misalign_data(const char *path)
 Test(capture, unaligned_bf16_tensor_loads_with_right_values)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     cap_spec s = default_spec();
     write_capture(path, &s);
     misalign_data(path);
@@ -699,13 +684,14 @@ Test(capture, unaligned_bf16_tensor_loads_with_right_values)
     check_default_fields(c, path, &s);
     capture_close(c);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, unaligned_f32_sinks_after_odd_bf16_loads)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     cap_spec s = default_spec();
     s.n_layers = 1;
     s.hi = 1;
@@ -727,13 +713,14 @@ Test(capture, unaligned_f32_sinks_after_odd_bf16_loads)
     check_layer_values(c, &s, 0);
     capture_close(c);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(capture, nan_in_sinks)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cap.safetensors");
+    char *path = tu_join(dir, "cap.safetensors");
     st_writer *w = NULL;
     pg_err err = {0};
     const int64_t qs[3] = {1, 2, 2}, ss[1] = {2};
@@ -752,5 +739,6 @@ Test(capture, nan_in_sinks)
     expect_fail(path, PG_ERR_NUMERIC, "cap.safetensors", "tensor 'layers.0.sinks': NaN at head 1",
                 NULL);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }

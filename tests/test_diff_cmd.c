@@ -37,9 +37,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[CMD_MAX];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) cr_log_warn("could not remove %s", g_dir);
+    tu_rmtree(g_dir);
     free(g_dir);
 }
 

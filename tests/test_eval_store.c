@@ -13,6 +13,7 @@
 #include "schema.h"
 #include "score.h"
 #include "store.h"
+#include "testutil.h"
 
 /* The schema version that adds the eval tables. */
 #define EVAL_SCHEMA_VERSION 4 /* the migration that adds the eval tables */
@@ -23,26 +24,15 @@ static char g_db[PATH_MAX + 16];
 
 static void setup(void)
 {
-    const char *base = getenv("TMPDIR");
-    if (base == NULL || base[0] == '\0') base = "/tmp";
-    snprintf(g_dir, sizeof g_dir, "%s/pgeval.XXXXXX", base);
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp under %s failed", base);
+    char *d = tu_tempdir();
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    free(d);
     snprintf(g_db, sizeof g_db, "%s/precgate.db", g_dir);
 }
 
 static void teardown(void)
 {
-    DIR *d = opendir(g_dir);
-    if (d == NULL) return;
-    struct dirent *e;
-    char p[PATH_MAX + NAME_MAX + 2];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(g_dir);
+    tu_rmtree(g_dir);
 }
 
 TestSuite(eval_store, .init = setup, .fini = teardown);

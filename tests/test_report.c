@@ -163,9 +163,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) cr_log_warn("could not remove %s", g_dir);
+    tu_rmtree(g_dir);
     free(g_dir);
 }
 

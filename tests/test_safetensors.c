@@ -17,32 +17,7 @@
 /* The writer's data alignment. */
 #define DATA_ALIGN 8
 
-/* A malloc'd "dir/name". */
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    cr_assert_not_null(p);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
-/* Removes dir and the plain files in it; frees dir. */
-static void rm_dir(char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d != NULL) {
-        for (struct dirent *e; (e = readdir(d)) != NULL;) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char *p = join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-    free(dir);
-}
 
 /* Writes a file of: len_field (u64 LE), hdr_bytes bytes of hdr, then
  * data_len bytes of a counting pattern. */
@@ -90,12 +65,13 @@ static void expect_header_fail(const char *hdr, size_t data_len, pg_status code,
                                const char *s2, const char *s3)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "bad.safetensors");
+    char *path = tu_join(dir, "bad.safetensors");
     write_st(path, hdr, data_len);
     expect_fail(path, code, "bad.safetensors", s1, s2);
     if (s3 != NULL) expect_fail(path, code, s3, NULL, NULL);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* Opens path expecting success. */
@@ -131,7 +107,7 @@ Test(safetensors, dtype_table_round_trips)
 Test(safetensors, writer_reader_round_trip)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "rt.safetensors");
+    char *path = tu_join(dir, "rt.safetensors");
 
     const uint16_t a[6] = {0x3F80, 0x4000, 0xBF80, 0x0000, 0x7F7F, 0x0001};
     const uint8_t b[3] = {1, 2, 255};            /* odd byte count: c lands unaligned */
@@ -156,7 +132,7 @@ Test(safetensors, writer_reader_round_trip)
     cr_assert_eq(st_writer_write(w, path, &err), PG_OK, "%s", err.msg);
     st_writer_free(w);
 
-    char *tmp = join(dir, "rt.safetensors.tmp");
+    char *tmp = tu_join(dir, "rt.safetensors.tmp");
     cr_assert_neq(access(tmp, F_OK), 0, "the temporary file is renamed away");
     free(tmp);
 
@@ -204,13 +180,14 @@ Test(safetensors, writer_reader_round_trip)
     cr_assert(memcmp(m + LEN_BYTES, "{\"__metadata__\"", 15) == 0);
     st_close(f);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(safetensors, writer_empty_file_round_trip)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "empty.safetensors");
+    char *path = tu_join(dir, "empty.safetensors");
     st_writer *w = NULL;
     pg_err err = {0};
     cr_assert_eq(st_writer_create(&w, &err), PG_OK);
@@ -221,7 +198,8 @@ Test(safetensors, writer_empty_file_round_trip)
     cr_assert_eq(f->n_meta, 0);
     st_close(f);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(safetensors, writer_rejects_duplicate_and_reserved_names)
@@ -251,19 +229,19 @@ Test(safetensors, writer_failure_names_path_and_removes_tmp)
     cr_assert_eq(st_writer_add_tensor(w, "x", ST_U8, 1, shape, x, &err), PG_OK);
 
     /* No such directory: the tmp file cannot even be created. */
-    char *missing = join(dir, "no/such/dir.safetensors");
+    char *missing = tu_join(dir, "no/such/dir.safetensors");
     cr_assert_eq(st_writer_write(w, missing, &err), PG_ERR_IO);
     cr_assert(strstr(err.msg, missing) != NULL, "%s", err.msg);
 
     /* The target is a directory: the rename fails and the tmp file goes. */
     pg_err_clear(&err);
-    char *sub = join(dir, "sub.safetensors");
+    char *sub = tu_join(dir, "sub.safetensors");
     cr_assert_eq(mkdir(sub, 0700), 0);
-    char *keep = join(sub, "keep");
+    char *keep = tu_join(sub, "keep");
     tu_write_file(keep, "x", 1);
     cr_assert_eq(st_writer_write(w, sub, &err), PG_ERR_IO);
     cr_assert(strstr(err.msg, "sub.safetensors") != NULL, "%s", err.msg);
-    char *tmp = join(dir, "sub.safetensors.tmp");
+    char *tmp = tu_join(dir, "sub.safetensors.tmp");
     cr_assert_neq(access(tmp, F_OK), 0, "the tmp file is removed on failure");
     unlink(keep);
     rmdir(sub);
@@ -272,7 +250,8 @@ Test(safetensors, writer_failure_names_path_and_removes_tmp)
     free(keep);
     free(sub);
     free(missing);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* --------------------------------------------------------- valid variants */
@@ -280,7 +259,7 @@ Test(safetensors, writer_failure_names_path_and_removes_tmp)
 Test(safetensors, padded_header_and_zero_size_tensors_load)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "pad.safetensors");
+    char *path = tu_join(dir, "pad.safetensors");
     write_st(path,
              "{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
              "\"x\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
@@ -299,7 +278,8 @@ Test(safetensors, padded_header_and_zero_size_tensors_load)
     cr_assert_eq(f->n_tensors, 0);
     st_close(f);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* ---------------------------------------------------------- I/O failures */
@@ -307,11 +287,12 @@ Test(safetensors, padded_header_and_zero_size_tensors_load)
 Test(safetensors, missing_file_and_directory_are_io_errors)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "absent.safetensors");
+    char *path = tu_join(dir, "absent.safetensors");
     expect_fail(path, PG_ERR_IO, "absent.safetensors", "cannot open", NULL);
     expect_fail(dir, PG_ERR_IO, dir, "not a regular file", NULL);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* ----------------------------------------------------- framing / truncation */
@@ -319,24 +300,26 @@ Test(safetensors, missing_file_and_directory_are_io_errors)
 Test(safetensors, truncated_shorter_than_length_field)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "short.safetensors");
+    char *path = tu_join(dir, "short.safetensors");
     tu_write_file(path, "\x10\0\0\0\0", 5);
     expect_fail(path, PG_ERR_FORMAT, "short.safetensors", "file is 5 bytes", "8-byte");
     tu_write_file(path, "", 0);
     expect_fail(path, PG_ERR_FORMAT, "short.safetensors", "file is 0 bytes", NULL);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(safetensors, truncated_header_cut)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "cut.safetensors");
+    char *path = tu_join(dir, "cut.safetensors");
     const char *hdr = "{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
     write_raw(path, strlen(hdr), hdr, strlen(hdr) / 2, 0); /* header cut in half */
     expect_fail(path, PG_ERR_FORMAT, "cut.safetensors", "header length", "runs past the end");
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(safetensors, truncated_data_cut)
@@ -349,23 +332,25 @@ Test(safetensors, truncated_data_cut)
 Test(safetensors, header_length_past_end)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "past.safetensors");
+    char *path = tu_join(dir, "past.safetensors");
     write_raw(path, 1000, "{}", 2, 0);
     expect_fail(path, PG_ERR_FORMAT, "past.safetensors", "header length 1000", "runs past the end");
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(safetensors, header_length_over_limit)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "huge.safetensors");
+    char *path = tu_join(dir, "huge.safetensors");
     write_raw(path, ST_HEADER_MAX + 1, "{}", 2, 0);
     expect_fail(path, PG_ERR_FORMAT, "huge.safetensors", "header length 100000001", "limit");
     write_raw(path, UINT64_MAX, "{}", 2, 0); /* must not wrap around in 8 + N */
     expect_fail(path, PG_ERR_FORMAT, "huge.safetensors", "exceeds", NULL);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* ----------------------------------------------------------------- JSON */

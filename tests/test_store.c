@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "store.h"
+#include "testutil.h"
 
 /* Seconds in a day, to turn julianday differences into seconds. */
 #define SECONDS_PER_DAY 86400.0
@@ -29,27 +30,16 @@ static char g_db[PATH_MAX + 16];
 /* Makes a fresh directory under $TMPDIR (or /tmp) and names the database in it. */
 static void setup(void)
 {
-    const char *base = getenv("TMPDIR");
-    if (base == NULL || base[0] == '\0') base = "/tmp";
-    snprintf(g_dir, sizeof g_dir, "%s/pgstore.XXXXXX", base);
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp under %s failed", base);
+    char *d = tu_tempdir();
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    free(d);
     snprintf(g_db, sizeof g_db, "%s/precgate.db", g_dir);
 }
 
 /* Removes the scratch directory and the files the test left in it. */
 static void teardown(void)
 {
-    DIR *d = opendir(g_dir);
-    if (d == NULL) return;
-    struct dirent *e;
-    char p[PATH_MAX + NAME_MAX + 2];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(g_dir);
+    tu_rmtree(g_dir);
 }
 
 TestSuite(store, .init = setup, .fini = teardown);

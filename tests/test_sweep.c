@@ -43,17 +43,7 @@ static void setup(void)
 /* Removes the scratch directory and the plain files in it. */
 static void teardown(void)
 {
-    DIR *d = opendir(g_dir);
-    if (d == NULL) return;
-    struct dirent *e;
-    char p[PATH_MAX + NAME_MAX + 2];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(g_dir);
+    tu_rmtree(g_dir);
 }
 
 TestSuite(sweep, .init = setup, .fini = teardown, .timeout = 60);

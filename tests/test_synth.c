@@ -28,16 +28,30 @@
  * property of the ordinary tokens is measured. */
 #define MASSIVE_SKIP SYNTH_MASSIVE_MAX_POS
 
-/* A fresh path NAME inside a new temporary directory (caller frees). */
+/* Most temporary directories one test makes. */
+#define MAX_TEMP_DIRS 16
+static char *temp_dirs[MAX_TEMP_DIRS];
+static int n_temp_dirs;
+
+/* Removes the directories temp_file made (at the test process's exit). */
+static void remove_temp_dirs(void)
+{
+    for (int i = 0; i < n_temp_dirs; i++) {
+        tu_rmtree(temp_dirs[i]);
+        free(temp_dirs[i]);
+    }
+    n_temp_dirs = 0;
+}
+
+/* A fresh path NAME inside a new temporary directory, removed when the
+ * test's process exits (caller frees the path). */
 static char *temp_file(const char *name)
 {
     char *dir = tu_tempdir();
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    cr_assert_not_null(p);
-    snprintf(p, n, "%s/%s", dir, name);
-    free(dir);
-    return p;
+    cr_assert_lt(n_temp_dirs, MAX_TEMP_DIRS);
+    if (n_temp_dirs == 0) atexit(remove_temp_dirs);
+    temp_dirs[n_temp_dirs++] = dir;
+    return tu_join(dir, name);
 }
 
 /* The preset with the given sweep shape. */

@@ -17,37 +17,12 @@
 /* A valid problem line, used around the line under test. */
 #define GOOD_LINE "{\"id\": \"ok\", \"problem\": \"p\", \"answer\": 1}"
 
-/* A malloc'd "dir/name". */
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    cr_assert_not_null(p);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
-/* Removes dir and the plain files in it; frees dir. */
-static void rm_dir(char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d != NULL) {
-        for (struct dirent *e; (e = readdir(d)) != NULL;) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char *p = join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-    free(dir);
-}
 
 /* Writes text to dir/name; returns the malloc'd path. */
 static char *write_text(const char *dir, const char *name, const char *text)
 {
-    char *path = join(dir, name);
+    char *path = tu_join(dir, name);
     tu_write_file(path, text, strlen(text));
     return path;
 }
@@ -173,7 +148,8 @@ Test(traces, valid_file_all_fields)
     traces_free(t);
     traces_free(NULL);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* One malformed line (written as line 3, after a valid line and a blank
@@ -249,19 +225,21 @@ Test(traces, each_malformed_line_is_named)
         expect_load_fail(path, PG_ERR_FORMAT, 3, k_bad_cases[i].want);
         free(text);
         free(path);
-        rm_dir(dir);
+        tu_rmtree(dir);
+    free(dir);
     }
 }
 
 Test(traces, nul_byte_in_line)
 {
     char *dir = tu_tempdir();
-    char *path = join(dir, "nul.jsonl");
+    char *path = tu_join(dir, "nul.jsonl");
     static const char text[] = GOOD_LINE "\n{\"id\":\"a\0\",\"problem\":\"p\",\"answer\":1}\n";
     tu_write_file(path, text, sizeof text - 1);
     expect_load_fail(path, PG_ERR_FORMAT, 2, "NUL byte");
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(traces, duplicate_ids)
@@ -279,7 +257,8 @@ Test(traces, duplicate_ids)
                       "{\"id\":\"7\",\"problem\":\"p\",\"answer\":1}\n");
     expect_load_fail(path, PG_ERR_FORMAT, 3, "'id' '7' repeats the id of line 1");
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* Many ids, so that the id set grows several times, none falsely repeated. */
@@ -305,7 +284,8 @@ Test(traces, many_distinct_ids)
     expect_load_fail(path, PG_ERR_FORMAT, 5001, "'id' 'q0' repeats the id of line 1");
     free(path);
     free(text);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(traces, answer_forms)
@@ -333,7 +313,8 @@ Test(traces, answer_forms)
                       "{\"id\":\"a\",\"problem\":\"p\",\"answer\":\"18446744073709551686\"}\n");
     expect_load_fail(path, PG_ERR_FORMAT, 1, "'answer' is \"18446744073709551686\"");
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(traces, long_lines_bom_and_empty_file)
@@ -358,7 +339,8 @@ Test(traces, long_lines_bom_and_empty_file)
     cr_assert_eq(t->n, 0);
     traces_free(t);
     free(path);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(traces, missing_file)
@@ -375,10 +357,10 @@ Test(traces, missing_file)
 static eval_traces *convert_and_load(const char *dir, const char *in_text, char **out_text)
 {
     char *in = write_text(dir, "in.jsonl", in_text);
-    char *out = join(dir, "out.jsonl");
+    char *out = tu_join(dir, "out.jsonl");
     pg_err err = {0};
     cr_assert_eq(traces_convert_aime(in, out, &err), PG_OK, "%s", err.msg);
-    char *tmp = join(dir, "out.jsonl.tmp");
+    char *tmp = tu_join(dir, "out.jsonl.tmp");
     cr_assert_neq(access(tmp, F_OK), 0, "the temporary file is gone");
     eval_traces *t = load_ok(out);
     if (out_text) *out_text = read_text(out);
@@ -416,7 +398,8 @@ Test(convert, question_answer_spelling)
                      "{\"id\":\"aime-3\",\"problem\":\"Third.\",\"answer\":588}\n");
     free(text);
     traces_free(t);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* HuggingFaceH4/aime_2024 spelling: id (number) / problem / answer / url, and
@@ -444,7 +427,8 @@ Test(convert, problem_answer_spelling_with_ids)
                      "{\"id\":\"2024-II-4\",\"problem\":\"P4\",\"answer\":33}\n");
     free(text);
     traces_free(t);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* Converts in_text expecting failure naming in.jsonl:line and want; a file
@@ -464,12 +448,13 @@ static void expect_convert_fail(const char *in_text, int line, const char *want)
     char *kept = read_text(out);
     cr_assert_str_eq(kept, "previous\n");
     free(kept);
-    char *tmp = join(dir, "out.jsonl.tmp");
+    char *tmp = tu_join(dir, "out.jsonl.tmp");
     cr_assert_neq(access(tmp, F_OK), 0, "the temporary file was removed");
     free(tmp);
     free(in);
     free(out);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 Test(convert, malformed_inputs)
@@ -503,7 +488,8 @@ Test(convert, io_errors)
     cr_assert_eq(traces_convert_aime(in, "/nonexistent/precgate/out.jsonl", &err), PG_ERR_IO);
     cr_assert_not_null(strstr(err.msg, "/nonexistent/precgate/out.jsonl"), "%s", err.msg);
     free(in);
-    rm_dir(dir);
+    tu_rmtree(dir);
+    free(dir);
 }
 
 /* ------------------------------------------------------------------------ */

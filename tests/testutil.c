@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 char *tu_tempdir(void)
 {
@@ -16,6 +19,32 @@ char *tu_tempdir(void)
     sprintf(path, "%s/pgtest.XXXXXX", base);
     cr_assert_not_null(mkdtemp(path), "mkdtemp failed");
     return path;
+}
+
+char *tu_join(const char *dir, const char *name)
+{
+    const size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    cr_assert_not_null(p);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+void tu_rmtree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d != NULL) {
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char *p = tu_join(dir, e->d_name);
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) tu_rmtree(p);
+            else if (unlink(p) != 0) cr_log_warn("could not remove %s", p);
+            free(p);
+        }
+        closedir(d);
+    }
+    if (rmdir(dir) != 0) cr_log_warn("could not remove %s", dir);
 }
 
 void tu_write_file(const char *path, const void *data, size_t len)
