@@ -13,6 +13,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_mma.cuh"
+#include "cuda_attn_tile.cuh"
 #include "cuda_softmax.cuh"
 
 namespace {
@@ -53,28 +54,20 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     // Stage st's K tile is at sKV + 2 st kv_elems, its V tile right after it.
     uint16_t *sKV = sQ + sm::q_elems;
 
-    // Q tile; rows past the sequence are zero and never written out.
-    const int64_t q_row0 = b.q_off[s] + m0;
-    for (int c = tid; c < ATTN_BM * CH; c += ATTN_THREADS) {
-        const int r = c / CH, cc = c % CH;
-        const bool ok = m0 + r < sq;
-        const uint16_t *src = q + ((q_row0 + (ok ? r : 0)) * b.hq + h) * (int64_t)D + cc * 8;
-        cp_async_16(sQ + r * sm::stride + cc * 8, src, ok ? 16 : 0);
-    }
+    load_q_tile<ATTN_BM, ATTN_THREADS, D * 2>(reinterpret_cast<uint8_t *>(sQ),
+                                              sm::stride * 2,
+                                              reinterpret_cast<const uint8_t *>(q), b, s, h,
+                                              m0, sq);
+    const key_tiles kt = key_tiles_of<ATTN_BM, ATTN_BN>(b, m0, sq, ctx);
+    const int n_begin = kt.n_begin, n_tiles = kt.n_tiles;
 
-    // The keys any row of this block sees.
-    const int j_last = min(m0 + ATTN_BM, sq) - 1;
-    const int n_end = ctx + j_last + 1;
-    const int lo_first = b.window > 0 ? max(0, ctx + m0 - b.window + 1) : 0;
-    const int n_begin = lo_first / ATTN_BN * ATTN_BN;
-    const int n_tiles = (n_end - n_begin + ATTN_BN - 1) / ATTN_BN;
     const int64_t page_elems_half = (int64_t)b.hkv * block_size * D;  // K (or V) part of a page
 
     auto load_kv = [&](int tile, int stage) {
         const int n0 = n_begin + tile * ATTN_BN;
         for (int c = tid; c < ATTN_BN * CH; c += ATTN_THREADS) {
             const int r = c / CH, cc = c % CH, t = n0 + r;
-            const bool ok = t < n_end;
+            const bool ok = t < kt.n_end;
             const int tt = ok ? t : 0;
             const int64_t page = block_table[(int64_t)s * pages_per_seq + tt / block_size];
             const int64_t base = (page * 2 * b.hkv + g) * (int64_t)block_size * D +
@@ -159,18 +152,7 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         __syncthreads();  // the stage is overwritten by the load two tiles on
     }
 
-    // Sink, normalisation, store.
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float inv = softmax_finish(sm_rows, r, b.sinks, h);
-        const int j = row0 + r * 8;
-        if (j >= sq) continue;
-        uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; nt++)
-            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
-                pack_bf16x2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    }
+    store_rows<D>(out, o, sm_rows, 1.f, b, s, h, row0, sq);
 }
 
 // Launches attn_bf16_kernel for head dim D.

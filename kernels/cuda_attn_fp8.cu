@@ -17,6 +17,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_mma.cuh"
+#include "cuda_attn_tile.cuh"
 #include "cuda_softmax.cuh"
 
 namespace {
@@ -116,19 +117,9 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     uint8_t *sK2 = sQ + sm::q_bytes;             // stage st's K tile at st * kv_bytes
     uint8_t *sVt2 = sK2 + 2 * sm::kv_bytes;      // stage st's V^T tile [D][F8_BN] at st * vt_bytes
 
-    const int64_t q_row0 = b.q_off[s] + m0;
-    for (int c = tid; c < F8_BM * CH; c += F8_THREADS) {
-        const int r = c / CH, cc = c % CH;
-        const bool ok = m0 + r < sq;
-        const uint8_t *src = q8 + ((q_row0 + (ok ? r : 0)) * b.hq + h) * (int64_t)D + cc * 16;
-        cp_async_16(sQ + r * sm::stride + cc * 16, src, ok ? 16 : 0);
-    }
-
-    const int j_last = min(m0 + F8_BM, sq) - 1;
-    const int n_end = ctx + j_last + 1;
-    const int lo_first = b.window > 0 ? max(0, ctx + m0 - b.window + 1) : 0;
-    const int n_begin = lo_first / F8_BN * F8_BN;
-    const int n_tiles = (n_end - n_begin + F8_BN - 1) / F8_BN;
+    load_q_tile<F8_BM, F8_THREADS, D>(sQ, sm::stride, q8, b, s, h, m0, sq);
+    const key_tiles kt = key_tiles_of<F8_BM, F8_BN>(b, m0, sq, ctx);
+    const int n_begin = kt.n_begin, n_end = kt.n_end, n_tiles = kt.n_tiles;
 
     auto load_kv = [&](int tile, int stage) {
         const int n0 = n_begin + tile * F8_BN;
@@ -230,17 +221,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         __syncthreads();  // the stage is overwritten by the load two tiles on
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float mul = softmax_finish(sm_rows, r, b.sinks, h) * v_scale;
-        const int j = row0 + r * 8;
-        if (j >= sq) continue;
-        uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; nt++)
-            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
-                pack_bf16x2(o[nt][2 * r] * mul, o[nt][2 * r + 1] * mul);
-    }
+    store_rows<D>(out, o, sm_rows, v_scale, b, s, h, row0, sq);
 }
 
 template <int D>
