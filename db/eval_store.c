@@ -76,42 +76,12 @@ static const char *str_or_null(const char *s)
 
 
 
-/* ---- binding ----------------------------------------------------------- */
 
-/* Binds a statement's parameters left to right (?1, ?2, ...), keeping the
- * first failure. Text is SQLITE_STATIC: it need only outlive the step. */
-typedef struct binder {
-    sqlite3_stmt *st;
-    int next;   /* the parameter the next bind fills */
-    int rc;     /* SQLITE_OK until a bind fails */
-} binder;
 
-static binder bind_start(sqlite3_stmt *st)
-{
-    return (binder){.st = st, .next = 1, .rc = SQLITE_OK};
-}
 
-static void bind_text(binder *b, const char *v)
-{
-    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_text(b->st, b->next, v, -1, SQLITE_STATIC);
-    b->next++;
-}
-
-static void bind_int64(binder *b, int64_t v)
-{
-    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_int64(b->st, b->next, v);
-    b->next++;
-}
-
-/* Binds SQL NULL to the next parameter. */
-static void bind_null(binder *b)
-{
-    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_null(b->st, b->next);
-    b->next++;
-}
 
 /* Binds v, or NULL when v < 0 (the "not known" of counts). */
-static void bind_count_or_null(binder *b, int64_t v)
+static void bind_count_or_null(sql_binder *b, int64_t v)
 {
     if (b->rc == SQLITE_OK)
         b->rc = v < 0 ? sqlite3_bind_null(b->st, b->next) : sqlite3_bind_int64(b->st, b->next, v);
@@ -119,13 +89,13 @@ static void bind_count_or_null(binder *b, int64_t v)
 }
 
 /* Binds a size_t count (a table's size: far below INT64_MAX). */
-static void bind_size(binder *b, size_t v)
+static void bind_size(sql_binder *b, size_t v)
 {
-    bind_int64(b, (int64_t)v);
+    sql_bind_int64(b, (int64_t)v);
 }
 
 /* Binds v, NaN as NULL explicitly (SQLite would do the same). */
-static void bind_double_or_null(binder *b, double v)
+static void bind_double_or_null(sql_binder *b, double v)
 {
     if (b->rc == SQLITE_OK)
         b->rc = isnan(v) ? sqlite3_bind_null(b->st, b->next) : sqlite3_bind_double(b->st, b->next, v);
@@ -133,21 +103,21 @@ static void bind_double_or_null(binder *b, double v)
 }
 
 /* Binds the key (run_id, eval, mode, effort, problem_id, sample) as ?1..?6. */
-static void bind_key(binder *b, int64_t run_id, const char *eval, const char *mode,
+static void bind_key(sql_binder *b, int64_t run_id, const char *eval, const char *mode,
                      const char *effort, const char *problem_id, int sample)
 {
-    bind_int64(b, run_id);
-    bind_text(b, eval);
-    bind_text(b, mode);
-    bind_text(b, effort);
-    bind_text(b, problem_id);
-    bind_int64(b, sample);
+    sql_bind_int64(b, run_id);
+    sql_bind_text(b, eval);
+    sql_bind_text(b, mode);
+    sql_bind_text(b, effort);
+    sql_bind_text(b, problem_id);
+    sql_bind_int64(b, sample);
 }
 
 /* Steps b's statement once expecting no rows; PG_ERR_DB described by what
  * when a bind or the step fails, PG_ERR_INTERNAL when the parameters were
  * not all bound. Finalizes the statement in every case. */
-static pg_status finish_write(sqlite3 *db, binder *b, const char *what, pg_err *err)
+static pg_status finish_write(sqlite3 *db, sql_binder *b, const char *what, pg_err *err)
 {
     pg_status ps = PG_OK;
     const int expected = sqlite3_bind_parameter_count(b->st);
@@ -194,7 +164,7 @@ static pg_status refuse_replace(sqlite3 *db, int64_t run_id, const eval_sample_r
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare(db, SQL_SAMPLE_STATUS, &st, err);
     if (ps != PG_OK) return ps;
-    binder b = bind_start(st);
+    sql_binder b = sql_bind_start(st);
     bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
     char stored[16] = "?";
     if (b.rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
@@ -236,20 +206,20 @@ pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_r
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare(db, SQL_SAMPLE_UPSERT, &st, err);
     if (ps != PG_OK) return ps;
-    binder b = bind_start(st);
+    sql_binder b = sql_bind_start(st);
     bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
-    bind_text(&b, status);
+    sql_bind_text(&b, status);
     bind_count_or_null(&b, r->attempts);
     bind_double_or_null(&b, r->latency_ms);
-    bind_text(&b, r->finish_reason);
+    sql_bind_text(&b, r->finish_reason);
     bind_count_or_null(&b, r->prompt_tokens);
     bind_count_or_null(&b, r->completion_tokens);
-    bind_text(&b, r->content);
-    if (r->has_extracted) bind_int64(&b, r->extracted);
-    else bind_null(&b);
-    if (graded) bind_int64(&b, r->correct);
-    else bind_null(&b);
-    bind_text(&b, r->error);
+    sql_bind_text(&b, r->content);
+    if (r->has_extracted) sql_bind_int64(&b, r->extracted);
+    else sql_bind_null(&b);
+    if (graded) sql_bind_int64(&b, r->correct);
+    else sql_bind_null(&b);
+    sql_bind_text(&b, r->error);
     ps = finish_write(db, &b, what, err);
     /* The upsert's WHERE keeps an ok/truncated row: no error, no change. */
     if (ps == PG_OK && sqlite3_changes(db) == 0) ps = refuse_replace(db, run_id, r, what, err);
@@ -276,7 +246,7 @@ pg_status eval_store_missing(pg_store *s, int64_t run_id, const char *eval,
                          "problem_id", i);
             break;
         }
-        binder b = bind_start(st);
+        sql_binder b = sql_bind_start(st);
         bind_key(&b, run_id, eval, key->mode, key->effort, key->problem_id, key->sample);
         const int rc = b.rc == SQLITE_OK ? sqlite3_step(st) : b.rc;
         if (rc == SQLITE_DONE) {
@@ -385,11 +355,11 @@ pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const c
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare(db, SQL_LOAD, &st, err);
     if (ps == PG_OK) {
-        binder b = bind_start(st);
-        bind_int64(&b, run_id);
-        bind_text(&b, eval);
-        bind_text(&b, mode);
-        bind_text(&b, effort);
+        sql_binder b = sql_bind_start(st);
+        sql_bind_int64(&b, run_id);
+        sql_bind_text(&b, eval);
+        sql_bind_text(&b, mode);
+        sql_bind_text(&b, effort);
         int rc = b.rc;
         while (rc == SQLITE_OK || rc == SQLITE_ROW) {
             rc = sqlite3_step(st);
@@ -511,11 +481,11 @@ pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, co
     sqlite3_stmt *st = NULL;
     ps = sql_prepare(db, SQL_SCORE_UPSERT, &st, err);
     if (ps == PG_OK) {
-        binder b = bind_start(st);
-        bind_int64(&b, run_id);
-        bind_text(&b, eval);
-        bind_text(&b, mode);
-        bind_text(&b, effort);
+        sql_binder b = sql_bind_start(st);
+        sql_bind_int64(&b, run_id);
+        sql_bind_text(&b, eval);
+        sql_bind_text(&b, mode);
+        sql_bind_text(&b, effort);
         bind_size(&b, sc->n_scored);
         bind_size(&b, sc->k);
         bind_double_or_null(&b, sc->accuracy);
@@ -524,8 +494,8 @@ pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, co
         bind_double_or_null(&b, sc->ci_high);
         bind_size(&b, sc->n_errors);
         bind_size(&b, sc->n_truncated);
-        bind_text(&b, EVAL_CI_METHOD);
-        bind_text(&b, json);
+        sql_bind_text(&b, EVAL_CI_METHOD);
+        sql_bind_text(&b, json);
         bind_size(&b, sc->n_empty);
         bind_size(&b, sc->n_missing);
         ps = finish_write(db, &b, what, err);
@@ -557,12 +527,12 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
     sqlite3_stmt *st = NULL;
     ps = sql_prepare(db, SQL_PAIR_UPSERT, &st, err);
     if (ps != PG_OK) return ps;
-    binder b = bind_start(st);
-    bind_int64(&b, run_id);
-    bind_text(&b, eval);
-    bind_text(&b, effort);
-    bind_text(&b, mode_a);
-    bind_text(&b, mode_b);
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, eval);
+    sql_bind_text(&b, effort);
+    sql_bind_text(&b, mode_a);
+    sql_bind_text(&b, mode_b);
     bind_size(&b, p->n_problems);
     bind_double_or_null(&b, p->mean_diff);
     bind_double_or_null(&b, p->se);

@@ -32,3 +32,32 @@ pg_status sql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pg_err *e
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return PG_OK;
     return sql_fail(db, err, "prepare \"%s\"", sql);
 }
+
+sql_binder sql_bind_start(sqlite3_stmt *st)
+{
+    return (sql_binder){.st = st, .next = 1, .rc = SQLITE_OK};
+}
+
+void sql_bind_text(sql_binder *b, const char *v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_text(b->st, b->next, v, -1, SQLITE_STATIC);
+    b->next++;
+}
+
+void sql_bind_int64(sql_binder *b, int64_t v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_int64(b->st, b->next, v);
+    b->next++;
+}
+
+void sql_bind_double(sql_binder *b, double v)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_double(b->st, b->next, v);
+    b->next++;
+}
+
+void sql_bind_null(sql_binder *b)
+{
+    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_null(b->st, b->next);
+    b->next++;
+}

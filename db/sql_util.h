@@ -7,6 +7,7 @@
 #define PG_SQL_UTIL_H
 
 #include <sqlite3.h>
+#include <stdint.h>
 
 #include "../harness/status.h"
 #include "store.h"
@@ -27,5 +28,25 @@ sqlite3 *sql_handle_or_fail(pg_store *s, const char *fn, pg_err *err);
 
 /* Prepares constant sql into *st; PG_ERR_DB naming it on failure. */
 pg_status sql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pg_err *err);
+
+/* Binds a statement's parameters left to right (?1, ?2, ...), keeping the
+ * first failure in rc. Text is bound SQLITE_STATIC: the caller's strings
+ * need only outlive the step (callers reset and clear the statement). */
+typedef struct sql_binder {
+    sqlite3_stmt *st;
+    int next;   /* the parameter the next bind fills */
+    int rc;     /* SQLITE_OK until a bind fails */
+} sql_binder;
+
+/* A binder for st, starting at its first parameter. */
+sql_binder sql_bind_start(sqlite3_stmt *st);
+/* Binds v (NULL binds SQL NULL) to the next parameter. */
+void sql_bind_text(sql_binder *b, const char *v);
+/* Binds v to the next parameter. */
+void sql_bind_int64(sql_binder *b, int64_t v);
+/* Binds v to the next parameter; SQLite stores NaN as NULL, +-inf as REAL. */
+void sql_bind_double(sql_binder *b, double v);
+/* Binds SQL NULL to the next parameter. */
+void sql_bind_null(sql_binder *b);
 
 #endif /* PG_SQL_UTIL_H */

@@ -1,5 +1,6 @@
 /* store.c: precgate's SQLite store (see store.h): open and migrate, cached statements, inserts. */
 #include "store.h"
+#include "sql_util.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -329,47 +330,16 @@ int store_latest_schema_version(void)
     return schema_migration_count;
 }
 
-/* Binds a cached statement's parameters left to right (?1, ?2, ...),
- * keeping the first failure. Text is bound SQLITE_STATIC: the caller's
- * strings need only outlive the step, as finish_write clears the bindings. */
-typedef struct binder {
-    sqlite3_stmt *st;
-    int next;   /* the parameter the next bind fills */
-    int rc;     /* SQLITE_OK until a bind fails */
-} binder;
 
-/* A binder for st, starting at its first parameter. */
-static binder bind_start(sqlite3_stmt *st)
-{
-    return (binder){.st = st, .next = 1, .rc = SQLITE_OK};
-}
 
-/* Binds v (NULL binds SQL NULL) to the next parameter. */
-static void bind_text(binder *b, const char *v)
-{
-    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_text(b->st, b->next, v, -1, SQLITE_STATIC);
-    b->next++;
-}
 
-/* Binds v to the next parameter. */
-static void bind_int64(binder *b, int64_t v)
-{
-    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_int64(b->st, b->next, v);
-    b->next++;
-}
 
-/* Binds v to the next parameter; SQLite stores NaN as NULL, +-inf as REAL. */
-static void bind_double(binder *b, double v)
-{
-    if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_double(b->st, b->next, v);
-    b->next++;
-}
 
 /* Steps b's statement once, expecting no rows; PG_ERR_DB described by fmt
  * when a bind or the step fails, PG_ERR_INTERNAL when the statement's
  * parameters were not all bound. Always resets and clears the statement. */
 __attribute__((format(printf, 4, 5)))
-static pg_status finish_write(pg_store *s, binder *b, pg_err *err, const char *fmt, ...)
+static pg_status finish_write(pg_store *s, sql_binder *b, pg_err *err, const char *fmt, ...)
 {
     pg_status ps = PG_OK;
     va_list ap;
@@ -426,13 +396,13 @@ pg_status store_run_begin(pg_store *s, const store_run_info *info, int64_t *run_
         return pg_fail(err, PG_ERR_INTERNAL,
                        "%s: store_run_begin inside a transaction (the run must be committed "
                        "at once)", s->path);
-    binder b = bind_start(s->stmt[ST_RUN_INSERT]);
-    bind_text(&b, info->kind);
-    bind_text(&b, info->label);
-    bind_text(&b, info->git_rev);
-    bind_text(&b, info->host);
-    bind_text(&b, info->device);
-    bind_text(&b, info->config_json);
+    sql_binder b = sql_bind_start(s->stmt[ST_RUN_INSERT]);
+    sql_bind_text(&b, info->kind);
+    sql_bind_text(&b, info->label);
+    sql_bind_text(&b, info->git_rev);
+    sql_bind_text(&b, info->host);
+    sql_bind_text(&b, info->device);
+    sql_bind_text(&b, info->config_json);
     pg_status ps = finish_write(s, &b, err, "insert a '%s' run", info->kind);
     if (ps == PG_OK) *run_id = sqlite3_last_insert_rowid(s->db);
     return ps;
@@ -447,10 +417,10 @@ pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, cons
         return pg_fail(err, PG_ERR_INTERNAL,
                        "store_run_finish: run %" PRId64 " status '%s' is not 'complete', "
                        "'incomplete' or 'failed'", run_id, str_or_null(status));
-    binder b = bind_start(s->stmt[ST_RUN_FINISH]);
-    bind_text(&b, status);
-    bind_text(&b, strcmp(status, "failed") == 0 ? error : NULL);
-    bind_int64(&b, run_id);
+    sql_binder b = sql_bind_start(s->stmt[ST_RUN_FINISH]);
+    sql_bind_text(&b, status);
+    sql_bind_text(&b, strcmp(status, "failed") == 0 ? error : NULL);
+    sql_bind_int64(&b, run_id);
     pg_status ps = finish_write(s, &b, err, "finish run %" PRId64 " as '%s'", run_id, status);
     if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
         ps = pg_fail(err, PG_ERR_DB, "%s: finish run %" PRId64 ": no such run", s->path, run_id);
@@ -462,10 +432,10 @@ pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int al
 {
     if (s == NULL || kind == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "store_run_reopen: store or kind is NULL");
-    binder b = bind_start(s->stmt[ST_RUN_REOPEN]);
-    bind_int64(&b, run_id);
-    bind_text(&b, kind);
-    bind_int64(&b, allow_running ? 1 : 0);
+    sql_binder b = sql_bind_start(s->stmt[ST_RUN_REOPEN]);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, kind);
+    sql_bind_int64(&b, allow_running ? 1 : 0);
     pg_status ps = finish_write(s, &b, err, "reopen run %" PRId64, run_id);
     if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
         ps = pg_fail(err, PG_ERR_USAGE,
@@ -495,21 +465,21 @@ pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *captu
                            str_or_null(variant), str_or_null(backend),
                            must_be_numbers[i].name);
     }
-    binder b = bind_start(s->stmt[ST_LAYER_INSERT]);
-    bind_int64(&b, run_id);
-    bind_text(&b, capture);
-    bind_int64(&b, layer);
-    bind_int64(&b, head);
-    bind_text(&b, variant);
-    bind_text(&b, backend);
-    bind_double(&b, m->rel_l2);
-    bind_double(&b, m->max_abs);
-    bind_double(&b, m->mean_abs);
-    bind_double(&b, m->p99_abs);
-    bind_double(&b, m->cos_sim);
-    bind_double(&b, m->sqnr_db);
-    bind_int64(&b, m->nan_count);
-    bind_int64(&b, m->inf_count);
+    sql_binder b = sql_bind_start(s->stmt[ST_LAYER_INSERT]);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, capture);
+    sql_bind_int64(&b, layer);
+    sql_bind_int64(&b, head);
+    sql_bind_text(&b, variant);
+    sql_bind_text(&b, backend);
+    sql_bind_double(&b, m->rel_l2);
+    sql_bind_double(&b, m->max_abs);
+    sql_bind_double(&b, m->mean_abs);
+    sql_bind_double(&b, m->p99_abs);
+    sql_bind_double(&b, m->cos_sim);
+    sql_bind_double(&b, m->sqnr_db);
+    sql_bind_int64(&b, m->nan_count);
+    sql_bind_int64(&b, m->inf_count);
     return finish_write(s, &b, err,
                         "insert layer_metrics (run %" PRId64 ", capture '%s', layer %d, head %d, "
                         "variant '%s', backend '%s')",
@@ -527,15 +497,15 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
                        "%s: quant_stats (run %" PRId64 ", capture '%s', layer %d, tensor '%s'): "
                        "scale is NaN", s->path, run_id, str_or_null(capture), layer,
                        str_or_null(tensor));
-    binder b = bind_start(s->stmt[ST_QUANT_INSERT]);
-    bind_int64(&b, run_id);
-    bind_text(&b, capture);
-    bind_int64(&b, layer);
-    bind_text(&b, tensor);
-    bind_double(&b, scale);
-    bind_text(&b, scale_source);
-    bind_double(&b, saturated_frac);
-    bind_double(&b, underflow_frac);
+    sql_binder b = sql_bind_start(s->stmt[ST_QUANT_INSERT]);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, capture);
+    sql_bind_int64(&b, layer);
+    sql_bind_text(&b, tensor);
+    sql_bind_double(&b, scale);
+    sql_bind_text(&b, scale_source);
+    sql_bind_double(&b, saturated_frac);
+    sql_bind_double(&b, underflow_frac);
     return finish_write(s, &b, err,
                         "insert quant_stats (run %" PRId64 ", capture '%s', layer %d, tensor '%s')",
                         run_id, str_or_null(capture), layer, str_or_null(tensor));
