@@ -201,14 +201,22 @@ static pg_status fp8_options_check(const attn_fp8_options *opt, pg_err *err)
     return PG_OK;
 }
 
+/* What both fp8 modes check and clear before they start. */
+static pg_status fp8_mode_begin(const attn_batch *b, const attn_fp8_options *opt,
+                                attn_quant_report *rep, pg_err *err)
+{
+    pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = fp8_options_check(opt, err);
+    if (st == PG_OK && rep != NULL) memset(rep, 0, sizeof *rep);
+    return st;
+}
+
 pg_status attn_variant_fp8kv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
                              const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
                              attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = fp8_options_check(opt, err);
+    pg_status st = fp8_mode_begin(b, opt, rep, err);
     if (st != PG_OK) return st;
-    if (rep != NULL) memset(rep, 0, sizeof *rep);
     kv_paged cache, compact;
     const kv_elem elem = opt->quantize ? KV_ELEM_E4M3 : KV_ELEM_BF16;
     st = kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
@@ -228,10 +236,8 @@ pg_status attn_variant_fp8qkv(const attn_batch *b, const uint16_t *q, const uint
                               const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
                               attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = fp8_options_check(opt, err);
+    pg_status st = fp8_mode_begin(b, opt, rep, err);
     if (st != PG_OK) return st;
-    if (rep != NULL) memset(rep, 0, sizeof *rep);
     const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq * (size_t)b->d;
     uint8_t *q8 = NULL;
     core_params par = {KV_ELEM_BF16, b->sm_scale, 1.0f, opt->p_rounding};
