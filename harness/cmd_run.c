@@ -208,6 +208,7 @@ static int gpu_unsupported(const run_args *a, const capture *cap, char *why, siz
 
 int cmd_run(int argc, char **argv)
 {
+    const double t_start = progress_now();
     pg_err err = {0};
     run_args a;
     if (run_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
@@ -276,16 +277,22 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "precgate: run %lld could not be marked finished: %s\n",
                     (long long)run_id, fin.msg);
         if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
-        if (st == PG_OK)
-            printf("run %lld complete: %s (backend start %.2f s, load and validate %.2f s, "
-                   "compute %.2f s, store %.2f s)\n",
-                   (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, stats.store_s);
         else if (fst == PG_OK)
             fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
     }
     free(config);
+    /* Unmapping the capture and closing the GPU context are timed too: with
+     * the phases they account for the command's whole wall time. */
+    const double t_close = progress_now();
     capture_close(cap);
     store_close(store);
     cuda_backend_close(gpu);
+    if (st == PG_OK) {
+        const double t_end = progress_now();
+        printf("run %lld complete: %s (backend start %.2f s, load and validate %.2f s, "
+               "compute %.2f s, store %.2f s, close %.2f s; %.2f s in all)\n",
+               (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, stats.store_s,
+               t_end - t_close, t_end - t_start);
+    }
     return st == PG_OK ? 0 : cli_report(&err);
 }
