@@ -1,18 +1,20 @@
 // cuda_attn_reference.cu: the fp64 reference attention on the GPU, held to
 // the CPU reference (kernels/attn_reference.c) within relative L2 1e-12.
 //
-// FlashAttention-style, fp64 SIMT. One block = REF_BM query rows of one query
-// head of one sequence; key tiles of REF_BN keys stream through shared memory
-// with an online softmax:
-//   S = (sum_d q.k in fp64, fma) * (double)sm_scale, masked to [lo_r, hi_r];
+// FlashAttention-style, fp64 on Hopper's fp64 tensor cores (DMMA, PTX
+// mma.sync m8n8k4 .f64). One block = BM query rows of one query head of one
+// sequence; key tiles of REF_BN keys stream through shared memory with an
+// online softmax:
+//   S = (sum_d q.k in fp64) * (double)sm_scale, masked to [lo_r, hi_r];
 //   m_new = max(m, tile max), alpha = exp(m - m_new),
 //   l = l*alpha + sum exp(S - m_new), O = O*alpha + P.V;   out = O * (1 / l).
 // A sink is an initial logit: m = sink, l = 1 (= exp(sink - m)), O = 0;
 // without sinks m = -inf, l = 0. exp(-inf - -inf) is never evaluated: while
 // m_new is -inf, alpha = 1 and P = 0.
-// The only differences from the CPU reference are the order of the fp64 sums
-// and the exponential (CUDA's exp, <= 1 ulp, vs the CPU's < 2 ulp): relative
-// error ~1e-15, far inside 1e-12.
+// Every product and sum is fp64 rounded to nearest (DMMA computes in IEEE
+// fp64), bf16 -> fp64 is exact, so the only differences from the CPU
+// reference are the order of the fp64 sums and the exponential (CUDA's exp,
+// <= 1 ulp, vs the CPU's < 2 ulp): relative error ~1e-15, far inside 1e-12.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stddef.h>
@@ -21,23 +23,41 @@
 // Declares the launchers (extern "C") defined here.
 #include "cuda_common.cuh"
 
-// Thread block: REF_TY rows x REF_TX lanes; threadIdx.x = ty * REF_TX + tx, so
-// the REF_TX lanes of a row are one half-warp.
-#define REF_TX 16
-#define REF_TY 16
-#define REF_THREADS (REF_TX * REF_TY)
+#define REF_WARP_SIZE 32
 #define REF_FULL_MASK 0xFFFFFFFFu
-// Keys per tile.
-#define REF_BN 64
-// Row stride (doubles) of the transposed key tile Kt[d][REF_BN + 1]: the pad
-// makes the transposing stores (consecutive threads -> consecutive d) hit
-// distinct banks; reads along a row stay conflict-free.
-#define REF_KT_STRIDE (REF_BN + 1)
-// Query rows per block for d <= 64 and for 64 < d <= 128.
-#define REF_BM_SMALL_D 128
-#define REF_BM_LARGE_D 64
+// Products run as 16x8x8 fp64 tiles per warp, D[16x8] += A[16x8] . B[8x8],
+// each four DMMA m8n8k4 (dmma_16x8x8).
+#define REF_MMA_M 16
+#define REF_MMA_N 8
+#define REF_MMA_K 8
+// Lanes sharing one fragment row (lane % REF_QUAD is the column group), and
+// the row distance of a lane's two rows in a 16-row tile.
+#define REF_QUAD 4
+#define REF_HALF_M 8
+// Query rows per warp: one m16 tile.
+#define REF_ROWS_PER_WARP REF_MMA_M
+// Keys per tile: REF_NT n8 tiles.
+#define REF_BN 32
+#define REF_NT (REF_BN / REF_MMA_N)
+// Row pads (doubles) of the shared tiles, for conflict-free fragment loads.
+// sQ / sK rows (stride DMAX + 8, = 64 B mod 128 B) are read 16 B (dims
+// 2q, 2q+1; q = lane % 4) by 8 lanes per quarter warp: rows g, g+1 x 4 x 16 B
+// fill the 128 B of banks once. sV rows (stride DMAX + 2, = 16 B mod 128 B)
+// are read 8 B at keys 2q + e by 8 consecutive dims: per half warp 4 keys
+// 32 B apart x 4 dims x 8 B, again every bank once.
+#define REF_QK_PAD 8
+#define REF_V_PAD 2
+// bf16 values converted per fill step (one 16-byte double2 store).
+#define REF_FILL_VEC 2
+// Head-dim templates and their block shapes: warps per block, and the
+// resident blocks per SM that __launch_bounds__ holds the registers to
+// (smem: 70.5 KiB x 3 for d <= 64, 202.5 KiB x 1 for d <= 128).
 #define REF_D_SMALL 64
 #define REF_D_MAX 128
+#define REF_WARPS_SMALL_D 4
+#define REF_WARPS_LARGE_D 8
+#define REF_BLOCKS_SMALL_D 3
+#define REF_BLOCKS_LARGE_D 1
 // Head dims must be a multiple of this.
 #define REF_D_MULTIPLE 8
 // Largest gridDim.y / gridDim.z (CUDA limit).
@@ -56,45 +76,97 @@ __device__ __forceinline__ int key_lo(int hi, int window)
     return (window > 0 && hi - window + 1 > 0) ? hi - window + 1 : 0;
 }
 
-__device__ __forceinline__ double halfwarp_max(double x)
+// Max / sum over the REF_QUAD lanes of one fragment row.
+__device__ __forceinline__ double quad_max(double x)
 {
 #pragma unroll
-    for (int off = 1; off < REF_TX; off <<= 1) x = fmax(x, __shfl_xor_sync(REF_FULL_MASK, x, off));
+    for (int off = 1; off < REF_QUAD; off <<= 1) x = fmax(x, __shfl_xor_sync(REF_FULL_MASK, x, off));
     return x;
 }
 
-__device__ __forceinline__ double halfwarp_sum(double x)
+__device__ __forceinline__ double quad_sum(double x)
 {
 #pragma unroll
-    for (int off = 1; off < REF_TX; off <<= 1) x += __shfl_xor_sync(REF_FULL_MASK, x, off);
+    for (int off = 1; off < REF_QUAD; off <<= 1) x += __shfl_xor_sync(REF_FULL_MASK, x, off);
     return x;
 }
 
-// Dynamic shared memory (bytes) of ref_attn_kernel<BM> for head dim d.
-size_t ref_smem_bytes(int bm, int d)
+// c += a . b, fp64 on the tensor cores (PTX ISA, mma .m8n8k4 .f64): per lane
+// (g = lane / 4, q = lane % 4) a[i + 2j] = A[g + 8i][q + 4j],
+// b[j] = B[q + 4j][g], c[e + 2i] = C[g + 8i][2q + e]. DMMA m8n8k4 (a = A[g][q],
+// b = B[q][g], c[e] = C[g][2q + e]) does the (i, j) quarter. (sm_90's
+// m16n8k8 .f64 has these very fragments, but as one asm operand list it
+// spills at the d <= 64 register budget.)
+__device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4],
+                                            const double (&b)[2])
 {
-    return sizeof(double) * ((size_t)bm * d + (size_t)d * REF_KT_STRIDE + (size_t)REF_BN * d +
-                             (size_t)bm * REF_BN);
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+                : "+d"(c[2 * i]), "+d"(c[2 * i + 1])
+                : "d"(a[i + 2 * j]), "d"(b[j]));
 }
 
-// grid (ceil(max_q / BM), hq, n_seqs), REF_THREADS threads, ref_smem_bytes(BM,
-// d) dynamic smem. Block (x, h, s): query rows j0 = x*BM .. of head h in
-// sequence s (a block with j0 >= seq_q[s] exits at once). d <= DMAX, d % 8 ==
-// 0. Thread (ty, tx) owns rows ty + 16i (i < BM/16); keys tx + 16j of each
-// tile (j < BN/16) for S, dims tx + 16j (j < DMAX/16, < d) for O. Rows past
-// seq_q repeat the last valid row (same keys, finite) and are not written.
-// K/V rows come straight from the packed tensors at kv_off[s] + t; keys past
-// seq_kv are zero in smem (their weight is 0 and 0 * 0 stays 0).
-template <int BM, int DMAX>
-__global__ void __launch_bounds__(REF_THREADS)
+// Block shape of ref_attn_kernel<WARPS, DMAX>.
+template <int WARPS>
+struct ref_shape {
+    static constexpr int threads = WARPS * REF_WARP_SIZE;
+    static constexpr int bm = WARPS * REF_ROWS_PER_WARP;  // query rows per block
+};
+
+// Dynamic shared memory (bytes) of ref_attn_kernel<WARPS, DMAX>.
+template <int WARPS, int DMAX>
+constexpr size_t ref_smem_bytes()
+{
+    return sizeof(double) * ((size_t)(ref_shape<WARPS>::bm + REF_BN) * (DMAX + REF_QK_PAD) +
+                             (size_t)REF_BN * (DMAX + REF_V_PAD));
+}
+
+// grid (ceil(max_q / BM), hq, n_seqs), WARPS * 32 threads,
+// ref_smem_bytes<WARPS, DMAX>() dynamic smem, BM = 16 * WARPS. Block (x, h, s):
+// query rows j0 = x*BM .. of head h in sequence s (a block with j0 >= seq_q[s]
+// exits at once). d <= DMAX, d % 8 == 0.
+// Shared memory, fp64 (bf16 converted exactly on the fill), row strides padded
+// (REF_QK_PAD, REF_V_PAD): sQ [BM][DMAX + 8], sK [REF_BN][DMAX + 8],
+// sV [REF_BN][DMAX + 2]; dims d .. DMAX-1 are 0, so every product runs over
+// DMAX dims with no branch. Rows past seq_q repeat the last valid row (same
+// keys, finite) and are not written; keys past seq_kv are 0 (their weight is
+// 0 and 0 * 0 stays 0).
+// Warp w owns rows 16w .. 16w+15, one m16 tile; lane (g = lane / 4, q = lane
+// % 4) holds rows 16w + g + 8i (i = 0, 1), in S keys 8nt + 2q + e of each n8
+// key tile nt, in O dims 8dt + 2q + e (e = 0, 1; accumulator element e + 2i).
+// A 16x8x8 product sums over its 8 k slots in any order, so each product
+// chooses what slot q + 4j stands for:
+//   S = Q.K^T, k step k0: dim k0 + 2q + j, i.e. one 16-byte load per row of Q
+//   and K per lane;
+//   O += P.V, key tile nt: key 8nt + 2q + j, whose P the lane already holds
+//   in its S accumulators (element j + 2i), so P never moves; B = V[8nt + 2q
+//   + j][8dt + g].
+// A warp skips the tiles none of its rows sees (identical to processing them:
+// alpha = 1, P = 0) and every tile when all its rows are past seq_q.
+template <int WARPS, int DMAX, int MIN_BLOCKS>
+__global__ void __launch_bounds__(ref_shape<WARPS>::threads, MIN_BLOCKS)
 ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                 const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
                 double *__restrict__ out)
 {
-    constexpr int RI = BM / REF_TY;      // rows per thread
-    constexpr int KJ = REF_BN / REF_TX;  // keys per thread per tile
-    constexpr int DJ = DMAX / REF_TX;    // output dims per thread
-    static_assert(BM % REF_TY == 0 && REF_BN % REF_TX == 0 && DMAX % REF_TX == 0, "tiling");
+    constexpr int THREADS = ref_shape<WARPS>::threads;
+    constexpr int BM = ref_shape<WARPS>::bm;
+    constexpr int QK_STRIDE = DMAX + REF_QK_PAD;   // sQ, sK row stride (doubles)
+    constexpr int V_STRIDE = DMAX + REF_V_PAD;     // sV row stride (doubles)
+    constexpr int KSTEPS = DMAX / REF_MMA_K;       // k8 steps of S = Q.K^T
+    constexpr int DT = DMAX / REF_MMA_N;           // n8 dim tiles of O
+    constexpr int LANE_DIMS = REF_MMA_K / REF_QUAD; // dims per lane per k step (a double2)
+    constexpr int ROW_VECS = DMAX / REF_FILL_VEC;  // fill steps per smem row
+    constexpr int FILL_ROWS = THREADS / ROW_VECS;  // rows converted per fill step
+    static_assert(DMAX % REF_MMA_K == 0 && DMAX % REF_MMA_N == 0, "dim tiling");
+    static_assert(THREADS % ROW_VECS == 0 && BM % FILL_ROWS == 0 && REF_BN % FILL_ROWS == 0,
+                  "fill loops have a fixed trip count");
+    static_assert(REF_MMA_N == 2 * REF_QUAD && REF_MMA_K == 2 * REF_QUAD &&
+                      REF_MMA_M == 2 * REF_HALF_M,
+                  "fragment layout of dmma_16x8x8");
 
     const int s = blockIdx.z, h = blockIdx.y;
     const int sq = b.seq_q[s], skv = b.seq_kv[s];
@@ -102,13 +174,13 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     if (j0 >= sq) return;  // whole block, before any barrier
 
     extern __shared__ __align__(16) unsigned char ref_smem_raw[];
-    const int d = b.d;
-    double *sQ = (double *)ref_smem_raw;   // [BM][d]
-    double *sKt = sQ + BM * d;             // [d][REF_KT_STRIDE]
-    double *sV = sKt + d * REF_KT_STRIDE;  // [REF_BN][d]
-    double *sP = sV + REF_BN * d;          // [BM][REF_BN]
+    double *sQ = (double *)ref_smem_raw;   // [BM][QK_STRIDE]
+    double *sK = sQ + BM * QK_STRIDE;      // [REF_BN][QK_STRIDE]
+    double *sV = sK + REF_BN * QK_STRIDE;  // [REF_BN][V_STRIDE]
 
-    const int tid = threadIdx.x, tx = tid % REF_TX, ty = tid / REF_TX;
+    const int d = b.d;
+    const int tid = threadIdx.x, warp = tid / REF_WARP_SIZE, lane = tid % REF_WARP_SIZE;
+    const int fg = lane / REF_QUAD, fq = lane % REF_QUAD;  // fragment row g, column group q
     const int ctx = skv - sq;
     const int g = h / (b.hq / b.hkv);
     const int j_last = min(j0 + BM, sq) - 1;  // last valid row of the block
@@ -116,135 +188,182 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     const int64_t q_row0 = b.q_off[s], kv_row0 = b.kv_off[s];
     const double scale = (double)b.sm_scale;
 
+    // Fill layout: thread tid converts dims fill_i, fill_i + 1 (a double2) of
+    // rows fill_r0 + FILL_ROWS * it of each tile; dims past d are stored as 0.
+    const int fill_i = (tid % ROW_VECS) * REF_FILL_VEC, fill_r0 = tid / ROW_VECS;
+    const bool fill_dim = fill_i < d;
+    const int64_t kv_fill_step = (int64_t)FILL_ROWS * b.hkv * d;  // elements between fill rows
+
     // Q tile in fp64 (rows past seq_q repeat row j_last).
-    for (int idx = tid; idx < BM * d; idx += REF_THREADS) {
-        const int r = idx / d, i = idx - r * d;
-        const int j = min(j0 + r, j_last);
-        sQ[idx] = bf16_bits_to_f64(q[((q_row0 + j) * b.hq + h) * (int64_t)d + i]);
+#pragma unroll
+    for (int it = 0; it < BM / FILL_ROWS; it++) {
+        const int r = fill_r0 + FILL_ROWS * it;
+        double2 x = make_double2(0.0, 0.0);
+        if (fill_dim) {
+            const uint16_t *src =
+                q + ((q_row0 + min(j0 + r, j_last)) * b.hq + h) * (int64_t)d + fill_i;
+            x = make_double2(bf16_bits_to_f64(src[0]), bf16_bits_to_f64(src[1]));
+        }
+        *(double2 *)&sQ[r * QK_STRIDE + fill_i] = x;
     }
 
-    int lo_r[RI], hi_r[RI];
-    double m_r[RI], l_r[RI], o[RI][DJ];
+    // This lane's rows (i = 0, 1) and the warp's key range.
+    const int wrow0 = warp * REF_ROWS_PER_WARP;  // first row of the warp in the block
+    const bool warp_live = j0 + wrow0 <= j_last;
+    const int warp_hi = ctx + min(j0 + wrow0 + REF_ROWS_PER_WARP - 1, j_last);
+    const int warp_lo = key_lo(ctx + min(j0 + wrow0, j_last), b.window);
+    int lo_r[2], hi_r[2];
+    double m_r[2], l_r[2], o[DT][4];
     const bool has_sink = b.sinks != NULL;
     const double sink = has_sink ? (double)b.sinks[h] : -INFINITY;
 #pragma unroll
-    for (int i = 0; i < RI; i++) {
-        hi_r[i] = ctx + min(j0 + ty + REF_TY * i, j_last);
+    for (int i = 0; i < 2; i++) {
+        hi_r[i] = ctx + min(j0 + wrow0 + fg + REF_HALF_M * i, j_last);
         lo_r[i] = key_lo(hi_r[i], b.window);
         m_r[i] = sink;
         l_r[i] = has_sink ? 1.0 : 0.0;
-#pragma unroll
-        for (int jj = 0; jj < DJ; jj++) o[i][jj] = 0.0;
     }
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0;
+
+    // Fragment bases: S's A (row g, dims 2q..) and B (key g, dims 2q..), P.V's
+    // B (key 2q, dim g); the tile offsets added to them are constants.
+    const double *qa = sQ + (wrow0 + fg) * QK_STRIDE + LANE_DIMS * fq;
+    const double *kb = sK + fg * QK_STRIDE + LANE_DIMS * fq;
+    const double *vb = sV + 2 * fq * V_STRIDE + fg;
 
     const int t_begin = key_lo(ctx + j0, b.window) / REF_BN * REF_BN;
     for (int t0 = t_begin; t0 <= hi_last; t0 += REF_BN) {
-        __syncthreads();  // previous tile's P.V is done with sV and sP
+        __syncthreads();  // previous tile's products are done with sK and sV
 
-        // K (transposed) and V tiles in fp64; keys past seq_kv are 0.
-        for (int idx = tid; idx < REF_BN * d; idx += REF_THREADS) {
-            const int c = idx / d, i = idx - c * d;
-            const int t = t0 + c;
-            double kx = 0.0, vx = 0.0;
-            if (t < skv) {
-                const int64_t off = ((kv_row0 + t) * b.hkv + g) * (int64_t)d + i;
-                kx = bf16_bits_to_f64(k[off]);
-                vx = bf16_bits_to_f64(v[off]);
-            }
-            sKt[i * REF_KT_STRIDE + c] = kx;
-            sV[c * d + i] = vx;
-        }
-        __syncthreads();  // sQ (first tile), sKt, sV complete
-
-        // S = Q.K^T for rows ty + 16i, keys tx + 16j.
-        double acc[RI][KJ];
+        // K and V tiles in fp64 (keys past seq_kv are 0); row c of the tile
+        // is key t0 + c, FILL_ROWS keys apart in memory by kv_fill_step.
+        {
+            const int64_t off0 = ((kv_row0 + t0 + fill_r0) * b.hkv + g) * (int64_t)d + fill_i;
 #pragma unroll
-        for (int i = 0; i < RI; i++)
-#pragma unroll
-            for (int j = 0; j < KJ; j++) acc[i][j] = 0.0;
-        for (int kk = 0; kk < d; kk++) {
-            double kr[KJ];
-#pragma unroll
-            for (int j = 0; j < KJ; j++) kr[j] = sKt[kk * REF_KT_STRIDE + tx + REF_TX * j];
-#pragma unroll
-            for (int i = 0; i < RI; i++) {
-                const double qv = sQ[(ty + REF_TY * i) * d + kk];
-#pragma unroll
-                for (int j = 0; j < KJ; j++) acc[i][j] = fma(qv, kr[j], acc[i][j]);
+            for (int it = 0; it < REF_BN / FILL_ROWS; it++) {
+                const int c = fill_r0 + FILL_ROWS * it;
+                double2 kx = make_double2(0.0, 0.0), vx = kx;
+                if (fill_dim && t0 + c < skv) {
+                    const int64_t off = off0 + it * kv_fill_step;
+                    kx = make_double2(bf16_bits_to_f64(k[off]), bf16_bits_to_f64(k[off + 1]));
+                    vx = make_double2(bf16_bits_to_f64(v[off]), bf16_bits_to_f64(v[off + 1]));
+                }
+                *(double2 *)&sK[c * QK_STRIDE + fill_i] = kx;
+                *(double2 *)&sV[c * V_STRIDE + fill_i] = vx;
             }
         }
+        __syncthreads();  // sQ (first tile), sK, sV complete
 
-        // Online softmax; every lane of a row runs the shuffles.
+        // Tiles none of the warp's rows sees change nothing; the warp still
+        // meets the barriers above.
+        if (!warp_live || t0 > warp_hi || t0 + REF_BN - 1 < warp_lo) continue;
+
+        // S = Q.K^T: acc[nt] is the 16x8 block of the warp's rows x keys 8nt...
+        double acc[REF_NT][4];
 #pragma unroll
-        for (int i = 0; i < RI; i++) {
+        for (int nt = 0; nt < REF_NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0;
+        // Not unrolled: 16 DMMAs per step cover the loads' latency, and
+        // unrolling hoists loads into spills.
+#pragma unroll 1
+        for (int ks = 0; ks < KSTEPS; ks++) {
+            const int k0 = ks * REF_MMA_K;
+            double a[4];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const double2 x = *(const double2 *)&qa[REF_HALF_M * i * QK_STRIDE + k0];
+                a[i] = x.x;      // slot q:     dim k0 + 2q
+                a[i + 2] = x.y;  // slot q + 4: dim k0 + 2q + 1
+            }
+#pragma unroll
+            for (int nt = 0; nt < REF_NT; nt++) {
+                const double2 x = *(const double2 *)&kb[nt * REF_MMA_N * QK_STRIDE + k0];
+                const double bk[2] = {x.x, x.y};
+                dmma_16x8x8(acc[nt], a, bk);
+            }
+        }
+
+        // Online softmax per row; acc becomes P. All lanes run the shuffles.
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
             double mx = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < KJ; j++) {
-                const int t = t0 + tx + REF_TX * j;
-                acc[i][j] = (t >= lo_r[i] && t <= hi_r[i]) ? acc[i][j] * scale : -INFINITY;
-                mx = fmax(mx, acc[i][j]);
-            }
-            const double m_new = fmax(m_r[i], halfwarp_max(mx));
+            for (int nt = 0; nt < REF_NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int t = t0 + nt * REF_MMA_N + 2 * fq + e;
+                    const bool seen = t >= lo_r[i] && t <= hi_r[i];
+                    double &x = acc[nt][e + 2 * i];
+                    x = seen ? x * scale : -INFINITY;
+                    mx = fmax(mx, x);
+                }
+            const double m_new = fmax(m_r[i], quad_max(mx));
             const bool none = (m_new == -INFINITY);  // nothing seen yet
             const double alpha = none ? 1.0 : exp(m_r[i] - m_new);
             double sum = 0.0;
 #pragma unroll
-            for (int j = 0; j < KJ; j++) {
-                const double p = none ? 0.0 : exp(acc[i][j] - m_new);
-                sP[(ty + REF_TY * i) * REF_BN + tx + REF_TX * j] = p;
-                sum += p;
-            }
-            l_r[i] = l_r[i] * alpha + halfwarp_sum(sum);
+            for (int nt = 0; nt < REF_NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    double &x = acc[nt][e + 2 * i];
+                    x = none ? 0.0 : exp(x - m_new);
+                    sum += x;
+                }
+            l_r[i] = l_r[i] * alpha + quad_sum(sum);
             m_r[i] = m_new;
 #pragma unroll
-            for (int jj = 0; jj < DJ; jj++) o[i][jj] *= alpha;
+            for (int dt = 0; dt < DT; dt++) {
+                o[dt][2 * i] *= alpha;
+                o[dt][2 * i + 1] *= alpha;
+            }
         }
-        __syncthreads();  // sP complete
 
-        // O += P.V for rows ty + 16i, dims tx + 16j.
-        for (int c = 0; c < REF_BN; c++) {
-            double p[RI];
+        // O += P.V per key tile nt: slot q + 4j is key 8nt + 2q + j, A = its P.
 #pragma unroll
-            for (int i = 0; i < RI; i++) p[i] = sP[(ty + REF_TY * i) * REF_BN + c];
+        for (int nt = 0; nt < REF_NT; nt++) {
+            const double p[4] = {acc[nt][0], acc[nt][2], acc[nt][1], acc[nt][3]};
 #pragma unroll
-            for (int jj = 0; jj < DJ; jj++) {
-                const int col = tx + REF_TX * jj;
-                if (col < d) {
-                    const double vv = sV[c * d + col];
-#pragma unroll
-                    for (int i = 0; i < RI; i++) o[i][jj] = fma(p[i], vv, o[i][jj]);
-                }
+            for (int dt = 0; dt < DT; dt++) {
+                const double *vt = vb + nt * REF_MMA_N * V_STRIDE + dt * REF_MMA_N;
+                const double bv[2] = {vt[0], vt[V_STRIDE]};
+                dmma_16x8x8(o[dt], p, bv);
             }
         }
     }
 
-    // out = O / l for valid rows (l >= the row max's weight 1 > 0).
+    // out = O / l for valid rows (l >= the row max's weight 1 > 0); a lane
+    // writes dims 8dt + 2q, +1 of its rows.
 #pragma unroll
-    for (int i = 0; i < RI; i++) {
-        const int j = j0 + ty + REF_TY * i;
+    for (int i = 0; i < 2; i++) {
+        const int j = j0 + wrow0 + fg + REF_HALF_M * i;
         if (j < sq) {
             const double inv_l = 1.0 / l_r[i];
             double *orow = out + ((q_row0 + j) * b.hq + h) * (int64_t)d;
 #pragma unroll
-            for (int jj = 0; jj < DJ; jj++) {
-                const int col = tx + REF_TX * jj;
-                if (col < d) orow[col] = o[i][jj] * inv_l;
+            for (int dt = 0; dt < DT; dt++) {
+                const int col = dt * REF_MMA_N + 2 * fq;
+                if (col < d) {
+                    orow[col] = o[dt][2 * i] * inv_l;
+                    orow[col + 1] = o[dt][2 * i + 1] * inv_l;
+                }
             }
         }
     }
 }
 
 // Sets the kernel's dynamic smem limit and launches it.
-template <int BM, int DMAX>
+template <int WARPS, int DMAX, int MIN_BLOCKS>
 pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
-                            const uint16_t *v, double *out, cudaStream_t stream, pg_err *err)
+                     const uint16_t *v, double *out, cudaStream_t stream, pg_err *err)
 {
     static const char what[] = "cuda_attn_reference";
-    const size_t smem = ref_smem_bytes(BM, b->d);
-    CUDA_TRY(what, cudaFuncSetAttribute(ref_attn_kernel<BM, DMAX>,
+    constexpr int BM = ref_shape<WARPS>::bm;
+    constexpr size_t smem = ref_smem_bytes<WARPS, DMAX>();
+    CUDA_TRY(what, cudaFuncSetAttribute(ref_attn_kernel<WARPS, DMAX, MIN_BLOCKS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)((b->max_q + BM - 1) / BM), (unsigned)b->hq, (unsigned)b->n_seqs);
-    ref_attn_kernel<BM, DMAX><<<grid, REF_THREADS, smem, stream>>>(*b, q, k, v, out);
+    ref_attn_kernel<WARPS, DMAX, MIN_BLOCKS>
+        <<<grid, ref_shape<WARPS>::threads, smem, stream>>>(*b, q, k, v, out);
     CUDA_TRY_LAUNCH(what);
     return PG_OK;
 }
@@ -256,7 +375,7 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
 // sinks or NULL) all on the device; the batch passed attn_batch_check on the
 // host (1 <= seq_q <= seq_kv) and b->max_q is the longest seq_q. d a multiple
 // of 8 up to 128, else PG_ERR_SHAPE. Writes every out row of the batch.
-// Asynchronous on stream (dynamic smem: ~193 KB for d <= 64, ~225 KB for d = 128).
+// Asynchronous on stream (dynamic smem: ~72 KB for d <= 64, ~207 KB for d > 64).
 extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                                          const uint16_t *k, const uint16_t *v, double *out,
                                          cudaStream_t stream, pg_err *err)
@@ -274,6 +393,8 @@ extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                        b->n_seqs, REF_MAX_GRID_YZ);
     if (b->n_seqs == 0 || b->max_q == 0) return PG_OK;
     if (b->d <= REF_D_SMALL)
-        return ref_launch<REF_BM_SMALL_D, REF_D_SMALL>(b, q, k, v, out, stream, err);
-    return ref_launch<REF_BM_LARGE_D, REF_D_MAX>(b, q, k, v, out, stream, err);
+        return ref_launch<REF_WARPS_SMALL_D, REF_D_SMALL, REF_BLOCKS_SMALL_D>(b, q, k, v, out,
+                                                                             stream, err);
+    return ref_launch<REF_WARPS_LARGE_D, REF_D_MAX, REF_BLOCKS_LARGE_D>(b, q, k, v, out, stream,
+                                                                       err);
 }
