@@ -12,6 +12,9 @@ export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
 export PRECGATE_THREADS=${PRECGATE_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv | tee "$out/card.txt"
 
+echo "== matrix instructions in the kernels (SASS): wgmma fp8 QGMMA, fp64 DMMA, mma.sync HMMA"
+cuobjdump --dump-sass "$bin/precgate" 2>/dev/null | grep -oE "QGMMA|HGMMA|DMMA|HMMA" | sort | uniq -c
+
 echo "== agreement: every kernel against the CPU specification"
 timeout 240 "$bin/gpu_check" ${GPU_CHECK_ARGS:-} > "$out/gpu_check.log" 2>&1
 echo "gpu_check exit $?"

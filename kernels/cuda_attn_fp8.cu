@@ -1,8 +1,11 @@
 // cuda_attn_fp8.cu: fp8 (e4m3) prefill attention, the fp8qkv mode of
 // kernels/attn.h on the GPU: Q, K and V in e4m3, S = Q8.K8^T and O += P8.V8
-// on fp8 tensor cores (mma.sync m16n8k32 e4m3, fp32 accumulators), P cast to
-// e4m3 with no scale as FlashAttention-3's fp8 path does. K and V come
-// straight from the paged e4m3 cache through the block table.
+// on Hopper's fp8 tensor cores (wgmma m64nNk32 e4m3, fp32 accumulators; see
+// cuda_wgmma.cuh), P cast to e4m3 with no scale as FlashAttention-3's fp8
+// path does. K and V come straight from the paged e4m3 cache through the
+// block table. A block is two warpgroups (128 query rows); each issues its
+// own wgmma with A (Q, then P) from registers and B (K, then V^T) from the
+// shared-memory stage of the current key tile.
 //
 // Layout trick for P.V: the fp32 accumulator of S holds, per thread, keys
 // 8i + 2q and 8i + 2q + 1 (i = 0..3, q = lane % 4) of each 32-key chunk,
@@ -19,12 +22,13 @@
 #include "cuda_mma.cuh"
 #include "cuda_attn_tile.cuh"
 #include "cuda_softmax.cuh"
+#include "cuda_wgmma.cuh"
 
 namespace {
 
 constexpr int F8_BM = 128;                // query rows per block (8 warps share each K/V tile)
 constexpr int F8_BN = 64;                 // keys per tile
-constexpr int F8_WARPS = F8_BM / 16;
+constexpr int F8_WARPS = F8_BM / 16;      // 16 rows per warp, 4 warps per warpgroup
 constexpr int F8_THREADS = F8_WARPS * 32;
 constexpr int F8_MIN_BLOCKS = 2;  // d 64: blocks per SM the register budget must allow (16 warps)
 constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
@@ -78,15 +82,15 @@ fp8_vt_kernel(const cuda_batch b, const uint8_t *__restrict__ cache,
     }
 }
 
-// Shared-memory plan: byte rows padded by 16 for conflict-free ldmatrix.
+// Shared-memory plan. Q rows are padded by 16 bytes for conflict-free
+// ldmatrix; the K tile ([F8_BN keys][D]) and the V^T tile ([D][F8_BN keys])
+// are in wgmma's no-swizzle core-matrix layout (wgmma_tile_offset).
 template <int D>
 struct fp8_smem {
-    static constexpr int stride = D + 16;       // bytes per Q / K / V row
-    static constexpr int vt_stride = F8_BN + 16; // bytes per transposed-V row (one dim)
+    static constexpr int stride = D + 16;       // bytes per Q row
     static constexpr int q_bytes = F8_BM * stride;
-    static constexpr int kv_bytes = F8_BN * stride;
-    static constexpr int vt_bytes = D * vt_stride;
-    static constexpr size_t bytes = (size_t)q_bytes + 2 * kv_bytes + 2 * vt_bytes;
+    static constexpr int kv_bytes = F8_BN * D;  // one K tile, and one V^T tile
+    static constexpr size_t bytes = (size_t)q_bytes + 4 * kv_bytes;
 };
 
 // Two floats to packed e4m3 (low byte first), saturating, nearest even.
@@ -112,17 +116,19 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     const int g = h / (b.hq / b.hkv);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-    extern __shared__ __align__(16) uint8_t smem_fp8[];
+    extern __shared__ __align__(128) uint8_t smem_fp8[];
     uint8_t *sQ = smem_fp8;
     uint8_t *sK2 = sQ + sm::q_bytes;             // stage st's K tile at st * kv_bytes
-    uint8_t *sVt2 = sK2 + 2 * sm::kv_bytes;      // stage st's V^T tile [D][F8_BN] at st * vt_bytes
+    uint8_t *sVt2 = sK2 + 2 * sm::kv_bytes;      // stage st's V^T tile at st * kv_bytes
 
     load_q_tile<F8_BM, F8_THREADS, D>(sQ, sm::stride, q8, b, s, h, m0, sq);
     const key_tiles kt = key_tiles_of<F8_BM, F8_BN>(b, m0, sq, ctx);
     const int n_begin = kt.n_begin, n_end = kt.n_end, n_tiles = kt.n_tiles;
 
+    constexpr int VT_CH = F8_BN / F8_GROUP;  // 16-key chunks per V^T row
     auto load_kv = [&](int tile, int stage) {
         const int n0 = n_begin + tile * F8_BN;
+        uint8_t *sK = sK2 + stage * sm::kv_bytes;
         for (int c = tid; c < F8_BN * CH; c += F8_THREADS) {
             const int r = c / CH, cc = c % CH, t = n0 + r;
             const bool ok = t < n_end;
@@ -130,20 +136,19 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
             const int64_t page = block_table[(int64_t)s * pages_per_seq + tt / block_size];
             const int64_t base = (page * 2 * b.hkv + g) * (int64_t)block_size * D +
                                  (int64_t)(tt % block_size) * D + cc * 16;
-            cp_async_16(sK2 + stage * sm::kv_bytes + r * sm::stride + cc * 16, cache + base,
-                        ok ? 16 : 0);
+            cp_async_16(sK + wgmma_tile_offset(r, cc, CH), cache + base, ok ? 16 : 0);
         }
         // V^T: D rows of F8_BN keys, 16-key groups from their pages.
-        for (int c = tid; c < D * (F8_BN / F8_GROUP); c += F8_THREADS) {
-            const int dim = c / (F8_BN / F8_GROUP), grp = c % (F8_BN / F8_GROUP);
+        uint8_t *sVt = sVt2 + stage * sm::kv_bytes;
+        for (int c = tid; c < D * VT_CH; c += F8_THREADS) {
+            const int dim = c / VT_CH, grp = c % VT_CH;
             const int kb = n0 + grp * F8_GROUP;
             const bool ok = kb < n_end;
             const int kk = ok ? kb : 0;
             const int64_t page = block_table[(int64_t)s * pages_per_seq + kk / block_size];
             const uint8_t *src = vt + ((page * b.hkv + g) * (int64_t)D + dim) * block_size +
                                  kk % block_size;
-            cp_async_16(sVt2 + stage * sm::vt_bytes + dim * sm::vt_stride + grp * F8_GROUP, src,
-                        ok ? 16 : 0);
+            cp_async_16(sVt + wgmma_tile_offset(dim, grp, VT_CH), src, ok ? 16 : 0);
         }
     };
 
@@ -156,8 +161,6 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    uint32_t qf[D / F8_KCHUNK][4];
-
     for (int tile = 0; tile < n_tiles; tile++) {
         const int stage = tile & 1;
         if (tile + 1 < n_tiles) {
@@ -167,57 +170,43 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         } else {
             cp_async_wait<0>();
         }
+        fence_proxy_async();  // this thread's tile bytes, before the tensor cores read them
         __syncthreads();
-        if (tile == 0) {
+        uint32_t qf[D / F8_KCHUNK][4];
+        // Q's A fragments, loaded again every tile: kept in registers across
+        // tiles, ptxas 13.0 gave them to P at d 64 (seen in the SASS: P packed
+        // into Q's registers after the first tile).
 #pragma unroll
-            for (int kk = 0; kk < D / F8_KCHUNK; kk++)
-                ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * sm::stride + kk * 32 +
-                                        (lane / 16) * 16);
-        }
-        float sc[F8_BN / 8][4];
-#pragma unroll
-        for (int i = 0; i < F8_BN / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+        for (int kk = 0; kk < D / F8_KCHUNK; kk++)
+            ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * sm::stride + kk * 32 +
+                                    (lane / 16) * 16);
         const uint8_t *sK = sK2 + stage * sm::kv_bytes;
-        const uint8_t *sVt = sVt2 + stage * sm::vt_bytes;
-#pragma unroll
-        for (int kk = 0; kk < D / F8_KCHUNK; kk++) {
-#pragma unroll
-            for (int np = 0; np < F8_BN / 16; np++) {
-                uint32_t kb[4];
-                const int mi = lane / 8;
-                ldmatrix_x4(kb, sK + (np * 16 + (mi >> 1) * 8 + lane % 8) * sm::stride +
-                                    kk * 32 + (mi & 1) * 16);
-                mma_e4m3_16832(sc[2 * np], qf[kk], kb[0], kb[1]);
-                mma_e4m3_16832(sc[2 * np + 1], qf[kk], kb[2], kb[3]);
-            }
-        }
+        const uint8_t *sVt = sVt2 + stage * sm::kv_bytes;
+
+        // S = Q8.K8^T: one m64n64k32 per 32 dims (two 16-byte chunks).
+        float sc[F8_BN / 8][4];
+        wgmma_e4m3_tile(sc, qf, sK, CH, 0);
 
         const int n0 = n_begin + tile * F8_BN;
         float alpha[2];
         softmax_tile<F8_BN>(sc, sm_rows, alpha, b, m0, warp, lane, n0, sq, ctx, scale_log2);
         softmax_rescale<D>(o, alpha);
 
-        // O += e4m3(P).V8, one 32-key chunk (four accumulator tiles) per mma.
+        // O += e4m3(P).V8, one 32-key chunk (four accumulator tiles) per wgmma.
+        uint32_t pa[F8_BN / F8_KCHUNK][4];
 #pragma unroll
         for (int kc = 0; kc < F8_BN / F8_KCHUNK; kc++) {
             const int t0 = 4 * kc;
-            uint32_t pa[4] = {
-                pack_e4m3x2(sc[t0][0], sc[t0][1]) | pack_e4m3x2(sc[t0 + 1][0], sc[t0 + 1][1]) << 16,
-                pack_e4m3x2(sc[t0][2], sc[t0][3]) | pack_e4m3x2(sc[t0 + 1][2], sc[t0 + 1][3]) << 16,
-                pack_e4m3x2(sc[t0 + 2][0], sc[t0 + 2][1]) |
-                    pack_e4m3x2(sc[t0 + 3][0], sc[t0 + 3][1]) << 16,
-                pack_e4m3x2(sc[t0 + 2][2], sc[t0 + 2][3]) |
-                    pack_e4m3x2(sc[t0 + 3][2], sc[t0 + 3][3]) << 16};
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t vb[4];
-                const int mi = lane / 8;
-                ldmatrix_x4(vb, sVt + (dp * 16 + (mi >> 1) * 8 + lane % 8) * sm::vt_stride +
-                                    kc * 32 + (mi & 1) * 16);
-                mma_e4m3_16832(o[2 * dp], pa, vb[0], vb[1]);
-                mma_e4m3_16832(o[2 * dp + 1], pa, vb[2], vb[3]);
-            }
+            pa[kc][0] = pack_e4m3x2(sc[t0][0], sc[t0][1]) |
+                        pack_e4m3x2(sc[t0 + 1][0], sc[t0 + 1][1]) << 16;
+            pa[kc][1] = pack_e4m3x2(sc[t0][2], sc[t0][3]) |
+                        pack_e4m3x2(sc[t0 + 1][2], sc[t0 + 1][3]) << 16;
+            pa[kc][2] = pack_e4m3x2(sc[t0 + 2][0], sc[t0 + 2][1]) |
+                        pack_e4m3x2(sc[t0 + 3][0], sc[t0 + 3][1]) << 16;
+            pa[kc][3] = pack_e4m3x2(sc[t0 + 2][2], sc[t0 + 2][3]) |
+                        pack_e4m3x2(sc[t0 + 3][2], sc[t0 + 3][3]) << 16;
         }
+        wgmma_e4m3_tile(o, pa, sVt, VT_CH, 1);
         __syncthreads();  // the stage is overwritten by the load two tiles on
     }
 

@@ -259,9 +259,11 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
         free(be);
         return st;
     }
-    if (be->prop.major * 10 + be->prop.minor < 89) {
-        st = pg_fail(err, PG_ERR_DEVICE, "GPU 0 (%s) is sm_%d%d; the fp8 kernels need sm_89 or later",
-                     be->prop.name, be->prop.major, be->prop.minor);
+    if (be->prop.major * 10 + be->prop.minor != CUDA_TARGET_SM) {
+        st = pg_fail(err, PG_ERR_DEVICE,
+                     "GPU 0 (%s) is sm_%d%d; the kernels are built for sm_%da (Hopper: H100, "
+                     "H200), whose wgmma instructions run on no other GPU",
+                     be->prop.name, be->prop.major, be->prop.minor, CUDA_TARGET_SM);
         cudaStreamDestroy(be->stream);
         free(be);
         return st;

@@ -11,6 +11,10 @@
 #include "metrics.h"
 #include "status.h"
 
+// The one GPU the kernels are built for (CMakeLists.txt: CUDA architecture
+// 90a): compute capability 9.0, with the sm_90a-only wgmma instructions.
+#define CUDA_TARGET_SM 90
+
 // Batch geometry on the device. Arrays are device pointers; the scalars are
 // the same as attn_batch's, plus maxima the launchers size grids with.
 typedef struct cuda_batch {

@@ -1,6 +1,7 @@
 // cuda_mma.cuh: the warp-level matrix instructions the attention kernels use
 // (PTX ISA, "Warp-level matrix multiply-accumulate instructions": mma.sync
-// m16n8k16 bf16 and m16n8k32 e4m3, ldmatrix), and cp.async tile copies.
+// m16n8k16 bf16, ldmatrix), cp.async tile copies and the conversions and
+// exponential of the softmax. (The fp8 kernel's wgmma: cuda_wgmma.cuh.)
 #ifndef PG_CUDA_MMA_CUH
 #define PG_CUDA_MMA_CUH
 
@@ -34,17 +35,6 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// c += a * b, m16n8k32, e4m3 inputs, fp32 accumulators (sm_89 and later).
-__device__ __forceinline__ void mma_e4m3_16832(float c[4], const uint32_t a[4], uint32_t b0,
-                                               uint32_t b1)
-{
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
