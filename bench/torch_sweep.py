@@ -81,13 +81,21 @@ def main():
         return band[w]
 
     def attn(q, k, v, w, dtype):
+        # fp32 has no flash kernel, and with enable_gqa SDPA sends it to the
+        # math path (on the H200, 2026-12-02: 85 ms a causal layer against
+        # 16.6 ms with the kv heads repeated, which reaches the memory-efficient
+        # kernel); bf16's flash kernel takes GQA as is.
+        gqa = dtype != torch.float32
+        if not gqa:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         q = q.to(dtype).permute(1, 0, 2).unsqueeze(0)
         k = k.to(dtype).permute(1, 0, 2).unsqueeze(0)
         v = v.to(dtype).permute(1, 0, 2).unsqueeze(0)
         if w:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask_for(w), scale=sm,
-                                                  enable_gqa=True)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=sm, enable_gqa=True)
+                                                  enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=sm, enable_gqa=gqa)
 
     errors = []
 
