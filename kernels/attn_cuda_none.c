@@ -22,6 +22,17 @@ void cuda_backend_close(cuda_backend *be)
     (void)be;
 }
 
+void *cuda_host_pin(const void *const *p, const size_t *bytes, int n)
+{
+    (void)p, (void)bytes, (void)n;
+    return NULL;
+}
+
+void cuda_host_unpin(void *pinned)
+{
+    (void)pinned;
+}
+
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
 {

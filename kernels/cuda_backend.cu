@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "attn_cuda.h"
 #include "cuda_common.cuh"
@@ -894,20 +895,12 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
 
 }  // namespace
 
-namespace {
+// Arrays are page-locked as one span only when the span is at most this many
+// times their bytes (as every capture writer lays a layer out); scattered
+// arrays are copied from pageable memory.
+static constexpr size_t PIN_MAX_SLACK = 2;
 
-// A layer's q, k and v are page-locked as one span only when the span is at
-// most this many times their bytes (as every capture writer lays a layer out);
-// scattered tensors are copied from pageable memory.
-constexpr size_t PIN_MAX_SLACK = 2;
-
-// Page-locks (read-only) the host span holding the n arrays p[i] of bytes[i],
-// so that the layer's uploads run at the bus rate: on the H200 machine
-// (2026-12-02) 6 GB/s from the capture's pageable mapping, 53 GB/s locked,
-// and locking 84 MB took 4.4 ms. Returns the span's start for
-// cudaHostUnregister, or NULL when nothing was locked; a refusal is said
-// once on stderr (the sweep's numbers do not change, only its speed).
-void *host_pin(const void *const *p, const size_t *bytes, int n)
+extern "C" void *cuda_host_pin(const void *const *p, const size_t *bytes, int n)
 {
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     size_t total = 0;
@@ -924,16 +917,17 @@ void *host_pin(const void *const *p, const size_t *bytes, int n)
     const cudaError_t rc = cudaHostRegister((void *)lo, hi - lo, cudaHostRegisterReadOnly);
     if (rc == cudaSuccess) return (void *)lo;
     (void)cudaGetLastError();  // not sticky; clear it so later checks see their own errors
-    static bool said = false;
-    if (!said) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
         fprintf(stderr, "precgate: cuda: cannot page-lock the capture (%s); uploads run from "
                         "pageable memory, slower\n", cudaGetErrorString(rc));
-        said = true;
-    }
     return nullptr;
 }
 
-}  // namespace
+extern "C" void cuda_host_unpin(void *pinned)
+{
+    if (pinned != nullptr) cudaHostUnregister(pinned);
+}
 
 extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                                       const uint16_t *k, const uint16_t *v,
@@ -948,15 +942,6 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
     if (st == PG_OK) st = plan_budget(&budget, err);
     if (st != PG_OK) return st;
     const double need = layer_bytes(b);
-    int64_t tq = 0, tkv = 0;
-    for (int i = 0; i < b->n_seqs; i++) {
-        tq += b->seq_q[i];
-        tkv += b->seq_kv[i];
-    }
-    const void *spans[3] = {q, k, v};
-    const size_t span_bytes[3] = {(size_t)tq * b->hq * b->d * 2, (size_t)tkv * b->hkv * b->d * 2,
-                                  (size_t)tkv * b->hkv * b->d * 2};
-    void *pinned = host_pin(spans, span_bytes, 3);
     if (need <= budget) {
         st = sweep_layer_whole(be, b, q, k, v, opt, modes, n_ext, ext, metrics, rep, mode_out,
                                ms_ref, ms_modes, ms_metrics, err);
@@ -976,7 +961,5 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
         }
         free(ps);
     }
-    // Every copy from the span has completed: both paths end synchronized.
-    if (pinned != nullptr) cudaHostUnregister(pinned);
     return st;
 }
