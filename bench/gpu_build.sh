@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_build.sh: builds the GPU programs here for the GPU machine (x86-64-v3 so
-# the binary runs on its CPU; CUDA sm_90) and gathers them with the one shared
+# the binary runs on its CPU; CUDA sm_90a) and gathers them with the one shared
 # library that machine lacks (libcjson) into .dev/gpu for bench/gpu.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
