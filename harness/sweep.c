@@ -317,9 +317,9 @@ static void amax_item(void *ctx, int item, int thread)
 }
 
 /* amax[0..2] = bf16_amax of the layer's q (nq values), k and v (nkv each),
- * read on n_threads threads: one pass over ~40 bytes per token and head is
- * otherwise the longest host step of a GPU sweep (measured: 36 layers of
- * 8,192 tokens spent about a second here on one thread). */
+ * read on n_threads threads: on one thread this pass was the longest host
+ * step of a GPU sweep (36 gpt-oss layers of 8,192 tokens: about 2 s of a
+ * 4.5 s run on the H200 machine). */
 static pg_status layer_amax(const capture_layer *L, size_t nq, size_t nkv, int n_threads,
                             float amax[3], pg_err *err)
 {
@@ -454,7 +454,7 @@ static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap
     c.vm = calloc((size_t)n_vm_max, sizeof *c.vm);
     c.mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *c.mbuf);
     pg_status st = prep->st;
-    if (st != PG_OK) *err = prep->err;
+    if (st != PG_OK && err != NULL) *err = prep->err;
     if (st == PG_OK && (!c.vm || !c.mbuf)) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
     /* Scales from the capture, else calibrated per tensor as amax / 448. */

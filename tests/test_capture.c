@@ -634,6 +634,32 @@ Test(capture, nan_in_large_tensor_found_past_first_block)
                      "element 14335");
 }
 
+/* capture_open scans in parallel work items of 2^21 values: a NaN in the
+ * second item of a tensor is found and placed, in either layer. */
+Test(capture, nan_past_the_first_parallel_scan_item)
+{
+    cap_spec s = default_spec();
+    s.layer[0] = (layer_spec){.hq = 8, .hkv = 8, .d = 128}; /* k: 2,150,400 values */
+    s.layer[1] = (layer_spec){.hq = 8, .hkv = 8, .d = 128};
+    s.tq = s.tkv = 2100;
+    set_meta(&s, "seq_q", "[2100]");
+    set_meta(&s, "seq_kv", "[2100]");
+    set_meta(&s, "sliding_window", NULL);
+    set_meta(&s, "q_scale", NULL);
+    set_meta(&s, "k_scale", NULL);
+    set_meta(&s, "v_scale", NULL);
+    s.bad_layer = 0;
+    s.bad_token = 2099; /* the last element, 2,150,399, in the second item */
+    s.bad_head = 7;
+    s.bad_dim = 127;
+    s.bad_bits = 0x7FC0;
+    expect_spec_fail(&s, PG_ERR_NUMERIC, "tensor 'layers.0.k': NaN at token 2099, head 7, dim 127",
+                     "element 2150399");
+    s.bad_layer = 1; /* only in layer 1 now: still found */
+    expect_spec_fail(&s, PG_ERR_NUMERIC, "tensor 'layers.1.k': NaN at token 2099, head 7, dim 127",
+                     "element 2150399");
+}
+
 /* ------------------------------------------------------------ alignment */
 
 /* Rewrites the safetensors file at path with its header padding removed and

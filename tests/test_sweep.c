@@ -399,3 +399,79 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
     store_close(s);
     capture_close(cap);
 }
+
+/* ---- fp8 calibration ------------------------------------------------------ */
+
+/* A capture whose q spans three of sweep.c's 4 MiB calibration work items
+ * (2^21 bf16 each): 1,100 tokens x 32 heads x 64 dims = 2,252,800 values. */
+#define CAL_T 1100
+#define CAL_HQ 32
+#define CAL_HKV 4
+#define CAL_D 64
+#define CAL_LAYERS 2
+#define CAL_NQ ((size_t)CAL_T * CAL_HQ * CAL_D)
+#define CAL_NKV ((size_t)CAL_T * CAL_HKV * CAL_D)
+
+/* The calibrated scales (amax / 448) of every layer's q, k and v, with each
+ * tensor's largest magnitude planted where the work items split it (the
+ * last element of q, past its second item; k and v at other places), and
+ * layer 1 prepared on its thread while layer 0 computes. */
+Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
+{
+    static uint16_t q[CAL_LAYERS][CAL_NQ], k[CAL_LAYERS][CAL_NKV], v[CAL_LAYERS][CAL_NKV];
+    /* planted magnitudes per layer: q, k, v (above gen_bf16's 3) */
+    static const float big[CAL_LAYERS][3] = {{40.0f, -24.0f, 12.5f}, {-7.5f, 96.0f, -5.0f}};
+    const size_t at[3] = {CAL_NQ - 1, CAL_NKV / 2, 0};
+    pg_err err = {0};
+    st_writer *w = NULL;
+    cr_assert_eq(st_writer_create(&w, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(st_writer_add_meta(w, "format", CAPTURE_FORMAT_V1, &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "seq_q", "[1100]", &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "seq_kv", "[1100]", &err), PG_OK);
+    const int64_t qshape[3] = {CAL_T, CAL_HQ, CAL_D}, kvshape[3] = {CAL_T, CAL_HKV, CAL_D};
+    for (int l = 0; l < CAL_LAYERS; l++) {
+        uint16_t *t[3] = {q[l], k[l], v[l]};
+        const size_t n[3] = {CAL_NQ, CAL_NKV, CAL_NKV};
+        for (int x = 0; x < 3; x++) {
+            for (size_t i = 0; i < n[x]; i++) t[x][i] = gen_bf16(10 * l + x, i);
+            t[x][at[x]] = bf16_from_f32(big[l][x]);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d.q", l);
+        cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, qshape, q[l], &err), PG_OK);
+        snprintf(name, sizeof name, "layers.%d.k", l);
+        cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, kvshape, k[l], &err), PG_OK);
+        snprintf(name, sizeof name, "layers.%d.v", l);
+        cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, kvshape, v[l], &err), PG_OK);
+    }
+    cr_assert_eq(st_writer_write(w, in_dir("cal.safetensors"), &err), PG_OK, "%s", err.msg);
+    st_writer_free(w);
+
+    capture *cap = open_capture(in_dir("cal.safetensors"));
+    pg_store *s = open_store("cal.db");
+    const int64_t run = begin_run(s);
+    /* fp8qkv for q's row in quant_stats (fp8kv quantizes only k and v) */
+    const sweep_options so = options(SWEEP_FP8KV | SWEEP_FP8QKV);
+    cr_assert_eq(sweep_run(s, run, cap, "cal.safetensors", &so, &err), PG_OK, "%s", err.msg);
+    sqlite3 *db = store_handle(s);
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int l = 0; l < CAL_LAYERS; l++)
+        for (int x = 0; x < 3; x++) {
+            char *sql = sqlite3_mprintf("SELECT scale, scale_source FROM quant_stats WHERE "
+                                        "run_id = %lld AND layer = %d AND tensor = %Q",
+                                        (long long)run, l, names[x]);
+            sqlite3_stmt *st = NULL;
+            cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+            cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no quant_stats for layer %d %s", l,
+                         names[x]);
+            const float want = fabsf(big[l][x]) / 448.0f;
+            cr_assert_eq((float)sqlite3_column_double(st, 0), want,
+                         "layer %d %s: scale %.9g, want %.9g", l, names[x],
+                         sqlite3_column_double(st, 0), (double)want);
+            cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "calibrated");
+            sqlite3_finalize(st);
+            sqlite3_free(sql);
+        }
+    store_close(s);
+    capture_close(cap);
+}
