@@ -31,14 +31,15 @@
  *    (1999), section 3.4: the exact binomial test with p = 1/2, ties dropped.
  *  - Minimum detectable effect: Bloom, "Minimum Detectable Effects",
  *    Evaluation Review 19(5) (1995): MDE = (z_{1-alpha/2} + z_{1-beta}) SE.
- *  - xoshiro256** and splitmix64: Blackman & Vigna, "Scrambled linear
- *    pseudorandom number generators", ACM TOMS 47(4) (2021).
+ *  - Resampling draws: xoshiro256** seeded by splitmix64 (kernels/rng.h).
  */
 #include "score.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "rng.h"
 
 /* ---- allocation -------------------------------------------------------- */
 
@@ -192,51 +193,13 @@ void eval_wilson(size_t successes, size_t n, double z, double *lo, double *hi)
 
 /* ---- bootstrap --------------------------------------------------------- */
 
-/* splitmix64 step (Blackman & Vigna), used only to seed xoshiro. */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl64(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-/* xoshiro256** state and step. */
-typedef struct xoshiro {
-    uint64_t s[4];
-} xoshiro;
-
-static void xoshiro_seed(xoshiro *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
-}
-
-static uint64_t xoshiro_next(xoshiro *r)
-{
-    uint64_t *s = r->s;
-    const uint64_t result = rotl64(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return result;
-}
-
 /* Uniform integer in [0, bound), bound >= 1, without modulo bias: draws
  * below 2^64 mod bound are rejected. */
-static uint64_t uniform_below(xoshiro *r, uint64_t bound)
+static uint64_t uniform_below(rng_xoshiro256 *r, uint64_t bound)
 {
     const uint64_t threshold = (0 - bound) % bound;   /* 2^64 mod bound */
     for (;;) {
-        const uint64_t v = xoshiro_next(r);
+        const uint64_t v = rng_xoshiro_next(r);
         if (v >= threshold) return v % bound;
     }
 }
@@ -270,8 +233,8 @@ pg_status eval_bootstrap_ci(const double *x, size_t n, size_t b, uint64_t seed, 
     double *means = malloc(b * sizeof *means);
     if (means == NULL)
         return pg_fail(err, PG_ERR_NOMEM, "eval_bootstrap_ci: out of memory for %zu means", b);
-    xoshiro rng;
-    xoshiro_seed(&rng, seed);
+    rng_xoshiro256 rng;
+    rng_xoshiro_seed(&rng, seed);
     for (size_t r = 0; r < b; r++) {
         double sum = 0.0;
         for (size_t i = 0; i < n; i++) sum += x[uniform_below(&rng, (uint64_t)n)];

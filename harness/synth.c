@@ -127,57 +127,30 @@ _Static_assert(2 * SINK_ROPE_PAIRS + SYNTH_K_OUTLIERS_MAX < SYNTH_MIN_D,
 #define SYNTH_STREAM_LAYOUT 0u
 #define SYNTH_STREAM_LAYER0 1u
 
-typedef struct xoshiro256 {
-    uint64_t s[4];
-} xoshiro256;
-
-/* x rotated left by k bits, 0 < k < 64. */
-static inline uint64_t rotl64(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
 /* Seeds r for (seed, stream): the stream id is hashed by one splitmix64 step
- * and folded into the seed, then four splitmix64 outputs fill the state (the
- * seeding Blackman & Vigna recommend; never all zero). */
-static void xoshiro_seed(xoshiro256 *r, uint64_t seed, uint64_t stream)
+ * and folded into the seed, which rng_xoshiro_seed expands. */
+static void xoshiro_seed(rng_xoshiro256 *r, uint64_t seed, uint64_t stream)
 {
     uint64_t h = stream;
-    uint64_t sm = seed ^ rng_splitmix64(&h);
-    for (int i = 0; i < 4; i++) r->s[i] = rng_splitmix64(&sm);
-}
-
-/* xoshiro256**: the next 64 random bits (reference xoshiro256starstar.c). */
-static inline uint64_t xoshiro_next(xoshiro256 *r)
-{
-    uint64_t *s = r->s;
-    const uint64_t result = rotl64(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return result;
+    rng_xoshiro_seed(r, seed ^ rng_splitmix64(&h));
 }
 
 /* Uniform double in the open interval (0, 1): 53 random bits plus half an ulp. */
-static inline double uniform_open(xoshiro256 *r)
+static inline double uniform_open(rng_xoshiro256 *r)
 {
-    return ((double)(xoshiro_next(r) >> 11) + 0.5) * 0x1.0p-53;
+    return ((double)(rng_xoshiro_next(r) >> 11) + 0.5) * 0x1.0p-53;
 }
 
 /* Uniform double in [lo, hi). */
-static double uniform_range(xoshiro256 *r, double lo, double hi)
+static double uniform_range(rng_xoshiro256 *r, double lo, double hi)
 {
     return lo + (hi - lo) * uniform_open(r);
 }
 
 /* Uniform integer in [0, n), n > 0 (Lemire's multiply-shift). */
-static int uniform_below(xoshiro256 *r, int n)
+static int uniform_below(rng_xoshiro256 *r, int n)
 {
-    return (int)(((unsigned __int128)xoshiro_next(r) * (uint64_t)n) >> 64);
+    return (int)(((unsigned __int128)rng_xoshiro_next(r) * (uint64_t)n) >> 64);
 }
 
 /* Jump polynomial of xoshiro256: the state 2^128 draws ahead (reference
@@ -186,14 +159,14 @@ static const uint64_t XOSHIRO_JUMP[4] = {0x180ec6d33cfd0abaull, 0xd5a61266f0c939
                                          0xa9582618e03fc9aaull, 0x39abdc4529b1661cull};
 
 /* Advances r by 2^128 draws (non-overlapping subsequences for parallel lanes). */
-static void xoshiro_jump(xoshiro256 *r)
+static void xoshiro_jump(rng_xoshiro256 *r)
 {
     uint64_t t[4] = {0, 0, 0, 0};
     for (int i = 0; i < 4; i++)
         for (int b = 0; b < 64; b++) {
             if (XOSHIRO_JUMP[i] & ((uint64_t)1 << b))
                 for (int j = 0; j < 4; j++) t[j] ^= r->s[j];
-            (void)xoshiro_next(r);
+            (void)rng_xoshiro_next(r);
         }
     memcpy(r->s, t, sizeof t);
 }
@@ -210,9 +183,9 @@ typedef struct xoshiro_bulk {
 } xoshiro_bulk;
 
 /* Seeds the lanes from r (r itself is left unchanged). */
-static void xoshiro_bulk_seed(xoshiro_bulk *b, const xoshiro256 *r)
+static void xoshiro_bulk_seed(xoshiro_bulk *b, const rng_xoshiro256 *r)
 {
-    xoshiro256 lane = *r;
+    rng_xoshiro256 lane = *r;
     for (int j = 0; j < XOSHIRO_LANES; j++) {
         xoshiro_jump(&lane);
         for (int i = 0; i < 4; i++) b->s[i][j] = lane.s[i];
@@ -281,7 +254,7 @@ static void zig_init(zig_tables *z)
 /* The ziggurat's rare path (RNOR's nfix) for strip iz and magnitude mag:
  * the tail beyond ZIG_R or the wedge test, retrying with words from the
  * scalar stream r. Returns |x|; the caller applies the sign. */
-static double zig_fix(xoshiro256 *r, const zig_tables *z, uint32_t mag, unsigned iz)
+static double zig_fix(rng_xoshiro256 *r, const zig_tables *z, uint32_t mag, unsigned iz)
 {
     for (;;) {
         const double x = mag * z->wn[iz];
@@ -296,7 +269,7 @@ static double zig_fix(xoshiro256 *r, const zig_tables *z, uint32_t mag, unsigned
         }
         if (z->fn[iz] + uniform_open(r) * (z->fn[iz - 1] - z->fn[iz]) < exp(-0.5 * x * x))
             return x;
-        const uint32_t w = (uint32_t)(xoshiro_next(r) >> 32);
+        const uint32_t w = (uint32_t)(rng_xoshiro_next(r) >> 32);
         iz = w & (ZIG_LAYERS - 1);
         mag = w & ZIG_MAG_MASK;
         if (mag < z->kn[iz]) return mag * z->wn[iz];
@@ -323,7 +296,7 @@ static inline float zig_fast(uint32_t mag, float wnf, uint32_t sign)
  * RNOR's |hz|), the sign from bit 31 -- disjoint bits, which avoids the
  * index/value correlation of the original RNOR (Doornik 2005). ~99% take the
  * fast path (zig_fast); the rest draw more from r. */
-static inline float zig_normal(uint32_t w, xoshiro256 *r, const zig_tables *z)
+static inline float zig_normal(uint32_t w, rng_xoshiro256 *r, const zig_tables *z)
 {
     const unsigned iz = w & (ZIG_LAYERS - 1);
     const uint32_t mag = w & ZIG_MAG_MASK;
@@ -333,9 +306,9 @@ static inline float zig_normal(uint32_t w, xoshiro256 *r, const zig_tables *z)
 }
 
 /* One N(0,1) sample from the scalar stream. */
-static double normal(xoshiro256 *r, const zig_tables *z)
+static double normal(rng_xoshiro256 *r, const zig_tables *z)
 {
-    return zig_normal((uint32_t)(xoshiro_next(r) >> 32), r, z);
+    return zig_normal((uint32_t)(rng_xoshiro_next(r) >> 32), r, z);
 }
 
 #if defined(__AVX2__)
@@ -343,7 +316,7 @@ static double normal(xoshiro256 *r, const zig_tables *z)
  * strip tables); lanes that miss it are finished by zig_normal in lane
  * order, so the result and the draws from r are those of the scalar loop.
  * kn and the magnitude are below 2^31, so the signed compare is exact. */
-static inline void zig_normal8_avx2(const u64xl *v, xoshiro256 *r, const zig_tables *z,
+static inline void zig_normal8_avx2(const u64xl *v, rng_xoshiro256 *r, const zig_tables *z,
                                     float *out)
 {
     __m256i w;
@@ -370,7 +343,7 @@ static inline void zig_normal8_avx2(const u64xl *v, xoshiro256 *r, const zig_tab
  * generator: per step, lane j gives its low then its high 32-bit half
  * (words 2j and 2j + 1); a partial last step discards its unused words;
  * rare-path draws come from r, in word order. */
-static void normal_fill(xoshiro_bulk *b, xoshiro256 *r, const zig_tables *z, float *out, int n)
+static void normal_fill(xoshiro_bulk *b, rng_xoshiro256 *r, const zig_tables *z, float *out, int n)
 {
     u64xl st[4] = {b->s[0], b->s[1], b->s[2], b->s[3]};
     int i = 0;
@@ -654,7 +627,7 @@ typedef struct synth_job {
 
 /* Fills dir[0..d) with a random unit vector supported on the channels where
  * mask[c] != 0 (Gaussian direction, normalized in fp64). */
-static void random_direction(xoshiro256 *r, const zig_tables *z, const unsigned char *mask,
+static void random_direction(rng_xoshiro256 *r, const zig_tables *z, const unsigned char *mask,
                              int d, float *dir)
 {
     double norm2 = 0.0;
@@ -670,7 +643,7 @@ static void random_direction(xoshiro256 *r, const zig_tables *z, const unsigned 
 /* Draws the per-kv-head parameters of one layer (k_base, k_sd, k_sink, v_sd)
  * and the per-query-head q_base, and the sink logits. Order of draws is part
  * of the output's definition. */
-static void layer_params(const synth_shared *sh, xoshiro256 *r, synth_scratch *s,
+static void layer_params(const synth_shared *sh, rng_xoshiro256 *r, synth_scratch *s,
                          float *sinks)
 {
     const synth_config *cfg = sh->cfg;
@@ -717,7 +690,7 @@ static void layer_params(const synth_shared *sh, xoshiro256 *r, synth_scratch *s
         }
         for (int i = 0; i < n_out; i++) {
             const double mag = uniform_range(r, K_OUTLIER_GAIN_MIN, K_OUTLIER_GAIN_MAX);
-            const double sign = (xoshiro_next(r) >> 63) ? -1.0 : 1.0;
+            const double sign = (rng_xoshiro_next(r) >> 63) ? -1.0 : 1.0;
             kb[s->chan[i]] = (float)(sign * mag);
         }
         /* Expected squared norm of an ordinary key: base plus noise. */
@@ -757,7 +730,7 @@ static void synth_layer(void *ctx, int item, int thread)
     const int d = cfg->d, half = d / 2, hq = cfg->hq, hkv = cfg->hkv;
     const zig_tables *z = &sh->zig;
 
-    xoshiro256 r;
+    rng_xoshiro256 r;
     xoshiro_bulk bulk;
     xoshiro_seed(&r, cfg->seed, SYNTH_STREAM_LAYER0 + (uint64_t)item);
     xoshiro_bulk_seed(&bulk, &r);
@@ -935,7 +908,7 @@ static void *synth_alloc(size_t n, const char *what, pg_status *st, pg_err *err)
  * stream: uniform in [1, SYNTH_MASSIVE_MAX_POS), -1 when beyond the sequence. */
 static void draw_massive2(const synth_config *cfg, int64_t seq_kv, int *massive2)
 {
-    xoshiro256 r;
+    rng_xoshiro256 r;
     xoshiro_seed(&r, cfg->seed, SYNTH_STREAM_LAYOUT);
     for (int s = 0; s < cfg->n_seqs; s++) {
         const int pos = 1 + uniform_below(&r, SYNTH_MASSIVE_MAX_POS - 1);

@@ -1,8 +1,10 @@
 /*
  * rng.h: the deterministic random numbers precgate uses (page scattering,
- * synthetic data): splitmix64 (Steele, Lea, Flood, "Fast splittable
- * pseudorandom number generators", OOPSLA 2014; constants from Vigna's
- * reference splitmix64.c).
+ * synthetic data, the bootstrap): splitmix64 (Steele, Lea, Flood, "Fast
+ * splittable pseudorandom number generators", OOPSLA 2014; constants from
+ * Vigna's reference splitmix64.c) and xoshiro256** (Blackman & Vigna,
+ * "Scrambled linear pseudorandom number generators", ACM TOMS 47(4), 2021;
+ * reference xoshiro256starstar.c, prng.di.unimi.it).
  */
 #ifndef PG_RNG_H
 #define PG_RNG_H
@@ -22,6 +24,39 @@ static inline uint64_t rng_splitmix64(uint64_t *state)
 static inline uint64_t rng_below(uint64_t *state, uint64_t n)
 {
     return (uint64_t)(((unsigned __int128)rng_splitmix64(state) * n) >> 64);
+}
+
+/* xoshiro256** state. */
+typedef struct rng_xoshiro256 {
+    uint64_t s[4];
+} rng_xoshiro256;
+
+/* x rotated left by k bits, 0 < k < 64. */
+static inline uint64_t rng_rotl64(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+/* Seeds r with four splitmix64 outputs from seed (the seeding Blackman &
+ * Vigna recommend; the state is never all zero). */
+static inline void rng_xoshiro_seed(rng_xoshiro256 *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) r->s[i] = rng_splitmix64(&seed);
+}
+
+/* The next 64 random bits of xoshiro256**. */
+static inline uint64_t rng_xoshiro_next(rng_xoshiro256 *r)
+{
+    uint64_t *s = r->s;
+    const uint64_t result = rng_rotl64(s[1] * 5, 7) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rng_rotl64(s[3], 45);
+    return result;
 }
 
 #endif /* PG_RNG_H */
