@@ -201,10 +201,13 @@ static double rel_l2_bf16(const uint16_t *a, const double *r, size_t n)
 
 static const attn_fp8_options fp8_default = {1, 1.0f, 1.0f, 1.0f, ATTN_P_E4M3, 16, 42};
 
-/* The shapes the specification tests sweep. */
-static const struct {
+/* A batch shape of the specification tests, with the fp8 block size to use. */
+typedef struct shape {
     int n_seqs, sq[3], skv[3], hq, hkv, d, window, sinks, block;
-} shapes[] = {
+} shape;
+
+/* The shapes the specification tests sweep. */
+static const shape shapes[] = {
     {1, {1}, {1}, 1, 1, 64, 0, 0, 16},
     {2, {5, 9}, {5, 9}, 4, 4, 64, 0, 1, 16},           /* GQA ratio 1 */
     {3, {7, 1, 20}, {19, 33, 20}, 8, 2, 64, 0, 1, 32}, /* context, GQA 4 */
@@ -212,12 +215,18 @@ static const struct {
     {1, {37}, {37}, 2, 1, 72, 0, 0, 16},               /* d not a multiple of the tiles */
 };
 
+/* tcase_make on shape sh. */
+static void tcase_make_shape(tcase *c, const shape *sh, double q_amp, uint64_t seed)
+{
+    tcase_make(c, sh->n_seqs, sh->sq, sh->skv, sh->hq, sh->hkv, sh->d, sh->window, sh->sinks, q_amp,
+               seed);
+}
+
 Test(attn, blocked_reference_matches_naive_reference)
 {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         tcase c;
-        tcase_make(&c, shapes[i].n_seqs, shapes[i].sq, shapes[i].skv, shapes[i].hq, shapes[i].hkv,
-                   shapes[i].d, shapes[i].window, shapes[i].sinks, 2.0, 100 + i);
+        tcase_make_shape(&c, &shapes[i], 2.0, 100 + i);
         double *r = malloc(c.nq * sizeof(double)), *n = malloc(c.nq * sizeof(double));
         pg_err err = {0};
         cr_assert_eq(attn_reference(&c.b, c.q, c.k, c.v, r, 2, &err), PG_OK, "%s", err.msg);
@@ -234,8 +243,7 @@ Test(attn, modes_match_their_naive_statements_bit_for_bit)
 {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         tcase c;
-        tcase_make(&c, shapes[i].n_seqs, shapes[i].sq, shapes[i].skv, shapes[i].hq, shapes[i].hkv,
-                   shapes[i].d, shapes[i].window, shapes[i].sinks, 2.0, 200 + i);
+        tcase_make_shape(&c, &shapes[i], 2.0, 200 + i);
         uint16_t *o = malloc(c.nq * 2), *n = malloc(c.nq * 2);
         pg_err err = {0};
         attn_fp8_options opt = fp8_default;
@@ -267,8 +275,7 @@ Test(attn, quantization_off_equals_bf16_bit_for_bit)
 {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         tcase c;
-        tcase_make(&c, shapes[i].n_seqs, shapes[i].sq, shapes[i].skv, shapes[i].hq, shapes[i].hkv,
-                   shapes[i].d, shapes[i].window, shapes[i].sinks, 1.0, 300 + i);
+        tcase_make_shape(&c, &shapes[i], 1.0, 300 + i);
         uint16_t *ob = malloc(c.nq * 2), *o = malloc(c.nq * 2);
         pg_err err = {0};
         attn_fp8_options opt = fp8_default;

@@ -38,25 +38,7 @@
 /* Defined in harness/cmd_run.c (linked through precgate_core). */
 extern const char cmd_run_usage[];
 
-/* This test's scratch directory. */
-static char g_dir[PATH_MAX];
-
-/* Creates the test's scratch directory. */
-static void setup(void)
-{
-    char *d = tu_tempdir();
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
-}
-
-/* Removes the scratch directory and the plain files in it (tests make no
- * subdirectories). */
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-}
-
-TestSuite(cli, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(cli, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 60);
 
 /* ---- running the binary -------------------------------------------------- */
 
@@ -101,8 +83,8 @@ static proc sh(const char *fmt, ...)
     int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
     cr_assert(n > 0 && (size_t)n < sizeof cmd, "command too long");
-    snprintf(outp, sizeof outp, "%s/.stdout", g_dir);
-    snprintf(errp, sizeof errp, "%s/.stderr", g_dir);
+    snprintf(outp, sizeof outp, "%s/.stdout", tu_dir);
+    snprintf(errp, sizeof errp, "%s/.stderr", tu_dir);
     snprintf(full, sizeof full, "( %s ) >'%s' 2>'%s'", cmd, outp, errp);
     int st = system(full);
     cr_assert_neq(st, -1, "system() failed");
@@ -119,17 +101,7 @@ static void proc_free(proc *p)
 }
 
 /* Runs `precgate ARGS` with the scratch directory as working directory. */
-#define PG_IN_DIR(args_fmt, ...) sh("cd '%s' && '%s' " args_fmt, g_dir, PRECGATE_BIN, ##__VA_ARGS__)
-
-/* path of name inside the scratch directory, in a static rotating buffer. */
-static const char *in_dir(const char *name)
-{
-    static char bufs[4][PATH_MAX + NAME_MAX + 2];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
-    return b;
-}
+#define PG_IN_DIR(args_fmt, ...) sh("cd '%s' && '%s' " args_fmt, tu_dir, PRECGATE_BIN, ##__VA_ARGS__)
 
 static int file_exists(const char *path)
 {
@@ -143,7 +115,7 @@ static void synth_small(const char *name, const char *extra)
 {
     proc p = PG_IN_DIR("synth -o '%s' " SYNTH_SMALL " %s", name, extra);
     cr_assert_eq(p.rc, 0, "synth failed (%d): %s%s", p.rc, p.out, p.err);
-    cr_assert(file_exists(in_dir(name)), "synth wrote no %s", name);
+    cr_assert(file_exists(tu_in_dir(name)), "synth wrote no %s", name);
     proc_free(&p);
 }
 
@@ -168,37 +140,12 @@ static sqlite3 *db_open(const char *path)
     return db;
 }
 
-/* Prepares the sqlite3_mprintf-formatted query, asserting success. */
-static sqlite3_stmt *db_prep(sqlite3 *db, const char *fmt, va_list ap)
-{
-    char *sql = sqlite3_vmprintf(fmt, ap);
-    cr_assert_not_null(sql);
-    sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
-    cr_assert_eq(rc, SQLITE_OK, "prepare '%s': %s", sql, sqlite3_errmsg(db));
-    sqlite3_free(sql);
-    return s;
-}
-
-/* The integer in the first column of the query's first row (asserts a row). */
-static long long db_int(sqlite3 *db, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    sqlite3_stmt *s = db_prep(db, fmt, ap);
-    va_end(ap);
-    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", fmt);
-    long long v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
-/* Like db_int, with the double x bound to ?1 (exactly, unlike text in SQL). */
+/* Like tu_sql_int, with the double x bound to ?1 (exactly, unlike text in SQL). */
 static long long db_int_d(sqlite3 *db, double x, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    sqlite3_stmt *s = db_prep(db, fmt, ap);
+    sqlite3_stmt *s = tu_sql_vprepare(db, fmt, ap);
     va_end(ap);
     cr_assert_eq(sqlite3_bind_double(s, 1, x), SQLITE_OK);
     cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", fmt);
@@ -213,7 +160,7 @@ static char *db_text(sqlite3 *db, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    sqlite3_stmt *s = db_prep(db, fmt, ap);
+    sqlite3_stmt *s = tu_sql_vprepare(db, fmt, ap);
     va_end(ap);
     cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", fmt);
     const unsigned char *t = sqlite3_column_text(s, 0);
@@ -225,20 +172,13 @@ static char *db_text(sqlite3 *db, const char *fmt, ...)
 /* The whole-layer rel_l2 of (run, layer, variant), asserting exactly one row. */
 static double whole_rel_l2(sqlite3 *db, long long run, int layer, const char *variant)
 {
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = %lld AND layer = %d "
-                            "AND head = -1 AND variant = %Q AND rel_l2 IS NOT NULL",
-                        run, layer, variant),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = %lld AND layer = %d "
+                                "AND head = -1 AND variant = %Q AND rel_l2 IS NOT NULL",
+                            run, layer, variant),
                  1, "run %lld layer %d %s: not exactly one whole-layer row", run, layer, variant);
-    sqlite3_stmt *s = NULL;
-    char *sql = sqlite3_mprintf("SELECT rel_l2 FROM layer_metrics WHERE run_id = %lld AND "
-                                "layer = %d AND head = -1 AND variant = %Q",
-                                run, layer, variant);
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_step(s), SQLITE_ROW);
-    double v = sqlite3_column_double(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_free(sql);
-    return v;
+    return tu_sql_double(db, "SELECT rel_l2 FROM layer_metrics WHERE run_id = %lld AND "
+                             "layer = %d AND head = -1 AND variant = %Q",
+                         run, layer, variant);
 }
 
 /* Opens the capture at path through the library, asserting success. */
@@ -339,7 +279,7 @@ static void expect_run_usage_error(const char *args, const char *needle1, const 
         cr_assert_not_null(strstr(p.err, needle2), "run %s: error lacks '%s': %s", args, needle2,
                            p.err);
     cr_assert_str_empty(p.out, "run %s printed on stdout: %s", args, p.out);
-    cr_assert_not(file_exists(in_dir("precgate.db")), "run %s created a database", args);
+    cr_assert_not(file_exists(tu_in_dir("precgate.db")), "run %s created a database", args);
     proc_free(&p);
 }
 
@@ -403,14 +343,14 @@ Test(cli, run_happy_path_fills_every_table)
     last_line(p.out, last, sizeof last);
     cr_assert(strncmp(last, "run 1 complete: d.db (", strlen("run 1 complete: d.db (")) == 0, "last line: %s", last);
 
-    sqlite3 *db = db_open(in_dir("d.db"));
-    capture *cap = open_capture(in_dir("c.safetensors"));
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    capture *cap = open_capture(tu_in_dir("c.safetensors"));
     cr_assert_eq(cap->n_layers, SMALL_LAYERS);
     const int hq = cap->layers[0].hq;
     cr_assert_eq(hq, SMALL_HQ);
 
     /* runs */
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM runs"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1);
     char *s = db_text(db, "SELECT status FROM runs WHERE id = 1");
     cr_assert_str_eq(s, "complete");
     free(s);
@@ -452,18 +392,18 @@ Test(cli, run_happy_path_fills_every_table)
 
     /* layer_metrics: n_layers x 3 modes x (hq + 1) rows, all on cpu */
     const long long want_rows = (long long)SMALL_LAYERS * N_MODES * (hq + 1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"), want_rows);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1 AND backend = 'cpu' "
-                            "AND capture = 'c.safetensors'"),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), want_rows);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1 AND backend = 'cpu' "
+                                "AND capture = 'c.safetensors'"),
                  want_rows);
     for (int l = 0; l < SMALL_LAYERS; l++)
         for (int v = 0; v < N_MODES; v++)
-            cr_assert_eq(db_int(db, "SELECT count(DISTINCT head) FROM layer_metrics WHERE layer = %d "
-                                    "AND variant = %Q AND head BETWEEN -1 AND %d",
-                                l, want_vars[v], hq - 1),
+            cr_assert_eq(tu_sql_int(db, "SELECT count(DISTINCT head) FROM layer_metrics WHERE layer = %d "
+                                        "AND variant = %Q AND head BETWEEN -1 AND %d",
+                                    l, want_vars[v], hq - 1),
                          hq + 1, "layer %d %s: heads missing", l, want_vars[v]);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE nan_count != 0 OR "
-                            "inf_count != 0 OR rel_l2 IS NULL OR cos_sim IS NULL"),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE nan_count != 0 OR "
+                                "inf_count != 0 OR rel_l2 IS NULL OR cos_sim IS NULL"),
                  0);
 
     /* every rel_l2 finite and positive */
@@ -503,7 +443,7 @@ Test(cli, run_happy_path_fills_every_table)
     cr_assert_gt(worst, prev_row, "worst-layer line before the rows:\n%s", p.out);
 
     /* quant_stats: q, k, v per layer, calibrated as amax / 448 */
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats"), SMALL_LAYERS * 3);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats"), SMALL_LAYERS * 3);
     const char *tensors[3] = {"q", "k", "v"};
     for (int l = 0; l < SMALL_LAYERS; l++) {
         const capture_layer *L = &cap->layers[l];
@@ -533,11 +473,11 @@ Test(cli, run_uses_the_captures_scales_when_it_has_them)
     proc p = PG_IN_DIR("run --capture s.safetensors --db d.db --backend cpu --no-progress");
     cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
     cr_assert_str_empty(p.err, "--backend cpu says nothing on stderr");
-    capture *cap = open_capture(in_dir("s.safetensors"));
+    capture *cap = open_capture(tu_in_dir("s.safetensors"));
     cr_assert(cap->layers[0].has_scales);
-    sqlite3 *db = db_open(in_dir("d.db"));
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats"), SMALL_LAYERS * 3);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE scale_source = 'capture'"),
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats"), SMALL_LAYERS * 3);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE scale_source = 'capture'"),
                  SMALL_LAYERS * 3);
     for (int l = 0; l < SMALL_LAYERS; l++) {
         const capture_layer *L = &cap->layers[l];
@@ -565,11 +505,11 @@ Test(cli, run_variants_bf16_stores_only_bf16)
     cr_assert_str_eq(hdr, "capture layer bf16 (rel_l2 vs fp64 reference, whole layer)",
                      "table should have only the bf16 column:\n%s", p.out);
     free(hdr);
-    sqlite3 *db = db_open(in_dir("d.db"));
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"), SMALL_LAYERS * (SMALL_HQ + 1));
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant != 'bf16'"), 0);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE tensor = 'q'"), 0);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats"), 0, "bf16 quantizes nothing");
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), SMALL_LAYERS * (SMALL_HQ + 1));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant != 'bf16'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE tensor = 'q'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats"), 0, "bf16 quantizes nothing");
     char *cfg = db_text(db, "SELECT config_json FROM runs WHERE id = 1");
     cr_assert_not_null(strstr(cfg, "\"variants\":[\"bf16\"]"), "%s", cfg);
     free(cfg);
@@ -582,12 +522,12 @@ Test(cli, run_variants_fp8kv_has_k_v_stats_but_no_q)
     synth_small("c.safetensors", "");
     proc p = PG_IN_DIR("run --capture c.safetensors --db d.db --variants fp8kv --no-progress");
     cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
-    sqlite3 *db = db_open(in_dir("d.db"));
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'fp8kv'"),
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'fp8kv'"),
                  SMALL_LAYERS * (SMALL_HQ + 1));
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant != 'fp8kv'"), 0);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE tensor = 'q'"), 0);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE tensor IN ('k', 'v')"),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant != 'fp8kv'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE tensor = 'q'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE tensor IN ('k', 'v')"),
                  SMALL_LAYERS * 2);
     sqlite3_close(db);
     proc_free(&p);
@@ -598,18 +538,18 @@ Test(cli, run_variants_fp8kv_has_k_v_stats_but_no_q)
 Test(cli, run_uses_PRECGATE_DB_when_no_db_option)
 {
     synth_small("c.safetensors", "");
-    const char *envdb = in_dir("env.db");
-    proc p = sh("cd '%s' && PRECGATE_DB='%s' '%s' run --capture c.safetensors --no-progress", g_dir,
+    const char *envdb = tu_in_dir("env.db");
+    proc p = sh("cd '%s' && PRECGATE_DB='%s' '%s' run --capture c.safetensors --no-progress", tu_dir,
                 envdb, PRECGATE_BIN);
     cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
     char last[PATH_MAX + 64], want[PATH_MAX + 64];
     last_line(p.out, last, sizeof last);
     snprintf(want, sizeof want, "run 1 complete: %s (", envdb);
     cr_assert(strncmp(last, want, strlen(want)) == 0, "last line: %s", last);
-    cr_assert_not(file_exists(in_dir("precgate.db")), "default database created despite PRECGATE_DB");
+    cr_assert_not(file_exists(tu_in_dir("precgate.db")), "default database created despite PRECGATE_DB");
     sqlite3 *db = db_open(envdb);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"),
                  SMALL_LAYERS * N_MODES * (SMALL_HQ + 1));
     sqlite3_close(db);
     proc_free(&p);
@@ -617,11 +557,11 @@ Test(cli, run_uses_PRECGATE_DB_when_no_db_option)
     /* --db wins over the environment */
     proc q = sh("cd '%s' && PRECGATE_DB='%s' '%s' run --capture c.safetensors --db opt.db "
                 "--no-progress",
-                g_dir, envdb, PRECGATE_BIN);
+                tu_dir, envdb, PRECGATE_BIN);
     cr_assert_eq(q.rc, 0, "run failed: %s", q.err);
-    cr_assert(file_exists(in_dir("opt.db")));
+    cr_assert(file_exists(tu_in_dir("opt.db")));
     db = db_open(envdb);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM runs"), 1, "--db run went into $PRECGATE_DB");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1, "--db run went into $PRECGATE_DB");
     sqlite3_close(db);
     proc_free(&q);
 }
@@ -629,19 +569,19 @@ Test(cli, run_uses_PRECGATE_DB_when_no_db_option)
 Test(cli, run_default_database_is_precgate_db_in_working_dir)
 {
     synth_small("c.safetensors", "");
-    proc p = sh("cd '%s' && env -u PRECGATE_DB '%s' run --capture c.safetensors --no-progress", g_dir,
+    proc p = sh("cd '%s' && env -u PRECGATE_DB '%s' run --capture c.safetensors --no-progress", tu_dir,
                 PRECGATE_BIN);
     cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
     char last[256];
     last_line(p.out, last, sizeof last);
     cr_assert(strncmp(last, "run 1 complete: precgate.db (", strlen("run 1 complete: precgate.db (")) == 0, "last line: %s", last);
-    sqlite3 *db = db_open(in_dir("precgate.db"));
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
+    sqlite3 *db = db_open(tu_in_dir("precgate.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
     sqlite3_close(db);
     proc_free(&p);
 
     /* an empty PRECGATE_DB counts as unset */
-    proc q = sh("cd '%s' && PRECGATE_DB= '%s' run --capture c.safetensors --no-progress", g_dir,
+    proc q = sh("cd '%s' && PRECGATE_DB= '%s' run --capture c.safetensors --no-progress", tu_dir,
                 PRECGATE_BIN);
     cr_assert_eq(q.rc, 0, "run failed: %s", q.err);
     last_line(q.out, last, sizeof last);
@@ -656,13 +596,13 @@ Test(cli, run_default_database_is_precgate_db_in_working_dir)
 static off_t copy_truncated_half(const char *src, const char *dst)
 {
     struct stat sb;
-    cr_assert_eq(stat(in_dir(src), &sb), 0);
-    char *data = slurp(in_dir(src));
-    tu_write_file(in_dir(dst), data, (size_t)sb.st_size);
+    cr_assert_eq(stat(tu_in_dir(src), &sb), 0);
+    char *data = slurp(tu_in_dir(src));
+    tu_write_file(tu_in_dir(dst), data, (size_t)sb.st_size);
     free(data);
-    cr_assert_eq(truncate(in_dir(dst), sb.st_size / 2), 0);
+    cr_assert_eq(truncate(tu_in_dir(dst), sb.st_size / 2), 0);
     struct stat tb;
-    cr_assert_eq(stat(in_dir(dst), &tb), 0);
+    cr_assert_eq(stat(tu_in_dir(dst), &tb), 0);
     cr_assert_eq(tb.st_size, sb.st_size / 2);
     return sb.st_size;
 }
@@ -674,9 +614,9 @@ Test(cli, truncated_capture_fails_and_leaves_earlier_runs_alone)
     cr_assert_eq(good.rc, 0, "first run failed: %s", good.err);
     proc_free(&good);
 
-    sqlite3 *db = db_open(in_dir("d.db"));
-    const long long rows1 = db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1");
-    const long long qs1 = db_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 1");
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    const long long rows1 = tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1");
+    const long long qs1 = tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 1");
     char *sum1 = db_text(db, "SELECT printf('%%!.20e', sum(rel_l2) + sum(max_abs)) FROM layer_metrics "
                              "WHERE run_id = 1");
     cr_assert_eq(rows1, SMALL_LAYERS * N_MODES * (SMALL_HQ + 1));
@@ -691,20 +631,20 @@ Test(cli, truncated_capture_fails_and_leaves_earlier_runs_alone)
     char *bad_err = strdup(bad.err);
     proc_free(&bad);
 
-    db = db_open(in_dir("d.db"));
+    db = db_open(tu_in_dir("d.db"));
     char *st2 = db_text(db, "SELECT status FROM runs WHERE id = 2");
     cr_assert_str_eq(st2, "failed");
     free(st2);
-    cr_assert_eq(db_int(db, "SELECT finished_at IS NOT NULL FROM runs WHERE id = 2"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT finished_at IS NOT NULL FROM runs WHERE id = 2"), 1);
     /* the failure's message is kept with the run; a complete run has none */
     char *why = db_text(db, "SELECT error FROM runs WHERE id = 2");
     cr_assert_not_null(why, "failed run 2 has no error");
     cr_assert_eq(strncmp(why, "t.safetensors: ", 15), 0, "error '%s'", why);
     cr_assert_not_null(strstr(bad_err, why), "stderr does not carry '%s'", why);
     free(why);
-    cr_assert_eq(db_int(db, "SELECT error IS NULL FROM runs WHERE id = 1"), 1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 2"), 0);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 2"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT error IS NULL FROM runs WHERE id = 1"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 2"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 2"), 0);
     sqlite3_close(db);
 
     proc again = PG_IN_DIR("run --capture c.safetensors --db d.db --no-progress");
@@ -715,17 +655,17 @@ Test(cli, truncated_capture_fails_and_leaves_earlier_runs_alone)
     cr_assert(strncmp(last, "run 3 complete: d.db (", strlen("run 3 complete: d.db (")) == 0, "last line: %s", last);
     proc_free(&again);
 
-    db = db_open(in_dir("d.db"));
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM runs"), 3);
+    db = db_open(tu_in_dir("d.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 3);
     char *st1 = db_text(db, "SELECT group_concat(status, ',') FROM (SELECT status FROM runs ORDER BY id)");
     cr_assert_str_eq(st1, "complete,failed,complete");
     free(st1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1"), rows1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 1"), qs1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1"), rows1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 1"), qs1);
     char *sum1b = db_text(db, "SELECT printf('%%!.20e', sum(rel_l2) + sum(max_abs)) FROM layer_metrics "
                               "WHERE run_id = 1");
     cr_assert_str_eq(sum1b, sum1, "run 1's metrics changed");
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 3"), rows1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 3"), rows1);
     free(sum1);
     free(sum1b);
     free(bad_err);
@@ -738,11 +678,11 @@ Test(cli, missing_capture_path_fails_naming_it)
     cr_assert_eq(p.rc, 1, "exit %d (%s)", p.rc, p.err);
     cr_assert_not_null(strstr(p.err, "precgate: error: no/such/file.safetensors"), "%s", p.err);
     cr_assert_str_empty(p.out);
-    sqlite3 *db = db_open(in_dir("d.db"));
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
     char *s = db_text(db, "SELECT status FROM runs WHERE id = 1");
     cr_assert_str_eq(s, "failed");
     free(s);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), 0);
     sqlite3_close(db);
     proc_free(&p);
 }
@@ -755,7 +695,7 @@ Test(cli, synth_usage_errors_exit_2)
     cr_assert_eq(a.rc, 2, "exit %d", a.rc);
     cr_assert_not_null(strstr(a.err, "precgate: error: --preset: unknown preset 'nosuch'"), "%s",
                        a.err);
-    cr_assert_not(file_exists(in_dir("x.safetensors")));
+    cr_assert_not(file_exists(tu_in_dir("x.safetensors")));
     proc_free(&a);
 
     proc b = PG_IN_DIR("synth --layers 2");
@@ -767,7 +707,7 @@ Test(cli, synth_usage_errors_exit_2)
     proc c = PG_IN_DIR("synth -o x.safetensors --layers 0");
     cr_assert_eq(c.rc, 2, "exit %d", c.rc);
     cr_assert_not_null(strstr(c.err, "--layers"), "%s", c.err);
-    cr_assert_not(file_exists(in_dir("x.safetensors")));
+    cr_assert_not(file_exists(tu_in_dir("x.safetensors")));
     proc_free(&c);
 
     proc d = PG_IN_DIR("synth -o x.safetensors --bogus");

@@ -24,37 +24,17 @@
 /* Size of a path buffer. */
 #define PATH_LEN 512
 
-static char *g_dir;
 static char g_db[PATH_LEN];
 
 /* Each test works in its own directory, so captures have short relative names. */
 static void setup(void)
 {
-    g_dir = tu_tempdir();
-    snprintf(g_db, sizeof g_db, "%s/t.db", g_dir);
-    cr_assert_eq(chdir(g_dir), 0);
+    tu_scratch_setup();
+    snprintf(g_db, sizeof g_db, "%s/t.db", tu_dir);
+    cr_assert_eq(chdir(tu_dir), 0);
 }
 
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-    free(g_dir);
-}
-
-TestSuite(diff_cmd, .init = setup, .fini = teardown);
-
-/* Runs precgate with printf-style arguments; returns the exit status and
- * the output (stdout + stderr, caller frees) in *out. */
-static int pg(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int pg(char **out, const char *fmt, ...)
-{
-    char args[CMD_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return tu_run_precgate(args, out);
-}
+TestSuite(diff_cmd, .init = setup, .fini = tu_scratch_teardown);
 
 /* Runs precgate and requires exit status 0. */
 static void pg_ok(const char *args)
@@ -70,9 +50,7 @@ static void sql(const char *text)
 {
     sqlite3 *db = NULL;
     cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
-    char *msg = NULL;
-    cr_assert_eq(sqlite3_exec(db, text, NULL, NULL, &msg), SQLITE_OK, "%s: %s", text,
-                 msg != NULL ? msg : "");
+    tu_sql_exec(db, text);
     sqlite3_close(db);
 }
 
@@ -184,7 +162,7 @@ Test(diff_cmd, two_runs_worst_first_with_exact_deltas)
 {
     two_sweeps_with_changes();
     char *out = NULL;
-    cr_assert_eq(pg(&out, "diff 1 2 --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --db '%s'", g_db), 0, "%s", out);
     char *t[MAX_TOKENS];
     const char *cap = "cap.safetensors";
     /* Worst first: x3, x1.5, the two unchanged (by layer), x0.5, then only in A. */
@@ -207,7 +185,7 @@ Test(diff_cmd, two_runs_worst_first_with_exact_deltas)
     free(out);
 
     /* The other way round, better and worse swap. */
-    cr_assert_eq(pg(&out, "diff 2 1 --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 2 1 --db '%s'", g_db), 0, "%s", out);
     const char *first[] = {cap, "0", "bf16", "5.0000e-03", "1.0000e-02", "+5.000e-03", "2"};
     expect_tokens(t, row(out, cap, 0, t), first, 7, out);
     const char *last[] = {cap, "1", "fp8qkv", "-", "1.0000e-02", "only", "in", "B", "-"};
@@ -221,7 +199,7 @@ Test(diff_cmd, json_numbers_are_numbers_and_inf_is_null_with_a_flag)
     sql("UPDATE layer_metrics SET rel_l2 = 9e999 WHERE run_id = 2 AND head = -1 AND layer = 0 "
         "AND variant = 'fp8kv'");
     char *out = NULL;
-    cr_assert_eq(pg(&out, "diff 1 2 --json --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --json --db '%s'", g_db), 0, "%s", out);
     cJSON *doc = cJSON_Parse(out);
     cr_assert_not_null(doc, "not JSON:\n%s", out);
     cr_assert(cJSON_IsArray(doc));
@@ -272,7 +250,7 @@ Test(diff_cmd, higher_is_better_metrics_order_by_the_error)
         "UPDATE layer_metrics SET cos_sim = 0.999 WHERE run_id = 2 AND layer = 1;"
         "DELETE FROM layer_metrics WHERE variant <> 'fp8kv'");
     char *out = NULL;
-    cr_assert_eq(pg(&out, "diff 1 2 --metric cos_sim --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --metric cos_sim --db '%s'", g_db), 0, "%s", out);
     char *t[MAX_TOKENS];
     const char *r0[] = {"cap.safetensors", "1", "fp8kv", "0.999900000", "0.999000000",
                         "-9.000e-04", "0.9991"};
@@ -294,7 +272,7 @@ Test(diff_cmd, runs_of_captures_with_different_names_are_matched_by_layer)
         "UPDATE layer_metrics SET rel_l2 = 0.04 WHERE run_id = 2 AND head = -1 AND layer = 1 "
         "AND variant = 'fp8qkv'");
     char *out = NULL;
-    cr_assert_eq(pg(&out, "diff 1 2 --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --db '%s'", g_db), 0, "%s", out);
     cr_expect(strstr(out, "layers are matched by number") != NULL, "%s", out);
     cr_expect(strstr(out, "6 layers compared: 1 worse, 0 better, 5 unchanged, 0 undefined; "
                           "0 only in A, 0 only in B") != NULL, "%s", out);
@@ -317,7 +295,8 @@ Test(diff_cmd, modes_of_one_sweep_run)
         "UPDATE layer_metrics SET rel_l2 = 0.04 WHERE run_id = 1 AND head = -1 AND layer = 1 "
         "AND variant = 'fp8kv'");
     char *out = NULL;
-    cr_assert_eq(pg(&out, "diff --run 1 --modes fp8kv,bf16 --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff --run 1 --modes fp8kv,bf16 --db '%s'", g_db),
+                 0, "%s", out);
     char *t[MAX_TOKENS];
     const char *r0[] = {"cap.safetensors", "1", "fp8kv/bf16", "1.0000e-03", "4.0000e-02",
                         "+3.900e-02", "40"};
@@ -339,7 +318,7 @@ Test(diff_cmd, eval_runs_interval_from_two_standard_errors)
         "UPDATE eval_scores SET accuracy = 0.7, stderr = 0.04 WHERE run_id = 2 AND mode = 'fp8kv';"
         "DELETE FROM eval_scores WHERE run_id = 2 AND mode = 'fp8qkv'");
     char *out = NULL;
-    cr_assert_eq(pg(&out, "diff 1 2 --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --db '%s'", g_db), 0, "%s", out);
     cr_expect(strstr(out, "assumes the two runs are independent") != NULL, "%s", out);
     cr_expect(strstr(out, "no layer metrics in run 1 or run 2") != NULL, "%s", out);
     char *t[MAX_TOKENS];
@@ -356,7 +335,7 @@ Test(diff_cmd, eval_runs_interval_from_two_standard_errors)
     expect_tokens(t, row(out, "aime-style-demo", 2, t), r2, 10, out);
     free(out);
 
-    cr_assert_eq(pg(&out, "diff 1 2 --json --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --json --db '%s'", g_db), 0, "%s", out);
     cJSON *doc = cJSON_Parse(out);
     cr_assert_not_null(doc, "%s", out);
     cr_assert_eq(cJSON_GetArraySize(doc), 3);
@@ -381,7 +360,8 @@ Test(diff_cmd, modes_of_one_eval_run_carry_the_stored_pair)
         "UPDATE eval_pairs SET mean_diff = -0.05, stderr = 0.02, ci_low = -0.09, ci_high = -0.01, "
         "wins = 1, losses = 4, ties = 7, sign_p = 0.375, mde = 0.06 WHERE mode_a = 'fp8kv'");
     char *out = NULL;
-    cr_assert_eq(pg(&out, "diff --run 1 --modes fp8kv,bf16 --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff --run 1 --modes fp8kv,bf16 --db '%s'", g_db),
+                 0, "%s", out);
     char *t[MAX_TOKENS];
     const char *r0[] = {"aime-style-demo", "medium", "fp8kv-bf16", "0.9000", "0.8500", "-0.0500",
                         "[-0.0900,", "-0.0100]", "12/12"};
@@ -392,7 +372,8 @@ Test(diff_cmd, modes_of_one_eval_run_carry_the_stored_pair)
     free(out);
 
     /* Reversed: B - A is bf16 - fp8kv, the stored interval negated; the row itself verbatim. */
-    cr_assert_eq(pg(&out, "diff --run 1 --modes bf16,fp8kv --json --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff --run 1 --modes bf16,fp8kv --json --db '%s'", g_db),
+                 0, "%s", out);
     cJSON *doc = cJSON_Parse(out);
     cr_assert_not_null(doc, "%s", out);
     cr_assert_eq(cJSON_GetArraySize(doc), 2, "%s", out);
@@ -420,26 +401,29 @@ Test(diff_cmd, bad_metric_exits_2_naming_it)
 {
     two_sweeps();
     char *out = NULL;
-    cr_expect_eq(pg(&out, "diff 1 2 --metric rel_l3 --db '%s'", g_db), 2, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "diff 1 2 --metric rel_l3 --db '%s'", g_db), 2, "%s", out);
     cr_expect(strstr(out, "'rel_l3'") != NULL && strstr(out, "sqnr_db") != NULL, "%s", out);
     free(out);
-    cr_expect_eq(pg(&out, "history --metric 'x; DROP TABLE runs' --db '%s'", g_db), 2, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "history --metric 'x; DROP TABLE runs' --db '%s'", g_db),
+                 2, "%s", out);
     cr_expect(strstr(out, "'x; DROP TABLE runs'") != NULL, "%s", out);
     free(out);
-    cr_expect_eq(pg(&out, "history --variant fp9kv --db '%s'", g_db), 2, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "history --variant fp9kv --db '%s'", g_db), 2, "%s", out);
     cr_expect(strstr(out, "'fp9kv'") != NULL, "%s", out);
     free(out);
-    cr_expect_eq(pg(&out, "diff 1 --db '%s'", g_db), 2, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "diff 1 --db '%s'", g_db), 2, "%s", out);
     free(out);
-    cr_expect_eq(pg(&out, "diff --run 1 --modes fp8kv --db '%s'", g_db), 2, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "diff --run 1 --modes fp8kv --db '%s'", g_db),
+                 2, "%s", out);
     free(out);
-    cr_expect_eq(pg(&out, "diff 1 2 --run 1 --modes fp8kv,bf16 --db '%s'", g_db), 2, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "diff 1 2 --run 1 --modes fp8kv,bf16 --db '%s'", g_db),
+                 2, "%s", out);
     free(out);
-    cr_expect_eq(pg(&out, "runs --kind sweeps --db '%s'", g_db), 2, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "runs --kind sweeps --db '%s'", g_db), 2, "%s", out);
     cr_expect(strstr(out, "'sweeps'") != NULL, "%s", out);
     free(out);
     /* The table survived. */
-    cr_expect_eq(pg(&out, "runs --db '%s'", g_db), 0, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "runs --db '%s'", g_db), 0, "%s", out);
     free(out);
 }
 
@@ -447,20 +431,22 @@ Test(diff_cmd, unknown_run_exits_1_naming_it)
 {
     two_sweeps();
     char *out = NULL;
-    cr_expect_eq(pg(&out, "diff 1 99 --db '%s'", g_db), 1, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "diff 1 99 --db '%s'", g_db), 1, "%s", out);
     cr_expect(strstr(out, "no run 99") != NULL, "%s", out);
     free(out);
-    cr_expect_eq(pg(&out, "diff --run 42 --modes fp8kv,bf16 --db '%s'", g_db), 1, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "diff --run 42 --modes fp8kv,bf16 --db '%s'", g_db),
+                 1, "%s", out);
     cr_expect(strstr(out, "no run 42") != NULL, "%s", out);
     free(out);
     /* Modes the run does not have: nothing to compare. */
-    cr_expect_eq(pg(&out, "diff --run 1 --modes fp4,fp2 --db '%s'", g_db), 1, "%s", out);
+    cr_expect_eq(tu_run_precgatef(&out, "diff --run 1 --modes fp4,fp2 --db '%s'", g_db),
+                 1, "%s", out);
     cr_expect(strstr(out, "nothing to compare") != NULL, "%s", out);
     free(out);
     /* A mistyped database is an error and is not created. */
     char missing[PATH_LEN];
-    snprintf(missing, sizeof missing, "%s/missing.db", g_dir);
-    cr_expect_eq(pg(&out, "runs --db '%s'", missing), 1, "%s", out);
+    snprintf(missing, sizeof missing, "%s/missing.db", tu_dir);
+    cr_expect_eq(tu_run_precgatef(&out, "runs --db '%s'", missing), 1, "%s", out);
     cr_expect(strstr(out, "does not exist") != NULL, "%s", out);
     cr_expect_neq(access(missing, F_OK), 0);
     free(out);
@@ -485,9 +471,9 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
         "UPDATE runs SET started_at = '2030-06-07T08:09:10.000Z', git_rev = 'abc123def456' "
         "WHERE id = 2");
     char *out = NULL;
-    cr_assert_eq(
-        pg(&out, "history --variant fp8kv --metric rel_l2 --label nightly --db '%s'", g_db), 0,
-        "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "history --variant fp8kv --metric rel_l2 --label nightly "
+                                        "--db '%s'", g_db),
+                 0, "%s", out);
     char *t[MAX_TOKENS];
     const char *r0[] = {"2", "2030-06-07", "08:09:10", "abc123def456", "2", "3.0000e-02", "1",
                         "2.5000e-02"};
@@ -503,8 +489,8 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
     cr_expect_null(strstr(out, "    3  "), "run 3 is not nightly:\n%s", out);
     free(out);
 
-    cr_assert_eq(pg(&out, "history --layer 0 --label nightly --json --db '%s'", g_db), 0, "%s",
-                 out);
+    cr_assert_eq(tu_run_precgatef(&out, "history --layer 0 --label nightly --json --db '%s'", g_db),
+                 0, "%s", out);
     cJSON *doc = cJSON_Parse(out);
     cr_assert_not_null(doc, "%s", out);
     cr_assert_eq(cJSON_GetArraySize(doc), 2, "%s", out);
@@ -522,7 +508,8 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
         "UPDATE layer_metrics SET sqnr_db = 30 WHERE run_id = 2 AND variant = 'fp8kv' "
         "AND layer = 1;"
         "UPDATE runs SET status = 'failed', error = 'boom' WHERE id = 1");
-    cr_assert_eq(pg(&out, "history --metric sqnr_db --json --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "history --metric sqnr_db --json --db '%s'", g_db),
+                 0, "%s", out);
     doc = cJSON_Parse(out);
     cr_assert_not_null(doc, "%s", out);
     cr_assert_eq(cJSON_GetArraySize(doc), 2, "%s", out);
@@ -554,7 +541,7 @@ Test(diff_cmd, runs_lists_newest_last_with_duration_and_error)
              long_error);
     sql(q);
     char *out = NULL;
-    cr_assert_eq(pg(&out, "runs --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "runs --db '%s'", g_db), 0, "%s", out);
     char *t[MAX_TOKENS];
     const char *r1[] = {"1", "sweep", "complete", "2000-01-01", "00:00:00", "2m05s"};
     const int n1 = row(out, "    1", 0, t);
@@ -577,17 +564,17 @@ Test(diff_cmd, runs_lists_newest_last_with_duration_and_error)
     cr_expect_eq(strncmp(end - 3, "...", 3), 0, "%s", out);
     free(out);
 
-    cr_assert_eq(pg(&out, "runs --kind eval --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "runs --kind eval --db '%s'", g_db), 0, "%s", out);
     cr_expect_not_null(strstr(out, "    3  eval"), "%s", out);
     cr_expect_null(strstr(out, "sweep"), "%s", out);
     free(out);
 
-    cr_assert_eq(pg(&out, "runs --limit 2 --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "runs --limit 2 --db '%s'", g_db), 0, "%s", out);
     cr_expect_null(strstr(out, "    1  sweep"), "%s", out);
     cr_expect_not_null(strstr(out, "(the 2 newest of 3 runs; --limit 0 lists all)"), "%s", out);
     free(out);
 
-    cr_assert_eq(pg(&out, "runs --json --db '%s'", g_db), 0, "%s", out);
+    cr_assert_eq(tu_run_precgatef(&out, "runs --json --db '%s'", g_db), 0, "%s", out);
     cJSON *doc = cJSON_Parse(out);
     cr_assert_not_null(doc, "%s", out);
     cr_assert_eq(cJSON_GetArraySize(doc), 3);

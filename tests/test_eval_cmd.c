@@ -13,31 +13,14 @@
 #include "fake_openai_server.h"
 #include "testutil.h"
 
-static char *g_dir;
-
-static void setup(void)
-{
-    g_dir = tu_tempdir();
-}
-
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-    free(g_dir);
-}
-
-TestSuite(eval_cmd, .init = setup, .fini = teardown);
+TestSuite(eval_cmd, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 
 /* First column of the first row of sql on the database at path. */
 static double db_num(const char *path, const char *sql)
 {
     sqlite3 *db = NULL;
     cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: no row", sql);
-    const double v = sqlite3_column_double(st, 0);
-    sqlite3_finalize(st);
+    const double v = tu_sql_double(db, "%s", sql);
     sqlite3_close(db);
     return v;
 }
@@ -59,7 +42,7 @@ static char *db_text(const char *path, const char *sql)
 Test(eval_cmd, replay_of_the_demo_scores_every_mode)
 {
     char db[512], args[1024];
-    snprintf(db, sizeof db, "%s/e.db", g_dir);
+    snprintf(db, sizeof db, "%s/e.db", tu_dir);
     snprintf(args, sizeof args,
              "eval --traces '%s/evals/demo/aime-style-demo.jsonl' --replay --db '%s' --no-progress",
              PRECGATE_SOURCE_DIR, db);
@@ -109,8 +92,8 @@ Test(eval_cmd, live_run_with_a_failed_sample_is_incomplete_and_resumes)
 {
     /* Three problems, every answer 7. */
     char traces[512], db[512];
-    snprintf(traces, sizeof traces, "%s/t.jsonl", g_dir);
-    snprintf(db, sizeof db, "%s/e.db", g_dir);
+    snprintf(traces, sizeof traces, "%s/t.jsonl", tu_dir);
+    snprintf(db, sizeof db, "%s/e.db", tu_dir);
     const char *lines = "{\"id\":\"a\",\"problem\":\"3+4?\",\"answer\":7}\n"
                         "{\"id\":\"b\",\"problem\":\"14/2?\",\"answer\":\"007\"}\n"
                         "{\"id\":\"c\",\"problem\":\"10-3?\",\"answer\":7}\n";
@@ -189,8 +172,8 @@ Test(eval_cmd, live_run_with_a_failed_sample_is_incomplete_and_resumes)
 Test(eval_cmd, dead_server_is_a_clear_error_and_a_failed_run)
 {
     char traces[512], db[512], args[2048];
-    snprintf(traces, sizeof traces, "%s/t.jsonl", g_dir);
-    snprintf(db, sizeof db, "%s/e.db", g_dir);
+    snprintf(traces, sizeof traces, "%s/t.jsonl", tu_dir);
+    snprintf(db, sizeof db, "%s/e.db", tu_dir);
     const char *lines = "{\"id\":\"a\",\"problem\":\"3+4?\",\"answer\":7}\n";
     tu_write_file(traces, lines, strlen(lines));
     snprintf(args, sizeof args,
@@ -227,8 +210,8 @@ Test(eval_cmd, usage_errors_exit_2)
 Test(eval_cmd, convert_aime_writes_loadable_traces)
 {
     char in[512], outp[512], args[1200];
-    snprintf(in, sizeof in, "%s/aime.jsonl", g_dir);
-    snprintf(outp, sizeof outp, "%s/t.jsonl", g_dir);
+    snprintf(in, sizeof in, "%s/aime.jsonl", tu_dir);
+    snprintf(outp, sizeof outp, "%s/t.jsonl", tu_dir);
     const char *lines = "{\"ID\":\"2025-I-1\",\"problem\":\"p1\",\"answer\":\"070\"}\n"
                         "{\"ID\":\"2025-I-2\",\"problem\":\"p2\",\"answer\":588}\n";
     tu_write_file(in, lines, strlen(lines));
@@ -246,7 +229,7 @@ Test(eval_cmd, convert_aime_writes_loadable_traces)
     /* A malformed input names its line and leaves no output behind. */
     const char *badl = "{\"problem\":\"p1\"}\n";
     tu_write_file(in, badl, strlen(badl));
-    snprintf(outp, sizeof outp, "%s/u.jsonl", g_dir);
+    snprintf(outp, sizeof outp, "%s/u.jsonl", tu_dir);
     snprintf(args, sizeof args, "convert-aime '%s' '%s'", in, outp);
     cr_assert_eq(tu_run_precgate(args, &out), 1, "%s", out);
     cr_assert(strstr(out, "aime.jsonl:1") != NULL, "%s", out);

@@ -18,24 +18,17 @@
 /* The schema version that adds the eval tables. */
 #define EVAL_SCHEMA_VERSION 4 /* the migration that adds the eval tables */
 
-/* This test's scratch directory and the database file in it. */
-static char g_dir[PATH_MAX];
+/* The database file in the test's scratch directory. */
 static char g_db[PATH_MAX + 16];
 
+/* Makes the scratch directory and names the database in it. */
 static void setup(void)
 {
-    char *d = tu_tempdir();
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
-    snprintf(g_db, sizeof g_db, "%s/precgate.db", g_dir);
+    tu_scratch_setup();
+    snprintf(g_db, sizeof g_db, "%s/precgate.db", tu_dir);
 }
 
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-}
-
-TestSuite(eval_store, .init = setup, .fini = teardown);
+TestSuite(eval_store, .init = setup, .fini = tu_scratch_teardown);
 
 static pg_store *open_ok(void)
 {
@@ -43,13 +36,6 @@ static pg_store *open_ok(void)
     pg_store *s = NULL;
     cr_assert_eq(store_open(g_db, &s, &err), PG_OK, "store_open: %s", err.msg);
     return s;
-}
-
-static void raw_exec(sqlite3 *db, const char *sql)
-{
-    char *msg = NULL;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
 }
 
 /* The integer in the first column of sql's first row (NULL reads -999). */
@@ -163,14 +149,14 @@ Test(eval_store, version_3_db_migrates_to_4_keeping_rows)
     /* Build a version-3 database from the first three migrations. */
     sqlite3 *raw = NULL;
     cr_assert_eq(sqlite3_open(g_db, &raw), SQLITE_OK);
-    raw_exec(raw, "BEGIN");
+    tu_sql_exec(raw, "BEGIN");
     for (int i = 0; i < 3; i++) {
-        raw_exec(raw, schema_migrations[i].sql);
-        raw_exec(raw, schema_migrations[i].set_version);
+        tu_sql_exec(raw, schema_migrations[i].sql);
+        tu_sql_exec(raw, schema_migrations[i].set_version);
     }
-    raw_exec(raw, "INSERT INTO runs (kind, status, started_at) VALUES "
-                  "('sweep', 'running', '2025-01-01T00:00:00.000Z')");
-    raw_exec(raw, "COMMIT");
+    tu_sql_exec(raw, "INSERT INTO runs (kind, status, started_at) VALUES "
+                     "('sweep', 'running', '2025-01-01T00:00:00.000Z')");
+    tu_sql_exec(raw, "COMMIT");
     cr_assert_eq(q_int(raw, "PRAGMA user_version"), 3);
     cr_assert_eq(q_int(raw, "SELECT count(*) FROM sqlite_schema WHERE name = 'eval_samples'"), 0);
     sqlite3_close(raw);
@@ -443,8 +429,8 @@ Test(eval_store, load_lines_up_problems_and_scores)
     eval_table_free(&c);
 
     /* An ungraded ok row (written behind the store's back) is malformed. */
-    raw_exec(store_handle(s), "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id,"
-                              " sample, status) VALUES (1, 'aime25', 'bf16', 'high', 'p3', 0, 'ok')");
+    tu_sql_exec(store_handle(s), "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id,"
+                                 " sample, status) VALUES (1, 'aime25', 'bf16', 'high', 'p3', 0, 'ok')");
     pg_err e3 = {0};
     cr_expect_eq(eval_store_load(s, run, "aime25", "bf16", "high", 0, &c, &e3), PG_ERR_FORMAT);
     cr_expect_not_null(strstr(e3.msg, "not graded"), "%s", e3.msg);

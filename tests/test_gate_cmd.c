@@ -21,49 +21,26 @@
  * scope is what these tests exercise. */
 static const char PAIR_CONFIG[] = "{\"mode_pair\": {\"abs\": {\"fp8kv\": 0.08, \"fp8qkv\": 0.1}}}";
 
-static char *g_dir;
 static char g_db[512], g_cap[512], g_cfg[512];
 
+/* Makes the scratch directory, names the files in it and writes the config. */
 static void setup(void)
 {
-    g_dir = tu_tempdir();
-    snprintf(g_db, sizeof g_db, "%s/g.db", g_dir);
-    snprintf(g_cap, sizeof g_cap, "%s/cap.safetensors", g_dir);
-    snprintf(g_cfg, sizeof g_cfg, "%s/pair.json", g_dir);
+    tu_scratch_setup();
+    snprintf(g_db, sizeof g_db, "%s/g.db", tu_dir);
+    snprintf(g_cap, sizeof g_cap, "%s/cap.safetensors", tu_dir);
+    snprintf(g_cfg, sizeof g_cfg, "%s/pair.json", tu_dir);
     tu_write_file(g_cfg, PAIR_CONFIG, strlen(PAIR_CONFIG));
 }
 
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-    free(g_dir);
-}
-
-TestSuite(gate_cmd, .init = setup, .fini = teardown);
-
-/* Runs precgate with a printf-style argument string; returns the exit status
- * and the output in *out (caller frees). */
-__attribute__((format(printf, 2, 3)))
-static int pg(char **out, const char *fmt, ...)
-{
-    char args[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return tu_run_precgate(args, out);
-}
+TestSuite(gate_cmd, .init = setup, .fini = tu_scratch_teardown);
 
 /* First column of the first row of sql as a double. */
 static double db_num(const char *sql)
 {
     sqlite3 *db = NULL;
     cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: no row", sql);
-    const double v = sqlite3_column_double(st, 0);
-    sqlite3_finalize(st);
+    const double v = tu_sql_double(db, "%s", sql);
     sqlite3_close(db);
     return v;
 }
@@ -73,8 +50,7 @@ static void db_exec(const char *sql)
 {
     sqlite3 *db = NULL;
     cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
-    char *msg = NULL;
-    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+    tu_sql_exec(db, sql);
     cr_assert_gt(sqlite3_changes(db), 0, "%s changed nothing", sql);
     sqlite3_close(db);
 }
@@ -83,7 +59,7 @@ static void db_exec(const char *sql)
 static void synth(void)
 {
     char *out = NULL;
-    const int rc = pg(&out, "synth -o '%s' --layers 2 --seqs 1 --seq-len 24", g_cap);
+    const int rc = tu_run_precgatef(&out, "synth -o '%s' --layers 2 --seqs 1 --seq-len 24", g_cap);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
 }
@@ -92,8 +68,8 @@ static void synth(void)
 static void sweep(const char *label)
 {
     char *out = NULL;
-    const int rc = pg(&out, "run --capture '%s' --db '%s' --label %s --backend cpu --no-progress",
-                      g_cap, g_db, label);
+    const int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --label %s --backend cpu "
+                                          "--no-progress", g_cap, g_db, label);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
 }
@@ -128,7 +104,7 @@ Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_lay
     sweep("nightly");
     sweep("nightly");
     char *out = NULL;
-    int rc = pg(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
     cr_expect(strstr(out, "gate run 2: PASS") != NULL, "%s", out);
@@ -145,8 +121,9 @@ Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_lay
     db_exec("UPDATE layer_metrics SET rel_l2 = rel_l2 * 10 WHERE run_id = 3 AND layer = 1 "
             "AND variant = 'fp8kv' AND head = -1");
     char junit[600];
-    snprintf(junit, sizeof junit, "%s/gate.xml", g_dir);
-    rc = pg(&out, "gate --run 3 --db '%s' --config '%s' --junit '%s'", g_db, g_cfg, junit);
+    snprintf(junit, sizeof junit, "%s/gate.xml", tu_dir);
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s' --config '%s' --junit '%s'", g_db, g_cfg,
+                          junit);
     cr_assert_eq(rc, 1, "%s", out);
     /* The baseline is run 2, the newest that passed its gate. */
     cr_expect(strstr(out, "baseline: run 2 (automatic: the newest older complete sweep run "
@@ -176,7 +153,7 @@ Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_lay
     }
     const double n3 = db_num("SELECT count(*) FROM flags WHERE run_id = 3");
     /* Gating again replaces the flags instead of adding to them. */
-    rc = pg(&out, "gate --run 3 --db '%s' --config '%s'", g_db, g_cfg);
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s' --config '%s'", g_db, g_cfg);
     cr_expect_eq(rc, 1, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3"), n3);
@@ -189,7 +166,7 @@ Test(gate_cmd, a_layer_missing_from_the_run_is_an_error)
     sweep("x");
     db_exec("DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 0 AND variant = 'fp8kv'");
     char *out = NULL;
-    const int rc = pg(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
+    const int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      layer     ") != NULL, "%s", out);
     cr_expect(strstr(out, "layer 0 fp8kv: in baseline run 1, missing from this run") != NULL,
@@ -208,7 +185,7 @@ Test(gate_cmd, default_bounds_flag_the_synthetic_fp8_modes)
     synth();
     sweep("x");
     char *out = NULL;
-    const int rc = pg(&out, "gate --run 1 --db '%s'", g_db);
+    const int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "baseline: none") != NULL, "%s", out);
     cr_expect(strstr(out, "layer 0 fp8kv-bf16: rel_l2 vs fp64 reference") != NULL, "%s", out);
@@ -228,18 +205,18 @@ Test(gate_cmd, baseline_set_and_list_round_trip)
     sweep("x");
     sweep("y");
     char *out = NULL;
-    int rc = pg(&out, "baseline list --db '%s'", g_db);
+    int rc = tu_run_precgatef(&out, "baseline list --db '%s'", g_db);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "no baselines") != NULL, "%s", out);
     free(out);
-    rc = pg(&out, "baseline set 1 --db '%s'", g_db);  /* named after the label */
+    rc = tu_run_precgatef(&out, "baseline set 1 --db '%s'", g_db);  /* named after the label */
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline 'x' -> run 1") != NULL, "%s", out);
     free(out);
-    rc = pg(&out, "baseline set 2 --name golden --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "baseline set 2 --name golden --db '%s'", g_db);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    rc = pg(&out, "baseline list --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "baseline list --db '%s'", g_db);
     cr_assert_eq(rc, 0, "%s", out);
     const char *golden = strstr(out, "golden ");
     const char *x = strstr(out, "\nx ");
@@ -250,40 +227,41 @@ Test(gate_cmd, baseline_set_and_list_round_trip)
     free(out);
 
     /* Run 3 (label y) against the named baseline of label x's run 2. */
-    rc = pg(&out, "gate --run 3 --baseline golden --db '%s' --config '%s'", g_db, g_cfg);
+    rc = tu_run_precgatef(&out, "gate --run 3 --baseline golden --db '%s' --config '%s'", g_db,
+                          g_cfg);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: run 2 (--baseline golden, by name)") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT min(baseline_run_id) = 2 AND max(baseline_run_id) = 2 "
                         "FROM flags WHERE run_id = 3 AND scope = 'layer'"), 1);
     /* A run id works too; the run itself does not. */
-    rc = pg(&out, "gate --run 3 --baseline 1 --db '%s' --config '%s'", g_db, g_cfg);
+    rc = tu_run_precgatef(&out, "gate --run 3 --baseline 1 --db '%s' --config '%s'", g_db, g_cfg);
     cr_expect_eq(rc, 0, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT max(baseline_run_id) FROM flags WHERE run_id = 3"), 1);
-    rc = pg(&out, "gate --run 3 --baseline 3 --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "gate --run 3 --baseline 3 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "is run 3 itself") != NULL, "%s", out);
     free(out);
-    rc = pg(&out, "gate --run 3 --baseline nosuch --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "gate --run 3 --baseline nosuch --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "--baseline nosuch: no baseline of that name") != NULL, "%s", out);
     free(out);
 
     /* Setting a name again moves it. */
-    rc = pg(&out, "baseline set 3 --name golden --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "baseline set 3 --name golden --db '%s'", g_db);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT run_id FROM baselines WHERE name = 'golden'"), 3);
     cr_expect_eq(db_num("SELECT count(*) FROM baselines"), 2);
     /* Only a complete run can be a baseline. */
     db_exec("UPDATE runs SET status = 'failed', error = 'boom' WHERE id = 2");
-    rc = pg(&out, "baseline set 2 --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "baseline set 2 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "run 2 is failed; only a complete run can be a baseline") != NULL,
               "%s", out);
     free(out);
-    rc = pg(&out, "baseline set 99 --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "baseline set 99 --db '%s'", g_db);
     cr_expect_neq(rc, 0, "%s", out);
     cr_expect(strstr(out, "no run 99") != NULL, "%s", out);
     free(out);
@@ -301,18 +279,19 @@ Test(gate_cmd, bad_configs_are_refused_naming_the_key)
         {"{\"layer\": {\"abs\": {\"fp8kv\": \"high\"}}}", "layer.abs.fp8kv: expected a number"},
     };
     char path[600];
-    snprintf(path, sizeof path, "%s/bad.json", g_dir);
+    snprintf(path, sizeof path, "%s/bad.json", tu_dir);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tu_write_file(path, cases[i].json, strlen(cases[i].json));
         char *out = NULL;
-        const int rc = pg(&out, "gate --run 1 --db '%s' --config '%s'", g_db, path);
+        const int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, path);
         cr_expect_eq(rc, 2, "%s: %s", cases[i].json, out);
         cr_expect(strstr(out, cases[i].want) != NULL, "%s: %s", cases[i].json, out);
         cr_expect(strstr(out, "bad.json") != NULL, "%s", out);
         free(out);
     }
     char *out = NULL;
-    const int rc = pg(&out, "gate --run 1 --db '%s' --config '%s/none.json'", g_db, g_dir);
+    const int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s/none.json'", g_db,
+                                    tu_dir);
     cr_expect_eq(rc, 2, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags"), 0);  /* nothing judged */
@@ -323,25 +302,26 @@ Test(gate_cmd, running_failed_and_unknown_runs_are_refused)
     synth();
     char *out = NULL;
     /* Run 1 fails: the capture does not exist. */
-    int rc = pg(&out, "run --capture '%s/none.safetensors' --db '%s' --backend cpu", g_dir, g_db);
+    int rc = tu_run_precgatef(&out, "run --capture '%s/none.safetensors' --db '%s' --backend cpu",
+                              tu_dir, g_db);
     cr_assert_eq(rc, 1, "%s", out);
     free(out);
-    rc = pg(&out, "gate --run 1 --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "run 1 failed (") != NULL, "%s", out);
     free(out);
     /* Run 2 marked running again (as if it were still going or was killed). */
     sweep("x");
     db_exec("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = 2");
-    rc = pg(&out, "gate --run 2 --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "run 2 is still running") != NULL, "%s", out);
     free(out);
-    rc = pg(&out, "gate --run 7 --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "gate --run 7 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "no run 7") != NULL, "%s", out);
     free(out);
-    rc = pg(&out, "gate --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "gate --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "--run N is required") != NULL, "%s", out);
     free(out);
@@ -352,13 +332,13 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
 {
     const char *traces = PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl";
     char *out = NULL;
-    int rc = pg(&out, "eval --traces '%s' --replay --db '%s' --label demo --no-progress", traces,
-                g_db);
+    int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label demo "
+                                    "--no-progress", traces, g_db);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
     char junit[600];
-    snprintf(junit, sizeof junit, "%s/eval.xml", g_dir);
-    rc = pg(&out, "gate --run 1 --db '%s' --junit '%s'", g_db, junit);
+    snprintf(junit, sizeof junit, "%s/eval.xml", tu_dir);
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --junit '%s'", g_db, junit);
     /* fp8qkv - bf16 = -6/36, interval [-0.250, -0.083]: below 0, drop >= 0.05. */
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "REGRESSION eval      aime-style-demo medium fp8qkv - bf16: mean paired "
@@ -383,10 +363,11 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
     /* A second replay: run 1 failed its gate, so it is the fallback baseline;
      * each mode's accuracy is unchanged, and with two runs' SEs the interval
      * (about +-0.12) is too wide to call "no change" at 0.05. */
-    rc = pg(&out, "eval --traces '%s' --replay --db '%s' --label demo --no-progress", traces, g_db);
+    rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label demo --no-progress",
+                          traces, g_db);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    rc = pg(&out, "gate --run 2 --db '%s'", g_db);
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic: no older eval run labelled 'demo' passed "
                           "a gate") != NULL, "%s", out);
@@ -398,10 +379,10 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
     /* With min_effect 0.2, fp8kv's interval lies within +-0.2: "no change",
      * stated as no proof of equality; fp8qkv's reaches -0.25: inconclusive. */
     char cfg[600];
-    snprintf(cfg, sizeof cfg, "%s/wide.json", g_dir);
+    snprintf(cfg, sizeof cfg, "%s/wide.json", tu_dir);
     static const char wide[] = "{\"eval\": {\"min_effect\": 0.2}}";
     tu_write_file(cfg, wide, strlen(wide));
-    rc = pg(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "no change  eval      aime-style-demo medium fp8kv - bf16") != NULL,
               "%s", out);

@@ -36,7 +36,6 @@
 /* Seconds chromium may take for one screenshot. */
 #define CHROMIUM_TIMEOUT_S 120
 
-static char *g_dir;
 static char g_db[512];
 
 /* Runs precgate with args; asserts exit status want, returns the output (caller frees). */
@@ -53,8 +52,7 @@ static void db_exec(const char *path, const char *sql)
 {
     sqlite3 *db = NULL;
     cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    char *msg = NULL;
-    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+    tu_sql_exec(db, sql);
     sqlite3_close(db);
 }
 
@@ -96,7 +94,7 @@ static char *slurp(const char *path, size_t *len)
 static char *report(int run, const char *name)
 {
     char args[2048], path[600];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    snprintf(path, sizeof path, "%s/%s", tu_dir, name);
     snprintf(args, sizeof args, "report --run %d --db '%s' -o '%s'", run, g_db, path);
     char *out = run_ok(args, 0);
     cr_assert(strstr(out, path) != NULL, "the message names the file: %s", out);
@@ -145,13 +143,13 @@ static size_t count(const char *hay, const char *needle)
  * eval replayed, then the sweep runs relabelled with NASTY_LABEL. */
 static void setup(void)
 {
-    g_dir = tu_tempdir();
-    snprintf(g_db, sizeof g_db, "%s/d.db", g_dir);
+    tu_scratch_setup();
+    snprintf(g_db, sizeof g_db, "%s/d.db", tu_dir);
     char args[1024];
-    snprintf(args, sizeof args, "synth -o '%s/x' --layers %d --seqs 1 --seq-len 32", g_dir, N_LAYERS);
+    snprintf(args, sizeof args, "synth -o '%s/x' --layers %d --seqs 1 --seq-len 32", tu_dir, N_LAYERS);
     free(run_ok(args, 0));
     snprintf(args, sizeof args, "run --capture '%s/x' --db '%s' --label nightly --no-progress",
-             g_dir, g_db);
+             tu_dir, g_db);
     free(run_ok(args, 0));
     free(run_ok(args, 0));
     snprintf(args, sizeof args,
@@ -161,13 +159,7 @@ static void setup(void)
     db_exec(g_db, "UPDATE runs SET label = '" NASTY_LABEL_SQL "' WHERE kind = 'sweep'");
 }
 
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-    free(g_dir);
-}
-
-TestSuite(report, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(report, .init = setup, .fini = tu_scratch_teardown, .timeout = 300);
 
 Test(report, html_has_every_section_in_order_and_nothing_external)
 {
@@ -359,42 +351,42 @@ Test(report, usage_and_io_errors_name_the_file)
 {
     char args[2048], path[600];
     char *out;
-    snprintf(args, sizeof args, "report --db '%s' -o '%s/a.html'", g_db, g_dir);
+    snprintf(args, sizeof args, "report --db '%s' -o '%s/a.html'", g_db, tu_dir);
     out = run_ok(args, 2);
     cr_assert(strstr(out, "--run") != NULL, "%s", out);
     free(out);
-    snprintf(args, sizeof args, "report --run 2 --db '%s' -o '%s/a.pdf'", g_db, g_dir);
+    snprintf(args, sizeof args, "report --run 2 --db '%s' -o '%s/a.pdf'", g_db, tu_dir);
     out = run_ok(args, 2);
     cr_assert(strstr(out, "a.pdf") != NULL && strstr(out, ".html") != NULL, "%s", out);
     free(out);
-    snprintf(args, sizeof args, "report --run 99 --db '%s' -o '%s/a.html'", g_db, g_dir);
+    snprintf(args, sizeof args, "report --run 99 --db '%s' -o '%s/a.html'", g_db, tu_dir);
     out = run_ok(args, 2);
     cr_assert(strstr(out, "no run 99") != NULL, "%s", out);
     free(out);
-    snprintf(args, sizeof args, "report --run 2 --trend 0 --db '%s' -o '%s/a.html'", g_db, g_dir);
+    snprintf(args, sizeof args, "report --run 2 --trend 0 --db '%s' -o '%s/a.html'", g_db, tu_dir);
     free(run_ok(args, 2));
     /* An output directory that does not exist: exit 1 naming the file. */
-    snprintf(path, sizeof path, "%s/nodir/a.html", g_dir);
+    snprintf(path, sizeof path, "%s/nodir/a.html", tu_dir);
     snprintf(args, sizeof args, "report --run 2 --db '%s' -o '%s'", g_db, path);
     out = run_ok(args, 1);
     cr_assert(strstr(out, path) != NULL, "%s", out);
     free(out);
     /* A database that does not exist is named and not created. */
-    snprintf(path, sizeof path, "%s/none.db", g_dir);
-    snprintf(args, sizeof args, "report --run 1 --db '%s' -o '%s/a.html'", path, g_dir);
+    snprintf(path, sizeof path, "%s/none.db", tu_dir);
+    snprintf(args, sizeof args, "report --run 1 --db '%s' -o '%s/a.html'", path, tu_dir);
     out = run_ok(args, 1);
     cr_assert(strstr(out, path) != NULL, "%s", out);
     free(out);
     cr_assert_neq(access(path, F_OK), 0, "the report created %s", path);
     /* A good report replaces an old file and leaves no temporary file behind. */
-    snprintf(path, sizeof path, "%s/a.html", g_dir);
+    snprintf(path, sizeof path, "%s/a.html", tu_dir);
     tu_write_file(path, "old", 3);
     snprintf(args, sizeof args, "report --run 2 --db '%s' -o '%s'", g_db, path);
     free(run_ok(args, 0));
     size_t len = 0;
     free(slurp(path, &len));
     cr_assert_gt(len, 3);
-    DIR *dir = opendir(g_dir);
+    DIR *dir = opendir(tu_dir);
     cr_assert_not_null(dir);
     for (struct dirent *e; (e = readdir(dir)) != NULL;)
         cr_assert_null(strstr(e->d_name, ".tmp."), "left behind: %s", e->d_name);
@@ -419,11 +411,11 @@ static void screenshot(const char *chromium, const char *html, const char *png, 
              "--no-first-run --disable-background-networking --disable-component-update "
              "--disable-sync --user-data-dir='%s/chromium-%s' --screenshot='%s' "
              "--window-size=%d,%d 'file://%s' >'%s/chromium-%s.log' 2>&1",
-             CHROMIUM_TIMEOUT_S, chromium, g_dir, tag, png, SHOT_W, SHOT_H, html, g_dir, tag);
+             CHROMIUM_TIMEOUT_S, chromium, tu_dir, tag, png, SHOT_W, SHOT_H, html, tu_dir, tag);
     const int rc = system(cmd);
     if (rc != 0) {
         char log[600];
-        snprintf(log, sizeof log, "%s/chromium-%s.log", g_dir, tag);
+        snprintf(log, sizeof log, "%s/chromium-%s.log", tu_dir, tag);
         char *text = slurp(log, NULL);
         cr_assert_fail("chromium failed (status %d) on %s:\n%s", rc, html, text);
     }
@@ -458,13 +450,13 @@ Test(report, html_renders_in_headless_chromium)
                                  "PRECGATE_SKIP_BROWSER=1 to skip this test");
     char html[600], empty[600], shot[600], blank[600];
     free(report(2, "r.html"));
-    snprintf(html, sizeof html, "%s/r.html", g_dir);
-    snprintf(empty, sizeof empty, "%s/empty.html", g_dir);
+    snprintf(html, sizeof html, "%s/r.html", tu_dir);
+    snprintf(empty, sizeof empty, "%s/empty.html", tu_dir);
     static const char empty_page[] = "<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head>"
                                      "<body></body></html>\n";
     tu_write_file(empty, empty_page, sizeof empty_page - 1);
-    snprintf(shot, sizeof shot, "%s/shot.png", g_dir);
-    snprintf(blank, sizeof blank, "%s/blank.png", g_dir);
+    snprintf(shot, sizeof shot, "%s/shot.png", tu_dir);
+    snprintf(blank, sizeof blank, "%s/blank.png", tu_dir);
     screenshot(chromium, empty, blank, "blank");
     screenshot(chromium, html, shot, "report");
     const size_t n_blank = check_png(blank), n_shot = check_png(shot);

@@ -23,26 +23,17 @@
 /* Big enough for any status string the store writes, NUL included. */
 #define STATUS_BUF 16
 
-/* This test's scratch directory and the database file in it. */
-static char g_dir[PATH_MAX];
+/* The database file in the test's scratch directory. */
 static char g_db[PATH_MAX + 16];
 
-/* Makes a fresh directory under $TMPDIR (or /tmp) and names the database in it. */
+/* Makes the scratch directory and names the database in it. */
 static void setup(void)
 {
-    char *d = tu_tempdir();
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
-    snprintf(g_db, sizeof g_db, "%s/precgate.db", g_dir);
+    tu_scratch_setup();
+    snprintf(g_db, sizeof g_db, "%s/precgate.db", tu_dir);
 }
 
-/* Removes the scratch directory and the files the test left in it. */
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-}
-
-TestSuite(store, .init = setup, .fini = teardown);
+TestSuite(store, .init = setup, .fini = tu_scratch_teardown);
 
 /* Opens the test's database through the store, asserting success. */
 static pg_store *open_ok(void)
@@ -62,26 +53,6 @@ static sqlite3 *raw_open(const char *path)
     cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
                  SQLITE_OK);
     return db;
-}
-
-/* Runs constant SQL on db, asserting success. */
-static void raw_exec(sqlite3 *db, const char *sql)
-{
-    char *msg = NULL;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
-}
-
-/* The integer in the first column of sql's first row. */
-static int64_t q_int(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s returned no row", sql);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
 }
 
 /* The text in the first column of sql's first row, in a malloc'd string. */
@@ -190,13 +161,13 @@ Test(store, fresh_db_has_schema_wal_and_pragmas)
     sqlite3 *db = store_handle(s);
     cr_assert_geq(store_latest_schema_version(), 1);
     cr_assert_eq(store_schema_version(s), store_latest_schema_version());
-    cr_assert_eq(q_int(db, "PRAGMA user_version"), store_latest_schema_version());
+    cr_assert_eq(tu_sql_int(db, "PRAGMA user_version"), store_latest_schema_version());
     char *mode = q_text(db, "PRAGMA journal_mode");
     cr_assert_str_eq(mode, "wal");
     free(mode);
-    cr_assert_eq(q_int(db, "PRAGMA foreign_keys"), 1);
-    cr_assert_eq(q_int(db, "PRAGMA busy_timeout"), STORE_BUSY_TIMEOUT_MS);
-    cr_assert_eq(q_int(db, "PRAGMA synchronous"), 1 /* NORMAL */);
+    cr_assert_eq(tu_sql_int(db, "PRAGMA foreign_keys"), 1);
+    cr_assert_eq(tu_sql_int(db, "PRAGMA busy_timeout"), STORE_BUSY_TIMEOUT_MS);
+    cr_assert_eq(tu_sql_int(db, "PRAGMA synchronous"), 1 /* NORMAL */);
 
     const col_spec runs[] = {
         {"id", "INTEGER", 0, 1},     {"kind", "TEXT", 1, 0},       {"label", "TEXT", 0, 0},
@@ -226,10 +197,10 @@ Test(store, fresh_db_has_schema_wal_and_pragmas)
                             "(SELECT name FROM pragma_index_info('layer_metrics_run_variant') ORDER BY seqno)");
     cr_assert_str_eq(cols, "run_id,variant");
     free(cols);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM pragma_foreign_key_list('layer_metrics') "
-                           "WHERE \"table\" = 'runs' AND \"from\" = 'run_id' AND \"to\" = 'id'"), 1);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM pragma_foreign_key_list('quant_stats') "
-                           "WHERE \"table\" = 'runs' AND \"from\" = 'run_id' AND \"to\" = 'id'"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM pragma_foreign_key_list('layer_metrics') "
+                                "WHERE \"table\" = 'runs' AND \"from\" = 'run_id' AND \"to\" = 'id'"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM pragma_foreign_key_list('quant_stats') "
+                                "WHERE \"table\" = 'runs' AND \"from\" = 'run_id' AND \"to\" = 'id'"), 1);
     store_close(s);
 }
 
@@ -238,23 +209,23 @@ Test(store, reopen_keeps_data_and_does_not_migrate_again)
     pg_store *s = open_ok();
     int64_t run = begin_run(s);
     put_plain(s, run, 3, -1);
-    int64_t cookie = q_int(store_handle(s), "PRAGMA schema_version");
+    int64_t cookie = tu_sql_int(store_handle(s), "PRAGMA schema_version");
     store_close(s);
 
     s = open_ok();
     sqlite3 *db = store_handle(s);
     /* schema_version (the schema cookie) moves on any DDL: unchanged means no
      * migration ran again; the migrations' plain CREATE would also fail. */
-    cr_assert_eq(q_int(db, "PRAGMA schema_version"), cookie);
+    cr_assert_eq(tu_sql_int(db, "PRAGMA schema_version"), cookie);
     cr_assert_eq(store_schema_version(s), store_latest_schema_version());
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs"), 1);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 3 AND head = -1"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 3 AND head = -1"), 1);
     char status[STATUS_BUF];
     pg_err err = {0};
     cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
     cr_assert_str_eq(status, "running");
     put_plain(s, run, 4, -1);   /* the cached statements work after a reopen */
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics"), 2);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), 2);
     store_close(s);
 }
 
@@ -285,10 +256,10 @@ Test(store, newer_rollback_journal_db_refused_unchanged)
     /* A rollback-journal database: opening must not even switch it to WAL. */
     int newer = store_latest_schema_version() + 1;
     sqlite3 *db = raw_open(g_db);
-    raw_exec(db, "CREATE TABLE future (x); INSERT INTO future VALUES (42);");
+    tu_sql_exec(db, "CREATE TABLE future (x); INSERT INTO future VALUES (42);");
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d", newer);   /* test setup only */
-    raw_exec(db, sql);
+    tu_sql_exec(db, sql);
     sqlite3_close(db);
 
     expect_newer_refused(newer);
@@ -299,8 +270,8 @@ Test(store, newer_rollback_journal_db_refused_unchanged)
     char *mode = q_text(db, "PRAGMA journal_mode");
     cr_assert_str_eq(mode, "delete");
     free(mode);
-    cr_assert_eq(q_int(db, "PRAGMA user_version"), newer);
-    cr_assert_eq(q_int(db, "SELECT x FROM future"), 42);
+    cr_assert_eq(tu_sql_int(db, "PRAGMA user_version"), newer);
+    cr_assert_eq(tu_sql_int(db, "SELECT x FROM future"), 42);
     sqlite3_close(db);
 }
 
@@ -313,12 +284,12 @@ Test(store, newer_wal_db_refused_unchanged)
     sqlite3 *db = raw_open(g_db);
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d", newer);   /* test setup only */
-    raw_exec(db, sql);
+    tu_sql_exec(db, sql);
     sqlite3_close(db);   /* last connection: checkpoints the WAL into the file */
 
     expect_newer_refused(newer);
     db = raw_open(g_db);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1);
     sqlite3_close(db);
 }
 
@@ -327,7 +298,7 @@ Test(store, failed_migration_rolls_back_whole_step)
     /* A version-0 database that already has an unrelated "runs" table: the
      * first migration fails part-way and must leave nothing behind. */
     sqlite3 *db = raw_open(g_db);
-    raw_exec(db, "CREATE TABLE runs (x); INSERT INTO runs VALUES ('keep me');");
+    tu_sql_exec(db, "CREATE TABLE runs (x); INSERT INTO runs VALUES ('keep me');");
     sqlite3_close(db);
 
     pg_err err = {0};
@@ -339,9 +310,9 @@ Test(store, failed_migration_rolls_back_whole_step)
     cr_assert_not_null(strstr(err.msg, g_db), "%s", err.msg);
 
     db = raw_open(g_db);
-    cr_assert_eq(q_int(db, "PRAGMA user_version"), 0);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM sqlite_schema WHERE name IN "
-                           "('layer_metrics', 'quant_stats', 'runs_kind_started')"), 0);
+    cr_assert_eq(tu_sql_int(db, "PRAGMA user_version"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM sqlite_schema WHERE name IN "
+                                "('layer_metrics', 'quant_stats', 'runs_kind_started')"), 0);
     char *x = q_text(db, "SELECT x FROM runs");
     cr_assert_str_eq(x, "keep me");
     free(x);
@@ -469,8 +440,8 @@ Test(store, round_trip_every_column)
     cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
     /* Users can find the non-finite rows with plain SQL. */
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics WHERE rel_l2 = 9e999 "
-                           "AND sqnr_db = -9e999 AND cos_sim IS NULL"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE rel_l2 = 9e999 "
+                                "AND sqnr_db = -9e999 AND cos_sim IS NULL"), 1);
 
     /* quant_stats: every column of both rows. */
     cr_assert_eq(sqlite3_prepare_v2(db,
@@ -507,7 +478,7 @@ Test(store, run_begin_commits_at_once)
     char *status = q_text(other, "SELECT status || '/' || ifnull(finished_at, 'NULL') FROM runs");
     cr_assert_str_eq(status, "running/NULL");
     free(status);
-    cr_assert_eq(q_int(other, "SELECT id FROM runs"), run);
+    cr_assert_eq(tu_sql_int(other, "SELECT id FROM runs"), run);
     sqlite3_close(other);
 
     /* Inside an explicit transaction the promise cannot be kept: refused. */
@@ -518,7 +489,7 @@ Test(store, run_begin_commits_at_once)
     cr_assert_eq(store_run_begin(s, &info, &id, &err), PG_ERR_INTERNAL);
     cr_assert_eq(id, -1);
     store_rollback(s);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM runs"), 1);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM runs"), 1);
     store_close(s);
 }
 
@@ -536,7 +507,7 @@ Test(store, run_finish_and_status_errors)
     pg_err err = {0};
     cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
     cr_assert_str_eq(status, "running");
-    cr_assert_eq(q_int(store_handle(s), "SELECT finished_at IS NULL FROM runs"), 1);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT finished_at IS NULL FROM runs"), 1);
 
     pg_err e2 = {0};
     cr_assert_eq(store_run_finish(s, run + 100, "complete", NULL, &e2), PG_ERR_DB);
@@ -554,7 +525,7 @@ Test(store, run_finish_and_status_errors)
     cr_assert_eq(store_run_finish(s, run, "failed", "second failure", &err), PG_OK, "%s", err.msg);
     cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
     cr_assert_str_eq(status, "failed");
-    cr_assert_eq(q_int(store_handle(s), "SELECT finished_at IS NOT NULL FROM runs"), 1);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT finished_at IS NOT NULL FROM runs"), 1);
     store_close(s);
 }
 
@@ -569,15 +540,15 @@ Test(store, duplicate_key_rejected)
     cr_assert_not_null(strstr(err.msg, "UNIQUE constraint failed"), "%s", err.msg);
     cr_assert_not_null(strstr(err.msg, g_db), "%s", err.msg);
     /* The first row is untouched; a row differing only in backend is fine. */
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics WHERE rel_l2 = 1e-3"), 1);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics WHERE rel_l2 = 1e-3"), 1);
     pg_err e2 = {0};
     cr_assert_eq(store_put_layer_metrics(s, run, "cap0", 2, -1, "bf16", "cuda", &m, &e2), PG_OK,
                  "%s", e2.msg);
     pg_err e3 = {0};
     cr_assert_eq(store_put_quant_stats(s, run, "cap0", 2, "v", 1.0, "capture", 0, 0, &e3), PG_OK, "%s", e3.msg);
     cr_assert_eq(store_put_quant_stats(s, run, "cap0", 2, "v", 2.0, "capture", 0, 0, &e3), PG_ERR_DB);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 2);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 1);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 2);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 1);
     store_close(s);
 }
 
@@ -602,9 +573,9 @@ Test(store, rollback_keeps_committed_rows)
     store_rollback(NULL);
 
     sqlite3 *db = store_handle(s);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics"), 1);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 0 AND rel_l2 = 1e-3"), 1);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 0 AND rel_l2 = 1e-3"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1);
     pg_err none = {0};
     cr_assert_eq(store_commit(s, &none), PG_ERR_DB, "COMMIT without a transaction must fail");
 
@@ -614,7 +585,7 @@ Test(store, rollback_keeps_committed_rows)
     cr_assert_eq(store_commit(s, &err), PG_OK, "%s", err.msg);
     store_close(s);
     s = open_ok();
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 2);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 2);
     store_close(s);
 }
 
@@ -627,7 +598,7 @@ Test(store, begin_takes_the_write_lock_at_once)
      * (not waiting) is refused at once; WAL readers still read. */
     sqlite3 *other = raw_open(g_db);
     cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_BUSY);
-    cr_assert_eq(q_int(other, "SELECT count(*) FROM runs"), 0);
+    cr_assert_eq(tu_sql_int(other, "SELECT count(*) FROM runs"), 0);
     store_rollback(s);
     cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE; ROLLBACK;", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(other);
@@ -663,8 +634,8 @@ Test(store, bad_strings_rejected_by_check)
     cr_assert_eq(store_put_quant_stats(s, run, "c", 0, "x", 1.0, "capture", 0, 0, &e3), PG_ERR_DB);
     pg_err e4 = {0};
     cr_assert_eq(store_put_quant_stats(s, run, "c", 0, "q", 1.0, "guess", 0, 0, &e4), PG_ERR_DB);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 0);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 0);
 
     /* Every legal spelling goes in. */
     const char *good[] = {"bf16", "fp8kv", "fp8qkv", "ext:x"};
@@ -673,7 +644,7 @@ Test(store, bad_strings_rejected_by_check)
         cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, 0, good[i], "cuda", &m, &ok), PG_OK,
                      "%s", ok.msg);
     }
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 4);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 4);
     store_close(s);
 }
 
@@ -706,15 +677,15 @@ Test(store, nan_rejected_where_it_would_be_lost)
     pg_err err = {0};
     cr_assert_eq(store_put_quant_stats(s, run, "c", 0, "q", NAN, "capture", 0, 0, &err),
                  PG_ERR_NUMERIC);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 0);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 0);
     store_close(s);
 }
 
 Test(store, unwritable_path_names_the_path)
 {
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/no/such/dir/precgate.db", g_dir);
+    snprintf(path, sizeof path, "%s/no/such/dir/precgate.db", tu_dir);
     pg_err err = {0};
     pg_store *s = (pg_store *)&err;
     cr_assert_eq(store_open(path, &s, &err), PG_ERR_DB);
@@ -722,7 +693,7 @@ Test(store, unwritable_path_names_the_path)
     cr_assert_not_null(strstr(err.msg, path), "message lacks the path: %s", err.msg);
     cr_assert_not_null(strstr(err.msg, "unable to open"), "%s", err.msg);
     char dir[PATH_MAX + 8];
-    snprintf(dir, sizeof dir, "%s/no", g_dir);
+    snprintf(dir, sizeof dir, "%s/no", tu_dir);
     cr_assert(!exists(dir), "store_open created directories");
 }
 
@@ -762,7 +733,7 @@ Test(store, null_arguments_are_safe)
     cr_assert_eq(store_run_begin(s, &no_kind, &id, &e3), PG_ERR_INTERNAL);
     pg_err e4 = {0};
     cr_assert_eq(store_put_layer_metrics(s, 1, "c", 0, 0, "bf16", "cpu", NULL, &e4), PG_ERR_INTERNAL);
-    cr_assert_eq(q_int(store_handle(s), "SELECT count(*) FROM runs"), 0);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM runs"), 0);
     store_close(s);
 }
 
@@ -777,7 +748,7 @@ Test(store, failed_run_keeps_its_error_and_complete_run_none)
                  err.msg);
     store_close(s);
     sqlite3 *db = raw_open(g_db);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs WHERE id = 1 AND error IS NULL"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE id = 1 AND error IS NULL"), 1);
     char *msg = q_text(db, "SELECT error FROM runs WHERE id = 2");
     cr_assert_str_eq(msg, "layer 2: injected");
     free(msg);
@@ -797,6 +768,6 @@ Test(store, incomplete_is_a_finished_status)
     cr_assert_str_eq(status, "incomplete");
     store_close(s);
     sqlite3 *db = raw_open(g_db);
-    cr_assert_eq(q_int(db, "SELECT count(*) FROM runs WHERE finished_at IS NOT NULL AND error IS NULL"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE finished_at IS NOT NULL AND error IS NULL"), 1);
     sqlite3_close(db);
 }

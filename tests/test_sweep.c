@@ -29,43 +29,16 @@
 /* The metrics columns of layer_metrics compared bit for bit. */
 #define N_METRIC_COLS 8
 
-/* This test's scratch directory. */
-static char g_dir[PATH_MAX];
-
-/* Creates the test's scratch directory. */
-static void setup(void)
-{
-    char *d = tu_tempdir();
-    snprintf(g_dir, sizeof g_dir, "%s", d);
-    free(d);
-}
-
-/* Removes the scratch directory and the plain files in it. */
-static void teardown(void)
-{
-    tu_rmtree(g_dir);
-}
-
-TestSuite(sweep, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(sweep, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 60);
 
 /* ---- helpers -------------------------------------------------------------- */
-
-/* path of name inside the scratch directory, in a static rotating buffer. */
-static const char *in_dir(const char *name)
-{
-    static char bufs[4][PATH_MAX + NAME_MAX + 2];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
-    return b;
-}
 
 /* Opens (creating) the database name in the scratch directory, asserting success. */
 static pg_store *open_store(const char *name)
 {
     pg_store *s = NULL;
     pg_err err = {0};
-    cr_assert_eq(store_open(in_dir(name), &s, &err), PG_OK, "store_open: %s", err.msg);
+    cr_assert_eq(store_open(tu_in_dir(name), &s, &err), PG_OK, "store_open: %s", err.msg);
     return s;
 }
 
@@ -87,34 +60,6 @@ static capture *open_capture(const char *path)
     pg_err err = {0};
     cr_assert_eq(capture_open(path, &c, &err), PG_OK, "capture_open: %s", err.msg);
     return c;
-}
-
-/* Runs constant SQL on db, asserting success. */
-static void exec_sql(sqlite3 *db, const char *sql)
-{
-    char *msg = NULL;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
-    sqlite3_free(msg);
-}
-
-/* The integer in the first column of the sqlite3_mprintf-formatted query's
- * first row (asserts that there is one). */
-static long long db_int(sqlite3 *db, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *sql = sqlite3_vmprintf(fmt, ap);
-    va_end(ap);
-    cr_assert_not_null(sql);
-    sqlite3_stmt *s = NULL;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", sql);
-    long long v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_free(sql);
-    return v;
 }
 
 /* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
@@ -139,8 +84,8 @@ Test(sweep, failure_mid_run_keeps_earlier_layers)
     cfg.n_seqs = 2;
     cfg.seq_len = 12;
     cfg.context = 4;
-    cr_assert_eq(synth_write(&cfg, in_dir("c.safetensors"), &err), PG_OK, "%s", err.msg);
-    capture *cap = open_capture(in_dir("c.safetensors"));
+    cr_assert_eq(synth_write(&cfg, tu_in_dir("c.safetensors"), &err), PG_OK, "%s", err.msg);
+    capture *cap = open_capture(tu_in_dir("c.safetensors"));
     cr_assert_eq(cap->n_layers, 3);
     const int hq = cap->layers[0].hq;
     cr_assert_eq(hq, 4);
@@ -148,8 +93,8 @@ Test(sweep, failure_mid_run_keeps_earlier_layers)
     pg_store *s = open_store("d.db");
     const int64_t run = begin_run(s);
     sqlite3 *db = store_handle(s);
-    exec_sql(db, "CREATE TEMP TRIGGER inject BEFORE INSERT ON main.layer_metrics "
-                 "WHEN NEW.layer = 2 BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
+    tu_sql_exec(db, "CREATE TEMP TRIGGER inject BEFORE INSERT ON main.layer_metrics "
+                    "WHEN NEW.layer = 2 BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
 
     const sweep_options so = options(SWEEP_ALL_VARIANTS);
     pg_err serr = {0};
@@ -160,16 +105,16 @@ Test(sweep, failure_mid_run_keeps_earlier_layers)
     cr_assert_not_null(strstr(serr.msg, "injected failure"), "message '%s'", serr.msg);
 
     /* layers 0 and 1 whole, layer 2 nothing */
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = %lld", (long long)run),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = %lld", (long long)run),
                  2 * N_MODES * (hq + 1));
     for (int l = 0; l < 2; l++) {
-        cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = %d", l),
+        cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = %d", l),
                      N_MODES * (hq + 1), "layer %d incomplete", l);
-        cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE layer = %d", l), 3,
+        cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE layer = %d", l), 3,
                      "layer %d quant_stats", l);
     }
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 2"), 0);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM quant_stats WHERE layer = 2"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 2"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE layer = 2"), 0);
     /* the run itself is the caller's to finish */
     char status[16];
     cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
@@ -177,7 +122,7 @@ Test(sweep, failure_mid_run_keeps_earlier_layers)
     /* no transaction was left open: a new one starts, and the run can be failed */
     cr_assert_eq(sqlite3_get_autocommit(db), 1, "a transaction is still open");
     cr_assert_eq(store_run_finish(s, run, "failed", serr.msg, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"), 2 * N_MODES * (hq + 1));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), 2 * N_MODES * (hq + 1));
 
     store_close(s);
     capture_close(cap);
@@ -323,10 +268,10 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
     }
     cr_assert_eq(st_writer_add_tensor(w, "layers.0.sinks", ST_F32, 1, sshape, sinks, &err), PG_OK);
     cr_assert_eq(st_writer_add_tensor(w, "layers.0.out.vllm", ST_BF16, 3, qshape, ext, &err), PG_OK);
-    cr_assert_eq(st_writer_write(w, in_dir("ext.safetensors"), &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(st_writer_write(w, tu_in_dir("ext.safetensors"), &err), PG_OK, "%s", err.msg);
     st_writer_free(w);
 
-    capture *cap = open_capture(in_dir("ext.safetensors"));
+    capture *cap = open_capture(tu_in_dir("ext.safetensors"));
     cr_assert_eq(cap->n_layers, EXT_LAYERS);
     cr_assert_eq(cap->layers[0].sm_scale, 0.25f);
     cr_assert_eq(cap->layers[0].n_ext, 1);
@@ -340,13 +285,13 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
     cr_assert_eq(sweep_run(s, run, cap, "ext.safetensors", &so, &err), PG_OK, "%s", err.msg);
     sqlite3 *db = store_handle(s);
 
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:vllm'"),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:vllm'"),
                  EXT_HQ + 1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:vllm' AND "
-                            "layer = 0 AND head BETWEEN -1 AND %d",
-                        EXT_HQ - 1),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:vllm' AND "
+                                "layer = 0 AND head BETWEEN -1 AND %d",
+                            EXT_HQ - 1),
                  EXT_HQ + 1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics"),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"),
                  EXT_LAYERS * N_MODES * (EXT_HQ + 1) + EXT_HQ + 1);
     for (int h = -1; h < EXT_HQ; h++) {
         double mb[N_METRIC_COLS], me[N_METRIC_COLS];
@@ -381,21 +326,21 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
     cr_assert_eq(st_writer_add_tensor(w, "layers.0.k", ST_BF16, 3, kvshape, k[0], &err), PG_OK);
     cr_assert_eq(st_writer_add_tensor(w, "layers.0.v", ST_BF16, 3, kvshape, v[0], &err), PG_OK);
     cr_assert_eq(st_writer_add_tensor(w, "layers.0.out.nan", ST_BF16, 3, qshape, ext, &err), PG_OK);
-    cr_assert_eq(st_writer_write(w, in_dir("nan.safetensors"), &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(st_writer_write(w, tu_in_dir("nan.safetensors"), &err), PG_OK, "%s", err.msg);
     st_writer_free(w);
-    cap = open_capture(in_dir("nan.safetensors"));
+    cap = open_capture(tu_in_dir("nan.safetensors"));
     s = open_store("n.db");
     const int64_t run2 = begin_run(s);
     cr_assert_eq(sweep_run(s, run2, cap, "nan.safetensors", &so, &err), PG_OK, "%s", err.msg);
     db = store_handle(s);
-    cr_assert_eq(db_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
-                            "head = -1"), 1);
-    cr_assert_eq(db_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
-                            "head = 1"), 1);
-    cr_assert_eq(db_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
-                            "head = 0"), 0);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:nan' AND "
-                            "head = 1 AND rel_l2 > 1e308"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                                "head = -1"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                                "head = 1"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT nan_count FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                                "head = 0"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'ext:nan' AND "
+                                "head = 1 AND rel_l2 > 1e308"), 1);
     store_close(s);
     capture_close(cap);
 }
@@ -444,10 +389,10 @@ Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
         snprintf(name, sizeof name, "layers.%d.v", l);
         cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, kvshape, v[l], &err), PG_OK);
     }
-    cr_assert_eq(st_writer_write(w, in_dir("cal.safetensors"), &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(st_writer_write(w, tu_in_dir("cal.safetensors"), &err), PG_OK, "%s", err.msg);
     st_writer_free(w);
 
-    capture *cap = open_capture(in_dir("cal.safetensors"));
+    capture *cap = open_capture(tu_in_dir("cal.safetensors"));
     pg_store *s = open_store("cal.db");
     const int64_t run = begin_run(s);
     /* fp8qkv for q's row in quant_stats (fp8kv quantizes only k and v) */

@@ -2,6 +2,9 @@
 #include "testutil.h"
 
 #include <criterion/criterion.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* Size of the argument string tu_run_precgatef builds. */
+#define TU_ARGS_MAX 2048
+
+char tu_dir[PATH_MAX];
 
 char *tu_tempdir(void)
 {
@@ -47,6 +55,27 @@ void tu_rmtree(const char *dir)
     if (rmdir(dir) != 0) cr_log_warn("could not remove %s", dir);
 }
 
+void tu_scratch_setup(void)
+{
+    char *d = tu_tempdir();
+    snprintf(tu_dir, sizeof tu_dir, "%s", d);
+    free(d);
+}
+
+void tu_scratch_teardown(void)
+{
+    tu_rmtree(tu_dir);
+}
+
+const char *tu_in_dir(const char *name)
+{
+    static char bufs[4][PATH_MAX + NAME_MAX + 2];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", tu_dir, name);
+    return b;
+}
+
 void tu_write_file(const char *path, const void *data, size_t len)
 {
     FILE *f = fopen(path, "wb");
@@ -80,4 +109,57 @@ int tu_run_precgate(const char *args, char **output)
     free(cmd);
     if (output) *output = buf; else free(buf);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int tu_run_precgatef(char **output, const char *fmt, ...)
+{
+    char args[TU_ARGS_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return tu_run_precgate(args, output);
+}
+
+void tu_sql_exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+    sqlite3_free(msg);
+}
+
+sqlite3_stmt *tu_sql_vprepare(sqlite3 *db, const char *fmt, va_list ap)
+{
+    char *sql = sqlite3_vmprintf(fmt, ap);
+    cr_assert_not_null(sql);
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_free(sql);
+    return s;
+}
+
+long long tu_sql_int(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sqlite3_stmt *s = tu_sql_vprepare(db, fmt, ap);
+    va_end(ap);
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", sqlite3_sql(s));
+    long long v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+double tu_sql_double(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sqlite3_stmt *s = tu_sql_vprepare(db, fmt, ap);
+    va_end(ap);
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", sqlite3_sql(s));
+    double v = sqlite3_column_double(s, 0);
+    sqlite3_finalize(s);
+    return v;
 }

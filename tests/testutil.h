@@ -2,7 +2,12 @@
 #ifndef PG_TESTUTIL_H
 #define PG_TESTUTIL_H
 
+#include <sqlite3.h>
+#include <stdarg.h>
 #include <stddef.h>
+
+/* The current test's scratch directory (made by tu_scratch_setup). */
+extern char tu_dir[];
 
 /* A fresh empty directory under $TMPDIR (or /tmp); the caller frees the string. */
 char *tu_tempdir(void);
@@ -14,11 +19,37 @@ char *tu_join(const char *dir, const char *name);
  * logged as a warning, since it cannot change a test's verdict. */
 void tu_rmtree(const char *dir);
 
+/* Suite .init: makes a fresh tu_dir under $TMPDIR (or /tmp). */
+void tu_scratch_setup(void);
+
+/* Suite .fini: removes tu_dir and everything the test left in it. */
+void tu_scratch_teardown(void);
+
+/* "tu_dir/name" in a static buffer, one of 4 used in turn. */
+const char *tu_in_dir(const char *name);
+
 /* Writes len bytes to path; aborts the test on failure. */
 void tu_write_file(const char *path, const void *data, size_t len);
 
 /* Runs the precgate binary with args (a shell-quoted string) and captures
  * stdout+stderr into a malloc'd string *output; returns the exit status. */
 int tu_run_precgate(const char *args, char **output);
+
+/* tu_run_precgate with args given printf-style (up to 2047 characters). */
+int tu_run_precgatef(char **output, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Runs constant SQL (one or more statements) on db; aborts the test on failure. */
+void tu_sql_exec(sqlite3 *db, const char *sql);
+
+/* Prepares the sqlite3_vmprintf-formatted query; aborts the test on failure. */
+sqlite3_stmt *tu_sql_vprepare(sqlite3 *db, const char *fmt, va_list ap);
+
+/* The integer in the first column of the sqlite3_mprintf-formatted query's
+ * first row (a NULL reads 0); aborts the test when there is no row. */
+long long tu_sql_int(sqlite3 *db, const char *fmt, ...);
+
+/* The first column of the sqlite3_mprintf-formatted query's first row as a
+ * double (a NULL reads 0.0); aborts the test when there is no row. */
+double tu_sql_double(sqlite3 *db, const char *fmt, ...);
 
 #endif
