@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../kernels/numerics.h"
 #include "../kernels/parallel.h"
 #include "safetensors.h"
 
@@ -42,16 +43,12 @@ const int capture_block_sizes[CAPTURE_N_BLOCK_SIZES] = {16, 32, 64};
 #define BF16_EXP_MASK 0x7F80u
 #define BF16_MANT_MASK 0x007Fu
 #define BF16_SIGN_MASK 0x8000u
-/* Four bf16 lanes of a 64-bit word: their exponent fields, the lowest
- * exponent bit of each, and their sign bits. (x & EXP) + EXP_LSB carries into
- * a lane's sign bit exactly when that lane's exponent is all ones, and never
- * into the next lane, since 0x7F80 + 0x0080 = 0x8000 fits in 16 bits. */
-#define BF16X4_EXP_MASK 0x7F807F807F807F80ull
-#define BF16X4_EXP_LSB 0x0080008000800080ull
-#define BF16X4_SIGN_MASK 0x8000800080008000ull
-/* bf16 values per 64-bit word in the scan. */
-#define BF16_PER_WORD 4
-/* Values scanned between checks for a hit; keeps the inner loop branch-free. */
+/* The magnitude bits of a bf16 (all but the sign): their unsigned order is
+ * the order of the magnitudes, and they are >= BF16_EXP_MASK exactly for
+ * Inf and NaN. */
+#define BF16_MAGNITUDE_MASK 0x7FFFu
+/* Values per inner loop of the scan: a constant trip count, so that the
+ * compiler vectorizes it at -O2. */
 #define SCAN_BLOCK 4096
 /* binary32 fields, as for bf16. */
 #define F32_EXP_MASK 0x7F800000u
@@ -768,22 +765,30 @@ static pg_status aligned_view(capture_impl *impl, const tref *r, const void **ou
     return PG_OK;
 }
 
+/* The largest magnitude bits (BF16_MAGNITUDE_MASK) among n bf16 values, 0
+ * for n = 0: one branch-free pass that gives both the tensor's amax and
+ * whether it holds an Inf or NaN (a result >= BF16_EXP_MASK). */
+static unsigned bf16_max_magnitude_bits(const uint16_t *x, int64_t n)
+{
+    uint16_t m = 0;
+    int64_t i = 0;
+    for (; n - i >= SCAN_BLOCK; i += SCAN_BLOCK)
+        for (int j = 0; j < SCAN_BLOCK; j++) {
+            const uint16_t a = x[i + j] & BF16_MAGNITUDE_MASK;
+            m = a > m ? a : m;
+        }
+    for (; i < n; i++) {
+        const uint16_t a = x[i] & BF16_MAGNITUDE_MASK;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
 /* Index of the first of n bf16 values whose exponent is all ones (Inf or
- * NaN), or -1. Whole blocks are checked four lanes per 64-bit word without
- * branches; only a block with a hit is searched element by element. */
+ * NaN), or -1. */
 static int64_t bf16_first_nonfinite(const uint16_t *x, int64_t n)
 {
-    int64_t i = 0;
-    for (; n - i >= SCAN_BLOCK; i += SCAN_BLOCK) {
-        uint64_t hit = 0;
-        for (int j = 0; j < SCAN_BLOCK; j += BF16_PER_WORD) {
-            uint64_t w;
-            memcpy(&w, x + i + j, sizeof w);
-            hit |= (w & BF16X4_EXP_MASK) + BF16X4_EXP_LSB;
-        }
-        if (hit & BF16X4_SIGN_MASK) break;
-    }
-    for (; i < n; i++)
+    for (int64_t i = 0; i < n; i++)
         if ((x[i] & BF16_EXP_MASK) == BF16_EXP_MASK) return i;
     return -1;
 }
@@ -869,10 +874,12 @@ static pg_status load_layer_data(capture_impl *impl, const layer_refs *r, captur
 
 typedef struct scan_job {
     const capture *c;
+    uint16_t *max_bits; /* per item: bf16_max_magnitude_bits of its values */
     int64_t *first;     /* per item: index of its first Inf/NaN within the tensor, or -1 */
     int64_t *item0;     /* [3 * n_layers + 1]: first item of each tensor */
 } scan_job;
 
+/* Tensor t of the scan (layer t / 3; q, k, v) and its number of values. */
 static const uint16_t *scan_tensor(const capture *c, int t, int64_t *n)
 {
     const capture_layer *L = &c->layers[t / SCAN_PER_LAYER];
@@ -896,16 +903,19 @@ static void scan_item(void *ctx, int item, int thread)
     const uint16_t *x = scan_tensor(j->c, lo, &n);
     const int64_t start = (item - j->item0[lo]) * SCAN_CHUNK;
     const int64_t len = n - start < SCAN_CHUNK ? n - start : SCAN_CHUNK;
-    const int64_t i = bf16_first_nonfinite(x + start, len);
-    j->first[item] = i < 0 ? -1 : start + i;
+    const unsigned m = bf16_max_magnitude_bits(x + start, len);
+    j->max_bits[item] = (uint16_t)m;
+    j->first[item] = m >= BF16_EXP_MASK ? start + bf16_first_nonfinite(x + start, len) : -1;
 }
 
-/* Scans every layer's q, k and v (on all threads) and sinks for Inf/NaN and
- * fails naming the first one, in layer order and q, k, v, sinks within a layer. */
-static pg_status scan_capture(const capture *c, const layer_refs *refs, pg_err *err)
+/* Scans every layer's q, k and v (on all threads) and sinks for Inf/NaN,
+ * failing on the first one (layer order; q, k, v, sinks within a layer), and
+ * records each tensor's amax in its layer: one pass over the data serves
+ * both. */
+static pg_status scan_capture(capture *c, const layer_refs *refs, pg_err *err)
 {
     const int n_t = c->n_layers * SCAN_PER_LAYER;
-    scan_job j = {c, NULL, calloc((size_t)n_t + 1, sizeof *j.item0)};
+    scan_job j = {c, NULL, NULL, calloc((size_t)n_t + 1, sizeof *j.item0)};
     if (j.item0 == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
     for (int t = 0; t < n_t; t++) {
         int64_t n;
@@ -916,24 +926,32 @@ static pg_status scan_capture(const capture *c, const layer_refs *refs, pg_err *
     if (j.item0[n_t] > INT_MAX)
         st = pg_fail(err, PG_ERR_SHAPE, "%s: too large to scan (%" PRId64 " chunks)", c->path,
                      j.item0[n_t]);
-    if (st == PG_OK && (j.first = malloc((size_t)(j.item0[n_t] + 1) * sizeof *j.first)) == NULL)
+    const size_t items = (size_t)j.item0[n_t] + 1;
+    if (st == PG_OK && ((j.first = malloc(items * sizeof *j.first)) == NULL ||
+                        (j.max_bits = malloc(items * sizeof *j.max_bits)) == NULL))
         st = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
     if (st == PG_OK)
         st = parallel_for((int)j.item0[n_t], parallel_default_threads(), scan_item, &j, err);
     for (int l = 0; st == PG_OK && l < c->n_layers; l++) {
         const tref *r[SCAN_PER_LAYER] = {&refs[l].q, &refs[l].k, &refs[l].v};
+        float *amax[SCAN_PER_LAYER] = {&c->layers[l].q_amax, &c->layers[l].k_amax,
+                                       &c->layers[l].v_amax};
         for (int k = 0; st == PG_OK && k < SCAN_PER_LAYER; k++) {
             const int t = l * SCAN_PER_LAYER + k;
-            for (int64_t it = j.item0[t]; it < j.item0[t + 1]; it++)
+            unsigned m = 0;
+            for (int64_t it = j.item0[t]; st == PG_OK && it < j.item0[t + 1]; it++) {
                 if (j.first[it] >= 0) {
                     int64_t n;
                     st = report_bf16(r[k], scan_tensor(c, t, &n), j.first[it], err);
-                    break;
                 }
+                m = j.max_bits[it] > m ? j.max_bits[it] : m;
+            }
+            *amax[k] = bf16_to_f32((uint16_t)m);
         }
         if (st == PG_OK && c->layers[l].sinks)
             st = scan_sinks(&refs[l].sinks, c->layers[l].sinks, err);
     }
+    free(j.max_bits);
     free(j.first);
     free(j.item0);
     return st;

@@ -61,6 +61,7 @@ typedef struct capture_layer {
     float sm_scale;         /* softmax scale (metadata, else 1/sqrt(D)) */
     int has_scales;         /* 1 when q/k/v_scale came from the metadata */
     float q_scale, k_scale, v_scale; /* valid when has_scales */
+    float q_amax, k_amax, v_amax;    /* largest |value| of q, k, v (read by the Inf/NaN scan) */
     int n_ext;
     capture_ext_output *ext;
 } capture_layer;
@@ -80,8 +81,8 @@ typedef struct capture {
 } capture;
 
 /* Opens and fully validates the capture at path (file or shard directory),
- * including a scan for NaN/Inf in q/k/v/sinks; on failure nothing is returned
- * and err names the file, tensor and field. */
+ * including a scan for NaN/Inf in q/k/v/sinks that also records each q/k/v
+ * amax; on failure nothing is returned and err names the file, tensor and field. */
 pg_status capture_open(const char *path, capture **out, pg_err *err);
 
 /* Releases everything capture_open made; NULL is a no-op. */

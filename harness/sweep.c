@@ -1,7 +1,6 @@
 /* sweep.c: the per-layer precision sweep on the CPU specification (see sweep.h). */
 #include "sweep.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,6 @@
 
 #include "../kernels/attn_cuda.h"
 #include "../kernels/numerics.h"
-#include "../kernels/parallel.h"
 #include "progress.h"
 
 /* Longest variant name stored ("ext:" + the capture's NAME). */
@@ -294,89 +292,6 @@ static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *ba
     return st;
 }
 
-/* Elements of one tensor a calibration work item reads: 4 MiB of bf16, large
- * enough that thread hand-off is noise, small enough to balance 16 threads. */
-#define AMAX_CHUNK ((size_t)1 << 21)
-
-typedef struct amax_job {
-    const uint16_t *x[3];
-    size_t n[3];
-    int items[3];      /* work items per tensor */
-    float *partial;    /* one amax per item */
-} amax_job;
-
-static void amax_item(void *ctx, int item, int thread)
-{
-    (void)thread;
-    amax_job *j = ctx;
-    int t = 0, i = item;
-    while (i >= j->items[t]) i -= j->items[t++];
-    const size_t lo = (size_t)i * AMAX_CHUNK;
-    const size_t n = j->n[t] - lo < AMAX_CHUNK ? j->n[t] - lo : AMAX_CHUNK;
-    j->partial[item] = bf16_amax(j->x[t] + lo, n);
-}
-
-/* amax[0..2] = bf16_amax of the layer's q (nq values), k and v (nkv each),
- * read on n_threads threads: on one thread this pass was the longest host
- * step of a GPU sweep (36 gpt-oss layers of 8,192 tokens: about 2 s of a
- * 4.5 s run on the H200 machine). */
-static pg_status layer_amax(const capture_layer *L, size_t nq, size_t nkv, int n_threads,
-                            float amax[3], pg_err *err)
-{
-    amax_job j = {{L->q, L->k, L->v}, {nq, nkv, nkv}, {0, 0, 0}, NULL};
-    int total = 0;
-    for (int t = 0; t < 3; t++) {
-        j.items[t] = (int)((j.n[t] + AMAX_CHUNK - 1) / AMAX_CHUNK);
-        total += j.items[t];
-    }
-    j.partial = malloc((size_t)(total > 0 ? total : 1) * sizeof *j.partial);
-    if (j.partial == NULL) return pg_fail(err, PG_ERR_NOMEM, "fp8 calibration");
-    pg_status st = parallel_for(total, n_threads, amax_item, &j, err);
-    for (int t = 0, item = 0; t < 3; t++) {
-        amax[t] = 0.0f;
-        for (int i = 0; i < j.items[t]; i++, item++)
-            if (j.partial[item] > amax[t]) amax[t] = j.partial[item];
-    }
-    free(j.partial);
-    return st;
-}
-
-/* What a layer needs from the host before its compute: the calibration of
- * its fp8 scales (amax of q, k and v when the capture has no scales).
- * sweep_run prepares layer l + 1 on a thread of its own while layer l computes. */
-typedef struct layer_prep {
-    const capture *cap;
-    int li, n_threads;
-    float amax[3];
-    pg_status st;
-    pg_err err;
-} layer_prep;
-
-static void *layer_prep_run(void *arg)
-{
-    layer_prep *p = arg;
-    const capture_layer *L = &p->cap->layers[p->li];
-    const size_t nq = (size_t)p->cap->tq * (size_t)L->hq * (size_t)L->d;
-    const size_t nkv = (size_t)p->cap->tkv * (size_t)L->hkv * (size_t)L->d;
-    p->st = L->has_scales ? PG_OK : layer_amax(L, nq, nkv, p->n_threads, p->amax, &p->err);
-    return NULL;
-}
-
-/* Starts preparing layer li into *p (on a thread when one starts, else at
- * once); *started says whether layer_prep_finish must join it. */
-static void layer_prep_start(layer_prep *p, const capture *cap, int li, const sweep_options *opt,
-                             pthread_t *thread, int *started)
-{
-    *p = (layer_prep){.cap = cap, .li = li, .n_threads = opt->n_threads};
-    *started = pthread_create(thread, NULL, layer_prep_run, p) == 0;
-    if (!*started) layer_prep_run(p);
-}
-
-static void layer_prep_finish(pthread_t thread, int started)
-{
-    if (started) pthread_join(thread, NULL);
-}
-
 /* Host arrays a layer uploads to the GPU: q, k, v, sinks, then its external outputs. */
 #define LAYER_FIXED_SPANS 4
 
@@ -442,8 +357,8 @@ static int pin_whole(const capture *cap)
 
 /* The reference, every selected mode and every external output of one layer. */
 static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap,
-                             const char *capture_name, int li, const layer_prep *prep,
-                             const sweep_options *opt, progress *bar, int64_t *step, pg_err *err)
+                             const char *capture_name, int li, const sweep_options *opt,
+                             progress *bar, int64_t *step, pg_err *err)
 {
     const capture_layer *L = &cap->layers[li];
     layer_ctx c = {.cap = cap, .L = L, .li = li,
@@ -453,9 +368,8 @@ static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap
     const int n_vm_max = 2 * (int)SWEEP_N_VARIANTS + L->n_ext;
     c.vm = calloc((size_t)n_vm_max, sizeof *c.vm);
     c.mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *c.mbuf);
-    pg_status st = prep->st;
-    if (st != PG_OK && err != NULL) *err = prep->err;
-    if (st == PG_OK && (!c.vm || !c.mbuf)) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
+    pg_status st = PG_OK;
+    if (!c.vm || !c.mbuf) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
     /* Scales from the capture, else calibrated per tensor as amax / 448. */
     c.fo = (attn_fp8_options){.quantize = 1, .p_rounding = opt->p_rounding,
@@ -468,9 +382,9 @@ static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap
         c.fo.k_scale = L->k_scale;
         c.fo.v_scale = L->v_scale;
     } else {
-        c.fo.q_scale = fp8_e4m3_calibrated_scale(prep->amax[0]);
-        c.fo.k_scale = fp8_e4m3_calibrated_scale(prep->amax[1]);
-        c.fo.v_scale = fp8_e4m3_calibrated_scale(prep->amax[2]);
+        c.fo.q_scale = fp8_e4m3_calibrated_scale(L->q_amax);
+        c.fo.k_scale = fp8_e4m3_calibrated_scale(L->k_amax);
+        c.fo.v_scale = fp8_e4m3_calibrated_scale(L->v_amax);
     }
     const tensor_quant tq0[3] = {{"q", c.fo.q_scale, {0}, 0}, {"k", c.fo.k_scale, {0}, 0},
                                  {"v", c.fo.v_scale, {0}, 0}};
@@ -512,36 +426,19 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     if (!opt->progress) bar.enabled = 0;
     int64_t step = 0;
     pg_status st = PG_OK;
-    /* Layer li computes while layer li + 1 is prepared (layer_prep). */
-    layer_prep prep[2];
-    pthread_t thread[2];
-    int started[2] = {0, 0};
-    void *whole = NULL; /* the capture page-locked whole for the GPU, or NULL */
-    if (cap->n_layers > 0) {
-        const double t0 = progress_now();
-        layer_prep_start(&prep[0], cap, 0, opt, &thread[0], &started[0]);
-        if (opt->cuda != NULL && pin_whole(cap)) whole = pin_layers(cap, 0, cap->n_layers, err, &st);
-        layer_prep_finish(thread[0], started[0]);
-        if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t0;
-    }
-    for (int li = 0; li < cap->n_layers; li++) {
-        layer_prep *cur = &prep[li % 2], *next = &prep[(li + 1) % 2];
-        const int has_next = li + 1 < cap->n_layers && st == PG_OK;
-        if (has_next) layer_prep_start(next, cap, li + 1, opt, &thread[(li + 1) % 2],
-                                       &started[(li + 1) % 2]);
-        const double t0 = progress_now();
-        void *layer_pin = NULL;
-        if (st == PG_OK && opt->cuda != NULL && whole == NULL)
-            layer_pin = pin_layers(cap, li, li + 1, err, &st);
-        if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t0;
-        if (st == PG_OK)
-            st = sweep_layer(store, run_id, cap, capture_name, li, cur, opt, &bar, &step, err);
+    /* On the GPU, the arrays uploaded are page-locked: the whole capture at
+     * once when it is small enough (pin_whole), else a layer at a time. */
+    void *whole = NULL;
+    const double t0 = progress_now();
+    if (opt->cuda != NULL && pin_whole(cap)) whole = pin_layers(cap, 0, cap->n_layers, err, &st);
+    if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t0;
+    for (int li = 0; st == PG_OK && li < cap->n_layers; li++) {
         const double t1 = progress_now();
-        cuda_host_unpin(layer_pin); /* this layer's copies are done */
-        /* the time the next layer's preparation outlasts this one */
-        if (has_next) layer_prep_finish(thread[(li + 1) % 2], started[(li + 1) % 2]);
+        void *layer_pin = NULL;
+        if (opt->cuda != NULL && whole == NULL) layer_pin = pin_layers(cap, li, li + 1, err, &st);
         if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
-        if (!has_next) break;
+        if (st == PG_OK) st = sweep_layer(store, run_id, cap, capture_name, li, opt, &bar, &step, err);
+        cuda_host_unpin(layer_pin); /* this layer's copies are done */
     }
     cuda_host_unpin(whole);
     progress_finish(&bar);

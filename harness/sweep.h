@@ -53,9 +53,10 @@ const char *sweep_variant_name(sweep_variant v);
  * capture name capture_name and backend "cuda" when opt->cuda is set, else
  * "cpu". Each layer is one transaction: on failure the failing layer is rolled
  * back, earlier layers stay stored, and err names the layer and what failed.
- * Layer l + 1's fp8 calibration runs on a thread of its own while layer l
- * computes; on the GPU the arrays it uploads are page-locked while it runs
- * (the whole capture at once when it is at most half the machine's memory). */
+ * fp8 scales not in the capture are calibrated from the amax that
+ * capture_open read. On the GPU the arrays uploaded are page-locked while
+ * they are swept (the whole capture at once when it is at most half the
+ * machine's memory). */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err);
 

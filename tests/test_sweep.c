@@ -347,8 +347,8 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
 
 /* ---- fp8 calibration ------------------------------------------------------ */
 
-/* A capture whose q spans three of sweep.c's 4 MiB calibration work items
- * (2^21 bf16 each): 1,100 tokens x 32 heads x 64 dims = 2,252,800 values. */
+/* A capture whose q spans two of capture_open's 4 MiB scan work items (2^21
+ * bf16 each), which also read the amax: 1,100 x 32 x 64 = 2,252,800 values. */
 #define CAL_T 1100
 #define CAL_HQ 32
 #define CAL_HKV 4
@@ -358,9 +358,8 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
 #define CAL_NKV ((size_t)CAL_T * CAL_HKV * CAL_D)
 
 /* The calibrated scales (amax / 448) of every layer's q, k and v, with each
- * tensor's largest magnitude planted where the work items split it (the
- * last element of q, past its second item; k and v at other places), and
- * layer 1 prepared on its thread while layer 0 computes. */
+ * tensor's largest magnitude planted in a different work item (the last
+ * element of q, in its second item; k and v at other places). */
 Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
 {
     static uint16_t q[CAL_LAYERS][CAL_NQ], k[CAL_LAYERS][CAL_NKV], v[CAL_LAYERS][CAL_NKV];
