@@ -348,8 +348,12 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
 /* ---- fp8 calibration ------------------------------------------------------ */
 
 /* A capture whose q spans two of capture_open's 4 MiB scan work items (2^21
- * bf16 each), which also read the amax: 1,100 x 32 x 64 = 2,252,800 values. */
-#define CAL_T 1100
+ * bf16 each), which also read the amax: 1,100 x 32 x 64 = 2,252,800 values,
+ * as CAL_SEQS sequences of CAL_SEQ_LEN tokens so that the attention stays
+ * cheap (under the sanitizers too). */
+#define CAL_SEQS 100
+#define CAL_SEQ_LEN 11
+#define CAL_T (CAL_SEQS * CAL_SEQ_LEN)
 #define CAL_HQ 32
 #define CAL_HKV 4
 #define CAL_D 64
@@ -370,8 +374,13 @@ Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
     st_writer *w = NULL;
     cr_assert_eq(st_writer_create(&w, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(st_writer_add_meta(w, "format", CAPTURE_FORMAT_V1, &err), PG_OK);
-    cr_assert_eq(st_writer_add_meta(w, "seq_q", "[1100]", &err), PG_OK);
-    cr_assert_eq(st_writer_add_meta(w, "seq_kv", "[1100]", &err), PG_OK);
+    char seqs[CAL_SEQS * 4 + 2] = "[";
+    for (int i = 0; i < CAL_SEQS; i++)
+        snprintf(seqs + strlen(seqs), sizeof seqs - strlen(seqs), "%s%d", i ? "," : "",
+                 CAL_SEQ_LEN);
+    strcat(seqs, "]");
+    cr_assert_eq(st_writer_add_meta(w, "seq_q", seqs, &err), PG_OK);
+    cr_assert_eq(st_writer_add_meta(w, "seq_kv", seqs, &err), PG_OK);
     const int64_t qshape[3] = {CAL_T, CAL_HQ, CAL_D}, kvshape[3] = {CAL_T, CAL_HKV, CAL_D};
     for (int l = 0; l < CAL_LAYERS; l++) {
         uint16_t *t[3] = {q[l], k[l], v[l]};
