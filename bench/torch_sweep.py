@@ -74,28 +74,58 @@ def main():
     sm = float(meta.get("sm_scale", d ** -0.5))
     band = {}
 
-    def mask_for(w):
+    def band_mask(w):
+        """[nb, 1, w, 2w] bool: query i of block b sees local key j (global
+        key (b-1)w + j) iff the key is in [query - w + 1, query] and exists."""
         if w not in band:
-            i = torch.arange(T, device="cuda")
-            band[w] = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)
+            nb = (T + w - 1) // w
+            i = torch.arange(w, device="cuda")[:, None]
+            j = torch.arange(2 * w, device="cuda")[None, :]
+            m = ((j > i) & (j <= w + i)).expand(nb, w, 2 * w).clone()
+            m[0, :, :w] = False  # block 0's first w keys are padding
+            band[w] = m.unsqueeze(1)
         return band[w]
 
-    def attn(q, k, v, w, dtype):
-        # fp32 has no flash kernel, and with enable_gqa SDPA sends it to the
-        # math path (on the H200, 2026-12-02: 85 ms a causal layer against
-        # 16.6 ms with the kv heads repeated, which reaches the memory-efficient
-        # kernel); bf16's flash kernel takes GQA as is.
-        gqa = dtype != torch.float32
-        if not gqa:
-            rep = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    def dense(q, k, v, w, dtype, gqa):
         q = q.to(dtype).permute(1, 0, 2).unsqueeze(0)
         k = k.to(dtype).permute(1, 0, 2).unsqueeze(0)
         v = v.to(dtype).permute(1, 0, 2).unsqueeze(0)
         if w:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask_for(w), scale=sm,
-                                                  enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=sm, enable_gqa=gqa)
+            i = torch.arange(T, device="cuda")
+            mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sm,
+                                                  enable_gqa=gqa)[0].permute(1, 0, 2)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=sm,
+                                              enable_gqa=gqa)[0].permute(1, 0, 2)
+
+    def banded(q, k, v, w, dtype):
+        """Sliding-window attention as blocks of w queries against their 2w
+        keys (the band), so the work is T * 2w per head, not T^2."""
+        nb = (T + w - 1) // w
+        tp = nb * w
+        hq = q.shape[1]
+        qb = F.pad(q.to(dtype), (0, 0, 0, 0, 0, tp - T)).view(nb, w, hq, q.shape[2])
+        kp = F.pad(k.to(dtype), (0, 0, 0, 0, w, tp - T))  # w keys of padding in front
+        vp = F.pad(v.to(dtype), (0, 0, 0, 0, w, tp - T))
+        kb = kp.unfold(0, 2 * w, w).permute(0, 1, 3, 2)  # [nb, hkv, 2w, d]
+        vb = vp.unfold(0, 2 * w, w).permute(0, 1, 3, 2)
+        o = F.scaled_dot_product_attention(qb.permute(0, 2, 1, 3), kb, vb,
+                                           attn_mask=band_mask(w), scale=sm)
+        return o.permute(0, 2, 1, 3).reshape(tp, hq, q.shape[2])[:T]
+
+    def attn(q, k, v, w, dtype, windows_dense=False):
+        # fp32 has no flash kernel, and with enable_gqa SDPA sends it to the
+        # math path (on the H200, 2026-12-02: 85 ms a causal layer against
+        # 16.6 ms with the kv heads repeated, which reaches the memory-efficient
+        # kernel); bf16's flash kernel takes GQA as is. Masked (windowed)
+        # attention repeats them in every dtype.
+        gqa = dtype != torch.float32 and not w
+        if not gqa:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if w and not windows_dense:
+            return banded(q, k, v, w, dtype)
+        return dense(q, k, v, w, dtype, gqa)
 
     errors = []
 
@@ -113,6 +143,20 @@ def main():
             rel = {m: ((o.float() - ref).norm() / ref.norm()) for m, o in outs.items()}
             if record:
                 errors.append((li, {m: float(r) for m, r in rel.items()}))
+
+    # The band against the dense [T, T] mask, on the first windowed layer.
+    for li, q, k, v in layers:
+        w = windows[li] if li < len(windows) else 0
+        if w:
+            for dt in (torch.float32, torch.bfloat16):
+                a, b = attn(q, k, v, w, dt), attn(q, k, v, w, dt, windows_dense=True)
+                diff = float((a.float() - b.float()).norm() / b.float().norm())
+                t_band = timed(lambda: attn(q, k, v, w, dt), reps)
+                t_dense = timed(lambda: attn(q, k, v, w, dt, windows_dense=True), reps)
+                print(f"windowed layer {li} {dt}: band against dense mask rel_l2 {diff:.2e}, "
+                      f"{t_band * 1e3:.2f} ms against {t_dense * 1e3:.2f} ms")
+                assert diff < (1e-6 if dt == torch.float32 else 1e-2), "band != dense"
+            break
 
     total = timed(lambda: sweep(False), reps)
     sweep(True)
