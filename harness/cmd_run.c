@@ -327,7 +327,7 @@ int cmd_run(int argc, char **argv)
     if (st == PG_OK) {
         const double t_end = progress_now();
         printf("run %lld complete: %s (backend start %.2f s beside load and validate %.2f s, "
-               "compute %.2f s, store %.2f s, close %.2f s; %.2f s in all)\n",
+               "compute %.2f s, store %.2f s beside it, close %.2f s; %.2f s in all)\n",
                (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, stats.store_s,
                t_end - t_close, t_end - t_start);
     }

@@ -1,6 +1,7 @@
 /* sweep.c: the per-layer precision sweep on the CPU specification (see sweep.h). */
 #include "sweep.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,64 +356,104 @@ static int pin_whole(const capture *cap)
     return mem > 0 && bytes <= PIN_WHOLE_MAX_SHARE * mem;
 }
 
-/* The reference, every selected mode and every external output of one layer. */
-static pg_status sweep_layer(pg_store *store, int64_t run_id, const capture *cap,
-                             const char *capture_name, int li, const sweep_options *opt,
-                             progress *bar, int64_t *step, pg_err *err)
+/* Prefixes err's message with "layer li: " unless it already names a layer,
+ * keeping the first failure's code. */
+static void err_name_layer(pg_err *err, int li)
+{
+    if (err == NULL || strncmp(err->msg, "layer ", 6) == 0) return;
+    char prefix[32];
+    const size_t plen = (size_t)snprintf(prefix, sizeof prefix, "layer %d: ", li);
+    size_t len = strlen(err->msg);
+    if (plen + len >= sizeof err->msg) len = sizeof err->msg - plen - 1;
+    memmove(err->msg + plen, err->msg, len);
+    memcpy(err->msg, prefix, plen);
+    err->msg[plen + len] = '\0';
+}
+
+/* One computed layer on its way to the store: written on a thread of its own
+ * while the next layer computes. The sweep's thread does not touch the store
+ * until the write is joined, so the connection has one user at a time. */
+typedef struct layer_write {
+    pg_store *store;
+    int64_t run_id;
+    const char *capture_name, *scale_source, *backend;
+    layer_ctx c;       /* owns c.vm and c.mbuf */
+    double seconds;    /* the transaction's wall time */
+    pg_status st;
+    pg_err err;
+    pthread_t thread;
+    int threaded;      /* 1: thread runs it; 0: ran on the caller's thread */
+} layer_write;
+
+/* Thread body: stores w's layer in one transaction and frees its metrics. */
+static void *layer_write_run(void *arg)
+{
+    layer_write *w = arg;
+    const double t0 = progress_now();
+    w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L->hq, w->c.vm,
+                        w->c.n_vm, w->c.tqs, w->scale_source, w->backend, &w->err);
+    if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
+    w->seconds = progress_now() - t0;
+    free(w->c.vm);
+    free(w->c.mbuf);
+    w->c.vm = NULL;
+    w->c.mbuf = NULL;
+    return NULL;
+}
+
+/* Starts storing w's layer on a thread (on this one when none can start). */
+static void layer_write_start(layer_write *w)
+{
+    w->threaded = pthread_create(&w->thread, NULL, layer_write_run, w) == 0;
+    if (!w->threaded) layer_write_run(w);
+}
+
+/* Waits for w's store; its status (err filled on failure). Adds its time to
+ * stats when not NULL. */
+static pg_status layer_write_join(layer_write *w, sweep_stats *stats, pg_err *err)
+{
+    if (w->threaded) pthread_join(w->thread, NULL);
+    w->threaded = 0;
+    if (stats != NULL) stats->store_s += w->seconds;
+    if (w->st != PG_OK && err != NULL) *err = w->err;
+    return w->st;
+}
+
+/* Computes the reference, every selected mode and every external output of
+ * layer li into *c (c->vm and c->mbuf allocated here, the caller's to free);
+ * *scale_source says where the fp8 scales came from. */
+static pg_status layer_compute(const capture *cap, int li, const sweep_options *opt,
+                               progress *bar, int64_t *step, layer_ctx *c,
+                               const char **scale_source, pg_err *err)
 {
     const capture_layer *L = &cap->layers[li];
-    layer_ctx c = {.cap = cap, .L = L, .li = li,
-                   .b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d, L->window,
-                         L->sm_scale, L->sinks},
-                   .nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d};
+    *c = (layer_ctx){.cap = cap, .L = L, .li = li,
+                     .b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d, L->window,
+                           L->sm_scale, L->sinks},
+                     .nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d};
     const int n_vm_max = 2 * (int)SWEEP_N_VARIANTS + L->n_ext;
-    c.vm = calloc((size_t)n_vm_max, sizeof *c.vm);
-    c.mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *c.mbuf);
-    pg_status st = PG_OK;
-    if (!c.vm || !c.mbuf) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
+    c->vm = calloc((size_t)n_vm_max, sizeof *c->vm);
+    c->mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *c->mbuf);
+    if (!c->vm || !c->mbuf) return pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
     /* Scales from the capture, else calibrated per tensor as amax / 448. */
-    c.fo = (attn_fp8_options){.quantize = 1, .p_rounding = opt->p_rounding,
-                              .block_size = cap->block_size,
-                              .page_seed = opt->page_seed + (uint64_t)li};
-    const double t0 = progress_now();
-    const char *scale_source = L->has_scales ? "capture" : "calibrated";
+    c->fo = (attn_fp8_options){.quantize = 1, .p_rounding = opt->p_rounding,
+                               .block_size = cap->block_size,
+                               .page_seed = opt->page_seed + (uint64_t)li};
+    *scale_source = L->has_scales ? "capture" : "calibrated";
     if (L->has_scales) {
-        c.fo.q_scale = L->q_scale;
-        c.fo.k_scale = L->k_scale;
-        c.fo.v_scale = L->v_scale;
+        c->fo.q_scale = L->q_scale;
+        c->fo.k_scale = L->k_scale;
+        c->fo.v_scale = L->v_scale;
     } else {
-        c.fo.q_scale = fp8_e4m3_calibrated_scale(L->q_amax);
-        c.fo.k_scale = fp8_e4m3_calibrated_scale(L->k_amax);
-        c.fo.v_scale = fp8_e4m3_calibrated_scale(L->v_amax);
+        c->fo.q_scale = fp8_e4m3_calibrated_scale(L->q_amax);
+        c->fo.k_scale = fp8_e4m3_calibrated_scale(L->k_amax);
+        c->fo.v_scale = fp8_e4m3_calibrated_scale(L->v_amax);
     }
-    const tensor_quant tq0[3] = {{"q", c.fo.q_scale, {0}, 0}, {"k", c.fo.k_scale, {0}, 0},
-                                 {"v", c.fo.v_scale, {0}, 0}};
-    memcpy(c.tqs, tq0, sizeof tq0);
-
-    if (st == PG_OK)
-        st = opt->cuda ? layer_cuda(&c, opt, bar, step, err) : layer_cpu(&c, opt, bar, step, err);
-    const double t1 = progress_now();
-    if (st == PG_OK)
-        st = store_layer(store, run_id, capture_name, li, L->hq, c.vm, c.n_vm, c.tqs,
-                         scale_source, opt->cuda ? "cuda" : "cpu", err);
-    if (opt->stats != NULL) {
-        opt->stats->compute_s += t1 - t0;
-        opt->stats->store_s += progress_now() - t1;
-    }
-    if (st != PG_OK && err != NULL && strncmp(err->msg, "layer ", 6) != 0) {
-        /* Prefix the detail with where it happened, keeping the first failure's code. */
-        char prefix[32];
-        const size_t plen = (size_t)snprintf(prefix, sizeof prefix, "layer %d: ", li);
-        size_t len = strlen(err->msg);
-        if (plen + len >= sizeof err->msg) len = sizeof err->msg - plen - 1;
-        memmove(err->msg + plen, err->msg, len);
-        memcpy(err->msg, prefix, plen);
-        err->msg[plen + len] = '\0';
-    }
-    free(c.vm);
-    free(c.mbuf);
-    return st;
+    const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
+                                 {"v", c->fo.v_scale, {0}, 0}};
+    memcpy(c->tqs, tq0, sizeof tq0);
+    return opt->cuda ? layer_cuda(c, opt, bar, step, err) : layer_cpu(c, opt, bar, step, err);
 }
 
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
@@ -432,13 +473,39 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     const double t0 = progress_now();
     if (opt->cuda != NULL && pin_whole(cap)) whole = pin_layers(cap, 0, cap->n_layers, err, &st);
     if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t0;
+    /* Layer li computes while layer li - 1 is stored (w[li % 2]). */
+    layer_write w[2] = {{.st = PG_OK}, {.st = PG_OK}};
+    const char *backend = opt->cuda ? "cuda" : "cpu";
     for (int li = 0; st == PG_OK && li < cap->n_layers; li++) {
         const double t1 = progress_now();
         void *layer_pin = NULL;
         if (opt->cuda != NULL && whole == NULL) layer_pin = pin_layers(cap, li, li + 1, err, &st);
-        if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
-        if (st == PG_OK) st = sweep_layer(store, run_id, cap, capture_name, li, opt, &bar, &step, err);
+        layer_write *cur = &w[li % 2], *prev = &w[(li + 1) % 2];
+        *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
+                             .backend = backend, .st = PG_OK};
+        if (st == PG_OK) st = layer_compute(cap, li, opt, &bar, &step, &cur->c, &cur->scale_source, err);
+        if (st != PG_OK) err_name_layer(err, li);
         cuda_host_unpin(layer_pin); /* this layer's copies are done */
+        if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
+        /* The layer before must be stored before this one starts: an earlier
+         * failure wins, and this layer is then not stored. */
+        pg_err prev_err = {0};
+        if (layer_write_join(prev, opt->stats, &prev_err) != PG_OK) {
+            *err = prev_err;
+            st = prev_err.code;
+        }
+        if (st == PG_OK) layer_write_start(cur);
+        else {
+            free(cur->c.vm);
+            free(cur->c.mbuf);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        pg_err last_err = {0};
+        if (layer_write_join(&w[i], opt->stats, &last_err) != PG_OK && st == PG_OK) {
+            *err = last_err;
+            st = last_err.code;
+        }
     }
     cuda_host_unpin(whole);
     progress_finish(&bar);

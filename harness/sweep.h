@@ -17,7 +17,7 @@
 /* Where a sweep's time went (seconds), for `precgate run`'s timing line. */
 typedef struct sweep_stats {
     double compute_s;   /* reference, modes and metrics (CPU or GPU, uploads included) */
-    double store_s;     /* SQLite transactions */
+    double store_s;     /* SQLite transactions (a layer is stored while the next computes) */
 } sweep_stats;
 
 /* The precision modes a sweep can run (a bit set). */
@@ -51,8 +51,10 @@ const char *sweep_variant_name(sweep_variant v);
 
 /* Runs the sweep over every layer of cap, storing rows under run_id with
  * capture name capture_name and backend "cuda" when opt->cuda is set, else
- * "cpu". Each layer is one transaction: on failure the failing layer is rolled
- * back, earlier layers stay stored, and err names the layer and what failed.
+ * "cpu". Each layer is one transaction, written on a thread of its own while
+ * the next layer computes: on failure the failing layer is rolled back,
+ * earlier layers stay stored, later ones are not stored, and err names the
+ * layer and what failed.
  * fp8 scales not in the capture are calibrated from the amax that
  * capture_open read. On the GPU the arrays uploaded are page-locked while
  * they are swept (the whole capture at once when it is at most half the

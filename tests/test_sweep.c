@@ -70,35 +70,56 @@ static sweep_options options(unsigned variants)
 
 /* ---- a failing layer rolls back alone --------------------------------- */
 
-Test(sweep, failure_mid_run_keeps_earlier_layers)
+/* A small gpt-oss-shaped capture c.safetensors in the scratch directory:
+ * n_layers layers of 4 q / 2 kv heads, D 16, window 8 on even layers,
+ * n_seqs x (context + seq_len) tokens; opened. */
+static capture *small_capture(int n_layers, int n_seqs, int seq_len, int context)
 {
-    /* 3 small layers: 4 q / 2 kv heads, D 16, 2 x (4 context + 12 new) tokens */
     synth_config cfg;
     pg_err err = {0};
     cr_assert_eq(synth_preset("gpt-oss-120b", &cfg, &err), PG_OK, "%s", err.msg);
-    cfg.n_layers = 3;
+    cfg.n_layers = n_layers;
     cfg.hq = 4;
     cfg.hkv = 2;
     cfg.d = 16;
     cfg.window = 8;
-    cfg.n_seqs = 2;
-    cfg.seq_len = 12;
-    cfg.context = 4;
+    cfg.n_seqs = n_seqs;
+    cfg.seq_len = seq_len;
+    cfg.context = context;
     cr_assert_eq(synth_write(&cfg, tu_in_dir("c.safetensors"), &err), PG_OK, "%s", err.msg);
-    capture *cap = open_capture(tu_in_dir("c.safetensors"));
+    return open_capture(tu_in_dir("c.safetensors"));
+}
+
+/* Sweeps cap with every mode into a new store d.db (*s, run *run) where
+ * inserting layer's rows into table fails ('injected failure'). */
+static pg_status sweep_failing_at(const capture *cap, const char *table, int layer, pg_store **s,
+                                  int64_t *run, pg_err *serr)
+{
+    *s = open_store("d.db");
+    *run = begin_run(*s);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP TRIGGER inject BEFORE INSERT ON main.%s WHEN NEW.layer = %d "
+             "BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+             table, layer);
+    tu_sql_exec(store_handle(*s), sql);
+    const sweep_options so = options(SWEEP_ALL_VARIANTS);
+    return sweep_run(*s, *run, cap, "c.safetensors", &so, serr);
+}
+
+Test(sweep, failure_mid_run_keeps_earlier_layers)
+{
+    capture *cap = small_capture(3, 2, 12, 4);
+    pg_err err = {0};
     cr_assert_eq(cap->n_layers, 3);
     const int hq = cap->layers[0].hq;
     cr_assert_eq(hq, 4);
 
-    pg_store *s = open_store("d.db");
-    const int64_t run = begin_run(s);
-    sqlite3 *db = store_handle(s);
-    tu_sql_exec(db, "CREATE TEMP TRIGGER inject BEFORE INSERT ON main.layer_metrics "
-                    "WHEN NEW.layer = 2 BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
-
-    const sweep_options so = options(SWEEP_ALL_VARIANTS);
+    pg_store *s;
+    int64_t run;
     pg_err serr = {0};
-    const pg_status st = sweep_run(s, run, cap, "c.safetensors", &so, &serr);
+    const pg_status st = sweep_failing_at(cap, "layer_metrics", 2, &s, &run, &serr);
+    sqlite3 *db = store_handle(s);
     cr_assert_eq(st, PG_ERR_DB, "sweep_run returned %d (%s)", st, serr.msg);
     cr_assert_eq(serr.code, PG_ERR_DB);
     cr_assert_eq(strncmp(serr.msg, "layer 2: ", 9), 0, "message '%s'", serr.msg);
@@ -124,6 +145,31 @@ Test(sweep, failure_mid_run_keeps_earlier_layers)
     cr_assert_eq(store_run_finish(s, run, "failed", serr.msg, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), 2 * N_MODES * (hq + 1));
 
+    store_close(s);
+    capture_close(cap);
+}
+
+/* Layer 1 of 4 fails to store while layer 2 computes: layer 0 stays, layers
+ * 1..3 are not stored, and the error names layer 1 (not the layer computing). */
+Test(sweep, store_failure_stops_the_layers_after_it)
+{
+    capture *cap = small_capture(4, 1, 16, 0);
+    const int hq = cap->layers[0].hq;
+    pg_store *s;
+    int64_t run;
+    pg_err serr = {0};
+    cr_assert_eq(sweep_failing_at(cap, "quant_stats", 1, &s, &run, &serr), PG_ERR_DB, "%s",
+                 serr.msg);
+    sqlite3 *db = store_handle(s);
+    cr_assert_eq(strncmp(serr.msg, "layer 1: ", 9), 0, "message '%s'", serr.msg);
+    cr_assert_not_null(strstr(serr.msg, "injected failure"), "message '%s'", serr.msg);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 0"),
+                 N_MODES * (hq + 1));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE layer = 0"), 3);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer >= 1"), 0,
+                 "layer 1 rolled back, layers 2 and 3 never stored");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE layer >= 1"), 0);
+    cr_assert_eq(sqlite3_get_autocommit(db), 1, "a transaction is still open");
     store_close(s);
     capture_close(cap);
 }
