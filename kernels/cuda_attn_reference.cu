@@ -3,18 +3,25 @@
 //
 // FlashAttention-style, fp64 on Hopper's fp64 tensor cores (DMMA, PTX
 // mma.sync m16n8k8 .f64). One block = BM query rows of one query head of one
-// sequence; key tiles of REF_BN keys stream through shared memory with an
-// online softmax:
-//   S = (sum_d q.k in fp64) * (double)sm_scale, masked to [lo_r, hi_r];
-//   m_new = max(m, tile max), alpha = exp(m - m_new),
-//   l = l*alpha + sum exp(S - m_new), O = O*alpha + P.V;   out = O * (1 / l).
+// sequence; key tiles of REF_BN keys stream through shared memory: each
+// tile's bf16 K and V arrive by cp.async while the tile before is computed,
+// and are converted to fp64 once per block. Softmax with a lazy maximum:
+//   S = sum_d (q * sm_scale) . k in fp64, masked to [lo_r, hi_r];
+//   the row's reference m moves to the tile's maximum only when that exceeds
+//   m by more than REF_RESCALE_MARGIN (then alpha = exp(m - m_new) rescales
+//   l and O), otherwise P = exp(S - m) <= e^margin, which fp64 holds;
+//   l += sum P, O += P.V;   out = O * (1 / l).
+// The result does not depend on m beyond rounding (O / l is invariant), so a
+// stale m costs nothing but the rescales it saves: 2 fp64 multiplies per
+// score. The exponential is exp_f64_table.h (10 fp64 instructions against
+// CUDA exp's ~16; a DFMA and a DMMA share the fp64 pipe).
 // A sink is an initial logit: m = sink, l = 1 (= exp(sink - m)), O = 0;
-// without sinks m = -inf, l = 0. exp(-inf - -inf) is never evaluated: while
-// m_new is -inf, alpha = 1 and P = 0.
+// without sinks m = -inf, l = 0, and the first tile a row sees sets m.
 // Every product and sum is fp64 rounded to nearest (DMMA computes in IEEE
-// fp64), bf16 -> fp64 is exact, so the only differences from the CPU
-// reference are the order of the fp64 sums and the exponential (CUDA's exp,
-// <= 1 ulp, vs the CPU's < 2 ulp): relative error ~1e-15, far inside 1e-12.
+// fp64), bf16 -> fp64 is exact, q * sm_scale is exact (8 by 24 significant
+// bits), and exp is within 2 ulp with the CPU's flush below -700, so the only
+// differences from the CPU reference are the order of the sums and the
+// exponential's rounding: relative error ~1e-15, far inside 1e-12.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stddef.h>
@@ -22,6 +29,8 @@
 
 // Declares the launchers (extern "C") defined here.
 #include "cuda_common.cuh"
+#include "cuda_mma.cuh"
+#include "exp_f64_table.h"
 
 #define REF_WARP_SIZE 32
 #define REF_FULL_MASK 0xFFFFFFFFu
@@ -49,25 +58,68 @@
 #define REF_V_PAD 2
 // bf16 values converted per fill step (one 16-byte double2 store).
 #define REF_FILL_VEC 2
+// bf16 values per 16-byte cp.async chunk of the staged K/V tiles.
+#define REF_CHUNK_ELEMS 8
+// The lazy maximum: a row's m moves only when a score exceeds it by more than
+// this, so P = exp(S - m) <= e^256 ~ 1.5e111, and l, O (at most 2^31 keys
+// times |v| <= 3.4e38, bf16's largest) stay below 1e160, inside fp64's
+// 1.8e308 with room to spare.
+#define REF_RESCALE_MARGIN 256.0
 // Head-dim templates and their block shapes: warps per block, and the
 // resident blocks per SM that __launch_bounds__ holds the registers to
-// (smem: 70.5 KiB x 2 for d <= 64, 202.5 KiB x 1 for d <= 128).
+// (smem: 79 KiB x 2 for d <= 64, 219 KiB x 1 for d <= 128; the limit is 227).
 #define REF_D_SMALL 64
 #define REF_D_MAX 128
 #define REF_WARPS_SMALL_D 4
 #define REF_WARPS_LARGE_D 8
 #define REF_BLOCKS_SMALL_D 2
 #define REF_BLOCKS_LARGE_D 1
-// Head dims must be a multiple of this.
+// Head dims must be a multiple of this (a whole cp.async chunk per row).
 #define REF_D_MULTIPLE 8
 // Largest gridDim.y / gridDim.z (CUDA limit).
 #define REF_MAX_GRID_YZ 65535
+// Alignment (bytes) of k and v (16-byte cp.async chunks) and of q (read as
+// bf16 pairs); rows keep it since d % 8 == 0.
+#define REF_KV_ALIGN 16
+#define REF_Q_ALIGN 4
+// bf16 bit fields: sign, and the magnitude range of normal numbers.
+#define BF16_SIGN 0x8000u
+#define BF16_MAG 0x7FFFu
+#define BF16_MIN_NORMAL 0x0080u
+#define BF16_INF 0x7F80u
+#define BF16_MANT_MASK 0x7Fu
+// A normal bf16 magnitude's bits shifted into an fp64 high word: exponent
+// rebias (1023 - 127) << 20, mantissa 7 bits -> 20 bits (<< 13). A
+// subnormal's biased exponent is its top bit's position plus 1023 - 133.
+#define BF16_TO_F64_REBIAS 0x38000000u
+#define BF16_TO_F64_SHIFT 13
+#define BF16_SUBNORMAL_BIAS 890
+// fp64 high word: mantissa bits, their mask, and the exponent field of Inf.
+#define F64_HI_MANT_BITS 20
+#define F64_HI_MANT_MASK 0xFFFFFu
+#define F64_HI_INF 0x7FF00000u
 
 namespace {  // kernels and helpers are private to this file
 
-__device__ __forceinline__ double bf16_bits_to_f64(uint16_t h)
+// exp_f64_table's 2^(j/64), copied into each block's shared memory (lanes
+// read it at scattered j, which the constant cache would serialize).
+__constant__ double ref_exp_table[EXP_F64_TABLE_SIZE] = {EXP_F64_TABLE_VALUES};
+
+// bf16 -> fp64, exact, by integer moves alone (a conversion instruction
+// would run on the fp64 pipe the products need). Normal numbers rebias the
+// exponent; subnormals (mag * 2^-133) are normalized at their top bit p,
+// exponent p - 133; Inf and NaN keep their payload. Checked bit for bit
+// against (double)float on all 65,536 patterns.
+__device__ __forceinline__ double bf16_bits_to_f64(uint32_t h)
 {
-    return (double)__uint_as_float((uint32_t)h << 16);
+    const uint32_t mag = h & BF16_MAG, sign = (h & BF16_SIGN) << 16;
+    uint32_t hi = (mag << BF16_TO_F64_SHIFT) + BF16_TO_F64_REBIAS;  // normal
+    const int p = 31 - __clz(mag | 1u);                              // subnormal's top bit
+    const uint32_t sub = ((uint32_t)(p + BF16_SUBNORMAL_BIAS) << F64_HI_MANT_BITS) |
+                         ((mag << (F64_HI_MANT_BITS - p)) & F64_HI_MANT_MASK);
+    hi = mag >= BF16_INF ? F64_HI_INF | ((mag & BF16_MANT_MASK) << BF16_TO_F64_SHIFT) : hi;
+    hi = mag < BF16_MIN_NORMAL ? (mag != 0 ? sub : 0u) : hi;
+    return __hiloint2double((int)(sign | hi), 0);
 }
 
 // Lowest key of the query whose highest key is hi (attn_layout.h).
@@ -111,24 +163,27 @@ struct ref_shape {
     static constexpr int bm = WARPS * REF_ROWS_PER_WARP;  // query rows per block
 };
 
-// Dynamic shared memory (bytes) of ref_attn_kernel<WARPS, DMAX>.
+// Dynamic shared memory (bytes) of ref_attn_kernel<WARPS, DMAX>: fp64 sQ, sK,
+// sV, the bf16 staging of K and V, and the exp table.
 template <int WARPS, int DMAX>
 constexpr size_t ref_smem_bytes()
 {
     return sizeof(double) * ((size_t)(ref_shape<WARPS>::bm + REF_BN) * (DMAX + REF_QK_PAD) +
-                             (size_t)REF_BN * (DMAX + REF_V_PAD));
+                             (size_t)REF_BN * (DMAX + REF_V_PAD) + EXP_F64_TABLE_SIZE) +
+           sizeof(uint16_t) * 2 * REF_BN * DMAX;
 }
 
 // grid (ceil(max_q / BM), hq, n_seqs), WARPS * 32 threads,
 // ref_smem_bytes<WARPS, DMAX>() dynamic smem, BM = 16 * WARPS. Block (x, h, s):
 // query rows j0 = x*BM .. of head h in sequence s (a block with j0 >= seq_q[s]
 // exits at once). d <= DMAX, d % 8 == 0.
-// Shared memory, fp64 (bf16 converted exactly on the fill), row strides padded
-// (REF_QK_PAD, REF_V_PAD): sQ [BM][DMAX + 8], sK [REF_BN][DMAX + 8],
-// sV [REF_BN][DMAX + 2]; dims d .. DMAX-1 are 0, so every product runs over
-// DMAX dims with no branch. Rows past seq_q repeat the last valid row (same
-// keys, finite) and are not written; keys past seq_kv are 0 (their weight is
-// 0 and 0 * 0 stays 0).
+// Shared memory, fp64 (bf16 converted exactly), row strides padded
+// (REF_QK_PAD, REF_V_PAD): sQ [BM][DMAX + 8] (times sm_scale),
+// sK [REF_BN][DMAX + 8], sV [REF_BN][DMAX + 2]; dims d .. DMAX-1 are 0, so
+// every product runs over DMAX dims with no branch. Rows past seq_q repeat the
+// last valid row (same keys, finite) and are not written; keys past seq_kv
+// are 0 (their weight is 0 and 0 * 0 stays 0). Staging: stK, stV [REF_BN][DMAX]
+// bf16, filled by cp.async (keys past seq_kv zero-filled).
 // Warp w owns rows 16w .. 16w+15, one m16 tile; lane (g = lane / 4, q = lane
 // % 4) holds rows 16w + g + 8i (i = 0, 1), in S keys 8nt + 2q + e of each n8
 // key tile nt, in O dims 8dt + 2q + e (e = 0, 1; accumulator element e + 2i).
@@ -139,8 +194,11 @@ constexpr size_t ref_smem_bytes()
 //   O += P.V, key tile nt: key 8nt + 2q + j, whose P the lane already holds
 //   in its S accumulators (element j + 2i), so P never moves; B = V[8nt + 2q
 //   + j][8dt + g].
+// l is kept per lane (its keys of the row) and summed over the quad at the
+// end; m is the same in the four lanes of a row.
 // A warp skips the tiles none of its rows sees (identical to processing them:
-// alpha = 1, P = 0) and every tile when all its rows are past seq_q.
+// P = 0) and every tile when all its rows are past seq_q; tiles every row of
+// the warp sees in full skip the mask.
 template <int WARPS, int DMAX, int MIN_BLOCKS>
 __global__ void __launch_bounds__(ref_shape<WARPS>::threads, MIN_BLOCKS)
 ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
@@ -156,9 +214,11 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     constexpr int LANE_DIMS = REF_MMA_K / REF_QUAD; // dims per lane per k step (a double2)
     constexpr int ROW_VECS = DMAX / REF_FILL_VEC;  // fill steps per smem row
     constexpr int FILL_ROWS = THREADS / ROW_VECS;  // rows converted per fill step
+    constexpr int ROW_CHUNKS = DMAX / REF_CHUNK_ELEMS;  // cp.async chunks per staged row
     static_assert(DMAX % REF_MMA_K == 0 && DMAX % REF_MMA_N == 0, "dim tiling");
     static_assert(THREADS % ROW_VECS == 0 && BM % FILL_ROWS == 0 && REF_BN % FILL_ROWS == 0,
                   "fill loops have a fixed trip count");
+    static_assert(REF_BN * ROW_CHUNKS % THREADS == 0, "staging loop has a fixed trip count");
     static_assert(REF_MMA_N == 2 * REF_QUAD && REF_MMA_K == 2 * REF_QUAD &&
                       REF_MMA_M == 2 * REF_HALF_M,
                   "fragment layout of dmma_16x8x8");
@@ -172,6 +232,9 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     double *sQ = (double *)ref_smem_raw;   // [BM][QK_STRIDE]
     double *sK = sQ + BM * QK_STRIDE;      // [REF_BN][QK_STRIDE]
     double *sV = sK + REF_BN * QK_STRIDE;  // [REF_BN][V_STRIDE]
+    double *sExp = sV + REF_BN * V_STRIDE; // [EXP_F64_TABLE_SIZE]
+    uint16_t *stK = (uint16_t *)(sExp + EXP_F64_TABLE_SIZE);  // [REF_BN][DMAX] bf16
+    uint16_t *stV = stK + REF_BN * DMAX;
 
     const int d = b.d;
     const int tid = threadIdx.x, warp = tid / REF_WARP_SIZE, lane = tid % REF_WARP_SIZE;
@@ -182,31 +245,55 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     const int hi_last = ctx + j_last;
     const int64_t q_row0 = b.q_off[s], kv_row0 = b.kv_off[s];
     const double scale = (double)b.sm_scale;
+    const int64_t kv_row_elems = (int64_t)b.hkv * d;  // elements between consecutive keys
+
+    // Stages K and V of the tile at key t0 (keys past seq_kv zero-filled;
+    // chunks past d are never read).
+    auto stage_tile = [&](int t0) {
+#pragma unroll
+        for (int it = 0; it < REF_BN * ROW_CHUNKS / THREADS; it++) {
+            const int c = tid + THREADS * it, r = c / ROW_CHUNKS, cc = c % ROW_CHUNKS;
+            if (cc * REF_CHUNK_ELEMS < d) {
+                const bool ok = t0 + r < skv;
+                const int64_t off = (kv_row0 + (ok ? t0 + r : 0)) * kv_row_elems +
+                                    (int64_t)g * d + cc * REF_CHUNK_ELEMS;
+                cp_async_16(stK + r * DMAX + cc * REF_CHUNK_ELEMS, k + off, ok ? 16 : 0);
+                cp_async_16(stV + r * DMAX + cc * REF_CHUNK_ELEMS, v + off, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit();
+    };
+    const int t_begin = key_lo(ctx + j0, b.window) / REF_BN * REF_BN;
+    stage_tile(t_begin);
 
     // Fill layout: thread tid converts dims fill_i, fill_i + 1 (a double2) of
     // rows fill_r0 + FILL_ROWS * it of each tile; dims past d are stored as 0.
     const int fill_i = (tid % ROW_VECS) * REF_FILL_VEC, fill_r0 = tid / ROW_VECS;
     const bool fill_dim = fill_i < d;
-    const int64_t kv_fill_step = (int64_t)FILL_ROWS * b.hkv * d;  // elements between fill rows
 
-    // Q tile in fp64 (rows past seq_q repeat row j_last).
+    // Q tile in fp64 times sm_scale (rows past seq_q repeat row j_last), and
+    // the exp table.
 #pragma unroll
     for (int it = 0; it < BM / FILL_ROWS; it++) {
         const int r = fill_r0 + FILL_ROWS * it;
         double2 x = make_double2(0.0, 0.0);
         if (fill_dim) {
-            const uint16_t *src =
-                q + ((q_row0 + min(j0 + r, j_last)) * b.hq + h) * (int64_t)d + fill_i;
-            x = make_double2(bf16_bits_to_f64(src[0]), bf16_bits_to_f64(src[1]));
+            const uint32_t pair = *(const uint32_t *)(q + ((q_row0 + min(j0 + r, j_last)) * b.hq + h) *
+                                                              (int64_t)d + fill_i);
+            x = make_double2(bf16_bits_to_f64(pair & 0xFFFFu) * scale,
+                             bf16_bits_to_f64(pair >> 16) * scale);
         }
         *(double2 *)&sQ[r * QK_STRIDE + fill_i] = x;
     }
+    if (tid < EXP_F64_TABLE_SIZE) sExp[tid] = ref_exp_table[tid];
 
     // This lane's rows (i = 0, 1) and the warp's key range.
     const int wrow0 = warp * REF_ROWS_PER_WARP;  // first row of the warp in the block
     const bool warp_live = j0 + wrow0 <= j_last;
+    const int warp_hi_first = ctx + min(j0 + wrow0, j_last);  // smallest hi of the warp's rows
     const int warp_hi = ctx + min(j0 + wrow0 + REF_ROWS_PER_WARP - 1, j_last);
-    const int warp_lo = key_lo(ctx + min(j0 + wrow0, j_last), b.window);
+    const int warp_lo = key_lo(warp_hi_first, b.window);  // smallest lo
+    const int warp_lo_last = key_lo(warp_hi, b.window);   // largest lo
     int lo_r[2], hi_r[2];
     double m_r[2], l_r[2], o[DT][4];
     const bool has_sink = b.sinks != NULL;
@@ -216,7 +303,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         hi_r[i] = ctx + min(j0 + wrow0 + fg + REF_HALF_M * i, j_last);
         lo_r[i] = key_lo(hi_r[i], b.window);
         m_r[i] = sink;
-        l_r[i] = has_sink ? 1.0 : 0.0;
+        l_r[i] = (has_sink && fq == 0) ? 1.0 : 0.0;  // one lane of the quad holds the sink's 1
     }
 #pragma unroll
     for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0;
@@ -227,32 +314,32 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     const double *kb = sK + fg * QK_STRIDE + LANE_DIMS * fq;
     const double *vb = sV + 2 * fq * V_STRIDE + fg;
 
-    const int t_begin = key_lo(ctx + j0, b.window) / REF_BN * REF_BN;
     for (int t0 = t_begin; t0 <= hi_last; t0 += REF_BN) {
-        __syncthreads();  // previous tile's products are done with sK and sV
+        cp_async_wait<0>();
+        __syncthreads();  // staging holds tile t0; the last tile's products are done
 
-        // K and V tiles in fp64 (keys past seq_kv are 0); row c of the tile
-        // is key t0 + c, FILL_ROWS keys apart in memory by kv_fill_step.
-        {
-            const int64_t off0 = ((kv_row0 + t0 + fill_r0) * b.hkv + g) * (int64_t)d + fill_i;
+        // Staged bf16 -> fp64 sK, sV (dims past d are 0).
 #pragma unroll
-            for (int it = 0; it < REF_BN / FILL_ROWS; it++) {
-                const int c = fill_r0 + FILL_ROWS * it;
-                double2 kx = make_double2(0.0, 0.0), vx = kx;
-                if (fill_dim && t0 + c < skv) {
-                    const int64_t off = off0 + it * kv_fill_step;
-                    kx = make_double2(bf16_bits_to_f64(k[off]), bf16_bits_to_f64(k[off + 1]));
-                    vx = make_double2(bf16_bits_to_f64(v[off]), bf16_bits_to_f64(v[off + 1]));
-                }
-                *(double2 *)&sK[c * QK_STRIDE + fill_i] = kx;
-                *(double2 *)&sV[c * V_STRIDE + fill_i] = vx;
+        for (int it = 0; it < REF_BN / FILL_ROWS; it++) {
+            const int c = fill_r0 + FILL_ROWS * it;
+            double2 kx = make_double2(0.0, 0.0), vx = kx;
+            if (fill_dim) {
+                const uint32_t kp = *(const uint32_t *)&stK[c * DMAX + fill_i];
+                const uint32_t vp = *(const uint32_t *)&stV[c * DMAX + fill_i];
+                kx = make_double2(bf16_bits_to_f64(kp & 0xFFFFu), bf16_bits_to_f64(kp >> 16));
+                vx = make_double2(bf16_bits_to_f64(vp & 0xFFFFu), bf16_bits_to_f64(vp >> 16));
             }
+            *(double2 *)&sK[c * QK_STRIDE + fill_i] = kx;
+            *(double2 *)&sV[c * V_STRIDE + fill_i] = vx;
         }
-        __syncthreads();  // sQ (first tile), sK, sV complete
+        __syncthreads();  // sQ and the table (first tile), sK, sV complete; staging free
+        if (t0 + REF_BN <= hi_last) stage_tile(t0 + REF_BN);  // lands while this tile computes
 
         // Tiles none of the warp's rows sees change nothing; the warp still
         // meets the barriers above.
         if (!warp_live || t0 > warp_hi || t0 + REF_BN - 1 < warp_lo) continue;
+        // Every row of the warp sees every key of the tile: no mask.
+        const bool whole = t0 >= warp_lo_last && t0 + REF_BN - 1 <= warp_hi_first;
 
         // S = Q.K^T: acc[nt] is the 16x8 block of the warp's rows x keys 8nt...
         double acc[REF_NT][4];
@@ -278,40 +365,58 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
             }
         }
 
-        // Online softmax per row; acc becomes P. All lanes run the shuffles.
+        // Mask (edge tiles only), then each lane's maximum per row.
+        double mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            double mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < REF_NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int t = t0 + nt * REF_MMA_N + 2 * fq + e;
-                    const bool seen = t >= lo_r[i] && t <= hi_r[i];
-                    double &x = acc[nt][e + 2 * i];
-                    x = seen ? x * scale : -INFINITY;
-                    mx = fmax(mx, x);
-                }
-            const double m_new = fmax(m_r[i], quad_max(mx));
-            const bool none = (m_new == -INFINITY);  // nothing seen yet
-            const double alpha = none ? 1.0 : exp(m_r[i] - m_new);
-            double sum = 0.0;
+        for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int nt = 0; nt < REF_NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     double &x = acc[nt][e + 2 * i];
-                    x = none ? 0.0 : exp(x - m_new);
-                    sum += x;
+                    if (!whole) {
+                        const int t = t0 + nt * REF_MMA_N + 2 * fq + e;
+                        if (t < lo_r[i] || t > hi_r[i]) x = -INFINITY;
+                    }
+                    mx[i] = fmax(mx[i], x);
                 }
-            l_r[i] = l_r[i] * alpha + quad_sum(sum);
-            m_r[i] = m_new;
+        // Lazy maximum: rescale only rows with a score past m + margin (and
+        // rows seeing their first score: x - -inf = inf; a row seeing nothing
+        // yet gives -inf - -inf = NaN, never true); the vote keeps the
+        // shuffles warp-uniform. m_r is -inf only while a row has seen nothing.
+        if (__any_sync(REF_FULL_MASK, mx[0] - m_r[0] > REF_RESCALE_MARGIN ||
+                                          mx[1] - m_r[1] > REF_RESCALE_MARGIN)) {
 #pragma unroll
-            for (int dt = 0; dt < DT; dt++) {
-                o[dt][2 * i] *= alpha;
-                o[dt][2 * i + 1] *= alpha;
+            for (int i = 0; i < 2; i++) {
+                const double row_max = quad_max(mx[i]);
+                if (row_max - m_r[i] > REF_RESCALE_MARGIN) {
+                    const double alpha = exp(m_r[i] - row_max);  // 0 when m was -inf
+                    l_r[i] *= alpha;
+#pragma unroll
+                    for (int dt = 0; dt < DT; dt++) {
+                        o[dt][2 * i] *= alpha;
+                        o[dt][2 * i + 1] *= alpha;
+                    }
+                    m_r[i] = row_max;
+                }
             }
         }
+        // P = exp(S - m), 0 below EXP_F64_TABLE_MIN (the CPU reference's
+        // REF_EXP_FLUSH, the same -700), for masked scores (-inf) and for
+        // rows that have seen nothing (m = -inf: NaN); exp_f64_table's
+        // meaningless result for those is never used.
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int nt = 0; nt < REF_NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    double &x = acc[nt][e + 2 * i];
+                    const double arg = x - m_r[i];
+                    const double p = exp_f64_table(arg, sExp);
+                    x = arg >= EXP_F64_TABLE_MIN ? p : 0.0;
+                    l_r[i] += x;
+                }
 
         // O += P.V per key tile nt: slot q + 4j is key 8nt + 2q + j, A = its P.
 #pragma unroll
@@ -326,13 +431,14 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         }
     }
 
-    // out = O / l for valid rows (l >= the row max's weight 1 > 0); a lane
+    // out = O / l for valid rows (l >= the row max's weight > 0); a lane
     // writes dims 8dt + 2q, +1 of its rows.
 #pragma unroll
     for (int i = 0; i < 2; i++) {
+        const double l = quad_sum(l_r[i]);
         const int j = j0 + wrow0 + fg + REF_HALF_M * i;
         if (j < sq) {
-            const double inv_l = 1.0 / l_r[i];
+            const double inv_l = 1.0 / l;
             double *orow = out + ((q_row0 + j) * b.hq + h) * (int64_t)d;
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
@@ -369,8 +475,10 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
 // packed, out fp64 [tq, hq, d], b's arrays (seq_q, seq_kv, q_off, kv_off,
 // sinks or NULL) all on the device; the batch passed attn_batch_check on the
 // host (1 <= seq_q <= seq_kv) and b->max_q is the longest seq_q. d a multiple
-// of 8 up to 128, else PG_ERR_SHAPE. Writes every out row of the batch.
-// Asynchronous on stream (dynamic smem: ~72 KB for d <= 64, ~207 KB for d > 64).
+// of 8 up to 128, else PG_ERR_SHAPE; k and v 16-byte aligned, q 4-byte
+// aligned (cudaMalloc's are), else PG_ERR_SHAPE; q, k, v finite (captures are
+// validated on load). Writes every out row of the batch.
+// Asynchronous on stream (dynamic smem: ~80 KB for d <= 64, ~224 KB for d > 64).
 extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                                          const uint16_t *k, const uint16_t *v, double *out,
                                          cudaStream_t stream, pg_err *err)
@@ -386,6 +494,10 @@ extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
     if (b->hq > REF_MAX_GRID_YZ || b->n_seqs > REF_MAX_GRID_YZ)
         return pg_fail(err, PG_ERR_SHAPE, "%s: %d heads or %d sequences exceed %d", what, b->hq,
                        b->n_seqs, REF_MAX_GRID_YZ);
+    if ((uintptr_t)k % REF_KV_ALIGN != 0 || (uintptr_t)v % REF_KV_ALIGN != 0 ||
+        (uintptr_t)q % REF_Q_ALIGN != 0)
+        return pg_fail(err, PG_ERR_SHAPE, "%s: k and v must be %d-byte aligned and q %d-byte", what,
+                       REF_KV_ALIGN, REF_Q_ALIGN);
     if (b->n_seqs == 0 || b->max_q == 0) return PG_OK;
     if (b->d <= REF_D_SMALL)
         return ref_launch<REF_WARPS_SMALL_D, REF_D_SMALL, REF_BLOCKS_SMALL_D>(b, q, k, v, out,
