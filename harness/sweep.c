@@ -356,6 +356,15 @@ static int pin_whole(const capture *cap)
     return mem > 0 && bytes <= PIN_WHOLE_MAX_SHARE * mem;
 }
 
+/* cuda_prefetch_qkv of layer li's q, k and v. */
+static pg_status prefetch_layer(const capture *cap, int li, cuda_backend *be, pg_err *err)
+{
+    const capture_layer *L = &cap->layers[li];
+    const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
+                          L->window, L->sm_scale, L->sinks};
+    return cuda_prefetch_qkv(be, &b, L->q, L->k, L->v, err);
+}
+
 /* Prefixes err's message with "layer li: " unless it already names a layer,
  * keeping the first failure's code. */
 static void err_name_layer(pg_err *err, int li)
@@ -480,6 +489,11 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         const double t1 = progress_now();
         void *layer_pin = NULL;
         if (opt->cuda != NULL && whole == NULL) layer_pin = pin_layers(cap, li, li + 1, err, &st);
+        /* With the capture locked, the next layer's q/k/v copy to the GPU
+         * while this one computes (the first layer's just before it). */
+        for (int pf = li == 0 ? 0 : li + 1; st == PG_OK && whole != NULL && pf <= li + 1 &&
+                                            pf < cap->n_layers; pf++)
+            st = prefetch_layer(cap, pf, opt->cuda, err);
         layer_write *cur = &w[li % 2], *prev = &w[(li + 1) % 2];
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
                              .backend = backend, .st = PG_OK};

@@ -72,7 +72,8 @@ pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double 
 /* Which modes cuda_sweep_layer runs (the sweep_variant bits). */
 enum { CUDA_MODE_BF16 = 1, CUDA_MODE_FP8KV = 2, CUDA_MODE_FP8QKV = 4 };
 
-/* One layer of the sweep on the GPU: uploads q/k/v, computes the reference
+/* One layer of the sweep on the GPU: uploads q/k/v (or takes the copies
+ * cuda_prefetch_qkv made of the same arrays), computes the reference
  * and the selected modes, compares each (and each external output ext[i],
  * bf16 [Tq, hq, d] on the host) with the reference on the device.
  * metrics: (modes run, in bf16/fp8kv/fp8qkv order, then ext) x (hq + 1).
@@ -85,6 +86,18 @@ pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t
                            attn_error_metrics *metrics, attn_quant_report *rep,
                            uint16_t *const *mode_out, double *ms_ref, double *ms_modes,
                            double *ms_metrics, pg_err *err);
+
+/* Starts copying q, k, v of batch b (host, [tq, hq, d] / [tkv, hkv, d]) to
+ * the GPU on a copy stream beside the kernels, so that the cuda_sweep_layer
+ * call for the same arrays finds them there and skips its own upload (each
+ * copy is used once). Call it for layer l+1 before sweeping layer l: two
+ * layers' copies are held, so at most one may be ahead of the layer being
+ * swept. The arrays must not change until then, and should be page-locked
+ * (cuda_host_pin): copies from pageable memory hold the calling thread.
+ * Stages nothing (PG_OK) when two copies would take more than
+ * CUDA_PREFETCH_MAX_SHARE of the free device memory. */
+pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, pg_err *err);
 
 /* Page-locks (read-only) the span of host memory holding the n arrays p[i]
  * of bytes[i] (NULL / 0 entries skipped), so that uploads from it run at the

@@ -22,6 +22,13 @@ void cuda_backend_close(cuda_backend *be)
     (void)be;
 }
 
+pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, pg_err *err)
+{
+    (void)be, (void)b, (void)q, (void)k, (void)v;
+    return no_cuda(err);
+}
+
 void *cuda_host_pin(const void *const *p, const size_t *bytes, int n)
 {
     (void)p, (void)bytes, (void)n;

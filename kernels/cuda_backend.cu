@@ -31,9 +31,25 @@
         }                                                                                  \
     } while (0)
 
+// q, k, v of one layer copied ahead on the copy stream (cuda_prefetch_qkv).
+struct prefetch_slot {
+    const void *q, *k, *v;           // the host arrays copied (NULL: slot holds nothing)
+    size_t q_bytes, kv_bytes;        // bytes copied
+    size_t q_cap, k_cap, v_cap;      // bytes the device buffers hold
+    uint16_t *dq, *dk, *dv;          // device buffers (cudaMalloc'd, kept between layers)
+    cudaEvent_t done;                // recorded after the copies
+};
+
+// Prefetch slots: the layer being swept uses one while the next one's copies
+// fill the other.
+#define CUDA_PREFETCH_SLOTS 2
+
 struct cuda_backend {
     int device;
     cudaStream_t stream;
+    cudaStream_t copy_stream;        // prefetch copies, beside the kernels
+    prefetch_slot slot[CUDA_PREFETCH_SLOTS];
+    int next_slot;
     cudaDeviceProp prop;
 };
 
@@ -259,9 +275,12 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
     rc = cudaSetDevice(0);
     if (rc == cudaSuccess) rc = cudaGetDeviceProperties(&be->prop, 0);
     if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking);
+    if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&be->copy_stream, cudaStreamNonBlocking);
+    for (int i = 0; rc == cudaSuccess && i < CUDA_PREFETCH_SLOTS; i++)
+        rc = cudaEventCreateWithFlags(&be->slot[i].done, cudaEventDisableTiming);
     if (rc != cudaSuccess) {
         st = pg_fail(err, PG_ERR_DEVICE, "GPU 0: cannot start: %s", cudaGetErrorString(rc));
-        free(be);
+        cuda_backend_close(be);
         return st;
     }
     if (be->prop.major * 10 + be->prop.minor != CUDA_TARGET_SM) {
@@ -269,8 +288,7 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
                      "GPU 0 (%s) is sm_%d%d; the kernels are built for sm_%da (Hopper: H100, "
                      "H200), whose wgmma instructions run on no other GPU",
                      be->prop.name, be->prop.major, be->prop.minor, CUDA_TARGET_SM);
-        cudaStreamDestroy(be->stream);
-        free(be);
+        cuda_backend_close(be);
         return st;
     }
     /* Keep freed stream-ordered memory in the pool between layers instead of
@@ -291,8 +309,82 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
 extern "C" void cuda_backend_close(cuda_backend *be)
 {
     if (be == nullptr) return;
-    cudaStreamDestroy(be->stream);
+    if (be->copy_stream != nullptr) cudaStreamSynchronize(be->copy_stream);
+    for (int i = 0; i < CUDA_PREFETCH_SLOTS; i++) {
+        prefetch_slot *sl = &be->slot[i];
+        cudaFree(sl->dq);
+        cudaFree(sl->dk);
+        cudaFree(sl->dv);
+        if (sl->done != nullptr) cudaEventDestroy(sl->done);
+    }
+    if (be->copy_stream != nullptr) cudaStreamDestroy(be->copy_stream);
+    if (be->stream != nullptr) cudaStreamDestroy(be->stream);
     free(be);
+}
+
+// Share of the free device memory the two prefetch slots may take; beyond it
+// cuda_prefetch_qkv stages nothing and the layer uploads as it runs.
+#define CUDA_PREFETCH_MAX_SHARE 0.1
+
+namespace {
+
+// (Re)allocates *p to hold bytes when it holds less than *cap.
+cudaError_t ensure_capacity(uint16_t **p, size_t *cap, size_t bytes)
+{
+    if (*cap >= bytes) return cudaSuccess;
+    cudaFree(*p);
+    *p = nullptr;
+    *cap = 0;
+    const cudaError_t rc = cudaMalloc((void **)p, bytes);
+    if (rc == cudaSuccess) *cap = bytes;
+    return rc;
+}
+
+// The slot holding exactly these host arrays' copies, or NULL.
+prefetch_slot *prefetched(cuda_backend *be, const void *q, const void *k, const void *v,
+                          size_t q_bytes, size_t kv_bytes)
+{
+    for (int i = 0; i < CUDA_PREFETCH_SLOTS; i++) {
+        prefetch_slot *sl = &be->slot[i];
+        if (sl->q == q && sl->k == k && sl->v == v && sl->q_bytes == q_bytes &&
+            sl->kv_bytes == kv_bytes && q != nullptr)
+            return sl;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+extern "C" pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
+                                       const uint16_t *k, const uint16_t *v, pg_err *err)
+{
+    static const char what[] = "cuda_prefetch_qkv";
+    pg_status st = attn_batch_check(b, err);
+    if (st != PG_OK) return st;
+    const size_t q_bytes = (size_t)attn_batch_tq(b) * b->hq * b->d * 2;
+    const size_t kv_bytes = (size_t)attn_batch_tkv(b) * b->hkv * b->d * 2;
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(what, cudaMemGetInfo(&free_b, &total_b));
+    if ((double)CUDA_PREFETCH_SLOTS * (q_bytes + 2 * kv_bytes) > CUDA_PREFETCH_MAX_SHARE * free_b)
+        return PG_OK;  // too large to hold twice: the layer uploads as it runs
+    prefetch_slot *sl = &be->slot[be->next_slot];
+    be->next_slot = (be->next_slot + 1) % CUDA_PREFETCH_SLOTS;
+    // The slot's last copies must be done before its buffers are reused.
+    CUDA_TRY(what, cudaEventSynchronize(sl->done));
+    sl->q = sl->k = sl->v = nullptr;
+    CUDA_TRY(what, ensure_capacity(&sl->dq, &sl->q_cap, q_bytes));
+    CUDA_TRY(what, ensure_capacity(&sl->dk, &sl->k_cap, kv_bytes));
+    CUDA_TRY(what, ensure_capacity(&sl->dv, &sl->v_cap, kv_bytes));
+    CUDA_TRY(what, cudaMemcpyAsync(sl->dq, q, q_bytes, cudaMemcpyHostToDevice, be->copy_stream));
+    CUDA_TRY(what, cudaMemcpyAsync(sl->dk, k, kv_bytes, cudaMemcpyHostToDevice, be->copy_stream));
+    CUDA_TRY(what, cudaMemcpyAsync(sl->dv, v, kv_bytes, cudaMemcpyHostToDevice, be->copy_stream));
+    CUDA_TRY(what, cudaEventRecord(sl->done, be->copy_stream));
+    sl->q = q;
+    sl->k = k;
+    sl->v = v;
+    sl->q_bytes = q_bytes;
+    sl->kv_bytes = kv_bytes;
+    return PG_OK;
 }
 
 extern "C" pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
@@ -516,8 +608,17 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     cudaEvent_t ev[2] = {nullptr, nullptr};
     double t_metrics = 0;
     pg_status st = dev_batch_make(&pool, b, &cb, err);
-    if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
-    const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
+    const size_t nq = (size_t)cb.tq * cb.hq * cb.d, nkv = (size_t)cb.tkv * cb.hkv * cb.d;
+    prefetch_slot *sl = st == PG_OK ? prefetched(be, q, k, v, nq * 2, nkv * 2) : nullptr;
+    if (sl != nullptr) {  // copied ahead (cuda_prefetch_qkv): wait for the copies, use them once
+        CUDA_STEP(st, "prefetched q/k/v", cudaStreamWaitEvent(be->stream, sl->done, 0));
+        dq = sl->dq;
+        dk = sl->dk;
+        dv = sl->dv;
+        sl->q = sl->k = sl->v = nullptr;
+    } else if (st == PG_OK) {
+        st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
+    }
     const int per = b->hq + 1;
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dref, nq * 8, "reference", err);
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
