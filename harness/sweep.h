@@ -58,7 +58,8 @@ const char *sweep_variant_name(sweep_variant v);
  * fp8 scales not in the capture are calibrated from the amax that
  * capture_open read. On the GPU the arrays uploaded are page-locked while
  * they are swept (the whole capture at once when it is at most half the
- * machine's memory). */
+ * machine's memory), and then the next layer's q/k/v copy to the GPU while
+ * a layer computes (cuda_prefetch_qkv). */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err);
 
