@@ -417,15 +417,20 @@ static void layer_write_start(layer_write *w)
     if (!w->threaded) layer_write_run(w);
 }
 
-/* Waits for w's store; its status (err filled on failure). Adds its time to
- * stats when not NULL. */
-static pg_status layer_write_join(layer_write *w, sweep_stats *stats, pg_err *err)
+/* Waits for w's store and adds its time to stats when not NULL, once (later
+ * calls do nothing); a failure replaces *st and *err: w's layer came before
+ * anything the caller did since. */
+static void layer_write_join(layer_write *w, sweep_stats *stats, pg_status *st, pg_err *err)
 {
     if (w->threaded) pthread_join(w->thread, NULL);
-    w->threaded = 0;
     if (stats != NULL) stats->store_s += w->seconds;
-    if (w->st != PG_OK && err != NULL) *err = w->err;
-    return w->st;
+    if (w->st != PG_OK) {
+        *st = w->st;
+        if (err != NULL) *err = w->err;
+    }
+    w->threaded = 0;
+    w->seconds = 0;
+    w->st = PG_OK;
 }
 
 /* Computes the reference, every selected mode and every external output of
@@ -491,9 +496,9 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         if (opt->cuda != NULL && whole == NULL) layer_pin = pin_layers(cap, li, li + 1, err, &st);
         /* With the capture locked, the next layer's q/k/v copy to the GPU
          * while this one computes (the first layer's just before it). */
-        for (int pf = li == 0 ? 0 : li + 1; st == PG_OK && whole != NULL && pf <= li + 1 &&
-                                            pf < cap->n_layers; pf++)
-            st = prefetch_layer(cap, pf, opt->cuda, err);
+        if (whole != NULL && li == 0 && st == PG_OK) st = prefetch_layer(cap, 0, opt->cuda, err);
+        if (whole != NULL && li + 1 < cap->n_layers && st == PG_OK)
+            st = prefetch_layer(cap, li + 1, opt->cuda, err);
         layer_write *cur = &w[li % 2], *prev = &w[(li + 1) % 2];
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
                              .backend = backend, .st = PG_OK};
@@ -503,24 +508,14 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
         /* The layer before must be stored before this one starts: an earlier
          * failure wins, and this layer is then not stored. */
-        pg_err prev_err = {0};
-        if (layer_write_join(prev, opt->stats, &prev_err) != PG_OK) {
-            *err = prev_err;
-            st = prev_err.code;
-        }
+        layer_write_join(prev, opt->stats, &st, err);
         if (st == PG_OK) layer_write_start(cur);
         else {
             free(cur->c.vm);
             free(cur->c.mbuf);
         }
     }
-    for (int i = 0; i < 2; i++) {
-        pg_err last_err = {0};
-        if (layer_write_join(&w[i], opt->stats, &last_err) != PG_OK && st == PG_OK) {
-            *err = last_err;
-            st = last_err.code;
-        }
-    }
+    for (int i = 0; i < 2; i++) layer_write_join(&w[i], opt->stats, &st, err);
     cuda_host_unpin(whole);
     progress_finish(&bar);
     return st;
