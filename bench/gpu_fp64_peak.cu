@@ -4,7 +4,11 @@
 //   dfma  - independent DFMA chains (the fp64 CUDA-core rate);
 //   mixed - both in one warp, DFMA_PER_DMMA DFMAs per DMMA, which shows whether
 //           the two share a pipe (the reference's softmax runs on DFMA while
-//           its products run on DMMA).
+//           its products run on DMMA);
+//   imma  - independent IMMA m16n8k32 s8 chains (mma.sync), the integer
+//           tensor rate an exact split-integer (Ozaki) product would run at;
+//   imma+dfma - both in one warp, DFMA_PER_DMMA DFMAs per IMMA: whether the
+//           integer tensor pipe runs beside the fp64 one.
 // Every result feeds a checksum the host prints, so nothing is optimized out.
 //
 // usage: gpu_fp64_peak            prints TFLOP/s (2 flops per multiply-add)
@@ -16,6 +20,7 @@
 #define PEAK_WARPS 16        // warps per block
 #define PEAK_BLOCKS_PER_SM 2
 #define DMMA_FLOPS (2.0 * 16 * 8 * 8)
+#define IMMA_OPS (2.0 * 16 * 8 * 32)
 #define DFMA_PER_DMMA 8      // softmax-like mix: fp64 ops per tensor op
 
 #define CHECK(x)                                                                      \
@@ -36,21 +41,33 @@ __device__ __forceinline__ void dmma(double (&c)[4], double a0, double a1, doubl
                  : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1));
 }
 
-// mode 0: DMMA only, 1: DFMA only, 2: both.
+__device__ __forceinline__ void imma(int (&c)[4], unsigned a0, unsigned a1, unsigned b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a0), "r"(a1), "r"(b0), "r"(a0));
+}
+
+// mode 0: DMMA only, 1: DFMA only, 2: both, 3: IMMA only, 4: IMMA and DFMA.
 template <int MODE>
 __global__ void peak_kernel(double seed, double *sink)
 {
     double c[PEAK_CHAINS][4], f[PEAK_CHAINS * 2];
+    int ic[PEAK_CHAINS][4];
+    const unsigned ia = 0x01020304u + threadIdx.x, ib = 0x7F80FF01u ^ threadIdx.x;
     const double a = seed + threadIdx.x * 1e-9, b = 1.0 - 1e-12;
     for (int i = 0; i < PEAK_CHAINS; i++) {
         c[i][0] = c[i][1] = c[i][2] = c[i][3] = a;
         f[2 * i] = f[2 * i + 1] = a;
+        ic[i][0] = ic[i][1] = ic[i][2] = ic[i][3] = (int)threadIdx.x;
     }
     for (int it = 0; it < PEAK_ITERS; it++) {
 #pragma unroll
         for (int i = 0; i < PEAK_CHAINS; i++) {
-            if (MODE != 1) dmma(c[i], a, b, a, b, b, a);
-            if (MODE != 0) {
+            if (MODE == 0 || MODE == 2) dmma(c[i], a, b, a, b, b, a);
+            if (MODE >= 3) imma(ic[i], ia, ib, ia ^ ib);
+            if (MODE == 1 || MODE == 2 || MODE == 4) {
 #pragma unroll
                 for (int r = 0; r < DFMA_PER_DMMA / 2; r++) {
                     f[2 * i] = fma(f[2 * i], b, a);
@@ -60,7 +77,9 @@ __global__ void peak_kernel(double seed, double *sink)
         }
     }
     double s = 0;
-    for (int i = 0; i < PEAK_CHAINS; i++) s += c[i][0] + c[i][1] + c[i][2] + c[i][3] + f[2 * i] + f[2 * i + 1];
+    for (int i = 0; i < PEAK_CHAINS; i++)
+        s += c[i][0] + c[i][1] + c[i][2] + c[i][3] + f[2 * i] + f[2 * i + 1] +
+             (double)(ic[i][0] ^ ic[i][1] ^ ic[i][2] ^ ic[i][3]);
     if (s == 12345.678) *sink = s;  // never true; keeps the work
 }
 
@@ -80,10 +99,11 @@ static int time_mode(const char *name, int sms, double *sink)
     CHECK(cudaEventSynchronize(e1));
     CHECK(cudaEventElapsedTime(&ms, e0, e1));
     const double warps = (double)grid.x * PEAK_WARPS, trips = warps * PEAK_ITERS * PEAK_CHAINS;
-    const double dmma_flops = MODE != 1 ? trips * DMMA_FLOPS : 0;
-    const double dfma_flops = MODE != 0 ? trips * 32 * DFMA_PER_DMMA * 2.0 : 0;
-    printf("%-6s %8.3f ms  DMMA %6.1f TFLOP/s  DFMA %6.1f TFLOP/s\n", name, ms,
-           dmma_flops / ms / 1e9, dfma_flops / ms / 1e9);
+    const double dmma_flops = MODE == 0 || MODE == 2 ? trips * DMMA_FLOPS : 0;
+    const double dfma_flops = MODE == 1 || MODE == 2 || MODE == 4 ? trips * 32 * DFMA_PER_DMMA * 2.0 : 0;
+    const double imma_ops = MODE >= 3 ? trips * IMMA_OPS : 0;
+    printf("%-9s %8.3f ms  DMMA %6.1f TFLOP/s  DFMA %6.1f TFLOP/s  IMMA %7.1f TOP/s\n", name, ms,
+           dmma_flops / ms / 1e9, dfma_flops / ms / 1e9, imma_ops / ms / 1e9);
     return 0;
 }
 
@@ -97,5 +117,6 @@ int main(void)
     double *sink;
     CHECK(cudaMalloc(&sink, sizeof(double)));
     return time_mode<0>("dmma", sms, sink) || time_mode<1>("dfma", sms, sink) ||
-           time_mode<2>("mixed", sms, sink);
+           time_mode<2>("mixed", sms, sink) || time_mode<3>("imma", sms, sink) ||
+           time_mode<4>("imma+dfma", sms, sink);
 }

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 FP8_MAX = 448.0  # largest finite e4m3fn value (OCP FP8 spec)
+ACCURACY_HEADS = 8  # heads per layer in the fp32-against-fp64 accuracy check
 
 
 def timed(fn, reps):
@@ -157,6 +158,30 @@ def main():
                       f"{t_band * 1e3:.2f} ms against {t_dense * 1e3:.2f} ms")
                 assert diff < (1e-6 if dt == torch.float32 else 1e-2), "band != dense"
             break
+
+    # How accurate the fp32 reference is: against fp64 attention (plain
+    # softmax(QK^T) V in float64) on a sample of heads of the first full and
+    # the first windowed layer.
+    def window_of(li):
+        return windows[li] if li < len(windows) else 0
+    firsts = [next((t for t in layers if bool(window_of(t[0])) == wd), None) for wd in (False, True)]
+    for li, q, k, v in (t for t in firsts if t is not None):
+        w = window_of(li)
+        ref32 = attn(q, k, v, w, torch.float32)
+        rep = q.shape[1] // k.shape[1]
+        num = den = 0.0
+        i = torch.arange(T, device="cuda")
+        mask = (i[None, :] <= i[:, None]) & ((i[None, :] > i[:, None] - w) if w else True)
+        for h in range(0, q.shape[1], max(1, q.shape[1] // ACCURACY_HEADS)):
+            qh, kh, vh = (x[:, hh].double() for x, hh in ((q, h), (k, h // rep), (v, h // rep)))
+            sc = (qh @ kh.T) * sm
+            sc.masked_fill_(~mask, float("-inf"))
+            o64 = torch.softmax(sc, dim=-1) @ vh
+            num += float((ref32[:, h].double() - o64).norm() ** 2)
+            den += float(o64.norm() ** 2)
+            del sc
+        print(f"fp32 SDPA reference against fp64, layer {li} (window {w}), "
+              f"{ACCURACY_HEADS} heads: rel_l2 {(num / den) ** 0.5:.3e}")
 
     total = timed(lambda: sweep(False), reps)
     sweep(True)
