@@ -93,24 +93,21 @@ pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t
  * copy is used once). Call it for layer l+1 before sweeping layer l: two
  * layers' copies are held, so at most one may be ahead of the layer being
  * swept. The arrays must not change until then, and should be page-locked
- * (cuda_host_pin): copies from pageable memory hold the calling thread.
+ * (cuda_host_alloc): copies from pageable memory hold the calling thread.
  * Stages nothing (PG_OK) when two copies would take more than
  * CUDA_PREFETCH_MAX_SHARE of the free device memory. */
 pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, pg_err *err);
 
-/* Page-locks (read-only) the span of host memory holding the n arrays p[i]
- * of bytes[i] (NULL / 0 entries skipped), so that uploads from it run at the
- * bus rate: on the H200 machine (2026-12-02) 6 GB/s from a capture's mapping,
- * 53 GB/s locked, and locking 84 MB took 4.4 ms. Lock together every array a
- * layer uploads: a copy only partly inside a locked span fails. Returns what
- * cuda_host_unpin takes, or NULL when nothing was locked (arrays scattered
- * over more than twice their bytes, or the driver refused: said once on
- * stderr; results do not change, only speed). Thread-safe; needs a backend open. */
-void *cuda_host_pin(const void *const *p, const size_t *bytes, int n);
+/* bytes of page-locked host memory (anonymous, huge pages where the kernel
+ * gives them, locked by cudaHostRegister), for the arrays a sweep uploads:
+ * copies from it run at the bus rate (53 GB/s on the H200 machine,
+ * 2026-12-02, against 6 GB/s from a capture's mapping). NULL with the reason
+ * in err when it cannot be had. Needs a backend open. */
+void *cuda_host_alloc(size_t bytes, pg_err *err);
 
-/* Unlocks what cuda_host_pin locked, once no copy from it is in flight; NULL is a no-op. */
-void cuda_host_unpin(void *pinned);
+/* Frees p (cuda_host_alloc's, of bytes) once no copy from it is in flight; NULL is a no-op. */
+void cuda_host_free(void *p, size_t bytes);
 
 /* Median milliseconds of each kernel of a layer, for bench/ (device-resident data). */
 typedef struct cuda_kernel_times {

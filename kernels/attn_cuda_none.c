@@ -29,15 +29,16 @@ pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_
     return no_cuda(err);
 }
 
-void *cuda_host_pin(const void *const *p, const size_t *bytes, int n)
+void *cuda_host_alloc(size_t bytes, pg_err *err)
 {
-    (void)p, (void)bytes, (void)n;
+    (void)bytes;
+    no_cuda(err);
     return NULL;
 }
 
-void cuda_host_unpin(void *pinned)
+void cuda_host_free(void *p, size_t bytes)
 {
-    (void)pinned;
+    (void)p, (void)bytes;
 }
 
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
