@@ -56,10 +56,9 @@ const char *sweep_variant_name(sweep_variant v);
  * earlier layers stay stored, later ones are not stored, and err names the
  * layer and what failed.
  * fp8 scales not in the capture are calibrated from the amax that
- * capture_open read. On the GPU the arrays uploaded are page-locked while
- * they are swept (the whole capture at once when it is at most half the
- * machine's memory), and then the next layer's q/k/v copy to the GPU while
- * a layer computes (cuda_prefetch_qkv). */
+ * capture_open read. On the GPU, CPU threads copy each layer's q/k/v into
+ * a ring of three page-locked buffers two layers ahead, and the next layer's
+ * buffer copies to the GPU while a layer computes (cuda_prefetch_qkv). */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err);
 
