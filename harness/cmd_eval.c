@@ -129,7 +129,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     opterr = 0;
     pg_status st = PG_OK;
     long v;
-    double x;
+    double x = 0;  /* set by parse_double; read only after it succeeds */
     unsigned long long u;
     int c;
     while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
