@@ -1,10 +1,12 @@
 /* sweep.c: the per-layer precision sweep on the CPU specification (see sweep.h). */
 #include "sweep.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../kernels/attn_cuda.h"
@@ -315,14 +317,15 @@ static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *ba
 /* The buffers may take at most this share of the machine's memory. */
 #define STAGE_MAX_SHARE 0.25
 
-typedef struct stage_ring {
+struct sweep_stage {
     const capture *cap;
-    uint8_t *buf;        /* STAGE_SLOTS * slot_bytes, page-locked (cuda_host_alloc) */
-    size_t slot_bytes;
+    uint8_t *buf;        /* STAGE_SLOTS * slot_bytes, anonymous memory */
+    size_t slot_bytes, bytes;
+    int registered;      /* buf is page-locked (cuda_host_register) */
     int layer;           /* the job's layer, -1: none */
     pthread_t thread;
     int threaded;
-} stage_ring;
+};
 
 /* q, k, v bytes of layer li. */
 static void layer_qkv_bytes(const capture *cap, int li, size_t bytes[3])
@@ -333,7 +336,7 @@ static void layer_qkv_bytes(const capture *cap, int li, size_t bytes[3])
 }
 
 /* Layer li's q, k, v in its slot. */
-static void stage_slot(const stage_ring *r, int li, const uint16_t *out[3])
+static void stage_slot(const sweep_stage *r, int li, const uint16_t *out[3])
 {
     size_t bytes[3];
     layer_qkv_bytes(r->cap, li, bytes);
@@ -363,7 +366,7 @@ static void stage_copy_piece(void *ctx, int item, int thread)
 /* Copies layer r->layer's q, k, v into its slot. */
 static void *stage_run(void *arg)
 {
-    stage_ring *r = arg;
+    sweep_stage *r = arg;
     const capture_layer *L = &r->cap->layers[r->layer];
     const uint16_t *slot[3];
     stage_slot(r, r->layer, slot);
@@ -382,55 +385,70 @@ static void *stage_run(void *arg)
 }
 
 /* Starts copying layer li into its slot on a thread (here when none starts). */
-static void stage_start(stage_ring *r, int li)
+static void stage_start(sweep_stage *r, int li)
 {
     r->layer = li;
     r->threaded = pthread_create(&r->thread, NULL, stage_run, r) == 0;
     if (!r->threaded) stage_run(r);
 }
 
-static void stage_join(stage_ring *r)
+static void stage_join(sweep_stage *r)
 {
     if (r->threaded) pthread_join(r->thread, NULL);
     r->threaded = 0;
 }
 
-/* The ring's buffers for cap, or r->buf NULL when they would take more than
- * STAGE_MAX_SHARE of the memory or cannot be allocated (said on stderr: the
- * GPU then uploads from the mapping, slower, with the same results). */
-static void stage_open(stage_ring *r, const capture *cap)
+sweep_stage *sweep_stage_open(const capture *cap)
 {
-    *r = (stage_ring){.cap = cap, .layer = -1};
+    size_t slot_bytes = 0;
     for (int l = 0; l < cap->n_layers; l++) {
         size_t bytes[3];
         layer_qkv_bytes(cap, l, bytes);
         const size_t b = bytes[0] + bytes[1] + bytes[2];
-        if (b > r->slot_bytes) r->slot_bytes = b;
+        if (b > slot_bytes) slot_bytes = b;
     }
+    if (slot_bytes == 0) return NULL;
     const double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    const double want = (double)STAGE_SLOTS * (double)r->slot_bytes;
-    if (r->slot_bytes == 0) return;
+    const double want = (double)STAGE_SLOTS * (double)slot_bytes;
     if (!(mem > 0 && want <= STAGE_MAX_SHARE * mem)) {
         fprintf(stderr, "precgate: %.0f MiB of upload buffers would exceed %.0f%% of memory; "
                         "uploads run from the capture's mapping, slower\n",
                 want / (1 << 20), 100 * STAGE_MAX_SHARE);
-        return;
+        return NULL;
     }
-    pg_err err = {0};
-    r->buf = cuda_host_alloc((size_t)want, &err);
-    if (r->buf == NULL)
-        fprintf(stderr, "precgate: %s; uploads run from the capture's mapping, slower\n", err.msg);
+    sweep_stage *r = calloc(1, sizeof *r);
+    void *buf = MAP_FAILED;
+    if (r != NULL)
+        buf = mmap(NULL, (size_t)want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        fprintf(stderr, "precgate: cannot map %.0f MiB of upload buffers (%s); uploads run from "
+                        "the capture's mapping, slower\n", want / (1 << 20), strerror(errno));
+        free(r);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(buf, (size_t)want, MADV_HUGEPAGE); /* a hint: fewer pages to fault and lock */
+#endif
+    *r = (sweep_stage){.cap = cap, .buf = buf, .slot_bytes = slot_bytes, .bytes = (size_t)want,
+                       .layer = -1};
+    for (int l = 0; l < cap->n_layers && l < STAGE_AHEAD; l++) {
+        stage_start(r, l);
+        stage_join(r);
+    }
+    return r;
 }
 
-static void stage_close(stage_ring *r)
+void sweep_stage_close(sweep_stage *r)
 {
+    if (r == NULL) return;
     stage_join(r);
-    cuda_host_free(r->buf, (size_t)STAGE_SLOTS * r->slot_bytes);
-    r->buf = NULL;
+    if (r->registered) cuda_host_unregister(r->buf);
+    munmap(r->buf, r->bytes);
+    free(r);
 }
 
 /* cuda_prefetch_qkv of layer li's staged q, k and v. */
-static pg_status prefetch_layer(const stage_ring *r, int li, cuda_backend *be, pg_err *err)
+static pg_status prefetch_layer(const sweep_stage *r, int li, cuda_backend *be, pg_err *err)
 {
     const capture *cap = r->cap;
     const capture_layer *L = &cap->layers[li];
@@ -513,7 +531,7 @@ static void layer_write_join(layer_write *w, sweep_stats *stats, pg_status *st, 
  * layer li into *c (c->vm and c->mbuf allocated here, the caller's to free);
  * *scale_source says where the fp8 scales came from. */
 static pg_status layer_compute(const capture *cap, int li, const sweep_options *opt,
-                               const stage_ring *ring, progress *bar, int64_t *step,
+                               const sweep_stage *ring, progress *bar, int64_t *step,
                                layer_ctx *c, const char **scale_source, pg_err *err)
 {
     const capture_layer *L = &cap->layers[li];
@@ -522,7 +540,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
                            L->sm_scale, L->sinks},
                      .nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d,
                      .gq = L->q, .gk = L->k, .gv = L->v};
-    if (ring != NULL && ring->buf != NULL) {
+    if (ring != NULL) {
         const uint16_t *slot[3];
         stage_slot(ring, li, slot);
         c->gq = slot[0];
@@ -565,15 +583,19 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     if (!opt->progress) bar.enabled = 0;
     int64_t step = 0;
     pg_status st = PG_OK;
-    /* On the GPU, uploads come from the page-locked ring (stage_ring): the
-     * first layers are copied into it here, then STAGE_AHEAD layers ahead. */
-    stage_ring ring = {.layer = -1};
+    /* On the GPU, uploads come from the ring of page-locked buffers
+     * (sweep_stage): the caller's, whose first layers were copied while the
+     * GPU started, or one opened here. */
+    sweep_stage *own = NULL, *ring = NULL;
     const double t0 = progress_now();
     if (opt->cuda != NULL) {
-        stage_open(&ring, cap);
-        for (int l = 0; ring.buf != NULL && l < cap->n_layers && l < STAGE_AHEAD; l++) {
-            stage_start(&ring, l);
-            stage_join(&ring);
+        ring = opt->stage != NULL ? opt->stage : (own = sweep_stage_open(cap));
+        if (ring != NULL && !ring->registered) {
+            pg_err lock_err = {0};
+            ring->registered = cuda_host_register(ring->buf, ring->bytes, &lock_err) == PG_OK;
+            if (!ring->registered)
+                fprintf(stderr, "precgate: %s; uploads run from pageable memory, slower\n",
+                        lock_err.msg);
         }
     }
     if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t0;
@@ -582,21 +604,21 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     const char *backend = opt->cuda ? "cuda" : "cpu";
     for (int li = 0; st == PG_OK && li < cap->n_layers; li++) {
         const double t1 = progress_now();
-        if (opt->cuda != NULL && ring.buf != NULL) {
+        if (ring != NULL) {
             /* Layers up to li + 1 are staged; li + 1's copy to the GPU runs
              * while li computes, and li + 2 is staged into the slot li - 1
              * used (its copy to the GPU is done). */
-            stage_join(&ring);
-            if (li == 0) st = prefetch_layer(&ring, 0, opt->cuda, err);
+            stage_join(ring);
+            if (li == 0) st = prefetch_layer(ring, 0, opt->cuda, err);
             if (li + 1 < cap->n_layers && st == PG_OK)
-                st = prefetch_layer(&ring, li + 1, opt->cuda, err);
-            if (li + STAGE_AHEAD < cap->n_layers) stage_start(&ring, li + STAGE_AHEAD);
+                st = prefetch_layer(ring, li + 1, opt->cuda, err);
+            if (li + STAGE_AHEAD < cap->n_layers) stage_start(ring, li + STAGE_AHEAD);
         }
         layer_write *cur = &w[li % 2], *prev = &w[(li + 1) % 2];
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
                              .backend = backend, .st = PG_OK};
         if (st == PG_OK)
-            st = layer_compute(cap, li, opt, opt->cuda ? &ring : NULL, &bar, &step, &cur->c,
+            st = layer_compute(cap, li, opt, ring, &bar, &step, &cur->c,
                                &cur->scale_source, err);
         if (st != PG_OK) err_name_layer(err, li);
         if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
@@ -610,7 +632,12 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         }
     }
     for (int i = 0; i < 2; i++) layer_write_join(&w[i], opt->stats, &st, err);
-    if (opt->cuda != NULL) stage_close(&ring);
+    if (ring != NULL) {
+        stage_join(ring);
+        if (ring->registered) cuda_host_unregister(ring->buf);
+        ring->registered = 0;
+    }
+    sweep_stage_close(own);
     progress_finish(&bar);
     return st;
 }

@@ -30,6 +30,9 @@ typedef enum sweep_variant {
 /* All three modes. */
 #define SWEEP_ALL_VARIANTS (SWEEP_BF16 | SWEEP_FP8KV | SWEEP_FP8QKV)
 
+/* Host buffers for a GPU sweep's uploads (sweep_stage_open). */
+typedef struct sweep_stage sweep_stage;
+
 typedef struct sweep_options {
     unsigned variants;            /* sweep_variant bits */
     attn_p_rounding p_rounding;   /* fp8qkv's P rounding */
@@ -40,7 +43,19 @@ typedef struct sweep_options {
     int check_spec;               /* GPU only: also store each mode against the CPU
                                    * specification's output on a sample of heads */
     sweep_stats *stats;           /* added to when not NULL */
+    sweep_stage *stage;           /* GPU only: sweep_stage_open(cap)'s, or NULL (opened here) */
 } sweep_options;
+
+/* The ring of host buffers one GPU sweep_run of cap uploads from (three
+ * layers' q, k and v), with its first two layers already copied in. Needs no GPU, so
+ * it can run while the backend starts; sweep_run page-locks it. NULL, said
+ * on stderr, when the buffers would take more than a quarter of the memory
+ * or cannot be mapped: the GPU then uploads from the capture's mapping,
+ * slower, with the same results. */
+sweep_stage *sweep_stage_open(const capture *cap);
+
+/* Releases s after the sweep that used it; NULL is a no-op. */
+void sweep_stage_close(sweep_stage *s);
 
 /* Parses a comma-separated list of mode names into sweep_variant bits;
  * PG_ERR_USAGE naming the bad entry. */

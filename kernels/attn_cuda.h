@@ -93,21 +93,22 @@ pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t
  * copy is used once). Call it for layer l+1 before sweeping layer l: two
  * layers' copies are held, so at most one may be ahead of the layer being
  * swept. The arrays must not change until then, and should be page-locked
- * (cuda_host_alloc): copies from pageable memory hold the calling thread.
+ * (cuda_host_register): copies from pageable memory hold the calling thread.
  * Stages nothing (PG_OK) when two copies would take more than
  * CUDA_PREFETCH_MAX_SHARE of the free device memory. */
 pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, pg_err *err);
 
-/* bytes of page-locked host memory (anonymous, huge pages where the kernel
- * gives them, locked by cudaHostRegister), for the arrays a sweep uploads:
- * copies from it run at the bus rate (53 GB/s on the H200 machine,
- * 2026-12-02, against 6 GB/s from a capture's mapping). NULL with the reason
- * in err when it cannot be had. Needs a backend open. */
-void *cuda_host_alloc(size_t bytes, pg_err *err);
+/* Page-locks the host memory [p, p + bytes) (cudaHostRegister), for the
+ * arrays a sweep uploads: copies from it run at the bus rate (53 GB/s on the
+ * H200 machine, 2026-12-02, against 6 GB/s from a capture's mapping; locking
+ * took 134 ms for 3 GB, and cudaMallocHost 115-121 ms for 252 MB, where
+ * anonymous huge-page memory locked took 40-54 ms). PG_ERR_NOMEM /
+ * PG_ERR_DEVICE with the reason. Needs a backend open. */
+pg_status cuda_host_register(void *p, size_t bytes, pg_err *err);
 
-/* Frees p (cuda_host_alloc's, of bytes) once no copy from it is in flight; NULL is a no-op. */
-void cuda_host_free(void *p, size_t bytes);
+/* Unlocks what cuda_host_register locked once no copy from it is in flight; NULL is a no-op. */
+void cuda_host_unregister(void *p);
 
 /* Median milliseconds of each kernel of a layer, for bench/ (device-resident data). */
 typedef struct cuda_kernel_times {

@@ -29,16 +29,15 @@ pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_
     return no_cuda(err);
 }
 
-void *cuda_host_alloc(size_t bytes, pg_err *err)
-{
-    (void)bytes;
-    no_cuda(err);
-    return NULL;
-}
-
-void cuda_host_free(void *p, size_t bytes)
+pg_status cuda_host_register(void *p, size_t bytes, pg_err *err)
 {
     (void)p, (void)bytes;
+    return no_cuda(err);
+}
+
+void cuda_host_unregister(void *p)
+{
+    (void)p;
 }
 
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,

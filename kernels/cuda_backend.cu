@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -998,33 +996,19 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
 
 }  // namespace
 
-extern "C" void *cuda_host_alloc(size_t bytes, pg_err *err)
+extern "C" pg_status cuda_host_register(void *p, size_t bytes, pg_err *err)
 {
-    // Anonymous memory in huge pages where the kernel gives them, then locked
-    // with cudaHostRegister: on the H200 machine (2026-12-02) cudaMallocHost
-    // took 115-121 ms for 252 MB, and cudaHostRegister 134 ms for 3 GB.
-    const size_t n = bytes ? bytes : 1;
-    void *p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        pg_fail(err, PG_ERR_NOMEM, "cannot map %.1f MiB for page-locked buffers: %s",
-                (double)n / (1 << 20), strerror(errno));
-        return nullptr;
-    }
-    (void)madvise(p, n, MADV_HUGEPAGE);  // a hint: fewer pages to fault and lock
-    const cudaError_t rc = cudaHostRegister(p, n, cudaHostRegisterDefault);
-    if (rc == cudaSuccess) return p;
+    const cudaError_t rc = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    if (rc == cudaSuccess) return PG_OK;
     (void)cudaGetLastError();  // not sticky; clear it so later checks see their own errors
-    munmap(p, n);
-    pg_fail(err, rc == cudaErrorMemoryAllocation ? PG_ERR_NOMEM : PG_ERR_DEVICE,
-            "cuda: cannot page-lock %.1f MiB: %s", (double)n / (1 << 20), cudaGetErrorString(rc));
-    return nullptr;
+    return pg_fail(err, rc == cudaErrorMemoryAllocation ? PG_ERR_NOMEM : PG_ERR_DEVICE,
+                   "cuda: cannot page-lock %.1f MiB: %s", (double)bytes / (1 << 20),
+                   cudaGetErrorString(rc));
 }
 
-extern "C" void cuda_host_free(void *p, size_t bytes)
+extern "C" void cuda_host_unregister(void *p)
 {
-    if (p == nullptr) return;
-    cudaHostUnregister(p);
-    munmap(p, bytes ? bytes : 1);
+    if (p != nullptr) cudaHostUnregister(p);
 }
 
 extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
