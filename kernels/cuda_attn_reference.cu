@@ -3,7 +3,7 @@
 //
 // FlashAttention-style, fp64 on Hopper's fp64 tensor cores (DMMA, PTX
 // mma.sync m16n8k8 .f64). One block = BM query rows of one query head of one
-// sequence; key tiles of REF_BN keys stream through shared memory: each
+// sequence; key tiles of BN keys stream through shared memory: each
 // tile's bf16 K and V arrive by cp.async while the tile before is computed,
 // and are converted to fp64 once per block. Softmax with a lazy maximum:
 //   S = sum_d (q * sm_scale) . k in fp64, masked to [lo_r, hi_r];
@@ -45,9 +45,12 @@
 #define REF_HALF_M 8
 // Query rows per warp: one m16 tile.
 #define REF_ROWS_PER_WARP REF_MMA_M
-// Keys per tile: REF_NT n8 tiles.
-#define REF_BN 32
-#define REF_NT (REF_BN / REF_MMA_N)
+// Keys per tile (BN, a multiple of REF_MMA_N): 16 for d <= 64, which with
+// 160 registers lets 3 blocks (12 warps) share an SM: 328 ms against 350 ms
+// with 32 keys and 2 blocks on the 36-layer benchmark (H200, 2026-12-02);
+// 32 for d <= 128 (one block of 8 warps either way).
+#define REF_BN_SMALL_D 16
+#define REF_BN_LARGE_D 32
 // Row pads (doubles) of the shared tiles, for conflict-free fragment loads.
 // sQ / sK rows (stride DMAX + 8, = 64 B mod 128 B) are read 16 B (dims
 // 2q, 2q+1; q = lane % 4) by 8 lanes per quarter warp: rows g, g+1 x 4 x 16 B
@@ -67,12 +70,12 @@
 #define REF_RESCALE_MARGIN 256.0
 // Head-dim templates and their block shapes: warps per block, and the
 // resident blocks per SM that __launch_bounds__ holds the registers to
-// (smem: 79 KiB x 2 for d <= 64, 219 KiB x 1 for d <= 128; the limit is 227).
+// (smem: 58 KiB x 3 for d <= 64, 219 KiB x 1 for d <= 128; the limit is 227).
 #define REF_D_SMALL 64
 #define REF_D_MAX 128
 #define REF_WARPS_SMALL_D 4
 #define REF_WARPS_LARGE_D 8
-#define REF_BLOCKS_SMALL_D 2
+#define REF_BLOCKS_SMALL_D 3
 #define REF_BLOCKS_LARGE_D 1
 // Head dims must be a multiple of this (a whole cp.async chunk per row).
 #define REF_D_MULTIPLE 8
@@ -163,26 +166,26 @@ struct ref_shape {
     static constexpr int bm = WARPS * REF_ROWS_PER_WARP;  // query rows per block
 };
 
-// Dynamic shared memory (bytes) of ref_attn_kernel<WARPS, DMAX>: fp64 sQ, sK,
-// sV, the bf16 staging of K and V, and the exp table.
-template <int WARPS, int DMAX>
+// Dynamic shared memory (bytes) of ref_attn_kernel<WARPS, DMAX, BN, ...>: fp64
+// sQ, sK, sV, the bf16 staging of K and V, and the exp table.
+template <int WARPS, int DMAX, int BN>
 constexpr size_t ref_smem_bytes()
 {
-    return sizeof(double) * ((size_t)(ref_shape<WARPS>::bm + REF_BN) * (DMAX + REF_QK_PAD) +
-                             (size_t)REF_BN * (DMAX + REF_V_PAD) + EXP_F64_TABLE_SIZE) +
-           sizeof(uint16_t) * 2 * REF_BN * DMAX;
+    return sizeof(double) * ((size_t)(ref_shape<WARPS>::bm + BN) * (DMAX + REF_QK_PAD) +
+                             (size_t)BN * (DMAX + REF_V_PAD) + EXP_F64_TABLE_SIZE) +
+           sizeof(uint16_t) * 2 * BN * DMAX;
 }
 
 // grid (ceil(max_q / BM), hq, n_seqs), WARPS * 32 threads,
-// ref_smem_bytes<WARPS, DMAX>() dynamic smem, BM = 16 * WARPS. Block (x, h, s):
+// ref_smem_bytes<WARPS, DMAX, BN>() dynamic smem, BM = 16 * WARPS. Block (x, h, s):
 // query rows j0 = x*BM .. of head h in sequence s (a block with j0 >= seq_q[s]
 // exits at once). d <= DMAX, d % 8 == 0.
 // Shared memory, fp64 (bf16 converted exactly), row strides padded
 // (REF_QK_PAD, REF_V_PAD): sQ [BM][DMAX + 8] (times sm_scale),
-// sK [REF_BN][DMAX + 8], sV [REF_BN][DMAX + 2]; dims d .. DMAX-1 are 0, so
+// sK [BN][DMAX + 8], sV [BN][DMAX + 2]; dims d .. DMAX-1 are 0, so
 // every product runs over DMAX dims with no branch. Rows past seq_q repeat the
 // last valid row (same keys, finite) and are not written; keys past seq_kv
-// are 0 (their weight is 0 and 0 * 0 stays 0). Staging: stK, stV [REF_BN][DMAX]
+// are 0 (their weight is 0 and 0 * 0 stays 0). Staging: stK, stV [BN][DMAX]
 // bf16, filled by cp.async (keys past seq_kv zero-filled).
 // Warp w owns rows 16w .. 16w+15, one m16 tile; lane (g = lane / 4, q = lane
 // % 4) holds rows 16w + g + 8i (i = 0, 1), in S keys 8nt + 2q + e of each n8
@@ -199,7 +202,7 @@ constexpr size_t ref_smem_bytes()
 // A warp skips the tiles none of its rows sees (identical to processing them:
 // P = 0) and every tile when all its rows are past seq_q; tiles every row of
 // the warp sees in full skip the mask.
-template <int WARPS, int DMAX, int MIN_BLOCKS>
+template <int WARPS, int DMAX, int BN, int MIN_BLOCKS>
 __global__ void __launch_bounds__(ref_shape<WARPS>::threads, MIN_BLOCKS)
 ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                 const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
@@ -215,10 +218,11 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     constexpr int ROW_VECS = DMAX / REF_FILL_VEC;  // fill steps per smem row
     constexpr int FILL_ROWS = THREADS / ROW_VECS;  // rows converted per fill step
     constexpr int ROW_CHUNKS = DMAX / REF_CHUNK_ELEMS;  // cp.async chunks per staged row
+    constexpr int NT = BN / REF_MMA_N;     // n8 key tiles per tile
     static_assert(DMAX % REF_MMA_K == 0 && DMAX % REF_MMA_N == 0, "dim tiling");
-    static_assert(THREADS % ROW_VECS == 0 && BM % FILL_ROWS == 0 && REF_BN % FILL_ROWS == 0,
+    static_assert(THREADS % ROW_VECS == 0 && BM % FILL_ROWS == 0 && BN % FILL_ROWS == 0,
                   "fill loops have a fixed trip count");
-    static_assert(REF_BN * ROW_CHUNKS % THREADS == 0, "staging loop has a fixed trip count");
+    static_assert(BN * ROW_CHUNKS % THREADS == 0, "staging loop has a fixed trip count");
     static_assert(REF_MMA_N == 2 * REF_QUAD && REF_MMA_K == 2 * REF_QUAD &&
                       REF_MMA_M == 2 * REF_HALF_M,
                   "fragment layout of dmma_16x8x8");
@@ -230,11 +234,11 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 
     extern __shared__ __align__(16) unsigned char ref_smem_raw[];
     double *sQ = (double *)ref_smem_raw;   // [BM][QK_STRIDE]
-    double *sK = sQ + BM * QK_STRIDE;      // [REF_BN][QK_STRIDE]
-    double *sV = sK + REF_BN * QK_STRIDE;  // [REF_BN][V_STRIDE]
-    double *sExp = sV + REF_BN * V_STRIDE; // [EXP_F64_TABLE_SIZE]
-    uint16_t *stK = (uint16_t *)(sExp + EXP_F64_TABLE_SIZE);  // [REF_BN][DMAX] bf16
-    uint16_t *stV = stK + REF_BN * DMAX;
+    double *sK = sQ + BM * QK_STRIDE;      // [BN][QK_STRIDE]
+    double *sV = sK + BN * QK_STRIDE;  // [BN][V_STRIDE]
+    double *sExp = sV + BN * V_STRIDE; // [EXP_F64_TABLE_SIZE]
+    uint16_t *stK = (uint16_t *)(sExp + EXP_F64_TABLE_SIZE);  // [BN][DMAX] bf16
+    uint16_t *stV = stK + BN * DMAX;
 
     const int d = b.d;
     const int tid = threadIdx.x, warp = tid / REF_WARP_SIZE, lane = tid % REF_WARP_SIZE;
@@ -251,7 +255,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     // chunks past d are never read).
     auto stage_tile = [&](int t0) {
 #pragma unroll
-        for (int it = 0; it < REF_BN * ROW_CHUNKS / THREADS; it++) {
+        for (int it = 0; it < BN * ROW_CHUNKS / THREADS; it++) {
             const int c = tid + THREADS * it, r = c / ROW_CHUNKS, cc = c % ROW_CHUNKS;
             if (cc * REF_CHUNK_ELEMS < d) {
                 const bool ok = t0 + r < skv;
@@ -263,7 +267,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         }
         cp_async_commit();
     };
-    const int t_begin = key_lo(ctx + j0, b.window) / REF_BN * REF_BN;
+    const int t_begin = key_lo(ctx + j0, b.window) / BN * BN;
     stage_tile(t_begin);
 
     // Fill layout: thread tid converts dims fill_i, fill_i + 1 (a double2) of
@@ -314,13 +318,13 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     const double *kb = sK + fg * QK_STRIDE + LANE_DIMS * fq;
     const double *vb = sV + 2 * fq * V_STRIDE + fg;
 
-    for (int t0 = t_begin; t0 <= hi_last; t0 += REF_BN) {
+    for (int t0 = t_begin; t0 <= hi_last; t0 += BN) {
         cp_async_wait<0>();
         __syncthreads();  // staging holds tile t0; the last tile's products are done
 
         // Staged bf16 -> fp64 sK, sV (dims past d are 0).
 #pragma unroll
-        for (int it = 0; it < REF_BN / FILL_ROWS; it++) {
+        for (int it = 0; it < BN / FILL_ROWS; it++) {
             const int c = fill_r0 + FILL_ROWS * it;
             double2 kx = make_double2(0.0, 0.0), vx = kx;
             if (fill_dim) {
@@ -333,20 +337,20 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
             *(double2 *)&sV[c * V_STRIDE + fill_i] = vx;
         }
         __syncthreads();  // sQ and the table (first tile), sK, sV complete; staging free
-        if (t0 + REF_BN <= hi_last) stage_tile(t0 + REF_BN);  // lands while this tile computes
+        if (t0 + BN <= hi_last) stage_tile(t0 + BN);  // lands while this tile computes
 
         // Tiles none of the warp's rows sees change nothing; the warp still
         // meets the barriers above.
-        if (!warp_live || t0 > warp_hi || t0 + REF_BN - 1 < warp_lo) continue;
+        if (!warp_live || t0 > warp_hi || t0 + BN - 1 < warp_lo) continue;
         // Every row of the warp sees every key of the tile: no mask.
-        const bool whole = t0 >= warp_lo_last && t0 + REF_BN - 1 <= warp_hi_first;
+        const bool whole = t0 >= warp_lo_last && t0 + BN - 1 <= warp_hi_first;
 
         // S = Q.K^T: acc[nt] is the 16x8 block of the warp's rows x keys 8nt...
-        double acc[REF_NT][4];
+        double acc[NT][4];
 #pragma unroll
-        for (int nt = 0; nt < REF_NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0;
-        // Not unrolled: 4 DMMAs (m16n8k8) per step cover the loads' latency, and
-        // unrolling hoists loads into spills.
+        for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0;
+        // Not unrolled: unrolling hoists loads into spills; the NT DMMAs of a
+        // step and the other warps on the SM cover the loads' latency.
 #pragma unroll 1
         for (int ks = 0; ks < KSTEPS; ks++) {
             const int k0 = ks * REF_MMA_K;
@@ -358,7 +362,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                 a[i + 2] = x.y;  // slot q + 4: dim k0 + 2q + 1
             }
 #pragma unroll
-            for (int nt = 0; nt < REF_NT; nt++) {
+            for (int nt = 0; nt < NT; nt++) {
                 const double2 x = *(const double2 *)&kb[nt * REF_MMA_N * QK_STRIDE + k0];
                 const double bk[2] = {x.x, x.y};
                 dmma_16x8x8(acc[nt], a, bk);
@@ -370,7 +374,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int nt = 0; nt < REF_NT; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     double &x = acc[nt][e + 2 * i];
@@ -408,7 +412,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int nt = 0; nt < REF_NT; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     double &x = acc[nt][e + 2 * i];
@@ -420,7 +424,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 
         // O += P.V per key tile nt: slot q + 4j is key 8nt + 2q + j, A = its P.
 #pragma unroll
-        for (int nt = 0; nt < REF_NT; nt++) {
+        for (int nt = 0; nt < NT; nt++) {
             const double p[4] = {acc[nt][0], acc[nt][2], acc[nt][1], acc[nt][3]};
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
@@ -453,17 +457,17 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 }
 
 // Sets the kernel's dynamic smem limit and launches it.
-template <int WARPS, int DMAX, int MIN_BLOCKS>
+template <int WARPS, int DMAX, int BN, int MIN_BLOCKS>
 pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
                      const uint16_t *v, double *out, cudaStream_t stream, pg_err *err)
 {
     static const char what[] = "cuda_attn_reference";
     constexpr int BM = ref_shape<WARPS>::bm;
-    constexpr size_t smem = ref_smem_bytes<WARPS, DMAX>();
-    CUDA_TRY(what, cudaFuncSetAttribute(ref_attn_kernel<WARPS, DMAX, MIN_BLOCKS>,
+    constexpr size_t smem = ref_smem_bytes<WARPS, DMAX, BN>();
+    CUDA_TRY(what, cudaFuncSetAttribute(ref_attn_kernel<WARPS, DMAX, BN, MIN_BLOCKS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)((b->max_q + BM - 1) / BM), (unsigned)b->hq, (unsigned)b->n_seqs);
-    ref_attn_kernel<WARPS, DMAX, MIN_BLOCKS>
+    ref_attn_kernel<WARPS, DMAX, BN, MIN_BLOCKS>
         <<<grid, ref_shape<WARPS>::threads, smem, stream>>>(*b, q, k, v, out);
     CUDA_TRY_LAUNCH(what);
     return PG_OK;
@@ -478,7 +482,7 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
 // of 8 up to 128, else PG_ERR_SHAPE; k and v 16-byte aligned, q 4-byte
 // aligned (cudaMalloc's are), else PG_ERR_SHAPE; q, k, v finite (captures are
 // validated on load). Writes every out row of the batch.
-// Asynchronous on stream (dynamic smem: ~80 KB for d <= 64, ~224 KB for d > 64).
+// Asynchronous on stream (dynamic smem: ~58 KB for d <= 64, ~224 KB for d > 64).
 extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                                          const uint16_t *k, const uint16_t *v, double *out,
                                          cudaStream_t stream, pg_err *err)
@@ -500,8 +504,8 @@ extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                        REF_KV_ALIGN, REF_Q_ALIGN);
     if (b->n_seqs == 0 || b->max_q == 0) return PG_OK;
     if (b->d <= REF_D_SMALL)
-        return ref_launch<REF_WARPS_SMALL_D, REF_D_SMALL, REF_BLOCKS_SMALL_D>(b, q, k, v, out,
-                                                                             stream, err);
-    return ref_launch<REF_WARPS_LARGE_D, REF_D_MAX, REF_BLOCKS_LARGE_D>(b, q, k, v, out, stream,
-                                                                       err);
+        return ref_launch<REF_WARPS_SMALL_D, REF_D_SMALL, REF_BN_SMALL_D, REF_BLOCKS_SMALL_D>(
+            b, q, k, v, out, stream, err);
+    return ref_launch<REF_WARPS_LARGE_D, REF_D_MAX, REF_BN_LARGE_D, REF_BLOCKS_LARGE_D>(
+        b, q, k, v, out, stream, err);
 }
