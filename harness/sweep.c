@@ -335,8 +335,7 @@ static void layer_qkv_bytes(const capture *cap, int li, size_t bytes[3])
     bytes[1] = bytes[2] = (size_t)cap->tkv * (size_t)L->hkv * (size_t)L->d * 2;
 }
 
-/* Layer li's q, k, v in its slot. */
-static void stage_slot(const sweep_stage *r, int li, const uint16_t *out[3])
+void sweep_stage_layer(const sweep_stage *r, int li, const uint16_t *out[3])
 {
     size_t bytes[3];
     layer_qkv_bytes(r->cap, li, bytes);
@@ -369,7 +368,7 @@ static void *stage_run(void *arg)
     sweep_stage *r = arg;
     const capture_layer *L = &r->cap->layers[r->layer];
     const uint16_t *slot[3];
-    stage_slot(r, r->layer, slot);
+    sweep_stage_layer(r, r->layer, slot);
     stage_copy c = {.src = {(const uint8_t *)L->q, (const uint8_t *)L->k, (const uint8_t *)L->v}};
     layer_qkv_bytes(r->cap, r->layer, c.bytes);
     size_t n = 0;
@@ -455,7 +454,7 @@ static pg_status prefetch_layer(const sweep_stage *r, int li, cuda_backend *be, 
     const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
                           L->window, L->sm_scale, L->sinks};
     const uint16_t *slot[3];
-    stage_slot(r, li, slot);
+    sweep_stage_layer(r, li, slot);
     return cuda_prefetch_qkv(be, &b, slot[0], slot[1], slot[2], err);
 }
 
@@ -542,7 +541,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
                      .gq = L->q, .gk = L->k, .gv = L->v};
     if (ring != NULL) {
         const uint16_t *slot[3];
-        stage_slot(ring, li, slot);
+        sweep_stage_layer(ring, li, slot);
         c->gq = slot[0];
         c->gk = slot[1];
         c->gv = slot[2];

@@ -54,6 +54,11 @@ typedef struct sweep_options {
  * slower, with the same results. */
 sweep_stage *sweep_stage_open(const capture *cap);
 
+/* Where layer li's q, k, v are staged in s (qkv[0..2]); they hold li's data
+ * from the copy that staged it until the copy of li + 3 (the first two after
+ * sweep_stage_open). */
+void sweep_stage_layer(const sweep_stage *s, int li, const uint16_t *qkv[3]);
+
 /* Releases s after the sweep that used it; NULL is a no-op. */
 void sweep_stage_close(sweep_stage *s);
 

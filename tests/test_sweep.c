@@ -107,6 +107,34 @@ static pg_status sweep_failing_at(const capture *cap, const char *table, int lay
     return sweep_run(*s, *run, cap, "c.safetensors", &so, serr);
 }
 
+/* The GPU's upload ring: sweep_stage_open copies the first two layers' q, k,
+ * v (needs no GPU); a one-layer capture stages just that one. */
+Test(sweep, stage_holds_the_first_layers_copies)
+{
+    for (int n_layers = 1; n_layers <= 3; n_layers += 2) {
+        capture *cap = small_capture(n_layers, 2, 40, 9);
+        sweep_stage *st = sweep_stage_open(cap);
+        cr_assert_not_null(st, "sweep_stage_open on a small capture");
+        for (int l = 0; l < n_layers && l < 2; l++) {
+            const capture_layer *L = &cap->layers[l];
+            const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
+            const size_t nkv = (size_t)cap->tkv * (size_t)L->hkv * (size_t)L->d;
+            const uint16_t *qkv[3];
+            sweep_stage_layer(st, l, qkv);
+            cr_expect_eq(memcmp(qkv[0], L->q, nq * 2), 0, "layer %d q staged", l);
+            cr_expect_eq(memcmp(qkv[1], L->k, nkv * 2), 0, "layer %d k staged", l);
+            cr_expect_eq(memcmp(qkv[2], L->v, nkv * 2), 0, "layer %d v staged", l);
+            if (l > 0) {
+                const uint16_t *prev[3];
+                sweep_stage_layer(st, l - 1, prev);
+                cr_expect(qkv[0] >= prev[2] + nkv, "layers %d and %d in separate slots", l - 1, l);
+            }
+        }
+        sweep_stage_close(st);
+        capture_close(cap);
+    }
+}
+
 Test(sweep, failure_mid_run_keeps_earlier_layers)
 {
     capture *cap = small_capture(3, 2, 12, 4);
