@@ -219,6 +219,9 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     constexpr int FILL_ROWS = THREADS / ROW_VECS;  // rows converted per fill step
     constexpr int ROW_CHUNKS = DMAX / REF_CHUNK_ELEMS;  // cp.async chunks per staged row
     constexpr int NT = BN / REF_MMA_N;     // n8 key tiles per tile
+    // k steps of S unrolled: 2 for d <= 64 (162 registers, no spill, still 3
+    // blocks per SM), 1 for d <= 128 (at 255 registers already).
+    constexpr int S_UNROLL = DMAX <= REF_D_SMALL ? 2 : 1;
     static_assert(DMAX % REF_MMA_K == 0 && DMAX % REF_MMA_N == 0, "dim tiling");
     static_assert(THREADS % ROW_VECS == 0 && BM % FILL_ROWS == 0 && BN % FILL_ROWS == 0,
                   "fill loops have a fixed trip count");
@@ -349,9 +352,10 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         double acc[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0;
-        // Not unrolled: unrolling hoists loads into spills; the NT DMMAs of a
-        // step and the other warps on the SM cover the loads' latency.
-#pragma unroll 1
+        // Unrolled by S_UNROLL only: further unrolling hoists loads into
+        // spills; the DMMAs of the steps and the other warps on the SM cover
+        // the loads' latency.
+#pragma unroll S_UNROLL
         for (int ks = 0; ks < KSTEPS; ks++) {
             const int k0 = ks * REF_MMA_K;
             double a[4];
