@@ -283,6 +283,8 @@ int cmd_run(int argc, char **argv)
             st = pg_fail(&err, PG_ERR_USAGE, "--backend %s: %s", a.backend, why);
         } else {
             fprintf(stderr, "precgate: backend auto: %s; using cpu\n", why);
+            sweep_stage_close(stage);
+            stage = NULL;
             cuda_backend_close(gpu);
             gpu = NULL;
         }
@@ -308,7 +310,7 @@ int cmd_run(int argc, char **argv)
     }
     if (st == PG_OK) {
         const sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress,
-                                  gpu, a.check_spec, &stats, gpu != NULL ? stage : NULL};
+                                  gpu, a.check_spec, &stats, stage};
         st = sweep_run(store, run_id, cap, a.capture, &so, &err);
     }
     sweep_stage_close(stage);

@@ -59,7 +59,8 @@ sweep_stage *sweep_stage_open(const capture *cap);
  * sweep_stage_open). */
 void sweep_stage_layer(const sweep_stage *s, int li, const uint16_t *qkv[3]);
 
-/* Releases s after the sweep that used it; NULL is a no-op. */
+/* Releases s (unlocking it) after the sweep that used it, before the GPU
+ * backend closes; NULL is a no-op. */
 void sweep_stage_close(sweep_stage *s);
 
 /* Parses a comma-separated list of mode names into sweep_variant bits;

@@ -6,10 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 
 #include "attn_cuda.h"
 #include "cuda_common.cuh"
