@@ -2,10 +2,14 @@
 // the CPU reference (kernels/attn_reference.c) within relative L2 1e-12.
 //
 // FlashAttention-style, fp64 on Hopper's fp64 tensor cores (DMMA, PTX
-// mma.sync m16n8k8 .f64). One block = BM query rows of one query head of one
-// sequence; key tiles of BN keys stream through shared memory: each
-// tile's bf16 K and V arrive by cp.async while the tile before is computed,
-// and are converted to fp64 once per block. Softmax with a lazy maximum:
+// mma.sync m16n8k8 .f64). A pre-pass (ref_kv_f64_kernel) converts the
+// layer's K and V to fp64 once, into per-head tiles padded to whole key
+// tiles; the attention kernel then streams those fp64 tiles into shared
+// memory by cp.async, double-buffered (tile t+1 lands while tile t is
+// computed, one barrier per tile). Converting bf16 in every block instead
+// (each K/V element once per query block and head) was 43% of the kernel's
+// instructions (Nsight Compute, H200, 2026-12-03). One block = BM query rows
+// of one query head of one sequence. Softmax with a lazy maximum:
 //   S = sum_d (q * sm_scale) . k in fp64, masked to [lo_r, hi_r];
 //   the row's reference m moves to the tile's maximum only when that exceeds
 //   m by more than REF_RESCALE_MARGIN (then alpha = exp(m - m_new) rescales
@@ -45,24 +49,34 @@
 #define REF_HALF_M 8
 // Query rows per warp: one m16 tile.
 #define REF_ROWS_PER_WARP REF_MMA_M
-// Keys per tile (BN, a multiple of REF_MMA_N): 16 for d <= 64, which with
-// 160 registers lets 3 blocks (12 warps) share an SM: 328 ms against 350 ms
+// Keys per tile (BN, a multiple of REF_MMA_N): 16, which for d <= 64 with
+// ~160 registers lets 3 blocks (12 warps) share an SM: 328 ms against 350 ms
 // with 32 keys and 2 blocks on the 36-layer benchmark (H200, 2026-12-02);
-// 32 for d <= 128 (one block of 8 warps either way).
-#define REF_BN_SMALL_D 16
-#define REF_BN_LARGE_D 32
-// Row pads (doubles) of the shared tiles, for conflict-free fragment loads.
-// sQ / sK rows (stride DMAX + 8, = 64 B mod 128 B) are read 16 B (dims
-// 2q, 2q+1; q = lane % 4) by 8 lanes per quarter warp: rows g, g+1 x 4 x 16 B
-// fill the 128 B of banks once. sV rows (stride DMAX + 2, = 16 B mod 128 B)
-// are read 8 B at keys 2q + e by 8 consecutive dims: per half warp 4 keys
-// 32 B apart x 4 dims x 8 B, again every bank once.
-#define REF_QK_PAD 8
-#define REF_V_PAD 2
-// bf16 values converted per fill step (one 16-byte double2 store).
-#define REF_FILL_VEC 2
-// bf16 values per 16-byte cp.async chunk of the staged K/V tiles.
-#define REF_CHUNK_ELEMS 8
+// for d <= 128 it keeps the double-buffered tiles inside shared memory.
+#define REF_BN 16
+// Shared layouts (doubles), each chosen so that a lane's fragment is one or
+// two 16-byte loads straight into the DMMA's operand registers, with the 8
+// lanes of each quarter-warp phase on distinct 16-byte bank groups:
+//  sQ (S's A): per warp and g = row % 8, one row of DMAX dims x 2 rows (g,
+//    g + 8) interleaved, so dims 2q, 2q+1 of both rows (a[0..3]) are 32
+//    contiguous bytes; row stride 2 DMAX + 2 (= 16 B mod 128 B).
+//  sK (S's B): [key][DMAX], stride DMAX + 8 (= 64 B mod 128 B); dims 2q, 2q+1
+//    of key g are b[0..1].
+//  sV (P.V's B): [key pair][DMAX][2], keys 2p and 2p+1 of each dim side by
+//    side, so b[0..1] (keys 2q, 2q+1 of dim g) are 16 contiguous bytes; pair
+//    stride 2 DMAX + 4 (= 32 B mod 128 B).
+// (Loading A as two double2 of one row each and permuting them cost 12 moves
+// per two DMMAs, a third of the S loop's instructions.)
+#define REF_Q_PAD 2
+#define REF_K_PAD 8
+#define REF_V_PAD 4
+// Doubles per 16-byte cp.async chunk.
+#define REF_CHUNK_DOUBLES 2
+// Threads per block of the K/V pre-pass, and dims each thread converts.
+#define REF_KV_THREADS 256
+#define REF_KV_DIMS 2
+// Keys side by side in sV's (and vf's) layout.
+#define REF_KEYS_PER_PAIR 2
 // The lazy maximum: a row's m moves only when a score exceeds it by more than
 // this, so P = exp(S - m) <= e^256 ~ 1.5e111, and l, O (at most 2^31 keys
 // times |v| <= 3.4e38, bf16's largest) stay below 1e160, inside fp64's
@@ -70,21 +84,20 @@
 #define REF_RESCALE_MARGIN 256.0
 // Head-dim templates and their block shapes: warps per block, and the
 // resident blocks per SM that __launch_bounds__ holds the registers to
-// (smem: 58 KiB x 3 for d <= 64, 219 KiB x 1 for d <= 128; the limit is 227).
+// (smem: 69 KiB x 3 for d <= 64, 201 KiB x 1 for d <= 128; the limit is 227).
 #define REF_D_SMALL 64
 #define REF_D_MAX 128
 #define REF_WARPS_SMALL_D 4
 #define REF_WARPS_LARGE_D 8
 #define REF_BLOCKS_SMALL_D 3
 #define REF_BLOCKS_LARGE_D 1
-// Head dims must be a multiple of this (a whole cp.async chunk per row).
+// Head dims must be a multiple of this (bf16 pairs of 4 bytes: q's loads).
 #define REF_D_MULTIPLE 8
 // Largest gridDim.y / gridDim.z (CUDA limit).
 #define REF_MAX_GRID_YZ 65535
-// Alignment (bytes) of k and v (16-byte cp.async chunks) and of q (read as
-// bf16 pairs); rows keep it since d % 8 == 0.
-#define REF_KV_ALIGN 16
-#define REF_Q_ALIGN 4
+// Alignment (bytes) of q, k and v (read as bf16 pairs); rows keep it since
+// d % 8 == 0.
+#define REF_QKV_ALIGN 4
 // bf16 bit fields: sign, and the magnitude range of normal numbers.
 #define BF16_SIGN 0x8000u
 #define BF16_MAG 0x7FFFu
@@ -166,34 +179,101 @@ struct ref_shape {
     static constexpr int bm = WARPS * REF_ROWS_PER_WARP;  // query rows per block
 };
 
-// Dynamic shared memory (bytes) of ref_attn_kernel<WARPS, DMAX, BN, ...>: fp64
-// sQ, sK, sV, the bf16 staging of K and V, and the exp table.
-template <int WARPS, int DMAX, int BN>
-constexpr size_t ref_smem_bytes()
+// Shared-memory strides and sizes (doubles) of ref_attn_kernel<WARPS, DMAX>
+// (the layouts: REF_Q_PAD's comment); K and V have two buffers each.
+template <int WARPS, int DMAX>
+struct ref_smem {
+    static constexpr int q_stride = 2 * DMAX + REF_Q_PAD;  // per (warp, row % 8)
+    static constexpr int k_stride = DMAX + REF_K_PAD;      // per key
+    static constexpr int v_stride = 2 * DMAX + REF_V_PAD;  // per key pair
+    static constexpr int q_doubles = WARPS * REF_HALF_M * q_stride;
+    static constexpr int k_doubles = REF_BN * k_stride;      // one buffer
+    static constexpr int v_doubles = REF_BN / 2 * v_stride;  // one buffer
+    static constexpr size_t bytes =
+        sizeof(double) * ((size_t)q_doubles + 2 * (size_t)(k_doubles + v_doubles) +
+                          EXP_F64_TABLE_SIZE);
+};
+
+// The fp64 K/V a layer's reference reads (written by ref_kv_f64_kernel):
+// kf [hkv][tp][DMAX] and vf [hkv][tp / 2][DMAX][2] (keys 2p, 2p + 1 of each
+// dim side by side, sV's layout), where sequence s's key t is padded row
+// kvp_off[s] + t; each sequence's rows are padded with zeros to a multiple of
+// REF_BN (so every key tile is whole and starts at an even row), and dims
+// d .. DMAX - 1 are zero.
+struct ref_kv {
+    const int64_t *kvp_off;  // [n_seqs]
+    int64_t tp;              // padded rows per head (>= the last sequence's end)
+    double *kf, *vf;
+};
+
+// Padded rows per head for a batch: at least each sequence rounded up to
+// REF_BN, itself a multiple of REF_BN.
+__host__ __device__ inline int64_t ref_kv_rows(int64_t tkv, int n_seqs)
 {
-    return sizeof(double) * ((size_t)(ref_shape<WARPS>::bm + BN) * (DMAX + REF_QK_PAD) +
-                             (size_t)BN * (DMAX + REF_V_PAD) + EXP_F64_TABLE_SIZE) +
-           sizeof(uint16_t) * 2 * BN * DMAX;
+    return (tkv + (int64_t)n_seqs * (REF_BN - 1) + REF_BN - 1) / REF_BN * REF_BN;
+}
+
+// <<<1, 1>>>: kvp_off[s] = sum over s' < s of seq_kv[s'] rounded up to
+// REF_BN. Sequential: a batch's sequences number at most 65,535 (grid z),
+// microseconds for the hundreds a capture holds.
+__global__ void ref_kv_offsets_kernel(const int32_t *__restrict__ seq_kv, int n_seqs,
+                                      int64_t *__restrict__ kvp_off)
+{
+    int64_t o = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        kvp_off[s] = o;
+        o += (seq_kv[s] + REF_BN - 1) / REF_BN * REF_BN;
+    }
+}
+
+// grid (ceil(rows * DMAX / 2 / REF_KV_THREADS), hkv, n_seqs), REF_KV_THREADS
+// threads, rows = max_kv rounded up to REF_BN: converts sequence s's K and V
+// of kv head g (bf16, packed [tkv, hkv, d]) into kv's padded fp64 layout, two
+// dims per thread, zeros past seq_kv and past d.
+template <int DMAX>
+__global__ void __launch_bounds__(REF_KV_THREADS)
+ref_kv_f64_kernel(const cuda_batch b, const uint16_t *__restrict__ k,
+                  const uint16_t *__restrict__ v, const ref_kv kv)
+{
+    constexpr int PAIRS = DMAX / REF_KV_DIMS;
+    const int s = blockIdx.z, g = blockIdx.y;
+    const int skv = b.seq_kv[s];
+    const int rows = (skv + REF_BN - 1) / REF_BN * REF_BN;
+    const int64_t i = (int64_t)blockIdx.x * REF_KV_THREADS + threadIdx.x;
+    if (i >= (int64_t)rows * PAIRS) return;
+    const int t = (int)(i / PAIRS), dim = (int)(i % PAIRS) * REF_KV_DIMS;
+    double k0 = 0.0, k1 = 0.0, v0 = 0.0, v1 = 0.0;
+    if (t < skv && dim < b.d) {
+        const int64_t off = ((b.kv_off[s] + t) * b.hkv + g) * (int64_t)b.d + dim;
+        const uint32_t kp = *(const uint32_t *)(k + off), vp = *(const uint32_t *)(v + off);
+        k0 = bf16_bits_to_f64(kp & 0xFFFFu);
+        k1 = bf16_bits_to_f64(kp >> 16);
+        v0 = bf16_bits_to_f64(vp & 0xFFFFu);
+        v1 = bf16_bits_to_f64(vp >> 16);
+    }
+    const int64_t r = kv.kvp_off[s] + t;  // padded row
+    *(double2 *)(kv.kf + ((int64_t)g * kv.tp + r) * DMAX + dim) = make_double2(k0, k1);
+    double *vd = kv.vf + ((int64_t)g * kv.tp + (r & ~(int64_t)1)) * DMAX + 2 * dim + (r & 1);
+    vd[0] = v0;
+    vd[REF_KEYS_PER_PAIR] = v1;  // dim + 1
 }
 
 // grid (ceil(max_q / BM), hq, n_seqs), WARPS * 32 threads,
-// ref_smem_bytes<WARPS, DMAX, BN>() dynamic smem, BM = 16 * WARPS. Block (x, h, s):
+// ref_smem<WARPS, DMAX>::bytes dynamic smem, BM = 16 * WARPS. Block (x, h, s):
 // query rows j0 = x*BM .. of head h in sequence s (a block with j0 >= seq_q[s]
-// exits at once). d <= DMAX, d % 8 == 0.
-// Shared memory, fp64 (bf16 converted exactly), row strides padded
-// (REF_QK_PAD, REF_V_PAD): sQ [BM][DMAX + 8] (times sm_scale),
-// sK [BN][DMAX + 8], sV [BN][DMAX + 2]; dims d .. DMAX-1 are 0, so
-// every product runs over DMAX dims with no branch. Rows past seq_q repeat the
-// last valid row (same keys, finite) and are not written; keys past seq_kv
-// are 0 (their weight is 0 and 0 * 0 stays 0). Staging: stK, stV [BN][DMAX]
-// bf16, filled by cp.async (keys past seq_kv zero-filled).
+// exits at once). d <= DMAX, d % 8 == 0; kv holds the layer's K/V in fp64.
+// Shared memory (fp64, the layouts of REF_Q_PAD's comment): sQ (times
+// sm_scale), two buffers each of sK [REF_BN keys] and sV [REF_BN / 2 key
+// pairs], copied whole from kv by cp.async (padded rows and dims are 0, so
+// every product runs over DMAX dims and whole tiles with no branch), and the
+// exp table. Rows past seq_q repeat the last valid row (same keys, finite)
+// and are not written.
 // Warp w owns rows 16w .. 16w+15, one m16 tile; lane (g = lane / 4, q = lane
 // % 4) holds rows 16w + g + 8i (i = 0, 1), in S keys 8nt + 2q + e of each n8
 // key tile nt, in O dims 8dt + 2q + e (e = 0, 1; accumulator element e + 2i).
 // A 16x8x8 product sums over its 8 k slots in any order, so each product
 // chooses what slot q + 4j stands for:
-//   S = Q.K^T, k step k0: dim k0 + 2q + j, i.e. one 16-byte load per row of Q
-//   and K per lane;
+//   S = Q.K^T, k step k0: dim k0 + 2q + j;
 //   O += P.V, key tile nt: key 8nt + 2q + j, whose P the lane already holds
 //   in its S accumulators (element j + 2i), so P never moves; B = V[8nt + 2q
 //   + j][8dt + g].
@@ -202,30 +282,27 @@ constexpr size_t ref_smem_bytes()
 // A warp skips the tiles none of its rows sees (identical to processing them:
 // P = 0) and every tile when all its rows are past seq_q; tiles every row of
 // the warp sees in full skip the mask.
-template <int WARPS, int DMAX, int BN, int MIN_BLOCKS>
+template <int WARPS, int DMAX, int MIN_BLOCKS>
 __global__ void __launch_bounds__(ref_shape<WARPS>::threads, MIN_BLOCKS)
-ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
-                const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
+ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q, const ref_kv kv,
                 double *__restrict__ out)
 {
+    using SM = ref_smem<WARPS, DMAX>;
     constexpr int THREADS = ref_shape<WARPS>::threads;
     constexpr int BM = ref_shape<WARPS>::bm;
-    constexpr int QK_STRIDE = DMAX + REF_QK_PAD;   // sQ, sK row stride (doubles)
-    constexpr int V_STRIDE = DMAX + REF_V_PAD;     // sV row stride (doubles)
+    constexpr int BN = REF_BN;
     constexpr int KSTEPS = DMAX / REF_MMA_K;       // k8 steps of S = Q.K^T
     constexpr int DT = DMAX / REF_MMA_N;           // n8 dim tiles of O
-    constexpr int LANE_DIMS = REF_MMA_K / REF_QUAD; // dims per lane per k step (a double2)
-    constexpr int ROW_VECS = DMAX / REF_FILL_VEC;  // fill steps per smem row
-    constexpr int FILL_ROWS = THREADS / ROW_VECS;  // rows converted per fill step
-    constexpr int ROW_CHUNKS = DMAX / REF_CHUNK_ELEMS;  // cp.async chunks per staged row
-    constexpr int NT = BN / REF_MMA_N;     // n8 key tiles per tile
-    // k steps of S unrolled: 2 for d <= 64 (162 registers, no spill, still 3
-    // blocks per SM), 1 for d <= 128 (at 255 registers already).
+    constexpr int NT = BN / REF_MMA_N;             // n8 key tiles per tile
+    constexpr int TILE_CHUNKS = BN * DMAX / REF_CHUNK_DOUBLES;  // cp.async chunks of a K (or V) tile
+    constexpr int Q_PAIRS = DMAX / 2;              // bf16 pairs per Q row
+    // k steps of S unrolled: 2 for d <= 64 (still 3 blocks per SM), 1 for
+    // d <= 128 (at 255 registers already).
     constexpr int S_UNROLL = DMAX <= REF_D_SMALL ? 2 : 1;
-    static_assert(DMAX % REF_MMA_K == 0 && DMAX % REF_MMA_N == 0, "dim tiling");
-    static_assert(THREADS % ROW_VECS == 0 && BM % FILL_ROWS == 0 && BN % FILL_ROWS == 0,
-                  "fill loops have a fixed trip count");
-    static_assert(BN * ROW_CHUNKS % THREADS == 0, "staging loop has a fixed trip count");
+    static_assert(DMAX % REF_MMA_K == 0 && DMAX % REF_MMA_N == 0 && BN % REF_MMA_N == 0,
+                  "tiling");
+    static_assert(TILE_CHUNKS % THREADS == 0 && BM * Q_PAIRS % THREADS == 0,
+                  "copy loops have a fixed trip count");
     static_assert(REF_MMA_N == 2 * REF_QUAD && REF_MMA_K == 2 * REF_QUAD &&
                       REF_MMA_M == 2 * REF_HALF_M,
                   "fragment layout of dmma_16x8x8");
@@ -236,12 +313,10 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     if (j0 >= sq) return;  // whole block, before any barrier
 
     extern __shared__ __align__(16) unsigned char ref_smem_raw[];
-    double *sQ = (double *)ref_smem_raw;   // [BM][QK_STRIDE]
-    double *sK = sQ + BM * QK_STRIDE;      // [BN][QK_STRIDE]
-    double *sV = sK + BN * QK_STRIDE;  // [BN][V_STRIDE]
-    double *sExp = sV + BN * V_STRIDE; // [EXP_F64_TABLE_SIZE]
-    uint16_t *stK = (uint16_t *)(sExp + EXP_F64_TABLE_SIZE);  // [BN][DMAX] bf16
-    uint16_t *stV = stK + BN * DMAX;
+    double *sQ = (double *)ref_smem_raw;   // [WARPS * 8][q_stride]
+    double *sK = sQ + SM::q_doubles;       // [2][BN][k_stride]
+    double *sV = sK + 2 * SM::k_doubles;   // [2][BN / 2][v_stride]
+    double *sExp = sV + 2 * SM::v_doubles; // [EXP_F64_TABLE_SIZE]
 
     const int d = b.d;
     const int tid = threadIdx.x, warp = tid / REF_WARP_SIZE, lane = tid % REF_WARP_SIZE;
@@ -250,47 +325,50 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     const int g = h / (b.hq / b.hkv);
     const int j_last = min(j0 + BM, sq) - 1;  // last valid row of the block
     const int hi_last = ctx + j_last;
-    const int64_t q_row0 = b.q_off[s], kv_row0 = b.kv_off[s];
+    const int64_t q_row0 = b.q_off[s];
     const double scale = (double)b.sm_scale;
-    const int64_t kv_row_elems = (int64_t)b.hkv * d;  // elements between consecutive keys
 
-    // Stages K and V of the tile at key t0 (keys past seq_kv zero-filled;
-    // chunks past d are never read).
-    auto stage_tile = [&](int t0) {
+    // Sequence s's key 0 of kv head g in kf and vf (same offset: a key pair
+    // of vf spans two rows' doubles).
+    const int64_t kv0 = ((int64_t)g * kv.tp + kv.kvp_off[s]) * DMAX;
+    // Copies the K and V tile at key t0 (whole: rows are padded) into buffer buf.
+    auto stage_tile = [&](int t0, int buf) {
+        double *dk = sK + buf * SM::k_doubles, *dv = sV + buf * SM::v_doubles;
+        const double *srck = kv.kf + kv0 + (int64_t)t0 * DMAX;
+        const double *srcv = kv.vf + kv0 + (int64_t)t0 * DMAX;
 #pragma unroll
-        for (int it = 0; it < BN * ROW_CHUNKS / THREADS; it++) {
-            const int c = tid + THREADS * it, r = c / ROW_CHUNKS, cc = c % ROW_CHUNKS;
-            if (cc * REF_CHUNK_ELEMS < d) {
-                const bool ok = t0 + r < skv;
-                const int64_t off = (kv_row0 + (ok ? t0 + r : 0)) * kv_row_elems +
-                                    (int64_t)g * d + cc * REF_CHUNK_ELEMS;
-                cp_async_16(stK + r * DMAX + cc * REF_CHUNK_ELEMS, k + off, ok ? 16 : 0);
-                cp_async_16(stV + r * DMAX + cc * REF_CHUNK_ELEMS, v + off, ok ? 16 : 0);
-            }
+        for (int it = 0; it < TILE_CHUNKS / THREADS; it++) {
+            const int c = tid + THREADS * it;
+            constexpr int K_ROW_CHUNKS = DMAX / REF_CHUNK_DOUBLES;       // per key
+            constexpr int V_ROW_CHUNKS = 2 * DMAX / REF_CHUNK_DOUBLES;   // per key pair
+            cp_async_16(dk + c / K_ROW_CHUNKS * SM::k_stride + c % K_ROW_CHUNKS * REF_CHUNK_DOUBLES,
+                        srck + c * REF_CHUNK_DOUBLES, 16);
+            cp_async_16(dv + c / V_ROW_CHUNKS * SM::v_stride + c % V_ROW_CHUNKS * REF_CHUNK_DOUBLES,
+                        srcv + c * REF_CHUNK_DOUBLES, 16);
         }
         cp_async_commit();
     };
     const int t_begin = key_lo(ctx + j0, b.window) / BN * BN;
-    stage_tile(t_begin);
+    stage_tile(t_begin, 0);
 
-    // Fill layout: thread tid converts dims fill_i, fill_i + 1 (a double2) of
-    // rows fill_r0 + FILL_ROWS * it of each tile; dims past d are stored as 0.
-    const int fill_i = (tid % ROW_VECS) * REF_FILL_VEC, fill_r0 = tid / ROW_VECS;
-    const bool fill_dim = fill_i < d;
-
-    // Q tile in fp64 times sm_scale (rows past seq_q repeat row j_last), and
-    // the exp table.
-#pragma unroll
-    for (int it = 0; it < BM / FILL_ROWS; it++) {
-        const int r = fill_r0 + FILL_ROWS * it;
-        double2 x = make_double2(0.0, 0.0);
-        if (fill_dim) {
+    // Q tile in fp64 times sm_scale, in sQ's layout (rows past seq_q repeat
+    // row j_last; dims past d are 0), and the exp table.
+#pragma unroll 4
+    for (int it = 0; it < BM * Q_PAIRS / THREADS; it++) {
+        const int c = tid + THREADS * it;
+        const int r = c / Q_PAIRS, dim = c % Q_PAIRS * 2;
+        double x0 = 0.0, x1 = 0.0;
+        if (dim < d) {
             const uint32_t pair = *(const uint32_t *)(q + ((q_row0 + min(j0 + r, j_last)) * b.hq + h) *
-                                                              (int64_t)d + fill_i);
-            x = make_double2(bf16_bits_to_f64(pair & 0xFFFFu) * scale,
-                             bf16_bits_to_f64(pair >> 16) * scale);
+                                                              (int64_t)d + dim);
+            x0 = bf16_bits_to_f64(pair & 0xFFFFu) * scale;
+            x1 = bf16_bits_to_f64(pair >> 16) * scale;
         }
-        *(double2 *)&sQ[r * QK_STRIDE + fill_i] = x;
+        const int r16 = r % REF_MMA_M;
+        double *dst = sQ + (r / REF_MMA_M * REF_HALF_M + r16 % REF_HALF_M) * SM::q_stride + 2 * dim +
+                      r16 / REF_HALF_M;
+        dst[0] = x0;
+        dst[2] = x1;
     }
     if (tid < EXP_F64_TABLE_SIZE) sExp[tid] = ref_exp_table[tid];
 
@@ -315,38 +393,29 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 #pragma unroll
     for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0;
 
-    // Fragment bases: S's A (row g, dims 2q..) and B (key g, dims 2q..), P.V's
-    // B (key 2q, dim g); the tile offsets added to them are constants.
-    const double *qa = sQ + (wrow0 + fg) * QK_STRIDE + LANE_DIMS * fq;
-    const double *kb = sK + fg * QK_STRIDE + LANE_DIMS * fq;
-    const double *vb = sV + 2 * fq * V_STRIDE + fg;
+    // Fragment bases: S's A (rows g, g + 8 at dims 2q, 2q + 1: a[0..3]), S's
+    // B (key g, dims 2q, 2q + 1) and P.V's B (keys 2q, 2q + 1 of dim g) in
+    // buffer 0; the tile offsets added to them are constants.
+    const double *qa = sQ + (warp * REF_HALF_M + fg) * SM::q_stride + 2 * 2 * fq;
+    const double *kb0 = sK + fg * SM::k_stride + 2 * fq;
+    const double *vb0 = sV + fq * SM::v_stride + 2 * fg;
 
-    for (int t0 = t_begin; t0 <= hi_last; t0 += BN) {
+    int buf = 0;
+    for (int t0 = t_begin; t0 <= hi_last; t0 += BN, buf ^= 1) {
         cp_async_wait<0>();
-        __syncthreads();  // staging holds tile t0; the last tile's products are done
-
-        // Staged bf16 -> fp64 sK, sV (dims past d are 0).
-#pragma unroll
-        for (int it = 0; it < BN / FILL_ROWS; it++) {
-            const int c = fill_r0 + FILL_ROWS * it;
-            double2 kx = make_double2(0.0, 0.0), vx = kx;
-            if (fill_dim) {
-                const uint32_t kp = *(const uint32_t *)&stK[c * DMAX + fill_i];
-                const uint32_t vp = *(const uint32_t *)&stV[c * DMAX + fill_i];
-                kx = make_double2(bf16_bits_to_f64(kp & 0xFFFFu), bf16_bits_to_f64(kp >> 16));
-                vx = make_double2(bf16_bits_to_f64(vp & 0xFFFFu), bf16_bits_to_f64(vp >> 16));
-            }
-            *(double2 *)&sK[c * QK_STRIDE + fill_i] = kx;
-            *(double2 *)&sV[c * V_STRIDE + fill_i] = vx;
-        }
-        __syncthreads();  // sQ and the table (first tile), sK, sV complete; staging free
-        if (t0 + BN <= hi_last) stage_tile(t0 + BN);  // lands while this tile computes
+        // Tile t0 is in buffer buf for every thread; every warp is done with
+        // the other buffer (the tile before), which the next copy reuses.
+        // (The first pass also publishes sQ and the table.)
+        __syncthreads();
+        if (t0 + BN <= hi_last) stage_tile(t0 + BN, buf ^ 1);  // lands while this tile computes
 
         // Tiles none of the warp's rows sees change nothing; the warp still
-        // meets the barriers above.
+        // meets the barrier above.
         if (!warp_live || t0 > warp_hi || t0 + BN - 1 < warp_lo) continue;
         // Every row of the warp sees every key of the tile: no mask.
         const bool whole = t0 >= warp_lo_last && t0 + BN - 1 <= warp_hi_first;
+        const double *kb = kb0 + buf * SM::k_doubles;
+        const double *vb = vb0 + buf * SM::v_doubles;
 
         // S = Q.K^T: acc[nt] is the 16x8 block of the warp's rows x keys 8nt...
         double acc[NT][4];
@@ -358,21 +427,16 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 #pragma unroll S_UNROLL
         for (int ks = 0; ks < KSTEPS; ks++) {
             const int k0 = ks * REF_MMA_K;
-            double a[4];
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const double2 x = *(const double2 *)&qa[REF_HALF_M * i * QK_STRIDE + k0];
-                a[i] = x.x;      // slot q:     dim k0 + 2q
-                a[i + 2] = x.y;  // slot q + 4: dim k0 + 2q + 1
-            }
+            const double2 x = *(const double2 *)&qa[2 * k0];
+            const double2 y = *(const double2 *)&qa[2 * k0 + 2];
+            const double a[4] = {x.x, x.y, y.x, y.y};
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const double2 x = *(const double2 *)&kb[nt * REF_MMA_N * QK_STRIDE + k0];
-                const double bk[2] = {x.x, x.y};
+                const double2 z = *(const double2 *)&kb[nt * REF_MMA_N * SM::k_stride + k0];
+                const double bk[2] = {z.x, z.y};
                 dmma_16x8x8(acc[nt], a, bk);
             }
         }
-
         // Mask (edge tiles only), then each lane's maximum per row.
         double mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -432,8 +496,9 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
             const double p[4] = {acc[nt][0], acc[nt][2], acc[nt][1], acc[nt][3]};
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
-                const double *vt = vb + nt * REF_MMA_N * V_STRIDE + dt * REF_MMA_N;
-                const double bv[2] = {vt[0], vt[V_STRIDE]};
+                const double2 z =
+                    *(const double2 *)&vb[nt * REF_MMA_N / 2 * SM::v_stride + 2 * dt * REF_MMA_N];
+                const double bv[2] = {z.x, z.y};
                 dmma_16x8x8(o[dt], p, bv);
             }
         }
@@ -460,33 +525,63 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     }
 }
 
-// Sets the kernel's dynamic smem limit and launches it.
-template <int WARPS, int DMAX, int BN, int MIN_BLOCKS>
+// Converts the layer's K/V into kv's padded fp64 layout (ref_kv), then
+// launches the attention kernel; scratch is stream-ordered and freed after it.
+template <int WARPS, int DMAX, int MIN_BLOCKS>
 pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
                      const uint16_t *v, double *out, cudaStream_t stream, pg_err *err)
 {
     static const char what[] = "cuda_attn_reference";
     constexpr int BM = ref_shape<WARPS>::bm;
-    constexpr size_t smem = ref_smem_bytes<WARPS, DMAX, BN>();
-    CUDA_TRY(what, cudaFuncSetAttribute(ref_attn_kernel<WARPS, DMAX, BN, MIN_BLOCKS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid((unsigned)((b->max_q + BM - 1) / BM), (unsigned)b->hq, (unsigned)b->n_seqs);
-    ref_attn_kernel<WARPS, DMAX, BN, MIN_BLOCKS>
-        <<<grid, ref_shape<WARPS>::threads, smem, stream>>>(*b, q, k, v, out);
-    CUDA_TRY_LAUNCH(what);
+    constexpr size_t smem = ref_smem<WARPS, DMAX>::bytes;
+    const int64_t tp = ref_kv_rows(b->tkv, b->n_seqs);
+    const size_t kv_bytes = (size_t)tp * (size_t)b->hkv * DMAX * sizeof(double);  // kf, vf each
+    unsigned char *scratch = nullptr;
+    CUDA_TRY(what, cudaMallocAsync((void **)&scratch, 2 * kv_bytes + (size_t)b->n_seqs * 8, stream));
+    ref_kv kv;
+    kv.kf = (double *)scratch;
+    kv.vf = (double *)(scratch + kv_bytes);
+    kv.kvp_off = (const int64_t *)(scratch + 2 * kv_bytes);
+    kv.tp = tp;
+    // Launch errors are checked after the scratch is given back.
+    cudaError_t rc = cudaFuncSetAttribute(ref_attn_kernel<WARPS, DMAX, MIN_BLOCKS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (rc == cudaSuccess) {
+        ref_kv_offsets_kernel<<<1, 1, 0, stream>>>(b->seq_kv, b->n_seqs, (int64_t *)kv.kvp_off);
+        const int64_t rows = (int64_t)(b->max_kv + REF_BN - 1) / REF_BN * REF_BN;
+        const int64_t threads = rows * (DMAX / REF_KV_DIMS);
+        const dim3 kv_grid((unsigned)((threads + REF_KV_THREADS - 1) / REF_KV_THREADS),
+                           (unsigned)b->hkv, (unsigned)b->n_seqs);
+        ref_kv_f64_kernel<DMAX><<<kv_grid, REF_KV_THREADS, 0, stream>>>(*b, k, v, kv);
+        const dim3 grid((unsigned)((b->max_q + BM - 1) / BM), (unsigned)b->hq, (unsigned)b->n_seqs);
+        ref_attn_kernel<WARPS, DMAX, MIN_BLOCKS>
+            <<<grid, ref_shape<WARPS>::threads, smem, stream>>>(*b, q, kv, out);
+        rc = cudaGetLastError();
+    }
+    CUDA_TRY(what, cudaFreeAsync(scratch, stream));
+    CUDA_TRY(what, rc);
     return PG_OK;
 }
 
 }  // namespace
 
+// Contract (cuda_common.cuh).
+extern "C" double cuda_attn_reference_scratch(int64_t tkv, int n_seqs, int hkv, int d)
+{
+    const int dmax = d <= REF_D_SMALL ? REF_D_SMALL : REF_D_MAX;
+    return 2.0 * sizeof(double) * (double)ref_kv_rows(tkv, n_seqs) * hkv * dmax + 8.0 * n_seqs;
+}
+
 // Contract (cuda_common.cuh): q bf16 [tq, hq, d], k/v bf16 [tkv, hkv, d]
 // packed, out fp64 [tq, hq, d], b's arrays (seq_q, seq_kv, q_off, kv_off,
 // sinks or NULL) all on the device; the batch passed attn_batch_check on the
 // host (1 <= seq_q <= seq_kv) and b->max_q is the longest seq_q. d a multiple
-// of 8 up to 128, else PG_ERR_SHAPE; k and v 16-byte aligned, q 4-byte
-// aligned (cudaMalloc's are), else PG_ERR_SHAPE; q, k, v finite (captures are
-// validated on load). Writes every out row of the batch.
-// Asynchronous on stream (dynamic smem: ~58 KB for d <= 64, ~224 KB for d > 64).
+// of 8 up to 128, else PG_ERR_SHAPE; q, k and v 4-byte aligned (cudaMalloc's
+// are), else PG_ERR_SHAPE; q, k, v finite (captures are validated on load).
+// Writes every out row of the batch. Asynchronous on stream; allocates
+// stream-ordered scratch of 16 bytes per kv element (d rounded up to 64 or
+// 128, each sequence's keys to 16) for the fp64 K/V, freed on the stream
+// (dynamic smem: 68 KiB for d <= 64, 196 KiB for d > 64).
 extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                                          const uint16_t *k, const uint16_t *v, double *out,
                                          cudaStream_t stream, pg_err *err)
@@ -502,14 +597,14 @@ extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
     if (b->hq > REF_MAX_GRID_YZ || b->n_seqs > REF_MAX_GRID_YZ)
         return pg_fail(err, PG_ERR_SHAPE, "%s: %d heads or %d sequences exceed %d", what, b->hq,
                        b->n_seqs, REF_MAX_GRID_YZ);
-    if ((uintptr_t)k % REF_KV_ALIGN != 0 || (uintptr_t)v % REF_KV_ALIGN != 0 ||
-        (uintptr_t)q % REF_Q_ALIGN != 0)
-        return pg_fail(err, PG_ERR_SHAPE, "%s: k and v must be %d-byte aligned and q %d-byte", what,
-                       REF_KV_ALIGN, REF_Q_ALIGN);
+    if ((uintptr_t)k % REF_QKV_ALIGN != 0 || (uintptr_t)v % REF_QKV_ALIGN != 0 ||
+        (uintptr_t)q % REF_QKV_ALIGN != 0)
+        return pg_fail(err, PG_ERR_SHAPE, "%s: q, k and v must be %d-byte aligned", what,
+                       REF_QKV_ALIGN);
     if (b->n_seqs == 0 || b->max_q == 0) return PG_OK;
     if (b->d <= REF_D_SMALL)
-        return ref_launch<REF_WARPS_SMALL_D, REF_D_SMALL, REF_BN_SMALL_D, REF_BLOCKS_SMALL_D>(
-            b, q, k, v, out, stream, err);
-    return ref_launch<REF_WARPS_LARGE_D, REF_D_MAX, REF_BN_LARGE_D, REF_BLOCKS_LARGE_D>(
-        b, q, k, v, out, stream, err);
+        return ref_launch<REF_WARPS_SMALL_D, REF_D_SMALL, REF_BLOCKS_SMALL_D>(b, q, k, v, out,
+                                                                             stream, err);
+    return ref_launch<REF_WARPS_LARGE_D, REF_D_MAX, REF_BLOCKS_LARGE_D>(b, q, k, v, out, stream,
+                                                                         err);
 }

@@ -792,7 +792,8 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
 // Bytes per query element and per kv element a layer holds at its peak:
 // q 2 + reference 8 + output 2 + fp8 q 1 + metric keys 4 per query element;
 // k and v 2 + 2, the bf16 paged cache 4, the e4m3 one 2, the compact cache 4,
-// V^T 1, each with the cache's spare pages (kv_cache.c), per kv element.
+// V^T 1, each with the cache's spare pages (kv_cache.c), per kv element; and
+// the reference's own scratch (cuda_attn_reference_scratch).
 #define CUDA_BYTES_PER_Q 17.0
 #define CUDA_BYTES_PER_KV 21.0
 
@@ -801,7 +802,8 @@ namespace {
 double layer_bytes(const attn_batch *b)
 {
     return CUDA_BYTES_PER_Q * (double)attn_batch_tq(b) * b->hq * b->d +
-           CUDA_BYTES_PER_KV * (double)attn_batch_tkv(b) * b->hkv * b->d;
+           CUDA_BYTES_PER_KV * (double)attn_batch_tkv(b) * b->hkv * b->d +
+           cuda_attn_reference_scratch(attn_batch_tkv(b), b->n_seqs, b->hkv, b->d);
 }
 
 // Bytes a layer may plan with: a share of the free memory, or the test cap.

@@ -79,6 +79,10 @@ pg_status cuda_quantize_e4m3(const uint16_t *x, int64_t n, float scale, uint8_t 
 pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, double *out, cudaStream_t stream, pg_err *err);
 
+// Device bytes cuda_attn_reference allocates for a batch of n_seqs sequences
+// with tkv keys in all, hkv kv heads of dim d (its fp64 K/V).
+double cuda_attn_reference_scratch(int64_t tkv, int n_seqs, int hkv, int d);
+
 // bf16 prefill attention through a bf16 paged cache (cuda_attn_bf16.cu): out bf16 [tq,hq,d].
 pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
                          uint16_t *out, cudaStream_t stream, pg_err *err);
