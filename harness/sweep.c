@@ -435,6 +435,13 @@ sweep_stage *sweep_stage_open(const capture *cap)
         stage_start(r, l);
         stage_join(r);
     }
+    /* Fault in the slots not filled yet: the lock (cuda_host_register, on
+     * the sweep's thread once the GPU is up) would otherwise allocate their
+     * pages itself, while here it runs beside the GPU's start. */
+    const long page = sysconf(_SC_PAGESIZE);
+    for (size_t off = (size_t)STAGE_AHEAD * slot_bytes; page > 0 && off < (size_t)want;
+         off += (size_t)page)
+        ((volatile uint8_t *)buf)[off] = 0;
     return r;
 }
 
@@ -592,7 +599,9 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         ring = opt->stage != NULL ? opt->stage : (own = sweep_stage_open(cap));
         if (ring != NULL && !ring->registered) {
             pg_err lock_err = {0};
+            const double t_lock = progress_now();
             ring->registered = cuda_host_register(ring->buf, ring->bytes, &lock_err) == PG_OK;
+            if (opt->stats != NULL) opt->stats->lock_s += progress_now() - t_lock;
             if (!ring->registered)
                 fprintf(stderr, "precgate: %s; uploads run from pageable memory, slower\n",
                         lock_err.msg);

@@ -431,6 +431,13 @@ static void run_metrics_edge(cuda_backend *be)
     out[3 * 64 + 1] = 0x7F80; /* inf in head 3 */
     cases++;
     check_metrics(be, "metrics nan/inf", out, ref, tq, hq, d);
+    /* d not a multiple of 8: one element per thread instead of 8. */
+    const int64_t tq_odd = 301;
+    const int hq_odd = 3, d_odd = 6;
+    for (size_t i = 0; i < (size_t)tq_odd * hq_odd * d_odd; i++)
+        out[i] = bf16_from_f32((float)(ref[i] + 0.01 * gauss(&rs)));
+    cases++;
+    check_metrics(be, "metrics d 6", out, ref, tq_odd, hq_odd, d_odd);
     free(out);
     free(ref);
 }
