@@ -338,9 +338,12 @@ int cmd_run(int argc, char **argv)
     cuda_backend_close(gpu);
     if (st == PG_OK) {
         const double t_end = progress_now();
+        char lock[64] = "";
+        if (stats.lock_s > 0)
+            snprintf(lock, sizeof lock, " (%.2f s of it locking upload buffers)", stats.lock_s);
         printf("run %lld complete: %s (backend start %.2f s beside load and validate %.2f s, "
-               "compute %.2f s, store %.2f s beside it, close %.2f s; %.2f s in all)\n",
-               (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, stats.store_s,
+               "compute %.2f s%s, store %.2f s beside it, close %.2f s; %.2f s in all)\n",
+               (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, lock, stats.store_s,
                t_end - t_close, t_end - t_start);
     }
     return st == PG_OK ? 0 : cli_report(&err);

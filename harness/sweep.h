@@ -17,6 +17,7 @@
 /* Where a sweep's time went (seconds), for `precgate run`'s timing line. */
 typedef struct sweep_stats {
     double compute_s;   /* reference, modes and metrics (CPU or GPU, uploads included) */
+    double lock_s;      /* of compute_s, page-locking the GPU's upload buffers */
     double store_s;     /* SQLite transactions (a layer is stored while the next computes) */
 } sweep_stats;
 
