@@ -276,7 +276,7 @@ int cmd_run(int argc, char **argv)
         cuda_backend_close(gpu);
         return cli_report(&err);
     }
-    sweep_stats stats = {0, 0};
+    sweep_stats stats = {0};
     char why[RUN_DESC_MAX];
     if (st == PG_OK && gpu != NULL && gpu_unsupported(&a, cap, why, sizeof why)) {
         if (strcmp(a.backend, "cuda") == 0 || a.check_spec) {
