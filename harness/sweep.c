@@ -302,14 +302,19 @@ static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *ba
  * itself holds the sweep's thread for the lock's time (134 ms for a 3 GB
  * capture; locks taken on another thread serialize with its CUDA calls), so
  * each layer's q, k and v are instead copied by CPU threads into one of
- * STAGE_SLOTS page-locked buffers two layers ahead: the copy for layer l + 2
- * runs while layer l computes and layer l + 1's buffer goes to the GPU.
- * Needing no GPU until it is locked, the ring is filled with its first layers
- * while the GPU starts (cmd_run): on the 36-layer benchmark, 0.93-0.94 s of
- * process wall against 1.03 s with the whole capture locked, with 252 MB
- * locked instead of 3 GB, and a capture of any size runs the same way. */
-#define STAGE_SLOTS 3
-#define STAGE_AHEAD 2
+ * STAGE_SLOTS page-locked buffers STAGE_AHEAD layers ahead: the copy for
+ * layer l + 3 starts when layer l does and has until layer l + 2 starts, while
+ * layer l + 1's buffer goes to the GPU. Needing no GPU until it is locked,
+ * the ring is filled with its first layers while the GPU starts (cmd_run):
+ * on the 36-layer benchmark, 0.93-0.94 s of process wall against 1.03 s with
+ * the whole capture locked, with 252 MB locked instead of 3 GB, and a capture
+ * of any size runs the same way. With the copy two layers ahead, it had one
+ * layer's time: after a windowed layer (about 4 ms) the sweep waited for it,
+ * 21-22 ms in all (H200 machine, 2026-12-03). */
+#define STAGE_SLOTS 4
+#define STAGE_AHEAD 3
+/* Copies in flight: those of layers l + 2 and l + 3 while layer l computes. */
+#define STAGE_JOBS (STAGE_AHEAD - 1)
 /* Threads of one layer's copy (memcpy runs at several GB/s per thread; a
  * layer of the gpt-oss-120b benchmark is 84 MB in about 15 ms of compute). */
 #define STAGE_THREADS 4
@@ -318,14 +323,20 @@ static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *ba
 /* The buffers may take at most this share of the machine's memory. */
 #define STAGE_MAX_SHARE 0.25
 
+/* One layer's copy into its slot, on a thread of its own. */
+typedef struct stage_job {
+    struct sweep_stage *ring;
+    int layer;           /* -1: none */
+    pthread_t thread;
+    int threaded;        /* 1: the thread runs it and must be joined */
+} stage_job;
+
 struct sweep_stage {
     const capture *cap;
     uint8_t *buf;        /* STAGE_SLOTS * slot_bytes, anonymous memory */
     size_t slot_bytes, bytes;
     int registered;      /* buf is page-locked (cuda_host_register) */
-    int layer;           /* the job's layer, -1: none */
-    pthread_t thread;
-    int threaded;
+    stage_job job[STAGE_JOBS];  /* layer l's copy is job[l % STAGE_JOBS] */
 };
 
 /* q, k, v bytes of layer li. */
@@ -363,15 +374,16 @@ static void stage_copy_piece(void *ctx, int item, int thread)
     memcpy(c->dst[a] + off, c->src[a] + off, n);
 }
 
-/* Copies layer r->layer's q, k, v into its slot. */
+/* Copies job->layer's q, k, v into its slot. */
 static void *stage_run(void *arg)
 {
-    sweep_stage *r = arg;
-    const capture_layer *L = &r->cap->layers[r->layer];
+    const stage_job *job = arg;
+    const sweep_stage *r = job->ring;
+    const capture_layer *L = &r->cap->layers[job->layer];
     const uint16_t *slot[3];
-    sweep_stage_layer(r, r->layer, slot);
+    sweep_stage_layer(r, job->layer, slot);
     stage_copy c = {.src = {(const uint8_t *)L->q, (const uint8_t *)L->k, (const uint8_t *)L->v}};
-    layer_qkv_bytes(r->cap, r->layer, c.bytes);
+    layer_qkv_bytes(r->cap, job->layer, c.bytes);
     size_t n = 0;
     for (int a = 0; a < 3; a++) {
         c.dst[a] = (uint8_t *)slot[a];
@@ -384,18 +396,32 @@ static void *stage_run(void *arg)
     return NULL;
 }
 
-/* Starts copying layer li into its slot on a thread (here when none starts). */
-static void stage_start(sweep_stage *r, int li)
+/* Waits for the copy of layer li if one is in flight. */
+static void stage_join(sweep_stage *r, int li)
 {
-    r->layer = li;
-    r->threaded = pthread_create(&r->thread, NULL, stage_run, r) == 0;
-    if (!r->threaded) stage_run(r);
+    stage_job *job = &r->job[li % STAGE_JOBS];
+    if (job->layer != li) return;
+    if (job->threaded) pthread_join(job->thread, NULL);
+    job->threaded = 0;
+    job->layer = -1;
 }
 
-static void stage_join(sweep_stage *r)
+/* Starts copying layer li into its slot on a thread (here when none starts);
+ * the copy of layer li - STAGE_JOBS, on the same job, must be joined. */
+static void stage_start(sweep_stage *r, int li)
 {
-    if (r->threaded) pthread_join(r->thread, NULL);
-    r->threaded = 0;
+    stage_job *job = &r->job[li % STAGE_JOBS];
+    job->ring = r;
+    job->layer = li;
+    job->threaded = pthread_create(&job->thread, NULL, stage_run, job) == 0;
+    if (!job->threaded) stage_run(job);
+}
+
+/* Waits for every copy in flight. */
+static void stage_join_all(sweep_stage *r)
+{
+    for (int j = 0; j < STAGE_JOBS; j++)
+        if (r->job[j].layer >= 0) stage_join(r, r->job[j].layer);
 }
 
 sweep_stage *sweep_stage_open(const capture *cap)
@@ -429,11 +455,11 @@ sweep_stage *sweep_stage_open(const capture *cap)
 #ifdef MADV_HUGEPAGE
     (void)madvise(buf, (size_t)want, MADV_HUGEPAGE); /* a hint: fewer pages to fault and lock */
 #endif
-    *r = (sweep_stage){.cap = cap, .buf = buf, .slot_bytes = slot_bytes, .bytes = (size_t)want,
-                       .layer = -1};
+    *r = (sweep_stage){.cap = cap, .buf = buf, .slot_bytes = slot_bytes, .bytes = (size_t)want};
+    for (int j = 0; j < STAGE_JOBS; j++) r->job[j].layer = -1;
     for (int l = 0; l < cap->n_layers && l < STAGE_AHEAD; l++) {
         stage_start(r, l);
-        stage_join(r);
+        stage_join(r, l);
     }
     /* Fault in the slots not filled yet: the lock (cuda_host_register, on
      * the sweep's thread once the GPU is up) would otherwise allocate their
@@ -448,7 +474,7 @@ sweep_stage *sweep_stage_open(const capture *cap)
 void sweep_stage_close(sweep_stage *r)
 {
     if (r == NULL) return;
-    stage_join(r);
+    stage_join_all(r);
     if (r->registered) cuda_host_unregister(r->buf);
     munmap(r->buf, r->bytes);
     free(r);
@@ -614,10 +640,11 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     for (int li = 0; st == PG_OK && li < cap->n_layers; li++) {
         const double t1 = progress_now();
         if (ring != NULL) {
-            /* Layers up to li + 1 are staged; li + 1's copy to the GPU runs
-             * while li computes, and li + 2 is staged into the slot li - 1
-             * used (its copy to the GPU is done). */
-            stage_join(ring);
+            /* Layer li + 1's copy into its slot (started when li - 2 did)
+             * is joined and goes to the GPU while li computes; li + 3 is
+             * copied into the slot li - 1 used (its copy to the GPU is done)
+             * while li + 2's copy may still run. */
+            stage_join(ring, li + 1);
             if (li == 0) st = prefetch_layer(ring, 0, opt->cuda, err);
             if (li + 1 < cap->n_layers && st == PG_OK)
                 st = prefetch_layer(ring, li + 1, opt->cuda, err);
@@ -641,7 +668,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         }
     }
     for (int i = 0; i < 2; i++) layer_write_join(&w[i], opt->stats, &st, err);
-    if (ring != NULL) stage_join(ring);
+    if (ring != NULL) stage_join_all(ring);
     sweep_stage_close(own); /* a caller's ring stays locked until its sweep_stage_close */
     progress_finish(&bar);
     return st;

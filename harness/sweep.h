@@ -47,8 +47,8 @@ typedef struct sweep_options {
     sweep_stage *stage;           /* GPU only: sweep_stage_open(cap)'s, or NULL (opened here) */
 } sweep_options;
 
-/* The ring of host buffers one GPU sweep_run of cap uploads from (three
- * layers' q, k and v), with its first two layers already copied in. Needs no GPU, so
+/* The ring of host buffers one GPU sweep_run of cap uploads from (four
+ * layers' q, k and v), with its first three layers already copied in. Needs no GPU, so
  * it can run while the backend starts; sweep_run page-locks it. NULL, said
  * on stderr, when the buffers would take more than a quarter of the memory
  * or cannot be mapped: the GPU then uploads from the capture's mapping,
@@ -79,7 +79,7 @@ const char *sweep_variant_name(sweep_variant v);
  * layer and what failed.
  * fp8 scales not in the capture are calibrated from the amax that
  * capture_open read. On the GPU, CPU threads copy each layer's q/k/v into
- * a ring of three page-locked buffers two layers ahead, and the next layer's
+ * a ring of four page-locked buffers three layers ahead, and the next layer's
  * buffer copies to the GPU while a layer computes (cuda_prefetch_qkv). */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err);

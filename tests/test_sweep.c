@@ -111,11 +111,11 @@ static pg_status sweep_failing_at(const capture *cap, const char *table, int lay
  * v (needs no GPU); a one-layer capture stages just that one. */
 Test(sweep, stage_holds_the_first_layers_copies)
 {
-    for (int n_layers = 1; n_layers <= 3; n_layers += 2) {
+    for (int n_layers = 1; n_layers <= 4; n_layers += 3) {
         capture *cap = small_capture(n_layers, 2, 40, 9);
         sweep_stage *st = sweep_stage_open(cap);
         cr_assert_not_null(st, "sweep_stage_open on a small capture");
-        for (int l = 0; l < n_layers && l < 2; l++) {
+        for (int l = 0; l < n_layers && l < 3; l++) { /* the first three are copied */
             const capture_layer *L = &cap->layers[l];
             const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
             const size_t nkv = (size_t)cap->tkv * (size_t)L->hkv * (size_t)L->d;
