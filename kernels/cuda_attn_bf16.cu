@@ -33,7 +33,7 @@ struct bf16_smem {
     static constexpr size_t bytes = (size_t)(q_elems + 4 * kv_elems) * sizeof(uint16_t);
 };
 
-// One block: query rows m0..m0+ATTN_BM-1 of sequence blockIdx.z, head blockIdx.y.
+// One block (attn_block_of): query rows m0..m0+ATTN_BM-1 of sequence s, head h.
 template <int D>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
@@ -42,7 +42,8 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 {
     using sm = bf16_smem<D>;
     constexpr int CH = D / 8;  // 16-byte chunks per row
-    const int s = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * ATTN_BM;
+    const attn_block blk = attn_block_of();
+    const int s = blk.s, h = blk.h, m0 = blk.qb * ATTN_BM;
     const int sq = b.seq_q[s];
     if (m0 >= sq) return;
     const int skv = b.seq_kv[s], ctx = skv - sq;
@@ -164,8 +165,9 @@ pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *
     CUDA_TRY("attn_bf16", cudaFuncSetAttribute(attn_bf16_kernel<D>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
-    const dim3 grid((unsigned)((b->max_q + ATTN_BM - 1) / ATTN_BM), (unsigned)b->hq,
-                    (unsigned)b->n_seqs);
+    dim3 grid;
+    const pg_status st = attn_grid(b, ATTN_BM, "attn_bf16", &grid, err);
+    if (st != PG_OK) return st;
     attn_bf16_kernel<D><<<grid, ATTN_THREADS, smem, stream>>>(
         *b, q, static_cast<const uint16_t *>(kv->data), kv->block_table, kv->block_size,
         kv->pages_per_seq, out);

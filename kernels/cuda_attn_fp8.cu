@@ -109,7 +109,8 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
 {
     using sm = fp8_smem<D>;
     constexpr int CH = D / 16;  // 16-byte chunks per row
-    const int s = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * F8_BM;
+    const attn_block blk = attn_block_of();
+    const int s = blk.s, h = blk.h, m0 = blk.qb * F8_BM;
     const int sq = b.seq_q[s];
     if (m0 >= sq) return;
     const int skv = b.seq_kv[s], ctx = skv - sq;
@@ -222,8 +223,9 @@ pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *k
     CUDA_TRY("attn_fp8", cudaFuncSetAttribute(attn_fp8_kernel<D>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)smem));
-    const dim3 grid((unsigned)((b->max_q + F8_BM - 1) / F8_BM), (unsigned)b->hq,
-                    (unsigned)b->n_seqs);
+    dim3 grid;
+    const pg_status st = attn_grid(b, F8_BM, "attn_fp8", &grid, err);
+    if (st != PG_OK) return st;
     attn_fp8_kernel<D><<<grid, F8_THREADS, smem, stream>>>(
         *b, q8, static_cast<const uint8_t *>(kv->data), vt, kv->block_table, kv->block_size,
         kv->pages_per_seq, qk_scale, v_scale, out);

@@ -93,8 +93,6 @@
 #define REF_BLOCKS_LARGE_D 1
 // Head dims must be a multiple of this (bf16 pairs of 4 bytes: q's loads).
 #define REF_D_MULTIPLE 8
-// Largest gridDim.y / gridDim.z (CUDA limit).
-#define REF_MAX_GRID_YZ 65535
 // Alignment (bytes) of q, k and v (read as bf16 pairs); rows keep it since
 // d % 8 == 0.
 #define REF_QKV_ALIGN 4
@@ -258,10 +256,10 @@ ref_kv_f64_kernel(const cuda_batch b, const uint16_t *__restrict__ k,
     vd[REF_KEYS_PER_PAIR] = v1;  // dim + 1
 }
 
-// grid (ceil(max_q / BM), hq, n_seqs), WARPS * 32 threads,
-// ref_smem<WARPS, DMAX>::bytes dynamic smem, BM = 16 * WARPS. Block (x, h, s):
-// query rows j0 = x*BM .. of head h in sequence s (a block with j0 >= seq_q[s]
-// exits at once). d <= DMAX, d % 8 == 0; kv holds the layer's K/V in fp64.
+// attn_grid's grid for BM, WARPS * 32 threads, ref_smem<WARPS, DMAX>::bytes
+// dynamic smem, BM = 16 * WARPS. Block (h, s, qb) (attn_block_of): query rows
+// j0 = qb*BM .. of head h in sequence s (a block with j0 >= seq_q[s] exits at
+// once). d <= DMAX, d % 8 == 0; kv holds the layer's K/V in fp64.
 // Shared memory (fp64, the layouts of REF_Q_PAD's comment): sQ (times
 // sm_scale), two buffers each of sK [REF_BN keys] and sV [REF_BN / 2 key
 // pairs], copied whole from kv by cp.async (padded rows and dims are 0, so
@@ -307,9 +305,10 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q, const ref_kv
                       REF_MMA_M == 2 * REF_HALF_M,
                   "fragment layout of dmma_16x8x8");
 
-    const int s = blockIdx.z, h = blockIdx.y;
+    const attn_block blk = attn_block_of();
+    const int s = blk.s, h = blk.h;
     const int sq = b.seq_q[s], skv = b.seq_kv[s];
-    const int j0 = blockIdx.x * BM;
+    const int j0 = blk.qb * BM;
     if (j0 >= sq) return;  // whole block, before any barrier
 
     extern __shared__ __align__(16) unsigned char ref_smem_raw[];
@@ -534,6 +533,9 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
     static const char what[] = "cuda_attn_reference";
     constexpr int BM = ref_shape<WARPS>::bm;
     constexpr size_t smem = ref_smem<WARPS, DMAX>::bytes;
+    dim3 grid;  // also bounds n_seqs, the pre-pass's gridDim.z
+    const pg_status gst = attn_grid(b, BM, what, &grid, err);
+    if (gst != PG_OK) return gst;
     const int64_t tp = ref_kv_rows(b->tkv, b->n_seqs);
     const size_t kv_bytes = (size_t)tp * (size_t)b->hkv * DMAX * sizeof(double);  // kf, vf each
     unsigned char *scratch = nullptr;
@@ -553,7 +555,6 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
         const dim3 kv_grid((unsigned)((threads + REF_KV_THREADS - 1) / REF_KV_THREADS),
                            (unsigned)b->hkv, (unsigned)b->n_seqs);
         ref_kv_f64_kernel<DMAX><<<kv_grid, REF_KV_THREADS, 0, stream>>>(*b, k, v, kv);
-        const dim3 grid((unsigned)((b->max_q + BM - 1) / BM), (unsigned)b->hq, (unsigned)b->n_seqs);
         ref_attn_kernel<WARPS, DMAX, MIN_BLOCKS>
             <<<grid, ref_shape<WARPS>::threads, smem, stream>>>(*b, q, kv, out);
         rc = cudaGetLastError();
@@ -594,9 +595,9 @@ extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
         b->max_q < 0)
         return pg_fail(err, PG_ERR_SHAPE, "%s: bad shape (hq %d, hkv %d, window %d, n_seqs %d)",
                        what, b->hq, b->hkv, b->window, b->n_seqs);
-    if (b->hq > REF_MAX_GRID_YZ || b->n_seqs > REF_MAX_GRID_YZ)
-        return pg_fail(err, PG_ERR_SHAPE, "%s: %d heads or %d sequences exceed %d", what, b->hq,
-                       b->n_seqs, REF_MAX_GRID_YZ);
+    if (b->hkv > CUDA_MAX_GRID_YZ)
+        return pg_fail(err, PG_ERR_SHAPE, "%s: %d kv heads exceed %d", what, b->hkv,
+                       CUDA_MAX_GRID_YZ);
     if ((uintptr_t)k % REF_QKV_ALIGN != 0 || (uintptr_t)v % REF_QKV_ALIGN != 0 ||
         (uintptr_t)q % REF_QKV_ALIGN != 0)
         return pg_fail(err, PG_ERR_SHAPE, "%s: q, k and v must be %d-byte aligned", what,

@@ -53,6 +53,41 @@ enum { CUDA_QSTAT_N, CUDA_QSTAT_SAT, CUDA_QSTAT_NONZERO, CUDA_QSTAT_UNDERFLOW, C
 // Checks the launch just made (configuration errors) in the same way.
 #define CUDA_TRY_LAUNCH(what) CUDA_TRY(what, cudaGetLastError())
 
+// ---- the grid of the attention kernels ----
+
+// Largest gridDim.y / gridDim.z (CUDA limit).
+#define CUDA_MAX_GRID_YZ 65535
+
+// Attention kernels launch on grid (hq, n_seqs, query blocks of bm rows) and
+// take their block from attn_block_of: heads innermost, query blocks
+// outermost and the last first. Blocks start in linear order, so under a
+// causal mask the longest blocks (the last rows, which see the most keys)
+// start first and the short ones fill the tail, instead of one long block
+// per head starting last (FlashAttention's schedule). Sets *grid, or fails
+// with PG_ERR_SHAPE naming what when the query blocks or the sequences
+// exceed CUDA_MAX_GRID_YZ.
+static inline pg_status attn_grid(const cuda_batch *b, int bm, const char *what, dim3 *grid,
+                                  pg_err *err)
+{
+    const int64_t q_blocks = ((int64_t)b->max_q + bm - 1) / bm;
+    if (q_blocks > CUDA_MAX_GRID_YZ || b->n_seqs > CUDA_MAX_GRID_YZ || b->hq < 1)
+        return pg_fail(err, PG_ERR_SHAPE,
+                       "%s: %lld query blocks of %d rows or %d sequences exceed %d, or %d heads",
+                       what, (long long)q_blocks, bm, b->n_seqs, CUDA_MAX_GRID_YZ, b->hq);
+    *grid = dim3((unsigned)b->hq, (unsigned)b->n_seqs, (unsigned)q_blocks);
+    return PG_OK;
+}
+
+// The block of an attention kernel on attn_grid's grid.
+struct attn_block {
+    int h, s, qb;  // query head, sequence, query block (rows qb * bm ..)
+};
+
+__device__ __forceinline__ attn_block attn_block_of()
+{
+    return attn_block{(int)blockIdx.x, (int)blockIdx.y, (int)(gridDim.z - 1 - blockIdx.z)};
+}
+
 // ---- launchers (each in its own .cu file); all enqueue on stream ----
 
 extern "C" {
