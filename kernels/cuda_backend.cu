@@ -48,6 +48,11 @@ struct cuda_backend {
     prefetch_slot slot[CUDA_PREFETCH_SLOTS];
     int next_slot;
     cudaDeviceProp prop;
+    // A batch's small arrays go up in one copy from this page-locked buffer
+    // (dev_batch_make); batch_done is recorded after it.
+    void *batch_host;
+    size_t batch_cap;
+    cudaEvent_t batch_done;
 };
 
 namespace {
@@ -142,21 +147,46 @@ pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg
     }
     cb->tq = tq;
     cb->tkv = tkv;
-    void *p[5] = {};
-    st = dev_copy(pool, &p[0], b->seq_q, (size_t)n * sizeof(int32_t), "seq_q", err);
-    if (st == PG_OK) st = dev_copy(pool, &p[1], b->seq_kv, (size_t)n * sizeof(int32_t), "seq_kv", err);
-    if (st == PG_OK) st = dev_copy(pool, &p[2], offs, (size_t)n * sizeof(int64_t), "q_off", err);
-    if (st == PG_OK) st = dev_copy(pool, &p[3], offs + n, (size_t)n * sizeof(int64_t), "kv_off", err);
-    if (st == PG_OK && b->sinks != nullptr)
-        st = dev_copy(pool, &p[4], b->sinks, (size_t)b->hq * sizeof(float), "sinks", err);
-    if (st == PG_OK) st = download(pool->be, offs, p[2], 0, "sync", err); // orders the uploads
+    // One device allocation and one copy from the page-locked staging buffer
+    // (five pageable copies and a synchronization took 0.4 ms per layer on
+    // the H200, the GPU idle meanwhile): seq_q, seq_kv, q_off, kv_off, sinks,
+    // each at a 16-byte boundary.
+    const size_t part[5] = {(size_t)n * sizeof(int32_t), (size_t)n * sizeof(int32_t),
+                            (size_t)n * sizeof(int64_t), (size_t)n * sizeof(int64_t),
+                            b->sinks != nullptr ? (size_t)b->hq * sizeof(float) : 0};
+    const void *src[5] = {b->seq_q, b->seq_kv, offs, offs + n, b->sinks};
+    size_t at[5], total = 0;
+    for (int i = 0; i < 5; i++) {
+        at[i] = total;
+        total += (part[i] + 15) / 16 * 16;
+    }
+    cuda_backend *be = pool->be;
+    char *dev = nullptr;
+    st = dev_alloc(pool, (void **)&dev, total, "batch arrays", err);
+    // The buffer's last copy must be done before it is rewritten.
+    CUDA_STEP(st, "batch arrays", cudaEventSynchronize(be->batch_done));
+    if (st == PG_OK && be->batch_cap < total) {
+        cudaFreeHost(be->batch_host);
+        be->batch_host = nullptr;
+        be->batch_cap = 0;
+        CUDA_STEP(st, "batch arrays", cudaMallocHost(&be->batch_host, total));
+        if (st == PG_OK) be->batch_cap = total;
+    }
+    if (st == PG_OK) {
+        for (int i = 0; i < 5; i++)
+            if (part[i] > 0) memcpy((char *)be->batch_host + at[i], src[i], part[i]);
+    }
+    CUDA_STEP(st, "batch arrays",
+              cudaMemcpyAsync(dev, be->batch_host, total, cudaMemcpyHostToDevice, be->stream));
+    CUDA_STEP(st, "batch arrays", cudaEventRecord(be->batch_done, be->stream));
     free(offs);
-    cb->seq_q = (const int32_t *)p[0];
-    cb->seq_kv = (const int32_t *)p[1];
-    cb->q_off = (const int64_t *)p[2];
-    cb->kv_off = (const int64_t *)p[3];
-    cb->sinks = (const float *)p[4];
-    return st;
+    if (st != PG_OK) return st;
+    cb->seq_q = (const int32_t *)(dev + at[0]);
+    cb->seq_kv = (const int32_t *)(dev + at[1]);
+    cb->q_off = (const int64_t *)(dev + at[2]);
+    cb->kv_off = (const int64_t *)(dev + at[3]);
+    cb->sinks = b->sinks != nullptr ? (const float *)(dev + at[4]) : nullptr;
+    return PG_OK;
 }
 
 size_t elem_bytes(kv_elem e)
@@ -275,6 +305,7 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
     if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&be->copy_stream, cudaStreamNonBlocking);
     for (int i = 0; rc == cudaSuccess && i < CUDA_PREFETCH_SLOTS; i++)
         rc = cudaEventCreateWithFlags(&be->slot[i].done, cudaEventDisableTiming);
+    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&be->batch_done, cudaEventDisableTiming);
     if (rc != cudaSuccess) {
         st = pg_fail(err, PG_ERR_DEVICE, "GPU 0: cannot start: %s", cudaGetErrorString(rc));
         cuda_backend_close(be);
@@ -314,6 +345,11 @@ extern "C" void cuda_backend_close(cuda_backend *be)
         cudaFree(sl->dv);
         if (sl->done != nullptr) cudaEventDestroy(sl->done);
     }
+    if (be->batch_done != nullptr) {
+        cudaEventSynchronize(be->batch_done);
+        cudaEventDestroy(be->batch_done);
+    }
+    cudaFreeHost(be->batch_host);
     if (be->copy_stream != nullptr) cudaStreamDestroy(be->copy_stream);
     if (be->stream != nullptr) cudaStreamDestroy(be->stream);
     free(be);
