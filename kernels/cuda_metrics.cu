@@ -8,7 +8,8 @@
 //   2. Exact nearest-rank p99 of each segment (segments 0..hq-1: the heads;
 //      segment hq: the whole layer) by a 3-pass radix select over the 32-bit
 //      keys (11, 11, 10 bits, most significant first): metrics_hist_kernel
-//      histograms the keys that match each segment's prefix so far, then
+//      histograms the keys that match each segment's prefix so far (the
+//      first pass's, of all keys, is the stats kernel's), then
 //      metrics_select_kernel finds the bin holding each segment's remaining
 //      rank and extends its prefix. After the last pass the prefix is the key.
 //   3. The host turns the sums into metrics with metrics.c's formulas and
@@ -45,6 +46,8 @@ constexpr int kVec = 8;                       // elements per chunk of the vecto
 constexpr int kRadixBins = 2048;              // bins of the widest digit (11 bits)
 constexpr int kPasses = 3;                    // radix-select passes over the keys
 constexpr int kPassBits[kPasses] = {11, 11, 10};  // digit width per pass, most significant first
+constexpr int kFirstBits = 11;                    // kPassBits[0], as device code can read it
+constexpr int kFirstShift = 32 - kFirstBits;      // the first digit: key >> kFirstShift
 constexpr int kSelectBlock = 256;             // threads of a select block (one per segment)
 constexpr uint32_t kKeyNonFinite = 0x7F800000u;   // the key of a NaN / Inf output: +inf
 constexpr int64_t kMaxElements = (int64_t)1 << 40;       // shape limit (keys: 4 TB), keeps grids in range
@@ -53,6 +56,7 @@ constexpr size_t kAlign = 256;                // alignment of each part of the d
 
 static_assert(kBlock % 32 == 0, "whole warps");
 static_assert(kPassBits[0] + kPassBits[1] + kPassBits[2] == 32, "the passes cover the key");
+static_assert(kFirstBits == kPassBits[0], "the stats kernel histograms the first digit");
 static_assert((1 << kPassBits[0]) <= kRadixBins && (1 << kPassBits[1]) <= kRadixBins &&
                   (1 << kPassBits[2]) <= kRadixBins, "histogram rows hold every digit");
 static_assert((1 << kPassBits[2]) % kSelectBlock == 0 && kRadixBins % kSelectBlock == 0,
@@ -179,9 +183,16 @@ __device__ __forceinline__ void flush_sums(elem_sums s, head_acc *a)
 template <int VEC>
 __global__ void __launch_bounds__(kBlock)
 metrics_stats_kernel(const uint16_t *__restrict__ out, const double *__restrict__ ref, int64_t tq,
-                     int hq, int d, head_acc *__restrict__ acc, uint32_t *__restrict__ keys)
+                     int hq, int d, head_acc *__restrict__ acc, uint32_t *__restrict__ keys,
+                     unsigned long long *__restrict__ hist)
 {
     static_assert(VEC == 1 || VEC == kVec, "two widths");
+    // The radix select's first pass rides along: its filter (no bits chosen
+    // yet) takes every key, so the histogram of the keys' top digit is the
+    // head's and, added up over the heads, the layer's.
+    __shared__ uint32_t s_hist[1 << kFirstBits];
+    for (int i = threadIdx.x; i < (1 << kFirstBits); i += kBlock) s_hist[i] = 0;
+    __syncthreads();
     const int h = blockIdx.y;
     const int per_row = d / VEC;
     const int64_t chunks = tq * per_row;
@@ -194,7 +205,9 @@ metrics_stats_kernel(const uint16_t *__restrict__ out, const double *__restrict_
         const int64_t src = (t * hq + h) * (int64_t)d + j;
         const int64_t dst = t * (int64_t)d + j;
         if constexpr (VEC == 1) {
-            hkeys[dst] = add_element(s, __uint_as_float((uint32_t)out[src] << 16), ref[src]);
+            const uint32_t key = add_element(s, __uint_as_float((uint32_t)out[src] << 16), ref[src]);
+            hkeys[dst] = key;
+            atomicAdd(&s_hist[key >> kFirstShift], 1u);
         } else {
             const uint4 ov = *(const uint4 *)(out + src);
             const uint32_t pair[4] = {ov.x, ov.y, ov.z, ov.w};  // bf16 pairs, low half first
@@ -207,9 +220,20 @@ metrics_stats_kernel(const uint16_t *__restrict__ out, const double *__restrict_
             }
             *(uint4 *)(hkeys + dst) = make_uint4(key[0], key[1], key[2], key[3]);
             *(uint4 *)(hkeys + dst + 4) = make_uint4(key[4], key[5], key[6], key[7]);
+#pragma unroll
+            for (int e = 0; e < kVec; e++) atomicAdd(&s_hist[key[e] >> kFirstShift], 1u);
         }
     }
-    flush_sums(s, &acc[h]);
+    flush_sums(s, &acc[h]);  // its barrier also orders the histogram's atomics
+    unsigned long long *row_head = hist + (int64_t)h * kRadixBins;
+    unsigned long long *row_layer = hist + (int64_t)hq * kRadixBins;
+    for (int i = threadIdx.x; i < (1 << kFirstBits); i += kBlock) {
+        const uint32_t c = s_hist[i];
+        if (c) {
+            atomicAdd(&row_head[i], (unsigned long long)c);
+            atomicAdd(&row_layer[i], (unsigned long long)c);
+        }
+    }
 }
 
 // One radix pass. Grid (bx, hq), kBlock threads; block (x, h) reads head h's
@@ -386,12 +410,14 @@ pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq
     const bool vec = d % kVec == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)ref % 16 == 0;
     const int64_t chunks = ceil_div(tq * (vec ? d / kVec : d), kBlock);
     const int64_t bx_stats = per_head < chunks ? per_head : chunks;
+    // Pass 0's histogram comes from the stats kernel; passes 1.. from metrics_hist_kernel.
+    CUDA_TRY("cuda_metrics", cudaMemsetAsync(hist, 0, hist_bytes, stream));
     if (vec)
         metrics_stats_kernel<kVec><<<dim3((unsigned)bx_stats, (unsigned)hq), kBlock, 0, stream>>>(
-            out, ref, tq, hq, d, acc, keys);
+            out, ref, tq, hq, d, acc, keys, hist);
     else
         metrics_stats_kernel<1><<<dim3((unsigned)bx_stats, (unsigned)hq), kBlock, 0, stream>>>(
-            out, ref, tq, hq, d, acc, keys);
+            out, ref, tq, hq, d, acc, keys, hist);
     CUDA_TRY_LAUNCH("cuda_metrics: metrics_stats_kernel");
 
     const int64_t tiles = ceil_div(nh, (int64_t)32 * kKeysPerLane * kWarps);
@@ -404,10 +430,12 @@ pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq
         const uint32_t hi_mask = shift >= 32 ? 0u : ~((1u << shift) - 1u);  // bits chosen so far
         shift -= bits;
         const uint32_t digit_mask = (1u << bits) - 1u;
-        CUDA_TRY("cuda_metrics", cudaMemsetAsync(hist, 0, hist_bytes, stream));
-        metrics_hist_kernel<<<dim3((unsigned)bx_hist, (unsigned)hq), kBlock, 0, stream>>>(
-            keys, nh, hq, state, hi_mask, shift, digit_mask, hist);
-        CUDA_TRY_LAUNCH("cuda_metrics: metrics_hist_kernel");
+        if (p > 0) {
+            CUDA_TRY("cuda_metrics", cudaMemsetAsync(hist, 0, hist_bytes, stream));
+            metrics_hist_kernel<<<dim3((unsigned)bx_hist, (unsigned)hq), kBlock, 0, stream>>>(
+                keys, nh, hq, state, hi_mask, shift, digit_mask, hist);
+            CUDA_TRY_LAUNCH("cuda_metrics: metrics_hist_kernel");
+        }
         metrics_select_kernel<<<(unsigned)(hq + 1), kSelectBlock, 0, stream>>>(hist, 1 << bits,
                                                                                shift, state, flag);
         CUDA_TRY_LAUNCH("cuda_metrics: metrics_select_kernel");
