@@ -42,7 +42,7 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 {
     using sm = bf16_smem<D>;
     constexpr int CH = D / 8;  // 16-byte chunks per row
-    const attn_block blk = attn_block_of();
+    const attn_block blk = attn_block_of(b.hq);
     const int s = blk.s, h = blk.h, m0 = blk.qb * ATTN_BM;
     const int sq = b.seq_q[s];
     if (m0 >= sq) return;

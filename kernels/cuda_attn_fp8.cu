@@ -109,7 +109,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
 {
     using sm = fp8_smem<D>;
     constexpr int CH = D / 16;  // 16-byte chunks per row
-    const attn_block blk = attn_block_of();
+    const attn_block blk = attn_block_of(b.hq);
     const int s = blk.s, h = blk.h, m0 = blk.qb * F8_BM;
     const int sq = b.seq_q[s];
     if (m0 >= sq) return;

@@ -58,34 +58,37 @@ enum { CUDA_QSTAT_N, CUDA_QSTAT_SAT, CUDA_QSTAT_NONZERO, CUDA_QSTAT_UNDERFLOW, C
 // Largest gridDim.y / gridDim.z (CUDA limit).
 #define CUDA_MAX_GRID_YZ 65535
 
-// Attention kernels launch on grid (hq, n_seqs, query blocks of bm rows) and
+// Attention kernels launch on grid (hq x query blocks of bm rows, n_seqs) and
 // take their block from attn_block_of: heads innermost, query blocks
 // outermost and the last first. Blocks start in linear order, so under a
 // causal mask the longest blocks (the last rows, which see the most keys)
 // start first and the short ones fill the tail, instead of one long block
 // per head starting last (FlashAttention's schedule). Sets *grid, or fails
-// with PG_ERR_SHAPE naming what when the query blocks or the sequences
-// exceed CUDA_MAX_GRID_YZ.
+// with PG_ERR_SHAPE naming what when the sequences exceed CUDA_MAX_GRID_YZ
+// or heads x query blocks exceed gridDim.x's limit.
+#define CUDA_MAX_GRID_X 2147483647LL
 static inline pg_status attn_grid(const cuda_batch *b, int bm, const char *what, dim3 *grid,
                                   pg_err *err)
 {
     const int64_t q_blocks = ((int64_t)b->max_q + bm - 1) / bm;
-    if (q_blocks > CUDA_MAX_GRID_YZ || b->n_seqs > CUDA_MAX_GRID_YZ || b->hq < 1)
+    if (b->hq < 1 || q_blocks * b->hq > CUDA_MAX_GRID_X || b->n_seqs > CUDA_MAX_GRID_YZ)
         return pg_fail(err, PG_ERR_SHAPE,
-                       "%s: %lld query blocks of %d rows or %d sequences exceed %d, or %d heads",
-                       what, (long long)q_blocks, bm, b->n_seqs, CUDA_MAX_GRID_YZ, b->hq);
-    *grid = dim3((unsigned)b->hq, (unsigned)b->n_seqs, (unsigned)q_blocks);
+                       "%s: %d heads x %lld query blocks of %d rows, or %d sequences, exceed the "
+                       "grid's limits",
+                       what, b->hq, (long long)q_blocks, bm, b->n_seqs);
+    *grid = dim3((unsigned)(q_blocks * b->hq), (unsigned)b->n_seqs);
     return PG_OK;
 }
 
-// The block of an attention kernel on attn_grid's grid.
+// The block of an attention kernel on attn_grid's grid for a batch of hq heads.
 struct attn_block {
     int h, s, qb;  // query head, sequence, query block (rows qb * bm ..)
 };
 
-__device__ __forceinline__ attn_block attn_block_of()
+__device__ __forceinline__ attn_block attn_block_of(int hq)
 {
-    return attn_block{(int)blockIdx.x, (int)blockIdx.y, (int)(gridDim.z - 1 - blockIdx.z)};
+    const unsigned x = blockIdx.x, q_blocks = gridDim.x / (unsigned)hq;
+    return attn_block{(int)(x % (unsigned)hq), (int)blockIdx.y, (int)(q_blocks - 1 - x / (unsigned)hq)};
 }
 
 // ---- launchers (each in its own .cu file); all enqueue on stream ----
