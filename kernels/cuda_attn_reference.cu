@@ -84,7 +84,7 @@
 #define REF_RESCALE_MARGIN 256.0
 // Head-dim templates and their block shapes: warps per block, and the
 // resident blocks per SM that __launch_bounds__ holds the registers to
-// (smem: 69 KiB x 3 for d <= 64, 201 KiB x 1 for d <= 128; the limit is 227).
+// (smem: 67.5 KiB x 3 for d <= 64, 196 KiB x 1 for d <= 128; the limit is 227).
 #define REF_D_SMALL 64
 #define REF_D_MAX 128
 #define REF_WARPS_SMALL_D 4
@@ -305,7 +305,7 @@ ref_attn_kernel(const cuda_batch b, const uint16_t *__restrict__ q, const ref_kv
                       REF_MMA_M == 2 * REF_HALF_M,
                   "fragment layout of dmma_16x8x8");
 
-    const attn_block blk = attn_block_of();
+    const attn_block blk = attn_block_of(b.hq);
     const int s = blk.s, h = blk.h;
     const int sq = b.seq_q[s], skv = b.seq_kv[s];
     const int j0 = blk.qb * BM;
@@ -539,7 +539,14 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
     const int64_t tp = ref_kv_rows(b->tkv, b->n_seqs);
     const size_t kv_bytes = (size_t)tp * (size_t)b->hkv * DMAX * sizeof(double);  // kf, vf each
     unsigned char *scratch = nullptr;
-    CUDA_TRY(what, cudaMallocAsync((void **)&scratch, 2 * kv_bytes + (size_t)b->n_seqs * 8, stream));
+    const size_t scratch_bytes = 2 * kv_bytes + (size_t)b->n_seqs * sizeof(int64_t);
+    const cudaError_t mrc = cudaMallocAsync((void **)&scratch, scratch_bytes, stream);
+    if (mrc != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: later calls see their own errors
+        return pg_fail(err, mrc == cudaErrorMemoryAllocation ? PG_ERR_NOMEM : PG_ERR_DEVICE,
+                       "%s: cannot allocate %.1f MiB for the fp64 K/V: %s", what,
+                       (double)scratch_bytes / (1 << 20), cudaGetErrorString(mrc));
+    }
     ref_kv kv;
     kv.kf = (double *)scratch;
     kv.vf = (double *)(scratch + kv_bytes);
@@ -559,8 +566,9 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
             <<<grid, ref_shape<WARPS>::threads, smem, stream>>>(*b, q, kv, out);
         rc = cudaGetLastError();
     }
-    CUDA_TRY(what, cudaFreeAsync(scratch, stream));
-    CUDA_TRY(what, rc);
+    const cudaError_t frc = cudaFreeAsync(scratch, stream);
+    CUDA_TRY(what, rc);  // the launch's error first: a failed free follows from it
+    CUDA_TRY(what, frc);
     return PG_OK;
 }
 
@@ -576,13 +584,14 @@ extern "C" double cuda_attn_reference_scratch(int64_t tkv, int n_seqs, int hkv, 
 // Contract (cuda_common.cuh): q bf16 [tq, hq, d], k/v bf16 [tkv, hkv, d]
 // packed, out fp64 [tq, hq, d], b's arrays (seq_q, seq_kv, q_off, kv_off,
 // sinks or NULL) all on the device; the batch passed attn_batch_check on the
-// host (1 <= seq_q <= seq_kv) and b->max_q is the longest seq_q. d a multiple
+// host (1 <= seq_q <= seq_kv), b->max_q and b->max_kv are the longest seq_q
+// and seq_kv and b->tkv the sum of seq_kv (dev_batch_make's). d a multiple
 // of 8 up to 128, else PG_ERR_SHAPE; q, k and v 4-byte aligned (cudaMalloc's
 // are), else PG_ERR_SHAPE; q, k, v finite (captures are validated on load).
 // Writes every out row of the batch. Asynchronous on stream; allocates
 // stream-ordered scratch of 16 bytes per kv element (d rounded up to 64 or
 // 128, each sequence's keys to 16) for the fp64 K/V, freed on the stream
-// (dynamic smem: 68 KiB for d <= 64, 196 KiB for d > 64).
+// (dynamic smem: 67.5 KiB for d <= 64, 196 KiB for d > 64).
 extern "C" pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q,
                                          const uint16_t *k, const uint16_t *v, double *out,
                                          cudaStream_t stream, pg_err *err)
