@@ -107,7 +107,8 @@ pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_
  * PG_ERR_DEVICE with the reason. Needs a backend open. */
 pg_status cuda_host_register(void *p, size_t bytes, pg_err *err);
 
-/* Unlocks what cuda_host_register locked once no copy from it is in flight; NULL is a no-op. */
+/* Waits for the device's work (a copy from p may be in flight after a failed
+ * layer), then unlocks what cuda_host_register locked; NULL is a no-op. */
 void cuda_host_unregister(void *p);
 
 /* Median milliseconds of each kernel of a layer, for bench/ (device-resident data). */

@@ -179,6 +179,7 @@ pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg
     CUDA_STEP(st, "batch arrays",
               cudaMemcpyAsync(dev, be->batch_host, total, cudaMemcpyHostToDevice, be->stream));
     CUDA_STEP(st, "batch arrays", cudaEventRecord(be->batch_done, be->stream));
+    if (st != PG_OK) cudaStreamSynchronize(be->stream);  // batch_done may be stale: let the copy end
     free(offs);
     if (st != PG_OK) return st;
     cb->seq_q = (const int32_t *)(dev + at[0]);
@@ -1043,6 +1044,9 @@ extern "C" pg_status cuda_host_register(void *p, size_t bytes, pg_err *err)
 
 extern "C" void cuda_host_unregister(void *p)
 {
+    // Copies from p may still be in flight after a failed layer (a prefetch
+    // on the copy stream): let every stream's work end first.
+    cudaDeviceSynchronize();
     if (p != nullptr) cudaHostUnregister(p);
 }
 
@@ -1063,6 +1067,15 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
         st = sweep_layer_whole(be, b, q, k, v, opt, modes, n_ext, ext, metrics, rep, mode_out,
                                ms_ref, ms_modes, ms_metrics, err);
     } else {
+        // Copies prefetched for these arrays are not used in pieces: let
+        // them end (the caller may reuse the host arrays) and free the slot.
+        const size_t q_bytes = (size_t)attn_batch_tq(b) * b->hq * b->d * 2;
+        const size_t kv_bytes = (size_t)attn_batch_tkv(b) * b->hkv * b->d * 2;
+        prefetch_slot *sl = prefetched(be, q, k, v, q_bytes, kv_bytes);
+        if (sl != nullptr) {
+            CUDA_TRY("prefetched q/k/v", cudaEventSynchronize(sl->done));
+            sl->q = sl->k = sl->v = nullptr;
+        }
         piece *ps = nullptr;
         int n = 0;
         st = plan_pieces(b, budget, &ps, &n, err);
