@@ -461,8 +461,9 @@ sweep_stage *sweep_stage_open(const capture *cap)
         stage_start(r, l);
         stage_join(r, l);
     }
-    /* Fault in the slots not filled yet: the lock (cuda_host_register, on
-     * the sweep's thread once the GPU is up) would otherwise allocate their
+    /* Fault in the slots past the first STAGE_AHEAD (filled above when the
+     * capture has that many layers): the lock (cuda_host_register, on the
+     * sweep's thread once the GPU is up) would otherwise allocate their
      * pages itself, while here it runs beside the GPU's start. */
     const long page = sysconf(_SC_PAGESIZE);
     for (size_t off = (size_t)STAGE_AHEAD * slot_bytes; page > 0 && off < (size_t)want;
@@ -648,7 +649,8 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
             if (li == 0) st = prefetch_layer(ring, 0, opt->cuda, err);
             if (li + 1 < cap->n_layers && st == PG_OK)
                 st = prefetch_layer(ring, li + 1, opt->cuda, err);
-            if (li + STAGE_AHEAD < cap->n_layers) stage_start(ring, li + STAGE_AHEAD);
+            if (li + STAGE_AHEAD < cap->n_layers && st == PG_OK)
+                stage_start(ring, li + STAGE_AHEAD);
         }
         layer_write *cur = &w[li % 2], *prev = &w[(li + 1) % 2];
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
