@@ -398,6 +398,25 @@ static void run_pieces_case(cuda_backend *be)
             check(same, "prefetch", "outputs bit-identical to the upload's", same, 1);
             check_metrics_close("prefetch", mp, mw, 3 * per);
             if (same) printf("ok   prefetch: outputs bit-identical to the upload's\n");
+            /* q2's copies, made before q's layer ran, are taken by q2's
+             * sweep now and must give what q2 uploaded gives. */
+            attn_error_metrics *ma = calloc(3 * (size_t)per, sizeof *ma);
+            attn_error_metrics *mu = calloc(3 * (size_t)per, sizeof *mu);
+            attn_quant_report ra, ru;
+            if (cuda_sweep_layer(be, &b, q2, k, v, &opt, 7, 0, NULL, ma, &ra, NULL, NULL, NULL, NULL,
+                                 &err) != PG_OK ||
+                cuda_sweep_layer(be, &b, q2, k, v, &opt, 7, 0, NULL, mu, &ru, NULL, NULL, NULL, NULL,
+                                 &err) != PG_OK) {
+                failures++;
+                printf("FAIL prefetch second slot: %s\n", err.msg);
+            } else {
+                cases++;
+                check_metrics_close("prefetch second slot", ma, mu, 3 * per);
+                printf("ok   prefetch second slot: rel_l2 %.6e (prefetched) / %.6e (uploaded)\n",
+                       ma[per].rel_l2, mu[per].rel_l2);
+            }
+            free(ma);
+            free(mu);
         }
         free(q2);
     }
