@@ -307,10 +307,11 @@ static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *ba
  * layer l + 1's buffer goes to the GPU. Needing no GPU until it is locked,
  * the ring is filled with its first layers while the GPU starts (cmd_run):
  * on the 36-layer benchmark, 0.93-0.94 s of process wall against 1.03 s with
- * the whole capture locked, with 252 MB locked instead of 3 GB, and a capture
- * of any size runs the same way. With the copy two layers ahead, it had one
- * layer's time: after a windowed layer (about 4 ms) the sweep waited for it,
- * 21-22 ms in all (H200 machine, 2026-12-03). */
+ * the whole capture locked (2026-12-02, three slots: 252 MB locked instead
+ * of 3 GB; four now, 336 MB), and a capture of any size runs the same way.
+ * With the copy two layers ahead, it had one layer's time: after a windowed
+ * layer (about 4 ms) the sweep waited for it, 21-22 ms in all; three ahead,
+ * 0.0 ms (H200 machine, 2026-12-03). */
 #define STAGE_SLOTS 4
 #define STAGE_AHEAD 3
 /* Copies in flight: those of layers l + 2 and l + 3 while layer l computes. */
