@@ -58,6 +58,9 @@ def fp8_roundtrip(x, scale):
 def main():
     path = sys.argv[1]
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    torch.zeros(1, device="cuda")  # the CUDA context first: not part of the load
+    torch.cuda.synchronize()
+    t_load = time.perf_counter()
     with safe_open(path, framework="pt", device="cuda") as f:
         meta = f.metadata()
         seq_q, seq_kv = json.loads(meta["seq_q"]), json.loads(meta["seq_kv"])
@@ -69,6 +72,8 @@ def main():
                 li = int(name.split(".")[1])
                 layers.append((li, f.get_tensor(f"layers.{li}.q"), f.get_tensor(f"layers.{li}.k"),
                                f.get_tensor(f"layers.{li}.v")))
+    torch.cuda.synchronize()
+    t_load = time.perf_counter() - t_load  # the capture to the GPU (precgate's load + upload)
     layers.sort(key=lambda t: t[0])
     T = seq_q[0]
     d = layers[0][1].shape[2]
@@ -196,6 +201,8 @@ def main():
     print(f"ceilings: bf16 matmul {mm:.0f} TFLOP/s, device copy {copy:.0f} GB/s")
     print(f"torch sweep ({len(layers)} layers x {T} tokens, 3 modes + fp32 reference + errors): "
           f"{total:.3f} s")
+    print(f"torch load (safetensors to the GPU, once, before the sweep; not in the sweep's time): "
+          f"{t_load:.3f} s")
     print(f"torch bf16 SDPA on the {len(full)} full layers: {t_bf16 * 1e3:.1f} ms, "
           f"{flops_full / t_bf16 / 1e12:.0f} TFLOP/s")
     print(f"torch fp32 SDPA reference on the full layers: {t_ref * 1e3:.1f} ms")
