@@ -211,6 +211,18 @@ __host__ __device__ inline int64_t ref_kv_rows(int64_t tkv, int n_seqs)
     return (tkv + (int64_t)n_seqs * (REF_BN - 1) + REF_BN - 1) / REF_BN * REF_BN;
 }
 
+// Bytes of each of ref_kv's kf and vf for a batch, at head-dim template DMAX.
+inline size_t ref_kv_bytes(int64_t tkv, int n_seqs, int hkv, int dmax)
+{
+    return (size_t)ref_kv_rows(tkv, n_seqs) * (size_t)hkv * (size_t)dmax * sizeof(double);
+}
+
+// Bytes of the reference's scratch: kf, vf, then kvp_off.
+inline size_t ref_scratch_bytes(int64_t tkv, int n_seqs, int hkv, int dmax)
+{
+    return 2 * ref_kv_bytes(tkv, n_seqs, hkv, dmax) + (size_t)n_seqs * sizeof(int64_t);
+}
+
 // <<<1, 1>>>: kvp_off[s] = sum over s' < s of seq_kv[s'] rounded up to
 // REF_BN. Sequential: a batch's sequences number at most 65,535 (grid z),
 // microseconds for the hundreds a capture holds.
@@ -537,9 +549,9 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
     const pg_status gst = attn_grid(b, BM, what, &grid, err);
     if (gst != PG_OK) return gst;
     const int64_t tp = ref_kv_rows(b->tkv, b->n_seqs);
-    const size_t kv_bytes = (size_t)tp * (size_t)b->hkv * DMAX * sizeof(double);  // kf, vf each
+    const size_t kv_bytes = ref_kv_bytes(b->tkv, b->n_seqs, b->hkv, DMAX);  // kf, vf each
     unsigned char *scratch = nullptr;
-    const size_t scratch_bytes = 2 * kv_bytes + (size_t)b->n_seqs * sizeof(int64_t);
+    const size_t scratch_bytes = ref_scratch_bytes(b->tkv, b->n_seqs, b->hkv, DMAX);
     const cudaError_t mrc = cudaMallocAsync((void **)&scratch, scratch_bytes, stream);
     if (mrc != cudaSuccess) {
         (void)cudaGetLastError();  // not sticky: later calls see their own errors
@@ -577,8 +589,8 @@ pg_status ref_launch(const cuda_batch *b, const uint16_t *q, const uint16_t *k,
 // Contract (cuda_common.cuh).
 extern "C" double cuda_attn_reference_scratch(int64_t tkv, int n_seqs, int hkv, int d)
 {
-    const int dmax = d <= REF_D_SMALL ? REF_D_SMALL : REF_D_MAX;
-    return 2.0 * sizeof(double) * (double)ref_kv_rows(tkv, n_seqs) * hkv * dmax + 8.0 * n_seqs;
+    // The head-dim template cuda_attn_reference picks for d.
+    return (double)ref_scratch_bytes(tkv, n_seqs, hkv, d <= REF_D_SMALL ? REF_D_SMALL : REF_D_MAX);
 }
 
 // Contract (cuda_common.cuh): q bf16 [tq, hq, d], k/v bf16 [tkv, hkv, d]
