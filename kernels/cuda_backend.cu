@@ -374,6 +374,13 @@ cudaError_t ensure_capacity(uint16_t **p, size_t *cap, size_t bytes)
     return rc;
 }
 
+// Bytes of a batch's bf16 q ([tq, hq, d]) and of each of k, v ([tkv, hkv, d]).
+void qkv_bytes(const attn_batch *b, size_t *q_bytes, size_t *kv_bytes)
+{
+    *q_bytes = (size_t)attn_batch_tq(b) * b->hq * b->d * sizeof(uint16_t);
+    *kv_bytes = (size_t)attn_batch_tkv(b) * b->hkv * b->d * sizeof(uint16_t);
+}
+
 // The slot holding exactly these host arrays' copies, or NULL.
 prefetch_slot *prefetched(cuda_backend *be, const void *q, const void *k, const void *v,
                           size_t q_bytes, size_t kv_bytes)
@@ -395,8 +402,8 @@ extern "C" pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, co
     static const char what[] = "cuda_prefetch_qkv";
     pg_status st = attn_batch_check(b, err);
     if (st != PG_OK) return st;
-    const size_t q_bytes = (size_t)attn_batch_tq(b) * b->hq * b->d * 2;
-    const size_t kv_bytes = (size_t)attn_batch_tkv(b) * b->hkv * b->d * 2;
+    size_t q_bytes, kv_bytes;
+    qkv_bytes(b, &q_bytes, &kv_bytes);
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(what, cudaMemGetInfo(&free_b, &total_b));
     if ((double)CUDA_PREFETCH_SLOTS * (q_bytes + 2 * kv_bytes) > CUDA_PREFETCH_MAX_SHARE * free_b)
@@ -1069,8 +1076,8 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
     } else {
         // Copies prefetched for these arrays are not used in pieces: let
         // them end (the caller may reuse the host arrays) and free the slot.
-        const size_t q_bytes = (size_t)attn_batch_tq(b) * b->hq * b->d * 2;
-        const size_t kv_bytes = (size_t)attn_batch_tkv(b) * b->hkv * b->d * 2;
+        size_t q_bytes, kv_bytes;
+        qkv_bytes(b, &q_bytes, &kv_bytes);
         prefetch_slot *sl = prefetched(be, q, k, v, q_bytes, kv_bytes);
         if (sl != nullptr) {
             CUDA_TRY("prefetched q/k/v", cudaEventSynchronize(sl->done));
