@@ -82,17 +82,7 @@ void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *
         const uint16_t *o = out + i * out_stride;
         const double *r = ref + i * ref_stride;
         for (size_t j = 0; j < row_len; j++) {
-            const double x = bf16_to_f32(o[j]), y = r[j];
-            if (isnan(x)) s.nan_count++;
-            else if (isinf(x)) s.inf_count++;
-            const double e = fabs(x - y);
-            s.err2 += e * e;
-            s.ref2 += y * y;
-            s.out2 += x * x;
-            s.dot += x * y;
-            s.sum_abs += e;
-            if (e > s.max_abs) s.max_abs = e;
-            scratch[n++] = e;
+            scratch[n++] = metrics_add_element(&s, bf16_to_f32(o[j]), r[j]);
         }
     }
     const int finite = s.nan_count + s.inf_count == 0 && n > 0;

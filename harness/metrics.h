@@ -12,6 +12,7 @@
 #ifndef PG_METRICS_H
 #define PG_METRICS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,30 @@ typedef struct metrics_sums {
     double err2, ref2, out2, dot, sum_abs, max_abs;
     int64_t nan_count, inf_count;
 } metrics_sums;
+
+#ifdef __CUDACC__
+#define METRICS_INLINE __host__ __device__ __forceinline__ static
+#else
+#define METRICS_INLINE static inline
+#endif
+
+/* Adds one element, output x (a bf16 widened) against reference y, to s and
+ * returns its |x - y|: the one definition of the per-element sums, for the
+ * CPU (metrics_compare_bf16) and the GPU (kernels/cuda_metrics.cu). A NaN
+ * |x - y| leaves max_abs alone (e > max is false). */
+METRICS_INLINE double metrics_add_element(metrics_sums *s, double x, double y)
+{
+    const double e = fabs(x - y);
+    if (isnan(x)) s->nan_count++;
+    else if (isinf(x)) s->inf_count++;
+    s->err2 += e * e;
+    s->ref2 += y * y;
+    s->out2 += x * x;
+    s->dot += x * y;
+    s->sum_abs += e;
+    if (e > s->max_abs) s->max_abs = e;
+    return e;
+}
 
 /* 0-based index of the nearest-rank METRICS_PERCENTILE among n >= 1 values
  * (the ceil(p n)-th smallest). */

@@ -16,17 +16,15 @@
 // Threads per block of the fill kernel.
 #define CUDA_FILL_THREADS 256
 
-// Like CUDA_TRY, but for functions that hold device buffers: records the
-// failure in st and falls through, so the caller's cleanup still runs.
-#define CUDA_STEP(st, what, call)                                                          \
-    do {                                                                                   \
-        if ((st) == PG_OK) {                                                               \
-            cudaError_t step_rc_ = (call);                                                 \
-            if (step_rc_ != cudaSuccess)                                                   \
-                (st) = pg_fail(err, PG_ERR_DEVICE, "%s: %s failed: %s (%s)", (what), #call, \
-                               cudaGetErrorString(step_rc_), cudaGetErrorName(step_rc_));  \
-        }                                                                                  \
-    } while (0)
+// Host arrays up to this size are uploaded through the page-locked staging
+// buffer (block tables: 4 bytes per page; a batch's arrays: 24 bytes per
+// sequence), which starts at this size and doubles when a call needs more.
+#define CUDA_STAGE_MAX_BYTES ((size_t)1 << 20)
+// Alignment of each staged array in the buffer (16-byte copies).
+#define CUDA_STAGE_ALIGN 16
+
+// The three quantization counter sets (q, k, v) of a layer, on either side.
+#define CUDA_STATS_BYTES (3 * CUDA_QSTAT_COUNT * sizeof(unsigned long long))
 
 // q, k, v of one layer copied ahead on the copy stream (cuda_prefetch_qkv).
 struct prefetch_slot {
@@ -48,11 +46,18 @@ struct cuda_backend {
     prefetch_slot slot[CUDA_PREFETCH_SLOTS];
     int next_slot;
     cudaDeviceProp prop;
-    // A batch's small arrays go up in one copy from this page-locked buffer
-    // (dev_batch_make); batch_done is recorded after it.
-    void *batch_host;
-    size_t batch_cap;
-    cudaEvent_t batch_done;
+    // Small uploads (a batch's arrays, block tables) go up from this
+    // page-locked buffer (stage_upload): a copy from pageable memory may wait
+    // for the stream's earlier work. stage_done is recorded after each copy;
+    // the buffer is refilled from 0 once it has passed (stage_begin).
+    void *stage_host;
+    size_t stage_cap, stage_used;
+    cudaEvent_t stage_done;
+    // A layer's metrics results and quantization counters come back into
+    // this page-locked buffer (sweep_layer_whole), read after the layer's
+    // one synchronization.
+    void *results_host;
+    size_t results_cap;
 };
 
 namespace {
@@ -97,9 +102,49 @@ void dev_pool_free(dev_pool *pool)
     pool->n = 0;
 }
 
+// Starts a call's small uploads at the staging buffer's beginning, once the
+// copies of the call before have read it.
+pg_status stage_begin(cuda_backend *be, pg_err *err)
+{
+    CUDA_TRY("staging buffer", cudaEventSynchronize(be->stage_done));
+    be->stage_used = 0;
+    return PG_OK;
+}
+
+// Copies bytes (at most CUDA_STAGE_MAX_BYTES) to dst through the staging
+// buffer; nothing waits unless the buffer must grow.
+pg_status stage_upload(cuda_backend *be, void *dst, const void *src, size_t bytes,
+                       const char *what, pg_err *err)
+{
+    size_t at = (be->stage_used + CUDA_STAGE_ALIGN - 1) / CUDA_STAGE_ALIGN * CUDA_STAGE_ALIGN;
+    if (at + bytes > be->stage_cap) {  // a larger buffer, once every copy from this one is done
+        pg_status st = stage_begin(be, err);
+        if (st != PG_OK) return st;
+        const size_t cap = 2 * be->stage_cap > CUDA_STAGE_MAX_BYTES ? 2 * be->stage_cap
+                                                                    : CUDA_STAGE_MAX_BYTES;
+        cudaFreeHost(be->stage_host);
+        be->stage_host = nullptr;
+        be->stage_cap = 0;
+        CUDA_TRY(what, cudaMallocHost(&be->stage_host, cap));
+        be->stage_cap = cap;
+        at = 0;
+    }
+    memcpy((char *)be->stage_host + at, src, bytes);
+    be->stage_used = at + bytes;
+    pg_status st = PG_OK;
+    CUDA_STEP(st, what, cudaMemcpyAsync(dst, (char *)be->stage_host + at, bytes,
+                                        cudaMemcpyHostToDevice, be->stream));
+    CUDA_STEP(st, what, cudaEventRecord(be->stage_done, be->stream));
+    if (st != PG_OK) cudaStreamSynchronize(be->stream);  // stage_done may be stale: let copies end
+    return st;
+}
+
+// Copies bytes of host memory to dst on the stream: small arrays through the
+// staging buffer, large ones (q, k, v, outputs) straight from src.
 pg_status upload(cuda_backend *be, void *dst, const void *src, size_t bytes, const char *what,
                  pg_err *err)
 {
+    if (bytes <= CUDA_STAGE_MAX_BYTES) return stage_upload(be, dst, src, bytes, what, err);
     CUDA_TRY(what, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, be->stream));
     return PG_OK;
 }
@@ -147,10 +192,9 @@ pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg
     }
     cb->tq = tq;
     cb->tkv = tkv;
-    // One device allocation and one copy from the page-locked staging buffer
-    // (five pageable copies and a synchronization took 0.4 ms per layer on
-    // the H200, the GPU idle meanwhile): seq_q, seq_kv, q_off, kv_off, sinks,
-    // each at a 16-byte boundary.
+    // One device allocation and one staged copy (five pageable copies and a
+    // synchronization took 0.4 ms per layer on the H200, the GPU idle
+    // meanwhile): seq_q, seq_kv, q_off, kv_off, sinks, each at a 16-byte boundary.
     const size_t part[5] = {(size_t)n * sizeof(int32_t), (size_t)n * sizeof(int32_t),
                             (size_t)n * sizeof(int64_t), (size_t)n * sizeof(int64_t),
                             b->sinks != nullptr ? (size_t)b->hq * sizeof(float) : 0};
@@ -160,26 +204,16 @@ pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg
         at[i] = total;
         total += (part[i] + 15) / 16 * 16;
     }
-    cuda_backend *be = pool->be;
-    char *dev = nullptr;
-    st = dev_alloc(pool, (void **)&dev, total, "batch arrays", err);
-    // The buffer's last copy must be done before it is rewritten.
-    CUDA_STEP(st, "batch arrays", cudaEventSynchronize(be->batch_done));
-    if (st == PG_OK && be->batch_cap < total) {
-        cudaFreeHost(be->batch_host);
-        be->batch_host = nullptr;
-        be->batch_cap = 0;
-        CUDA_STEP(st, "batch arrays", cudaMallocHost(&be->batch_host, total));
-        if (st == PG_OK) be->batch_cap = total;
-    }
+    char *dev = nullptr, *packed = (char *)calloc(1, total);
+    if (packed == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "cuda: batch arrays");
+    if (st == PG_OK) st = dev_alloc(pool, (void **)&dev, total, "batch arrays", err);
     if (st == PG_OK) {
         for (int i = 0; i < 5; i++)
-            if (part[i] > 0) memcpy((char *)be->batch_host + at[i], src[i], part[i]);
+            if (part[i] > 0) memcpy(packed + at[i], src[i], part[i]);
+        st = stage_begin(pool->be, err);
     }
-    CUDA_STEP(st, "batch arrays",
-              cudaMemcpyAsync(dev, be->batch_host, total, cudaMemcpyHostToDevice, be->stream));
-    CUDA_STEP(st, "batch arrays", cudaEventRecord(be->batch_done, be->stream));
-    if (st != PG_OK) cudaStreamSynchronize(be->stream);  // batch_done may be stale: let the copy end
+    if (st == PG_OK) st = upload(pool->be, dev, packed, total, "batch arrays", err);
+    free(packed);
     free(offs);
     if (st != PG_OK) return st;
     cb->seq_q = (const int32_t *)(dev + at[0]);
@@ -306,7 +340,7 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
     if (rc == cudaSuccess) rc = cudaStreamCreateWithFlags(&be->copy_stream, cudaStreamNonBlocking);
     for (int i = 0; rc == cudaSuccess && i < CUDA_PREFETCH_SLOTS; i++)
         rc = cudaEventCreateWithFlags(&be->slot[i].done, cudaEventDisableTiming);
-    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&be->batch_done, cudaEventDisableTiming);
+    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&be->stage_done, cudaEventDisableTiming);
     if (rc != cudaSuccess) {
         st = pg_fail(err, PG_ERR_DEVICE, "GPU 0: cannot start: %s", cudaGetErrorString(rc));
         cuda_backend_close(be);
@@ -346,11 +380,12 @@ extern "C" void cuda_backend_close(cuda_backend *be)
         cudaFree(sl->dv);
         if (sl->done != nullptr) cudaEventDestroy(sl->done);
     }
-    if (be->batch_done != nullptr) {
-        cudaEventSynchronize(be->batch_done);
-        cudaEventDestroy(be->batch_done);
+    if (be->stage_done != nullptr) {
+        cudaEventSynchronize(be->stage_done);
+        cudaEventDestroy(be->stage_done);
     }
-    cudaFreeHost(be->batch_host);
+    cudaFreeHost(be->stage_host);
+    cudaFreeHost(be->results_host);
     if (be->copy_stream != nullptr) cudaStreamDestroy(be->copy_stream);
     if (be->stream != nullptr) cudaStreamDestroy(be->stream);
     free(be);
@@ -483,10 +518,8 @@ static pg_status variant_fp8(cuda_backend *be, const attn_batch *b, const uint16
     const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "fp8 output", err);
     if (st == PG_OK)
-        st = dev_alloc(&pool, (void **)&dstats, 3 * CUDA_QSTAT_COUNT * sizeof(unsigned long long),
-                       "stats", err);
-    if (st == PG_OK)
-        CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
+        st = dev_alloc(&pool, (void **)&dstats, CUDA_STATS_BYTES, "stats", err);
+    CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, CUDA_STATS_BYTES, be->stream));
     if (st == PG_OK)
         st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
                              opt->page_seed, opt->block_size, &cache, dstats + CUDA_QSTAT_COUNT,
@@ -646,6 +679,7 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     uint16_t *dq, *dk, *dv, *dout;
     double *dref;
     unsigned long long *dstats;
+    void *dmetrics;
     cudaEvent_t ev[2] = {nullptr, nullptr};
     double t_metrics = 0;
     pg_status st = dev_batch_make(&pool, b, &cb, err);
@@ -663,8 +697,26 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     const int per = b->hq + 1;
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dref, nq * 8, "reference", err);
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
-    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, 3 * CUDA_QSTAT_COUNT * 8, "stats", err);
-    CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, 3 * CUDA_QSTAT_COUNT * 8, be->stream));
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, CUDA_STATS_BYTES, "stats", err);
+    if (st == PG_OK)
+        st = dev_alloc(&pool, &dmetrics, cuda_metrics_scratch_bytes(cb.tq, cb.hq, cb.d), "metrics",
+                       err);
+    CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, CUDA_STATS_BYTES, be->stream));
+    // Host space for every comparison's results, then the counters.
+    const int mode_bits[3] = {CUDA_MODE_BF16, CUDA_MODE_FP8KV, CUDA_MODE_FP8QKV};
+    int n_cmp = n_ext;
+    for (int mi = 0; mi < 3; mi++) n_cmp += (modes & mode_bits[mi]) != 0;
+    const size_t result_bytes = cuda_metrics_result_bytes(cb.hq);
+    const size_t results_total = (size_t)n_cmp * result_bytes + CUDA_STATS_BYTES;
+    if (st == PG_OK && be->results_cap < results_total) {
+        cudaFreeHost(be->results_host);  // the last layer's copies ended at its synchronization
+        be->results_host = nullptr;
+        be->results_cap = 0;
+        CUDA_STEP(st, "metrics results", cudaMallocHost(&be->results_host, results_total));
+        if (st == PG_OK) be->results_cap = results_total;
+    }
+    char *results = (char *)be->results_host;
+    unsigned long long *stats_host = (unsigned long long *)(results + (size_t)n_cmp * result_bytes);
     CUDA_STEP(st, "events", cudaEventCreate(&ev[0]));
     CUDA_STEP(st, "events", cudaEventCreate(&ev[1]));
     CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
@@ -674,7 +726,6 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
 
     int slot = 0;
     cuda_paged e4m3 = {};
-    const int mode_bits[3] = {CUDA_MODE_BF16, CUDA_MODE_FP8KV, CUDA_MODE_FP8QKV};
     for (int mi = 0; st == PG_OK && mi < 3; mi++) {
         if (!(modes & mode_bits[mi])) continue;
         CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
@@ -710,27 +761,33 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
             st = download(be, mode_out[slot], dout, nq * 2, "mode output", err);
         if (st == PG_OK) {
             CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
-            st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, metrics + (size_t)slot * per,
-                              be->stream, err);
+            if (st == PG_OK)
+                st = cuda_metrics_enqueue(dout, dref, cb.tq, cb.hq, cb.d, dmetrics,
+                                          results + (size_t)slot * result_bytes, be->stream, err);
             CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
-            if (st == PG_OK) t_metrics += event_ms(ev[0], ev[1]);
+            if (st == PG_OK && ms_metrics) t_metrics += event_ms(ev[0], ev[1]);
         }
         slot++;
     }
     for (int e = 0; st == PG_OK && e < n_ext; e++) {
         st = upload(be, dout, ext[e], nq * 2, "external output", err);
         if (st == PG_OK)
-            st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, metrics + (size_t)slot * per,
-                              be->stream, err);
+            st = cuda_metrics_enqueue(dout, dref, cb.tq, cb.hq, cb.d, dmetrics,
+                                      results + (size_t)slot * result_bytes, be->stream, err);
         slot++;
     }
-    unsigned long long hs[3 * CUDA_QSTAT_COUNT];
-    if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
+    CUDA_STEP(st, "stats", cudaMemcpyAsync(stats_host, dstats, CUDA_STATS_BYTES,
+                                           cudaMemcpyDeviceToHost, be->stream));
+    // The layer's one wait: everything above was only enqueued.
+    CUDA_STEP(st, "layer", cudaStreamSynchronize(be->stream));
+    for (int c = 0; st == PG_OK && c < n_cmp; c++)
+        st = cuda_metrics_collect(results + (size_t)c * result_bytes, cb.tq, cb.hq, cb.d,
+                                  metrics + (size_t)c * per, err);
     if (st == PG_OK && rep != nullptr) {
         memset(rep, 0, sizeof *rep);
-        stats_to_host(hs, &rep->q);
-        stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
-        stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
+        stats_to_host(stats_host, &rep->q);
+        stats_to_host(stats_host + CUDA_QSTAT_COUNT, &rep->k);
+        stats_to_host(stats_host + 2 * CUDA_QSTAT_COUNT, &rep->v);
     }
     if (ms_metrics) *ms_metrics = t_metrics;
     for (int i = 0; i < 2; i++)

@@ -53,6 +53,18 @@ enum { CUDA_QSTAT_N, CUDA_QSTAT_SAT, CUDA_QSTAT_NONZERO, CUDA_QSTAT_UNDERFLOW, C
 // Checks the launch just made (configuration errors) in the same way.
 #define CUDA_TRY_LAUNCH(what) CUDA_TRY(what, cudaGetLastError())
 
+// Like CUDA_TRY, but for functions that hold device buffers: records the
+// failure in st and falls through, so the caller's cleanup still runs.
+#define CUDA_STEP(st, what, call)                                                          \
+    do {                                                                                   \
+        if ((st) == PG_OK) {                                                               \
+            cudaError_t step_rc_ = (call);                                                 \
+            if (step_rc_ != cudaSuccess)                                                   \
+                (st) = pg_fail(err, PG_ERR_DEVICE, "%s: %s failed: %s (%s)", (what), #call, \
+                               cudaGetErrorString(step_rc_), cudaGetErrorName(step_rc_));  \
+        }                                                                                  \
+    } while (0)
+
 // ---- the grid of the attention kernels ----
 
 // Largest gridDim.y / gridDim.z (CUDA limit).
@@ -138,6 +150,20 @@ pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged
 // fp32. Synchronizes stream; scratch is allocated inside.
 pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
                        attn_error_metrics *m, cudaStream_t stream, pg_err *err);
+
+// The same in two steps, so that several comparisons share one wait:
+// cuda_metrics_enqueue puts one comparison on stream (its kernels in scratch,
+// cuda_metrics_scratch_bytes(tq, hq, d) device bytes) and the copy of its
+// results into results (cuda_metrics_result_bytes(hq) host bytes, page-locked
+// for the copy to stay asynchronous); after the stream has reached that copy,
+// cuda_metrics_collect turns results into m[0 .. hq]. scratch may be reused
+// by the next comparison on the same stream; results may not until collected.
+size_t cuda_metrics_scratch_bytes(int64_t tq, int hq, int d);
+size_t cuda_metrics_result_bytes(int hq);
+pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
+                               void *scratch, void *results, cudaStream_t stream, pg_err *err);
+pg_status cuda_metrics_collect(const void *results, int64_t tq, int hq, int d,
+                               attn_error_metrics *m, pg_err *err);
 
 }  // extern "C"
 

@@ -98,34 +98,18 @@ __device__ __forceinline__ double warp_max(double v)  // v never NaN here
 
 // ---- kernels -------------------------------------------------------------------
 
-// A thread's running sums over the elements it has seen (head_acc's, plus max).
-struct elem_sums {
-    double err2, ref2, out2, dot, sum_abs, mx;
-    unsigned long long nan_count, inf_count;
-};
-
 // Adds one element, the output of (a bf16 widened to float) against its
-// reference y, to s; returns its key: the bits of (float)|e|, or
-// kKeyNonFinite for a non-finite output. NaN |e| is skipped by max, as
-// metrics.c's e > max.
-__device__ __forceinline__ uint32_t add_element(elem_sums &s, float of, double y)
+// reference y, to s (metrics_add_element); returns its key: the bits of
+// (float)|e|, or kKeyNonFinite for a non-finite output.
+__device__ __forceinline__ uint32_t add_element(metrics_sums &s, float of, double y)
 {
-    const double x = of;
-    const double e = fabs(x - y);
-    if (isnan(of)) s.nan_count++;
-    else if (isinf(of)) s.inf_count++;
-    s.err2 += e * e;
-    s.ref2 += y * y;
-    s.out2 += x * x;
-    s.dot += x * y;
-    s.sum_abs += e;
-    if (e > s.mx) s.mx = e;
+    const double e = metrics_add_element(&s, of, y);
     return isfinite(of) ? __float_as_uint((float)e) : kKeyNonFinite;
 }
 
 // Reduces the block's sums (every thread of the block calls it) and adds them
 // to *a with one atomic per quantity.
-__device__ __forceinline__ void flush_sums(elem_sums s, head_acc *a)
+__device__ __forceinline__ void flush_sums(metrics_sums s, head_acc *a)
 {
     __shared__ double s_sum[5][kWarps];
     __shared__ double s_max[kWarps];
@@ -136,18 +120,18 @@ __device__ __forceinline__ void flush_sums(elem_sums s, head_acc *a)
     s.out2 = warp_sum(s.out2);
     s.dot = warp_sum(s.dot);
     s.sum_abs = warp_sum(s.sum_abs);
-    s.mx = warp_max(s.mx);
-    s.nan_count = warp_sum(s.nan_count);
-    s.inf_count = warp_sum(s.inf_count);
+    s.max_abs = warp_max(s.max_abs);
+    unsigned long long nan_count = warp_sum((unsigned long long)s.nan_count);
+    unsigned long long inf_count = warp_sum((unsigned long long)s.inf_count);
     if (lane == 0) {
         s_sum[0][warp] = s.err2;
         s_sum[1][warp] = s.ref2;
         s_sum[2][warp] = s.out2;
         s_sum[3][warp] = s.dot;
         s_sum[4][warp] = s.sum_abs;
-        s_max[warp] = s.mx;
-        s_cnt[0][warp] = s.nan_count;
-        s_cnt[1][warp] = s.inf_count;
+        s_max[warp] = s.max_abs;
+        s_cnt[0][warp] = nan_count;
+        s_cnt[1][warp] = inf_count;
     }
     __syncthreads();
     if (warp != 0) return;
@@ -157,18 +141,18 @@ __device__ __forceinline__ void flush_sums(elem_sums s, head_acc *a)
     s.out2 = warp_sum(has ? s_sum[2][lane] : 0.0);
     s.dot = warp_sum(has ? s_sum[3][lane] : 0.0);
     s.sum_abs = warp_sum(has ? s_sum[4][lane] : 0.0);
-    s.mx = warp_max(has ? s_max[lane] : 0.0);
-    s.nan_count = warp_sum(has ? s_cnt[0][lane] : 0ull);
-    s.inf_count = warp_sum(has ? s_cnt[1][lane] : 0ull);
+    s.max_abs = warp_max(has ? s_max[lane] : 0.0);
+    nan_count = warp_sum(has ? s_cnt[0][lane] : 0ull);
+    inf_count = warp_sum(has ? s_cnt[1][lane] : 0ull);
     if (lane == 0) {
         atomicAdd(&a->err2, s.err2);
         atomicAdd(&a->ref2, s.ref2);
         atomicAdd(&a->out2, s.out2);
         atomicAdd(&a->dot, s.dot);
         atomicAdd(&a->sum_abs, s.sum_abs);
-        atomicMax(&a->max_bits, (unsigned long long)__double_as_longlong(s.mx));
-        atomicAdd(&a->nan_count, s.nan_count);
-        atomicAdd(&a->inf_count, s.inf_count);
+        atomicMax(&a->max_bits, (unsigned long long)__double_as_longlong(s.max_abs));
+        atomicAdd(&a->nan_count, nan_count);
+        atomicAdd(&a->inf_count, inf_count);
     }
 }
 
@@ -198,7 +182,7 @@ metrics_stats_kernel(const uint16_t *__restrict__ out, const double *__restrict_
     const int per_row = d / VEC;
     const int64_t chunks = tq * per_row;
     uint32_t *hkeys = keys + (int64_t)h * tq * d;
-    elem_sums s = {0, 0, 0, 0, 0, 0, 0, 0};
+    metrics_sums s = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t c = (int64_t)blockIdx.x * kBlock + threadIdx.x; c < chunks;
          c += (int64_t)gridDim.x * kBlock) {
         const int64_t t = c / per_row;
@@ -343,8 +327,17 @@ metrics_select_kernel(const unsigned long long *__restrict__ hist, int bins, int
     *flag = 1;
 }
 
-// ---- host ----------------------------------------------------------------------
+// Before pass 0. One block: every segment's state starts at its rank (heads:
+// rank_head among tq*d keys; segment hq, the layer: rank_layer), prefix 0.
+__global__ void __launch_bounds__(kSelectBlock)
+metrics_state_init_kernel(seg_state *__restrict__ state, int hq, unsigned long long rank_head,
+                          unsigned long long rank_layer)
+{
+    for (int s = threadIdx.x; s <= hq; s += kSelectBlock)
+        state[s] = seg_state{s < hq ? rank_head : rank_layer, 0u, 0u};
+}
 
+// ---- host ----------------------------------------------------------------------
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -358,9 +351,11 @@ double key_value(uint32_t key)
     return (double)f;
 }
 
-// Where the parts of the one device scratch allocation lie (byte offsets).
+// Where the parts of one comparison's device scratch lie (byte offsets). The
+// results (acc, state, flag) come first: they travel back as the one block
+// [0, results) into the caller's host buffer, at the same offsets.
 struct scratch_layout {
-    size_t acc, state, flag, hist, keys, total;
+    size_t acc, state, flag, results, hist, keys, total;
 };
 
 scratch_layout make_layout(int hq, int64_t n)
@@ -369,42 +364,68 @@ scratch_layout make_layout(int hq, int64_t n)
     l.acc = 0;
     l.state = l.acc + align_up((size_t)hq * sizeof(head_acc));
     l.flag = l.state + align_up((size_t)(hq + 1) * sizeof(seg_state));
-    l.hist = l.flag + align_up(sizeof(unsigned int));
+    l.results = l.flag + align_up(sizeof(unsigned int));
+    l.hist = l.results;
     l.keys = l.hist + align_up((size_t)(hq + 1) * kRadixBins * sizeof(unsigned long long));
     l.total = l.keys + align_up((size_t)n * sizeof(uint32_t));
     return l;
 }
 
-// Host copies of what comes back (and the select's initial state).
-struct host_results {
-    head_acc *acc;      // [hq]
-    seg_state *state;   // [hq + 1]
-    unsigned int flag;
-};
-
-// Everything after the allocation: enqueues the kernels on stream, copies the
-// results back, synchronizes, fills m[0 .. hq]. nh = tq*d >= 1, hq >= 1.
-pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
-                      int sms, char *scratch, const scratch_layout *l, host_results *hr,
-                      attn_error_metrics *m, cudaStream_t stream, pg_err *err)
+// The shape limits of one comparison (see cuda_metrics in cuda_common.cuh).
+pg_status check_shape(int64_t tq, int hq, int d, pg_err *err)
 {
+    if (tq < 0 || hq < 0 || d < 0)
+        return pg_fail(err, PG_ERR_SHAPE, "cuda_metrics: negative shape tq=%lld hq=%d d=%d",
+                       (long long)tq, hq, d);
+    if (hq > 65535)
+        return pg_fail(err, PG_ERR_SHAPE, "cuda_metrics: hq=%d exceeds the grid's 65535 heads", hq);
+    if (d > 0 && hq > 0 && tq > kMaxElements / d / hq)
+        return pg_fail(err, PG_ERR_SHAPE,
+                       "cuda_metrics: tq*hq*d (%lld*%d*%d) exceeds 2^40 elements", (long long)tq, hq,
+                       d);
+    return PG_OK;
+}
+
+}  // namespace
+
+extern "C" size_t cuda_metrics_scratch_bytes(int64_t tq, int hq, int d)
+{
+    return make_layout(hq, tq * hq * d).total;
+}
+
+extern "C" size_t cuda_metrics_result_bytes(int hq) { return make_layout(hq, 0).results; }
+
+extern "C" pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref, int64_t tq,
+                                          int hq, int d, void *scratch_v, void *results,
+                                          cudaStream_t stream, pg_err *err)
+{
+    pg_status st = check_shape(tq, hq, d, err);
+    if (st != PG_OK) return st;
     const int64_t nh = tq * d, n = nh * hq;
-    head_acc *acc = (head_acc *)(scratch + l->acc);
-    seg_state *state = (seg_state *)(scratch + l->state);
-    unsigned int *flag = (unsigned int *)(scratch + l->flag);
-    unsigned long long *hist = (unsigned long long *)(scratch + l->hist);
-    uint32_t *keys = (uint32_t *)(scratch + l->keys);
+    if (n == 0) return PG_OK;  // cuda_metrics_collect gives metrics.c's n == 0 answer
+    if (!out || !ref || !scratch_v || !results)
+        return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: a NULL array");
+    int dev = 0, sms = 0;
+    CUDA_TRY("cuda_metrics", cudaGetDevice(&dev));
+    CUDA_TRY("cuda_metrics", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (sms < 1) sms = 1;
+
+    char *scratch = (char *)scratch_v;
+    const scratch_layout l = make_layout(hq, n);
+    head_acc *acc = (head_acc *)(scratch + l.acc);
+    seg_state *state = (seg_state *)(scratch + l.state);
+    unsigned int *flag = (unsigned int *)(scratch + l.flag);
+    unsigned long long *hist = (unsigned long long *)(scratch + l.hist);
+    uint32_t *keys = (uint32_t *)(scratch + l.keys);
     const size_t hist_bytes = (size_t)(hq + 1) * kRadixBins * sizeof(unsigned long long);
 
-    // acc, state and flag are contiguous: zero them all, then set the ranks.
-    CUDA_TRY("cuda_metrics", cudaMemsetAsync(scratch, 0, l->hist, stream));
-    for (int s = 0; s <= hq; s++) {
-        hr->state[s].rank = metrics_p99_index(s < hq ? nh : n);
-        hr->state[s].prefix = 0;
-        hr->state[s].pad = 0;
-    }
-    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(state, hr->state, (size_t)(hq + 1) * sizeof(seg_state),
-                                             cudaMemcpyHostToDevice, stream));
+    // The results block zeroed, then each segment's rank set on the device
+    // (no host copy to wait for).
+    CUDA_TRY("cuda_metrics", cudaMemsetAsync(scratch, 0, l.results, stream));
+    metrics_state_init_kernel<<<1, kSelectBlock, 0, stream>>>(
+        state, hq, (unsigned long long)metrics_p99_index(nh),
+        (unsigned long long)metrics_p99_index(n));
+    CUDA_TRY_LAUNCH("cuda_metrics: metrics_state_init_kernel");
 
     // Blocks per head: enough for kBlocksPerSm blocks per SM over all heads.
     const int64_t per_head = ceil_div((int64_t)sms * kBlocksPerSm, hq);
@@ -441,27 +462,42 @@ pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq
                                                                                shift, state, flag);
         CUDA_TRY_LAUNCH("cuda_metrics: metrics_select_kernel");
     }
+    CUDA_TRY("cuda_metrics",
+             cudaMemcpyAsync(results, scratch, l.results, cudaMemcpyDeviceToHost, stream));
+    return PG_OK;
+}
 
-    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(hr->acc, acc, (size_t)hq * sizeof(head_acc),
-                                             cudaMemcpyDeviceToHost, stream));
-    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(hr->state, state, (size_t)(hq + 1) * sizeof(seg_state),
-                                             cudaMemcpyDeviceToHost, stream));
-    CUDA_TRY("cuda_metrics", cudaMemcpyAsync(&hr->flag, flag, sizeof(unsigned int),
-                                             cudaMemcpyDeviceToHost, stream));
-    CUDA_TRY("cuda_metrics", cudaStreamSynchronize(stream));
-    if (hr->flag)
+extern "C" pg_status cuda_metrics_collect(const void *results, int64_t tq, int hq, int d,
+                                          attn_error_metrics *m, pg_err *err)
+{
+    if (!m) return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: m is NULL");
+    pg_status st = check_shape(tq, hq, d, err);
+    if (st != PG_OK) return st;
+    const int64_t nh = tq * d, n = nh * hq;
+    if (n == 0) {  // no elements: metrics.c's n == 0 rule everywhere
+        const metrics_sums zero = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int s = 0; s <= hq; s++) metrics_from_sums(&zero, 0, 0.0, &m[s]);
+        return PG_OK;
+    }
+    const scratch_layout l = make_layout(hq, n);
+    const char *r = (const char *)results;
+    unsigned int flag;
+    memcpy(&flag, r + l.flag, sizeof flag);
+    if (flag)
         return pg_fail(err, PG_ERR_INTERNAL,
                        "cuda_metrics: radix select lost its rank (tq=%lld, hq=%d, d=%d)",
                        (long long)tq, hq, d);
-
     metrics_sums layer = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int h = 0; h < hq; h++) {
-        const head_acc *a = &hr->acc[h];
+        head_acc a;
+        seg_state s;
+        memcpy(&a, r + l.acc + (size_t)h * sizeof a, sizeof a);
+        memcpy(&s, r + l.state + (size_t)h * sizeof s, sizeof s);
         double mx;
-        memcpy(&mx, &a->max_bits, sizeof mx);
-        const metrics_sums hs = {a->err2, a->ref2, a->out2, a->dot, a->sum_abs, mx,
-                                (int64_t)a->nan_count, (int64_t)a->inf_count};
-        metrics_from_sums(&hs, nh, key_value(hr->state[h].prefix), &m[1 + h]);
+        memcpy(&mx, &a.max_bits, sizeof mx);
+        const metrics_sums hs = {a.err2, a.ref2, a.out2, a.dot, a.sum_abs, mx,
+                                (int64_t)a.nan_count, (int64_t)a.inf_count};
+        metrics_from_sums(&hs, nh, key_value(s.prefix), &m[1 + h]);
         layer.err2 += hs.err2;
         layer.ref2 += hs.ref2;
         layer.out2 += hs.out2;
@@ -471,65 +507,30 @@ pg_status metrics_run(const uint16_t *out, const double *ref, int64_t tq, int hq
         layer.nan_count += hs.nan_count;
         layer.inf_count += hs.inf_count;
     }
-    metrics_from_sums(&layer, n, key_value(hr->state[hq].prefix), &m[0]);
+    seg_state all;
+    memcpy(&all, r + l.state + (size_t)hq * sizeof all, sizeof all);
+    metrics_from_sums(&layer, n, key_value(all.prefix), &m[0]);
     return PG_OK;
 }
-
-// Frees the scratch on stream (stream-ordered); a failure is recorded in err
-// unless err already holds one.
-pg_status free_scratch(void *scratch, cudaStream_t stream, pg_err *err)
-{
-    CUDA_TRY("cuda_metrics", cudaFreeAsync(scratch, stream));
-    return PG_OK;
-}
-
-}  // namespace
 
 extern "C" pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq,
                                   int d, attn_error_metrics *m, cudaStream_t stream, pg_err *err)
 {
     if (!m) return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: m is NULL");
-    if (tq < 0 || hq < 0 || d < 0)
-        return pg_fail(err, PG_ERR_SHAPE, "cuda_metrics: negative shape tq=%lld hq=%d d=%d",
-                       (long long)tq, hq, d);
-    if (hq > 65535)
-        return pg_fail(err, PG_ERR_SHAPE, "cuda_metrics: hq=%d exceeds the grid's 65535 heads", hq);
-    if (d > 0 && hq > 0 && tq > kMaxElements / d / hq)
-        return pg_fail(err, PG_ERR_SHAPE,
-                       "cuda_metrics: tq*hq*d (%lld*%d*%d) exceeds 2^40 elements", (long long)tq, hq,
-                       d);
-    const int64_t nh = tq * d, n = nh * hq;
-
-    if (n == 0) {  // no elements: metrics.c's n == 0 rule everywhere
-        const metrics_sums zero = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int s = 0; s <= hq; s++) metrics_from_sums(&zero, 0, 0.0, &m[s]);
-        CUDA_TRY("cuda_metrics", cudaStreamSynchronize(stream));
-        return PG_OK;
-    }
-    if (!out || !ref) return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: out or ref is NULL");
-
-    int dev = 0, sms = 0;
-    CUDA_TRY("cuda_metrics", cudaGetDevice(&dev));
-    CUDA_TRY("cuda_metrics", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (sms < 1) sms = 1;
-
-    const scratch_layout l = make_layout(hq, n);
+    pg_status st = check_shape(tq, hq, d, err);
+    if (st != PG_OK) return st;
     void *scratch = NULL;
-    CUDA_TRY("cuda_metrics", cudaMallocAsync(&scratch, l.total, stream));
-
-    // From here on every path frees the scratch (stream-ordered) and the host buffers.
-    host_results hr;
-    hr.flag = 0;
-    hr.acc = (head_acc *)malloc((size_t)hq * sizeof(head_acc));
-    hr.state = (seg_state *)malloc((size_t)(hq + 1) * sizeof(seg_state));
-    pg_status st;
-    if (!hr.acc || !hr.state)
-        st = pg_fail(err, PG_ERR_NOMEM, "cuda_metrics: out of host memory (hq=%d)", hq);
-    else
-        st = metrics_run(out, ref, tq, hq, d, sms, (char *)scratch, &l, &hr, m, stream, err);
-    const pg_status fst = free_scratch(scratch, stream, err);
-    free(hr.acc);
-    free(hr.state);
-    if (st == PG_OK) st = fst;
+    void *results = malloc(cuda_metrics_result_bytes(hq));
+    if (!results) return pg_fail(err, PG_ERR_NOMEM, "cuda_metrics: out of host memory (hq=%d)", hq);
+    CUDA_STEP(st, "cuda_metrics",
+              cudaMallocAsync(&scratch, cuda_metrics_scratch_bytes(tq, hq, d), stream));
+    if (st == PG_OK) st = cuda_metrics_enqueue(out, ref, tq, hq, d, scratch, results, stream, err);
+    // Every path frees the scratch (stream-ordered) and waits for the stream.
+    const cudaError_t free_rc = scratch != NULL ? cudaFreeAsync(scratch, stream) : cudaSuccess;
+    const cudaError_t sync_rc = cudaStreamSynchronize(stream);
+    CUDA_STEP(st, "cuda_metrics", free_rc);
+    CUDA_STEP(st, "cuda_metrics", sync_rc);
+    if (st == PG_OK) st = cuda_metrics_collect(results, tq, hq, d, m, err);
+    free(results);
     return st;
 }
