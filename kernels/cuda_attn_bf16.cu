@@ -1,9 +1,9 @@
 // cuda_attn_bf16.cu: bf16 prefill attention reading K/V through a paged
 // cache's block table (the bf16 and fp8kv modes of kernels/attn.h on the GPU).
 //
-// FlashAttention-2 structure (Dao, arXiv 2307.08691): a block of ATTN_WARPS
-// warps takes ATTN_BM query rows of one (sequence, query head); each warp owns
-// 16 rows; key tiles of ATTN_BN rows stream through shared memory two stages
+// FlashAttention-2 structure (Dao, arXiv 2307.08691): a block of warps takes
+// ATTN_BM query rows of one (sequence, query head); each warp owns 16 or 32
+// rows (bf16_shape); key tiles of ATTN_BN rows stream through shared memory two stages
 // deep (cp.async); S = Q.K^T and O += P.V run on bf16 tensor cores
 // (mma.sync m16n8k16, fp32 accumulators). Softmax is online (running max),
 // where the CPU specification uses the final max: the two differ only in P's
@@ -18,10 +18,22 @@
 
 namespace {
 
-constexpr int ATTN_BM = 128;                 // query rows per block (8 warps share each K/V tile)
+constexpr int ATTN_BM = 128;                 // query rows per block (its warps share each K/V tile)
 constexpr int ATTN_BN = 64;                  // keys per tile
-constexpr int ATTN_WARPS = ATTN_BM / 16;     // one warp per 16 rows
-constexpr int ATTN_THREADS = ATTN_WARPS * 32;
+constexpr int ATTN_MMA_M = 16;               // rows of one mma m16n8k16
+
+// A warp owns MT m16 row tiles: each K/V fragment it reads from shared memory
+// feeds MT MMAs, so a block reads each K/V tile from shared memory 8 / MT
+// times instead of 8. For d = 64, two (32 rows a warp, 4 warps, 254
+// registers, two blocks an SM; FlashAttention-2 splits its d = 64 blocks the
+// same way); for d = 128 the accumulators of two tiles do not fit in
+// registers, so one (8 warps).
+template <int D>
+struct bf16_shape {
+    static constexpr int mt = D <= 64 ? 2 : 1;
+    static constexpr int warps = ATTN_BM / (ATTN_MMA_M * mt);
+    static constexpr int threads = warps * 32;
+};
 
 // Shared-memory plan for head dim D: rows padded by 16 bytes so that the
 // eight rows an ldmatrix reads fall in different banks.
@@ -33,14 +45,17 @@ struct bf16_smem {
     static constexpr size_t bytes = (size_t)(q_elems + 4 * kv_elems) * sizeof(uint16_t);
 };
 
-// One block (attn_block_of): query rows m0..m0+ATTN_BM-1 of sequence s, head h.
+// One block (attn_block_of): query rows m0..m0+ATTN_BM-1 of sequence s, head h;
+// warp w owns rows 16 (w MT + i) .. + 15 for i < MT (its "row tiles").
 template <int D>
-__global__ void __launch_bounds__(ATTN_THREADS)
+__global__ void __launch_bounds__(bf16_shape<D>::threads)
 attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                  const uint16_t *__restrict__ cache, const int32_t *__restrict__ block_table,
                  const int block_size, const int pages_per_seq, uint16_t *__restrict__ out)
 {
     using sm = bf16_smem<D>;
+    constexpr int MT = bf16_shape<D>::mt;
+    constexpr int THREADS = bf16_shape<D>::threads;
     constexpr int CH = D / 8;  // 16-byte chunks per row
     const attn_block blk = attn_block_of(b.hq);
     const int s = blk.s, h = blk.h, m0 = blk.qb * ATTN_BM;
@@ -55,10 +70,8 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     // Stage st's K tile is at sKV + 2 st kv_elems, its V tile right after it.
     uint16_t *sKV = sQ + sm::q_elems;
 
-    load_q_tile<ATTN_BM, ATTN_THREADS, D * 2>(reinterpret_cast<uint8_t *>(sQ),
-                                              sm::stride * 2,
-                                              reinterpret_cast<const uint8_t *>(q), b, s, h,
-                                              m0, sq);
+    load_q_tile<ATTN_BM, THREADS, D * 2>(reinterpret_cast<uint8_t *>(sQ), sm::stride * 2,
+                                         reinterpret_cast<const uint8_t *>(q), b, s, h, m0, sq);
     const key_tiles kt = key_tiles_of<ATTN_BM, ATTN_BN>(b, m0, sq, ctx);
     const int n_begin = kt.n_begin, n_tiles = kt.n_tiles;
 
@@ -66,7 +79,7 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 
     auto load_kv = [&](int tile, int stage) {
         const int n0 = n_begin + tile * ATTN_BN;
-        for (int c = tid; c < ATTN_BN * CH; c += ATTN_THREADS) {
+        for (int c = tid; c < ATTN_BN * CH; c += THREADS) {
             const int r = c / CH, cc = c % CH, t = n0 + r;
             const bool ok = t < kt.n_end;
             const int tt = ok ? t : 0;
@@ -85,12 +98,15 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
     cp_async_commit();
 
     const float scale_log2 = b.sm_scale * SOFTMAX_LOG2E;
-    const int row0 = m0 + warp * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
-    softmax_rows sm_rows = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
-    float o[D / 8][4];
+    softmax_rows sm_rows[MT];
+    float o[MT][D / 8][4];
+    uint32_t qf[MT][D / 16][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    uint32_t qf[D / 16][4];
+    for (int mt = 0; mt < MT; mt++) {
+        sm_rows[mt] = softmax_rows{{-INFINITY, -INFINITY}, {0.f, 0.f}};
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    }
 
     for (int tile = 0; tile < n_tiles; tile++) {
         const int stage = tile & 1;
@@ -104,15 +120,21 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
         __syncthreads();
         if (tile == 0) {
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * sm::stride + kk * 16 +
-                                        (lane / 16) * 8);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    ldmatrix_x4(qf[mt][kk],
+                                sQ + ((warp * MT + mt) * ATTN_MMA_M + lane % 16) * sm::stride +
+                                    kk * 16 + (lane / 16) * 8);
         }
 
-        // S = Q.K^T for this warp's 16 rows and the tile's ATTN_BN keys.
-        float sc[ATTN_BN / 8][4];
+        // S = Q.K^T for this warp's row tiles and the tile's ATTN_BN keys.
+        float sc[MT][ATTN_BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < ATTN_BN / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < ATTN_BN / 8; i++)
+                sc[mt][i][0] = sc[mt][i][1] = sc[mt][i][2] = sc[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
 #pragma unroll
@@ -121,24 +143,36 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                 const int mi = lane / 8;
                 ldmatrix_x4(kb, sKV + 2 * stage * sm::kv_elems + (np * 16 + (mi >> 1) * 8 + lane % 8) * sm::stride +
                                     kk * 16 + (mi & 1) * 8);
-                mma_bf16_16816(sc[2 * np], qf[kk], kb[0], kb[1]);
-                mma_bf16_16816(sc[2 * np + 1], qf[kk], kb[2], kb[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_bf16_16816(sc[mt][2 * np], qf[mt][kk], kb[0], kb[1]);
+                    mma_bf16_16816(sc[mt][2 * np + 1], qf[mt][kk], kb[2], kb[3]);
+                }
             }
         }
 
-        // Mask, scale into log2 units, online softmax.
+        // Mask, online softmax (in log2 units), per row tile; then P as bf16
+        // A operands (the accumulator layout is the A operand's layout).
         const int n0 = n_begin + tile * ATTN_BN;
-        float alpha[2];
-        softmax_tile<ATTN_BN>(sc, sm_rows, alpha, b, m0, warp, lane, n0, sq, ctx, scale_log2);
-        softmax_rescale<D>(o, alpha);
+        uint32_t pa[MT][ATTN_BN / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float alpha[2];
+            softmax_tile<ATTN_BN>(sc[mt], sm_rows[mt], alpha, b, m0, warp * MT + mt, lane, n0, sq,
+                                  ctx, scale_log2);
+            softmax_rescale<D>(o[mt], alpha);
+#pragma unroll
+            for (int kk = 0; kk < ATTN_BN / 16; kk++) {
+                pa[mt][kk][0] = pack_bf16x2(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+                pa[mt][kk][1] = pack_bf16x2(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+                pa[mt][kk][2] = pack_bf16x2(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+                pa[mt][kk][3] = pack_bf16x2(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+            }
+        }
 
-        // O += bf16(P).V; P's accumulator layout is the A operand's layout.
+        // O += bf16(P).V, each V fragment read once for the warp's row tiles.
 #pragma unroll
         for (int kk = 0; kk < ATTN_BN / 16; kk++) {
-            uint32_t pa[4] = {pack_bf16x2(sc[2 * kk][0], sc[2 * kk][1]),
-                              pack_bf16x2(sc[2 * kk][2], sc[2 * kk][3]),
-                              pack_bf16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                              pack_bf16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t vb[4];
@@ -146,14 +180,20 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                 ldmatrix_x4_trans(vb, sKV + (2 * stage + 1) * sm::kv_elems +
                                           (kk * 16 + (mi & 1) * 8 + lane % 8) * sm::stride +
                                           dp * 16 + (mi >> 1) * 8);
-                mma_bf16_16816(o[2 * dp], pa, vb[0], vb[1]);
-                mma_bf16_16816(o[2 * dp + 1], pa, vb[2], vb[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_bf16_16816(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
+                    mma_bf16_16816(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
+                }
             }
         }
         __syncthreads();  // the stage is overwritten by the load two tiles on
     }
 
-    store_rows<D>(out, o, sm_rows, 1.f, b, s, h, row0, sq);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        store_rows<D>(out, o[mt], sm_rows[mt], 1.f, b, s, h,
+                      m0 + (warp * MT + mt) * ATTN_MMA_M + lane / 4, sq);
 }
 
 // Launches attn_bf16_kernel for head dim D.
@@ -168,7 +208,7 @@ pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *
     dim3 grid;
     const pg_status st = attn_grid(b, ATTN_BM, "attn_bf16", &grid, err);
     if (st != PG_OK) return st;
-    attn_bf16_kernel<D><<<grid, ATTN_THREADS, smem, stream>>>(
+    attn_bf16_kernel<D><<<grid, bf16_shape<D>::threads, smem, stream>>>(
         *b, q, static_cast<const uint16_t *>(kv->data), kv->block_table, kv->block_size,
         kv->pages_per_seq, out);
     CUDA_TRY_LAUNCH("attn_bf16");
