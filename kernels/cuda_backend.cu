@@ -18,8 +18,12 @@
 
 // Host arrays up to this size are uploaded through the page-locked staging
 // buffer (block tables: 4 bytes per page; a batch's arrays: 24 bytes per
-// sequence), which starts at this size and doubles when a call needs more.
+// sequence); larger ones (q, k, v) are copied from where they are.
 #define CUDA_STAGE_MAX_BYTES ((size_t)1 << 20)
+// The staging buffer's first size; it doubles when a call needs more (the
+// 36-layer benchmark's first layer takes it to 8 KiB, growing twice), so the growth
+// path runs in every check.
+#define CUDA_STAGE_FIRST_BYTES ((size_t)4 << 10)
 // Alignment of each staged array in the buffer (16-byte copies).
 #define CUDA_STAGE_ALIGN 16
 
@@ -120,8 +124,8 @@ pg_status stage_upload(cuda_backend *be, void *dst, const void *src, size_t byte
     if (at + bytes > be->stage_cap) {  // a larger buffer, once every copy from this one is done
         pg_status st = stage_begin(be, err);
         if (st != PG_OK) return st;
-        const size_t cap = 2 * be->stage_cap > CUDA_STAGE_MAX_BYTES ? 2 * be->stage_cap
-                                                                    : CUDA_STAGE_MAX_BYTES;
+        size_t cap = be->stage_cap > 0 ? 2 * be->stage_cap : CUDA_STAGE_FIRST_BYTES;
+        while (cap < bytes) cap *= 2;
         cudaFreeHost(be->stage_host);
         be->stage_host = nullptr;
         be->stage_cap = 0;
