@@ -67,7 +67,8 @@ def load_pinned(path):
         header = json.loads(f.read(n))
         size = os.fstat(f.fileno()).st_size - 8 - n
         host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-        f.readinto(memoryview(host.numpy()))
+        got = f.readinto(memoryview(host.numpy()))
+        assert got == size, f"{path}: read {got} of {size} data bytes"
     dev = host.to("cuda", non_blocking=True)
     dtypes = {"BF16": torch.bfloat16, "F32": torch.float32, "I32": torch.int32}
     out = {}

@@ -46,7 +46,9 @@ typedef struct metrics_sums {
 /* Adds one element, output x (a bf16 widened) against reference y, to s and
  * returns its |x - y|: the one definition of the per-element sums, for the
  * CPU (metrics_compare_bf16) and the GPU (kernels/cuda_metrics.cu). A NaN
- * |x - y| leaves max_abs alone (e > max is false). */
+ * |x - y| leaves max_abs alone (e > max is false). The two backends agree
+ * to rounding, not bit for bit: they sum in other orders, and nvcc fuses
+ * the products into FMAs where the host build does not (-ffp-contract=off). */
 METRICS_INLINE double metrics_add_element(metrics_sums *s, double x, double y)
 {
     const double e = fabs(x - y);
