@@ -33,6 +33,9 @@ struct bf16_shape {
     static constexpr int mt = D <= 64 ? 2 : 1;
     static constexpr int warps = ATTN_BM / (ATTN_MMA_M * mt);
     static constexpr int threads = warps * 32;
+    // Blocks an SM must hold (__launch_bounds__: the compiler keeps the
+    // registers within them): two at d 64 (254 registers by ptxas 13.0).
+    static constexpr int min_blocks = mt == 2 ? 2 : 1;
 };
 
 // Shared-memory plan for head dim D: rows padded by 16 bytes so that the
@@ -48,7 +51,7 @@ struct bf16_smem {
 // One block (attn_block_of): query rows m0..m0+ATTN_BM-1 of sequence s, head h;
 // warp w owns rows 16 (w MT + i) .. + 15 for i < MT (its "row tiles").
 template <int D>
-__global__ void __launch_bounds__(bf16_shape<D>::threads)
+__global__ void __launch_bounds__(bf16_shape<D>::threads, bf16_shape<D>::min_blocks)
 attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                  const uint16_t *__restrict__ cache, const int32_t *__restrict__ block_table,
                  const int block_size, const int pages_per_seq, uint16_t *__restrict__ out)

@@ -53,7 +53,8 @@ struct cuda_backend {
     // Small uploads (a batch's arrays, block tables) go up from this
     // page-locked buffer (stage_upload): a copy from pageable memory may wait
     // for the stream's earlier work. stage_done is recorded after each copy;
-    // the buffer is refilled from 0 once it has passed (stage_begin).
+    // the buffer is refilled from 0 after a call's final wait (dev_pool_free)
+    // or once stage_done has passed (stage_drain, when it must grow).
     void *stage_host;
     size_t stage_cap, stage_used;
     cudaEvent_t stage_done;
@@ -99,16 +100,19 @@ pg_status dev_alloc(dev_pool *pool, void **p, size_t bytes, const char *what, pg
     return PG_OK;
 }
 
+// Frees the call's buffers and waits for its stream; the staging buffer's
+// copies of the call are then done, so the next call stages from its start.
+// Every call that allocates from a pool or stages an upload ends here.
 void dev_pool_free(dev_pool *pool)
 {
     for (int i = 0; i < pool->n; i++) cudaFreeAsync(pool->ptr[i], pool->be->stream);
-    cudaStreamSynchronize(pool->be->stream);
+    if (cudaStreamSynchronize(pool->be->stream) == cudaSuccess) pool->be->stage_used = 0;
     pool->n = 0;
 }
 
-// Starts a call's small uploads at the staging buffer's beginning, once the
-// copies of the call before have read it.
-pg_status stage_begin(cuda_backend *be, pg_err *err)
+// Waits until every staged copy has read the staging buffer, which may then
+// be refilled from its start (or replaced).
+pg_status stage_drain(cuda_backend *be, pg_err *err)
 {
     CUDA_TRY("staging buffer", cudaEventSynchronize(be->stage_done));
     be->stage_used = 0;
@@ -122,7 +126,7 @@ pg_status stage_upload(cuda_backend *be, void *dst, const void *src, size_t byte
 {
     size_t at = (be->stage_used + CUDA_STAGE_ALIGN - 1) / CUDA_STAGE_ALIGN * CUDA_STAGE_ALIGN;
     if (at + bytes > be->stage_cap) {  // a larger buffer, once every copy from this one is done
-        pg_status st = stage_begin(be, err);
+        pg_status st = stage_drain(be, err);
         if (st != PG_OK) return st;
         size_t cap = be->stage_cap > 0 ? 2 * be->stage_cap : CUDA_STAGE_FIRST_BYTES;
         while (cap < bytes) cap *= 2;
@@ -143,8 +147,9 @@ pg_status stage_upload(cuda_backend *be, void *dst, const void *src, size_t byte
     return st;
 }
 
-// Copies bytes of host memory to dst on the stream: small arrays through the
-// staging buffer, large ones (q, k, v, outputs) straight from src.
+// Copies bytes of host memory to dst on the stream: arrays up to
+// CUDA_STAGE_MAX_BYTES through the staging buffer, larger ones straight from
+// src (from pageable memory such a copy may wait for the stream's earlier work).
 pg_status upload(cuda_backend *be, void *dst, const void *src, size_t bytes, const char *what,
                  pg_err *err)
 {
@@ -214,7 +219,6 @@ pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg
     if (st == PG_OK) {
         for (int i = 0; i < 5; i++)
             if (part[i] > 0) memcpy(packed + at[i], src[i], part[i]);
-        st = stage_begin(pool->be, err);
     }
     if (st == PG_OK) st = upload(pool->be, dev, packed, total, "batch arrays", err);
     free(packed);
@@ -719,8 +723,9 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
         CUDA_STEP(st, "metrics results", cudaMallocHost(&be->results_host, results_total));
         if (st == PG_OK) be->results_cap = results_total;
     }
-    char *results = (char *)be->results_host;
-    unsigned long long *stats_host = (unsigned long long *)(results + (size_t)n_cmp * result_bytes);
+    char *results = (char *)be->results_host;  // NULL only if st != PG_OK
+    unsigned long long *stats_host =
+        results != nullptr ? (unsigned long long *)(results + (size_t)n_cmp * result_bytes) : nullptr;
     CUDA_STEP(st, "events", cudaEventCreate(&ev[0]));
     CUDA_STEP(st, "events", cudaEventCreate(&ev[1]));
     CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
@@ -782,7 +787,10 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     }
     CUDA_STEP(st, "stats", cudaMemcpyAsync(stats_host, dstats, CUDA_STATS_BYTES,
                                            cudaMemcpyDeviceToHost, be->stream));
-    // The layer's one wait: everything above was only enqueued.
+    // The layer's one wait: everything above was only enqueued (unless
+    // --check-spec downloads the modes' outputs, the caller asked for
+    // timings, or an external output over CUDA_STAGE_MAX_BYTES came up from
+    // pageable memory: each of those waits too).
     CUDA_STEP(st, "layer", cudaStreamSynchronize(be->stream));
     for (int c = 0; st == PG_OK && c < n_cmp; c++)
         st = cuda_metrics_collect(results + (size_t)c * result_bytes, cb.tq, cb.hq, cb.d,

@@ -158,6 +158,8 @@ pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int h
 // for the copy to stay asynchronous); after the stream has reached that copy,
 // cuda_metrics_collect turns results into m[0 .. hq]. scratch may be reused
 // by the next comparison on the same stream; results may not until collected.
+// scratch is 256-byte aligned (as cudaMalloc's are); the sizes are those of
+// a shape cuda_metrics accepts (tq, hq, d >= 0 within its limits).
 size_t cuda_metrics_scratch_bytes(int64_t tq, int hq, int d);
 size_t cuda_metrics_result_bytes(int hq);
 pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,

@@ -2,7 +2,7 @@
 // (cuda_attn_bf16.cu, cuda_attn_fp8.cu) run on their fp32 score accumulators.
 //
 // Layout (mma m16n8 accumulators): a thread holds rows row0 and row0 + 8 of its
-// warp's 16 rows; sc[nt][e] is key n0 + 8 nt + 2 (lane % 4) + (e & 1) of row
+// 16-row tile; sc[nt][e] is key n0 + 8 nt + 2 (lane % 4) + (e & 1) of row
 // row0 + 8 (e / 2). The 4 lanes of a quad share rows. Scores are kept in log2
 // units (S * scale * log2 e) so that exponentials are one ex2 each.
 #ifndef PG_CUDA_SOFTMAX_CUH
@@ -26,15 +26,16 @@ struct softmax_rows {
 // tile is inside every row's range), scales into log2 units, updates the
 // running max, replaces sc by exp2(sc - max) and adds them to the partial
 // sums. Returns through alpha the factor the rows' O accumulators must be
-// multiplied by.
+// multiplied by. row_tile: which 16 rows of the block the calling warp's
+// accumulators hold (rows m0 + 16 row_tile .. + 15).
 template <int BN>
 __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 8][4], softmax_rows &st,
                                              float (&alpha)[2], const cuda_batch &b, int m0,
-                                             int warp, int lane, int n0, int sq, int ctx,
+                                             int row_tile, int lane, int n0, int sq, int ctx,
                                              float scale_log2)
 {
-    const int row0 = m0 + warp * 16 + lane / 4;
-    const int j_first = m0 + warp * 16;
+    const int row0 = m0 + row_tile * 16 + lane / 4;
+    const int j_first = m0 + row_tile * 16;
     const bool inside = n0 + BN - 1 <= ctx + j_first &&
                         (b.window == 0 || n0 >= ctx + j_first + 15 - b.window + 1);
     float mx[2] = {-INFINITY, -INFINITY};
