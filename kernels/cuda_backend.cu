@@ -110,6 +110,20 @@ void dev_pool_free(dev_pool *pool)
     pool->n = 0;
 }
 
+// Makes *p (page-locked host memory, *cap bytes) hold at least bytes,
+// replacing it (contents not kept) when it is smaller; the caller makes sure
+// no copy still reads it.
+cudaError_t pinned_reserve(void **p, size_t *cap, size_t bytes)
+{
+    if (*cap >= bytes) return cudaSuccess;
+    cudaFreeHost(*p);
+    *p = nullptr;
+    *cap = 0;
+    const cudaError_t rc = cudaMallocHost(p, bytes);
+    if (rc == cudaSuccess) *cap = bytes;
+    return rc;
+}
+
 // Waits until every staged copy has read the staging buffer, which may then
 // be refilled from its start (or replaced).
 pg_status stage_drain(cuda_backend *be, pg_err *err)
@@ -130,11 +144,7 @@ pg_status stage_upload(cuda_backend *be, void *dst, const void *src, size_t byte
         if (st != PG_OK) return st;
         size_t cap = be->stage_cap > 0 ? 2 * be->stage_cap : CUDA_STAGE_FIRST_BYTES;
         while (cap < bytes) cap *= 2;
-        cudaFreeHost(be->stage_host);
-        be->stage_host = nullptr;
-        be->stage_cap = 0;
-        CUDA_TRY(what, cudaMallocHost(&be->stage_host, cap));
-        be->stage_cap = cap;
+        CUDA_TRY(what, pinned_reserve(&be->stage_host, &be->stage_cap, cap));
         at = 0;
     }
     memcpy((char *)be->stage_host + at, src, bytes);
@@ -716,13 +726,9 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     for (int mi = 0; mi < 3; mi++) n_cmp += (modes & mode_bits[mi]) != 0;
     const size_t result_bytes = cuda_metrics_result_bytes(cb.hq);
     const size_t results_total = (size_t)n_cmp * result_bytes + CUDA_STATS_BYTES;
-    if (st == PG_OK && be->results_cap < results_total) {
-        cudaFreeHost(be->results_host);  // the last layer's copies ended at its synchronization
-        be->results_host = nullptr;
-        be->results_cap = 0;
-        CUDA_STEP(st, "metrics results", cudaMallocHost(&be->results_host, results_total));
-        if (st == PG_OK) be->results_cap = results_total;
-    }
+    // (the last layer's copies into it ended at that layer's synchronization)
+    CUDA_STEP(st, "metrics results",
+              pinned_reserve(&be->results_host, &be->results_cap, results_total));
     char *results = (char *)be->results_host;  // NULL only if st != PG_OK
     unsigned long long *stats_host =
         results != nullptr ? (unsigned long long *)(results + (size_t)n_cmp * result_bytes) : nullptr;

@@ -353,9 +353,9 @@ double key_value(uint32_t key)
 
 // Where the parts of one comparison's device scratch lie (byte offsets). The
 // results (acc, state, flag) come first: they travel back as the one block
-// [0, results) into the caller's host buffer, at the same offsets.
+// [0, hist) into the caller's host buffer, at the same offsets.
 struct scratch_layout {
-    size_t acc, state, flag, results, hist, keys, total;
+    size_t acc, state, flag, hist, keys, total;
 };
 
 scratch_layout make_layout(int hq, int64_t n)
@@ -364,8 +364,7 @@ scratch_layout make_layout(int hq, int64_t n)
     l.acc = 0;
     l.state = l.acc + align_up((size_t)hq * sizeof(head_acc));
     l.flag = l.state + align_up((size_t)(hq + 1) * sizeof(seg_state));
-    l.results = l.flag + align_up(sizeof(unsigned int));
-    l.hist = l.results;
+    l.hist = l.flag + align_up(sizeof(unsigned int));
     l.keys = l.hist + align_up((size_t)(hq + 1) * kRadixBins * sizeof(unsigned long long));
     l.total = l.keys + align_up((size_t)n * sizeof(uint32_t));
     return l;
@@ -393,7 +392,7 @@ extern "C" size_t cuda_metrics_scratch_bytes(int64_t tq, int hq, int d)
     return make_layout(hq, tq * hq * d).total;
 }
 
-extern "C" size_t cuda_metrics_result_bytes(int hq) { return make_layout(hq, 0).results; }
+extern "C" size_t cuda_metrics_result_bytes(int hq) { return make_layout(hq, 0).hist; }
 
 extern "C" pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref, int64_t tq,
                                           int hq, int d, void *scratch_v, void *results,
@@ -421,7 +420,7 @@ extern "C" pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref
 
     // The results block zeroed, then each segment's rank set on the device
     // (no host copy to wait for).
-    CUDA_TRY("cuda_metrics", cudaMemsetAsync(scratch, 0, l.results, stream));
+    CUDA_TRY("cuda_metrics", cudaMemsetAsync(scratch, 0, l.hist, stream));
     metrics_state_init_kernel<<<1, kSelectBlock, 0, stream>>>(
         state, hq, (unsigned long long)metrics_p99_index(nh),
         (unsigned long long)metrics_p99_index(n));
@@ -463,7 +462,7 @@ extern "C" pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref
         CUDA_TRY_LAUNCH("cuda_metrics: metrics_select_kernel");
     }
     CUDA_TRY("cuda_metrics",
-             cudaMemcpyAsync(results, scratch, l.results, cudaMemcpyDeviceToHost, stream));
+             cudaMemcpyAsync(results, scratch, l.hist, cudaMemcpyDeviceToHost, stream));
     return PG_OK;
 }
 
