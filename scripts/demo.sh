@@ -11,8 +11,10 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$(nproc)"
 build/precgate synth -o build/demo.safetensors --preset gpt-oss-120b --layers 4 \
   --seqs 2 --seq-len 512 --context 128
-out=$(build/precgate run --capture build/demo.safetensors --label demo "$@" | tee /dev/stderr)
-run=$(printf '%s\n' "$out" | sed -n 's/^run \([0-9]*\) complete.*/\1/p')
+# The run's lines go to stdout as they come and into a log read back for the run
+# number (tee to /dev/stderr would reopen a redirected stderr and truncate it).
+build/precgate run --capture build/demo.safetensors --label demo "$@" | tee build/demo-run.log
+run=$(sed -n 's/^run \([0-9]*\) complete.*/\1/p' build/demo-run.log)
 build/precgate eval --traces evals/demo/aime-style-demo.jsonl --replay --label demo
 build/precgate report --run "$run" -o build/demo-report.html
 build/precgate report --run "$run" -o build/demo-report.md
