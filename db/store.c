@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "schema.h"
 
@@ -276,11 +278,44 @@ static pg_status prepare_all(pg_store *s, pg_err *err)
     return PG_OK;
 }
 
+/* Where a database that does not exist yet would be created: PG_OK when path
+ * exists or its directory does and is writable; else PG_ERR_IO naming the
+ * directory and what is wrong with it, which SQLite's own "unable to open
+ * database file" does not say. In-memory and URI names are left to SQLite. */
+static pg_status check_db_directory(const char *path, pg_err *err)
+{
+    struct stat st;
+    if (path[0] == '\0' || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0 ||
+        stat(path, &st) == 0)
+        return PG_OK;
+    char *dir = strdup(path);
+    if (dir == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory opening the database", path);
+    char *slash = strrchr(dir, '/');
+    const char *d = slash == NULL ? "." : slash == dir ? "/" : dir;
+    if (slash != NULL && slash != dir) *slash = '\0';
+    pg_status ps = PG_OK;
+    if (stat(d, &st) != 0)
+        ps = pg_fail(err, PG_ERR_IO, "%s: cannot create the database: the directory '%s' does not "
+                                     "exist (create it, or give --db another path)",
+                     path, d);
+    else if (!S_ISDIR(st.st_mode))
+        ps = pg_fail(err, PG_ERR_IO, "%s: cannot create the database: '%s' is not a directory",
+                     path, d);
+    else if (access(d, W_OK | X_OK) != 0)
+        ps = pg_fail(err, PG_ERR_IO, "%s: cannot create the database: the directory '%s' is not "
+                                     "writable",
+                     path, d);
+    free(dir);
+    return ps;
+}
+
 pg_status store_open(const char *path, pg_store **out, pg_err *err)
 {
     if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: out is NULL");
     *out = NULL;
     if (path == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: path is NULL");
+    const pg_status dir_ok = check_db_directory(path, err);
+    if (dir_ok != PG_OK) return dir_ok;
 
     pg_store *s = calloc(1, sizeof *s);
     if (s == NULL || (s->path = strdup(path)) == NULL) {

@@ -36,7 +36,8 @@
 typedef struct pg_store pg_store;
 
 /* Opens (creating if needed) the database at path and migrates it to the
- * newest schema; PG_ERR_DB naming the path on failure. A database whose
+ * newest schema; PG_ERR_DB naming the path on failure, PG_ERR_IO naming the
+ * directory when a new database's directory is missing or unwritable. A database whose
  * user_version is newer than store_latest_schema_version() is refused
  * (PG_ERR_DB naming both versions) before anything in it is changed. On
  * success *out owns the store (free with store_close); on failure *out is

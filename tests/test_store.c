@@ -682,21 +682,6 @@ Test(store, nan_rejected_where_it_would_be_lost)
     store_close(s);
 }
 
-Test(store, unwritable_path_names_the_path)
-{
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/no/such/dir/precgate.db", tu_dir);
-    pg_err err = {0};
-    pg_store *s = (pg_store *)&err;
-    cr_assert_eq(store_open(path, &s, &err), PG_ERR_DB);
-    cr_assert_null(s);
-    cr_assert_not_null(strstr(err.msg, path), "message lacks the path: %s", err.msg);
-    cr_assert_not_null(strstr(err.msg, "unable to open"), "%s", err.msg);
-    char dir[PATH_MAX + 8];
-    snprintf(dir, sizeof dir, "%s/no", tu_dir);
-    cr_assert(!exists(dir), "store_open created directories");
-}
-
 Test(store, not_a_database_refused_unchanged)
 {
     const char junk[] = "this is not an SQLite database, just some text that is long enough\n";
@@ -770,4 +755,42 @@ Test(store, incomplete_is_a_finished_status)
     sqlite3 *db = raw_open(g_db);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE finished_at IS NOT NULL AND error IS NULL"), 1);
     sqlite3_close(db);
+}
+
+/* A new database in a directory that does not exist (or is a file): PG_ERR_IO
+ * naming that directory, not SQLite's "unable to open database file"; nothing
+ * is created. */
+Test(store, missing_directory_named)
+{
+    char path[PATH_MAX + 64], dir[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/no-such-dir", tu_dir);
+    snprintf(path, sizeof path, "%s/sub/x.db", dir);
+    pg_err err = {0};
+    pg_store *s = NULL;
+    cr_assert_eq(store_open(path, &s, &err), PG_ERR_IO);
+    cr_assert_null(s);
+    char want[PATH_MAX + 96];
+    snprintf(want, sizeof want, "the directory '%s/sub' does not exist", dir);
+    cr_assert(strstr(err.msg, want) != NULL, "message: %s", err.msg);
+    cr_assert(strncmp(err.msg, path, strlen(path)) == 0, "message lacks the path: %s", err.msg);
+    struct stat st;
+    cr_assert_neq(stat(dir, &st), 0, "store_open created %s", dir);
+
+    /* a regular file where the directory should be */
+    char file[PATH_MAX + 32];
+    snprintf(file, sizeof file, "%s/plain-file", tu_dir);
+    tu_write_file(file, "x", 1);
+    snprintf(path, sizeof path, "%s/x.db", file);
+    pg_err_clear(&err);
+    cr_assert_eq(store_open(path, &s, &err), PG_ERR_IO);
+    cr_assert(strstr(err.msg, "is not a directory") != NULL, "message: %s", err.msg);
+
+    /* the CLI says the same, exit 1 */
+    char *out = NULL;
+    snprintf(path, sizeof path, "%s/sub/x.db", dir);
+    const int rc = tu_run_precgatef(&out, "eval --replay --traces %s/evals/demo/aime-style-demo.jsonl "
+                                          "--db '%s'", PRECGATE_SOURCE_DIR, path);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "does not exist (create it") != NULL, "output: %s", out);
+    free(out);
 }
