@@ -545,3 +545,164 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
     bind_double_or_null(&b, p->mde);
     return finish_write(db, &b, what, err);
 }
+
+/* ---- reading scores and pairs back ------------------------------------- */
+
+static const char SQL_SCORES_READ[] =
+    "SELECT eval, mode, effort, ci_method, pass_at_json, n_problems, k, n_errors, n_truncated,"
+    " n_empty, n_missing, accuracy, stderr, ci_low, ci_high FROM eval_scores"
+    " WHERE run_id = ?1 AND (?2 IS NULL OR eval = ?2) ORDER BY eval, effort, mode";
+
+static const char SQL_PAIRS_READ[] =
+    "SELECT eval, effort, mode_a, mode_b, n_problems, wins, losses, ties, mean_diff, stderr,"
+    " ci_low, ci_high, sign_p, mde FROM eval_pairs"
+    " WHERE run_id = ?1 AND (?2 IS NULL OR eval = ?2) ORDER BY eval, effort, mode_a, mode_b";
+
+/* Column i of st's current row as a malloc'd string (NULL for SQL NULL); sets
+ * *oom when the copy fails. */
+static char *column_strdup(sqlite3_stmt *st, int i, int *oom)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    if (t == NULL) return NULL;
+    char *c = strdup((const char *)t);
+    if (c == NULL) *oom = 1;
+    return c;
+}
+
+/* Column i as a double, NaN for SQL NULL. */
+static double column_double_or_nan(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+/* Runs sql (?1 run_id, ?2 eval or NULL) and hands each row to fill(row_index),
+ * growing *rows (elem bytes each) as it goes; *n counts the rows filled. */
+static pg_status read_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
+                           const char *eval, size_t elem, void **rows, size_t *n,
+                           int (*fill)(sqlite3_stmt *st, void *row), pg_err *err)
+{
+    *rows = NULL;
+    *n = 0;
+    sqlite3 *db = sql_handle_or_fail(s, fn, err);
+    if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_prepare(db, sql, &st, err);
+    if (ps != PG_OK) return ps;
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, eval);
+    size_t cap = 0;
+    int rc = b.rc == SQLITE_OK ? SQLITE_ROW : b.rc;
+    while (rc == SQLITE_ROW && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            const size_t want = cap ? 2 * cap : 16;
+            void *grown = realloc(*rows, want * elem);
+            if (grown == NULL) {
+                ps = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory reading run %" PRId64, fn,
+                             run_id);
+                break;
+            }
+            memset((char *)grown + cap * elem, 0, (want - cap) * elem);
+            *rows = grown;
+            cap = want;
+        }
+        if (!fill(st, (char *)*rows + *n * elem)) {
+            (*n)++;  /* so that the caller's free sees what was copied */
+            ps = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory reading run %" PRId64, fn, run_id);
+            break;
+        }
+        (*n)++;
+    }
+    if (ps == PG_OK && rc != SQLITE_DONE)
+        ps = sql_fail(db, err, "%s: reading run %" PRId64, fn, run_id);
+    sqlite3_finalize(st);
+    return ps;
+}
+
+/* Fills one eval_score_stored from SQL_SCORES_READ's row; 0 when out of memory. */
+static int fill_score(sqlite3_stmt *st, void *row)
+{
+    eval_score_stored *r = row;
+    int oom = 0;
+    r->eval = column_strdup(st, 0, &oom);
+    r->mode = column_strdup(st, 1, &oom);
+    r->effort = column_strdup(st, 2, &oom);
+    r->ci_method = column_strdup(st, 3, &oom);
+    r->pass_at_json = column_strdup(st, 4, &oom);
+    r->n_problems = sqlite3_column_int64(st, 5);
+    r->k = sqlite3_column_int64(st, 6);
+    r->n_errors = sqlite3_column_int64(st, 7);
+    r->n_truncated = sqlite3_column_int64(st, 8);
+    r->n_empty = sqlite3_column_int64(st, 9);
+    r->n_missing = sqlite3_column_int64(st, 10);
+    r->accuracy = column_double_or_nan(st, 11);
+    r->stderr_ = column_double_or_nan(st, 12);
+    r->ci_low = column_double_or_nan(st, 13);
+    r->ci_high = column_double_or_nan(st, 14);
+    return !oom;
+}
+
+/* Fills one eval_pair_stored from SQL_PAIRS_READ's row; 0 when out of memory. */
+static int fill_pair(sqlite3_stmt *st, void *row)
+{
+    eval_pair_stored *r = row;
+    int oom = 0;
+    r->eval = column_strdup(st, 0, &oom);
+    r->effort = column_strdup(st, 1, &oom);
+    r->mode_a = column_strdup(st, 2, &oom);
+    r->mode_b = column_strdup(st, 3, &oom);
+    r->n_problems = sqlite3_column_int64(st, 4);
+    r->wins = sqlite3_column_int64(st, 5);
+    r->losses = sqlite3_column_int64(st, 6);
+    r->ties = sqlite3_column_int64(st, 7);
+    r->mean_diff = column_double_or_nan(st, 8);
+    r->stderr_ = column_double_or_nan(st, 9);
+    r->ci_low = column_double_or_nan(st, 10);
+    r->ci_high = column_double_or_nan(st, 11);
+    r->sign_p = column_double_or_nan(st, 12);
+    r->mde = column_double_or_nan(st, 13);
+    return !oom;
+}
+
+pg_status eval_store_read_scores(pg_store *s, int64_t run_id, const char *eval,
+                                 eval_score_stored **rows, size_t *n, pg_err *err)
+{
+    void *v = NULL;
+    const pg_status ps = read_rows(s, "eval_store_read_scores", SQL_SCORES_READ, run_id, eval,
+                                   sizeof **rows, &v, n, fill_score, err);
+    *rows = v;
+    return ps;
+}
+
+void eval_store_scores_free(eval_score_stored *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++) {
+        free(rows[i].eval);
+        free(rows[i].mode);
+        free(rows[i].effort);
+        free(rows[i].ci_method);
+        free(rows[i].pass_at_json);
+    }
+    free(rows);
+}
+
+pg_status eval_store_read_pairs(pg_store *s, int64_t run_id, const char *eval,
+                                eval_pair_stored **rows, size_t *n, pg_err *err)
+{
+    void *v = NULL;
+    const pg_status ps = read_rows(s, "eval_store_read_pairs", SQL_PAIRS_READ, run_id, eval,
+                                   sizeof **rows, &v, n, fill_pair, err);
+    *rows = v;
+    return ps;
+}
+
+void eval_store_pairs_free(eval_pair_stored *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++) {
+        free(rows[i].eval);
+        free(rows[i].effort);
+        free(rows[i].mode_a);
+        free(rows[i].mode_b);
+    }
+    free(rows);
+}

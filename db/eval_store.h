@@ -102,6 +102,38 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
                               const char *mode_a, const char *mode_b, const eval_pair *p,
                               pg_err *err);
 
+/* One stored eval_scores row as read back. Strings are malloc'd (freed by
+ * eval_store_scores_free); a NULL statistic reads as NaN. */
+typedef struct eval_score_stored {
+    char *eval, *mode, *effort, *ci_method, *pass_at_json;
+    int64_t n_problems, k, n_errors, n_truncated, n_empty, n_missing;
+    double accuracy, stderr_, ci_low, ci_high;
+} eval_score_stored;
+
+/* One stored eval_pairs row as read back; same conventions. */
+typedef struct eval_pair_stored {
+    char *eval, *effort, *mode_a, *mode_b;
+    int64_t n_problems, wins, losses, ties;
+    double mean_diff, stderr_, ci_low, ci_high, sign_p, mde;
+} eval_pair_stored;
+
+/* Reads the eval_scores rows of (run_id, eval) ordered by effort, mode into
+ * *rows (malloc'd, *n of them; free with eval_store_scores_free, also after
+ * a failure). eval NULL: every eval of the run. PG_ERR_NOMEM when a copy fails. */
+pg_status eval_store_read_scores(pg_store *s, int64_t run_id, const char *eval,
+                                 eval_score_stored **rows, size_t *n, pg_err *err);
+
+/* Frees what eval_store_read_scores made; NULL is a no-op. */
+void eval_store_scores_free(eval_score_stored *rows, size_t n);
+
+/* Reads the eval_pairs rows of (run_id, eval) ordered by effort, mode_a, mode_b,
+ * as eval_store_read_scores. */
+pg_status eval_store_read_pairs(pg_store *s, int64_t run_id, const char *eval,
+                                eval_pair_stored **rows, size_t *n, pg_err *err);
+
+/* Frees what eval_store_read_pairs made; NULL is a no-op. */
+void eval_store_pairs_free(eval_pair_stored *rows, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -487,6 +487,13 @@ static pg_status next_object(tr_reader *r, cJSON **obj, pg_err *err)
 /* loader                                                                   */
 /* ------------------------------------------------------------------------ */
 
+void traces_keep_first(eval_traces *t, int n)
+{
+    if (t == NULL || n < 0 || n >= t->n) return;
+    for (int i = n; i < t->n; i++) problem_free(&t->problems[i]);
+    t->n = n;
+}
+
 void traces_free(eval_traces *t)
 {
     if (t == NULL) return;

@@ -69,6 +69,10 @@ typedef struct eval_traces {
  * named as "path:line: field: ..."), PG_ERR_NOMEM. */
 pg_status traces_load(const char *path, eval_traces **out, pg_err *err);
 
+/* Keeps the first n problems (file order) of t and frees the rest (for
+ * smoke tests: eval --limit); n >= t->n leaves t as it is. */
+void traces_keep_first(eval_traces *t, int n);
+
 /* Releases everything traces_load made; NULL is a no-op. */
 void traces_free(eval_traces *t);
 

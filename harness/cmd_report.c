@@ -5,17 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../db/store.h"
+#include "../reports/atomic_file.h"
 #include "../reports/report_data.h"
 #include "../reports/report_html.h"
 #include "../reports/report_md.h"
 #include "cli.h"
 
-/* Suffix of the temporary file written beside the output before the rename. */
-#define REPORT_TMP_SUFFIX ".tmp.XXXXXX"
 /* Mode of a new report file before the umask (as fopen would create it). */
 #define REPORT_FILE_MODE 0666
 
@@ -108,54 +106,17 @@ static pg_status report_parse(int argc, char **argv, report_args *a, pg_err *err
     return PG_OK;
 }
 
-/* Writes d to path through write(): a temporary file beside path (mode
- * REPORT_FILE_MODE less the umask), flushed and synced, then renamed over
- * path, so a reader sees the old file or the whole new one. PG_ERR_IO
- * naming path on any failure (the temporary file is removed); a writer's
- * own failure keeps its code, prefixed with path. */
-static pg_status write_atomic(const char *path, report_writer write, const report_data *d,
-                              pg_err *err)
+/* What atomic_file_write hands the chosen format's writer. */
+typedef struct report_job {
+    report_writer write;
+    const report_data *d;
+} report_job;
+
+/* atomic_file_writer: the chosen format's writer on the loaded data. */
+static pg_status write_report(void *ctx, FILE *out, pg_err *err)
 {
-    const size_t len = strlen(path) + sizeof REPORT_TMP_SUFFIX;
-    char *tmp = malloc(len);
-    if (tmp == NULL) return pg_fail(err, PG_ERR_NOMEM, "report: %s: out of memory", path);
-    snprintf(tmp, len, "%s" REPORT_TMP_SUFFIX, path);
-    const int fd = mkstemp(tmp);
-    if (fd < 0) {
-        pg_status s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: cannot create %s: %s", path,
-                              tmp, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    const mode_t um = umask(0);
-    umask(um);
-    pg_status s = PG_OK;
-    if (fchmod(fd, REPORT_FILE_MODE & ~um) != 0)
-        s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: chmod %s: %s", path, tmp, strerror(errno));
-    FILE *f = s == PG_OK ? fdopen(fd, "w") : NULL;
-    if (s == PG_OK && f == NULL)
-        s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: %s", path, strerror(errno));
-    if (f == NULL) close(fd);
-    if (s == PG_OK) {
-        pg_err w = {0};
-        if (write(d, f, &w) != PG_OK) s = pg_fail(err, w.code, "%s: %s", path, w.msg);
-    }
-    if (f != NULL) {
-        /* The first failure's errno; EIO when a stream error left none. */
-        int e = 0;
-        errno = 0;
-        if (fflush(f) != 0 || ferror(f)) e = errno != 0 ? errno : EIO;
-        if (e == 0 && fsync(fileno(f)) != 0) e = errno;
-        if (fclose(f) != 0 && e == 0) e = errno != 0 ? errno : EIO;
-        if (e != 0 && s == PG_OK)
-            s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: %s", path, strerror(e));
-    }
-    if (s == PG_OK && rename(tmp, path) != 0)
-        s = pg_fail(err, PG_ERR_IO, "report: cannot write %s: rename from %s: %s", path, tmp,
-                    strerror(errno));
-    if (s != PG_OK) unlink(tmp);
-    free(tmp);
-    return s;
+    const report_job *j = ctx;
+    return j->write(j->d, out, err);
 }
 
 /* `precgate report`: parses argv, loads the run from the database (which must
@@ -177,7 +138,8 @@ int cmd_report(int argc, char **argv)
     report_data d;
     pg_status st = report_data_load(store_handle(store), db_path, (int64_t)a.run, (int)a.trend, &d,
                                     &err);
-    if (st == PG_OK) st = write_atomic(a.output, a.write, &d, &err);
+    report_job job = {a.write, &d};
+    if (st == PG_OK) st = atomic_file_write(a.output, REPORT_FILE_MODE, write_report, &job, &err);
     if (st == PG_OK)
         printf("report: wrote %s (%s, run %ld from %s)\n", a.output, a.format, a.run, db_path);
     report_data_free(&d);

@@ -1,15 +1,12 @@
 /* junit.c: a gate pass's verdicts as JUnit XML (see junit.h). */
 #include "junit.h"
 
-#include <errno.h>
+#include "atomic_file.h"
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-/* Suffix of the temporary file (mkstemp's template). */
-#define JUNIT_TMP_SUFFIX ".tmp.XXXXXX"
 /* Mode of the written file: readable by the CI user, like a plain fopen. */
 #define JUNIT_FILE_MODE 0644
 
@@ -215,6 +212,22 @@ static void write_document(FILE *out, const regress_flag *const *p, size_t n, in
     fputs("</testsuites>\n", out);
 }
 
+/* What atomic_file_write hands write_junit. */
+typedef struct junit_job {
+    const regress_flag *const *p;
+    size_t n;
+    int64_t run_id, baseline_run_id;
+} junit_job;
+
+/* atomic_file_writer: the document of a junit_job. */
+static pg_status write_junit(void *ctx, FILE *out, pg_err *err)
+{
+    (void)err;
+    const junit_job *j = ctx;
+    write_document(out, j->p, j->n, j->run_id, j->baseline_run_id);
+    return PG_OK;
+}
+
 pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
                       const regress_flags *f, pg_err *err)
 {
@@ -225,40 +238,12 @@ pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
             return pg_fail(err, PG_ERR_INTERNAL, "junit_write: flag %zu has scope %d", i,
                            (int)f->v[i].scope);
     const regress_flag **p = f->n > 0 ? malloc(f->n * sizeof *p) : NULL;
-    const size_t tlen = strlen(path) + sizeof JUNIT_TMP_SUFFIX;
-    char *tmp = malloc(tlen);
-    if ((f->n > 0 && p == NULL) || tmp == NULL) {
-        free(p);
-        free(tmp);
+    if (f->n > 0 && p == NULL)
         return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory writing the JUnit report", path);
-    }
     for (size_t i = 0; i < f->n; i++) p[i] = &f->v[i];
     if (f->n > 0) qsort(p, f->n, sizeof *p, flag_ptr_cmp);
-    snprintf(tmp, tlen, "%s%s", path, JUNIT_TMP_SUFFIX);
-
-    pg_status st = PG_OK;
-    const int fd = mkstemp(tmp);
-    FILE *out = NULL;
-    if (fd < 0) {
-        st = pg_fail(err, PG_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
-                     strerror(errno));
-    } else if (fchmod(fd, JUNIT_FILE_MODE) != 0 || (out = fdopen(fd, "w")) == NULL) {
-        st = pg_fail(err, PG_ERR_IO, "%s: cannot open %s: %s", path, tmp, strerror(errno));
-        close(fd);
-    }
-    if (st == PG_OK) {
-        write_document(out, (const regress_flag *const *)p, f->n, run_id, baseline_run_id);
-        const int bad = ferror(out) || fflush(out) != 0 || fsync(fileno(out)) != 0;
-        const int e = errno;
-        if (fclose(out) != 0 || bad)
-            st = pg_fail(err, PG_ERR_IO, "%s: cannot write %s: %s", path, tmp,
-                         strerror(bad ? e : errno));
-    }
-    if (st == PG_OK && rename(tmp, path) != 0)
-        st = pg_fail(err, PG_ERR_IO, "%s: cannot rename %s over it: %s", path, tmp,
-                     strerror(errno));
-    if (st != PG_OK && fd >= 0) unlink(tmp);
-    free(tmp);
+    junit_job job = {(const regress_flag *const *)p, f->n, run_id, baseline_run_id};
+    const pg_status st = atomic_file_write(path, JUNIT_FILE_MODE, write_junit, &job, err);
     free(p);
     return st;
 }
