@@ -1,6 +1,7 @@
 /* cmd_eval.c: `precgate eval`: end-task accuracy per precision mode, live or from recorded completions. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "../db/store.h"
 #include "../evals/eval_run.h"
+#include "../reports/eval_results.h"
 #include "cli.h"
 
 #ifndef PRECGATE_GIT_REV
@@ -46,6 +48,9 @@ const char cmd_eval_usage[] =
     "  --ready-timeout S    wait this long for the servers to be up (default 600)\n"
     "  --extractor NAME     answer extraction: default or gpt-oss\n"
     "  --eval NAME          name stored with the samples (default: the traces' file name)\n"
+    "  --limit N            only the first N problems of the traces (smoke tests)\n"
+    "  --output FILE.json   also write the run's scores and pairs there (like lm-eval's\n"
+    "                       results file; written whole or not at all)\n"
     "  --resume RUN         continue run RUN, sending only the samples it lacks (and\n"
     "                       retrying its errors); the same traces, modes and efforts\n"
     "  --force              with --resume: take a run still marked running (killed)\n"
@@ -57,9 +62,9 @@ const char cmd_eval_usage[] =
     "2 usage error.\n";
 
 typedef struct eval_args {
-    const char *traces, *db, *label, *eval_name, *model;
+    const char *traces, *db, *label, *eval_name, *model, *output;
     int replay, force;
-    long resume;
+    long resume, limit;   /* limit 0: every problem */
     char efforts_buf[EVAL_LIST_MAX];
     eval_run_options o;
 } eval_args;
@@ -91,7 +96,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
 {
     enum { O_TRACES = 256, O_ENDPOINT, O_REPLAY, O_SAMPLES, O_EFFORT, O_CONC, O_MODEL, O_MAXTOK,
            O_TEMP, O_TOPP, O_SEED, O_KEYENV, O_TIMEOUT, O_READY, O_EXTRACTOR, O_EVAL, O_RESUME,
-           O_DB, O_LABEL, O_NOPROG, O_FORCE };
+           O_DB, O_LABEL, O_NOPROG, O_FORCE, O_LIMIT, O_OUTPUT };
     static const struct option opts[] = {
         {"traces", required_argument, NULL, O_TRACES},
         {"endpoint", required_argument, NULL, O_ENDPOINT},
@@ -114,6 +119,8 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"label", required_argument, NULL, O_LABEL},
         {"no-progress", no_argument, NULL, O_NOPROG},
         {"force", no_argument, NULL, O_FORCE},
+        {"limit", required_argument, NULL, O_LIMIT},
+        {"output", required_argument, NULL, O_OUTPUT},
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
@@ -189,6 +196,8 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         case O_LABEL: a->label = optarg; break;
         case O_NOPROG: a->o.progress = 0; break;
         case O_FORCE: a->force = 1; break;
+        case O_LIMIT: st = cli_parse_int("--limit", optarg, 1, INT_MAX, &a->limit, err); break;
+        case O_OUTPUT: a->output = optarg; break;
         case ':':
         default: return cli_getopt_fail("eval", c, argv[optind - 1], err);
         }
@@ -232,6 +241,7 @@ static char *eval_config_json(const eval_args *a)
     cJSON_AddStringToObject(o, "eval", a->o.eval_name);
     cJSON_AddStringToObject(o, "source", a->replay ? "replay" : "live");
     cJSON_AddStringToObject(o, "extractor", grade_extractor_name(a->o.extractor));
+    if (a->limit > 0) cJSON_AddNumberToObject(o, "limit", (double)a->limit);
     if (!a->replay) {
         cJSON *eps = cJSON_AddObjectToObject(o, "endpoints");
         for (int i = 0; i < a->o.n_endpoints; i++)
@@ -263,6 +273,8 @@ int cmd_eval(int argc, char **argv)
 
     eval_traces *t = NULL;
     if (traces_load(a.traces, &t, &err) != PG_OK) return cli_report(&err);
+    const int n_in_file = t->n;
+    if (a.limit > 0) traces_keep_first(t, (int)a.limit);
     const char *db_path = cli_db_path(a.db);
     pg_store *store = NULL;
     pg_status st = store_open(db_path, &store, &err);
@@ -271,8 +283,10 @@ int cmd_eval(int argc, char **argv)
     if (st == PG_OK && a.resume > 0) {
         st = store_run_reopen(store, a.resume, "eval", a.force, &err);
         if (st == PG_OK) run_id = a.resume;
-    } else if (st == PG_OK) {
-        config = eval_config_json(&a);
+    }
+    config = eval_config_json(&a);
+    if (st == PG_OK && config == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "eval: out of memory");
+    if (st == PG_OK && a.resume <= 0) {
         char host[EVAL_HOST_MAX] = "unknown";
         gethostname(host, sizeof host - 1);
         const store_run_info info = {"eval", a.label, PRECGATE_GIT_REV, host,
@@ -281,8 +295,10 @@ int cmd_eval(int argc, char **argv)
     }
     eval_run_counts c = {0};
     if (st == PG_OK) {
-        printf("run %lld: eval %s, %d problems, %s\n", (long long)run_id, a.o.eval_name, t->n,
-               a.replay ? "replay of recorded completions" : "live");
+        char limited[64] = "";
+        if (t->n < n_in_file) snprintf(limited, sizeof limited, " (first %d of %d)", t->n, n_in_file);
+        printf("run %lld: eval %s, %d problems%s, %s\n", (long long)run_id, a.o.eval_name, t->n,
+               limited, a.replay ? "replay of recorded completions" : "live");
         fflush(stdout);
         st = a.replay ? eval_replay(store, run_id, t, &a.o, &c, &err)
                       : eval_live(store, run_id, t, &a.o, &c, &err);
@@ -317,6 +333,14 @@ int cmd_eval(int argc, char **argv)
         } else {
             fprintf(stderr, "precgate: run %lld marked %s in %s\n", (long long)run_id, status,
                     db_path);
+        }
+        /* The results file says what the store says once the run is finished;
+         * failing to write it fails the command, not the stored run. */
+        if (st == PG_OK && a.output != NULL) {
+            st = eval_results_write_json(store, run_id, a.o.eval_name, status, config, a.output,
+                                         &err);
+            if (st == PG_OK)
+                printf("results: wrote %s (run %lld, %s)\n", a.output, (long long)run_id, status);
         }
     }
     free(config);
