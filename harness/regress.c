@@ -355,12 +355,18 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n, const gate_
 
 /* ---- eval ------------------------------------------------------------- */
 
+/* The MDE clause of a message. */
+static void mde_clause(char *buf, size_t len, double mde)
+{
+    if (isnan(mde)) snprintf(buf, len, "MDE undefined");
+    else snprintf(buf, len, "MDE %.3f at 80%% power", mde);
+}
+
 /* Why an eval verdict is what it is; the MDE is always stated. */
 static void explain(char *buf, size_t len, regress_verdict v, double e, double mde)
 {
     char m[64];
-    if (isnan(mde)) snprintf(m, sizeof m, "MDE undefined (fewer than 2 problems)");
-    else snprintf(m, sizeof m, "MDE %.3f at 80%% power", mde);
+    mde_clause(m, sizeof m, mde);
     switch (v) {
     case REGRESS_REGRESSION:
         snprintf(buf, len, "regression: the interval is below 0 and the drop is at least "
@@ -382,11 +388,124 @@ static void explain(char *buf, size_t len, regress_verdict v, double e, double m
     }
 }
 
+/* The verdict of d in [lo, hi] with the design's mde at min_effect e, and
+ * its explanation: "no change" only when the design could have seen e. */
+static regress_verdict eval_verdict(double d, double lo, double hi, double mde, double e,
+                                    char *why, size_t len)
+{
+    regress_verdict v = regress_effect_verdict(d, lo, hi, e);
+    if (v == REGRESS_NO_CHANGE && !(mde <= e)) {
+        if (isnan(mde))
+            snprintf(why, len, "inconclusive: the interval lies within +-%.3f, but this design's "
+                               "smallest detectable drop is undefined, so it cannot call that no "
+                               "change", e);
+        else
+            snprintf(why, len, "inconclusive: the interval lies within +-%.3f, but this design "
+                               "lacks the power to call it no change: it could only have seen a "
+                               "drop of %.3f or more (MDE at 80%% power), above min_effect %.3f",
+                     e, mde, e);
+        return REGRESS_INCONCLUSIVE;
+    }
+    explain(why, len, v, e, mde);
+    return v;
+}
+
+/* Appends "; " (unless buf is empty) and the formatted text to buf. */
+__attribute__((format(printf, 3, 4)))
+static void add_reason(char *buf, size_t len, const char *fmt, ...)
+{
+    const size_t used = strlen(buf);
+    if (used + 3 >= len) return;
+    if (used > 0) snprintf(buf + used, len - used, "; ");
+    const size_t at = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + at, len - at, fmt, ap);
+    va_end(ap);
+}
+
+int regress_eval_degenerate(const regress_eval_score *x, char *buf, size_t len)
+{
+    if (isnan(x->accuracy) || x->n_valid <= 0) {
+        add_reason(buf, len, "%s %s: no graded sample", x->mode, x->effort);
+        return 1;
+    }
+    const int none_correct = x->accuracy == 0.0, truncated = 2 * x->n_truncated > x->n_valid;
+    if (!none_correct && !truncated) return 0;
+    char t[96] = "";
+    if (truncated)
+        snprintf(t, sizeof t, ", %lld truncated at the token limit (over half: raise "
+                 "--max-tokens)", (long long)x->n_truncated);
+    add_reason(buf, len, "%s %s: %s%lld graded samples%s", x->mode, x->effort,
+               none_correct ? "no correct answer in " : "", (long long)x->n_valid, t);
+    return 1;
+}
+
+/* Adds the reason a design of n problems cannot reach significance; 1 when so. */
+static int unreachable_design(int64_t n, char *buf, size_t len)
+{
+    const double p = eval_sign_test_min_p(n > 0 ? (size_t)n : 0);
+    if (p <= EVAL_ALPHA) return 0;
+    add_reason(buf, len, "%lld problems: the smallest two-sided sign-test p is %.4g > %.2f, so "
+               "this design cannot reach significance at all (it needs at least 6)",
+               (long long)n, p, EVAL_ALPHA);
+    return 1;
+}
+
+/* 1 when score x is of (eval, mode, effort). */
+static int score_has_key(const regress_eval_score *x, const char *eval, const char *mode,
+                         const char *effort)
+{
+    return strcmp(x->eval, eval) == 0 && strcmp(x->mode, mode) == 0 &&
+           strcmp(x->effort, effort) == 0;
+}
+
 /* 1 when the two scores have the same (eval, mode, effort). */
 static int same_score_key(const regress_eval_score *x, const regress_eval_score *y)
 {
-    return strcmp(x->eval, y->eval) == 0 && strcmp(x->mode, y->mode) == 0 &&
-           strcmp(x->effort, y->effort) == 0;
+    return score_has_key(x, y->eval, y->mode, y->effort);
+}
+
+/* The score of (eval, mode, effort) in s[0..n), or NULL. */
+static const regress_eval_score *find_score(const regress_eval_score *s, size_t n,
+                                            const char *eval, const char *mode,
+                                            const char *effort)
+{
+    for (size_t i = 0; i < n; i++)
+        if (score_has_key(&s[i], eval, mode, effort)) return &s[i];
+    return NULL;
+}
+
+/* The reasons a pair of the run cannot support a verdict into buf; 1 when any. */
+static int pair_degenerate(const regress_eval_pair *p, const regress_eval_score *run,
+                           size_t n_run, char *buf, size_t len)
+{
+    int bad = 0;
+    const char *modes[2] = {p->mode_a, p->mode_b};
+    for (int k = 0; k < 2; k++) {
+        const regress_eval_score *x = find_score(run, n_run, p->eval, modes[k], p->effort);
+        if (x == NULL) {
+            add_reason(buf, len, "%s %s: no eval_scores row", modes[k], p->effort);
+            bad = 1;
+        } else {
+            bad |= regress_eval_degenerate(x, buf, len);
+        }
+    }
+    bad |= unreachable_design(p->n_problems, buf, len);
+    return bad;
+}
+
+/* The design SE of acc_x - acc_y from both scores' graded samples (the top
+ * of regress.h); NaN when either has none. */
+static double design_se(const regress_eval_score *x, const regress_eval_score *y)
+{
+    if (x->n_valid <= 0 || y->n_valid <= 0) return NAN;
+    const double nx = (double)x->n_valid, ny = (double)y->n_valid;
+    /* Correct counts as avg@K x graded samples, rounded: exact for equal n_i. */
+    const double c = nearbyint(x->accuracy * nx + y->accuracy * ny);
+    if (!(c >= 0) || c > nx + ny) return NAN;
+    const double p = eval_adjusted_proportion((size_t)c, (size_t)(nx + ny));
+    return sqrt(p * (1.0 - p) * (1.0 / nx + 1.0 / ny));
 }
 
 pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
@@ -409,19 +528,46 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
     const double e = c->eval.min_effect;
     pg_status st = PG_OK;
     char why[REGRESS_MSG_MAX / 2];
+    for (size_t i = 0; st == PG_OK && i < n_run; i++) {
+        const regress_eval_score *x = &run[i];
+        why[0] = '\0';
+        const int bad = regress_eval_degenerate(x, why, sizeof why);
+        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = x->eval,
+                             .mode = x->mode, .effort = x->effort,
+                             .metric = REGRESS_METRIC_SAMPLES, .value = x->accuracy,
+                             .baseline_value = NAN, .threshold = NAN,
+                             .verdict = bad ? REGRESS_ERROR : REGRESS_PASS};
+        if (bad)
+            st = push(out, &s, err, "%s %s %s: cannot support a verdict: %s", x->eval, x->effort,
+                      x->mode, why);
+        else
+            st = push(out, &s, err, "%s %s %s: %lld graded samples over %lld problems, accuracy "
+                      "%.3f, %lld truncated", x->eval, x->effort, x->mode, (long long)x->n_valid,
+                      (long long)x->n_problems, x->accuracy, (long long)x->n_truncated);
+    }
     for (size_t i = 0; st == PG_OK && i < n_pairs; i++) {
         const regress_eval_pair *p = &pairs[i];
         char metric[REGRESS_PAIR_MAX + 16];
         snprintf(metric, sizeof metric, "%s%s", REGRESS_METRIC_DIFF_PREFIX, p->mode_b);
-        const regress_verdict v = regress_effect_verdict(p->mean_diff, p->ci_low, p->ci_high, e);
-        explain(why, sizeof why, v, e, p->mde);
+        char reasons[REGRESS_MSG_MAX / 2] = "error: ";
+        regress_verdict v = REGRESS_ERROR;
+        if (pair_degenerate(p, run, n_run, reasons + strlen(reasons),
+                            sizeof reasons - strlen(reasons)))
+            snprintf(why, sizeof why, "%s", reasons);
+        else
+            v = eval_verdict(p->mean_diff, p->ci_low, p->ci_high, p->mde, e, why, sizeof why);
         const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = p->eval,
                              .mode = p->mode_a, .effort = p->effort, .metric = metric,
                              .value = p->mean_diff, .baseline_value = NAN, .threshold = e,
                              .verdict = v};
-        st = push(out, &s, err, "%s %s %s - %s: mean paired difference %+.3f, 95%% CI [%+.3f, "
-                  "%+.3f] over %lld problems; %s", p->eval, p->effort, p->mode_a, p->mode_b,
-                  p->mean_diff, p->ci_low, p->ci_high, (long long)p->n_problems, why);
+        if (p->n_problems == 0)
+            st = push(out, &s, err, "%s %s %s - %s: no pairs (no problem scored in both modes); "
+                      "%s", p->eval, p->effort, p->mode_a, p->mode_b, why);
+        else
+            st = push(out, &s, err, "%s %s %s - %s: mean paired difference %+.3f, 95%% CI "
+                      "[%+.3f, %+.3f] over %lld problems; %s", p->eval, p->effort, p->mode_a,
+                      p->mode_b, p->mean_diff, p->ci_low, p->ci_high, (long long)p->n_problems,
+                      why);
     }
     for (size_t i = 0; st == PG_OK && i < n_run; i++) {
         const regress_eval_score *x = &run[i];
@@ -430,19 +576,32 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
             if (same_score_key(x, &base[j])) y = &base[j];
         if (y == NULL) continue;
         const double d = x->accuracy - y->accuracy;
-        const double se = sqrt(x->se * x->se + y->se * y->se);
+        const double se_obs = sqrt(x->se * x->se + y->se * y->se);
+        const double se_design = design_se(x, y);
+        const double se = se_obs > se_design ? se_obs : se_design;  /* NaN design: NaN */
         const double lo = d - EVAL_Z_975 * se, hi = d + EVAL_Z_975 * se;
         const double mde = (EVAL_Z_975 + EVAL_Z_80) * se;
-        const regress_verdict v = regress_effect_verdict(d, lo, hi, e);
-        explain(why, sizeof why, v, e, mde);
+        char reasons[REGRESS_MSG_MAX / 2] = "error: ";
+        char *r = reasons + strlen(reasons);
+        const size_t rlen = sizeof reasons - strlen(reasons);
+        regress_verdict v = REGRESS_ERROR;
+        int bad = regress_eval_degenerate(x, r, rlen);
+        if (regress_eval_degenerate(y, r, rlen)) {
+            add_reason(r, rlen, "(the baseline run's %s %s)", y->mode, y->effort);
+            bad = 1;
+        }
+        bad |= unreachable_design(x->n_problems < y->n_problems ? x->n_problems : y->n_problems,
+                                  r, rlen);
+        if (bad) snprintf(why, sizeof why, "%s", reasons);
+        else v = eval_verdict(d, lo, hi, mde, e, why, sizeof why);
         const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = x->eval,
                              .mode = x->mode, .effort = x->effort,
                              .metric = REGRESS_METRIC_ACCURACY, .value = x->accuracy,
                              .baseline_value = y->accuracy, .threshold = e, .verdict = v};
         st = push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld: "
-                  "difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and %.3f); %s",
-                  x->eval, x->effort, x->mode, x->accuracy, y->accuracy,
-                  (long long)baseline_run_id, d, lo, hi, x->se, y->se, why);
+                  "difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and %.3f, "
+                  "design SE %.3f); %s", x->eval, x->effort, x->mode, x->accuracy, y->accuracy,
+                  (long long)baseline_run_id, d, lo, hi, x->se, y->se, se_design, why);
     }
     for (size_t j = 0; st == PG_OK && j < n_base; j++) {
         const regress_eval_score *y = &base[j];
