@@ -111,8 +111,9 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
         if (st != PG_OK) return st;
         if (*base_id < 0)
             printf("baseline: none (no older complete %s run labelled '%s'%s); the layer "
-                   "scope and the eval comparison with a baseline are skipped\n",
-                   run->kind, label, no_label);
+                   "scope checks NaN/Inf and configured bounds only, mode_pair records each "
+                   "mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
+                   "comparison with a baseline is skipped\n", run->kind, label, no_label);
         else if (passed)
             printf("baseline: run %" PRId64 " (automatic: the newest older complete %s run "
                    "labelled '%s'%s that passed its gate)\n", *base_id, run->kind, label, no_label);
@@ -221,10 +222,13 @@ int cmd_gate(int argc, char **argv)
     regress_flags flags = {0};
     if (st == PG_OK) st = gate_store_load(store, run.id, &rows, &err);
     if (st == PG_OK && base_id >= 0) st = gate_store_load(store, base_id, &base, &err);
-    if (st == PG_OK && base_id >= 0)
+    /* Without a baseline run, base stays empty and base_id -1 (regress.h). */
+    if (st == PG_OK)
         st = regress_layers(rows.layers, rows.n_layers, base.layers, base.n_layers, base_id, &cfg,
                             &flags, &err);
-    if (st == PG_OK) st = regress_mode_pairs(rows.layers, rows.n_layers, &cfg, &flags, &err);
+    if (st == PG_OK)
+        st = regress_mode_pairs(rows.layers, rows.n_layers, base.layers, base.n_layers, base_id,
+                                &cfg, &flags, &err);
     if (st == PG_OK)
         st = regress_evals(rows.pairs, rows.n_pairs, rows.scores, rows.n_scores,
                            base_id >= 0 ? base.scores : NULL, base_id >= 0 ? base.n_scores : 0,

@@ -220,6 +220,7 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
         if (!(c->layer.metrics & (1u << m))) continue;
         const char *name = regress_metric_name((regress_metric)m);
         const double a = gate_bound_find(&c->layer.abs[m], r->variant);
+        if (base_id < 0 && isnan(a)) continue;  /* no baseline run, no bound: nothing to compare */
         const double bv = b != NULL ? b->m[m] : NAN;
         const double t = regress_threshold((regress_metric)m, bv, a, c->layer.rel_tol);
         const double v = r->m[m];
@@ -227,6 +228,7 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
         describe_threshold(terms, sizeof terms, (regress_metric)m, bv, a, c->layer.rel_tol);
         char base[64];
         if (b != NULL) snprintf(base, sizeof base, "baseline run %lld", (long long)base_id);
+        else if (base_id < 0) snprintf(base, sizeof base, "no baseline run");
         else snprintf(base, sizeof base, "not in baseline run %lld", (long long)base_id);
         s.metric = name;
         s.value = v;
@@ -296,60 +298,168 @@ static int is_spec(const char *v)
     return t != NULL && strcmp(t, "~spec") == 0;
 }
 
-pg_status regress_mode_pairs(const regress_layer_row *run, size_t n, const gate_config *c,
-                             regress_flags *out, pg_err *err)
+/* The rows of one (capture, layer): [*g, *e) of sorted rows p[0..n) from *g. */
+static void layer_group(const regress_layer_row *const *p, size_t n, size_t g, size_t *e)
 {
-    if ((run == NULL && n > 0) || c == NULL || out == NULL)
+    size_t k = g;
+    while (k < n && strcmp(p[k]->capture, p[g]->capture) == 0 && p[k]->layer == p[g]->layer) k++;
+    *e = k;
+}
+
+/* The row of variant in p[g..e), or NULL. */
+static const regress_layer_row *group_find(const regress_layer_row *const *p, size_t g, size_t e,
+                                           const char *variant)
+{
+    for (size_t k = g; k < e; k++)
+        if (strcmp(p[k]->variant, variant) == 0) return p[k];
+    return NULL;
+}
+
+/* rel_l2 of row x when it is usable as a reference value (finite, no NaN/Inf
+ * in the output), else NaN; NaN for NULL. */
+static double usable_rel_l2(const regress_layer_row *x)
+{
+    return x != NULL && x->nonfinite == 0 && isfinite(x->m[REGRESS_REL_L2])
+               ? x->m[REGRESS_REL_L2] : NAN;
+}
+
+/* What the mode_pair check of one variant compares with. */
+typedef struct pair_terms {
+    double a, ratio, ref_v;         /* config bound, config ratio, bf16's rel_l2 in the run */
+    double base_v, base_ref;        /* the variant's and bf16's rel_l2 in the baseline run */
+    double gap_term;                /* ref_v + baseline gap + allowance, or NaN */
+    double t;                       /* max of the defined terms, or NaN */
+    char terms[224];                /* how t is made */
+    char missing[160];              /* why there is no gap term (empty when there is one) */
+} pair_terms;
+
+/* Fills pt for variant x of a run layer (ref: the run's bf16 row; bref, bx:
+ * the baseline's bf16 and x rows, NULL when absent; has_base: a baseline
+ * run exists), as the top of regress.h defines the threshold. */
+static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row *ref,
+                            const regress_layer_row *bref, const regress_layer_row *bx,
+                            int has_base, int64_t base_id, const gate_config *c, pair_terms *pt)
+{
+    const int is_ref = x == ref;
+    pt->a = gate_bound_find(&c->mode_pair.abs, x->variant);
+    pt->ratio = is_ref ? NAN : gate_bound_find(&c->mode_pair.ratio, x->variant);
+    pt->ref_v = usable_rel_l2(ref);
+    pt->base_v = usable_rel_l2(bx);
+    pt->base_ref = usable_rel_l2(bref);
+    pt->gap_term = NAN;
+    pt->missing[0] = '\0';
+    const double gap_run = x->m[REGRESS_REL_L2] - pt->ref_v;
+    if (is_ref) {
+        snprintf(pt->missing, sizeof pt->missing, "bf16 is the reference of every pair; its "
+                 "change against the baseline is the layer scope's check");
+    } else if (isnan(pt->ref_v)) {
+        snprintf(pt->missing, sizeof pt->missing, "no usable bf16 row in this layer, so no gap");
+    } else if (!has_base) {
+        snprintf(pt->missing, sizeof pt->missing, "no baseline run: gap %s - bf16 %.4g recorded; "
+                 "a later run is judged against it", x->variant, gap_run);
+    } else if (isnan(pt->base_v) || isnan(pt->base_ref)) {
+        snprintf(pt->missing, sizeof pt->missing, "baseline run %lld has no usable %s row in "
+                 "this layer: gap %.4g recorded", (long long)base_id,
+                 isnan(pt->base_ref) ? GATE_REFERENCE_MODE : x->variant, gap_run);
+    } else {
+        const double gap_b = pt->base_v - pt->base_ref;
+        const double scale = fmax(fabs(gap_b), pt->base_ref);
+        pt->gap_term = pt->ref_v + gap_b + c->mode_pair.rel_tol * scale;
+    }
+    const double rel = pt->ratio * pt->ref_v;  /* NaN unless both are defined */
+    pt->t = NAN;
+    const double terms[3] = {pt->a, rel, pt->gap_term};
+    for (int k = 0; k < 3; k++)
+        if (!isnan(terms[k])) pt->t = isnan(pt->t) ? terms[k] : fmax(pt->t, terms[k]);
+    char ab[48] = "", ra[64] = "", gp[160] = "";
+    if (!isnan(pt->a)) snprintf(ab, sizeof ab, "abs %.4g", pt->a);
+    if (!isnan(rel)) snprintf(ra, sizeof ra, "%.4g x bf16 %.4g", pt->ratio, pt->ref_v);
+    if (!isnan(pt->gap_term))
+        snprintf(gp, sizeof gp, "bf16 %.4g + baseline gap %.4g + %.3g x %.4g (gap %.4g vs "
+                 "%.4g in baseline run %lld)", pt->ref_v, pt->base_v - pt->base_ref,
+                 c->mode_pair.rel_tol, fmax(fabs(pt->base_v - pt->base_ref), pt->base_ref),
+                 gap_run, pt->base_v - pt->base_ref, (long long)base_id);
+    const int n_terms = (ab[0] != 0) + (ra[0] != 0) + (gp[0] != 0);
+    snprintf(pt->terms, sizeof pt->terms, "%s%s%s%s%s%s%s", n_terms > 1 ? "max(" : "", ab,
+             ab[0] && (ra[0] || gp[0]) ? ", " : "", ra, ra[0] && gp[0] ? ", " : "", gp,
+             n_terms > 1 ? ")" : "");
+}
+
+pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
+                             const regress_layer_row *base, size_t n_base,
+                             int64_t baseline_run_id, const gate_config *c, regress_flags *out,
+                             pg_err *err)
+{
+    if ((run == NULL && n > 0) || (base == NULL && n_base > 0) || c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_mode_pairs: NULL argument");
-    const regress_layer_row **r = NULL;
+    const regress_layer_row **r = NULL, **b = NULL;
     pg_status st = sort_rows(run, n, "run", &r, err);
+    if (st == PG_OK) st = sort_rows(base, n_base, "baseline", &b, err);
+    const int has_base = baseline_run_id >= 0;
+    size_t bg = 0;  /* the baseline's groups are walked alongside */
     for (size_t g = 0; st == PG_OK && g < n;) {
-        size_t e = g;  /* [g, e): one (capture, layer) */
-        while (e < n && strcmp(r[e]->capture, r[g]->capture) == 0 && r[e]->layer == r[g]->layer)
-            e++;
-        const regress_layer_row *ref = NULL;
-        for (size_t k = g; k < e; k++)
-            if (strcmp(r[k]->variant, GATE_REFERENCE_MODE) == 0) ref = r[k];
-        const double ref_v = ref != NULL && ref->nonfinite == 0 && isfinite(ref->m[REGRESS_REL_L2])
-                                 ? ref->m[REGRESS_REL_L2] : NAN;
+        size_t e;
+        layer_group(r, n, g, &e);
+        const regress_layer_row *ref = group_find(r, g, e, GATE_REFERENCE_MODE);
+        /* The baseline's group of the same (capture, layer), if any. */
+        size_t be = bg;
+        while (bg < n_base) {
+            layer_group(b, n_base, bg, &be);
+            const int cmp = strcmp(b[bg]->capture, r[g]->capture);
+            if (cmp > 0 || (cmp == 0 && b[bg]->layer >= r[g]->layer)) break;
+            bg = be;
+        }
+        const int same = bg < n_base && strcmp(b[bg]->capture, r[g]->capture) == 0 &&
+                         b[bg]->layer == r[g]->layer;
+        if (!same) be = bg;
+        const regress_layer_row *bref = same ? group_find(b, bg, be, GATE_REFERENCE_MODE) : NULL;
         for (size_t k = g; st == PG_OK && k < e; k++) {
             const regress_layer_row *x = r[k];
             if (is_spec(x->variant)) continue;
             const int is_ref = x == ref;
-            const double a = gate_bound_find(&c->mode_pair.abs, x->variant);
-            const double ratio = is_ref ? NAN : gate_bound_find(&c->mode_pair.ratio, x->variant);
-            const double rel = ratio * ref_v;  /* NaN unless both are defined */
-            if (isnan(a) && isnan(rel)) continue;
-            const double t = isnan(a) ? rel : isnan(rel) ? a : fmax(a, rel);
-            char name[REGRESS_PAIR_MAX], at[REGRESS_WHERE_MAX], terms[160];
+            pair_terms pt;
+            mode_pair_terms(x, ref, bref, same ? group_find(b, bg, be, x->variant) : NULL,
+                            has_base, baseline_run_id, c, &pt);
+            char name[REGRESS_PAIR_MAX], at[REGRESS_WHERE_MAX];
             if (is_ref) snprintf(name, sizeof name, "%s", x->variant);
             else snprintf(name, sizeof name, "%s-%s", x->variant, GATE_REFERENCE_MODE);
             where(at, sizeof at, x, name);
-            if (!isnan(a) && !isnan(rel))
-                snprintf(terms, sizeof terms, "max(abs %.4g, %.4g x bf16 %.4g)", a, ratio, ref_v);
-            else if (!isnan(a)) snprintf(terms, sizeof terms, "abs %.4g", a);
-            else snprintf(terms, sizeof terms, "%.4g x bf16 %.4g", ratio, ref_v);
             const double v = x->m[REGRESS_REL_L2];
             flag_spec s = {.scope = REGRESS_SCOPE_MODE_PAIR, .capture = x->capture,
                            .layer = x->layer, .variant = name, .metric = "rel_l2", .value = v,
-                           .baseline_value = is_ref ? NAN : ref_v, .threshold = t};
+                           .baseline_value = is_ref ? NAN : pt.ref_v, .threshold = pt.t};
             if (x->nonfinite > 0) {
                 s.verdict = REGRESS_REGRESSION;
-                st = push(out, &s, err, "%s: rel_l2 %.4g: the output had %lld NaN/Inf elements",
-                          at, v, (long long)x->nonfinite);
+                st = push(out, &s, err, "%s: rel_l2 %.4g: the output had %lld NaN/Inf elements "
+                          "(any non-finite output is a regression)", at, v,
+                          (long long)x->nonfinite);
             } else if (isnan(v)) {
                 s.verdict = REGRESS_INCONCLUSIVE;
                 st = push(out, &s, err, "%s: rel_l2 undefined (stored NULL)", at);
+            } else if (v >= REGRESS_ZERO_OUTPUT_REL_L2) {
+                s.verdict = REGRESS_REGRESSION;
+                s.threshold = REGRESS_ZERO_OUTPUT_REL_L2;
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g >= %g: no closer to "
+                          "the reference than an all-zero output", at, v,
+                          REGRESS_ZERO_OUTPUT_REL_L2);
+            } else if (isnan(pt.t)) {
+                /* Finite and below the all-zero bound is all that was checked. */
+                s.verdict = is_ref ? REGRESS_PASS : REGRESS_INCONCLUSIVE;
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g (finite, < %g); %s; "
+                          "no mode_pair budget in the config", at, v, REGRESS_ZERO_OUTPUT_REL_L2,
+                          pt.missing);
             } else {
-                const int bad = v > t;
+                const int bad = v > pt.t;
                 s.verdict = bad ? REGRESS_REGRESSION : REGRESS_PASS;
-                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g %s threshold %.4g = %s",
-                          at, v, bad ? ">" : "<=", t, terms);
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g %s threshold %.4g = "
+                          "%s%s%s", at, v, bad ? ">" : "<=", pt.t, pt.terms,
+                          pt.missing[0] && !is_ref ? "; " : "", is_ref ? "" : pt.missing);
             }
         }
         g = e;
     }
     free(r);
+    free(b);
     return st;
 }
 

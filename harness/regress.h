@@ -27,15 +27,32 @@
  *     "present", verdict error (never a pass). A key new in the run is
  *     checked against the absolute bounds only.
  *
- * mode_pair: each variant against bf16 in the same run, per (capture,
- *   layer): metric rel_l2 (against the fp64 reference) with
- *        threshold = max(abs[V], ratio[V] x rel_l2(bf16 of that layer))
- *   (gate_config.mode_pair; undefined terms left out as above), regression
- *   when rel_l2 > threshold or the output had NaN/Inf. bf16 itself is
- *   checked against abs[bf16] (flag variant "bf16"); another variant's flag
- *   is named "V-bf16" and carries bf16's rel_l2 as baseline_value. MODE~spec
- *   rows are not against the reference and are left out; a variant with no
- *   term configured gets no flag.
+ * layer without a baseline run (the first run): the "nonfinite" flag of
+ *   every key, and each metric that has an absolute bound in the config;
+ *   a metric without one gets no flag (nothing was compared).
+ *
+ * mode_pair: each variant other than MODE~spec, per (capture, layer) of the
+ *   run, on rel_l2 against the fp64 reference; with or without a baseline
+ *   run, and whatever the config says:
+ *   - NaN/Inf in the output is a regression (ext:NAME included);
+ *   - rel_l2 >= REGRESS_ZERO_OUTPUT_REL_L2 (1: no closer to the reference
+ *     than an all-zero output) is a regression.
+ *   Then, with v = rel_l2(V), r = rel_l2(bf16) in the run and B, R the same
+ *   in the baseline run (same capture and layer), the gap of V to bf16 may
+ *   not grow past the relative tolerance tol = mode_pair.rel_tol:
+ *        gap term  = r + (B - R) + tol * max(|B - R|, R)
+ *   i.e. v - r <= (B - R) + tol * max(|B - R|, R): the allowance is tol of
+ *   the baseline's gap, and never less than tol of bf16's own error (a
+ *   variant as close to the reference as bf16 has a gap near 0 and would
+ *   otherwise have none). With the config's bounds (none by default):
+ *        threshold = max(abs[V], ratio[V] x r, gap term)
+ *   regression when v > threshold (a value at the threshold passes); a term
+ *   that is undefined is left out. With no term at all (the first run, a
+ *   variant or a bf16 row missing from the baseline or the run, and no
+ *   budget configured) the verdict is inconclusive and the message records
+ *   the gap, for bf16 itself pass (it is the reference; its change is the
+ *   layer scope's check). A flag is named "bf16" or "V-bf16" and carries
+ *   bf16's rel_l2 in the run as baseline_value.
  *
  * eval: per (eval, mode, effort), with e = gate_config.eval.min_effect, d a
  *   difference of accuracies (0..1), [lo, hi] its 95% interval and mde the
@@ -94,6 +111,10 @@ extern "C" {
 #define GATE_EXIT_PASS 0        /* no regression, no error */
 #define GATE_EXIT_REGRESSION 1  /* at least one regression, no error */
 #define GATE_EXIT_ERROR 2       /* an error verdict, or the gate could not run */
+
+/* rel_l2 of an all-zero output against any nonzero reference: ||0 - y|| / ||y||
+ * = 1. An output at or above it carries no information about the reference. */
+#define REGRESS_ZERO_OUTPUT_REL_L2 1.0
 
 /* Flag metric names beyond the layer_metrics columns. */
 #define REGRESS_METRIC_NONFINITE "nonfinite"
@@ -194,8 +215,8 @@ int regress_worse(regress_metric m, double value, double threshold);
 regress_verdict regress_effect_verdict(double d, double lo, double hi, double e);
 
 /* Appends the layer-scope flags of run[0..n_run) against base[0..n_base)
- * (baseline_run_id names it in messages) to out, in (capture, layer,
- * variant) order. PG_ERR_SHAPE when one side holds a key twice;
+ * (baseline_run_id names it in messages; -1: no baseline run, as the top of
+ * this file says) to out, in (capture, layer, variant) order. PG_ERR_SHAPE when one side holds a key twice;
  * PG_ERR_INTERNAL for a NULL argument (base may be NULL when n_base is 0);
  * PG_ERR_NOMEM. On failure out keeps what was appended. */
 pg_status regress_layers(const regress_layer_row *run, size_t n_run,
@@ -203,9 +224,12 @@ pg_status regress_layers(const regress_layer_row *run, size_t n_run,
                          const gate_config *c, regress_flags *out, pg_err *err);
 
 /* Appends the mode_pair flags of run[0..n) to out, in (capture, layer,
- * variant) order. Errors as regress_layers. */
-pg_status regress_mode_pairs(const regress_layer_row *run, size_t n, const gate_config *c,
-                             regress_flags *out, pg_err *err);
+ * variant) order, with the gaps of base[0..n_base) (baseline_run_id; -1 and
+ * n_base 0: no baseline run). Errors as regress_layers. */
+pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
+                             const regress_layer_row *base, size_t n_base,
+                             int64_t baseline_run_id, const gate_config *c, regress_flags *out,
+                             pg_err *err);
 
 /* Why score x cannot support a verdict (no correct answer, nothing graded,
  * more than half truncated; the top of this file) into buf, "; "-joined

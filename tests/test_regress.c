@@ -181,42 +181,112 @@ Test(regress, a_key_twice_is_refused)
     regress_flags_free(&f);
 }
 
-Test(regress, mode_pairs_use_the_bound_and_the_ratio_to_bf16)
+Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
 {
     gate_config c;
-    gate_config_default(&c);  /* abs bf16 1e-2, fp8kv 4e-2, fp8qkv 2e-2; ratio 16 */
-    regress_layer_row r[5] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
-                              row("a", 3, "fp8kv~spec"), row("a", 3, "ext:x")};
-    r[0].m[REGRESS_REL_L2] = 0.005;
-    r[1].m[REGRESS_REL_L2] = 16 * 0.005;                 /* exactly max(0.04, 16 x 0.005) */
-    r[2].m[REGRESS_REL_L2] = nextafter(16 * 0.005, 1.0); /* one ulp above */
-    r[3].m[REGRESS_REL_L2] = 0.9;                        /* not against the reference: skipped */
-    r[4].m[REGRESS_REL_L2] = 0.9;                        /* nothing configured: skipped */
+    gate_config_default(&c);  /* no bound in any map; mode_pair.rel_tol 0.10 */
+    regress_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
+                                 row("a", 3, "ext:x")};
+    base[0].m[REGRESS_REL_L2] = 0.002;
+    base[1].m[REGRESS_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
+    base[2].m[REGRESS_REL_L2] = 0.072;   /* gap 0.07 */
+    base[3].m[REGRESS_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
+    regress_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
+                              row("a", 3, "fp8kv~spec"), row("a", 3, "ext:x"),
+                              row("a", 4, "fp8kv")};
+    r[0].m[REGRESS_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
+    r[1].m[REGRESS_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
+    r[2].m[REGRESS_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
+    r[3].m[REGRESS_REL_L2] = 0.9;                 /* not against the reference: skipped */
+    r[4].m[REGRESS_REL_L2] = 0.003 + 0.0001 + 0.0002;     /* at its floor allowance */
+    r[5].m[REGRESS_REL_L2] = 0.05;                /* layer 4: not in the baseline */
     regress_flags f = {0};
     pg_err err = {0};
-    cr_assert_eq(regress_mode_pairs(r, 5, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(f.n, 3);
+    cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 5);
     const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS);
-    cr_expect_eq(x->threshold, GATE_DEFAULT_ABS_BF16);
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
-    cr_expect_eq(x->threshold, 16 * 0.005);
-    cr_expect_eq(x->baseline_value, 0.005);
+    cr_expect(fabs(x->threshold - (0.003 + 0.06 + 0.006)) < 1e-15, "%.17g", x->threshold);
+    cr_expect_eq(x->baseline_value, 0.003);
+    cr_expect(strstr(x->message, "in baseline run 9") != NULL, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "ext:x-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
     regress_flags_free(&f);
 
-    /* A small bf16 error leaves the absolute bound in charge; NaN/Inf fails. */
-    r[0].m[REGRESS_REL_L2] = 0.001;
-    r[1].m[REGRESS_REL_L2] = 0.041;
-    r[2].nonfinite = 1;
-    r[2].m[REGRESS_REL_L2] = INFINITY;
-    cr_assert_eq(regress_mode_pairs(r, 3, &c, &f, &err), PG_OK, "%s", err.msg);
+    /* No baseline run: the gap is recorded (inconclusive), not judged against a
+     * built-in bound; bf16 passes its finite, < 1 check. */
+    cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 3);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
+    cr_expect(strstr(x->message, "no baseline run: gap fp8kv - bf16 0.066 recorded") != NULL,
+              "%s", x->message);
+    cr_expect_eq(find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2")->verdict, REGRESS_PASS);
+    regress_flags_free(&f);
+
+    /* Budgets from a config apply from the first run: abs and ratio x bf16. */
+    cr_assert_eq(gate_bound_set(&c.mode_pair.abs, "fp8kv", 0.05, &err), PG_OK);
+    cr_assert_eq(gate_bound_set(&c.mode_pair.ratio, "fp8qkv", 30, &err), PG_OK);
+    cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.069 > 0.05 */
+    cr_expect_eq(x->threshold, 0.05);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);        /* 0.080 <= 30 x 0.003 */
+    cr_expect(fabs(x->threshold - 0.09) < 1e-15);
+    regress_flags_free(&f);
+    /* With a baseline, a looser abs bound wins over the gap term (max). */
+    cr_assert_eq(regress_mode_pairs(r, 3, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect(strstr(x->message, "max(abs 0.05, bf16 0.003 + baseline gap") != NULL, "%s",
+              x->message);
+    regress_flags_free(&f);
+}
+
+Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
+{
+    gate_config c;
+    gate_config_default(&c);
+    regress_layer_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
+                              row("a", 0, "ext:far"), row("a", 0, "fp8kv~spec")};
+    r[0].m[REGRESS_REL_L2] = 0.002;
+    r[1].nonfinite = 1;
+    r[1].m[REGRESS_REL_L2] = INFINITY;
+    r[2].m[REGRESS_REL_L2] = 1.0;                  /* an all-zero output */
+    r[3].m[REGRESS_REL_L2] = nextafter(1.0, 0.0);  /* just closer than zeros */
+    r[4].nonfinite = 3;
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_mode_pairs(r, 5, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 4);
+    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:nan-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    cr_expect_eq(x->threshold, GATE_DEFAULT_ABS_FP8KV);
-    cr_expect_eq(find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2")->verdict,
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:zeros-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    cr_expect(strstr(x->message, "no closer to the reference than an all-zero output") != NULL,
+              "%s", x->message);
+    cr_expect_eq(x->threshold, 1.0);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:far-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
+    regress_flags_free(&f);
+    /* The layer scope flags NaN/Inf of every variant on a first run, ~spec too,
+     * and compares nothing else without a bound. */
+    cr_assert_eq(regress_layers(r, 5, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 5);
+    for (size_t i = 0; i < f.n; i++) {
+        cr_expect_str_eq(f.v[i].metric, REGRESS_METRIC_NONFINITE);
+        const int bad = f.v[i].value > 0;
+        cr_expect_eq(f.v[i].verdict, bad ? REGRESS_REGRESSION : REGRESS_PASS, "%s",
+                     f.v[i].message);
+    }
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv~spec", "nonfinite")->verdict,
                  REGRESS_REGRESSION);
     regress_flags_free(&f);
 }
@@ -391,24 +461,27 @@ Test(regress, config_defaults_merge_and_removal)
     cr_assert_eq(parse("{}", &c, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(c.layer.rel_tol, GATE_DEFAULT_REL_TOL);
     cr_expect_eq(c.layer.metrics, GATE_DEFAULT_LAYER_METRICS);
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv"), 4e-2);
-    cr_expect_eq(gate_bound_find(&c.mode_pair.abs, "fp8qkv"), 2e-2);
-    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), GATE_DEFAULT_PAIR_RATIO);
+    /* No built-in absolute budget anywhere (gate_config.h says why). */
+    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) cr_expect_eq(c.layer.abs[m].n, 0);
+    cr_expect_eq(c.mode_pair.abs.n, 0);
+    cr_expect_eq(c.mode_pair.ratio.n, 0);
+    cr_expect_eq(c.mode_pair.rel_tol, GATE_DEFAULT_REL_TOL);
     cr_expect_eq(c.eval.min_effect, 0.05);
     cr_assert_eq(parse("{\"layer\": {\"rel_tol\": 0.2, \"metrics\": [\"cos_sim\", \"max_abs\"],"
                        " \"abs\": {\"fp8kv\": 0.08, \"bf16\": null, \"ext:trt\": 0.1},"
                        " \"metric_abs\": {\"p99_abs\": {\"fp8kv~spec\": 0.5}}},"
-                       " \"mode_pair\": {\"ratio\": {\"fp8qkv\": null}},"
+                       " \"mode_pair\": {\"rel_tol\": 0.3, \"ratio\": {\"fp8qkv\": 4, \"fp8kv\": 5}},"
                        " \"eval\": {\"min_effect\": 0}}", &c, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(c.layer.rel_tol, 0.2);
     cr_expect_eq(c.layer.metrics, (1u << REGRESS_COS_SIM) | (1u << REGRESS_MAX_ABS));
     cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv"), 0.08);
     cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "bf16")));
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv"), 2e-2);  /* kept */
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv")));  /* never set */
     cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "ext:trt"), 0.1);
     cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_P99_ABS], "fp8kv~spec"), 0.5);
-    cr_expect(isnan(gate_bound_find(&c.mode_pair.ratio, "fp8qkv")));
-    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), GATE_DEFAULT_PAIR_RATIO);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8qkv"), 4);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), 5);
+    cr_expect_eq(c.mode_pair.rel_tol, 0.3);
     cr_expect_eq(c.eval.min_effect, 0.0);
 }
 
