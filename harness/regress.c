@@ -329,7 +329,7 @@ typedef struct pair_terms {
     double base_v, base_ref;        /* the variant's and bf16's rel_l2 in the baseline run */
     double gap_term;                /* ref_v + baseline gap + allowance, or NaN */
     double t;                       /* max of the defined terms, or NaN */
-    char terms[224];                /* how t is made */
+    char terms[320];                /* how t is made (fits ab, ra and gp below) */
     char missing[160];              /* why there is no gap term (empty when there is one) */
 } pair_terms;
 
