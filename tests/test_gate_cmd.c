@@ -648,4 +648,18 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     cr_expect(strstr(out, "ERROR      eval      apart medium fp8kv - bf16: no pairs") != NULL,
               "%s", out);
     free(out);
+    /* The reports say so too, with no NaN and no sign p of 1 for the pair. */
+    char md[600];
+    snprintf(md, sizeof md, "%s/apart.md", tu_dir);
+    rc = tu_run_precgatef(&out, "report --run 3 --db '%s' -o '%s'", g_db, md);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    FILE *f = fopen(md, "r");
+    cr_assert_not_null(f);
+    char text[16384];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cr_expect(strstr(text, "| fp8kv − bf16 | no pairs (no problem scored in both modes) | | | | | "
+                           "| 0 |") != NULL, "%s", text);
 }
