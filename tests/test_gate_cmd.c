@@ -662,4 +662,9 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     text[n] = '\0';
     cr_expect(strstr(text, "| fp8kv − bf16 | no pairs (no problem scored in both modes) | | | | | "
                            "| 0 |") != NULL, "%s", text);
+    rc = tu_run_precgatef(&out, "diff --run 3 --modes fp8kv,bf16 --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "fp8kv - bf16: no pairs (no problem scored in both modes)") != NULL,
+              "%s", out);
+    free(out);
 }
