@@ -540,6 +540,7 @@ int regress_eval_degenerate(const regress_eval_score *x, char *buf, size_t len)
         add_reason(buf, len, "%s %s: no graded sample", x->mode, x->effort);
         return 1;
     }
+    /* "More than half" in exact integers: 2 t > v. */
     const int none_correct = x->accuracy == 0.0, truncated = 2 * x->n_truncated > x->n_valid;
     if (!none_correct && !truncated) return 0;
     char t[96] = "";
@@ -556,9 +557,11 @@ static int unreachable_design(int64_t n, char *buf, size_t len)
 {
     const double p = eval_sign_test_min_p(n > 0 ? (size_t)n : 0);
     if (p <= EVAL_ALPHA) return 0;
+    size_t need = 1;  /* the fewest problems whose smallest p reaches alpha */
+    while (eval_sign_test_min_p(need) > EVAL_ALPHA) need++;
     add_reason(buf, len, "%lld problems: the smallest two-sided sign-test p is %.4g > %.2f, so "
-               "this design cannot reach significance at all (it needs at least 6)",
-               (long long)n, p, EVAL_ALPHA);
+               "this design cannot reach significance at all (it needs at least %zu)",
+               (long long)n, p, EVAL_ALPHA, need);
     return 1;
 }
 

@@ -393,8 +393,9 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         cr_assert_eq(f.n, 3);
         cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
         cr_expect_eq(f.v[2].verdict, REGRESS_ERROR, "e=%g: %s", effects[k], f.v[2].message);
-        cr_expect(strstr(f.v[2].message, "smallest two-sided sign-test p is 0.25 > 0.05") != NULL,
-                  "%s", f.v[2].message);
+        cr_expect(strstr(f.v[2].message, "smallest two-sided sign-test p is 0.25 > 0.05, so this "
+                                         "design cannot reach significance at all (it needs at "
+                                         "least 6)") != NULL, "%s", f.v[2].message);
         cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
         regress_flags_free(&f);
         /* 6 problems: 2 x 0.5^6 = 0.03125 can reach 0.05, so no error. */
