@@ -177,7 +177,8 @@ static void print_summary(const regress_flags *f)
     for (size_t i = 0; i < f->n; i++)
         if (f->v[i].scope == REGRESS_SCOPE_EVAL && f->v[i].verdict != REGRESS_REGRESSION &&
             f->v[i].verdict != REGRESS_ERROR &&
-            !(f->v[i].verdict == REGRESS_PASS && strcmp(f->v[i].metric, REGRESS_METRIC_SAMPLES) == 0))
+            !(f->v[i].verdict == REGRESS_PASS &&
+              strcmp(f->v[i].metric, REGRESS_METRIC_SAMPLES) == 0))
             printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "eval", f->v[i].message);
     for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
         size_t c[REGRESS_VERDICT_COUNT] = {0}, total = 0;

@@ -216,8 +216,9 @@ regress_verdict regress_effect_verdict(double d, double lo, double hi, double e)
 
 /* Appends the layer-scope flags of run[0..n_run) against base[0..n_base)
  * (baseline_run_id names it in messages; -1: no baseline run, as the top of
- * this file says) to out, in (capture, layer, variant) order. PG_ERR_SHAPE when one side holds a key twice;
- * PG_ERR_INTERNAL for a NULL argument (base may be NULL when n_base is 0);
+ * this file says) to out, in (capture, layer, variant) order. PG_ERR_SHAPE
+ * when one side holds a key twice; PG_ERR_INTERNAL for a NULL argument
+ * (base may be NULL when n_base is 0);
  * PG_ERR_NOMEM. On failure out keeps what was appended. */
 pg_status regress_layers(const regress_layer_row *run, size_t n_run,
                          const regress_layer_row *base, size_t n_base, int64_t baseline_run_id,
