@@ -348,6 +348,7 @@ static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row 
     pt->base_ref = usable_rel_l2(bref);
     pt->gap_term = NAN;
     pt->missing[0] = '\0';
+    char gp[160] = "";
     const double gap_run = x->m[REGRESS_REL_L2] - pt->ref_v;
     if (is_ref) {
         snprintf(pt->missing, sizeof pt->missing, "bf16 is the reference of every pair; its "
@@ -365,20 +366,18 @@ static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row 
         const double gap_b = pt->base_v - pt->base_ref;
         const double scale = fmax(fabs(gap_b), pt->base_ref);
         pt->gap_term = pt->ref_v + gap_b + c->mode_pair.rel_tol * scale;
+        snprintf(gp, sizeof gp, "bf16 %.4g + baseline gap %.4g + %.3g x %.4g (gap %.4g vs "
+                 "%.4g in baseline run %lld)", pt->ref_v, gap_b, c->mode_pair.rel_tol, scale,
+                 gap_run, gap_b, (long long)base_id);
     }
     const double rel = pt->ratio * pt->ref_v;  /* NaN unless both are defined */
     pt->t = NAN;
     const double terms[3] = {pt->a, rel, pt->gap_term};
     for (int k = 0; k < 3; k++)
         if (!isnan(terms[k])) pt->t = isnan(pt->t) ? terms[k] : fmax(pt->t, terms[k]);
-    char ab[48] = "", ra[64] = "", gp[160] = "";
+    char ab[48] = "", ra[64] = "";
     if (!isnan(pt->a)) snprintf(ab, sizeof ab, "abs %.4g", pt->a);
     if (!isnan(rel)) snprintf(ra, sizeof ra, "%.4g x bf16 %.4g", pt->ratio, pt->ref_v);
-    if (!isnan(pt->gap_term))
-        snprintf(gp, sizeof gp, "bf16 %.4g + baseline gap %.4g + %.3g x %.4g (gap %.4g vs "
-                 "%.4g in baseline run %lld)", pt->ref_v, pt->base_v - pt->base_ref,
-                 c->mode_pair.rel_tol, fmax(fabs(pt->base_v - pt->base_ref), pt->base_ref),
-                 gap_run, pt->base_v - pt->base_ref, (long long)base_id);
     const int n_terms = (ab[0] != 0) + (ra[0] != 0) + (gp[0] != 0);
     snprintf(pt->terms, sizeof pt->terms, "%s%s%s%s%s%s%s", n_terms > 1 ? "max(" : "", ab,
              ab[0] && (ra[0] || gp[0]) ? ", " : "", ra, ra[0] && gp[0] ? ", " : "", gp,
