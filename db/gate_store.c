@@ -53,7 +53,8 @@ static const char SQL_PAIRS[] =
     " FROM eval_pairs WHERE run_id = ?1 ORDER BY eval, effort, mode_a, mode_b";
 
 static const char SQL_SCORES[] =
-    "SELECT eval, mode, effort, n_problems, accuracy, stderr FROM eval_scores"
+    "SELECT eval, mode, effort, n_problems, accuracy, stderr,"
+    " (n_problems + n_empty) * k - n_errors - n_missing, n_truncated FROM eval_scores"
     " WHERE run_id = ?1 ORDER BY eval, effort, mode";
 
 static const char SQL_FLAGS_DELETE[] = "DELETE FROM flags WHERE run_id = ?1";
@@ -419,6 +420,8 @@ static pg_status take_score(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_er
     x->n_problems = sqlite3_column_int64(st, 3);
     x->accuracy = col_real(st, 4);
     x->se = col_real(st, 5);
+    x->n_valid = sqlite3_column_int64(st, 6);  /* every cell is valid, an error or missing */
+    x->n_truncated = sqlite3_column_int64(st, 7);
     if (oom || !x->eval || !x->mode || !x->effort)
         return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading eval scores");
     return PG_OK;

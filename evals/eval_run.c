@@ -284,14 +284,52 @@ static pg_status list_groups(pg_store *s, int64_t run_id, const char *eval, scor
     return st;
 }
 
-/* Prints one group's line of the summary. */
+/* "n/a" for NaN, else v with fmt, into buf. */
+static const char *num_or_na(char *buf, size_t len, const char *fmt, double v)
+{
+    if (isnan(v)) snprintf(buf, len, "n/a");
+    else snprintf(buf, len, fmt, v);
+    return buf;
+}
+
+/* Prints one group's line of the summary ("n/a" where a value is undefined). */
 static void print_group(FILE *out, const scored_group *g)
 {
     const eval_score *sc = &g->score;
-    fprintf(out, "%-10s %-8s %8.3f  [%5.3f, %5.3f] %6.3f %8zu %6zu %6zu", g->mode, g->effort,
-            sc->accuracy, sc->ci_low, sc->ci_high, sc->se, sc->n_scored, sc->n_errors,
+    char acc[16], lo[16], hi[16], se[16];
+    fprintf(out, "%-10s %-8s %8s  [%5s, %5s] %6s %8zu %6zu %6zu", g->mode, g->effort,
+            num_or_na(acc, sizeof acc, "%.3f", sc->accuracy),
+            num_or_na(lo, sizeof lo, "%.3f", sc->ci_low),
+            num_or_na(hi, sizeof hi, "%.3f", sc->ci_high),
+            num_or_na(se, sizeof se, "%.3f", sc->se), sc->n_scored, sc->n_errors,
             sc->n_truncated);
-    for (size_t k = 0; k < sc->k; k++) fprintf(out, " pass@%zu %.3f", k + 1, sc->pass_at[k]);
+    for (size_t k = 0; k < sc->k; k++) {
+        char v[16];
+        fprintf(out, " pass@%zu %s", k + 1, num_or_na(v, sizeof v, "%.3f", sc->pass_at[k]));
+    }
+    fputc('\n', out);
+}
+
+/* Prints one pair's line of the summary: "no pairs" when no problem was
+ * scored in both modes, "n/a" for what one problem leaves undefined, and
+ * a note when the design cannot reach significance (score.h). */
+static void print_pair(FILE *out, const char *effort, const char *a, const char *b,
+                       const eval_pair *pr)
+{
+    if (pr->n_problems == 0) {
+        fprintf(out, "%-8s %s - %s: no pairs (no problem scored in both modes; %zu left out)\n",
+                effort, a, b, pr->n_dropped);
+        return;
+    }
+    char se[16], lo[16], hi[16], mde[16];
+    fprintf(out, "%-8s %s - %s: %+.3f  SE %s  [%s, %s]  %zu/%zu/%zu  p %.3g  MDE %s  (%zu "
+                 "problems)", effort, a, b, pr->mean_diff, num_or_na(se, sizeof se, "%.3f", pr->se),
+            num_or_na(lo, sizeof lo, "%+.3f", pr->ci_low),
+            num_or_na(hi, sizeof hi, "%+.3f", pr->ci_high), pr->wins, pr->losses, pr->ties,
+            pr->sign_p, num_or_na(mde, sizeof mde, "%.3f", pr->mde), pr->n_problems);
+    if (pr->min_sign_p > EVAL_ALPHA)
+        fprintf(out, "  cannot reach p < %.2f: the smallest sign-test p with %zu problems is %.3g",
+                EVAL_ALPHA, pr->n_problems, pr->min_sign_p);
     fputc('\n', out);
 }
 
@@ -330,13 +368,11 @@ pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *ou
             if (st != PG_OK) break;
             if (!printed_header) {
                 fprintf(out, "paired, same problems (A - B): mean diff, SE, 95%% CI, wins/losses/"
-                             "ties of A, exact sign test, smallest detectable drop (80%% power)\n");
+                             "ties of A, exact sign test, smallest detectable drop (80%% power, "
+                             "from the design)\n");
                 printed_header = 1;
             }
-            fprintf(out, "%-8s %s - %s: %+.3f  SE %.3f  [%+.3f, %+.3f]  %zu/%zu/%zu  p %.3g  MDE "
-                         "%.3f  (%zu problems)\n",
-                    g[i].effort, g[j].mode, g[i].mode, pr.mean_diff, pr.se, pr.ci_low, pr.ci_high,
-                    pr.wins, pr.losses, pr.ties, pr.sign_p, pr.mde, pr.n_problems);
+            print_pair(out, g[i].effort, g[j].mode, g[i].mode, &pr);
         }
     }
     for (int i = 0; i < n; i++) {

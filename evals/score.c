@@ -30,7 +30,25 @@
  *  - Sign test: Conover, "Practical Nonparametric Statistics", 3rd ed.
  *    (1999), section 3.4: the exact binomial test with p = 1/2, ties dropped.
  *  - Minimum detectable effect: Bloom, "Minimum Detectable Effects",
- *    Evaluation Review 19(5) (1995): MDE = (z_{1-alpha/2} + z_{1-beta}) SE.
+ *    Evaluation Review 19(5) (1995): MDE = (z_{1-alpha/2} + z_{1-beta}) SE,
+ *    2.8016 SE at alpha .05 two-sided and 80% power.
+ *  - The design SE of a pair (eval_design_mde): Miller (2024), section on
+ *    power: Var(d_i) = omega^2 + sigma_A^2/K_A + sigma_B^2/K_B, with omega^2
+ *    = Var(x_A - x_B) taken as 0 (one model in two precision modes: the
+ *    null of no mode effect) and sigma^2 = E[p_i (1 - p_i)], the mean
+ *    within-problem Bernoulli variance. p(1-p) is concave, so by Jensen
+ *    E[p_i (1 - p_i)] <= pbar (1 - pbar): the pooled accuracy's p(1-p) is
+ *    the largest within-problem variance a design of that accuracy can have
+ *    whatever the problems' spread of difficulty, and the MDE built on it
+ *    never claims more power than the design has. pbar is estimated with
+ *    Agresti & Coull's adjustment, "Approximate is better than 'exact' for
+ *    interval estimation of binomial proportions", The American
+ *    Statistician 52(2) (1998): (c + z^2/2)/(N + z^2), z = 1.96 (about two
+ *    successes and two failures added), which keeps p(1-p) > 0 when every
+ *    sample was wrong (or right) instead of reporting an MDE of 0.
+ *  - Smallest reachable sign-test p: with n untied problems the most extreme
+ *    outcome (all won or all lost) has two-sided p = 2 * 0.5^n (Conover,
+ *    as above); for n <= 5 that is >= 0.0625 > 0.05.
  *  - Resampling draws: xoshiro256** seeded by splitmix64 (kernels/rng.h).
  */
 #include "score.h"
@@ -170,6 +188,27 @@ double eval_mde(double sd, size_t n)
 {
     if (n == 0) return NAN;
     return (EVAL_Z_975 + EVAL_Z_80) * sd / sqrt((double)n);
+}
+
+double eval_sign_test_min_p(size_t n)
+{
+    if (n == 0) return 1.0;
+    const double p = 2.0 * pow(0.5, (double)n);
+    return p < 1.0 ? p : 1.0;
+}
+
+double eval_adjusted_proportion(size_t c, size_t n)
+{
+    if (c > n) return NAN;
+    const double z2 = EVAL_Z_975 * EVAL_Z_975;
+    return ((double)c + z2 / 2.0) / ((double)n + z2);
+}
+
+double eval_design_mde(size_t correct, size_t valid, double inv_sum, size_t n_problems)
+{
+    if (n_problems == 0 || !(inv_sum > 0.0) || correct > valid) return NAN;
+    const double p = eval_adjusted_proportion(correct, valid);
+    return (EVAL_Z_975 + EVAL_Z_80) * sqrt(p * (1.0 - p) * inv_sum) / (double)n_problems;
 }
 
 void eval_wilson(size_t successes, size_t n, double z, double *lo, double *hi)
@@ -355,8 +394,8 @@ pg_status eval_pair_compute(const eval_table *a, const eval_table *b, eval_pair 
     if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "eval_pair_compute: out is NULL");
     memset(out, 0, sizeof *out);
     out->mean_diff = out->sd = out->se = out->ci_low = out->ci_high = NAN;
-    out->sign_p = 1.0;
-    out->mde = NAN;
+    out->sign_p = out->min_sign_p = 1.0;
+    out->mde = out->design_mde = NAN;
     pg_status ps = check_table(a, "eval_pair_compute (A)", err);
     if (ps == PG_OK) ps = check_table(b, "eval_pair_compute (B)", err);
     if (ps != PG_OK) return ps;
@@ -380,6 +419,7 @@ pg_status eval_pair_compute(const eval_table *a, const eval_table *b, eval_pair 
         return pg_fail(err, PG_ERR_NOMEM, "eval_pair_compute: out of memory for %zu problems",
                        n);
     size_t used = 0;
+    double inv_sum = 0.0;  /* sum of 1/n_A,i + 1/n_B,i over the problems used */
     for (size_t i = 0; i < n; i++) {
         tally ta, tb;
         ps = tally_row(a, i, "eval_pair_compute (A)", &ta, err);
@@ -395,14 +435,22 @@ pg_status eval_pair_compute(const eval_table *a, const eval_table *b, eval_pair 
         else if (lhs < rhs) out->losses++;
         else out->ties++;
         d[used++] = (double)ta.correct / (double)ta.valid - (double)tb.correct / (double)tb.valid;
+        out->pooled_correct += ta.correct + tb.correct;
+        out->pooled_valid += ta.valid + tb.valid;
+        inv_sum += 1.0 / (double)ta.valid + 1.0 / (double)tb.valid;
     }
     out->n_problems = used;
     out->mean_diff = mean_and_sd(d, used, &out->sd);
+    out->design_mde = eval_design_mde(out->pooled_correct, out->pooled_valid, inv_sum, used);
+    out->mde = out->design_mde;
     if (used >= 2) {
         out->se = out->sd / sqrt((double)used);
-        out->mde = eval_mde(out->sd, used);
+        /* A spread of the d_i above the design's (omega^2 > 0) only raises it. */
+        const double observed = eval_mde(out->sd, used);
+        if (observed > out->mde) out->mde = observed;
     }
     out->sign_p = eval_sign_test_p(out->wins, out->losses);
+    out->min_sign_p = eval_sign_test_min_p(used);
     ps = eval_bootstrap_ci(d, used, EVAL_BOOTSTRAP_B, EVAL_BOOTSTRAP_SEED, EVAL_CI_LEVEL,
                            &out->ci_low, &out->ci_high, err);
 done:

@@ -29,12 +29,22 @@
  * in both): mean_diff, sd (divisor n-1), se = sd/sqrt(n), 95% paired
  * percentile bootstrap interval (the same index resample for A and B), an
  * exact two-sided sign test on wins/losses (ties dropped) and the minimum
- * detectable effect at 80% power, alpha 0.05 two-sided:
- *   mde = (z_0.975 + z_0.80) * sd / sqrt(n).
+ * detectable effect at 80% power, alpha 0.05 two-sided, from the design
+ * (eval_design_mde; never from an observed SD that can be 0):
+ *   p~ = (c + z^2/2) / (N + z^2)   the pooled accuracy of both modes' N
+ *        graded samples (c correct) with Agresti & Coull's adjustment, z =
+ *        z_0.975: strictly inside (0, 1) whatever c is
+ *   Var(d_i) <= p~(1-p~) (1/n_A,i + 1/n_B,i)   two independent means of
+ *        n_A,i and n_B,i Bernoulli samples with no mode effect (omega^2 = 0)
+ *   design mde = (z_0.975 + z_0.80) sqrt(p~(1-p~) sum_i (1/n_A,i + 1/n_B,i)) / n
+ *   mde = max(design mde, (z_0.975 + z_0.80) sd / sqrt(n))
+ * and min_sign_p = 2 * 0.5^n, the smallest p the sign test can give with n
+ * problems (eval_sign_test_min_p): above EVAL_ALPHA (n <= 5) the design
+ * cannot reach significance at all.
  *
  * Undefined values are NaN: accuracy with m = 0, se/CI with m < 2 (the
  * bootstrap of one value would be a point), pass@k without a problem of
- * n_i >= k, mde with n < 2.
+ * n_i >= k, mean_diff and mde with n = 0.
  */
 #ifndef PG_SCORE_H
 #define PG_SCORE_H
@@ -60,6 +70,8 @@ extern "C" {
 /* Standard normal quantiles: z_0.975 (alpha 0.05 two-sided) and z_0.80 (power 80%). */
 #define EVAL_Z_975 1.959963984540054
 #define EVAL_Z_80 0.8416212335729143
+/* Two-sided significance level every verdict is taken at (z_0.975 above). */
+#define EVAL_ALPHA 0.05
 
 typedef enum eval_sample_status {
     EVAL_SAMPLE_OK = 0,     /* answered; correct says whether right */
@@ -124,7 +136,10 @@ typedef struct eval_pair {
     double ci_low, ci_high;        /* paired percentile bootstrap */
     size_t wins, losses, ties;     /* d_i > 0, d_i < 0, d_i = 0 (exact) */
     double sign_p;         /* exact two-sided sign test p on wins vs losses */
-    double mde;            /* (z_0.975 + z_0.80) * sd / sqrt(n) */
+    double min_sign_p;     /* smallest sign_p n problems can give: 2 * 0.5^n (1 for n = 0) */
+    size_t pooled_correct, pooled_valid; /* c and N of both modes over the n problems */
+    double design_mde;     /* from n, the n_i and p~(1-p~) (the top of this file) */
+    double mde;            /* max(design_mde, (z_0.975 + z_0.80) * sd / sqrt(n)) */
 } eval_pair;
 
 /* Compares a with b into *out. PG_ERR_SHAPE when their n_problems differ
@@ -145,6 +160,21 @@ double eval_sign_test_p(size_t wins, size_t losses);
 /* Minimum detectable effect (EVAL_Z_975 + EVAL_Z_80) * sd / sqrt(n); NaN
  * for n = 0 or sd NaN. */
 double eval_mde(double sd, size_t n);
+
+/* The smallest two-sided exact sign-test p reachable with n untied
+ * problems, all won or all lost: min(1, 2 * 0.5^n); 1 for n = 0. */
+double eval_sign_test_min_p(size_t n);
+
+/* Agresti & Coull's adjusted proportion (c + z^2/2) / (n + z^2) at z =
+ * EVAL_Z_975: in (0, 1) for every c <= n, n >= 0; NaN for c > n. */
+double eval_adjusted_proportion(size_t c, size_t n);
+
+/* The design MDE of a difference of means (the top of this file): (EVAL_Z_975 +
+ * EVAL_Z_80) * sqrt(p~(1-p~) * inv_sum) / n_problems with p~ =
+ * eval_adjusted_proportion(correct, valid) and inv_sum = sum over the
+ * problems of 1/n_A,i + 1/n_B,i. NaN for n_problems = 0, inv_sum not > 0
+ * or correct > valid. */
+double eval_design_mde(size_t correct, size_t valid, double inv_sum, size_t n_problems);
 
 /* Wilson score interval of successes/n at normal quantile z into *lo, *hi
  * (NaN both for n = 0 or successes > n). */

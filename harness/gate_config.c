@@ -107,25 +107,12 @@ void gate_bound_remove(gate_bounds *b, const char *variant)
         }
 }
 
-/* Adds one default bound; the defaults fit by construction. */
-static void add_default(gate_bounds *b, const char *variant, double value)
-{
-    snprintf(b->b[b->n].variant, GATE_VARIANT_MAX, "%s", variant);
-    b->b[b->n++].value = value;
-}
-
 void gate_config_default(gate_config *c)
 {
     memset(c, 0, sizeof *c);
     c->layer.rel_tol = GATE_DEFAULT_REL_TOL;
     c->layer.metrics = GATE_DEFAULT_LAYER_METRICS;
-    gate_bounds *rel = &c->layer.abs[REGRESS_REL_L2];
-    add_default(rel, "bf16", GATE_DEFAULT_ABS_BF16);
-    add_default(rel, "fp8kv", GATE_DEFAULT_ABS_FP8KV);
-    add_default(rel, "fp8qkv", GATE_DEFAULT_ABS_FP8QKV);
-    c->mode_pair.abs = *rel;
-    add_default(&c->mode_pair.ratio, "fp8kv", GATE_DEFAULT_PAIR_RATIO);
-    add_default(&c->mode_pair.ratio, "fp8qkv", GATE_DEFAULT_PAIR_RATIO);
+    c->mode_pair.rel_tol = GATE_DEFAULT_REL_TOL;
     c->eval.min_effect = GATE_DEFAULT_MIN_EFFECT;
 }
 
@@ -262,9 +249,11 @@ static pg_status apply_layer(const parse_ctx *p, const cJSON *o, gate_config *c)
 /* The "mode_pair" object. */
 static pg_status apply_mode_pair(const parse_ctx *p, const cJSON *o, gate_config *c)
 {
-    static const char *const keys[] = {"abs", "ratio", NULL};
-    pg_status st = check_object(p, o, "mode_pair", keys, "abs, ratio");
+    static const char *const keys[] = {"rel_tol", "abs", "ratio", NULL};
+    pg_status st = check_object(p, o, "mode_pair", keys, "rel_tol, abs, ratio");
     const cJSON *v;
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "rel_tol")) != NULL)
+        st = get_number(p, v, "mode_pair.rel_tol", 0, INFINITY, &c->mode_pair.rel_tol);
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "abs")) != NULL)
         st = apply_bounds(p, v, "mode_pair.abs", KEYS_VS_REFERENCE, &c->mode_pair.abs);
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "ratio")) != NULL)

@@ -10,24 +10,27 @@
  *       "rel_tol": 0.10,                 GATE_DEFAULT_REL_TOL
  *       "metrics": ["rel_l2", "p99_abs"],  GATE_DEFAULT_LAYER_METRICS; any of rel_l2,
  *                                        max_abs, mean_abs, p99_abs, cos_sim, sqnr_db
- *       "abs": {"bf16": 1e-2, "fp8qkv": 2e-2, "fp8kv": 4e-2},
- *                                        per-variant absolute bound on rel_l2
+ *       "abs": {"fp8kv": 0.08},          per-variant absolute bound on rel_l2 (none
+ *                                        by default)
  *       "metric_abs": {"p99_abs": {"fp8kv": 0.05}}
  *                                        per-metric, per-variant absolute bounds of the
  *                                        other metrics (none by default; rel_l2 is "abs")
  *     },
  *     "mode_pair": {                     each mode against bf16 in the same run
- *       "abs":   {"bf16": 1e-2, "fp8qkv": 2e-2, "fp8kv": 4e-2},   rel_l2 vs fp64 reference
- *       "ratio": {"fp8qkv": 16, "fp8kv": 16}                     x bf16's rel_l2
+ *       "rel_tol": 0.10,                 GATE_DEFAULT_REL_TOL: how far the gap
+ *                                        rel_l2(V) - rel_l2(bf16) may grow over the
+ *                                        baseline run's (harness/regress.h)
+ *       "abs":   {"fp8kv": 0.08},        rel_l2 vs fp64 reference (none by default)
+ *       "ratio": {"fp8kv": 16}           x bf16's rel_l2 (none by default)
  *     },
  *     "eval": {"min_effect": 0.05}       GATE_DEFAULT_MIN_EFFECT
  *   }
  *
- * Bound maps ("abs", "metric_abs.M", "ratio") merge with the defaults key by
- * key: a variant given replaces its default, a variant set to null removes
- * it, the others stay. A variant key is bf16, fp8kv, fp8qkv, MODE~spec (layer
- * scope only: a GPU mode against the CPU specification, not against the
- * reference) or ext:NAME; "ratio" takes no bf16 (the reference itself).
+ * Bound maps ("abs", "metric_abs.M", "ratio") start empty and merge key by
+ * key: a variant given sets its bound, a variant set to null removes it. A
+ * variant key is bf16, fp8kv, fp8qkv, MODE~spec (layer scope only: a GPU
+ * mode against the CPU specification, not against the reference) or
+ * ext:NAME; "ratio" takes no bf16 (the reference itself).
  *
  * Validation (gate_config_parse): malformed JSON, an unknown key, a
  * duplicated key, a value of the wrong type or out of range are each
@@ -35,20 +38,20 @@
  *     gate.json: layer.abs.fp8kv: expected a number >= 0 or null
  *     gate.json: layer.tolerance: unknown key (expected rel_tol, metrics, abs, metric_abs)
  *
- * Where the default bounds come from. vLLM's kernel test
- * tests/kernels/attention/test_flashinfer_trtllm_attention.py compares the
- * TRT-LLM attention output with FlashInfer's elementwise under
- * torch.testing.assert_close with rtol 1e-2 (bf16 throughout), rtol 2e-2
- * (fp8 query, bf16 output) and rtol 4e-2 (fp8 KV cache only); those rtol
- * values are the defaults of "abs" here: bf16 1e-2, fp8qkv 2e-2, fp8kv 4e-2.
- * This is a deliberate reuse with a different meaning: there they bound each
- * element of one kernel against another kernel fed the same (already
- * quantized) inputs; here they bound a whole layer's relative L2 error
- * against the fp64 reference on the unquantized inputs, quantization error
- * included. They are a starting point, not a derived limit: per-tensor e4m3
- * on activations with outlier channels can exceed them (precgate's synthetic
- * gpt-oss capture gives fp8kv ~5.5e-2 and fp8qkv ~6.7e-2), which is what
- * "mode_pair" then reports. Tune them per model with a config file.
+ * Why there are no built-in absolute budgets. Earlier defaults bounded
+ * rel_l2 against the fp64 reference by vLLM's kernel-test rtol values
+ * (tests/kernels/attention/test_flashinfer_trtllm_attention.py: 1e-2 bf16,
+ * 2e-2 fp8 query, 4e-2 fp8 KV cache). Those bound each element of one
+ * kernel against another kernel fed the same, already quantized inputs;
+ * the quantization error itself, which a whole layer's rel_l2 against the
+ * unquantized reference includes, is outside them. Every fp8 layer of a
+ * calibrated capture is above them: precgate's synthetic gpt-oss-shaped
+ * captures give fp8kv 0.054-0.10 and fp8qkv 0.067-0.11 (2 layers x 24
+ * tokens: 0.054-0.058 and 0.067-0.068; the demo's 4 layers x 2 x 512
+ * tokens with 128 cached: 0.085-0.10 and 0.093-0.11), so a rerun identical
+ * to its baseline failed. The default mode_pair check is therefore relative:
+ * an fp8 mode's gap to bf16 against the same gap in the baseline run. An
+ * absolute budget is a per-model decision and comes from a config file.
  */
 #ifndef PG_GATE_CONFIG_H
 #define PG_GATE_CONFIG_H
@@ -85,17 +88,6 @@ typedef enum regress_metric {
 /* Layer metrics compared by default: rel_l2 (the sweep table's metric) and
  * p99_abs (catches a few bad elements that rel_l2 averages away). */
 #define GATE_DEFAULT_LAYER_METRICS ((1u << REGRESS_REL_L2) | (1u << REGRESS_P99_ABS))
-/* Default rel_l2 bounds per mode: vLLM's rtol values (see the top of this
- * file for the source and why this reuse is deliberate). */
-#define GATE_DEFAULT_ABS_BF16 1e-2
-#define GATE_DEFAULT_ABS_FP8QKV 2e-2
-#define GATE_DEFAULT_ABS_FP8KV 4e-2
-/* Default mode_pair ratio of an fp8 mode's rel_l2 to bf16's in the same layer:
- * 16 = the ratio of the formats' unit roundoffs, 2^-4 for e4m3 (3 stored
- * mantissa bits; OCP 8-bit Floating Point Specification, 2023) over 2^-8 for
- * bf16 (7 stored bits). It lets an fp8 mode's allowance grow with the
- * layer's own bf16 error where that error is large (long contexts). */
-#define GATE_DEFAULT_PAIR_RATIO 16.0
 /* Smallest accuracy change (absolute, 0..1) an eval verdict treats as real: 5
  * points, one problem in 20. */
 #define GATE_DEFAULT_MIN_EFFECT 0.05
@@ -127,6 +119,7 @@ typedef struct gate_config {
         gate_bounds abs[REGRESS_METRIC_COUNT];  /* [REGRESS_REL_L2] is "abs" */
     } layer;
     struct {
+        double rel_tol;     /* >= 0: growth of the gap to bf16 over the baseline's */
         gate_bounds abs;    /* rel_l2 against the fp64 reference, per mode */
         gate_bounds ratio;  /* per mode other than bf16: x bf16's rel_l2 */
     } mode_pair;
@@ -135,7 +128,7 @@ typedef struct gate_config {
     } eval;
 } gate_config;
 
-/* Fills c with the defaults above. */
+/* Fills c with the defaults above (tolerances; no bound in any map). */
 void gate_config_default(gate_config *c);
 
 /* Parses the JSON text (source names it in messages, e.g. the file name)

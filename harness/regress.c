@@ -220,6 +220,7 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
         if (!(c->layer.metrics & (1u << m))) continue;
         const char *name = regress_metric_name((regress_metric)m);
         const double a = gate_bound_find(&c->layer.abs[m], r->variant);
+        if (base_id < 0 && isnan(a)) continue;  /* no baseline run, no bound: nothing to compare */
         const double bv = b != NULL ? b->m[m] : NAN;
         const double t = regress_threshold((regress_metric)m, bv, a, c->layer.rel_tol);
         const double v = r->m[m];
@@ -227,6 +228,7 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
         describe_threshold(terms, sizeof terms, (regress_metric)m, bv, a, c->layer.rel_tol);
         char base[64];
         if (b != NULL) snprintf(base, sizeof base, "baseline run %lld", (long long)base_id);
+        else if (base_id < 0) snprintf(base, sizeof base, "no baseline run");
         else snprintf(base, sizeof base, "not in baseline run %lld", (long long)base_id);
         s.metric = name;
         s.value = v;
@@ -296,71 +298,184 @@ static int is_spec(const char *v)
     return t != NULL && strcmp(t, "~spec") == 0;
 }
 
-pg_status regress_mode_pairs(const regress_layer_row *run, size_t n, const gate_config *c,
-                             regress_flags *out, pg_err *err)
+/* The rows of one (capture, layer): [*g, *e) of sorted rows p[0..n) from *g. */
+static void layer_group(const regress_layer_row *const *p, size_t n, size_t g, size_t *e)
 {
-    if ((run == NULL && n > 0) || c == NULL || out == NULL)
+    size_t k = g;
+    while (k < n && strcmp(p[k]->capture, p[g]->capture) == 0 && p[k]->layer == p[g]->layer) k++;
+    *e = k;
+}
+
+/* The row of variant in p[g..e), or NULL. */
+static const regress_layer_row *group_find(const regress_layer_row *const *p, size_t g, size_t e,
+                                           const char *variant)
+{
+    for (size_t k = g; k < e; k++)
+        if (strcmp(p[k]->variant, variant) == 0) return p[k];
+    return NULL;
+}
+
+/* rel_l2 of row x when it is usable as a reference value (finite, no NaN/Inf
+ * in the output), else NaN; NaN for NULL. */
+static double usable_rel_l2(const regress_layer_row *x)
+{
+    return x != NULL && x->nonfinite == 0 && isfinite(x->m[REGRESS_REL_L2])
+               ? x->m[REGRESS_REL_L2] : NAN;
+}
+
+/* What the mode_pair check of one variant compares with. */
+typedef struct pair_terms {
+    double a, ratio, ref_v;         /* config bound, config ratio, bf16's rel_l2 in the run */
+    double base_v, base_ref;        /* the variant's and bf16's rel_l2 in the baseline run */
+    double gap_term;                /* ref_v + baseline gap + allowance, or NaN */
+    double t;                       /* max of the defined terms, or NaN */
+    char terms[320];                /* how t is made (fits ab, ra and gp below) */
+    char missing[160];              /* why there is no gap term (empty when there is one) */
+} pair_terms;
+
+/* Fills pt for variant x of a run layer (ref: the run's bf16 row; bref, bx:
+ * the baseline's bf16 and x rows, NULL when absent; has_base: a baseline
+ * run exists), as the top of regress.h defines the threshold. */
+static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row *ref,
+                            const regress_layer_row *bref, const regress_layer_row *bx,
+                            int has_base, int64_t base_id, const gate_config *c, pair_terms *pt)
+{
+    const int is_ref = x == ref;
+    pt->a = gate_bound_find(&c->mode_pair.abs, x->variant);
+    pt->ratio = is_ref ? NAN : gate_bound_find(&c->mode_pair.ratio, x->variant);
+    pt->ref_v = usable_rel_l2(ref);
+    pt->base_v = usable_rel_l2(bx);
+    pt->base_ref = usable_rel_l2(bref);
+    pt->gap_term = NAN;
+    pt->missing[0] = '\0';
+    char gp[160] = "";
+    const double gap_run = x->m[REGRESS_REL_L2] - pt->ref_v;
+    if (is_ref) {
+        snprintf(pt->missing, sizeof pt->missing, "bf16 is the reference of every pair; its "
+                 "change against the baseline is the layer scope's check");
+    } else if (isnan(pt->ref_v)) {
+        snprintf(pt->missing, sizeof pt->missing, "no usable bf16 row in this layer, so no gap");
+    } else if (!has_base) {
+        snprintf(pt->missing, sizeof pt->missing, "no baseline run: gap %s - bf16 %.4g recorded; "
+                 "a later run is judged against it", x->variant, gap_run);
+    } else if (isnan(pt->base_v) || isnan(pt->base_ref)) {
+        snprintf(pt->missing, sizeof pt->missing, "baseline run %lld has no usable %s row in "
+                 "this layer: gap %.4g recorded", (long long)base_id,
+                 isnan(pt->base_ref) ? GATE_REFERENCE_MODE : x->variant, gap_run);
+    } else {
+        const double gap_b = pt->base_v - pt->base_ref;
+        const double scale = fmax(fabs(gap_b), pt->base_ref);
+        pt->gap_term = pt->ref_v + gap_b + c->mode_pair.rel_tol * scale;
+        snprintf(gp, sizeof gp, "bf16 %.4g + baseline gap %.4g + %.3g x %.4g (gap %.4g vs "
+                 "%.4g in baseline run %lld)", pt->ref_v, gap_b, c->mode_pair.rel_tol, scale,
+                 gap_run, gap_b, (long long)base_id);
+    }
+    const double rel = pt->ratio * pt->ref_v;  /* NaN unless both are defined */
+    pt->t = NAN;
+    const double terms[3] = {pt->a, rel, pt->gap_term};
+    for (int k = 0; k < 3; k++)
+        if (!isnan(terms[k])) pt->t = isnan(pt->t) ? terms[k] : fmax(pt->t, terms[k]);
+    char ab[48] = "", ra[64] = "";
+    if (!isnan(pt->a)) snprintf(ab, sizeof ab, "abs %.4g", pt->a);
+    if (!isnan(rel)) snprintf(ra, sizeof ra, "%.4g x bf16 %.4g", pt->ratio, pt->ref_v);
+    const int n_terms = (ab[0] != 0) + (ra[0] != 0) + (gp[0] != 0);
+    snprintf(pt->terms, sizeof pt->terms, "%s%s%s%s%s%s%s", n_terms > 1 ? "max(" : "", ab,
+             ab[0] && (ra[0] || gp[0]) ? ", " : "", ra, ra[0] && gp[0] ? ", " : "", gp,
+             n_terms > 1 ? ")" : "");
+}
+
+pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
+                             const regress_layer_row *base, size_t n_base,
+                             int64_t baseline_run_id, const gate_config *c, regress_flags *out,
+                             pg_err *err)
+{
+    if ((run == NULL && n > 0) || (base == NULL && n_base > 0) || c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_mode_pairs: NULL argument");
-    const regress_layer_row **r = NULL;
+    const regress_layer_row **r = NULL, **b = NULL;
     pg_status st = sort_rows(run, n, "run", &r, err);
+    if (st == PG_OK) st = sort_rows(base, n_base, "baseline", &b, err);
+    const int has_base = baseline_run_id >= 0;
+    size_t bg = 0;  /* the baseline's groups are walked alongside */
     for (size_t g = 0; st == PG_OK && g < n;) {
-        size_t e = g;  /* [g, e): one (capture, layer) */
-        while (e < n && strcmp(r[e]->capture, r[g]->capture) == 0 && r[e]->layer == r[g]->layer)
-            e++;
-        const regress_layer_row *ref = NULL;
-        for (size_t k = g; k < e; k++)
-            if (strcmp(r[k]->variant, GATE_REFERENCE_MODE) == 0) ref = r[k];
-        const double ref_v = ref != NULL && ref->nonfinite == 0 && isfinite(ref->m[REGRESS_REL_L2])
-                                 ? ref->m[REGRESS_REL_L2] : NAN;
+        size_t e;
+        layer_group(r, n, g, &e);
+        const regress_layer_row *ref = group_find(r, g, e, GATE_REFERENCE_MODE);
+        /* The baseline's group of the same (capture, layer), if any. */
+        size_t be = bg;
+        while (bg < n_base) {
+            layer_group(b, n_base, bg, &be);
+            const int cmp = strcmp(b[bg]->capture, r[g]->capture);
+            if (cmp > 0 || (cmp == 0 && b[bg]->layer >= r[g]->layer)) break;
+            bg = be;
+        }
+        const int same = bg < n_base && strcmp(b[bg]->capture, r[g]->capture) == 0 &&
+                         b[bg]->layer == r[g]->layer;
+        if (!same) be = bg;
+        const regress_layer_row *bref = same ? group_find(b, bg, be, GATE_REFERENCE_MODE) : NULL;
         for (size_t k = g; st == PG_OK && k < e; k++) {
             const regress_layer_row *x = r[k];
             if (is_spec(x->variant)) continue;
             const int is_ref = x == ref;
-            const double a = gate_bound_find(&c->mode_pair.abs, x->variant);
-            const double ratio = is_ref ? NAN : gate_bound_find(&c->mode_pair.ratio, x->variant);
-            const double rel = ratio * ref_v;  /* NaN unless both are defined */
-            if (isnan(a) && isnan(rel)) continue;
-            const double t = isnan(a) ? rel : isnan(rel) ? a : fmax(a, rel);
-            char name[REGRESS_PAIR_MAX], at[REGRESS_WHERE_MAX], terms[160];
+            pair_terms pt;
+            mode_pair_terms(x, ref, bref, same ? group_find(b, bg, be, x->variant) : NULL,
+                            has_base, baseline_run_id, c, &pt);
+            char name[REGRESS_PAIR_MAX], at[REGRESS_WHERE_MAX];
             if (is_ref) snprintf(name, sizeof name, "%s", x->variant);
             else snprintf(name, sizeof name, "%s-%s", x->variant, GATE_REFERENCE_MODE);
             where(at, sizeof at, x, name);
-            if (!isnan(a) && !isnan(rel))
-                snprintf(terms, sizeof terms, "max(abs %.4g, %.4g x bf16 %.4g)", a, ratio, ref_v);
-            else if (!isnan(a)) snprintf(terms, sizeof terms, "abs %.4g", a);
-            else snprintf(terms, sizeof terms, "%.4g x bf16 %.4g", ratio, ref_v);
             const double v = x->m[REGRESS_REL_L2];
             flag_spec s = {.scope = REGRESS_SCOPE_MODE_PAIR, .capture = x->capture,
                            .layer = x->layer, .variant = name, .metric = "rel_l2", .value = v,
-                           .baseline_value = is_ref ? NAN : ref_v, .threshold = t};
+                           .baseline_value = is_ref ? NAN : pt.ref_v, .threshold = pt.t};
             if (x->nonfinite > 0) {
                 s.verdict = REGRESS_REGRESSION;
-                st = push(out, &s, err, "%s: rel_l2 %.4g: the output had %lld NaN/Inf elements",
-                          at, v, (long long)x->nonfinite);
+                st = push(out, &s, err, "%s: rel_l2 %.4g: the output had %lld NaN/Inf elements "
+                          "(any non-finite output is a regression)", at, v,
+                          (long long)x->nonfinite);
             } else if (isnan(v)) {
                 s.verdict = REGRESS_INCONCLUSIVE;
                 st = push(out, &s, err, "%s: rel_l2 undefined (stored NULL)", at);
+            } else if (v >= REGRESS_ZERO_OUTPUT_REL_L2) {
+                s.verdict = REGRESS_REGRESSION;
+                s.threshold = REGRESS_ZERO_OUTPUT_REL_L2;
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g >= %g: no closer to "
+                          "the reference than an all-zero output", at, v,
+                          REGRESS_ZERO_OUTPUT_REL_L2);
+            } else if (isnan(pt.t)) {
+                /* Finite and below the all-zero bound is all that was checked. */
+                s.verdict = is_ref ? REGRESS_PASS : REGRESS_INCONCLUSIVE;
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g (finite, < %g); %s; "
+                          "no mode_pair budget in the config", at, v, REGRESS_ZERO_OUTPUT_REL_L2,
+                          pt.missing);
             } else {
-                const int bad = v > t;
+                const int bad = v > pt.t;
                 s.verdict = bad ? REGRESS_REGRESSION : REGRESS_PASS;
-                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g %s threshold %.4g = %s",
-                          at, v, bad ? ">" : "<=", t, terms);
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g %s threshold %.4g = "
+                          "%s%s%s", at, v, bad ? ">" : "<=", pt.t, pt.terms,
+                          pt.missing[0] && !is_ref ? "; " : "", is_ref ? "" : pt.missing);
             }
         }
         g = e;
     }
     free(r);
+    free(b);
     return st;
 }
 
 /* ---- eval ------------------------------------------------------------- */
 
+/* The MDE clause of a message. */
+static void mde_clause(char *buf, size_t len, double mde)
+{
+    if (isnan(mde)) snprintf(buf, len, "MDE undefined");
+    else snprintf(buf, len, "MDE %.3f at 80%% power", mde);
+}
+
 /* Why an eval verdict is what it is; the MDE is always stated. */
 static void explain(char *buf, size_t len, regress_verdict v, double e, double mde)
 {
     char m[64];
-    if (isnan(mde)) snprintf(m, sizeof m, "MDE undefined (fewer than 2 problems)");
-    else snprintf(m, sizeof m, "MDE %.3f at 80%% power", mde);
+    mde_clause(m, sizeof m, mde);
     switch (v) {
     case REGRESS_REGRESSION:
         snprintf(buf, len, "regression: the interval is below 0 and the drop is at least "
@@ -382,11 +497,127 @@ static void explain(char *buf, size_t len, regress_verdict v, double e, double m
     }
 }
 
+/* The verdict of d in [lo, hi] with the design's mde at min_effect e, and
+ * its explanation: "no change" only when the design could have seen e. */
+static regress_verdict eval_verdict(double d, double lo, double hi, double mde, double e,
+                                    char *why, size_t len)
+{
+    regress_verdict v = regress_effect_verdict(d, lo, hi, e);
+    if (v == REGRESS_NO_CHANGE && !(mde <= e)) {
+        if (isnan(mde))
+            snprintf(why, len, "inconclusive: the interval lies within +-%.3f, but this design's "
+                               "smallest detectable drop is undefined, so it cannot call that no "
+                               "change", e);
+        else
+            snprintf(why, len, "inconclusive: the interval lies within +-%.3f, but this design "
+                               "lacks the power to call it no change: it could only have seen a "
+                               "drop of %.3f or more (MDE at 80%% power), above min_effect %.3f",
+                     e, mde, e);
+        return REGRESS_INCONCLUSIVE;
+    }
+    explain(why, len, v, e, mde);
+    return v;
+}
+
+/* Appends "; " (unless buf is empty) and the formatted text to buf. */
+__attribute__((format(printf, 3, 4)))
+static void add_reason(char *buf, size_t len, const char *fmt, ...)
+{
+    const size_t used = strlen(buf);
+    if (used + 3 >= len) return;
+    if (used > 0) snprintf(buf + used, len - used, "; ");
+    const size_t at = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + at, len - at, fmt, ap);
+    va_end(ap);
+}
+
+int regress_eval_degenerate(const regress_eval_score *x, char *buf, size_t len)
+{
+    if (isnan(x->accuracy) || x->n_valid <= 0) {
+        add_reason(buf, len, "%s %s: no graded sample", x->mode, x->effort);
+        return 1;
+    }
+    /* "More than half" in exact integers: 2 t > v. */
+    const int none_correct = x->accuracy == 0.0, truncated = 2 * x->n_truncated > x->n_valid;
+    if (!none_correct && !truncated) return 0;
+    char t[96] = "";
+    if (truncated)
+        snprintf(t, sizeof t, ", %lld truncated at the token limit (over half: raise "
+                 "--max-tokens)", (long long)x->n_truncated);
+    add_reason(buf, len, "%s %s: %s%lld graded samples%s", x->mode, x->effort,
+               none_correct ? "no correct answer in " : "", (long long)x->n_valid, t);
+    return 1;
+}
+
+/* Adds the reason a design of n problems cannot reach significance; 1 when so. */
+static int unreachable_design(int64_t n, char *buf, size_t len)
+{
+    const double p = eval_sign_test_min_p(n > 0 ? (size_t)n : 0);
+    if (p <= EVAL_ALPHA) return 0;
+    size_t need = 1;  /* the fewest problems whose smallest p reaches alpha */
+    while (eval_sign_test_min_p(need) > EVAL_ALPHA) need++;
+    add_reason(buf, len, "%lld problems: the smallest two-sided sign-test p is %.4g > %.2f, so "
+               "this design cannot reach significance at all (it needs at least %zu)",
+               (long long)n, p, EVAL_ALPHA, need);
+    return 1;
+}
+
+/* 1 when score x is of (eval, mode, effort). */
+static int score_has_key(const regress_eval_score *x, const char *eval, const char *mode,
+                         const char *effort)
+{
+    return strcmp(x->eval, eval) == 0 && strcmp(x->mode, mode) == 0 &&
+           strcmp(x->effort, effort) == 0;
+}
+
 /* 1 when the two scores have the same (eval, mode, effort). */
 static int same_score_key(const regress_eval_score *x, const regress_eval_score *y)
 {
-    return strcmp(x->eval, y->eval) == 0 && strcmp(x->mode, y->mode) == 0 &&
-           strcmp(x->effort, y->effort) == 0;
+    return score_has_key(x, y->eval, y->mode, y->effort);
+}
+
+/* The score of (eval, mode, effort) in s[0..n), or NULL. */
+static const regress_eval_score *find_score(const regress_eval_score *s, size_t n,
+                                            const char *eval, const char *mode,
+                                            const char *effort)
+{
+    for (size_t i = 0; i < n; i++)
+        if (score_has_key(&s[i], eval, mode, effort)) return &s[i];
+    return NULL;
+}
+
+/* The reasons a pair of the run cannot support a verdict into buf; 1 when any. */
+static int pair_degenerate(const regress_eval_pair *p, const regress_eval_score *run,
+                           size_t n_run, char *buf, size_t len)
+{
+    int bad = 0;
+    const char *modes[2] = {p->mode_a, p->mode_b};
+    for (int k = 0; k < 2; k++) {
+        const regress_eval_score *x = find_score(run, n_run, p->eval, modes[k], p->effort);
+        if (x == NULL) {
+            add_reason(buf, len, "%s %s: no eval_scores row", modes[k], p->effort);
+            bad = 1;
+        } else {
+            bad |= regress_eval_degenerate(x, buf, len);
+        }
+    }
+    bad |= unreachable_design(p->n_problems, buf, len);
+    return bad;
+}
+
+/* The design SE of acc_x - acc_y from both scores' graded samples (the top
+ * of regress.h); NaN when either has none. */
+static double design_se(const regress_eval_score *x, const regress_eval_score *y)
+{
+    if (x->n_valid <= 0 || y->n_valid <= 0) return NAN;
+    const double nx = (double)x->n_valid, ny = (double)y->n_valid;
+    /* Correct counts as avg@K x graded samples, rounded: exact for equal n_i. */
+    const double c = nearbyint(x->accuracy * nx + y->accuracy * ny);
+    if (!(c >= 0) || c > nx + ny) return NAN;
+    const double p = eval_adjusted_proportion((size_t)c, (size_t)(nx + ny));
+    return sqrt(p * (1.0 - p) * (1.0 / nx + 1.0 / ny));
 }
 
 pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
@@ -409,19 +640,46 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
     const double e = c->eval.min_effect;
     pg_status st = PG_OK;
     char why[REGRESS_MSG_MAX / 2];
+    for (size_t i = 0; st == PG_OK && i < n_run; i++) {
+        const regress_eval_score *x = &run[i];
+        why[0] = '\0';
+        const int bad = regress_eval_degenerate(x, why, sizeof why);
+        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = x->eval,
+                             .mode = x->mode, .effort = x->effort,
+                             .metric = REGRESS_METRIC_SAMPLES, .value = x->accuracy,
+                             .baseline_value = NAN, .threshold = NAN,
+                             .verdict = bad ? REGRESS_ERROR : REGRESS_PASS};
+        if (bad)
+            st = push(out, &s, err, "%s %s %s: cannot support a verdict: %s", x->eval, x->effort,
+                      x->mode, why);
+        else
+            st = push(out, &s, err, "%s %s %s: %lld graded samples over %lld problems, accuracy "
+                      "%.3f, %lld truncated", x->eval, x->effort, x->mode, (long long)x->n_valid,
+                      (long long)x->n_problems, x->accuracy, (long long)x->n_truncated);
+    }
     for (size_t i = 0; st == PG_OK && i < n_pairs; i++) {
         const regress_eval_pair *p = &pairs[i];
         char metric[REGRESS_PAIR_MAX + 16];
         snprintf(metric, sizeof metric, "%s%s", REGRESS_METRIC_DIFF_PREFIX, p->mode_b);
-        const regress_verdict v = regress_effect_verdict(p->mean_diff, p->ci_low, p->ci_high, e);
-        explain(why, sizeof why, v, e, p->mde);
+        char reasons[REGRESS_MSG_MAX / 2] = "error: ";
+        regress_verdict v = REGRESS_ERROR;
+        if (pair_degenerate(p, run, n_run, reasons + strlen(reasons),
+                            sizeof reasons - strlen(reasons)))
+            snprintf(why, sizeof why, "%s", reasons);
+        else
+            v = eval_verdict(p->mean_diff, p->ci_low, p->ci_high, p->mde, e, why, sizeof why);
         const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = p->eval,
                              .mode = p->mode_a, .effort = p->effort, .metric = metric,
                              .value = p->mean_diff, .baseline_value = NAN, .threshold = e,
                              .verdict = v};
-        st = push(out, &s, err, "%s %s %s - %s: mean paired difference %+.3f, 95%% CI [%+.3f, "
-                  "%+.3f] over %lld problems; %s", p->eval, p->effort, p->mode_a, p->mode_b,
-                  p->mean_diff, p->ci_low, p->ci_high, (long long)p->n_problems, why);
+        if (p->n_problems == 0)
+            st = push(out, &s, err, "%s %s %s - %s: no pairs (no problem scored in both modes); "
+                      "%s", p->eval, p->effort, p->mode_a, p->mode_b, why);
+        else
+            st = push(out, &s, err, "%s %s %s - %s: mean paired difference %+.3f, 95%% CI "
+                      "[%+.3f, %+.3f] over %lld problems; %s", p->eval, p->effort, p->mode_a,
+                      p->mode_b, p->mean_diff, p->ci_low, p->ci_high, (long long)p->n_problems,
+                      why);
     }
     for (size_t i = 0; st == PG_OK && i < n_run; i++) {
         const regress_eval_score *x = &run[i];
@@ -430,19 +688,32 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
             if (same_score_key(x, &base[j])) y = &base[j];
         if (y == NULL) continue;
         const double d = x->accuracy - y->accuracy;
-        const double se = sqrt(x->se * x->se + y->se * y->se);
+        const double se_obs = sqrt(x->se * x->se + y->se * y->se);
+        const double se_design = design_se(x, y);
+        const double se = se_obs > se_design ? se_obs : se_design;  /* NaN design: NaN */
         const double lo = d - EVAL_Z_975 * se, hi = d + EVAL_Z_975 * se;
         const double mde = (EVAL_Z_975 + EVAL_Z_80) * se;
-        const regress_verdict v = regress_effect_verdict(d, lo, hi, e);
-        explain(why, sizeof why, v, e, mde);
+        char reasons[REGRESS_MSG_MAX / 2] = "error: ";
+        char *r = reasons + strlen(reasons);
+        const size_t rlen = sizeof reasons - strlen(reasons);
+        regress_verdict v = REGRESS_ERROR;
+        int bad = regress_eval_degenerate(x, r, rlen);
+        if (regress_eval_degenerate(y, r, rlen)) {
+            add_reason(r, rlen, "(the baseline run's %s %s)", y->mode, y->effort);
+            bad = 1;
+        }
+        bad |= unreachable_design(x->n_problems < y->n_problems ? x->n_problems : y->n_problems,
+                                  r, rlen);
+        if (bad) snprintf(why, sizeof why, "%s", reasons);
+        else v = eval_verdict(d, lo, hi, mde, e, why, sizeof why);
         const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = x->eval,
                              .mode = x->mode, .effort = x->effort,
                              .metric = REGRESS_METRIC_ACCURACY, .value = x->accuracy,
                              .baseline_value = y->accuracy, .threshold = e, .verdict = v};
         st = push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld: "
-                  "difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and %.3f); %s",
-                  x->eval, x->effort, x->mode, x->accuracy, y->accuracy,
-                  (long long)baseline_run_id, d, lo, hi, x->se, y->se, why);
+                  "difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and %.3f, "
+                  "design SE %.3f); %s", x->eval, x->effort, x->mode, x->accuracy, y->accuracy,
+                  (long long)baseline_run_id, d, lo, hi, x->se, y->se, se_design, why);
     }
     for (size_t j = 0; st == PG_OK && j < n_base; j++) {
         const regress_eval_score *y = &base[j];

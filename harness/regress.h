@@ -27,34 +27,72 @@
  *     "present", verdict error (never a pass). A key new in the run is
  *     checked against the absolute bounds only.
  *
- * mode_pair: each variant against bf16 in the same run, per (capture,
- *   layer): metric rel_l2 (against the fp64 reference) with
- *        threshold = max(abs[V], ratio[V] x rel_l2(bf16 of that layer))
- *   (gate_config.mode_pair; undefined terms left out as above), regression
- *   when rel_l2 > threshold or the output had NaN/Inf. bf16 itself is
- *   checked against abs[bf16] (flag variant "bf16"); another variant's flag
- *   is named "V-bf16" and carries bf16's rel_l2 as baseline_value. MODE~spec
- *   rows are not against the reference and are left out; a variant with no
- *   term configured gets no flag.
+ * layer without a baseline run (the first run): the "nonfinite" flag of
+ *   every key, and each metric that has an absolute bound in the config;
+ *   a metric without one gets no flag (nothing was compared).
+ *
+ * mode_pair: each variant other than MODE~spec, per (capture, layer) of the
+ *   run, on rel_l2 against the fp64 reference; with or without a baseline
+ *   run, and whatever the config says:
+ *   - NaN/Inf in the output is a regression (ext:NAME included);
+ *   - rel_l2 >= REGRESS_ZERO_OUTPUT_REL_L2 (1: no closer to the reference
+ *     than an all-zero output) is a regression.
+ *   Then, with v = rel_l2(V), r = rel_l2(bf16) in the run and B, R the same
+ *   in the baseline run (same capture and layer), the gap of V to bf16 may
+ *   not grow past the relative tolerance tol = mode_pair.rel_tol:
+ *        gap term  = r + (B - R) + tol * max(|B - R|, R)
+ *   i.e. v - r <= (B - R) + tol * max(|B - R|, R): the allowance is tol of
+ *   the baseline's gap, and never less than tol of bf16's own error (a
+ *   variant as close to the reference as bf16 has a gap near 0 and would
+ *   otherwise have none). With the config's bounds (none by default):
+ *        threshold = max(abs[V], ratio[V] x r, gap term)
+ *   regression when v > threshold (a value at the threshold passes); a term
+ *   that is undefined is left out. With no term at all (the first run, a
+ *   variant or a bf16 row missing from the baseline or the run, and no
+ *   budget configured) the verdict is inconclusive and the message records
+ *   the gap, for bf16 itself pass (it is the reference; its change is the
+ *   layer scope's check). A flag is named "bf16" or "V-bf16" and carries
+ *   bf16's rel_l2 in the run as baseline_value.
  *
  * eval: per (eval, mode, effort), with e = gate_config.eval.min_effect, d a
- *   difference of accuracies (0..1) and [lo, hi] its 95% interval:
+ *   difference of accuracies (0..1), [lo, hi] its 95% interval and mde the
+ *   smallest drop the design detects at 80% power (evals/score.h):
  *        regression    hi < 0 and d <= -e
  *        improvement   lo > 0 and d >= e
- *        no change     -e <= lo and hi <= e
- *        inconclusive  otherwise, or when d, lo or hi is undefined.
- *   Checked in this order (with e = 0 an interval [0, 0] is "no change").
+ *        no change     -e <= lo and hi <= e and mde <= e
+ *        inconclusive  otherwise (a run that merely lacks power: mde > e,
+ *                      stated with the drop it could have seen), or when d,
+ *                      lo, hi or mde is undefined.
+ *   Checked in this order (with e = 0 an interval [0, 0] is "no change" only
+ *   for mde 0, which a design MDE never is).
+ *   Before any of these, a comparison is an error (never a pass, whatever
+ *   the config says: no threshold below is configurable) when
+ *   (regress_eval_degenerate):
+ *     - a mode it involves has no correct answer (accuracy 0) or nothing
+ *       graded (accuracy undefined), at that effort;
+ *     - more than half of such a mode's graded samples were truncated at
+ *       the token limit (the eval measured the limit, not the mode);
+ *     - the design cannot reach significance at all: with n problems the
+ *       smallest two-sided sign-test p, 2 * 0.5^n, is above EVAL_ALPHA
+ *       (n <= 5), n the problems scored in both sides;
+ *     - (pairs) a mode of the pair has no eval_scores row.
+ *   - metric "samples" per score of the run: error as above, else pass (the
+ *     graded, correct and truncated counts in the message).
  *   - metric "diff_vs_B" from the run's eval_pairs (mode A vs mode B, bf16
  *     when the run has it): d = mean paired difference A - B, the stored
- *     paired bootstrap interval, and its stored MDE in the message.
+ *     paired bootstrap interval and the stored MDE (the design MDE of
+ *     evals/score.h, raised to the observed one where that is larger).
  *   - metric "accuracy" against the baseline run's eval_scores of the same
- *     (eval, mode, effort): d = acc_run - acc_base, se = sqrt(se_run^2 +
- *     se_base^2) (two-sample: the runs are treated as independent, as only
+ *     (eval, mode, effort): d = acc_run - acc_base, se = max(sqrt(se_run^2 +
+ *     se_base^2), design se) with design se = sqrt(p~(1-p~) (1/N_run +
+ *     1/N_base)), p~ the adjusted pooled accuracy of both runs' N graded
+ *     samples (two-sample: the runs are treated as independent, as only
  *     their clustered SEs are stored), interval d -+ z_0.975 se, MDE =
  *     (z_0.975 + z_0.80) se. A key the baseline has and the run lacks is an
  *     error.
  *   Every eval message states the MDE, so "no change" reads as "no change
- *   larger than min_effect", never as proven equality.
+ *   larger than min_effect, which this design could have seen", never as
+ *   proven equality.
  */
 #ifndef PG_REGRESS_H
 #define PG_REGRESS_H
@@ -74,11 +112,16 @@ extern "C" {
 #define GATE_EXIT_REGRESSION 1  /* at least one regression, no error */
 #define GATE_EXIT_ERROR 2       /* an error verdict, or the gate could not run */
 
+/* rel_l2 of an all-zero output against any nonzero reference: ||0 - y|| / ||y||
+ * = 1. An output at or above it carries no information about the reference. */
+#define REGRESS_ZERO_OUTPUT_REL_L2 1.0
+
 /* Flag metric names beyond the layer_metrics columns. */
 #define REGRESS_METRIC_NONFINITE "nonfinite"
 #define REGRESS_METRIC_PRESENT "present"
 #define REGRESS_METRIC_ACCURACY "accuracy"
 #define REGRESS_METRIC_DIFF_PREFIX "diff_vs_"
+#define REGRESS_METRIC_SAMPLES "samples"
 
 /* Longest flag message, NUL included. */
 #define REGRESS_MSG_MAX 640
@@ -120,8 +163,10 @@ typedef struct regress_eval_pair {
 /* One eval_scores row. Strings are borrowed. */
 typedef struct regress_eval_score {
     const char *eval, *mode, *effort;
-    int64_t n_problems;
+    int64_t n_problems;   /* problems scored */
     double accuracy, se;  /* NaN where NULL */
+    int64_t n_valid;      /* graded (ok + truncated) samples */
+    int64_t n_truncated;  /* of them, truncated at the token limit */
 } regress_eval_score;
 
 /* One verdict, as a flags row. Strings are owned (regress_flags_free). */
@@ -170,22 +215,31 @@ int regress_worse(regress_metric m, double value, double threshold);
 regress_verdict regress_effect_verdict(double d, double lo, double hi, double e);
 
 /* Appends the layer-scope flags of run[0..n_run) against base[0..n_base)
- * (baseline_run_id names it in messages) to out, in (capture, layer,
- * variant) order. PG_ERR_SHAPE when one side holds a key twice;
- * PG_ERR_INTERNAL for a NULL argument (base may be NULL when n_base is 0);
+ * (baseline_run_id names it in messages; -1: no baseline run, as the top of
+ * this file says) to out, in (capture, layer, variant) order. PG_ERR_SHAPE
+ * when one side holds a key twice; PG_ERR_INTERNAL for a NULL argument
+ * (base may be NULL when n_base is 0);
  * PG_ERR_NOMEM. On failure out keeps what was appended. */
 pg_status regress_layers(const regress_layer_row *run, size_t n_run,
                          const regress_layer_row *base, size_t n_base, int64_t baseline_run_id,
                          const gate_config *c, regress_flags *out, pg_err *err);
 
 /* Appends the mode_pair flags of run[0..n) to out, in (capture, layer,
- * variant) order. Errors as regress_layers. */
-pg_status regress_mode_pairs(const regress_layer_row *run, size_t n, const gate_config *c,
-                             regress_flags *out, pg_err *err);
+ * variant) order, with the gaps of base[0..n_base) (baseline_run_id; -1 and
+ * n_base 0: no baseline run). Errors as regress_layers. */
+pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
+                             const regress_layer_row *base, size_t n_base,
+                             int64_t baseline_run_id, const gate_config *c, regress_flags *out,
+                             pg_err *err);
 
-/* Appends the eval flags to out: per pair of the run, then per score of
- * the run with a baseline score of the same key, then an error per
- * baseline score the run lacks. base may be NULL (no baseline run:
+/* Why score x cannot support a verdict (no correct answer, nothing graded,
+ * more than half truncated; the top of this file) into buf, "; "-joined
+ * after what buf holds; returns 1 when x is degenerate, else 0 (buf kept). */
+int regress_eval_degenerate(const regress_eval_score *x, char *buf, size_t len);
+
+/* Appends the eval flags to out: per score of the run ("samples"), per pair
+ * of the run, then per score of the run with a baseline score of the same
+ * key, then an error per baseline score the run lacks. base may be NULL (no baseline run:
  * baseline_run_id -1). PG_ERR_INTERNAL for a NULL argument with a count
  * > 0; PG_ERR_NOMEM. */
 pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,

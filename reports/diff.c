@@ -900,6 +900,11 @@ static void print_evals(const diff_result *r, FILE *out, int colour)
         term_fit(ef, sizeof ef, p->effort, DIFF_EFFORT_WIDTH, 0);
         term_fit(ma, sizeof ma, p->mode_a, DIFF_VARIANT_WIDTH, 0);
         term_fit(mb, sizeof mb, p->mode_b, DIFF_VARIANT_WIDTH, 0);
+        if (p->n_problems == 0) {  /* nothing to pair: no NaN and no sign p of 1 */
+            fprintf(out, "  %s %s %s - %s: no pairs (no problem scored in both modes)\n", ev, ef,
+                    ma, mb);
+            continue;
+        }
         fmt_num(mean, sizeof mean, "%+.4f", p->mean_diff);
         fmt_num(se, sizeof se, "%.4f", p->se);
         fmt_num(lo, sizeof lo, "%+.4f", p->ci_low);

@@ -537,6 +537,11 @@ static pg_status put_evals(FILE *out, const report_data *d, pg_err *err)
             fputs(" &minus; ", out);
             esc(out, p->mode_b, "-");
             fputs("</td>", out);
+            if (p->n_problems == 0) {  /* nothing to pair: no NaN and no sign p of 1 */
+                fputs("<td class=\"t\" colspan=\"6\">no pairs (no problem scored in both "
+                      "modes)</td><td>0</td></tr>\n", out);
+                continue;
+            }
             td_num(out, p->mean_diff);
             fprintf(out, "<td>[%s, %s]</td>", svg_fmt_num(lo, sizeof lo, p->ci_low),
                     svg_fmt_num(hi, sizeof hi, p->ci_high));

@@ -373,6 +373,10 @@ static void put_evals(FILE *out, const report_data *d)
         fputs(" − ", out);
         report_md_put_escaped(out, p->mode_b);
         fputs(" |", out);
+        if (p->n_problems == 0) {  /* nothing to pair: no NaN and no sign p of 1 */
+            fputs(" no pairs (no problem scored in both modes) | | | | | | 0 |\n", out);
+            continue;
+        }
         cell_num(out, p->mean_diff);
         fprintf(out, " [%s, %s] |", svg_fmt_num(lo, sizeof lo, p->ci_low),
                 svg_fmt_num(hi, sizeof hi, p->ci_high));

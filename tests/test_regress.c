@@ -181,42 +181,112 @@ Test(regress, a_key_twice_is_refused)
     regress_flags_free(&f);
 }
 
-Test(regress, mode_pairs_use_the_bound_and_the_ratio_to_bf16)
+Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
 {
     gate_config c;
-    gate_config_default(&c);  /* abs bf16 1e-2, fp8kv 4e-2, fp8qkv 2e-2; ratio 16 */
-    regress_layer_row r[5] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
-                              row("a", 3, "fp8kv~spec"), row("a", 3, "ext:x")};
-    r[0].m[REGRESS_REL_L2] = 0.005;
-    r[1].m[REGRESS_REL_L2] = 16 * 0.005;                 /* exactly max(0.04, 16 x 0.005) */
-    r[2].m[REGRESS_REL_L2] = nextafter(16 * 0.005, 1.0); /* one ulp above */
-    r[3].m[REGRESS_REL_L2] = 0.9;                        /* not against the reference: skipped */
-    r[4].m[REGRESS_REL_L2] = 0.9;                        /* nothing configured: skipped */
+    gate_config_default(&c);  /* no bound in any map; mode_pair.rel_tol 0.10 */
+    regress_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
+                                 row("a", 3, "ext:x")};
+    base[0].m[REGRESS_REL_L2] = 0.002;
+    base[1].m[REGRESS_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
+    base[2].m[REGRESS_REL_L2] = 0.072;   /* gap 0.07 */
+    base[3].m[REGRESS_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
+    regress_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
+                              row("a", 3, "fp8kv~spec"), row("a", 3, "ext:x"),
+                              row("a", 4, "fp8kv")};
+    r[0].m[REGRESS_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
+    r[1].m[REGRESS_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
+    r[2].m[REGRESS_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
+    r[3].m[REGRESS_REL_L2] = 0.9;                 /* not against the reference: skipped */
+    r[4].m[REGRESS_REL_L2] = 0.003 + 0.0001 + 0.0002;     /* at its floor allowance */
+    r[5].m[REGRESS_REL_L2] = 0.05;                /* layer 4: not in the baseline */
     regress_flags f = {0};
     pg_err err = {0};
-    cr_assert_eq(regress_mode_pairs(r, 5, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(f.n, 3);
+    cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 5);
     const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS);
-    cr_expect_eq(x->threshold, GATE_DEFAULT_ABS_BF16);
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
-    cr_expect_eq(x->threshold, 16 * 0.005);
-    cr_expect_eq(x->baseline_value, 0.005);
+    cr_expect(fabs(x->threshold - (0.003 + 0.06 + 0.006)) < 1e-15, "%.17g", x->threshold);
+    cr_expect_eq(x->baseline_value, 0.003);
+    cr_expect(strstr(x->message, "in baseline run 9") != NULL, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "ext:x-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
     regress_flags_free(&f);
 
-    /* A small bf16 error leaves the absolute bound in charge; NaN/Inf fails. */
-    r[0].m[REGRESS_REL_L2] = 0.001;
-    r[1].m[REGRESS_REL_L2] = 0.041;
-    r[2].nonfinite = 1;
-    r[2].m[REGRESS_REL_L2] = INFINITY;
-    cr_assert_eq(regress_mode_pairs(r, 3, &c, &f, &err), PG_OK, "%s", err.msg);
+    /* No baseline run: the gap is recorded (inconclusive), not judged against a
+     * built-in bound; bf16 passes its finite, < 1 check. */
+    cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 3);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
+    cr_expect(strstr(x->message, "no baseline run: gap fp8kv - bf16 0.066 recorded") != NULL,
+              "%s", x->message);
+    cr_expect_eq(find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2")->verdict, REGRESS_PASS);
+    regress_flags_free(&f);
+
+    /* Budgets from a config apply from the first run: abs and ratio x bf16. */
+    cr_assert_eq(gate_bound_set(&c.mode_pair.abs, "fp8kv", 0.05, &err), PG_OK);
+    cr_assert_eq(gate_bound_set(&c.mode_pair.ratio, "fp8qkv", 30, &err), PG_OK);
+    cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.069 > 0.05 */
+    cr_expect_eq(x->threshold, 0.05);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);        /* 0.080 <= 30 x 0.003 */
+    cr_expect(fabs(x->threshold - 0.09) < 1e-15);
+    regress_flags_free(&f);
+    /* With a baseline, a looser abs bound wins over the gap term (max). */
+    cr_assert_eq(regress_mode_pairs(r, 3, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect(strstr(x->message, "max(abs 0.05, bf16 0.003 + baseline gap") != NULL, "%s",
+              x->message);
+    regress_flags_free(&f);
+}
+
+Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
+{
+    gate_config c;
+    gate_config_default(&c);
+    regress_layer_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
+                              row("a", 0, "ext:far"), row("a", 0, "fp8kv~spec")};
+    r[0].m[REGRESS_REL_L2] = 0.002;
+    r[1].nonfinite = 1;
+    r[1].m[REGRESS_REL_L2] = INFINITY;
+    r[2].m[REGRESS_REL_L2] = 1.0;                  /* an all-zero output */
+    r[3].m[REGRESS_REL_L2] = nextafter(1.0, 0.0);  /* just closer than zeros */
+    r[4].nonfinite = 3;
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_mode_pairs(r, 5, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 4);
+    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:nan-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    cr_expect_eq(x->threshold, GATE_DEFAULT_ABS_FP8KV);
-    cr_expect_eq(find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2")->verdict,
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:zeros-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    cr_expect(strstr(x->message, "no closer to the reference than an all-zero output") != NULL,
+              "%s", x->message);
+    cr_expect_eq(x->threshold, 1.0);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:far-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
+    regress_flags_free(&f);
+    /* The layer scope flags NaN/Inf of every variant on a first run, ~spec too,
+     * and compares nothing else without a bound. */
+    cr_assert_eq(regress_layers(r, 5, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 5);
+    for (size_t i = 0; i < f.n; i++) {
+        cr_expect_str_eq(f.v[i].metric, REGRESS_METRIC_NONFINITE);
+        const int bad = f.v[i].value > 0;
+        cr_expect_eq(f.v[i].verdict, bad ? REGRESS_REGRESSION : REGRESS_PASS, "%s",
+                     f.v[i].message);
+    }
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv~spec", "nonfinite")->verdict,
                  REGRESS_REGRESSION);
     regress_flags_free(&f);
 }
@@ -247,39 +317,135 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
     gate_config_default(&c);
     const regress_eval_pair pairs[1] = {
         {"aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738}};
-    const regress_eval_score run[2] = {{"aime", "bf16", "medium", 12, 0.90, 0.04},
-                                       {"aime", "fp8qkv", "medium", 12, 0.75, 0.03}};
-    const regress_eval_score base[3] = {{"aime", "bf16", "medium", 12, 0.90, 0.04},
-                                        {"aime", "fp8qkv", "medium", 12, 0.90, 0.04},
-                                        {"aime", "fp8kv", "medium", 12, 0.80, 0.05}};
+    /* 12 problems x 3 samples: 36 graded samples per score. */
+    const regress_eval_score run[2] = {{"aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0},
+                                       {"aime", "fp8qkv", "medium", 12, 0.60, 0.03, 36, 0}};
+    const regress_eval_score base[3] = {{"aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0},
+                                        {"aime", "fp8qkv", "medium", 12, 0.90, 0.04, 36, 0},
+                                        {"aime", "fp8kv", "medium", 12, 0.80, 0.05, 36, 0}};
     regress_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_evals(pairs, 1, run, 2, base, 3, 4, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(f.n, 4);
-    cr_expect_str_eq(f.v[0].metric, "diff_vs_bf16");
-    cr_expect_str_eq(f.v[0].mode, "fp8qkv");
-    cr_expect_eq(f.v[0].verdict, REGRESS_REGRESSION);
-    cr_expect(strstr(f.v[0].message, "MDE 0.141") != NULL, "%s", f.v[0].message);
-    /* bf16 unchanged: d = 0, se = sqrt(2) 0.04, interval +-0.1109: inconclusive. */
-    cr_expect_str_eq(f.v[1].metric, REGRESS_METRIC_ACCURACY);
-    cr_expect_eq(f.v[1].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[1].message);
-    cr_expect_eq(f.v[1].baseline_value, 0.90);
-    /* fp8qkv: d = -0.15, se = sqrt(0.03^2 + 0.04^2) = 0.05, hi = -0.15 + 0.098 < 0. */
-    cr_expect_eq(f.v[2].verdict, REGRESS_REGRESSION, "%s", f.v[2].message);
-    cr_expect(strstr(f.v[2].message, "MDE 0.140") != NULL, "%s", f.v[2].message);  /* 2.8016 x 0.05 */
-    cr_expect(strstr(f.v[2].message, "[-0.248, -0.052]") != NULL, "%s", f.v[2].message);
+    cr_assert_eq(f.n, 6);
+    /* One "samples" check per score of the run, both fine. */
+    cr_expect_str_eq(f.v[0].metric, REGRESS_METRIC_SAMPLES);
+    cr_expect_str_eq(f.v[0].mode, "bf16");
+    cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
+    cr_expect_eq(f.v[1].verdict, REGRESS_PASS, "%s", f.v[1].message);
+    cr_expect_str_eq(f.v[2].metric, "diff_vs_bf16");
+    cr_expect_str_eq(f.v[2].mode, "fp8qkv");
+    cr_expect_eq(f.v[2].verdict, REGRESS_REGRESSION);
+    cr_expect(strstr(f.v[2].message, "MDE 0.141") != NULL, "%s", f.v[2].message);
+    /* bf16 unchanged: d = 0; the observed se sqrt(2) 0.04 = 0.0566 is below the
+     * design se: 65 of 72 correct, p~ = (65 + z^2/2)/(72 + z^2) = 0.88237,
+     * sqrt(p~(1-p~) (1/36 + 1/36)) = 0.075934: interval +-0.1488, inconclusive. */
+    cr_expect_str_eq(f.v[3].metric, REGRESS_METRIC_ACCURACY);
+    cr_expect_eq(f.v[3].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[3].message);
+    cr_expect_eq(f.v[3].baseline_value, 0.90);
+    cr_expect(strstr(f.v[3].message, "[-0.149, +0.149]") != NULL, "%s", f.v[3].message);
+    cr_expect(strstr(f.v[3].message, "design SE 0.076") != NULL, "%s", f.v[3].message);
+    /* fp8qkv: d = -0.30, design se (54 of 72 correct) 0.103728 > 0.05 observed:
+     * [-0.503, -0.097], MDE 2.8016 x 0.103728 = 0.2906. */
+    cr_expect_eq(f.v[4].verdict, REGRESS_REGRESSION, "%s", f.v[4].message);
+    cr_expect(strstr(f.v[4].message, "MDE 0.291") != NULL, "%s", f.v[4].message);
+    cr_expect(strstr(f.v[4].message, "[-0.503, -0.097]") != NULL, "%s", f.v[4].message);
     /* fp8kv was scored in the baseline and is missing from the run. */
-    cr_expect_str_eq(f.v[3].mode, "fp8kv");
-    cr_expect_eq(f.v[3].verdict, REGRESS_ERROR);
+    cr_expect_str_eq(f.v[5].mode, "fp8kv");
+    cr_expect_eq(f.v[5].verdict, REGRESS_ERROR);
     regress_flags_free(&f);
 
-    /* "no change" states that it is not proof of equality. */
-    const regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02}};
-    cr_assert_eq(regress_evals(tight, 1, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(f.v[0].verdict, REGRESS_NO_CHANGE);
-    cr_expect(strstr(f.v[0].message, "not proof of equality") != NULL, "%s", f.v[0].message);
-    cr_expect(strstr(f.v[0].message, "MDE 0.020") != NULL, "%s", f.v[0].message);
+    /* "no change" states that it is not proof of equality, and needs a design
+     * that could have seen min_effect: MDE 0.02 can, MDE 0.08 cannot. */
+    const regress_eval_score low[2] = {{"aime", "bf16", "low", 400, 0.5, 0.02, 3200, 0},
+                                       {"aime", "fp8kv", "low", 400, 0.5, 0.02, 3200, 0}};
+    regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02}};
+    cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(f.n, 3);
+    cr_expect_eq(f.v[2].verdict, REGRESS_NO_CHANGE, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "not proof of equality") != NULL, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "MDE 0.020") != NULL, "%s", f.v[2].message);
     regress_flags_free(&f);
+    tight[0].mde = 0.08;
+    cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "lacks the power") != NULL, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "could only have seen a drop of 0.080 or more") != NULL,
+              "%s", f.v[2].message);
+    regress_flags_free(&f);
+}
+
+/* The degenerate evals of regress.h are errors whatever min_effect says. */
+Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
+{
+    const double effects[] = {0.0, GATE_DEFAULT_MIN_EFFECT, 1.0};
+    for (size_t k = 0; k < sizeof effects / sizeof effects[0]; k++) {
+        gate_config c;
+        gate_config_default(&c);
+        c.eval.min_effect = effects[k];
+        regress_flags f = {0};
+        pg_err err = {0};
+        /* 3 problems x 1 sample, every answer right in both modes: d = 0,
+         * interval [0, 0]; the smallest sign-test p is 2 x 0.5^3 = 0.25. */
+        const regress_eval_score three[2] = {{"e", "bf16", "m", 3, 1.0, 0.0, 3, 0},
+                                             {"e", "fp8kv", "m", 3, 1.0, 0.0, 3, 0}};
+        const regress_eval_pair p3[1] = {{"e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066}};
+        cr_assert_eq(regress_evals(p3, 1, three, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_assert_eq(f.n, 3);
+        cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
+        cr_expect_eq(f.v[2].verdict, REGRESS_ERROR, "e=%g: %s", effects[k], f.v[2].message);
+        cr_expect(strstr(f.v[2].message, "smallest two-sided sign-test p is 0.25 > 0.05, so this "
+                                         "design cannot reach significance at all (it needs at "
+                                         "least 6)") != NULL, "%s", f.v[2].message);
+        cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
+        regress_flags_free(&f);
+        /* 6 problems: 2 x 0.5^6 = 0.03125 can reach 0.05, so no error. */
+        const regress_eval_score six[2] = {{"e", "bf16", "m", 6, 0.5, 0.2, 6, 0},
+                                           {"e", "fp8kv", "m", 6, 0.5, 0.2, 6, 0}};
+        const regress_eval_pair p6[1] = {{"e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9}};
+        cr_assert_eq(regress_evals(p6, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_expect_neq(f.v[2].verdict, REGRESS_ERROR, "%s", f.v[2].message);
+        regress_flags_free(&f);
+
+        /* 30 problems x 2 samples, every sample truncated and wrong in both modes. */
+        const regress_eval_score trunc[2] = {{"e", "bf16", "m", 30, 0.0, 0.0, 60, 60},
+                                             {"e", "fp8kv", "m", 30, 0.0, 0.0, 60, 60}};
+        const regress_eval_pair pt[1] = {{"e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632}};
+        cr_assert_eq(regress_evals(pt, 1, trunc, 2, trunc, 2, 7, &c, &f, &err), PG_OK);
+        cr_assert_eq(f.n, 5);
+        for (size_t i = 0; i < f.n; i++)
+            cr_expect_eq(f.v[i].verdict, REGRESS_ERROR, "flag %zu: %s", i, f.v[i].message);
+        cr_expect(strstr(f.v[0].message, "bf16 m: no correct answer in 60 graded samples, 60 "
+                                         "truncated at the token limit (over half") != NULL,
+                  "%s", f.v[0].message);
+        cr_expect(strstr(f.v[2].message, "fp8kv m: no correct answer") != NULL, "%s",
+                  f.v[2].message);
+        cr_expect(strstr(f.v[3].message, "(the baseline run's bf16 m)") != NULL, "%s",
+                  f.v[3].message);
+        regress_flags_free(&f);
+
+        /* Right answers, but 31 of 60 samples truncated: more than half. */
+        const regress_eval_score half[2] = {{"e", "bf16", "m", 30, 0.5, 0.05, 60, 30},
+                                            {"e", "fp8kv", "m", 30, 0.5, 0.05, 60, 31}};
+        cr_assert_eq(regress_evals(NULL, 0, half, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
+        cr_expect_eq(f.v[1].verdict, REGRESS_ERROR, "%s", f.v[1].message);
+        cr_expect(strstr(f.v[1].message, "fp8kv m: 60 graded samples, 31 truncated") != NULL,
+                  "%s", f.v[1].message);
+        regress_flags_free(&f);
+
+        /* A pair with no problem in common, and one whose mode was never scored. */
+        const regress_eval_pair none[2] = {{"e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN},
+                                           {"e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1}};
+        cr_assert_eq(regress_evals(none, 2, half, 1, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_assert_eq(f.n, 3);
+        cr_expect_eq(f.v[1].verdict, REGRESS_ERROR, "%s", f.v[1].message);
+        cr_expect(strstr(f.v[1].message, "no pairs (no problem scored in both modes)") != NULL,
+                  "%s", f.v[1].message);
+        cr_expect(strstr(f.v[1].message, "fp8kv m: no eval_scores row") != NULL, "%s",
+                  f.v[1].message);
+        cr_expect_eq(f.v[2].verdict, REGRESS_ERROR, "%s", f.v[2].message);
+        regress_flags_free(&f);
+    }
 }
 
 /* Parses text as a config; returns the status and leaves the message in err. */
@@ -296,24 +462,27 @@ Test(regress, config_defaults_merge_and_removal)
     cr_assert_eq(parse("{}", &c, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(c.layer.rel_tol, GATE_DEFAULT_REL_TOL);
     cr_expect_eq(c.layer.metrics, GATE_DEFAULT_LAYER_METRICS);
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv"), 4e-2);
-    cr_expect_eq(gate_bound_find(&c.mode_pair.abs, "fp8qkv"), 2e-2);
-    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), GATE_DEFAULT_PAIR_RATIO);
+    /* No built-in absolute budget anywhere (gate_config.h says why). */
+    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) cr_expect_eq(c.layer.abs[m].n, 0);
+    cr_expect_eq(c.mode_pair.abs.n, 0);
+    cr_expect_eq(c.mode_pair.ratio.n, 0);
+    cr_expect_eq(c.mode_pair.rel_tol, GATE_DEFAULT_REL_TOL);
     cr_expect_eq(c.eval.min_effect, 0.05);
     cr_assert_eq(parse("{\"layer\": {\"rel_tol\": 0.2, \"metrics\": [\"cos_sim\", \"max_abs\"],"
                        " \"abs\": {\"fp8kv\": 0.08, \"bf16\": null, \"ext:trt\": 0.1},"
                        " \"metric_abs\": {\"p99_abs\": {\"fp8kv~spec\": 0.5}}},"
-                       " \"mode_pair\": {\"ratio\": {\"fp8qkv\": null}},"
+                       " \"mode_pair\": {\"rel_tol\": 0.3, \"ratio\": {\"fp8qkv\": 4, \"fp8kv\": 5}},"
                        " \"eval\": {\"min_effect\": 0}}", &c, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(c.layer.rel_tol, 0.2);
     cr_expect_eq(c.layer.metrics, (1u << REGRESS_COS_SIM) | (1u << REGRESS_MAX_ABS));
     cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv"), 0.08);
     cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "bf16")));
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv"), 2e-2);  /* kept */
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv")));  /* never set */
     cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "ext:trt"), 0.1);
     cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_P99_ABS], "fp8kv~spec"), 0.5);
-    cr_expect(isnan(gate_bound_find(&c.mode_pair.ratio, "fp8qkv")));
-    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), GATE_DEFAULT_PAIR_RATIO);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8qkv"), 4);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), 5);
+    cr_expect_eq(c.mode_pair.rel_tol, 0.3);
     cr_expect_eq(c.eval.min_effect, 0.0);
 }
 
@@ -391,7 +560,10 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 1, base, 2, 1, &c, &f, &err), PG_OK, "%s", err.msg);
     const regress_eval_pair pairs[1] = {{"e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1}};
-    cr_assert_eq(regress_evals(pairs, 1, NULL, 0, NULL, 0, 1, &c, &f, &err), PG_OK, "%s", err.msg);
+    const regress_eval_score scores[2] = {{"e<1>", "bf16", "hi", 12, 0.5, 0.1, 12, 0},
+                                          {"e<1>", "fp8kv", "hi", 12, 0.4, 0.1, 12, 0}};
+    cr_assert_eq(regress_evals(pairs, 1, scores, 2, NULL, 0, 1, &c, &f, &err), PG_OK, "%s",
+                 err.msg);
     cr_assert_eq(junit_write(path, 2, 1, &f, &err), PG_OK, "%s", err.msg);
 
     FILE *in = fopen(path, "rb");
@@ -402,13 +574,13 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     text[n] = '\0';
     cr_expect(strstr(text, "c&amp;&lt;&gt;&quot;&apos;??\xc3\xa9.st layer 0 fp8kv") != NULL, "%s", text);
     cr_expect(strstr(text, "\x01") == NULL && strstr(text, "\xff") == NULL);
-    cr_expect(strstr(text, "<testsuites name=\"precgate gate run 2\" tests=\"3\" failures=\"2\" "
+    cr_expect(strstr(text, "<testsuites name=\"precgate gate run 2\" tests=\"4\" failures=\"2\" "
                            "errors=\"1\">") != NULL, "%s", text);
     char *summary = minidom_summary(path);
     if (summary == NULL) {
         cr_log_warn("python3 not found: the JUnit file's well-formedness is not checked");
     } else {
-        cr_expect(strstr(summary, "layer=2/1/1 mode_pair=0/0/0 eval=1/1/0") != NULL, "%s", summary);
+        cr_expect(strstr(summary, "layer=2/1/1 mode_pair=0/0/0 eval=2/1/0") != NULL, "%s", summary);
         cr_expect(strstr(summary, "rel_l2 0.7 > threshold 0.625") != NULL, "%s", summary);
         free(summary);
     }

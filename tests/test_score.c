@@ -328,7 +328,14 @@ Test(score, paired_difference_se_sign_test_and_mde)
     cr_expect_eq(p.losses, 1);
     cr_expect_eq(p.ties, 2);
     expect_close(p.sign_p, 1.0, TIGHT, "sign p (2 P(X <= 1), n = 3 = 1)");
+    /* The observed spread is above the design's, so it sets the MDE: 2.8016
+     * sqrt(0.325/5). The design MDE: 10 of 20 correct, p~ = (10 + z^2/2)/(20 +
+     * z^2) = 1/2, sum 1/n_i = 5 x (1/2 + 1/2): 2.8016 sqrt(0.25 x 5) / 5. */
     expect_close(p.mde, 0.7142668848075563, 1e-13, "mde");
+    expect_close(p.design_mde, 0.6264534992459173, 1e-13, "design mde");
+    cr_expect_eq(p.pooled_correct, 10);
+    cr_expect_eq(p.pooled_valid, 20);
+    expect_close(p.min_sign_p, 0.0625, TIGHT, "2 x 0.5^5");
     cr_expect_lt(p.ci_low, p.mean_diff);
     cr_expect_gt(p.ci_high, p.mean_diff);
     cr_expect_geq(p.ci_low, -0.5);
@@ -361,6 +368,11 @@ Test(score, pair_drops_unscored_problems_and_ties_across_k)
     cr_expect_eq(p.wins, 1);
     cr_expect_eq(p.losses, 0);
     expect_close(p.mean_diff, (0.0 + 1.0 / 3.0) / 2.0, TIGHT, "mean_diff");
+    /* Design MDE over unequal counts: 7 of 11 correct, sum of 1/n_i = (1/2 +
+     * 1/4) + (1/2 + 1/3), n = 2 (Python, double precision). */
+    expect_close(p.design_mde, 0.8631200743108877, 1e-13, "design mde, unequal n_i");
+    cr_expect_eq(p.pooled_correct, 7);
+    cr_expect_eq(p.pooled_valid, 11);
 
     char *other[] = {"p1", "p2", "p4"};
     eval_table c = {.n_problems = 3, .k = 4, .cells = cb, .problem_ids = other};
@@ -369,6 +381,65 @@ Test(score, pair_drops_unscored_problems_and_ties_across_k)
     cr_expect_not_null(strstr(e2.msg, "p4"), "%s", e2.msg);
     eval_table d = {.n_problems = 2, .k = 4, .cells = cb};
     cr_expect_eq(eval_pair_compute(&a, &d, &p, &err), PG_ERR_SHAPE);
+}
+
+Test(score, design_mde_and_smallest_sign_p_by_hand)
+{
+    /* Agresti-Coull: (c + z^2/2)/(n + z^2) with z = 1.959963984540054. */
+    expect_close(eval_adjusted_proportion(0, 6), 0.19516714395108267, 1e-15, "0 of 6");
+    expect_close(eval_adjusted_proportion(6, 6), 0.8048328560489173, 1e-15, "6 of 6");
+    expect_close(eval_adjusted_proportion(0, 0), 0.5, 1e-15, "0 of 0");
+    cr_expect(isnan(eval_adjusted_proportion(3, 2)));
+    /* n = 30 problems, K = 8 in both modes, 240 of 480 right: p~ = 1/2,
+     * sum 1/n_i = 30 x 2/8: 2.8016 sqrt(0.25 x 7.5) / 30 (Python). */
+    expect_close(eval_design_mde(240, 480, 7.5, 30), 0.1278742850611253, 1e-13, "30 x 8");
+    cr_expect(isnan(eval_design_mde(0, 0, 0.0, 0)));
+    cr_expect(isnan(eval_design_mde(1, 2, 0.0, 1)));
+    expect_close(eval_sign_test_min_p(0), 1.0, 0, "n 0");
+    expect_close(eval_sign_test_min_p(1), 1.0, 0, "n 1");
+    expect_close(eval_sign_test_min_p(5), 0.0625, 0, "n 5");
+    expect_close(eval_sign_test_min_p(6), 0.03125, 0, "n 6");
+    /* The smallest p is what the sign test gives for n wins and no loss. */
+    for (size_t n = 1; n < 12; n++)
+        expect_close(eval_sign_test_min_p(n), eval_sign_test_p(n, 0), 1e-14, "min p = p(n, 0)");
+}
+
+/* The degenerate pairs of issue 14: no sample differs, so the observed SD
+ * is 0; the MDE comes from the design instead. */
+Test(score, degenerate_pairs_get_the_design_mde_not_zero)
+{
+    eval_cell right[] = {OK1, OK1, OK1}, wrong[] = {OK0, OK0, OK0};
+    eval_table a = {.n_problems = 3, .k = 1, .cells = right};
+    eval_table b = {.n_problems = 3, .k = 1, .cells = right};
+    eval_pair p;
+    pg_err err = {0};
+    cr_assert_eq(eval_pair_compute(&a, &b, &p, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(p.sd, 0.0);
+    cr_expect_eq(p.ties, 3);
+    /* 6 of 6: p~ = 0.80483, sum 1/n_i = 6, n = 3: 2.8016 sqrt(p~(1-p~) 6)/3. */
+    expect_close(p.mde, 0.9065972761244595, 1e-13, "3 x 1, all right");
+    expect_close(p.min_sign_p, 0.25, TIGHT, "2 x 0.5^3");
+    a.cells = b.cells = wrong;
+    cr_assert_eq(eval_pair_compute(&a, &b, &p, &err), PG_OK, "%s", err.msg);
+    expect_close(p.mde, 0.9065972761244595, 1e-13, "3 x 1, all wrong (p~ mirrored)");
+
+    /* 30 problems x 2 samples, every one truncated and wrong, in both modes. */
+    eval_cell trunc[60];
+    for (size_t i = 0; i < 60; i++) trunc[i] = (eval_cell)TR0;
+    eval_table ta = {.n_problems = 30, .k = 2, .cells = trunc};
+    cr_assert_eq(eval_pair_compute(&ta, &ta, &p, &err), PG_OK, "%s", err.msg);
+    expect_close(p.mde, 0.06320464843714475, 1e-13, "30 x 2 truncated");
+    cr_expect_eq(p.pooled_correct, 0);
+    cr_expect_eq(p.pooled_valid, 120);
+
+    /* No problem in common: nothing is defined, and the sign test cannot reach anything. */
+    eval_cell errs[] = {ERR, ERR, ERR};
+    eval_table e = {.n_problems = 3, .k = 1, .cells = errs};
+    a.cells = right;
+    cr_assert_eq(eval_pair_compute(&a, &e, &p, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(p.n_problems, 0);
+    cr_expect(isnan(p.mde) && isnan(p.mean_diff));
+    cr_expect_eq(p.min_sign_p, 1.0);
 }
 
 Test(score, invalid_cells_are_refused)
