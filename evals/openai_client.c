@@ -684,8 +684,9 @@ static bool take_reply(xfer *x, const cJSON *root, bool delta)
         x->stream_error_code = json_long_in(c, OA_HTTP_STATUS_MIN, OA_HTTP_STATUS_MAX, 0);
         return true;
     }
-    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
-    if (c0 != NULL) {
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
+    const cJSON *c0 = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
+    if (cJSON_IsObject(c0)) {  /* cJSON_GetArrayItem would take an object's first member too */
         x->got_choice = true;
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(c0, delta ? "delta" : "message");
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning");

@@ -101,8 +101,10 @@ static const broken_case k_broken[] = {
     {"message without content",
      "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\"},\"finish_reason\":\"stop\"}]}",
      NULL, "reply had no choices[0].message.content and finish_reason 'stop'"},
-    {"choices[0] not an object", "{\"choices\":[7]}", NULL,
-     "reply had no choices[0].message.content and no finish_reason"},
+    {"choices[0] not an object", "{\"choices\":[7]}", NULL, "reply had no choices[0]"},
+    {"choices an object, not an array",
+     "{\"choices\":{\"0\":{\"message\":{\"content\":\"\\\\boxed{7}\"},\"finish_reason\":\"stop\"}}}",
+     NULL, "reply had no choices[0]"},
     {"generation aborted by the server",
      "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"so \\\\boxed{7\"},"
      "\"finish_reason\":\"abort\"}]}",
