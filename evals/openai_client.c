@@ -655,8 +655,8 @@ static bool add_text(xfer *x, buf *field, const cJSON *v)
 }
 
 /* The server's integer v when it is a JSON number, integral and in [lo, hi];
- * else absent. Checked before the conversion: a cast of 1e300, -5 into an
- * unsigned or NaN to long is undefined behaviour (C17 6.3.1.4). */
+ * else absent. Checked before the conversion: converting a double outside
+ * long's range (1e300) or a NaN to long is undefined behaviour (C17 6.3.1.4). */
 static long json_long_in(const cJSON *v, long lo, long hi, long absent)
 {
     if (!cJSON_IsNumber(v)) return absent;
