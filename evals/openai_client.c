@@ -1071,12 +1071,22 @@ static int next_queued(run *r, int e)
     return q->next < r->n ? q->next : -1;
 }
 
-/* Starts what may start now (new requests into free slots, due retries) and
- * fails the streamed attempts that have stalled. *wait_ms: milliseconds until
- * the next retry or stall deadline (at most OA_MAX_POLL_MS). */
+/* When x's active, streamed attempt counts as stalled; HUGE_VAL for any other x. */
+static double stall_deadline(const xfer *x)
+{
+    return x->state == XF_ACTIVE && x->stream ? x->last_rx + x->ep->opt.stall_s : HUGE_VAL;
+}
+
+/* Fails the streamed attempts that have stalled, then starts what may start
+ * now (new requests into free slots, due retries). *wait_ms: milliseconds
+ * until the next retry or stall deadline (at most OA_MAX_POLL_MS). */
 static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
 {
     pg_status st = PG_OK;
+    const double now = mono_now();
+    /* First, so that the slots of stalled requests that fail are refilled below. */
+    for (int k = r->n_held - 1; k >= 0 && st == PG_OK; k--)  /* down: a report drops held[k] */
+        if (stall_deadline(r->held[k]) <= now) st = stall_fail(r, r->held[k], now, err);
     for (int e = 0; e < r->n_q && st == PG_OK; e++) {
         int i;
         while (st == PG_OK && r->q[e].held < r->q[e].ep->opt.max_in_flight &&
@@ -1086,17 +1096,12 @@ static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
             st = start_attempt(r, &r->x[i], err);
         }
     }
-    double now = mono_now(), next = now + OA_MAX_POLL_MS / 1000.0;
-    for (int k = r->n_held - 1; k >= 0 && st == PG_OK; k--) {  /* down: a report drops held[k] */
+    double next = now + OA_MAX_POLL_MS / 1000.0;
+    for (int k = 0; k < r->n_held && st == PG_OK; k++) {
         xfer *x = r->held[k];
-        if (x->state == XF_ACTIVE && x->stream) {
-            const double stall_at = x->last_rx + x->ep->opt.stall_s;
-            if (stall_at <= now) st = stall_fail(r, x, now, err);
-            else if (stall_at < next) next = stall_at;
-        }
-        if (st != PG_OK || x->state != XF_WAITING) continue;
-        if (x->not_before <= now) st = start_attempt(r, x, err);
-        else if (x->not_before < next) next = x->not_before;
+        if (x->state == XF_WAITING && x->not_before <= now) st = start_attempt(r, x, err);
+        else if (x->state == XF_WAITING && x->not_before < next) next = x->not_before;
+        if (stall_deadline(x) < next) next = stall_deadline(x);
     }
     r->prog.in_flight = r->n_held;
     *wait_ms = (long)ceil((next - now) * 1000.0);

@@ -52,12 +52,19 @@ static void start_pair(fake_server *s16, const fs_reply *chat16, int n16, fake_s
     snprintf(eps, size, "--endpoint bf16=%s --endpoint fp8kv=%s", u16, u8);
 }
 
-/* Writes the traces of two problems, a and b, both answered 7. */
-static const char *two_problem_traces(void)
+/* Problems in the traces: enough that one left out still leaves a design
+ * that can reach significance (a sign test over 5 pairs can reach p 0.06, 6
+ * pairs 0.03), so only the fault decides how a run ends. */
+#define N_PROBLEMS 6
+
+/* Writes the traces of N_PROBLEMS problems, a, b, ..., each answered 7. */
+static const char *traces_all_seven(void)
 {
     const char *path = tu_in_dir("t.jsonl");
-    const char *lines = "{\"id\":\"a\",\"problem\":\"3+4?\",\"answer\":7}\n"
-                        "{\"id\":\"b\",\"problem\":\"10-3?\",\"answer\":7}\n";
+    char lines[N_PROBLEMS * 64] = "";
+    for (int i = 0; i < N_PROBLEMS; i++)
+        snprintf(lines + strlen(lines), sizeof lines - strlen(lines),
+                 "{\"id\":\"%c\",\"problem\":\"%d+%d?\",\"answer\":7}\n", 'a' + i, i, 7 - i);
     tu_write_file(path, lines, strlen(lines));
     return path;
 }
@@ -117,10 +124,10 @@ Test(eval_client_faults, broken_200_replies_are_errors_then_resumed)
         const broken_case *bc = &k_broken[i];
         char db[512], args[2048], eps[256];
         snprintf(db, sizeof db, "%s/e%zu.db", tu_dir, i);
-        const char *traces = two_problem_traces();
+        const char *traces = traces_all_seven();
         const fs_reply right = {200, k_right, NULL, NULL, 0, 0};
         const fs_reply broken = {200, bc->body, bc->content_type, NULL, 0, 0};
-        /* fp8kv: problem a gets the broken reply on both attempts, b a right one. */
+        /* fp8kv: problem a gets the broken reply on both attempts, the rest right ones. */
         const fs_reply script8[3] = {broken, broken, right};
         fake_server s16, s8;
         start_pair(&s16, &right, 1, &s8, script8, 3, eps, sizeof eps);
@@ -131,7 +138,8 @@ Test(eval_client_faults, broken_200_replies_are_errors_then_resumed)
         cr_assert_eq(rc, 1, "%s: a broken reply must fail the run (exit 1): %s", bc->name, out);
         cr_assert(strstr(out, "incomplete") != NULL, "%s: %s", bc->name, out);
         free(out);
-        cr_assert_eq(fs_hits(&s8, CHAT), 3, "%s: problem a is retried once", bc->name);
+        cr_assert_eq(fs_hits(&s8, CHAT), 2 + N_PROBLEMS - 1, "%s: problem a is retried once",
+                     bc->name);
         cr_assert_eq(db_int(db, "SELECT status = %Q FROM runs WHERE id = 1", "incomplete"), 1,
                      "%s", bc->name);
         cr_assert_eq(db_int(db, "SELECT count(*) FROM eval_samples WHERE status = %Q", "error"), 1,
@@ -148,6 +156,8 @@ Test(eval_client_faults, broken_200_replies_are_errors_then_resumed)
                                 "WHERE mode = %Q",
                             "fp8kv"),
                      11, "%s", bc->name);
+        cr_assert_eq(db_int(db, "SELECT count(*) FROM eval_samples WHERE correct = %Q", "1"),
+                     2 * N_PROBLEMS - 1, "%s", bc->name);
 
         /* --resume sends only the failed sample again. */
         fs_route_openai(&s8, &right, 1);
@@ -159,7 +169,7 @@ Test(eval_client_faults, broken_200_replies_are_errors_then_resumed)
                      "%s", bc->name);
         cr_assert_eq(db_int(db, "SELECT count(*) FROM eval_samples WHERE run_id = 1 AND status = %Q",
                             "ok"),
-                     4, "%s", bc->name);
+                     2 * N_PROBLEMS, "%s", bc->name);
         fs_stop(&s16);
         fs_stop(&s8);
     }
@@ -175,23 +185,22 @@ static double mono_s(void)
 
 Test(eval_client_faults, stalled_server_is_found_per_stall_timeout_and_retried)
 {
-    /* fp8kv sends one event and then nothing, on every attempt (a SIGSTOPped
-     * server looks the same on the wire): each attempt fails 0.5 s after its
-     * last byte, 3 attempts, no backoff to speak of. */
+    /* For problem a, fp8kv sends one event and then nothing, on every attempt
+     * (a SIGSTOPped server looks the same on the wire): each attempt fails
+     * 0.5 s after its last byte, 3 attempts, no backoff to speak of. */
     char db[512], args[2048], eps[256];
     snprintf(db, sizeof db, "%s/e.db", tu_dir);
-    const char *traces = tu_in_dir("t.jsonl");
-    const char *line = "{\"id\":\"a\",\"problem\":\"3+4?\",\"answer\":7}\n";
-    tu_write_file(traces, line, strlen(line));
+    const char *traces = traces_all_seven();
     const fs_reply right = {200, k_right, NULL, NULL, 0, 0};
     const fs_reply silent = {
         200, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"so \"}}]}\n\n", SSE, NULL,
         0, 20000};
+    const fs_reply script8[4] = {silent, silent, silent, right};
     fake_server s16, s8;
-    start_pair(&s16, &right, 1, &s8, &silent, 1, eps, sizeof eps);
+    start_pair(&s16, &right, 1, &s8, script8, 4, eps, sizeof eps);
     snprintf(args, sizeof args,
              "eval --traces '%s' %s --db '%s' --no-progress --stall-timeout 0.5 --max-attempts 3 "
-             "--backoff 0.001 --timeout 30",
+             "--backoff 0.001 --timeout 30 --concurrency 1",
              traces, eps, db);
     char *out = NULL;
     const double t0 = mono_s();
@@ -199,7 +208,7 @@ Test(eval_client_faults, stalled_server_is_found_per_stall_timeout_and_retried)
     const double took = mono_s() - t0;
     cr_assert_eq(rc, 1, "%s", out);
     free(out);
-    cr_assert_eq(fs_hits(&s8, CHAT), 3);
+    cr_assert_eq(fs_hits(&s8, CHAT), 3 + N_PROBLEMS - 1);
     cr_assert_eq(db_int(db,
                         "SELECT count(*) FROM eval_samples WHERE mode = 'fp8kv' AND "
                         "status = 'error' AND attempts = 3 AND instr(error, %Q) > 0",
