@@ -38,9 +38,16 @@
 #define OA_PROBE_MIN_TIMEOUT_S 0.1
 /* Longest single wait of the oa_run() loop, so retry deadlines are noticed. */
 #define OA_MAX_POLL_MS 1000
-/* A streamed attempt that averages fewer bytes per second than this over
- * stall_s seconds is aborted (CURLOPT_LOW_SPEED_LIMIT). */
-#define OA_STALL_BYTES_PER_S 1L
+/* A token count above this in a reply's usage is not believed (dropped as
+ * absent): 1000x the 131072-token window gpt-oss evals uses, far above any
+ * served context, and below LONG_MAX and 2^53 so the conversion is exact. */
+#define OA_MAX_USAGE_TOKENS 131072000L
+/* An error code inside a reply is an HTTP status only within these
+ * (RFC 9110 section 15: three digits, 1xx to 5xx). */
+#define OA_HTTP_STATUS_MIN 100L
+#define OA_HTTP_STATUS_MAX 599L
+/* Longest finish_reason quoted in an error. */
+#define OA_FINISH_SNIPPET 64
 /* The instruction gpt-oss evals appends to every AIME problem
  * (openai/gpt-oss gpt_oss/evals/aime_eval.py, AIME_TEMPLATE). */
 #define OA_AIME_PROMPT_HEAD "\n"
@@ -58,11 +65,9 @@ static const char *const k_efforts[] = {"none", "minimal", "low", "medium", "hig
  * - 6 attempts, backoff base 1 s, cap 60 s, full jitter: "Exponential Backoff
  *   And Jitter", AWS Architecture Blog (2015); gpt-oss evals sleeps 2**trial
  *   without a cap, lm-eval caps at 10 s (notes-evals.md sections 1, 2).
- * - timeout 4 h: lm-eval users raise aiohttp's total timeout to 14400 s for
- *   long generations (lm-evaluation-harness PR #2307).
- * - stall 600 s, connect 10 s, poll 2 s: vLLM streams a chunk per token, so
- *   ten silent minutes mean a hung attempt; a loading vLLM refuses
- *   connections, so polls fail fast and cheap. */
+ * - timeout 4 h, stall 60 s: see openai_client.h.
+ * - connect 10 s, poll 2 s: a loading vLLM refuses connections, so polls
+ *   fail fast and cheap. */
 
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                            */
@@ -220,7 +225,8 @@ static pg_status resolve_options(oa_options *o, const char *mode, pg_err *err)
     if (o->max_in_flight < 0 || o->max_attempts < 0 || o->backoff_base_s < 0 ||
         o->backoff_cap_s < 0 || o->timeout_s < 0 || o->connect_timeout_s < 0 || o->stall_s < 0 ||
         o->poll_s < 0 || isnan(o->backoff_base_s) || isnan(o->backoff_cap_s) ||
-        isnan(o->timeout_s) || isnan(o->connect_timeout_s) || isnan(o->poll_s))
+        isnan(o->timeout_s) || isnan(o->connect_timeout_s) || isnan(o->stall_s) ||
+        isnan(o->poll_s))
         return pg_fail(err, PG_ERR_USAGE, "endpoint %s: options must not be negative", mode);
     if (!o->max_in_flight) o->max_in_flight = OA_DEFAULT_MAX_IN_FLIGHT;
     if (!o->max_attempts) o->max_attempts = OA_DEFAULT_MAX_ATTEMPTS;
@@ -228,7 +234,7 @@ static pg_status resolve_options(oa_options *o, const char *mode, pg_err *err)
     if (o->backoff_cap_s == 0) o->backoff_cap_s = OA_DEFAULT_BACKOFF_CAP_S;
     if (o->timeout_s == 0) o->timeout_s = OA_DEFAULT_TIMEOUT_S;
     if (o->connect_timeout_s == 0) o->connect_timeout_s = OA_DEFAULT_CONNECT_TIMEOUT_S;
-    if (!o->stall_s) o->stall_s = OA_DEFAULT_STALL_S;
+    if (o->stall_s == 0) o->stall_s = OA_DEFAULT_STALL_S;
     if (o->poll_s == 0) o->poll_s = OA_DEFAULT_POLL_S;
     if (o->backoff_cap_s < o->backoff_base_s)
         return pg_fail(err, PG_ERR_USAGE, "endpoint %s: backoff cap %g s is below its base %g s",
@@ -602,6 +608,7 @@ typedef struct xfer {
     CURL *easy;
     int attempts;
     double started;         /* monotonic start of the current attempt */
+    double last_rx;         /* its start or the arrival of its last byte */
     double not_before;      /* XF_WAITING: earliest start of the next attempt */
     char errbuf[CURL_ERROR_SIZE];
     /* the current attempt's reply */
@@ -616,6 +623,7 @@ typedef struct xfer {
     long stream_error_code;
     bool too_big;           /* a cap was hit: the attempt was aborted */
     bool bad_event;         /* an event was not JSON */
+    bool got_choice;        /* some reply object or event carried a choices[0] */
 } xfer;
 
 /* Clears the per-attempt reply state of x. */
@@ -630,7 +638,7 @@ static void reply_reset(xfer *x)
     x->finish_reason = x->stream_error = NULL;
     x->rx = RX_UNDECIDED;
     x->prompt_tokens = x->completion_tokens = -1;
-    x->sse_done = x->too_big = x->bad_event = false;
+    x->sse_done = x->too_big = x->bad_event = x->got_choice = false;
     x->stream_error_code = 0;
     x->errbuf[0] = '\0';
 }
@@ -644,6 +652,17 @@ static bool add_text(xfer *x, buf *field, const cJSON *v)
         return false;
     }
     return true;
+}
+
+/* The server's integer v when it is a JSON number, integral and in [lo, hi];
+ * else absent. Checked before the conversion: converting a double outside
+ * long's range (1e300) or a NaN to long is undefined behaviour (C17 6.3.1.4). */
+static long json_long_in(const cJSON *v, long lo, long hi, long absent)
+{
+    if (!cJSON_IsNumber(v)) return absent;
+    const double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi) || d != floor(d)) return absent;
+    return (long)d;
 }
 
 /* Takes what one reply object carries: an error, choices[0]'s message (or,
@@ -660,11 +679,15 @@ static bool take_reply(xfer *x, const cJSON *root, bool delta)
                           : cJSON_IsString(e) ? e->valuestring
                                               : "(no message)";
         if (x->stream_error == NULL) x->stream_error = strdup(msg ? msg : "");
-        if (cJSON_IsNumber(c)) x->stream_error_code = (long)c->valuedouble;
+        /* Only an HTTP status says whether to retry; any other code
+         * (OpenAI's are strings, a broken server's may be 1e300) is unknown. */
+        x->stream_error_code = json_long_in(c, OA_HTTP_STATUS_MIN, OA_HTTP_STATUS_MAX, 0);
         return true;
     }
-    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "choices"), 0);
-    if (c0 != NULL) {
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
+    const cJSON *c0 = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
+    if (cJSON_IsObject(c0)) {  /* cJSON_GetArrayItem would take an object's first member too */
+        x->got_choice = true;
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(c0, delta ? "delta" : "message");
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning");
         if (!cJSON_IsString(r)) r = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
@@ -680,8 +703,10 @@ static bool take_reply(xfer *x, const cJSON *root, bool delta)
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "usage");
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
-    if (cJSON_IsNumber(pt)) x->prompt_tokens = (long)pt->valuedouble;
-    if (cJSON_IsNumber(ct)) x->completion_tokens = (long)ct->valuedouble;
+    /* Usage only informs (it is stored, never graded): a count out of range,
+     * fractional or not a number is dropped (-1, "absent"), the answer kept. */
+    if (pt != NULL) x->prompt_tokens = json_long_in(pt, 0, OA_MAX_USAGE_TOKENS, -1);
+    if (ct != NULL) x->completion_tokens = json_long_in(ct, 0, OA_MAX_USAGE_TOKENS, -1);
     return true;
 }
 
@@ -745,6 +770,7 @@ static size_t on_chat_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     xfer *x = userdata;
     size_t n = size * nmemb;
+    x->last_rx = mono_now();
     if (x->rx == RX_UNDECIDED) {
         long code = 0;
         char *ct = NULL;
@@ -846,13 +872,9 @@ static pg_status start_attempt(run *r, xfer *x, pg_err *err)
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)ceil(o->timeout_s * 1000.0));
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(o->connect_timeout_s * 1000.0));
-        if (x->stream) {  /* a non-streamed reply is silent until complete: no stall check */
-            curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, OA_STALL_BYTES_PER_S);
-            curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, o->stall_s);
-        }
     }
     x->attempts++;
-    x->started = mono_now();
+    x->started = x->last_rx = mono_now();
     x->state = XF_ACTIVE;
     CURLMcode mc = curl_multi_add_handle(r->multi, x->easy);
     if (mc != CURLM_OK)
@@ -915,6 +937,42 @@ static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const ch
     return st;
 }
 
+/* Whether a finish_reason says the server gave up on the generation (vLLM's
+ * FINISH_REASON_STRINGS "abort" and "error", vllm/v1/engine/__init__.py):
+ * what content it carries is a fragment, not an answer. */
+static bool finish_is_failure(const char *f)
+{
+    return f != NULL && (strcmp(f, "abort") == 0 || strcmp(f, "error") == 0);
+}
+
+/* Whether the complete 2xx reply of x holds no answer to grade, with the
+ * reason in why. Gradable: finish_reason "length" (a truncation, content or
+ * not), or a choices[0] whose message has non-empty content and a finish
+ * that is not a failure. An empty content counts as none: vLLM itself
+ * returns an empty final answer as null (parse_chat_output, harmony_utils.py)
+ * and streams a "" in its first chunk regardless, so "" and null say the
+ * same thing, and only a real answer or a truncation may be graded. */
+static bool answer_missing(const xfer *x, long code, char *why, size_t size)
+{
+    const bool sse = x->rx == RX_SSE;
+    const char *kind = sse ? "streamed reply" : "reply", *f = x->finish_reason;
+    if (f != NULL && strcmp(f, "length") == 0) return false;
+    if (!x->got_choice) {
+        snprintf(why, size, "HTTP %ld: %s had no choices[0]", code, kind);
+    } else if (finish_is_failure(f)) {
+        snprintf(why, size, "HTTP %ld: %s ended with finish_reason '%.*s' (the server gave up "
+                 "on the generation)", code, kind, OA_FINISH_SNIPPET, f);
+    } else if (x->content.len > 0) {
+        return false;
+    } else {
+        char fin[OA_FINISH_SNIPPET + 32] = "no finish_reason";
+        if (f != NULL) snprintf(fin, sizeof fin, "finish_reason '%.*s'", OA_FINISH_SNIPPET, f);
+        snprintf(why, size, "HTTP %ld: %s had %s choices[0].%s.content and %s", code, kind,
+                 x->content.p ? "an empty" : "no", sse ? "delta" : "message", fin);
+    }
+    return true;
+}
+
 /* Classifies the attempt of x that libcurl finished with rc: reports it,
  * or schedules another attempt with full-jitter backoff. */
 static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
@@ -967,6 +1025,8 @@ static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
         } else if (x->rx == RX_SSE && !x->sse_done && x->finish_reason == NULL) {
             snprintf(why, sizeof why, "HTTP %ld: stream ended before its last event", code);
             retry = true;
+        } else if (answer_missing(x, code, why, sizeof why)) {
+            retry = true;  /* a broken 200 is the server's failure, never a wrong answer */
         } else {
             bool trunc = x->finish_reason && strcmp(x->finish_reason, "length") == 0;
             return report(r, x, trunc ? OA_TRUNCATED : OA_OK, code, NULL, err);
@@ -993,6 +1053,15 @@ static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
     return PG_OK;
 }
 
+/* Fails the active, streamed attempt of x, silent since x->last_rx for at
+ * least stall_s, as a retryable timeout (stall_s: openai_client.h). */
+static pg_status stall_fail(run *r, xfer *x, double now, pg_err *err)
+{
+    snprintf(x->errbuf, sizeof x->errbuf, "no byte received for %.1f s (stall timeout %g s)",
+             now - x->last_rx, x->ep->opt.stall_s);
+    return attempt_done(r, x, CURLE_OPERATION_TIMEDOUT, err);
+}
+
 /* Index of the next queued request of endpoint e, or -1. */
 static int next_queued(run *r, int e)
 {
@@ -1002,11 +1071,22 @@ static int next_queued(run *r, int e)
     return q->next < r->n ? q->next : -1;
 }
 
-/* Starts what may start now: new requests into free slots, due retries.
- * *wait_ms: milliseconds until the next retry is due (at most OA_MAX_POLL_MS). */
+/* When x's active, streamed attempt counts as stalled; HUGE_VAL for any other x. */
+static double stall_deadline(const xfer *x)
+{
+    return x->state == XF_ACTIVE && x->stream ? x->last_rx + x->ep->opt.stall_s : HUGE_VAL;
+}
+
+/* Fails the streamed attempts that have stalled, then starts what may start
+ * now (new requests into free slots, due retries). *wait_ms: milliseconds
+ * until the next retry or stall deadline (at most OA_MAX_POLL_MS). */
 static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
 {
     pg_status st = PG_OK;
+    const double now = mono_now();
+    /* First, so that the slots of stalled requests that fail are refilled below. */
+    for (int k = r->n_held - 1; k >= 0 && st == PG_OK; k--)  /* down: a report drops held[k] */
+        if (stall_deadline(r->held[k]) <= now) st = stall_fail(r, r->held[k], now, err);
     for (int e = 0; e < r->n_q && st == PG_OK; e++) {
         int i;
         while (st == PG_OK && r->q[e].held < r->q[e].ep->opt.max_in_flight &&
@@ -1016,12 +1096,12 @@ static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
             st = start_attempt(r, &r->x[i], err);
         }
     }
-    double now = mono_now(), next = now + OA_MAX_POLL_MS / 1000.0;
+    double next = now + OA_MAX_POLL_MS / 1000.0;
     for (int k = 0; k < r->n_held && st == PG_OK; k++) {
         xfer *x = r->held[k];
-        if (x->state != XF_WAITING) continue;
-        if (x->not_before <= now) st = start_attempt(r, x, err);
-        else if (x->not_before < next) next = x->not_before;
+        if (x->state == XF_WAITING && x->not_before <= now) st = start_attempt(r, x, err);
+        else if (x->state == XF_WAITING && x->not_before < next) next = x->not_before;
+        if (stall_deadline(x) < next) next = stall_deadline(x);
     }
     r->prog.in_flight = r->n_held;
     *wait_ms = (long)ceil((next - now) * 1000.0);

@@ -11,7 +11,10 @@
  * exponential backoff, and hands each finished request to on_done at once.
  *
  * A request that still fails after every attempt comes back with outcome
- * OA_ERROR and the reason; it is never dressed up as an answer. Secrets:
+ * OA_ERROR and the reason; it is never dressed up as an answer. A 2xx reply
+ * without an answer (no choices[0], no or empty content without
+ * finish_reason "length", finish_reason "abort" or "error") is such a
+ * failure: retried like a 5xx, then OA_ERROR naming what was missing. Secrets:
  * the API key is read from the environment variable the caller names, sent
  * only as "Authorization: Bearer ...", and never copied into an error,
  * a response or anything this module prints (it prints nothing).
@@ -36,9 +39,22 @@ extern "C" {
 #define OA_DEFAULT_MAX_ATTEMPTS 6
 #define OA_DEFAULT_BACKOFF_BASE_S 1.0
 #define OA_DEFAULT_BACKOFF_CAP_S 60.0
+/* Whole attempt, 4 h: the backstop, not the hang detector (stall_s is).
+ * The longest budget gpt-oss evals asks for, 131072 tokens, at a loaded 10
+ * tokens/s per stream takes 3.6 h; a 32k-token gpt-oss-120b completion at
+ * 50-100 tokens/s takes 5-11 min, so no healthy generation is cut and
+ * restarted from scratch. lm-eval users raise aiohttp's total timeout to
+ * the same 14400 s (lm-evaluation-harness PR #2307). */
 #define OA_DEFAULT_TIMEOUT_S (4.0 * 3600.0)
 #define OA_DEFAULT_CONNECT_TIMEOUT_S 10.0
-#define OA_DEFAULT_STALL_S 600L
+/* Stall, 60 s: vLLM streams one event per token, 10-100 per second, so a
+ * minute without a byte is thousands of missing tokens: a stopped, hung or
+ * cut-off server, found within 60 s instead of the whole-attempt bound. The
+ * silences a healthy vLLM makes are shorter: a request preempted for KV
+ * space waits at the front of the queue until a running request finishes
+ * (vllm/v1/core/sched/scheduler.py), seconds apart at 64 in flight; the
+ * prefill of an AIME prompt takes well under a second. */
+#define OA_DEFAULT_STALL_S 60.0
 #define OA_DEFAULT_POLL_S 2.0
 
 /* Per-endpoint settings. Zero-initialise, then set what differs: every zero
@@ -51,12 +67,17 @@ typedef struct oa_options {
     double backoff_cap_s;
     double timeout_s;         /* whole attempt, connection to last byte */
     double connect_timeout_s;
-    long stall_s;             /* streamed replies: abort an attempt slower than
-                                 1 byte/s for this many seconds (libcurl's
-                                 LOW_SPEED check; it averages over its last 5 s,
-                                 so silence is caught about stall_s + 5 s after
-                                 the last byte). Not applied to unstreamed
-                                 replies, which are silent until complete. */
+    double stall_s;           /* streamed requests: an attempt that receives no
+                                 byte for this long (since it started or since
+                                 its last byte) fails and is retried. Measured
+                                 by oa_run() itself, not libcurl's LOW_SPEED
+                                 check, which averages bytes/s over its last
+                                 5 s (lib/progress.c), so caught stall_s + 5 s
+                                 late and kills a trickle below 1 byte/s: found
+                                 here within stall_s plus a few ms. Not applied
+                                 to unstreamed requests, which are silent until
+                                 complete: timeout_s bounds those, and TCP
+                                 keepalive finds a peer whose host is gone. */
     double poll_s;            /* oa_wait_ready: pause between polls */
 } oa_options;
 
@@ -85,7 +106,7 @@ typedef struct oa_request {
 } oa_request;
 
 typedef enum oa_outcome {
-    OA_OK = 0,      /* the model finished (finish_reason other than "length") */
+    OA_OK = 0,      /* the model answered: non-empty content, not truncated */
     OA_TRUNCATED,   /* finish_reason "length": hit max_tokens; content may be NULL */
     OA_ERROR        /* no usable reply after every attempt; see error */
 } oa_outcome;
@@ -101,7 +122,8 @@ typedef struct oa_response {
     char *content;            /* choices[0].message.content */
     char *reasoning;          /* message.reasoning or message.reasoning_content */
     char *finish_reason;
-    long prompt_tokens;       /* usage; -1 when the server sent none */
+    long prompt_tokens;       /* usage; -1 when the server sent none, or one
+                                 that is not an integer in [0, 131072000] */
     long completion_tokens;
     char *error;              /* OA_ERROR only: URL, status and the server's message */
 } oa_response;

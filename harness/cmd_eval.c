@@ -21,6 +21,13 @@
 #define EVAL_DEFAULT_CONCURRENCY 64
 #define EVAL_DEFAULT_READY_S 600.0
 #define EVAL_DEFAULT_EFFORT "medium"
+/* Bounds of the client flags: a stall below 0.1 s or a backoff base below
+ * 1 ms is below the client's scheduling granularity (a loop pass, a poll);
+ * the base may not pass the backoff cap (OA_DEFAULT_BACKOFF_CAP_S); more than
+ * 100 attempts per sample is a typo, not a policy. */
+#define EVAL_MIN_STALL_S 0.1
+#define EVAL_MIN_BACKOFF_S 0.001
+#define EVAL_MAX_ATTEMPTS 100
 /* Longest effort list, host description. */
 #define EVAL_LIST_MAX 256
 #define EVAL_HOST_MAX 256
@@ -44,7 +51,18 @@ const char cmd_eval_usage[] =
     "  --seed N             base seed; each (problem id, sample) gets its own seed,\n"
     "                       the same in every mode (paired samples)\n"
     "  --api-key-env VAR    read the API key from this environment variable\n"
-    "  --timeout S          per-request timeout in seconds\n"
+    "  --timeout S          bound on one attempt, connection to last byte (default 14400:\n"
+    "                       a 131072-token completion at 10 tokens/s)\n"
+    "  --stall-timeout S    an attempt that receives no byte for S seconds fails and is\n"
+    "                       retried: a stopped or hung server (default 60; requests are\n"
+    "                       streamed, one event per token, so a slow but live stream\n"
+    "                       is never cut; unstreamed replies would be bound by --timeout)\n"
+    "  --max-attempts N     attempts per sample, the first included (default 6; 1: no\n"
+    "                       retry). Retried: connection failures, timeouts, stalls, 408,\n"
+    "                       429, 5xx, and 200 replies without an answer (only a\n"
+    "                       non-empty content or finish_reason length is graded)\n"
+    "  --backoff S          retry k waits a random 0..min(60, S*2^(k-1)) seconds\n"
+    "                       (default 1; Retry-After of a 429/503 is honoured up to 60)\n"
     "  --ready-timeout S    wait this long for the servers to be up (default 600)\n"
     "  --extractor NAME     answer extraction: default or gpt-oss\n"
     "  --eval NAME          name stored with the samples (default: the traces' file name)\n"
@@ -96,7 +114,8 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
 {
     enum { O_TRACES = 256, O_ENDPOINT, O_REPLAY, O_SAMPLES, O_EFFORT, O_CONC, O_MODEL, O_MAXTOK,
            O_TEMP, O_TOPP, O_SEED, O_KEYENV, O_TIMEOUT, O_READY, O_EXTRACTOR, O_EVAL, O_RESUME,
-           O_DB, O_LABEL, O_NOPROG, O_FORCE, O_LIMIT, O_OUTPUT };
+           O_DB, O_LABEL, O_NOPROG, O_FORCE, O_LIMIT, O_OUTPUT, O_STALL, O_ATTEMPTS,
+           O_BACKOFF };
     static const struct option opts[] = {
         {"traces", required_argument, NULL, O_TRACES},
         {"endpoint", required_argument, NULL, O_ENDPOINT},
@@ -111,6 +130,9 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"seed", required_argument, NULL, O_SEED},
         {"api-key-env", required_argument, NULL, O_KEYENV},
         {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"stall-timeout", required_argument, NULL, O_STALL},
+        {"max-attempts", required_argument, NULL, O_ATTEMPTS},
+        {"backoff", required_argument, NULL, O_BACKOFF},
         {"ready-timeout", required_argument, NULL, O_READY},
         {"extractor", required_argument, NULL, O_EXTRACTOR},
         {"eval", required_argument, NULL, O_EVAL},
@@ -180,6 +202,18 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
             break;
         case O_KEYENV: a->o.api_key_env = optarg; break;
         case O_TIMEOUT: st = parse_double("--timeout", optarg, 1, 1e7, &a->o.client.timeout_s, err); break;
+        case O_STALL:
+            st = parse_double("--stall-timeout", optarg, EVAL_MIN_STALL_S, 1e7,
+                              &a->o.client.stall_s, err);
+            break;
+        case O_ATTEMPTS:
+            st = cli_parse_int("--max-attempts", optarg, 1, EVAL_MAX_ATTEMPTS, &v, err);
+            a->o.client.max_attempts = (int)v;
+            break;
+        case O_BACKOFF:
+            st = parse_double("--backoff", optarg, EVAL_MIN_BACKOFF_S, OA_DEFAULT_BACKOFF_CAP_S,
+                              &a->o.client.backoff_base_s, err);
+            break;
         case O_READY:
             st = parse_double("--ready-timeout", optarg, 0, 1e7, &x, err);
             a->o.ready_deadline_s = x;

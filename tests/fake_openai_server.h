@@ -16,7 +16,8 @@
  * server logs each request (method, path, headers, body) and counts the
  * requests in service at once: from accept until just before the reply is
  * written, so a client's next request can never overlap the count of the
- * one it waited for.
+ * one it waited for. fs_set_sse_gap() makes every text/event-stream reply a
+ * slow stream: one event at a time, a fixed gap apart.
  */
 #ifndef PG_FAKE_OPENAI_SERVER_H
 #define PG_FAKE_OPENAI_SERVER_H
@@ -78,6 +79,7 @@ typedef struct fake_server {
         int n, next, hits;
     } routes[FS_MAX_ROUTES];
     int n_routes;
+    int sse_gap_ms;  /* > 0: event-stream bodies go out one event at a time */
     fs_logged log[FS_MAX_LOG];
     int n_log;
 } fake_server;
@@ -106,6 +108,28 @@ static inline void fs_route(fake_server *s, const char *path, const fs_reply *re
         s->routes[i].next = 0;
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* From now on, sends each text/event-stream body one event (up to and with
+ * its "\n\n") at a time, gap_ms apart, without Content-Length (the reply
+ * ends at the close): a slow but live stream. 0 turns it off. */
+static inline void fs_set_sse_gap(fake_server *s, int gap_ms)
+{
+    pthread_mutex_lock(&s->mu);
+    s->sse_gap_ms = gap_ms;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Scripts s as a ready OpenAI-compatible server serving model "m": /health
+ * 200, /v1/models listing m, and chat completions answering chat[0..n-1]. */
+static inline void fs_route_openai(fake_server *s, const fs_reply *chat, int n)
+{
+    static const fs_reply models = {200, "{\"object\":\"list\",\"data\":[{\"id\":\"m\"}]}", NULL,
+                                    NULL, 0, 0};
+    static const fs_reply health = {200, "", NULL, NULL, 0, 0};
+    fs_route(s, "/health", &health, 1);
+    fs_route(s, "/v1/models", &models, 1);
+    fs_route(s, "/v1/chat/completions", chat, n);
 }
 
 /* Sleeps ms milliseconds or until fs_stop; call with s->mu held. */
@@ -221,6 +245,9 @@ static inline void *fs_conn_main(void *arg)
                 s->routes[i].hits++;
             }
         if (r.delay_ms > 0) fs_wait_locked(s, r.delay_ms);
+        const int gap_ms = r.content_type && strcmp(r.content_type, "text/event-stream") == 0
+                               ? s->sse_gap_ms
+                               : 0;
         s->active--;
         counted = false;
         pthread_mutex_unlock(&s->mu);
@@ -228,14 +255,25 @@ static inline void *fs_conn_main(void *arg)
         if (r.status != 0) {
             const char *body = r.body ? r.body : "";
             char head[1024], cl[64] = "";
-            if (r.hold_ms <= 0) snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", strlen(body));
+            if (r.hold_ms <= 0 && gap_ms <= 0)
+                snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", strlen(body));
             int hn = snprintf(head, sizeof head,
                               "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%sConnection: close\r\n\r\n",
                               r.status, fs_reason(r.status),
                               r.content_type ? r.content_type : "application/json", cl,
                               r.headers ? r.headers : "");
             fs_send_all(c.fd, head, (size_t)hn);
-            fs_send_all(c.fd, body, strlen(body));
+            const char *rest = body;  /* what is left to send */
+            while (gap_ms > 0 && *rest != '\0') {
+                const char *end = strstr(rest, "\n\n");
+                const size_t n = end ? (size_t)(end - rest) + 2 : strlen(rest);
+                fs_send_all(c.fd, rest, n);
+                rest += n;
+                pthread_mutex_lock(&s->mu);
+                if (*rest != '\0') fs_wait_locked(s, gap_ms);
+                pthread_mutex_unlock(&s->mu);
+            }
+            fs_send_all(c.fd, rest, strlen(rest));
             if (r.hold_ms > 0) {
                 pthread_mutex_lock(&s->mu);
                 fs_wait_locked(s, r.hold_ms);

@@ -76,12 +76,7 @@ Test(eval_cmd, replay_of_the_demo_scores_every_mode)
 /* Routes a server for mode answering chat completions with replies. */
 static void route_server(fake_server *s, const fs_reply *chat, int n)
 {
-    static const fs_reply models = {200, "{\"object\":\"list\",\"data\":[{\"id\":\"m\"}]}", NULL,
-                                    NULL, 0, 0};
-    static const fs_reply health = {200, "", NULL, NULL, 0, 0};
-    fs_route(s, "/health", &health, 1);
-    fs_route(s, "/v1/models", &models, 1);
-    fs_route(s, "/v1/chat/completions", chat, n);
+    fs_route_openai(s, chat, n);
 }
 
 #define REPLY(text)                                                                     \

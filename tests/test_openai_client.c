@@ -148,6 +148,14 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* run_one, timed: the seconds it took. */
+static double run_one_timed(fake_server *s, const oa_options *o, int stream, collected *c)
+{
+    const double t0 = now_s();
+    run_one(s, o, stream, c);
+    return now_s() - t0;
+}
+
 /* A streamed reply: reasoning_content then content deltas, finish, usage. */
 static const char *const k_sse_ok =
     "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
@@ -447,9 +455,7 @@ Test(openai_client, timeout_retried_then_error)
     oa_options o = fast_opts();
     o.timeout_s = 0.3;
     o.max_attempts = 2;
-    double t0 = now_s();
-    run_one(&s, &o, 1, &c);
-    double took = now_s() - t0;
+    const double took = run_one_timed(&s, &o, 1, &c);
     cr_assert_eq(c.r[0].outcome, OA_ERROR);
     cr_assert_eq(c.r[0].attempts, 2);
     cr_assert_eq(fs_hits(&s, CHAT), 2);
@@ -459,31 +465,104 @@ Test(openai_client, timeout_retried_then_error)
     collected_free(&c);
 }
 
-Test(openai_client, stalled_stream_aborted)
+/* One streamed event, then the server holds the connection open, silent: a
+ * stopped (SIGSTOP) or hung server looks exactly like this on the wire. */
+#define SSE_THEN_SILENCE(ms)                                                                    \
+    {200, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n", SSE,  \
+     NULL, 0, (ms)}
+
+Test(openai_client, stalled_stream_found_within_stall_and_retried)
 {
-    /* One chunk, then silence far longer than stall_s. libcurl averages the
-     * speed (upload included) over its last 5 s (lib/progress.c, CURR_TIME),
-     * so the stall is caught about 5 s after the last byte plus stall_s. */
     fake_server s;
-    serve(&s, CHAT,
-          (fs_reply[]){
-              {200, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n",
-               SSE, NULL, 0, 12000}},
-          1);
+    serve(&s, CHAT, (fs_reply[]){SSE_THEN_SILENCE(12000), {200, k_sse_ok, SSE, NULL, 0, 0}}, 2);
     collected c = {0};
     oa_options o = fast_opts();
     o.stall_s = 1;
-    o.max_attempts = 1;
     o.timeout_s = 11;
-    double t0 = now_s();
-    run_one(&s, &o, 1, &c);
-    double took = now_s() - t0;
-    cr_assert_eq(c.r[0].outcome, OA_ERROR);
-    cr_assert_null(c.r[0].content, "no partial text of a failed request is reported");
-    cr_assert(has_ci(c.r[0].error, "too slow"), "%s", c.r[0].error);
-    cr_assert(took > 0.9 && took < 9.0, "took %.2f s", took);
+    const double took = run_one_timed(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
+    cr_assert_eq(c.r[0].attempts, 2);
+    cr_assert_eq(c.last.retries, 1, "a stall is counted as a retry");
+    cr_assert_str_eq(c.r[0].content, "The answer is \\boxed{4}", "nothing of the stalled attempt");
+    /* Found 1 s after the last byte, not 1 + 5 s (libcurl's LOW_SPEED
+     * average) and not at the 11 s whole-attempt bound; the retry waits at
+     * most 50 ms and answers at once. */
+    cr_assert(took >= 1.0 && took < 1.4, "took %.3f s", took);
     fs_stop(&s);
     collected_free(&c);
+}
+
+Test(openai_client, stall_on_every_attempt_is_an_error)
+{
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){SSE_THEN_SILENCE(12000)}, 1);
+    collected c = {0};
+    oa_options o = fast_opts();
+    o.stall_s = 0.4;
+    o.max_attempts = 2;
+    const double took = run_one_timed(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_eq(c.r[0].attempts, 2);
+    cr_assert_eq(fs_hits(&s, CHAT), 2);
+    cr_assert_null(c.r[0].content, "no partial text of a failed request is reported");
+    cr_assert(strstr(c.r[0].error, "no byte received for 0.4 s (stall timeout 0.4 s)"), "%s",
+              c.r[0].error);
+    cr_assert(took >= 0.8 && took < 1.2, "took %.3f s", took);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, slow_but_live_stream_is_not_cut)
+{
+    /* Seven events 0.3 s apart (1.8 s in all) under a 1 s stall timeout. */
+    static const char *const slow =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"slow \"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"thought\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\\\boxed\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{4}\"},"
+        "\"finish_reason\":\"stop\"}]}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+        "data: [DONE]\n\n";
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, slow, SSE, NULL, 0, 0}}, 1);
+    fs_set_sse_gap(&s, 300);
+    collected c = {0};
+    oa_options o = fast_opts();
+    o.stall_s = 1;
+    const double took = run_one_timed(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
+    cr_assert_eq(c.r[0].attempts, 1, "a live stream is never restarted");
+    cr_assert_str_eq(c.r[0].content, "\\boxed{4}");
+    cr_assert_str_eq(c.r[0].reasoning, "slow thought");
+    cr_assert_eq(c.r[0].completion_tokens, 4);
+    /* 6 gaps of 0.3 s, timed by the server on CLOCK_REALTIME, which may run a
+     * little fast against the monotonic clock here. */
+    cr_assert(took >= 1.7 && took < 2.5, "the stream really was slow: %.3f s", took);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, stall_bounds_time_to_first_byte_of_streams_only)
+{
+    /* A streamed request whose server says nothing for 1 s fails under a
+     * 0.4 s stall timeout; the same silence before an unstreamed reply, which
+     * is silent until complete by design, is bounded by timeout_s alone. */
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_json_ok, NULL, NULL, 1000, 0}}, 1);
+    oa_options o = fast_opts();
+    o.stall_s = 0.4;
+    o.max_attempts = 1;
+    collected streamed = {0}, whole = {0};
+    run_one(&s, &o, 1, &streamed);
+    cr_assert_eq(streamed.r[0].outcome, OA_ERROR);
+    cr_assert(strstr(streamed.r[0].error, "stall timeout"), "%s", streamed.r[0].error);
+    run_one(&s, &o, 0, &whole);
+    cr_assert_eq(whole.r[0].outcome, OA_OK, "%s", whole.r[0].error ? whole.r[0].error : "");
+    cr_assert_str_eq(whole.r[0].content, "\\boxed{4}");
+    fs_stop(&s);
+    collected_free(&streamed);
+    collected_free(&whole);
 }
 
 Test(openai_client, stream_cut_short_is_retried)
@@ -549,6 +628,108 @@ Test(openai_client, error_event_in_stream_retried)
     cr_assert(strstr(c.r[0].error, "engine died"), "%s", c.r[0].error);
     fs_stop(&s);
     collected_free(&c);
+}
+
+Test(openai_client, usage_out_of_range_is_dropped_not_converted)
+{
+    /* Fuzzing found undefined behaviour converting 1e300: every count that is
+     * not an integer in [0, 131072000] reads as absent (-1); the answer stays. */
+    static const struct { const char *json; long want; } k_counts[] = {
+        {"1e300", -1}, {"-1e300", -1}, {"-5", -1}, {"3.7", -1}, {"\"12\"", -1}, {"null", -1},
+        {"1e19", -1}, {"131072001", -1}, {"true", -1}, {"{}", -1}, {"0", 0}, {"131072000", 131072000},
+        {"42", 42}};
+    for (size_t i = 0; i < sizeof k_counts / sizeof k_counts[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"choices\":[{\"index\":0,\"message\":{\"content\":\"\\\\boxed{4}\"},"
+                 "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":%s,"
+                 "\"completion_tokens\":%s}}",
+                 k_counts[i].json, k_counts[i].json);
+        fake_server s;
+        serve(&s, CHAT, (fs_reply[]){{200, body, NULL, NULL, 0, 0}}, 1);
+        collected c = {0};
+        oa_options o = fast_opts();
+        run_one(&s, &o, 0, &c);
+        cr_assert_eq(c.r[0].outcome, OA_OK, "usage %s: %s", k_counts[i].json,
+                     c.r[0].error ? c.r[0].error : "");
+        cr_assert_eq(c.r[0].prompt_tokens, k_counts[i].want, "prompt_tokens %s", k_counts[i].json);
+        cr_assert_eq(c.r[0].completion_tokens, k_counts[i].want, "completion_tokens %s",
+                     k_counts[i].json);
+        fs_stop(&s);
+        collected_free(&c);
+    }
+}
+
+Test(openai_client, error_code_out_of_range_is_unknown_and_retried)
+{
+    /* Only an integral HTTP status in a reply's error decides the retry;
+     * anything else (1e300, a string, a fraction) is an unknown code: retried. */
+    static const struct { const char *code; int attempts; } k_codes[] = {
+        {"1e300", 3}, {"-1e300", 3}, {"\"400\"", 3}, {"400.5", 3}, {"-400", 3},
+        {"\"context_length_exceeded\"", 3}, {"99", 3}, {"600", 3}, {"400", 1}, {"503", 3}};
+    for (size_t i = 0; i < sizeof k_codes / sizeof k_codes[0]; i++) {
+        for (int stream = 0; stream <= 1; stream++) {
+            char body[256];
+            snprintf(body, sizeof body, "%s{\"error\":{\"message\":\"boom\",\"code\":%s}}%s",
+                     stream ? "data: " : "", k_codes[i].code, stream ? "\n\ndata: [DONE]\n\n" : "");
+            fake_server s;
+            serve(&s, CHAT, (fs_reply[]){{200, body, stream ? SSE : NULL, NULL, 0, 0}}, 1);
+            collected c = {0};
+            oa_options o = fast_opts();
+            run_one(&s, &o, stream, &c);
+            cr_assert_eq(c.r[0].outcome, OA_ERROR);
+            cr_assert_eq(c.r[0].attempts, k_codes[i].attempts, "code %s, %s", k_codes[i].code,
+                         stream ? "streamed" : "unstreamed");
+            cr_assert(strstr(c.r[0].error, "boom"), "%s", c.r[0].error);
+            fs_stop(&s);
+            collected_free(&c);
+        }
+    }
+}
+
+Test(openai_client, only_an_answer_or_a_truncation_is_gradable)
+{
+    /* Unit view of the rule test_eval_client_faults.c checks end to end. */
+    static const struct { const char *body, *ct; oa_outcome want; int attempts; } k_replies[] = {
+        /* a real answer, whatever other finish a server uses */
+        {"{\"choices\":[{\"message\":{\"content\":\"7\"},\"finish_reason\":\"repetition\"}]}",
+         NULL, OA_OK, 1},
+        {"{\"choices\":[{\"message\":{\"content\":\" \"},\"finish_reason\":\"stop\"}]}", NULL,
+         OA_OK, 1},
+        /* truncated: content may be null, empty or absent */
+        {"{\"choices\":[{\"message\":{\"content\":null},\"finish_reason\":\"length\"}]}", NULL,
+         OA_TRUNCATED, 1},
+        {"{\"choices\":[{\"message\":{\"content\":\"\"},\"finish_reason\":\"length\"}]}", NULL,
+         OA_TRUNCATED, 1},
+        /* no answer: retried, then an error */
+        {"{\"choices\":[{\"message\":{\"content\":\"\"},\"finish_reason\":\"stop\"}]}", NULL,
+         OA_ERROR, 3},
+        {"{\"choices\":[{\"message\":{\"content\":7},\"finish_reason\":\"stop\"}]}", NULL,
+         OA_ERROR, 3},
+        {"{\"choices\":[{\"message\":{\"content\":\"7\"},\"finish_reason\":\"error\"}]}", NULL,
+         OA_ERROR, 3},
+        {"{\"choices\":[{}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}", NULL,
+         OA_ERROR, 3},
+        {"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":0}}\n\n"
+         "data: [DONE]\n\n",
+         SSE, OA_ERROR, 3},
+    };
+    for (size_t i = 0; i < sizeof k_replies / sizeof k_replies[0]; i++) {
+        fake_server s;
+        serve(&s, CHAT, (fs_reply[]){{200, k_replies[i].body, k_replies[i].ct, NULL, 0, 0}}, 1);
+        collected c = {0};
+        oa_options o = fast_opts();
+        run_one(&s, &o, k_replies[i].ct != NULL, &c);
+        cr_assert_eq(c.r[0].outcome, k_replies[i].want, "%s: %s", k_replies[i].body,
+                     c.r[0].error ? c.r[0].error : "");
+        cr_assert_eq(c.r[0].attempts, k_replies[i].attempts, "%s", k_replies[i].body);
+        cr_assert_eq(c.last.retries, k_replies[i].attempts - 1, "%s", k_replies[i].body);
+        if (k_replies[i].want == OA_ERROR)
+            cr_assert(strstr(c.r[0].error, "choices[0]") || strstr(c.r[0].error, "finish_reason"),
+                      "%s", c.r[0].error);
+        fs_stop(&s);
+        collected_free(&c);
+    }
 }
 
 Test(openai_client, concurrency_bound_respected)
