@@ -151,6 +151,12 @@ pg_status store_run_read(pg_store *s, int64_t run_id, store_run_state *out, pg_e
 /* Frees what store_run_read allocated in st (config_json); NULL-safe. */
 void store_run_state_free(store_run_state *st);
 
+/* PG_OK when store_run_reopen(s, rs->id, kind, force) would take the run
+ * as read into rs; else its refusal (PG_ERR_USAGE, as store_run_reopen
+ * words it). Lets a command refuse before it contacts anything. */
+pg_status store_run_resumable(pg_store *s, const store_run_state *rs, const char *kind,
+                              int force, pg_err *err);
+
 /* Marks a run of the given kind 'running' again (for --resume): clears
  * finished_at and error, records this process (pid getpid(), host
  * store_this_host(), heartbeat_at now), committed at once. Taken: any
