@@ -85,8 +85,10 @@ void traces_free(eval_traces *t);
  * every problem's id, problem text, answer and messages (length-prefixed),
  * taken in id order, so reordering the file keeps it (a resume sends the same
  * seeds whatever the order, eval_sample_seed) while any changed, added or
- * removed problem changes it. Recorded completions, blank lines and key
- * order are not covered. Not a path or mtime: a copy of the file matches.
+ * removed problem changes it. Recorded completions, blank lines, the order
+ * of a line's keys and the spelling of an answer ("007" or 7) are not
+ * covered (messages are hashed as their compact JSON, key order included).
+ * Not a path or mtime: a copy of the file matches.
  * FNV-1a catches accidental changes, not deliberate collisions. */
 pg_status traces_digest(const eval_traces *t, char *out, size_t len, pg_err *err);
 

@@ -330,6 +330,9 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
 {
     eval_session *es = ctx;
     const eval_run_options *o = &es->a->o;
+    /* A signal while the servers were awaited: a resume leaves the run alone. */
+    if (o->client.stop != NULL && *o->client.stop != 0)
+        return pg_fail(err, PG_ERR_INTERRUPTED, "eval: interrupted before anything was sent");
     cJSON *stored_models = cJSON_GetObjectItemCaseSensitive(es->config, "models");
     int added = 0;
     pg_status st = eval_resume_check_models(es->run_id, stored_models, o->n_endpoints, o->modes,

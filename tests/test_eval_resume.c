@@ -16,6 +16,7 @@
 
 #include "fake_openai_server.h"
 #include "store.h"
+#include "traces.h"
 #include "testutil.h"
 
 TestSuite(eval_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
@@ -479,4 +480,52 @@ Test(eval_resume, a_run_that_may_be_alive_needs_force)
     cr_assert_str_eq(row, want);
     free(row);
     fs_stop(&s);
+}
+
+/* The digest of the traces text written to name. */
+static void digest_of(const char *name, const char *text, char *out)
+{
+    const char *path = tu_in_dir(name);
+    tu_write_file(path, text, strlen(text));
+    eval_traces *t = NULL;
+    pg_err err = {0};
+    cr_assert_eq(traces_load(path, &t, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(traces_digest(t, out, TRACES_DIGEST_MAX, &err), PG_OK, "%s", err.msg);
+    traces_free(t);
+}
+
+Test(eval_resume, traces_digest_covers_content_not_order_or_path)
+{
+    static const char base[] = "{\"id\":\"a\",\"problem\":\"1+1?\",\"answer\":2}\n"
+                               "{\"id\":\"b\",\"problem\":\"2+2?\",\"answer\":4}\n";
+    char d0[TRACES_DIGEST_MAX], d[TRACES_DIGEST_MAX];
+    digest_of("base.jsonl", base, d0);
+    cr_assert_eq(strncmp(d0, TRACES_DIGEST_SCHEME ":2:", strlen(TRACES_DIGEST_SCHEME) + 3), 0,
+                 "%s", d0);
+    /* The same problems reordered, with keys in another order, blank lines,
+     * recorded completions and a string answer, under another name: equal. */
+    digest_of("other.jsonl",
+              "\n{\"answer\":\"004\",\"problem\":\"2+2?\",\"id\":\"b\"}\n\n"
+              "{\"id\":\"a\",\"problem\":\"1+1?\",\"answer\":2,\"completions\":[{\"mode\":"
+              "\"bf16\",\"effort\":\"low\",\"sample\":0,\"content\":\"2\"}]}\n", d);
+    cr_assert_str_eq(d, d0);
+    /* Any change of what is sent or graded: different. */
+    const char *changed[] = {
+        "{\"id\":\"a\",\"problem\":\"1+1?\",\"answer\":3}\n"
+        "{\"id\":\"b\",\"problem\":\"2+2?\",\"answer\":4}\n",
+        "{\"id\":\"a\",\"problem\":\"1+1 ?\",\"answer\":2}\n"
+        "{\"id\":\"b\",\"problem\":\"2+2?\",\"answer\":4}\n",
+        "{\"id\":\"c\",\"problem\":\"1+1?\",\"answer\":2}\n"
+        "{\"id\":\"b\",\"problem\":\"2+2?\",\"answer\":4}\n",
+        "{\"id\":\"a\",\"problem\":\"1+1?\",\"answer\":2}\n",
+        "{\"id\":\"a\",\"problem\":\"1+1?\",\"answer\":2,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"1+1?\"}]}\n{\"id\":\"b\",\"problem\":\"2+2?\",\"answer\":4}\n",
+        /* Field boundaries cannot shift: id "a1" + "+1?" is not "a" + "1+1?". */
+        "{\"id\":\"a1\",\"problem\":\"+1?\",\"answer\":2}\n"
+        "{\"id\":\"b\",\"problem\":\"2+2?\",\"answer\":4}\n",
+    };
+    for (size_t i = 0; i < sizeof changed / sizeof changed[0]; i++) {
+        digest_of("changed.jsonl", changed[i], d);
+        cr_assert_str_neq(d, d0, "change %zu kept the digest", i);
+    }
 }
