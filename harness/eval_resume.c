@@ -10,13 +10,8 @@
 /* Room for the list of the other differing fields. */
 #define RESUME_LIST_MAX 200
 
-/* A defining field: its config_json key and how the user sets it. */
-typedef struct defining_field {
-    const char *key, *option;
-} defining_field;
-
-/* Every field a resume must repeat (models: eval_resume_check_models). */
-static const defining_field defining[] = {
+/* Every field an eval resume must repeat (models: eval_resume_check_models). */
+static const resume_field defining[] = {
     {"config_version", "the precgate that wrote the run"},
     {"source", "live or --replay"},
     {"eval", "--eval"},
@@ -40,6 +35,36 @@ static void show_value(const cJSON *v, char *buf, size_t len)
     free(text);
 }
 
+pg_status resume_check_fields(const char *cmd, int64_t run_id, const cJSON *stored,
+                              const cJSON *now, const resume_field *fields, size_t n,
+                              pg_err *err)
+{
+    const resume_field *first = NULL;
+    char others[RESUME_LIST_MAX] = "";
+    for (size_t i = 0; i < n; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(stored, fields[i].key);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, fields[i].key);
+        if ((a == NULL && b == NULL) || (a != NULL && b != NULL && cJSON_Compare(a, b, 1)))
+            continue;
+        if (first == NULL) {
+            first = &fields[i];
+        } else {
+            const size_t used = strlen(others);
+            snprintf(others + used, sizeof others - used, "%s%s", used ? ", " : "",
+                     fields[i].key);
+        }
+    }
+    if (first == NULL) return PG_OK;
+    char was[RESUME_VALUE_MAX + 1], is[RESUME_VALUE_MAX + 1];
+    show_value(cJSON_GetObjectItemCaseSensitive(stored, first->key), was, sizeof was);
+    show_value(cJSON_GetObjectItemCaseSensitive(now, first->key), is, sizeof is);
+    return pg_fail(err, PG_ERR_USAGE,
+                   "%s: --resume %lld: %s (%s) differs: the run has %s, this command gives "
+                   "%s%s%s%s; a resume continues the same %s (start a new run for another)",
+                   cmd, (long long)run_id, first->key, first->option, was, is,
+                   others[0] ? " (also differ: " : "", others, others[0] ? ")" : "", cmd);
+}
+
 pg_status eval_resume_check_config(int64_t run_id, const char *stored_json, const cJSON *now,
                                    pg_err *err)
 {
@@ -53,31 +78,9 @@ pg_status eval_resume_check_config(int64_t run_id, const char *stored_json, cons
                      "these are its traces and settings; start a new run",
                      (long long)run_id);
     }
-    const defining_field *first = NULL;
-    char others[RESUME_LIST_MAX] = "";
-    for (size_t i = 0; st == PG_OK && i < sizeof defining / sizeof defining[0]; i++) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(stored, defining[i].key);
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, defining[i].key);
-        if ((a == NULL && b == NULL) || (a != NULL && b != NULL && cJSON_Compare(a, b, 1)))
-            continue;
-        if (first == NULL) {
-            first = &defining[i];
-        } else {
-            const size_t used = strlen(others);
-            snprintf(others + used, sizeof others - used, "%s%s", used ? ", " : "",
-                     defining[i].key);
-        }
-    }
-    if (st == PG_OK && first != NULL) {
-        char was[RESUME_VALUE_MAX + 1], is[RESUME_VALUE_MAX + 1];
-        show_value(cJSON_GetObjectItemCaseSensitive(stored, first->key), was, sizeof was);
-        show_value(cJSON_GetObjectItemCaseSensitive(now, first->key), is, sizeof is);
-        st = pg_fail(err, PG_ERR_USAGE,
-                     "eval: --resume %lld: %s (%s) differs: the run has %s, this command gives "
-                     "%s%s%s%s; a resume continues the same eval (start a new run for another)",
-                     (long long)run_id, first->key, first->option, was, is,
-                     others[0] ? " (also differ: " : "", others, others[0] ? ")" : "");
-    }
+    if (st == PG_OK)
+        st = resume_check_fields("eval", run_id, stored, now, defining,
+                                 sizeof defining / sizeof defining[0], err);
     cJSON_Delete(stored);
     return st;
 }

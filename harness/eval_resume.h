@@ -17,9 +17,25 @@
 #define PG_EVAL_RESUME_H
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "status.h"
+
+/* A field of a run's config_json that a resume must repeat: its key, and
+ * how the user sets it (quoted in the refusal). */
+typedef struct resume_field {
+    const char *key, *option;
+} resume_field;
+
+/* Compares fields[0..n-1] of stored (a run's parsed config_json) and now
+ * (this command's, same layout; a field absent from both matches) with
+ * cJSON_Compare: PG_OK when all match, else PG_ERR_USAGE "CMD: --resume RUN:
+ * KEY (OPTION) differs: the run has X, this command gives Y (also differ:
+ * ...)". For any command that resumes a run (eval; a sweep's run --resume). */
+pg_status resume_check_fields(const char *cmd, int64_t run_id, const cJSON *stored,
+                              const cJSON *now, const resume_field *fields, size_t n,
+                              pg_err *err);
 
 /* config_version of the configs this precgate writes; a stored config with
  * another (or none) is refused by eval_resume_check_config. */
