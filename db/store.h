@@ -117,7 +117,10 @@ const char *store_this_host(char *buf, size_t len);
  * GONE when host is this machine (store_this_host) and kill(pid, 0) fails
  * with ESRCH, ALIVE when it succeeds or fails otherwise (EPERM: someone
  * else's process; a reused pid reads as alive, the safe side), UNKNOWN when
- * host is another machine or NULL or pid <= 0. FINISHED for any other status. */
+ * host is another machine or NULL or pid <= 0. FINISHED for any other status.
+ * Limitation: "this machine" is the host name; a process in another pid
+ * namespace under the same host name (a container sharing it) would read as
+ * GONE. Containers normally get their own host name. */
 store_process store_probe_process(const char *status, const char *host, int64_t pid);
 
 /* The status a reader should show: "interrupted" for a run whose process is
