@@ -233,6 +233,43 @@ const schema_migration schema_migrations[] = {
         "       sum(CASE WHEN status <> 'error' THEN correct ELSE 0 END) AS n_correct,\n"
         "       avg(CASE WHEN status <> 'error' THEN correct END) AS mean  -- NULL: no valid sample\n"
         "FROM eval_samples GROUP BY run_id, eval, mode, effort, problem_id;\n"),
+    /* Interrupted runs (store.h): a run stopped by SIGINT/SIGTERM says so
+     * ('interrupted', finished, its error naming the signal); one killed
+     * outright cannot, so every run records its process id and a heartbeat,
+     * and readers probe whether a 'running' run's process still exists on
+     * its host. The runs CHECK is rebuilt as in migration 5. Rows written
+     * before this step keep pid and heartbeat_at NULL: their process cannot
+     * be probed, so a 'running' one still needs --force to be resumed. */
+    SCHEMA_MIGRATION(8,
+        "CREATE TABLE runs_v8 (\n"
+        "    id           INTEGER PRIMARY KEY,\n"
+        "    kind         TEXT NOT NULL,        -- 'sweep', 'eval', ...\n"
+        "    label        TEXT,\n"
+        "    -- 'incomplete': finished, but some samples failed after every retry;\n"
+        "    -- 'interrupted': stopped by a signal (error names it), resumable\n"
+        "    status       TEXT NOT NULL CHECK (status IN ('running', 'complete', 'incomplete',\n"
+        "                                                 'failed', 'interrupted')),\n"
+        "    started_at   TEXT NOT NULL,        -- UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'\n"
+        "    finished_at  TEXT,                 -- same format; NULL while running\n"
+        "    git_rev      TEXT,\n"
+        "    host         TEXT,                 -- gethostname() of the process that ran it\n"
+        "    device       TEXT,\n"
+        "    config_json  TEXT,\n"
+        "    error        TEXT,                 -- why it failed or what interrupted it;\n"
+        "                                       -- NULL unless 'failed' or 'interrupted'\n"
+        "    pid          INTEGER,              -- process id on host (of the last resume);\n"
+        "                                       -- NULL: recorded before schema version 8\n"
+        "    heartbeat_at TEXT,                 -- same format as started_at: the last sign\n"
+        "                                       -- of life (begin, resume, stored batch/layer)\n"
+        "    CHECK ((status = 'running') = (finished_at IS NULL))\n"
+        ");\n"
+        "INSERT INTO runs_v8 (id, kind, label, status, started_at, finished_at, git_rev, host,\n"
+        "                     device, config_json, error)\n"
+        "    SELECT id, kind, label, status, started_at, finished_at, git_rev, host, device,\n"
+        "           config_json, error FROM runs;\n"
+        "DROP TABLE runs;\n"
+        "ALTER TABLE runs_v8 RENAME TO runs;\n"
+        "CREATE INDEX runs_kind_started ON runs (kind, started_at);\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

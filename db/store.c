@@ -2,14 +2,18 @@
 #include "store.h"
 #include "sql_util.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "schema.h"
 
@@ -30,6 +34,9 @@ typedef enum stmt_id {
     ST_RUN_FINISH,
     ST_RUN_REOPEN,
     ST_RUN_STATUS,
+    ST_RUN_HEARTBEAT,
+    ST_RUN_READ,
+    ST_RUN_SET_CONFIG,
     ST_LAYER_INSERT,
     ST_QUANT_INSERT,
     ST_COUNT
@@ -42,14 +49,23 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_USER_VERSION] = "PRAGMA user_version",
     [ST_RUN_INSERT] =
-        "INSERT INTO runs (kind, label, git_rev, host, device, config_json, status, started_at)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', " STORE_NOW_SQL ")",
+        "INSERT INTO runs (kind, label, git_rev, host, device, config_json, status, started_at,"
+        " pid, heartbeat_at)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', " STORE_NOW_SQL ", ?7, " STORE_NOW_SQL ")",
     [ST_RUN_FINISH] =
         "UPDATE runs SET status = ?1, error = ?2, finished_at = " STORE_NOW_SQL " WHERE id = ?3",
+    /* Compare-and-set on the state store_run_read saw: two resumes of one
+     * run cannot both take it. */
     [ST_RUN_REOPEN] =
-        "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL"
-        " WHERE id = ?1 AND kind = ?2 AND (status <> 'running' OR ?3)",
+        "UPDATE runs SET status = 'running', error = NULL, finished_at = NULL, pid = ?4,"
+        " host = ?5, heartbeat_at = " STORE_NOW_SQL
+        " WHERE id = ?1 AND status = ?2 AND pid IS ?3",
     [ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
+    [ST_RUN_HEARTBEAT] =
+        "UPDATE runs SET heartbeat_at = " STORE_NOW_SQL " WHERE id = ?1 AND status = 'running'",
+    [ST_RUN_READ] =
+        "SELECT kind, status, host, pid, heartbeat_at, config_json FROM runs WHERE id = ?1",
+    [ST_RUN_SET_CONFIG] = "UPDATE runs SET config_json = ?2 WHERE id = ?1",
     [ST_LAYER_INSERT] =
         "INSERT INTO layer_metrics (run_id, capture, layer, head, variant, backend,"
         " rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db, nan_count, inf_count)"
@@ -403,23 +419,50 @@ pg_status store_run_begin(pg_store *s, const store_run_info *info, int64_t *run_
     sql_bind_text(&b, info->host);
     sql_bind_text(&b, info->device);
     sql_bind_text(&b, info->config_json);
+    sql_bind_int64(&b, (int64_t)getpid());
     pg_status ps = finish_write(s, &b, err, "insert a '%s' run", info->kind);
     if (ps == PG_OK) *run_id = sqlite3_last_insert_rowid(s->db);
     return ps;
+}
+
+pg_status store_run_heartbeat(pg_store *s, int64_t run_id, pg_err *err)
+{
+    if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_run_heartbeat: store is NULL");
+    sql_binder b = sql_bind_start(s->stmt[ST_RUN_HEARTBEAT]);
+    sql_bind_int64(&b, run_id);
+    pg_status ps = finish_write(s, &b, err, "heartbeat of run %" PRId64, run_id);
+    if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
+        ps = pg_fail(err, PG_ERR_DB, "%s: heartbeat of run %" PRId64 ": no running run has that id",
+                     s->path, run_id);
+    return ps;
+}
+
+/* Whether status is one store_run_finish sets, and whether it keeps an error. */
+static int finish_status_ok(const char *status, int *keeps_error)
+{
+    static const struct { const char *name; int keeps_error; } finished[] = {
+        {"complete", 0}, {"incomplete", 0}, {"failed", 1}, {"interrupted", 1},
+    };
+    for (size_t i = 0; status != NULL && i < sizeof finished / sizeof finished[0]; i++)
+        if (strcmp(status, finished[i].name) == 0) {
+            *keeps_error = finished[i].keeps_error;
+            return 1;
+        }
+    return 0;
 }
 
 pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, const char *error,
                            pg_err *err)
 {
     if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_run_finish: store is NULL");
-    if (status == NULL || (strcmp(status, "complete") != 0 && strcmp(status, "failed") != 0 &&
-                           strcmp(status, "incomplete") != 0))
+    int keeps_error = 0;
+    if (!finish_status_ok(status, &keeps_error))
         return pg_fail(err, PG_ERR_INTERNAL,
                        "store_run_finish: run %" PRId64 " status '%s' is not 'complete', "
-                       "'incomplete' or 'failed'", run_id, str_or_null(status));
+                       "'incomplete', 'failed' or 'interrupted'", run_id, str_or_null(status));
     sql_binder b = sql_bind_start(s->stmt[ST_RUN_FINISH]);
     sql_bind_text(&b, status);
-    sql_bind_text(&b, strcmp(status, "failed") == 0 ? error : NULL);
+    sql_bind_text(&b, keeps_error ? error : NULL);
     sql_bind_int64(&b, run_id);
     pg_status ps = finish_write(s, &b, err, "finish run %" PRId64 " as '%s'", run_id, status);
     if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
@@ -427,21 +470,138 @@ pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, cons
     return ps;
 }
 
-pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int allow_running,
+const char *store_this_host(char *buf, size_t len)
+{
+    if (len == 0) return buf;
+    if (gethostname(buf, len) != 0 || buf[0] == '\0') snprintf(buf, len, "unknown");
+    buf[len - 1] = '\0';  /* gethostname need not terminate a truncated name */
+    return buf;
+}
+
+store_process store_probe_process(const char *status, const char *host, int64_t pid)
+{
+    if (status == NULL || strcmp(status, "running") != 0) return STORE_PROCESS_FINISHED;
+    char here[STORE_HOST_MAX];
+    if (host == NULL || pid <= 0 || (int64_t)(pid_t)pid != pid ||
+        strcmp(host, store_this_host(here, sizeof here)) != 0)
+        return STORE_PROCESS_UNKNOWN;
+    if (kill((pid_t)pid, 0) == 0) return STORE_PROCESS_ALIVE;
+    return errno == ESRCH ? STORE_PROCESS_GONE : STORE_PROCESS_ALIVE;
+}
+
+const char *store_effective_status(const char *status, store_process p)
+{
+    return p == STORE_PROCESS_GONE ? "interrupted" : status;
+}
+
+/* Copies column i of st (NULL reads "") into buf; 0 when it does not fit. */
+static int column_copy(sqlite3_stmt *st, int i, char *buf, size_t len)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    const size_t n = t != NULL ? (size_t)sqlite3_column_bytes(st, i) : 0;
+    if (n >= len) return 0;
+    memcpy(buf, t != NULL ? (const char *)t : "", n);
+    buf[n] = '\0';
+    return 1;
+}
+
+pg_status store_run_read(pg_store *s, int64_t run_id, store_run_state *out, pg_err *err)
+{
+    if (s == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_run_read: store or out is NULL");
+    memset(out, 0, sizeof *out);
+    out->id = run_id;
+    sqlite3_stmt *st = s->stmt[ST_RUN_READ];
+    pg_status ps = PG_OK;
+    int rc = sqlite3_bind_int64(st, 1, run_id);
+    if (rc == SQLITE_OK) rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        enum { R_KIND, R_STATUS, R_HOST, R_PID, R_HEARTBEAT, R_CONFIG };
+        if (!column_copy(st, R_KIND, out->kind, sizeof out->kind) ||
+            !column_copy(st, R_STATUS, out->status, sizeof out->status) ||
+            !column_copy(st, R_HOST, out->host, sizeof out->host) ||
+            !column_copy(st, R_HEARTBEAT, out->heartbeat_at, sizeof out->heartbeat_at)) {
+            ps = pg_fail(err, PG_ERR_INTERNAL,
+                         "%s: run %" PRId64 ": a stored kind, status, host or heartbeat is "
+                         "longer than store_run_state holds", s->path, run_id);
+        } else {
+            out->pid = sqlite3_column_int64(st, R_PID);  /* NULL reads 0 */
+            const unsigned char *cfg = sqlite3_column_text(st, R_CONFIG);
+            if (cfg != NULL && (out->config_json = strdup((const char *)cfg)) == NULL)
+                ps = pg_fail(err, PG_ERR_NOMEM, "%s: run %" PRId64 ": out of memory", s->path,
+                             run_id);
+        }
+    } else if (rc == SQLITE_DONE) {
+        ps = pg_fail(err, PG_ERR_USAGE, "%s: no run has id %" PRId64, s->path, run_id);
+    } else {
+        ps = db_fail(s, err, "read run %" PRId64, run_id);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (ps != PG_OK) {
+        store_run_state_free(out);
+        return ps;
+    }
+    out->process = store_probe_process(out->status, out->host[0] ? out->host : NULL, out->pid);
+    snprintf(out->effective, sizeof out->effective, "%s",
+             store_effective_status(out->status, out->process));
+    return PG_OK;
+}
+
+void store_run_state_free(store_run_state *st)
+{
+    if (st == NULL) return;
+    free(st->config_json);
+    st->config_json = NULL;
+}
+
+pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int force,
                            pg_err *err)
 {
     if (s == NULL || kind == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "store_run_reopen: store or kind is NULL");
+    store_run_state rs;
+    pg_status ps = store_run_read(s, run_id, &rs, err);
+    if (ps != PG_OK) return ps;
+    store_run_state_free(&rs);  /* the config is not needed here */
+    if (strcmp(rs.kind, kind) != 0)
+        return pg_fail(err, PG_ERR_USAGE, "%s: run %" PRId64 " is a '%s' run, not '%s'", s->path,
+                       run_id, rs.kind, kind);
+    if (!force && (rs.process == STORE_PROCESS_ALIVE || rs.process == STORE_PROCESS_UNKNOWN))
+        return pg_fail(err, PG_ERR_USAGE,
+                       "%s: run %" PRId64 " is still marked running and may be alive "
+                       "(host %s, pid %" PRId64 ", last heartbeat %s%s); --force takes it anyway",
+                       s->path, run_id, rs.host[0] ? rs.host : "unknown", rs.pid,
+                       rs.heartbeat_at[0] ? rs.heartbeat_at : "never",
+                       rs.process == STORE_PROCESS_ALIVE ? ": that process exists on this host"
+                                                         : ": not this host, cannot be probed");
+    char here[STORE_HOST_MAX];
     sql_binder b = sql_bind_start(s->stmt[ST_RUN_REOPEN]);
     sql_bind_int64(&b, run_id);
-    sql_bind_text(&b, kind);
-    sql_bind_int64(&b, allow_running ? 1 : 0);
-    pg_status ps = finish_write(s, &b, err, "reopen run %" PRId64, run_id);
+    sql_bind_text(&b, rs.status);
+    if (rs.pid > 0) sql_bind_int64(&b, rs.pid);
+    else sql_bind_null(&b);
+    sql_bind_int64(&b, (int64_t)getpid());
+    sql_bind_text(&b, store_this_host(here, sizeof here));
+    ps = finish_write(s, &b, err, "reopen run %" PRId64, run_id);
     if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
         ps = pg_fail(err, PG_ERR_USAGE,
-                     "%s: run %" PRId64 " cannot be resumed: no finished '%s' run has that id "
-                     "(a run still marked running, e.g. one that was killed, needs --force)",
-                     s->path, run_id, kind);
+                     "%s: run %" PRId64 " changed while it was being resumed (another precgate "
+                     "took it?); nothing changed", s->path, run_id);
+    return ps;
+}
+
+pg_status store_run_set_config(pg_store *s, int64_t run_id, const char *config_json,
+                               pg_err *err)
+{
+    if (s == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_run_set_config: store is NULL");
+    sql_binder b = sql_bind_start(s->stmt[ST_RUN_SET_CONFIG]);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, config_json);
+    pg_status ps = finish_write(s, &b, err, "store the config of run %" PRId64, run_id);
+    if (ps == PG_OK && sqlite3_changes64(s->db) == 0)
+        ps = pg_fail(err, PG_ERR_DB, "%s: config of run %" PRId64 ": no such run", s->path,
+                     run_id);
     return ps;
 }
 

@@ -21,6 +21,7 @@
 #ifndef PG_STORE_H
 #define PG_STORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../harness/metrics.h"
@@ -75,25 +76,99 @@ typedef struct store_run_info {
     const char *config_json;
 } store_run_info;
 
-/* Inserts a run with status 'running' and started_at now (UTC ISO 8601),
- * committed at once; its id goes to *run_id. PG_ERR_INTERNAL when info or
- * info->kind is NULL or a transaction is open (the row could not be
- * committed at once). The strings are copied; the caller keeps them. */
+/* Inserts a run with status 'running', started_at and heartbeat_at now (UTC
+ * ISO 8601) and pid getpid(), committed at once; its id goes to *run_id.
+ * PG_ERR_INTERNAL when info or info->kind is NULL or a transaction is open
+ * (the row could not be committed at once). The strings are copied; the
+ * caller keeps them. info->host should be this machine's gethostname() (the
+ * liveness probe compares it with store_this_host()). */
 pg_status store_run_begin(pg_store *s, const store_run_info *info, int64_t *run_id, pg_err *err);
 
-/* Sets a run's status ("complete", "incomplete" or "failed"), its error (the failure's
- * message, stored only for "failed"; may be NULL) and finished_at now.
- * PG_ERR_INTERNAL for any other status (nothing changed); PG_ERR_DB when no
- * run has that id. Inside a transaction it commits with it; otherwise at once. */
+/* Sets heartbeat_at of a 'running' run to now: the sign of life readers use
+ * beside the pid (call it per stored batch of samples or layer, not per row;
+ * it is one cached UPDATE). Inside a transaction it commits with it.
+ * PG_ERR_DB when no running run has that id. */
+pg_status store_run_heartbeat(pg_store *s, int64_t run_id, pg_err *err);
+
+/* Sets a run's status ("complete", "incomplete", "failed" or "interrupted"),
+ * its error (the failure's message for "failed", what stopped it for
+ * "interrupted", e.g. "interrupted by SIGTERM"; stored only for those two;
+ * may be NULL) and finished_at now. PG_ERR_INTERNAL for any other status
+ * (nothing changed); PG_ERR_DB when no run has that id. Inside a transaction
+ * it commits with it; otherwise at once. */
 pg_status store_run_finish(pg_store *s, int64_t run_id, const char *status, const char *error,
                            pg_err *err);
 
-/* Marks a finished run of the given kind 'running' again (for --resume):
- * clears finished_at and error, committed at once. A run still marked
- * 'running' (a killed process) is taken only with allow_running. PG_ERR_USAGE
- * when no such run exists (wrong id, another kind, or running without allow_running). */
-pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int allow_running,
+/* Whether the process of a run is still there. */
+typedef enum store_process {
+    STORE_PROCESS_FINISHED = 0,  /* the run is not 'running': nothing to probe */
+    STORE_PROCESS_ALIVE,         /* running, on this host, and its pid exists */
+    STORE_PROCESS_GONE,          /* running, on this host, and its pid does not exist
+                                    (killed -9, crashed, host rebooted): interrupted */
+    STORE_PROCESS_UNKNOWN        /* running on another host, or no pid recorded
+                                    (a run from before schema version 8): may be alive */
+} store_process;
+
+/* This machine's host name as store_run_begin's callers record it
+ * (gethostname; "unknown" when that fails) into buf; returns buf. */
+const char *store_this_host(char *buf, size_t len);
+
+/* The liveness probe, the one place that decides it: for status "running",
+ * GONE when host is this machine (store_this_host) and kill(pid, 0) fails
+ * with ESRCH, ALIVE when it succeeds or fails otherwise (EPERM: someone
+ * else's process; a reused pid reads as alive, the safe side), UNKNOWN when
+ * host is another machine or NULL or pid <= 0. FINISHED for any other status. */
+store_process store_probe_process(const char *status, const char *host, int64_t pid);
+
+/* The status a reader should show: "interrupted" for a run whose process is
+ * GONE, else the stored status. */
+const char *store_effective_status(const char *status, store_process p);
+
+/* Longest strings a store_run_state holds, NUL included. */
+#define STORE_STATUS_MAX 16
+#define STORE_KIND_MAX 32
+#define STORE_HOST_MAX 256
+#define STORE_TIME_MAX 32
+
+/* One run as stored, with its probed process. */
+typedef struct store_run_state {
+    int64_t id;
+    char kind[STORE_KIND_MAX];
+    char status[STORE_STATUS_MAX];     /* as stored */
+    char effective[STORE_STATUS_MAX];  /* store_effective_status() */
+    char host[STORE_HOST_MAX];         /* "" when NULL */
+    int64_t pid;                       /* 0 when NULL */
+    char heartbeat_at[STORE_TIME_MAX]; /* "" when NULL */
+    store_process process;
+    char *config_json;                 /* malloc'd; NULL when NULL: store_run_state_free */
+} store_run_state;
+
+/* Reads run_id into *out and probes its process. PG_ERR_USAGE naming the
+ * database and id when no run has that id; PG_ERR_DB when a read fails;
+ * PG_ERR_INTERNAL when a stored string does not fit (nothing is cut). */
+pg_status store_run_read(pg_store *s, int64_t run_id, store_run_state *out, pg_err *err);
+
+/* Frees what store_run_read allocated in st (config_json); NULL-safe. */
+void store_run_state_free(store_run_state *st);
+
+/* Marks a run of the given kind 'running' again (for --resume): clears
+ * finished_at and error, records this process (pid getpid(), host
+ * store_this_host(), heartbeat_at now), committed at once. Taken: any
+ * finished run (complete, incomplete, failed, interrupted) and a 'running'
+ * run whose process is GONE (store_probe_process). A 'running' run whose
+ * process is ALIVE or UNKNOWN is taken only with force (the caller's
+ * --force: it may still be writing). PG_ERR_USAGE when no such run exists
+ * (wrong id or another kind), when it needs force and force is 0 (the
+ * message names its host, pid and last heartbeat), or when another process
+ * reopened it between the read and the update. */
+pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int force,
                            pg_err *err);
+
+/* Replaces a run's config_json (e.g. once the servers' model names are
+ * known), committed with an open transaction or at once. PG_ERR_DB when no
+ * run has that id. */
+pg_status store_run_set_config(pg_store *s, int64_t run_id, const char *config_json,
+                               pg_err *err);
 
 /* Inserts one layer_metrics row (head -1 = whole layer) from m (m->n is not
  * stored). PG_ERR_DB when a CHECK, NOT NULL, UNIQUE or foreign-key constraint

@@ -410,6 +410,12 @@ static void http_status_why(const oa_endpoint *ep, long code, const buf *body, c
     scrub(why, ep->api_key);
 }
 
+/* Whether o's stop flag is set. */
+static bool stop_requested(const oa_options *o)
+{
+    return o->stop != NULL && *o->stop != 0;
+}
+
 pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
 {
     double end = mono_now() + deadline_s;
@@ -452,6 +458,9 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
         }
         buf_free(&body);
         left = end - mono_now();
+        if (stop_requested(&ep->opt))
+            return pg_fail(err, PG_ERR_INTERRUPTED, "%s: interrupted while waiting for the "
+                                                    "server", url);
         if (left <= 0) break;
         sleep_s(ep->opt.poll_s < left ? ep->opt.poll_s : left);
     }
@@ -1087,6 +1096,14 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
     }
 
     while (st == PG_OK && r.prog.done < n_reqs) {
+        /* Before anything new starts: a stop abandons what is in flight. */
+        for (int e = 0; e < n_eps && st == PG_OK; e++)
+            if (stop_requested(&eps[e]->opt))
+                st = pg_fail(err, PG_ERR_INTERRUPTED,
+                             "interrupted: %d of %d requests finished, %d in progress abandoned "
+                             "(not stored; a resume sends them again)",
+                             r.prog.done, n_reqs, r.n_held);
+        if (st != PG_OK) break;
         long wait_ms;
         st = start_ready(&r, &wait_ms, err);
         if (st != PG_OK) break;
@@ -1116,7 +1133,7 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
             st = pg_fail(err, PG_ERR_HTTP, "curl_multi_poll: %s", curl_multi_strerror(mc));
     }
 
-    /* Abandon whatever is still held (only after a failure). */
+    /* Abandon whatever is still held (only after a failure or a stop). */
     while (r.n_held > 0) release(&r, r.held[r.n_held - 1]);
     if (r.multi) curl_multi_cleanup(r.multi);
     free(r.held);

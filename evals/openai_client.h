@@ -23,6 +23,7 @@
 #ifndef PG_OPENAI_CLIENT_H
 #define PG_OPENAI_CLIENT_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -58,6 +59,13 @@ typedef struct oa_options {
                                  the last byte). Not applied to unstreamed
                                  replies, which are silent until complete. */
     double poll_s;            /* oa_wait_ready: pause between polls */
+    const volatile sig_atomic_t *stop;  /* NULL, or a flag (interrupt_flag()) that, once
+                                 nonzero, stops oa_wait_ready and oa_run with
+                                 PG_ERR_INTERRUPTED: no new request or retry is
+                                 started and transfers in progress are abandoned
+                                 unreported (their caller stores nothing, so a
+                                 resume sends them again). oa_run stops when
+                                 any of its endpoints' flags is set. */
 } oa_options;
 
 /* Sampling parameters of one chat request. Start from oa_sampling_default(). */
@@ -152,7 +160,8 @@ const char *oa_endpoint_mode(const oa_endpoint *ep);
 /* Polls GET /health, then GET /v1/models, every poll_s until both answer
  * 200 and at least one model is listed, or deadline_s seconds have passed:
  * PG_ERR_HTTP naming the URL and the last failure. A model named in the
- * options but not listed fails at once. */
+ * options but not listed fails at once. PG_ERR_INTERRUPTED once the
+ * options' stop flag is set (looked at between polls). */
 pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err);
 
 /* The served model name in *model (malloc'd; caller frees): the options'
@@ -163,8 +172,10 @@ pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err);
  * and calls on_done for each as it finishes, in completion order. Returns
  * PG_OK once all are reported, whatever their outcomes; PG_ERR_USAGE (before
  * sending anything) for a request without a body or an endpoint; the
- * callback's status when it stops the run; PG_ERR_NOMEM or PG_ERR_HTTP when
- * libcurl itself fails. */
+ * callback's status when it stops the run; PG_ERR_INTERRUPTED when a stop
+ * flag (oa_options.stop) was set: the requests reported until then were
+ * handed to on_done, the others never will be; PG_ERR_NOMEM or PG_ERR_HTTP
+ * when libcurl itself fails. */
 pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs,
                  oa_done_fn on_done, void *ctx, pg_err *err);
 

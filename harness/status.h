@@ -27,7 +27,8 @@ typedef enum pg_status {
     PG_ERR_DB,        /* SQLite reported an error */
     PG_ERR_DEVICE,    /* a GPU or driver call failed, or no GPU was usable */
     PG_ERR_HTTP,      /* a server could not be reached or answered with an error */
-    PG_ERR_INTERNAL   /* a broken invariant inside precgate (a bug) */
+    PG_ERR_INTERNAL,  /* a broken invariant inside precgate (a bug) */
+    PG_ERR_INTERRUPTED /* SIGINT or SIGTERM stopped the work (harness/interrupt.h) */
 } pg_status;
 
 /* Longest detail message kept, including the terminating NUL. */
@@ -47,7 +48,9 @@ pg_status pg_fail(pg_err *err, pg_status code, const char *fmt, ...)
 /* Short fixed phrase for a code ("malformed input", ...); never NULL. */
 const char *pg_status_str(pg_status code);
 
-/* Process exit status for a code: 0 for PG_OK, 2 for PG_ERR_USAGE, 1 otherwise. */
+/* Process exit status for a code: 0 for PG_OK, 2 for PG_ERR_USAGE, 128 + the
+ * signal caught for PG_ERR_INTERRUPTED (interrupt_exit_code: 130 for SIGINT,
+ * 143 for SIGTERM; 130 when none was caught), 1 otherwise. */
 int pg_status_exit_code(pg_status code);
 
 /* Clears err back to PG_OK and an empty message. */

@@ -11,6 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "schema.h"
 #include "store.h"
 #include "testutil.h"
 
@@ -173,7 +177,8 @@ Test(store, fresh_db_has_schema_wal_and_pragmas)
         {"id", "INTEGER", 0, 1},     {"kind", "TEXT", 1, 0},       {"label", "TEXT", 0, 0},
         {"status", "TEXT", 1, 0},    {"started_at", "TEXT", 1, 0}, {"finished_at", "TEXT", 0, 0},
         {"git_rev", "TEXT", 0, 0},   {"host", "TEXT", 0, 0},       {"device", "TEXT", 0, 0},
-        {"config_json", "TEXT", 0, 0}, {"error", "TEXT", 0, 0},
+        {"config_json", "TEXT", 0, 0}, {"error", "TEXT", 0, 0},  {"pid", "INTEGER", 0, 0},
+        {"heartbeat_at", "TEXT", 0, 0},
     };
     const col_spec layer_metrics[] = {
         {"run_id", "INTEGER", 1, 0}, {"capture", "TEXT", 1, 0},  {"layer", "INTEGER", 1, 0},
@@ -770,4 +775,228 @@ Test(store, incomplete_is_a_finished_status)
     sqlite3 *db = raw_open(g_db);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE finished_at IS NOT NULL AND error IS NULL"), 1);
     sqlite3_close(db);
+}
+
+/* A database at schema version 7 built from the real migrations 1..7, with
+ * a run in every status that version allowed (and samples and a gate row
+ * pointing at them), as a precgate of that version left it. */
+static void make_v7_db(void)
+{
+    sqlite3 *db = raw_open(g_db);
+    for (int i = 0; i < 7; i++) {
+        tu_sql_exec(db, schema_migrations[i].sql);
+        tu_sql_exec(db, schema_migrations[i].set_version);
+    }
+    tu_sql_exec(db,
+                "INSERT INTO runs (id, kind, status, started_at, finished_at, host, config_json,"
+                " error) VALUES"
+                " (1, 'sweep', 'complete', '2026-01-01T00:00:00.000Z', '2026-01-01T00:01:00.000Z',"
+                "  'h', '{}', NULL),"
+                " (2, 'eval', 'incomplete', '2026-01-02T00:00:00.000Z', '2026-01-02T00:01:00.000Z',"
+                "  'h', '{\"samples\":1}', NULL),"
+                " (3, 'sweep', 'failed', '2026-01-03T00:00:00.000Z', '2026-01-03T00:01:00.000Z',"
+                "  'h', NULL, 'layer 2: boom'),"
+                " (4, 'eval', 'running', '2026-01-04T00:00:00.000Z', NULL, 'h', NULL, NULL);"
+                "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id, sample, status,"
+                " correct) VALUES (2, 'e', 'bf16', 'low', 'a', 0, 'ok', 1);"
+                "INSERT INTO baselines VALUES ('default', 1, '2026-01-05T00:00:00.000Z');");
+    cr_assert_eq(tu_sql_int(db, "PRAGMA user_version"), 7);
+    sqlite3_close(db);
+}
+
+Test(store, migration_8_keeps_v7_rows_and_adds_pid_heartbeat_interrupted)
+{
+    make_v7_db();
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    cr_assert_eq(store_schema_version(s), 8);
+    char *rows = q_text(db, "SELECT group_concat(id || ':' || kind || ':' || status || ':' ||"
+                            " ifnull(finished_at, '-') || ':' || ifnull(error, '-') || ':' ||"
+                            " ifnull(pid, '-') || ':' || ifnull(heartbeat_at, '-'), '|')"
+                            " FROM (SELECT * FROM runs ORDER BY id)");
+    cr_assert_str_eq(rows,
+                     "1:sweep:complete:2026-01-01T00:01:00.000Z:-:-:-|"
+                     "2:eval:incomplete:2026-01-02T00:01:00.000Z:-:-:-|"
+                     "3:sweep:failed:2026-01-03T00:01:00.000Z:layer 2: boom:-:-|"
+                     "4:eval:running:-:-:-:-");
+    free(rows);
+    char *cfg = q_text(db, "SELECT config_json FROM runs WHERE id = 2");
+    cr_assert_str_eq(cfg, "{\"samples\":1}");
+    free(cfg);
+    /* The rows pointing at runs still do, and the foreign keys still hold. */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM eval_samples WHERE run_id = 2"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM pragma_index_info('runs_kind_started')"), 2);
+    /* The new status is allowed, finished only; anything else still refused. */
+    pg_err err = {0};
+    cr_assert_eq(store_run_finish(s, 2, "interrupted", "interrupted by SIGTERM", &err), PG_OK,
+                 "%s", err.msg);
+    char *e = q_text(db, "SELECT status || '/' || error || '/' || (finished_at IS NOT NULL) FROM runs"
+                         " WHERE id = 2");
+    cr_assert_str_eq(e, "interrupted/interrupted by SIGTERM/1");
+    free(e);
+    cr_assert_neq(sqlite3_exec(db, "UPDATE runs SET status = 'interrupted', finished_at = NULL"
+                                   " WHERE id = 1", NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_neq(sqlite3_exec(db, "UPDATE runs SET status = 'paused' WHERE id = 1", NULL, NULL,
+                               NULL), SQLITE_OK);
+    /* A v7 'running' run has no pid: it cannot be probed, so it needs force. */
+    store_run_state rs;
+    cr_assert_eq(store_run_read(s, 4, &rs, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(rs.process, STORE_PROCESS_UNKNOWN);
+    cr_assert_str_eq(rs.effective, "running");
+    store_run_state_free(&rs);
+    pg_err e2 = {0};
+    cr_assert_eq(store_run_reopen(s, 4, "eval", 0, &e2), PG_ERR_USAGE);
+    cr_assert_not_null(strstr(e2.msg, "--force"), "%s", e2.msg);
+    pg_err e3 = {0};
+    cr_assert_eq(store_run_reopen(s, 4, "eval", 1, &e3), PG_OK, "%s", e3.msg);
+    cr_assert_eq(tu_sql_int(db, "SELECT pid FROM runs WHERE id = 4"), (long long)getpid());
+    store_close(s);
+}
+
+Test(store, run_begin_records_pid_and_heartbeat_moves)
+{
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    int64_t run = begin_run(s);
+    cr_assert_eq(tu_sql_int(db, "SELECT pid FROM runs WHERE id = %lld", (long long)run),
+                 (long long)getpid());
+    char *hb = q_text(db, "SELECT heartbeat_at FROM runs");
+    cr_assert_eq(strlen(hb), ISO_MS_LEN, "%s", hb);
+    free(hb);
+    /* An old heartbeat is moved to now. */
+    tu_sql_exec(db, "UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z'");
+    pg_err err = {0};
+    cr_assert_eq(store_run_heartbeat(s, run, &err), PG_OK, "%s", err.msg);
+    const double age_s = tu_sql_double(db, "SELECT (julianday('now') - julianday(heartbeat_at))"
+                                           " * 86400.0 FROM runs");
+    cr_assert_lt(fabs(age_s), NOW_TOLERANCE_S);
+    /* A finished run has no heartbeat to move. */
+    cr_assert_eq(store_run_finish(s, run, "complete", NULL, &err), PG_OK, "%s", err.msg);
+    pg_err e2 = {0};
+    cr_assert_eq(store_run_heartbeat(s, run, &e2), PG_ERR_DB);
+    cr_assert_not_null(strstr(e2.msg, "no running run"), "%s", e2.msg);
+    store_close(s);
+}
+
+/* The pid of a child process that has exited and been reaped (so it is gone). */
+static pid_t dead_pid(void)
+{
+    pid_t p = fork();
+    cr_assert_geq(p, 0);
+    if (p == 0) _exit(0);
+    int wst = 0;
+    cr_assert_eq(waitpid(p, &wst, 0), p);
+    return p;
+}
+
+Test(store, probe_tells_gone_alive_and_unknown)
+{
+    char here[STORE_HOST_MAX];
+    store_this_host(here, sizeof here);
+    cr_assert_neq(here[0], '\0');
+    cr_assert_eq(store_probe_process("running", here, getpid()), STORE_PROCESS_ALIVE);
+    cr_assert_eq(store_probe_process("running", here, dead_pid()), STORE_PROCESS_GONE);
+    cr_assert_eq(store_probe_process("running", "another-host.example", dead_pid()),
+                 STORE_PROCESS_UNKNOWN);
+    cr_assert_eq(store_probe_process("running", NULL, getpid()), STORE_PROCESS_UNKNOWN);
+    cr_assert_eq(store_probe_process("running", here, 0), STORE_PROCESS_UNKNOWN);
+    cr_assert_eq(store_probe_process("complete", here, dead_pid()), STORE_PROCESS_FINISHED);
+    cr_assert_str_eq(store_effective_status("running", STORE_PROCESS_GONE), "interrupted");
+    cr_assert_str_eq(store_effective_status("running", STORE_PROCESS_UNKNOWN), "running");
+    cr_assert_str_eq(store_effective_status("failed", STORE_PROCESS_FINISHED), "failed");
+}
+
+/* A 'running' eval run recorded as on host with pid; returns its id. */
+static int64_t running_eval(pg_store *s, const char *host, long long pid)
+{
+    store_run_info info = {.kind = "eval", .host = host, .config_json = "{\"x\":1}"};
+    int64_t id = -1;
+    pg_err err = {0};
+    cr_assert_eq(store_run_begin(s, &info, &id, &err), PG_OK, "%s", err.msg);
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE runs SET pid = %lld, heartbeat_at ="
+             " '2026-02-03T04:05:06.789Z' WHERE id = %lld", pid, (long long)id);
+    tu_sql_exec(store_handle(s), sql);
+    return id;
+}
+
+Test(store, reopen_takes_a_dead_run_and_refuses_a_live_or_remote_one)
+{
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    char here[STORE_HOST_MAX];
+    store_this_host(here, sizeof here);
+    const int64_t dead = running_eval(s, here, dead_pid());
+    const int64_t live = running_eval(s, here, getppid());
+    const int64_t remote = running_eval(s, "another-host.example", getpid());
+
+    store_run_state rs;
+    pg_err err = {0};
+    cr_assert_eq(store_run_read(s, dead, &rs, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(rs.status, "running");
+    cr_assert_str_eq(rs.effective, "interrupted");
+    cr_assert_str_eq(rs.kind, "eval");
+    cr_assert_str_eq(rs.config_json, "{\"x\":1}");
+    cr_assert_str_eq(rs.heartbeat_at, "2026-02-03T04:05:06.789Z");
+    store_run_state_free(&rs);
+
+    /* Dead on this host: taken without force, and now this process's. */
+    cr_assert_eq(store_run_reopen(s, dead, "eval", 0, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(tu_sql_int(db, "SELECT pid FROM runs WHERE id = %lld", (long long)dead),
+                 (long long)getpid());
+    cr_assert_eq(tu_sql_int(db, "SELECT heartbeat_at > '2026-02-03T04:05:06.789Z' FROM runs"
+                                " WHERE id = %lld", (long long)dead), 1);
+    /* Alive here, or on a host that cannot be probed: refused without force,
+     * naming host, pid and heartbeat; nothing changed. */
+    const int64_t refused[] = {live, remote};
+    for (size_t i = 0; i < 2; i++) {
+        pg_err e = {0};
+        cr_assert_eq(store_run_reopen(s, refused[i], "eval", 0, &e), PG_ERR_USAGE);
+        cr_assert_not_null(strstr(e.msg, "--force"), "%s", e.msg);
+        cr_assert_not_null(strstr(e.msg, "2026-02-03T04:05:06.789Z"), "%s", e.msg);
+        cr_assert_eq(tu_sql_int(db, "SELECT heartbeat_at = '2026-02-03T04:05:06.789Z' FROM runs"
+                                    " WHERE id = %lld", (long long)refused[i]), 1);
+    }
+    pg_err e4 = {0};
+    cr_assert_eq(store_run_reopen(s, remote, "eval", 0, &e4), PG_ERR_USAGE);
+    cr_assert_not_null(strstr(e4.msg, "another-host.example"), "%s", e4.msg);
+    pg_err e5 = {0};
+    cr_assert_eq(store_run_reopen(s, remote, "eval", 1, &e5), PG_OK, "%s", e5.msg);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT host FROM runs WHERE id = %lld", (long long)remote);
+    char *h = q_text(db, sql);
+    cr_assert_str_eq(h, here);
+    free(h);
+    /* Wrong kind or id. */
+    pg_err e6 = {0};
+    cr_assert_eq(store_run_reopen(s, live, "sweep", 1, &e6), PG_ERR_USAGE);
+    cr_assert_not_null(strstr(e6.msg, "not 'sweep'"), "%s", e6.msg);
+    pg_err e7 = {0};
+    cr_assert_eq(store_run_reopen(s, 999, "eval", 1, &e7), PG_ERR_USAGE);
+    /* A finished run, interrupted ones included, is taken without force. */
+    cr_assert_eq(store_run_finish(s, live, "interrupted", "interrupted by SIGINT", &err), PG_OK);
+    cr_assert_eq(store_run_reopen(s, live, "eval", 0, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE id = %lld AND status = 'running'"
+                                " AND error IS NULL AND finished_at IS NULL", (long long)live), 1);
+    store_close(s);
+}
+
+Test(store, interrupted_keeps_its_error_and_set_config_replaces)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    int64_t run = begin_run(s);
+    cr_assert_eq(store_run_set_config(s, run, "{\"models\":{}}", &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, run, "interrupted", "interrupted by SIGTERM", &err), PG_OK,
+                 "%s", err.msg);
+    char status[STATUS_BUF];
+    cr_assert_eq(store_run_status(s, run, status, sizeof status, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(status, "interrupted");
+    char *v = q_text(store_handle(s), "SELECT error || ' ' || config_json FROM runs");
+    cr_assert_str_eq(v, "interrupted by SIGTERM {\"models\":{}}");
+    free(v);
+    pg_err e2 = {0};
+    cr_assert_eq(store_run_set_config(s, run + 1, "{}", &e2), PG_ERR_DB);
+    store_close(s);
 }
