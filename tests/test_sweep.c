@@ -65,7 +65,7 @@ static capture *open_capture(const char *path)
 /* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
 static sweep_options options(unsigned variants)
 {
-    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL, NULL};
+    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL, NULL, NULL, NULL};
 }
 
 /* ---- a failing layer rolls back alone --------------------------------- */
