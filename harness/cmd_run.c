@@ -449,16 +449,39 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
     return st;
 }
 
-/* Prints how the interrupted run_id continues (stderr). */
+/* Writes text to f as one shell word: as it is when it holds only
+ * characters no shell treats specially, else in single quotes. */
+static void put_shell_word(FILE *f, const char *text)
+{
+    const char *safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-+=:,@%";
+    if (text[0] != '\0' && strspn(text, safe) == strlen(text)) {
+        fputs(text, f);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *p = text; *p != '\0'; p++) {
+        if (*p == '\'') fputs("'\\''", f);
+        else fputc(*p, f);
+    }
+    fputc('\'', f);
+}
+
+/* Prints how the interrupted run_id continues (stderr): the command with the
+ * capture as given and the database when --db named one. */
 static void print_resume_hint(int64_t run_id, int sig, const sweep_stats *stats,
-                              const capture *cap, const char *capture_path)
+                              const capture *cap, const run_args *a)
 {
     fprintf(stderr,
             "precgate: run %lld interrupted by %s: %d of %d layers stored; continue it with\n"
-            "  precgate run --resume %lld --capture %s\n",
+            "  precgate run --resume %lld --capture ",
             (long long)run_id, interrupt_signal_name(sig),
-            stats->layers_stored + stats->layers_skipped, cap->n_layers, (long long)run_id,
-            capture_path);
+            stats->layers_stored + stats->layers_skipped, cap->n_layers, (long long)run_id);
+    put_shell_word(stderr, a->capture);
+    if (a->db != NULL) {
+        fputs(" --db ", stderr);
+        put_shell_word(stderr, a->db);
+    }
+    fputc('\n', stderr);
 }
 
 int cmd_run(int argc, char **argv)
@@ -603,7 +626,7 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "precgate: run %lld could not be marked finished: %s\n",
                     (long long)run_id, fin.msg);
         if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
-        else if (fst == PG_OK && sig) print_resume_hint(run_id, sig, &stats, cap, a.capture);
+        else if (fst == PG_OK && sig) print_resume_hint(run_id, sig, &stats, cap, &a);
         else if (fst == PG_OK)
             fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
     }

@@ -779,29 +779,6 @@ static void digest_of(const char *path, char out[CAPTURE_DIGEST_MAX])
     capture_close(c);
 }
 
-/* Flips the lowest bit of the byte at byte offset `at` of tensor name's data
- * in the file at path (a bf16 or f32 value's lowest mantissa bit: the value
- * stays finite and changes). */
-static void flip_tensor_bit(const char *path, const char *name, size_t at)
-{
-    pg_err err = {0};
-    st_file *f = NULL;
-    cr_assert_eq(st_open(path, &f, &err), PG_OK, "%s", err.msg);
-    const st_tensor *t = st_find(f, name);
-    cr_assert_not_null(t, "%s has no tensor %s", path, name);
-    cr_assert_lt(at, t->nbytes);
-    const long off = (long)((const uint8_t *)t->data - (const uint8_t *)f->map) + (long)at;
-    st_close(f);
-    FILE *fp = fopen(path, "r+b");
-    cr_assert_not_null(fp);
-    cr_assert_eq(fseek(fp, off, SEEK_SET), 0);
-    const int b = fgetc(fp);
-    cr_assert_neq(b, EOF);
-    cr_assert_eq(fseek(fp, off, SEEK_SET), 0);
-    cr_assert_neq(fputc(b ^ 1, fp), EOF);
-    cr_assert_eq(fclose(fp), 0);
-}
-
 Test(capture, digest_is_the_content_not_the_path_or_the_layout)
 {
     char *dir = tu_tempdir();
@@ -839,7 +816,7 @@ Test(capture, digest_is_the_content_not_the_path_or_the_layout)
                                    "layers.0.out.vllm-fa3"};
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
         write_capture(b, &s);
-        flip_tensor_bit(b, tensors[i], 0);
+        tu_flip_tensor_bit(b, tensors[i], 0);
         digest_of(b, db);
         cr_assert_str_neq(da, db, "one bit of %s", tensors[i]);
     }
@@ -872,10 +849,10 @@ Test(capture, digest_covers_every_scan_item_of_a_large_tensor)
     char d0[CAPTURE_DIGEST_MAX], d1[CAPTURE_DIGEST_MAX];
     digest_of(path, d0);
     const size_t k_bytes = (size_t)2100 * 8 * 128 * 2;
-    flip_tensor_bit(path, "layers.0.k", k_bytes - 2); /* the last value, in the second item */
+    tu_flip_tensor_bit(path, "layers.0.k", k_bytes - 2); /* the last value, in the second item */
     digest_of(path, d1);
     cr_assert_str_neq(d0, d1);
-    flip_tensor_bit(path, "layers.0.k", k_bytes - 2); /* back */
+    tu_flip_tensor_bit(path, "layers.0.k", k_bytes - 2); /* back */
     digest_of(path, d1);
     cr_assert_str_eq(d0, d1);
     free(path);
