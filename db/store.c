@@ -564,6 +564,25 @@ void store_run_state_free(store_run_state *st)
     st->config_json = NULL;
 }
 
+pg_status store_run_resumable(pg_store *s, const store_run_state *rs, const char *kind,
+                              int force, pg_err *err)
+{
+    if (s == NULL || rs == NULL || kind == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_run_resumable: store, run or kind is NULL");
+    if (strcmp(rs->kind, kind) != 0)
+        return pg_fail(err, PG_ERR_USAGE, "%s: run %" PRId64 " is a '%s' run, not '%s'", s->path,
+                       rs->id, rs->kind, kind);
+    if (!force && (rs->process == STORE_PROCESS_ALIVE || rs->process == STORE_PROCESS_UNKNOWN))
+        return pg_fail(err, PG_ERR_USAGE,
+                       "%s: run %" PRId64 " is still marked running and may be alive "
+                       "(host %s, pid %" PRId64 ", last heartbeat %s%s); --force takes it anyway",
+                       s->path, rs->id, rs->host[0] ? rs->host : "unknown", rs->pid,
+                       rs->heartbeat_at[0] ? rs->heartbeat_at : "never",
+                       rs->process == STORE_PROCESS_ALIVE ? ": that process exists on this host"
+                                                          : ": not this host, cannot be probed");
+    return PG_OK;
+}
+
 pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int force,
                            pg_err *err)
 {
@@ -573,17 +592,8 @@ pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int fo
     pg_status ps = store_run_read(s, run_id, &rs, err);
     if (ps != PG_OK) return ps;
     store_run_state_free(&rs);  /* the config is not needed here */
-    if (strcmp(rs.kind, kind) != 0)
-        return pg_fail(err, PG_ERR_USAGE, "%s: run %" PRId64 " is a '%s' run, not '%s'", s->path,
-                       run_id, rs.kind, kind);
-    if (!force && (rs.process == STORE_PROCESS_ALIVE || rs.process == STORE_PROCESS_UNKNOWN))
-        return pg_fail(err, PG_ERR_USAGE,
-                       "%s: run %" PRId64 " is still marked running and may be alive "
-                       "(host %s, pid %" PRId64 ", last heartbeat %s%s); --force takes it anyway",
-                       s->path, run_id, rs.host[0] ? rs.host : "unknown", rs.pid,
-                       rs.heartbeat_at[0] ? rs.heartbeat_at : "never",
-                       rs.process == STORE_PROCESS_ALIVE ? ": that process exists on this host"
-                                                         : ": not this host, cannot be probed");
+    ps = store_run_resumable(s, &rs, kind, force, err);
+    if (ps != PG_OK) return ps;
     char here[STORE_HOST_MAX];
     sql_binder b = sql_bind_start(s->stmt[ST_RUN_REOPEN]);
     sql_bind_int64(&b, run_id);

@@ -117,7 +117,10 @@ const char *store_this_host(char *buf, size_t len);
  * GONE when host is this machine (store_this_host) and kill(pid, 0) fails
  * with ESRCH, ALIVE when it succeeds or fails otherwise (EPERM: someone
  * else's process; a reused pid reads as alive, the safe side), UNKNOWN when
- * host is another machine or NULL or pid <= 0. FINISHED for any other status. */
+ * host is another machine or NULL or pid <= 0. FINISHED for any other status.
+ * Limitation: "this machine" is the host name; a process in another pid
+ * namespace under the same host name (a container sharing it) would read as
+ * GONE. Containers normally get their own host name. */
 store_process store_probe_process(const char *status, const char *host, int64_t pid);
 
 /* The status a reader should show: "interrupted" for a run whose process is
@@ -150,6 +153,12 @@ pg_status store_run_read(pg_store *s, int64_t run_id, store_run_state *out, pg_e
 
 /* Frees what store_run_read allocated in st (config_json); NULL-safe. */
 void store_run_state_free(store_run_state *st);
+
+/* PG_OK when store_run_reopen(s, rs->id, kind, force) would take the run
+ * as read into rs; else its refusal (PG_ERR_USAGE, as store_run_reopen
+ * words it). Lets a command refuse before it contacts anything. */
+pg_status store_run_resumable(pg_store *s, const store_run_state *rs, const char *kind,
+                              int force, pg_err *err);
 
 /* Marks a run of the given kind 'running' again (for --resume): clears
  * finished_at and error, records this process (pid getpid(), host

@@ -113,7 +113,19 @@ typedef struct live_ctx {
     const eval_run_options *o;
     eval_run_counts *c;
     progress bar;
+    double last_heartbeat;   /* progress_now() of the last heartbeat */
 } live_ctx;
+
+/* The run's sign of life, after samples were stored: at most one UPDATE per
+ * EVAL_HEARTBEAT_S. The one place that moves it, so that it can follow the
+ * sample writes wherever they are committed. */
+static pg_status live_heartbeat(live_ctx *lc, pg_err *err)
+{
+    const double now = progress_now();
+    if (now - lc->last_heartbeat < EVAL_HEARTBEAT_S) return PG_OK;
+    lc->last_heartbeat = now;
+    return store_run_heartbeat(lc->store, lc->run_id, err);
+}
 
 /* Grades and stores one finished request; draws progress. */
 static pg_status live_done(void *ctx, const oa_request *req, const oa_response *resp,
@@ -135,6 +147,7 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
         r.error = resp->error;
     }
     pg_status st = eval_store_put_sample(lc->store, lc->run_id, &r, err);
+    if (st == PG_OK) st = live_heartbeat(lc, err);
     if (st != PG_OK) return st;
     lc->c->stored++;
     if (r.status == EVAL_SAMPLE_ERROR) lc->c->errors++;
@@ -189,6 +202,8 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
         if (st == PG_OK) st = oa_model_name(eps[m], &models[m], err);
         if (st == PG_OK) live[n_live++] = eps[m];
     }
+    if (st == PG_OK && o->before_send != NULL)
+        st = o->before_send(o->before_send_ctx, (const char *const *)models, err);
     oa_request *reqs = NULL;
     if (st == PG_OK && n_missing > 0) {
         reqs = calloc(n_missing, sizeof *reqs);
@@ -211,7 +226,7 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
     }
     c->skipped = (int64_t)(n_plan - n_missing);
     if (st == PG_OK && n_missing > 0) {
-        live_ctx lc = {s, run_id, o, c, {0}};
+        live_ctx lc = {s, run_id, o, c, {0}, progress_now()};
         progress_start(&lc.bar, (int64_t)n_missing);
         if (!o->progress) lc.bar.enabled = 0;
         st = oa_run(live, n_live, reqs, (int)n_missing, live_done, &lc, err);

@@ -37,7 +37,20 @@ typedef struct eval_run_options {
     oa_sampling sampling;         /* reasoning_effort and seed are set per request */
     int64_t seed_base;            /* sample s of problem id gets eval_sample_seed(seed_base, id, s) */
     int progress;                 /* draw a progress bar when stderr is a terminal */
+    /* live only, may be NULL: called once by eval_live after every server
+     * that has work has answered and named its model, and before any
+     * request is built or sent (also when nothing is missing). models[m] is
+     * the model served for modes[m], NULL for a mode with nothing left to
+     * send (its server is not contacted). Anything but PG_OK ends eval_live
+     * with that status and nothing sent: the resume checks (cmd_eval.c). */
+    pg_status (*before_send)(void *ctx, const char *const *models, pg_err *err);
+    void *before_send_ctx;
 } eval_run_options;
+
+/* Longest gap between two heartbeats of a live run while samples are being
+ * stored (store_run_heartbeat): a sign of life for `runs`, cheap enough per
+ * stored batch, rare enough to cost nothing per sample. */
+#define EVAL_HEARTBEAT_S 1.0
 
 /* What happened to the samples of one call. */
 typedef struct eval_run_counts {
@@ -59,7 +72,11 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
                       const eval_run_options *o, eval_run_counts *c, pg_err *err);
 
 /* Sends every (mode, effort, problem, sample) not yet stored ok/truncated in
- * run_id to its mode's server and stores each sample as it completes. */
+ * run_id to its mode's server and stores each sample as it completes,
+ * moving the run's heartbeat at most every EVAL_HEARTBEAT_S. With
+ * o->client.stop set (interrupt_flag()), a stop returns PG_ERR_INTERRUPTED:
+ * every sample received before it is stored, the requests in flight are
+ * dropped unstored (a resume sends them again). */
 pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
                     const eval_run_options *o, eval_run_counts *c, pg_err *err);
 

@@ -494,6 +494,11 @@ pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err)
 /* request bodies                                                           */
 /* ------------------------------------------------------------------------ */
 
+const char *oa_prompt_template(void)
+{
+    return OA_AIME_PROMPT_HEAD "{problem}" OA_AIME_PROMPT_TAIL;
+}
+
 oa_sampling oa_sampling_default(void)
 {
     return (oa_sampling){.temperature = 1.0, .top_p = -1.0, .stream = 1};

@@ -144,6 +144,11 @@ oa_sampling oa_sampling_default(void);
 pg_status oa_build_chat_body(const char *model, const char *messages_json, const char *problem,
                              const oa_sampling *s, char **out, pg_err *err);
 
+/* The prompt template oa_build_chat_body uses for a problem without
+ * messages, as text with "{problem}" where the problem goes: what a run
+ * records so that a template change is caught on --resume. */
+const char *oa_prompt_template(void);
+
 /* Opens an endpoint for mode at base_url ("http[s]://host:port", with or
  * without a trailing "/v1"; no user:password part). api_key_env names the
  * environment variable holding the API key (NULL: no key; named but unset

@@ -358,12 +358,22 @@ typedef struct id_set {
     size_t n;
 } id_set;
 
-/* FNV-1a, 64-bit (http://www.isthe.com/chongo/tech/comp/fnv/). */
+/* FNV-1a, 64-bit (http://www.isthe.com/chongo/tech/comp/fnv/): offset basis and prime. */
+#define TR_FNV_OFFSET 14695981039346656037ULL
+#define TR_FNV_PRIME 1099511628211ULL
+
+/* FNV-1a of n bytes at p, continuing from h. */
+static uint64_t fnv1a_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * TR_FNV_PRIME;
+    return h;
+}
+
+/* FNV-1a of the string s. */
 static uint64_t hash_str(const char *s)
 {
-    uint64_t h = 14695981039346656037ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
+    return fnv1a_bytes(TR_FNV_OFFSET, s, strlen(s));
 }
 
 /* The slot holding id, or the empty slot where it would go (cap > 0). */
@@ -692,4 +702,44 @@ pg_status traces_convert_aime(const char *in_path, const char *out_path, pg_err 
     free(r.buf);
     free(tmp);
     return st;
+}
+
+/* Hashes one field as its length (8 bytes, little endian) then its bytes,
+ * so field boundaries cannot shift; NULL hashes as length UINT64_MAX. */
+static uint64_t digest_field(uint64_t h, const char *v)
+{
+    const uint64_t n = v != NULL ? (uint64_t)strlen(v) : UINT64_MAX;
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
+    h = fnv1a_bytes(h, len, sizeof len);
+    return v != NULL ? fnv1a_bytes(h, v, (size_t)n) : h;
+}
+
+/* qsort order of problem pointers: by id (ids are unique). */
+static int by_id(const void *a, const void *b)
+{
+    return strcmp((*(const eval_problem *const *)a)->id, (*(const eval_problem *const *)b)->id);
+}
+
+pg_status traces_digest(const eval_traces *t, char *out, size_t len, pg_err *err)
+{
+    if (t == NULL || out == NULL || len < TRACES_DIGEST_MAX)
+        return pg_fail(err, PG_ERR_INTERNAL, "traces_digest: traces or a %d-byte buffer missing",
+                       TRACES_DIGEST_MAX);
+    const eval_problem **order = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *order);
+    if (order == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory for the digest", t->path);
+    for (int i = 0; i < t->n; i++) order[i] = &t->problems[i];
+    qsort(order, (size_t)t->n, sizeof *order, by_id);
+    uint64_t h = digest_field(TR_FNV_OFFSET, TRACES_DIGEST_SCHEME);
+    for (int i = 0; i < t->n; i++) {
+        char answer[TR_GEN_ID_MAX];
+        snprintf(answer, sizeof answer, "%d", order[i]->answer);
+        h = digest_field(h, order[i]->id);
+        h = digest_field(h, order[i]->problem);
+        h = digest_field(h, answer);
+        h = digest_field(h, order[i]->messages_json);
+    }
+    free(order);
+    snprintf(out, len, "%s:%d:%016llx", TRACES_DIGEST_SCHEME, t->n, (unsigned long long)h);
+    return PG_OK;
 }

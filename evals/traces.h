@@ -29,6 +29,8 @@
 #ifndef PG_TRACES_H
 #define PG_TRACES_H
 
+#include <stddef.h>
+
 #include "status.h"
 
 /* Smallest and largest answer of an AIME problem. */
@@ -71,6 +73,24 @@ pg_status traces_load(const char *path, eval_traces **out, pg_err *err);
 
 /* Releases everything traces_load made; NULL is a no-op. */
 void traces_free(eval_traces *t);
+
+/* Name of the digest below, spelled into it (a change of what it covers
+ * gets a new name, so an old digest never matches by accident). */
+#define TRACES_DIGEST_SCHEME "fnv1a64-v1"
+/* Room for a digest: scheme, ':', the problem count, ':', 16 hex digits, NUL. */
+#define TRACES_DIGEST_MAX 64
+
+/* The content digest of what a live eval sends and grades, into out (len >=
+ * TRACES_DIGEST_MAX): "fnv1a64-v1:<problems>:<16 hex digits>", FNV-1a 64 over
+ * every problem's id, problem text, answer and messages (length-prefixed),
+ * taken in id order, so reordering the file keeps it (a resume sends the same
+ * seeds whatever the order, eval_sample_seed) while any changed, added or
+ * removed problem changes it. Recorded completions, blank lines, the order
+ * of a line's keys and the spelling of an answer ("007" or 7) are not
+ * covered (messages are hashed as their compact JSON, key order included).
+ * Not a path or mtime: a copy of the file matches.
+ * FNV-1a catches accidental changes, not deliberate collisions. */
+pg_status traces_digest(const eval_traces *t, char *out, size_t len, pg_err *err);
 
 /* Converts a public AIME JSONL file (opencompass/AIME2025: question/answer;
  * HuggingFaceH4/aime_2024, math-ai/aime25: id/problem/answer/url;

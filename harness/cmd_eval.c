@@ -9,6 +9,8 @@
 #include "../db/store.h"
 #include "../evals/eval_run.h"
 #include "cli.h"
+#include "eval_resume.h"
+#include "interrupt.h"
 
 #ifndef PRECGATE_GIT_REV
 #define PRECGATE_GIT_REV "unknown"
@@ -47,14 +49,24 @@ const char cmd_eval_usage[] =
     "  --extractor NAME     answer extraction: default or gpt-oss\n"
     "  --eval NAME          name stored with the samples (default: the traces' file name)\n"
     "  --resume RUN         continue run RUN, sending only the samples it lacks (and\n"
-    "                       retrying its errors); the same traces, modes and efforts\n"
-    "  --force              with --resume: take a run still marked running (killed)\n"
+    "                       retrying its errors). Everything that defines the eval must\n"
+    "                       be the same (traces content, eval name, modes and the models\n"
+    "                       their servers serve, efforts, samples, seed, temperature,\n"
+    "                       top-p, max-tokens, extractor, prompt template), else exit 2\n"
+    "                       naming the field; URLs may change. A run whose process is\n"
+    "                       gone (interrupted, killed -9 on this host) is taken as is\n"
+    "  --force              with --resume: take a run still marked running whose process\n"
+    "                       may be alive (on another host, or its pid exists here)\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
     "  --no-progress        never draw the progress bar\n\n"
+    "SIGINT or SIGTERM stops sending: the samples received are stored, the requests in\n"
+    "flight are dropped (a resume sends them again), the run is marked 'interrupted' and\n"
+    "not scored; a second signal kills at once.\n\n"
     "exit status: 0 complete; 1 failure or samples that failed after every retry (the run\n"
     "is then 'incomplete': scores exclude them and say how many; --resume retries them);\n"
-    "2 usage error.\n";
+    "2 usage error, or a --resume that differs from its run; 130 / 143 stopped by SIGINT /\n"
+    "SIGTERM.\n";
 
 typedef struct eval_args {
     const char *traces, *db, *label, *eval_name, *model;
@@ -85,6 +97,15 @@ static pg_status parse_double(const char *opt, const char *v, double lo, double 
                        lo, hi);
     *out = x;
     return PG_OK;
+}
+
+/* Index of the first of names[0..n-1] equal to an earlier one, or -1. */
+static int duplicate_name(const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(names[i], names[j]) == 0) return i;
+    return -1;
 }
 
 static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
@@ -204,11 +225,12 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     if (a->replay == (a->o.n_endpoints > 0))
         return pg_fail(err, PG_ERR_USAGE, "eval: give either --replay or at least one "
                                           "--endpoint MODE=URL");
-    for (int i = 0; i < a->o.n_endpoints; i++)
-        for (int j = 0; j < i; j++)
-            if (strcmp(a->o.modes[i], a->o.modes[j]) == 0)
-                return pg_fail(err, PG_ERR_USAGE, "eval: mode '%s' has two --endpoint",
-                               a->o.modes[i]);
+    /* One server per mode (the one place that says so; issue #18 may allow
+     * several servers per mode). */
+    const int dup_mode = duplicate_name(a->o.modes, a->o.n_endpoints);
+    if (dup_mode >= 0)
+        return pg_fail(err, PG_ERR_USAGE, "eval: mode '%s' has two --endpoint",
+                       a->o.modes[dup_mode]);
     /* Efforts: a comma-separated list split in place. */
     for (char *p = a->efforts_buf; *p != '\0';) {
         char *comma = strchr(p, ',');
@@ -220,36 +242,122 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         if (comma == NULL) break;
         p = comma + 1;
     }
+    const int dup_effort = duplicate_name(a->o.efforts, a->o.n_efforts);
+    if (dup_effort >= 0)
+        return pg_fail(err, PG_ERR_USAGE, "eval: --effort: '%s' is given twice",
+                       a->o.efforts[dup_effort]);
     return PG_OK;
 }
 
-/* The run's configuration as JSON text (never the API key itself). */
-static char *eval_config_json(const eval_args *a)
+/* qsort order of C strings. */
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Adds names[0..n-1], sorted (their order defines nothing), as array key. */
+static void add_sorted_names(cJSON *o, const char *key, const char *const *names, int n)
+{
+    const char *sorted[EVAL_MAX_MODES > EVAL_MAX_EFFORTS ? EVAL_MAX_MODES : EVAL_MAX_EFFORTS];
+    memcpy(sorted, names, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+    cJSON *arr = cJSON_AddArrayToObject(o, key);
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(sorted[i]));
+}
+
+/* The run's configuration (never the API key itself): what eval_resume.h
+ * compares on --resume, plus what is only informative (traces path, URLs,
+ * --model, api_key_env). "models" stays empty until the servers answer
+ * (eval_before_send). NULL when out of memory. */
+static cJSON *eval_config_json(const eval_args *a, const char *traces_digest)
 {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
+    cJSON_AddNumberToObject(o, "config_version", EVAL_CONFIG_VERSION);
     cJSON_AddStringToObject(o, "traces", a->traces);
+    cJSON_AddStringToObject(o, "traces_digest", traces_digest);
     cJSON_AddStringToObject(o, "eval", a->o.eval_name);
     cJSON_AddStringToObject(o, "source", a->replay ? "replay" : "live");
     cJSON_AddStringToObject(o, "extractor", grade_extractor_name(a->o.extractor));
     if (!a->replay) {
+        cJSON_AddStringToObject(o, "prompt_template", oa_prompt_template());
+        add_sorted_names(o, "modes", a->o.modes, a->o.n_endpoints);
         cJSON *eps = cJSON_AddObjectToObject(o, "endpoints");
         for (int i = 0; i < a->o.n_endpoints; i++)
             cJSON_AddStringToObject(eps, a->o.modes[i], a->o.urls[i]);
-        cJSON *ef = cJSON_AddArrayToObject(o, "efforts");
-        for (int i = 0; i < a->o.n_efforts; i++)
-            cJSON_AddItemToArray(ef, cJSON_CreateString(a->o.efforts[i]));
+        cJSON_AddObjectToObject(o, "models");
+        add_sorted_names(o, "efforts", a->o.efforts, a->o.n_efforts);
         cJSON_AddNumberToObject(o, "samples", a->o.samples);
         cJSON_AddNumberToObject(o, "temperature", a->o.sampling.temperature);
-        cJSON_AddNumberToObject(o, "seed", (double)a->o.seed_base);
+        if (a->o.sampling.top_p >= 0) cJSON_AddNumberToObject(o, "top_p", a->o.sampling.top_p);
+        else cJSON_AddNullToObject(o, "top_p");  /* the server's default */
+        /* A string: a 64-bit seed does not fit a JSON number (a double) exactly. */
+        char seed[32];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->o.seed_base);
+        cJSON_AddStringToObject(o, "seed", seed);
         if (a->o.sampling.max_tokens > 0)
             cJSON_AddNumberToObject(o, "max_tokens", (double)a->o.sampling.max_tokens);
+        else cJSON_AddNullToObject(o, "max_tokens");  /* the server's default */
         if (a->o.client.model) cJSON_AddStringToObject(o, "model", a->o.client.model);
         if (a->o.api_key_env) cJSON_AddStringToObject(o, "api_key_env", a->o.api_key_env);
     }
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return text;
+    return o;
+}
+
+/* What eval_before_send needs: the run, whether this process holds it yet. */
+typedef struct eval_session {
+    pg_store *store;
+    int64_t run_id;
+    const eval_args *a;
+    cJSON *config;   /* new run: this command's; resume: the run's stored config */
+    int taken;       /* the run is this process's (begun, or reopened) */
+} eval_session;
+
+/* Stores es->config as the run's config_json. */
+static pg_status store_config(eval_session *es, pg_err *err)
+{
+    char *text = cJSON_PrintUnformatted(es->config);
+    if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    const pg_status st = store_run_set_config(es->store, es->run_id, text, err);
+    free(text);
+    return st;
+}
+
+/* eval_run_options.before_send: a new run records its servers' models; a
+ * resume compares them with the run's and only then takes the run (so a
+ * refused resume leaves it exactly as it was). */
+static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *err)
+{
+    eval_session *es = ctx;
+    const eval_run_options *o = &es->a->o;
+    /* A signal while the servers were awaited: a resume leaves the run alone. */
+    if (o->client.stop != NULL && *o->client.stop != 0)
+        return pg_fail(err, PG_ERR_INTERRUPTED, "eval: interrupted before anything was sent");
+    cJSON *stored_models = cJSON_GetObjectItemCaseSensitive(es->config, "models");
+    int added = 0;
+    pg_status st = eval_resume_check_models(es->run_id, stored_models, o->n_endpoints, o->modes,
+                                            models, &added, err);
+    if (st == PG_OK && !es->taken) {
+        st = store_run_reopen(es->store, es->run_id, "eval", es->a->force, err);
+        if (st == PG_OK) es->taken = 1;
+    }
+    if (st == PG_OK && added) st = store_config(es, err);
+    return st;
+}
+
+/* Resume: refuses, before any server is contacted, a run that is not a
+ * resumable eval or whose definition differs; es->config gets its config. */
+static pg_status check_resume(eval_session *es, const cJSON *now, pg_err *err)
+{
+    store_run_state rs;
+    pg_status st = store_run_read(es->store, es->run_id, &rs, err);
+    if (st != PG_OK) return st;
+    st = store_run_resumable(es->store, &rs, "eval", es->a->force, err);
+    if (st == PG_OK) st = eval_resume_check_config(es->run_id, rs.config_json, now, err);
+    if (st == PG_OK && (es->config = cJSON_Parse(rs.config_json)) == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    store_run_state_free(&rs);
+    return st;
 }
 
 int cmd_eval(int argc, char **argv)
@@ -263,64 +371,94 @@ int cmd_eval(int argc, char **argv)
 
     eval_traces *t = NULL;
     if (traces_load(a.traces, &t, &err) != PG_OK) return cli_report(&err);
+    char digest[TRACES_DIGEST_MAX];
+    pg_status st = traces_digest(t, digest, sizeof digest, &err);
+    /* From here on the first SIGINT/SIGTERM asks for a clean stop. */
+    interrupt_install();
+    a.o.client.stop = interrupt_flag();
     const char *db_path = cli_db_path(a.db);
-    pg_store *store = NULL;
-    pg_status st = store_open(db_path, &store, &err);
-    int64_t run_id = -1;
-    char *config = NULL;
+    eval_session es = {NULL, -1, &a, NULL, 0};
+    if (st == PG_OK) st = store_open(db_path, &es.store, &err);
+    cJSON *now = st == PG_OK ? eval_config_json(&a, digest) : NULL;
+    if (st == PG_OK && now == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "eval: out of memory");
     if (st == PG_OK && a.resume > 0) {
-        st = store_run_reopen(store, a.resume, "eval", a.force, &err);
-        if (st == PG_OK) run_id = a.resume;
+        es.run_id = a.resume;
+        st = check_resume(&es, now, &err);
     } else if (st == PG_OK) {
-        config = eval_config_json(&a);
-        char host[EVAL_HOST_MAX] = "unknown";
-        gethostname(host, sizeof host - 1);
+        es.config = now;
+        now = NULL;
+        char *config = cJSON_PrintUnformatted(es.config);
+        char host[EVAL_HOST_MAX];
+        store_this_host(host, sizeof host);
         const store_run_info info = {"eval", a.label, PRECGATE_GIT_REV, host,
                                      a.replay ? "replay" : "openai-compatible servers", config};
-        st = store_run_begin(store, &info, &run_id, &err);
+        st = config != NULL ? store_run_begin(es.store, &info, &es.run_id, &err)
+                            : pg_fail(&err, PG_ERR_NOMEM, "eval: out of memory");
+        es.taken = st == PG_OK;
+        free(config);
     }
+    a.o.before_send = eval_before_send;
+    a.o.before_send_ctx = &es;
     eval_run_counts c = {0};
     if (st == PG_OK) {
-        printf("run %lld: eval %s, %d problems, %s\n", (long long)run_id, a.o.eval_name, t->n,
+        printf("run %lld: eval %s, %d problems, %s\n", (long long)es.run_id, a.o.eval_name, t->n,
                a.replay ? "replay of recorded completions" : "live");
         fflush(stdout);
-        st = a.replay ? eval_replay(store, run_id, t, &a.o, &c, &err)
-                      : eval_live(store, run_id, t, &a.o, &c, &err);
+        st = a.replay ? eval_replay(es.store, es.run_id, t, &a.o, &c, &err)
+                      : eval_live(es.store, es.run_id, t, &a.o, &c, &err);
     }
-    if (st == PG_OK) st = eval_score_all(store, run_id, a.o.eval_name, stdout, &err);
+    /* An interrupted run is not scored: its scores would describe part of
+     * its plan. They are computed when a resume finishes it. */
+    if (st == PG_OK) st = eval_score_all(es.store, es.run_id, a.o.eval_name, stdout, &err);
     /* The run's state comes from what is stored, not from this invocation:
      * a resume that skipped a mode still leaves that mode's errors. */
     int64_t stored_errors = 0;
-    if (st == PG_OK) st = eval_count_errors(store, run_id, a.o.eval_name, &stored_errors, &err);
-    if (run_id > 0) {
+    if (st == PG_OK)
+        st = eval_count_errors(es.store, es.run_id, a.o.eval_name, &stored_errors, &err);
+    if (es.taken) {
         /* A resumed run that fails keeps what it had: incomplete, not failed. */
-        const char *status = st != PG_OK ? (a.resume > 0 ? "incomplete" : "failed")
+        const int sig = interrupt_signal();
+        char why[PG_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "interrupted by %s", interrupt_signal_name(sig));
+        const char *status = st == PG_ERR_INTERRUPTED ? "interrupted"
+                             : st != PG_OK ? (a.resume > 0 ? "incomplete" : "failed")
                              : stored_errors > 0 ? "incomplete"
                                                  : "complete";
         pg_err fin = {0};
-        const pg_status fst = store_run_finish(store, run_id, status, st != PG_OK ? err.msg : NULL,
-                                               &fin);
+        const pg_status fst = store_run_finish(es.store, es.run_id, status,
+                                               st == PG_ERR_INTERRUPTED ? why
+                                               : st != PG_OK ? err.msg : NULL, &fin);
         if (fst != PG_OK && st == PG_OK) {
             err = fin;
             st = fin.code;
         }
         if (fst != PG_OK) {
-            fprintf(stderr, "precgate: run %lld could not be marked %s: %s\n", (long long)run_id,
-                    status, fin.msg);
+            fprintf(stderr, "precgate: run %lld could not be marked %s: %s\n",
+                    (long long)es.run_id, status, fin.msg);
+        } else if (st == PG_ERR_INTERRUPTED) {
+            fprintf(stderr, "precgate: run %lld %s: %lld samples stored now, %lld were there "
+                            "already; the requests in flight were dropped. precgate eval "
+                            "--resume %lld with the same options continues it\n",
+                    (long long)es.run_id, why, (long long)c.stored, (long long)c.skipped,
+                    (long long)es.run_id);
         } else if (st == PG_OK && stored_errors > 0) {
             printf("run %lld incomplete: %lld samples failed after every retry (excluded from the "
                    "scores); precgate eval --resume %lld retries them\n",
-                   (long long)run_id, (long long)stored_errors, (long long)run_id);
+                   (long long)es.run_id, (long long)stored_errors, (long long)es.run_id);
         } else if (st == PG_OK) {
             printf("run %lld complete: %s (%lld samples stored, %lld already there)\n",
-                   (long long)run_id, db_path, (long long)c.stored, (long long)c.skipped);
+                   (long long)es.run_id, db_path, (long long)c.stored, (long long)c.skipped);
         } else {
-            fprintf(stderr, "precgate: run %lld marked %s in %s\n", (long long)run_id, status,
+            fprintf(stderr, "precgate: run %lld marked %s in %s\n", (long long)es.run_id, status,
                     db_path);
         }
+    } else if (a.resume > 0 && st != PG_OK) {
+        fprintf(stderr, "precgate: run %lld left as it was (nothing sent to it)\n",
+                (long long)a.resume);
     }
-    free(config);
-    store_close(store);
+    cJSON_Delete(now);
+    cJSON_Delete(es.config);
+    store_close(es.store);
     traces_free(t);
     if (st != PG_OK) return cli_report(&err);
     return stored_errors > 0 ? pg_status_exit_code(PG_ERR_HTTP) : 0;

@@ -9,6 +9,7 @@
 
 #include "../reports/diff.h"
 #include "../reports/term.h"
+#include "../db/store.h"
 #include "cli.h"
 
 /* Runs listed unless --limit says otherwise (0 lists all). */
@@ -34,7 +35,7 @@
 /* Column widths. */
 #define RUNS_ID_WIDTH 5
 #define RUNS_KIND_WIDTH 6
-#define RUNS_STATUS_WIDTH 10
+#define RUNS_STATUS_WIDTH 11  /* "interrupted" */
 #define RUNS_TIME_WIDTH 19
 #define RUNS_DUR_WIDTH 9
 #define RUNS_GIT_WIDTH 12
@@ -43,15 +44,18 @@ const char cmd_runs_usage[] =
     "usage: precgate runs [--kind sweep|eval] [--label TEXT] [--limit N] [--db PATH] [--json]\n\n"
     "Lists the runs in the database, oldest first and newest last (the newest N with\n"
     "--limit): id, kind, status, start time (UTC), duration, git revision and label, and\n"
-    "for a failed run the first " RUNS_STR(RUNS_ERROR_WIDTH) " characters of its error on the\n"
-    "next line.\n\n"
+    "for a failed or interrupted run the first " RUNS_STR(RUNS_ERROR_WIDTH) " characters of its error\n"
+    "on the next line. A run still marked running whose process is gone (this host, no\n"
+    "such pid: killed -9, crashed) shows as interrupted; one from another host shows as\n"
+    "running, with its host, pid and last heartbeat on the next line.\n\n"
     "  --kind KIND    only sweep or eval runs\n"
     "  --label TEXT   only runs with exactly this label\n"
     "  --limit N      the N newest runs (default " RUNS_STR(RUNS_DEFAULT_LIMIT)
     "; 0 lists every run)\n"
     "  --db PATH      database (default $PRECGATE_DB, else ./precgate.db); never created\n"
     "  --json         a JSON array of objects, oldest first, with the whole error, host,\n"
-    "                 device and duration_s (null while a run is running)\n\n"
+    "                 device, duration_s (null while a run is running), pid, heartbeat_at,\n"
+    "                 stored_status and process (alive, gone, unknown; null when finished)\n\n"
     "exit status: 0 success (also when no run matches); 1 failure; 2 usage error.\n";
 
 /* Kinds a run may have (runs.kind). */
@@ -134,7 +138,32 @@ static int json_col(cJSON *o, const char *key, sqlite3_stmt *st, int i)
 
 /* Result columns of the listing query. */
 enum { C_ID, C_KIND, C_LABEL, C_STATUS, C_STARTED, C_FINISHED, C_GIT, C_HOST, C_DEVICE, C_ERROR,
-       C_DURATION };
+       C_DURATION, C_PID, C_HEARTBEAT };
+
+/* The row's process, probed now (store_probe_process: the one place that decides). */
+static store_process row_process(sqlite3_stmt *st)
+{
+    return store_probe_process(col_text(st, C_STATUS), col_text(st, C_HOST),
+                               sqlite3_column_int64(st, C_PID));
+}
+
+/* The status to show: 'interrupted' for a running run whose process is gone. */
+static const char *row_status(sqlite3_stmt *st)
+{
+    return store_effective_status(col_text(st, C_STATUS), row_process(st));
+}
+
+/* A process's state as the JSON "process" field; NULL for a finished run. */
+static const char *process_name(store_process p)
+{
+    switch (p) {
+    case STORE_PROCESS_ALIVE: return "alive";
+    case STORE_PROCESS_GONE: return "gone";
+    case STORE_PROCESS_UNKNOWN: return "unknown";
+    case STORE_PROCESS_FINISHED: break;
+    }
+    return NULL;
+}
 
 /* Prints one row of the table. */
 static void print_row(FILE *out, sqlite3_stmt *st)
@@ -150,7 +179,7 @@ static void print_row(FILE *out, sqlite3_stmt *st)
                          : sqlite3_column_double(st, C_DURATION);
     fmt_duration(dur, sizeof dur, d);
     term_fit(kind, sizeof kind, col_text(st, C_KIND), RUNS_KIND_WIDTH, 0);
-    term_fit(status, sizeof status, col_text(st, C_STATUS), RUNS_STATUS_WIDTH, 0);
+    term_fit(status, sizeof status, row_status(st), RUNS_STATUS_WIDTH, 0);
     term_fit(git, sizeof git, col_text(st, C_GIT), RUNS_GIT_WIDTH, 0);
     term_fit(label, sizeof label, col_text(st, C_LABEL), RUNS_LABEL_WIDTH, 0);
     fprintf(out, "%*lld  ", RUNS_ID_WIDTH, (long long)sqlite3_column_int64(st, C_ID));
@@ -170,6 +199,16 @@ static void print_row(FILE *out, sqlite3_stmt *st)
         term_fit(e, sizeof e, error, RUNS_ERROR_WIDTH, 0);
         fprintf(out, "%*s  error: %s\n", RUNS_ID_WIDTH, "", e);
     }
+    const store_process p = row_process(st);
+    if (p == STORE_PROCESS_GONE || p == STORE_PROCESS_UNKNOWN) {
+        const char *host = col_text(st, C_HOST), *beat = col_text(st, C_HEARTBEAT);
+        char h[RUNS_CELL_MAX];
+        term_fit(h, sizeof h, host != NULL ? host : "unknown", RUNS_LABEL_WIDTH, 0);
+        fprintf(out, "%*s  %s (host %s, pid %lld, last heartbeat %s)\n", RUNS_ID_WIDTH, "",
+                p == STORE_PROCESS_GONE ? "process gone; --resume continues it"
+                                        : "running elsewhere or unprobeable; --resume needs --force",
+                h, (long long)sqlite3_column_int64(st, C_PID), beat != NULL ? beat : "never");
+    }
 }
 
 /* The JSON object of one row; NULL when out of memory. */
@@ -183,7 +222,15 @@ static cJSON *row_json(sqlite3_stmt *st)
     const int ok =
         o != NULL && cJSON_AddNumberToObject(o, "id", id) != NULL &&
         json_col(o, "kind", st, C_KIND) && json_col(o, "label", st, C_LABEL) &&
-        json_col(o, "status", st, C_STATUS) && json_col(o, "started_at", st, C_STARTED) &&
+        cJSON_AddStringToObject(o, "status", row_status(st)) != NULL &&
+        json_col(o, "stored_status", st, C_STATUS) &&
+        (process_name(row_process(st)) != NULL
+             ? cJSON_AddStringToObject(o, "process", process_name(row_process(st))) != NULL
+             : cJSON_AddNullToObject(o, "process") != NULL) &&
+        (sqlite3_column_type(st, C_PID) == SQLITE_NULL
+             ? cJSON_AddNullToObject(o, "pid") != NULL
+             : cJSON_AddNumberToObject(o, "pid", (double)sqlite3_column_int64(st, C_PID)) != NULL) &&
+        json_col(o, "heartbeat_at", st, C_HEARTBEAT) && json_col(o, "started_at", st, C_STARTED) &&
         json_col(o, "finished_at", st, C_FINISHED) && json_col(o, "git_rev", st, C_GIT) &&
         json_col(o, "host", st, C_HOST) && json_col(o, "device", st, C_DEVICE) &&
         json_col(o, "error", st, C_ERROR) &&
@@ -226,7 +273,8 @@ static pg_status list_runs(pg_store *s, const runs_args *a, FILE *out, pg_err *e
     /* The newest N, then put back in order: oldest first, newest last. */
     static const char sql[] =
         "SELECT * FROM (SELECT id, kind, label, status, started_at, finished_at, git_rev, host, "
-        "device, error, (julianday(finished_at) - julianday(started_at)) * 86400.0 "
+        "device, error, (julianday(finished_at) - julianday(started_at)) * 86400.0, pid, "
+        "heartbeat_at "
         "FROM runs WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR label = ?2) "
         "ORDER BY started_at DESC, id DESC LIMIT ?3) ORDER BY started_at, id";
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)

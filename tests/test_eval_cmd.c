@@ -134,14 +134,15 @@ Test(eval_cmd, live_run_with_a_failed_sample_is_incomplete_and_resumes)
     const int hits8 = fs_hits(&s8, "/v1/chat/completions");
     cr_assert_eq(hits8, 3);
 
-    /* A resume that leaves the failing mode out keeps the run incomplete:
-     * the state comes from the stored samples, not from this invocation. */
+    /* A resume that leaves the failing mode out is another eval (its mode
+     * set differs): refused before anything is sent, the run untouched. */
     snprintf(args, sizeof args,
              "eval --traces '%s' --endpoint bf16=%s --samples 1 --db '%s' --no-progress "
              "--resume 1",
              traces, u16, db);
     rc = tu_run_precgate(args, &out);
-    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "modes") != NULL, "%s", out);
     free(out);
     status = db_text(db, "SELECT status FROM runs WHERE id = 1");
     cr_assert_str_eq(status, "incomplete");

@@ -149,7 +149,9 @@ Test(interrupt, stop_flag_mid_run_abandons_in_flight_and_starts_nothing_new)
     /* The request whose reply set the flag was reported; the one in flight
      * beside it was abandoned unreported, and nothing new was started. */
     cr_assert_eq(c.done, 1, "%s", err.msg);
-    cr_assert_eq(fs_hits(&s, CHAT), STOP_IN_FLIGHT, "%d requests sent", fs_hits(&s, CHAT));
+    /* Nothing beyond the first two (the abandoned one may not have arrived). */
+    cr_assert(fs_hits(&s, CHAT) >= 1 && fs_hits(&s, CHAT) <= STOP_IN_FLIGHT, "%d requests sent",
+              fs_hits(&s, CHAT));
     cr_assert_not_null(strstr(err.msg, "1 in progress abandoned"), "%s", err.msg);
     fs_stop(&s);
 }
