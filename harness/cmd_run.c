@@ -13,6 +13,7 @@
 #include "../reports/sweep_table.h"
 #include "capture.h"
 #include "cli.h"
+#include "eval_resume.h"
 #include "interrupt.h"
 #include "progress.h"
 #include "sweep.h"
@@ -183,20 +184,17 @@ static void cpu_model(char *buf, size_t len)
 /* The modes, all of them in store order. */
 static const sweep_variant run_all_variants[] = {SWEEP_BF16, SWEEP_FP8KV, SWEEP_FP8QKV};
 #define RUN_N_VARIANTS (sizeof run_all_variants / sizeof run_all_variants[0])
-/* Room for "bf16,fp8kv,fp8qkv" and its NUL. */
-#define RUN_VARIANTS_TEXT_MAX 32
 /* Room for a 64-bit number in decimal and its NUL. */
 #define RUN_U64_TEXT_MAX 24
 
-/* The variant bits as the comma-separated list --variants takes, in store order. */
-static void variants_text(unsigned variants, char *buf, size_t len)
+/* The variant bits as config_json's "variants": their names in store order. */
+static cJSON *variants_json(unsigned variants)
 {
-    buf[0] = '\0';
-    size_t used = 0;
-    for (size_t i = 0; i < RUN_N_VARIANTS; i++)
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; list != NULL && i < RUN_N_VARIANTS; i++)
         if (variants & run_all_variants[i])
-            used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s",
-                                     used ? "," : "", sweep_variant_name(run_all_variants[i]));
+            cJSON_AddItemToArray(list, cJSON_CreateString(sweep_variant_name(run_all_variants[i])));
+    return list;
 }
 
 /* The run's configuration as JSON text (caller frees). Everything that
@@ -211,10 +209,7 @@ static char *run_config_json(const run_args *a, const capture *cap, const char *
     cJSON_AddStringToObject(o, "capture", a->capture);
     cJSON_AddStringToObject(o, "capture_digest", cap->digest);
     cJSON_AddStringToObject(o, "model", cap->model);
-    cJSON *vars = cJSON_AddArrayToObject(o, "variants");
-    for (size_t i = 0; i < RUN_N_VARIANTS; i++)
-        if (a->variants & run_all_variants[i])
-            cJSON_AddItemToArray(vars, cJSON_CreateString(sweep_variant_name(run_all_variants[i])));
+    cJSON_AddItemToObject(o, "variants", variants_json(a->variants));
     cJSON_AddStringToObject(o, "backend_requested", a->backend);
     cJSON_AddStringToObject(o, "backend", backend);
     cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
@@ -308,17 +303,6 @@ typedef struct resume_ctx {
     const char *backend;      /* its "backend": the one that ran */
 } resume_ctx;
 
-/* PG_ERR_USAGE naming field and both values unless stored equals now. */
-static pg_status resume_same(const resume_ctx *r, const char *field, const char *stored,
-                             const char *now, pg_err *err)
-{
-    if (strcmp(stored, now) == 0) return PG_OK;
-    return pg_fail(err, PG_ERR_USAGE,
-                   "run --resume %lld: %s differs: the run has '%s', this command '%s' "
-                   "(a run's rows must come from one configuration: start a new run)",
-                   (long long)r->run_id, field, stored, now);
-}
-
 /* String member name of the run's config, or NULL (missing or no string). */
 static const char *cfg_string(const cJSON *cfg, const char *name)
 {
@@ -343,11 +327,36 @@ static unsigned cfg_variants(const cJSON *cfg)
     return cJSON_IsArray(list) ? bits : 0;
 }
 
+/* Sets o[key] to v (a new item, or NULL: out of memory, left for the
+ * comparison to report as a difference). */
+static void json_set(cJSON *o, const char *key, cJSON *v)
+{
+    if (v == NULL) return;
+    if (cJSON_HasObjectItem(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else cJSON_AddItemToObject(o, key, v);
+}
+
+/* The options that define a sweep's numbers and can be given on the command
+ * line, with config_json's keys (resume_check_fields). */
+static const resume_field run_option_fields[] = {
+    {"git_rev", "the precgate build that computed the run"},
+    {"variants", "--variants"},
+    {"backend", "--backend"},
+    {"check_spec", "--check-spec"},
+    {"p_rounding", "--p-rounding"},
+    {"page_seed_decimal", "--seed"},
+};
+/* What is compared once the capture is loaded and the backend started. */
+static const resume_field run_capture_fields[] = {
+    {"capture_digest", "--capture's content digest"},
+    {"backend", "the backend that would run"},
+};
+
 /* Reads run a->resume into r: it must be a sweep run whose config_json
  * records what --resume compares. Each option that defines the numbers and
  * was given must equal the run's (else PG_ERR_USAGE naming the field and
- * both values); those not given are taken from the run. --backend auto is
- * resolved and compared later (resume_check_capture). */
+ * both values, resume_check_fields); those not given are taken from the
+ * run. --backend auto is resolved and compared later (resume_check_capture). */
 static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err *err)
 {
     *r = (resume_ctx){.run_id = a->resume};
@@ -355,55 +364,54 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     pg_status st = store_run_read(store, a->resume, &rs, err);
     if (st != PG_OK) return st;
     if (strcmp(rs.kind, "sweep") != 0)
-        st = pg_fail(err, PG_ERR_USAGE, "run --resume %lld: run %lld is a '%s' run, not a sweep",
+        st = pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: run %lld is a '%s' run, not a sweep",
                      (long long)a->resume, (long long)a->resume, rs.kind);
     else if (rs.config_json == NULL || (r->cfg = cJSON_Parse(rs.config_json)) == NULL)
         st = pg_fail(err, PG_ERR_USAGE,
-                     "run --resume %lld: the run has no readable config_json (it failed before "
+                     "run: --resume %lld: the run has no readable config_json (it failed before "
                      "its sweep started): start a new run", (long long)a->resume);
     store_run_state_free(&rs);
     if (st != PG_OK) return st;
     const cJSON *check_spec = cJSON_GetObjectItemCaseSensitive(r->cfg, "check_spec");
     const char *p_rounding = cfg_string(r->cfg, "p_rounding");
     const char *seed = cfg_string(r->cfg, "page_seed_decimal");
-    const char *git_rev = cfg_string(r->cfg, "git_rev");
     const unsigned variants = cfg_variants(r->cfg);
     r->capture_name = cfg_string(r->cfg, "capture");
     r->digest = cfg_string(r->cfg, "capture_digest");
     r->backend = cfg_string(r->cfg, "backend");
     attn_p_rounding pr = ATTN_P_E4M3;
+    unsigned long long page_seed = 0;
     pg_err ignored = {0};
-    if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL || p_rounding == NULL ||
-        seed == NULL || git_rev == NULL || variants == 0 || !cJSON_IsBool(check_spec) ||
-        attn_p_rounding_parse(p_rounding, &pr, &ignored) != PG_OK)
+    if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL || seed == NULL ||
+        cfg_string(r->cfg, "git_rev") == NULL || variants == 0 || !cJSON_IsBool(check_spec) ||
+        p_rounding == NULL || attn_p_rounding_parse(p_rounding, &pr, &ignored) != PG_OK ||
+        cli_parse_u64("page_seed_decimal", seed, &page_seed, &ignored) != PG_OK)
         return pg_fail(err, PG_ERR_USAGE,
-                       "run --resume %lld: the run's config_json does not record its capture "
+                       "run: --resume %lld: the run's config_json does not record its capture "
                        "digest, variants, backend, check_spec, p_rounding, page_seed_decimal and "
                        "git_rev (a run from an older precgate): start a new run",
                        (long long)a->resume);
-    st = resume_same(r, "precgate build (git_rev)", git_rev, PRECGATE_GIT_REV, err);
-    char stored_text[RUN_VARIANTS_TEXT_MAX], now_text[RUN_VARIANTS_TEXT_MAX];
-    variants_text(variants, stored_text, sizeof stored_text);
-    variants_text(a->variants, now_text, sizeof now_text);
-    if (st == PG_OK && a->given_variants) st = resume_same(r, "--variants", stored_text, now_text, err);
-    a->variants = variants;
-    if (st == PG_OK && a->given_backend && strcmp(a->backend, "auto") != 0)
-        st = resume_same(r, "--backend", r->backend, a->backend, err);
-    if (!a->given_backend) a->backend = r->backend;
-    const int spec = cJSON_IsTrue(check_spec);
-    if (st == PG_OK && a->given_check_spec)
-        st = resume_same(r, "--check-spec", spec ? "on" : "off", a->check_spec ? "on" : "off", err);
-    a->check_spec = spec;
-    if (st == PG_OK && a->given_p_rounding)
-        st = resume_same(r, "--p-rounding", p_rounding, attn_p_rounding_name(a->p_rounding), err);
-    a->p_rounding = pr;
+    /* This command's values: the run's, with what was given instead. */
+    cJSON *now = cJSON_Duplicate(r->cfg, 1);
+    if (now == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
+    json_set(now, "git_rev", cJSON_CreateString(PRECGATE_GIT_REV));
+    if (a->given_variants) json_set(now, "variants", variants_json(a->variants));
+    if (a->given_backend && strcmp(a->backend, "auto") != 0)
+        json_set(now, "backend", cJSON_CreateString(a->backend));
+    if (a->given_check_spec) json_set(now, "check_spec", cJSON_CreateBool(a->check_spec));
+    if (a->given_p_rounding)
+        json_set(now, "p_rounding", cJSON_CreateString(attn_p_rounding_name(a->p_rounding)));
     char seed_now[RUN_U64_TEXT_MAX];
     snprintf(seed_now, sizeof seed_now, "%llu", a->seed);
-    if (st == PG_OK && a->given_seed) st = resume_same(r, "--seed", seed, seed_now, err);
-    pg_err bad_seed = {0};
-    if (st == PG_OK && cli_parse_u64("page_seed_decimal", seed, &a->seed, &bad_seed) != PG_OK)
-        st = pg_fail(err, PG_ERR_USAGE, "run --resume %lld: config_json: %s", (long long)a->resume,
-                     bad_seed.msg);
+    if (a->given_seed) json_set(now, "page_seed_decimal", cJSON_CreateString(seed_now));
+    st = resume_check_fields("run", a->resume, r->cfg, now, run_option_fields,
+                             sizeof run_option_fields / sizeof run_option_fields[0], err);
+    cJSON_Delete(now);
+    a->variants = variants;
+    if (!a->given_backend) a->backend = r->backend;
+    a->check_spec = cJSON_IsTrue(check_spec);
+    a->p_rounding = pr;
+    a->seed = page_seed;
     return st;
 }
 
@@ -413,8 +421,14 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
 static pg_status resume_check_capture(const resume_ctx *r, const capture *cap, const char *backend,
                                       pg_err *err)
 {
-    pg_status st = resume_same(r, "capture content digest", r->digest, cap->digest, err);
-    if (st == PG_OK) st = resume_same(r, "backend", r->backend, backend, err);
+    cJSON *now = cJSON_CreateObject();
+    if (now == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
+    json_set(now, "capture_digest", cJSON_CreateString(cap->digest));
+    json_set(now, "backend", cJSON_CreateString(backend));
+    const pg_status st =
+        resume_check_fields("run", r->run_id, r->cfg, now, run_capture_fields,
+                            sizeof run_capture_fields / sizeof run_capture_fields[0], err);
+    cJSON_Delete(now);
     return st;
 }
 
@@ -437,7 +451,7 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
         *n_stored += stored[l];
         if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0))
             st = pg_fail(err, PG_ERR_DB,
-                         "run --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
+                         "run: --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
                          "layer_metrics rows and %lld of its %lld quant_stats rows: not a whole "
                          "layer (a layer is stored in one transaction, so rows were changed by "
                          "hand); nothing was changed: start a new run",

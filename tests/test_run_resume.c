@@ -232,9 +232,10 @@ Test(run_resume, another_capture_of_the_same_shape_is_refused_naming_both_digest
     cr_assert_eq(system(cmd), 0);
     tu_flip_tensor_bit(tu_in_dir("d.safetensors"), "layers.4.k", 6);
     char stored[128];
-    snprintf(stored, sizeof stored, "the run has '%s', this command 'xxh3-128:", digest);
-    expect_refused(2, "d.safetensors", "", "run --resume 1: capture content digest differs",
-                   stored, NULL);
+    snprintf(stored, sizeof stored, "the run has \"%s\", this command gives \"xxh3-128:", digest);
+    expect_refused(2, "d.safetensors", "",
+                   "run: --resume 1: capture_digest (--capture's content digest) differs", stored,
+                   NULL);
     /* The same content under another path is the run's capture. */
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tu_in_dir("c.safetensors"), tu_in_dir("moved.safetensors"));
     cr_assert_eq(system(cmd), 0);
@@ -256,19 +257,24 @@ Test(run_resume, another_capture_of_the_same_shape_is_refused_naming_both_digest
 Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_values)
 {
     run_with_missing_layers();
-    expect_refused(2, "c.safetensors", "--variants bf16", "--variants differs",
-                   "the run has 'bf16,fp8kv,fp8qkv', this command 'bf16'", NULL);
+    expect_refused(2, "c.safetensors", "--variants bf16", "variants (--variants) differs",
+                   "the run has [\"bf16\",\"fp8kv\",\"fp8qkv\"], this command gives [\"bf16\"]",
+                   NULL);
     expect_refused(2, "c.safetensors", "--variants fp8qkv,bf16,fp8kv --p-rounding bf16",
-                   "--p-rounding differs", "the run has 'e4m3', this command 'bf16'", NULL);
-    expect_refused(2, "c.safetensors", "--seed 7", "--seed differs",
-                   "the run has '24301', this command '7'", NULL);
+                   "p_rounding (--p-rounding) differs",
+                   "the run has \"e4m3\", this command gives \"bf16\"", NULL);
+    expect_refused(2, "c.safetensors", "--seed 7", "page_seed_decimal (--seed) differs",
+                   "the run has \"24301\", this command gives \"7\"", NULL);
+    expect_refused(2, "c.safetensors", "--seed 7 --p-rounding none", "p_rounding (--p-rounding)",
+                   "(also differ: page_seed_decimal)", NULL);
     expect_refused(2, "c.safetensors", "--label other", "--label with --resume", NULL, NULL);
     /* The precgate build that made the rows is part of the configuration. */
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.git_rev', 'abc123')");
     sqlite3_close(db);
-    expect_refused(2, "c.safetensors", "", "precgate build (git_rev) differs",
-                   "the run has 'abc123'", NULL);
+    expect_refused(2, "c.safetensors", "",
+                   "git_rev (the precgate build that computed the run) differs",
+                   "the run has \"abc123\"", NULL);
     db = db_open("r.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_remove(config_json, '$.capture_digest')");
     sqlite3_close(db);
