@@ -596,6 +596,9 @@ int cmd_run(int argc, char **argv)
             run_id = a.resume;
             capture_name = resume.capture_name;
             so.stored = stored;
+            if (strcmp(a.capture, capture_name) != 0)
+                fprintf(stderr, "precgate: %s holds the content of the run's capture %s; its "
+                                "rows keep that name\n", a.capture, capture_name);
             printf("run %lld resumed: %s, %d layers (%d stored, %d to compute), backend %s\n",
                    (long long)run_id, a.capture, cap->n_layers, n_stored,
                    cap->n_layers - n_stored, backend);

@@ -243,6 +243,7 @@ Test(run_resume, another_capture_of_the_same_shape_is_refused_naming_both_digest
                                     tu_in_dir("moved.safetensors"), tu_in_dir("r.db"));
     cr_assert_eq(rc, 0, "%s", out);
     expect_resume_counts(out, 3, 3);
+    expect_has(out, "holds the content of the run's capture");
     free(out);
     db = db_open("r.db");
     /* Its rows keep the run's capture name. */
@@ -369,6 +370,10 @@ static void stop_mid_sweep_and_resume(int sig)
     if (sig == SIGKILL) {
         cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
         cr_assert_str_eq(run_status, "running", "a killed process cannot mark its run");
+        char *runs = NULL;
+        cr_assert_eq(tu_run_precgatef(&runs, "runs --db '%s'", dbp), 0, "%s", runs);
+        expect_has(runs, "interrupted"); /* its pid is gone: runs says so */
+        free(runs);
     } else {
         cr_assert(WIFEXITED(status), "killed by signal %d instead of stopping",
                   WIFSIGNALED(status) ? WTERMSIG(status) : 0);
