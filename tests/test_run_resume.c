@@ -269,6 +269,18 @@ Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_valu
     expect_refused(2, "c.safetensors", "--seed 7 --p-rounding none", "p_rounding (--p-rounding)",
                    "(also differ: page_seed_decimal)", NULL);
     expect_refused(2, "c.safetensors", "--label other", "--label with --resume", NULL, NULL);
+    /* A capture that does not load leaves the run alone too. */
+    expect_refused(1, "missing.safetensors", "", "missing.safetensors", "cannot open", NULL);
+    /* Only a sweep run continues as one. */
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "eval --traces '%s/evals/demo/aime-style-demo.jsonl' "
+                                        "--replay --db '%s'", PRECGATE_SOURCE_DIR, tu_in_dir("r.db")),
+                 0, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 2 --capture '%s' --db '%s'",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 2, "%s", out);
+    expect_has(out, "run 2 is a 'eval' run, not a sweep");
+    free(out);
     /* The precgate build that made the rows is part of the configuration. */
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.git_rev', 'abc123')");
