@@ -30,6 +30,10 @@ TestSuite(eval_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
  * enough that a signal lands mid-run, short enough for a quick suite. */
 #define SIG_PROBLEMS 16
 #define SIG_REPLY_MS 150
+/* Problems of the heartbeat test: a run of several EVAL_HEARTBEAT_S, so a
+ * heartbeat is due after the test has aged the stored one (it is stopped
+ * as soon as one is seen). */
+#define HEARTBEAT_PROBLEMS 60
 /* How long a test waits for a spawned precgate to reach a state. */
 #define WAIT_S 10.0
 /* Poll interval while waiting. */
@@ -307,15 +311,16 @@ typedef struct slow_eval {
     pid_t pid;
 } slow_eval;
 
-/* Starts a slow eval against a fresh server; returns once 2 samples are stored. */
-static void slow_eval_start(slow_eval *se)
+/* Starts a slow eval of n problems against a fresh server; returns once 2
+ * samples are stored. */
+static void slow_eval_start(slow_eval *se, int n)
 {
     serve(&se->s, MODEL_M, SIG_REPLY_MS);
     snprintf(se->db, sizeof se->db, "%s/e.db", tu_dir);
     snprintf(se->log, sizeof se->log, "%s/eval.log", tu_dir);
     char u[64];
     fs_url(&se->s, u, sizeof u);
-    const char *traces = write_traces("t.jsonl", SIG_PROBLEMS, 0, 7);
+    const char *traces = write_traces("t.jsonl", n, 0, 7);
     snprintf(se->args, sizeof se->args, "eval --traces '%s' --endpoint bf16=%s --concurrency 2 "
              "--db '%s' --no-progress --ready-timeout 5", traces, u, se->db);
     se->pid = spawn_precgate(se->args, se->log);
@@ -337,7 +342,7 @@ static int slow_eval_signal(slow_eval *se, int sig)
 static void interrupt_then_resume(int sig, int want_exit, const char *sig_name)
 {
     slow_eval se;
-    slow_eval_start(&se);
+    slow_eval_start(&se, SIG_PROBLEMS);
     const char *db = se.db;
     const int wst = slow_eval_signal(&se, sig);
     char *text = slurp(se.log);
@@ -393,7 +398,7 @@ Test(eval_resume, sigint_exits_130)
 Test(eval_resume, heartbeat_moves_while_samples_are_stored)
 {
     slow_eval se;
-    slow_eval_start(&se);
+    slow_eval_start(&se, HEARTBEAT_PROBLEMS);
     cr_assert_eq(db_int(se.db, "SELECT pid FROM runs WHERE id = 1"), (long long)se.pid);
     db_exec(se.db, "UPDATE runs SET heartbeat_at = '2000-01-01T00:00:00.000Z'");
     wait_for(se.db, "SELECT heartbeat_at > '2000-01-01T00:00:00.000Z' FROM runs", 1);
@@ -404,7 +409,7 @@ Test(eval_resume, heartbeat_moves_while_samples_are_stored)
 Test(eval_resume, killed_run_shows_interrupted_and_resumes_without_force)
 {
     slow_eval se;
-    slow_eval_start(&se);
+    slow_eval_start(&se, SIG_PROBLEMS);
     const char *db = se.db;
     const int wst = slow_eval_signal(&se, SIGKILL);
     cr_assert(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL);
