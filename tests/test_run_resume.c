@@ -297,6 +297,32 @@ Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_valu
                    "start a new run", NULL);
 }
 
+Test(run_resume, a_run_whose_process_may_be_alive_needs_force)
+{
+    run_with_missing_layers();
+    /* Marked running by a process that exists on this host: this test's. */
+    char host[256] = "";
+    cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+    sqlite3 *db = db_open("r.db");
+    char *sql = sqlite3_mprintf("UPDATE runs SET status = 'running', error = NULL, "
+                                "finished_at = NULL, host = %Q, pid = %lld", host,
+                                (long long)getpid());
+    tu_sql_exec(db, sql);
+    sqlite3_free(sql);
+    sqlite3_close(db);
+    expect_refused(2, "c.safetensors", "", "may be alive", "--force", NULL);
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --force --capture '%s' --db '%s' "
+                                        "--no-progress", tu_in_dir("c.safetensors"),
+                                  tu_in_dir("r.db")), 0, "%s", out);
+    expect_resume_counts(out, 3, 3);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --force --capture '%s' --db '%s'",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 2, "%s", out);
+    expect_has(out, "--force only goes with --resume RUN");
+    free(out);
+}
+
 Test(run_resume, a_half_stored_layer_is_refused_not_overwritten)
 {
     run_with_missing_layers();
