@@ -40,6 +40,8 @@ typedef enum stmt_id {
     ST_RUN_SET_CONFIG,
     ST_LAYER_INSERT,
     ST_QUANT_INSERT,
+    ST_LAYER_ROWS,
+    ST_QUANT_ROWS,
     ST_COUNT
 } stmt_id;
 
@@ -74,6 +76,13 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_QUANT_INSERT] =
         "INSERT INTO quant_stats (run_id, capture, layer, tensor, scale, scale_source,"
         " saturated_frac, underflow_frac) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    /* Both walk the UNIQUE indexes, whose first columns are run_id, capture, layer. */
+    [ST_LAYER_ROWS] =
+        "SELECT layer, count(*) FROM layer_metrics WHERE run_id = ?1 AND capture = ?2"
+        " GROUP BY layer",
+    [ST_QUANT_ROWS] =
+        "SELECT layer, count(*) FROM quant_stats WHERE run_id = ?1 AND capture = ?2"
+        " GROUP BY layer",
 };
 
 struct pg_store {
@@ -713,6 +722,51 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
     return finish_write(s, &b, err,
                         "insert quant_stats (run %" PRId64 ", capture '%s', layer %d, tensor '%s')",
                         run_id, str_or_null(capture), layer, str_or_null(tensor));
+}
+
+/* Adds the counts of statement id (rows of layer, count) for run_id and
+ * capture into rows[layer].metrics (quant 0) or .quant (quant 1). */
+static pg_status count_layer_rows(pg_store *s, stmt_id id, int quant, int64_t run_id,
+                                  const char *capture, int n_layers, store_layer_rows *rows,
+                                  pg_err *err)
+{
+    const char *table = quant ? "quant_stats" : "layer_metrics";
+    sqlite3_stmt *st = s->stmt[id];
+    pg_status ps = PG_OK;
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, capture);
+    int rc = b.rc;
+    while (ps == PG_OK && rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const int64_t layer = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+        if (layer < 0 || layer >= n_layers) {
+            ps = pg_fail(err, PG_ERR_DB,
+                         "%s: run %" PRId64 " has %s rows for layer %" PRId64 " of capture '%s', "
+                         "which has %d layers", s->path, run_id, table, layer, capture, n_layers);
+            break;
+        }
+        if (quant) rows[layer].quant = n;
+        else rows[layer].metrics = n;
+        rc = SQLITE_OK;
+    }
+    if (ps == PG_OK && rc != SQLITE_DONE)
+        ps = db_fail(s, err, "count the %s rows of run %" PRId64 ", capture '%s'", table, run_id,
+                     capture);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return ps;
+}
+
+pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *capture, int n_layers,
+                                 store_layer_rows *rows, pg_err *err)
+{
+    if (s == NULL || capture == NULL || rows == NULL || n_layers < 0)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "store_sweep_layer_rows: store, capture or rows missing");
+    memset(rows, 0, (size_t)n_layers * sizeof *rows);
+    pg_status ps = count_layer_rows(s, ST_LAYER_ROWS, 0, run_id, capture, n_layers, rows, err);
+    if (ps == PG_OK) ps = count_layer_rows(s, ST_QUANT_ROWS, 1, run_id, capture, n_layers, rows, err);
+    return ps;
 }
 
 pg_status store_run_status(pg_store *s, int64_t run_id, char *buf, size_t buf_len, pg_err *err)

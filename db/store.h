@@ -195,6 +195,20 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
                                 const char *tensor, double scale, const char *scale_source,
                                 double saturated_frac, double underflow_frac, pg_err *err);
 
+/* The rows a run holds for one layer of one capture. */
+typedef struct store_layer_rows {
+    int64_t metrics;  /* layer_metrics rows, per-head ones included */
+    int64_t quant;    /* quant_stats rows */
+} store_layer_rows;
+
+/* Counts run_id's layer_metrics and quant_stats rows of capture, layer by
+ * layer, into rows[0 .. n_layers-1] (zeroed first), for `run --resume`: the
+ * sweep writes each layer's rows in one transaction, so a layer holds all
+ * of them or none. PG_ERR_DB when a read fails or a row names a layer
+ * outside 0 .. n_layers-1 (the message names the table, layer and capture). */
+pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *capture, int n_layers,
+                                 store_layer_rows *rows, pg_err *err);
+
 /* The status string of run_id into buf (PG_ERR_DB when no such run;
  * PG_ERR_INTERNAL when buf cannot hold it and its NUL). */
 pg_status store_run_status(pg_store *s, int64_t run_id, char *buf, size_t buf_len, pg_err *err);

@@ -26,6 +26,10 @@
 #include "../kernels/parallel.h"
 #include "safetensors.h"
 
+/* xxHash as inline code (no library at run time: the GPU machine has none). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 const int capture_block_sizes[CAPTURE_N_BLOCK_SIZES] = {16, 32, 64};
 
 /* File-name suffix of a shard inside a capture directory. */
@@ -869,91 +873,199 @@ static pg_status load_layer_data(capture_impl *impl, const layer_refs *r, captur
  * ~700 items over the threads (one thread scanned 12.5 GB/s on the H200
  * machine's host: 0.24 s of a GPU sweep's 1.8 s). */
 #define SCAN_CHUNK ((int64_t)1 << 21)
-/* Tensors per layer scanned in parallel: q, k, v. */
-#define SCAN_PER_LAYER 3
+/* Bytes of one work item; the digest hashes each item's bytes on its own, so
+ * this is part of the digest's definition (CAPTURE_DIGEST_DOMAIN). */
+#define SCAN_CHUNK_BYTES (SCAN_CHUNK * (int64_t)sizeof(uint16_t))
+/* Values of an item scanned and then hashed while they are still in the
+ * core's cache (64 KiB: well inside any L2). */
+#define SCAN_PIECE ((int64_t)1 << 15)
+/* Names the digest's definition: the hash, the item size and the layout of
+ * what is hashed (digest_capture). A change to any of them changes this. */
+#define CAPTURE_DIGEST_DOMAIN "precgate.capture.digest.v1 xxh3 chunk=4194304"
+
+/* What a scanned tensor is within its layer. */
+typedef enum scan_kind { SK_Q, SK_K, SK_V, SK_SINKS, SK_EXT } scan_kind;
+
+/* One tensor the scan reads: q, k and v are scanned for Inf/NaN and their
+ * amax, and hashed; sinks are checked after the parallel pass; every tensor
+ * is hashed (external outputs only hashed: see load_layer_data). */
+typedef struct scan_tensor {
+    const tref *r;           /* name, dtype, shape and file, for the digest and messages */
+    const uint8_t *data;     /* its aligned view */
+    int64_t bytes;
+    int layer;
+    scan_kind kind;
+} scan_tensor;
 
 typedef struct scan_job {
-    const capture *c;
-    uint16_t *max_bits; /* per item: bf16_max_magnitude_bits of its values */
-    int64_t *first;     /* per item: index of its first Inf/NaN within the tensor, or -1 */
-    int64_t *item0;     /* [3 * n_layers + 1]: first item of each tensor */
+    scan_tensor *t;          /* layer by layer: q, k, v, sinks (if any), outputs by NAME */
+    int n_t;
+    int64_t *item0;          /* [n_t + 1]: first item of each tensor */
+    uint16_t *max_bits;      /* per item of q, k, v: bf16_max_magnitude_bits of its values */
+    int64_t *first;          /* per item of q, k, v: its first Inf/NaN within the tensor, or -1 */
+    uint64_t *hash;          /* per item: XXH3_64bits of its bytes */
 } scan_job;
-
-/* Tensor t of the scan (layer t / 3; q, k, v) and its number of values. */
-static const uint16_t *scan_tensor(const capture *c, int t, int64_t *n)
-{
-    const capture_layer *L = &c->layers[t / SCAN_PER_LAYER];
-    const int64_t tokens = t % SCAN_PER_LAYER == 0 ? c->tq : c->tkv;
-    const int heads = t % SCAN_PER_LAYER == 0 ? L->hq : L->hkv;
-    *n = tokens * heads * L->d;
-    return t % SCAN_PER_LAYER == 0 ? L->q : t % SCAN_PER_LAYER == 1 ? L->k : L->v;
-}
 
 static void scan_item(void *ctx, int item, int thread)
 {
     (void)thread;
     const scan_job *j = ctx;
-    int lo = 0, hi = j->c->n_layers * SCAN_PER_LAYER;  /* tensor t: item0[t] <= item < item0[t+1] */
+    int lo = 0, hi = j->n_t;  /* tensor t: item0[t] <= item < item0[t+1] */
     while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         if (j->item0[mid] <= item) lo = mid;
         else hi = mid;
     }
-    int64_t n;
-    const uint16_t *x = scan_tensor(j->c, lo, &n);
-    const int64_t start = (item - j->item0[lo]) * SCAN_CHUNK;
-    const int64_t len = n - start < SCAN_CHUNK ? n - start : SCAN_CHUNK;
-    const unsigned m = bf16_max_magnitude_bits(x + start, len);
+    const scan_tensor *t = &j->t[lo];
+    const int64_t start = (item - j->item0[lo]) * SCAN_CHUNK_BYTES;
+    const int64_t len = t->bytes - start < SCAN_CHUNK_BYTES ? t->bytes - start : SCAN_CHUNK_BYTES;
+    const uint8_t *p = t->data + start;
+    if (t->kind > SK_V) {
+        j->hash[item] = XXH3_64bits(p, (size_t)len);
+        return;
+    }
+    /* Piece by piece, the hash reads what the scan just brought into the
+     * cache: the data crosses the memory bus once for both. */
+    XXH3_state_t hs;
+    XXH3_INITSTATE(&hs);
+    XXH3_64bits_reset(&hs);
+    const uint16_t *x = (const uint16_t *)p;
+    const int64_t n = len / (int64_t)sizeof(uint16_t);
+    unsigned m = 0;
+    for (int64_t i = 0; i < n; i += SCAN_PIECE) {
+        const int64_t k = n - i < SCAN_PIECE ? n - i : SCAN_PIECE;
+        const unsigned pm = bf16_max_magnitude_bits(x + i, k);
+        m = pm > m ? pm : m;
+        XXH3_64bits_update(&hs, x + i, (size_t)k * sizeof(uint16_t));
+    }
+    j->hash[item] = XXH3_64bits_digest(&hs);
     j->max_bits[item] = (uint16_t)m;
-    j->first[item] = m >= BF16_EXP_MASK ? start + bf16_first_nonfinite(x + start, len) : -1;
+    j->first[item] = m >= BF16_EXP_MASK ? start / 2 + bf16_first_nonfinite(x, n) : -1;
+}
+
+/* Appends v to the digest's input as 8 little-endian bytes (the same digest
+ * on any host). */
+static void digest_u64(XXH3_state_t *s, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+    XXH3_128bits_update(s, b, sizeof b);
+}
+
+/* Appends the C string text and its NUL (so that no two lists of strings
+ * give the same bytes). */
+static void digest_str(XXH3_state_t *s, const char *text)
+{
+    XXH3_128bits_update(s, text, strlen(text) + 1);
+}
+
+/* qsort comparator of meta_entry pointers by key. */
+static int cmp_meta_key(const void *a, const void *b)
+{
+    return strcmp((*(const meta_entry *const *)a)->key, (*(const meta_entry *const *)b)->key);
+}
+
+/* c->digest: XXH3-128 over CAPTURE_DIGEST_DOMAIN, every metadata key and
+ * value in key order, and each tensor (j's order: by layer, q, k, v, sinks,
+ * outputs by NAME) as name, dtype, shape and its items' hashes. Only content
+ * counts: the same tensors and metadata give the same digest whether they
+ * are one file or shards, wherever and whenever they were written. */
+static pg_status digest_capture(capture *c, const meta_set *ms, const scan_job *j, pg_err *err)
+{
+    const meta_entry **keys = calloc(ms->n > 0 ? (size_t)ms->n : 1, sizeof *keys);
+    if (keys == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
+    for (int i = 0; i < ms->n; i++) keys[i] = &ms->e[i];
+    qsort(keys, (size_t)ms->n, sizeof *keys, cmp_meta_key);
+    XXH3_state_t s;
+    XXH3_INITSTATE(&s);
+    XXH3_128bits_reset(&s);
+    digest_str(&s, CAPTURE_DIGEST_DOMAIN);
+    digest_u64(&s, (uint64_t)ms->n);
+    for (int i = 0; i < ms->n; i++) {
+        digest_str(&s, keys[i]->key);
+        digest_str(&s, keys[i]->value);
+    }
+    free(keys);
+    digest_u64(&s, (uint64_t)j->n_t);
+    for (int t = 0; t < j->n_t; t++) {
+        const st_tensor *tt = j->t[t].r->t;
+        digest_str(&s, tt->name);
+        digest_str(&s, st_dtype_name(tt->dtype));
+        digest_u64(&s, (uint64_t)tt->ndim);
+        for (int d = 0; d < tt->ndim; d++) digest_u64(&s, (uint64_t)tt->shape[d]);
+        for (int64_t it = j->item0[t]; it < j->item0[t + 1]; it++) digest_u64(&s, j->hash[it]);
+    }
+    const XXH128_hash_t h = XXH3_128bits_digest(&s);
+    snprintf(c->digest, sizeof c->digest, "%s%016" PRIx64 "%016" PRIx64, CAPTURE_DIGEST_PREFIX,
+             (uint64_t)h.high64, (uint64_t)h.low64);
+    return PG_OK;
+}
+
+/* j's tensors, by layer: q, k, v, sinks when present, outputs by NAME. */
+static pg_status scan_tensors(const capture *c, const layer_refs *refs, scan_job *j, pg_err *err)
+{
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += 3 + (refs[l].sinks.t != NULL) + refs[l].n_ext;
+    if ((j->t = calloc((size_t)n, sizeof *j->t)) == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
+    for (int l = 0; l < c->n_layers; l++) {
+        const capture_layer *L = &c->layers[l];
+        const layer_refs *r = &refs[l];
+        const struct { const tref *r; const void *data; scan_kind kind; } fixed[] = {
+            {&r->q, L->q, SK_Q}, {&r->k, L->k, SK_K}, {&r->v, L->v, SK_V},
+            {&r->sinks, L->sinks, SK_SINKS}};
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+            if (fixed[i].r->t != NULL)
+                j->t[j->n_t++] = (scan_tensor){fixed[i].r, fixed[i].data,
+                                               (int64_t)fixed[i].r->t->nbytes, l, fixed[i].kind};
+        for (int e = 0; e < r->n_ext; e++)
+            j->t[j->n_t++] = (scan_tensor){&r->ext[e].r, (const uint8_t *)L->ext[e].out,
+                                           (int64_t)r->ext[e].r.t->nbytes, l, SK_EXT};
+    }
+    return PG_OK;
 }
 
 /* Scans every layer's q, k and v (on all threads) and sinks for Inf/NaN,
  * failing on the first one (layer order; q, k, v, sinks within a layer), and
- * records each tensor's amax in its layer: one pass over the data serves
- * both. */
-static pg_status scan_capture(capture *c, const layer_refs *refs, pg_err *err)
+ * records each tensor's amax in its layer and the capture's content digest
+ * (digest_capture): one pass over the data serves all three. */
+static pg_status scan_capture(capture *c, const layer_refs *refs, const meta_set *ms, pg_err *err)
 {
-    const int n_t = c->n_layers * SCAN_PER_LAYER;
-    scan_job j = {c, NULL, NULL, calloc((size_t)n_t + 1, sizeof *j.item0)};
-    if (j.item0 == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
-    for (int t = 0; t < n_t; t++) {
-        int64_t n;
-        (void)scan_tensor(c, t, &n);
-        j.item0[t + 1] = j.item0[t] + (n + SCAN_CHUNK - 1) / SCAN_CHUNK;
-    }
-    pg_status st = PG_OK;
-    if (j.item0[n_t] > INT_MAX)
+    scan_job j = {0};
+    pg_status st = scan_tensors(c, refs, &j, err);
+    if (st == PG_OK && (j.item0 = calloc((size_t)j.n_t + 1, sizeof *j.item0)) == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
+    for (int t = 0; st == PG_OK && t < j.n_t; t++)
+        j.item0[t + 1] = j.item0[t] + (j.t[t].bytes + SCAN_CHUNK_BYTES - 1) / SCAN_CHUNK_BYTES;
+    if (st == PG_OK && j.item0[j.n_t] > INT_MAX)
         st = pg_fail(err, PG_ERR_SHAPE, "%s: too large to scan (%" PRId64 " chunks)", c->path,
-                     j.item0[n_t]);
-    const size_t items = (size_t)j.item0[n_t] + 1;
+                     j.item0[j.n_t]);
+    const size_t items = st == PG_OK ? (size_t)j.item0[j.n_t] + 1 : 0;
     if (st == PG_OK && ((j.first = malloc(items * sizeof *j.first)) == NULL ||
-                        (j.max_bits = malloc(items * sizeof *j.max_bits)) == NULL))
+                        (j.max_bits = malloc(items * sizeof *j.max_bits)) == NULL ||
+                        (j.hash = malloc(items * sizeof *j.hash)) == NULL))
         st = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
     if (st == PG_OK)
-        st = parallel_for((int)j.item0[n_t], parallel_default_threads(), scan_item, &j, err);
-    for (int l = 0; st == PG_OK && l < c->n_layers; l++) {
-        const tref *r[SCAN_PER_LAYER] = {&refs[l].q, &refs[l].k, &refs[l].v};
-        float *amax[SCAN_PER_LAYER] = {&c->layers[l].q_amax, &c->layers[l].k_amax,
-                                       &c->layers[l].v_amax};
-        for (int k = 0; st == PG_OK && k < SCAN_PER_LAYER; k++) {
-            const int t = l * SCAN_PER_LAYER + k;
-            unsigned m = 0;
-            for (int64_t it = j.item0[t]; st == PG_OK && it < j.item0[t + 1]; it++) {
-                if (j.first[it] >= 0) {
-                    int64_t n;
-                    st = report_bf16(r[k], scan_tensor(c, t, &n), j.first[it], err);
-                }
-                m = j.max_bits[it] > m ? j.max_bits[it] : m;
-            }
-            *amax[k] = bf16_to_f32((uint16_t)m);
+        st = parallel_for((int)j.item0[j.n_t], parallel_default_threads(), scan_item, &j, err);
+    for (int t = 0; st == PG_OK && t < j.n_t; t++) {
+        const scan_tensor *s = &j.t[t];
+        capture_layer *L = &c->layers[s->layer];
+        if (s->kind == SK_SINKS) st = scan_sinks(s->r, L->sinks, err);
+        if (s->kind > SK_V) continue;
+        unsigned m = 0;
+        for (int64_t it = j.item0[t]; st == PG_OK && it < j.item0[t + 1]; it++) {
+            if (j.first[it] >= 0) st = report_bf16(s->r, (const uint16_t *)s->data, j.first[it], err);
+            m = j.max_bits[it] > m ? j.max_bits[it] : m;
         }
-        if (st == PG_OK && c->layers[l].sinks)
-            st = scan_sinks(&refs[l].sinks, c->layers[l].sinks, err);
+        float *amax[] = {[SK_Q] = &L->q_amax, [SK_K] = &L->k_amax, [SK_V] = &L->v_amax};
+        *amax[s->kind] = bf16_to_f32((uint16_t)m);
     }
+    if (st == PG_OK) st = digest_capture(c, ms, &j, err);
+    free(j.hash);
     free(j.max_bits);
     free(j.first);
     free(j.item0);
+    free(j.t);
     return st;
 }
 
@@ -982,7 +1094,7 @@ static pg_status load_capture(capture *c, capture_impl *impl, pg_err *err)
     if (st == PG_OK) st = load_layer_metadata(c, &ms, err);
     for (int l = 0; st == PG_OK && l < n_layers; l++)
         st = load_layer_data(impl, &refs[l], &c->layers[l], err);
-    if (st == PG_OK) st = scan_capture(c, refs, err);
+    if (st == PG_OK) st = scan_capture(c, refs, &ms, err);
     free_refs(refs, n_layers);
     free(ms.e);
     return st;

@@ -38,6 +38,10 @@
 #define CAPTURE_N_BLOCK_SIZES 3
 /* Most layers a capture may have (far above any real model's depth). */
 #define CAPTURE_MAX_LAYERS 4096
+/* How capture.digest starts: the hash that made it. */
+#define CAPTURE_DIGEST_PREFIX "xxh3-128:"
+/* Room for capture.digest: the prefix, 32 hex digits and the NUL. */
+#define CAPTURE_DIGEST_MAX 48
 
 /* The KV page sizes "block_size" may name: 16, 32, 64 (vLLM's supported
  * block sizes for this attention path). */
@@ -77,12 +81,18 @@ typedef struct capture {
     int block_size;
     int n_layers;           /* layers 0..n_layers-1, all present */
     capture_layer *layers;
+    /* The content digest: "xxh3-128:" and 32 hex digits, over the metadata
+     * and every tensor's name, dtype, shape and bytes (capture.c,
+     * digest_capture). Not the path or the file's times: a copy, a move or
+     * a resharding keeps it; any changed value or key changes it. */
+    char digest[CAPTURE_DIGEST_MAX];
     void *impl;             /* open shards and owned copies */
 } capture;
 
 /* Opens and fully validates the capture at path (file or shard directory),
  * including a scan for NaN/Inf in q/k/v/sinks that also records each q/k/v
- * amax; on failure nothing is returned and err names the file, tensor and field. */
+ * amax and, in the same pass over the data, the content digest; on failure
+ * nothing is returned and err names the file, tensor and field. */
 pg_status capture_open(const char *path, capture **out, pg_err *err);
 
 /* Releases everything capture_open made; NULL is a no-op. */

@@ -12,8 +12,10 @@
 #include "../kernels/parallel.h"
 #include "../reports/sweep_table.h"
 #include "capture.h"
-#include "progress.h"
 #include "cli.h"
+#include "eval_resume.h"
+#include "interrupt.h"
+#include "progress.h"
 #include "sweep.h"
 
 #ifndef PRECGATE_GIT_REV
@@ -26,11 +28,21 @@
 #define RUN_DESC_MAX 256
 
 const char cmd_run_usage[] =
-    "usage: precgate run --capture PATH [options]\n\n"
+    "usage: precgate run --capture PATH [options]\n"
+    "       precgate run --resume RUN --capture PATH [options]\n\n"
     "Computes every layer of the capture in the fp64 reference and in each precision\n"
     "mode, stores per-layer and per-head error metrics in SQLite, and prints the run id\n"
     "and a layer x mode table of rel_l2.\n\n"
     "  --capture PATH       safetensors capture file, or a directory of shards (required)\n"
+    "  --resume RUN         continue sweep run RUN (interrupted, killed or failed),\n"
+    "                       computing only the layers it has not stored. The capture's\n"
+    "                       content digest, the variants, the backend, --check-spec,\n"
+    "                       --p-rounding, --seed and the precgate build must be the run's\n"
+    "                       (options left out are taken from the run); any difference is\n"
+    "                       refused with exit 2, naming the field and both values\n"
+    "  --force              with --resume: take a run still marked running whose process\n"
+    "                       may be alive (another host); one whose process is gone\n"
+    "                       (killed -9) needs no --force\n"
     "  --variants LIST      comma-separated modes: bf16,fp8kv,fp8qkv (default: all three)\n"
     "  --backend NAME       cpu, cuda or auto (default auto: the GPU when one is usable,\n"
     "                       else the cpu, saying which; cuda without a GPU is an error)\n"
@@ -42,8 +54,11 @@ const char cmd_run_usage[] =
     "  --threads N          CPU threads (default $PRECGATE_THREADS, else all CPUs)\n"
     "  --seed N             seed of the paged KV cache's page scattering\n"
     "  --no-progress        never draw the progress bar\n\n"
+    "SIGINT or SIGTERM stops the sweep after the layer computing and the one being\n"
+    "written; the run is marked interrupted and the command prints how to resume it.\n\n"
     "exit status: 0 on success; 1 on failure (the run is marked failed, rows already\n"
-    "stored are kept); 2 on a usage error.\n";
+    "stored are kept); 2 on a usage error or a refused --resume; 130 (SIGINT) or 143\n"
+    "(SIGTERM) when interrupted.\n";
 
 /* Parsed command line. */
 typedef struct run_args {
@@ -54,13 +69,18 @@ typedef struct run_args {
     unsigned long long seed;
     int progress;
     int check_spec;
+    long resume;          /* --resume RUN; -1 without */
+    int force;
+    /* Which of the options that define a run's numbers were given (a
+     * resume takes the others from the run). */
+    int given_variants, given_backend, given_p_rounding, given_seed, given_check_spec;
 } run_args;
 
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
 static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
 {
     enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_PROUND, O_THREADS, O_SEED,
-           O_NOPROG, O_CHECKSPEC };
+           O_NOPROG, O_CHECKSPEC, O_RESUME, O_FORCE };
     static const struct option opts[] = {
         {"capture", required_argument, NULL, O_CAPTURE},
         {"variants", required_argument, NULL, O_VARIANTS},
@@ -72,11 +92,13 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"seed", required_argument, NULL, O_SEED},
         {"no-progress", no_argument, NULL, O_NOPROG},
         {"check-spec", no_argument, NULL, O_CHECKSPEC},
+        {"resume", required_argument, NULL, O_RESUME},
+        {"force", no_argument, NULL, O_FORCE},
         {NULL, 0, NULL, 0},
     };
     *a = (run_args){.backend = "auto", .variants = SWEEP_ALL_VARIANTS,
                     .p_rounding = ATTN_P_E4M3, .threads = parallel_default_threads(),
-                    .seed = RUN_DEFAULT_PAGE_SEED, .progress = 1};
+                    .seed = RUN_DEFAULT_PAGE_SEED, .progress = 1, .resume = -1};
     optind = 1;
     opterr = 0;
     int c;
@@ -84,20 +106,35 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
     while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case O_CAPTURE: a->capture = optarg; break;
-        case O_VARIANTS: st = sweep_variants_parse(optarg, &a->variants, err); break;
-        case O_BACKEND: a->backend = optarg; break;
+        case O_VARIANTS:
+            st = sweep_variants_parse(optarg, &a->variants, err);
+            a->given_variants = 1;
+            break;
+        case O_BACKEND:
+            a->backend = optarg;
+            a->given_backend = 1;
+            break;
         case O_DB: a->db = optarg; break;
         case O_LABEL: a->label = optarg; break;
         case O_PROUND: {
             pg_err local = {0};
             if (attn_p_rounding_parse(optarg, &a->p_rounding, &local) != PG_OK)
                 st = pg_fail(err, PG_ERR_USAGE, "run: --p-rounding: %s", local.msg);
+            a->given_p_rounding = 1;
             break;
         }
         case O_THREADS: st = cli_parse_int("--threads", optarg, 1, 256, &a->threads, err); break;
-        case O_SEED: st = cli_parse_u64("--seed", optarg, &a->seed, err); break;
+        case O_SEED:
+            st = cli_parse_u64("--seed", optarg, &a->seed, err);
+            a->given_seed = 1;
+            break;
         case O_NOPROG: a->progress = 0; break;
-        case O_CHECKSPEC: a->check_spec = 1; break;
+        case O_CHECKSPEC:
+            a->check_spec = 1;
+            a->given_check_spec = 1;
+            break;
+        case O_RESUME: st = cli_parse_int("--resume", optarg, 1, 1L << 62, &a->resume, err); break;
+        case O_FORCE: a->force = 1; break;
         case ':':
         default: return cli_getopt_fail("run", c, argv[optind - 1], err);
         }
@@ -106,7 +143,15 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
     if (optind < argc)
         return pg_fail(err, PG_ERR_USAGE, "run: unexpected argument '%s'", argv[optind]);
     if (a->capture == NULL)
-        return pg_fail(err, PG_ERR_USAGE, "run: --capture PATH is required");
+        return pg_fail(err, PG_ERR_USAGE, a->resume > 0 ? "run: --resume needs --capture PATH "
+                                                          "(the run's capture, checked by its "
+                                                          "content digest)"
+                                                        : "run: --capture PATH is required");
+    if (a->force && a->resume <= 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --force only goes with --resume RUN");
+    if (a->label != NULL && a->resume > 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --label with --resume: a resumed run keeps the "
+                                          "label it was started with");
     if (strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "auto") != 0 &&
         strcmp(a->backend, "cuda") != 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --backend '%s' is not cpu, cuda or auto",
@@ -137,23 +182,45 @@ static void cpu_model(char *buf, size_t len)
     fclose(f);
 }
 
-/* The run's configuration as JSON text (caller frees). */
+/* The modes, all of them in store order. */
+static const sweep_variant run_all_variants[] = {SWEEP_BF16, SWEEP_FP8KV, SWEEP_FP8QKV};
+#define RUN_N_VARIANTS (sizeof run_all_variants / sizeof run_all_variants[0])
+/* Room for a 64-bit number in decimal and its NUL. */
+#define RUN_U64_TEXT_MAX 24
+
+/* The variant bits as config_json's "variants": their names in store order. */
+static cJSON *variants_json(unsigned variants)
+{
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; list != NULL && i < RUN_N_VARIANTS; i++)
+        if (variants & run_all_variants[i])
+            cJSON_AddItemToArray(list, cJSON_CreateString(sweep_variant_name(run_all_variants[i])));
+    return list;
+}
+
+/* The run's configuration as JSON text (caller frees). Everything that
+ * defines its numbers is here, for --resume to compare: the capture's
+ * content digest, the variants, the backend that ran, --check-spec,
+ * --p-rounding, the page seed (also as exact decimal text: a JSON number is
+ * a double) and the precgate build. */
 static char *run_config_json(const run_args *a, const capture *cap, const char *backend)
 {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
     cJSON_AddStringToObject(o, "capture", a->capture);
+    cJSON_AddStringToObject(o, "capture_digest", cap->digest);
     cJSON_AddStringToObject(o, "model", cap->model);
-    cJSON *vars = cJSON_AddArrayToObject(o, "variants");
-    const sweep_variant all[] = {SWEEP_BF16, SWEEP_FP8KV, SWEEP_FP8QKV};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (a->variants & all[i]) cJSON_AddItemToArray(vars, cJSON_CreateString(sweep_variant_name(all[i])));
+    cJSON_AddItemToObject(o, "variants", variants_json(a->variants));
     cJSON_AddStringToObject(o, "backend_requested", a->backend);
     cJSON_AddStringToObject(o, "backend", backend);
     cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
     cJSON_AddStringToObject(o, "p_rounding", attn_p_rounding_name(a->p_rounding));
     cJSON_AddNumberToObject(o, "threads", (double)a->threads);
     cJSON_AddNumberToObject(o, "page_seed", (double)a->seed);
+    char seed[RUN_U64_TEXT_MAX];
+    snprintf(seed, sizeof seed, "%llu", a->seed);
+    cJSON_AddStringToObject(o, "page_seed_decimal", seed);
+    cJSON_AddStringToObject(o, "git_rev", PRECGATE_GIT_REV);
     cJSON_AddNumberToObject(o, "layers", cap->n_layers);
     cJSON_AddNumberToObject(o, "sequences", cap->n_seqs);
     cJSON_AddNumberToObject(o, "tokens_q", (double)cap->tq);
@@ -228,12 +295,232 @@ static int gpu_unsupported(const run_args *a, const capture *cap, char *why, siz
     return 0;
 }
 
+/* A sweep run being continued (--resume) and what it recorded. */
+typedef struct resume_ctx {
+    int64_t run_id;
+    cJSON *cfg;               /* its config_json */
+    const char *capture_name; /* its "capture": the capture name of its rows */
+    const char *digest;       /* its "capture_digest" */
+    const char *backend;      /* its "backend": the one that ran */
+} resume_ctx;
+
+/* String member name of the run's config, or NULL (missing or no string). */
+static const char *cfg_string(const cJSON *cfg, const char *name)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(cfg, name);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+/* The run's stored variants as bits; 0 when the list is missing or holds
+ * anything but the modes. */
+static unsigned cfg_variants(const cJSON *cfg)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(cfg, "variants");
+    unsigned bits = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, list) {
+        pg_err ignored = {0};
+        unsigned one = 0;
+        if (!cJSON_IsString(x) || sweep_variants_parse(x->valuestring, &one, &ignored) != PG_OK)
+            return 0;
+        bits |= one;
+    }
+    return cJSON_IsArray(list) ? bits : 0;
+}
+
+/* Sets o[key] to v (a new item, or NULL: out of memory, left for the
+ * comparison to report as a difference). */
+static void json_set(cJSON *o, const char *key, cJSON *v)
+{
+    if (v == NULL) return;
+    if (cJSON_HasObjectItem(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else cJSON_AddItemToObject(o, key, v);
+}
+
+/* The options that define a sweep's numbers and can be given on the command
+ * line, with config_json's keys (resume_check_fields). */
+static const resume_field run_option_fields[] = {
+    {"git_rev", "the precgate build that computed the run"},
+    {"variants", "--variants"},
+    {"backend", "--backend"},
+    {"check_spec", "--check-spec"},
+    {"p_rounding", "--p-rounding"},
+    {"page_seed_decimal", "--seed"},
+};
+/* What is compared once the capture is loaded and the backend started. */
+static const resume_field run_capture_fields[] = {
+    {"capture_digest", "--capture's content digest"},
+    {"backend", "the backend that would run"},
+};
+
+/* Reads run a->resume into r: it must be a sweep run whose config_json
+ * records what --resume compares. Each option that defines the numbers and
+ * was given must equal the run's (else PG_ERR_USAGE naming the field and
+ * both values, resume_check_fields); those not given are taken from the
+ * run. --backend auto is resolved and compared later (resume_check_capture). */
+static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err *err)
+{
+    *r = (resume_ctx){.run_id = a->resume};
+    store_run_state rs;
+    pg_status st = store_run_read(store, a->resume, &rs, err);
+    if (st != PG_OK) return st;
+    if (strcmp(rs.kind, "sweep") != 0)
+        st = pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: run %lld is a '%s' run, not a sweep",
+                     (long long)a->resume, (long long)a->resume, rs.kind);
+    else if (rs.config_json == NULL || (r->cfg = cJSON_Parse(rs.config_json)) == NULL)
+        st = pg_fail(err, PG_ERR_USAGE,
+                     "run: --resume %lld: the run has no readable config_json (it failed before "
+                     "its sweep started): start a new run", (long long)a->resume);
+    store_run_state_free(&rs);
+    if (st != PG_OK) return st;
+    const cJSON *check_spec = cJSON_GetObjectItemCaseSensitive(r->cfg, "check_spec");
+    const char *p_rounding = cfg_string(r->cfg, "p_rounding");
+    const char *seed = cfg_string(r->cfg, "page_seed_decimal");
+    const unsigned variants = cfg_variants(r->cfg);
+    r->capture_name = cfg_string(r->cfg, "capture");
+    r->digest = cfg_string(r->cfg, "capture_digest");
+    r->backend = cfg_string(r->cfg, "backend");
+    attn_p_rounding pr = ATTN_P_E4M3;
+    unsigned long long page_seed = 0;
+    pg_err ignored = {0};
+    if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL || seed == NULL ||
+        cfg_string(r->cfg, "git_rev") == NULL || variants == 0 || !cJSON_IsBool(check_spec) ||
+        p_rounding == NULL || attn_p_rounding_parse(p_rounding, &pr, &ignored) != PG_OK ||
+        cli_parse_u64("page_seed_decimal", seed, &page_seed, &ignored) != PG_OK)
+        return pg_fail(err, PG_ERR_USAGE,
+                       "run: --resume %lld: the run's config_json does not record its capture "
+                       "digest, variants, backend, check_spec, p_rounding, page_seed_decimal and "
+                       "git_rev (a run from an older precgate): start a new run",
+                       (long long)a->resume);
+    /* This command's values: the run's, with what was given instead. */
+    cJSON *now = cJSON_Duplicate(r->cfg, 1);
+    if (now == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
+    json_set(now, "git_rev", cJSON_CreateString(PRECGATE_GIT_REV));
+    if (a->given_variants) json_set(now, "variants", variants_json(a->variants));
+    if (a->given_backend && strcmp(a->backend, "auto") != 0)
+        json_set(now, "backend", cJSON_CreateString(a->backend));
+    if (a->given_check_spec) json_set(now, "check_spec", cJSON_CreateBool(a->check_spec));
+    if (a->given_p_rounding)
+        json_set(now, "p_rounding", cJSON_CreateString(attn_p_rounding_name(a->p_rounding)));
+    char seed_now[RUN_U64_TEXT_MAX];
+    snprintf(seed_now, sizeof seed_now, "%llu", a->seed);
+    if (a->given_seed) json_set(now, "page_seed_decimal", cJSON_CreateString(seed_now));
+    st = resume_check_fields("run", a->resume, r->cfg, now, run_option_fields,
+                             sizeof run_option_fields / sizeof run_option_fields[0], err);
+    cJSON_Delete(now);
+    a->variants = variants;
+    if (!a->given_backend) a->backend = r->backend;
+    a->check_spec = cJSON_IsTrue(check_spec);
+    a->p_rounding = pr;
+    a->seed = page_seed;
+    return st;
+}
+
+/* What needs the capture and the backend that will run: the content digest
+ * (a copy or a move of the capture is fine, other content is not) and, for
+ * --backend auto, the backend it chose. */
+static pg_status resume_check_capture(const resume_ctx *r, const capture *cap, const char *backend,
+                                      pg_err *err)
+{
+    cJSON *now = cJSON_CreateObject();
+    if (now == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
+    json_set(now, "capture_digest", cJSON_CreateString(cap->digest));
+    json_set(now, "backend", cJSON_CreateString(backend));
+    const pg_status st =
+        resume_check_fields("run", r->run_id, r->cfg, now, run_capture_fields,
+                            sizeof run_capture_fields / sizeof run_capture_fields[0], err);
+    cJSON_Delete(now);
+    return st;
+}
+
+/* Marks in stored[] the layers the run holds whole (sweep_layer_rows), into
+ * *n_stored; a layer holding some of its rows but not all is PG_ERR_DB (the
+ * sweep writes a layer in one transaction: the store was edited). */
+static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, const capture *cap,
+                                      const sweep_options *so, unsigned char *stored,
+                                      int *n_stored, pg_err *err)
+{
+    store_layer_rows *rows = calloc((size_t)cap->n_layers, sizeof *rows);
+    if (rows == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
+    pg_status st = store_sweep_layer_rows(store, r->run_id, r->capture_name, cap->n_layers, rows,
+                                          err);
+    *n_stored = 0;
+    for (int l = 0; st == PG_OK && l < cap->n_layers; l++) {
+        store_layer_rows want;
+        sweep_layer_rows(cap, l, so, &want);
+        stored[l] = rows[l].metrics == want.metrics && rows[l].quant == want.quant;
+        *n_stored += stored[l];
+        if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0))
+            st = pg_fail(err, PG_ERR_DB,
+                         "run: --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
+                         "layer_metrics rows and %lld of its %lld quant_stats rows: not a whole "
+                         "layer (a layer is stored in one transaction, so rows were changed by "
+                         "hand); nothing was changed: start a new run",
+                         (long long)r->run_id, l, r->capture_name, (long long)rows[l].metrics,
+                         (long long)want.metrics, (long long)rows[l].quant,
+                         (long long)want.quant);
+    }
+    free(rows);
+    return st;
+}
+
+/* Writes text to f as one shell word: as it is when it holds only
+ * characters no shell treats specially, else in single quotes. */
+static void put_shell_word(FILE *f, const char *text)
+{
+    const char *safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-+=:,@%";
+    if (text[0] != '\0' && strspn(text, safe) == strlen(text)) {
+        fputs(text, f);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *p = text; *p != '\0'; p++) {
+        if (*p == '\'') fputs("'\\''", f);
+        else fputc(*p, f);
+    }
+    fputc('\'', f);
+}
+
+/* Prints how the interrupted run_id continues (stderr): the command with the
+ * capture as given and the database when --db named one. */
+static void print_resume_hint(int64_t run_id, int sig, const sweep_stats *stats,
+                              const capture *cap, const run_args *a)
+{
+    fprintf(stderr,
+            "precgate: run %lld interrupted by %s: %d of %d layers stored; continue it with\n"
+            "  precgate run --resume %lld --capture ",
+            (long long)run_id, interrupt_signal_name(sig),
+            stats->layers_stored + stats->layers_skipped, cap->n_layers, (long long)run_id);
+    put_shell_word(stderr, a->capture);
+    if (a->db != NULL) {
+        fputs(" --db ", stderr);
+        put_shell_word(stderr, a->db);
+    }
+    fputc('\n', stderr);
+}
+
 int cmd_run(int argc, char **argv)
 {
     const double t_start = progress_now();
     pg_err err = {0};
     run_args a;
     if (run_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
+    /* From here on SIGINT/SIGTERM ask the sweep to stop between layers. */
+    interrupt_install();
+    const char *db_path = cli_db_path(a.db);
+    pg_store *store = NULL;
+    resume_ctx resume = {0};
+    if (a.resume > 0) {
+        /* The run's configuration decides the backend to start, so the
+         * store opens first; nothing in it changes until every check passed. */
+        pg_status rst = store_open(db_path, &store, &err);
+        if (rst == PG_OK) rst = resume_open(store, &a, &resume, &err);
+        if (rst != PG_OK) {
+            cJSON_Delete(resume.cfg);
+            store_close(store);
+            return cli_report(&err);
+        }
+    }
     /* The backend starts while the capture loads; a backend error is
      * reported first, as if it had started alone. */
     backend_start bs = {.a = &a};
@@ -257,20 +544,20 @@ int cmd_run(int argc, char **argv)
         sweep_stage_close(stage);
         stage = NULL;
     }
+    if (bs.st == PG_OK && a.check_spec && gpu == NULL)
+        bs.st = pg_fail(&bs.err, PG_ERR_DEVICE, "run: --check-spec needs a GPU, and none is usable");
     if (bs.st != PG_OK) {
         capture_close(cap);
+        cJSON_Delete(resume.cfg);
+        store_close(store);
+        if (a.resume > 0 && !a.given_backend)
+            fprintf(stderr, "precgate: run %ld ran on %s, which --resume keeps\n", a.resume,
+                    resume.backend);
         return cli_report(&bs.err);
-    }
-    if (a.check_spec && gpu == NULL) {
-        capture_close(cap);
-        pg_fail(&err, PG_ERR_DEVICE, "run: --check-spec needs a GPU, and none is usable");
-        return cli_report(&err);
     }
     if (st != PG_OK) err = load_err;
 
-    const char *db_path = cli_db_path(a.db);
-    pg_store *store = NULL;
-    if (store_open(db_path, &store, &err) != PG_OK) {
+    if (store == NULL && store_open(db_path, &store, &err) != PG_OK) {
         sweep_stage_close(stage);
         capture_close(cap);
         cuda_backend_close(gpu);
@@ -290,34 +577,65 @@ int cmd_run(int argc, char **argv)
         }
     }
     const char *backend = gpu != NULL ? "cuda" : "cpu";
-    char *config = st == PG_OK ? run_config_json(&a, cap, backend) : NULL;
-    char host[RUN_DESC_MAX] = "unknown", cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
-    gethostname(host, sizeof host - 1);
-    cpu_model(cpu, sizeof cpu);
-    if (gpu != NULL) snprintf(device, sizeof device, "%s", gpu_desc);
-    else snprintf(device, sizeof device, "cpu: %s, %ld threads", cpu, a.threads);
-    const store_run_info info = {"sweep", a.label, PRECGATE_GIT_REV, host, device, config};
+    const volatile sig_atomic_t *stop = interrupt_flag();
+    sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress,
+                        gpu, a.check_spec, &stats, stage, NULL, stop};
+    const char *capture_name = a.capture;
+    unsigned char *stored = NULL;
     int64_t run_id = -1;
-    /* A capture that fails validation still gets a run row, marked failed. */
-    pg_err run_err = {0};
-    if (store_run_begin(store, &info, &run_id, &run_err) != PG_OK) {
-        if (st == PG_OK) err = run_err;
-        st = run_err.code;
-    } else if (st == PG_OK) {
-        printf("run %lld: %s, %d layers, backend %s\n", (long long)run_id, a.capture,
-               cap->n_layers, backend);
-        fflush(stdout);
+    char *config = NULL;
+    if (a.resume > 0) {
+        /* A capture that does not load, or differs, leaves the run as it was. */
+        int n_stored = 0;
+        if (st == PG_OK) st = resume_check_capture(&resume, cap, backend, &err);
+        if (st == PG_OK && (stored = calloc((size_t)cap->n_layers, 1)) == NULL)
+            st = pg_fail(&err, PG_ERR_NOMEM, "run --resume: out of memory");
+        if (st == PG_OK)
+            st = resume_stored_layers(store, &resume, cap, &so, stored, &n_stored, &err);
+        if (st == PG_OK) st = store_run_reopen(store, a.resume, "sweep", a.force, &err);
+        if (st == PG_OK) {
+            run_id = a.resume;
+            capture_name = resume.capture_name;
+            so.stored = stored;
+            if (strcmp(a.capture, capture_name) != 0)
+                fprintf(stderr, "precgate: %s holds the content of the run's capture %s; its "
+                                "rows keep that name\n", a.capture, capture_name);
+            printf("run %lld resumed: %s, %d layers (%d stored, %d to compute), backend %s\n",
+                   (long long)run_id, a.capture, cap->n_layers, n_stored,
+                   cap->n_layers - n_stored, backend);
+            fflush(stdout);
+        }
+    } else {
+        config = st == PG_OK ? run_config_json(&a, cap, backend) : NULL;
+        char host[RUN_DESC_MAX], cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
+        store_this_host(host, sizeof host);
+        cpu_model(cpu, sizeof cpu);
+        if (gpu != NULL) snprintf(device, sizeof device, "%s", gpu_desc);
+        else snprintf(device, sizeof device, "cpu: %s, %ld threads", cpu, a.threads);
+        const store_run_info info = {"sweep", a.label, PRECGATE_GIT_REV, host, device, config};
+        /* A capture that fails validation still gets a run row, marked failed. */
+        pg_err run_err = {0};
+        if (store_run_begin(store, &info, &run_id, &run_err) != PG_OK) {
+            if (st == PG_OK) err = run_err;
+            st = run_err.code;
+        } else if (st == PG_OK) {
+            printf("run %lld: %s, %d layers, backend %s\n", (long long)run_id, a.capture,
+                   cap->n_layers, backend);
+            fflush(stdout);
+        }
     }
-    if (st == PG_OK) {
-        const sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress,
-                                  gpu, a.check_spec, &stats, stage};
-        st = sweep_run(store, run_id, cap, a.capture, &so, &err);
-    }
+    if (st == PG_OK) st = sweep_run(store, run_id, cap, capture_name, &so, &err);
     sweep_stage_close(stage);
+    const int sig = st == PG_ERR_INTERRUPTED ? interrupt_signal() : 0;
     if (run_id >= 0) {
         pg_err fin = {0};
-        const pg_status fst = store_run_finish(store, run_id, st == PG_OK ? "complete" : "failed",
-                                               err.msg, &fin);
+        /* Room for the signal's name before the sweep's message. */
+        char why_stopped[PG_ERR_MSG_MAX + 64];
+        snprintf(why_stopped, sizeof why_stopped, "interrupted by %s: %s",
+                 interrupt_signal_name(sig), err.msg);
+        const char *status = st == PG_OK ? "complete" : sig ? "interrupted" : "failed";
+        const pg_status fst = store_run_finish(store, run_id, status, sig ? why_stopped : err.msg,
+                                               &fin);
         if (fst != PG_OK && st == PG_OK) {
             err = fin;
             st = fin.code;
@@ -326,10 +644,13 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "precgate: run %lld could not be marked finished: %s\n",
                     (long long)run_id, fin.msg);
         if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
+        else if (fst == PG_OK && sig) print_resume_hint(run_id, sig, &stats, cap, &a);
         else if (fst == PG_OK)
             fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
     }
     free(config);
+    free(stored);
+    cJSON_Delete(resume.cfg);
     /* Unmapping the capture and closing the GPU context are timed too: with
      * the phases they account for the command's whole wall time. */
     const double t_close = progress_now();
@@ -338,13 +659,17 @@ int cmd_run(int argc, char **argv)
     cuda_backend_close(gpu);
     if (st == PG_OK) {
         const double t_end = progress_now();
-        char lock[64] = "";
+        char lock[64] = "", resumed[96] = "";
         if (stats.lock_s > 0)
             snprintf(lock, sizeof lock, " (%.2f s of it locking upload buffers)", stats.lock_s);
+        if (a.resume > 0)
+            snprintf(resumed, sizeof resumed, "; %d layers computed, %d were stored",
+                     stats.layers_stored, stats.layers_skipped);
         printf("run %lld complete: %s (backend start %.2f s beside load and validate %.2f s, "
-               "compute %.2f s%s, store %.2f s beside it, close %.2f s; %.2f s in all)\n",
+               "compute %.2f s%s, store %.2f s beside it, close %.2f s; %.2f s in all%s)\n",
                (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, lock, stats.store_s,
-               t_end - t_close, t_end - t_start);
+               t_end - t_close, t_end - t_start, resumed);
     }
+    if (sig) return interrupt_exit_code(sig);
     return st == PG_OK ? 0 : cli_report(&err);
 }

@@ -99,6 +99,9 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
         st = store_put_quant_stats(store, run_id, capture_name, layer, tq[i].tensor,
                                    tq[i].scale, scale_source, sat, under, err);
     }
+    /* The heartbeat commits with the layer: a run that stops beating stopped
+     * storing, and a layer costs no second write. */
+    if (st == PG_OK) st = store_run_heartbeat(store, run_id, err);
     if (st == PG_OK) st = store_commit(store, err);
     if (st != PG_OK) store_rollback(store);
     return st;
@@ -521,6 +524,7 @@ typedef struct layer_write {
     pg_err err;
     pthread_t thread;
     int threaded;      /* 1: thread runs it; 0: ran on the caller's thread */
+    int started;       /* 1: layer_write_start ran and the join is still to come */
 } layer_write;
 
 /* Thread body: stores w's layer in one transaction and frees its metrics. */
@@ -542,24 +546,28 @@ static void *layer_write_run(void *arg)
 /* Starts storing w's layer on a thread (on this one when none can start). */
 static void layer_write_start(layer_write *w)
 {
+    w->started = 1;
     w->threaded = pthread_create(&w->thread, NULL, layer_write_run, w) == 0;
     if (!w->threaded) layer_write_run(w);
 }
 
 /* Waits for w's store and adds its time to stats when not NULL, once (later
  * calls do nothing); a failure replaces *st and *err: w's layer came before
- * anything the caller did since. */
-static void layer_write_join(layer_write *w, sweep_stats *stats, pg_status *st, pg_err *err)
+ * anything the caller did since. Returns 1 when w's layer is now committed. */
+static int layer_write_join(layer_write *w, sweep_stats *stats, pg_status *st, pg_err *err)
 {
     if (w->threaded) pthread_join(w->thread, NULL);
     if (stats != NULL) stats->store_s += w->seconds;
+    const int committed = w->started && w->st == PG_OK;
     if (w->st != PG_OK) {
         *st = w->st;
         if (err != NULL) *err = w->err;
     }
     w->threaded = 0;
+    w->started = 0;
     w->seconds = 0;
     w->st = PG_OK;
+    return committed;
 }
 
 /* Computes the reference, every selected mode and every external output of
@@ -607,14 +615,42 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     return opt->cuda ? layer_cuda(c, opt, bar, step, err) : layer_cpu(c, opt, bar, step, err);
 }
 
+/* Modes selected in opt. */
+static int n_modes_selected(const sweep_options *opt)
+{
+    int n = 0;
+    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++)
+        if (opt->variants & sweep_variant_table[i].bit) n++;
+    return n;
+}
+
+void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
+                      store_layer_rows *want)
+{
+    const capture_layer *L = &cap->layers[li];
+    const int64_t modes = n_modes_selected(opt), whole_and_heads = (int64_t)L->hq + 1;
+    want->metrics = (modes + L->n_ext) * whole_and_heads;
+    if (opt->cuda != NULL && opt->check_spec)  /* spec_check: one GQA group of heads */
+        want->metrics += modes * ((int64_t)(L->hq / L->hkv) + 1);
+    /* note_quant: k and v for either fp8 mode, q for fp8qkv. */
+    want->quant = (opt->variants & (SWEEP_FP8KV | SWEEP_FP8QKV) ? 2 : 0) +
+                  (opt->variants & SWEEP_FP8QKV ? 1 : 0);
+}
+
+/* Whether opt marks layer li stored. */
+static int layer_stored(const sweep_options *opt, int li)
+{
+    return opt->stored != NULL && opt->stored[li];
+}
+
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err)
 {
-    int per_layer = 0;
-    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++)
-        if (opt->variants & sweep_variant_table[i].bit) per_layer++;
+    const int per_layer = n_modes_selected(opt);
+    int n_todo = 0;
+    for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
     progress bar;
-    progress_start(&bar, (int64_t)cap->n_layers * per_layer);
+    progress_start(&bar, (int64_t)n_todo * per_layer);
     if (!opt->progress) bar.enabled = 0;
     int64_t step = 0;
     pg_status st = PG_OK;
@@ -639,40 +675,57 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     /* Layer li computes while layer li - 1 is stored (w[li % 2]). */
     layer_write w[2] = {{.st = PG_OK}, {.st = PG_OK}};
     const char *backend = opt->cuda ? "cuda" : "cpu";
+    int stopped_at = -1, stored = 0;  /* the layer not started once *opt->stop was set */
     for (int li = 0; st == PG_OK && li < cap->n_layers; li++) {
+        const int skip = layer_stored(opt, li);
+        if (!skip && opt->stop != NULL && *opt->stop) {
+            stopped_at = li;
+            break;
+        }
         const double t1 = progress_now();
         if (ring != NULL) {
             /* Layer li + 1's copy into its slot (started when li - 2 did)
              * is joined and goes to the GPU while li computes; li + 3 is
              * copied into the slot li - 1 used (its copy to the GPU is done)
-             * while li + 2's copy may still run. */
+             * while li + 2's copy may still run. A stored layer is neither
+             * copied nor sent, and its slot is not read. */
             stage_join(ring, li + 1);
-            if (li == 0) st = prefetch_layer(ring, 0, opt->cuda, err);
-            if (li + 1 < cap->n_layers && st == PG_OK)
+            if (li == 0 && !skip) st = prefetch_layer(ring, 0, opt->cuda, err);
+            if (li + 1 < cap->n_layers && !layer_stored(opt, li + 1) && st == PG_OK)
                 st = prefetch_layer(ring, li + 1, opt->cuda, err);
-            if (li + STAGE_AHEAD < cap->n_layers && st == PG_OK)
+            if (li + STAGE_AHEAD < cap->n_layers && !layer_stored(opt, li + STAGE_AHEAD) &&
+                st == PG_OK)
                 stage_start(ring, li + STAGE_AHEAD);
         }
         layer_write *cur = &w[li % 2], *prev = &w[(li + 1) % 2];
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
                              .backend = backend, .st = PG_OK};
-        if (st == PG_OK)
+        if (st == PG_OK && !skip)
             st = layer_compute(cap, li, opt, ring, &bar, &step, &cur->c,
                                &cur->scale_source, err);
         if (st != PG_OK) err_name_layer(err, li);
         if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
         /* The layer before must be stored before this one starts: an earlier
-         * failure wins, and this layer is then not stored. */
-        layer_write_join(prev, opt->stats, &st, err);
-        if (st == PG_OK) layer_write_start(cur);
+         * failure wins, and this layer is then not stored. (A stored layer
+         * joins it too: w[li % 2] must be free when li + 1 takes it.) */
+        stored += layer_write_join(prev, opt->stats, &st, err);
+        if (st == PG_OK && !skip) layer_write_start(cur);
         else {
             free(cur->c.vm);
             free(cur->c.mbuf);
         }
     }
-    for (int i = 0; i < 2; i++) layer_write_join(&w[i], opt->stats, &st, err);
+    for (int i = 0; i < 2; i++) stored += layer_write_join(&w[i], opt->stats, &st, err);
     if (ring != NULL) stage_join_all(ring);
     sweep_stage_close(own); /* a caller's ring stays locked until its sweep_stage_close */
     progress_finish(&bar);
+    if (opt->stats != NULL) {
+        opt->stats->layers_stored += stored;
+        opt->stats->layers_skipped += cap->n_layers - n_todo;
+    }
+    if (st == PG_OK && stopped_at >= 0)
+        st = pg_fail(err, PG_ERR_INTERRUPTED,
+                     "stopped before layer %d: %d of the capture's %d layers are stored",
+                     stopped_at, cap->n_layers - n_todo + stored, cap->n_layers);
     return st;
 }

@@ -6,6 +6,7 @@
 #ifndef PG_SWEEP_H
 #define PG_SWEEP_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "../db/store.h"
@@ -19,6 +20,8 @@ typedef struct sweep_stats {
     double compute_s;   /* reference, modes and metrics (CPU or GPU, uploads included) */
     double lock_s;      /* of compute_s, page-locking the GPU's upload buffers */
     double store_s;     /* SQLite transactions (a layer is stored while the next computes) */
+    int layers_stored;  /* layers this sweep_run computed and committed */
+    int layers_skipped; /* layers it left alone: already stored (sweep_options.stored) */
 } sweep_stats;
 
 /* The precision modes a sweep can run (a bit set). */
@@ -45,6 +48,10 @@ typedef struct sweep_options {
                                    * specification's output on a sample of heads */
     sweep_stats *stats;           /* added to when not NULL */
     sweep_stage *stage;           /* GPU only: sweep_stage_open(cap)'s, or NULL (opened here) */
+    const unsigned char *stored;  /* [n_layers] or NULL: 1 = the layer is stored, skip it
+                                   * (run --resume; sweep_layer_rows says what a whole one holds) */
+    const volatile sig_atomic_t *stop; /* NULL, or nonzero once the sweep must stop
+                                   * (interrupt_flag()): polled before each layer */
 } sweep_options;
 
 /* The ring of host buffers one GPU sweep_run of cap uploads from (four
@@ -71,12 +78,24 @@ pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err);
 /* The store's name of one variant bit ("bf16", "fp8kv", "fp8qkv"). */
 const char *sweep_variant_name(sweep_variant v);
 
-/* Runs the sweep over every layer of cap, storing rows under run_id with
- * capture name capture_name and backend "cuda" when opt->cuda is set, else
- * "cpu". Each layer is one transaction, written on a thread of its own while
- * the next layer computes: on failure the failing layer is rolled back,
- * earlier layers stay stored, later ones are not stored, and err names the
- * layer and what failed.
+/* The rows sweep_run stores for layer li of cap under opt (every variant's
+ * whole-layer and per-head layer_metrics rows, the --check-spec rows on their
+ * sampled heads, the external outputs'; the quant_stats rows of the fp8
+ * modes): what a stored layer holds, for run --resume. */
+void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
+                      store_layer_rows *want);
+
+/* Runs the sweep over every layer of cap not marked in opt->stored, storing
+ * rows under run_id with capture name capture_name and backend "cuda" when
+ * opt->cuda is set, else "cpu". Each layer is one transaction, with the
+ * run's heartbeat (store_run_heartbeat), written on a thread of its own
+ * while the next layer computes: on failure the failing layer is rolled
+ * back, earlier layers stay stored, later ones are not stored, and err
+ * names the layer and what failed. Once *opt->stop is set, no further layer
+ * starts: the layer computing and the one being written finish and are
+ * stored, and the result is PG_ERR_INTERRUPTED saying how many layers are
+ * stored (a failure of those writes wins over it). The counts go to
+ * opt->stats.
  * fp8 scales not in the capture are calibrated from the amax that
  * capture_open read. On the GPU, CPU threads copy each layer's q/k/v into
  * a ring of four page-locked buffers three layers ahead, and the next layer's

@@ -768,3 +768,94 @@ Test(capture, nan_in_sinks)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ------------------------------------------------------------ digest */
+
+/* The content digest of the capture at path (which must open). */
+static void digest_of(const char *path, char out[CAPTURE_DIGEST_MAX])
+{
+    capture *c = open_ok(path);
+    snprintf(out, CAPTURE_DIGEST_MAX, "%s", c->digest);
+    capture_close(c);
+}
+
+Test(capture, digest_is_the_content_not_the_path_or_the_layout)
+{
+    char *dir = tu_tempdir();
+    cap_spec s = default_spec();
+    char *a = tu_join(dir, "a.safetensors"), *b = tu_join(dir, "b.safetensors");
+    write_capture(a, &s);
+    write_capture(b, &s);
+    char da[CAPTURE_DIGEST_MAX], db[CAPTURE_DIGEST_MAX];
+    digest_of(a, da);
+    cr_assert_eq(strncmp(da, CAPTURE_DIGEST_PREFIX, strlen(CAPTURE_DIGEST_PREFIX)), 0, "%s", da);
+    cr_assert_eq(strlen(da), strlen(CAPTURE_DIGEST_PREFIX) + 32, "%s", da);
+    digest_of(b, db);
+    cr_assert_str_eq(da, db, "another path, same content");
+    misalign_data(b); /* other header bytes, aligned copies of every tensor */
+    digest_of(b, db);
+    cr_assert_str_eq(da, db, "another header layout, same content");
+
+    /* The same tensors and metadata as two shards. */
+    char *sd = tu_join(dir, "shards");
+    cr_assert_eq(mkdir(sd, 0755), 0);
+    char *s0 = tu_join(sd, "0.safetensors"), *s1 = tu_join(sd, "1.safetensors");
+    cap_spec p = s;
+    p.hi = 1;
+    write_capture(s0, &p);
+    p.lo = 1;
+    p.hi = 2;
+    p.n_meta = 0;
+    set_meta(&p, "seq_q", "[3, 2]");
+    write_capture(s1, &p);
+    digest_of(sd, db);
+    cr_assert_str_eq(da, db, "shards of the same content");
+
+    /* One bit of any tensor, or one metadata value, changes it. */
+    const char *const tensors[] = {"layers.0.q", "layers.1.k", "layers.1.v", "layers.0.sinks",
+                                   "layers.0.out.vllm-fa3"};
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
+        write_capture(b, &s);
+        tu_flip_tensor_bit(b, tensors[i], 0);
+        digest_of(b, db);
+        cr_assert_str_neq(da, db, "one bit of %s", tensors[i]);
+    }
+    cap_spec m = s;
+    set_meta(&m, "producer", "another producer");
+    write_capture(b, &m);
+    digest_of(b, db);
+    cr_assert_str_neq(da, db, "a metadata value");
+    free(s0);
+    free(s1);
+    free(sd);
+    free(a);
+    free(b);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(capture, digest_covers_every_scan_item_of_a_large_tensor)
+{
+    cap_spec s = default_spec();
+    s.layer[0] = (layer_spec){.hq = 8, .hkv = 8, .d = 128}; /* k: 2,150,400 values, 2 items */
+    s.layer[1] = (layer_spec){.hq = 8, .hkv = 8, .d = 128};
+    s.tq = s.tkv = 2100;
+    set_meta(&s, "seq_q", "[2100]");
+    set_meta(&s, "seq_kv", "[2100]");
+    set_meta(&s, "sliding_window", NULL);
+    char *dir = tu_tempdir();
+    char *path = tu_join(dir, "cap.safetensors");
+    write_capture(path, &s);
+    char d0[CAPTURE_DIGEST_MAX], d1[CAPTURE_DIGEST_MAX];
+    digest_of(path, d0);
+    const size_t k_bytes = (size_t)2100 * 8 * 128 * 2;
+    tu_flip_tensor_bit(path, "layers.0.k", k_bytes - 2); /* the last value, in the second item */
+    digest_of(path, d1);
+    cr_assert_str_neq(d0, d1);
+    tu_flip_tensor_bit(path, "layers.0.k", k_bytes - 2); /* back */
+    digest_of(path, d1);
+    cr_assert_str_eq(d0, d1);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}

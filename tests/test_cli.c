@@ -154,21 +154,6 @@ static long long db_int_d(sqlite3 *db, double x, const char *fmt, ...)
     return v;
 }
 
-/* The text in the first column of the query's first row, malloc'd; NULL when
- * the value is NULL (asserts a row). */
-static char *db_text(sqlite3 *db, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    sqlite3_stmt *s = tu_sql_vprepare(db, fmt, ap);
-    va_end(ap);
-    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", fmt);
-    const unsigned char *t = sqlite3_column_text(s, 0);
-    char *v = t ? strdup((const char *)t) : NULL;
-    sqlite3_finalize(s);
-    return v;
-}
-
 /* The whole-layer rel_l2 of (run, layer, variant), asserting exactly one row. */
 static double whole_rel_l2(sqlite3 *db, long long run, int layer, const char *variant)
 {
@@ -351,17 +336,17 @@ Test(cli, run_happy_path_fills_every_table)
 
     /* runs */
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1);
-    char *s = db_text(db, "SELECT status FROM runs WHERE id = 1");
+    char *s = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
     cr_assert_str_eq(s, "complete");
     free(s);
-    s = db_text(db, "SELECT label FROM runs WHERE id = 1");
+    s = tu_sql_text(db, "SELECT label FROM runs WHERE id = 1");
     cr_assert_str_eq(s, "L");
     free(s);
-    s = db_text(db, "SELECT kind FROM runs WHERE id = 1");
+    s = tu_sql_text(db, "SELECT kind FROM runs WHERE id = 1");
     cr_assert_str_eq(s, "sweep");
     free(s);
-    char *started = db_text(db, "SELECT started_at FROM runs WHERE id = 1");
-    char *finished = db_text(db, "SELECT finished_at FROM runs WHERE id = 1");
+    char *started = tu_sql_text(db, "SELECT started_at FROM runs WHERE id = 1");
+    char *finished = tu_sql_text(db, "SELECT finished_at FROM runs WHERE id = 1");
     cr_assert_not_null(started);
     cr_assert_not_null(finished);
     cr_assert_eq(strlen(started), ISO_MS_LEN, "started_at '%s'", started);
@@ -371,7 +356,7 @@ Test(cli, run_happy_path_fills_every_table)
     free(started);
     free(finished);
 
-    char *config = db_text(db, "SELECT config_json FROM runs WHERE id = 1");
+    char *config = tu_sql_text(db, "SELECT config_json FROM runs WHERE id = 1");
     cr_assert_not_null(config);
     cJSON *cj = cJSON_Parse(config);
     cr_assert_not_null(cj, "config_json is not JSON: %s", config);
@@ -510,7 +495,7 @@ Test(cli, run_variants_bf16_stores_only_bf16)
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant != 'bf16'"), 0);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE tensor = 'q'"), 0);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats"), 0, "bf16 quantizes nothing");
-    char *cfg = db_text(db, "SELECT config_json FROM runs WHERE id = 1");
+    char *cfg = tu_sql_text(db, "SELECT config_json FROM runs WHERE id = 1");
     cr_assert_not_null(strstr(cfg, "\"variants\":[\"bf16\"]"), "%s", cfg);
     free(cfg);
     sqlite3_close(db);
@@ -617,7 +602,7 @@ Test(cli, truncated_capture_fails_and_leaves_earlier_runs_alone)
     sqlite3 *db = db_open(tu_in_dir("d.db"));
     const long long rows1 = tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1");
     const long long qs1 = tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 1");
-    char *sum1 = db_text(db, "SELECT printf('%%!.20e', sum(rel_l2) + sum(max_abs)) FROM layer_metrics "
+    char *sum1 = tu_sql_text(db, "SELECT printf('%%!.20e', sum(rel_l2) + sum(max_abs)) FROM layer_metrics "
                              "WHERE run_id = 1");
     cr_assert_eq(rows1, SMALL_LAYERS * N_MODES * (SMALL_HQ + 1));
     sqlite3_close(db);
@@ -632,12 +617,12 @@ Test(cli, truncated_capture_fails_and_leaves_earlier_runs_alone)
     proc_free(&bad);
 
     db = db_open(tu_in_dir("d.db"));
-    char *st2 = db_text(db, "SELECT status FROM runs WHERE id = 2");
+    char *st2 = tu_sql_text(db, "SELECT status FROM runs WHERE id = 2");
     cr_assert_str_eq(st2, "failed");
     free(st2);
     cr_assert_eq(tu_sql_int(db, "SELECT finished_at IS NOT NULL FROM runs WHERE id = 2"), 1);
     /* the failure's message is kept with the run; a complete run has none */
-    char *why = db_text(db, "SELECT error FROM runs WHERE id = 2");
+    char *why = tu_sql_text(db, "SELECT error FROM runs WHERE id = 2");
     cr_assert_not_null(why, "failed run 2 has no error");
     cr_assert_eq(strncmp(why, "t.safetensors: ", 15), 0, "error '%s'", why);
     cr_assert_not_null(strstr(bad_err, why), "stderr does not carry '%s'", why);
@@ -657,12 +642,12 @@ Test(cli, truncated_capture_fails_and_leaves_earlier_runs_alone)
 
     db = db_open(tu_in_dir("d.db"));
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 3);
-    char *st1 = db_text(db, "SELECT group_concat(status, ',') FROM (SELECT status FROM runs ORDER BY id)");
+    char *st1 = tu_sql_text(db, "SELECT group_concat(status, ',') FROM (SELECT status FROM runs ORDER BY id)");
     cr_assert_str_eq(st1, "complete,failed,complete");
     free(st1);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1"), rows1);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 1"), qs1);
-    char *sum1b = db_text(db, "SELECT printf('%%!.20e', sum(rel_l2) + sum(max_abs)) FROM layer_metrics "
+    char *sum1b = tu_sql_text(db, "SELECT printf('%%!.20e', sum(rel_l2) + sum(max_abs)) FROM layer_metrics "
                               "WHERE run_id = 1");
     cr_assert_str_eq(sum1b, sum1, "run 1's metrics changed");
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 3"), rows1);
@@ -679,7 +664,7 @@ Test(cli, missing_capture_path_fails_naming_it)
     cr_assert_not_null(strstr(p.err, "precgate: error: no/such/file.safetensors"), "%s", p.err);
     cr_assert_str_empty(p.out);
     sqlite3 *db = db_open(tu_in_dir("d.db"));
-    char *s = db_text(db, "SELECT status FROM runs WHERE id = 1");
+    char *s = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
     cr_assert_str_eq(s, "failed");
     free(s);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), 0);

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <limits.h>
+#include <signal.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -65,7 +66,7 @@ static capture *open_capture(const char *path)
 /* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
 static sweep_options options(unsigned variants)
 {
-    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL, NULL};
+    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL, NULL, NULL, NULL};
 }
 
 /* ---- a failing layer rolls back alone --------------------------------- */
@@ -301,6 +302,29 @@ static void read_metrics(sqlite3 *db, int64_t run, int layer, int head, const ch
     sqlite3_free(sql);
 }
 
+/* Asserts that sweep_layer_rows says what the sweep of cap under so stored
+ * for each layer (store_sweep_layer_rows): what run --resume counts as whole. */
+static void expect_layer_rows_as_stored(pg_store *s, int64_t run, const capture *cap,
+                                        const char *name, const sweep_options *so)
+{
+    store_layer_rows got[8];
+    cr_assert_leq(cap->n_layers, 8);
+    pg_err err = {0};
+    cr_assert_eq(store_sweep_layer_rows(s, run, name, cap->n_layers, got, &err), PG_OK, "%s",
+                 err.msg);
+    for (int l = 0; l < cap->n_layers; l++) {
+        store_layer_rows want;
+        sweep_layer_rows(cap, l, so, &want);
+        cr_assert_gt(want.metrics, 0);
+        cr_assert_eq(got[l].metrics, want.metrics, "layer %d: %lld layer_metrics rows stored, "
+                     "sweep_layer_rows says %lld", l, (long long)got[l].metrics,
+                     (long long)want.metrics);
+        cr_assert_eq(got[l].quant, want.quant, "layer %d: %lld quant_stats rows stored, "
+                     "sweep_layer_rows says %lld", l, (long long)got[l].quant,
+                     (long long)want.quant);
+    }
+}
+
 Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
 {
     static const int32_t seq_q[EXT_SEQS] = {5, 3}, seq_kv[EXT_SEQS] = {7, 3};
@@ -379,6 +403,7 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
                          "head %d column %d: bf16 %.17g vs ext %.17g", h, c, mb[c], me[c]);
         }
     }
+    expect_layer_rows_as_stored(s, run, cap, "ext.safetensors", &so);
     /* and the ext output differs from the fp8 modes */
     double mk[N_METRIC_COLS], me[N_METRIC_COLS];
     int nk[N_METRIC_COLS], ne[N_METRIC_COLS];
@@ -499,6 +524,72 @@ Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
             sqlite3_finalize(st);
             sqlite3_free(sql);
         }
+    store_close(s);
+    capture_close(cap);
+}
+
+/* ---- resume and stop ------------------------------------------------------ */
+
+Test(sweep, stored_layers_are_skipped_and_rows_are_what_sweep_layer_rows_says)
+{
+    capture *cap = small_capture(4, 1, 12, 3);
+    const unsigned modes[] = {SWEEP_FP8KV, SWEEP_BF16 | SWEEP_FP8QKV, SWEEP_ALL_VARIANTS};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        char db_name[32];
+        snprintf(db_name, sizeof db_name, "m%zu.db", i);
+        pg_store *s = open_store(db_name);
+        const int64_t run = begin_run(s);
+        sweep_stats stats = {0};
+        sweep_options so = options(modes[i]);
+        so.stats = &stats;
+        pg_err err = {0};
+        cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_OK, "%s", err.msg);
+        cr_assert_eq(stats.layers_stored, 4);
+        cr_assert_eq(stats.layers_skipped, 0);
+        expect_layer_rows_as_stored(s, run, cap, "c.safetensors", &so);
+        store_close(s);
+    }
+    /* Layers 0 and 2 marked stored: only 1 and 3 are computed and written. */
+    pg_store *s = open_store("skip.db");
+    const int64_t run = begin_run(s);
+    const unsigned char stored[4] = {1, 0, 1, 0};
+    sweep_stats stats = {0};
+    sweep_options so = options(SWEEP_ALL_VARIANTS);
+    so.stats = &stats;
+    so.stored = stored;
+    pg_err err = {0};
+    cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(stats.layers_stored, 2);
+    cr_assert_eq(stats.layers_skipped, 2);
+    sqlite3 *db = store_handle(s);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(DISTINCT layer) FROM layer_metrics"), 2);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer IN (0, 2)"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE layer IN (0, 2)"), 0);
+    store_close(s);
+    capture_close(cap);
+}
+
+Test(sweep, a_set_stop_flag_starts_no_layer_and_says_interrupted)
+{
+    capture *cap = small_capture(3, 1, 12, 3);
+    pg_store *s = open_store("stop.db");
+    const int64_t run = begin_run(s);
+    volatile sig_atomic_t stop = SIGTERM;
+    sweep_stats stats = {0};
+    sweep_options so = options(SWEEP_ALL_VARIANTS);
+    so.stats = &stats;
+    so.stop = &stop;
+    pg_err err = {0};
+    cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_ERR_INTERRUPTED);
+    cr_assert_str_eq(err.msg, "stopped before layer 0: 0 of the capture's 3 layers are stored");
+    cr_assert_eq(stats.layers_stored, 0);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
+    /* Stored layers do not count as started: with 0 and 1 stored, it stops before 2. */
+    const unsigned char stored[3] = {1, 1, 0};
+    so.stored = stored;
+    pg_err_clear(&err);
+    cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_ERR_INTERRUPTED);
+    cr_assert_str_eq(err.msg, "stopped before layer 2: 2 of the capture's 3 layers are stored");
     store_close(s);
     capture_close(cap);
 }

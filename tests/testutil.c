@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "safetensors.h"
+
 /* Size of the argument string tu_run_precgatef builds. */
 #define TU_ARGS_MAX 2048
 
@@ -121,6 +123,27 @@ int tu_run_precgatef(char **output, const char *fmt, ...)
     return tu_run_precgate(args, output);
 }
 
+void tu_flip_tensor_bit(const char *path, const char *name, size_t at)
+{
+    pg_err err = {0};
+    st_file *f = NULL;
+    cr_assert_eq(st_open(path, &f, &err), PG_OK, "%s", err.msg);
+    const st_tensor *t = st_find(f, name);
+    cr_assert_not_null(t, "%s has no tensor %s", path, name);
+    cr_assert_lt(at, t->nbytes);
+    const long off = (long)((const unsigned char *)t->data - (const unsigned char *)f->map) +
+                     (long)at;
+    st_close(f);
+    FILE *fp = fopen(path, "r+b");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fseek(fp, off, SEEK_SET), 0);
+    const int b = fgetc(fp);
+    cr_assert_neq(b, EOF);
+    cr_assert_eq(fseek(fp, off, SEEK_SET), 0);
+    cr_assert_neq(fputc(b ^ 1, fp), EOF);
+    cr_assert_eq(fclose(fp), 0);
+}
+
 void tu_sql_exec(sqlite3 *db, const char *sql)
 {
     char *msg = NULL;
@@ -148,6 +171,20 @@ long long tu_sql_int(sqlite3 *db, const char *fmt, ...)
     va_end(ap);
     cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", sqlite3_sql(s));
     long long v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+char *tu_sql_text(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sqlite3_stmt *s = tu_sql_vprepare(db, fmt, ap);
+    va_end(ap);
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "no row for %s", sqlite3_sql(s));
+    const unsigned char *t = sqlite3_column_text(s, 0);
+    char *v = t ? strdup((const char *)t) : NULL;
+    cr_assert(t == NULL || v != NULL, "out of memory");
     sqlite3_finalize(s);
     return v;
 }

@@ -38,6 +38,11 @@ int tu_run_precgate(const char *args, char **output);
 /* tu_run_precgate with args given printf-style (up to 2047 characters). */
 int tu_run_precgatef(char **output, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Flips the lowest bit of the byte at offset `at` of tensor name's data in
+ * the safetensors file at path (a bf16 or f32 value's lowest mantissa bit:
+ * a finite value stays finite and changes); aborts the test on failure. */
+void tu_flip_tensor_bit(const char *path, const char *name, size_t at);
+
 /* Runs constant SQL (one or more statements) on db; aborts the test on failure. */
 void tu_sql_exec(sqlite3 *db, const char *sql);
 
@@ -47,6 +52,11 @@ sqlite3_stmt *tu_sql_vprepare(sqlite3 *db, const char *fmt, va_list ap);
 /* The integer in the first column of the sqlite3_mprintf-formatted query's
  * first row (a NULL reads 0); aborts the test when there is no row. */
 long long tu_sql_int(sqlite3 *db, const char *fmt, ...);
+
+/* The text in the first column of the sqlite3_mprintf-formatted query's
+ * first row, malloc'd; NULL when the value is NULL (aborts the test when
+ * there is no row). */
+char *tu_sql_text(sqlite3 *db, const char *fmt, ...);
 
 /* The first column of the sqlite3_mprintf-formatted query's first row as a
  * double (a NULL reads 0.0); aborts the test when there is no row. */

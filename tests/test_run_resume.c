@@ -1,0 +1,473 @@
+/*
+ * test_run_resume.c: `precgate run --resume RUN --capture PATH`, and SIGINT,
+ * SIGTERM and kill -9 in the middle of a sweep: what is stored stays whole,
+ * a resume computes only the layers that are missing and ends with the rows
+ * of a run that was never stopped, and a resume that would mix captures or
+ * configurations is refused.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+TestSuite(run_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 60);
+
+/* A gpt-oss-shaped capture whose layers take about 10 ms each on the CPU. */
+#define FAST_LAYERS 6
+#define FAST_SYNTH "--layers 6 --seqs 1 --seq-len 16"
+/* About 40 ms a layer: a signal sent once layer 0 is stored lands while
+ * layer 1 computes, far from the end. */
+#define SLOW_LAYERS 10
+#define SLOW_SYNTH "--layers 10 --seqs 1 --seq-len 48"
+/* gpt-oss-120b's query heads: a stored layer holds (heads + 1) rows per mode. */
+#define HQ 64
+#define N_MODES 3
+#define ROWS_PER_LAYER (N_MODES * (HQ + 1))
+/* quant_stats rows of a layer with all three modes: q, k, v. */
+#define QUANT_PER_LAYER 3
+/* How long the test waits for a background sweep to store its first layer. */
+#define WAIT_ROWS_SECONDS 30
+#define POLL_MS 2
+
+/* Writes capture name into the scratch directory (synth options opts). */
+static void synth(const char *name, const char *opts)
+{
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "synth -o '%s' %s", tu_in_dir(name), opts);
+    cr_assert_eq(rc, 0, "synth: %s", out);
+    free(out);
+}
+
+/* Opens the scratch database name. */
+static sqlite3 *db_open(const char *name)
+{
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(tu_in_dir(name), &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+/* Asserts that run_a in database a and run_b in database b hold the same
+ * rows, every metric bit for bit (REAL = REAL compares the doubles exactly;
+ * IS where NULL is a stored value). */
+static void expect_same_rows(const char *a, long long run_a, const char *b, long long run_b)
+{
+    sqlite3 *db = db_open(a);
+    char *attach = sqlite3_mprintf("ATTACH %Q AS other", tu_in_dir(b));
+    tu_sql_exec(db, attach);
+    sqlite3_free(attach);
+    static const struct { const char *table, *key, *equal; } tables[] = {
+        {"layer_metrics", "capture, layer, head, variant, backend",
+         "x.rel_l2 = y.rel_l2 AND x.max_abs = y.max_abs AND x.mean_abs = y.mean_abs"
+         " AND x.p99_abs = y.p99_abs AND x.cos_sim IS y.cos_sim AND x.sqnr_db = y.sqnr_db"
+         " AND x.nan_count = y.nan_count AND x.inf_count = y.inf_count"},
+        {"quant_stats", "capture, layer, tensor",
+         "x.scale = y.scale AND x.scale_source = y.scale_source"
+         " AND x.saturated_frac IS y.saturated_frac AND x.underflow_frac IS y.underflow_frac"},
+    };
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        const char *t = tables[i].table;
+        const long long na = tu_sql_int(db, "SELECT count(*) FROM %s WHERE run_id = %lld", t, run_a);
+        const long long nb =
+            tu_sql_int(db, "SELECT count(*) FROM other.%s WHERE run_id = %lld", t, run_b);
+        const long long same = tu_sql_int(db,
+                                          "SELECT count(*) FROM %s x JOIN other.%s y USING (%s)"
+                                          " WHERE x.run_id = %lld AND y.run_id = %lld AND %s",
+                                          t, t, tables[i].key, run_a, run_b, tables[i].equal);
+        cr_assert_gt(na, 0, "%s: no rows", t);
+        cr_assert_eq(na, nb, "%s: %lld rows against %lld", t, na, nb);
+        cr_assert_eq(same, na, "%s: %lld of %lld rows are bit-equal", t, same, na);
+    }
+    sqlite3_close(db);
+}
+
+/* Asserts that every layer of the run holds all its rows or none, and that
+ * the stored ones are layers 0 .. k-1; returns k. */
+static int whole_layers(sqlite3 *db, long long run, int n_layers)
+{
+    int stored = 0;
+    for (int l = 0; l < n_layers; l++) {
+        const long long m = tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = %lld "
+                                           "AND layer = %d", run, l);
+        const long long q = tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = %lld "
+                                           "AND layer = %d", run, l);
+        cr_assert((m == 0 && q == 0) || (m == ROWS_PER_LAYER && q == QUANT_PER_LAYER),
+                  "layer %d holds %lld layer_metrics and %lld quant_stats rows: half stored", l, m,
+                  q);
+        if (m == 0) continue;
+        cr_assert_eq(stored, l, "layer %d stored after a missing layer %d", l, stored);
+        stored++;
+    }
+    return stored;
+}
+
+/* Asserts that out holds needle. */
+static void expect_has(const char *out, const char *needle)
+{
+    cr_assert_not_null(strstr(out, needle), "output lacks \"%s\":\n%s", needle, out);
+}
+
+/* The counts a resume printed: "(S stored, C to compute)" and "C layers
+ * computed, S were stored". */
+static void expect_resume_counts(const char *out, int stored, int computed)
+{
+    char want[128];
+    snprintf(want, sizeof want, "(%d stored, %d to compute)", stored, computed);
+    expect_has(out, want);
+    snprintf(want, sizeof want, "; %d layers computed, %d were stored)", computed, stored);
+    expect_has(out, want);
+}
+
+Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run)
+{
+    synth("c.safetensors", FAST_SYNTH);
+    char *cap = strdup(tu_in_dir("c.safetensors")); /* tu_in_dir's buffers are reused */
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress",
+                                  cap, tu_in_dir("ref.db")), 0, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
+                                        "--threads 2", cap, tu_in_dir("r.db")), 0, "%s", out);
+    free(out);
+    /* The last two layers go missing, as after a kill between layers. */
+    sqlite3 *db = db_open("r.db");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 4;"
+                    "DELETE FROM quant_stats WHERE layer >= 4;"
+                    "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
+    const long long kept_max = tu_sql_int(db, "SELECT max(rowid) FROM layer_metrics");
+    const long long kept_min = tu_sql_int(db, "SELECT min(rowid) FROM layer_metrics");
+    sqlite3_close(db);
+
+    /* Another thread count is no other configuration: the CPU specification's
+     * numbers do not depend on it (checked below, bit for bit). */
+    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
+                                          "--threads 1", cap, tu_in_dir("r.db"));
+    cr_assert_eq(rc, 0, "resume: %s", out);
+    expect_has(out, "run 1 resumed: ");
+    expect_resume_counts(out, 4, 2);
+    free(out);
+    db = db_open("r.db");
+    char *status = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
+    cr_assert_str_eq(status, "complete");
+    free(status);
+    /* Layers 0-3 kept their rows; 4 and 5 were written now, after them. */
+    cr_assert_eq(tu_sql_int(db, "SELECT min(rowid) FROM layer_metrics WHERE layer < 4"), kept_min);
+    cr_assert_eq(tu_sql_int(db, "SELECT max(rowid) FROM layer_metrics WHERE layer < 4"), kept_max);
+    cr_assert_gt(tu_sql_int(db, "SELECT min(rowid) FROM layer_metrics WHERE layer >= 4"), kept_max);
+    cr_assert_eq(whole_layers(db, 1, FAST_LAYERS), FAST_LAYERS);
+    sqlite3_close(db);
+    expect_same_rows("ref.db", 1, "r.db", 1);
+
+    /* Resumed again, a whole run computes nothing and stays equal. */
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  cap, tu_in_dir("r.db")), 0, "%s", out);
+    expect_resume_counts(out, FAST_LAYERS, 0);
+    free(out);
+    expect_same_rows("ref.db", 1, "r.db", 1);
+    free(cap);
+}
+
+/* A complete run 1 of c.safetensors in r.db, with layers 3.. deleted. */
+static void run_with_missing_layers(void)
+{
+    synth("c.safetensors", FAST_SYNTH);
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
+    free(out);
+    sqlite3 *db = db_open("r.db");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
+                    "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "UPDATE runs SET status = 'failed', error = 'a failure'");
+    sqlite3_close(db);
+}
+
+/* Resumes run 1 of r.db with extra options; expects exit rc with an error
+ * holding the needles, and the run exactly as it was. */
+static void expect_refused(int want_rc, const char *capture, const char *extra, const char *n1,
+                           const char *n2, const char *n3)
+{
+    sqlite3 *db = db_open("r.db");
+    const long long rows = tu_sql_int(db, "SELECT count(*) FROM layer_metrics");
+    char *before = tu_sql_text(db, "SELECT quote(status) || quote(error) || quote(heartbeat_at) || "
+                                   "quote(finished_at) || quote(pid) FROM runs WHERE id = 1");
+    sqlite3_close(db);
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress %s",
+                                    tu_in_dir(capture), tu_in_dir("r.db"), extra);
+    cr_assert_eq(rc, want_rc, "resume %s: exit %d, want %d: %s", extra, rc, want_rc, out);
+    expect_has(out, "precgate: error: ");
+    const char *needles[] = {n1, n2, n3};
+    for (int i = 0; i < 3; i++)
+        if (needles[i] != NULL) expect_has(out, needles[i]);
+    free(out);
+    db = db_open("r.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), rows, "rows changed");
+    char *after = tu_sql_text(db, "SELECT quote(status) || quote(error) || quote(heartbeat_at) || "
+                                  "quote(finished_at) || quote(pid) FROM runs WHERE id = 1");
+    cr_assert_str_eq(after, before, "the refused resume changed the run");
+    free(before);
+    free(after);
+    sqlite3_close(db);
+}
+
+Test(run_resume, another_capture_of_the_same_shape_is_refused_naming_both_digests)
+{
+    run_with_missing_layers();
+    sqlite3 *db = db_open("r.db");
+    char *digest = tu_sql_text(db, "SELECT json_extract(config_json, '$.capture_digest') FROM runs");
+    sqlite3_close(db);
+    cr_assert_eq(strncmp(digest, "xxh3-128:", 9), 0, "config_json digest '%s'", digest);
+    /* One bit of one value of layer 4's k: same shape, same metadata. */
+    char *out = NULL;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tu_in_dir("c.safetensors"), tu_in_dir("d.safetensors"));
+    cr_assert_eq(system(cmd), 0);
+    tu_flip_tensor_bit(tu_in_dir("d.safetensors"), "layers.4.k", 6);
+    char stored[128];
+    snprintf(stored, sizeof stored, "the run has \"%s\", this command gives \"xxh3-128:", digest);
+    expect_refused(2, "d.safetensors", "",
+                   "run: --resume 1: capture_digest (--capture's content digest) differs", stored,
+                   NULL);
+    /* The same content under another path is the run's capture. */
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tu_in_dir("c.safetensors"), tu_in_dir("moved.safetensors"));
+    cr_assert_eq(system(cmd), 0);
+    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                    tu_in_dir("moved.safetensors"), tu_in_dir("r.db"));
+    cr_assert_eq(rc, 0, "%s", out);
+    expect_resume_counts(out, 3, 3);
+    expect_has(out, "holds the content of the run's capture");
+    free(out);
+    db = db_open("r.db");
+    /* Its rows keep the run's capture name. */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(DISTINCT capture) FROM layer_metrics"), 1);
+    char *name = tu_sql_text(db, "SELECT DISTINCT capture FROM layer_metrics");
+    cr_assert_str_eq(name, tu_in_dir("c.safetensors"));
+    free(name);
+    sqlite3_close(db);
+    free(digest);
+}
+
+Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_values)
+{
+    run_with_missing_layers();
+    expect_refused(2, "c.safetensors", "--variants bf16", "variants (--variants) differs",
+                   "the run has [\"bf16\",\"fp8kv\",\"fp8qkv\"], this command gives [\"bf16\"]",
+                   NULL);
+    expect_refused(2, "c.safetensors", "--variants fp8qkv,bf16,fp8kv --p-rounding bf16",
+                   "p_rounding (--p-rounding) differs",
+                   "the run has \"e4m3\", this command gives \"bf16\"", NULL);
+    expect_refused(2, "c.safetensors", "--seed 7", "page_seed_decimal (--seed) differs",
+                   "the run has \"24301\", this command gives \"7\"", NULL);
+    expect_refused(2, "c.safetensors", "--seed 7 --p-rounding none", "p_rounding (--p-rounding)",
+                   "(also differ: page_seed_decimal)", NULL);
+    expect_refused(2, "c.safetensors", "--label other", "--label with --resume", NULL, NULL);
+    /* A capture that does not load leaves the run alone too. */
+    expect_refused(1, "missing.safetensors", "", "missing.safetensors", "cannot open", NULL);
+    /* Only a sweep run continues as one. */
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "eval --traces '%s/evals/demo/aime-style-demo.jsonl' "
+                                        "--replay --db '%s'", PRECGATE_SOURCE_DIR, tu_in_dir("r.db")),
+                 0, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 2 --capture '%s' --db '%s'",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 2, "%s", out);
+    expect_has(out, "run 2 is a 'eval' run, not a sweep");
+    free(out);
+    /* The precgate build that made the rows is part of the configuration. */
+    sqlite3 *db = db_open("r.db");
+    tu_sql_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.git_rev', 'abc123')");
+    sqlite3_close(db);
+    expect_refused(2, "c.safetensors", "",
+                   "git_rev (the precgate build that computed the run) differs",
+                   "the run has \"abc123\"", NULL);
+    db = db_open("r.db");
+    tu_sql_exec(db, "UPDATE runs SET config_json = json_remove(config_json, '$.capture_digest')");
+    sqlite3_close(db);
+    expect_refused(2, "c.safetensors", "", "does not record its capture digest",
+                   "start a new run", NULL);
+}
+
+Test(run_resume, a_run_whose_process_may_be_alive_needs_force)
+{
+    run_with_missing_layers();
+    /* Marked running by a process that exists on this host: this test's. */
+    char host[256] = "";
+    cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+    sqlite3 *db = db_open("r.db");
+    char *sql = sqlite3_mprintf("UPDATE runs SET status = 'running', error = NULL, "
+                                "finished_at = NULL, host = %Q, pid = %lld", host,
+                                (long long)getpid());
+    tu_sql_exec(db, sql);
+    sqlite3_free(sql);
+    sqlite3_close(db);
+    expect_refused(2, "c.safetensors", "", "may be alive", "--force", NULL);
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --force --capture '%s' --db '%s' "
+                                        "--no-progress", tu_in_dir("c.safetensors"),
+                                  tu_in_dir("r.db")), 0, "%s", out);
+    expect_resume_counts(out, 3, 3);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --force --capture '%s' --db '%s'",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 2, "%s", out);
+    expect_has(out, "--force only goes with --resume RUN");
+    free(out);
+}
+
+Test(run_resume, a_half_stored_layer_is_refused_not_overwritten)
+{
+    run_with_missing_layers();
+    sqlite3 *db = db_open("r.db");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer = 1 AND variant = 'fp8kv' AND head >= 0");
+    sqlite3_close(db);
+    char want[64];
+    snprintf(want, sizeof want, "holds %d of its %d layer_metrics rows", ROWS_PER_LAYER - HQ,
+             ROWS_PER_LAYER);
+    expect_refused(1, "c.safetensors", "", "layer 1 of capture", want, "not a whole layer");
+}
+
+/* Starts `precgate run` with args in the background, stdout and stderr into
+ * the scratch files run.out and run.err; returns its pid. */
+static pid_t spawn_precgate(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "exec '%s' %s >'%s' 2>'%s'", PRECGATE_BIN, args,
+             tu_in_dir("run.out"), tu_in_dir("run.err"));
+    const pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits until run 1 in database name has stored a layer (its rows are
+ * committed together), polling a reader connection. */
+static void wait_for_a_stored_layer(const char *name, pid_t pid)
+{
+    const time_t deadline = time(NULL) + WAIT_ROWS_SECONDS;
+    for (;;) {
+        sqlite3 *db = NULL;
+        long long n = 0;
+        if (sqlite3_open_v2(tu_in_dir(name), &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+            sqlite3_stmt *st = NULL;
+            if (sqlite3_prepare_v2(db, "SELECT count(*) FROM layer_metrics", -1, &st, NULL) ==
+                    SQLITE_OK &&
+                sqlite3_step(st) == SQLITE_ROW)
+                n = sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+        }
+        sqlite3_close(db);
+        if (n > 0) return;
+        int status;
+        cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the sweep ended before storing a layer");
+        cr_assert_lt(time(NULL), deadline, "no layer stored within %d s", WAIT_ROWS_SECONDS);
+        usleep(POLL_MS * 1000);
+    }
+}
+
+/* A file of the scratch directory as a malloc'd string. */
+static char *slurp(const char *name)
+{
+    FILE *f = fopen(tu_in_dir(name), "rb");
+    cr_assert_not_null(f, "%s", name);
+    char *buf = calloc(1, 1 << 16);
+    cr_assert_not_null(buf);
+    const size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Sweeps s.safetensors into i.db in the background, sends sig once layer 0
+ * is stored, checks what the stopped run left, resumes it (without --force)
+ * and checks it against an uninterrupted sweep. */
+static void stop_mid_sweep_and_resume(int sig)
+{
+    synth("s.safetensors", SLOW_SYNTH);
+    char *cap = strdup(tu_in_dir("s.safetensors")), *dbp = strdup(tu_in_dir("i.db"));
+    char args[1024];
+    snprintf(args, sizeof args, "run --capture '%s' --db '%s' --backend cpu --threads 2 --no-progress",
+             cap, tu_in_dir("i.db"));
+    const pid_t pid = spawn_precgate(args);
+    wait_for_a_stored_layer("i.db", pid);
+    cr_assert_eq(kill(pid, sig), 0);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char *err = slurp("run.err");
+    sqlite3 *db = db_open("i.db");
+    char *run_status = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
+    if (sig == SIGKILL) {
+        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %#x", status);
+        cr_assert_str_eq(run_status, "running", "a killed process cannot mark its run");
+        char *runs = NULL;
+        cr_assert_eq(tu_run_precgatef(&runs, "runs --db '%s'", dbp), 0, "%s", runs);
+        expect_has(runs, "interrupted"); /* its pid is gone: runs says so */
+        free(runs);
+    } else {
+        cr_assert(WIFEXITED(status), "killed by signal %d instead of stopping",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        cr_assert_eq(WEXITSTATUS(status), 128 + sig, "exit %d: %s", WEXITSTATUS(status), err);
+        cr_assert_str_eq(run_status, "interrupted");
+        char *why = tu_sql_text(db, "SELECT error FROM runs WHERE id = 1");
+        const char *name = sig == SIGTERM ? "interrupted by SIGTERM" : "interrupted by SIGINT";
+        cr_assert_eq(strncmp(why, name, strlen(name)), 0, "error '%s'", why);
+        free(why);
+        char hint[1024];
+        snprintf(hint, sizeof hint, "precgate run --resume 1 --capture %s --db %s", cap, dbp);
+        expect_has(err, hint);
+    }
+    free(run_status);
+    /* The stored layers are whole, and the signal landed mid-run. */
+    const int stored = whole_layers(db, 1, SLOW_LAYERS);
+    cr_assert(stored >= 1 && stored < SLOW_LAYERS, "%d of %d layers stored", stored, SLOW_LAYERS);
+    /* The heartbeat moved past the start with the stored layers. */
+    cr_assert_eq(tu_sql_int(db, "SELECT heartbeat_at > started_at FROM runs WHERE id = 1"), 1,
+                 "heartbeat_at not after started_at");
+    sqlite3_close(db);
+    free(err);
+
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress", cap,
+                              tu_in_dir("i.db"));
+    cr_assert_eq(rc, 0, "resume: %s", out);
+    expect_resume_counts(out, stored, SLOW_LAYERS - stored);
+    free(out);
+    rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress", cap,
+                          tu_in_dir("ref.db"));
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    expect_same_rows("ref.db", 1, "i.db", 1);
+    db = db_open("i.db");
+    char *final = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
+    cr_assert_str_eq(final, "complete");
+    free(final);
+    sqlite3_close(db);
+    free(cap);
+    free(dbp);
+}
+
+Test(run_resume, sigterm_mid_sweep_exits_143_keeps_whole_layers_and_resumes)
+{
+    stop_mid_sweep_and_resume(SIGTERM);
+}
+
+Test(run_resume, sigint_mid_sweep_exits_130)
+{
+    stop_mid_sweep_and_resume(SIGINT);
+}
+
+Test(run_resume, kill_9_mid_sweep_resumes_without_force)
+{
+    stop_mid_sweep_and_resume(SIGKILL);
+}
