@@ -16,6 +16,8 @@
 /* Seeds stay below this (a 32-bit signed seed on the server). */
 #define EVAL_SEED_MODULUS 2147483648ull
 
+/* Longest reason kept for a recorded completion that cannot be graded. */
+#define EVAL_REASON_MAX 256
 /* The mode every other one is compared with when present (the baseline). */
 #define EVAL_BASELINE_MODE "bf16"
 /* Most (mode, effort) groups one run scores. */
@@ -93,10 +95,22 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
             eval_sample_row r = graded_row(o->eval_name, cp->mode, cp->effort, p, cp->sample,
                                            cp->content, cp->finish_reason, o->extractor);
             r.completion_tokens = cp->completion_tokens;
+            /* The rule of live replies: a recording with no answer and no
+             * truncation is an error, never a wrong answer. */
+            char what[EVAL_REASON_MAX], why[EVAL_REASON_MAX + 128];
+            if (!grade_gradable(cp->content, cp->finish_reason, "content", what, sizeof what)) {
+                snprintf(why, sizeof why, "%s:%d: the recorded completion (%s, %s, sample %d) %s",
+                         t->path, p->line, cp->mode, cp->effort, cp->sample, what);
+                r.status = EVAL_SAMPLE_ERROR;
+                r.has_extracted = 0;
+                r.correct = 0;
+                r.error = why;
+            }
             st = eval_store_put_sample(s, run_id, &r, err);
             if (st == PG_OK) {
                 c->stored++;
-                if (r.status == EVAL_SAMPLE_TRUNCATED) c->truncated++;
+                if (r.status == EVAL_SAMPLE_ERROR) c->errors++;
+                else if (r.status == EVAL_SAMPLE_TRUNCATED) c->truncated++;
                 else c->ok++;
             }
         }

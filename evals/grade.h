@@ -82,6 +82,18 @@ pg_status grade_extractor_parse(const char *name, grade_extractor *out, pg_err *
  * an integer was found, false and *value = 0 otherwise. */
 bool grade_extract(const char *text, grade_extractor ex, long long *value);
 
+/* Whether a completion carries something to grade: finish_reason "length"
+ * (a truncation, content or not), or non-empty content with a finish_reason
+ * that is not a failure ("abort", "error": vLLM's FINISH_REASON_STRINGS for a
+ * generation the server gave up on, vllm/v1/engine/__init__.py). An empty
+ * content counts as none (vLLM returns an empty final answer as null). When
+ * not gradable, false is returned and why gets what was wrong, naming the
+ * content as field ("had no FIELD and finish_reason 'stop'", "ended with
+ * finish_reason 'abort' (...)"): such a completion is an error, never a
+ * wrong answer. */
+bool grade_gradable(const char *content, const char *finish_reason, const char *field, char *why,
+                    size_t size);
+
 /* Grades a completion's final content against answer. content NULL or "" is
  * no answer; finish_reason (may be NULL) "length" marks it truncated. A
  * truncated completion with content is still graded on that content, as the

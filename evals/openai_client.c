@@ -10,6 +10,7 @@
  * file passes through scrub(), which blanks the API key wherever it appears.
  */
 #include "openai_client.h"
+#include "grade.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -46,8 +47,6 @@
  * (RFC 9110 section 15: three digits, 1xx to 5xx). */
 #define OA_HTTP_STATUS_MIN 100L
 #define OA_HTTP_STATUS_MAX 599L
-/* Longest finish_reason quoted in an error. */
-#define OA_FINISH_SNIPPET 64
 /* The instruction gpt-oss evals appends to every AIME problem
  * (openai/gpt-oss gpt_oss/evals/aime_eval.py, AIME_TEMPLATE). */
 #define OA_AIME_PROMPT_HEAD "\n"
@@ -951,39 +950,23 @@ static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const ch
     return st;
 }
 
-/* Whether a finish_reason says the server gave up on the generation (vLLM's
- * FINISH_REASON_STRINGS "abort" and "error", vllm/v1/engine/__init__.py):
- * what content it carries is a fragment, not an answer. */
-static bool finish_is_failure(const char *f)
-{
-    return f != NULL && (strcmp(f, "abort") == 0 || strcmp(f, "error") == 0);
-}
-
 /* Whether the complete 2xx reply of x holds no answer to grade, with the
- * reason in why. Gradable: finish_reason "length" (a truncation, content or
- * not), or a choices[0] whose message has non-empty content and a finish
- * that is not a failure. An empty content counts as none: vLLM itself
- * returns an empty final answer as null (parse_chat_output, harmony_utils.py)
- * and streams a "" in its first chunk regardless, so "" and null say the
- * same thing, and only a real answer or a truncation may be graded. */
+ * reason in why: no choices[0], or what grade_gradable (the one rule for
+ * server replies and recorded completions) finds missing. */
 static bool answer_missing(const xfer *x, long code, char *why, size_t size)
 {
     const bool sse = x->rx == RX_SSE;
     const char *kind = sse ? "streamed reply" : "reply", *f = x->finish_reason;
-    if (f != NULL && strcmp(f, "length") == 0) return false;
-    if (!x->got_choice) {
+    char what[OA_ERR_MAX / 2];  /* room for the "HTTP nnn: streamed reply " before it */
+    if (!x->got_choice && !(f != NULL && strcmp(f, GRADE_FINISH_LENGTH) == 0)) {
         snprintf(why, size, "HTTP %ld: %s had no choices[0]", code, kind);
-    } else if (finish_is_failure(f)) {
-        snprintf(why, size, "HTTP %ld: %s ended with finish_reason '%.*s' (the server gave up "
-                 "on the generation)", code, kind, OA_FINISH_SNIPPET, f);
-    } else if (x->content.len > 0) {
-        return false;
-    } else {
-        char fin[OA_FINISH_SNIPPET + 32] = "no finish_reason";
-        if (f != NULL) snprintf(fin, sizeof fin, "finish_reason '%.*s'", OA_FINISH_SNIPPET, f);
-        snprintf(why, size, "HTTP %ld: %s had %s choices[0].%s.content and %s", code, kind,
-                 x->content.p ? "an empty" : "no", sse ? "delta" : "message", fin);
+        return true;
     }
+    const char *content = x->content.len > 0 ? x->content.p : x->content.p ? "" : NULL;
+    if (grade_gradable(content, f, sse ? "choices[0].delta.content" : "choices[0].message.content",
+                       what, sizeof what))
+        return false;
+    snprintf(why, size, "HTTP %ld: %s %s", code, kind, what);
     return true;
 }
 

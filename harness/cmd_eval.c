@@ -489,6 +489,10 @@ int cmd_eval(int argc, char **argv)
                             "--resume %lld with the same options continues it\n",
                     (long long)es.run_id, why, (long long)c.stored, (long long)c.skipped,
                     (long long)es.run_id);
+        } else if (st == PG_OK && stored_errors > 0 && a.replay) {
+            printf("run %lld incomplete: %lld recorded completions have no answer to grade "
+                   "(excluded from the scores; eval_samples.error says which)\n",
+                   (long long)es.run_id, (long long)stored_errors);
         } else if (st == PG_OK && stored_errors > 0) {
             printf("run %lld incomplete: %lld samples failed after every retry (excluded from the "
                    "scores); precgate eval --resume %lld retries them\n",

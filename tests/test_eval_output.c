@@ -158,3 +158,40 @@ Test(eval_output, unwritable_output_fails_the_command_not_the_run)
     cr_assert_eq(tu_sql_int(h, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
     sqlite3_close(h);
 }
+
+/* A recorded completion with no answer and no truncation is an error in a
+ * replay, never a wrong answer: stored as 'error' naming file:line, left out
+ * of the score, and the run ends incomplete with exit 1. */
+Test(eval_output, replay_of_a_completion_without_content_is_an_error)
+{
+    const char *traces = tu_in_dir("t.jsonl"), *db = tu_in_dir("r.db");
+    static const char text[] =
+        "{\"id\":\"p1\",\"problem\":\"1+1?\",\"answer\":2,\"completions\":["
+        "{\"mode\":\"bf16\",\"effort\":\"low\",\"sample\":0,\"content\":\"\\\\boxed{2}\","
+        "\"finish_reason\":\"stop\"},"
+        "{\"mode\":\"bf16\",\"effort\":\"low\",\"sample\":1,\"content\":null,"
+        "\"finish_reason\":\"stop\"}]}\n"
+        "{\"id\":\"p2\",\"problem\":\"2+2?\",\"answer\":4,\"completions\":["
+        "{\"mode\":\"bf16\",\"effort\":\"low\",\"sample\":0,\"content\":\"\\\\boxed{5}\","
+        "\"finish_reason\":\"stop\"},"
+        "{\"mode\":\"bf16\",\"effort\":\"low\",\"sample\":1,\"content\":null,"
+        "\"finish_reason\":\"length\"}]}\n";
+    tu_write_file(traces, text, sizeof text - 1);
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s'", traces, db);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert(strstr(out, "1 recorded completions have no answer") != NULL, "%s", out);
+    free(out);
+    sqlite3 *h = open_db(db);
+    cr_assert_eq(tu_sql_int(h, "SELECT count(*) FROM eval_samples WHERE status = 'error' AND "
+                               "problem_id = 'p1' AND sample = 1 AND correct IS NULL AND "
+                               "error LIKE '%%t.jsonl:1: the recorded completion (bf16, low, "
+                               "sample 1) had no content and finish_reason ''stop'''"), 1);
+    /* the truncation is graded (wrong), the error is excluded: p1's mean is
+     * 1 (one valid sample, right), p2's 0 (wrong, truncated): avg@K 0.5 */
+    cr_assert_eq(tu_sql_int(h, "SELECT n_errors FROM eval_scores"), 1);
+    cr_assert_eq(tu_sql_int(h, "SELECT n_truncated FROM eval_scores"), 1);
+    cr_assert_float_eq(tu_sql_double(h, "SELECT accuracy FROM eval_scores"), 0.5, 1e-12);
+    cr_assert_eq(tu_sql_int(h, "SELECT count(*) FROM runs WHERE status = 'incomplete'"), 1);
+    sqlite3_close(h);
+}

@@ -257,3 +257,38 @@ Test(grade, linear_on_unclosed_boxes, .timeout = 20)
     cr_assert_eq(v, 42);
     free(s);
 }
+
+/* What may be graded: an answer or a truncation; everything else is an
+ * error with a reason naming the field (the rule for server replies and for
+ * recorded completions alike). */
+Test(grade, gradable_table)
+{
+    static const struct {
+        const char *content, *finish;
+        bool gradable;
+        const char *why;
+    } cases[] = {
+        {"\\boxed{7}", "stop", true, NULL},
+        {"\\boxed{7}", NULL, true, NULL},
+        {" ", "stop", true, NULL},                       /* whitespace is content */
+        {NULL, "length", true, NULL},                    /* truncated, graded wrong */
+        {"", "length", true, NULL},
+        {"\\boxed{7}", "length", true, NULL},
+        {NULL, "stop", false, "had no F and finish_reason 'stop'"},
+        {"", "stop", false, "had an empty F and finish_reason 'stop'"},
+        {NULL, NULL, false, "had no F and no finish_reason"},
+        {"\\boxed{7}", "abort", false, "ended with finish_reason 'abort' (the server gave up"},
+        {"\\boxed{7}", "error", false, "ended with finish_reason 'error'"},
+        {NULL, "tool_calls", false, "had no F and finish_reason 'tool_calls'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char why[256] = "untouched";
+        const bool g = grade_gradable(cases[i].content, cases[i].finish, "F", why, sizeof why);
+        cr_expect_eq(g, cases[i].gradable, "case %zu", i);
+        if (cases[i].why != NULL)
+            cr_expect(strncmp(why, cases[i].why, strlen(cases[i].why)) == 0, "case %zu: %s", i,
+                      why);
+        else
+            cr_expect_str_eq(why, "untouched", "case %zu", i);
+    }
+}
