@@ -1,7 +1,7 @@
 /*
  * eval_run.h: an end-task eval run: grading recorded completions (replay) or
- * asking one OpenAI-compatible server per precision mode (live), storing each
- * sample as it completes, then scoring every (mode, effort) and every pair of
+ * asking one OpenAI-compatible server per precision mode (live), storing the
+ * samples as they complete (live: in batches, on a writer thread), then scoring every (mode, effort) and every pair of
  * modes into eval_scores / eval_pairs and printing the summary.
  */
 #ifndef PG_EVAL_RUN_H
@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../db/eval_writer.h"
 #include "../db/store.h"
 #include "../harness/status.h"
 #include "grade.h"
@@ -37,6 +38,7 @@ typedef struct eval_run_options {
     oa_sampling sampling;         /* reasoning_effort and seed are set per request */
     int64_t seed_base;            /* sample s of problem id gets eval_sample_seed(seed_base, id, s) */
     int progress;                 /* draw a progress bar when stderr is a terminal */
+    eval_writer_options writer;   /* live: how samples are batched (zero: defaults) */
 } eval_run_options;
 
 /* What happened to the samples of one call. */
@@ -59,7 +61,11 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
                       const eval_run_options *o, eval_run_counts *c, pg_err *err);
 
 /* Sends every (mode, effort, problem, sample) not yet stored ok/truncated in
- * run_id to its mode's server and stores each sample as it completes. */
+ * run_id to its mode's server. Each finished sample goes to a writer thread
+ * (db/eval_writer.h) that commits them in batches while the network thread
+ * goes on; the writer is flushed before this returns, also when the run
+ * stops early, and its failure (disk full, a lock not granted) fails the
+ * run. s must not be used by another thread meanwhile. */
 pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
                     const eval_run_options *o, eval_run_counts *c, pg_err *err);
 
