@@ -27,7 +27,10 @@
 /* Quiet time after which the fake server has counted every request sent. */
 #define IDLE_MS (5 * FS_ACCEPT_POLL_MS)
 
-TestSuite(eval_hotpath, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
+/* A run whose writer never commits hangs: fail it instead. */
+#define TEST_TIMEOUT_S 60
+TestSuite(eval_hotpath, .init = tu_scratch_setup, .fini = tu_scratch_teardown,
+          .timeout = TEST_TIMEOUT_S);
 
 static const fs_reply g_models = {200, "{\"object\":\"list\",\"data\":[{\"id\":\"m\"}]}", NULL,
                                   NULL, 0, 0};

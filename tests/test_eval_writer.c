@@ -25,7 +25,10 @@
 /* A batch_ms that never fires within a test: batches are then by count only. */
 #define NEVER_MS 600000.0
 
-TestSuite(eval_writer, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
+/* A writer that never commits hangs its producer: fail such a test, do not wait. */
+#define TEST_TIMEOUT_S 30
+TestSuite(eval_writer, .init = tu_scratch_setup, .fini = tu_scratch_teardown,
+          .timeout = TEST_TIMEOUT_S);
 
 /* The test's database file, in its scratch directory. */
 static const char *db_path(void)
