@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -272,7 +273,16 @@ pg_status eval_writer_start(pg_store *s, int64_t run_id, const eval_writer_optio
         return pg_fail(err, PG_ERR_NOMEM, "eval writer: out of memory for a queue of %zu samples",
                        opt.queue_rows);
     }
+    /* The writer thread blocks the stop signals (it inherits the mask), so
+     * SIGINT and SIGTERM reach the caller's thread, the one that stops
+     * sending; the writer learns of the stop from eval_writer_finish. */
+    sigset_t stop_signals, caller_mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &caller_mask);
     const int rc = pthread_create(&w->thread, NULL, writer_main, w);
+    pthread_sigmask(SIG_SETMASK, &caller_mask, NULL);
     if (rc != 0) {
         writer_free(w);
         return pg_fail(err, PG_ERR_NOMEM, "eval writer: cannot start its thread: %s",

@@ -17,7 +17,10 @@
  * "multi-thread" mode would do; precgate keeps the library's default
  * serialized mode (Debian builds SQLITE_THREADSAFE=1), whose uncontended
  * per-call mutex costs next to nothing and keeps a slip from corrupting
- * the connection. A single-threaded SQLite build is refused at start.
+ * the connection. A single-threaded SQLite build is refused at start. The
+ * writer thread blocks SIGINT and SIGTERM, so a stop signal is delivered to
+ * the caller's (network) thread; eval_writer_finish then stores what the
+ * writer holds.
  *
  * Memory: the queue holds at most queue_rows samples and queue_bytes of
  * their text (a single larger sample is let in when the queue is empty);

@@ -5,6 +5,8 @@
  * disk full) stops the writer with the DB error while earlier batches stay.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -309,5 +311,49 @@ Test(eval_writer, options_that_cannot_work_are_refused)
     cr_expect_eq(eval_writer_start(s, run, NULL, &w, &err), PG_ERR_DB, "inside a transaction");
     store_rollback(s);
     cr_expect_eq(eval_writer_finish(NULL, NULL, &err), PG_OK);
+    store_close(s);
+}
+
+/* Threads of this process whose blocked-signal mask holds SIGINT and SIGTERM
+ * (read from /proc/self/task/<tid>/status, "SigBlk:" in hex). */
+static int threads_blocking_stop_signals(void)
+{
+    const unsigned long long want = (1ULL << (SIGINT - 1)) | (1ULL << (SIGTERM - 1));
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        char path[PATH_MAX], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) continue; /* the thread ended meanwhile */
+        unsigned long long mask = 0;
+        while (fgets(line, sizeof line, f) != NULL)
+            if (sscanf(line, "SigBlk: %llx", &mask) == 1) break;
+        fclose(f);
+        n += (mask & want) == want;
+    }
+    closedir(d);
+    return n;
+}
+
+Test(eval_writer, stop_signals_go_to_the_callers_thread_not_the_writer)
+{
+    int64_t run = 0;
+    pg_store *s = open_with_run(&run);
+    const int before = threads_blocking_stop_signals();
+    sigset_t mine;
+    pthread_sigmask(SIG_BLOCK, NULL, &mine);
+    eval_writer *w = NULL;
+    pg_err err = {0};
+    cr_assert_eq(eval_writer_start(s, run, NULL, &w, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(threads_blocking_stop_signals(), before + 1, "the writer thread blocks them");
+    sigset_t after;
+    pthread_sigmask(SIG_BLOCK, NULL, &after);
+    cr_expect_eq(sigismember(&after, SIGINT), sigismember(&mine, SIGINT),
+                 "the caller's mask is as it was");
+    cr_expect_eq(sigismember(&after, SIGTERM), sigismember(&mine, SIGTERM));
+    cr_assert_eq(eval_writer_finish(w, NULL, &err), PG_OK, "%s", err.msg);
     store_close(s);
 }
