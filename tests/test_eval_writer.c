@@ -222,8 +222,10 @@ Test(eval_writer, a_full_queue_blocks_the_producer_until_the_writer_catches_up)
     producer p = {.w = w, .n = 20};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, produce, &p), 0);
-    sleep_ms(300);
-    /* One batch of 2 taken (its BEGIN waiting), 4 queued, the 7th put blocked. */
+    /* One batch of 2 taken (its BEGIN waiting), 4 queued, the 7th put blocked:
+     * 6 puts return, and no more however long the writer is held up. */
+    for (int ms = 0; ms < POLL_LIMIT_MS && atomic_load(&p.done) < 6; ms++) sleep_ms(1);
+    sleep_ms(200);
     cr_expect_eq(atomic_load(&p.done), 6, "puts returned: %d", atomic_load(&p.done));
     tu_sql_exec(locker, "ROLLBACK");
     sqlite3_close(locker);
