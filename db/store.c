@@ -570,7 +570,8 @@ pg_status sql_cached(pg_store *s, const char *sql, sqlite3_stmt **st, pg_err *er
     if (s->n_cache == STORE_STMT_CACHE_MAX)
         return pg_fail(err, PG_ERR_INTERNAL,
                        "%s: more than %d distinct cached statements (raise "
-                       "STORE_STMT_CACHE_MAX) preparing \"%s\"", s->path, STORE_STMT_CACHE_MAX, sql);
+                       "STORE_STMT_CACHE_MAX) preparing \"%s\"",
+                       s->path, STORE_STMT_CACHE_MAX, sql);
     sqlite3_stmt *fresh = NULL;
     if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &fresh, NULL) != SQLITE_OK)
         return db_fail(s, err, "prepare \"%s\"", sql);

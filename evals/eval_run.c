@@ -109,8 +109,7 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
 
 /* What the live run's completion callback needs. */
 typedef struct live_ctx {
-    eval_writer *writer;
-    int64_t run_id;
+    eval_writer *writer;   /* owns the store while oa_run sends */
     const eval_run_options *o;
     progress bar;
 } live_ctx;
@@ -158,7 +157,7 @@ static pg_status run_with_writer(pg_store *s, int64_t run_id, oa_endpoint **live
     eval_writer *w = NULL;
     pg_status st = eval_writer_start(s, run_id, &o->writer, &w, err);
     if (st != PG_OK) return st;
-    live_ctx lc = {w, run_id, o, {0}};
+    live_ctx lc = {w, o, {0}};
     progress_start(&lc.bar, (int64_t)n_reqs);
     if (!o->progress) lc.bar.enabled = 0;
     st = oa_run(live, n_live, reqs, (int)n_reqs, live_done, &lc, err);

@@ -218,7 +218,7 @@ Test(eval_hotpath, kill_9_mid_run_then_resume_sends_exactly_the_lost_samples)
     cr_expect_eq(db_int(db, "SELECT count(*) FROM (SELECT DISTINCT run_id, eval, mode, effort, "
                             "problem_id, sample FROM eval_samples)"),
                  PLANNED, "no duplicates");
-    cr_expect_eq(db_int(db, "SELECT count(*) FROM eval_samples WHERE status = 'ok' AND correct = 1"),
-                 PLANNED);
+    cr_expect_eq(db_int(db, "SELECT count(*) FROM eval_samples WHERE status = 'ok' "
+                            "AND correct = 1"), PLANNED);
     expect_status(db, "complete");
 }
