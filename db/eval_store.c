@@ -114,9 +114,10 @@ static void bind_key(sql_binder *b, int64_t run_id, const char *eval, const char
     sql_bind_int64(b, sample);
 }
 
-/* Steps b's statement once expecting no rows; PG_ERR_DB described by what
- * when a bind or the step fails, PG_ERR_INTERNAL when the parameters were
- * not all bound. Finalizes the statement in every case. */
+/* Steps b's statement (a sql_cached one) once expecting no rows; PG_ERR_DB
+ * described by what when a bind or the step fails, PG_ERR_INTERNAL when the
+ * parameters were not all bound. Releases the statement in every case (it
+ * stays cached). */
 static pg_status finish_write(sqlite3 *db, sql_binder *b, const char *what, pg_err *err)
 {
     pg_status ps = PG_OK;
@@ -129,7 +130,7 @@ static pg_status finish_write(sqlite3 *db, sql_binder *b, const char *what, pg_e
     } else if (sqlite3_step(b->st) != SQLITE_DONE) {
         ps = sql_fail(db, err, "%s", what);
     }
-    sqlite3_finalize(b->st);
+    sql_release(b->st);
     b->st = NULL;
     return ps;
 }
@@ -158,11 +159,11 @@ static int status_from_text(const char *text)
 }
 
 /* After an upsert that changed nothing: names the status that kept the row. */
-static pg_status refuse_replace(sqlite3 *db, int64_t run_id, const eval_sample_row *r,
-                                const char *what, pg_err *err)
+static pg_status refuse_replace(pg_store *s, sqlite3 *db, int64_t run_id,
+                                const eval_sample_row *r, const char *what, pg_err *err)
 {
     sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, SQL_SAMPLE_STATUS, &st, err);
+    pg_status ps = sql_cached(s, SQL_SAMPLE_STATUS, &st, err);
     if (ps != PG_OK) return ps;
     sql_binder b = sql_bind_start(st);
     bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
@@ -171,10 +172,19 @@ static pg_status refuse_replace(sqlite3 *db, int64_t run_id, const eval_sample_r
         const unsigned char *t = sqlite3_column_text(st, 0);
         snprintf(stored, sizeof stored, "%s", t != NULL ? (const char *)t : "NULL");
     }
-    sqlite3_finalize(st);
+    sql_release(st);
     return pg_fail(err, PG_ERR_DB,
                    "%s: %s: already stored with status '%s' (only 'error' samples are "
                    "replaced; nothing changed)", sql_db_path(db), what, stored);
+}
+
+/* "eval sample (run R, eval 'E', ...)" for the messages about r, into what.
+ * Built only when something fails: it is not free on the hot path. */
+static void describe_sample(char *what, size_t size, int64_t run_id, const eval_sample_row *r)
+{
+    snprintf(what, size,
+             "eval sample (run %" PRId64 ", eval '%s', mode '%s', effort '%s', problem '%s', "
+             "sample %d)", run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
 }
 
 pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_row *r,
@@ -187,24 +197,26 @@ pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_r
         return pg_fail(err, PG_ERR_INTERNAL,
                        "eval_store_put_sample: row, eval, mode, effort or problem_id is NULL");
     char what[SQL_WHAT_MAX];
-    snprintf(what, sizeof what,
-             "eval sample (run %" PRId64 ", eval '%s', mode '%s', effort '%s', problem '%s', "
-             "sample %d)", run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
     const char *status = status_text(r->status);
-    if (status == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status %d cannot be stored", sql_db_path(db),
-                       what, (int)r->status);
-    if (r->sample < 0)
-        return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: negative sample index", sql_db_path(db), what);
     const int graded = r->status != EVAL_SAMPLE_ERROR;
-    if (graded && r->correct != 0 && r->correct != 1)
+    if (status == NULL || r->sample < 0 || (graded && r->correct != 0 && r->correct != 1)
+        || isinf(r->latency_ms)) {
+        describe_sample(what, sizeof what, run_id, r);
+        if (status == NULL)
+            return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status %d cannot be stored",
+                           sql_db_path(db), what, (int)r->status);
+        if (r->sample < 0)
+            return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: negative sample index",
+                           sql_db_path(db), what);
+        if (isinf(r->latency_ms))
+            return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: latency_ms is infinite",
+                           sql_db_path(db), what);
         return pg_fail(err, PG_ERR_INTERNAL, "%s: %s: status '%s' needs correct 0 or 1, not %d",
                        sql_db_path(db), what, status, r->correct);
-    if (isinf(r->latency_ms))
-        return pg_fail(err, PG_ERR_NUMERIC, "%s: %s: latency_ms is infinite", sql_db_path(db), what);
+    }
 
     sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, SQL_SAMPLE_UPSERT, &st, err);
+    pg_status ps = sql_cached(s, SQL_SAMPLE_UPSERT, &st, err);
     if (ps != PG_OK) return ps;
     sql_binder b = sql_bind_start(st);
     bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
@@ -220,9 +232,23 @@ pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_r
     if (graded) sql_bind_int64(&b, r->correct);
     else sql_bind_null(&b);
     sql_bind_text(&b, r->error);
-    ps = finish_write(db, &b, what, err);
-    /* The upsert's WHERE keeps an ok/truncated row: no error, no change. */
-    if (ps == PG_OK && sqlite3_changes(db) == 0) ps = refuse_replace(db, run_id, r, what, err);
+    const int all_bound = b.next - 1 == sqlite3_bind_parameter_count(st);
+    const int rc = b.rc == SQLITE_OK && all_bound ? sqlite3_step(st) : b.rc;
+    if (rc == SQLITE_DONE) {
+        sql_release(st);
+        /* The upsert's WHERE keeps an ok/truncated row: no error, no change. */
+        if (sqlite3_changes(db) > 0) return PG_OK;
+        describe_sample(what, sizeof what, run_id, r);
+        return refuse_replace(s, db, run_id, r, what, err);
+    }
+    describe_sample(what, sizeof what, run_id, r);
+    if (rc == SQLITE_OK) /* every bind worked, but not every parameter was bound */
+        ps = pg_fail(err, PG_ERR_INTERNAL, "%s: %s: \"%s\" has %d parameters, %d bound",
+                     sql_db_path(db), what, sqlite3_sql(st), sqlite3_bind_parameter_count(st),
+                     b.next - 1);
+    else
+        ps = sql_fail(db, err, "%s", what);
+    sql_release(st);
     return ps;
 }
 
@@ -237,7 +263,7 @@ pg_status eval_store_missing(pg_store *s, int64_t run_id, const char *eval,
                        "eval_store_missing: eval, planned, missing or n_missing is NULL");
     *n_missing = 0;
     sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, SQL_SAMPLE_DONE, &st, err);
+    pg_status ps = sql_cached(s, SQL_SAMPLE_DONE, &st, err);
     for (size_t i = 0; ps == PG_OK && i < n_planned; i++) {
         const eval_key *key = &planned[i];
         if (key->mode == NULL || key->effort == NULL || key->problem_id == NULL) {
@@ -257,10 +283,8 @@ pg_status eval_store_missing(pg_store *s, int64_t run_id, const char *eval,
                          "'%s', problem '%s', sample %d)", run_id, eval, key->mode, key->effort,
                          key->problem_id, key->sample);
         }
-        sqlite3_reset(st);
-        sqlite3_clear_bindings(st);
+        sql_release(st);
     }
-    sqlite3_finalize(st);
     return ps;
 }
 
@@ -353,7 +377,7 @@ pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const c
 
     load_state ls = {.max_sample = -1};
     sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, SQL_LOAD, &st, err);
+    pg_status ps = sql_cached(s, SQL_LOAD, &st, err);
     if (ps == PG_OK) {
         sql_binder b = sql_bind_start(st);
         sql_bind_int64(&b, run_id);
@@ -368,7 +392,7 @@ pg_status eval_store_load(pg_store *s, int64_t run_id, const char *eval, const c
         }
         if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "%s", what);
     }
-    sqlite3_finalize(st);
+    sql_release(st);
 
     if (ps == PG_OK) {
         const size_t stored_k = (size_t)(ls.max_sample + 1);
@@ -479,7 +503,7 @@ pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, co
                        what);
 
     sqlite3_stmt *st = NULL;
-    ps = sql_prepare(db, SQL_SCORE_UPSERT, &st, err);
+    ps = sql_cached(s, SQL_SCORE_UPSERT, &st, err);
     if (ps == PG_OK) {
         sql_binder b = sql_bind_start(st);
         sql_bind_int64(&b, run_id);
@@ -525,7 +549,7 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
     if (ps != PG_OK) return ps;
 
     sqlite3_stmt *st = NULL;
-    ps = sql_prepare(db, SQL_PAIR_UPSERT, &st, err);
+    ps = sql_cached(s, SQL_PAIR_UPSERT, &st, err);
     if (ps != PG_OK) return ps;
     sql_binder b = sql_bind_start(st);
     sql_bind_int64(&b, run_id);

@@ -4,10 +4,11 @@
  * and eval_pairs (what evals/score.h derives from them).
  *
  * Every function works on an open pg_store (db/store.h) through
- * store_handle(), with statements prepared for the call and bound
- * parameters only. Failures are PG_ERR_DB naming the database file, what
- * failed and SQLite's message, except where a contract says otherwise; a
- * NULL store or a NULL argument that must not be NULL is PG_ERR_INTERNAL.
+ * store_handle(), with bound parameters only; each statement is prepared
+ * once per store (sql_cached) and reset after every use. Failures are
+ * PG_ERR_DB naming the database file, what failed and SQLite's message,
+ * except where a contract says otherwise; a NULL store or a NULL argument
+ * that must not be NULL is PG_ERR_INTERNAL.
  *
  * Transactions: a write made while no transaction is open is its own
  * transaction, committed before the call returns (a crash loses at most

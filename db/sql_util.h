@@ -1,7 +1,9 @@
 /*
  * sql_util.h: the small SQLite helpers the table modules share (eval_store.c,
  * gate_store.c): where a connection's file is, one way to turn a SQLite
- * failure into a pg_err, and preparing a constant statement.
+ * failure into a pg_err, preparing a constant statement, and the store's
+ * cache of prepared statements (sql_cached, implemented in store.c, which
+ * owns the cache).
  */
 #ifndef PG_SQL_UTIL_H
 #define PG_SQL_UTIL_H
@@ -28,6 +30,19 @@ sqlite3 *sql_handle_or_fail(pg_store *s, const char *fn, pg_err *err);
 
 /* Prepares constant sql into *st; PG_ERR_DB naming it on failure. */
 pg_status sql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pg_err *err);
+
+/* The statement for constant sql prepared once per store (the first call
+ * prepares it, later calls hand back the same statement, reset with its
+ * bindings cleared); it stays owned by s and is finalized by store_close.
+ * Call sql_release after each use. sql must outlive s (a string literal or
+ * static array: the cache keeps the pointer). PG_ERR_DB naming the SQL when
+ * it does not prepare; PG_ERR_INTERNAL when the cache is full. */
+pg_status sql_cached(pg_store *s, const char *sql, sqlite3_stmt **st, pg_err *err);
+
+/* Resets st and clears its bindings (done with a sql_cached statement until
+ * its next use: no read left open, no caller string still bound); NULL is a
+ * no-op. */
+void sql_release(sqlite3_stmt *st);
 
 /* Binds a statement's parameters left to right (?1, ?2, ...), keeping the
  * first failure in rc. Text is bound SQLITE_STATIC: the caller's strings

@@ -1,4 +1,4 @@
-/* eval_run.c: replay or live eval runs, stored sample by sample, then scored (see eval_run.h). */
+/* eval_run.c: replay or live eval runs, stored (live: batched on a writer thread), then scored. */
 #include "eval_run.h"
 
 #include <math.h>
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../db/eval_store.h"
+#include "../db/eval_writer.h"
 #include "../harness/progress.h"
 #include "score.h"
 
@@ -122,26 +123,15 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
 
 /* What the live run's completion callback needs. */
 typedef struct live_ctx {
-    pg_store *store;
-    int64_t run_id;
+    eval_writer *writer;   /* owns the store while oa_run sends */
     const eval_run_options *o;
-    eval_run_counts *c;
     progress bar;
-    double last_heartbeat;   /* progress_now() of the last heartbeat */
 } live_ctx;
 
-/* The run's sign of life, after samples were stored: at most one UPDATE per
- * EVAL_HEARTBEAT_S. The one place that moves it, so that it can follow the
- * sample writes wherever they are committed. */
-static pg_status live_heartbeat(live_ctx *lc, pg_err *err)
-{
-    const double now = progress_now();
-    if (now - lc->last_heartbeat < EVAL_HEARTBEAT_S) return PG_OK;
-    lc->last_heartbeat = now;
-    return store_run_heartbeat(lc->store, lc->run_id, err);
-}
-
-/* Grades and stores one finished request; draws progress. */
+/* Grades one finished request and hands the sample to the writer thread
+ * (which copies it: the response's strings die with this call); draws
+ * progress. Runs on the network thread: nothing here waits on SQLite,
+ * except when the writer's queue is full (backpressure). */
 static pg_status live_done(void *ctx, const oa_request *req, const oa_response *resp,
                            const oa_progress *pr, pg_err *err)
 {
@@ -160,19 +150,40 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
         r.correct = 0;
         r.error = resp->error;
     }
-    pg_status st = eval_store_put_sample(lc->store, lc->run_id, &r, err);
-    if (st == PG_OK) st = live_heartbeat(lc, err);
+    pg_status st = eval_writer_put(lc->writer, &r, err);
     if (st != PG_OK) return st;
-    lc->c->stored++;
-    if (r.status == EVAL_SAMPLE_ERROR) lc->c->errors++;
-    else if (r.status == EVAL_SAMPLE_TRUNCATED) lc->c->truncated++;
-    else lc->c->ok++;
     char what[64];
     const double elapsed = progress_now() - lc->bar.started;
     snprintf(what, sizeof what, "%.2f/s, %d err, %d retries",
              elapsed > 0 ? pr->done / elapsed : 0.0, pr->errors, pr->retries);
     progress_update(&lc->bar, pr->done, what);
     return PG_OK;
+}
+
+/* Sends reqs with a writer thread storing the samples, then flushes it:
+ * what the writer holds is stored even when oa_run stopped early. The
+ * first failure wins (a writer failure that stopped oa_run is already in
+ * err). Fills c's sample counts from what was committed. */
+static pg_status run_with_writer(pg_store *s, int64_t run_id, oa_endpoint **live, int n_live,
+                                 oa_request *reqs, size_t n_reqs, const eval_run_options *o,
+                                 eval_run_counts *c, pg_err *err)
+{
+    eval_writer *w = NULL;
+    pg_status st = eval_writer_start(s, run_id, &o->writer, &w, err);
+    if (st != PG_OK) return st;
+    live_ctx lc = {w, o, {0}};
+    progress_start(&lc.bar, (int64_t)n_reqs);
+    if (!o->progress) lc.bar.enabled = 0;
+    st = oa_run(live, n_live, reqs, (int)n_reqs, live_done, &lc, err);
+    progress_finish(&lc.bar);
+    eval_writer_counts wc;
+    const pg_status wst = eval_writer_finish(w, &wc, err);
+    if (st == PG_OK) st = wst;
+    c->stored += wc.stored;
+    c->ok += wc.ok;
+    c->truncated += wc.truncated;
+    c->errors += wc.errors;
+    return st;
 }
 
 pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
@@ -239,13 +250,8 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
                                 err);
     }
     c->skipped = (int64_t)(n_plan - n_missing);
-    if (st == PG_OK && n_missing > 0) {
-        live_ctx lc = {s, run_id, o, c, {0}, progress_now()};
-        progress_start(&lc.bar, (int64_t)n_missing);
-        if (!o->progress) lc.bar.enabled = 0;
-        st = oa_run(live, n_live, reqs, (int)n_missing, live_done, &lc, err);
-        progress_finish(&lc.bar);
-    }
+    if (st == PG_OK && n_missing > 0)
+        st = run_with_writer(s, run_id, live, n_live, reqs, n_missing, o, c, err);
     for (size_t r = 0; reqs != NULL && r < n_missing; r++) free(reqs[r].body_json);
     free(reqs);
     free(plan);

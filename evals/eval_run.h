@@ -1,7 +1,7 @@
 /*
  * eval_run.h: an end-task eval run: grading recorded completions (replay) or
- * asking one OpenAI-compatible server per precision mode (live), storing each
- * sample as it completes, then scoring every (mode, effort) and every pair of
+ * asking one OpenAI-compatible server per precision mode (live), storing the
+ * samples as they complete (live: in batches, on a writer thread), then scoring every (mode, effort) and every pair of
  * modes into eval_scores / eval_pairs and printing the summary.
  */
 #ifndef PG_EVAL_RUN_H
@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../db/eval_writer.h"
 #include "../db/store.h"
 #include "../harness/status.h"
 #include "grade.h"
@@ -45,12 +46,8 @@ typedef struct eval_run_options {
      * with that status and nothing sent: the resume checks (cmd_eval.c). */
     pg_status (*before_send)(void *ctx, const char *const *models, pg_err *err);
     void *before_send_ctx;
+    eval_writer_options writer;   /* live: how samples are batched (zero: defaults) */
 } eval_run_options;
-
-/* Longest gap between two heartbeats of a live run while samples are being
- * stored (store_run_heartbeat): a sign of life for `runs`, cheap enough per
- * stored batch, rare enough to cost nothing per sample. */
-#define EVAL_HEARTBEAT_S 1.0
 
 /* What happened to the samples of one call. */
 typedef struct eval_run_counts {
@@ -72,11 +69,15 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
                       const eval_run_options *o, eval_run_counts *c, pg_err *err);
 
 /* Sends every (mode, effort, problem, sample) not yet stored ok/truncated in
- * run_id to its mode's server and stores each sample as it completes,
- * moving the run's heartbeat at most every EVAL_HEARTBEAT_S. With
- * o->client.stop set (interrupt_flag()), a stop returns PG_ERR_INTERRUPTED:
- * every sample received before it is stored, the requests in flight are
- * dropped unstored (a resume sends them again). */
+ * run_id to its mode's server. Each finished sample goes to a writer thread
+ * (db/eval_writer.h) that commits them in batches while the network thread
+ * goes on, moving the run's heartbeat with each committed batch; the writer
+ * is flushed before this returns, also when the run stops early, and its
+ * failure (disk full, a lock not granted) fails the run. s must not be used
+ * by another thread meanwhile. With o->client.stop set (interrupt_flag()), a
+ * stop returns PG_ERR_INTERRUPTED: every sample received before it is
+ * stored, the requests in flight are dropped unstored (a resume sends them
+ * again). */
 pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
                     const eval_run_options *o, eval_run_counts *c, pg_err *err);
 

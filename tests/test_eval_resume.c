@@ -30,9 +30,9 @@ TestSuite(eval_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
  * enough that a signal lands mid-run, short enough for a quick suite. */
 #define SIG_PROBLEMS 16
 #define SIG_REPLY_MS 150
-/* Problems of the heartbeat test: a run of several EVAL_HEARTBEAT_S, so a
- * heartbeat is due after the test has aged the stored one (it is stopped
- * as soon as one is seen). */
+/* Problems of the heartbeat test: a run of several of the writer's batches,
+ * so a heartbeat is due after the test has aged the stored one (it is
+ * stopped as soon as one is seen). */
 #define HEARTBEAT_PROBLEMS 60
 /* How long a test waits for a spawned precgate to reach a state. */
 #define WAIT_S 10.0

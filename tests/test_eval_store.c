@@ -248,6 +248,72 @@ Test(eval_store, sample_commits_at_once_or_with_the_callers_transaction)
     store_close(s);
 }
 
+/* The statements open on db whose SQL starts with prefix: how many, and how
+ * often the last one found has run (SQLITE_STMTSTATUS_RUN). */
+static int open_statements(sqlite3 *db, const char *prefix, int *runs)
+{
+    int n = 0;
+    *runs = 0;
+    for (sqlite3_stmt *st = sqlite3_next_stmt(db, NULL); st != NULL; st = sqlite3_next_stmt(db, st)) {
+        if (strncmp(sqlite3_sql(st), prefix, strlen(prefix)) != 0) continue;
+        n++;
+        *runs = sqlite3_stmt_status(st, SQLITE_STMTSTATUS_RUN, 0);
+    }
+    return n;
+}
+
+Test(eval_store, statements_are_prepared_once_per_store_and_reused)
+{
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    int64_t run = begin_run(s);
+    enum { N = 50 };
+    char ids[N][8];
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "p%02d", i);
+        put_ok(s, run, row("bf16", ids[i], 0, EVAL_SAMPLE_OK, i % 3 == 0));
+    }
+    /* A refused duplicate goes through the same statement, then the status query. */
+    eval_sample_row dup = row("bf16", "p07", 0, EVAL_SAMPLE_OK, 1);
+    pg_err err = {0};
+    cr_expect_eq(eval_store_put_sample(s, run, &dup, &err), PG_ERR_DB);
+    cr_expect(strstr(err.msg, "already stored with status 'ok'") != NULL, "%s", err.msg);
+    int runs = 0;
+    cr_expect_eq(open_statements(db, "INSERT INTO eval_samples", &runs), 1,
+                 "one upsert statement kept for the store");
+    cr_expect_eq(runs, N + 1, "the kept upsert ran for every put, %d", runs);
+    cr_expect_eq(open_statements(db, "SELECT status FROM eval_samples", &runs), 1);
+    cr_expect_eq(runs, 1);
+    /* Same results as statements prepared per call: every row, values intact. */
+    cr_expect_eq(q_int(db, "SELECT count(*) FROM eval_samples"), N);
+    cr_expect_eq(q_int(db, "SELECT sum(correct) FROM eval_samples"), (N + 2) / 3);
+    cr_expect_eq(q_int(db, "SELECT correct FROM eval_samples WHERE problem_id = 'p07'"), 0,
+                 "the refused duplicate changed nothing");
+
+    /* Reads reuse theirs too, and leave no read open (a write still goes through). */
+    eval_key keys[2] = {{"bf16", "high", "p01", 0}, {"bf16", "high", "zz", 0}};
+    size_t missing[2], n_missing = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        cr_assert_eq(eval_store_missing(s, run, "aime25", keys, 2, missing, &n_missing, &err),
+                     PG_OK, "%s", err.msg);
+        cr_expect_eq(n_missing, 1);
+        cr_expect_eq(missing[0], 1);
+        eval_table t;
+        cr_assert_eq(eval_store_load(s, run, "aime25", "bf16", "high", 0, &t, &err), PG_OK, "%s",
+                     err.msg);
+        cr_expect_eq(t.n_problems, N);
+        eval_table_free(&t);
+    }
+    cr_expect_eq(open_statements(db, "SELECT 1 FROM eval_samples", &runs), 1);
+    cr_expect_eq(runs, 3 * 2);
+    cr_expect_eq(open_statements(db, "SELECT problem_id, sample", &runs), 1);
+    cr_expect_eq(runs, 3);
+    for (sqlite3_stmt *st = sqlite3_next_stmt(db, NULL); st; st = sqlite3_next_stmt(db, st))
+        cr_expect(!sqlite3_stmt_busy(st), "left mid-step: %s", sqlite3_sql(st));
+    put_ok(s, run, row("bf16", "zz", 0, EVAL_SAMPLE_OK, 1));
+    store_close(s);
+}
+
 Test(eval_store, uniqueness_and_error_rows_replaced)
 {
     pg_store *s = open_ok();
