@@ -539,6 +539,10 @@ store_process store_probe_process(const char *status, const char *host, int64_t 
     if (host == NULL || pid <= 0 || (int64_t)(pid_t)pid != pid ||
         strcmp(host, store_this_host(here, sizeof here)) != 0)
         return STORE_PROCESS_UNKNOWN;
+    /* Our own pid recorded by another process: that process is gone (a
+     * container restarted under the same host name reuses low pids). No
+     * process probes a run it holds itself. */
+    if ((pid_t)pid == getpid()) return STORE_PROCESS_GONE;
     if (kill((pid_t)pid, 0) == 0) return STORE_PROCESS_ALIVE;
     return errno == ESRCH ? STORE_PROCESS_GONE : STORE_PROCESS_ALIVE;
 }

@@ -116,7 +116,8 @@ const char *store_this_host(char *buf, size_t len);
 
 /* The liveness probe, the one place that decides it: for status "running",
  * GONE when host is this machine (store_this_host) and kill(pid, 0) fails
- * with ESRCH, ALIVE when it succeeds or fails otherwise (EPERM: someone
+ * with ESRCH or pid is the caller's own (an earlier process's pid, reused),
+ * ALIVE when it succeeds or fails otherwise (EPERM: someone
  * else's process; a reused pid reads as alive, the safe side), UNKNOWN when
  * host is another machine or NULL or pid <= 0. FINISHED for any other status.
  * Limitation: "this machine" is the host name; a process in another pid

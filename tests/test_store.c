@@ -918,8 +918,11 @@ Test(store, probe_tells_gone_alive_and_unknown)
     char here[STORE_HOST_MAX];
     store_this_host(here, sizeof here);
     cr_assert_neq(here[0], '\0');
-    cr_assert_eq(store_probe_process("running", here, getpid()), STORE_PROCESS_ALIVE);
+    cr_assert_eq(store_probe_process("running", here, getppid()), STORE_PROCESS_ALIVE);
     cr_assert_eq(store_probe_process("running", here, dead_pid()), STORE_PROCESS_GONE);
+    /* the prober's own pid, recorded by an earlier process (a container
+     * restarted with the same host name): that one is gone */
+    cr_assert_eq(store_probe_process("running", here, getpid()), STORE_PROCESS_GONE);
     cr_assert_eq(store_probe_process("running", "another-host.example", dead_pid()),
                  STORE_PROCESS_UNKNOWN);
     cr_assert_eq(store_probe_process("running", NULL, getpid()), STORE_PROCESS_UNKNOWN);
