@@ -91,6 +91,11 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
     pg_status st = store_begin(s, err);
     for (int i = 0; st == PG_OK && i < t->n; i++) {
         const eval_problem *p = &t->problems[i];
+        /* A stop signal: the replay is one transaction, so nothing is kept. */
+        if (o->client.stop != NULL && *o->client.stop != 0)
+            st = pg_fail(err, PG_ERR_INTERRUPTED, "eval: the replay was interrupted at problem "
+                                                  "%d of %d; nothing of it was stored", i + 1,
+                         t->n);
         for (int j = 0; st == PG_OK && j < p->n_completions; j++) {
             const eval_completion *cp = &p->completions[j];
             eval_sample_row r = graded_row(o->eval_name, cp->mode, cp->effort, p, cp->sample,

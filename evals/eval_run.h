@@ -64,7 +64,9 @@ int64_t eval_sample_seed(int64_t seed_base, const char *id, int sample);
 pg_status eval_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
                             pg_err *err);
 
-/* Grades every recorded completion of t into run_id (no server). */
+/* Grades every recorded completion of t into run_id (no server), in one
+ * transaction. With o->client.stop set before or during it, nothing is
+ * stored and PG_ERR_INTERRUPTED is returned. */
 pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
                       const eval_run_options *o, eval_run_counts *c, pg_err *err);
 

@@ -485,6 +485,10 @@ int cmd_eval(int argc, char **argv)
         if (fst != PG_OK) {
             fprintf(stderr, "precgate: run %lld could not be marked %s: %s\n",
                     (long long)es.run_id, status, fin.msg);
+        } else if (st == PG_ERR_INTERRUPTED && a.replay) {
+            fprintf(stderr, "precgate: run %lld %s: nothing was stored (a replay is one "
+                            "transaction); run the replay again\n",
+                    (long long)es.run_id, why);
         } else if (st == PG_ERR_INTERRUPTED) {
             fprintf(stderr, "precgate: run %lld %s: %lld samples stored now, %lld were there "
                             "already; the requests in flight were dropped. precgate eval "

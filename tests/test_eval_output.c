@@ -6,12 +6,15 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "eval_run.h"
+#include "store.h"
 #include "testutil.h"
 #include "traces.h"
 
@@ -194,4 +197,34 @@ Test(eval_output, replay_of_a_completion_without_content_is_an_error)
     cr_assert_float_eq(tu_sql_double(h, "SELECT accuracy FROM eval_scores"), 0.5, 1e-12);
     cr_assert_eq(tu_sql_int(h, "SELECT count(*) FROM runs WHERE status = 'incomplete'"), 1);
     sqlite3_close(h);
+}
+
+/* A stop signal during a replay (SIGINT/SIGTERM set the client's stop flag):
+ * nothing of it is stored and the caller gets PG_ERR_INTERRUPTED, so the run
+ * is marked interrupted instead of ending complete. */
+Test(eval_output, replay_observes_the_stop_flag)
+{
+    eval_traces *t = NULL;
+    pg_err err = {0};
+    cr_assert_eq(traces_load(DEMO_TRACES, &t, &err), PG_OK, "%s", err.msg);
+    pg_store *s = NULL;
+    cr_assert_eq(store_open(tu_in_dir("stop.db"), &s, &err), PG_OK, "%s", err.msg);
+    const store_run_info info = {.kind = "eval", .config_json = "{}"};
+    int64_t run = -1;
+    cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
+    static volatile sig_atomic_t stop = 0;
+    eval_run_options o = {.eval_name = "demo", .extractor = GRADE_DEFAULT};
+    o.client.stop = &stop;
+    eval_run_counts c;
+    cr_assert_eq(eval_replay(s, run, t, &o, &c, &err), PG_OK, "%s", err.msg);  /* flag clear */
+    cr_assert_eq(c.stored, 3 * DEMO_PROBLEMS * DEMO_SAMPLES);
+    o.eval_name = "demo-again";
+    stop = SIGTERM;
+    pg_err_clear(&err);
+    cr_assert_eq(eval_replay(s, run, t, &o, &c, &err), PG_ERR_INTERRUPTED);
+    cr_assert(strstr(err.msg, "interrupted") != NULL, "%s", err.msg);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM eval_samples WHERE eval = "
+                                             "'demo-again'"), 0);
+    store_close(s);
+    traces_free(t);
 }
