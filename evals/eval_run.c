@@ -182,8 +182,15 @@ static pg_status run_with_writer(pg_store *s, int64_t run_id, oa_endpoint **live
     st = oa_run(live, n_live, reqs, (int)n_reqs, live_done, &lc, err);
     progress_finish(&lc.bar);
     eval_writer_counts wc;
-    const pg_status wst = eval_writer_finish(w, &wc, err);
-    if (st == PG_OK) st = wst;
+    pg_err werr = {0};
+    const pg_status wst = eval_writer_finish(w, &wc, &werr);
+    /* A write that failed outranks a stop signal: the batch it lost must be
+     * reported (the run is failed, not merely interrupted); an earlier
+     * failure of the sending keeps its place. */
+    if (wst != PG_OK && (st == PG_OK || st == PG_ERR_INTERRUPTED)) {
+        pg_err_clear(err);
+        st = pg_fail(err, wst, "%s", werr.msg);
+    }
     c->stored += wc.stored;
     c->ok += wc.ok;
     c->truncated += wc.truncated;
