@@ -367,7 +367,11 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     if (strcmp(rs.kind, "sweep") != 0)
         st = pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: run %lld is a '%s' run, not a sweep",
                      (long long)a->resume, (long long)a->resume, rs.kind);
-    else if (rs.config_json == NULL || (r->cfg = cJSON_Parse(rs.config_json)) == NULL)
+    /* Whether this process may take the run (not one that may still be
+     * running), before the capture is loaded and the GPU started; the
+     * reopen after the checks takes it atomically. */
+    if (st == PG_OK) st = store_run_resumable(store, &rs, "sweep", a->force, err);
+    if (st == PG_OK && (rs.config_json == NULL || (r->cfg = cJSON_Parse(rs.config_json)) == NULL))
         st = pg_fail(err, PG_ERR_USAGE,
                      "run: --resume %lld: the run has no readable config_json (it failed before "
                      "its sweep started): start a new run", (long long)a->resume);

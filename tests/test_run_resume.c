@@ -311,7 +311,14 @@ Test(run_resume, a_run_whose_process_may_be_alive_needs_force)
     sqlite3_free(sql);
     sqlite3_close(db);
     expect_refused(2, "c.safetensors", "", "may be alive", "--force", NULL);
+    /* refused before the capture is even opened: a missing file is not named */
     char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  tu_in_dir("no-such.safetensors"), tu_in_dir("r.db")), 2, "%s",
+                 out);
+    expect_has(out, "may be alive");
+    cr_assert(strstr(out, "no-such.safetensors") == NULL, "the capture was opened first: %s", out);
+    free(out);
     cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --force --capture '%s' --db '%s' "
                                         "--no-progress", tu_in_dir("c.safetensors"),
                                   tu_in_dir("r.db")), 0, "%s", out);
