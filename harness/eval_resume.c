@@ -15,7 +15,8 @@ static const resume_field defining[] = {
     {"config_version", "the precgate that wrote the run"},
     {"source", "live or --replay"},
     {"eval", "--eval"},
-    {"traces_digest", "the content of --traces"},
+    {"limit", "--limit"},  /* before the digest it changes: the cause is named first */
+    {"traces_digest", "the content of --traces (after --limit)"},
     {"extractor", "--extractor"},
     {"prompt_template", "the prompt template"},
     {"modes", "--endpoint MODE=URL"},

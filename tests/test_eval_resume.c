@@ -171,7 +171,7 @@ Test(eval_resume, every_defining_field_that_differs_is_refused_before_sending)
         {"temperature", "--temperature 0.6"}, {"top_p", "--top-p 0.8"},
         {"max_tokens", "--max-tokens 101"}, {"efforts", "--effort medium"},
         {"efforts", "--effort low,high"},   {"extractor", "--extractor gpt-oss"},
-        {"eval", "--eval other"},
+        {"eval", "--eval other"},           {"limit", "--limit 2"},
     };
     const int hits_before = chats(&s16, &s8);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
