@@ -387,7 +387,21 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
         st = store_run_reopen(es->store, es->run_id, "eval", es->a->force, err);
         if (st == PG_OK) es->taken = 1;
     }
-    if (st == PG_OK && added) st = store_config(es, err);
+    /* Endpoint URLs do not define the run (a server may come back on
+     * another port): the stored config names where each mode was served
+     * last, so --output and `runs --json` say where this resume sent. */
+    int moved = 0;
+    cJSON *eps = cJSON_GetObjectItemCaseSensitive(es->config, "endpoints");
+    for (int m = 0; st == PG_OK && cJSON_IsObject(eps) && m < o->n_endpoints; m++) {
+        const cJSON *was = cJSON_GetObjectItemCaseSensitive(eps, o->modes[m]);
+        if (cJSON_IsString(was) && strcmp(was->valuestring, o->urls[m]) == 0) continue;
+        cJSON *url = cJSON_CreateString(o->urls[m]);
+        if (url == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+        else if (was != NULL) cJSON_ReplaceItemInObjectCaseSensitive(eps, o->modes[m], url);
+        else cJSON_AddItemToObject(eps, o->modes[m], url);
+        moved = 1;
+    }
+    if (st == PG_OK && (added || moved)) st = store_config(es, err);
     return st;
 }
 

@@ -231,6 +231,13 @@ Test(eval_resume, every_defining_field_that_differs_is_refused_before_sending)
     status = db_str(db, "SELECT status FROM runs");
     cr_assert_str_eq(status, "complete");
     free(status);
+    /* The stored config names where fp8kv was served last; bf16 unchanged. */
+    char *where = db_str(db, "SELECT json_extract(config_json, '$.endpoints.fp8kv') FROM runs");
+    cr_assert_str_eq(where, u8b);
+    free(where);
+    where = db_str(db, "SELECT json_extract(config_json, '$.endpoints.bf16') FROM runs");
+    cr_assert_str_eq(where, u16);
+    free(where);
     fs_stop(&s16);
     fs_stop(&s8);
     fs_stop(&s8b);
