@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# gpu_repeat.sh: two uninterrupted GPU sweeps of the same capture, compared row by row: is the
-# the same capture, compared row by row. Build here first (bench/gpu_build.sh),
-# run there from the repository root with .dev/gpu carried.
-# GPU path bit-reproducible from run to run (independent of --resume)?
+# gpu_repeat.sh: two uninterrupted GPU sweeps of the same capture, compared row
+# by row: is the GPU path bit-reproducible from run to run (independent of
+# --resume)? Build here first (bench/gpu_build.sh), run there from the
+# repository root with .dev/gpu carried.
 set -uo pipefail
 bin=${BIN:-.dev/gpu}
 export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
