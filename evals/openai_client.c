@@ -624,7 +624,8 @@ typedef struct xfer {
     CURL *easy;
     int attempts;
     double started;         /* monotonic start of the current attempt */
-    double last_rx;         /* its start or the arrival of its last body byte */
+    double last_rx;         /* its start, the read that found its request sending
+                               progress, or the arrival of its last body byte */
     double not_before;      /* XF_WAITING: earliest start of the next attempt */
     char errbuf[CURL_ERROR_SIZE];
     /* the current attempt's reply */
@@ -642,6 +643,7 @@ typedef struct xfer {
     bool got_choice;        /* some reply object or event carried a choices[0] */
     bool headers_done;      /* the final (non-1xx) response headers are complete */
     bool body_started;      /* a body byte has arrived */
+    curl_off_t sent;        /* request body bytes handed to the kernel, as last seen */
 } xfer;
 
 /* Clears the per-attempt reply state of x. */
@@ -658,6 +660,7 @@ static void reply_reset(xfer *x)
     x->prompt_tokens = x->completion_tokens = -1;
     x->sse_done = x->too_big = x->bad_event = x->got_choice = false;
     x->headers_done = x->body_started = false;
+    x->sent = 0;
     x->stream_error_code = 0;
     x->errbuf[0] = '\0';
 }
@@ -1084,16 +1087,35 @@ static int next_queued(run *r, int e)
     return q->next < r->n ? q->next : -1;
 }
 
-/* When x's attempt counts as stalled; HUGE_VAL when it never does. Only an
- * active, streamed attempt is watched, and only while it waits for its
- * response headers or once its first body byte has come: between the
- * headers and the first body byte the request waits in the server's queue
- * (stall_s: openai_client.h), which timeout_s alone bounds. */
+/* When x's attempt counts as stalled, as last seen; HUGE_VAL when it is not
+ * watched. Only an active, streamed attempt is, and only while it waits for
+ * its response headers once it has sent a byte of its request, or once its
+ * first body byte has come: before that byte (resolving, connecting, TLS)
+ * connect_timeout_s bounds it, and between the headers and the first body
+ * byte the request waits in the server's queue, which timeout_s alone
+ * bounds (stall_s: openai_client.h). */
 static double stall_deadline(const xfer *x)
 {
     if (x->state != XF_ACTIVE || !x->stream) return HUGE_VAL;
+    if (!x->headers_done && x->sent == 0) return HUGE_VAL;
     if (x->headers_done && !x->body_started) return HUGE_VAL;
     return x->last_rx + x->ep->opt.stall_s;
+}
+
+/* Restarts the stall clock of x, waiting for its response headers, at
+ * read_at when the read that began then sent more of its request: the
+ * server is silent only once it has the request. Without this an attempt
+ * started just before on_done blocked the loop would be blamed for the time
+ * its request sat unsent. */
+static void note_request_sent(xfer *x, double read_at)
+{
+    if (x->state != XF_ACTIVE || !x->stream || x->headers_done) return;
+    curl_off_t sent = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &sent);
+    if (sent > x->sent) {
+        x->sent = sent;
+        x->last_rx = read_at;
+    }
 }
 
 /* Fails, as retryable timeouts, the watched attempts whose last byte came
@@ -1108,6 +1130,7 @@ static pg_status fail_stalled(run *r, double read_at, bool *failed, pg_err *err)
     pg_status st = PG_OK;
     for (int k = r->n_held - 1; k >= 0 && st == PG_OK; k--) {  /* down: a report drops held[k] */
         xfer *x = r->held[k];
+        note_request_sent(x, read_at);
         if (stall_deadline(x) > read_at) continue;
         if (x->headers_done)
             snprintf(x->errbuf, sizeof x->errbuf,
@@ -1115,7 +1138,7 @@ static pg_status fail_stalled(run *r, double read_at, bool *failed, pg_err *err)
                      read_at - x->last_rx, x->ep->opt.stall_s);
         else
             snprintf(x->errbuf, sizeof x->errbuf,
-                     "no response headers %.1f s after the request started (stall timeout %g s)",
+                     "no response headers %.1f s after the request was sent (stall timeout %g s)",
                      read_at - x->last_rx, x->ep->opt.stall_s);
         *failed = true;
         st = attempt_done(r, x, CURLE_OPERATION_TIMEDOUT, err);

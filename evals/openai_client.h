@@ -73,9 +73,12 @@ typedef struct oa_options {
     double connect_timeout_s;
     double stall_s;           /* streamed requests: an attempt fails and is
                                  retried when (a) its final response headers
-                                 are not complete this long after it started
-                                 (a stopped server, whose kernel still accepts
-                                 the connection, sends none), or (b) once its
+                                 are not complete this long after it last sent
+                                 bytes of its request (a stopped server, whose
+                                 kernel still accepts the connection and takes
+                                 the request, sends none; before the first
+                                 byte is sent, connect_timeout_s bounds the
+                                 attempt), or (b) once its
                                  first body byte has come, no further byte
                                  comes for this long. The wait from the headers
                                  to the first body byte is not watched: it is
@@ -89,7 +92,8 @@ typedef struct oa_options {
                                  only when a curl_multi_perform() that began
                                  stall_s after its last byte found nothing, so
                                  time oa_run() spends blocked in on_done is not
-                                 counted against bytes waiting in the socket.
+                                 counted against bytes waiting in the socket,
+                                 nor against a request it had not sent yet.
                                  Measured by oa_run() itself, not libcurl's
                                  LOW_SPEED check, which averages bytes/s over
                                  its last 5 s (lib/progress.c), so caught

@@ -457,4 +457,31 @@ static inline int fs_stopped_server(pid_t *pid)
     return ntohs(a.sin_port);
 }
 
+/* A loopback port whose listen queue is full: nothing accepts, and the
+ * kernel drops every further SYN, so a client's connect hangs (its SYN is
+ * retransmitted after 1 s, 3 s, ...). The listening socket and the sockets
+ * that fill its queue go to fds[0..FS_FULL_BACKLOG_FDS-1] (close them);
+ * -1 when it cannot be set up. */
+#define FS_FULL_BACKLOG_FDS 3
+static inline int fs_full_backlog_port(int fds[FS_FULL_BACKLOG_FDS])
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    for (int i = 0; i < FS_FULL_BACKLOG_FDS; i++) fds[i] = -1;
+    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+    if (fds[0] < 0 || bind(fds[0], (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(fds[0], 0) != 0 || getsockname(fds[0], (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    /* backlog 0 queues one connection (Linux: full once more than the
+     * backlog wait); the second filler's SYN is already dropped. */
+    for (int i = 1; i < FS_FULL_BACKLOG_FDS; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fds[i] < 0) return -1;
+        if (connect(fds[i], (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS)
+            return -1;
+    }
+    return ntohs(a.sin_port);
+}
+
 #endif /* PG_FAKE_OPENAI_SERVER_H */

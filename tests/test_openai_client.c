@@ -558,7 +558,7 @@ Test(openai_client, stall_bounds_time_to_headers_of_streams_only)
     collected streamed = {0}, whole = {0};
     run_one(&s, &o, 1, &streamed);
     cr_assert_eq(streamed.r[0].outcome, OA_ERROR);
-    cr_assert(strstr(streamed.r[0].error, "no response headers 0.4 s after the request started "
+    cr_assert(strstr(streamed.r[0].error, "no response headers 0.4 s after the request was sent "
                                           "(stall timeout 0.4 s)"),
               "%s", streamed.r[0].error);
     run_one(&s, &o, 0, &whole);
@@ -615,55 +615,83 @@ Test(openai_client, stream_silent_after_queue_and_first_event_stalls)
     collected_free(&c);
 }
 
+/* Runs one streamed request against 127.0.0.1:port (no fake server there)
+ * with options o, collecting into c: the seconds it took. */
+static double run_one_on_port(int port, const oa_options *o, collected *c)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    oa_endpoint *ep = NULL;
+    pg_err err = {0};
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, o, &ep, &err), PG_OK, "%s", err.msg);
+    const double t0 = now_s();
+    cr_assert_eq(run_n(ep, 1, 1, c, &err), PG_OK, "%s", err.msg);
+    const double took = now_s() - t0;
+    cr_assert_eq(c->n, 1);
+    oa_endpoint_close(ep);
+    return took;
+}
+
 Test(openai_client, stopped_server_is_found_within_stall)
 {
     /* SIGSTOP: the kernel accepts the connection and the request, no header
-     * ever comes. Found 1 s after the attempt starts, not at timeout_s. */
+     * ever comes. Found 1 s after the request went out, not at timeout_s. */
     pid_t pid;
     const int port = fs_stopped_server(&pid);
     cr_assert(port > 0, "no stopped server");
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     oa_options o = fast_opts();
     o.stall_s = 1;
     o.timeout_s = 11;
     o.max_attempts = 1;
-    oa_endpoint *ep = NULL;
-    pg_err err = {0};
-    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
     collected c = {0};
-    const double t0 = now_s();
-    const pg_status st = run_n(ep, 1, 1, &c, &err);
-    const double took = now_s() - t0;
+    const double took = run_one_on_port(port, &o, &c);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    cr_assert_eq(st, PG_OK, "%s", err.msg);
     cr_assert_eq(c.r[0].outcome, OA_ERROR);
     cr_assert_eq(c.r[0].http_status, 0);
-    cr_assert(strstr(c.r[0].error, "no response headers 1.0 s after the request started (stall "
+    cr_assert(strstr(c.r[0].error, "no response headers 1.0 s after the request was sent (stall "
                                    "timeout 1 s)"),
               "%s", c.r[0].error);
     cr_assert(took >= 1.0 && took < 1.3, "took %.3f s", took);
-    oa_endpoint_close(ep);
     collected_free(&c);
 }
 
-/* on_done that blocks the network thread for block_s on its first call (an
- * eval writer's full queue during a slow fsync), then collects. */
-typedef struct blocking_collect {
-    collected c;
-    double block_s;
-} blocking_collect;
-
-static pg_status collect_blocking_once(void *ctx, const oa_request *req, const oa_response *resp,
-                                       const oa_progress *p, pg_err *err)
+Test(openai_client, stall_waits_for_the_request_to_be_sent)
 {
-    blocking_collect *b = ctx;
-    if (b->c.n == 0) {
-        struct timespec ts = {(time_t)b->block_s,
-                              (long)((b->block_s - (double)(time_t)b->block_s) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0) {}
-    }
+    /* A server whose listen queue is full: the connection never completes,
+     * the request is never sent. That is connect_timeout_s's to bound (1 s
+     * here), not a stall of the server (0.3 s): the error says connect. */
+    int fds[FS_FULL_BACKLOG_FDS];
+    const int port = fs_full_backlog_port(fds);
+    cr_assert(port > 0, "no full listen queue");
+    oa_options o = fast_opts();
+    o.stall_s = 0.3;
+    o.connect_timeout_s = 1;
+    o.max_attempts = 1;
+    collected c = {0};
+    const double took = run_one_on_port(port, &o, &c);
+    for (int i = 0; i < FS_FULL_BACKLOG_FDS; i++) close(fds[i]);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert(has_ci(c.r[0].error, "connect") && !strstr(c.r[0].error, "stall"), "%s",
+              c.r[0].error);
+    cr_assert(took >= 1.0 && took < 1.4, "took %.3f s", took);
+    collected_free(&c);
+}
+
+/* on_done that blocks the network thread for block_s[k] on its k-th call (an
+ * eval writer's full queue during a slow fsync), then collects. */
+typedef struct blocking_seq {
+    collected c;
+    double block_s[4];
+} blocking_seq;
+
+static pg_status collect_blocking_seq(void *ctx, const oa_request *req, const oa_response *resp,
+                                      const oa_progress *p, pg_err *err)
+{
+    blocking_seq *b = ctx;
+    const double s = b->c.n < 4 ? b->block_s[b->c.n] : 0;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {}
     return collect(&b->c, req, resp, p, err);
 }
 
@@ -694,14 +722,14 @@ Test(openai_client, callback_blocked_past_stall_does_not_fail_live_streams)
     o.stall_s = 0.5;
     o.max_attempts = 2;
     oa_endpoint *ep = open_on(&s, &o);
-    blocking_collect b = {.block_s = 1.2};
+    blocking_seq b = {.block_s = {1.2, 0, 0, 0}};
     oa_request reqs[4];
     char *body = test_body(1);
     for (int i = 0; i < 4; i++)
         reqs[i] = (oa_request){.mode = "bf16", .problem_id = "p1", .sample = i, .body_json = body};
     pg_err err = {0};
     const double t0 = now_s();
-    cr_assert_eq(oa_run(&ep, 1, reqs, 4, collect_blocking_once, &b, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(oa_run(&ep, 1, reqs, 4, collect_blocking_seq, &b, &err), PG_OK, "%s", err.msg);
     const double took = now_s() - t0;
     free(body);
     cr_assert_eq(b.c.n, 4);
@@ -714,6 +742,48 @@ Test(openai_client, callback_blocked_past_stall_does_not_fail_live_streams)
     cr_assert_eq(fs_hits(&s, CHAT), 4);
     /* The streams' 10 gaps of 0.2 s outlast the block: they were live through it. */
     cr_assert(took >= 1.9 && took < 2.8, "took %.3f s", took);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+    collected_free(&b.c);
+}
+
+Test(openai_client, callback_blocked_before_a_new_request_is_sent_does_not_fail_it)
+{
+    /* Two in flight, three requests, to "localhost" (resolved on libcurl's
+     * resolver thread, as a remote host takes a round trip to connect). The
+     * first reply's on_done waits 0.2 s, long enough for the second reply
+     * (100 ms late) to arrive; the third request starts in the next pass,
+     * whose read finds the second reply complete, and its on_done blocks
+     * 1.2 s under a 0.5 s stall timeout before the third request went out.
+     * The server cannot be blamed for time before it had the request. */
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){{200, k_json_ok, NULL, NULL, 0, 0},
+                       {200, k_json_ok, NULL, NULL, 100, 0},
+                       {200, k_sse_ok, SSE, NULL, 0, 0}},
+          3);
+    char url[64];
+    snprintf(url, sizeof url, "http://localhost:%d", s.port);
+    oa_options o = fast_opts();
+    o.stall_s = 0.5;
+    o.max_attempts = 2;
+    o.max_in_flight = 2;
+    oa_endpoint *ep = NULL;
+    pg_err err = {0};
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
+    blocking_seq b = {.block_s = {0.2, 1.2, 0, 0}};
+    oa_request reqs[3];
+    char *body = test_body(1);
+    for (int i = 0; i < 3; i++)
+        reqs[i] = (oa_request){.mode = "bf16", .problem_id = "p1", .sample = i, .body_json = body};
+    cr_assert_eq(oa_run(&ep, 1, reqs, 3, collect_blocking_seq, &b, &err), PG_OK, "%s", err.msg);
+    free(body);
+    cr_assert_eq(b.c.n, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(b.c.r[i].outcome, OA_OK, "%d: %s", i, b.c.r[i].error ? b.c.r[i].error : "");
+        cr_assert_eq(b.c.r[i].attempts, 1, "%d", i);
+    }
+    cr_assert_eq(fs_hits(&s, CHAT), 3);
     oa_endpoint_close(ep);
     fs_stop(&s);
     collected_free(&b.c);
