@@ -47,6 +47,9 @@
  * (RFC 9110 section 15: three digits, 1xx to 5xx). */
 #define OA_HTTP_STATUS_MIN 100L
 #define OA_HTTP_STATUS_MAX 599L
+/* The lowest status of a final response; 1xx ones are interim (RFC 9110
+ * section 15.2) and are followed by another set of headers. */
+#define OA_HTTP_FINAL_MIN 200L
 /* The instruction gpt-oss evals appends to every AIME problem
  * (openai/gpt-oss gpt_oss/evals/aime_eval.py, AIME_TEMPLATE). */
 #define OA_AIME_PROMPT_HEAD "\n"
@@ -621,7 +624,8 @@ typedef struct xfer {
     CURL *easy;
     int attempts;
     double started;         /* monotonic start of the current attempt */
-    double last_rx;         /* its start or the arrival of its last byte */
+    double last_rx;         /* its start, the read that found its request sending
+                               progress, or the arrival of its last body byte */
     double not_before;      /* XF_WAITING: earliest start of the next attempt */
     char errbuf[CURL_ERROR_SIZE];
     /* the current attempt's reply */
@@ -637,6 +641,9 @@ typedef struct xfer {
     bool too_big;           /* a cap was hit: the attempt was aborted */
     bool bad_event;         /* an event was not JSON */
     bool got_choice;        /* some reply object or event carried a choices[0] */
+    bool headers_done;      /* the final (non-1xx) response headers are complete */
+    bool body_started;      /* a body byte has arrived */
+    curl_off_t sent;        /* request body bytes handed to the kernel, as last seen */
 } xfer;
 
 /* Clears the per-attempt reply state of x. */
@@ -652,6 +659,8 @@ static void reply_reset(xfer *x)
     x->rx = RX_UNDECIDED;
     x->prompt_tokens = x->completion_tokens = -1;
     x->sse_done = x->too_big = x->bad_event = x->got_choice = false;
+    x->headers_done = x->body_started = false;
+    x->sent = 0;
     x->stream_error_code = 0;
     x->errbuf[0] = '\0';
 }
@@ -777,6 +786,22 @@ static bool sse_feed(xfer *x)
     return ok;
 }
 
+/* libcurl header callback of a chat request (one header line per call):
+ * the blank line that ends a final (2xx-5xx) response's headers marks them
+ * complete. A 1xx interim response's blank line does not: its final
+ * response is still to come. */
+static size_t on_chat_header(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    xfer *x = userdata;
+    const size_t n = size * nmemb;
+    if ((n == 2 && ptr[0] == '\r' && ptr[1] == '\n') || (n == 1 && ptr[0] == '\n')) {
+        long code = 0;
+        curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+        if (code >= OA_HTTP_FINAL_MIN) x->headers_done = true;
+    }
+    return n;
+}
+
 /* libcurl write callback of a chat request: decides on the first bytes
  * whether the reply is an event stream (2xx text/event-stream) or one body. */
 static size_t on_chat_body(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -784,6 +809,7 @@ static size_t on_chat_body(char *ptr, size_t size, size_t nmemb, void *userdata)
     xfer *x = userdata;
     size_t n = size * nmemb;
     x->last_rx = mono_now();
+    if (n > 0) x->body_started = true;
     if (x->rx == RX_UNDECIDED) {
         long code = 0;
         char *ct = NULL;
@@ -878,6 +904,8 @@ static pg_status start_attempt(run *r, xfer *x, pg_err *err)
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->ep->post_headers);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_chat_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_chat_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
         curl_easy_setopt(h, CURLOPT_PRIVATE, x);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -1050,15 +1078,6 @@ static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
     return PG_OK;
 }
 
-/* Fails the active, streamed attempt of x, silent since x->last_rx for at
- * least stall_s, as a retryable timeout (stall_s: openai_client.h). */
-static pg_status stall_fail(run *r, xfer *x, double now, pg_err *err)
-{
-    snprintf(x->errbuf, sizeof x->errbuf, "no byte received for %.1f s (stall timeout %g s)",
-             now - x->last_rx, x->ep->opt.stall_s);
-    return attempt_done(r, x, CURLE_OPERATION_TIMEDOUT, err);
-}
-
 /* Index of the next queued request of endpoint e, or -1. */
 static int next_queued(run *r, int e)
 {
@@ -1068,22 +1087,72 @@ static int next_queued(run *r, int e)
     return q->next < r->n ? q->next : -1;
 }
 
-/* When x's active, streamed attempt counts as stalled; HUGE_VAL for any other x. */
+/* When x's attempt counts as stalled, as last seen; HUGE_VAL when it is not
+ * watched. Only an active, streamed attempt is, and only while it waits for
+ * its response headers once it has sent a byte of its request, or once its
+ * first body byte has come: before that byte (resolving, connecting, TLS)
+ * connect_timeout_s bounds it, and between the headers and the first body
+ * byte the request waits in the server's queue, which timeout_s alone
+ * bounds (stall_s: openai_client.h). */
 static double stall_deadline(const xfer *x)
 {
-    return x->state == XF_ACTIVE && x->stream ? x->last_rx + x->ep->opt.stall_s : HUGE_VAL;
+    if (x->state != XF_ACTIVE || !x->stream) return HUGE_VAL;
+    if (!x->headers_done && x->sent == 0) return HUGE_VAL;
+    if (x->headers_done && !x->body_started) return HUGE_VAL;
+    return x->last_rx + x->ep->opt.stall_s;
 }
 
-/* Fails the streamed attempts that have stalled, then starts what may start
- * now (new requests into free slots, due retries). *wait_ms: milliseconds
- * until the next retry or stall deadline (at most OA_MAX_POLL_MS). */
+/* Restarts the stall clock of x, waiting for its response headers, at
+ * read_at when the read that began then sent more of its request: the
+ * server is silent only once it has the request. Without this an attempt
+ * started just before on_done blocked the loop would be blamed for the time
+ * its request sat unsent. */
+static void note_request_sent(xfer *x, double read_at)
+{
+    if (x->state != XF_ACTIVE || !x->stream || x->headers_done) return;
+    curl_off_t sent = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_SIZE_UPLOAD_T, &sent);
+    if (sent > x->sent) {
+        x->sent = sent;
+        x->last_rx = read_at;
+    }
+}
+
+/* Fails, as retryable timeouts, the watched attempts whose last byte came
+ * stall_s or more before read_at: the start of the curl_multi_perform()
+ * that has just run. That call read whatever the kernel held for them, so
+ * their silence is the server's. Judged against the clock instead, an
+ * attempt would be failed for time this loop did not listen: blocked in
+ * on_done (a full writer queue), stopped or starved of CPU, with its bytes
+ * waiting unread in the socket. *failed: whether any was. */
+static pg_status fail_stalled(run *r, double read_at, bool *failed, pg_err *err)
+{
+    pg_status st = PG_OK;
+    for (int k = r->n_held - 1; k >= 0 && st == PG_OK; k--) {  /* down: a report drops held[k] */
+        xfer *x = r->held[k];
+        note_request_sent(x, read_at);
+        if (stall_deadline(x) > read_at) continue;
+        if (x->headers_done)
+            snprintf(x->errbuf, sizeof x->errbuf,
+                     "no byte received for %.1f s (stall timeout %g s) mid-stream",
+                     read_at - x->last_rx, x->ep->opt.stall_s);
+        else
+            snprintf(x->errbuf, sizeof x->errbuf,
+                     "no response headers %.1f s after the request was sent (stall timeout %g s)",
+                     read_at - x->last_rx, x->ep->opt.stall_s);
+        *failed = true;
+        st = attempt_done(r, x, CURLE_OPERATION_TIMEDOUT, err);
+    }
+    return st;
+}
+
+/* Starts what may start now (new requests into free slots, due retries).
+ * *wait_ms: milliseconds until the next retry or stall deadline (at most
+ * OA_MAX_POLL_MS). */
 static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
 {
     pg_status st = PG_OK;
     const double now = mono_now();
-    /* First, so that the slots of stalled requests that fail are refilled below. */
-    for (int k = r->n_held - 1; k >= 0 && st == PG_OK; k--)  /* down: a report drops held[k] */
-        if (stall_deadline(r->held[k]) <= now) st = stall_fail(r, r->held[k], now, err);
     for (int e = 0; e < r->n_q && st == PG_OK; e++) {
         int i;
         while (st == PG_OK && r->q[e].held < r->q[e].ep->opt.max_in_flight &&
@@ -1176,6 +1245,7 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
         st = start_ready(&r, &wait_ms, err);
         if (st != PG_OK) break;
         int running;
+        const double read_at = mono_now();
         CURLMcode mc = curl_multi_perform(r.multi, &running);
         if (mc != CURLM_OK) {
             st = pg_fail(err, PG_ERR_HTTP, "curl_multi_perform: %s", curl_multi_strerror(mc));
@@ -1193,6 +1263,8 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
             st = attempt_done(&r, x, rc, err);
             finished = true;
         }
+        /* After the reads, never before (fail_stalled says why). */
+        if (st == PG_OK) st = fail_stalled(&r, read_at, &finished, err);
         if (st != PG_OK || r.prog.done >= n_reqs) break;
         if (finished) continue;  /* free slots and zero-delay retries start at once */
         mc = curl_multi_poll(r.multi, NULL, 0,

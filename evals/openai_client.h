@@ -49,12 +49,15 @@ extern "C" {
 #define OA_DEFAULT_TIMEOUT_S (4.0 * 3600.0)
 #define OA_DEFAULT_CONNECT_TIMEOUT_S 10.0
 /* Stall, 60 s: vLLM streams one event per token, 10-100 per second, so a
- * minute without a byte is thousands of missing tokens: a stopped, hung or
- * cut-off server, found within 60 s instead of the whole-attempt bound. The
- * silences a healthy vLLM makes are shorter: a request preempted for KV
- * space waits at the front of the queue until a running request finishes
- * (vllm/v1/core/sched/scheduler.py), seconds apart at 64 in flight; the
- * prefill of an AIME prompt takes well under a second. */
+ * minute without a byte mid-stream is thousands of missing tokens, and a
+ * minute without response headers is a server that does not run (vLLM
+ * sends them at once): a stopped, hung or cut-off server, found within 60 s
+ * instead of the whole-attempt bound. The wait in vLLM's queue, between the
+ * headers and the first event, is not watched (stall_s says why); the
+ * silences a healthy vLLM makes mid-stream are shorter: a request preempted
+ * for KV space waits at the front of the queue until a running request
+ * finishes (vllm/v1/core/sched/scheduler.py), seconds apart at 64 in
+ * flight. */
 #define OA_DEFAULT_STALL_S 60.0
 #define OA_DEFAULT_POLL_S 2.0
 
@@ -68,17 +71,38 @@ typedef struct oa_options {
     double backoff_cap_s;
     double timeout_s;         /* whole attempt, connection to last byte */
     double connect_timeout_s;
-    double stall_s;           /* streamed requests: an attempt that receives no
-                                 byte for this long (since it started or since
-                                 its last byte) fails and is retried. Measured
-                                 by oa_run() itself, not libcurl's LOW_SPEED
-                                 check, which averages bytes/s over its last
-                                 5 s (lib/progress.c), so caught stall_s + 5 s
-                                 late and kills a trickle below 1 byte/s: found
-                                 here within stall_s plus a few ms. Not applied
-                                 to unstreamed requests, which are silent until
-                                 complete: timeout_s bounds those, and TCP
-                                 keepalive finds a peer whose host is gone. */
+    double stall_s;           /* streamed requests: an attempt fails and is
+                                 retried when (a) its final response headers
+                                 are not complete this long after it last sent
+                                 bytes of its request (a stopped server, whose
+                                 kernel still accepts the connection and takes
+                                 the request, sends none; before the first
+                                 byte is sent, connect_timeout_s bounds the
+                                 attempt), or (b) once its
+                                 first body byte has come, no further byte
+                                 comes for this long. The wait from the headers
+                                 to the first body byte is not watched: it is
+                                 the server's queue. vLLM returns a Starlette
+                                 StreamingResponse, which sends its 200 headers
+                                 (http.response.start) before iterating the
+                                 generator, whose first event waits until the
+                                 request is scheduled: minutes under KV-cache
+                                 pressure. timeout_s alone bounds that wait.
+                                 Silence is judged by a read: an attempt fails
+                                 only when a curl_multi_perform() that began
+                                 stall_s after its last byte found nothing, so
+                                 time oa_run() spends blocked in on_done is not
+                                 counted against bytes waiting in the socket,
+                                 nor against a request it had not sent yet.
+                                 Measured by oa_run() itself, not libcurl's
+                                 LOW_SPEED check, which averages bytes/s over
+                                 its last 5 s (lib/progress.c), so caught
+                                 stall_s + 5 s late and kills a trickle below 1
+                                 byte/s: found here within stall_s plus a few
+                                 ms. Not applied to unstreamed requests, which
+                                 are silent until complete: timeout_s bounds
+                                 those, and TCP keepalive finds a peer whose
+                                 host is gone. */
     double poll_s;            /* oa_wait_ready: pause between polls */
     const volatile sig_atomic_t *stop;  /* NULL, or a flag (interrupt_flag()) that, once
                                  nonzero, stops oa_wait_ready and oa_run with

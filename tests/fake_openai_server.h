@@ -17,7 +17,8 @@
  * requests in service at once: from accept until just before the reply is
  * written, so a client's next request can never overlap the count of the
  * one it waited for. fs_set_sse_gap() makes every text/event-stream reply a
- * slow stream: one event at a time, a fixed gap apart.
+ * slow stream: one event at a time, a fixed gap apart; fs_set_sse_queue()
+ * holds its body back after the headers (the server's queue).
  */
 #ifndef PG_FAKE_OPENAI_SERVER_H
 #define PG_FAKE_OPENAI_SERVER_H
@@ -26,6 +27,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +83,7 @@ typedef struct fake_server {
     } routes[FS_MAX_ROUTES];
     int n_routes;
     int sse_gap_ms;  /* > 0: event-stream bodies go out one event at a time */
+    int sse_queue_ms; /* > 0: event-stream bodies wait this long after their headers */
     fs_logged log[FS_MAX_LOG];
     int n_log;
 } fake_server;
@@ -117,6 +121,17 @@ static inline void fs_set_sse_gap(fake_server *s, int gap_ms)
 {
     pthread_mutex_lock(&s->mu);
     s->sse_gap_ms = gap_ms;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* From now on, holds each text/event-stream body back queue_ms after its
+ * headers: a request queued in a loaded vLLM, which sends its 200 headers at
+ * once and its first event only once the request is scheduled. 0 turns it
+ * off. */
+static inline void fs_set_sse_queue(fake_server *s, int queue_ms)
+{
+    pthread_mutex_lock(&s->mu);
+    s->sse_queue_ms = queue_ms;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -245,9 +260,8 @@ static inline void *fs_conn_main(void *arg)
                 s->routes[i].hits++;
             }
         if (r.delay_ms > 0) fs_wait_locked(s, r.delay_ms);
-        const int gap_ms = r.content_type && strcmp(r.content_type, "text/event-stream") == 0
-                               ? s->sse_gap_ms
-                               : 0;
+        const bool sse = r.content_type && strcmp(r.content_type, "text/event-stream") == 0;
+        const int gap_ms = sse ? s->sse_gap_ms : 0, queue_ms = sse ? s->sse_queue_ms : 0;
         s->active--;
         counted = false;
         pthread_mutex_unlock(&s->mu);
@@ -263,6 +277,11 @@ static inline void *fs_conn_main(void *arg)
                               r.content_type ? r.content_type : "application/json", cl,
                               r.headers ? r.headers : "");
             fs_send_all(c.fd, head, (size_t)hn);
+            if (queue_ms > 0) {
+                pthread_mutex_lock(&s->mu);
+                fs_wait_locked(s, queue_ms);
+                pthread_mutex_unlock(&s->mu);
+            }
             const char *rest = body;  /* what is left to send */
             while (gap_ms > 0 && *rest != '\0') {
                 const char *end = strstr(rest, "\n\n");
@@ -409,6 +428,60 @@ static inline int fs_dead_port(void)
         port = ntohs(a.sin_port);
     if (fd >= 0) close(fd);
     return port;
+}
+
+/* A loopback port whose server is stopped (SIGSTOP): a child process holds
+ * the listening socket and is stopped, so the kernel completes every TCP
+ * handshake and takes the request into its buffers, and nothing ever
+ * answers. The child's pid goes to *pid (kill it with SIGKILL and reap it);
+ * -1 when it cannot be set up. */
+static inline int fs_stopped_server(pid_t *pid)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    *pid = -1;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &al) != 0 || (*pid = fork()) < 0) {
+        close(fd);
+        return -1;
+    }
+    if (*pid == 0) {  /* the server: stops itself, holding the socket */
+        for (;;) raise(SIGSTOP);
+    }
+    close(fd);  /* the child's copy keeps it listening */
+    int st;
+    waitpid(*pid, &st, WUNTRACED);  /* returns once the child is stopped */
+    return ntohs(a.sin_port);
+}
+
+/* A loopback port whose listen queue is full: nothing accepts, and the
+ * kernel drops every further SYN, so a client's connect hangs (its SYN is
+ * retransmitted after 1 s, 3 s, ...). The listening socket and the sockets
+ * that fill its queue go to fds[0..FS_FULL_BACKLOG_FDS-1] (close them);
+ * -1 when it cannot be set up. */
+#define FS_FULL_BACKLOG_FDS 3
+static inline int fs_full_backlog_port(int fds[FS_FULL_BACKLOG_FDS])
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    for (int i = 0; i < FS_FULL_BACKLOG_FDS; i++) fds[i] = -1;
+    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+    if (fds[0] < 0 || bind(fds[0], (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(fds[0], 0) != 0 || getsockname(fds[0], (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    /* backlog 0 queues one connection (Linux: full once more than the
+     * backlog wait); the second filler's SYN is already dropped. */
+    for (int i = 1; i < FS_FULL_BACKLOG_FDS; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fds[i] < 0) return -1;
+        if (connect(fds[i], (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS)
+            return -1;
+    }
+    return ntohs(a.sin_port);
 }
 
 #endif /* PG_FAKE_OPENAI_SERVER_H */

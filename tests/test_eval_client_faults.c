@@ -1,7 +1,8 @@
 /*
  * test_eval_client_faults.c: `precgate eval` end to end against loopback
  * servers that answer 200 with something that is not an answer (issue #14
- * section 1), that stop sending mid-stream or stream slowly (section 6), and
+ * section 1), that stop sending mid-stream, stream slowly or queue requests
+ * before their first event (section 6), and
  * the client flags that bound attempts (--timeout, --stall-timeout,
  * --max-attempts, --backoff).
  *
@@ -183,6 +184,15 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* tu_run_precgate, timed: the seconds it took into *took. */
+static int run_precgate_timed(const char *args, char **out, double *took)
+{
+    const double t0 = mono_s();
+    const int rc = tu_run_precgate(args, out);
+    *took = mono_s() - t0;
+    return rc;
+}
+
 Test(eval_client_faults, stalled_server_is_found_per_stall_timeout_and_retried)
 {
     /* For problem a, fp8kv sends one event and then nothing, on every attempt
@@ -203,9 +213,8 @@ Test(eval_client_faults, stalled_server_is_found_per_stall_timeout_and_retried)
              "--backoff 0.001 --timeout 30 --concurrency 1",
              traces, eps, db);
     char *out = NULL;
-    const double t0 = mono_s();
-    const int rc = tu_run_precgate(args, &out);
-    const double took = mono_s() - t0;
+    double took;
+    const int rc = run_precgate_timed(args, &out, &took);
     cr_assert_eq(rc, 1, "%s", out);
     free(out);
     cr_assert_eq(fs_hits(&s8, CHAT), 3 + N_PROBLEMS - 1);
@@ -217,6 +226,47 @@ Test(eval_client_faults, stalled_server_is_found_per_stall_timeout_and_retried)
     /* 3 x 0.5 s of silence plus start-up; the 60 s default, 6 attempts or a
      * 1 s backoff base would each take far longer. */
     cr_assert(took >= 1.5 && took < 2.0, "took %.3f s", took);
+    fs_stop(&s16);
+    fs_stop(&s8);
+}
+
+Test(eval_client_faults, queued_requests_are_waited_for_not_stalled)
+{
+    /* A loaded vLLM: the 200 headers come at once, the first event 3 s later
+     * (the request waits to be scheduled). Under --stall-timeout 1 every
+     * sample is answered on its first attempt and the run is complete. */
+    char db[512], args[2048], eps[256];
+    snprintf(db, sizeof db, "%s/e.db", tu_dir);
+    const char *traces = traces_all_seven();
+    const fs_reply right = {
+        200,
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"so \"}}]}"
+        "\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\\\boxed{7}\"},"
+        "\"finish_reason\":\"stop\"}]}\n\n"
+        "data: [DONE]\n\n",
+        SSE, NULL, 0, 0};
+    fake_server s16, s8;
+    start_pair(&s16, &right, 1, &s8, &right, 1, eps, sizeof eps);
+    fs_set_sse_queue(&s16, 3000);
+    fs_set_sse_queue(&s8, 3000);
+    snprintf(args, sizeof args,
+             "eval --traces '%s' %s --db '%s' --no-progress --stall-timeout 1 --max-attempts 2 "
+             "--backoff 0.001 --timeout 30",
+             traces, eps, db);
+    char *out = NULL;
+    double took;
+    const int rc = run_precgate_timed(args, &out, &took);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    cr_assert_eq(fs_hits(&s16, CHAT), N_PROBLEMS, "no sample is sent twice");
+    cr_assert_eq(fs_hits(&s8, CHAT), N_PROBLEMS);
+    cr_assert_eq(db_int(db, "SELECT status = %Q FROM runs WHERE id = 1", "complete"), 1);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM eval_samples WHERE status = %Q AND attempts = 1",
+                        "ok"),
+                 2 * N_PROBLEMS);
+    /* All in flight at once: one 3 s queue wait plus start-up. */
+    cr_assert(took >= 2.9 && took < 4.5, "took %.3f s", took);
     fs_stop(&s16);
     fs_stop(&s8);
 }

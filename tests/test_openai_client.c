@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "fake_openai_server.h"
 #include "openai_client.h"
@@ -543,9 +545,9 @@ Test(openai_client, slow_but_live_stream_is_not_cut)
     collected_free(&c);
 }
 
-Test(openai_client, stall_bounds_time_to_first_byte_of_streams_only)
+Test(openai_client, stall_bounds_time_to_headers_of_streams_only)
 {
-    /* A streamed request whose server says nothing for 1 s fails under a
+    /* A streamed request whose server sends no headers for 1 s fails under a
      * 0.4 s stall timeout; the same silence before an unstreamed reply, which
      * is silent until complete by design, is bounded by timeout_s alone. */
     fake_server s;
@@ -556,13 +558,235 @@ Test(openai_client, stall_bounds_time_to_first_byte_of_streams_only)
     collected streamed = {0}, whole = {0};
     run_one(&s, &o, 1, &streamed);
     cr_assert_eq(streamed.r[0].outcome, OA_ERROR);
-    cr_assert(strstr(streamed.r[0].error, "stall timeout"), "%s", streamed.r[0].error);
+    cr_assert(strstr(streamed.r[0].error, "no response headers 0.4 s after the request was sent "
+                                          "(stall timeout 0.4 s)"),
+              "%s", streamed.r[0].error);
     run_one(&s, &o, 0, &whole);
     cr_assert_eq(whole.r[0].outcome, OA_OK, "%s", whole.r[0].error ? whole.r[0].error : "");
     cr_assert_str_eq(whole.r[0].content, "\\boxed{4}");
     fs_stop(&s);
     collected_free(&streamed);
     collected_free(&whole);
+}
+
+Test(openai_client, queued_request_waits_past_stall_for_its_first_event)
+{
+    /* A loaded vLLM sends its 200 headers at once and the first event only
+     * once the request is scheduled: 3 s in its queue under a 1 s stall
+     * timeout is a wait, not a stall. Answered on the first attempt, after
+     * the queue's 3 s (timeout_s, 11 s, is what bounds that wait). */
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_sse_ok, SSE, NULL, 0, 0}}, 1);
+    fs_set_sse_queue(&s, 3000);
+    collected c = {0};
+    oa_options o = fast_opts();
+    o.stall_s = 1;
+    o.timeout_s = 11;
+    o.max_attempts = 2;
+    const double took = run_one_timed(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
+    cr_assert_eq(c.r[0].attempts, 1, "a queued request is never restarted");
+    cr_assert_eq(fs_hits(&s, CHAT), 1);
+    cr_assert_str_eq(c.r[0].content, "The answer is \\boxed{4}");
+    /* The server times its queue on CLOCK_REALTIME (see slow_but_live_stream_is_not_cut). */
+    cr_assert(took >= 2.9 && took < 3.5, "it waited the queue out: %.3f s", took);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+Test(openai_client, stream_silent_after_queue_and_first_event_stalls)
+{
+    /* After the queue, the first event opens the stall window again: one
+     * event, then silence, fails 1 s after that event. */
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){SSE_THEN_SILENCE(12000)}, 1);
+    fs_set_sse_queue(&s, 1500);
+    collected c = {0};
+    oa_options o = fast_opts();
+    o.stall_s = 1;
+    o.timeout_s = 11;
+    o.max_attempts = 1;
+    const double took = run_one_timed(&s, &o, 1, &c);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert(strstr(c.r[0].error, "no byte received for 1.0 s (stall timeout 1 s) mid-stream"),
+              "%s", c.r[0].error);
+    cr_assert(took >= 2.4 && took < 3.0, "1.5 s queue + 1 s stall: %.3f s", took);
+    fs_stop(&s);
+    collected_free(&c);
+}
+
+/* Runs one streamed request against 127.0.0.1:port (no fake server there)
+ * with options o, collecting into c: the seconds it took. */
+static double run_one_on_port(int port, const oa_options *o, collected *c)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    oa_endpoint *ep = NULL;
+    pg_err err = {0};
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, o, &ep, &err), PG_OK, "%s", err.msg);
+    const double t0 = now_s();
+    cr_assert_eq(run_n(ep, 1, 1, c, &err), PG_OK, "%s", err.msg);
+    const double took = now_s() - t0;
+    cr_assert_eq(c->n, 1);
+    oa_endpoint_close(ep);
+    return took;
+}
+
+Test(openai_client, stopped_server_is_found_within_stall)
+{
+    /* SIGSTOP: the kernel accepts the connection and the request, no header
+     * ever comes. Found 1 s after the request went out, not at timeout_s. */
+    pid_t pid;
+    const int port = fs_stopped_server(&pid);
+    cr_assert(port > 0, "no stopped server");
+    oa_options o = fast_opts();
+    o.stall_s = 1;
+    o.timeout_s = 11;
+    o.max_attempts = 1;
+    collected c = {0};
+    const double took = run_one_on_port(port, &o, &c);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert_eq(c.r[0].http_status, 0);
+    cr_assert(strstr(c.r[0].error, "no response headers 1.0 s after the request was sent (stall "
+                                   "timeout 1 s)"),
+              "%s", c.r[0].error);
+    cr_assert(took >= 1.0 && took < 1.3, "took %.3f s", took);
+    collected_free(&c);
+}
+
+Test(openai_client, stall_waits_for_the_request_to_be_sent)
+{
+    /* A server whose listen queue is full: the connection never completes,
+     * the request is never sent. That is connect_timeout_s's to bound (1 s
+     * here), not a stall of the server (0.3 s): the error says connect. */
+    int fds[FS_FULL_BACKLOG_FDS];
+    const int port = fs_full_backlog_port(fds);
+    cr_assert(port > 0, "no full listen queue");
+    oa_options o = fast_opts();
+    o.stall_s = 0.3;
+    o.connect_timeout_s = 1;
+    o.max_attempts = 1;
+    collected c = {0};
+    const double took = run_one_on_port(port, &o, &c);
+    for (int i = 0; i < FS_FULL_BACKLOG_FDS; i++) close(fds[i]);
+    cr_assert_eq(c.r[0].outcome, OA_ERROR);
+    cr_assert(has_ci(c.r[0].error, "connect") && !strstr(c.r[0].error, "stall"), "%s",
+              c.r[0].error);
+    cr_assert(took >= 1.0 && took < 1.4, "took %.3f s", took);
+    collected_free(&c);
+}
+
+/* on_done that blocks the network thread for block_s[k] on its k-th call (an
+ * eval writer's full queue during a slow fsync), then collects. */
+typedef struct blocking_seq {
+    collected c;
+    double block_s[4];
+} blocking_seq;
+
+static pg_status collect_blocking_seq(void *ctx, const oa_request *req, const oa_response *resp,
+                                      const oa_progress *p, pg_err *err)
+{
+    blocking_seq *b = ctx;
+    const double s = b->c.n < 4 ? b->block_s[b->c.n] : 0;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {}
+    return collect(&b->c, req, resp, p, err);
+}
+
+Test(openai_client, callback_blocked_past_stall_does_not_fail_live_streams)
+{
+    /* Four requests: the first reply comes whole at once, and its on_done
+     * blocks 1.2 s; the other three stream an event every 0.2 s, which wait
+     * in the socket buffers meanwhile. A 0.5 s stall timeout must judge
+     * their silence by what the next read finds, not by the clock: all four
+     * are answered on their first attempt. */
+    static const char *const slow =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"slow \"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"thought\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\\\boxed\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{4}\"}}]}\n\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n"
+        "data: [DONE]\n\n";
+    fake_server s;
+    serve(&s, CHAT, (fs_reply[]){{200, k_json_ok, NULL, NULL, 0, 0}, {200, slow, SSE, NULL, 0, 0}},
+          2);
+    fs_set_sse_gap(&s, 200);
+    oa_options o = fast_opts();
+    o.stall_s = 0.5;
+    o.max_attempts = 2;
+    oa_endpoint *ep = open_on(&s, &o);
+    blocking_seq b = {.block_s = {1.2, 0, 0, 0}};
+    oa_request reqs[4];
+    char *body = test_body(1);
+    for (int i = 0; i < 4; i++)
+        reqs[i] = (oa_request){.mode = "bf16", .problem_id = "p1", .sample = i, .body_json = body};
+    pg_err err = {0};
+    const double t0 = now_s();
+    cr_assert_eq(oa_run(&ep, 1, reqs, 4, collect_blocking_seq, &b, &err), PG_OK, "%s", err.msg);
+    const double took = now_s() - t0;
+    free(body);
+    cr_assert_eq(b.c.n, 4);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(b.c.r[i].outcome, OA_OK, "%d: %s", i, b.c.r[i].error ? b.c.r[i].error : "");
+        cr_assert_eq(b.c.r[i].attempts, 1, "%d: a live stream is never restarted", i);
+        cr_assert_str_eq(b.c.r[i].content, "\\boxed{4}");
+    }
+    cr_assert_eq(b.c.last.retries, 0);
+    cr_assert_eq(fs_hits(&s, CHAT), 4);
+    /* The streams' 10 gaps of 0.2 s outlast the block: they were live through it. */
+    cr_assert(took >= 1.9 && took < 2.8, "took %.3f s", took);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+    collected_free(&b.c);
+}
+
+Test(openai_client, callback_blocked_before_a_new_request_is_sent_does_not_fail_it)
+{
+    /* Two in flight, three requests, to "localhost" (resolved on libcurl's
+     * resolver thread, as a remote host takes a round trip to connect). The
+     * first reply's on_done waits 0.2 s, long enough for the second reply
+     * (100 ms late) to arrive; the third request starts in the next pass,
+     * whose read finds the second reply complete, and its on_done blocks
+     * 1.2 s under a 0.5 s stall timeout before the third request went out.
+     * The server cannot be blamed for time before it had the request. */
+    fake_server s;
+    serve(&s, CHAT,
+          (fs_reply[]){{200, k_json_ok, NULL, NULL, 0, 0},
+                       {200, k_json_ok, NULL, NULL, 100, 0},
+                       {200, k_sse_ok, SSE, NULL, 0, 0}},
+          3);
+    char url[64];
+    snprintf(url, sizeof url, "http://localhost:%d", s.port);
+    oa_options o = fast_opts();
+    o.stall_s = 0.5;
+    o.max_attempts = 2;
+    o.max_in_flight = 2;
+    oa_endpoint *ep = NULL;
+    pg_err err = {0};
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
+    blocking_seq b = {.block_s = {0.2, 1.2, 0, 0}};
+    oa_request reqs[3];
+    char *body = test_body(1);
+    for (int i = 0; i < 3; i++)
+        reqs[i] = (oa_request){.mode = "bf16", .problem_id = "p1", .sample = i, .body_json = body};
+    cr_assert_eq(oa_run(&ep, 1, reqs, 3, collect_blocking_seq, &b, &err), PG_OK, "%s", err.msg);
+    free(body);
+    cr_assert_eq(b.c.n, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(b.c.r[i].outcome, OA_OK, "%d: %s", i, b.c.r[i].error ? b.c.r[i].error : "");
+        cr_assert_eq(b.c.r[i].attempts, 1, "%d", i);
+    }
+    cr_assert_eq(fs_hits(&s, CHAT), 3);
+    oa_endpoint_close(ep);
+    fs_stop(&s);
+    collected_free(&b.c);
 }
 
 Test(openai_client, stream_cut_short_is_retried)
