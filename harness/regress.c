@@ -731,6 +731,25 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
     return st;
 }
 
+pg_status regress_content_mismatch(regress_scope scope, const char *field, const char *run_value,
+                                   const char *base_value, int64_t run_id,
+                                   int64_t baseline_run_id, const char *spec, regress_flags *out,
+                                   pg_err *err)
+{
+    if (field == NULL || run_value == NULL || base_value == NULL || spec == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_content_mismatch: NULL argument");
+    const int is_eval = scope == REGRESS_SCOPE_EVAL;
+    const flag_spec s = {.scope = scope, .layer = -1, .capture = is_eval ? NULL : "content",
+                         .variant = is_eval ? NULL : field, .eval = is_eval ? "content" : NULL,
+                         .mode = is_eval ? field : NULL, .effort = is_eval ? "-" : NULL,
+                         .metric = REGRESS_METRIC_CONTENT, .value = NAN, .baseline_value = NAN,
+                         .threshold = NAN, .verdict = REGRESS_ERROR};
+    return push(out, &s, err, "--baseline %s is run %lld, whose %s is %s; run %lld's is %s: runs "
+                "of different content are not compared (choose a baseline with the same %s, or "
+                "drop --baseline for the automatic one)", spec, (long long)baseline_run_id, field,
+                base_value, (long long)run_id, run_value, field);
+}
+
 void regress_count(const regress_flags *f, size_t *counts)
 {
     for (int v = 0; v < REGRESS_VERDICT_COUNT; v++) counts[v] = 0;

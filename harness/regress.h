@@ -122,6 +122,7 @@ extern "C" {
 #define REGRESS_METRIC_ACCURACY "accuracy"
 #define REGRESS_METRIC_DIFF_PREFIX "diff_vs_"
 #define REGRESS_METRIC_SAMPLES "samples"
+#define REGRESS_METRIC_CONTENT "content"
 
 /* Longest flag message, NUL included. */
 #define REGRESS_MSG_MAX 640
@@ -246,6 +247,16 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
                         const regress_eval_score *run, size_t n_run,
                         const regress_eval_score *base, size_t n_base, int64_t baseline_run_id,
                         const gate_config *c, regress_flags *out, pg_err *err);
+
+/* Appends the one flag of a run whose explicit baseline measured other
+ * content (field differs: run_value in run run_id, base_value in
+ * baseline_run_id, which --baseline spec named): verdict error, metric
+ * "content", in scope (eval for eval runs, layer otherwise; its key strings
+ * name the field); nothing is compared. PG_ERR_NOMEM. */
+pg_status regress_content_mismatch(regress_scope scope, const char *field, const char *run_value,
+                                   const char *base_value, int64_t run_id,
+                                   int64_t baseline_run_id, const char *spec, regress_flags *out,
+                                   pg_err *err);
 
 /* counts[v] = flags of f with verdict v (counts has REGRESS_VERDICT_COUNT entries). */
 void regress_count(const regress_flags *f, size_t *counts);

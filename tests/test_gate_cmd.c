@@ -329,6 +329,11 @@ Test(gate_cmd, saturating_scales_fail_against_a_baseline_with_calibrated_ones)
      * about 0.26-0.31 against 0.054-0.068 calibrated). */
     rewrite_capture(0.5, 0, 0);
     sweep("s");
+    /* New scales are new capture content, which the gate never compares
+     * (runs_of_different_content_are_not_compared); give run 1 run 2's
+     * digest so that this tests the verdicts on the numbers alone. */
+    db_exec("UPDATE runs SET config_json = json_set(config_json, '$.capture_digest', (SELECT "
+            "json_extract(config_json, '$.capture_digest') FROM runs WHERE id = 2)) WHERE id = 1");
     char *out = NULL;
     const int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
     cr_assert_eq(rc, 1, "%s", out);
@@ -687,4 +692,91 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     cr_expect(strstr(out, "fp8kv - bf16: no pairs (no problem scored in both modes)") != NULL,
               "%s", out);
     free(out);
+}
+
+/* Runs `precgate eval` on the shipped demo traces with label nightly and
+ * the extra options. */
+static void demo_eval(const char *extra)
+{
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label nightly "
+                                          "--no-progress %s",
+                                    PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl", g_db,
+                                    extra);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+}
+
+/* Sets run 1's config fields (json_set arguments) and expects run 3 to
+ * refuse run 1 as --baseline (exit 2, message what) and to gate without a
+ * baseline automatically (run 2 differs from run 3 too). */
+static void refused_as_content(const char *set, const char *what)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE runs SET config_json = json_set(config_json, %s) WHERE id = 1",
+             set);
+    db_exec(sql);
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 3 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, what) != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND baseline_run_id IS NOT "
+                        "NULL"), 0, "run 1 (%s) taken as run 3's baseline", set);
+}
+
+/* Issue 14 section 5 (review): runs of other traces, source or --limit are
+ * never compared: not picked automatically, an error when named. */
+Test(gate_cmd, runs_of_different_content_are_not_compared)
+{
+    demo_eval("");            /* run 1: 12 problems */
+    demo_eval("--limit 6");   /* run 2: the first 6 */
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (no older complete eval run labelled 'nightly' with "
+                          "the same content: the newest, run 1, has traces_digest "
+                          "fnv1a64-v1:12:") != NULL, "%s", out);
+    cr_expect(strstr(out, "run 2 has fnv1a64-v1:6:") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(rc, 1, "the 6-problem pairs alone");
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND (baseline_run_id IS NOT "
+                        "NULL OR metric = 'accuracy')"), 0);
+
+    /* Named, the other content is one error verdict naming field and values. */
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "--baseline 1 is run 1, whose traces_digest is fnv1a64-v1:12:") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "run 2's is fnv1a64-v1:6:") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "metric = 'content' AND baseline_run_id = 1 AND mode = 'traces_digest'"),
+                 1);
+
+    /* Run 3 has run 1's content: run 1 is its baseline although run 2 is newer. */
+    demo_eval("");
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: run 1 (automatic:") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND metric = 'accuracy' "
+                        "AND baseline_run_id = 1"), 3);
+
+    /* Source and limit are content of their own. */
+    refused_as_content("'$.source', 'live'", "whose source is live; run 3's is replay");
+    refused_as_content("'$.source', 'replay', '$.limit', 12", "whose limit is 12; run 3's is none");
+
+    /* A run recorded before digests cannot baseline one that has a digest. */
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.traces_digest', "
+            "'$.limit') WHERE id IN (1, 2)");
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect(strstr(out, "the newest, run 2, has no traces_digest in its config (recorded "
+                          "before content digests), so it cannot be an automatic baseline for "
+                          "run 3 (traces_digest fnv1a64-v1:12:") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND baseline_run_id IS NOT "
+                        "NULL"), 0);
 }
