@@ -216,6 +216,15 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
     pg_status st = push(out, &s, err, "%s: %lld NaN/Inf output elements%s", at,
                         (long long)r->nonfinite,
                         r->nonfinite > 0 ? " (any non-finite output is a regression)" : "");
+    /* A key the baseline run lacks is judged by the config's absolute bounds
+     * alone; with none for any metric it has nothing to be judged by, and a
+     * baseline run exists, so that gap is an error (never an exit-0
+     * inconclusive). Without a baseline run (the first run) it is expected. */
+    int bounded = 0;
+    for (int m = 0; m < REGRESS_METRIC_COUNT; m++)
+        if ((c->layer.metrics & (1u << m)) && !isnan(gate_bound_find(&c->layer.abs[m], r->variant)))
+            bounded = 1;
+    const int unjudged = b == NULL && base_id >= 0 && !bounded;
     for (int m = 0; st == PG_OK && m < REGRESS_METRIC_COUNT; m++) {
         if (!(c->layer.metrics & (1u << m))) continue;
         const char *name = regress_metric_name((regress_metric)m);
@@ -238,6 +247,14 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
             s.verdict = REGRESS_REGRESSION;
             st = push(out, &s, err, "%s: %s %.4g: the output had %lld NaN/Inf elements (%s)", at,
                       name, v, (long long)r->nonfinite, base);
+        } else if (unjudged) {
+            s.verdict = REGRESS_ERROR;
+            st = push(out, &s, err, "%s: %s %.4g: %s and no absolute bound for %s in the "
+                      "config: set a baseline run that has it (precgate baseline set RUN) or "
+                      "bound it in --config (layer.%s%s%s%s)", at, name, v, base, r->variant,
+                      m == REGRESS_REL_L2 ? "abs." : "metric_abs.",
+                      m == REGRESS_REL_L2 ? "" : name, m == REGRESS_REL_L2 ? "" : ".",
+                      r->variant);
         } else if (isnan(v)) {
             s.verdict = REGRESS_INCONCLUSIVE;
             st = push(out, &s, err, "%s: %s undefined in this run (stored NULL; %s)", at, name,
@@ -417,8 +434,11 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
             if (is_spec(x->variant)) continue;
             const int is_ref = x == ref;
             pair_terms pt;
-            mode_pair_terms(x, ref, bref, same ? group_find(b, bg, be, x->variant) : NULL,
-                            has_base, baseline_run_id, c, &pt);
+            const regress_layer_row *bx = same ? group_find(b, bg, be, x->variant) : NULL;
+            mode_pair_terms(x, ref, bref, bx, has_base, baseline_run_id, c, &pt);
+            /* A baseline run exists but lacks this variant (or bf16) here: with no
+             * budget either, nothing judges the variant, which is an error. */
+            const int unjudged = has_base && !is_ref && (bx == NULL || bref == NULL);
             char name[REGRESS_PAIR_MAX], at[REGRESS_WHERE_MAX];
             if (is_ref) snprintf(name, sizeof name, "%s", x->variant);
             else snprintf(name, sizeof name, "%s-%s", x->variant, GATE_REFERENCE_MODE);
@@ -441,6 +461,15 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
                 st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g >= %g: no closer to "
                           "the reference than an all-zero output", at, v,
                           REGRESS_ZERO_OUTPUT_REL_L2);
+            } else if (isnan(pt.t) && unjudged) {
+                s.verdict = REGRESS_ERROR;
+                st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g: baseline run %lld "
+                          "has no %s row in this layer and the config has no mode_pair budget "
+                          "for %s: set a baseline run that has it (precgate baseline set RUN) "
+                          "or bound it in --config (mode_pair.abs.%s or mode_pair.ratio.%s)",
+                          at, v, (long long)baseline_run_id,
+                          bx == NULL ? x->variant : GATE_REFERENCE_MODE, x->variant, x->variant,
+                          x->variant);
             } else if (isnan(pt.t)) {
                 /* Finite and below the all-zero bound is all that was checked. */
                 s.verdict = is_ref ? REGRESS_PASS : REGRESS_INCONCLUSIVE;

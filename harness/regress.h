@@ -25,7 +25,10 @@
  *     inconclusive (undefined, e.g. the cosine of an all-zero output).
  *   - a key in the baseline and missing from the run: one flag, metric
  *     "present", verdict error (never a pass). A key new in the run is
- *     checked against the absolute bounds only.
+ *     checked against the absolute bounds only; when no configured metric
+ *     has a bound for its variant, each configured metric is an error (the
+ *     message: set a baseline run that has the key, or bound it in the
+ *     config), since a baseline run exists and nothing judges the key.
  *
  * layer without a baseline run (the first run): the "nonfinite" flag of
  *   every key, and each metric that has an absolute bound in the config;
@@ -47,11 +50,13 @@
  *   otherwise have none). With the config's bounds (none by default):
  *        threshold = max(abs[V], ratio[V] x r, gap term)
  *   regression when v > threshold (a value at the threshold passes); a term
- *   that is undefined is left out. With no term at all (the first run, a
- *   variant or a bf16 row missing from the baseline or the run, and no
- *   budget configured) the verdict is inconclusive and the message records
- *   the gap, for bf16 itself pass (it is the reference; its change is the
- *   layer scope's check). A flag is named "bf16" or "V-bf16" and carries
+ *   that is undefined is left out. With no term at all and no budget
+ *   configured: with a baseline run whose layer lacks V's or bf16's row, an
+ *   error (set a baseline that has it, or bound it in the config); else
+ *   (the first run, a bf16 row missing from the run, a baseline row that
+ *   is not usable) inconclusive, the message recording the gap; for bf16
+ *   itself pass (it is the reference; its change is the layer scope's
+ *   check). A flag is named "bf16" or "V-bf16" and carries
  *   bf16's rel_l2 in the run as baseline_value.
  *
  * eval: per (eval, mode, effort), with e = gate_config.eval.min_effect, d a

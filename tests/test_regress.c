@@ -151,8 +151,10 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     cr_expect_eq(counts[REGRESS_REGRESSION], 5);
     regress_flags_free(&f);
 
-    /* New keys (no baseline): the absolute bound only, else inconclusive;
-     * ~spec and ext: variants are checked like the modes. */
+    /* Keys new in the run (baseline run 7 lacks them): the absolute bound
+     * only; with no bound for the variant an error saying how to resolve it
+     * (never an exit-0 inconclusive); ~spec and ext: variants are checked
+     * like the modes. */
     regress_layer_row nk[3] = {row("a", 0, "fp8qkv"), row("a", 0, "ext:trt"),
                                row("a", 0, "fp8kv~spec")};
     nk[0].m[REGRESS_REL_L2] = 0.75;  /* exactly at its bound */
@@ -162,11 +164,28 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     nb[0].m[REGRESS_REL_L2] = 0.05;
     cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "rel_l2")->verdict, REGRESS_PASS);
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "rel_l2")->verdict,
+    /* fp8qkv is bounded on rel_l2, so its unbounded cos_sim is only unjudged. */
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "cos_sim")->verdict,
                  REGRESS_INCONCLUSIVE);
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect_str_eq(x->message, "a layer 0 ext:trt: rel_l2 0.1: not in baseline run 7 and no "
+                     "absolute bound for ext:trt in the config: set a baseline run that has it "
+                     "(precgate baseline set RUN) or bound it in --config (layer.abs.ext:trt)");
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "cos_sim");
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect(strstr(x->message, "(layer.metric_abs.cos_sim.ext:trt)") != NULL, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv~spec", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.1 > 0.0625 */
-    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_REGRESSION);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
+    regress_flags_free(&f);
+
+    /* The same keys in a first run (no baseline run): gaps are expected there,
+     * so the unbounded ext:trt is inconclusive and the gate passes. */
+    cr_assert_eq(regress_layers(nk, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 3, "ext:trt: nonfinite only; fp8qkv: nonfinite and its bounded rel_l2");
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "rel_l2")->verdict, REGRESS_PASS);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
     regress_flags_free(&f);
 }
 
@@ -215,8 +234,23 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "ext:x-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    /* Layer 4 is not in baseline run 9 and no budget bounds fp8kv: an error. */
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect_str_eq(x->message, "a layer 4 fp8kv-bf16: rel_l2 vs fp64 reference 0.05: baseline "
+                     "run 9 has no fp8kv row in this layer and the config has no mode_pair "
+                     "budget for fp8kv: set a baseline run that has it (precgate baseline set "
+                     "RUN) or bound it in --config (mode_pair.abs.fp8kv or "
+                     "mode_pair.ratio.fp8kv)");
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
+    regress_flags_free(&f);
+    /* A variant the baseline's layer has while it lacks that layer's bf16:
+     * no gap to compare either, so the same error, naming bf16. */
+    cr_assert_eq(regress_mode_pairs(r, 3, base + 1, 3, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect(strstr(x->message, "baseline run 9 has no bf16 row in this layer") != NULL, "%s",
+              x->message);
     regress_flags_free(&f);
 
     /* No baseline run: the gap is recorded (inconclusive), not judged against a
@@ -241,12 +275,16 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);        /* 0.080 <= 30 x 0.003 */
     cr_expect(fabs(x->threshold - 0.09) < 1e-15);
     regress_flags_free(&f);
-    /* With a baseline, a looser abs bound wins over the gap term (max). */
-    cr_assert_eq(regress_mode_pairs(r, 3, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    /* With a baseline, a looser abs bound wins over the gap term (max); layer
+     * 4, new in the run, is judged by its abs bound alone (0.05 <= 0.05). */
+    cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     cr_expect(strstr(x->message, "max(abs 0.05, bf16 0.003 + baseline gap") != NULL, "%s",
               x->message);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect_eq(x->threshold, 0.05);
     regress_flags_free(&f);
 }
 
