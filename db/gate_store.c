@@ -74,8 +74,8 @@ static const char SQL_LAYERS[] =
     " ORDER BY capture, layer, variant, backend";
 
 static const char SQL_PAIRS[] =
-    "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, ci_low, ci_high, mde"
-    " FROM eval_pairs WHERE run_id = ?1 ORDER BY eval, effort, mode_a, mode_b";
+    "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, ci_low, ci_high, mde, wins,"
+    " losses, sign_p FROM eval_pairs WHERE run_id = ?1 ORDER BY eval, effort, mode_a, mode_b";
 
 static const char SQL_SCORES[] =
     "SELECT eval, mode, effort, n_problems, accuracy, stderr,"
@@ -482,6 +482,9 @@ static pg_status take_pair(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_err
     p->ci_low = col_real(st, 6);
     p->ci_high = col_real(st, 7);
     p->mde = col_real(st, 8);
+    p->wins = sqlite3_column_int64(st, 9);
+    p->losses = sqlite3_column_int64(st, 10);
+    p->sign_p = col_real(st, 11);
     if (oom || !p->eval || !p->effort || !p->mode_a || !p->mode_b)
         return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading eval pairs");
     return PG_OK;

@@ -548,6 +548,31 @@ static regress_verdict eval_verdict(double d, double lo, double hi, double mde, 
     return v;
 }
 
+/* The verdict of pair p at min_effect e and its explanation: eval_verdict
+ * of the stored interval, a regression or improvement held back to
+ * inconclusive unless the exact sign test reaches EVAL_ALPHA (regress.h). */
+static regress_verdict pair_verdict(const regress_eval_pair *p, double e, char *why, size_t len)
+{
+    regress_verdict v = eval_verdict(p->mean_diff, p->ci_low, p->ci_high, p->mde, e, why, len);
+    if (v != REGRESS_REGRESSION && v != REGRESS_IMPROVEMENT) return v;
+    const int known = p->sign_p > 0 && p->sign_p <= 1;
+    if (known && p->sign_p <= EVAL_ALPHA) return v;
+    char m[64];
+    mde_clause(m, sizeof m, p->mde);
+    if (known)
+        snprintf(why, len, "inconclusive: the interval is %s 0, but the exact sign test gives p "
+                 "%.3g > %.2f (%lld problems better, %lld worse, the rest tied), so the %s is "
+                 "not significant at this many problems (%s)",
+                 v == REGRESS_REGRESSION ? "below" : "above", p->sign_p, EVAL_ALPHA,
+                 (long long)p->wins, (long long)p->losses,
+                 v == REGRESS_REGRESSION ? "drop" : "gain", m);
+    else
+        snprintf(why, len, "inconclusive: the interval is %s 0, but the sign test p is unknown "
+                 "(%g), so significance cannot be checked (%s)",
+                 v == REGRESS_REGRESSION ? "below" : "above", p->sign_p, m);
+    return REGRESS_INCONCLUSIVE;
+}
+
 /* Appends "; " (unless buf is empty) and the formatted text to buf. */
 __attribute__((format(printf, 3, 4)))
 static void add_reason(char *buf, size_t len, const char *fmt, ...)
@@ -696,7 +721,7 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
                             sizeof reasons - strlen(reasons)))
             snprintf(why, sizeof why, "%s", reasons);
         else
-            v = eval_verdict(p->mean_diff, p->ci_low, p->ci_high, p->mde, e, why, sizeof why);
+            v = pair_verdict(p, e, why, sizeof why);
         const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = p->eval,
                              .mode = p->mode_a, .effort = p->effort, .metric = metric,
                              .value = p->mean_diff, .baseline_value = NAN, .threshold = e,

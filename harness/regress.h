@@ -87,6 +87,16 @@
  *     when the run has it): d = mean paired difference A - B, the stored
  *     paired bootstrap interval and the stored MDE (the design MDE of
  *     evals/score.h, raised to the observed one where that is larger).
+ *     A regression or improvement also needs the stored exact two-sided
+ *     sign test p <= EVAL_ALPHA (else inconclusive, with p, wins and
+ *     losses stated): at a few problems the percentile bootstrap interval
+ *     is far too narrow (6 problems, 3 lost, none won: the bootstrap says
+ *     "below 0", p = 0.25). The sign test is exact for paired data at any
+ *     n, ties dropped. Widening the interval with the design SE (MDE /
+ *     (z_0.975 + z_0.80)) instead was rejected: that SE is unpaired
+ *     (two independent binomials), so it ignores that both modes answer
+ *     the same problems and would call the shipped demo's fp8qkv drop
+ *     (12 problems: 6 lost, 0 won, p = 0.031) inconclusive.
  *   - metric "accuracy" against the baseline run's eval_scores of the same
  *     (eval, mode, effort): d = acc_run - acc_base, se = max(sqrt(se_run^2 +
  *     se_base^2), design se) with design se = sqrt(p~(1-p~) (1/N_run +
@@ -164,6 +174,8 @@ typedef struct regress_eval_pair {
     const char *eval, *effort, *mode_a, *mode_b;
     int64_t n_problems;
     double mean_diff, ci_low, ci_high, mde;  /* NaN where NULL */
+    int64_t wins, losses;  /* problems where A's mean is higher, lower */
+    double sign_p;         /* exact two-sided sign test of wins vs losses; outside (0, 1]: unknown */
 } regress_eval_pair;
 
 /* One eval_scores row. Strings are borrowed. */

@@ -354,7 +354,7 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
     gate_config c;
     gate_config_default(&c);
     const regress_eval_pair pairs[1] = {
-        {"aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738}};
+        {"aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738, 0, 6, 0.03125}};
     /* 12 problems x 3 samples: 36 graded samples per score. */
     const regress_eval_score run[2] = {{"aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0},
                                        {"aime", "fp8qkv", "medium", 12, 0.60, 0.03, 36, 0}};
@@ -396,7 +396,7 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
      * that could have seen min_effect: MDE 0.02 can, MDE 0.08 cannot. */
     const regress_eval_score low[2] = {{"aime", "bf16", "low", 400, 0.5, 0.02, 3200, 0},
                                        {"aime", "fp8kv", "low", 400, 0.5, 0.02, 3200, 0}};
-    regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02}};
+    regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02, 10, 10, 1.0}};
     cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 3);
     cr_expect_eq(f.v[2].verdict, REGRESS_NO_CHANGE, "%s", f.v[2].message);
@@ -413,6 +413,50 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
 }
 
 /* The degenerate evals of regress.h are errors whatever min_effect says. */
+/* Issue 14 section 5 (review): the pair verdict of few problems needs the
+ * sign test, not only the percentile bootstrap interval. */
+Test(regress, a_pair_drop_or_gain_needs_a_significant_sign_test)
+{
+    gate_config c;
+    gate_config_default(&c);
+    /* 6 problems x 1 sample: bf16 right on 4, fp8kv on 1; fp8kv lost 3, won 0. */
+    const regress_eval_score six[2] = {{"e", "bf16", "m", 6, 4.0 / 6, 0.2, 6, 0},
+                                       {"e", "fp8kv", "m", 6, 1.0 / 6, 0.15, 6, 0}};
+    regress_eval_pair p[1] = {{"e", "m", "fp8kv", "bf16", 6, -0.5, -5.0 / 6, -1.0 / 6, 0.75, 0, 3,
+                               0.25}};
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(f.n, 3);
+    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect_str_eq(f.v[2].message, "e m fp8kv - bf16: mean paired difference -0.500, 95% CI "
+                     "[-0.833, -0.167] over 6 problems; inconclusive: the interval is below 0, "
+                     "but the exact sign test gives p 0.25 > 0.05 (0 problems better, 3 worse, "
+                     "the rest tied), so the drop is not significant at this many problems (MDE "
+                     "0.750 at 80% power)");
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
+    regress_flags_free(&f);
+    /* All 6 lost: p = 2 x 0.5^6 = 0.03125 <= 0.05, a regression. */
+    p[0].losses = 6;
+    p[0].sign_p = 0.03125;
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[2].verdict, REGRESS_REGRESSION, "%s", f.v[2].message);
+    regress_flags_free(&f);
+    /* The mirror image: 3 won, none lost, p 0.25: no improvement either. */
+    p[0] = (regress_eval_pair){"e", "m", "fp8kv", "bf16", 6, 0.5, 1.0 / 6, 5.0 / 6, 0.75, 3, 0,
+                               0.25};
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "interval is above 0, but the exact sign test gives p 0.25 "
+                     "> 0.05 (3 problems better, 0 worse") != NULL, "%s", f.v[2].message);
+    regress_flags_free(&f);
+    /* An unknown p (a zeroed row) never lets a drop through as significant. */
+    p[0].sign_p = 0;
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    regress_flags_free(&f);
+}
+
 Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
 {
     const double effects[] = {0.0, GATE_DEFAULT_MIN_EFFECT, 1.0};
@@ -426,7 +470,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
          * interval [0, 0]; the smallest sign-test p is 2 x 0.5^3 = 0.25. */
         const regress_eval_score three[2] = {{"e", "bf16", "m", 3, 1.0, 0.0, 3, 0},
                                              {"e", "fp8kv", "m", 3, 1.0, 0.0, 3, 0}};
-        const regress_eval_pair p3[1] = {{"e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066}};
+        const regress_eval_pair p3[1] = {{"e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(p3, 1, three, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
         cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
@@ -439,7 +483,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         /* 6 problems: 2 x 0.5^6 = 0.03125 can reach 0.05, so no error. */
         const regress_eval_score six[2] = {{"e", "bf16", "m", 6, 0.5, 0.2, 6, 0},
                                            {"e", "fp8kv", "m", 6, 0.5, 0.2, 6, 0}};
-        const regress_eval_pair p6[1] = {{"e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9}};
+        const regress_eval_pair p6[1] = {{"e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(p6, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_expect_neq(f.v[2].verdict, REGRESS_ERROR, "%s", f.v[2].message);
         regress_flags_free(&f);
@@ -447,7 +491,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         /* 30 problems x 2 samples, every sample truncated and wrong in both modes. */
         const regress_eval_score trunc[2] = {{"e", "bf16", "m", 30, 0.0, 0.0, 60, 60},
                                              {"e", "fp8kv", "m", 30, 0.0, 0.0, 60, 60}};
-        const regress_eval_pair pt[1] = {{"e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632}};
+        const regress_eval_pair pt[1] = {{"e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(pt, 1, trunc, 2, trunc, 2, 7, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 5);
         for (size_t i = 0; i < f.n; i++)
@@ -472,8 +516,8 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         regress_flags_free(&f);
 
         /* A pair with no problem in common, and one whose mode was never scored. */
-        const regress_eval_pair none[2] = {{"e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN},
-                                           {"e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1}};
+        const regress_eval_pair none[2] = {{"e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN, 0, 0, 1.0},
+                                           {"e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(none, 2, half, 1, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
         cr_expect_eq(f.v[1].verdict, REGRESS_ERROR, "%s", f.v[1].message);
@@ -597,7 +641,7 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     regress_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 1, base, 2, 1, &c, &f, &err), PG_OK, "%s", err.msg);
-    const regress_eval_pair pairs[1] = {{"e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1}};
+    const regress_eval_pair pairs[1] = {{"e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1, 0, 6, 0.03125}};
     const regress_eval_score scores[2] = {{"e<1>", "bf16", "hi", 12, 0.5, 0.1, 12, 0},
                                           {"e<1>", "fp8kv", "hi", 12, 0.4, 0.1, 12, 0}};
     cr_assert_eq(regress_evals(pairs, 1, scores, 2, NULL, 0, 1, &c, &f, &err), PG_OK, "%s",
