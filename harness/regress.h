@@ -49,7 +49,10 @@
  *   variant as close to the reference as bf16 has a gap near 0 and would
  *   otherwise have none). With the config's bounds (none by default):
  *        threshold = max(abs[V], ratio[V] x r, gap term)
- *   regression when v > threshold (a value at the threshold passes); a term
+ *   regression when v is above every defined term (a value at a term
+ *   passes), the gap term compared as v - r <= (B - R) + allowance, never as
+ *   v <= r + ..., whose sum rounds (an identical rerun at tol 0 would fail
+ *   where r + (B - R) rounds below B); a term
  *   that is undefined is left out. With no term at all and no budget
  *   configured: with a baseline run whose layer lacks V's or bf16's row, an
  *   error (set a baseline that has it, or bound it in the config); else

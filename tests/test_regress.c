@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,7 +218,7 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     r[1].m[REGRESS_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
     r[2].m[REGRESS_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
     r[3].m[REGRESS_REL_L2] = 0.9;                 /* not against the reference: skipped */
-    r[4].m[REGRESS_REL_L2] = 0.003 + 0.0001 + 0.0002;     /* at its floor allowance */
+    r[4].m[REGRESS_REL_L2] = 0.003 + 0.0001 + 0.00019;    /* within its floor allowance */
     r[5].m[REGRESS_REL_L2] = 0.05;                /* layer 4: not in the baseline */
     regress_flags f = {0};
     pg_err err = {0};
@@ -285,6 +286,78 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     cr_expect_eq(x->threshold, 0.05);
+    regress_flags_free(&f);
+}
+
+/* A uniform double in [lo, hi) from *state (xorshift64; fixed seeds keep
+ * the tests reproducible). */
+static double uniform(uint64_t *state, double lo, double hi)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return lo + (hi - lo) * (double)(x >> 11) * 0x1.0p-53;
+}
+
+/* Layers in each mode_pair test of many random values. */
+#define PAIR_LAYERS 4000
+
+/* Issue 14 section 5 (review): at mode_pair.rel_tol 0, a run whose gap to
+ * bf16 is the baseline's, bit for bit, is not worse. */
+Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
+{
+    gate_config c;
+    gate_config_default(&c);
+    c.mode_pair.rel_tol = 0;
+    c.layer.rel_tol = 0;
+    static regress_layer_row base[2 * PAIR_LAYERS], run[2 * PAIR_LAYERS];
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < PAIR_LAYERS; i++) {
+        base[2 * i] = row("a", i, "bf16");
+        base[2 * i + 1] = row("a", i, "fp8kv");
+        /* bf16 1e-4..1e-2; the variant 0.01x..30x of it (log-uniform): an
+         * ext:NAME below bf16 is where r + (B - R) rounds away from B. */
+        base[2 * i].m[REGRESS_REL_L2] = exp(uniform(&seed, log(1e-4), log(1e-2)));
+        base[2 * i + 1].m[REGRESS_REL_L2] = base[2 * i].m[REGRESS_REL_L2] *
+                                            exp(uniform(&seed, log(0.01), log(30.0)));
+    }
+    /* An identical rerun: v - r is B - R bit for bit. */
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_mode_pairs(base, 2 * PAIR_LAYERS, base, 2 * PAIR_LAYERS, 1, &c, &f, &err),
+                 PG_OK, "%s", err.msg);
+    size_t counts[REGRESS_VERDICT_COUNT];
+    regress_count(&f, counts);
+    cr_expect_eq(counts[REGRESS_PASS], 2 * PAIR_LAYERS, "%zu regressions of an identical rerun",
+                 counts[REGRESS_REGRESSION]);
+    regress_flags_free(&f);
+
+    /* bf16 worse by up to half, the variant by the same amount, chosen so
+     * that v - r == B - R exactly while r + (B - R) rounds below v: the gap
+     * did not grow, although a threshold on v says it did. */
+    size_t tricky = 0;
+    for (int i = 0; i < PAIR_LAYERS; i++) {
+        const double R = base[2 * i].m[REGRESS_REL_L2], B = base[2 * i + 1].m[REGRESS_REL_L2];
+        const double gap = B - R, r = R * (1.0 + uniform(&seed, 0.05, 0.5));
+        /* The largest v with v - r <= gap, as computed. */
+        double v = r + gap;
+        while (v - r > gap) v = nextafter(v, 0.0);
+        while (nextafter(v, 1.0) - r <= gap) v = nextafter(v, 1.0);
+        tricky += v > r + gap;  /* a threshold on v would call it worse */
+        run[2 * i] = base[2 * i];
+        run[2 * i].m[REGRESS_REL_L2] = r;
+        run[2 * i + 1] = base[2 * i + 1];
+        run[2 * i + 1].m[REGRESS_REL_L2] = v;
+        cr_assert_gt(v, B * (1.0 + 1e-3), "layer %d: the variant's own error grew", i);
+    }
+    cr_assert_gt(tricky, PAIR_LAYERS / 100, "only %zu layers where the sum rounds", tricky);
+    cr_assert_eq(regress_mode_pairs(run, 2 * PAIR_LAYERS, base, 2 * PAIR_LAYERS, 1, &c, &f, &err),
+                 PG_OK, "%s", err.msg);
+    regress_count(&f, counts);
+    cr_expect_eq(counts[REGRESS_PASS], 2 * PAIR_LAYERS, "%zu regressions of %zu rounding cases",
+                 counts[REGRESS_REGRESSION], tricky);
     regress_flags_free(&f);
 }
 
