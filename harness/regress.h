@@ -47,8 +47,15 @@
  *   i.e. v - r <= (B - R) + tol * max(|B - R|, R): the allowance is tol of
  *   the baseline's gap, and never less than tol of bf16's own error (a
  *   variant as close to the reference as bf16 has a gap near 0 and would
- *   otherwise have none). With the config's bounds (none by default):
- *        threshold = max(abs[V], ratio[V] x r, gap term)
+ *   otherwise have none). The variant's own term, with the layer scope's
+ *   tolerance ltol = layer.rel_tol,
+ *        own term  = B + |B| ltol
+ *   passes a variant whose own rel_l2 did not grow past ltol, whatever bf16
+ *   did: the gap also grows when bf16 improves and V stays put, and the
+ *   baseline has the same inputs (db/gate_store.h), so V's own error against
+ *   the same reference is the direct measure. Both are defined together.
+ *   With the config's bounds (none by default):
+ *        threshold = max(abs[V], ratio[V] x r, gap term, own term)
  *   regression when v is above every defined term (a value at a term
  *   passes), the gap term compared as v - r <= (B - R) + allowance, never as
  *   v <= r + ..., whose sum rounds (an identical rerun at tol 0 would fail

@@ -361,6 +361,41 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
     regress_flags_free(&f);
 }
 
+/* Issue 14 section 5 (review): bf16 improving does not make an unchanged
+ * variant a regression; the variant's own growth past the layer scope's
+ * tolerance still does. */
+Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
+{
+    gate_config c;
+    gate_config_default(&c);  /* layer.rel_tol and mode_pair.rel_tol 0.10 */
+    regress_layer_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
+    base[0].m[REGRESS_REL_L2] = 0.004;
+    base[1].m[REGRESS_REL_L2] = 0.003;
+    regress_layer_row run[2] = {base[0], base[1]};
+    run[0].m[REGRESS_REL_L2] = 0.002;  /* the gap went from -0.001 to +0.001 */
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
+    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect_str_eq(x->message, "a layer 0 ext:flash-bf16: rel_l2 vs fp64 reference 0.003 <= "
+                     "threshold 0.0033 = max(bf16 0.002 + baseline gap -0.001 + 0.1 x 0.004 (gap "
+                     "0.001 vs -0.001 in baseline run 5), own baseline 0.003 + 0.1 x 0.003)");
+    cr_expect_eq(x->threshold, 0.003 + 0.003 * 0.1);
+    regress_flags_free(&f);
+    /* At its own bound it passes; one ulp above, with the gap grown, it fails. */
+    run[1].m[REGRESS_REL_L2] = 0.003 + 0.003 * 0.1;
+    cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    regress_flags_free(&f);
+    run[1].m[REGRESS_REL_L2] = nextafter(0.003 + 0.003 * 0.1, 1.0);
+    cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    regress_flags_free(&f);
+}
+
 Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
 {
     gate_config c;
