@@ -251,8 +251,9 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
     return ps;
 }
 
+/* --limit first: it changes the digest, and is the cause to name. */
 const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {
-    "traces_digest", "capture_digest", "source", "limit"};
+    "limit", "source", "traces_digest", "capture_digest"};
 
 /* Column i's text into buf ("none" for SQL NULL, cut to fit). */
 static void col_text_or_none(sqlite3_stmt *st, int i, char *buf, size_t len)

@@ -66,9 +66,10 @@ pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *ba
 pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id, pg_err *err);
 
 /* The runs.config_json fields that define what a run measured: runs that
- * differ in one are not compared (traces_digest: eval runs' --traces
- * content; capture_digest: sweep runs' --capture content; source: replay or
- * live; limit: eval --limit N, the first N problems). */
+ * differ in one are not compared, named in this order (limit: eval --limit
+ * N, the first N problems, which also changes the digest; source: replay
+ * or live; traces_digest: eval runs' --traces content after --limit;
+ * capture_digest: sweep runs' --capture content). */
 #define GATE_CONTENT_FIELD_COUNT 4
 extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
 

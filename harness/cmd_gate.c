@@ -116,7 +116,9 @@ static void print_no_content_match(const gate_run *run, int64_t newest,
 {
     printf("baseline: none (no older complete %s run labelled '%s'%s with the same content: ",
            run->kind, label, no_label);
-    if (strcmp(d->other_value, GATE_CONTENT_NONE) == 0)
+    const char *suffix = strrchr(d->field, '_');
+    const int is_digest = suffix != NULL && strcmp(suffix, "_digest") == 0;
+    if (is_digest && strcmp(d->other_value, GATE_CONTENT_NONE) == 0)
         printf("the newest, run %" PRId64 ", has no %s in its config (recorded before content "
                "digests), so it cannot be an automatic baseline for run %" PRId64 " (%s %s)",
                newest, d->field, run->id, d->field, d->run_value);

@@ -737,9 +737,8 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
     char *out = NULL;
     int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
     cr_expect(strstr(out, "baseline: none (no older complete eval run labelled 'nightly' with "
-                          "the same content: the newest, run 1, has traces_digest "
-                          "fnv1a64-v1:12:") != NULL, "%s", out);
-    cr_expect(strstr(out, "run 2 has fnv1a64-v1:6:") != NULL, "%s", out);
+                          "the same content: the newest, run 1, has limit none, run 2 has 6); ")
+              != NULL, "%s", out);
     /* Its own pairs: fp8qkv lost 3 of 6 problems and won none; the bootstrap
      * interval is below 0, but the sign test p is 0.25: inconclusive. */
     cr_expect(strstr(out, "inconclusive eval      aime-style-demo medium fp8qkv - bf16: mean "
@@ -756,14 +755,21 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
     /* Named, the other content is one error verdict naming field and values. */
     rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "--baseline 1 is run 1, whose traces_digest is fnv1a64-v1:12:") != NULL,
+    cr_expect(strstr(out, "ERROR      eval      --baseline 1 is run 1, whose limit is none; run "
+                          "2's is 6: runs of different content are not compared") != NULL,
               "%s", out);
-    cr_expect(strstr(out, "run 2's is fnv1a64-v1:6:") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2"), 1);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
-                        "metric = 'content' AND baseline_run_id = 1 AND mode = 'traces_digest'"),
-                 1);
+                        "metric = 'content' AND baseline_run_id = 1 AND mode = 'limit'"), 1);
+    /* The digest alone differs too: the same traces file, other content. */
+    db_exec("UPDATE runs SET config_json = json_set(config_json, '$.limit', 6) WHERE id = 1");
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "whose traces_digest is fnv1a64-v1:12:") != NULL, "%s", out);
+    cr_expect(strstr(out, "run 2's is fnv1a64-v1:6:") != NULL, "%s", out);
+    free(out);
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.limit') WHERE id = 1");
 
     /* Run 3 has run 1's content: run 1 is its baseline although run 2 is newer. */
     demo_eval("");
