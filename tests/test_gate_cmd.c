@@ -794,3 +794,40 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND baseline_run_id IS NOT "
                         "NULL"), 0);
 }
+
+/* Issue 14 section 5 (review): a mode the baseline run lacks is an error in
+ * the layer and mode_pair scopes (exit 2), unless a bound in the config
+ * judges it. */
+Test(gate_cmd, a_mode_the_baseline_run_lacks_is_an_error_unless_bounded)
+{
+    synth();
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --label v --backend cpu "
+                                    "--variants bf16,fp8kv --no-progress", g_cap, g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    sweep("v");  /* all three modes: fp8qkv is new */
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "cap.safetensors layer 0 fp8qkv: rel_l2 0.0")
+              != NULL, "%s", out);
+    cr_expect(strstr(out, ": not in baseline run 1 and no absolute bound for fp8qkv in the "
+                          "config: set a baseline run that has it (precgate baseline set RUN) or "
+                          "bound it in --config (layer.abs.fp8qkv)") != NULL, "%s", out);
+    cr_expect(strstr(out, "cap.safetensors layer 1 fp8qkv-bf16: rel_l2 vs "
+                          "fp64 reference 0.0") != NULL, "%s", out);
+    free(out);
+    /* 2 layers x (rel_l2, p99_abs) in the layer scope, 2 layers in mode_pair. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'layer' AND variant = 'fp8qkv'"), 4);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'mode_pair' AND variant = 'fp8qkv-bf16'"), 2);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 6);
+    /* Bounded in both scopes, it is judged by the bounds and the gate passes. */
+    write_config("{\"layer\": {\"abs\": {\"fp8qkv\": 0.5}}, \"mode_pair\": {\"abs\": "
+                 "{\"fp8qkv\": 0.5}}}");
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 0);
+}
