@@ -17,18 +17,43 @@
 
 static const char SQL_RUN[] = "SELECT kind, label, status, error FROM runs WHERE id = ?1";
 
+/* A config_json field of runs alias t, NULL when absent or when the text is
+ * not JSON (json_extract would raise "malformed JSON" for the whole query). */
+#define CONFIG_FIELD(t, path) \
+    "json_extract(CASE WHEN json_valid(" t ".config_json) THEN " t ".config_json END, " path ")"
+
+/* The same defining content as run ?3 (GATE_CONTENT_FIELDS, gate_store.h):
+ * each field equal, or absent in both (IS: NULL IS NULL). A run without a
+ * digest therefore never matches one with a digest. */
+#define SAME_CONTENT_FIELD(f) \
+    " AND " CONFIG_FIELD("r", "'$." f "'") " IS " CONFIG_FIELD("me", "'$." f "'")
+#define SAME_CONTENT                                                                        \
+    SAME_CONTENT_FIELD("traces_digest") SAME_CONTENT_FIELD("capture_digest")                  \
+    SAME_CONTENT_FIELD("source") SAME_CONTENT_FIELD("limit")
+
+/* Older complete runs of the same kind and label (?1, ?2) than run ?3. */
+#define OLDER_SAME_KIND_LABEL                                                               \
+    "SELECT r.id FROM runs r, runs me WHERE me.id = ?3 AND r.kind = ?1 AND r.label IS ?2"   \
+    " AND r.status = 'complete' AND r.id < ?3"
+
 /* Passed its gate: has flags, none of them a regression or an error. */
 static const char SQL_AUTO_PASSED[] =
-    "SELECT r.id FROM runs r WHERE r.kind = ?1 AND r.label IS ?2 AND r.status = 'complete'"
-    " AND r.id < ?3"
+    OLDER_SAME_KIND_LABEL SAME_CONTENT
     " AND EXISTS (SELECT 1 FROM flags f WHERE f.run_id = r.id)"
     " AND NOT EXISTS (SELECT 1 FROM flags f WHERE f.run_id = r.id"
     "                 AND f.verdict IN ('regression', 'error'))"
     " ORDER BY r.id DESC LIMIT 1";
 
-static const char SQL_AUTO_ANY[] =
-    "SELECT r.id FROM runs r WHERE r.kind = ?1 AND r.label IS ?2 AND r.status = 'complete'"
-    " AND r.id < ?3 ORDER BY r.id DESC LIMIT 1";
+static const char SQL_AUTO_ANY[] = OLDER_SAME_KIND_LABEL SAME_CONTENT " ORDER BY r.id DESC LIMIT 1";
+
+/* The newest older run of the kind and label, whatever its content. */
+static const char SQL_NEWEST_OLDER[] = OLDER_SAME_KIND_LABEL " ORDER BY r.id DESC LIMIT 1";
+
+/* One content field (?3, a JSON path) of runs ?1 and ?2, and whether they
+ * are the same (absent in both counts as the same). */
+static const char SQL_CONTENT_FIELD[] =
+    "SELECT x, y, x IS y FROM (SELECT " CONFIG_FIELD("a", "?3") " AS x, "
+    CONFIG_FIELD("b", "?3") " AS y FROM runs a, runs b WHERE a.id = ?1 AND b.id = ?2)";
 
 static const char SQL_BASELINE_GET[] = "SELECT run_id FROM baselines WHERE name = ?1";
 static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
@@ -49,8 +74,8 @@ static const char SQL_LAYERS[] =
     " ORDER BY capture, layer, variant, backend";
 
 static const char SQL_PAIRS[] =
-    "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, ci_low, ci_high, mde"
-    " FROM eval_pairs WHERE run_id = ?1 ORDER BY eval, effort, mode_a, mode_b";
+    "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, ci_low, ci_high, mde, wins,"
+    " losses, sign_p FROM eval_pairs WHERE run_id = ?1 ORDER BY eval, effort, mode_a, mode_b";
 
 static const char SQL_SCORES[] =
     "SELECT eval, mode, effort, n_problems, accuracy, stderr,"
@@ -210,6 +235,63 @@ pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *ba
     }
     if (ps == PG_OK) ps = auto_query(db, SQL_AUTO_ANY, run, base_id, &found, err);
     if (ps != PG_OK || !found) *base_id = -1;
+    return ps;
+}
+
+pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id, pg_err *err)
+{
+    if (run == NULL || run->kind == NULL || id == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_store_newest_older: NULL argument");
+    *id = -1;
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_newest_older", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    int found = 0;
+    pg_status ps = auto_query(db, SQL_NEWEST_OLDER, run, id, &found, err);
+    if (ps != PG_OK || !found) *id = -1;
+    return ps;
+}
+
+/* --limit first: it changes the digest, and is the cause to name. */
+const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {
+    "limit", "source", "traces_digest", "capture_digest"};
+
+/* Column i's text into buf ("none" for SQL NULL, cut to fit). */
+static void col_text_or_none(sqlite3_stmt *st, int i, char *buf, size_t len)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    snprintf(buf, len, "%s", t != NULL ? (const char *)t : GATE_CONTENT_NONE);
+}
+
+pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
+                                  gate_content_diff *out, pg_err *err)
+{
+    if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_content_diff: out is NULL");
+    memset(out, 0, sizeof *out);
+    sqlite3 *db = sql_handle_or_fail(s, "gate_store_content_diff", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_prepare(db, SQL_CONTENT_FIELD, &st, err);
+    for (int f = 0; ps == PG_OK && f < GATE_CONTENT_FIELD_COUNT && out->field == NULL; f++) {
+        char path[64];
+        snprintf(path, sizeof path, "$.%s", gate_content_fields[f]);
+        sqlite3_reset(st);
+        int rc = sqlite3_bind_int64(st, 1, run_id);
+        if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, other_id);
+        if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 3, path, -1, SQLITE_TRANSIENT);
+        if (rc == SQLITE_OK) rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) {
+            ps = pg_fail(err, PG_ERR_USAGE, "no run %" PRId64 " or %" PRId64 " in %s", run_id,
+                         other_id, sql_db_path(db));
+        } else if (rc != SQLITE_ROW) {
+            ps = sql_fail(db, err, "compare the content of runs %" PRId64 " and %" PRId64,
+                          run_id, other_id);
+        } else if (sqlite3_column_int(st, 2) == 0) {
+            out->field = gate_content_fields[f];
+            col_text_or_none(st, 0, out->run_value, sizeof out->run_value);
+            col_text_or_none(st, 1, out->other_value, sizeof out->other_value);
+        }
+    }
+    sqlite3_finalize(st);
     return ps;
 }
 
@@ -401,6 +483,9 @@ static pg_status take_pair(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_err
     p->ci_low = col_real(st, 6);
     p->ci_high = col_real(st, 7);
     p->mde = col_real(st, 8);
+    p->wins = sqlite3_column_int64(st, 9);
+    p->losses = sqlite3_column_int64(st, 10);
+    p->sign_p = col_real(st, 11);
     if (oom || !p->eval || !p->effort || !p->mode_a || !p->mode_b)
         return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading eval pairs");
     return PG_OK;

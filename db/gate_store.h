@@ -12,11 +12,15 @@
  * (gate_store_put_flags) is one transaction.
  *
  * Baseline selection (gate_store_auto_baseline): the newest complete run
- * of the same kind and label (NULL labels match each other) that is older
+ * of the same kind, label (NULL labels match each other) and defining
+ * content (the runs.config_json fields of gate_content_fields: the traces'
+ * or capture's content digest, replay or live, --limit; each equal or
+ * absent in both, so a run recorded before digests never baselines one
+ * with a digest) that is older
  * than the run (a smaller id: runs are numbered as they start) and passed
  * its gate (it has flags and none with verdict regression or error). When
- * no such run passed, the newest complete run of the same kind and label
- * that is older: a first gate after runs that were never gated still has
+ * no such run passed, the newest complete run of the same kind, label and
+ * content that is older: a first gate after runs that were never gated still has
  * something to compare with, and the choice is printed as "not gated" so
  * that a baseline that itself never passed is visible.
  */
@@ -55,6 +59,37 @@ pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err);
  * fallback). Reads only. */
 pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *base_id,
                                    int *passed, pg_err *err);
+
+/* The newest complete run of run's kind and label older than run, whatever
+ * its content, into *id (-1 when none): what the automatic baseline would
+ * have been without the content rule, for saying why there is none. */
+pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id, pg_err *err);
+
+/* The runs.config_json fields that define what a run measured: runs that
+ * differ in one are not compared, named in this order (limit: eval --limit
+ * N, the first N problems, which also changes the digest; source: replay
+ * or live; traces_digest: eval runs' --traces content after --limit;
+ * capture_digest: sweep runs' --capture content). */
+#define GATE_CONTENT_FIELD_COUNT 4
+extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
+
+/* What a field's value reads as when a run's config lacks it. */
+#define GATE_CONTENT_NONE "none"
+/* Longest value kept of a differing field (a digest is 64 hex digits). */
+#define GATE_CONTENT_VALUE_MAX 128
+
+/* The first content field in which two runs differ; field NULL when none. */
+typedef struct gate_content_diff {
+    const char *field;                        /* a gate_content_fields entry, or NULL */
+    char run_value[GATE_CONTENT_VALUE_MAX];   /* its value in run_id (GATE_CONTENT_NONE: absent) */
+    char other_value[GATE_CONTENT_VALUE_MAX]; /* its value in other_id */
+} gate_content_diff;
+
+/* Compares the content fields of runs run_id and other_id (in
+ * gate_content_fields order) into *out (zeroed first). PG_ERR_USAGE when
+ * either run does not exist. */
+pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
+                                  gate_content_diff *out, pg_err *err);
 
 /* Resolves a --baseline value: a name in baselines first, else a decimal run
  * id of an existing run. *by_name says which matched. PG_ERR_USAGE naming

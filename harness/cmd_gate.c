@@ -20,7 +20,9 @@ const char cmd_gate_usage[] =
     "  layer      each (capture, layer, variant) against the baseline run: a metric\n"
     "             worse than baseline x (1 + rel_tol) (lower-is-worse metrics: 1 - rel_tol),\n"
     "             or a configured absolute bound, or a layer the baseline has and the run\n"
-    "             lacks (an error); NaN/Inf output in any variant, with or without a baseline\n"
+    "             lacks (an error); NaN/Inf output in any variant, with or without a baseline.\n"
+    "             A variant, ext:NAME or layer the baseline run lacks is an error in layer\n"
+    "             and mode_pair unless --config bounds it (or baseline set a run with it)\n"
     "  mode_pair  each mode and ext:NAME against bf16 in the same run: the gap\n"
     "             rel_l2(V) - rel_l2(bf16) may grow at most rel_tol (10%) over the\n"
     "             baseline run's gap; without a baseline the gap is recorded (inconclusive,\n"
@@ -28,14 +30,17 @@ const char cmd_gate_usage[] =
     "             to the fp64 reference than an all-zero output)\n"
     "  eval       end-task accuracy: each mode against bf16 (paired) and each\n"
     "             (mode, effort) against the baseline run: regression, improvement,\n"
-    "             no change (only if the design's MDE <= min_effect) or inconclusive,\n"
+    "             no change (only if the design's MDE <= min_effect) or inconclusive\n"
+    "             (a paired regression or improvement also needs sign-test p <= 0.05),\n"
     "             with the MDE stated; an error when a mode has no correct answer, more\n"
     "             than half its samples truncated, or <= 5 problems (no p < 0.05 possible)\n"
     "Regressions are printed first, then the counts.\n\n"
     "  --run N          the run to gate (required; it must be complete)\n"
     "  --baseline B     a baseline name (precgate baseline list) or a run id; default:\n"
-    "                   the newest older complete run of the same kind and label that\n"
-    "                   passed its gate, else the newest older complete one\n"
+    "                   the newest older complete run of the same kind, label and content\n"
+    "                   (traces or capture digest, replay/live, --limit) that passed its\n"
+    "                   gate, else the newest older complete one of that content. A\n"
+    "                   baseline of other content is an error verdict (exit 2)\n"
     "  --config FILE    thresholds as JSON (harness/gate_config.h documents the keys\n"
     "                   and every default); absolute budgets (layer.abs, mode_pair.abs,\n"
     "                   mode_pair.ratio) exist only here, none is built in\n"
@@ -103,30 +108,62 @@ static pg_status require_complete(const gate_run *r, pg_err *err)
                    "run can be gated", r->id, r->status);
 }
 
+/* Says why there is no automatic baseline: runs of the kind and label
+ * exist, but none with run's content (the newest differs as d says). */
+static void print_no_content_match(const gate_run *run, int64_t newest,
+                                   const gate_content_diff *d, const char *label,
+                                   const char *no_label)
+{
+    printf("baseline: none (no older complete %s run labelled '%s'%s with the same content: ",
+           run->kind, label, no_label);
+    const char *suffix = strrchr(d->field, '_');
+    const int is_digest = suffix != NULL && strcmp(suffix, "_digest") == 0;
+    if (is_digest && strcmp(d->other_value, GATE_CONTENT_NONE) == 0)
+        printf("the newest, run %" PRId64 ", has no %s in its config (recorded before content "
+               "digests), so it cannot be an automatic baseline for run %" PRId64 " (%s %s)",
+               newest, d->field, run->id, d->field, d->run_value);
+    else
+        printf("the newest, run %" PRId64 ", has %s %s, run %" PRId64 " has %s", newest, d->field,
+               d->other_value, run->id, d->run_value);
+    printf("); the layer scope checks NaN/Inf and configured bounds only, mode_pair records "
+           "each mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
+           "comparison with a baseline is skipped\n");
+}
+
 /* Picks the baseline (explicit or automatic) into *base_id (-1: none) and
- * prints which and why. */
+ * prints which and why. An explicit baseline whose content differs from
+ * run's (gate_store.h) is kept in *base_id with the difference in
+ * *mismatch (field NULL when the contents match), for an error verdict. */
 static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run *run,
-                                 int64_t *base_id, pg_err *err)
+                                 int64_t *base_id, gate_content_diff *mismatch, pg_err *err)
 {
     const char *label = run->label != NULL ? run->label : "";
     const char *no_label = run->label != NULL ? "" : " (no label)";
     *base_id = -1;
+    memset(mismatch, 0, sizeof *mismatch);
     if (a->baseline == NULL) {
         int passed = 0;
         pg_status st = gate_store_auto_baseline(s, run, base_id, &passed, err);
         if (st != PG_OK) return st;
-        if (*base_id < 0)
+        int64_t newest = -1;
+        gate_content_diff d = {0};
+        if (*base_id < 0) st = gate_store_newest_older(s, run, &newest, err);
+        if (st == PG_OK && newest >= 0) st = gate_store_content_diff(s, run->id, newest, &d, err);
+        if (st != PG_OK) return st;
+        if (*base_id < 0 && d.field != NULL)
+            print_no_content_match(run, newest, &d, label, no_label);
+        else if (*base_id < 0)
             printf("baseline: none (no older complete %s run labelled '%s'%s); the layer "
                    "scope checks NaN/Inf and configured bounds only, mode_pair records each "
                    "mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
                    "comparison with a baseline is skipped\n", run->kind, label, no_label);
         else if (passed)
             printf("baseline: run %" PRId64 " (automatic: the newest older complete %s run "
-                   "labelled '%s'%s that passed its gate)\n", *base_id, run->kind, label, no_label);
+                   "labelled '%s'%s that passed its gate)\n", *base_id,
+                   run->kind, label, no_label);
         else
             printf("baseline: run %" PRId64 " (automatic: no older %s run labelled '%s'%s "
-                   "passed a gate, so the newest older complete one; it is not known good)\n",
-                   *base_id, run->kind, label, no_label);
+                   "passed a gate, so the newest older complete one; it is not known good)\n", *base_id, run->kind, label, no_label);
         return PG_OK;
     }
     int by_name = 0;
@@ -142,9 +179,11 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
     if (st == PG_OK && strcmp(b.status, "complete") != 0)
         st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 ", which is %s; a "
                      "baseline must be complete", a->baseline, *base_id, b.status);
+    if (st == PG_OK) st = gate_store_content_diff(s, run->id, *base_id, mismatch, err);
     if (st == PG_OK)
-        printf("baseline: run %" PRId64 " (--baseline %s%s)\n", *base_id, a->baseline,
-               by_name ? ", by name" : "");
+        printf("baseline: run %" PRId64 " (--baseline %s%s)%s\n", *base_id, a->baseline,
+               by_name ? ", by name" : "",
+               mismatch->field != NULL ? ": its content differs, nothing is compared" : "");
     gate_run_free(&b);
     if (st != PG_OK) *base_id = -1;
     return st;
@@ -199,6 +238,28 @@ static void print_summary(const regress_flags *f)
     }
 }
 
+/* Loads run's rows (and base_id's, when >= 0) into *rows and *base and
+ * appends every scope's verdicts to flags. */
+static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
+                              const gate_config *cfg, gate_rows *rows, gate_rows *base,
+                              regress_flags *flags, pg_err *err)
+{
+    pg_status st = gate_store_load(store, run->id, rows, err);
+    if (st == PG_OK && base_id >= 0) st = gate_store_load(store, base_id, base, err);
+    /* Without a baseline run, base stays empty and base_id -1 (regress.h). */
+    if (st == PG_OK)
+        st = regress_layers(rows->layers, rows->n_layers, base->layers, base->n_layers, base_id,
+                            cfg, flags, err);
+    if (st == PG_OK)
+        st = regress_mode_pairs(rows->layers, rows->n_layers, base->layers, base->n_layers,
+                                base_id, cfg, flags, err);
+    if (st == PG_OK)
+        st = regress_evals(rows->pairs, rows->n_pairs, rows->scores, rows->n_scores,
+                           base_id >= 0 ? base->scores : NULL, base_id >= 0 ? base->n_scores : 0,
+                           base_id, cfg, flags, err);
+    return st;
+}
+
 int cmd_gate(int argc, char **argv)
 {
     pg_err err = {0};
@@ -223,23 +284,21 @@ int cmd_gate(int argc, char **argv)
         fflush(stdout);
     }
     int64_t base_id = -1;
-    if (st == PG_OK) st = choose_baseline(store, &a, &run, &base_id, &err);
+    gate_content_diff mismatch = {0};
+    if (st == PG_OK) st = choose_baseline(store, &a, &run, &base_id, &mismatch, &err);
 
     gate_rows rows = {0}, base = {0};
     regress_flags flags = {0};
-    if (st == PG_OK) st = gate_store_load(store, run.id, &rows, &err);
-    if (st == PG_OK && base_id >= 0) st = gate_store_load(store, base_id, &base, &err);
-    /* Without a baseline run, base stays empty and base_id -1 (regress.h). */
-    if (st == PG_OK)
-        st = regress_layers(rows.layers, rows.n_layers, base.layers, base.n_layers, base_id, &cfg,
-                            &flags, &err);
-    if (st == PG_OK)
-        st = regress_mode_pairs(rows.layers, rows.n_layers, base.layers, base.n_layers, base_id,
-                                &cfg, &flags, &err);
-    if (st == PG_OK)
-        st = regress_evals(rows.pairs, rows.n_pairs, rows.scores, rows.n_scores,
-                           base_id >= 0 ? base.scores : NULL, base_id >= 0 ? base.n_scores : 0,
-                           base_id, &cfg, &flags, &err);
+    if (st == PG_OK && mismatch.field != NULL) {
+        /* Different traces, capture, source or --limit: a comparison would be
+         * of other problems or other data, so one error verdict instead. */
+        st = regress_content_mismatch(strcmp(run.kind, "eval") == 0 ? REGRESS_SCOPE_EVAL
+                                                                     : REGRESS_SCOPE_LAYER,
+                                      mismatch.field, mismatch.run_value, mismatch.other_value,
+                                      run.id, base_id, a.baseline, &flags, &err);
+    } else if (st == PG_OK) {
+        st = gate_compare(store, &run, base_id, &cfg, &rows, &base, &flags, &err);
+    }
     if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, &err);
     if (st == PG_OK && a.junit != NULL) st = junit_write(a.junit, run.id, base_id, &flags, &err);
 

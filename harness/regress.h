@@ -25,7 +25,10 @@
  *     inconclusive (undefined, e.g. the cosine of an all-zero output).
  *   - a key in the baseline and missing from the run: one flag, metric
  *     "present", verdict error (never a pass). A key new in the run is
- *     checked against the absolute bounds only.
+ *     checked against the absolute bounds only; when no configured metric
+ *     has a bound for its variant, each configured metric is an error (the
+ *     message: set a baseline run that has the key, or bound it in the
+ *     config), since a baseline run exists and nothing judges the key.
  *
  * layer without a baseline run (the first run): the "nonfinite" flag of
  *   every key, and each metric that has an absolute bound in the config;
@@ -44,14 +47,26 @@
  *   i.e. v - r <= (B - R) + tol * max(|B - R|, R): the allowance is tol of
  *   the baseline's gap, and never less than tol of bf16's own error (a
  *   variant as close to the reference as bf16 has a gap near 0 and would
- *   otherwise have none). With the config's bounds (none by default):
- *        threshold = max(abs[V], ratio[V] x r, gap term)
- *   regression when v > threshold (a value at the threshold passes); a term
- *   that is undefined is left out. With no term at all (the first run, a
- *   variant or a bf16 row missing from the baseline or the run, and no
- *   budget configured) the verdict is inconclusive and the message records
- *   the gap, for bf16 itself pass (it is the reference; its change is the
- *   layer scope's check). A flag is named "bf16" or "V-bf16" and carries
+ *   otherwise have none). The variant's own term, with the layer scope's
+ *   tolerance ltol = layer.rel_tol,
+ *        own term  = B + |B| ltol
+ *   passes a variant whose own rel_l2 did not grow past ltol, whatever bf16
+ *   did: the gap also grows when bf16 improves and V stays put, and the
+ *   baseline has the same inputs (db/gate_store.h), so V's own error against
+ *   the same reference is the direct measure. Both are defined together.
+ *   With the config's bounds (none by default):
+ *        threshold = max(abs[V], ratio[V] x r, gap term, own term)
+ *   regression when v is above every defined term (a value at a term
+ *   passes), the gap term compared as v - r <= (B - R) + allowance, never as
+ *   v <= r + ..., whose sum rounds (an identical rerun at tol 0 would fail
+ *   where r + (B - R) rounds below B); a term
+ *   that is undefined is left out. With no term at all and no budget
+ *   configured: with a baseline run whose layer lacks V's or bf16's row, an
+ *   error (set a baseline that has it, or bound it in the config); else
+ *   (the first run, a bf16 row missing from the run, a baseline row that
+ *   is not usable) inconclusive, the message recording the gap; for bf16
+ *   itself pass (it is the reference; its change is the layer scope's
+ *   check). A flag is named "bf16" or "V-bf16" and carries
  *   bf16's rel_l2 in the run as baseline_value.
  *
  * eval: per (eval, mode, effort), with e = gate_config.eval.min_effect, d a
@@ -82,6 +97,16 @@
  *     when the run has it): d = mean paired difference A - B, the stored
  *     paired bootstrap interval and the stored MDE (the design MDE of
  *     evals/score.h, raised to the observed one where that is larger).
+ *     A regression or improvement also needs the stored exact two-sided
+ *     sign test p <= EVAL_ALPHA (else inconclusive, with p, wins and
+ *     losses stated): at a few problems the percentile bootstrap interval
+ *     is far too narrow (6 problems, 3 lost, none won: the bootstrap says
+ *     "below 0", p = 0.25). The sign test is exact for paired data at any
+ *     n, ties dropped. Widening the interval with the design SE (MDE /
+ *     (z_0.975 + z_0.80)) instead was rejected: that SE is unpaired
+ *     (two independent binomials), so it ignores that both modes answer
+ *     the same problems and would call the shipped demo's fp8qkv drop
+ *     (12 problems: 6 lost, 0 won, p = 0.031) inconclusive.
  *   - metric "accuracy" against the baseline run's eval_scores of the same
  *     (eval, mode, effort): d = acc_run - acc_base, se = max(sqrt(se_run^2 +
  *     se_base^2), design se) with design se = sqrt(p~(1-p~) (1/N_run +
@@ -122,6 +147,7 @@ extern "C" {
 #define REGRESS_METRIC_ACCURACY "accuracy"
 #define REGRESS_METRIC_DIFF_PREFIX "diff_vs_"
 #define REGRESS_METRIC_SAMPLES "samples"
+#define REGRESS_METRIC_CONTENT "content"
 
 /* Longest flag message, NUL included. */
 #define REGRESS_MSG_MAX 640
@@ -158,6 +184,8 @@ typedef struct regress_eval_pair {
     const char *eval, *effort, *mode_a, *mode_b;
     int64_t n_problems;
     double mean_diff, ci_low, ci_high, mde;  /* NaN where NULL */
+    int64_t wins, losses;  /* problems where A's mean is higher, lower */
+    double sign_p;         /* exact two-sided sign test of wins vs losses; outside (0, 1]: unknown */
 } regress_eval_pair;
 
 /* One eval_scores row. Strings are borrowed. */
@@ -246,6 +274,16 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
                         const regress_eval_score *run, size_t n_run,
                         const regress_eval_score *base, size_t n_base, int64_t baseline_run_id,
                         const gate_config *c, regress_flags *out, pg_err *err);
+
+/* Appends the one flag of a run whose explicit baseline measured other
+ * content (field differs: run_value in run run_id, base_value in
+ * baseline_run_id, which --baseline spec named): verdict error, metric
+ * "content", in scope (eval for eval runs, layer otherwise; its key strings
+ * name the field); nothing is compared. PG_ERR_NOMEM. */
+pg_status regress_content_mismatch(regress_scope scope, const char *field, const char *run_value,
+                                   const char *base_value, int64_t run_id,
+                                   int64_t baseline_run_id, const char *spec, regress_flags *out,
+                                   pg_err *err);
 
 /* counts[v] = flags of f with verdict v (counts has REGRESS_VERDICT_COUNT entries). */
 void regress_count(const regress_flags *f, size_t *counts);

@@ -329,6 +329,11 @@ Test(gate_cmd, saturating_scales_fail_against_a_baseline_with_calibrated_ones)
      * about 0.26-0.31 against 0.054-0.068 calibrated). */
     rewrite_capture(0.5, 0, 0);
     sweep("s");
+    /* New scales are new capture content, which the gate never compares
+     * (runs_of_different_content_are_not_compared); give run 1 run 2's
+     * digest so that this tests the verdicts on the numbers alone. */
+    db_exec("UPDATE runs SET config_json = json_set(config_json, '$.capture_digest', (SELECT "
+            "json_extract(config_json, '$.capture_digest') FROM runs WHERE id = 2)) WHERE id = 1");
     char *out = NULL;
     const int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
     cr_assert_eq(rc, 1, "%s", out);
@@ -687,4 +692,142 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     cr_expect(strstr(out, "fp8kv - bf16: no pairs (no problem scored in both modes)") != NULL,
               "%s", out);
     free(out);
+}
+
+/* Runs `precgate eval` on the shipped demo traces with label nightly and
+ * the extra options. */
+static void demo_eval(const char *extra)
+{
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label nightly "
+                                          "--no-progress %s",
+                                    PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl", g_db,
+                                    extra);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+}
+
+/* Sets run 1's config fields (json_set arguments) and expects run 3 to
+ * refuse run 1 as --baseline (exit 2, message what) and to gate without a
+ * baseline automatically (run 2 differs from run 3 too). */
+static void refused_as_content(const char *set, const char *what)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE runs SET config_json = json_set(config_json, %s) WHERE id = 1",
+             set);
+    db_exec(sql);
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 3 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, what) != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND baseline_run_id IS NOT "
+                        "NULL"), 0, "run 1 (%s) taken as run 3's baseline", set);
+}
+
+/* Issue 14 section 5 (review): runs of other traces, source or --limit are
+ * never compared: not picked automatically, an error when named. */
+Test(gate_cmd, runs_of_different_content_are_not_compared)
+{
+    demo_eval("");            /* run 1: 12 problems */
+    demo_eval("--limit 6");   /* run 2: the first 6 */
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (no older complete eval run labelled 'nightly' with "
+                          "the same content: the newest, run 1, has limit none, run 2 has 6); ")
+              != NULL, "%s", out);
+    /* Its own pairs: fp8qkv lost 3 of 6 problems and won none; the bootstrap
+     * interval is below 0, but the sign test p is 0.25: inconclusive. */
+    cr_expect(strstr(out, "inconclusive eval      aime-style-demo medium fp8qkv - bf16: mean "
+                          "paired difference -0.167, 95% CI [-0.278, -0.056] over 6 problems; "
+                          "inconclusive: the interval is below 0, but the exact sign test gives "
+                          "p 0.25 > 0.05 (0 problems better, 3 worse, the rest tied), so the drop "
+                          "is not significant at this many problems (MDE 0.389 at 80% power)")
+              != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(rc, 0, "the 6-problem pairs alone");
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND (baseline_run_id IS NOT "
+                        "NULL OR metric = 'accuracy')"), 0);
+
+    /* Named, the other content is one error verdict naming field and values. */
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "ERROR      eval      --baseline 1 is run 1, whose limit is none; run "
+                          "2's is 6: runs of different content are not compared") != NULL,
+              "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "metric = 'content' AND baseline_run_id = 1 AND mode = 'limit'"), 1);
+    /* The digest alone differs too: the same traces file, other content. */
+    db_exec("UPDATE runs SET config_json = json_set(config_json, '$.limit', 6) WHERE id = 1");
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "whose traces_digest is fnv1a64-v1:12:") != NULL, "%s", out);
+    cr_expect(strstr(out, "run 2's is fnv1a64-v1:6:") != NULL, "%s", out);
+    free(out);
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.limit') WHERE id = 1");
+
+    /* Run 3 has run 1's content: run 1 is its baseline although run 2 is newer. */
+    demo_eval("");
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: run 1 (automatic:") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND metric = 'accuracy' "
+                        "AND baseline_run_id = 1"), 3);
+
+    /* Source and limit are content of their own. */
+    refused_as_content("'$.source', 'live'", "whose source is live; run 3's is replay");
+    refused_as_content("'$.source', 'replay', '$.limit', 12", "whose limit is 12; run 3's is none");
+
+    /* A run recorded before digests cannot baseline one that has a digest. */
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.traces_digest', "
+            "'$.limit') WHERE id IN (1, 2)");
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect(strstr(out, "the newest, run 2, has no traces_digest in its config (recorded "
+                          "before content digests), so it cannot be an automatic baseline for "
+                          "run 3 (traces_digest fnv1a64-v1:12:") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND baseline_run_id IS NOT "
+                        "NULL"), 0);
+}
+
+/* Issue 14 section 5 (review): a mode the baseline run lacks is an error in
+ * the layer and mode_pair scopes (exit 2), unless a bound in the config
+ * judges it. */
+Test(gate_cmd, a_mode_the_baseline_run_lacks_is_an_error_unless_bounded)
+{
+    synth();
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --label v --backend cpu "
+                                    "--variants bf16,fp8kv --no-progress", g_cap, g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    sweep("v");  /* all three modes: fp8qkv is new */
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "cap.safetensors layer 0 fp8qkv: rel_l2 0.0")
+              != NULL, "%s", out);
+    cr_expect(strstr(out, ": not in baseline run 1 and no absolute bound for fp8qkv in the "
+                          "config: set a baseline run that has it (precgate baseline set RUN) or "
+                          "bound it in --config (layer.abs.fp8qkv)") != NULL, "%s", out);
+    cr_expect(strstr(out, "cap.safetensors layer 1 fp8qkv-bf16: rel_l2 vs "
+                          "fp64 reference 0.0") != NULL, "%s", out);
+    free(out);
+    /* 2 layers x (rel_l2, p99_abs) in the layer scope, 2 layers in mode_pair. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'layer' AND variant = 'fp8qkv'"), 4);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'mode_pair' AND variant = 'fp8qkv-bf16'"), 2);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 6);
+    /* Bounded in both scopes, it is judged by the bounds and the gate passes. */
+    write_config("{\"layer\": {\"abs\": {\"fp8qkv\": 0.5}}, \"mode_pair\": {\"abs\": "
+                 "{\"fp8qkv\": 0.5}}}");
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 0);
 }

@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,8 +152,10 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     cr_expect_eq(counts[REGRESS_REGRESSION], 5);
     regress_flags_free(&f);
 
-    /* New keys (no baseline): the absolute bound only, else inconclusive;
-     * ~spec and ext: variants are checked like the modes. */
+    /* Keys new in the run (baseline run 7 lacks them): the absolute bound
+     * only; with no bound for the variant an error saying how to resolve it
+     * (never an exit-0 inconclusive); ~spec and ext: variants are checked
+     * like the modes. */
     regress_layer_row nk[3] = {row("a", 0, "fp8qkv"), row("a", 0, "ext:trt"),
                                row("a", 0, "fp8kv~spec")};
     nk[0].m[REGRESS_REL_L2] = 0.75;  /* exactly at its bound */
@@ -162,11 +165,28 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     nb[0].m[REGRESS_REL_L2] = 0.05;
     cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "rel_l2")->verdict, REGRESS_PASS);
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "rel_l2")->verdict,
+    /* fp8qkv is bounded on rel_l2, so its unbounded cos_sim is only unjudged. */
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "cos_sim")->verdict,
                  REGRESS_INCONCLUSIVE);
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect_str_eq(x->message, "a layer 0 ext:trt: rel_l2 0.1: not in baseline run 7 and no "
+                     "absolute bound for ext:trt in the config: set a baseline run that has it "
+                     "(precgate baseline set RUN) or bound it in --config (layer.abs.ext:trt)");
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "cos_sim");
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect(strstr(x->message, "(layer.metric_abs.cos_sim.ext:trt)") != NULL, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv~spec", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.1 > 0.0625 */
-    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_REGRESSION);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
+    regress_flags_free(&f);
+
+    /* The same keys in a first run (no baseline run): gaps are expected there,
+     * so the unbounded ext:trt is inconclusive and the gate passes. */
+    cr_assert_eq(regress_layers(nk, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.n, 3, "ext:trt: nonfinite only; fp8qkv: nonfinite and its bounded rel_l2");
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "rel_l2")->verdict, REGRESS_PASS);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
     regress_flags_free(&f);
 }
 
@@ -198,7 +218,7 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     r[1].m[REGRESS_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
     r[2].m[REGRESS_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
     r[3].m[REGRESS_REL_L2] = 0.9;                 /* not against the reference: skipped */
-    r[4].m[REGRESS_REL_L2] = 0.003 + 0.0001 + 0.0002;     /* at its floor allowance */
+    r[4].m[REGRESS_REL_L2] = 0.003 + 0.0001 + 0.00019;    /* within its floor allowance */
     r[5].m[REGRESS_REL_L2] = 0.05;                /* layer 4: not in the baseline */
     regress_flags f = {0};
     pg_err err = {0};
@@ -215,8 +235,23 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "ext:x-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    /* Layer 4 is not in baseline run 9 and no budget bounds fp8kv: an error. */
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect_str_eq(x->message, "a layer 4 fp8kv-bf16: rel_l2 vs fp64 reference 0.05: baseline "
+                     "run 9 has no fp8kv row in this layer and the config has no mode_pair "
+                     "budget for fp8kv: set a baseline run that has it (precgate baseline set "
+                     "RUN) or bound it in --config (mode_pair.abs.fp8kv or "
+                     "mode_pair.ratio.fp8kv)");
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
+    regress_flags_free(&f);
+    /* A variant the baseline's layer has while it lacks that layer's bf16:
+     * no gap to compare either, so the same error, naming bf16. */
+    cr_assert_eq(regress_mode_pairs(r, 3, base + 1, 3, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect(strstr(x->message, "baseline run 9 has no bf16 row in this layer") != NULL, "%s",
+              x->message);
     regress_flags_free(&f);
 
     /* No baseline run: the gap is recorded (inconclusive), not judged against a
@@ -241,12 +276,123 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);        /* 0.080 <= 30 x 0.003 */
     cr_expect(fabs(x->threshold - 0.09) < 1e-15);
     regress_flags_free(&f);
-    /* With a baseline, a looser abs bound wins over the gap term (max). */
-    cr_assert_eq(regress_mode_pairs(r, 3, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
+    /* With a baseline, a looser abs bound wins over the gap term (max); layer
+     * 4, new in the run, is judged by its abs bound alone (0.05 <= 0.05). */
+    cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     cr_expect(strstr(x->message, "max(abs 0.05, bf16 0.003 + baseline gap") != NULL, "%s",
               x->message);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect_eq(x->threshold, 0.05);
+    regress_flags_free(&f);
+}
+
+/* A uniform double in [lo, hi) from *state (xorshift64; fixed seeds keep
+ * the tests reproducible). */
+static double uniform(uint64_t *state, double lo, double hi)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return lo + (hi - lo) * (double)(x >> 11) * 0x1.0p-53;
+}
+
+/* Layers in each mode_pair test of many random values. */
+#define PAIR_LAYERS 4000
+
+/* Issue 14 section 5 (review): at mode_pair.rel_tol 0, a run whose gap to
+ * bf16 is the baseline's, bit for bit, is not worse. */
+Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
+{
+    gate_config c;
+    gate_config_default(&c);
+    c.mode_pair.rel_tol = 0;
+    c.layer.rel_tol = 0;
+    static regress_layer_row base[2 * PAIR_LAYERS], run[2 * PAIR_LAYERS];
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < PAIR_LAYERS; i++) {
+        base[2 * i] = row("a", i, "bf16");
+        base[2 * i + 1] = row("a", i, "fp8kv");
+        /* bf16 1e-4..1e-2; the variant 0.01x..30x of it (log-uniform): an
+         * ext:NAME below bf16 is where r + (B - R) rounds away from B. */
+        base[2 * i].m[REGRESS_REL_L2] = exp(uniform(&seed, log(1e-4), log(1e-2)));
+        base[2 * i + 1].m[REGRESS_REL_L2] = base[2 * i].m[REGRESS_REL_L2] *
+                                            exp(uniform(&seed, log(0.01), log(30.0)));
+    }
+    /* An identical rerun: v - r is B - R bit for bit. */
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_mode_pairs(base, 2 * PAIR_LAYERS, base, 2 * PAIR_LAYERS, 1, &c, &f, &err),
+                 PG_OK, "%s", err.msg);
+    size_t counts[REGRESS_VERDICT_COUNT];
+    regress_count(&f, counts);
+    cr_expect_eq(counts[REGRESS_PASS], 2 * PAIR_LAYERS, "%zu regressions of an identical rerun",
+                 counts[REGRESS_REGRESSION]);
+    regress_flags_free(&f);
+
+    /* bf16 worse by up to half, the variant by the same amount, chosen so
+     * that v - r == B - R exactly while r + (B - R) rounds below v: the gap
+     * did not grow, although a threshold on v says it did. */
+    size_t tricky = 0;
+    for (int i = 0; i < PAIR_LAYERS; i++) {
+        const double R = base[2 * i].m[REGRESS_REL_L2], B = base[2 * i + 1].m[REGRESS_REL_L2];
+        const double gap = B - R, r = R * (1.0 + uniform(&seed, 0.05, 0.5));
+        /* The largest v with v - r <= gap, as computed. */
+        double v = r + gap;
+        while (v - r > gap) v = nextafter(v, 0.0);
+        while (nextafter(v, 1.0) - r <= gap) v = nextafter(v, 1.0);
+        tricky += v > r + gap;  /* a threshold on v would call it worse */
+        run[2 * i] = base[2 * i];
+        run[2 * i].m[REGRESS_REL_L2] = r;
+        run[2 * i + 1] = base[2 * i + 1];
+        run[2 * i + 1].m[REGRESS_REL_L2] = v;
+        cr_assert_gt(v, B * (1.0 + 1e-3), "layer %d: the variant's own error grew", i);
+    }
+    cr_assert_gt(tricky, PAIR_LAYERS / 100, "only %zu layers where the sum rounds", tricky);
+    cr_assert_eq(regress_mode_pairs(run, 2 * PAIR_LAYERS, base, 2 * PAIR_LAYERS, 1, &c, &f, &err),
+                 PG_OK, "%s", err.msg);
+    regress_count(&f, counts);
+    cr_expect_eq(counts[REGRESS_PASS], 2 * PAIR_LAYERS, "%zu regressions of %zu rounding cases",
+                 counts[REGRESS_REGRESSION], tricky);
+    regress_flags_free(&f);
+}
+
+/* Issue 14 section 5 (review): bf16 improving does not make an unchanged
+ * variant a regression; the variant's own growth past the layer scope's
+ * tolerance still does. */
+Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
+{
+    gate_config c;
+    gate_config_default(&c);  /* layer.rel_tol and mode_pair.rel_tol 0.10 */
+    regress_layer_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
+    base[0].m[REGRESS_REL_L2] = 0.004;
+    base[1].m[REGRESS_REL_L2] = 0.003;
+    regress_layer_row run[2] = {base[0], base[1]};
+    run[0].m[REGRESS_REL_L2] = 0.002;  /* the gap went from -0.001 to +0.001 */
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
+    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    cr_expect_str_eq(x->message, "a layer 0 ext:flash-bf16: rel_l2 vs fp64 reference 0.003 <= "
+                     "threshold 0.0033 = max(bf16 0.002 + baseline gap -0.001 + 0.1 x 0.004 (gap "
+                     "0.001 vs -0.001 in baseline run 5), own baseline 0.003 + 0.1 x 0.003)");
+    cr_expect_eq(x->threshold, 0.003 + 0.003 * 0.1);
+    regress_flags_free(&f);
+    /* At its own bound it passes; one ulp above, with the gap grown, it fails. */
+    run[1].m[REGRESS_REL_L2] = 0.003 + 0.003 * 0.1;
+    cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    regress_flags_free(&f);
+    run[1].m[REGRESS_REL_L2] = nextafter(0.003 + 0.003 * 0.1, 1.0);
+    cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
     regress_flags_free(&f);
 }
 
@@ -316,7 +462,7 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
     gate_config c;
     gate_config_default(&c);
     const regress_eval_pair pairs[1] = {
-        {"aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738}};
+        {"aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738, 0, 6, 0.03125}};
     /* 12 problems x 3 samples: 36 graded samples per score. */
     const regress_eval_score run[2] = {{"aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0},
                                        {"aime", "fp8qkv", "medium", 12, 0.60, 0.03, 36, 0}};
@@ -358,7 +504,7 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
      * that could have seen min_effect: MDE 0.02 can, MDE 0.08 cannot. */
     const regress_eval_score low[2] = {{"aime", "bf16", "low", 400, 0.5, 0.02, 3200, 0},
                                        {"aime", "fp8kv", "low", 400, 0.5, 0.02, 3200, 0}};
-    regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02}};
+    regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02, 10, 10, 1.0}};
     cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 3);
     cr_expect_eq(f.v[2].verdict, REGRESS_NO_CHANGE, "%s", f.v[2].message);
@@ -375,6 +521,50 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
 }
 
 /* The degenerate evals of regress.h are errors whatever min_effect says. */
+/* Issue 14 section 5 (review): the pair verdict of few problems needs the
+ * sign test, not only the percentile bootstrap interval. */
+Test(regress, a_pair_drop_or_gain_needs_a_significant_sign_test)
+{
+    gate_config c;
+    gate_config_default(&c);
+    /* 6 problems x 1 sample: bf16 right on 4, fp8kv on 1; fp8kv lost 3, won 0. */
+    const regress_eval_score six[2] = {{"e", "bf16", "m", 6, 4.0 / 6, 0.2, 6, 0},
+                                       {"e", "fp8kv", "m", 6, 1.0 / 6, 0.15, 6, 0}};
+    regress_eval_pair p[1] = {{"e", "m", "fp8kv", "bf16", 6, -0.5, -5.0 / 6, -1.0 / 6, 0.75, 0, 3,
+                               0.25}};
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(f.n, 3);
+    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect_str_eq(f.v[2].message, "e m fp8kv - bf16: mean paired difference -0.500, 95% CI "
+                     "[-0.833, -0.167] over 6 problems; inconclusive: the interval is below 0, "
+                     "but the exact sign test gives p 0.25 > 0.05 (0 problems better, 3 worse, "
+                     "the rest tied), so the drop is not significant at this many problems (MDE "
+                     "0.750 at 80% power)");
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
+    regress_flags_free(&f);
+    /* All 6 lost: p = 2 x 0.5^6 = 0.03125 <= 0.05, a regression. */
+    p[0].losses = 6;
+    p[0].sign_p = 0.03125;
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[2].verdict, REGRESS_REGRESSION, "%s", f.v[2].message);
+    regress_flags_free(&f);
+    /* The mirror image: 3 won, none lost, p 0.25: no improvement either. */
+    p[0] = (regress_eval_pair){"e", "m", "fp8kv", "bf16", 6, 0.5, 1.0 / 6, 5.0 / 6, 0.75, 3, 0,
+                               0.25};
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "interval is above 0, but the exact sign test gives p 0.25 "
+                     "> 0.05 (3 problems better, 0 worse") != NULL, "%s", f.v[2].message);
+    regress_flags_free(&f);
+    /* An unknown p (a zeroed row) never lets a drop through as significant. */
+    p[0].sign_p = 0;
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    regress_flags_free(&f);
+}
+
 Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
 {
     const double effects[] = {0.0, GATE_DEFAULT_MIN_EFFECT, 1.0};
@@ -388,7 +578,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
          * interval [0, 0]; the smallest sign-test p is 2 x 0.5^3 = 0.25. */
         const regress_eval_score three[2] = {{"e", "bf16", "m", 3, 1.0, 0.0, 3, 0},
                                              {"e", "fp8kv", "m", 3, 1.0, 0.0, 3, 0}};
-        const regress_eval_pair p3[1] = {{"e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066}};
+        const regress_eval_pair p3[1] = {{"e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(p3, 1, three, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
         cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
@@ -401,7 +591,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         /* 6 problems: 2 x 0.5^6 = 0.03125 can reach 0.05, so no error. */
         const regress_eval_score six[2] = {{"e", "bf16", "m", 6, 0.5, 0.2, 6, 0},
                                            {"e", "fp8kv", "m", 6, 0.5, 0.2, 6, 0}};
-        const regress_eval_pair p6[1] = {{"e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9}};
+        const regress_eval_pair p6[1] = {{"e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(p6, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_expect_neq(f.v[2].verdict, REGRESS_ERROR, "%s", f.v[2].message);
         regress_flags_free(&f);
@@ -409,7 +599,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         /* 30 problems x 2 samples, every sample truncated and wrong in both modes. */
         const regress_eval_score trunc[2] = {{"e", "bf16", "m", 30, 0.0, 0.0, 60, 60},
                                              {"e", "fp8kv", "m", 30, 0.0, 0.0, 60, 60}};
-        const regress_eval_pair pt[1] = {{"e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632}};
+        const regress_eval_pair pt[1] = {{"e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(pt, 1, trunc, 2, trunc, 2, 7, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 5);
         for (size_t i = 0; i < f.n; i++)
@@ -434,8 +624,8 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         regress_flags_free(&f);
 
         /* A pair with no problem in common, and one whose mode was never scored. */
-        const regress_eval_pair none[2] = {{"e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN},
-                                           {"e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1}};
+        const regress_eval_pair none[2] = {{"e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN, 0, 0, 1.0},
+                                           {"e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1, 0, 0, 1.0}};
         cr_assert_eq(regress_evals(none, 2, half, 1, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
         cr_expect_eq(f.v[1].verdict, REGRESS_ERROR, "%s", f.v[1].message);
@@ -559,7 +749,7 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     regress_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 1, base, 2, 1, &c, &f, &err), PG_OK, "%s", err.msg);
-    const regress_eval_pair pairs[1] = {{"e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1}};
+    const regress_eval_pair pairs[1] = {{"e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1, 0, 6, 0.03125}};
     const regress_eval_score scores[2] = {{"e<1>", "bf16", "hi", 12, 0.5, 0.1, 12, 0},
                                           {"e<1>", "fp8kv", "hi", 12, 0.4, 0.1, 12, 0}};
     cr_assert_eq(regress_evals(pairs, 1, scores, 2, NULL, 0, 1, &c, &f, &err), PG_OK, "%s",
