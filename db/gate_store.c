@@ -28,8 +28,7 @@ static const char SQL_RUN[] = "SELECT kind, label, status, error FROM runs WHERE
 #define SAME_CONTENT_FIELD(f) \
     " AND " CONFIG_FIELD("r", "'$." f "'") " IS " CONFIG_FIELD("me", "'$." f "'")
 #define SAME_CONTENT                                                                        \
-    SAME_CONTENT_FIELD("traces_digest") SAME_CONTENT_FIELD("capture_digest")                  \
-    SAME_CONTENT_FIELD("source") SAME_CONTENT_FIELD("limit")
+    SAME_CONTENT_FIELD("traces_digest") SAME_CONTENT_FIELD("source") SAME_CONTENT_FIELD("limit")
 
 /* Older complete runs of the same kind and label (?1, ?2) than run ?3. */
 #define OLDER_SAME_KIND_LABEL                                                               \
@@ -252,8 +251,8 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
 }
 
 /* --limit first: it changes the digest, and is the cause to name. */
-const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {
-    "limit", "source", "traces_digest", "capture_digest"};
+const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {"limit", "source",
+                                                                   "traces_digest"};
 
 /* Column i's text into buf ("none" for SQL NULL, cut to fit). */
 static void col_text_or_none(sqlite3_stmt *st, int i, char *buf, size_t len)
@@ -263,7 +262,8 @@ static void col_text_or_none(sqlite3_stmt *st, int i, char *buf, size_t len)
 }
 
 pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
-                                  gate_content_diff *out, pg_err *err)
+                                  const char *const *fields, int n, gate_content_diff *out,
+                                  pg_err *err)
 {
     if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_content_diff: out is NULL");
     memset(out, 0, sizeof *out);
@@ -271,9 +271,9 @@ pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
     if (db == NULL) return PG_ERR_INTERNAL;
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare(db, SQL_CONTENT_FIELD, &st, err);
-    for (int f = 0; ps == PG_OK && f < GATE_CONTENT_FIELD_COUNT && out->field == NULL; f++) {
+    for (int f = 0; ps == PG_OK && f < n && out->field == NULL; f++) {
         char path[64];
-        snprintf(path, sizeof path, "$.%s", gate_content_fields[f]);
+        snprintf(path, sizeof path, "$.%s", fields[f]);
         sqlite3_reset(st);
         int rc = sqlite3_bind_int64(st, 1, run_id);
         if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, other_id);
@@ -286,7 +286,7 @@ pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
             ps = sql_fail(db, err, "compare the content of runs %" PRId64 " and %" PRId64,
                           run_id, other_id);
         } else if (sqlite3_column_int(st, 2) == 0) {
-            out->field = gate_content_fields[f];
+            out->field = fields[f];
             col_text_or_none(st, 0, out->run_value, sizeof out->run_value);
             col_text_or_none(st, 1, out->other_value, sizeof out->other_value);
         }

@@ -14,9 +14,9 @@
  * Baseline selection (gate_store_auto_baseline): the newest complete run
  * of the same kind, label (NULL labels match each other) and defining
  * content (the runs.config_json fields of gate_content_fields: the traces'
- * or capture's content digest, replay or live, --limit; each equal or
- * absent in both, so a run recorded before digests never baselines one
- * with a digest) that is older
+ * content digest, replay or live, --limit; each equal or absent in both, so
+ * an eval recorded before digests never baselines one with a digest) that
+ * is older
  * than the run (a smaller id: runs are numbered as they start) and passed
  * its gate (it has flags and none with verdict regression or error). When
  * no such run passed, the newest complete run of the same kind, label and
@@ -68,10 +68,17 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
 /* The runs.config_json fields that define what a run measured: runs that
  * differ in one are not compared, named in this order (limit: eval --limit
  * N, the first N problems, which also changes the digest; source: replay
- * or live; traces_digest: eval runs' --traces content after --limit;
- * capture_digest: sweep runs' --capture content). */
-#define GATE_CONTENT_FIELD_COUNT 4
+ * or live; traces_digest: eval runs' --traces content after --limit).
+ * Accuracy over other problems says nothing about a change. A sweep's
+ * capture_digest is not among them: a sweep is judged per layer of the
+ * capture it names, and a capture recorded again (new activations, new
+ * scales from the serving stack) against the last one is exactly the
+ * comparison that catches a scale regression; the gate prints a note when
+ * the baseline swept other content (GATE_DATA_FIELD). */
+#define GATE_CONTENT_FIELD_COUNT 3
 extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
+/* The config_json field of a sweep's capture content digest. */
+#define GATE_DATA_FIELD "capture_digest"
 
 /* What a field's value reads as when a run's config lacks it. */
 #define GATE_CONTENT_NONE "none"
@@ -80,16 +87,18 @@ extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
 
 /* The first content field in which two runs differ; field NULL when none. */
 typedef struct gate_content_diff {
-    const char *field;                        /* a gate_content_fields entry, or NULL */
+    const char *field;                        /* an entry of the fields compared, or NULL */
     char run_value[GATE_CONTENT_VALUE_MAX];   /* its value in run_id (GATE_CONTENT_NONE: absent) */
     char other_value[GATE_CONTENT_VALUE_MAX]; /* its value in other_id */
 } gate_content_diff;
 
-/* Compares the content fields of runs run_id and other_id (in
- * gate_content_fields order) into *out (zeroed first). PG_ERR_USAGE when
- * either run does not exist. */
+/* Compares the n config_json fields of runs run_id and other_id (in that
+ * order; gate_content_fields for the defining content) into *out (zeroed
+ * first; field: the first that differs). PG_ERR_USAGE when either run does
+ * not exist. */
 pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
-                                  gate_content_diff *out, pg_err *err);
+                                  const char *const *fields, int n, gate_content_diff *out,
+                                  pg_err *err);
 
 /* Resolves a --baseline value: a name in baselines first, else a decimal run
  * id of an existing run. *by_name says which matched. PG_ERR_USAGE naming

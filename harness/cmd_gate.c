@@ -38,9 +38,10 @@ const char cmd_gate_usage[] =
     "  --run N          the run to gate (required; it must be complete)\n"
     "  --baseline B     a baseline name (precgate baseline list) or a run id; default:\n"
     "                   the newest older complete run of the same kind, label and content\n"
-    "                   (traces or capture digest, replay/live, --limit) that passed its\n"
+    "                   (an eval's traces digest, replay/live, --limit) that passed its\n"
     "                   gate, else the newest older complete one of that content. A\n"
-    "                   baseline of other content is an error verdict (exit 2)\n"
+    "                   baseline of other content is an error verdict (exit 2). A sweep\n"
+    "                   of a capture recorded again is compared, with a note\n"
     "  --config FILE    thresholds as JSON (harness/gate_config.h documents the keys\n"
     "                   and every default); absolute budgets (layer.abs, mode_pair.abs,\n"
     "                   mode_pair.ratio) exist only here, none is built in\n"
@@ -148,7 +149,9 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
         int64_t newest = -1;
         gate_content_diff d = {0};
         if (*base_id < 0) st = gate_store_newest_older(s, run, &newest, err);
-        if (st == PG_OK && newest >= 0) st = gate_store_content_diff(s, run->id, newest, &d, err);
+        if (st == PG_OK && newest >= 0)
+            st = gate_store_content_diff(s, run->id, newest, gate_content_fields,
+                                         GATE_CONTENT_FIELD_COUNT, &d, err);
         if (st != PG_OK) return st;
         if (*base_id < 0 && d.field != NULL)
             print_no_content_match(run, newest, &d, label, no_label);
@@ -179,7 +182,9 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
     if (st == PG_OK && strcmp(b.status, "complete") != 0)
         st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 ", which is %s; a "
                      "baseline must be complete", a->baseline, *base_id, b.status);
-    if (st == PG_OK) st = gate_store_content_diff(s, run->id, *base_id, mismatch, err);
+    if (st == PG_OK)
+        st = gate_store_content_diff(s, run->id, *base_id, gate_content_fields,
+                                     GATE_CONTENT_FIELD_COUNT, mismatch, err);
     if (st == PG_OK)
         printf("baseline: run %" PRId64 " (--baseline %s%s)%s\n", *base_id, a->baseline,
                by_name ? ", by name" : "",
@@ -286,12 +291,24 @@ int cmd_gate(int argc, char **argv)
     int64_t base_id = -1;
     gate_content_diff mismatch = {0};
     if (st == PG_OK) st = choose_baseline(store, &a, &run, &base_id, &mismatch, &err);
+    if (st == PG_OK && base_id >= 0 && mismatch.field == NULL) {
+        /* A sweep of the same capture name recorded again (new activations or
+         * scales) is compared, and said so: that is how a scale regression
+         * of a serving stack shows. */
+        static const char *const data_field[] = {GATE_DATA_FIELD};
+        gate_content_diff data = {0};
+        st = gate_store_content_diff(store, run.id, base_id, data_field, 1, &data, &err);
+        if (st == PG_OK && data.field != NULL)
+            printf("note: baseline run %" PRId64 " swept other capture content (%s %s, run %"
+                   PRId64 " has %s): the same layers are compared on other recorded data or "
+                   "scales\n", base_id, data.field, data.other_value, run.id, data.run_value);
+    }
 
     gate_rows rows = {0}, base = {0};
     regress_flags flags = {0};
     if (st == PG_OK && mismatch.field != NULL) {
-        /* Different traces, capture, source or --limit: a comparison would be
-         * of other problems or other data, so one error verdict instead. */
+        /* Different traces, source or --limit: a comparison would be of other
+         * problems, so one error verdict instead. */
         st = regress_content_mismatch(strcmp(run.kind, "eval") == 0 ? REGRESS_SCOPE_EVAL
                                                                      : REGRESS_SCOPE_LAYER,
                                       mismatch.field, mismatch.run_value, mismatch.other_value,
