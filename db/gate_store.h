@@ -14,7 +14,7 @@
  * Baseline selection (gate_store_auto_baseline): the newest complete run
  * of the same kind, label (NULL labels match each other) and defining
  * content (the runs.config_json fields of gate_content_fields: the traces'
- * content digest, replay or live, --limit; each equal or absent in both, so
+ * content digest, replay or live, --limit, a sweep's --scales; each equal or absent in both, so
  * an eval recorded before digests never baselines one with a digest) that
  * is older
  * than the run (a smaller id: runs are numbered as they start) and passed
@@ -69,13 +69,16 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
  * differ in one are not compared, named in this order (limit: eval --limit
  * N, the first N problems, which also changes the digest; source: replay
  * or live; traces_digest: eval runs' --traces content after --limit).
- * Accuracy over other problems says nothing about a change. A sweep's
+ * Accuracy over other problems says nothing about a change. scales: a
+ * sweep's run --scales policy (capture, amax, vllm-dynamic, unit): errors
+ * under unit scales against a baseline under amax scales measure the policy,
+ * not a change. A sweep's
  * capture_digest is not among them: a sweep is judged per layer of the
  * capture it names, and a capture recorded again (new activations, new
  * scales from the serving stack) against the last one is exactly the
  * comparison that catches a scale regression; the gate prints a note when
  * the baseline swept other content (GATE_DATA_FIELD). */
-#define GATE_CONTENT_FIELD_COUNT 3
+#define GATE_CONTENT_FIELD_COUNT 4
 extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
 /* The config_json field of a sweep's capture content digest. */
 #define GATE_DATA_FIELD "capture_digest"

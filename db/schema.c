@@ -270,6 +270,42 @@ const schema_migration schema_migrations[] = {
         "DROP TABLE runs;\n"
         "ALTER TABLE runs_v8 RENAME TO runs;\n"
         "CREATE INDEX runs_kind_started ON runs (kind, started_at);\n"),
+    /* run --scales (harness/sweep.h sweep_scales): quant_stats.scale_source
+     * names the policy, so its CHECK is rebuilt as layer_metrics' was in
+     * migration 3. 'calibrated' (amax / 448, the only rule besides the
+     * capture's before this step) becomes 'amax', the same rule. A sweep run
+     * whose config_json lacks "scales" gets it from its quant_stats rows when
+     * they all name one policy, so that resume and the gate's defining
+     * content (db/gate_store.h) see the policy it ran under; a run without
+     * such rows (bf16 only, or mixed) keeps no "scales". */
+    SCHEMA_MIGRATION(9,
+        "CREATE TABLE quant_stats_v9 (\n"
+        "    run_id         INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture        TEXT    NOT NULL,\n"
+        "    layer          INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    tensor         TEXT    NOT NULL CHECK (tensor IN ('q', 'k', 'v')),\n"
+        "    scale          REAL    NOT NULL,\n"
+        "    -- run --scales: the capture's metadata, amax / 448, vLLM's calc_kv_scales\n"
+        "    -- (amax / 200 for q and k, / 100 for v) or 1.0\n"
+        "    scale_source   TEXT NOT NULL\n"
+        "                   CHECK (scale_source IN ('capture', 'amax', 'vllm-dynamic', 'unit')),\n"
+        "    saturated_frac REAL,   -- NULL: the fraction was NaN (nothing to count)\n"
+        "    underflow_frac REAL,   -- NULL: the fraction was NaN (nothing to count)\n"
+        "    UNIQUE (run_id, capture, layer, tensor)\n"
+        ");\n"
+        "INSERT INTO quant_stats_v9\n"
+        "    SELECT run_id, capture, layer, tensor, scale,\n"
+        "           CASE scale_source WHEN 'calibrated' THEN 'amax' ELSE scale_source END,\n"
+        "           saturated_frac, underflow_frac FROM quant_stats;\n"
+        "DROP TABLE quant_stats;\n"
+        "ALTER TABLE quant_stats_v9 RENAME TO quant_stats;\n"
+        "UPDATE runs SET config_json = json_set(config_json, '$.scales',\n"
+        "        (SELECT min(q.scale_source) FROM quant_stats q WHERE q.run_id = runs.id))\n"
+        "    WHERE kind = 'sweep' AND json_valid(config_json)\n"
+        "      AND json_type(config_json) = 'object'\n"
+        "      AND json_extract(config_json, '$.scales') IS NULL\n"
+        "      AND (SELECT count(DISTINCT q.scale_source) FROM quant_stats q\n"
+        "           WHERE q.run_id = runs.id) = 1;\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

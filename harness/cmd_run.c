@@ -37,7 +37,7 @@ const char cmd_run_usage[] =
     "  --resume RUN         continue sweep run RUN (interrupted, killed or failed),\n"
     "                       computing only the layers it has not stored. The capture's\n"
     "                       content digest, the variants, the backend, --check-spec,\n"
-    "                       --p-rounding, --seed and the precgate build must be the run's\n"
+    "                       --p-rounding, --seed, --scales and the precgate build must be the run's\n"
     "                       (options left out are taken from the run); any difference is\n"
     "                       refused with exit 2, naming the field and both values\n"
     "  --force              with --resume: take a run still marked running whose process\n"
@@ -51,6 +51,12 @@ const char cmd_run_usage[] =
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
     "  --p-rounding R       fp8qkv's rounding of P before P.V: e4m3 (default), bf16, none\n"
+    "  --scales POLICY      fp8 q/k/v scales: capture (the capture's q/k/v_scale metadata;\n"
+    "                       the default when it has them, else an error), amax (amax / 448\n"
+    "                       per tensor; the default otherwise), vllm-dynamic (vLLM's\n"
+    "                       calc_kv_scales: amax / 200 for q and k, amax / 100 for v) or\n"
+    "                       unit (1.0); amax 0 gives 1.0. Stored as quant_stats.scale_source\n"
+    "                       and config \"scales\"; the gate compares only runs of one policy\n"
     "  --threads N          CPU threads (default $PRECGATE_THREADS, else all CPUs)\n"
     "  --seed N             seed of the paged KV cache's page scattering\n"
     "  --no-progress        never draw the progress bar\n\n"
@@ -74,13 +80,15 @@ typedef struct run_args {
     /* Which of the options that define a run's numbers were given (a
      * resume takes the others from the run). */
     int given_variants, given_backend, given_p_rounding, given_seed, given_check_spec;
+    int given_scales;
+    sweep_scales scales;  /* DEFAULT until given, taken from a resumed run or resolved */
 } run_args;
 
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
 static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
 {
     enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_PROUND, O_THREADS, O_SEED,
-           O_NOPROG, O_CHECKSPEC, O_RESUME, O_FORCE };
+           O_NOPROG, O_CHECKSPEC, O_RESUME, O_FORCE, O_SCALES };
     static const struct option opts[] = {
         {"capture", required_argument, NULL, O_CAPTURE},
         {"variants", required_argument, NULL, O_VARIANTS},
@@ -94,6 +102,7 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"check-spec", no_argument, NULL, O_CHECKSPEC},
         {"resume", required_argument, NULL, O_RESUME},
         {"force", no_argument, NULL, O_FORCE},
+        {"scales", required_argument, NULL, O_SCALES},
         {NULL, 0, NULL, 0},
     };
     *a = (run_args){.backend = "auto", .variants = SWEEP_ALL_VARIANTS,
@@ -135,6 +144,10 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
             break;
         case O_RESUME: st = cli_parse_int("--resume", optarg, 1, 1L << 62, &a->resume, err); break;
         case O_FORCE: a->force = 1; break;
+        case O_SCALES:
+            st = sweep_scales_parse(optarg, &a->scales, err);
+            a->given_scales = 1;
+            break;
         case ':':
         default: return cli_getopt_fail("run", c, argv[optind - 1], err);
         }
@@ -202,7 +215,7 @@ static cJSON *variants_json(unsigned variants)
  * defines its numbers is here, for --resume to compare: the capture's
  * content digest, the variants, the backend that ran, --check-spec,
  * --p-rounding, the page seed (also as exact decimal text: a JSON number is
- * a double) and the precgate build. */
+ * a double), the scale policy (a->scales, resolved) and the precgate build. */
 static char *run_config_json(const run_args *a, const capture *cap, const char *backend)
 {
     cJSON *o = cJSON_CreateObject();
@@ -215,6 +228,7 @@ static char *run_config_json(const run_args *a, const capture *cap, const char *
     cJSON_AddStringToObject(o, "backend", backend);
     cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
     cJSON_AddStringToObject(o, "p_rounding", attn_p_rounding_name(a->p_rounding));
+    cJSON_AddStringToObject(o, "scales", sweep_scales_name(a->scales));
     cJSON_AddNumberToObject(o, "threads", (double)a->threads);
     cJSON_AddNumberToObject(o, "page_seed", (double)a->seed);
     char seed[RUN_U64_TEXT_MAX];
@@ -346,6 +360,7 @@ static const resume_field run_option_fields[] = {
     {"check_spec", "--check-spec"},
     {"p_rounding", "--p-rounding"},
     {"page_seed_decimal", "--seed"},
+    {"scales", "--scales"},
 };
 /* What is compared once the capture is loaded and the backend started. */
 static const resume_field run_capture_fields[] = {
@@ -380,6 +395,10 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     const cJSON *check_spec = cJSON_GetObjectItemCaseSensitive(r->cfg, "check_spec");
     const char *p_rounding = cfg_string(r->cfg, "p_rounding");
     const char *seed = cfg_string(r->cfg, "page_seed_decimal");
+    /* Absent in runs before --scales (their policy was the default, which
+     * the capture resolves again); present, it must be a policy. */
+    const char *scales = cfg_string(r->cfg, "scales");
+    sweep_scales run_scales = SWEEP_SCALES_DEFAULT;
     const unsigned variants = cfg_variants(r->cfg);
     r->capture_name = cfg_string(r->cfg, "capture");
     r->digest = cfg_string(r->cfg, "capture_digest");
@@ -390,7 +409,8 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL || seed == NULL ||
         cfg_string(r->cfg, "git_rev") == NULL || variants == 0 || !cJSON_IsBool(check_spec) ||
         p_rounding == NULL || attn_p_rounding_parse(p_rounding, &pr, &ignored) != PG_OK ||
-        cli_parse_u64("page_seed_decimal", seed, &page_seed, &ignored) != PG_OK)
+        cli_parse_u64("page_seed_decimal", seed, &page_seed, &ignored) != PG_OK ||
+        (scales != NULL && sweep_scales_parse(scales, &run_scales, &ignored) != PG_OK))
         return pg_fail(err, PG_ERR_USAGE,
                        "run: --resume %lld: the run's config_json does not record its capture "
                        "digest, variants, backend, check_spec, p_rounding, page_seed_decimal and "
@@ -409,6 +429,7 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     char seed_now[RUN_U64_TEXT_MAX];
     snprintf(seed_now, sizeof seed_now, "%llu", a->seed);
     if (a->given_seed) json_set(now, "page_seed_decimal", cJSON_CreateString(seed_now));
+    if (a->given_scales) json_set(now, "scales", cJSON_CreateString(sweep_scales_name(a->scales)));
     st = resume_check_fields("run", a->resume, r->cfg, now, run_option_fields,
                              sizeof run_option_fields / sizeof run_option_fields[0], err);
     cJSON_Delete(now);
@@ -417,6 +438,7 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     a->check_spec = cJSON_IsTrue(check_spec);
     a->p_rounding = pr;
     a->seed = page_seed;
+    if (!a->given_scales) a->scales = run_scales;
     return st;
 }
 
@@ -581,9 +603,15 @@ int cmd_run(int argc, char **argv)
         }
     }
     const char *backend = gpu != NULL ? "cuda" : "cpu";
+    /* The scale policy: the given or resumed one, else the capture's default;
+     * a capture that cannot give it is refused before a run row exists. */
+    if (st == PG_OK) {
+        a.scales = sweep_scales_resolve(cap, a.scales);
+        st = sweep_scales_check(cap, a.capture, a.scales, &err);
+    }
     const volatile sig_atomic_t *stop = interrupt_flag();
     sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress,
-                        gpu, a.check_spec, &stats, stage, NULL, stop};
+                        gpu, a.check_spec, &stats, stage, NULL, stop, a.scales};
     const char *capture_name = a.capture;
     unsigned char *stored = NULL;
     int64_t run_id = -1;

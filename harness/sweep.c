@@ -62,6 +62,101 @@ pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err)
     return PG_OK;
 }
 
+/* vLLM's dynamic q/k/v scale divisors: vllm-project/vllm, vllm/envs.py
+ * (Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT, defaults 200, 200,
+ * 100), used by vllm/attention/layer.py Attention.calc_kv_scales as
+ * `torch.abs(query).max() / self.q_range` (q_range = tensor(Q_SCALE_CONSTANT,
+ * float32); k and v alike) once, on the first forward pass with
+ * --calculate-kv-scales: one fp32 division of the tensor's amax. vLLM does
+ * not guard amax 0 (its scale becomes 0); precgate gives 1.0 there, as for
+ * amax / 448 (fp8_scale_from_amax), so that no policy divides by 0. */
+#define VLLM_Q_SCALE_CONSTANT 200.0f
+#define VLLM_K_SCALE_CONSTANT 200.0f
+#define VLLM_V_SCALE_CONSTANT 100.0f
+/* vLLM's scale when a checkpoint has none (vllm/model_executor/layers/
+ * quantization/kv_cache.py: "Using KV cache scaling factor 1.0"). */
+#define VLLM_DEFAULT_SCALE 1.0f
+
+static const struct {
+    sweep_scales policy;
+    const char *name;
+} sweep_scales_table[] = {
+    {SWEEP_SCALES_CAPTURE, "capture"},
+    {SWEEP_SCALES_AMAX, "amax"},
+    {SWEEP_SCALES_VLLM_DYNAMIC, "vllm-dynamic"},
+    {SWEEP_SCALES_UNIT, "unit"},
+};
+#define SWEEP_N_SCALES (sizeof sweep_scales_table / sizeof sweep_scales_table[0])
+
+pg_status sweep_scales_parse(const char *name, sweep_scales *out, pg_err *err)
+{
+    for (size_t i = 0; i < SWEEP_N_SCALES; i++)
+        if (strcmp(name, sweep_scales_table[i].name) == 0) {
+            *out = sweep_scales_table[i].policy;
+            return PG_OK;
+        }
+    return pg_fail(err, PG_ERR_USAGE,
+                   "--scales: '%s' is not one of capture, amax, vllm-dynamic, unit", name);
+}
+
+const char *sweep_scales_name(sweep_scales s)
+{
+    for (size_t i = 0; i < SWEEP_N_SCALES; i++)
+        if (sweep_scales_table[i].policy == s) return sweep_scales_table[i].name;
+    return "?";
+}
+
+/* Whether cap carries q/k/v_scale metadata (capture_open takes all of
+ * them for every layer, or none). */
+static int capture_has_scales(const capture *cap)
+{
+    return cap->n_layers > 0 && cap->layers[0].has_scales;
+}
+
+sweep_scales sweep_scales_resolve(const capture *cap, sweep_scales s)
+{
+    if (s != SWEEP_SCALES_DEFAULT) return s;
+    return capture_has_scales(cap) ? SWEEP_SCALES_CAPTURE : SWEEP_SCALES_AMAX;
+}
+
+pg_status sweep_scales_check(const capture *cap, const char *capture_name, sweep_scales s,
+                             pg_err *err)
+{
+    if (s == SWEEP_SCALES_CAPTURE && !capture_has_scales(cap))
+        return pg_fail(err, PG_ERR_USAGE,
+                       "--scales capture: capture '%s' has no q_scale/k_scale/v_scale metadata "
+                       "(use --scales amax, vllm-dynamic or unit)", capture_name);
+    return PG_OK;
+}
+
+/* Layer L's q, k and v scales under policy s (not DEFAULT; CAPTURE only on a
+ * layer that has them, sweep_scales_check), from the amax capture_open read. */
+static void layer_scales(const capture_layer *L, sweep_scales s, attn_fp8_options *fo)
+{
+    switch (s) {
+    case SWEEP_SCALES_CAPTURE:
+        fo->q_scale = L->q_scale;
+        fo->k_scale = L->k_scale;
+        fo->v_scale = L->v_scale;
+        break;
+    case SWEEP_SCALES_VLLM_DYNAMIC:
+        fo->q_scale = fp8_scale_from_amax(L->q_amax, VLLM_Q_SCALE_CONSTANT);
+        fo->k_scale = fp8_scale_from_amax(L->k_amax, VLLM_K_SCALE_CONSTANT);
+        fo->v_scale = fp8_scale_from_amax(L->v_amax, VLLM_V_SCALE_CONSTANT);
+        break;
+    case SWEEP_SCALES_UNIT:
+        fo->q_scale = fo->k_scale = fo->v_scale = VLLM_DEFAULT_SCALE;
+        break;
+    case SWEEP_SCALES_AMAX:
+    case SWEEP_SCALES_DEFAULT:
+    default:
+        fo->q_scale = fp8_e4m3_calibrated_scale(L->q_amax);
+        fo->k_scale = fp8_e4m3_calibrated_scale(L->k_amax);
+        fo->v_scale = fp8_e4m3_calibrated_scale(L->v_amax);
+        break;
+    }
+}
+
 /* One variant's metrics for one layer: [0] whole layer, [1 + h] head h. */
 typedef struct variant_metrics {
     char name[SWEEP_VARIANT_NAME_MAX];
@@ -595,20 +690,13 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     c->mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *c->mbuf);
     if (!c->vm || !c->mbuf) return pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
-    /* Scales from the capture, else calibrated per tensor as amax / 448. */
+    /* The scales of opt->scales, chosen here for both backends. */
     c->fo = (attn_fp8_options){.quantize = 1, .p_rounding = opt->p_rounding,
                                .block_size = cap->block_size,
                                .page_seed = opt->page_seed + (uint64_t)li};
-    *scale_source = L->has_scales ? "capture" : "calibrated";
-    if (L->has_scales) {
-        c->fo.q_scale = L->q_scale;
-        c->fo.k_scale = L->k_scale;
-        c->fo.v_scale = L->v_scale;
-    } else {
-        c->fo.q_scale = fp8_e4m3_calibrated_scale(L->q_amax);
-        c->fo.k_scale = fp8_e4m3_calibrated_scale(L->k_amax);
-        c->fo.v_scale = fp8_e4m3_calibrated_scale(L->v_amax);
-    }
+    const sweep_scales policy = sweep_scales_resolve(cap, opt->scales);
+    *scale_source = sweep_scales_name(policy);
+    layer_scales(L, policy, &c->fo);
     const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
@@ -646,6 +734,8 @@ static int layer_stored(const sweep_options *opt, int li)
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err)
 {
+    pg_status st = sweep_scales_check(cap, capture_name, opt->scales, err);
+    if (st != PG_OK) return st;
     const int per_layer = n_modes_selected(opt);
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
@@ -653,7 +743,6 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     progress_start(&bar, (int64_t)n_todo * per_layer);
     if (!opt->progress) bar.enabled = 0;
     int64_t step = 0;
-    pg_status st = PG_OK;
     /* On the GPU, uploads come from the ring of page-locked buffers
      * (sweep_stage): the caller's, whose first layers were copied while the
      * GPU started, or one opened here. */

@@ -37,6 +37,17 @@ typedef enum sweep_variant {
 /* Host buffers for a GPU sweep's uploads (sweep_stage_open). */
 typedef struct sweep_stage sweep_stage;
 
+/* Where a sweep's fp8 q/k/v scales come from (run --scales); the name of
+ * each is its quant_stats.scale_source and config_json "scales" value. */
+typedef enum sweep_scales {
+    SWEEP_SCALES_DEFAULT = 0,   /* the capture's when it has them, else amax */
+    SWEEP_SCALES_CAPTURE,       /* "capture": the layers' q_scale/k_scale/v_scale metadata */
+    SWEEP_SCALES_AMAX,          /* "amax": amax / 448 per tensor (fp8_e4m3_calibrated_scale) */
+    SWEEP_SCALES_VLLM_DYNAMIC,  /* "vllm-dynamic": vLLM's calc_kv_scales, amax / 200 for q
+                                 * and k, amax / 100 for v */
+    SWEEP_SCALES_UNIT,          /* "unit": 1.0 (vLLM's default without checkpoint scales) */
+} sweep_scales;
+
 typedef struct sweep_options {
     unsigned variants;            /* sweep_variant bits */
     attn_p_rounding p_rounding;   /* fp8qkv's P rounding */
@@ -52,6 +63,8 @@ typedef struct sweep_options {
                                    * (run --resume; sweep_layer_rows says what a whole one holds) */
     const volatile sig_atomic_t *stop; /* NULL, or nonzero once the sweep must stop
                                    * (interrupt_flag()): polled before each layer */
+    sweep_scales scales;          /* where the fp8 scales come from (DEFAULT: resolved per
+                                   * capture, sweep_scales_resolve) */
 } sweep_options;
 
 /* The ring of host buffers one GPU sweep_run of cap uploads from (four
@@ -70,6 +83,22 @@ void sweep_stage_layer(const sweep_stage *s, int li, const uint16_t *qkv[3]);
 /* Releases s (unlocking it) after the sweep that used it, before the GPU
  * backend closes; NULL is a no-op. */
 void sweep_stage_close(sweep_stage *s);
+
+/* Parses a --scales name (capture, amax, vllm-dynamic, unit) into *out;
+ * PG_ERR_USAGE naming the value and the choices otherwise. */
+pg_status sweep_scales_parse(const char *name, sweep_scales *out, pg_err *err);
+
+/* The name of a policy other than DEFAULT ("capture", "amax", ...). */
+const char *sweep_scales_name(sweep_scales s);
+
+/* s with DEFAULT resolved for cap: CAPTURE when cap's layers carry
+ * q/k/v_scale metadata, else AMAX; any other s as it is. */
+sweep_scales sweep_scales_resolve(const capture *cap, sweep_scales s);
+
+/* PG_OK when cap can give the scales of policy s; CAPTURE on a capture
+ * without scale metadata is PG_ERR_USAGE naming capture_name. */
+pg_status sweep_scales_check(const capture *cap, const char *capture_name, sweep_scales s,
+                             pg_err *err);
 
 /* Parses a comma-separated list of mode names into sweep_variant bits;
  * PG_ERR_USAGE naming the bad entry. */
@@ -96,8 +125,9 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
  * stored, and the result is PG_ERR_INTERRUPTED saying how many layers are
  * stored (a failure of those writes wins over it). The counts go to
  * opt->stats.
- * fp8 scales not in the capture are calibrated from the amax that
- * capture_open read. On the GPU, CPU threads copy each layer's q/k/v into
+ * The fp8 scales follow opt->scales (sweep_scales_check: PG_ERR_USAGE
+ * before anything is stored when the capture cannot give them); amax-based
+ * ones use the amax that capture_open read, with no pass over the data. On the GPU, CPU threads copy each layer's q/k/v into
  * a ring of four page-locked buffers three layers ahead, and the next layer's
  * buffer copies to the GPU while a layer computes (cuda_prefetch_qkv). */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,

@@ -271,6 +271,11 @@ float bf16_amax(const uint16_t *x, size_t n)
  */
 float fp8_e4m3_calibrated_scale(float amax)
 {
+    return fp8_scale_from_amax(amax, FP8_E4M3_MAX);
+}
+
+float fp8_scale_from_amax(float amax, float divisor)
+{
     if (amax == 0.0f) return 1.0f;
-    return amax / FP8_E4M3_MAX;
+    return amax / divisor;
 }

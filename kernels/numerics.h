@@ -80,6 +80,11 @@ float bf16_amax(const uint16_t *x, size_t n);
  * special-cased (inf -> inf, NaN -> NaN): callers reject it earlier. */
 float fp8_e4m3_calibrated_scale(float amax);
 
+/* Per-tensor scale amax / divisor rounded once in binary32; amax exactly 0
+ * (either sign) gives 1.0, as fp8_e4m3_calibrated_scale (which is this with
+ * divisor FP8_E4M3_MAX). divisor > 0. Non-finite amax is not special-cased. */
+float fp8_scale_from_amax(float amax, float divisor);
+
 #ifdef __cplusplus
 }
 #endif

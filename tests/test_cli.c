@@ -427,7 +427,7 @@ Test(cli, run_happy_path_fills_every_table)
     cr_assert_not_null(worst, "no worst-layer line:\n%s", p.out);
     cr_assert_gt(worst, prev_row, "worst-layer line before the rows:\n%s", p.out);
 
-    /* quant_stats: q, k, v per layer, calibrated as amax / 448 */
+    /* quant_stats: q, k, v per layer, the default without scales: amax / 448 */
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats"), SMALL_LAYERS * 3);
     const char *tensors[3] = {"q", "k", "v"};
     for (int l = 0; l < SMALL_LAYERS; l++) {
@@ -440,10 +440,10 @@ Test(cli, run_happy_path_fills_every_table)
         for (int t = 0; t < 3; t++) {
             cr_assert_eq(db_int_d(db, (double)want[t],
                                   "SELECT count(*) FROM quant_stats WHERE run_id = 1 AND layer = %d "
-                                  "AND tensor = %Q AND scale_source = 'calibrated' AND scale > 0 "
+                                  "AND tensor = %Q AND scale_source = 'amax' AND scale > 0 "
                                   "AND scale = ?1",
                                   l, tensors[t]),
-                         1, "layer %d %s: no calibrated row with scale %.9g", l, tensors[t],
+                         1, "layer %d %s: no amax row with scale %.9g", l, tensors[t],
                          (double)want[t]);
         }
     }

@@ -610,6 +610,10 @@ Test(numerics, bf16_amax)
 Test(numerics, e4m3_calibrated_scale)
 {
     cr_assert_eq(fp8_e4m3_calibrated_scale(0.0f), 1.0f);
+    /* every amax-based policy: amax 0 gives 1.0, never a 0 scale */
+    cr_assert_eq(fp8_scale_from_amax(0.0f, 200.0f), 1.0f);
+    cr_assert_eq(fp8_scale_from_amax(-0.0f, 100.0f), 1.0f);
+    cr_assert_eq(fp8_scale_from_amax(3.0f, 200.0f), 3.0f / 200.0f);
     cr_assert_eq(fp8_e4m3_calibrated_scale(-0.0f), 1.0f);
     cr_assert_eq(fp8_e4m3_calibrated_scale(448.0f), 1.0f);
     cr_assert_eq(fp8_e4m3_calibrated_scale(896.0f), 2.0f);

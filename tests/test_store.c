@@ -352,7 +352,7 @@ Test(store, round_trip_every_column)
                                          &odd, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 0, 7, "bf16", "cpu", &plain, &err),
                  PG_OK, "%s", err.msg);
-    cr_assert_eq(store_put_quant_stats(s, run, "llama-8b/p0", 31, "k", 0.0223214286, "calibrated",
+    cr_assert_eq(store_put_quant_stats(s, run, "llama-8b/p0", 31, "k", 0.0223214286, "amax",
                                        0.001953125, 1.0 / 3.0, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(store_put_quant_stats(s, run, "llama-8b/p0", 31, "q", 1.0, "capture",
                                        0.0, NAN, &err), PG_OK, "%s", err.msg);
@@ -458,7 +458,7 @@ Test(store, round_trip_every_column)
     cr_assert_eq(sqlite3_column_int(st, 2), 31);
     cr_assert_str_eq((const char *)sqlite3_column_text(st, 3), "k");
     cr_assert(same_bits(sqlite3_column_double(st, 4), 0.0223214286));
-    cr_assert_str_eq((const char *)sqlite3_column_text(st, 5), "calibrated");
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 5), "amax");
     cr_assert(same_bits(sqlite3_column_double(st, 6), 0.001953125));
     cr_assert(same_bits(sqlite3_column_double(st, 7), 1.0 / 3.0));
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
@@ -800,16 +800,23 @@ Test(store, missing_directory_named)
     free(out);
 }
 
+/* g_db opened raw and migrated by the real migrations 1..version. */
+static sqlite3 *raw_db_at_version(int version)
+{
+    sqlite3 *db = raw_open(g_db);
+    for (int i = 0; i < version; i++) {
+        tu_sql_exec(db, schema_migrations[i].sql);
+        tu_sql_exec(db, schema_migrations[i].set_version);
+    }
+    return db;
+}
+
 /* A database at schema version 7 built from the real migrations 1..7, with
  * a run in every status that version allowed (and samples and a gate row
  * pointing at them), as a precgate of that version left it. */
 static void make_v7_db(void)
 {
-    sqlite3 *db = raw_open(g_db);
-    for (int i = 0; i < 7; i++) {
-        tu_sql_exec(db, schema_migrations[i].sql);
-        tu_sql_exec(db, schema_migrations[i].set_version);
-    }
+    sqlite3 *db = raw_db_at_version(7);
     tu_sql_exec(db,
                 "INSERT INTO runs (id, kind, status, started_at, finished_at, host, config_json,"
                 " error) VALUES"
@@ -832,7 +839,7 @@ Test(store, migration_8_keeps_v7_rows_and_adds_pid_heartbeat_interrupted)
     make_v7_db();
     pg_store *s = open_ok();
     sqlite3 *db = store_handle(s);
-    cr_assert_eq(store_schema_version(s), 8);
+    cr_assert_eq(store_schema_version(s), store_latest_schema_version());
     char *rows = q_text(db, "SELECT group_concat(id || ':' || kind || ':' || status || ':' ||"
                             " ifnull(finished_at, '-') || ':' || ifnull(error, '-') || ':' ||"
                             " ifnull(pid, '-') || ':' || ifnull(heartbeat_at, '-'), '|')"
@@ -1024,5 +1031,81 @@ Test(store, interrupted_keeps_its_error_and_set_config_replaces)
     free(v);
     pg_err e2 = {0};
     cr_assert_eq(store_run_set_config(s, run + 1, "{}", &e2), PG_ERR_DB);
+    store_close(s);
+}
+
+/* A database at schema version 8 built from the real migrations 1..8 with
+ * sweep runs and their quant_stats rows as a precgate of that version left
+ * them: run 1 calibrated (amax / 448), run 2 the capture's scales, run 3
+ * both (edited by hand), run 4 bf16 only (no rows), run 5 an eval. */
+static void make_v8_db(void)
+{
+    sqlite3 *db = raw_db_at_version(8);
+    tu_sql_exec(db,
+                "INSERT INTO runs (id, kind, status, started_at, finished_at, host, config_json)"
+                " VALUES"
+                " (1, 'sweep', 'complete', '2026-01-01T00:00:00.000Z', '2026-01-01T00:01:00.000Z',"
+                "  'h', '{\"capture\":\"a\",\"p_rounding\":\"e4m3\"}'),"
+                " (2, 'sweep', 'complete', '2026-01-02T00:00:00.000Z', '2026-01-02T00:01:00.000Z',"
+                "  'h', '{\"capture\":\"b\"}'),"
+                " (3, 'sweep', 'complete', '2026-01-03T00:00:00.000Z', '2026-01-03T00:01:00.000Z',"
+                "  'h', '{\"capture\":\"c\"}'),"
+                " (4, 'sweep', 'complete', '2026-01-04T00:00:00.000Z', '2026-01-04T00:01:00.000Z',"
+                "  'h', '{\"capture\":\"d\"}'),"
+                " (5, 'eval', 'complete', '2026-01-05T00:00:00.000Z', '2026-01-05T00:01:00.000Z',"
+                "  'h', '{\"samples\":1}');"
+                "INSERT INTO quant_stats VALUES"
+                " (1, 'a', 0, 'k', 0.125, 'calibrated', 0.0, 0.5),"
+                " (1, 'a', 0, 'v', 0.25, 'calibrated', NULL, 0.25),"
+                " (2, 'b', 0, 'k', 0.5, 'capture', 0.001, NULL),"
+                " (3, 'c', 0, 'k', 0.5, 'capture', 0.0, 0.0),"
+                " (3, 'c', 1, 'k', 0.75, 'calibrated', 0.0, 0.0);");
+    cr_assert_eq(tu_sql_int(db, "PRAGMA user_version"), 8);
+    sqlite3_close(db);
+}
+
+Test(store, migration_9_renames_calibrated_to_amax_and_records_each_sweeps_scales)
+{
+    make_v8_db();
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    cr_assert_eq(store_schema_version(s), 9);
+    /* Every row kept, every column; 'calibrated' (amax / 448) is now 'amax'. */
+    char *rows = q_text(db, "SELECT group_concat(run_id || ':' || capture || ':' || layer || ':' ||"
+                            " tensor || ':' || scale || ':' || scale_source || ':' ||"
+                            " ifnull(saturated_frac, '-') || ':' || ifnull(underflow_frac, '-'), '|')"
+                            " FROM (SELECT * FROM quant_stats ORDER BY run_id, layer, tensor)");
+    cr_assert_str_eq(rows, "1:a:0:k:0.125:amax:0.0:0.5|1:a:0:v:0.25:amax:-:0.25|"
+                           "2:b:0:k:0.5:capture:0.001:-|3:c:0:k:0.5:capture:0.0:0.0|"
+                           "3:c:1:k:0.75:amax:0.0:0.0");
+    free(rows);
+    /* A sweep's config gets the one policy its rows name; none when there
+     * are no rows or several policies; other kinds are left alone. */
+    char *cfg = q_text(db, "SELECT group_concat(id || '=' || ifnull(json_extract(config_json,"
+                           " '$.scales'), '-'), ',') FROM (SELECT * FROM runs ORDER BY id)");
+    cr_assert_str_eq(cfg, "1=amax,2=capture,3=-,4=-,5=-");
+    free(cfg);
+    char *one = q_text(db, "SELECT config_json FROM runs WHERE id = 1");
+    cr_assert_str_eq(one, "{\"capture\":\"a\",\"p_rounding\":\"e4m3\",\"scales\":\"amax\"}");
+    free(one);
+    char *ev = q_text(db, "SELECT config_json FROM runs WHERE id = 5");
+    cr_assert_str_eq(ev, "{\"samples\":1}");
+    free(ev);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    /* The new policies are allowed, the old name and anything else refused;
+     * the UNIQUE key still holds. */
+    pg_err err = {0};
+    cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_put_quant_stats(s, 4, "d", 0, "q", 0.5, "vllm-dynamic", 0.0, 0.0, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(store_put_quant_stats(s, 4, "d", 0, "k", 1.0, "unit", 0.0, 0.0, &err), PG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(store_commit(s, &err), PG_OK, "%s", err.msg);
+    cr_assert_neq(sqlite3_exec(db, "INSERT INTO quant_stats VALUES (4, 'd', 0, 'v', 1.0,"
+                                   " 'calibrated', 0.0, 0.0)", NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_neq(sqlite3_exec(db, "INSERT INTO quant_stats VALUES (1, 'a', 0, 'k', 1.0,"
+                                   " 'amax', 0.0, 0.0)", NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_neq(sqlite3_exec(db, "INSERT INTO quant_stats VALUES (99, 'a', 0, 'k', 1.0,"
+                                   " 'amax', 0.0, 0.0)", NULL, NULL, NULL), SQLITE_OK);
     store_close(s);
 }

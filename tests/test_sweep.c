@@ -66,7 +66,8 @@ static capture *open_capture(const char *path)
 /* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
 static sweep_options options(unsigned variants)
 {
-    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL, NULL, NULL, NULL};
+    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL, NULL, NULL, NULL,
+                            SWEEP_SCALES_DEFAULT};
 }
 
 /* ---- a failing layer rolls back alone --------------------------------- */
@@ -460,14 +461,19 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
 #define CAL_NQ ((size_t)CAL_T * CAL_HQ * CAL_D)
 #define CAL_NKV ((size_t)CAL_T * CAL_HKV * CAL_D)
 
-/* The calibrated scales (amax / 448) of every layer's q, k and v, with each
- * tensor's largest magnitude planted in a different work item (the last
- * element of q, in its second item; k and v at other places). */
-Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
+/* Planted magnitudes per layer of the scales captures: q, k, v (above
+ * gen_bf16's 3), so that each tensor's amax is known exactly. */
+static const float cal_big[CAL_LAYERS][3] = {{40.0f, -24.0f, 12.5f}, {-7.5f, 96.0f, -5.0f}};
+/* The q/k/v_scale metadata of cal_capture's with_scales capture, per layer. */
+static const float cal_meta[3][CAL_LAYERS] = {{0.5f, 0.375f}, {0.25f, 0.0625f}, {2.0f, 0.125f}};
+
+/* A capture file of CAL_LAYERS layers in the scratch directory with each
+ * tensor's largest magnitude (cal_big) planted in a different work item
+ * (the last element of q, in its second item; k and v at other places);
+ * with_scales: also q/k/v_scale metadata (cal_meta). Opened. */
+static capture *cal_capture(const char *file, int with_scales)
 {
     static uint16_t q[CAL_LAYERS][CAL_NQ], k[CAL_LAYERS][CAL_NKV], v[CAL_LAYERS][CAL_NKV];
-    /* planted magnitudes per layer: q, k, v (above gen_bf16's 3) */
-    static const float big[CAL_LAYERS][3] = {{40.0f, -24.0f, 12.5f}, {-7.5f, 96.0f, -5.0f}};
     const size_t at[3] = {CAL_NQ - 1, CAL_NKV / 2, 0};
     pg_err err = {0};
     st_writer *w = NULL;
@@ -480,13 +486,19 @@ Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
     strcat(seqs, "]");
     cr_assert_eq(st_writer_add_meta(w, "seq_q", seqs, &err), PG_OK);
     cr_assert_eq(st_writer_add_meta(w, "seq_kv", seqs, &err), PG_OK);
+    static const char *const keys[3] = {"q_scale", "k_scale", "v_scale"};
+    for (int x = 0; with_scales && x < 3; x++) {
+        char list[64];
+        snprintf(list, sizeof list, "[%.9g,%.9g]", (double)cal_meta[x][0], (double)cal_meta[x][1]);
+        cr_assert_eq(st_writer_add_meta(w, keys[x], list, &err), PG_OK, "%s", err.msg);
+    }
     const int64_t qshape[3] = {CAL_T, CAL_HQ, CAL_D}, kvshape[3] = {CAL_T, CAL_HKV, CAL_D};
     for (int l = 0; l < CAL_LAYERS; l++) {
         uint16_t *t[3] = {q[l], k[l], v[l]};
         const size_t n[3] = {CAL_NQ, CAL_NKV, CAL_NKV};
         for (int x = 0; x < 3; x++) {
             for (size_t i = 0; i < n[x]; i++) t[x][i] = gen_bf16(10 * l + x, i);
-            t[x][at[x]] = bf16_from_f32(big[l][x]);
+            t[x][at[x]] = bf16_from_f32(cal_big[l][x]);
         }
         char name[64];
         snprintf(name, sizeof name, "layers.%d.q", l);
@@ -496,14 +508,23 @@ Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
         snprintf(name, sizeof name, "layers.%d.v", l);
         cr_assert_eq(st_writer_add_tensor(w, name, ST_BF16, 3, kvshape, v[l], &err), PG_OK);
     }
-    cr_assert_eq(st_writer_write(w, tu_in_dir("cal.safetensors"), &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(st_writer_write(w, tu_in_dir(file), &err), PG_OK, "%s", err.msg);
     st_writer_free(w);
+    return open_capture(tu_in_dir(file));
+}
 
-    capture *cap = open_capture(tu_in_dir("cal.safetensors"));
-    pg_store *s = open_store("cal.db");
+/* Sweeps cap (fp8kv and fp8qkv: q's row comes from fp8qkv) under policy
+ * into a new database db_name and asserts every layer's q, k and v
+ * quant_stats row: scale exactly want[layer][tensor] as a float, and
+ * scale_source source. */
+static void assert_stored_scales(const capture *cap, sweep_scales policy, const char *db_name,
+                                 const float want[CAL_LAYERS][3], const char *source)
+{
+    pg_err err = {0};
+    pg_store *s = open_store(db_name);
     const int64_t run = begin_run(s);
-    /* fp8qkv for q's row in quant_stats (fp8kv quantizes only k and v) */
-    const sweep_options so = options(SWEEP_FP8KV | SWEEP_FP8QKV);
+    sweep_options so = options(SWEEP_FP8KV | SWEEP_FP8QKV);
+    so.scales = policy;
     cr_assert_eq(sweep_run(s, run, cap, "cal.safetensors", &so, &err), PG_OK, "%s", err.msg);
     sqlite3 *db = store_handle(s);
     static const char *const names[3] = {"q", "k", "v"};
@@ -516,14 +537,86 @@ Test(sweep, calibrated_scales_are_each_tensors_amax_over_448)
             cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
             cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no quant_stats for layer %d %s", l,
                          names[x]);
-            const float want = fabsf(big[l][x]) / 448.0f;
-            cr_assert_eq((float)sqlite3_column_double(st, 0), want,
-                         "layer %d %s: scale %.9g, want %.9g", l, names[x],
-                         sqlite3_column_double(st, 0), (double)want);
-            cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "calibrated");
+            cr_assert_eq((float)sqlite3_column_double(st, 0), want[l][x],
+                         "%s: layer %d %s: scale %.9g, want %.9g", source, l, names[x],
+                         sqlite3_column_double(st, 0), (double)want[l][x]);
+            cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), source);
             sqlite3_finalize(st);
             sqlite3_free(sql);
         }
+    store_close(s);
+}
+
+/* amax / 448 of every layer's q, k and v (the default without scales), from
+ * the amax the capture scan read. */
+Test(sweep, amax_scales_are_each_tensors_amax_over_448)
+{
+    capture *cap = cal_capture("cal.safetensors", 0);
+    float want[CAL_LAYERS][3];
+    for (int l = 0; l < CAL_LAYERS; l++)
+        for (int x = 0; x < 3; x++) want[l][x] = fabsf(cal_big[l][x]) / 448.0f;
+    assert_stored_scales(cap, SWEEP_SCALES_AMAX, "amax.db", want, "amax");
+    assert_stored_scales(cap, SWEEP_SCALES_DEFAULT, "default.db", want, "amax");
+    capture_close(cap);
+}
+
+/* vLLM's calc_kv_scales: amax / 200 for q and k, amax / 100 for v, each one
+ * fp32 division. */
+Test(sweep, vllm_dynamic_scales_are_amax_over_200_200_100)
+{
+    capture *cap = cal_capture("cal.safetensors", 0);
+    float want[CAL_LAYERS][3];
+    for (int l = 0; l < CAL_LAYERS; l++) {
+        want[l][0] = fabsf(cal_big[l][0]) / 200.0f;
+        want[l][1] = fabsf(cal_big[l][1]) / 200.0f;
+        want[l][2] = fabsf(cal_big[l][2]) / 100.0f;
+    }
+    assert_stored_scales(cap, SWEEP_SCALES_VLLM_DYNAMIC, "vllm.db", want, "vllm-dynamic");
+    capture_close(cap);
+}
+
+/* unit: 1.0 for every tensor, whatever the capture holds. */
+Test(sweep, unit_scales_are_one)
+{
+    capture *cap = cal_capture("cal.safetensors", 1);
+    float want[CAL_LAYERS][3];
+    for (int l = 0; l < CAL_LAYERS; l++)
+        for (int x = 0; x < 3; x++) want[l][x] = 1.0f;
+    assert_stored_scales(cap, SWEEP_SCALES_UNIT, "unit.db", want, "unit");
+    capture_close(cap);
+}
+
+/* A capture with scales: capture (and the default) stores its metadata;
+ * amax overrides it with amax / 448. */
+Test(sweep, capture_scales_are_the_metadata_and_the_default_when_present)
+{
+    capture *cap = cal_capture("cal.safetensors", 1);
+    float meta[CAL_LAYERS][3], amax[CAL_LAYERS][3];
+    for (int l = 0; l < CAL_LAYERS; l++)
+        for (int x = 0; x < 3; x++) {
+            meta[l][x] = cal_meta[x][l];
+            amax[l][x] = fabsf(cal_big[l][x]) / 448.0f;
+        }
+    assert_stored_scales(cap, SWEEP_SCALES_CAPTURE, "capture.db", meta, "capture");
+    assert_stored_scales(cap, SWEEP_SCALES_DEFAULT, "default.db", meta, "capture");
+    assert_stored_scales(cap, SWEEP_SCALES_AMAX, "amax.db", amax, "amax");
+    capture_close(cap);
+}
+
+/* capture on a capture without scales is a usage error naming it; nothing
+ * is stored. */
+Test(sweep, capture_scales_without_metadata_are_refused)
+{
+    capture *cap = cal_capture("cal.safetensors", 0);
+    pg_err err = {0};
+    pg_store *s = open_store("refused.db");
+    const int64_t run = begin_run(s);
+    sweep_options so = options(SWEEP_FP8KV);
+    so.scales = SWEEP_SCALES_CAPTURE;
+    cr_assert_eq(sweep_run(s, run, cap, "cal.safetensors", &so, &err), PG_ERR_USAGE);
+    cr_assert_not_null(strstr(err.msg, "capture 'cal.safetensors' has no q_scale"), "%s", err.msg);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT (SELECT count(*) FROM quant_stats) +"
+                                             " (SELECT count(*) FROM layer_metrics)"), 0);
     store_close(s);
     capture_close(cap);
 }

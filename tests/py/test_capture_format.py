@@ -217,7 +217,7 @@ class Container(unittest.TestCase):
             rows, variants, sources, status = run_precgate(self, path, os.path.join(self.tmp.name, target + ".db"))
             self.assertEqual(rows, want_rows, target)
             self.assertEqual(variants, {"bf16", "fp8kv", "fp8qkv", "ext:mine"})
-            self.assertEqual(sources, {"calibrated"})
+            self.assertEqual(sources, {"amax"})
             self.assertEqual(status, "complete")
 
     @unittest.skipUnless(precgate_bin(), NEED_BIN)
