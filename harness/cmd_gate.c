@@ -38,7 +38,8 @@ const char cmd_gate_usage[] =
     "  --run N          the run to gate (required; it must be complete)\n"
     "  --baseline B     a baseline name (precgate baseline list) or a run id; default:\n"
     "                   the newest older complete run of the same kind, label and content\n"
-    "                   (an eval's traces digest, replay/live, --limit) that passed its\n"
+    "                   (an eval's traces digest, replay/live, --limit; a sweep's run\n"
+    "                   --scales policy) that passed its\n"
     "                   gate, else the newest older complete one of that content. A\n"
     "                   baseline of other content is an error verdict (exit 2). A sweep\n"
     "                   of a capture recorded again is compared, with a note\n"
@@ -307,8 +308,9 @@ int cmd_gate(int argc, char **argv)
     gate_rows rows = {0}, base = {0};
     regress_flags flags = {0};
     if (st == PG_OK && mismatch.field != NULL) {
-        /* Different traces, source or --limit: a comparison would be of other
-         * problems, so one error verdict instead. */
+        /* Different traces, source or --limit (a comparison would be of other
+         * problems) or a sweep's other scale policy (of another
+         * quantization): one error verdict instead. */
         st = regress_content_mismatch(strcmp(run.kind, "eval") == 0 ? REGRESS_SCOPE_EVAL
                                                                      : REGRESS_SCOPE_LAYER,
                                       mismatch.field, mismatch.run_value, mismatch.other_value,

@@ -278,6 +278,7 @@ Test(cli, run_usage_errors_name_the_option)
     expect_run_usage_error("--capture c.st --bogus", "'--bogus'", NULL);
     expect_run_usage_error("--capture c.st stray", "'stray'", NULL);
     expect_run_usage_error("--capture c.st --seed -1", "--seed", NULL);
+    expect_run_usage_error("--capture c.st --scales calibrated", "--scales", "'calibrated'");
 }
 
 /* The usage error of --p-rounding must name the option, like the others. */
@@ -476,9 +477,55 @@ Test(cli, run_uses_the_captures_scales_when_it_has_them)
                          1, "layer %d %s: scale is not the capture's %.9g", l, tensors[t],
                          (double)want[t]);
     }
+    /* The default it took is recorded in the run's config. */
+    char *scales = tu_sql_text(db, "SELECT json_extract(config_json, '$.scales') FROM runs");
+    cr_assert_str_eq(scales, "capture");
+    free(scales);
     capture_close(cap);
     sqlite3_close(db);
     proc_free(&p);
+}
+
+/* --scales unit on a capture with scales: 1.0 for every tensor, recorded as
+ * the policy; the default without scales is recorded as amax. */
+Test(cli, run_scales_unit_overrides_the_captures_and_is_recorded)
+{
+    synth_small("s.safetensors", "--scales");
+    proc p = PG_IN_DIR("run --capture s.safetensors --db d.db --backend cpu --no-progress "
+                       "--scales unit");
+    cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
+    proc_free(&p);
+    synth_small("n.safetensors", "");
+    p = PG_IN_DIR("run --capture n.safetensors --db d.db --backend cpu --no-progress");
+    cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
+    proc_free(&p);
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 1 AND "
+                                "scale_source = 'unit' AND scale = 1.0"), SMALL_LAYERS * 3);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = 2 AND "
+                                "scale_source = 'amax'"), SMALL_LAYERS * 3);
+    char *scales = tu_sql_text(db, "SELECT group_concat(json_extract(config_json, '$.scales'))"
+                                   " FROM (SELECT * FROM runs ORDER BY id)");
+    cr_assert_str_eq(scales, "unit,amax");
+    free(scales);
+    sqlite3_close(db);
+}
+
+/* --scales capture on a capture without scales: a usage error naming the
+ * capture, before anything is swept. */
+Test(cli, run_scales_capture_without_scales_is_refused_naming_the_capture)
+{
+    synth_small("n.safetensors", "");
+    proc p = PG_IN_DIR("run --capture n.safetensors --db d.db --backend cpu --no-progress "
+                       "--scales capture");
+    cr_assert_eq(p.rc, 2, "exit %d: %s", p.rc, p.err);
+    cr_assert_not_null(strstr(p.err, "--scales capture: capture 'n.safetensors' has no q_scale"),
+                       "stderr: %s", p.err);
+    proc_free(&p);
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT (SELECT count(*) FROM quant_stats) +"
+                                " (SELECT count(*) FROM layer_metrics)"), 0);
+    sqlite3_close(db);
 }
 
 Test(cli, run_variants_bf16_stores_only_bf16)

@@ -144,14 +144,20 @@ static void rewrite_capture(double kv_scale_factor, int zeros, int nan)
     cr_assert_eq(rename(tmp, g_cap), 0);
 }
 
-/* Sweeps the capture into the database with label; asserts success. */
-static void sweep(const char *label)
+/* Sweeps the capture into the database with label and more run options
+ * extra; asserts success. */
+static void sweep_with(const char *label, const char *extra)
 {
     char *out = NULL;
     const int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --label %s --backend cpu "
-                                          "--no-progress", g_cap, g_db, label);
+                                          "--no-progress %s", g_cap, g_db, label, extra);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
+}
+
+static void sweep(const char *label)
+{
+    sweep_with(label, "");
 }
 
 /* The JUnit file through python3's minidom: "suite=tests/failures/errors ..."
@@ -794,6 +800,38 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND baseline_run_id IS NOT "
                         "NULL"), 0);
+}
+
+/* Issue 15 (scale policies): a sweep under --scales unit is another
+ * measurement than one under amax scales: never its automatic baseline, an
+ * error verdict naming scales when given as --baseline; a later amax run
+ * takes the amax run although the unit run is newer. */
+Test(gate_cmd, runs_under_other_scale_policies_are_not_compared)
+{
+    synth();
+    sweep("s");                        /* run 1: the default without scales, amax */
+    sweep_with("s", "--scales unit");  /* run 2 */
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
+    cr_expect(strstr(out, "has scales amax, run 2 has unit") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND baseline_run_id IS NOT "
+                        "NULL"), 0, "the amax run 1 was taken as the unit run's baseline");
+
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "--baseline 1 is run 1, whose scales is amax; run 2's is unit: runs of "
+                          "different content are not compared") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND baseline_run_id = 1 AND "
+                        "verdict = 'error' AND metric = 'content' AND scope = 'layer' AND variant = 'scales'"), 1);
+
+    sweep_with("s", "--scales amax");  /* run 3 */
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
+    free(out);
 }
 
 /* Issue 14 section 5 (review): a mode the baseline run lacks is an error in

@@ -297,6 +297,56 @@ Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_valu
                    "start a new run", NULL);
 }
 
+/* A run's scale policy is part of its configuration: another --scales is
+ * refused naming it, the same one is accepted, and a resume without
+ * --scales takes the run's (here not the capture's default). A run from
+ * before --scales (no "scales" in its config) resumes under the default. */
+Test(run_resume, another_scale_policy_is_refused_and_the_runs_is_kept)
+{
+    run_with_missing_layers();
+    expect_refused(2, "c.safetensors", "--scales unit", "scales (--scales) differs",
+                   "the run has \"amax\", this command gives \"unit\"", NULL);
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
+                                        "--scales amax", tu_in_dir("c.safetensors"),
+                                  tu_in_dir("r.db")), 0, "%s", out);
+    expect_resume_counts(out, 3, 3);
+    free(out);
+
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
+                                        "--scales vllm-dynamic", tu_in_dir("c.safetensors"),
+                                  tu_in_dir("v.db")), 0, "%s", out);
+    free(out);
+    sqlite3 *db = db_open("v.db");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
+                    "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "UPDATE runs SET status = 'failed', error = 'a failure'");
+    sqlite3_close(db);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("v.db")), 0, "%s", out);
+    expect_resume_counts(out, 3, 3);
+    free(out);
+    db = db_open("v.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE scale_source = "
+                                "'vllm-dynamic'"), FAST_LAYERS * QUANT_PER_LAYER);
+    cr_assert_eq(whole_layers(db, 1, FAST_LAYERS), FAST_LAYERS);
+    sqlite3_close(db);
+
+    db = db_open("r.db");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
+                    "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "UPDATE runs SET status = 'failed', error = 'a failure',"
+                    " config_json = json_remove(config_json, '$.scales')");
+    sqlite3_close(db);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
+    free(out);
+    db = db_open("r.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE scale_source = 'amax'"),
+                 FAST_LAYERS * QUANT_PER_LAYER);
+    sqlite3_close(db);
+}
+
 Test(run_resume, a_run_whose_process_may_be_alive_needs_force)
 {
     run_with_missing_layers();
