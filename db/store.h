@@ -189,8 +189,9 @@ pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *captu
                                   int head, const char *variant, const char *backend,
                                   const attn_error_metrics *m, pg_err *err);
 
-/* Inserts one quant_stats row; scale_source is "capture" or "calibrated",
- * tensor "q", "k" or "v" (else PG_ERR_DB from the CHECK). PG_ERR_NUMERIC when
+/* Inserts one quant_stats row; scale_source is a run --scales policy
+ * ("capture", "amax", "vllm-dynamic" or "unit"), tensor "q", "k" or "v"
+ * (else PG_ERR_DB from the CHECK). PG_ERR_NUMERIC when
  * scale is NaN; a NaN fraction is stored as NULL. */
 pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture, int layer,
                                 const char *tensor, double scale, const char *scale_source,
