@@ -541,13 +541,13 @@ static int last_whole(const Sweep &s)
 static void print_sweep(const Sweep &s, const Model &best)
 {
     printf("\n-- %s\n   %s\n", s.title, s.what);
-    printf("   %3s %-14s %-12s %-10s %8s %8s %8s %8s\n", "g", "hw result", "hw bits", "exact", "kept:hw",
+    printf("   %3s %-14s %-12s %-16s %8s %8s %8s %8s\n", "g", "hw result", "hw bits", "exact", "kept:hw",
            "model", "fp32seq", "status");
     for (int g = 0; g <= GAP_MAX; g++) {
         if (!s.valid[g]) continue;
         const Case &c = s.cases[g];
         const float m = model_case(best, c), f = exact_fp32_sequential(c);
-        printf("   %3d %-14a %08x     %-10.6g %8.4g %8.4g %8.4g %8s\n", g, c.hw, f2u(c.hw),
+        printf("   %3d %-14a %08x     %-16a %8.4g %8.4g %8.4g %8s\n", g, c.hw, f2u(c.hw),
                case_exact(c), kept_of(s, g, c.hw), kept_of(s, g, m), kept_of(s, g, f),
                f2u(m) == f2u(c.hw) ? "model=hw" : "MODEL!=HW");
     }
