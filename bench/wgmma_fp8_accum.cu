@@ -434,7 +434,9 @@ static float rand_acc(int exp_lo, int exp_hi)
     return (rng() & 1) ? -v : v;
 }
 
-// Block kinds of the random set (blk % 5).
+// Block kinds of the random set (blk % RANDOM_KINDS): 0 all codes, 1 close
+// exponents, 2 sparse, 3 one large product over small ones, 4 mid band.
+#define RANDOM_KINDS 5
 static void gen_random_block(Case *out, int kind)
 {
     uint8_t A[PROBE_M][PROBE_K], B[PROBE_N][PROBE_K];
@@ -711,7 +713,7 @@ int main(int argc, char **argv)
     // 3. random cases and the model search.
     const size_t n_random = (size_t)random_blocks * CASES_PER_BLOCK;
     std::vector<Case> rnd(n_random);
-    for (int blk = 0; blk < random_blocks; blk++) gen_random_block(&rnd[(size_t)blk * CASES_PER_BLOCK], blk % 5);
+    for (int blk = 0; blk < random_blocks; blk++) gen_random_block(&rnd[(size_t)blk * CASES_PER_BLOCK], blk % RANDOM_KINDS);
     run_on_gpu(rnd, 0);
     // the search subset: the first SEARCH_BLOCKS blocks plus every designed case
     std::vector<Case> search(rnd.begin(), rnd.begin() + (size_t)SEARCH_BLOCKS * CASES_PER_BLOCK);
@@ -793,18 +795,23 @@ int main(int argc, char **argv)
     const char *names[] = {"best model", "exact fp32 sequential (acc, then k = 0..31)",
                            "exact sum rounded once to fp32 (RNE)"};
     long bad_counts[3] = {0, 0, 0}, zero_sign[3] = {0, 0, 0};
+    long bad_by_kind[3][RANDOM_KINDS] = {};
     for (int which = 0; which < 3; which++) {
         int shown = 0;
-        for (const Case &c : rnd) {
+        for (size_t i = 0; i < rnd.size(); i++) {
+            const Case &c = rnd[i];
             const float r = which == 0 ? model_case(best, c)
                             : which == 1 ? exact_fp32_sequential(c) : exact_rounded_once(c);
             if (f2u(r) == f2u(c.hw)) continue;
             bad_counts[which]++;
+            bad_by_kind[which][(i / CASES_PER_BLOCK) % RANDOM_KINDS]++;
             if (r == 0.0f && c.hw == 0.0f) zero_sign[which]++;
             if (which == 0 && shown++ < SHOW_MISMATCHES) print_case(c, r);
         }
-        printf("   %-45s mismatches %ld of %zu (%ld only the sign of zero)\n", names[which],
+        printf("   %-45s mismatches %ld of %zu (%ld only the sign of zero); by kind:", names[which],
                bad_counts[which], n_random, zero_sign[which]);
+        for (int k = 0; k < RANDOM_KINDS; k++) printf(" %ld", bad_by_kind[which][k]);
+        printf("\n");
     }
     // model_accum (the float-products entry point) must agree with the model
     if (best.expdef == EXP_NORM) {
