@@ -154,20 +154,6 @@ static void wait_server_idle(fake_server *s)
     cr_assert_fail("the fake server still serves connections after %d ms", KILL_WAIT_MS);
 }
 
-/* Starts precgate with args in the background (stdout and stderr to log). */
-static pid_t spawn_precgate(const char *args, const char *log)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec '%s' %s >'%s' 2>&1", PRECGATE_BIN, args, log);
-    const pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 Test(eval_hotpath, kill_9_mid_run_then_resume_sends_exactly_the_lost_samples)
 {
     enum { PLANNED = 3000, KILL_AFTER = 1500 };
@@ -181,7 +167,7 @@ Test(eval_hotpath, kill_9_mid_run_then_resume_sends_exactly_the_lost_samples)
              "eval --traces '%s' --endpoint bf16=%s --concurrency %d --db '%s' --no-progress "
              "--ready-timeout 10",
              traces, url, CONCURRENCY, db);
-    const pid_t pid = spawn_precgate(args, log);
+    const pid_t pid = tu_spawn_precgate(args, log, NULL);
     int waited = 0;
     while (fs_hits(&srv, "/v1/chat/completions") < KILL_AFTER && waited < KILL_WAIT_MS) {
         const struct timespec ms = {0, 1000000L};

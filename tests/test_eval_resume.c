@@ -267,21 +267,6 @@ Test(eval_resume, a_mode_or_effort_given_twice_is_a_usage_error_before_anything)
     fs_stop(&s);
 }
 
-/* Starts `precgate ARGS` in the background with stdout+stderr to log (exec'd
- * by the shell, so the pid is precgate's own); returns its pid. */
-static pid_t spawn_precgate(const char *args, const char *log)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec '%s' %s > '%s' 2>&1", PRECGATE_BIN, args, log);
-    const pid_t p = fork();
-    cr_assert_geq(p, 0);
-    if (p == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return p;
-}
-
 /* Monotonic seconds. */
 static double now_s(void)
 {
@@ -330,7 +315,7 @@ static void slow_eval_start(slow_eval *se, int n)
     const char *traces = write_traces("t.jsonl", n, 0, 7);
     snprintf(se->args, sizeof se->args, "eval --traces '%s' --endpoint bf16=%s --concurrency 2 "
              "--db '%s' --no-progress --ready-timeout 5", traces, u, se->db);
-    se->pid = spawn_precgate(se->args, se->log);
+    se->pid = tu_spawn_precgate(se->args, se->log, NULL);
     wait_for(se->db, "SELECT count(*) FROM eval_samples", 2);
 }
 

@@ -392,22 +392,6 @@ Test(run_resume, a_half_stored_layer_is_refused_not_overwritten)
     expect_refused(1, "c.safetensors", "", "layer 1 of capture", want, "not a whole layer");
 }
 
-/* Starts `precgate run` with args in the background, stdout and stderr into
- * the scratch files run.out and run.err; returns its pid. */
-static pid_t spawn_precgate(const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "exec '%s' %s >'%s' 2>'%s'", PRECGATE_BIN, args,
-             tu_in_dir("run.out"), tu_in_dir("run.err"));
-    const pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 /* Waits until run 1 in database name has stored a layer (its rows are
  * committed together), polling a reader connection. */
 static void wait_for_a_stored_layer(const char *name, pid_t pid)
@@ -456,7 +440,7 @@ static void stop_mid_sweep_and_resume(int sig)
     char args[1024];
     snprintf(args, sizeof args, "run --capture '%s' --db '%s' --backend cpu --threads 2 --no-progress",
              cap, tu_in_dir("i.db"));
-    const pid_t pid = spawn_precgate(args);
+    const pid_t pid = tu_spawn_precgate(args, tu_in_dir("run.out"), tu_in_dir("run.err"));
     wait_for_a_stored_layer("i.db", pid);
     cr_assert_eq(kill(pid, sig), 0);
     int status = 0;

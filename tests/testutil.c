@@ -113,6 +113,22 @@ int tu_run_precgate(const char *args, char **output)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+int tu_spawn_precgate(const char *args, const char *out, const char *err)
+{
+    char cmd[TU_ARGS_MAX + 2 * PATH_MAX + 64];
+    if (err != NULL)
+        snprintf(cmd, sizeof cmd, "exec '%s' %s >'%s' 2>'%s'", PRECGATE_BIN, args, out, err);
+    else
+        snprintf(cmd, sizeof cmd, "exec '%s' %s >'%s' 2>&1", PRECGATE_BIN, args, out);
+    const pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
 int tu_run_precgatef(char **output, const char *fmt, ...)
 {
     char args[TU_ARGS_MAX];

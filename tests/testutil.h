@@ -35,6 +35,11 @@ void tu_write_file(const char *path, const void *data, size_t len);
  * stdout+stderr into a malloc'd string *output; returns the exit status. */
 int tu_run_precgate(const char *args, char **output);
 
+/* Starts the precgate binary with args (a shell-quoted string) in the
+ * background, stdout to out and stderr to err (err NULL: to out as well);
+ * exec'd by the shell, so the pid returned is precgate's own. */
+int tu_spawn_precgate(const char *args, const char *out, const char *err);
+
 /* tu_run_precgate with args given printf-style (up to 2047 characters). */
 int tu_run_precgatef(char **output, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
