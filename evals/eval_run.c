@@ -166,9 +166,10 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
 }
 
 /* Sends reqs with a writer thread storing the samples, then flushes it:
- * what the writer holds is stored even when oa_run stopped early. The
- * first failure wins (a writer failure that stopped oa_run is already in
- * err). Fills c's sample counts from what was committed. */
+ * what the writer holds is stored even when oa_run stopped early. A writer
+ * failure outranks a stop signal; any other earlier failure keeps its place
+ * (a writer failure that stopped oa_run is already in err). Fills c's sample
+ * counts from what was committed. */
 static pg_status run_with_writer(pg_store *s, int64_t run_id, oa_endpoint **live, int n_live,
                                  oa_request *reqs, size_t n_reqs, const eval_run_options *o,
                                  eval_run_counts *c, pg_err *err)
@@ -184,9 +185,8 @@ static pg_status run_with_writer(pg_store *s, int64_t run_id, oa_endpoint **live
     eval_writer_counts wc;
     pg_err werr = {0};
     const pg_status wst = eval_writer_finish(w, &wc, &werr);
-    /* A write that failed outranks a stop signal: the batch it lost must be
-     * reported (the run is failed, not merely interrupted); an earlier
-     * failure of the sending keeps its place. */
+    /* The batch a failed write lost must be reported: the run is failed,
+     * not merely interrupted. */
     if (wst != PG_OK && (st == PG_OK || st == PG_ERR_INTERRUPTED)) {
         pg_err_clear(err);
         st = pg_fail(err, wst, "%s", werr.msg);

@@ -2,21 +2,14 @@
 #include "eval_results.h"
 
 #include <cjson/cJSON.h>
-#include <math.h>
 #include <stdlib.h>
 
 #include "../db/eval_store.h"
 #include "atomic_file.h"
+#include "diff.h"
 
 /* Mode of the written file before the umask (as fopen would create it). */
 #define EVAL_RESULTS_FILE_MODE 0666
-
-/* Adds x under name, null when it is not finite (JSON has no NaN). */
-static void add_number_or_null(cJSON *o, const char *name, double x)
-{
-    if (isfinite(x)) cJSON_AddNumberToObject(o, name, x);
-    else cJSON_AddNullToObject(o, name);
-}
 
 /* A new object appended to array a; NULL (a unchanged) when out of memory. */
 static cJSON *append_object(cJSON *a)
@@ -45,10 +38,10 @@ static cJSON *scores_json(const eval_score_stored *r, size_t n, pg_err *err)
         cJSON_AddStringToObject(o, "effort", r[i].effort);
         cJSON_AddNumberToObject(o, "n_problems", (double)r[i].n_problems);
         cJSON_AddNumberToObject(o, "k", (double)r[i].k);
-        add_number_or_null(o, "accuracy", r[i].accuracy);
-        add_number_or_null(o, "stderr", r[i].stderr_);
-        add_number_or_null(o, "ci_low", r[i].ci_low);
-        add_number_or_null(o, "ci_high", r[i].ci_high);
+        report_json_number(o, "accuracy", r[i].accuracy);
+        report_json_number(o, "stderr", r[i].stderr_);
+        report_json_number(o, "ci_low", r[i].ci_low);
+        report_json_number(o, "ci_high", r[i].ci_high);
         cJSON_AddStringToObject(o, "ci_method", r[i].ci_method ? r[i].ci_method : "");
         cJSON *pass = cJSON_Parse(r[i].pass_at_json ? r[i].pass_at_json : "");
         if (pass == NULL) {
@@ -82,15 +75,15 @@ static cJSON *pairs_json(const eval_pair_stored *r, size_t n, pg_err *err)
         cJSON_AddStringToObject(o, "mode_a", r[i].mode_a);
         cJSON_AddStringToObject(o, "mode_b", r[i].mode_b);
         cJSON_AddNumberToObject(o, "n_problems", (double)r[i].n_problems);
-        add_number_or_null(o, "mean_diff", r[i].mean_diff);
-        add_number_or_null(o, "stderr", r[i].stderr_);
-        add_number_or_null(o, "ci_low", r[i].ci_low);
-        add_number_or_null(o, "ci_high", r[i].ci_high);
+        report_json_number(o, "mean_diff", r[i].mean_diff);
+        report_json_number(o, "stderr", r[i].stderr_);
+        report_json_number(o, "ci_low", r[i].ci_low);
+        report_json_number(o, "ci_high", r[i].ci_high);
         cJSON_AddNumberToObject(o, "wins", (double)r[i].wins);
         cJSON_AddNumberToObject(o, "losses", (double)r[i].losses);
         cJSON_AddNumberToObject(o, "ties", (double)r[i].ties);
-        add_number_or_null(o, "sign_p", r[i].sign_p);
-        add_number_or_null(o, "mde", r[i].mde);
+        report_json_number(o, "sign_p", r[i].sign_p);
+        report_json_number(o, "mde", r[i].mde);
     }
     if (a == NULL) pg_fail(err, PG_ERR_NOMEM, "eval results: out of memory");
     return a;
