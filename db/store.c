@@ -820,14 +820,19 @@ pg_status sql_cached(pg_store *s, const char *sql, sqlite3_stmt **st, pg_err *er
     if (s == NULL || sql == NULL || st == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "sql_cached: store, sql or st is NULL");
     *st = NULL;
-    for (int i = 0; i < s->n_cache; i++) {
-        if (s->cache[i].sql == sql || strcmp(sqlite3_sql(s->cache[i].st), sql) == 0) {
-            /* A caller that returned early may have left it mid-step. */
-            sqlite3_reset(s->cache[i].st);
-            sqlite3_clear_bindings(s->cache[i].st);
-            *st = s->cache[i].st;
-            return PG_OK;
-        }
+    /* By pointer first (every caller passes a static string: no text is
+     * compared on the per-sample path), then by text. */
+    int hit = -1;
+    for (int i = 0; i < s->n_cache && hit < 0; i++)
+        if (s->cache[i].sql == sql) hit = i;
+    for (int i = 0; i < s->n_cache && hit < 0; i++)
+        if (strcmp(sqlite3_sql(s->cache[i].st), sql) == 0) hit = i;
+    if (hit >= 0) {
+        /* A caller that returned early may have left it mid-step. */
+        sqlite3_reset(s->cache[hit].st);
+        sqlite3_clear_bindings(s->cache[hit].st);
+        *st = s->cache[hit].st;
+        return PG_OK;
     }
     if (s->n_cache == STORE_STMT_CACHE_MAX)
         return pg_fail(err, PG_ERR_INTERNAL,
