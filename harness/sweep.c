@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../kernels/attn_cuda.h"
+#include "../kernels/attn_profile.h"
 #include "../kernels/numerics.h"
 #include "../kernels/parallel.h"
 #include "progress.h"
@@ -247,9 +248,10 @@ static pg_status cpu_mode(sweep_variant bit, const attn_batch *b, const uint16_t
                           uint16_t *out, attn_quant_report *rep, int threads, pg_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    if (bit == SWEEP_BF16) return attn_variant_bf16(b, q, k, v, out, threads, err);
-    if (bit == SWEEP_FP8KV) return attn_variant_fp8kv(b, q, k, v, fo, out, rep, threads, err);
-    return attn_variant_fp8qkv(b, q, k, v, fo, out, rep, threads, err);
+    const attn_profile *p; /* the mode's default profile */
+    pg_status st = attn_profile_find(sweep_variant_name(bit), &p, err);
+    if (st != PG_OK) return st;
+    return attn_variant_run(p, b, q, k, v, fo, out, rep, threads, err);
 }
 
 /* The layer on the CPU specification: reference, modes, external outputs. */
