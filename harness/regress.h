@@ -202,7 +202,7 @@ typedef struct regress_flag {
     regress_scope scope;
     char *capture;       /* layer, mode_pair; NULL for eval */
     int layer;           /* -1 for eval */
-    char *variant;       /* layer, mode_pair ("fp8kv", "fp8kv-bf16"); NULL for eval */
+    char *variant;       /* layer, mode_pair ("fp8kv@fixed", "fp8kv@fixed-bf16"); NULL for eval */
     char *eval, *mode, *effort;  /* eval; NULL otherwise */
     char *metric;
     double value, baseline_value, threshold;  /* NaN: none (stored NULL) */
