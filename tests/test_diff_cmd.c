@@ -487,6 +487,24 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
     cr_expect_str_eq(t[7], "2.5000e-02");
     cr_expect_lt(strstr(out, "    2  2030"), strstr(out, "    1  2031"), "%s", out);
     cr_expect_null(strstr(out, "    3  "), "run 3 is not nightly:\n%s", out);
+    /* A bare mode is its default profile: the same history as the full name,
+     * which the header names. */
+    char *full = NULL;
+    cr_assert_eq(tu_run_precgatef(&full, "history --variant fp8kv@fixed --metric rel_l2 --label "
+                                         "nightly --db '%s'", g_db), 0, "%s", full);
+    cr_expect_str_eq(out, full);
+    cr_expect(strstr(out, "fp8kv@fixed") != NULL, "%s", out);
+    free(full);
+    free(out);
+    /* Another profile of the mode is another variant: no run has it. */
+    cr_assert_eq(tu_run_precgatef(&out, "history --variant fp8kv@vllm-24197 --label nightly "
+                                        "--json --db '%s'", g_db), 0, "%s", out);
+    cr_expect_str_eq(out, "[]\n", "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "history --variant fp8kv@nope --db '%s'", g_db), 2, "%s",
+                 out);
+    cr_expect(strstr(out, "history: --variant: 'fp8kv@nope' is not a variant (one of bf16, "
+                          "fp8kv@fixed") != NULL, "%s", out);
     free(out);
 
     cr_assert_eq(tu_run_precgatef(&out, "history --layer 0 --label nightly --json --db '%s'", g_db),

@@ -880,3 +880,39 @@ Test(gate_cmd, a_mode_the_baseline_run_lacks_is_an_error_unless_bounded)
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 0);
 }
+
+/* Two runs of different profiles of one mode: never each other's automatic
+ * baseline, and given as the baseline, the gate names the variant each side
+ * lacks (an error, exit 2), never comparing fp8qkv@fa3 with fp8qkv@ideal. */
+Test(gate_cmd, runs_of_different_profiles_report_the_missing_variant)
+{
+    synth();
+    sweep_with("p", "--variants bf16,fp8qkv@ideal");
+    sweep_with("p", "--variants bf16,fp8qkv");  /* fp8qkv@fa3 */
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
+    cr_expect(strstr(out, "run 1, has variants [\"bf16\",\"fp8qkv@ideal\"], run 2 has "
+                          "[\"bf16\",\"fp8qkv@fa3\"]") != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "layer 0 fp8qkv@ideal: in baseline run 1, missing from this run") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, ": not in baseline run 1 and no absolute bound for fp8qkv@fa3") != NULL,
+              "%s", out);
+    free(out);
+    /* 2 layers: fp8qkv@ideal missing (one flag a layer), fp8qkv@fa3 new (rel_l2, p99_abs). */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'layer' AND variant = 'fp8qkv@ideal' AND metric = 'present'"), 2);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'layer' AND variant = 'fp8qkv@fa3'"), 4);
+    /* Nothing compares one profile's rows with the other's: beside the errors
+     * only the NaN/Inf check, which needs no baseline. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'layer' AND "
+                        "variant LIKE 'fp8qkv%' AND verdict <> 'error' AND "
+                        "metric <> 'nonfinite'"), 0);
+    /* bf16 is the same variant in both: compared (rel_l2, p99_abs, nonfinite), and it passes. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'layer' AND "
+                        "variant = 'bf16' AND verdict = 'pass' AND baseline_run_id = 1"), 6);
+}
