@@ -23,7 +23,7 @@ const char cmd_gate_usage[] =
     "             lacks (an error); NaN/Inf output in any variant, with or without a baseline.\n"
     "             A variant, ext:NAME or layer the baseline run lacks is an error in layer\n"
     "             and mode_pair unless --config bounds it (or baseline set a run with it)\n"
-    "  mode_pair  each mode and ext:NAME against bf16 in the same run: the gap\n"
+    "  mode_pair  each profile and ext:NAME against bf16 in the same run: the gap\n"
     "             rel_l2(V) - rel_l2(bf16) may grow at most rel_tol (10%) over the\n"
     "             baseline run's gap; without a baseline the gap is recorded (inconclusive,\n"
     "             the gate passes). Always a regression: NaN/Inf, or rel_l2 >= 1 (no closer\n"

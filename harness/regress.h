@@ -7,7 +7,7 @@
  * comparison:
  *
  * layer: a run against its baseline run, per (capture, layer, variant) of
- *   the whole-layer rows (head = -1), variants MODE~spec and ext:NAME
+ *   the whole-layer rows (head = -1), variants PROFILE~spec and ext:NAME
  *   included and checked like the modes.
  *   - metric "nonfinite" (always checked): value = nan_count + inf_count;
  *     regression when > 0, whatever the baseline had.
@@ -34,7 +34,7 @@
  *   every key, and each metric that has an absolute bound in the config;
  *   a metric without one gets no flag (nothing was compared).
  *
- * mode_pair: each variant other than MODE~spec, per (capture, layer) of the
+ * mode_pair: each variant other than PROFILE~spec, per (capture, layer) of the
  *   run, on rel_l2 against the fp64 reference; with or without a baseline
  *   run, and whatever the config says:
  *   - NaN/Inf in the output is a regression (ext:NAME included);
