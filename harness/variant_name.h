@@ -61,7 +61,8 @@ pg_status variant_name_parse(const char *what, const char *text, variant_name *o
                              pg_err *err);
 
 /* The profiles a user may write, for messages: every profile of the
- * table and how bare modes expand. */
+ * table and how bare modes expand. The text is built once, on the first
+ * call (a static buffer: make that call before threads share it). */
 const char *variant_name_profile_choices(void);
 
 /* The variant names a user may write, for messages:
