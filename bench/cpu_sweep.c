@@ -35,7 +35,7 @@ static double run_mode(int mode, const capture *cap, const capture_layer *L, dou
     const size_t nkv = (size_t)cap->tkv * (size_t)L->hkv * (size_t)L->d;
     attn_fp8_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
                            fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv)),
-                           fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)), ATTN_P_E4M3,
+                           fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)),
                            cap->block_size, 1};
     pg_err err = {0};
     pg_status st = PG_OK;

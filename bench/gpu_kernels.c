@@ -39,7 +39,7 @@ int main(int argc, char **argv)
         const size_t nq = (size_t)cap->tq * L->hq * L->d, nkv = (size_t)cap->tkv * L->hkv * L->d;
         attn_fp8_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
                                fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv)),
-                               fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)), ATTN_P_E4M3,
+                               fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)),
                                cap->block_size, 1};
         cuda_kernel_times t;
         if (cuda_time_kernels(be, &b, L->q, L->k, L->v, &fo, reps, &t, &err) != PG_OK) {

@@ -13,10 +13,11 @@
  *
  * Baseline selection (gate_store_auto_baseline): the newest complete run
  * of the same kind, label (NULL labels match each other) and defining
- * content (the runs.config_json fields of gate_content_fields: the traces'
- * content digest, replay or live, --limit, a sweep's --scales; each equal or absent in both, so
- * an eval recorded before digests never baselines one with a digest) that
- * is older
+ * content (the runs.config_json fields of gate_auto_fields: the traces'
+ * content digest, replay or live, --limit, a sweep's --scales and its
+ * variants, the full profile names; each equal or absent in both, so
+ * an eval recorded before digests never baselines one with a digest, and
+ * a sweep of other profiles never baselines one) that is older
  * than the run (a smaller id: runs are numbered as they start) and passed
  * its gate (it has flags and none with verdict regression or error). When
  * no such run passed, the newest complete run of the same kind, label and
@@ -80,13 +81,20 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
  * the baseline swept other content (GATE_DATA_FIELD). */
 #define GATE_CONTENT_FIELD_COUNT 4
 extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
+/* What the automatic baseline must share besides: gate_content_fields and
+ * a sweep's "variants" (its kernel profiles, full names in the table's
+ * order). An explicit --baseline of other profiles is compared: each
+ * variant it lacks is the layer scope's error (harness/regress.h). */
+#define GATE_AUTO_FIELD_COUNT 5
+extern const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT];
 /* The config_json field of a sweep's capture content digest. */
 #define GATE_DATA_FIELD "capture_digest"
 
 /* What a field's value reads as when a run's config lacks it. */
 #define GATE_CONTENT_NONE "none"
-/* Longest value kept of a differing field (a digest is 64 hex digits). */
-#define GATE_CONTENT_VALUE_MAX 128
+/* Longest value kept of a differing field (a digest is 64 hex digits; a
+ * variants list of every profile about 150 characters). */
+#define GATE_CONTENT_VALUE_MAX 256
 
 /* The first content field in which two runs differ; field NULL when none. */
 typedef struct gate_content_diff {

@@ -306,6 +306,91 @@ const schema_migration schema_migrations[] = {
         "      AND json_extract(config_json, '$.scales') IS NULL\n"
         "      AND (SELECT count(DISTINCT q.scale_source) FROM quant_stats q\n"
         "           WHERE q.run_id = runs.id) = 1;\n"),
+    /* Kernel profiles (harness/variant_name.h): a variant is stored under its
+     * full name, MODE@PROFILE, so that runs of different numerics are never
+     * one variant. layer_metrics' CHECK takes the grammar's forms (a
+     * profile's name is the table's: kernels/attn_profile.h), rebuilt as in
+     * migration 3. Older rows are renamed where a variant is stored: the
+     * layer_metrics rows, the gate's layer and mode_pair flags ('fp8kv-bf16'
+     * pairs too; their message keeps the text printed then) and sweep runs'
+     * config_json "variants". 'fp8kv' was what fp8kv@fixed is; 'fp8qkv' with
+     * P in e4m3 (run --p-rounding's default, the only rounding before it, and
+     * the only one the GPU ran, so every 'fp8qkv~spec') was fp8qkv@ideal; a
+     * run with --p-rounding bf16 or none becomes fp8qkv@ideal-p-bf16 or
+     * fp8qkv@ideal-p-none, named for what it was and no profile of the table.
+     * quant_stats has no variant; eval modes (eval_samples.mode and the
+     * tables after it) are the serving stack's switch, not profiles. */
+    SCHEMA_MIGRATION(10,
+        "CREATE TEMP TABLE fp8qkv_v10 (run_id INTEGER PRIMARY KEY, name TEXT NOT NULL);\n"
+        "INSERT INTO fp8qkv_v10\n"
+        "    SELECT id, CASE coalesce(CASE WHEN json_valid(config_json)\n"
+        "                                  AND json_type(config_json) = 'object'\n"
+        "                             THEN json_extract(config_json, '$.p_rounding') END,\n"
+        "                             'e4m3')\n"
+        "               WHEN 'e4m3' THEN 'fp8qkv@ideal'\n"
+        "               ELSE 'fp8qkv@ideal-p-' || json_extract(config_json, '$.p_rounding') END\n"
+        "    FROM runs;\n"
+        "CREATE TABLE layer_metrics_v10 (\n"
+        "    run_id    INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture   TEXT    NOT NULL,\n"
+        "    layer     INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    head      INTEGER NOT NULL CHECK (head >= -1),  -- -1: the whole layer\n"
+        "    -- A kernel profile against the fp64 reference ('bf16', 'fp8kv@fixed',\n"
+        "    -- 'fp8qkv@fa3', ...: `precgate help profiles`), an external output\n"
+        "    -- (ext:NAME), or a GPU profile against the CPU specification's output\n"
+        "    -- (PROFILE~spec).\n"
+        "    variant   TEXT    NOT NULL CHECK (variant IN ('bf16', 'bf16~spec')\n"
+        "                                      OR variant GLOB 'fp8kv@?*'\n"
+        "                                      OR variant GLOB 'fp8qkv@?*'\n"
+        "                                      OR variant GLOB 'ext:?*'),\n"
+        "    backend   TEXT    NOT NULL CHECK (backend IN ('cpu', 'cuda')),\n"
+        "    -- Error metrics (harness/metrics.h); +inf when the output had NaN/Inf.\n"
+        "    rel_l2    REAL,\n"
+        "    max_abs   REAL,\n"
+        "    mean_abs  REAL,\n"
+        "    p99_abs   REAL,\n"
+        "    cos_sim   REAL,    -- NULL: the cosine was NaN (zero or non-finite output)\n"
+        "    sqnr_db   REAL,    -- +inf: identical output; -inf: non-finite output\n"
+        "    nan_count INTEGER NOT NULL CHECK (nan_count >= 0),\n"
+        "    inf_count INTEGER NOT NULL CHECK (inf_count >= 0),\n"
+        "    UNIQUE (run_id, capture, layer, head, variant, backend)\n"
+        ");\n"
+        "INSERT INTO layer_metrics_v10\n"
+        "    SELECT lm.run_id, lm.capture, lm.layer, lm.head,\n"
+        "           CASE lm.variant WHEN 'fp8kv' THEN 'fp8kv@fixed'\n"
+        "                           WHEN 'fp8kv~spec' THEN 'fp8kv@fixed~spec'\n"
+        "                           WHEN 'fp8qkv' THEN coalesce(q.name, 'fp8qkv@ideal')\n"
+        "                           WHEN 'fp8qkv~spec' THEN 'fp8qkv@ideal~spec'\n"
+        "                           ELSE lm.variant END,\n"
+        "           lm.backend, lm.rel_l2, lm.max_abs, lm.mean_abs, lm.p99_abs, lm.cos_sim,\n"
+        "           lm.sqnr_db, lm.nan_count, lm.inf_count\n"
+        "    FROM layer_metrics lm LEFT JOIN fp8qkv_v10 q ON q.run_id = lm.run_id;\n"
+        "DROP TABLE layer_metrics;\n"
+        "ALTER TABLE layer_metrics_v10 RENAME TO layer_metrics;\n"
+        "CREATE INDEX layer_metrics_run_variant ON layer_metrics (run_id, variant);\n"
+        "UPDATE flags SET variant =\n"
+        "    CASE variant WHEN 'fp8kv' THEN 'fp8kv@fixed'\n"
+        "                 WHEN 'fp8kv~spec' THEN 'fp8kv@fixed~spec'\n"
+        "                 WHEN 'fp8kv-bf16' THEN 'fp8kv@fixed-bf16'\n"
+        "                 WHEN 'fp8qkv~spec' THEN 'fp8qkv@ideal~spec'\n"
+        "                 WHEN 'fp8qkv' THEN (SELECT name FROM fp8qkv_v10 WHERE run_id = flags.run_id)\n"
+        "                 WHEN 'fp8qkv-bf16' THEN\n"
+        "                     (SELECT name FROM fp8qkv_v10 WHERE run_id = flags.run_id) || '-bf16'\n"
+        "    END\n"
+        "    WHERE scope IN ('layer', 'mode_pair')\n"
+        "      AND variant IN ('fp8kv', 'fp8kv~spec', 'fp8kv-bf16', 'fp8qkv', 'fp8qkv~spec',\n"
+        "                      'fp8qkv-bf16');\n"
+        "UPDATE runs SET config_json = json_set(config_json, '$.variants', json(\n"
+        "        (SELECT json_group_array(name) FROM (\n"
+        "             SELECT CASE e.value WHEN 'fp8kv' THEN 'fp8kv@fixed'\n"
+        "                                 WHEN 'fp8qkv' THEN q.name\n"
+        "                                 ELSE e.value END AS name\n"
+        "             FROM json_each(runs.config_json, '$.variants') e, fp8qkv_v10 q\n"
+        "             WHERE q.run_id = runs.id ORDER BY e.key))))\n"
+        "    WHERE kind = 'sweep' AND json_valid(config_json)\n"
+        "      AND json_type(config_json) = 'object'\n"
+        "      AND json_type(config_json, '$.variants') = 'array';\n"
+        "DROP TABLE fp8qkv_v10;\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -57,6 +57,10 @@ void cli_print_overview(FILE *out)
             PRECGATE_VERSION);
     for (const cli_command *c = cli_commands; c->name != NULL; c++)
         fprintf(out, "  %-13s %s\n", c->name, c->summary);
+    /* The topics of cmd_help.c's table. */
+    fprintf(out, "\ntopics (precgate help TOPIC):\n"
+                 "  %-13s %s\n", "profiles",
+            "the kernel profiles run --variants takes, with their rules and sources");
     fprintf(out, "\nexit status: 0 success, 1 failure, 2 usage error\n");
 }
 

@@ -8,6 +8,7 @@
 #include "../reports/diff.h"
 #include "../reports/term.h"
 #include "cli.h"
+#include "variant_name.h"
 
 /* Longest --modes value kept (two mode names and a comma). */
 #define DIFF_MODES_MAX 256
@@ -17,7 +18,9 @@ const char cmd_diff_usage[] =
     "       precgate diff --run N --modes MODE,BASE [--metric NAME] [--db PATH] [--json]\n\n"
     "Compares two runs, or two precision modes of one run. A is the baseline and B the\n"
     "candidate: RUN_A against RUN_B, or BASE (A) against MODE (B) in run N, the way the\n"
-    "eval's paired rows read (MODE - BASE, e.g. --modes fp8kv,bf16).\n\n"
+    "eval's paired rows read (MODE - BASE, e.g. --modes fp8kv,bf16). Layer rows are\n"
+    "matched on the full variant name (a mode alone is its default profile: fp8kv is\n"
+    "fp8kv@fixed; precgate help profiles), eval rows on the mode as given.\n\n"
     "Layers: each whole-layer value of the metric in A and B, B-A and B/A, worst first\n"
     "(largest relative growth of the error: B/A for error metrics, (1-cos B)/(1-cos A)\n"
     "for cos_sim, the drop in dB for sqnr_db). Two runs are matched on capture, layer and\n"
@@ -45,6 +48,7 @@ typedef struct diff_args {
     long run_a, run_b, run;
     const char *metric, *db;
     char mode_b[DIFF_MODES_MAX], mode_a[DIFF_MODES_MAX];  /* --modes MODE,BASE */
+    char variant_b[VARIANT_NAME_MAX], variant_a[VARIANT_NAME_MAX]; /* the same as layer variants */
     int have_modes, json;
 } diff_args;
 
@@ -61,8 +65,19 @@ static pg_status parse_modes(const char *v, diff_args *a, pg_err *err)
     memcpy(a->mode_b, v, n);
     a->mode_b[n] = '\0';
     snprintf(a->mode_a, sizeof a->mode_a, "%s", comma + 1);
-    if (strcmp(a->mode_a, a->mode_b) == 0)
-        return pg_fail(err, PG_ERR_USAGE, "diff: --modes names '%s' twice", a->mode_a);
+    /* Layer rows are matched on the full variant name ("fp8kv" is fp8kv@fixed);
+     * eval rows on the mode as given (an eval's modes are its servers', not
+     * kernel profiles). A name that is no variant matches no layer row. */
+    char *const modes[2] = {a->mode_b, a->mode_a}, *const vars[2] = {a->variant_b, a->variant_a};
+    for (int i = 0; i < 2; i++) {
+        variant_name vn;
+        pg_err ignored = {0};
+        snprintf(vars[i], VARIANT_NAME_MAX, "%s",
+                 variant_name_parse("diff: --modes", modes[i], &vn, &ignored) == PG_OK ? vn.full
+                                                                                      : modes[i]);
+    }
+    if (strcmp(a->mode_a, a->mode_b) == 0 || strcmp(a->variant_a, a->variant_b) == 0)
+        return pg_fail(err, PG_ERR_USAGE, "diff: --modes names '%s' twice", a->variant_a);
     a->have_modes = 1;
     return PG_OK;
 }
@@ -129,7 +144,9 @@ int cmd_diff(int argc, char **argv)
     pg_store *store = NULL;
     if (report_store_open_existing(db_path, &store, &err) != PG_OK) return cli_report(&err);
     const diff_request req = {a.run_a, a.run_b, a.have_modes ? a.mode_a : NULL,
-                              a.have_modes ? a.mode_b : NULL, diff_metric_find(a.metric), db_path};
+                              a.have_modes ? a.mode_b : NULL, a.have_modes ? a.variant_a : NULL,
+                              a.have_modes ? a.variant_b : NULL, diff_metric_find(a.metric),
+                              db_path};
     diff_result *r = NULL;
     pg_status st = diff_compute(store, &req, &r, &err);
     if (st == PG_OK && r->n_layers == 0 && r->n_evals == 0 && r->n_pairs == 0) {

@@ -23,7 +23,7 @@ const char cmd_gate_usage[] =
     "             lacks (an error); NaN/Inf output in any variant, with or without a baseline.\n"
     "             A variant, ext:NAME or layer the baseline run lacks is an error in layer\n"
     "             and mode_pair unless --config bounds it (or baseline set a run with it)\n"
-    "  mode_pair  each mode and ext:NAME against bf16 in the same run: the gap\n"
+    "  mode_pair  each profile and ext:NAME against bf16 in the same run: the gap\n"
     "             rel_l2(V) - rel_l2(bf16) may grow at most rel_tol (10%) over the\n"
     "             baseline run's gap; without a baseline the gap is recorded (inconclusive,\n"
     "             the gate passes). Always a regression: NaN/Inf, or rel_l2 >= 1 (no closer\n"
@@ -39,10 +39,12 @@ const char cmd_gate_usage[] =
     "  --baseline B     a baseline name (precgate baseline list) or a run id; default:\n"
     "                   the newest older complete run of the same kind, label and content\n"
     "                   (an eval's traces digest, replay/live, --limit; a sweep's run\n"
-    "                   --scales policy) that passed its\n"
-    "                   gate, else the newest older complete one of that content. A\n"
-    "                   baseline of other content is an error verdict (exit 2). A sweep\n"
-    "                   of a capture recorded again is compared, with a note\n"
+    "                   --scales policy and its variants, the full profile names) that\n"
+    "                   passed its gate, else the newest older complete one of that\n"
+    "                   content. A baseline of other content is an error verdict (exit\n"
+    "                   2); one of other profiles is compared, and each variant it\n"
+    "                   lacks is an error. A sweep of a capture recorded again is\n"
+    "                   compared, with a note\n"
     "  --config FILE    thresholds as JSON (harness/gate_config.h documents the keys\n"
     "                   and every default); absolute budgets (layer.abs, mode_pair.abs,\n"
     "                   mode_pair.ratio) exist only here, none is built in\n"
@@ -151,8 +153,8 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
         gate_content_diff d = {0};
         if (*base_id < 0) st = gate_store_newest_older(s, run, &newest, err);
         if (st == PG_OK && newest >= 0)
-            st = gate_store_content_diff(s, run->id, newest, gate_content_fields,
-                                         GATE_CONTENT_FIELD_COUNT, &d, err);
+            st = gate_store_content_diff(s, run->id, newest, gate_auto_fields,
+                                         GATE_AUTO_FIELD_COUNT, &d, err);
         if (st != PG_OK) return st;
         if (*base_id < 0 && d.field != NULL)
             print_no_content_match(run, newest, &d, label, no_label);

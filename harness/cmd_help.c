@@ -1,12 +1,54 @@
-/* cmd_help.c: `precgate help [COMMAND]`. */
+/* cmd_help.c: `precgate help [COMMAND | TOPIC]`. */
 #include <stdio.h>
 #include <string.h>
 
+#include "../kernels/attn_profile.h"
 #include "cli.h"
 
 const char cmd_help_usage[] =
-    "usage: precgate help [COMMAND]\n\n"
-    "Without COMMAND, lists the commands; with one, prints its usage.\n";
+    "usage: precgate help [COMMAND | TOPIC]\n\n"
+    "Without an argument, lists the commands and topics; with a command, prints its usage;\n"
+    "with a topic, prints it.\n\n"
+    "topics:\n"
+    "  profiles      every kernel profile (run --variants): name, default marker, summary,\n"
+    "                and the rules it rounds by, with their sources\n";
+
+/* Writes every line of text to out indented by indent spaces. */
+static void put_indented(FILE *out, const char *text, int indent)
+{
+    while (text != NULL && *text != '\0') {
+        const size_t n = strcspn(text, "\n");
+        fprintf(out, "%*s%.*s\n", n > 0 ? indent : 0, "", (int)n, text);
+        text += n;
+        if (*text == '\n') text++;
+    }
+}
+
+/* `help profiles`: the profile table, in its order. */
+static void help_profiles(FILE *out)
+{
+    fputs("Kernel profiles: where one real kernel rounds. A variant is written MODE@PROFILE;\n"
+          "a mode alone (fp8kv, fp8qkv) is its default profile. The store, diff, gate,\n"
+          "history, baselines and reports always carry the full name.\n", out);
+    for (size_t i = 0; i < attn_profile_count(); i++) {
+        const attn_profile *p = attn_profile_at(i);
+        fprintf(out, "\n%s%s\n", attn_profile_variant(p),
+                attn_profile_is_default(p) ? " (default)" : "");
+        put_indented(out, attn_profile_summary(p), 2);
+        put_indented(out, attn_profile_rules(p), 4);
+    }
+}
+
+/* A help topic: a name that is no command, and what prints it. */
+typedef struct help_topic {
+    const char *name;
+    void (*print)(FILE *out);
+} help_topic;
+
+static const help_topic help_topics[] = {
+    {"profiles", help_profiles},
+};
+#define N_HELP_TOPICS (sizeof help_topics / sizeof help_topics[0])
 
 int cmd_help(int argc, char **argv)
 {
@@ -18,10 +60,16 @@ int cmd_help(int argc, char **argv)
         fputs(cmd_help_usage, argc > 2 ? stderr : stdout);
         return argc > 2 ? pg_status_exit_code(PG_ERR_USAGE) : 0;
     }
+    for (size_t i = 0; i < N_HELP_TOPICS; i++)
+        if (strcmp(argv[1], help_topics[i].name) == 0) {
+            help_topics[i].print(stdout);
+            return 0;
+        }
     const cli_command *c = cli_find(argv[1]);
     if (c == NULL) {
         pg_err err = {0};
-        pg_fail(&err, PG_ERR_USAGE, "help: unknown command '%s' (try 'precgate help')", argv[1]);
+        pg_fail(&err, PG_ERR_USAGE,
+                "help: unknown command or topic '%s' (try 'precgate help')", argv[1]);
         return cli_report(&err);
     }
     fputs(c->usage, stdout);

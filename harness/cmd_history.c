@@ -11,8 +11,9 @@
 #include "../reports/diff.h"
 #include "../reports/term.h"
 #include "cli.h"
+#include "variant_name.h"
 
-/* The variant followed when --variant is not given. */
+/* The variant followed when --variant is not given: fp8kv's default profile. */
 #define HISTORY_DEFAULT_VARIANT "fp8kv"
 /* Length of the query with the metric's column spelled in. */
 #define HISTORY_SQL_MAX 1024
@@ -39,7 +40,10 @@ const char cmd_history_usage[] =
     "error metrics and counts, min for cos_sim and sqnr_db; an undefined value, a cosine\n"
     "stored as NULL, counts as worst), the layer it is in, and the mean over layers.\n"
     "Runs without a matching row are left out.\n\n"
-    "  --variant V     bf16, fp8kv (default), fp8qkv, MODE~spec or ext:NAME\n"
+    "  --variant V     a kernel profile (bf16, fp8kv@fixed, fp8qkv@fa3, ...: precgate help\n"
+    "                  profiles; a mode alone is its default profile), PROFILE~spec or\n"
+    "                  ext:NAME (default fp8kv, i.e. fp8kv@fixed). Runs are matched on\n"
+    "                  the full name: one profile's history never mixes in another's\n"
     "  --metric NAME   rel_l2 (default), max_abs, mean_abs, p99_abs, cos_sim, sqnr_db,\n"
     "                  nan_count or inf_count\n"
     "  --layer L       one layer\n"
@@ -54,6 +58,7 @@ const char cmd_history_usage[] =
 /* Parsed command line. */
 typedef struct history_args {
     const char *variant, *metric_name, *label, *capture, *backend, *db;
+    variant_name vn;     /* --variant parsed; vn.full is what rows are matched on */
     const diff_metric *metric;
     long layer;  /* -1: every layer */
     int json;
@@ -98,8 +103,9 @@ static pg_status history_parse(int argc, char **argv, history_args *a, pg_err *e
     if (optind < argc)
         return pg_fail(err, PG_ERR_USAGE, "history: unexpected argument '%s'", argv[optind]);
     if (diff_metric_parse("history", a->metric_name, &a->metric, err) != PG_OK ||
-        diff_variant_check("history", "--variant", a->variant, err) != PG_OK)
+        variant_name_parse("history: --variant", a->variant, &a->vn, err) != PG_OK)
         return err->code;
+    a->variant = a->vn.full;
     if (a->backend != NULL && strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "cuda") != 0)
         return pg_fail(err, PG_ERR_USAGE, "history: --backend '%s' is not cpu or cuda", a->backend);
     return PG_OK;

@@ -17,6 +17,7 @@
 #include "interrupt.h"
 #include "progress.h"
 #include "sweep.h"
+#include "variant_name.h"
 
 #ifndef PRECGATE_GIT_REV
 #define PRECGATE_GIT_REV "unknown"
@@ -37,21 +38,28 @@ const char cmd_run_usage[] =
     "  --resume RUN         continue sweep run RUN (interrupted, killed or failed),\n"
     "                       computing only the layers it has not stored. The capture's\n"
     "                       content digest, the variants, the backend, --check-spec,\n"
-    "                       --p-rounding, --seed, --scales and the precgate build must be\n"
+    "                       --seed, --scales and the precgate build must be\n"
     "                       the run's (options left out are taken from the run); any\n"
     "                       difference is refused with exit 2, naming the field and both\n"
     "                       values\n"
     "  --force              with --resume: take a run still marked running whose process\n"
     "                       may be alive (another host); one whose process is gone\n"
     "                       (killed -9) needs no --force\n"
-    "  --variants LIST      comma-separated modes: bf16,fp8kv,fp8qkv (default: all three)\n"
+    "  --variants LIST      comma-separated kernel profiles, written MODE@PROFILE: bf16,\n"
+    "                       fp8kv@fixed, fp8kv@vllm-24197, fp8qkv@fa3, fp8qkv@ideal, ...\n"
+    "                       (`precgate help profiles` lists them all with their rules).\n"
+    "                       A mode alone is its default profile: fp8kv = fp8kv@fixed,\n"
+    "                       fp8qkv = fp8qkv@fa3. Default: bf16,fp8kv,fp8qkv. Rows are\n"
+    "                       stored under the full name; a profile given twice (fp8kv and\n"
+    "                       fp8kv@fixed) or an unknown name is refused\n"
     "  --backend NAME       cpu, cuda or auto (default auto: the GPU when one is usable,\n"
     "                       else the cpu, saying which; cuda without a GPU is an error)\n"
-    "  --check-spec         GPU only: also store each mode against the CPU specification's\n"
-    "                       output (variants MODE~spec) on one GQA group of heads\n"
+    "  --check-spec         GPU only: also store each profile the GPU runs against the CPU\n"
+    "                       specification's output (variants MODE@PROFILE~spec) on one GQA\n"
+    "                       group of heads. The GPU runs bf16 and fp8kv@fixed; every other\n"
+    "                       profile runs on the CPU specification beside it, said on stderr\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
-    "  --p-rounding R       fp8qkv's rounding of P before P.V: e4m3 (default), bf16, none\n"
     "  --scales POLICY      fp8 q/k/v scales: capture (the capture's q/k/v_scale\n"
     "                       metadata; the default when it has them), amax (amax / 448 per\n"
     "                       tensor; the default otherwise), vllm-dynamic (vLLM's\n"
@@ -71,8 +79,7 @@ const char cmd_run_usage[] =
 /* Parsed command line. */
 typedef struct run_args {
     const char *capture, *db, *label, *backend;
-    unsigned variants;
-    attn_p_rounding p_rounding;
+    sweep_variants variants;
     long threads;
     unsigned long long seed;
     int progress;
@@ -81,7 +88,7 @@ typedef struct run_args {
     int force;
     /* Which of the options that define a run's numbers were given (a
      * resume takes the others from the run). */
-    int given_variants, given_backend, given_p_rounding, given_seed, given_check_spec;
+    int given_variants, given_backend, given_seed, given_check_spec;
     int given_scales;
     sweep_scales scales;  /* DEFAULT until given, taken from a resumed run or resolved */
 } run_args;
@@ -89,7 +96,7 @@ typedef struct run_args {
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
 static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
 {
-    enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_PROUND, O_THREADS, O_SEED,
+    enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_THREADS, O_SEED,
            O_NOPROG, O_CHECKSPEC, O_RESUME, O_FORCE, O_SCALES };
     static const struct option opts[] = {
         {"capture", required_argument, NULL, O_CAPTURE},
@@ -97,7 +104,6 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"backend", required_argument, NULL, O_BACKEND},
         {"db", required_argument, NULL, O_DB},
         {"label", required_argument, NULL, O_LABEL},
-        {"p-rounding", required_argument, NULL, O_PROUND},
         {"threads", required_argument, NULL, O_THREADS},
         {"seed", required_argument, NULL, O_SEED},
         {"no-progress", no_argument, NULL, O_NOPROG},
@@ -107,13 +113,13 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"scales", required_argument, NULL, O_SCALES},
         {NULL, 0, NULL, 0},
     };
-    *a = (run_args){.backend = "auto", .variants = SWEEP_ALL_VARIANTS,
-                    .p_rounding = ATTN_P_E4M3, .threads = parallel_default_threads(),
+    *a = (run_args){.backend = "auto", .threads = parallel_default_threads(),
                     .seed = RUN_DEFAULT_PAGE_SEED, .progress = 1, .resume = -1};
+    pg_status st = sweep_variants_parse(SWEEP_DEFAULT_VARIANTS, &a->variants, err);
+    if (st != PG_OK) return st;
     optind = 1;
     opterr = 0;
     int c;
-    pg_status st = PG_OK;
     while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case O_CAPTURE: a->capture = optarg; break;
@@ -127,13 +133,6 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
             break;
         case O_DB: a->db = optarg; break;
         case O_LABEL: a->label = optarg; break;
-        case O_PROUND: {
-            pg_err local = {0};
-            if (attn_p_rounding_parse(optarg, &a->p_rounding, &local) != PG_OK)
-                st = pg_fail(err, PG_ERR_USAGE, "run: --p-rounding: %s", local.msg);
-            a->given_p_rounding = 1;
-            break;
-        }
         case O_THREADS: st = cli_parse_int("--threads", optarg, 1, 256, &a->threads, err); break;
         case O_SEED:
             st = cli_parse_u64("--seed", optarg, &a->seed, err);
@@ -197,26 +196,24 @@ static void cpu_model(char *buf, size_t len)
     fclose(f);
 }
 
-/* The modes, all of them in store order. */
-static const sweep_variant run_all_variants[] = {SWEEP_BF16, SWEEP_FP8KV, SWEEP_FP8QKV};
-#define RUN_N_VARIANTS (sizeof run_all_variants / sizeof run_all_variants[0])
 /* Room for a 64-bit number in decimal and its NUL. */
 #define RUN_U64_TEXT_MAX 24
 
-/* The variant bits as config_json's "variants": their names in store order. */
-static cJSON *variants_json(unsigned variants)
+/* The profiles as config_json's "variants": their full names in the
+ * table's order, so that runs of one set of profiles record one list (the
+ * gate's automatic baseline compares it, db/gate_store.h). */
+static cJSON *variants_json(const sweep_variants *v)
 {
     cJSON *list = cJSON_CreateArray();
-    for (size_t i = 0; list != NULL && i < RUN_N_VARIANTS; i++)
-        if (variants & run_all_variants[i])
-            cJSON_AddItemToArray(list, cJSON_CreateString(sweep_variant_name(run_all_variants[i])));
+    for (int i = 0; list != NULL && i < v->n; i++)
+        cJSON_AddItemToArray(list, cJSON_CreateString(attn_profile_variant(v->p[i])));
     return list;
 }
 
 /* The run's configuration as JSON text (caller frees). Everything that
  * defines its numbers is here, for --resume to compare: the capture's
- * content digest, the variants, the backend that ran, --check-spec,
- * --p-rounding, the page seed (also as exact decimal text: a JSON number is
+ * content digest, the variants (full profile names), the backend that ran,
+ * --check-spec, the page seed (also as exact decimal text: a JSON number is
  * a double), the scale policy (a->scales, resolved) and the precgate build. */
 static char *run_config_json(const run_args *a, const capture *cap, const char *backend)
 {
@@ -225,11 +222,10 @@ static char *run_config_json(const run_args *a, const capture *cap, const char *
     cJSON_AddStringToObject(o, "capture", a->capture);
     cJSON_AddStringToObject(o, "capture_digest", cap->digest);
     cJSON_AddStringToObject(o, "model", cap->model);
-    cJSON_AddItemToObject(o, "variants", variants_json(a->variants));
+    cJSON_AddItemToObject(o, "variants", variants_json(&a->variants));
     cJSON_AddStringToObject(o, "backend_requested", a->backend);
     cJSON_AddStringToObject(o, "backend", backend);
     cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
-    cJSON_AddStringToObject(o, "p_rounding", attn_p_rounding_name(a->p_rounding));
     cJSON_AddStringToObject(o, "scales", sweep_scales_name(a->scales));
     cJSON_AddNumberToObject(o, "threads", (double)a->threads);
     cJSON_AddNumberToObject(o, "page_seed", (double)a->seed);
@@ -291,13 +287,8 @@ static void *backend_start_run(void *arg)
 static const int gpu_head_dims[] = {64, 128};
 
 /* Whether this run needs something the GPU kernels do not do; the reason in why. */
-static int gpu_unsupported(const run_args *a, const capture *cap, char *why, size_t len)
+static int gpu_unsupported(const capture *cap, char *why, size_t len)
 {
-    if ((a->variants & SWEEP_FP8QKV) && a->p_rounding != ATTN_P_E4M3) {
-        snprintf(why, len, "the GPU fp8qkv kernel rounds P to e4m3 only (--p-rounding %s)",
-                 attn_p_rounding_name(a->p_rounding));
-        return 1;
-    }
     for (int l = 0; l < cap->n_layers; l++) {
         const int d = cap->layers[l].d;
         int ok = 0;
@@ -327,22 +318,38 @@ static const char *cfg_string(const cJSON *cfg, const char *name)
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-/* The run's stored variants as bits; 0 when the list is missing or holds
- * anything but the modes. */
-static unsigned cfg_variants(const cJSON *cfg)
+/* The run's stored "variants" (full profile names; db/schema.c migration
+ * 10 renamed older runs' modes) into *out; PG_ERR_USAGE naming the run when
+ * the list is missing, empty, or names no profile of this precgate (the
+ * message of sweep_variants_parse). */
+static pg_status cfg_variants(const cJSON *cfg, int64_t run_id, sweep_variants *out, pg_err *err)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(cfg, "variants");
-    unsigned bits = 0;
+    char joined[SWEEP_MAX_VARIANTS * VARIANT_NAME_MAX] = "";
+    size_t at = 0;
     const cJSON *x;
+    int ok = cJSON_IsArray(list) && cJSON_GetArraySize(list) > 0;
     cJSON_ArrayForEach(x, list) {
-        pg_err ignored = {0};
-        unsigned one = 0;
-        if (!cJSON_IsString(x) || sweep_variants_parse(x->valuestring, &one, &ignored) != PG_OK)
-            return 0;
-        bits |= one;
+        if (!cJSON_IsString(x) || at >= sizeof joined) ok = 0;
+        else at += (size_t)snprintf(joined + at, sizeof joined - at, "%s%s", at ? "," : "",
+                                    x->valuestring);
     }
-    return cJSON_IsArray(list) ? bits : 0;
+    if (!ok || at >= sizeof joined)
+        return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's config_json has no "
+                       "list of variants: start a new run", (long long)run_id);
+    pg_err why = {0};
+    if (sweep_variants_parse(joined, out, &why) != PG_OK)
+        return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's variants [%s] are not "
+                       "profiles this precgate runs (%s): start a new run", (long long)run_id,
+                       joined, why.msg);
+    return PG_OK;
 }
+
+/* The fp8qkv P rounding that runs before profiles recorded ("p_rounding";
+ * absent in later runs): only e4m3, whose fp8qkv is fp8qkv@ideal (migration
+ * 10), is resumable; one with bf16 or none and an fp8qkv profile is
+ * PG_ERR_USAGE, since no profile rounds P that way. */
+#define RUN_OLD_P_ROUNDING "e4m3"
 
 /* Sets o[key] to v (a new item, or NULL: out of memory, left for the
  * comparison to report as a difference). */
@@ -360,7 +367,6 @@ static const resume_field run_option_fields[] = {
     {"variants", "--variants"},
     {"backend", "--backend"},
     {"check_spec", "--check-spec"},
-    {"p_rounding", "--p-rounding"},
     {"page_seed_decimal", "--seed"},
     {"scales", "--scales"},
 };
@@ -395,39 +401,44 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     store_run_state_free(&rs);
     if (st != PG_OK) return st;
     const cJSON *check_spec = cJSON_GetObjectItemCaseSensitive(r->cfg, "check_spec");
-    const char *p_rounding = cfg_string(r->cfg, "p_rounding");
+    const char *p_rounding = cfg_string(r->cfg, "p_rounding");  /* older runs only */
     const char *seed = cfg_string(r->cfg, "page_seed_decimal");
     /* Absent in runs before --scales (their policy was the default, which
      * the capture resolves again); present, it must be a policy. */
     const char *scales = cfg_string(r->cfg, "scales");
     sweep_scales run_scales = SWEEP_SCALES_DEFAULT;
-    const unsigned variants = cfg_variants(r->cfg);
+    sweep_variants variants;
+    st = cfg_variants(r->cfg, a->resume, &variants, err);
+    if (st != PG_OK) return st;
+    int has_fp8qkv = 0;
+    for (int i = 0; i < variants.n; i++)
+        has_fp8qkv |= attn_profile_mode(variants.p[i]) == ATTN_MODE_FP8QKV;
+    if (p_rounding != NULL && has_fp8qkv && strcmp(p_rounding, RUN_OLD_P_ROUNDING) != 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run rounded fp8qkv's P to %s "
+                       "(--p-rounding, which kernel profiles replaced); no profile does: start "
+                       "a new run", (long long)a->resume, p_rounding);
     r->capture_name = cfg_string(r->cfg, "capture");
     r->digest = cfg_string(r->cfg, "capture_digest");
     r->backend = cfg_string(r->cfg, "backend");
-    attn_p_rounding pr = ATTN_P_E4M3;
     unsigned long long page_seed = 0;
     pg_err ignored = {0};
     if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL || seed == NULL ||
-        cfg_string(r->cfg, "git_rev") == NULL || variants == 0 || !cJSON_IsBool(check_spec) ||
-        p_rounding == NULL || attn_p_rounding_parse(p_rounding, &pr, &ignored) != PG_OK ||
+        cfg_string(r->cfg, "git_rev") == NULL || !cJSON_IsBool(check_spec) ||
         cli_parse_u64("page_seed_decimal", seed, &page_seed, &ignored) != PG_OK ||
         (scales != NULL && sweep_scales_parse(scales, &run_scales, &ignored) != PG_OK))
         return pg_fail(err, PG_ERR_USAGE,
                        "run: --resume %lld: the run's config_json does not record its capture "
-                       "digest, variants, backend, check_spec, p_rounding, page_seed_decimal and "
+                       "digest, variants, backend, check_spec, page_seed_decimal and "
                        "git_rev (a run from an older precgate): start a new run",
                        (long long)a->resume);
     /* This command's values: the run's, with what was given instead. */
     cJSON *now = cJSON_Duplicate(r->cfg, 1);
     if (now == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
     json_set(now, "git_rev", cJSON_CreateString(PRECGATE_GIT_REV));
-    if (a->given_variants) json_set(now, "variants", variants_json(a->variants));
+    if (a->given_variants) json_set(now, "variants", variants_json(&a->variants));
     if (a->given_backend && strcmp(a->backend, "auto") != 0)
         json_set(now, "backend", cJSON_CreateString(a->backend));
     if (a->given_check_spec) json_set(now, "check_spec", cJSON_CreateBool(a->check_spec));
-    if (a->given_p_rounding)
-        json_set(now, "p_rounding", cJSON_CreateString(attn_p_rounding_name(a->p_rounding)));
     char seed_now[RUN_U64_TEXT_MAX];
     snprintf(seed_now, sizeof seed_now, "%llu", a->seed);
     if (a->given_seed) json_set(now, "page_seed_decimal", cJSON_CreateString(seed_now));
@@ -438,7 +449,6 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     a->variants = variants;
     if (!a->given_backend) a->backend = r->backend;
     a->check_spec = cJSON_IsTrue(check_spec);
-    a->p_rounding = pr;
     a->seed = page_seed;
     if (!a->given_scales) a->scales = run_scales;
     return st;
@@ -593,7 +603,7 @@ int cmd_run(int argc, char **argv)
     }
     sweep_stats stats = {0};
     char why[RUN_DESC_MAX];
-    if (st == PG_OK && gpu != NULL && gpu_unsupported(&a, cap, why, sizeof why)) {
+    if (st == PG_OK && gpu != NULL && gpu_unsupported(cap, why, sizeof why)) {
         if (strcmp(a.backend, "cuda") == 0 || a.check_spec) {
             st = pg_fail(&err, PG_ERR_USAGE, "--backend %s: %s", a.backend, why);
         } else {
@@ -612,8 +622,10 @@ int cmd_run(int argc, char **argv)
         st = sweep_scales_check(cap, a.capture, a.scales, &err);
     }
     const volatile sig_atomic_t *stop = interrupt_flag();
-    sweep_options so = {a.variants, a.p_rounding, (int)a.threads, a.seed, a.progress,
-                        gpu, a.check_spec, &stats, stage, NULL, stop, a.scales};
+    sweep_options so = {.variants = a.variants, .n_threads = (int)a.threads,
+                        .page_seed = a.seed, .progress = a.progress, .cuda = gpu,
+                        .check_spec = a.check_spec, .stats = &stats, .stage = stage,
+                        .stop = stop, .scales = a.scales};
     const char *capture_name = a.capture;
     unsigned char *stored = NULL;
     int64_t run_id = -1;

@@ -1,6 +1,8 @@
 /* gate_config.c: the regression gate's thresholds and their JSON file (see gate_config.h). */
 #include "gate_config.h"
 
+#include "variant_name.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,8 +14,8 @@
 #define GATE_PATH_MAX 192
 /* What a variant map's key may be. */
 typedef enum bound_keys {
-    KEYS_ANY_VARIANT,   /* layer scope: modes, MODE~spec, ext:NAME */
-    KEYS_VS_REFERENCE,  /* mode_pair abs: modes and ext:NAME (no ~spec) */
+    KEYS_ANY_VARIANT,   /* layer scope: profiles, PROFILE~spec, ext:NAME */
+    KEYS_VS_REFERENCE,  /* mode_pair abs: profiles and ext:NAME (no ~spec) */
     KEYS_PAIRED_MODE    /* mode_pair ratio: as above, bf16 excluded */
 } bound_keys;
 
@@ -23,12 +25,6 @@ static const char *const metric_names[REGRESS_METRIC_COUNT] = {
     [REGRESS_COS_SIM] = "cos_sim", [REGRESS_SQNR_DB] = "sqnr_db",
 };
 
-static const char *const plain_modes[] = {"bf16", "fp8kv", "fp8qkv"};
-#define N_PLAIN_MODES (sizeof plain_modes / sizeof plain_modes[0])
-/* Suffix of a GPU mode checked against the CPU specification (db/schema.c v3). */
-#define SPEC_SUFFIX "~spec"
-/* Prefix of an external implementation's output (harness/capture.h). */
-#define EXT_PREFIX "ext:"
 
 const char *regress_metric_name(regress_metric m)
 {
@@ -48,26 +44,6 @@ int regress_metric_parse(const char *name, regress_metric *m)
 int regress_metric_higher_is_worse(regress_metric m)
 {
     return m != REGRESS_COS_SIM && m != REGRESS_SQNR_DB;
-}
-
-int gate_variant_is_mode(const char *v)
-{
-    for (size_t i = 0; v != NULL && i < N_PLAIN_MODES; i++)
-        if (strcmp(v, plain_modes[i]) == 0) return 1;
-    return 0;
-}
-
-int gate_variant_valid(const char *v)
-{
-    if (v == NULL || strlen(v) >= GATE_VARIANT_MAX) return 0;
-    if (gate_variant_is_mode(v)) return 1;
-    const size_t n = strlen(v), ns = strlen(SPEC_SUFFIX), ne = strlen(EXT_PREFIX);
-    if (n > ns && strcmp(v + n - ns, SPEC_SUFFIX) == 0) {
-        char mode[GATE_VARIANT_MAX];
-        snprintf(mode, sizeof mode, "%.*s", (int)(n - ns), v);
-        return gate_variant_is_mode(mode);
-    }
-    return n > ne && strncmp(v, EXT_PREFIX, ne) == 0;
 }
 
 double gate_bound_find(const gate_bounds *b, const char *variant)
@@ -173,7 +149,9 @@ static pg_status get_number(const parse_ctx *p, const cJSON *v, const char *path
     return PG_OK;
 }
 
-/* Applies a variant -> number|null map at path onto b. */
+/* Applies a variant -> number|null map at path onto b. A key is a variant
+ * name (harness/variant_name.h); the bound is kept under its full name, so
+ * "fp8kv" bounds fp8kv@fixed, and two keys of one full name are refused. */
 static pg_status apply_bounds(const parse_ctx *p, const cJSON *obj, const char *path,
                               bound_keys keys, gate_bounds *b)
 {
@@ -181,11 +159,21 @@ static pg_status apply_bounds(const parse_ctx *p, const cJSON *obj, const char *
     for (const cJSON *k = st == PG_OK ? obj->child : NULL; k != NULL && st == PG_OK; k = k->next) {
         char kp[GATE_PATH_MAX];
         join(kp, sizeof kp, path, k->string);
-        const char *v = k->string;
-        const int spec = gate_variant_valid(v) && strstr(v, SPEC_SUFFIX) != NULL;
-        if (!gate_variant_valid(v))
-            return bad(p, kp, "unknown variant (expected bf16, fp8kv, fp8qkv, MODE~spec or "
-                              "ext:NAME)");
+        variant_name vn;
+        pg_err why = {0};
+        if (variant_name_parse(kp, k->string, &vn, &why) != PG_OK)
+            return bad(p, kp, "unknown variant (expected %s)", variant_name_choices());
+        if (strlen(vn.full) >= GATE_VARIANT_MAX)
+            return bad(p, kp, "a variant name longer than %d characters", GATE_VARIANT_MAX - 1);
+        for (const cJSON *e = obj->child; e != k; e = e->next) {
+            variant_name en;
+            if (variant_name_parse(kp, e->string, &en, &why) == PG_OK &&
+                strcmp(en.full, vn.full) == 0)
+                return bad(p, kp, "the same variant as key '%s' (both are %s)", e->string,
+                           vn.full);
+        }
+        const char *v = vn.full;
+        const int spec = vn.kind == VARIANT_SPEC;
         if (keys != KEYS_ANY_VARIANT && spec)
             return bad(p, kp, "a ~spec variant is not measured against the fp64 reference; "
                               "bound it under layer");

@@ -28,9 +28,13 @@
  *
  * Bound maps ("abs", "metric_abs.M", "ratio") start empty and merge key by
  * key: a variant given sets its bound, a variant set to null removes it. A
- * variant key is bf16, fp8kv, fp8qkv, MODE~spec (layer scope only: a GPU
- * mode against the CPU specification, not against the reference) or
- * ext:NAME; "ratio" takes no bf16 (the reference itself).
+ * variant key is a variant name (harness/variant_name.h): a kernel profile
+ * (bf16, fp8kv@fixed, fp8qkv@fa3, ...; a mode alone, "fp8kv", is its
+ * default profile, and the bound is kept under the full name), PROFILE~spec
+ * (layer scope only: a GPU profile against the CPU specification, not
+ * against the reference) or ext:NAME; "ratio" takes no bf16 (the reference
+ * itself). Two keys of one map naming one profile ("fp8kv" and
+ * "fp8kv@fixed") are refused.
  *
  * Validation (gate_config_parse): malformed JSON, an unknown key, a
  * duplicated key, a value of the wrong type or out of range are each
@@ -161,13 +165,6 @@ int regress_metric_parse(const char *name, regress_metric *m);
 /* 1 when a higher value of m is worse (the error magnitudes), 0 when a
  * lower one is (cos_sim, sqnr_db). */
 int regress_metric_higher_is_worse(regress_metric m);
-
-/* 1 when v names a layer_metrics variant (bf16, fp8kv, fp8qkv, MODE~spec,
- * ext:NAME with NAME non-empty, shorter than GATE_VARIANT_MAX), else 0. */
-int gate_variant_valid(const char *v);
-
-/* 1 when v is a plain mode (bf16, fp8kv, fp8qkv), else 0. */
-int gate_variant_is_mode(const char *v);
 
 #ifdef __cplusplus
 }

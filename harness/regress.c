@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../evals/score.h"
+#include "variant_name.h"
 
 /* Longest "capture layer L variant" prefix of a message. */
 #define REGRESS_WHERE_MAX 320
@@ -308,13 +309,6 @@ pg_status regress_layers(const regress_layer_row *run, size_t n_run,
     return st;
 }
 
-/* 1 when v ends in "~spec" (a GPU mode against the CPU specification). */
-static int is_spec(const char *v)
-{
-    const char *t = strchr(v, '~');
-    return t != NULL && strcmp(t, "~spec") == 0;
-}
-
 /* The rows of one (capture, layer): [*g, *e) of sorted rows p[0..n) from *g. */
 static void layer_group(const regress_layer_row *const *p, size_t n, size_t g, size_t *e)
 {
@@ -466,7 +460,7 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
         const regress_layer_row *bref = same ? group_find(b, bg, be, GATE_REFERENCE_MODE) : NULL;
         for (size_t k = g; st == PG_OK && k < e; k++) {
             const regress_layer_row *x = r[k];
-            if (is_spec(x->variant)) continue;
+            if (variant_name_is_spec(x->variant)) continue;
             const int is_ref = x == ref;
             pair_terms pt;
             const regress_layer_row *bx = same ? group_find(b, bg, be, x->variant) : NULL;

@@ -7,7 +7,7 @@
  * comparison:
  *
  * layer: a run against its baseline run, per (capture, layer, variant) of
- *   the whole-layer rows (head = -1), variants MODE~spec and ext:NAME
+ *   the whole-layer rows (head = -1), variants PROFILE~spec and ext:NAME
  *   included and checked like the modes.
  *   - metric "nonfinite" (always checked): value = nan_count + inf_count;
  *     regression when > 0, whatever the baseline had.
@@ -34,7 +34,7 @@
  *   every key, and each metric that has an absolute bound in the config;
  *   a metric without one gets no flag (nothing was compared).
  *
- * mode_pair: each variant other than MODE~spec, per (capture, layer) of the
+ * mode_pair: each variant other than PROFILE~spec, per (capture, layer) of the
  *   run, on rel_l2 against the fp64 reference; with or without a baseline
  *   run, and whatever the config says:
  *   - NaN/Inf in the output is a regression (ext:NAME included);
@@ -202,7 +202,7 @@ typedef struct regress_flag {
     regress_scope scope;
     char *capture;       /* layer, mode_pair; NULL for eval */
     int layer;           /* -1 for eval */
-    char *variant;       /* layer, mode_pair ("fp8kv", "fp8kv-bf16"); NULL for eval */
+    char *variant;       /* layer, mode_pair ("fp8kv@fixed", "fp8kv@fixed-bf16"); NULL for eval */
     char *eval, *mode, *effort;  /* eval; NULL otherwise */
     char *metric;
     double value, baseline_value, threshold;  /* NaN: none (stored NULL) */

@@ -10,47 +10,49 @@
 #include <unistd.h>
 
 #include "../kernels/attn_cuda.h"
-#include "../kernels/attn_profile.h"
 #include "../kernels/numerics.h"
 #include "../kernels/parallel.h"
 #include "progress.h"
+#include "variant_name.h"
 
-/* Longest variant name stored ("ext:" + the capture's NAME). */
-#define SWEEP_VARIANT_NAME_MAX 128
-
-static const struct {
-    sweep_variant bit;
-    const char *name;
-} sweep_variant_table[] = {
-    {SWEEP_BF16, "bf16"},
-    {SWEEP_FP8KV, "fp8kv"},
-    {SWEEP_FP8QKV, "fp8qkv"},
-};
-#define SWEEP_N_VARIANTS (sizeof sweep_variant_table / sizeof sweep_variant_table[0])
-
-const char *sweep_variant_name(sweep_variant v)
+int sweep_variants_has(const sweep_variants *v, const attn_profile *p)
 {
-    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++)
-        if (sweep_variant_table[i].bit == v) return sweep_variant_table[i].name;
-    return "?";
+    for (int i = 0; i < v->n; i++)
+        if (v->p[i] == p) return 1;
+    return 0;
 }
 
-pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err)
+pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err)
 {
-    unsigned bits = 0;
+    if (attn_profile_count() > SWEEP_MAX_VARIANTS)
+        return pg_fail(err, PG_ERR_INTERNAL, "the profile table holds %zu profiles; a sweep "
+                       "holds at most %d (SWEEP_MAX_VARIANTS)", attn_profile_count(),
+                       SWEEP_MAX_VARIANTS);
+    /* The entry each profile was given as, to name both of a duplicate. */
+    char given[SWEEP_MAX_VARIANTS][VARIANT_NAME_MAX] = {{0}};
     const char *p = list;
+    int any = 0;
     while (*p != '\0') {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        size_t i = 0;
-        for (; i < SWEEP_N_VARIANTS; i++)
-            if (strlen(sweep_variant_table[i].name) == len &&
-                strncmp(sweep_variant_table[i].name, p, len) == 0)
-                break;
-        if (i == SWEEP_N_VARIANTS)
-            return pg_fail(err, PG_ERR_USAGE,
-                           "--variants: '%.*s' is not one of bf16, fp8kv, fp8qkv", (int)len, p);
-        bits |= sweep_variant_table[i].bit;
+        const size_t len = strcspn(p, ",");
+        char entry[VARIANT_NAME_MAX];
+        if (len == 0 || len >= sizeof entry)
+            return pg_fail(err, PG_ERR_USAGE, len == 0 ? "--variants: '%s' has an empty entry"
+                                                       : "--variants: an entry of '%s' is too long",
+                           list);
+        snprintf(entry, sizeof entry, "%.*s", (int)len, p);
+        variant_name vn;
+        pg_err why = {0};
+        if (variant_name_parse("--variants", entry, &vn, &why) != PG_OK ||
+            vn.kind != VARIANT_PROFILE)
+            return pg_fail(err, PG_ERR_USAGE, "--variants: '%s' is not a kernel profile (one of "
+                           "%s)", entry, variant_name_profile_choices());
+        size_t idx = 0;
+        while (attn_profile_at(idx) != vn.profile) idx++;
+        if (given[idx][0] != '\0')
+            return pg_fail(err, PG_ERR_USAGE, "--variants: '%s' and '%s' are both %s; give each "
+                           "profile once", given[idx], entry, vn.full);
+        snprintf(given[idx], sizeof given[idx], "%s", entry);
+        any = 1;
         p += len;
         if (*p == ',') {
             p++;
@@ -58,9 +60,24 @@ pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err)
                 return pg_fail(err, PG_ERR_USAGE, "--variants: '%s' ends with a comma", list);
         }
     }
-    if (bits == 0) return pg_fail(err, PG_ERR_USAGE, "--variants: the list is empty");
-    *out = bits;
+    if (!any) return pg_fail(err, PG_ERR_USAGE, "--variants: the list is empty");
+    *out = (sweep_variants){0};
+    for (size_t i = 0; i < attn_profile_count(); i++)
+        if (given[i][0] != '\0') out->p[out->n++] = attn_profile_at(i);
     return PG_OK;
+}
+
+/* A batch with layer L's shape (heads, head dim, window, scale) and no
+ * sequences: what cuda_supports reads. */
+static attn_batch layer_shape(const capture_layer *L)
+{
+    return (attn_batch){0, NULL, NULL, L->hq, L->hkv, L->d, L->window, L->sm_scale, L->sinks};
+}
+
+int sweep_gpu_runs(const attn_profile *p, const capture_layer *L, const char **why)
+{
+    const attn_batch b = layer_shape(L);
+    return cuda_supports(p, &b, why);
 }
 
 /* vLLM's dynamic q/k/v scale divisors: vllm-project/vllm, vllm/envs.py
@@ -160,7 +177,8 @@ static void layer_scales(const capture_layer *L, sweep_scales s, attn_fp8_option
 
 /* One variant's metrics for one layer: [0] whole layer, [1 + h] head h. */
 typedef struct variant_metrics {
-    char name[SWEEP_VARIANT_NAME_MAX];
+    char name[VARIANT_NAME_MAX];
+    const char *backend;      /* "cpu" or "cuda": where this variant ran */
     attn_error_metrics *m;
     int n_heads;              /* 0: all heads; else the sampled heads 0..n_heads-1 */
 } variant_metrics;
@@ -177,15 +195,14 @@ typedef struct tensor_quant {
  * cover only the sampled heads. */
 static pg_status store_layer(pg_store *store, int64_t run_id, const char *capture_name,
                              int layer, int hq, const variant_metrics *vm, int n_vm,
-                             const tensor_quant *tq, const char *scale_source,
-                             const char *backend, pg_err *err)
+                             const tensor_quant *tq, const char *scale_source, pg_err *err)
 {
     pg_status st = store_begin(store, err);
     for (int i = 0; st == PG_OK && i < n_vm; i++) {
         const int heads = vm[i].n_heads > 0 ? vm[i].n_heads : hq;
         for (int h = -1; st == PG_OK && h < heads; h++)
             st = store_put_layer_metrics(store, run_id, capture_name, layer, h, vm[i].name,
-                                         backend, &vm[i].m[h + 1], err);
+                                         vm[i].backend, &vm[i].m[h + 1], err);
     }
     for (int i = 0; st == PG_OK && i < 3; i++) {
         if (!tq[i].present) continue;
@@ -211,93 +228,115 @@ typedef struct layer_ctx {
     attn_batch b;
     size_t nq;
     attn_fp8_options fo;
-    variant_metrics *vm;     /* [SWEEP_N_VARIANTS * 2 + n_ext] */
+    variant_metrics *vm;     /* [SWEEP_MAX_VARIANTS * 2 + n_ext] */
     attn_error_metrics *mbuf;
     int n_vm;
     tensor_quant tqs[3];
     const uint16_t *gq, *gk, *gv; /* what the GPU uploads: page-locked copies, or L's arrays */
 } layer_ctx;
 
-/* The next variant_metrics slot, named name, covering n_heads (0 = all). */
-static variant_metrics *next_vm(layer_ctx *c, const char *name, int n_heads)
+/* The next variant_metrics slot, named name, run on backend, covering
+ * n_heads (0 = all). */
+static variant_metrics *next_vm(layer_ctx *c, const char *name, const char *backend, int n_heads)
 {
     variant_metrics *v = &c->vm[c->n_vm];
     snprintf(v->name, sizeof v->name, "%s", name);
+    v->backend = backend;
     v->m = c->mbuf + (size_t)c->n_vm * (size_t)(c->L->hq + 1);
     v->n_heads = n_heads;
     c->n_vm++;
     return v;
 }
 
-/* Records the quantization statistics a mode reported. */
-static void note_quant(layer_ctx *c, sweep_variant bit, const attn_quant_report *rep)
+/* Records the quantization statistics a profile reported: k and v from the
+ * first fp8 profile, q from the first fp8qkv one (in table order; every
+ * profile quantizes a tensor with the same scale, x / scale saturating). */
+static void note_quant(layer_ctx *c, const attn_profile *p, const attn_quant_report *rep)
 {
-    if (bit == SWEEP_BF16) return;
-    c->tqs[1].st = rep->k;
-    c->tqs[2].st = rep->v;
-    c->tqs[1].present = c->tqs[2].present = 1;
-    if (bit == SWEEP_FP8QKV) {
+    const attn_mode mode = attn_profile_mode(p);
+    if (mode == ATTN_MODE_BF16) return;
+    if (!c->tqs[1].present) {
+        c->tqs[1].st = rep->k;
+        c->tqs[2].st = rep->v;
+        c->tqs[1].present = c->tqs[2].present = 1;
+    }
+    if (mode == ATTN_MODE_FP8QKV && !c->tqs[0].present) {
         c->tqs[0].st = rep->q;
         c->tqs[0].present = 1;
     }
 }
 
-/* One mode of the CPU specification on batch b into out. */
-static pg_status cpu_mode(sweep_variant bit, const attn_batch *b, const uint16_t *q,
-                          const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
-                          uint16_t *out, attn_quant_report *rep, int threads, pg_err *err)
+/* Profile p of the CPU specification on batch b into out. */
+static pg_status cpu_profile(const attn_profile *p, const attn_batch *b, const uint16_t *q,
+                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
+                             uint16_t *out, attn_quant_report *rep, int threads, pg_err *err)
 {
     memset(rep, 0, sizeof *rep);
-    const attn_profile *p; /* the mode's default profile */
-    pg_status st = attn_profile_find(sweep_variant_name(bit), &p, err);
-    if (st != PG_OK) return st;
     return attn_variant_run(p, b, q, k, v, fo, out, rep, threads, err);
 }
 
-/* The layer on the CPU specification: reference, modes, external outputs. */
-static pg_status layer_cpu(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
-                           pg_err *err)
+/* The profiles of opt that run on the CPU specification (all of them on
+ * the CPU backend; on the GPU, those sweep_gpu_runs refuses), each compared
+ * with ref (fp64, the layer's reference) into a "cpu" row. */
+static pg_status cpu_profiles(layer_ctx *c, const sweep_options *opt, const double *ref,
+                              progress *bar, int64_t *step, pg_err *err)
 {
     const capture_layer *L = c->L;
-    double *ref = malloc(c->nq * sizeof *ref);
     double *scratch = malloc(c->nq * sizeof *scratch);
     uint16_t *out = malloc(c->nq * sizeof *out);
     pg_status st = PG_OK;
-    if (!ref || !scratch || !out)
+    if (!scratch || !out)
         st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
-    char what[64];
-    snprintf(what, sizeof what, "layer %d reference", c->li);
-    progress_update(bar, *step, what);
-    if (st == PG_OK) st = attn_reference(&c->b, L->q, L->k, L->v, ref, opt->n_threads, err);
-    for (size_t i = 0; st == PG_OK && i < SWEEP_N_VARIANTS; i++) {
-        const sweep_variant bit = sweep_variant_table[i].bit;
-        if (!(opt->variants & bit)) continue;
+    for (int i = 0; st == PG_OK && i < opt->variants.n; i++) {
+        const attn_profile *p = opt->variants.p[i];
+        if (opt->cuda != NULL && sweep_gpu_runs(p, c->L, NULL)) continue;
         (*step)++;
-        snprintf(what, sizeof what, "layer %d %s", c->li, sweep_variant_table[i].name);
+        char what[64];
+        snprintf(what, sizeof what, "layer %d %s", c->li, attn_profile_variant(p));
         progress_update(bar, *step, what);
         attn_quant_report rep;
-        st = cpu_mode(bit, &c->b, L->q, L->k, L->v, &c->fo, out, &rep, opt->n_threads, err);
+        st = cpu_profile(p, &c->b, L->q, L->k, L->v, &c->fo, out, &rep, opt->n_threads, err);
         if (st != PG_OK) break;
-        note_quant(c, bit, &rep);
+        note_quant(c, p, &rep);
         metrics_compare_heads(out, ref, c->cap->tq, L->hq, L->d, scratch,
-                              next_vm(c, sweep_variant_table[i].name, 0)->m);
+                              next_vm(c, attn_profile_variant(p), "cpu", 0)->m);
     }
-    for (int e = 0; st == PG_OK && e < L->n_ext; e++) {
-        char name[SWEEP_VARIANT_NAME_MAX];
-        snprintf(name, sizeof name, "ext:%s", L->ext[e].name);
-        metrics_compare_heads(L->ext[e].out, ref, c->cap->tq, L->hq, L->d, scratch,
-                              next_vm(c, name, 0)->m);
-    }
-    free(ref);
     free(scratch);
     free(out);
     return st;
 }
 
-/* --check-spec: the GPU output of a mode against the CPU specification's, on
- * the query heads of kv head 0 (one GQA group: a sample that costs 1/hkv of
- * a CPU sweep). */
-static pg_status spec_check(layer_ctx *c, sweep_variant bit, const uint16_t *gpu_out,
+/* The layer on the CPU specification: reference, profiles, external outputs. */
+static pg_status layer_cpu(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
+                           pg_err *err)
+{
+    const capture_layer *L = c->L;
+    double *ref = malloc(c->nq * sizeof *ref);
+    pg_status st = PG_OK;
+    if (!ref) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
+    char what[64];
+    snprintf(what, sizeof what, "layer %d reference", c->li);
+    progress_update(bar, *step, what);
+    if (st == PG_OK) st = attn_reference(&c->b, L->q, L->k, L->v, ref, opt->n_threads, err);
+    if (st == PG_OK) st = cpu_profiles(c, opt, ref, bar, step, err);
+    double *scratch = st == PG_OK ? malloc(c->nq * sizeof *scratch) : NULL;
+    if (st == PG_OK && scratch == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
+    for (int e = 0; st == PG_OK && e < L->n_ext; e++) {
+        char name[VARIANT_NAME_MAX];
+        variant_name_ext(L->ext[e].name, name, sizeof name);
+        metrics_compare_heads(L->ext[e].out, ref, c->cap->tq, L->hq, L->d, scratch,
+                              next_vm(c, name, "cpu", 0)->m);
+    }
+    free(ref);
+    free(scratch);
+    return st;
+}
+
+/* --check-spec: the GPU output of profile p against the CPU specification's,
+ * on the query heads of kv head 0 (one GQA group: a sample that costs 1/hkv
+ * of a CPU sweep). */
+static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t *gpu_out,
                             const sweep_options *opt, pg_err *err)
 {
     const capture_layer *L = c->L;
@@ -319,13 +358,13 @@ static pg_status spec_check(layer_ctx *c, sweep_variant bit, const uint16_t *gpu
             memcpy(v + (size_t)t * d, L->v + (size_t)t * L->hkv * d, (size_t)d * 2);
         }
         attn_quant_report rep;
-        st = cpu_mode(bit, &sb, q, k, v, &c->fo, o, &rep, opt->n_threads, err);
+        st = cpu_profile(p, &sb, q, k, v, &c->fo, o, &rep, opt->n_threads, err);
     }
     if (st == PG_OK) {
         for (size_t i = 0; i < nq; i++) od[i] = bf16_to_f32(o[i]);
-        char name[SWEEP_VARIANT_NAME_MAX];
-        snprintf(name, sizeof name, "%s~spec", sweep_variant_name(bit));
-        attn_error_metrics *m = next_vm(c, name, G)->m;
+        char name[VARIANT_NAME_MAX];
+        variant_name_spec(p, name, sizeof name);
+        attn_error_metrics *m = next_vm(c, name, "cuda", G)->m;
         const size_t row = (size_t)L->hq * d;
         metrics_compare_bf16(gpu_out, row, od, (size_t)G * d, (size_t)tq, (size_t)G * d, scratch,
                              &m[0]);
@@ -342,57 +381,64 @@ static pg_status spec_check(layer_ctx *c, sweep_variant bit, const uint16_t *gpu
     return st;
 }
 
-/* The layer on the GPU: one call keeps it on the device and returns numbers. */
+/* The layer on the GPU: one call keeps the profiles the GPU runs on the
+ * device and returns numbers; the others run on the CPU specification
+ * against the GPU's fp64 reference (cuda_reference), stored as "cpu" rows. */
 static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
                             pg_err *err)
 {
     const capture_layer *L = c->L;
-    uint16_t *outs[SWEEP_N_VARIANTS] = {NULL};
+    uint16_t *outs[SWEEP_MAX_VARIANTS] = {NULL};
     const uint16_t **ext = calloc((size_t)L->n_ext + 1, sizeof *ext);
     pg_status st = ext ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "external outputs");
     for (int e = 0; st == PG_OK && e < L->n_ext; e++) ext[e] = L->ext[e].out;
-    int n_modes = 0;
-    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++)
-        if (opt->variants & sweep_variant_table[i].bit) {
-            if (opt->check_spec && st == PG_OK && (outs[n_modes] = malloc(c->nq * 2)) == NULL)
-                st = pg_fail(err, PG_ERR_NOMEM, "--check-spec: output copies");
-            n_modes++;
+    const attn_profile *on_gpu[SWEEP_MAX_VARIANTS];
+    int n_gpu = 0, n_cpu = 0;
+    for (int i = 0; i < opt->variants.n; i++) {
+        const attn_profile *p = opt->variants.p[i];
+        if (!sweep_gpu_runs(p, c->L, NULL)) {
+            n_cpu++;
+            continue;
         }
+        if (opt->check_spec && st == PG_OK && (outs[n_gpu] = malloc(c->nq * 2)) == NULL)
+            st = pg_fail(err, PG_ERR_NOMEM, "--check-spec: output copies");
+        on_gpu[n_gpu++] = p;
+    }
     char what[64];
     snprintf(what, sizeof what, "layer %d on the GPU", c->li);
     progress_update(bar, *step, what);
     attn_quant_report rep;
+    /* Called with no mode too: it takes the copies cuda_prefetch_qkv made. */
     if (st == PG_OK)
-        st = cuda_sweep_layer(opt->cuda, &c->b, c->gq, c->gk, c->gv, &c->fo, opt->variants,
-                              L->n_ext, ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, NULL,
-                              NULL, NULL, err);
+        st = cuda_sweep_layer(opt->cuda, &c->b, c->gq, c->gk, c->gv, &c->fo, n_gpu, on_gpu, L->n_ext,
+                              ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, NULL, NULL, NULL,
+                              err);
     if (st == PG_OK) {
         /* cuda_sweep_layer filled mbuf in the order the names are given here. */
-        int slot = 0;
-        for (size_t i = 0; i < SWEEP_N_VARIANTS; i++) {
-            const sweep_variant bit = sweep_variant_table[i].bit;
-            if (!(opt->variants & bit)) continue;
-            next_vm(c, sweep_variant_table[i].name, 0);
-            note_quant(c, bit, &rep);
-            slot++;
+        for (int i = 0; i < n_gpu; i++) {
+            next_vm(c, attn_profile_variant(on_gpu[i]), "cuda", 0);
+            note_quant(c, on_gpu[i], &rep);
         }
         for (int e = 0; e < L->n_ext; e++) {
-            char name[SWEEP_VARIANT_NAME_MAX];
-            snprintf(name, sizeof name, "ext:%s", L->ext[e].name);
-            next_vm(c, name, 0);
+            char name[VARIANT_NAME_MAX];
+            variant_name_ext(L->ext[e].name, name, sizeof name);
+            next_vm(c, name, "cuda", 0);
         }
-        (void)slot;
-        *step += n_modes;
+        *step += n_gpu;
     }
-    int m = 0;
-    for (size_t i = 0; st == PG_OK && opt->check_spec && i < SWEEP_N_VARIANTS; i++) {
-        const sweep_variant bit = sweep_variant_table[i].bit;
-        if (!(opt->variants & bit)) continue;
-        snprintf(what, sizeof what, "layer %d %s~spec", c->li, sweep_variant_table[i].name);
+    if (st == PG_OK && n_cpu > 0) {
+        double *ref = malloc(c->nq * sizeof *ref);
+        if (ref == NULL) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate the reference");
+        if (st == PG_OK) st = cuda_reference(opt->cuda, &c->b, c->gq, c->gk, c->gv, ref, err);
+        if (st == PG_OK) st = cpu_profiles(c, opt, ref, bar, step, err);
+        free(ref);
+    }
+    for (int i = 0; st == PG_OK && opt->check_spec && i < n_gpu; i++) {
+        snprintf(what, sizeof what, "layer %d %s~spec", c->li, attn_profile_variant(on_gpu[i]));
         progress_update(bar, *step, what);
-        st = spec_check(c, bit, outs[m++], opt, err);
+        st = spec_check(c, on_gpu[i], outs[i], opt, err);
     }
-    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++) free(outs[i]);
+    for (int i = 0; i < n_gpu; i++) free(outs[i]);
     free(ext);
     return st;
 }
@@ -614,7 +660,7 @@ static void err_name_layer(pg_err *err, int li)
 typedef struct layer_write {
     pg_store *store;
     int64_t run_id;
-    const char *capture_name, *scale_source, *backend;
+    const char *capture_name, *scale_source;
     layer_ctx c;       /* owns c.vm and c.mbuf */
     double seconds;    /* the transaction's wall time */
     pg_status st;
@@ -630,7 +676,7 @@ static void *layer_write_run(void *arg)
     layer_write *w = arg;
     const double t0 = progress_now();
     w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L->hq, w->c.vm,
-                        w->c.n_vm, w->c.tqs, w->scale_source, w->backend, &w->err);
+                        w->c.n_vm, w->c.tqs, w->scale_source, &w->err);
     if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
     w->seconds = progress_now() - t0;
     free(w->c.vm);
@@ -687,14 +733,13 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
         c->gk = slot[1];
         c->gv = slot[2];
     }
-    const int n_vm_max = 2 * (int)SWEEP_N_VARIANTS + L->n_ext;
+    const int n_vm_max = 2 * SWEEP_MAX_VARIANTS + L->n_ext;
     c->vm = calloc((size_t)n_vm_max, sizeof *c->vm);
     c->mbuf = calloc((size_t)n_vm_max * (size_t)(L->hq + 1), sizeof *c->mbuf);
     if (!c->vm || !c->mbuf) return pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
     /* The scales of opt->scales, chosen here for both backends. */
-    c->fo = (attn_fp8_options){.quantize = 1, .p_rounding = opt->p_rounding,
-                               .block_size = cap->block_size,
+    c->fo = (attn_fp8_options){.quantize = 1, .block_size = cap->block_size,
                                .page_seed = opt->page_seed + (uint64_t)li};
     const sweep_scales policy = sweep_scales_resolve(cap, opt->scales);
     *scale_source = sweep_scales_name(policy);
@@ -705,26 +750,49 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     return opt->cuda ? layer_cuda(c, opt, bar, step, err) : layer_cpu(c, opt, bar, step, err);
 }
 
-/* Modes selected in opt. */
-static int n_modes_selected(const sweep_options *opt)
-{
-    int n = 0;
-    for (size_t i = 0; i < SWEEP_N_VARIANTS; i++)
-        if (opt->variants & sweep_variant_table[i].bit) n++;
-    return n;
-}
-
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
                       store_layer_rows *want)
 {
     const capture_layer *L = &cap->layers[li];
-    const int64_t modes = n_modes_selected(opt), whole_and_heads = (int64_t)L->hq + 1;
-    want->metrics = (modes + L->n_ext) * whole_and_heads;
+    const int64_t whole_and_heads = (int64_t)L->hq + 1;
+    want->metrics = (opt->variants.n + L->n_ext) * whole_and_heads;
+    int fp8 = 0, fp8qkv = 0, on_gpu = 0;
+    for (int i = 0; i < opt->variants.n; i++) {
+        const attn_mode m = attn_profile_mode(opt->variants.p[i]);
+        fp8 |= m != ATTN_MODE_BF16;
+        fp8qkv |= m == ATTN_MODE_FP8QKV;
+        on_gpu += sweep_gpu_runs(opt->variants.p[i], L, NULL);
+    }
     if (opt->cuda != NULL && opt->check_spec)  /* spec_check: one GQA group of heads */
-        want->metrics += modes * ((int64_t)(L->hq / L->hkv) + 1);
-    /* note_quant: k and v for either fp8 mode, q for fp8qkv. */
-    want->quant = (opt->variants & (SWEEP_FP8KV | SWEEP_FP8QKV) ? 2 : 0) +
-                  (opt->variants & SWEEP_FP8QKV ? 1 : 0);
+        want->metrics += on_gpu * ((int64_t)(L->hq / L->hkv) + 1);
+    /* note_quant: k and v for any fp8 profile, q for an fp8qkv one. */
+    want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
+}
+
+/* Says on stderr, once per profile, where a GPU sweep of cap runs each of
+ * opt's profiles: on the GPU, or on the CPU specification and why
+ * (cuda_supports), naming the first layer when only some stay on the CPU. */
+static void say_cpu_profiles(const capture *cap, const sweep_options *opt)
+{
+    for (int i = 0; i < opt->variants.n; i++) {
+        const attn_profile *p = opt->variants.p[i];
+        int n_cpu = 0, first = -1;
+        const char *why = NULL;
+        for (int li = 0; li < cap->n_layers; li++)
+            if (!sweep_gpu_runs(p, &cap->layers[li], n_cpu ? NULL : &why)) {
+                if (first < 0) first = li;
+                n_cpu++;
+            }
+        if (n_cpu == cap->n_layers)
+            fprintf(stderr, "precgate: %s runs on the CPU specification (stored with backend "
+                            "cpu): %s\n", attn_profile_variant(p), why);
+        else if (n_cpu > 0)
+            fprintf(stderr, "precgate: %s runs on the CPU specification in %d of %d layers "
+                            "(the first: layer %d): %s\n", attn_profile_variant(p), n_cpu,
+                    cap->n_layers, first, why);
+        else
+            fprintf(stderr, "precgate: %s runs on the GPU\n", attn_profile_variant(p));
+    }
 }
 
 /* Whether opt marks layer li stored. */
@@ -738,7 +806,8 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
 {
     pg_status st = sweep_scales_check(cap, capture_name, opt->scales, err);
     if (st != PG_OK) return st;
-    const int per_layer = n_modes_selected(opt);
+    const int per_layer = opt->variants.n;
+    if (opt->cuda != NULL) say_cpu_profiles(cap, opt);
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
     progress bar;
@@ -765,7 +834,6 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t0;
     /* Layer li computes while layer li - 1 is stored (w[li % 2]). */
     layer_write w[2] = {{.st = PG_OK}, {.st = PG_OK}};
-    const char *backend = opt->cuda ? "cuda" : "cpu";
     int stopped_at = -1, stored = 0;  /* the layer not started once *opt->stop was set */
     for (int li = 0; st == PG_OK && li < cap->n_layers; li++) {
         const int skip = layer_stored(opt, li);
@@ -790,7 +858,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         }
         layer_write *cur = &w[li % 2], *prev = &w[(li + 1) % 2];
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
-                             .backend = backend, .st = PG_OK};
+                             .st = PG_OK};
         if (st == PG_OK && !skip)
             st = layer_compute(cap, li, opt, ring, &bar, &step, &cur->c,
                                &cur->scale_source, err);

@@ -11,6 +11,7 @@
 
 #include "../db/store.h"
 #include "../kernels/attn.h"
+#include "../kernels/attn_profile.h"
 #include "../kernels/attn_cuda.h"
 #include "capture.h"
 #include "status.h"
@@ -24,15 +25,19 @@ typedef struct sweep_stats {
     int layers_skipped; /* layers it left alone: already stored (sweep_options.stored) */
 } sweep_stats;
 
-/* The precision modes a sweep can run (a bit set). */
-typedef enum sweep_variant {
-    SWEEP_BF16 = 1u << 0,
-    SWEEP_FP8KV = 1u << 1,
-    SWEEP_FP8QKV = 1u << 2
-} sweep_variant;
+/* Most variants one sweep runs (room for every profile of the table;
+ * sweep_variants_parse refuses a table that outgrows it). */
+#define SWEEP_MAX_VARIANTS 16
+/* run's default --variants: one per mode, each mode's default profile
+ * (bf16, fp8kv@fixed, fp8qkv@fa3). */
+#define SWEEP_DEFAULT_VARIANTS "bf16,fp8kv,fp8qkv"
 
-/* All three modes. */
-#define SWEEP_ALL_VARIANTS (SWEEP_BF16 | SWEEP_FP8KV | SWEEP_FP8QKV)
+/* The kernel profiles a sweep runs, in the profile table's order, each
+ * once. Their full names (attn_profile_variant) are the stored variants. */
+typedef struct sweep_variants {
+    const attn_profile *p[SWEEP_MAX_VARIANTS];
+    int n;
+} sweep_variants;
 
 /* Host buffers for a GPU sweep's uploads (sweep_stage_open). */
 typedef struct sweep_stage sweep_stage;
@@ -49,14 +54,16 @@ typedef enum sweep_scales {
 } sweep_scales;
 
 typedef struct sweep_options {
-    unsigned variants;            /* sweep_variant bits */
-    attn_p_rounding p_rounding;   /* fp8qkv's P rounding */
+    sweep_variants variants;      /* the profiles to run */
     int n_threads;
     uint64_t page_seed;           /* scatters the paged cache's pages */
     int progress;                 /* 1: draw a progress bar when stderr is a terminal */
-    cuda_backend *cuda;           /* run on this GPU; NULL: the CPU specification */
-    int check_spec;               /* GPU only: also store each mode against the CPU
-                                   * specification's output on a sample of heads */
+    cuda_backend *cuda;           /* run on this GPU; NULL: the CPU specification. The
+                                   * GPU runs the profiles it implements as the profile
+                                   * states (sweep_gpu_runs); the others run on the CPU
+                                   * specification beside it, said on stderr */
+    int check_spec;               /* GPU only: also store each profile the GPU ran against
+                                   * the CPU specification's output on a sample of heads */
     sweep_stats *stats;           /* added to when not NULL */
     sweep_stage *stage;           /* GPU only: sweep_stage_open(cap)'s, or NULL (opened here) */
     const unsigned char *stored;  /* [n_layers] or NULL: 1 = the layer is stored, skip it
@@ -100,23 +107,34 @@ sweep_scales sweep_scales_resolve(const capture *cap, sweep_scales s);
 pg_status sweep_scales_check(const capture *cap, const char *capture_name, sweep_scales s,
                              pg_err *err);
 
-/* Parses a comma-separated list of mode names into sweep_variant bits;
- * PG_ERR_USAGE naming the bad entry. */
-pg_status sweep_variants_parse(const char *list, unsigned *out, pg_err *err);
+/* Parses run --variants' comma-separated list of profile names (bf16,
+ * MODE@PROFILE, or a bare MODE: its default profile; harness/variant_name.h)
+ * into *out, in the table's order; PG_ERR_USAGE naming the entry and the
+ * choices for an unknown name, naming both entries for two that expand to
+ * one profile, and for an empty list or entry. */
+pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err);
 
-/* The store's name of one variant bit ("bf16", "fp8kv", "fp8qkv"). */
-const char *sweep_variant_name(sweep_variant v);
+/* 1 when v holds profile p. */
+int sweep_variants_has(const sweep_variants *v, const attn_profile *p);
+
+/* 1 when the GPU backend (cuda_sweep_layer) runs profile p on layer L's
+ * shape as the profile states (cuda_supports), else 0 with *why (may be
+ * NULL) saying what it lacks; the sweep runs every other profile of the
+ * layer on the CPU specification. */
+int sweep_gpu_runs(const attn_profile *p, const capture_layer *L, const char **why);
 
 /* The rows sweep_run stores for layer li of cap under opt (every variant's
  * whole-layer and per-head layer_metrics rows, the --check-spec rows on their
  * sampled heads, the external outputs'; the quant_stats rows of the fp8
- * modes): what a stored layer holds, for run --resume. */
+ * profiles: k and v for any, q for an fp8qkv one): what a stored layer
+ * holds, for run --resume. */
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
                       store_layer_rows *want);
 
 /* Runs the sweep over every layer of cap not marked in opt->stored, storing
- * rows under run_id with capture name capture_name and backend "cuda" when
- * opt->cuda is set, else "cpu". Each layer is one transaction, with the
+ * rows under run_id with capture name capture_name and backend "cuda" for
+ * what ran on opt->cuda, else "cpu" (a GPU sweep says on stderr which
+ * profiles it runs on the CPU specification, sweep_gpu_runs). Each layer is one transaction, with the
  * run's heartbeat (store_run_heartbeat), written on a thread of its own
  * while the next layer computes: on failure the failing layer is rolled
  * back, earlier layers stay stored, later ones are not stored, and err

@@ -58,25 +58,10 @@ typedef struct attn_batch {
     const float *sinks;     /* [hq] sink logits, or NULL */
 } attn_batch;
 
-/* How the GPU fp8qkv kernel rounds P (kernels/cuda_*.cu read it; the CPU
- * specification ignores it: there a variant's profile says how P is rounded).
- * Kept until the CUDA backend takes profiles. */
-typedef enum attn_p_rounding {
-    ATTN_P_E4M3,  /* unscaled cast to e4m3 (FlashAttention-3 fp8) */
-    ATTN_P_BF16,  /* bf16, as the bf16 mode does */
-    ATTN_P_NONE   /* fp32, no rounding */
-} attn_p_rounding;
-
-/* Name of a rounding ("e4m3", "bf16", "none"). */
-const char *attn_p_rounding_name(attn_p_rounding r);
-/* Parses a rounding name; PG_ERR_USAGE when unknown. */
-pg_status attn_p_rounding_parse(const char *name, attn_p_rounding *out, pg_err *err);
-
 /* Options of the fp8 modes. */
 typedef struct attn_fp8_options {
     int quantize;             /* 0: keep bf16 where fp8 would go (for the identity tests) */
     float q_scale, k_scale, v_scale;
-    attn_p_rounding p_rounding;  /* GPU kernels only (see attn_p_rounding) */
     int block_size;           /* KV page size: 16, 32 or 64 */
     uint64_t page_seed;       /* scatters the pages of the paged cache */
 } attn_fp8_options;

@@ -1,29 +1,10 @@
-/* attn_batch.c: batch checks, token layout, FLOP counts and option names (see attn.h). */
+/* attn_batch.c: batch checks, token layout and FLOP counts (see attn.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
 #include "attn_layout.h"
-
-static const char *const p_rounding_names[] = {
-    [ATTN_P_E4M3] = "e4m3", [ATTN_P_BF16] = "bf16", [ATTN_P_NONE] = "none"};
-
-const char *attn_p_rounding_name(attn_p_rounding r)
-{
-    return (unsigned)r <= ATTN_P_NONE ? p_rounding_names[r] : "?";
-}
-
-pg_status attn_p_rounding_parse(const char *name, attn_p_rounding *out, pg_err *err)
-{
-    for (int r = ATTN_P_E4M3; r <= ATTN_P_NONE; r++) {
-        if (strcmp(name, p_rounding_names[r]) == 0) {
-            *out = (attn_p_rounding)r;
-            return PG_OK;
-        }
-    }
-    return pg_fail(err, PG_ERR_USAGE, "P rounding '%s' is not one of e4m3, bf16, none", name);
-}
 
 pg_status attn_batch_check(const attn_batch *b, pg_err *err)
 {

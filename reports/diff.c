@@ -12,7 +12,8 @@
 
 /* Table widths (columns of the terminal). */
 #define DIFF_CAPTURE_WIDTH 32
-#define DIFF_VARIANT_WIDTH 18
+/* Wide enough for the longest profile name with ~spec or /bf16 ("fp8qkv@flashinfer-fa3/bf16"). */
+#define DIFF_VARIANT_WIDTH 26
 #define DIFF_VALUE_WIDTH 13
 #define DIFF_RATIO_WIDTH 9
 #define DIFF_EVAL_WIDTH 20
@@ -44,13 +45,6 @@ const diff_metric diff_metrics[] = {
     {NULL, DIFF_METRIC_ERROR, NULL, NULL},
 };
 
-/* The modes a variant name may carry (layer_metrics' CHECK). */
-static const char *const diff_modes[] = {"bf16", "fp8kv", "fp8qkv", NULL};
-/* Suffix of a GPU mode checked against the CPU specification. */
-#define DIFF_SPEC_SUFFIX "~spec"
-/* Prefix of an external implementation's output. */
-#define DIFF_EXT_PREFIX "ext:"
-
 int diff_metric_higher_is_better(const diff_metric *m)
 {
     return m != NULL && m->kind != DIFF_METRIC_ERROR;
@@ -75,27 +69,6 @@ pg_status diff_metric_parse(const char *cmd, const char *name, const diff_metric
         at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at > 0 ? ", " : "", m->name);
     return pg_fail(err, PG_ERR_USAGE, "%s: --metric '%s' is not a metric (one of: %s)", cmd,
                    name != NULL ? name : "", list);
-}
-
-/* 1 when v is one of diff_modes. */
-static int is_mode(const char *v, size_t len)
-{
-    for (const char *const *m = diff_modes; *m != NULL; m++)
-        if (strlen(*m) == len && strncmp(*m, v, len) == 0) return 1;
-    return 0;
-}
-
-pg_status diff_variant_check(const char *cmd, const char *opt, const char *variant, pg_err *err)
-{
-    const size_t n = variant != NULL ? strlen(variant) : 0;
-    const size_t sfx = strlen(DIFF_SPEC_SUFFIX), pfx = strlen(DIFF_EXT_PREFIX);
-    if (n > 0 && is_mode(variant, n)) return PG_OK;
-    if (n > sfx && strcmp(variant + n - sfx, DIFF_SPEC_SUFFIX) == 0 && is_mode(variant, n - sfx))
-        return PG_OK;
-    if (n > pfx && strncmp(variant, DIFF_EXT_PREFIX, pfx) == 0) return PG_OK;
-    return pg_fail(err, PG_ERR_USAGE,
-                   "%s: %s '%s' is not a variant (bf16, fp8kv, fp8qkv, MODE~spec or ext:NAME)",
-                   cmd, opt, variant != NULL ? variant : "");
 }
 
 pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *err)
@@ -631,12 +604,16 @@ pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, 
     side a = {0}, b = {0};
     pg_status rc = PG_OK;
     if (r->modes && ((r->mode_a = strdup(req->mode_a)) == NULL ||
-                     (r->mode_b = strdup(req->mode_b)) == NULL))
+                     (r->mode_b = strdup(req->mode_b)) == NULL ||
+                     (r->variant_a = strdup(req->variant_a != NULL ? req->variant_a
+                                                                   : req->mode_a)) == NULL ||
+                     (r->variant_b = strdup(req->variant_b != NULL ? req->variant_b
+                                                                   : req->mode_b)) == NULL))
         rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
     if (rc == PG_OK) rc = diff_run_read(s, "diff", req->db_path, req->run_a, &r->run_a, err);
     if (rc == PG_OK) rc = diff_run_read(s, "diff", req->db_path, req->run_b, &r->run_b, err);
-    if (rc == PG_OK) rc = read_layers(s, req->run_a, req->mode_a, req->metric, &a, err);
-    if (rc == PG_OK) rc = read_layers(s, req->run_b, req->mode_b, req->metric, &b, err);
+    if (rc == PG_OK) rc = read_layers(s, req->run_a, r->variant_a, req->metric, &a, err);
+    if (rc == PG_OK) rc = read_layers(s, req->run_b, r->variant_b, req->metric, &b, err);
     if (rc == PG_OK) rc = read_scores(s, req->run_a, req->mode_a, &a, err);
     if (rc == PG_OK) rc = read_scores(s, req->run_b, req->mode_b, &b, err);
     if (rc == PG_OK) rc = match_layers(r, &a, &b, err);
@@ -684,6 +661,8 @@ void diff_result_free(diff_result *r)
     free(r->run_b.label);
     free(r->mode_a);
     free(r->mode_b);
+    free(r->variant_a);
+    free(r->variant_b);
     free(r);
 }
 
@@ -728,7 +707,7 @@ static void print_run(FILE *out, const char *side_name, const diff_run *run, con
 static void variant_cell(char *buf, size_t len, const diff_result *r, const diff_layer *l)
 {
     char raw[DIFF_CELL_MAX];
-    if (r->modes) snprintf(raw, sizeof raw, "%s/%s", r->mode_b, r->mode_a);
+    if (r->modes) snprintf(raw, sizeof raw, "%s/%s", r->variant_b, r->variant_a);
     else snprintf(raw, sizeof raw, "%s", l->variant_a != NULL ? l->variant_a : l->variant_b);
     term_fit(buf, len, raw, DIFF_VARIANT_WIDTH, 0);
 }
@@ -746,8 +725,8 @@ static void print_layers(const diff_result *r, FILE *out, int colour)
     const diff_metric *m = r->metric;
     if (r->n_layers == 0) {
         if (r->modes)
-            fprintf(out, "\nno %s layer metrics for %s or %s in run %lld\n", m->name, r->mode_b,
-                    r->mode_a, (long long)r->run_a.id);
+            fprintf(out, "\nno %s layer metrics for %s or %s in run %lld\n", m->name,
+                    r->variant_b, r->variant_a, (long long)r->run_a.id);
         else
             fprintf(out, "\nno layer metrics in run %lld or run %lld\n", (long long)r->run_a.id,
                     (long long)r->run_b.id);
@@ -975,8 +954,8 @@ static cJSON *layer_json(const diff_result *r, const diff_layer *l)
              json_str(o, "metric", r->metric->name) && json_str(o, "capture", l->capture);
     if (ok && l->capture_b != NULL) ok = json_str(o, "capture_b", l->capture_b);
     ok = ok && cJSON_AddNumberToObject(o, "layer", l->layer) != NULL &&
-         json_str(o, "variant_a", r->modes ? r->mode_a : l->variant_a) &&
-         json_str(o, "variant_b", r->modes ? r->mode_b : l->variant_b) &&
+         json_str(o, "variant_a", r->modes ? r->variant_a : l->variant_a) &&
+         json_str(o, "variant_b", r->modes ? r->variant_b : l->variant_b) &&
          json_str(o, "backend_a", l->backend_a) && json_str(o, "backend_b", l->backend_b) &&
          json_str(o, "presence", presence_name(l->presence)) &&
          json_side_num(o, "a", l->a, l->presence != DIFF_ONLY_B) &&

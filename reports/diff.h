@@ -63,11 +63,6 @@ const diff_metric *diff_metric_find(const char *name);
 pg_status diff_metric_parse(const char *cmd, const char *name, const diff_metric **out,
                             pg_err *err);
 
-/* Checks a layer_metrics variant name for command cmd and option opt:
- * bf16, fp8kv, fp8qkv, MODE~spec for those modes, or ext:NAME (NAME not
- * empty); PG_ERR_USAGE naming it otherwise. */
-pg_status diff_variant_check(const char *cmd, const char *opt, const char *variant, pg_err *err);
-
 /* Opens the database at path with store_open, but only when the file
  * exists: a read-only command must not create an empty database out of a
  * mistyped path (PG_ERR_IO naming the path). Other failures as store_open. */
@@ -160,7 +155,10 @@ typedef struct diff_pair {
  * run_a == run_b, mode_a is the base (A) and mode_b the mode (B). */
 typedef struct diff_request {
     int64_t run_a, run_b;
-    const char *mode_a, *mode_b;
+    const char *mode_a, *mode_b;        /* eval modes, as given */
+    const char *variant_a, *variant_b;  /* the same as layer variants: their full names
+                                         * (harness/variant_name.h; "fp8kv" is fp8kv@fixed);
+                                         * NULL for two runs */
     const diff_metric *metric;
     const char *db_path;  /* for messages */
 } diff_request;
@@ -170,6 +168,7 @@ typedef struct diff_result {
     const diff_metric *metric;
     int modes;                 /* 1 for a modes diff */
     char *mode_a, *mode_b;     /* copies of the request's (NULL for two runs) */
+    char *variant_a, *variant_b; /* copies of the request's (NULL for two runs) */
     diff_run run_a, run_b;
     diff_layer *layers;        /* worst first, then only-in-A, then only-in-B */
     size_t n_layers;

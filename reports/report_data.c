@@ -1,6 +1,8 @@
 /* report_data.c: a run's numbers from SQLite into structs (see report_data.h). */
 #include "report_data.h"
 
+#include "../harness/variant_name.h"
+
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -10,7 +12,8 @@
 /* First capacity of a growing array. */
 #define GROW_FIRST 16
 
-/* Chart colours: the three modes fixed, anything else from the palette. */
+/* Chart colours: each mode's default profile (and an eval mode) fixed,
+ * anything else from the palette. */
 #define COLOUR_BF16 "#1f77b4"
 #define COLOUR_FP8KV "#ff7f0e"
 #define COLOUR_FP8QKV "#d62728"
@@ -23,22 +26,12 @@ static const char *const PALETTE[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2"
 
 /* ---- small helpers -------------------------------------------------------- */
 
-/* Order of a variant or mode name: the three modes first, then others. */
-static int mode_rank(const char *v)
-{
-    if (v == NULL) return 4;
-    if (strcmp(v, "bf16") == 0) return 0;
-    if (strcmp(v, "fp8kv") == 0) return 1;
-    if (strcmp(v, "fp8qkv") == 0) return 2;
-    return 3;
-}
-
-/* Orders two mode names by mode_rank, then by name. */
+/* Orders two variant or eval mode names: the profiles in the table's order
+ * (an eval mode as its default profile), then others by name, NULL last. */
 static int mode_cmp(const char *x, const char *y)
 {
-    const int rx = mode_rank(x), ry = mode_rank(y);
-    if (rx != ry) return rx - ry;
-    return strcmp(x != NULL ? x : "", y != NULL ? y : "");
+    if (x == NULL || y == NULL) return (x == NULL) - (y == NULL);
+    return variant_name_cmp(x, y);
 }
 
 /* qsort comparator over char* names in mode order. */
@@ -741,7 +734,8 @@ int report_worst_fp8_variant(const report_data *d)
     int worst = -1;
     double worst_mean = -INFINITY;
     for (size_t v = 0; v < d->n_variants; v++) {
-        if (strcmp(d->variants[v], "fp8kv") != 0 && strcmp(d->variants[v], "fp8qkv") != 0) continue;
+        const attn_profile *p = variant_name_profile(d->variants[v]);
+        if (p == NULL || attn_profile_mode(p) == ATTN_MODE_BF16) continue;
         const double m = report_variant_mean(d, v);
         if (isnan(m)) continue;
         if (worst < 0 || m > worst_mean) {
@@ -780,9 +774,11 @@ size_t report_worst_layers(const report_data *d, size_t v, size_t *out, size_t m
 const char *report_colour(const char *name)
 {
     if (name == NULL) return PALETTE[0];
-    if (strcmp(name, "bf16") == 0) return COLOUR_BF16;
-    if (strcmp(name, "fp8kv") == 0) return COLOUR_FP8KV;
-    if (strcmp(name, "fp8qkv") == 0) return COLOUR_FP8QKV;
+    const attn_profile *prof = variant_name_profile(name);
+    const attn_mode mode = prof != NULL ? attn_profile_mode(prof) : ATTN_MODE_BF16;
+    if (prof != NULL && (mode == ATTN_MODE_BF16 || attn_profile_is_default(prof)))
+        return mode == ATTN_MODE_BF16 ? COLOUR_BF16 : mode == ATTN_MODE_FP8KV ? COLOUR_FP8KV
+                                                                              : COLOUR_FP8QKV;
     unsigned h = FNV_OFFSET;
     for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) h = (h ^ *p) * FNV_PRIME;
     return PALETTE[h % PALETTE_N];

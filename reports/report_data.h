@@ -153,9 +153,9 @@ void report_data_free(report_data *d);
 /* Whether a flag's verdict fails the gate ("regression" or "error"). */
 int report_flag_fails(const report_flag *f);
 
-/* Index of "fp8kv" or "fp8qkv", whichever has the larger layer-mean
- * rel_l2 (a non-finite layer makes a mode the worst); -1 when neither has
- * a whole-layer row. */
+/* Index of the fp8 profile (fp8kv@..., fp8qkv@...; not ~spec, not ext)
+ * with the largest layer-mean rel_l2 (a non-finite layer makes a profile
+ * the worst); -1 when none has a whole-layer row. */
 int report_worst_fp8_variant(const report_data *d);
 
 /* Writes to out[0 .. return) the indices of the (at most max) layers with

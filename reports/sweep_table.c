@@ -1,28 +1,21 @@
 /* sweep_table.c: a sweep run's layer x variant rel_l2 table (see sweep_table.h). */
 #include "sweep_table.h"
 
+#include "../harness/variant_name.h"
+
 #include <math.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Most variant columns shown (three modes plus external outputs). */
+/* Most variant columns shown (profiles plus external outputs). */
 #define TABLE_MAX_VARIANTS 16
 
-/* Orders variants: the three modes first in their fixed order, then ext:* by name. */
-static int variant_rank(const char *v)
-{
-    if (strcmp(v, "bf16") == 0) return 0;
-    if (strcmp(v, "fp8kv") == 0) return 1;
-    if (strcmp(v, "fp8qkv") == 0) return 2;
-    return 3;
-}
-
+/* Orders variants: the profiles in the table's order, then the others
+ * (ext:*, ~spec) by name (variant_name_cmp). */
 static int variant_cmp(const void *a, const void *b)
 {
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    int rx = variant_rank(x), ry = variant_rank(y);
-    return rx != ry ? rx - ry : strcmp(x, y);
+    return variant_name_cmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* Formats one cell: rel_l2, or NaN/inf counts when the output was not finite. */
@@ -56,8 +49,14 @@ pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err 
         variants[nv++] = strdup((const char *)sqlite3_column_text(vs, 0));
     qsort(variants, (size_t)nv, sizeof variants[0], variant_cmp);
 
+    /* A column is as wide as its variant's full name, at least TABLE_COL_WIDTH. */
+    int width[TABLE_MAX_VARIANTS];
+    for (int i = 0; i < nv; i++) {
+        const int n = variants[i] != NULL ? (int)strlen(variants[i]) : 0;
+        width[i] = n > TABLE_COL_WIDTH ? n : TABLE_COL_WIDTH;
+    }
     fprintf(out, "%-*s %5s", TABLE_CAPTURE_WIDTH, "capture", "layer");
-    for (int i = 0; i < nv; i++) fprintf(out, " %*.*s", TABLE_COL_WIDTH, TABLE_COL_WIDTH, variants[i]);
+    for (int i = 0; i < nv; i++) fprintf(out, " %*s", width[i], variants[i]);
     fprintf(out, "   (rel_l2 vs fp64 reference, whole layer)\n");
 
     double worst[TABLE_MAX_VARIANTS];
@@ -87,7 +86,7 @@ pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err 
             for (int i = 0; i < nv; i++) {
                 char c[32];
                 cell(c, sizeof c, present[i], val[i], bad[i]);
-                fprintf(out, " %*s", TABLE_COL_WIDTH, c);
+                fprintf(out, " %*s", width[i], c);
             }
             fputc('\n', out);
             memset(present, 0, sizeof present);
@@ -119,7 +118,7 @@ pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err 
         for (int i = 0; i < nv; i++) {
             char c[32];
             snprintf(c, sizeof c, "%d", worst_layer[i]);
-            fprintf(out, " %*s", TABLE_COL_WIDTH, c);
+            fprintf(out, " %*s", width[i], c);
         }
         fputc('\n', out);
     }

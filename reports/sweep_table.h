@@ -13,7 +13,7 @@
 
 /* Width of the capture column (longer names keep their tail after "..."). */
 #define TABLE_CAPTURE_WIDTH 32
-/* Width of one value column. */
+/* Narrowest value column (a longer variant name widens its own). */
 #define TABLE_COL_WIDTH 12
 
 /* Prints run_id's layer x variant rel_l2 table (head = -1 rows) and a

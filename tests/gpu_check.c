@@ -6,11 +6,16 @@
  *
  * Sweep: head dims 64/128; block sizes 16/32/64; GQA ratios 1, 4, 8; windows
  * 0 and 128; with and without sinks; a ragged batch with context; scales 1.0
- * and != 1.0. Pass: paged write and dequant gather bit-identical; each mode's
- * layer rel_l2 within GPU_MODE_REL_TOL (relative) of the specification's; the
+ * and != 1.0. Pass: paged write and dequant gather bit-identical; every
+ * profile the GPU supports (cuda_supports) agrees with the CPU
+ * specification's output of the same profile on the same inputs: the
+ * normalized distance ||gpu - cpu|| / ||cpu|| between the two outputs is
+ * within the profile's bound (agreement_bound, with its justification); the
  * GPU reference within GPU_REF_TOL of the CPU one (and within the kernel's
  * own claim, GPU_REF_CLAIM_TOL, there and on edge cases the sweep does not
- * reach); GPU metrics equal to the CPU's (p99 up to its fp32 rounding).
+ * reach); GPU metrics equal to the CPU's (p99 up to its fp32 rounding). The
+ * GPU is reached through cuda_supports / cuda_variant_run alone, the
+ * counterpart of attn_variant_run.
  *
  * usage: gpu_check [--quick]
  */
@@ -31,25 +36,50 @@
 #define GPU_SKIP_CODE 77          /* CTest SKIP_RETURN_CODE */
 #define GPU_REF_TOL 1e-6          /* GPU reference vs CPU reference, relative L2 (issue) */
 #define GPU_REF_CLAIM_TOL 1e-12   /* the same, the kernel's own claim (cuda_attn_reference.cu) */
-#define GPU_MODE_REL_TOL 0.05     /* |rel_l2(gpu) - rel_l2(spec)| <= 5% of rel_l2(spec) (issue) */
 #define GPU_METRIC_TOL 1e-9       /* GPU vs CPU metrics on the same arrays, relative */
 #define GPU_P99_TOL 1e-6          /* p99 keys are fp32 on the GPU */
-/* The CPU profile the GPU fp8qkv kernel implements today (final row max,
- * unscaled e4m3 P: kernels/cuda_attn_fp8.cu), until it takes fp8qkv@fa3. */
-#define GPU_FP8QKV_PROFILE "fp8qkv@ideal"
-
 static int failures, cases;
 static double worst_ref_err; /* largest GPU reference rel_l2 vs CPU over the cases */
 
-/* The CPU specification of variant name on the case (attn_variant_run). */
-static pg_status spec_run(const char *name, const attn_batch *b, const uint16_t *q,
-                          const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                          uint16_t *out, int threads, pg_err *err)
+/* One bf16 ulp relative (2^-8): the bf16, fp8kv@fixed and fp8kv@vllm-24197
+ * kernels (mma.sync bf16, 64-key tiles) sum the same fp32 products as the
+ * CPU in another order, take exp as ex2.approx of log2-scaled scores (about
+ * 2 ulp of fp32) where the CPU takes expf, and keep a running max where the
+ * CPU takes the final one; each changes P and O by a few fp32 ulps, which
+ * moves an output element across a bf16 rounding boundary now and then: an
+ * element then differs by one bf16 ulp (2^-8 relative at most), so the
+ * normalized distance over a layer stays below one ulp. */
+#define AGREE_BF16_KERNELS 0x1p-8
+/* 2^-11 for fp8qkv@fa3: both sides run the same tiles in the same order,
+ * the same P scaling and the same fp8 accumulation (kernels/fp8_mma.h: the
+ * H200's wgmma results bit for bit), so S and every accumulated product
+ * agree; what differs is ex2.approx against exp2f (about 2 ulp of fp32),
+ * which flips the e4m3 rounding of a P within 2 ulp of a rounding boundary
+ * (a fraction of about 2^-19 of them), and the fp32 order of the row sum l
+ * (a few ulps of 1/l): elements then cross bf16 boundaries far more rarely
+ * than in the bf16 kernels, so a bound 8 times tighter holds. */
+#define AGREE_FP8QKV_FA3 0x1p-11
+
+/* The agreement bound of profile p on the GPU (see the two bounds above). */
+static double agreement_bound(const attn_profile *p)
 {
-    const attn_profile *p;
-    pg_status st = attn_profile_find(name, &p, err);
-    return st == PG_OK ? attn_variant_run(p, b, q, k, v, opt, out, NULL, threads, err) : st;
+    return attn_profile_mode(p) == ATTN_MODE_FP8QKV ? AGREE_FP8QKV_FA3 : AGREE_BF16_KERNELS;
 }
+
+/* ||a - b||_2 / ||b||_2 over n bf16 values (0 when both are zero). */
+static double output_distance(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = bf16_to_f32(a[i]), y = bf16_to_f32(b[i]);
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The largest distance seen per profile (table order), for the summary. */
+static double worst_agreement[32];
 
 static double gauss(uint64_t *s)
 {
@@ -179,7 +209,7 @@ static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int s
     const int failures_before = failures;
     pg_err err = {0};
     const int threads = parallel_default_threads();
-    attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, ATTN_P_E4M3, bs, seed};
+    attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, bs, seed};
     if (scale_mul != 1.0f) {
         opt.q_scale = fp8_e4m3_calibrated_scale(bf16_amax(q, nq)) * scale_mul;
         opt.k_scale = fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)) * scale_mul;
@@ -241,35 +271,32 @@ static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int s
         kv_paged_free(&gpu);
     }
 
-    /* Each mode: its error against the reference within 5% of the spec's. */
-    for (int mode = 0; mode < 3; mode++) {
-        static const char *const names[3] = {"bf16", "fp8kv", "fp8qkv"};
-        pg_status s1, s2;
-        if (mode == 0) {
-            s1 = attn_variant_bf16(&b, q, k, v, spec, threads, &err);
-            s2 = s1 == PG_OK ? cuda_variant_bf16(be, &b, q, k, v, seed, bs, gout, &err) : s1;
-        } else if (mode == 1) {
-            s1 = spec_run("fp8kv", &b, q, k, v, &opt, spec, threads, &err);
-            s2 = s1 == PG_OK ? cuda_variant_fp8kv(be, &b, q, k, v, &opt, gout, NULL, &err) : s1;
-        } else {
-            s1 = spec_run(GPU_FP8QKV_PROFILE, &b, q, k, v, &opt, spec, threads, &err);
-            s2 = s1 == PG_OK ? cuda_variant_fp8qkv(be, &b, q, k, v, &opt, gout, NULL, &err) : s1;
-        }
+    /* Each profile the GPU runs: its output against the specification's. */
+    int n_run = 0;
+    for (size_t pi = 0; pi < attn_profile_count(); pi++) {
+        const attn_profile *p = attn_profile_at(pi);
+        if (!cuda_supports(p, &b, NULL)) continue;
+        pg_status s1 = attn_variant_run(p, &b, q, k, v, &opt, spec, NULL, threads, &err);
+        pg_status s2 = s1 == PG_OK ? cuda_variant_run(be, p, &b, q, k, v, &opt, gout, NULL, &err)
+                                   : s1;
         if (s1 != PG_OK || s2 != PG_OK) {
             failures++;
-            printf("FAIL %s: %s: %s\n", id, names[mode], err.msg);
+            printf("FAIL %s: %s: %s\n", id, attn_profile_variant(p), err.msg);
             pg_err_clear(&err);
             continue;
         }
-        const double es = rel_l2_bf16(spec, ref, nq), eg = rel_l2_bf16(gout, ref, nq);
-        char what[64];
-        snprintf(what, sizeof what, "%s rel_l2 (spec %.4e)", names[mode], es);
-        check(fabs(eg - es) <= GPU_MODE_REL_TOL * es, id, what, eg, es);
-        if (mode == 2) check_metrics(be, id, gout, ref, tq, hq, d);
-        if (mode == 0 && failures == failures_before)
-            printf("ok   %s: ref %.1e bf16 spec %.4e gpu %.4e", id, ref_err, es, eg);
-        if (mode == 2 && failures == failures_before) printf(" fp8qkv spec %.4e gpu %.4e\n", es, eg);
+        const double dist = output_distance(gout, spec, nq);
+        if (pi < sizeof worst_agreement / sizeof worst_agreement[0] && dist > worst_agreement[pi])
+            worst_agreement[pi] = dist;
+        char what[96];
+        snprintf(what, sizeof what, "%s GPU vs CPU output distance (error vs ref: cpu %.3e)",
+                 attn_profile_variant(p), rel_l2_bf16(spec, ref, nq));
+        check(dist <= agreement_bound(p), id, what, dist, agreement_bound(p));
+        if (attn_profile_mode(p) == ATTN_MODE_FP8QKV) check_metrics(be, id, gout, ref, tq, hq, d);
+        if (failures == failures_before)
+            printf("%s %s %.2e", n_run++ ? "" : "ok   ", attn_profile_variant(p), dist);
     }
+    if (failures == failures_before) printf(" (ref %.1e) %s\n", ref_err, id);
 done:
     free(q);
     free(k);
@@ -346,6 +373,9 @@ static void check_metrics_close(const char *id, const attn_error_metrics *a,
     }
 }
 
+/* The default variants, all on the GPU at head dim 64 (set in main). */
+static const attn_profile *sweep3[3];
+
 /* A layer forced into pieces (PRECGATE_CUDA_MEM_LIMIT) gives the metrics of
  * the layer run whole, and so does one whose q/k/v were prefetched. */
 static void run_pieces_case(cuda_backend *be)
@@ -363,7 +393,7 @@ static void run_pieces_case(cuda_backend *be)
     for (size_t i = 0; i < nkv; i++) v[i] = bf16_from_f32((float)gauss(&rs));
     attn_fp8_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
                             fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
-                            fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), ATTN_P_E4M3, 16, 7};
+                            fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 7};
     const int per = hq + 1;
     attn_error_metrics *mw = calloc(3 * (size_t)per, sizeof *mw), *mp = calloc(3 * (size_t)per, sizeof *mp);
     attn_quant_report rw, rp;
@@ -375,13 +405,13 @@ static void run_pieces_case(cuda_backend *be)
     pg_err err = {0};
     cases++;
     const char *id = "pieces";
-    if (cuda_sweep_layer(be, &b, q, k, v, &opt, 7, 0, NULL, mw, &rw, ow, NULL, NULL, NULL, &err) != PG_OK) {
+    if (cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 0, NULL, mw, &rw, ow, NULL, NULL, NULL, &err) != PG_OK) {
         failures++;
         printf("FAIL %s: whole: %s\n", id, err.msg);
     } else {
         /* 6 MB: sequence 2 (10.4 MB planned) splits by rows, the others fit */
         setenv("PRECGATE_CUDA_MEM_LIMIT", "6000000", 1);
-        if (cuda_sweep_layer(be, &b, q, k, v, &opt, 7, 0, NULL, mp, &rp, op, NULL, NULL, NULL, &err) != PG_OK) {
+        if (cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 0, NULL, mp, &rp, op, NULL, NULL, NULL, &err) != PG_OK) {
             failures++;
             printf("FAIL %s: pieces: %s\n", id, err.msg);
         } else {
@@ -403,7 +433,7 @@ static void run_pieces_case(cuda_backend *be)
         q2[0] ^= 0x8000u;
         if (cuda_prefetch_qkv(be, &b, q, k, v, &err) != PG_OK ||
             cuda_prefetch_qkv(be, &b, q2, k, v, &err) != PG_OK ||
-            cuda_sweep_layer(be, &b, q, k, v, &opt, 7, 0, NULL, mp, &rp, op, NULL, NULL, NULL, &err) != PG_OK) {
+            cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 0, NULL, mp, &rp, op, NULL, NULL, NULL, &err) != PG_OK) {
             failures++;
             printf("FAIL prefetch: %s\n", err.msg);
         } else {
@@ -417,9 +447,9 @@ static void run_pieces_case(cuda_backend *be)
             attn_error_metrics *ma = calloc(3 * (size_t)per, sizeof *ma);
             attn_error_metrics *mu = calloc(3 * (size_t)per, sizeof *mu);
             attn_quant_report ra, ru;
-            if (cuda_sweep_layer(be, &b, q2, k, v, &opt, 7, 0, NULL, ma, &ra, NULL, NULL, NULL, NULL,
+            if (cuda_sweep_layer(be, &b, q2, k, v, &opt, 3, sweep3, 0, NULL, ma, &ra, NULL, NULL, NULL, NULL,
                                  &err) != PG_OK ||
-                cuda_sweep_layer(be, &b, q2, k, v, &opt, 7, 0, NULL, mu, &ru, NULL, NULL, NULL, NULL,
+                cuda_sweep_layer(be, &b, q2, k, v, &opt, 3, sweep3, 0, NULL, mu, &ru, NULL, NULL, NULL, NULL,
                                  &err) != PG_OK) {
                 failures++;
                 printf("FAIL prefetch second slot: %s\n", err.msg);
@@ -443,7 +473,7 @@ static void run_pieces_case(cuda_backend *be)
         if (me == NULL) {
             failures++;
             printf("FAIL external output: out of memory\n");
-        } else if (cuda_sweep_layer(be, &b, q, k, v, &opt, 7, 1, ext, me, &rp, NULL, NULL, NULL,
+        } else if (cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 1, ext, me, &rp, NULL, NULL, NULL,
                                     NULL, &err) != PG_OK) {
             failures++;
             printf("FAIL external output: %s\n", err.msg);
@@ -507,6 +537,14 @@ int main(int argc, char **argv)
         return GPU_SKIP_CODE;
     }
     printf("gpu_check on %s\n", desc);
+    {
+        const char *names[3] = {"bf16", "fp8kv", "fp8qkv"};
+        for (int i = 0; i < 3; i++)
+            if (attn_profile_find(names[i], &sweep3[i], &err) != PG_OK) {
+                printf("FAIL: %s\n", err.msg);
+                return 1;
+            }
+    }
     const int dims[2] = {64, 128}, blocks[3] = {16, 32, 64}, gqas[3] = {1, 4, 8};
     const int windows[2] = {0, 128};
     uint64_t seed = 1;
@@ -526,5 +564,10 @@ int main(int argc, char **argv)
     cuda_backend_close(be);
     printf("gpu_check: %d cases, %d failed checks; GPU reference within %.2e of the CPU's\n",
            cases, failures, worst_ref_err);
+    for (size_t pi = 0; pi < attn_profile_count() && pi < 32; pi++)
+        if (worst_agreement[pi] > 0)
+            printf("gpu_check: %s: largest GPU vs CPU output distance %.3e (bound %.3e)\n",
+                   attn_profile_variant(attn_profile_at(pi)), worst_agreement[pi],
+                   agreement_bound(attn_profile_at(pi)));
     return failures ? 1 : 0;
 }

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "sweep_table.h"
-
+#include "attn_profile.h"
 #include "capture.h"
 #include "numerics.h"
 #include "testutil.h"
@@ -31,7 +31,7 @@
 #define SYNTH_SMALL "--layers 2 --seqs 2 --seq-len 24 --context 8"
 #define SMALL_LAYERS 2
 #define SMALL_HQ 64        /* gpt-oss-120b, the default preset */
-#define N_MODES 3          /* bf16, fp8kv, fp8qkv */
+#define N_MODES 3          /* bf16, fp8kv@fixed, fp8qkv@fa3: one profile per mode */
 /* Length of "YYYY-MM-DDTHH:MM:SS.sssZ". */
 #define ISO_MS_LEN 24
 
@@ -281,10 +281,23 @@ Test(cli, run_usage_errors_name_the_option)
     expect_run_usage_error("--capture c.st --scales calibrated", "--scales", "'calibrated'");
 }
 
-/* The usage error of --p-rounding must name the option, like the others. */
-Test(cli, run_bad_p_rounding_names_the_option)
+/* --p-rounding is gone (profiles replaced it): an unknown option. */
+Test(cli, run_p_rounding_is_an_unknown_option)
 {
-    expect_run_usage_error("--capture c.st --p-rounding fp4", "--p-rounding", "'fp4'");
+    expect_run_usage_error("--capture c.st --p-rounding e4m3", "unknown option '--p-rounding'",
+                           NULL);
+}
+
+/* --variants: duplicates after expansion and unknown names exit 2 naming
+ * the entry and the choices, before a database exists. */
+Test(cli, run_variants_refuses_duplicates_and_unknown_profiles)
+{
+    expect_run_usage_error("--capture c.st --variants fp8kv,fp8kv@fixed",
+                           "'fp8kv' and 'fp8kv@fixed' are both fp8kv@fixed", NULL);
+    expect_run_usage_error("--capture c.st --variants bf16,fp8qkv@fa4", "'fp8qkv@fa4'",
+                           "fp8qkv@fa3, fp8qkv@fa3-1level");
+    expect_run_usage_error("--capture c.st --variants fp8kv~spec", "'fp8kv~spec' is not a kernel "
+                           "profile", NULL);
 }
 
 /* An option given without its value says so rather than calling it unknown
@@ -322,8 +335,8 @@ Test(cli, run_happy_path_fills_every_table)
     const char *first = "run 1: c.safetensors, 2 layers, backend cpu\n";
     cr_assert_eq(strncmp(p.out, first, strlen(first)), 0, "stdout starts:\n%s", p.out);
     char *hdr = table_header(p.out);
-    cr_assert_str_eq(hdr, "capture layer bf16 fp8kv fp8qkv (rel_l2 vs fp64 reference, whole layer)",
-                     "no table header:\n%s", p.out);
+    cr_assert_str_eq(hdr, "capture layer bf16 fp8kv@fixed fp8qkv@fa3 (rel_l2 vs fp64 reference, "
+                          "whole layer)", "no table header:\n%s", p.out);
     free(hdr);
     char last[512];
     last_line(p.out, last, sizeof last);
@@ -367,7 +380,7 @@ Test(cli, run_happy_path_fills_every_table)
     const cJSON *vars = cJSON_GetObjectItemCaseSensitive(cj, "variants");
     cr_assert(cJSON_IsArray(vars), "%s", config);
     cr_assert_eq(cJSON_GetArraySize(vars), N_MODES);
-    const char *want_vars[N_MODES] = {"bf16", "fp8kv", "fp8qkv"};
+    const char *want_vars[N_MODES] = {"bf16", "fp8kv@fixed", "fp8qkv@fa3"};
     for (int i = 0; i < N_MODES; i++)
         cr_assert_str_eq(cJSON_GetArrayItem(vars, i)->valuestring, want_vars[i]);
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(cj, "layers");
@@ -409,8 +422,8 @@ Test(cli, run_happy_path_fills_every_table)
     const char *prev_row = strstr(p.out, "\ncapture ");
     for (int l = 0; l < SMALL_LAYERS; l++) {
         const double b = whole_rel_l2(db, 1, l, "bf16");
-        const double k = whole_rel_l2(db, 1, l, "fp8kv");
-        const double q = whole_rel_l2(db, 1, l, "fp8qkv");
+        const double k = whole_rel_l2(db, 1, l, "fp8kv@fixed");
+        const double q = whole_rel_l2(db, 1, l, "fp8qkv@fa3");
         cr_assert_lt(b, k, "layer %d: bf16 %g !< fp8kv %g", l, b, k);
         cr_assert_lt(k, q, "layer %d: fp8kv %g !< fp8qkv %g", l, k, q);
         char cb[32], ck[32], cq[32], row[256];
@@ -555,14 +568,75 @@ Test(cli, run_variants_fp8kv_has_k_v_stats_but_no_q)
     proc p = PG_IN_DIR("run --capture c.safetensors --db d.db --variants fp8kv --no-progress");
     cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
     sqlite3 *db = db_open(tu_in_dir("d.db"));
-    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'fp8kv'"),
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant = 'fp8kv@fixed'"),
                  SMALL_LAYERS * (SMALL_HQ + 1));
-    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant != 'fp8kv'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant != "
+                                "'fp8kv@fixed'"), 0);
+    char *cfg = tu_sql_text(db, "SELECT config_json FROM runs WHERE id = 1");
+    cr_assert_not_null(strstr(cfg, "\"variants\":[\"fp8kv@fixed\"]"), "%s", cfg);
+    cr_assert_null(strstr(cfg, "p_rounding"), "%s", cfg);
+    free(cfg);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE tensor = 'q'"), 0);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE tensor IN ('k', 'v')"),
                  SMALL_LAYERS * 2);
     sqlite3_close(db);
     proc_free(&p);
+}
+
+/* Two profiles of one mode in one run: both stored under their full names,
+ * both columns printed. */
+Test(cli, run_variants_two_fp8qkv_profiles_stores_both)
+{
+    synth_small("c.safetensors", "");
+    proc p = PG_IN_DIR("run --capture c.safetensors --db d.db --variants fp8qkv@ideal,fp8qkv@fa3 "
+                       "--no-progress");
+    cr_assert_eq(p.rc, 0, "run failed: %s", p.err);
+    char *hdr = table_header(p.out);
+    cr_assert_str_eq(hdr, "capture layer fp8qkv@fa3 fp8qkv@ideal (rel_l2 vs fp64 reference, "
+                          "whole layer)", "%s", p.out);
+    free(hdr);
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    for (int l = 0; l < SMALL_LAYERS; l++) {
+        cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = %d AND "
+                                    "variant = 'fp8qkv@ideal'", l), SMALL_HQ + 1);
+        cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = %d AND "
+                                    "variant = 'fp8qkv@fa3'", l), SMALL_HQ + 1);
+    }
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"),
+                 SMALL_LAYERS * 2 * (SMALL_HQ + 1));
+    char *cfg = tu_sql_text(db, "SELECT config_json FROM runs WHERE id = 1");
+    cr_assert_not_null(strstr(cfg, "\"variants\":[\"fp8qkv@fa3\",\"fp8qkv@ideal\"]"), "%s", cfg);
+    free(cfg);
+    sqlite3_close(db);
+    proc_free(&p);
+}
+
+/* `help profiles` lists every profile of the table, each with its summary
+ * and its rules, the defaults marked. */
+Test(cli, help_profiles_names_every_profile)
+{
+    proc p = sh("'%s' help profiles", PRECGATE_BIN);
+    cr_assert_eq(p.rc, 0, "%s", p.err);
+    cr_assert_str_empty(p.err);
+    for (size_t i = 0; i < attn_profile_count(); i++) {
+        const attn_profile *pr = attn_profile_at(i);
+        char head[128];
+        snprintf(head, sizeof head, "\n%s%s\n", attn_profile_variant(pr),
+                 attn_profile_is_default(pr) ? " (default)" : "");
+        const char *at = strstr(p.out, head);
+        cr_assert_not_null(at, "no '%s' heading in:\n%s", head + 1, p.out);
+        /* the summary's first line follows the heading, then the rules' */
+        char first[256];
+        const char *sum = attn_profile_summary(pr), *rules = attn_profile_rules(pr);
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(sum, "\n"), sum);
+        cr_assert_not_null(strstr(at, first), "%s: summary '%s' missing", head + 1, first);
+        snprintf(first, sizeof first, "%.*s", (int)strcspn(rules, "\n"), rules);
+        cr_assert_not_null(strstr(at, first), "%s: rules '%s' missing", head + 1, first);
+    }
+    proc_free(&p);
+    proc o = sh("'%s' help", PRECGATE_BIN);
+    cr_assert_not_null(strstr(o.out, "\n  profiles "), "help lists no profiles topic:\n%s", o.out);
+    proc_free(&o);
 }
 
 /* ---- where the database goes ------------------------------------------- */

@@ -150,12 +150,12 @@ static void two_sweeps_with_changes(void)
 {
     two_sweeps();
     sql("UPDATE layer_metrics SET rel_l2 = 0.03 WHERE run_id = 2 AND head = -1 AND layer = 1 "
-        "AND variant = 'fp8kv';"
+        "AND variant = 'fp8kv@fixed';"
         "UPDATE layer_metrics SET rel_l2 = 0.015 WHERE run_id = 2 AND head = -1 AND layer = 0 "
-        "AND variant = 'fp8qkv';"
+        "AND variant = 'fp8qkv@fa3';"
         "UPDATE layer_metrics SET rel_l2 = 0.005 WHERE run_id = 2 AND head = -1 AND layer = 0 "
         "AND variant = 'bf16';"
-        "DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 1 AND variant = 'fp8qkv';");
+        "DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 1 AND variant = 'fp8qkv@fa3';");
 }
 
 Test(diff_cmd, two_runs_worst_first_with_exact_deltas)
@@ -166,12 +166,12 @@ Test(diff_cmd, two_runs_worst_first_with_exact_deltas)
     char *t[MAX_TOKENS];
     const char *cap = "cap.safetensors";
     /* Worst first: x3, x1.5, the two unchanged (by layer), x0.5, then only in A. */
-    const char *r0[] = {cap, "1", "fp8kv", "1.0000e-02", "3.0000e-02", "+2.000e-02", "3"};
-    const char *r1[] = {cap, "0", "fp8qkv", "1.0000e-02", "1.5000e-02", "+5.000e-03", "1.5"};
-    const char *r2[] = {cap, "0", "fp8kv", "1.0000e-02", "1.0000e-02", "+0.000e+00", "1"};
+    const char *r0[] = {cap, "1", "fp8kv@fixed", "1.0000e-02", "3.0000e-02", "+2.000e-02", "3"};
+    const char *r1[] = {cap, "0", "fp8qkv@fa3", "1.0000e-02", "1.5000e-02", "+5.000e-03", "1.5"};
+    const char *r2[] = {cap, "0", "fp8kv@fixed", "1.0000e-02", "1.0000e-02", "+0.000e+00", "1"};
     const char *r3[] = {cap, "1", "bf16", "1.0000e-02", "1.0000e-02", "+0.000e+00", "1"};
     const char *r4[] = {cap, "0", "bf16", "1.0000e-02", "5.0000e-03", "-5.000e-03", "0.5"};
-    const char *r5[] = {cap, "1", "fp8qkv", "1.0000e-02", "-", "only", "in", "A", "-"};
+    const char *r5[] = {cap, "1", "fp8qkv@fa3", "1.0000e-02", "-", "only", "in", "A", "-"};
     const char *const *rows[] = {r0, r1, r2, r3, r4, r5};
     const int lens[] = {7, 7, 7, 7, 7, 9};
     for (int k = 0; k < 6; k++) {
@@ -188,7 +188,7 @@ Test(diff_cmd, two_runs_worst_first_with_exact_deltas)
     cr_assert_eq(tu_run_precgatef(&out, "diff 2 1 --db '%s'", g_db), 0, "%s", out);
     const char *first[] = {cap, "0", "bf16", "5.0000e-03", "1.0000e-02", "+5.000e-03", "2"};
     expect_tokens(t, row(out, cap, 0, t), first, 7, out);
-    const char *last[] = {cap, "1", "fp8qkv", "-", "1.0000e-02", "only", "in", "B", "-"};
+    const char *last[] = {cap, "1", "fp8qkv@fa3", "-", "1.0000e-02", "only", "in", "B", "-"};
     expect_tokens(t, row(out, cap, 5, t), last, 9, out);
     free(out);
 }
@@ -197,7 +197,7 @@ Test(diff_cmd, json_numbers_are_numbers_and_inf_is_null_with_a_flag)
 {
     two_sweeps_with_changes();
     sql("UPDATE layer_metrics SET rel_l2 = 9e999 WHERE run_id = 2 AND head = -1 AND layer = 0 "
-        "AND variant = 'fp8kv'");
+        "AND variant = 'fp8kv@fixed'");
     char *out = NULL;
     cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --json --db '%s'", g_db), 0, "%s", out);
     cJSON *doc = cJSON_Parse(out);
@@ -207,7 +207,7 @@ Test(diff_cmd, json_numbers_are_numbers_and_inf_is_null_with_a_flag)
     /* An infinite error is the worst change of all. */
     const cJSON *o = cJSON_GetArrayItem(doc, 0);
     cr_expect_str_eq(jstr(o, "type"), "layer");
-    cr_expect_str_eq(jstr(o, "variant_b"), "fp8kv");
+    cr_expect_str_eq(jstr(o, "variant_b"), "fp8kv@fixed");
     cr_expect_eq(jnum(o, "layer"), 0);
     cr_expect_eq(jnum(o, "a"), 0.01);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "b")));
@@ -219,7 +219,7 @@ Test(diff_cmd, json_numbers_are_numbers_and_inf_is_null_with_a_flag)
     /* Then x3 with exact numbers. */
     o = cJSON_GetArrayItem(doc, 1);
     cr_expect_eq(jnum(o, "layer"), 1);
-    cr_expect_str_eq(jstr(o, "variant_a"), "fp8kv");
+    cr_expect_str_eq(jstr(o, "variant_a"), "fp8kv@fixed");
     cr_expect_eq(jnum(o, "a"), 0.01);
     cr_expect_eq(jnum(o, "b"), 0.03);
     cr_expect_float_eq(jnum(o, "delta"), 0.02, 1e-15);
@@ -230,7 +230,7 @@ Test(diff_cmd, json_numbers_are_numbers_and_inf_is_null_with_a_flag)
     /* The layer only in A is there, its B a plain null. */
     o = cJSON_GetArrayItem(doc, 5);
     cr_expect_str_eq(jstr(o, "presence"), "only_a");
-    cr_expect_str_eq(jstr(o, "variant_a"), "fp8qkv");
+    cr_expect_str_eq(jstr(o, "variant_a"), "fp8qkv@fa3");
     cr_expect_eq(jnum(o, "layer"), 1);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(o, "b")));
     cr_expect_null(cJSON_GetObjectItem(o, "b_nonfinite"));
@@ -248,13 +248,13 @@ Test(diff_cmd, higher_is_better_metrics_order_by_the_error)
         "UPDATE layer_metrics SET cos_sim = 0.89 WHERE run_id = 2 AND layer = 0;"
         "UPDATE layer_metrics SET cos_sim = 0.9999 WHERE run_id = 1 AND layer = 1;"
         "UPDATE layer_metrics SET cos_sim = 0.999 WHERE run_id = 2 AND layer = 1;"
-        "DELETE FROM layer_metrics WHERE variant <> 'fp8kv'");
+        "DELETE FROM layer_metrics WHERE variant <> 'fp8kv@fixed'");
     char *out = NULL;
     cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --metric cos_sim --db '%s'", g_db), 0, "%s", out);
     char *t[MAX_TOKENS];
-    const char *r0[] = {"cap.safetensors", "1", "fp8kv", "0.999900000", "0.999000000",
+    const char *r0[] = {"cap.safetensors", "1", "fp8kv@fixed", "0.999900000", "0.999000000",
                         "-9.000e-04", "0.9991"};
-    const char *r1[] = {"cap.safetensors", "0", "fp8kv", "0.900000000", "0.890000000",
+    const char *r1[] = {"cap.safetensors", "0", "fp8kv@fixed", "0.900000000", "0.890000000",
                         "-1.000e-02", "0.9889"};
     expect_tokens(t, row(out, "cap.safetensors", 0, t), r0, 7, out);
     expect_tokens(t, row(out, "cap.safetensors", 1, t), r1, 7, out);
@@ -270,14 +270,14 @@ Test(diff_cmd, runs_of_captures_with_different_names_are_matched_by_layer)
     sweep("cap-copy.safetensors", "nightly");
     sql("UPDATE layer_metrics SET rel_l2 = 0.01 WHERE head = -1;"
         "UPDATE layer_metrics SET rel_l2 = 0.04 WHERE run_id = 2 AND head = -1 AND layer = 1 "
-        "AND variant = 'fp8qkv'");
+        "AND variant = 'fp8qkv@fa3'");
     char *out = NULL;
     cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --db '%s'", g_db), 0, "%s", out);
     cr_expect(strstr(out, "layers are matched by number") != NULL, "%s", out);
     cr_expect(strstr(out, "6 layers compared: 1 worse, 0 better, 5 unchanged, 0 undefined; "
                           "0 only in A, 0 only in B") != NULL, "%s", out);
     char *t[MAX_TOKENS];
-    const char *r0[] = {"cap.safetensors", "1", "fp8qkv", "1.0000e-02", "4.0000e-02",
+    const char *r0[] = {"cap.safetensors", "1", "fp8qkv@fa3", "1.0000e-02", "4.0000e-02",
                         "+3.000e-02", "4"};
     expect_tokens(t, row(out, "cap.safetensors", 0, t), r0, 7, out);
     free(out);
@@ -291,16 +291,16 @@ Test(diff_cmd, modes_of_one_sweep_run)
         "UPDATE layer_metrics SET rel_l2 = 0.001 WHERE run_id = 1 AND head = -1 AND layer = 1 "
         "AND variant = 'bf16';"
         "UPDATE layer_metrics SET rel_l2 = 0.05 WHERE run_id = 1 AND head = -1 AND layer = 0 "
-        "AND variant = 'fp8kv';"
+        "AND variant = 'fp8kv@fixed';"
         "UPDATE layer_metrics SET rel_l2 = 0.04 WHERE run_id = 1 AND head = -1 AND layer = 1 "
-        "AND variant = 'fp8kv'");
+        "AND variant = 'fp8kv@fixed'");
     char *out = NULL;
     cr_assert_eq(tu_run_precgatef(&out, "diff --run 1 --modes fp8kv,bf16 --db '%s'", g_db),
                  0, "%s", out);
     char *t[MAX_TOKENS];
-    const char *r0[] = {"cap.safetensors", "1", "fp8kv/bf16", "1.0000e-03", "4.0000e-02",
+    const char *r0[] = {"cap.safetensors", "1", "fp8kv@fixed/bf16", "1.0000e-03", "4.0000e-02",
                         "+3.900e-02", "40"};
-    const char *r1[] = {"cap.safetensors", "0", "fp8kv/bf16", "2.0000e-03", "5.0000e-02",
+    const char *r1[] = {"cap.safetensors", "0", "fp8kv@fixed/bf16", "2.0000e-03", "5.0000e-02",
                         "+4.800e-02", "25"};
     expect_tokens(t, row(out, "cap.safetensors", 0, t), r0, 7, out);
     expect_tokens(t, row(out, "cap.safetensors", 1, t), r1, 7, out);
@@ -458,13 +458,13 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
     synth("other.safetensors");
     sweep("other.safetensors", "adhoc"); /* run 3: another label */
     sql("UPDATE layer_metrics SET rel_l2 = 0.01 WHERE run_id = 1 AND layer = 0 AND head = -1 "
-        "AND variant = 'fp8kv';"
+        "AND variant = 'fp8kv@fixed';"
         "UPDATE layer_metrics SET rel_l2 = 0.04 WHERE run_id = 1 AND layer = 1 AND head = -1 "
-        "AND variant = 'fp8kv';"
+        "AND variant = 'fp8kv@fixed';"
         "UPDATE layer_metrics SET rel_l2 = 0.02 WHERE run_id = 2 AND layer = 0 AND head = -1 "
-        "AND variant = 'fp8kv';"
+        "AND variant = 'fp8kv@fixed';"
         "UPDATE layer_metrics SET rel_l2 = 0.03 WHERE run_id = 2 AND layer = 1 AND head = -1 "
-        "AND variant = 'fp8kv';"
+        "AND variant = 'fp8kv@fixed';"
         /* Run 1 started last: newest last is by time, not by id. */
         "UPDATE runs SET started_at = '2031-01-02T03:04:05.000Z', "
         "finished_at = '2031-01-02T03:04:06.000Z' WHERE id = 1;"
@@ -487,6 +487,24 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
     cr_expect_str_eq(t[7], "2.5000e-02");
     cr_expect_lt(strstr(out, "    2  2030"), strstr(out, "    1  2031"), "%s", out);
     cr_expect_null(strstr(out, "    3  "), "run 3 is not nightly:\n%s", out);
+    /* A bare mode is its default profile: the same history as the full name,
+     * which the header names. */
+    char *full = NULL;
+    cr_assert_eq(tu_run_precgatef(&full, "history --variant fp8kv@fixed --metric rel_l2 --label "
+                                         "nightly --db '%s'", g_db), 0, "%s", full);
+    cr_expect_str_eq(out, full);
+    cr_expect(strstr(out, "fp8kv@fixed") != NULL, "%s", out);
+    free(full);
+    free(out);
+    /* Another profile of the mode is another variant: no run has it. */
+    cr_assert_eq(tu_run_precgatef(&out, "history --variant fp8kv@vllm-24197 --label nightly "
+                                        "--json --db '%s'", g_db), 0, "%s", out);
+    cr_expect_str_eq(out, "[]\n", "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "history --variant fp8kv@nope --db '%s'", g_db), 2, "%s",
+                 out);
+    cr_expect(strstr(out, "history: --variant: 'fp8kv@nope' is not a variant (one of bf16, "
+                          "fp8kv@fixed") != NULL, "%s", out);
     free(out);
 
     cr_assert_eq(tu_run_precgatef(&out, "history --layer 0 --label nightly --json --db '%s'", g_db),
@@ -503,9 +521,9 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
     free(out);
 
     /* sqnr_db: the worst is the minimum; a failed run is left out. */
-    sql("UPDATE layer_metrics SET sqnr_db = 20 WHERE run_id = 2 AND variant = 'fp8kv' "
+    sql("UPDATE layer_metrics SET sqnr_db = 20 WHERE run_id = 2 AND variant = 'fp8kv@fixed' "
         "AND layer = 0;"
-        "UPDATE layer_metrics SET sqnr_db = 30 WHERE run_id = 2 AND variant = 'fp8kv' "
+        "UPDATE layer_metrics SET sqnr_db = 30 WHERE run_id = 2 AND variant = 'fp8kv@fixed' "
         "AND layer = 1;"
         "UPDATE runs SET status = 'failed', error = 'boom' WHERE id = 1");
     cr_assert_eq(tu_run_precgatef(&out, "history --metric sqnr_db --json --db '%s'", g_db),

@@ -206,7 +206,7 @@ Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_lay
     /* Run 3: fp8kv's rel_l2 of layer 1 ten times worse. */
     sweep("nightly");
     db_exec("UPDATE layer_metrics SET rel_l2 = rel_l2 * 10 WHERE run_id = 3 AND layer = 1 "
-            "AND variant = 'fp8kv' AND head = -1");
+            "AND variant = 'fp8kv@fixed' AND head = -1");
     char junit[600];
     snprintf(junit, sizeof junit, "%s/gate.xml", tu_dir);
     rc = tu_run_precgatef(&out, "gate --run 3 --db '%s' --junit '%s'", g_db, junit);
@@ -216,7 +216,7 @@ Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_lay
                           "labelled 'nightly' that passed its gate)") != NULL, "%s", out);
     const char *first = strstr(out, "REGRESSION layer");
     cr_assert_not_null(first, "%s", out);
-    cr_expect(strstr(first, "layer 1 fp8kv: rel_l2") != NULL, "%s", out);
+    cr_expect(strstr(first, "layer 1 fp8kv@fixed: rel_l2") != NULL, "%s", out);
     cr_expect(strstr(out, "baseline run 2") != NULL, "%s", out);
     /* Regressions come before the counts. */
     const char *counts = strstr(out, "\nlayer ");
@@ -224,12 +224,12 @@ Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_lay
     cr_expect(strstr(out, "gate run 3: REGRESSION (2 regressions, 0 errors") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND verdict = 'regression' "
-                        "AND scope = 'layer' AND layer = 1 AND variant = 'fp8kv' "
+                        "AND scope = 'layer' AND layer = 1 AND variant = 'fp8kv@fixed' "
                         "AND metric = 'rel_l2' AND baseline_run_id = 2 "
                         "AND abs(value - 10 * baseline_value) <= 1e-12 * value"), 1);
     /* The same layer's gap to bf16 grows tenfold past the baseline's + 10%. */
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND verdict = 'regression' "
-                        "AND scope = 'mode_pair' AND layer = 1 AND variant = 'fp8kv-bf16'"), 1);
+                        "AND scope = 'mode_pair' AND layer = 1 AND variant = 'fp8kv@fixed-bf16'"), 1);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND verdict = 'regression'"), 2);
     char *sum = junit_summary(junit);
     if (sum != NULL) {
@@ -250,16 +250,16 @@ Test(gate_cmd, a_layer_missing_from_the_run_is_an_error)
     synth();
     sweep("x");
     sweep("x");
-    db_exec("DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 0 AND variant = 'fp8kv'");
+    db_exec("DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 0 AND variant = 'fp8kv@fixed'");
     char *out = NULL;
     const int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      layer     ") != NULL, "%s", out);
-    cr_expect(strstr(out, "layer 0 fp8kv: in baseline run 1, missing from this run") != NULL,
+    cr_expect(strstr(out, "layer 0 fp8kv@fixed: in baseline run 1, missing from this run") != NULL,
               "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' "
-                        "AND layer = 0 AND variant = 'fp8kv' AND metric = 'present'"), 1);
+                        "AND layer = 0 AND variant = 'fp8kv@fixed' AND metric = 'present'"), 1);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 1);
 }
 
@@ -276,7 +276,7 @@ Test(gate_cmd, a_first_run_passes_on_the_defaults_and_is_held_to_a_configs_budge
     cr_expect(strstr(out, "gate run 1: PASS") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'inconclusive' "
-                        "AND scope = 'mode_pair' AND variant IN ('fp8kv-bf16', 'fp8qkv-bf16') "
+                        "AND scope = 'mode_pair' AND variant IN ('fp8kv@fixed-bf16', 'fp8qkv@fa3-bf16') "
                         "AND message LIKE '%no baseline run: gap%recorded%'"), 4);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND variant = 'bf16' "
                         "AND scope = 'mode_pair' AND verdict = 'pass'"), 2);
@@ -292,13 +292,13 @@ Test(gate_cmd, a_first_run_passes_on_the_defaults_and_is_held_to_a_configs_budge
                  "\"layer\": {\"abs\": {\"fp8qkv\": 0.02}}}");
     rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, g_cfg);
     cr_assert_eq(rc, 1, "%s", out);
-    cr_expect(strstr(out, "layer 0 fp8kv-bf16: rel_l2 vs fp64 reference") != NULL, "%s", out);
+    cr_expect(strstr(out, "layer 0 fp8kv@fixed-bf16: rel_l2 vs fp64 reference") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'regression' "
-                        "AND scope = 'mode_pair' AND variant = 'fp8kv-bf16' AND threshold = 0.01"),
+                        "AND scope = 'mode_pair' AND variant = 'fp8kv@fixed-bf16' AND threshold = 0.01"),
                  2);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'regression' "
-                        "AND scope = 'layer' AND variant = 'fp8qkv' AND metric = 'rel_l2' "
+                        "AND scope = 'layer' AND variant = 'fp8qkv@fa3' AND metric = 'rel_l2' "
                         "AND threshold = 0.02"), 2);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'regression'"),
                  4);
@@ -348,10 +348,10 @@ Test(gate_cmd, saturating_scales_fail_against_a_baseline_with_calibrated_ones)
     free(out);
     /* Both fp8 modes, both layers, in both scopes; bf16 is untouched. */
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'regression' "
-                        "AND scope = 'mode_pair' AND variant IN ('fp8kv-bf16', 'fp8qkv-bf16')"), 4);
+                        "AND scope = 'mode_pair' AND variant IN ('fp8kv@fixed-bf16', 'fp8qkv@fa3-bf16')"), 4);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'regression' "
                         "AND scope = 'layer' AND metric = 'rel_l2' "
-                        "AND variant IN ('fp8kv', 'fp8qkv')"), 4);
+                        "AND variant IN ('fp8kv@fixed', 'fp8qkv@fa3')"), 4);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'regression' "
                         "AND variant LIKE 'bf16%'"), 0);
 }
@@ -845,28 +845,74 @@ Test(gate_cmd, a_mode_the_baseline_run_lacks_is_an_error_unless_bounded)
                                     "--variants bf16,fp8kv --no-progress", g_cap, g_db);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    sweep("v");  /* all three modes: fp8qkv is new */
+    sweep("v");  /* all three modes: fp8qkv@fa3 is new */
+    /* Other profiles are other content to the automatic baseline: run 1 is
+     * not chosen, and the gate says why. */
     rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (no older complete sweep run labelled 'v' with the same "
+                          "content: the newest, run 1, has variants [\"bf16\",\"fp8kv@fixed\"], "
+                          "run 2 has [\"bf16\",\"fp8kv@fixed\",\"fp8qkv@fa3\"])") != NULL,
+              "%s", out);
+    free(out);
+    /* Given as the baseline, run 1 is compared, and what it lacks is an error. */
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "cap.safetensors layer 0 fp8qkv: rel_l2 0.0")
+    cr_expect(strstr(out, "cap.safetensors layer 0 fp8qkv@fa3: rel_l2 0.0")
               != NULL, "%s", out);
-    cr_expect(strstr(out, ": not in baseline run 1 and no absolute bound for fp8qkv in the "
+    cr_expect(strstr(out, ": not in baseline run 1 and no absolute bound for fp8qkv@fa3 in the "
                           "config: set a baseline run that has it (precgate baseline set RUN) or "
-                          "bound it in --config (layer.abs.fp8qkv)") != NULL, "%s", out);
-    cr_expect(strstr(out, "cap.safetensors layer 1 fp8qkv-bf16: rel_l2 vs "
+                          "bound it in --config (layer.abs.fp8qkv@fa3)") != NULL, "%s", out);
+    cr_expect(strstr(out, "cap.safetensors layer 1 fp8qkv@fa3-bf16: rel_l2 vs "
                           "fp64 reference 0.0") != NULL, "%s", out);
     free(out);
     /* 2 layers x (rel_l2, p99_abs) in the layer scope, 2 layers in mode_pair. */
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
-                        "scope = 'layer' AND variant = 'fp8qkv'"), 4);
+                        "scope = 'layer' AND variant = 'fp8qkv@fa3'"), 4);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
-                        "scope = 'mode_pair' AND variant = 'fp8qkv-bf16'"), 2);
+                        "scope = 'mode_pair' AND variant = 'fp8qkv@fa3-bf16'"), 2);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 6);
     /* Bounded in both scopes, it is judged by the bounds and the gate passes. */
     write_config("{\"layer\": {\"abs\": {\"fp8qkv\": 0.5}}, \"mode_pair\": {\"abs\": "
                  "{\"fp8qkv\": 0.5}}}");
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, g_cfg);
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s' --config '%s'", g_db,
+                          g_cfg);
     cr_expect_eq(rc, 0, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 0);
+}
+
+/* Two runs of different profiles of one mode: never each other's automatic
+ * baseline, and given as the baseline, the gate names the variant each side
+ * lacks (an error, exit 2), never comparing fp8qkv@fa3 with fp8qkv@ideal. */
+Test(gate_cmd, runs_of_different_profiles_report_the_missing_variant)
+{
+    synth();
+    sweep_with("p", "--variants bf16,fp8qkv@ideal");
+    sweep_with("p", "--variants bf16,fp8qkv");  /* fp8qkv@fa3 */
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
+    cr_expect(strstr(out, "run 1, has variants [\"bf16\",\"fp8qkv@ideal\"], run 2 has "
+                          "[\"bf16\",\"fp8qkv@fa3\"]") != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "layer 0 fp8qkv@ideal: in baseline run 1, missing from this run") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, ": not in baseline run 1 and no absolute bound for fp8qkv@fa3") != NULL,
+              "%s", out);
+    free(out);
+    /* 2 layers: fp8qkv@ideal missing (one flag a layer), fp8qkv@fa3 new (rel_l2, p99_abs). */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'layer' AND variant = 'fp8qkv@ideal' AND metric = 'present'"), 2);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "scope = 'layer' AND variant = 'fp8qkv@fa3'"), 4);
+    /* Nothing compares one profile's rows with the other's: beside the errors
+     * only the NaN/Inf check, which needs no baseline. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'layer' AND "
+                        "variant LIKE 'fp8qkv%' AND verdict <> 'error' AND "
+                        "metric <> 'nonfinite'"), 0);
+    /* bf16 is the same variant in both: compared (rel_l2, p99_abs, nonfinite), and it passes. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'layer' AND "
+                        "variant = 'bf16' AND verdict = 'pass' AND baseline_run_id = 1"), 6);
 }

@@ -92,12 +92,12 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
 {
     gate_config c = bare_config(0.25);
     c.layer.metrics |= 1u << REGRESS_COS_SIM;
-    cr_assert_eq(gate_bound_set(&c.layer.abs[REGRESS_REL_L2], "fp8qkv", 0.75, NULL), PG_OK);
+    cr_assert_eq(gate_bound_set(&c.layer.abs[REGRESS_REL_L2], "fp8qkv@fa3", 0.75, NULL), PG_OK);
     regress_layer_row base[5], run[4];
     base[0] = row("a", 0, "bf16");  /* at the threshold exactly */
-    base[1] = row("a", 0, "fp8kv"); /* one ulp above */
+    base[1] = row("a", 0, "fp8kv@fixed"); /* one ulp above */
     base[2] = row("a", 1, "bf16");  /* NaN in the run */
-    base[3] = row("a", 1, "fp8kv"); /* missing from the run */
+    base[3] = row("a", 1, "fp8kv@fixed"); /* missing from the run */
     base[4] = row("a", 2, "bf16");  /* cosine drops */
     for (int i = 0; i < 5; i++) {
         base[i].m[REGRESS_REL_L2] = 0.5;
@@ -123,9 +123,9 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     cr_expect_eq(x->threshold, 0.625);
     cr_expect_eq(x->baseline_value, 0.5);
-    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv@fixed", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    cr_expect(strstr(x->message, "a layer 0 fp8kv: rel_l2") != NULL, "%s", x->message);
+    cr_expect(strstr(x->message, "a layer 0 fp8kv@fixed: rel_l2") != NULL, "%s", x->message);
     cr_expect(strstr(x->message, "baseline run 7") != NULL, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", REGRESS_METRIC_NONFINITE);
     cr_expect_eq(x->verdict, REGRESS_REGRESSION);
@@ -134,7 +134,7 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", "cos_sim");  /* NaN with NaN/Inf output */
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_LAYER, 1, "fp8kv", REGRESS_METRIC_PRESENT);
+    x = find(&f, REGRESS_SCOPE_LAYER, 1, "fp8kv@fixed", REGRESS_METRIC_PRESENT);
     cr_expect_eq(x->verdict, REGRESS_ERROR);
     cr_expect(strstr(x->message, "missing from this run") != NULL, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_LAYER, 2, "bf16", "cos_sim");
@@ -156,17 +156,17 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
      * only; with no bound for the variant an error saying how to resolve it
      * (never an exit-0 inconclusive); ~spec and ext: variants are checked
      * like the modes. */
-    regress_layer_row nk[3] = {row("a", 0, "fp8qkv"), row("a", 0, "ext:trt"),
-                               row("a", 0, "fp8kv~spec")};
+    regress_layer_row nk[3] = {row("a", 0, "fp8qkv@fa3"), row("a", 0, "ext:trt"),
+                               row("a", 0, "fp8kv@fixed~spec")};
     nk[0].m[REGRESS_REL_L2] = 0.75;  /* exactly at its bound */
     nk[1].m[REGRESS_REL_L2] = 0.1;
     nk[2].m[REGRESS_REL_L2] = 0.1;
-    regress_layer_row nb[1] = {row("a", 0, "fp8kv~spec")};
+    regress_layer_row nb[1] = {row("a", 0, "fp8kv@fixed~spec")};
     nb[0].m[REGRESS_REL_L2] = 0.05;
     cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "rel_l2")->verdict, REGRESS_PASS);
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, REGRESS_PASS);
     /* fp8qkv is bounded on rel_l2, so its unbounded cos_sim is only unjudged. */
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "cos_sim")->verdict,
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv@fa3", "cos_sim")->verdict,
                  REGRESS_INCONCLUSIVE);
     x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
@@ -176,7 +176,7 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "cos_sim");
     cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
     cr_expect(strstr(x->message, "(layer.metric_abs.cos_sim.ext:trt)") != NULL, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv~spec", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv@fixed~spec", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.1 > 0.0625 */
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
     regress_flags_free(&f);
@@ -185,7 +185,7 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
      * so the unbounded ext:trt is inconclusive and the gate passes. */
     cr_assert_eq(regress_layers(nk, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.n, 3, "ext:trt: nonfinite only; fp8qkv: nonfinite and its bounded rel_l2");
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv", "rel_l2")->verdict, REGRESS_PASS);
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, REGRESS_PASS);
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
     regress_flags_free(&f);
 }
@@ -205,15 +205,15 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
 {
     gate_config c;
     gate_config_default(&c);  /* no bound in any map; mode_pair.rel_tol 0.10 */
-    regress_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
+    regress_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
                                  row("a", 3, "ext:x")};
     base[0].m[REGRESS_REL_L2] = 0.002;
     base[1].m[REGRESS_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
     base[2].m[REGRESS_REL_L2] = 0.072;   /* gap 0.07 */
     base[3].m[REGRESS_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
-    regress_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv"), row("a", 3, "fp8qkv"),
-                              row("a", 3, "fp8kv~spec"), row("a", 3, "ext:x"),
-                              row("a", 4, "fp8kv")};
+    regress_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
+                              row("a", 3, "fp8kv@fixed~spec"), row("a", 3, "ext:x"),
+                              row("a", 4, "fp8kv@fixed")};
     r[0].m[REGRESS_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
     r[1].m[REGRESS_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
     r[2].m[REGRESS_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
@@ -226,29 +226,29 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     cr_expect_eq(f.n, 5);
     const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     cr_expect(fabs(x->threshold - (0.003 + 0.06 + 0.006)) < 1e-15, "%.17g", x->threshold);
     cr_expect_eq(x->baseline_value, 0.003);
     cr_expect(strstr(x->message, "in baseline run 9") != NULL, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv@fa3-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "ext:x-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     /* Layer 4 is not in baseline run 9 and no budget bounds fp8kv: an error. */
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv@fixed-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
-    cr_expect_str_eq(x->message, "a layer 4 fp8kv-bf16: rel_l2 vs fp64 reference 0.05: baseline "
-                     "run 9 has no fp8kv row in this layer and the config has no mode_pair "
-                     "budget for fp8kv: set a baseline run that has it (precgate baseline set "
-                     "RUN) or bound it in --config (mode_pair.abs.fp8kv or "
-                     "mode_pair.ratio.fp8kv)");
+    cr_expect_str_eq(x->message, "a layer 4 fp8kv@fixed-bf16: rel_l2 vs fp64 reference 0.05: baseline "
+                     "run 9 has no fp8kv@fixed row in this layer and the config has no mode_pair "
+                     "budget for fp8kv@fixed: set a baseline run that has it (precgate baseline set "
+                     "RUN) or bound it in --config (mode_pair.abs.fp8kv@fixed or "
+                     "mode_pair.ratio.fp8kv@fixed)");
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
     regress_flags_free(&f);
     /* A variant the baseline's layer has while it lacks that layer's bf16:
      * no gap to compare either, so the same error, naming bf16. */
     cr_assert_eq(regress_mode_pairs(r, 3, base + 1, 3, 9, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
     cr_expect(strstr(x->message, "baseline run 9 has no bf16 row in this layer") != NULL, "%s",
               x->message);
@@ -258,32 +258,32 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
      * built-in bound; bf16 passes its finite, < 1 check. */
     cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.n, 3);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
-    cr_expect(strstr(x->message, "no baseline run: gap fp8kv - bf16 0.066 recorded") != NULL,
+    cr_expect(strstr(x->message, "no baseline run: gap fp8kv@fixed - bf16 0.066 recorded") != NULL,
               "%s", x->message);
     cr_expect_eq(find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2")->verdict, REGRESS_PASS);
     regress_flags_free(&f);
 
     /* Budgets from a config apply from the first run: abs and ratio x bf16. */
-    cr_assert_eq(gate_bound_set(&c.mode_pair.abs, "fp8kv", 0.05, &err), PG_OK);
-    cr_assert_eq(gate_bound_set(&c.mode_pair.ratio, "fp8qkv", 30, &err), PG_OK);
+    cr_assert_eq(gate_bound_set(&c.mode_pair.abs, "fp8kv@fixed", 0.05, &err), PG_OK);
+    cr_assert_eq(gate_bound_set(&c.mode_pair.ratio, "fp8qkv@fa3", 30, &err), PG_OK);
     cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.069 > 0.05 */
     cr_expect_eq(x->threshold, 0.05);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv@fa3-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);        /* 0.080 <= 30 x 0.003 */
     cr_expect(fabs(x->threshold - 0.09) < 1e-15);
     regress_flags_free(&f);
     /* With a baseline, a looser abs bound wins over the gap term (max); layer
      * 4, new in the run, is judged by its abs bound alone (0.05 <= 0.05). */
     cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     cr_expect(strstr(x->message, "max(abs 0.05, bf16 0.003 + baseline gap") != NULL, "%s",
               x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv-bf16", "rel_l2");
+    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv@fixed-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     cr_expect_eq(x->threshold, 0.05);
     regress_flags_free(&f);
@@ -401,7 +401,7 @@ Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
     gate_config c;
     gate_config_default(&c);
     regress_layer_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
-                              row("a", 0, "ext:far"), row("a", 0, "fp8kv~spec")};
+                              row("a", 0, "ext:far"), row("a", 0, "fp8kv@fixed~spec")};
     r[0].m[REGRESS_REL_L2] = 0.002;
     r[1].nonfinite = 1;
     r[1].m[REGRESS_REL_L2] = INFINITY;
@@ -432,7 +432,7 @@ Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
         cr_expect_eq(f.v[i].verdict, bad ? REGRESS_REGRESSION : REGRESS_PASS, "%s",
                      f.v[i].message);
     }
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv~spec", "nonfinite")->verdict,
+    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv@fixed~spec", "nonfinite")->verdict,
                  REGRESS_REGRESSION);
     regress_flags_free(&f);
 }
@@ -665,13 +665,16 @@ Test(regress, config_defaults_merge_and_removal)
                        " \"eval\": {\"min_effect\": 0}}", &c, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(c.layer.rel_tol, 0.2);
     cr_expect_eq(c.layer.metrics, (1u << REGRESS_COS_SIM) | (1u << REGRESS_MAX_ABS));
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv"), 0.08);
+    /* A bare mode key bounds its default profile, kept under the full name. */
+    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv@fixed"), 0.08);
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv")));
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv@vllm-24197")));
     cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "bf16")));
-    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv")));  /* never set */
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv@fa3")));  /* never set */
     cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "ext:trt"), 0.1);
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_P99_ABS], "fp8kv~spec"), 0.5);
-    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8qkv"), 4);
-    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv"), 5);
+    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_P99_ABS], "fp8kv@fixed~spec"), 0.5);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8qkv@fa3"), 4);
+    cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv@fixed"), 5);
     cr_expect_eq(c.mode_pair.rel_tol, 0.3);
     cr_expect_eq(c.eval.min_effect, 0.0);
 }
@@ -697,6 +700,13 @@ Test(regress, config_errors_name_the_key_or_path)
          "layer.metric_abs.p99_abs.x: unknown variant"},
         {"{\"mode_pair\": {\"ratio\": {\"bf16\": 2}}}", "mode_pair.ratio.bf16: bf16 is the reference"},
         {"{\"mode_pair\": {\"abs\": {\"fp8kv~spec\": 2}}}", "mode_pair.abs.fp8kv~spec: a ~spec"},
+        /* keys follow the variant grammar: full names, bare modes, one each */
+        {"{\"layer\": {\"abs\": {\"fp8kv@nope\": 1}}}",
+         "layer.abs.fp8kv@nope: unknown variant (expected bf16, fp8kv@fixed, fp8kv@vllm-24197"},
+        {"{\"layer\": {\"abs\": {\"fp8kv\": 1, \"fp8kv@fixed\": 2}}}",
+         "layer.abs.fp8kv@fixed: the same variant as key 'fp8kv' (both are fp8kv@fixed)"},
+        {"{\"mode_pair\": {\"ratio\": {\"fp8qkv@fa3~spec\": 2}}}",
+         "mode_pair.ratio.fp8qkv@fa3~spec: a ~spec"},
         {"{\"eval\": {\"min_effect\": 2}}", "eval.min_effect: expected a number in [0, 1]"},
         {"{\"eval\": {\"min_effect\": 0.1, \"min_effect\": 0.2}}", "eval.min_effect: duplicate key"},
         {"[1]", "g.json: (top level): expected an object"},

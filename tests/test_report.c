@@ -254,7 +254,7 @@ Test(report, markdown_has_verdicts_and_a_row_per_layer)
     cr_assert_null(strstr(md, "<b>"));
     const size_t table = offset_of(md, "### Per-layer rel_l2");
     const size_t next = offset_of(md + table, "\n### ") + table;
-    cr_assert(strstr(md + table, "| layer | bf16 | fp8kv | fp8qkv |") != NULL);
+    cr_assert(strstr(md + table, "| layer | bf16 | fp8kv@fixed | fp8qkv@fa3 |") != NULL);
     for (int l = 0; l < N_LAYERS; l++) {
         char row[16];
         snprintf(row, sizeof row, "\n| %d | ", l);
@@ -289,9 +289,9 @@ Test(report, regressions_come_first_with_escaped_messages)
     db_exec(g_db,
             "INSERT INTO flags (run_id, baseline_run_id, scope, capture, layer, variant, metric, "
             "value, baseline_value, threshold, verdict, message) VALUES "
-            "(2, 1, 'layer', 'x', 1, 'fp8qkv', 'rel_l2', 0.5, 0.07, 0.1, 'regression', "
+            "(2, 1, 'layer', 'x', 1, 'fp8qkv@fa3', 'rel_l2', 0.5, 0.07, 0.1, 'regression', "
             "'rel_l2 <i>jumped</i> & \"more\"'), "
-            "(2, 1, 'layer', 'x', 0, 'fp8qkv', 'rel_l2', 0.07, 0.07, 0.1, 'pass', 'fine')");
+            "(2, 1, 'layer', 'x', 0, 'fp8qkv@fa3', 'rel_l2', 0.07, 0.07, 0.1, 'pass', 'fine')");
     char *html = report(2, "g.html");
     char *reg = section(html, "regressions");
     cr_assert(strstr(reg, "1 of 2 checks failed against baseline run 1") != NULL, "%s", reg);
@@ -312,13 +312,13 @@ Test(report, nonfinite_values_are_text_and_skipped_in_log_charts)
 {
     /* Layer 1 of fp8qkv produced NaNs (rel_l2 +inf); one head is inf, one 0, one missing. */
     db_exec(g_db, "UPDATE layer_metrics SET rel_l2 = 9e999, nan_count = 4 WHERE run_id = 2 "
-                  "AND layer = 1 AND head = -1 AND variant = 'fp8qkv';"
+                  "AND layer = 1 AND head = -1 AND variant = 'fp8qkv@fa3';"
                   "UPDATE layer_metrics SET rel_l2 = 9e999 WHERE run_id = 2 AND layer = 1 "
-                  "AND head = 5 AND variant = 'fp8qkv';"
+                  "AND head = 5 AND variant = 'fp8qkv@fa3';"
                   "UPDATE layer_metrics SET rel_l2 = 0 WHERE run_id = 2 AND layer = 2 "
-                  "AND head = 7 AND variant = 'fp8qkv';"
+                  "AND head = 7 AND variant = 'fp8qkv@fa3';"
                   "DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 0 AND head = 9 "
-                  "AND variant = 'fp8qkv';"
+                  "AND variant = 'fp8qkv@fa3';"
                   "UPDATE quant_stats SET saturated_frac = NULL WHERE run_id = 2 AND layer = 0;");
     char *html = report(2, "n.html");
     char *lay = section(html, "layers");

@@ -261,15 +261,18 @@ Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_valu
 {
     run_with_missing_layers();
     expect_refused(2, "c.safetensors", "--variants bf16", "variants (--variants) differs",
-                   "the run has [\"bf16\",\"fp8kv\",\"fp8qkv\"], this command gives [\"bf16\"]",
-                   NULL);
-    expect_refused(2, "c.safetensors", "--variants fp8qkv,bf16,fp8kv --p-rounding bf16",
-                   "p_rounding (--p-rounding) differs",
-                   "the run has \"e4m3\", this command gives \"bf16\"", NULL);
+                   "the run has [\"bf16\",\"fp8kv@fixed\",\"fp8qkv@fa3\"], this command gives "
+                   "[\"bf16\"]", NULL);
+    /* Another profile of a mode is another run. */
+    expect_refused(2, "c.safetensors", "--variants fp8qkv@ideal,bf16,fp8kv",
+                   "variants (--variants) differs",
+                   "this command gives [\"bf16\",\"fp8kv@fixed\",\"fp8qkv@ideal\"]", NULL);
     expect_refused(2, "c.safetensors", "--seed 7", "page_seed_decimal (--seed) differs",
                    "the run has \"24301\", this command gives \"7\"", NULL);
-    expect_refused(2, "c.safetensors", "--seed 7 --p-rounding none", "p_rounding (--p-rounding)",
+    expect_refused(2, "c.safetensors", "--seed 7 --variants bf16", "variants (--variants)",
                    "(also differ: page_seed_decimal)", NULL);
+    expect_refused(2, "c.safetensors", "--p-rounding e4m3", "unknown option '--p-rounding'", NULL,
+                   NULL);
     expect_refused(2, "c.safetensors", "--label other", "--label with --resume", NULL, NULL);
     /* A capture that does not load leaves the run alone too. */
     expect_refused(1, "missing.safetensors", "", "missing.safetensors", "cannot open", NULL);
@@ -384,7 +387,7 @@ Test(run_resume, a_half_stored_layer_is_refused_not_overwritten)
 {
     run_with_missing_layers();
     sqlite3 *db = db_open("r.db");
-    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer = 1 AND variant = 'fp8kv' AND head >= 0");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer = 1 AND variant = 'fp8kv@fixed' AND head >= 0");
     sqlite3_close(db);
     char want[64];
     snprintf(want, sizeof want, "holds %d of its %d layer_metrics rows", ROWS_PER_LAYER - HQ,
@@ -511,4 +514,45 @@ Test(run_resume, sigint_mid_sweep_exits_130)
 Test(run_resume, kill_9_mid_sweep_resumes_without_force)
 {
     stop_mid_sweep_and_resume(SIGKILL);
+}
+
+/* A run from before profiles, as migration 10 left it: fp8qkv renamed
+ * fp8qkv@ideal and "p_rounding" still in its config. With P in e4m3 it is
+ * resumed as it was; with another rounding, which no profile has, it is
+ * refused, naming the rounding. The same modes given bare are the default
+ * profiles, another run. */
+Test(run_resume, an_old_run_with_p_rounding_is_resumed_as_fp8qkv_ideal)
+{
+    synth("c.safetensors", FAST_SYNTH);
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
+                                        "--variants bf16,fp8kv,fp8qkv@ideal",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
+    free(out);
+    sqlite3 *db = db_open("r.db");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
+                    "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "UPDATE runs SET status = 'failed', error = 'a failure',"
+                    " config_json = json_set(config_json, '$.p_rounding', 'bf16')");
+    sqlite3_close(db);
+    expect_refused(2, "c.safetensors", "", "the run rounded fp8qkv's P to bf16",
+                   "start a new run", NULL);
+    expect_refused(2, "c.safetensors", "--variants bf16,fp8kv,fp8qkv",
+                   "the run rounded fp8qkv's P to bf16", NULL, NULL);
+    db = db_open("r.db");
+    tu_sql_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.p_rounding', 'e4m3')");
+    sqlite3_close(db);
+    expect_refused(2, "c.safetensors", "--variants bf16,fp8kv,fp8qkv",
+                   "variants (--variants) differs", "[\"bf16\",\"fp8kv@fixed\",\"fp8qkv@fa3\"]",
+                   NULL);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
+    expect_resume_counts(out, 3, 3);
+    free(out);
+    db = db_open("r.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(DISTINCT layer) FROM layer_metrics WHERE variant = "
+                                "'fp8qkv@ideal'"), 6);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant NOT IN "
+                                "('bf16', 'fp8kv@fixed', 'fp8qkv@ideal')"), 0);
+    sqlite3_close(db);
 }

@@ -346,7 +346,7 @@ Test(store, round_trip_every_column)
     attn_error_metrics plain = mk_metrics(1.25e-3, 0.0625, 2.5e-4, 1e-2, 0.9999871, 57.125, 0, 0);
 
     cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 31, -1, "fp8qkv", "cuda", &bad, &err),
+    cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 31, -1, "fp8qkv@fa3", "cuda", &bad, &err),
                  PG_OK, "%s", err.msg);
     cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 0, 7, "ext:my_kernel-v2", "cpu",
                                          &odd, &err), PG_OK, "%s", err.msg);
@@ -415,7 +415,7 @@ Test(store, round_trip_every_column)
         " p99_abs, cos_sim, sqnr_db, nan_count, inf_count FROM layer_metrics"
         " ORDER BY layer DESC, variant DESC", -1, &st, NULL), SQLITE_OK);
     const struct { int layer, head; const char *variant, *backend; const attn_error_metrics *m; }
-        want[] = {{31, -1, "fp8qkv", "cuda", &bad},
+        want[] = {{31, -1, "fp8qkv@fa3", "cuda", &bad},
                   {0, 7, "ext:my_kernel-v2", "cpu", &odd},
                   {0, 7, "bf16", "cpu", &plain}};
     for (size_t r = 0; r < sizeof want / sizeof want[0]; r++) {
@@ -615,7 +615,10 @@ Test(store, bad_strings_rejected_by_check)
     pg_store *s = open_ok();
     int64_t run = begin_run(s);
     attn_error_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
-    const char *bad_variants[] = {"fp16", "BF16", "ext:", "EXT:foo", "ext", " bf16", ""};
+    /* Bare fp8 modes are no stored name since migration 10: the full name is. */
+    const char *bad_variants[] = {"fp16", "BF16", "ext:", "EXT:foo", "ext", " bf16", "",
+                                  "fp8kv", "fp8qkv", "fp8kv@", "fp8qkv~spec", "fp8kv~spec",
+                                  "bf16@x"};
     for (size_t i = 0; i < sizeof bad_variants / sizeof bad_variants[0]; i++) {
         pg_err err = {0};
         cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, 0, bad_variants[i], "cpu", &m, &err),
@@ -643,13 +646,14 @@ Test(store, bad_strings_rejected_by_check)
     cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM quant_stats"), 0);
 
     /* Every legal spelling goes in. */
-    const char *good[] = {"bf16", "fp8kv", "fp8qkv", "ext:x"};
+    const char *good[] = {"bf16", "fp8kv@fixed", "fp8qkv@fa3", "ext:x", "bf16~spec",
+                          "fp8qkv@fa3~spec", "fp8kv@vllm-24197"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         pg_err ok = {0};
         cr_assert_eq(store_put_layer_metrics(s, run, "c", 0, 0, good[i], "cuda", &m, &ok), PG_OK,
                      "%s", ok.msg);
     }
-    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 4);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 7);
     store_close(s);
 }
 
@@ -1069,7 +1073,7 @@ Test(store, migration_9_renames_calibrated_to_amax_and_records_each_sweeps_scale
     make_v8_db();
     pg_store *s = open_ok();
     sqlite3 *db = store_handle(s);
-    cr_assert_eq(store_schema_version(s), 9);
+    cr_assert_eq(store_schema_version(s), store_latest_schema_version());
     /* Every row kept, every column; 'calibrated' (amax / 448) is now 'amax'. */
     char *rows = q_text(db, "SELECT group_concat(run_id || ':' || capture || ':' || layer || ':' ||"
                             " tensor || ':' || scale || ':' || scale_source || ':' ||"
@@ -1107,5 +1111,113 @@ Test(store, migration_9_renames_calibrated_to_amax_and_records_each_sweeps_scale
                                    " 'amax', 0.0, 0.0)", NULL, NULL, NULL), SQLITE_OK);
     cr_assert_neq(sqlite3_exec(db, "INSERT INTO quant_stats VALUES (99, 'a', 0, 'k', 1.0,"
                                    " 'amax', 0.0, 0.0)", NULL, NULL, NULL), SQLITE_OK);
+    store_close(s);
+}
+
+/* A database at schema version 9 built from the real migrations 1..9, as a
+ * precgate of that version left it: run 1 a sweep of the three modes (P in
+ * e4m3) with --check-spec rows and a gate's flags, run 2 a sweep with
+ * --p-rounding bf16, run 3 one recorded before p_rounding was in the config,
+ * run 4 an eval (its modes are the serving stack's, not profiles). */
+static void make_v9_db(void)
+{
+    sqlite3 *db = raw_db_at_version(9);
+    tu_sql_exec(db,
+                "INSERT INTO runs (id, kind, status, started_at, finished_at, host, config_json)"
+                " VALUES"
+                " (1, 'sweep', 'complete', '2026-01-01T00:00:00.000Z', '2026-01-01T00:01:00.000Z',"
+                "  'h', '{\"variants\":[\"bf16\",\"fp8kv\",\"fp8qkv\"],\"p_rounding\":\"e4m3\","
+                "\"scales\":\"amax\"}'),"
+                " (2, 'sweep', 'complete', '2026-01-02T00:00:00.000Z', '2026-01-02T00:01:00.000Z',"
+                "  'h', '{\"variants\":[\"fp8qkv\",\"fp8kv\"],\"p_rounding\":\"bf16\"}'),"
+                " (3, 'sweep', 'complete', '2026-01-03T00:00:00.000Z', '2026-01-03T00:01:00.000Z',"
+                "  'h', '{\"capture\":\"c\"}'),"
+                " (4, 'eval', 'complete', '2026-01-04T00:00:00.000Z', '2026-01-04T00:01:00.000Z',"
+                "  'h', '{\"modes\":[\"fp8kv\"]}');"
+                "INSERT INTO layer_metrics (run_id, capture, layer, head, variant, backend, rel_l2,"
+                " nan_count, inf_count) VALUES"
+                " (1, 'a', 0, -1, 'bf16', 'cuda', 0.01, 0, 0),"
+                " (1, 'a', 0, -1, 'fp8kv', 'cuda', 0.02, 0, 0),"
+                " (1, 'a', 0, 0, 'fp8kv', 'cuda', 0.021, 0, 0),"
+                " (1, 'a', 0, -1, 'fp8qkv', 'cuda', 0.03, 0, 0),"
+                " (1, 'a', 0, -1, 'fp8kv~spec', 'cuda', 0.004, 0, 0),"
+                " (1, 'a', 0, -1, 'fp8qkv~spec', 'cuda', 0.005, 0, 0),"
+                " (1, 'a', 0, -1, 'bf16~spec', 'cuda', 0.001, 0, 0),"
+                " (1, 'a', 0, -1, 'ext:vllm', 'cuda', 0.011, 0, 0),"
+                " (2, 'b', 0, -1, 'fp8qkv', 'cpu', 0.04, 0, 0),"
+                " (2, 'b', 0, -1, 'fp8kv', 'cpu', 0.05, 0, 0),"
+                " (3, 'c', 1, -1, 'fp8qkv', 'cpu', 0.06, 1, 0);"
+                "INSERT INTO quant_stats VALUES (1, 'a', 0, 'k', 0.125, 'amax', 0.0, 0.5);"
+                "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id, sample, status,"
+                " correct) VALUES (4, 'e', 'fp8kv', 'low', 'p', 0, 'ok', 1);"
+                "INSERT INTO flags (run_id, baseline_run_id, scope, capture, layer, variant, eval,"
+                " mode, effort, metric, verdict, message) VALUES"
+                " (1, NULL, 'layer', 'a', 0, 'fp8kv', NULL, NULL, NULL, 'rel_l2', 'pass', 'm1'),"
+                " (1, NULL, 'layer', 'a', 0, 'fp8qkv~spec', NULL, NULL, NULL, 'rel_l2', 'pass', 'm2'),"
+                " (1, NULL, 'mode_pair', 'a', 0, 'fp8qkv-bf16', NULL, NULL, NULL, 'rel_l2', 'pass',"
+                "  'm3'),"
+                " (2, 1, 'mode_pair', 'b', 0, 'fp8qkv-bf16', NULL, NULL, NULL, 'rel_l2', 'pass', 'm4'),"
+                " (1, NULL, 'layer', 'a', 0, 'ext:vllm', NULL, NULL, NULL, 'rel_l2', 'pass', 'm5'),"
+                " (4, NULL, 'eval', NULL, NULL, NULL, 'e', 'fp8kv', 'low', 'accuracy', 'pass', 'm6');");
+    cr_assert_eq(tu_sql_int(db, "PRAGMA user_version"), 9);
+    sqlite3_close(db);
+}
+
+Test(store, migration_10_renames_every_stored_variant_to_its_full_name)
+{
+    make_v9_db();
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    cr_assert_eq(store_schema_version(s), store_latest_schema_version());
+    cr_assert_geq(store_schema_version(s), 10);
+    /* layer_metrics: fp8kv -> fp8kv@fixed; fp8qkv with P in e4m3 (or no
+     * p_rounding recorded) -> fp8qkv@ideal; --p-rounding bf16 names itself;
+     * ~spec rows follow; bf16, bf16~spec and ext: stay; every column kept. */
+    char *rows = q_text(db, "SELECT group_concat(run_id || ':' || layer || ':' || head || ':' ||"
+                            " variant || ':' || backend || ':' || rel_l2 || ':' || nan_count, '|')"
+                            " FROM (SELECT * FROM layer_metrics ORDER BY run_id, variant, head)");
+    cr_assert_str_eq(rows, "1:0:-1:bf16:cuda:0.01:0|1:0:-1:bf16~spec:cuda:0.001:0|"
+                           "1:0:-1:ext:vllm:cuda:0.011:0|1:0:-1:fp8kv@fixed:cuda:0.02:0|"
+                           "1:0:0:fp8kv@fixed:cuda:0.021:0|1:0:-1:fp8kv@fixed~spec:cuda:0.004:0|"
+                           "1:0:-1:fp8qkv@ideal:cuda:0.03:0|1:0:-1:fp8qkv@ideal~spec:cuda:0.005:0|"
+                           "2:0:-1:fp8kv@fixed:cpu:0.05:0|2:0:-1:fp8qkv@ideal-p-bf16:cpu:0.04:0|"
+                           "3:1:-1:fp8qkv@ideal:cpu:0.06:1");
+    free(rows);
+    /* The gate's flags of layer and mode_pair scope, pairs included; eval
+     * flags keep their mode; messages are the text printed then. */
+    char *flags = q_text(db, "SELECT group_concat(run_id || ':' || scope || ':' ||"
+                             " ifnull(variant, '-') || ':' || ifnull(mode, '-') || ':' || message,"
+                             " '|') FROM (SELECT * FROM flags ORDER BY id)");
+    cr_assert_str_eq(flags, "1:layer:fp8kv@fixed:-:m1|1:layer:fp8qkv@ideal~spec:-:m2|"
+                            "1:mode_pair:fp8qkv@ideal-bf16:-:m3|"
+                            "2:mode_pair:fp8qkv@ideal-p-bf16-bf16:-:m4|1:layer:ext:vllm:-:m5|"
+                            "4:eval:-:fp8kv:m6");
+    free(flags);
+    /* config_json "variants" of sweep runs, in their order; other keys and
+     * other kinds untouched. */
+    char *cfg = q_text(db, "SELECT group_concat(id || '=' || config_json, '|') FROM"
+                           " (SELECT * FROM runs ORDER BY id)");
+    cr_assert_str_eq(cfg, "1={\"variants\":[\"bf16\",\"fp8kv@fixed\",\"fp8qkv@ideal\"],"
+                          "\"p_rounding\":\"e4m3\",\"scales\":\"amax\"}|"
+                          "2={\"variants\":[\"fp8qkv@ideal-p-bf16\",\"fp8kv@fixed\"],"
+                          "\"p_rounding\":\"bf16\"}|3={\"capture\":\"c\"}|"
+                          "4={\"modes\":[\"fp8kv\"]}");
+    free(cfg);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM eval_samples WHERE mode = 'fp8kv'"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM sqlite_temp_schema"), 0,
+                 "the migration's temporary table is left behind");
+    /* The rebuilt table keeps its index and its UNIQUE key, and refuses a
+     * bare fp8 mode. */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND"
+                                " name = 'layer_metrics_run_variant'"), 1);
+    cr_assert_neq(sqlite3_exec(db, "INSERT INTO layer_metrics (run_id, capture, layer, head,"
+                                   " variant, backend, nan_count, inf_count) VALUES (1, 'a', 0,"
+                                   " -1, 'fp8kv@fixed', 'cuda', 0, 0)", NULL, NULL, NULL),
+                  SQLITE_OK);
+    cr_assert_neq(sqlite3_exec(db, "INSERT INTO layer_metrics (run_id, capture, layer, head,"
+                                   " variant, backend, nan_count, inf_count) VALUES (1, 'a', 5,"
+                                   " -1, 'fp8kv', 'cuda', 0, 0)", NULL, NULL, NULL), SQLITE_OK);
     store_close(s);
 }

@@ -63,11 +63,14 @@ static capture *open_capture(const char *path)
     return c;
 }
 
-/* Sweep options: the given modes, P in e4m3, 2 threads, no progress bar. */
-static sweep_options options(unsigned variants)
+/* Sweep options: the profiles of list (run --variants), 2 threads, no
+ * progress bar, the CPU specification. */
+static sweep_options options(const char *list)
 {
-    return (sweep_options){variants, ATTN_P_E4M3, 2, 0x5EEDull, 0, NULL, 0, NULL, NULL, NULL, NULL,
-                            SWEEP_SCALES_DEFAULT};
+    sweep_options so = {.n_threads = 2, .page_seed = 0x5EEDull, .scales = SWEEP_SCALES_DEFAULT};
+    pg_err err = {0};
+    cr_assert_eq(sweep_variants_parse(list, &so.variants, &err), PG_OK, "%s: %s", list, err.msg);
+    return so;
 }
 
 /* ---- a failing layer rolls back alone --------------------------------- */
@@ -105,7 +108,7 @@ static pg_status sweep_failing_at(const capture *cap, const char *table, int lay
              "BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
              table, layer);
     tu_sql_exec(store_handle(*s), sql);
-    const sweep_options so = options(SWEEP_ALL_VARIANTS);
+    const sweep_options so = options(SWEEP_DEFAULT_VARIANTS);
     return sweep_run(*s, *run, cap, "c.safetensors", &so, serr);
 }
 
@@ -206,57 +209,78 @@ Test(sweep, store_failure_stops_the_layers_after_it)
 
 /* ---- --variants ------------------------------------------------------- */
 
-/* Sentinel that a failed parse must leave in *out. */
-#define UNTOUCHED 0xDEADu
-
 /* Parses list expecting PG_ERR_USAGE with a message containing needle, and
  * *out left alone. */
 static void expect_variants_error(const char *list, const char *needle)
 {
-    unsigned bits = UNTOUCHED;
+    sweep_variants v = {.n = -1};
     pg_err err = {0};
-    cr_assert_eq(sweep_variants_parse(list, &bits, &err), PG_ERR_USAGE, "'%s' accepted", list);
+    cr_assert_eq(sweep_variants_parse(list, &v, &err), PG_ERR_USAGE, "'%s' accepted", list);
     cr_assert_eq(err.code, PG_ERR_USAGE);
     cr_assert_not_null(strstr(err.msg, needle), "'%s': message '%s' lacks '%s'", list, err.msg,
                        needle);
     cr_assert_eq(strncmp(err.msg, "--variants: ", 12), 0, "'%s': message '%s'", list, err.msg);
-    cr_assert_eq(bits, UNTOUCHED, "'%s': out written on failure", list);
+    cr_assert_eq(v.n, -1, "'%s': out written on failure", list);
 }
 
-/* Parses list expecting success with exactly want. */
-static void expect_variants(const char *list, unsigned want)
+/* Parses list expecting success with exactly the profiles of want
+ * (comma-separated full names, in the table's order). */
+static void expect_variants(const char *list, const char *want)
 {
-    unsigned bits = UNTOUCHED;
+    sweep_variants v = {.n = -1};
     pg_err err = {0};
-    cr_assert_eq(sweep_variants_parse(list, &bits, &err), PG_OK, "'%s': %s", list, err.msg);
-    cr_assert_eq(bits, want, "'%s' -> 0x%x, want 0x%x", list, bits, want);
+    cr_assert_eq(sweep_variants_parse(list, &v, &err), PG_OK, "'%s': %s", list, err.msg);
+    char got[512] = "";
+    size_t at = 0;
+    for (int i = 0; i < v.n; i++)
+        at += (size_t)snprintf(got + at, sizeof got - at, "%s%s", i ? "," : "",
+                               attn_profile_variant(v.p[i]));
+    cr_assert_str_eq(got, want, "'%s'", list);
     cr_assert_eq(err.code, PG_OK);
 }
 
 Test(sweep, variants_parse)
 {
-    expect_variants("bf16,fp8kv,fp8qkv", SWEEP_BF16 | SWEEP_FP8KV | SWEEP_FP8QKV);
-    cr_assert_eq(SWEEP_ALL_VARIANTS, 7u);
-    expect_variants("fp8kv", SWEEP_FP8KV);
-    expect_variants("fp8qkv", SWEEP_FP8QKV);
-    expect_variants("fp8qkv,bf16", SWEEP_BF16 | SWEEP_FP8QKV);
-    expect_variants("bf16,bf16", SWEEP_BF16);
+    /* bare modes expand to their default profiles */
+    expect_variants(SWEEP_DEFAULT_VARIANTS, "bf16,fp8kv@fixed,fp8qkv@fa3");
+    expect_variants("fp8kv", "fp8kv@fixed");
+    expect_variants("fp8qkv", "fp8qkv@fa3");
+    /* any profile of the table, kept in the table's order */
+    expect_variants("fp8qkv@ideal,fp8qkv@fa3", "fp8qkv@fa3,fp8qkv@ideal");
+    expect_variants("fp8qkv,bf16", "bf16,fp8qkv@fa3");
+    expect_variants("fp8qkv@ideal,fp8kv@vllm-24197,fp8qkv@fa3-1level",
+                    "fp8kv@vllm-24197,fp8qkv@fa3-1level,fp8qkv@ideal");
+    char all[512] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < attn_profile_count(); i++)
+        at += (size_t)snprintf(all + at, sizeof all - at, "%s%s", i ? "," : "",
+                               attn_profile_variant(attn_profile_at(i)));
+    expect_variants(all, all);
 
+    /* duplicates after expansion name both entries and the profile */
+    expect_variants_error("bf16,bf16", "'bf16' and 'bf16' are both bf16");
+    expect_variants_error("fp8kv,fp8kv@fixed", "'fp8kv' and 'fp8kv@fixed' are both fp8kv@fixed");
+    expect_variants_error("fp8qkv@fa3,bf16,fp8qkv", "'fp8qkv@fa3' and 'fp8qkv' are both "
+                                                    "fp8qkv@fa3");
     expect_variants_error("", "the list is empty");
-    /* an empty entry between commas is an error naming the empty entry */
-    expect_variants_error("bf16,,fp8kv", "'' is not one of bf16, fp8kv, fp8qkv");
-    expect_variants_error(",bf16", "''");
-    /* names are case-sensitive */
+    expect_variants_error("bf16,,fp8kv", "has an empty entry");
+    expect_variants_error(",bf16", "has an empty entry");
+    expect_variants_error("bf16,", "ends with a comma");
+    /* unknown names are named, with the choices */
+    expect_variants_error("fp8kv@nope", "'fp8kv@nope' is not a kernel profile (one of bf16, "
+                                        "fp8kv@fixed, fp8kv@vllm-24197, fp8qkv@fa3");
+    expect_variants_error("fp8kv@nope", "fp8kv = fp8kv@fixed, fp8qkv = fp8qkv@fa3");
+    expect_variants_error("bf16@fixed", "'bf16@fixed'");
     expect_variants_error("FP8KV", "'FP8KV'");
     expect_variants_error("bf16,fp8", "'fp8'");
     expect_variants_error("fp8kvx", "'fp8kvx'");
     expect_variants_error("bf1", "'bf1'");
     expect_variants_error("bf16 ", "'bf16 '");
-
-    cr_assert_str_eq(sweep_variant_name(SWEEP_BF16), "bf16");
-    cr_assert_str_eq(sweep_variant_name(SWEEP_FP8KV), "fp8kv");
-    cr_assert_str_eq(sweep_variant_name(SWEEP_FP8QKV), "fp8qkv");
+    /* the other forms of the grammar are no profile to run */
+    expect_variants_error("fp8kv~spec", "'fp8kv~spec' is not a kernel profile");
+    expect_variants_error("ext:vllm", "'ext:vllm' is not a kernel profile");
 }
+
 
 /* ---- external outputs ----------------------------------------------------- */
 
@@ -380,7 +404,7 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
 
     pg_store *s = open_store("d.db");
     const int64_t run = begin_run(s);
-    const sweep_options so = options(SWEEP_ALL_VARIANTS);
+    const sweep_options so = options(SWEEP_DEFAULT_VARIANTS);
     cr_assert_eq(sweep_run(s, run, cap, "ext.safetensors", &so, &err), PG_OK, "%s", err.msg);
     sqlite3 *db = store_handle(s);
 
@@ -408,7 +432,7 @@ Test(sweep, external_output_equal_to_bf16_gets_bf16s_metrics)
     /* and the ext output differs from the fp8 modes */
     double mk[N_METRIC_COLS], me[N_METRIC_COLS];
     int nk[N_METRIC_COLS], ne[N_METRIC_COLS];
-    read_metrics(db, run, 0, -1, "fp8kv", mk, nk);
+    read_metrics(db, run, 0, -1, "fp8kv@fixed", mk, nk);
     read_metrics(db, run, 0, -1, "ext:vllm", me, ne);
     cr_assert_neq(mk[0], me[0]);
 
@@ -523,7 +547,7 @@ static void assert_stored_scales(const capture *cap, sweep_scales policy, const 
     pg_err err = {0};
     pg_store *s = open_store(db_name);
     const int64_t run = begin_run(s);
-    sweep_options so = options(SWEEP_FP8KV | SWEEP_FP8QKV);
+    sweep_options so = options("fp8kv,fp8qkv");
     so.scales = policy;
     cr_assert_eq(sweep_run(s, run, cap, "cal.safetensors", &so, &err), PG_OK, "%s", err.msg);
     sqlite3 *db = store_handle(s);
@@ -611,7 +635,7 @@ Test(sweep, capture_scales_without_metadata_are_refused)
     pg_err err = {0};
     pg_store *s = open_store("refused.db");
     const int64_t run = begin_run(s);
-    sweep_options so = options(SWEEP_FP8KV);
+    sweep_options so = options("fp8kv");
     so.scales = SWEEP_SCALES_CAPTURE;
     cr_assert_eq(sweep_run(s, run, cap, "cal.safetensors", &so, &err), PG_ERR_USAGE);
     cr_assert_not_null(strstr(err.msg, "capture 'cal.safetensors' has no q_scale"), "%s", err.msg);
@@ -626,7 +650,13 @@ Test(sweep, capture_scales_without_metadata_are_refused)
 Test(sweep, stored_layers_are_skipped_and_rows_are_what_sweep_layer_rows_says)
 {
     capture *cap = small_capture(4, 1, 12, 3);
-    const unsigned modes[] = {SWEEP_FP8KV, SWEEP_BF16 | SWEEP_FP8QKV, SWEEP_ALL_VARIANTS};
+    /* ... and every profile of the table at once. */
+    char all[512] = "";
+    for (size_t i = 0, at = 0; i < attn_profile_count(); i++)
+        at += (size_t)snprintf(all + at, sizeof all - at, "%s%s", i ? "," : "",
+                               attn_profile_variant(attn_profile_at(i)));
+    const char *const modes[] = {"fp8kv", "bf16,fp8qkv@ideal,fp8kv@vllm-24197",
+                                 SWEEP_DEFAULT_VARIANTS, all};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         char db_name[32];
         snprintf(db_name, sizeof db_name, "m%zu.db", i);
@@ -647,7 +677,7 @@ Test(sweep, stored_layers_are_skipped_and_rows_are_what_sweep_layer_rows_says)
     const int64_t run = begin_run(s);
     const unsigned char stored[4] = {1, 0, 1, 0};
     sweep_stats stats = {0};
-    sweep_options so = options(SWEEP_ALL_VARIANTS);
+    sweep_options so = options(SWEEP_DEFAULT_VARIANTS);
     so.stats = &stats;
     so.stored = stored;
     pg_err err = {0};
@@ -669,7 +699,7 @@ Test(sweep, a_set_stop_flag_starts_no_layer_and_says_interrupted)
     const int64_t run = begin_run(s);
     volatile sig_atomic_t stop = SIGTERM;
     sweep_stats stats = {0};
-    sweep_options so = options(SWEEP_ALL_VARIANTS);
+    sweep_options so = options(SWEEP_DEFAULT_VARIANTS);
     so.stats = &stats;
     so.stop = &stop;
     pg_err err = {0};
@@ -683,6 +713,33 @@ Test(sweep, a_set_stop_flag_starts_no_layer_and_says_interrupted)
     pg_err_clear(&err);
     cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_ERR_INTERRUPTED);
     cr_assert_str_eq(err.msg, "stopped before layer 2: 2 of the capture's 3 layers are stored");
+    store_close(s);
+    capture_close(cap);
+}
+
+/* Two profiles of one mode are two variants: each stored under its full
+ * name with its own numbers, the layer's quant_stats once. */
+Test(sweep, two_profiles_of_one_mode_are_stored_apart)
+{
+    capture *cap = small_capture(2, 1, 12, 3);
+    pg_store *s = open_store("two.db");
+    const int64_t run = begin_run(s);
+    sweep_options so = options("fp8qkv@ideal,fp8qkv@fa3");
+    pg_err err = {0};
+    cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_OK, "%s", err.msg);
+    sqlite3 *db = store_handle(s);
+    const int hq = cap->layers[0].hq;
+    cr_assert_eq(tu_sql_int(db, "SELECT count(DISTINCT variant) FROM layer_metrics"), 2);
+    for (int l = 0; l < 2; l++) {
+        cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = %d AND "
+                                    "variant = 'fp8qkv@ideal'", l), hq + 1, "layer %d", l);
+        cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = %d AND "
+                                    "variant = 'fp8qkv@fa3'", l), hq + 1, "layer %d", l);
+        cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE layer = %d", l), 3);
+    }
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant NOT LIKE "
+                                "'fp8qkv@%%'"), 0, "a bare or other name was stored");
+    expect_layer_rows_as_stored(s, run, cap, "c.safetensors", &so);
     store_close(s);
     capture_close(cap);
 }

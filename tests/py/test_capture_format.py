@@ -41,7 +41,7 @@ NEED_BIN = "precgate binary not found: set PRECGATE_BIN (e.g. $PWD/build/precgat
 N_LAYERS, HQ, HKV, D = 2, 4, 2, 16
 SEQ_Q, SEQ_KV = [2, 3], [5, 3]
 TQ, TKV = sum(SEQ_Q), sum(SEQ_KV)
-MODES = 3  # bf16, fp8kv, fp8qkv
+MODES = 3  # bf16, fp8kv@fixed, fp8qkv@fa3: the default profiles
 
 
 def rand_bf16(rng, shape, scale=1.0):
@@ -216,7 +216,7 @@ class Container(unittest.TestCase):
             write_capture(path)
             rows, variants, sources, status = run_precgate(self, path, os.path.join(self.tmp.name, target + ".db"))
             self.assertEqual(rows, want_rows, target)
-            self.assertEqual(variants, {"bf16", "fp8kv", "fp8qkv", "ext:mine"})
+            self.assertEqual(variants, {"bf16", "fp8kv@fixed", "fp8qkv@fa3", "ext:mine"})
             self.assertEqual(sources, {"amax"})
             self.assertEqual(status, "complete")
 
@@ -430,7 +430,7 @@ class VllmHook(unittest.TestCase):
         if precgate_bin():
             rows, variants, sources, _ = run_precgate(self, path, os.path.join(self.tmp.name, "v.db"))
             self.assertEqual(rows, N_LAYERS * (MODES + 1) * (HQ + 1))
-            self.assertEqual(variants, {"bf16", "fp8kv", "fp8qkv", "ext:vllm-fp8"})
+            self.assertEqual(variants, {"bf16", "fp8kv@fixed", "fp8qkv@fa3", "ext:vllm-fp8"})
             self.assertEqual(sources, {"capture"})
 
     def test_overrun_is_an_error(self):

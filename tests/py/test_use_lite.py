@@ -106,12 +106,12 @@ class UseLite(unittest.TestCase):
 
     def check_modes(self, rel, layers):
         for l in layers:
-            for v in ("bf16", "fp8kv", "fp8qkv"):
+            for v in ("bf16", "fp8kv@fixed", "fp8qkv@fa3"):
                 self.assertIn((l, v), rel, f"layer {l} variant {v} not stored")
                 self.assertTrue(math.isfinite(rel[(l, v)]), f"layer {l} {v}: rel_l2 {rel[(l, v)]}")
             self.assertLess(rel[(l, "bf16")], 1e-2, f"layer {l}")
-            self.assertGreater(rel[(l, "fp8kv")], rel[(l, "bf16")], f"layer {l}")
-            self.assertGreater(rel[(l, "fp8qkv")], rel[(l, "bf16")], f"layer {l}")
+            self.assertGreater(rel[(l, "fp8kv@fixed")], rel[(l, "bf16")], f"layer {l}")
+            self.assertGreater(rel[(l, "fp8qkv@fa3")], rel[(l, "bf16")], f"layer {l}")
 
     def test_full_attention_capture(self):
         cap, s = self.record("full")
@@ -138,7 +138,7 @@ class UseLite(unittest.TestCase):
             self.assertLess(rel[(l, "ext:tfjs")], 6e-3, f"layer {l}: the capture disagrees with TF.js")
         print(f"\n[use-lite] install {self.install_s:.1f} s; rel_l2 (full attention): " +
               "; ".join(f"L{l} " + " ".join(f"{v}={rel[(l, v)]:.3e}" for v in
-                                              ("bf16", "fp8kv", "fp8qkv", "ext:tfjs")) for l in (0, 1)))
+                                              ("bf16", "fp8kv@fixed", "fp8qkv@fa3", "ext:tfjs")) for l in (0, 1)))
 
     def test_causal_capture(self):
         cap, s = self.record("causal")
