@@ -17,11 +17,12 @@
 #include "kv_cache.h"
 #include "parallel.h"
 
-/* log2(e) as FA3 uses it: M_LOG2E (a double constant, math.h) in the double
- * product of softmax_scale_log2, float(M_LOG2E) in finalize_aux (FORK
- * hopper/softmax.h). */
-#define FA3_LOG2E_F64 1.4426950408889634
-#define FA3_LOG2E_F32 ((float)FA3_LOG2E_F64)
+/* log2(e) as the kernels use it: M_LOG2E (a double constant, math.h) in FA3's
+ * double product of softmax_scale_log2 and TRT-LLM's sink term, float(M_LOG2E)
+ * in FA3's finalize_aux (FORK hopper/softmax.h), TRT-LLM's fused_scale_bmm1 *
+ * float(M_LOG2E) and FlashInfer's math::log2e (a float constant). */
+#define LOG2E_F64 1.4426950408889634
+#define LOG2E_F32 ((float)LOG2E_F64)
 
 /* Where the core reads K and V: a paged cache when paged != NULL, else the
  * packed bf16 tensors [Tkv, hkv, d]. */
@@ -39,11 +40,13 @@ typedef struct core_params {
     /* ATTN_SOFTMAX_FINAL_MAX: */
     float qk_scale;           /* multiplies the fp32 dot products */
     float v_scale;            /* multiplies the fp32 P.V sums before / l */
-    /* ATTN_SOFTMAX_FA3 (hopper/softmax.h): */
+    /* the tiled softmaxes (row_tiled): */
     int block_n;              /* keys per tile (kBlockN) */
     float scale_log2;         /* softmax_scale_log2 with q/k descales folded in */
-    float max_offset;         /* Max_offset: P = 2^(... + max_offset) */
-    float v_descale;          /* finalize's final_scale */
+    float max_offset;         /* FA3 / TRT-LLM: P = 2^(... + max_offset) */
+    float p_scale;            /* FlashInfer: P * p_scale before the cast */
+    float v_descale;          /* O's final scale: FA3 v_descale, TRT-LLM bmm2_scale,
+                               * FlashInfer pv_scale = v_scale / p_scale */
 } core_params;
 
 /* Everything a work item needs; scratch is per thread. */
@@ -174,62 +177,118 @@ static void pv_mma(const core_row *r, int tile_start, int t0, int t1, float *acc
     }
 }
 
+/* fma(a, b, c) rounded toward zero, as PTX fma.rz.f32: the product is exact
+ * in double and the sum rounded once there (a double rounding can differ from
+ * the single one only within 2^-53 of a binary32 boundary), then truncated. */
+static inline float fmaf_toward_zero(float a, float b, float c)
+{
+    const double exact = (double)a * (double)b + (double)c;
+    float r = (float)exact;
+    if (fabs((double)r) > fabs(exact)) r = nextafterf(r, 0.0f);
+    return r;
+}
+
+/* P.V of one tile's keys [t0, t1] (P already rounded in sc) into acc. */
+static void pv_tile(const core_row *r, attn_accum accum, int start, int t0, int t1, float *acc)
+{
+    const int d = r->d;
+    switch (accum) {
+    case ATTN_ACCUM_EXACT:
+        for (int t = t0; t <= t1; t++) {
+            const float *vrow = r->vv + (size_t)t * (size_t)d;
+            for (int i = 0; i < d; i++) acc[i] += r->sc[t] * vrow[i];
+        }
+        break;
+    case ATTN_ACCUM_MMA_1LEVEL: pv_mma(r, start, t0, t1, acc); break;
+    case ATTN_ACCUM_MMA_2LEVEL:
+        for (int i = 0; i < d; i++) r->part[i] = 0.0f;
+        pv_mma(r, start, t0, t1, r->part);
+        for (int i = 0; i < d; i++) acc[i] += r->part[i];
+        break;
+    }
+}
+
 /*
- * The row as FlashAttention-3's fp8 forward computes it (rules and sources:
- * attn_profile.c, rules_fp8qkv_fa3). S stays raw (q8 . k8); s = scale_log2.
- * Tiles of block_n keys aligned at key 0, visited from the last to the first;
- * m is the running max of raw S (hopper/softmax.h max_get_scale), P =
- * exp2f(S*s - (m*s - max_offset)) with both a*b-c as one fused multiply-add
- * (nvcc contracts them: FFMA, the comment in scale_apply_exp2), l the fp32
- * sum of the unrounded P, O rescaled in fp32 by exp2f((m_old - m_new) * s).
+ * The row as a flash kernel computes it: raw S (q8 . k8), tiles of block_n
+ * keys aligned at key 0, a running max m of raw S over the tiles seen (masked
+ * keys excluded), l the fp32 sum of the unrounded P, the fp32 O rescaled by
+ * exp2f((m_old - m_new) * s) when m grows; s = scale_log2. Where the kernels
+ * differ (rules and sources: attn_profile.c):
+ *   FA3 (hopper/softmax.h): tiles last to first; P = exp2f(S*s - (m*s - 8))
+ *     with both a*b - c fused (nvcc contracts them to FFMA, the comment in
+ *     scale_apply_exp2); sink added to l against the final m (finalize_aux);
+ *     O = acc * ((1 / l) * v_descale).
+ *   TRT-LLM (fmha_v2 warpspec/epilogue.h): tiles first to last; P =
+ *     exp2f(fma.rz(S, s, -fma(m, s, -8))); l = fma(l_old, corr, tile sum);
+ *     sink term exp2(sink*log2e - m*s + 8) in double then fp32; O =
+ *     (acc * (1 / l)) * bmm2_scale.
+ *   FlashInfer (hopper/attention_updater.cuh, variants.cuh): tiles last to
+ *     first; P = exp2f(S*s - m*s) in [0, 1] summed, then P * p_scale rounded;
+ *     O = acc * (pv_scale / l), pv_scale = v_scale / p_scale; no sinks.
  */
-static void row_fa3(const core_row *r, const core_params *par, uint16_t *o)
+static void row_tiled(const core_row *r, const core_params *par, uint16_t *o)
 {
     const int d = r->d, N = par->block_n;
+    const attn_softmax kind = par->softmax;
     const float s = par->scale_log2;
     float *sc = r->sc, *acc = r->acc;
     row_scores(r, par->accum);
     float m = -INFINITY, l = 0.0f;
     for (int i = 0; i < d; i++) acc[i] = 0.0f;
-    for (int tile = r->hi / N; tile >= r->lo / N; tile--) {
+    const int first = r->lo / N, last = r->hi / N;
+    const int ascending = kind == ATTN_SOFTMAX_TRTLLM;
+    for (int k = 0; k <= last - first; k++) {
+        const int tile = ascending ? first + k : last - k;
         const int start = tile * N;
         const int t0 = start > r->lo ? start : r->lo;
         const int t1 = start + N - 1 < r->hi ? start + N - 1 : r->hi;
         float mt = -INFINITY;
         for (int t = t0; t <= t1; t++) mt = fmaxf(mt, sc[t]);
-        if (m == -INFINITY) {
-            m = mt; /* Is_first: no rescale */
-        } else if (mt > m) {
-            const float a = exp2f((m - mt) * s);
-            l *= a;
-            for (int i = 0; i < d; i++) acc[i] *= a;
-            m = mt;
+        float corr = 1.0f; /* the first tile: nothing to rescale */
+        if (k > 0 && mt > m) {
+            corr = exp2f((m - mt) * s);
+            for (int i = 0; i < d; i++) acc[i] *= corr;
         }
-        const float max_scaled = fmaf(m, s, -par->max_offset);
-        for (int t = t0; t <= t1; t++) {
-            const float p = exp2f(fmaf(sc[t], s, -max_scaled));
-            l += p;
-            sc[t] = round_p(p, par->p_e4m3);
-        }
-        switch (par->accum) {
-        case ATTN_ACCUM_EXACT:
+        m = k == 0 || mt > m ? mt : m;
+        float tile_sum = 0.0f;
+        if (kind == ATTN_SOFTMAX_TRTLLM) {
+            const float masked_max = fmaf(m, s, -par->max_offset);
             for (int t = t0; t <= t1; t++) {
-                const float *vrow = r->vv + (size_t)t * (size_t)d;
-                for (int i = 0; i < d; i++) acc[i] += sc[t] * vrow[i];
+                const float p = exp2f(fmaf_toward_zero(sc[t], s, -masked_max));
+                tile_sum += p;
+                sc[t] = round_p(p, par->p_e4m3);
             }
-            break;
-        case ATTN_ACCUM_MMA_1LEVEL: pv_mma(r, start, t0, t1, acc); break;
-        case ATTN_ACCUM_MMA_2LEVEL:
-            for (int i = 0; i < d; i++) r->part[i] = 0.0f;
-            pv_mma(r, start, t0, t1, r->part);
-            for (int i = 0; i < d; i++) acc[i] += r->part[i];
-            break;
+            l = k == 0 ? tile_sum : fmaf(l, corr, tile_sum);
+        } else {
+            l *= corr;
+            const float max_scaled =
+                kind == ATTN_SOFTMAX_FA3 ? fmaf(m, s, -par->max_offset) : m * s;
+            for (int t = t0; t <= t1; t++) {
+                const float p = exp2f(fmaf(sc[t], s, -max_scaled));
+                l += p;
+                sc[t] = round_p(kind == ATTN_SOFTMAX_FLASHINFER ? p * par->p_scale : p,
+                                par->p_e4m3);
+            }
         }
+        pv_tile(r, par->accum, start, t0, t1, acc);
     }
-    if (r->sink != NULL) /* finalize_aux: against the final running max */
-        l += exp2f(fmaf(FA3_LOG2E_F32, *r->sink, -fmaf(m, s, -par->max_offset)));
-    const float inv = (l == 0.0f || l != l) ? 0.0f : 1.0f / l;
-    const float scale = inv * par->v_descale;
+    float scale;
+    if (kind == ATTN_SOFTMAX_TRTLLM) {
+        if (r->sink != NULL) /* add_attention_sink: against the final running max */
+            l += exp2f((float)((double)*r->sink * LOG2E_F64 - (double)(m * s) +
+                               (double)par->max_offset));
+        const float inv = l == 0.0f ? 1.0f : 1.0f / l;
+        for (int i = 0; i < d; i++) o[i] = bf16_from_f32((acc[i] * inv) * par->v_descale);
+        return;
+    }
+    if (kind == ATTN_SOFTMAX_FA3) {
+        if (r->sink != NULL) /* finalize_aux: against the final running max */
+            l += exp2f(fmaf(LOG2E_F32, *r->sink, -fmaf(m, s, -par->max_offset)));
+        const float inv = (l == 0.0f || l != l) ? 0.0f : 1.0f / l;
+        scale = inv * par->v_descale;
+    } else {
+        scale = l > 0.0f ? par->v_descale / l : 0.0f;
+    }
     for (int i = 0; i < d; i++) o[i] = bf16_from_f32(acc[i] * scale);
 }
 
@@ -259,8 +318,8 @@ static void core_item(void *ctx, int item, int thread)
             core_row r = {qrow, kt, vv, n, 0, 0, d, b->sinks != NULL ? &b->sinks[h] : NULL,
                           sc, acc, part};
             attn_key_range(b, s, j, &r.lo, &r.hi);
-            if (par->softmax == ATTN_SOFTMAX_FA3)
-                row_fa3(&r, par, job->out + qi);
+            if (par->softmax != ATTN_SOFTMAX_FINAL_MAX)
+                row_tiled(&r, par, job->out + qi);
             else
                 row_final_max(&r, par, job->out + qi);
         }
@@ -372,20 +431,37 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
                 vs = opt->quantize ? opt->v_scale : 1.0f;
     core_params par = {.q_elem = KV_ELEM_BF16, .p_e4m3 = opt->quantize, .softmax = p->softmax,
                        .accum = p->accum};
-    if (p->softmax == ATTN_SOFTMAX_FA3) {
-        par.block_n = attn_profile_block_n(p, b->d, b->window);
-        par.scale_log2 = attn_fa3_scale_log2(b->sm_scale, qs, ks);
-        par.max_offset = p->p_offset_log2;
-        par.v_descale = vs;
-    } else {
+    switch (p->softmax) {
+    case ATTN_SOFTMAX_FINAL_MAX:
         par.qk_scale = opt->quantize ? attn_vllm_bmm1_scale(qs, ks, b->sm_scale) : b->sm_scale;
         par.v_scale = vs;
+        break;
+    case ATTN_SOFTMAX_FA3:
+        par.scale_log2 = attn_fa3_scale_log2(b->sm_scale, qs, ks);
+        par.max_offset = p->p_exp_offset;
+        par.v_descale = vs;
+        break;
+    case ATTN_SOFTMAX_TRTLLM:
+        /* fmha_v2_run.cu: set_alpha(scale_bmm1, fused_scale_bmm1 * float(M_LOG2E)), fp32. */
+        par.scale_log2 = attn_vllm_bmm1_scale(qs, ks, b->sm_scale) * LOG2E_F32;
+        par.max_offset = p->p_exp_offset;
+        par.v_descale = vs; /* bmm2_scale */
+        break;
+    case ATTN_SOFTMAX_FLASHINFER:
+        /* variants.cuh StandardFP8Attention: q_scale * k_scale * sm_scale * math::log2e
+         * and v_scale / p_scale, fp32 left to right. */
+        par.scale_log2 = qs * ks * b->sm_scale * LOG2E_F32;
+        par.p_scale = p->p_scale;
+        par.v_descale = vs / p->p_scale;
+        break;
     }
+    par.block_n = attn_profile_block_n(p, b->d, b->window);
     const void *qin = q;
     if (opt->quantize) {
         q8 = malloc(nq ? nq : 1);
         if (q8 == NULL) return pg_fail(err, PG_ERR_NOMEM, "fp8qkv: cannot allocate fp8 Q");
-        fp8_e4m3_quantize_bf16(q, nq, opt->q_scale, q8, rep ? &rep->q : NULL);
+        (p->q_by_inverse ? fp8_e4m3_quantize_bf16_inverse : fp8_e4m3_quantize_bf16)(
+            q, nq, opt->q_scale, q8, rep ? &rep->q : NULL);
         qin = q8;
         par.q_elem = KV_ELEM_E4M3;
     }
@@ -411,6 +487,10 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
     if (st == PG_OK) st = fp8_options_check(opt, err);
     if (st != PG_OK) return st;
     if (rep != NULL) memset(rep, 0, sizeof *rep);
+    if (p->no_sinks && b->sinks != NULL)
+        return pg_fail(err, PG_ERR_USAGE,
+                       "variant %s: the kernel has no attention sinks, and this layer has them",
+                       p->variant);
     if (p->mode == ATTN_MODE_FP8KV)
         return run_fp8kv(p, b, q, k, v, opt, out, rep, n_threads, err);
     return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
@@ -423,7 +503,7 @@ float attn_vllm_bmm1_scale(float q_scale, float k_scale, float sm_scale)
 
 float attn_fa3_scale_log2(float sm_scale, float q_descale, float k_descale)
 {
-    float s = (float)((double)sm_scale * FA3_LOG2E_F64);
+    float s = (float)((double)sm_scale * LOG2E_F64);
     s *= q_descale * k_descale;
     return s;
 }

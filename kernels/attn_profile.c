@@ -11,11 +11,19 @@
 #include <string.h>
 
 #include "attn_profile_impl.h"
+#include "numerics.h"
 
 /* FA3's Max_offset for fp8: P = exp2(x - m + 8) in [0, 256]
  * (FORK hopper/flash_fwd_kernel_sm90.h: Softmax<..., !Is_FP8 ? 0 : 8>;
  * hopper/softmax.h scale_apply_exp2). */
 #define FA3_FP8_MAX_OFFSET 8.0f
+/* TensorRT-LLM fmha_v2: Softmax_fp_quant_scale<e4m3_t>() = 256.f, "the largest
+ * power-of-2 below the e4m3 limit" (fmha/numeric_types.h), applied as
+ * - log2f(256) = -8 in the exponent (warpspec/epilogue.h). */
+#define TRTLLM_FP8_EXP_OFFSET 8.0f
+/* FlashInfer StandardFP8Attention: p_scale = std::numeric_limits<DTypeKV>::max(),
+ * 448 for e4m3 (include/flashinfer/attention/hopper/variants.cuh). */
+#define FLASHINFER_FP8_P_SCALE FP8_E4M3_MAX
 
 /* Separator of MODE@PROFILE variant names. */
 #define VARIANT_SEP '@'
@@ -48,7 +56,9 @@ static const char rules_fp8kv_vllm24197[] =
 
 /* Rules shared by the FA3 profiles (FORK and UP agree here). */
 #define RULES_FA3_COMMON                                                                         \
-    "Q = e4m3(q / q_scale); K, V from the paged e4m3 cache (x / scale, nearest even, saturating).\n" \
+    "Q = e4m3(q * fp32(1 / q_scale)) (vllm csrc/quantization/w8a8/fp8/common.cu\n"            \
+    "  scaled_fp8_quant_kernel, run by the attention layer's query_quant); K, V from the paged\n" \
+    "  e4m3 cache (x / scale, nearest even, saturating).\n"                                      \
     "S = q8 . k8 raw, one wgmma chain per key over the head dim: k = 32 steps from a zero\n"     \
     "  accumulator (FORK hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp mma: gemm<zero_init=true>),\n" \
     "  each step by the Hopper fp8 rule of kernels/fp8_mma.h.\n"                                 \
@@ -78,13 +88,57 @@ static const char rules_fp8qkv_fa3[] =
     "  Use_Two_Level = Is_FP8 && !zero_init; PR #104).\n";
 
 static const char rules_fp8qkv_fa3_1level[] =
-    "Upstream FlashAttention-3 fp8 on Hopper (no two-level accumulation).\n"
+    "FlashAttention-3 fp8 on Hopper without two-level accumulation: upstream (UP, no sinks), or\n"
+    "  vLLM's fork built with FLASH_ATTENTION_DISABLE_FP8_TWO_LEVEL_ACCUMULATION=TRUE (FORK\n"
+    "  hopper/setup.py; it also restores upstream's tile table).\n"
     RULES_FA3_COMMON
     "kBlockN (UP hopper/tile_size.h tile_size_fwd_sm90, fp8, paged KV without TMA as with\n"
     "  vLLM's 16-token pages): d <= 64: 160, <= 96: 128, <= 128: 160, <= 192: 160 (local: 128),\n"
     "  else 128 (local: 64).\n"
     "P.V single-level: the running O (rescaled in fp32 between tiles) is the incoming\n"
     "  accumulator of every k = 32 step (UP hopper/utils.h gemm).\n";
+
+static const char rules_fp8qkv_trtllm[] =
+    "TensorRT-LLM fmha_v2 fp8 context FMHA on Hopper (sm90 warp-specialized qgmma kernels;\n"
+    "  read in flashinfer csrc/fmha_v2/, the kernel table in NVIDIA/TensorRT-LLM\n"
+    "  cpp/kernels/fmha_v2/setup.py). vLLM's TRT-LLM path is FlashInfer's trtllm-gen (Blackwell,\n"
+    "  closed cubins): this profile is the open proxy of that family.\n"
+    "Q = e4m3(q * fp32(1 / q_scale)); K, V from the paged e4m3 cache.\n"
+    "S = q8 . k8 raw, wgmma k = 32 chain over the head dim from 0 (kernels/fp8_mma.h).\n"
+    "s = fp32(q_scale * k_scale * sm_scale in double) * float(M_LOG2E) in fp32\n"
+    "  (csrc/fmha_v2_run.cu set_alpha(scale_bmm1, fused_scale_bmm1 * float(M_LOG2E))).\n"
+    "Tiles of kv_loop_step keys, first to last (fmha/warpspec/compute.h Compute::run):\n"
+    "  d <= 128: 256, else 128 (setup.py enumerate_qgmma_flash_warpspec_kernels).\n"
+    "Running max of raw S including the tile; corr = exp2f((m_old - m_new) * s); O *= corr in\n"
+    "  fp32 before the tile's P.V; l = fma(l_old, corr, tile sum)\n"
+    "  (warpspec/epilogue.h Softmax::compute_and_update_scale; the FFMA is INFERENCE).\n"
+    "P = exp2f(fma.rz(S, s, -fma(m, s, -log2f(256)))) in [0, 256] (fmha/utils.h custom_exp2f:\n"
+    "  fma.rz.ftz.f32 then ex2.approx.ftz.f32, modelled by the C library's exp2f);\n"
+    "  l sums the unrounded fp32 P; P -> e4m3 cvt.rn.satfinite (fmha/utils.h float4_to_e4m3x4).\n"
+    "P.V single-level: the running O is the wgmma accumulator of every k = 32 step of every tile\n"
+    "  (compute_single_tile ctile_o.compute).\n"
+    "Sink: l += exp2f(sink * M_LOG2E - m * s + log2f(256)), double then fp32, final m\n"
+    "  (warpspec/epilogue.h add_attention_sink).\n"
+    "O = bf16((acc * (1 / l)) * bmm2_scale), bmm2_scale = v_scale (Tile_o_epilogue::scale,\n"
+    "  fmha/gmem_tile_o_packed.h Acc_packer; 1 / l is 1 when l is 0).\n";
+
+static const char rules_fp8qkv_flashinfer_fa3[] =
+    "FlashInfer's own FA3 fp8 prefill on Hopper (flashinfer-ai/flashinfer, include/flashinfer/\n"
+    "  attention/hopper/variants.cuh StandardFP8Attention). FlashInfer runs it only with an fp8\n"
+    "  query (flashinfer/utils.py is_fa3_backend_supported); it has no attention sinks, so a\n"
+    "  layer with sinks is refused.\n"
+    "Q = e4m3(q * fp32(1 / q_scale)); K, V from the paged e4m3 cache.\n"
+    "S = q8 . k8 raw, wgmma k = 32 chain over the head dim from 0 (kernels/fp8_mma.h).\n"
+    "s = q_scale * k_scale * sm_scale * math::log2e, fp32 left to right (sm_scale_with_qk_log2).\n"
+    "Tiles of CTA_KV keys, last to first (hopper/quantization/mainloop_mma.cuh: kv_tile_idx\n"
+    "  counts down); paged KV (BatchFP8PrefillWithPagedKVCacheDispatched,\n"
+    "  hopper/quantization/prefill_sm90.cuh): d <= 128: 128, else 64.\n"
+    "Running max of raw S; O *= exp2f((m_old - m_new) * s) before the tile's P.V, l likewise\n"
+    "  (hopper/attention_updater.cuh OnlineSoftmax::update, rescale_o).\n"
+    "P = exp2f(fma(S, s, -m * s)) in [0, 1]; l sums it unscaled; then P * p_scale, p_scale =\n"
+    "  448, rounded to e4m3 (variants.cuh PQuantize; CUTLASS converter, nearest even, satfinite).\n"
+    "P.V single-level into O (hopper/utils.cuh gemm).\n"
+    "O = bf16(acc * (pv_scale / l)), pv_scale = v_scale / 448 (attention_updater.cuh finalize).\n";
 
 static const char rules_fp8qkv_ideal[] =
     "The ideal bound (precgate's fp8qkv before issue #15); no kernel rounds like this.\n"
@@ -106,13 +160,24 @@ static const attn_profile profiles[] = {
     {.variant = "fp8qkv@fa3", .mode = ATTN_MODE_FP8QKV, .is_default = 1,
      .summary = "vLLM's FA3 fork on Hopper: tiled running max, P x 256, two-level fp8 MMA",
      .rules = rules_fp8qkv_fa3, .softmax = ATTN_SOFTMAX_FA3,
-     .p_offset_log2 = FA3_FP8_MAX_OFFSET, .accum = ATTN_ACCUM_MMA_2LEVEL,
+     .p_exp_offset = FA3_FP8_MAX_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_2LEVEL,
      .tiles = {{64, 128, 128}, {96, 128, 128}, {128, 192, 192}, {192, 96, 96}, {256, 128, 64}}},
     {.variant = "fp8qkv@fa3-1level", .mode = ATTN_MODE_FP8QKV,
      .summary = "upstream FA3 on Hopper: as @fa3 with single-level fp8 MMA, its tiles",
      .rules = rules_fp8qkv_fa3_1level, .softmax = ATTN_SOFTMAX_FA3,
-     .p_offset_log2 = FA3_FP8_MAX_OFFSET, .accum = ATTN_ACCUM_MMA_1LEVEL,
+     .p_exp_offset = FA3_FP8_MAX_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_1LEVEL,
      .tiles = {{64, 160, 160}, {96, 128, 128}, {128, 160, 160}, {192, 160, 128}, {256, 128, 64}}},
+    {.variant = "fp8qkv@trtllm", .mode = ATTN_MODE_FP8QKV,
+     .summary = "TensorRT-LLM fmha_v2 fp8 on Hopper: tiles first to last, P x 256, fp8 MMA",
+     .rules = rules_fp8qkv_trtllm, .softmax = ATTN_SOFTMAX_TRTLLM,
+     .p_exp_offset = TRTLLM_FP8_EXP_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_1LEVEL,
+     .tiles = {{64, 256, 256}, {96, 256, 256}, {128, 256, 256}, {192, 128, 128}, {256, 128, 128}}},
+    {.variant = "fp8qkv@flashinfer-fa3", .mode = ATTN_MODE_FP8QKV,
+     .summary = "FlashInfer's FA3 fp8 on Hopper: P x 448, scale_pv = v_scale / 448, no sinks",
+     .rules = rules_fp8qkv_flashinfer_fa3, .softmax = ATTN_SOFTMAX_FLASHINFER,
+     .p_scale = FLASHINFER_FP8_P_SCALE, .q_by_inverse = 1, .no_sinks = 1,
+     .accum = ATTN_ACCUM_MMA_1LEVEL,
+     .tiles = {{64, 128, 128}, {96, 128, 128}, {128, 128, 128}, {192, 64, 64}, {256, 64, 64}}},
     {.variant = "fp8qkv@ideal", .mode = ATTN_MODE_FP8QKV,
      .summary = "ideal bound: final row max, P unscaled e4m3, exact fp32 sums",
      .rules = rules_fp8qkv_ideal, .softmax = ATTN_SOFTMAX_FINAL_MAX, .accum = ATTN_ACCUM_EXACT},

@@ -13,6 +13,9 @@
  *   fp8qkv@fa3         default: vLLM's FlashAttention-3 fork, fp8 on Hopper
  *   fp8qkv@fa3-1level  the same with upstream FA3's single-level accumulation
  *                      and tile table
+ *   fp8qkv@trtllm      TensorRT-LLM fmha_v2 fp8 context FMHA on Hopper (the open
+ *                      proxy of vLLM's trtllm-gen path)
+ *   fp8qkv@flashinfer-fa3  FlashInfer's FA3 fp8 prefill (P x 448; no sinks)
  *   fp8qkv@ideal       final row max, P unscaled e4m3, exact fp32 sums (the
  *                      fp8qkv of precgate before issue #15: an ideal bound)
  * The profiles' knobs are private to kernels/ (attn_profile_impl.h).

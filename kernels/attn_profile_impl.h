@@ -19,9 +19,13 @@ typedef enum attn_kv_scales {
 
 /* How the softmax is taken. */
 typedef enum attn_softmax {
-    ATTN_SOFTMAX_FINAL_MAX, /* two passes: final row max, P = expf(S*qk_scale - m) */
-    ATTN_SOFTMAX_FA3        /* FA3 online softmax: running max per key tile, exp2f with
-                             * Max_offset (hopper/softmax.h) */
+    ATTN_SOFTMAX_FINAL_MAX,  /* two passes: final row max, P = expf(S*qk_scale - m) */
+    ATTN_SOFTMAX_FA3,        /* FA3 online softmax: running max per key tile, tiles last
+                              * to first, exp2f with Max_offset (hopper/softmax.h) */
+    ATTN_SOFTMAX_TRTLLM,     /* TensorRT-LLM fmha_v2 sm90 e4m3: tiles first to last,
+                              * fma.rz then exp2 with the 256 offset (warpspec/epilogue.h) */
+    ATTN_SOFTMAX_FLASHINFER  /* FlashInfer's FA3 fp8: tiles last to first, P in [0, 1]
+                              * then x p_scale (hopper/variants.cuh StandardFP8Attention) */
 } attn_softmax;
 
 /* How the fp8 products of Q.K^T and P.V are summed. */
@@ -49,9 +53,13 @@ struct attn_profile {
     const char *rules;
     attn_kv_scales kv_scales;          /* fp8kv only */
     attn_softmax softmax;              /* fp8qkv only; bf16/fp8kv: final max */
-    float p_offset_log2;               /* FA3 Max_offset: P scaled by 2^offset */
+    float p_exp_offset;                /* FA3 / TRT-LLM: P = 2^(... + offset), offset 8 */
+    float p_scale;                     /* FlashInfer: P multiplied by it after the exp */
+    int q_by_inverse;                  /* Q8 = e4m3(q * fp32(1 / q_scale)), vLLM's
+                                        * scaled_fp8_quant; else e4m3(q / q_scale) */
+    int no_sinks;                      /* the kernel has no attention sinks: refused */
     attn_accum accum;                  /* fp8qkv only */
-    attn_tile_row tiles[ATTN_TILE_ROWS]; /* ATTN_SOFTMAX_FA3 only */
+    attn_tile_row tiles[ATTN_TILE_ROWS]; /* tiled softmaxes only */
 };
 
 /* Keys per tile (kBlockN) of profile p for head dim d (window > 0: local). */

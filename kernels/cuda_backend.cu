@@ -518,6 +518,7 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
         case ATTN_MODE_FP8QKV:
             // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles
             if (p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL &&
+                p->q_by_inverse && p->p_exp_offset == 8.f &&
                 attn_profile_block_n(p, b->d, b->window) == 128 && b->d == 64)
                 k = GK_FP8QKV_FA3;
             else

@@ -206,13 +206,15 @@ uint8_t fp8_e4m3_encode_scaled(float x, float scale)
  *                0x7F, so it never counts; n_underflow <= n_nonzero.
  * The counters are added to, never reset, so one stats can span tensors.
  */
-void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
-                            uint8_t *out, fp8_quant_stats *stats)
+/* The loop of both quantizers: y = x / scale, or x * scale when by_inverse
+ * (scale is then the inverse). */
+static void quantize_bf16(const uint16_t *x, size_t n, float scale, int by_inverse,
+                          uint8_t *out, fp8_quant_stats *stats)
 {
     uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
     for (size_t i = 0; i < n; i++) {
         const float xf = bf16_to_f32(x[i]);
-        const float y = xf / scale;
+        const float y = by_inverse ? xf * scale : xf / scale;
         const uint8_t b = fp8_e4m3_encode(y);
         if (out != NULL) out[i] = b;
         /* |y| > 448 on the bit pattern: NaN patterns exceed inf's and are
@@ -229,6 +231,23 @@ void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
         stats->n_nonzero += n_nz;
         stats->n_underflow += n_uf;
     }
+}
+
+void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
+                            uint8_t *out, fp8_quant_stats *stats)
+{
+    quantize_bf16(x, n, scale, 0, out, stats);
+}
+
+/*
+ * vLLM's scaled_fp8_quant_kernel: "Invert the scale so that we can use
+ * multiplications to avoid expensive division": inverted_scale = 1.0f /
+ * (*scale), then x * inverted_scale (csrc/quantization/w8a8/fp8/common.cu; older trees csrc/quantization/fp8/).
+ */
+void fp8_e4m3_quantize_bf16_inverse(const uint16_t *x, size_t n, float scale,
+                                    uint8_t *out, fp8_quant_stats *stats)
+{
+    quantize_bf16(x, n, 1.0f / scale, 1, out, stats);
 }
 
 /*

@@ -86,6 +86,13 @@ typedef struct fp8_quant_stats {
 void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
                             uint8_t *out, fp8_quant_stats *stats);
 
+/* The same with vLLM's activation quantizer's arithmetic: e4m3(x * fp32(1 /
+ * scale)) (csrc/quantization/w8a8/fp8/common.cu, older trees csrc/quantization/fp8/common.cu:
+ * scaled_fp8_quant_kernel);
+ * the statistics are of y = x * fp32(1 / scale). */
+void fp8_e4m3_quantize_bf16_inverse(const uint16_t *x, size_t n, float scale,
+                                    uint8_t *out, fp8_quant_stats *stats);
+
 /* Largest |x| over n bf16 values, NaN ignored, an inf gives inf; 0 when n is 0
  * or every value is NaN or +-0. */
 float bf16_amax(const uint16_t *x, size_t n);

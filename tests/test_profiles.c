@@ -24,6 +24,13 @@
  * tile_size_fwd_sm90, fp8 rows): what @fa3 and @fa3-1level must use. */
 #define FORK_BLOCK_N_D64 128
 #define UP_BLOCK_N_D64 160
+/* TensorRT-LLM fmha_v2 sm90 e4m3: kv_loop_step 256 for head sizes up to 128
+ * (NVIDIA/TensorRT-LLM cpp/kernels/fmha_v2/setup.py
+ * enumerate_qgmma_flash_warpspec_kernels). */
+#define TRTLLM_BLOCK_N_D64 256
+/* FlashInfer's FA3 fp8 batch prefill with paged KV, head dim 64: CTA_KV 128
+ * (flashinfer include/flashinfer/attention/hopper/quantization/prefill_sm90.cuh). */
+#define FLASHINFER_BLOCK_N_D64 128
 /* One bf16 ulp relative (8 significand bits): the output's own rounding. */
 #define BF16_REL 0x1p-8
 #define D 64
@@ -79,13 +86,32 @@ static double out_at(const uint16_t *o, int i) { return bf16_to_f32(o[i]); }
 /* The exact value of x rounded to e4m3 (the rounding the rules name). */
 static double e4m3(double x) { return fp8_e4m3_decode(fp8_e4m3_encode((float)x)); }
 
+/* What the tiled profiles' rules say, for head dim 64 (attn_profile.c). */
+typedef struct tiled_profile {
+    const char *name;
+    int block_n;     /* keys per tile */
+    int ascending;   /* tiles visited first to last (else last to first) */
+    int two_level;   /* each tile's P.V from 0, then an fp32 add */
+    double p_scale;  /* P's scale before the e4m3 cast: 2^8 or 448 */
+    int sinks;       /* the kernel takes attention sinks */
+} tiled_profile;
+
+static const tiled_profile tiled[] = {
+    {"fp8qkv@fa3", FORK_BLOCK_N_D64, 0, 1, 256.0, 1},
+    {"fp8qkv@fa3-1level", UP_BLOCK_N_D64, 0, 0, 256.0, 1},
+    {"fp8qkv@trtllm", TRTLLM_BLOCK_N_D64, 1, 0, 256.0, 1},
+    {"fp8qkv@flashinfer-fa3", FLASHINFER_BLOCK_N_D64, 0, 0, FP8_E4M3_MAX, 0},
+};
+#define N_TILED (sizeof tiled / sizeof tiled[0])
+
 /* ------------------------------------------------------------ the table */
 
 Test(profiles, table_order_names_and_defaults)
 {
-    static const char *const want[] = {"bf16",       "fp8kv@fixed",       "fp8kv@vllm-24197",
-                                       "fp8qkv@fa3", "fp8qkv@fa3-1level", "fp8qkv@ideal"};
-    cr_assert_geq(attn_profile_count(), sizeof want / sizeof want[0]);
+    static const char *const want[] = {
+        "bf16",          "fp8kv@fixed",           "fp8kv@vllm-24197", "fp8qkv@fa3",
+        "fp8qkv@fa3-1level", "fp8qkv@trtllm", "fp8qkv@flashinfer-fa3", "fp8qkv@ideal"};
+    cr_assert_eq(attn_profile_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert_str_eq(attn_profile_variant(attn_profile_at(i)), want[i]);
     cr_assert_null(attn_profile_at(attn_profile_count()));
@@ -166,6 +192,43 @@ Test(fp8_mma, the_batched_form_is_the_scalar_rule)
     }
 }
 
+/* ------------------------------------------------------------ Q quantization */
+
+Test(profiles, vllm_quantizes_q_by_multiplying_with_the_inverse_scale)
+{
+    /* 10.9375 / 7 = 1.5625 exactly: an e4m3 tie between 1.5 and 1.625, to even:
+     * 1.5. 10.9375 * fp32(1/7) = 1.5625000119 (fp32(1/7) is above 1/7): 1.625. */
+    const uint16_t x = bf16_from_f32(10.9375f);
+    uint8_t by_div, by_inv;
+    fp8_e4m3_quantize_bf16(&x, 1, 7.0f, &by_div, NULL);
+    fp8_e4m3_quantize_bf16_inverse(&x, 1, 7.0f, &by_inv, NULL);
+    cr_assert_eq(fp8_e4m3_decode(by_div), 1.5f);
+    cr_assert_eq(fp8_e4m3_decode(by_inv), 1.625f);
+
+    /* In attention: q = (10.9375, 0, ...), q_scale 7; key A = (1, 0, ...), key
+     * B = 0; v_A = (1, 0, ...), v_B = (0, 1, ...). The FA3 profiles see q8 =
+     * 1.625 (raw S_A = 1.625); @ideal (x / scale) sees q8 = 1.5. */
+    hcase c;
+    hcase_init(&c, 2, 0);
+    c.q[0] = x;
+    set(c.k, 0, 1.0f);
+    set(c.v, 0, 1.0f);
+    set(c.v + D, 1, 1.0f);
+    attn_fp8_options opt = unit_opt;
+    opt.q_scale = 7.0f;
+    uint16_t o[D];
+    const double s = (double)(float)(0.125 * M_LOG2E) * 7.0; /* scale_log2 with q_descale 7 */
+    const double b = exp2(-1.625 * s);                        /* key B against key A */
+    run("fp8qkv@fa3", &c, &opt, o);
+    cr_assert_float_eq(out_at(o, 0), 1.0 / (1.0 + b), BF16_REL, "%g", out_at(o, 0));
+    cr_assert_float_eq(out_at(o, 1), e4m3(256.0 * b) / 256.0 / (1.0 + b), BF16_REL);
+    run("fp8qkv@ideal", &c, &opt, o);
+    const double bi = exp(-1.5 * 0.125 * 7.0); /* S_A = q8 * k * sm_scale * q_scale */
+    cr_assert_float_eq(out_at(o, 0), 1.0 / (1.0 + bi), BF16_REL, "%g", out_at(o, 0));
+    cr_assert_gt(fabs(bi / b - 1.0), 0.1, "the two quantizers must be told apart");
+    hcase_free(&c);
+}
+
 /* ------------------------------------------------------------ one key */
 
 Test(profiles, one_key_returns_its_value_row)
@@ -186,6 +249,21 @@ Test(profiles, one_key_returns_its_value_row)
         for (int i = 0; i < D; i++)
             cr_assert_eq(o[i], c.v[i], "%s dim %d: %g for %g", name, i, out_at(o, i),
                          (double)bf16_to_f32(c.v[i]));
+    }
+    /* With scales: v / v_scale is still on the e4m3 grid (v_scale = 2), so every
+     * profile that applies v_scale once returns v again; vllm-24197 applies it
+     * twice and returns 2 v. q_scale and k_scale cannot show with one key. */
+    attn_fp8_options scaled = unit_opt;
+    scaled.q_scale = 0.5f;
+    scaled.k_scale = 0.25f;
+    scaled.v_scale = 2.0f;
+    for (size_t p = 0; p < attn_profile_count(); p++) {
+        const char *name = attn_profile_variant(attn_profile_at(p));
+        const double times = strcmp(name, "fp8kv@vllm-24197") == 0 ? 2.0 : 1.0;
+        run(name, &c, &scaled, o);
+        for (int i = 0; i < D; i++)
+            cr_assert_eq(out_at(o, i), times * bf16_to_f32(c.v[i]), "%s dim %d: %g for %g", name,
+                         i, out_at(o, i), times * bf16_to_f32(c.v[i]));
     }
     hcase_free(&c);
 }
@@ -217,16 +295,16 @@ Test(profiles, probabilities_below_2_to_minus_9_survive_only_with_p_scaled)
     run("fp8qkv@ideal", &c, &unit_opt, o);
     cr_assert_eq(out_at(o, 0), 0.0);
     cr_assert_float_eq(out_at(o, 1), 1.0 / l, BF16_REL);
-    /* @fa3 and @fa3-1level: P = e4m3(2^8 w) (one tile: 9 keys), l over the
-     * unrounded 2^8 w; the sum is exact here (few, coarse terms). */
-    const double want0 = SMALL * e4m3(256.0 * w) / (256.0 * l);
+    /* The tiled profiles: P = e4m3(p_scale w) (one tile: 9 keys), l over the
+     * unrounded P; the sum is exact here (few, coarse terms). */
     cr_assert_eq(e4m3(256.0 * w), 0.125);
-    static const char *const scaled[] = {"fp8qkv@fa3", "fp8qkv@fa3-1level"};
-    for (size_t i = 0; i < 2; i++) {
-        run(scaled[i], &c, &unit_opt, o);
-        cr_assert_float_eq(out_at(o, 0), want0, want0 * BF16_REL, "%s: %g for %g", scaled[i],
+    cr_assert_eq(e4m3(448.0 * w), 0.21875);
+    for (size_t i = 0; i < N_TILED; i++) {
+        const double ps = tiled[i].p_scale, want0 = SMALL * e4m3(ps * w) / (ps * l);
+        run(tiled[i].name, &c, &unit_opt, o);
+        cr_assert_float_eq(out_at(o, 0), want0, want0 * BF16_REL, "%s: %g for %g", tiled[i].name,
                            out_at(o, 0), want0);
-        cr_assert_float_eq(out_at(o, 1), 1.0 / l, BF16_REL, "%s", scaled[i]);
+        cr_assert_float_eq(out_at(o, 1), 1.0 / l, BF16_REL, "%s", tiled[i].name);
     }
     /* bf16 keeps them too (bf16 has the range): dim 0 is 8 w / l. */
     run("bf16", &c, &unit_opt, o);
@@ -260,7 +338,8 @@ Test(profiles, a_sink_that_takes_most_of_the_mass)
         const double v = bf16_to_f32(c.v[i]), want = 0x1p-9 * v / (1.0 + e);
         cr_assert_float_eq(out_at(o, i), want, want * BF16_REL, "ideal dim %d", i);
     }
-    static const char *const others[] = {"bf16", "fp8kv@fixed", "fp8qkv@fa3", "fp8qkv@fa3-1level"};
+    static const char *const others[] = {"bf16", "fp8kv@fixed", "fp8qkv@fa3", "fp8qkv@fa3-1level",
+                                         "fp8qkv@trtllm"};
     for (size_t p = 0; p < sizeof others / sizeof others[0]; p++) {
         run(others[p], &c, &unit_opt, o);
         for (int i = 0; i < D; i++) {
@@ -268,6 +347,16 @@ Test(profiles, a_sink_that_takes_most_of_the_mass)
             cr_assert_float_eq(out_at(o, i), want, want * 2 * BF16_REL, "%s dim %d: %g for %g",
                                others[p], i, out_at(o, i), want);
         }
+    }
+    /* A kernel without sinks refuses the layer rather than drop its sink. */
+    for (size_t p = 0; p < N_TILED; p++) {
+        if (tiled[p].sinks) continue;
+        pg_err err = {0};
+        cr_assert_eq(attn_variant_run(profile(tiled[p].name), &c.b, c.q, c.k, c.v, &unit_opt, o,
+                                      NULL, 1, &err),
+                     PG_ERR_USAGE, "%s", tiled[p].name);
+        cr_assert_not_null(strstr(err.msg, tiled[p].name), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "sinks"), "%s", err.msg);
     }
     hcase_free(&c);
 }
@@ -291,11 +380,10 @@ Test(profiles, qk_products_below_the_13_bit_grid_vanish_in_the_fa3_profiles)
     set(c.v, 0, 1.0f);     /* v_A = (1, 0, ...) */
     set(c.v + D, 1, 1.0f); /* v_B = (0, 1, ...) */
     uint16_t o[D];
-    static const char *const mma[] = {"fp8qkv@fa3", "fp8qkv@fa3-1level"};
-    for (size_t p = 0; p < 2; p++) {
-        run(mma[p], &c, &unit_opt, o);
-        cr_assert_eq(out_at(o, 0), 0.5, "%s: %g", mma[p], out_at(o, 0));
-        cr_assert_eq(out_at(o, 1), 0.5, "%s: %g", mma[p], out_at(o, 1));
+    for (size_t p = 0; p < N_TILED; p++) {
+        run(tiled[p].name, &c, &unit_opt, o);
+        cr_assert_eq(out_at(o, 0), 0.5, "%s: %g", tiled[p].name, out_at(o, 0));
+        cr_assert_eq(out_at(o, 1), 0.5, "%s: %g", tiled[p].name, out_at(o, 1));
     }
     run("fp8qkv@ideal", &c, &unit_opt, o);
     const double pa = e4m3(exp(-1.0)), l = exp(-1.0) + 1.0; /* P_A = e4m3(0.368) = 0.375 */
@@ -306,30 +394,29 @@ Test(profiles, qk_products_below_the_13_bit_grid_vanish_in_the_fa3_profiles)
 
 Test(profiles, two_level_accumulation_keeps_what_one_level_drops)
 {
-    /* q = 0: every S is 0, every P is 2^8 exactly, l = 2^8 * keys. Dim 0 of V:
-     * keys N..N+31 (the last tile, visited first): 448; keys 0..31 (tile 0,
-     * first k = 32 step): 0.5; keys 32..63 (second step): -448; others 0.
-     * One level: O after the last tile is 32 * 2^8 * 448 = 2^21.8, its grid
-     * 2^(21 - 13) = 256, and each 2^8 * 0.5 = 128 truncates to 0; the -448s
-     * then cancel exactly: O_0 = 0. Two levels: tile 0's partial starts from
-     * 0 and keeps 32 * 128 = 4096 exactly, so O_0 = 4096 / (2^8 keys) = 16 / keys. */
-    static const struct {
-        const char *name;
-        int block_n, two_level;
-    } cases[] = {{"fp8qkv@fa3", FORK_BLOCK_N_D64, 1}, {"fp8qkv@fa3-1level", UP_BLOCK_N_D64, 0}};
-    for (size_t p = 0; p < 2; p++) {
-        const int N = cases[p].block_n, keys = N + 32;
+    /* q = 0: every S is 0, every P is p_scale exactly, l = p_scale * keys
+     * (unscaled for FlashInfer: its 448 cancels in pv_scale). Dim 0 of V:
+     * the first 32 keys of the first-visited tile: 448; of the second-visited
+     * tile, its first k = 32 step: 0.5, its second: -448; others 0.
+     * One level: O after the first tile is 32 * ps * 448 >= 2^21.8, its grid
+     * >= 2^(21 - 13) = 256 > ps * 0.5, so each 0.5 term truncates to 0, and the
+     * -448s then cancel exactly: O_0 = 0. Two levels: the second tile's
+     * partial starts from 0 and keeps 32 * ps * 0.5 exactly: O_0 = 16 / keys. */
+    for (size_t p = 0; p < N_TILED; p++) {
+        const int N = tiled[p].block_n;
+        const int keys = tiled[p].ascending ? N + 64 : N + 32;
+        const int first = tiled[p].ascending ? 0 : N, second = tiled[p].ascending ? N : 0;
         hcase c;
         hcase_init(&c, keys, 0);
         for (int t = 0; t < 32; t++) {
-            set(c.v + (size_t)(N + t) * D, 0, 448.0f);
-            set(c.v + (size_t)t * D, 0, 0.5f);
-            set(c.v + (size_t)(32 + t) * D, 0, -448.0f);
+            set(c.v + (size_t)(first + t) * D, 0, 448.0f);
+            set(c.v + (size_t)(second + t) * D, 0, 0.5f);
+            set(c.v + (size_t)(second + 32 + t) * D, 0, -448.0f);
         }
         uint16_t o[D];
-        run(cases[p].name, &c, &unit_opt, o);
-        const double want = cases[p].two_level ? 16.0 / keys : 0.0;
-        cr_assert_float_eq(out_at(o, 0), want, want * BF16_REL, "%s: %g for %g", cases[p].name,
+        run(tiled[p].name, &c, &unit_opt, o);
+        const double want = tiled[p].two_level ? 16.0 / keys : 0.0;
+        cr_assert_float_eq(out_at(o, 0), want, want * BF16_REL, "%s: %g for %g", tiled[p].name,
                            out_at(o, 0), want);
         /* Exact sums agree with two levels here. */
         run("fp8qkv@ideal", &c, &unit_opt, o);
@@ -342,41 +429,40 @@ Test(profiles, two_level_accumulation_keeps_what_one_level_drops)
 
 Test(profiles, running_max_changes_at_a_tile_boundary)
 {
-    /* 256 keys; the query (last token) sees all. Keys >= N (the last tile,
-     * visited first) have S = 0 and v = (1, 0, ...); key 0 has raw S = 8 * 6.5
-     * = 52 and v = (0, 1, 0, ...); keys 1..N-1 have S = 0 and v = 0.
-     * FA3 rounds the last tile's P against its own max 0: P = 2^8 exactly, then
-     * rescales the fp32 O and l by r = exp2(-52 s), s = log2(e) / 8, when key 0
-     * raises the max. So O_0 = (256 - N) r / (1 + 255 r) with no e4m3 rounding
-     * of 2^8 r. With the final max, each would be e4m3(2^8 r) / 2^8 instead. */
-    enum { KEYS = 256 };
-    static const struct {
-        const char *name;
-        int block_n;
-    } tiled[] = {{"fp8qkv@fa3", FORK_BLOCK_N_D64}, {"fp8qkv@fa3-1level", UP_BLOCK_N_D64}};
-    for (size_t p = 0; p < 2; p++) {
-        const int N = tiled[p].block_n;
+    /* 2N keys in two tiles; the query (last token) sees all. The tile visited
+     * second holds the big key B (raw S = 8 * 6.5 = 52: key 0 when tiles go
+     * last to first, key 2N - 1 when first to last); every other S is 0.
+     * The first-visited tile is rounded against its own max 0: P = p_scale
+     * exactly; when B raises the max, the fp32 O and l are rescaled by r =
+     * exp2(-52 s), s = log2(e) / 8. So its keys weigh r exactly, while the
+     * other keys of B's tile weigh e4m3(p_scale r) / p_scale.
+     * V: dim 0 = 1 on the first-visited tile's keys, dim 1 = 1 on B, dim 2 = 1
+     * on B's tile's key next to the boundary, dim 3 = 1 on the first-visited
+     * tile's key next to it: the boundary must sit exactly between them. */
+    for (size_t p = 0; p < N_TILED; p++) {
+        const int N = tiled[p].block_n, keys = 2 * N, asc = tiled[p].ascending;
+        const int first = asc ? 0 : N, big = asc ? keys - 1 : 0;
+        const int near_big = asc ? N : N - 1, near_first = asc ? N - 1 : N;
+        const double ps = tiled[p].p_scale;
         hcase c;
-        hcase_init(&c, KEYS, 0);
+        hcase_init(&c, keys, 0);
         set(c.q, 0, 8.0f);
-        set(c.k, 0, 6.5f);
-        set(c.v, 1, 1.0f);
-        for (int t = N; t < KEYS; t++) set(c.v + t * D, 0, 1.0f);
-        set(c.v + (size_t)(N - 1) * D, 2, 1.0f); /* the last key of tile 0 */
-        set(c.v + (size_t)N * D, 3, 1.0f);       /* the first key of the last tile */
+        set(c.k + (size_t)big * D, 0, 6.5f);
+        set(c.v + (size_t)big * D, 1, 1.0f);
+        for (int t = first; t < first + N; t++) set(c.v + (size_t)t * D, 0, 1.0f);
+        set(c.v + (size_t)near_big * D, 2, 1.0f);
+        set(c.v + (size_t)near_first * D, 3, 1.0f);
         const double r = exp2(-52.0 * 0.125 * M_LOG2E);
-        const double tiled_want = (KEYS - N) * r / (1.0 + 255.0 * r);
-        const double final_max = (KEYS - N) * e4m3(256.0 * r) / 256.0 / (1.0 + 255.0 * r);
+        const double l = 1.0 + (keys - 1) * r;
+        const double tiled_want = N * r / l, final_max = N * e4m3(ps * r) / ps / l;
         cr_assert_gt(fabs(final_max / tiled_want - 1.0), 4 * BF16_REL, "the test must separate");
         uint16_t o[D];
         run(tiled[p].name, &c, &unit_opt, o);
-        cr_assert_float_eq(out_at(o, 0), tiled_want, tiled_want * BF16_REL, "%s: %g for %g (final max %g)",
-                           tiled[p].name, out_at(o, 0), tiled_want, final_max);
-        cr_assert_float_eq(out_at(o, 1), 1.0 / (1.0 + 255.0 * r), BF16_REL, "%s", tiled[p].name);
-        /* The boundary sits exactly between keys N - 1 and N: key N - 1 is rounded
-         * against the final max, key N was rounded as 2^8 before the rescale. */
-        const double l = 1.0 + 255.0 * r;
-        cr_assert_float_eq(out_at(o, 2), e4m3(256.0 * r) / 256.0 / l, r / l * BF16_REL, "%s",
+        cr_assert_float_eq(out_at(o, 0), tiled_want, tiled_want * BF16_REL,
+                           "%s: %g for %g (final max %g)", tiled[p].name, out_at(o, 0), tiled_want,
+                           final_max);
+        cr_assert_float_eq(out_at(o, 1), 1.0 / l, BF16_REL, "%s", tiled[p].name);
+        cr_assert_float_eq(out_at(o, 2), e4m3(ps * r) / ps / l, r / l * BF16_REL, "%s",
                            tiled[p].name);
         cr_assert_float_eq(out_at(o, 3), r / l, r / l * BF16_REL, "%s", tiled[p].name);
         hcase_free(&c);
@@ -486,17 +572,24 @@ Test(profiles, fa3_profiles_stay_close_to_ideal_on_random_layers)
     opt.q_scale = fp8_e4m3_calibrated_scale(bf16_amax(c.q, c.nq));
     opt.k_scale = fp8_e4m3_calibrated_scale(bf16_amax(c.k, c.nkv));
     opt.v_scale = fp8_e4m3_calibrated_scale(bf16_amax(c.v, c.nkv));
-    uint16_t *ideal = malloc(c.nq * 2), *o = malloc(c.nq * 2), *o1 = malloc(c.nq * 2);
-    rrun("fp8qkv@ideal", &c, &opt, ideal);
-    rrun("fp8qkv@fa3", &c, &opt, o);
-    rrun("fp8qkv@fa3-1level", &c, &opt, o1);
-    const double d = rel_l2_u16(o, ideal, c.nq), d1 = rel_l2_u16(o1, ideal, c.nq);
-    cr_assert_lt(d, 0.06, "fa3 vs ideal %.4f", d);
-    cr_assert_lt(d1, 0.06, "fa3-1level vs ideal %.4f", d1);
-    cr_assert_gt(d, 1e-3, "fa3 must differ from ideal: %.4f", d);
-    cr_assert_neq(memcmp(o, o1, c.nq * 2), 0, "tiles and accumulation differ");
+    uint16_t *ideal = malloc(c.nq * 2), *o = malloc(c.nq * 2), *prev = malloc(c.nq * 2);
+    for (int with_sinks = 1; with_sinks >= 0; with_sinks--) {
+        c.b.sinks = with_sinks ? c.sinks : NULL;
+        rrun("fp8qkv@ideal", &c, &opt, ideal);
+        for (size_t p = 0; p < N_TILED; p++) {
+            if (with_sinks && !tiled[p].sinks) continue;
+            rrun(tiled[p].name, &c, &opt, o);
+            const double d = rel_l2_u16(o, ideal, c.nq);
+            cr_assert_lt(d, 0.06, "%s vs ideal %.4f", tiled[p].name, d);
+            cr_assert_gt(d, 1e-3, "%s must differ from ideal: %.4f", tiled[p].name, d);
+            if (p > 0 && (!with_sinks || tiled[p - 1].sinks))
+                cr_assert_neq(memcmp(o, prev, c.nq * 2), 0, "%s = %s", tiled[p].name,
+                              tiled[p - 1].name);
+            memcpy(prev, o, c.nq * 2);
+        }
+    }
     free(ideal);
     free(o);
-    free(o1);
+    free(prev);
     rcase_free(&c);
 }
