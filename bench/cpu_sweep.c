@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "attn.h"
+#include "attn_profile.h"
 #include "capture.h"
 #include "numerics.h"
 #include "parallel.h"
@@ -42,10 +43,11 @@ static double run_mode(int mode, const capture *cap, const capture_layer *L, dou
     switch (mode) {
     case MODE_REF: st = attn_reference(&b, L->q, L->k, L->v, ref, threads, &err); break;
     case MODE_BF16: st = attn_variant_bf16(&b, L->q, L->k, L->v, out, threads, &err); break;
-    case MODE_FP8KV:
-        st = attn_variant_fp8kv(&b, L->q, L->k, L->v, &fo, out, NULL, threads, &err);
-        break;
-    default: st = attn_variant_fp8qkv(&b, L->q, L->k, L->v, &fo, out, NULL, threads, &err);
+    default: {
+        const attn_profile *p; /* the mode's default profile */
+        st = attn_profile_find(mode_names[mode], &p, &err);
+        if (st == PG_OK) st = attn_variant_run(p, &b, L->q, L->k, L->v, &fo, out, NULL, threads, &err);
+    }
     }
     double dt = now() - t0;
     if (st != PG_OK) {

@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv | tee "$out/ca
 echo "== the probe's matrix instruction (SASS): expect QGMMA"
 cuobjdump --dump-sass "$bin/wgmma_fp8_accum" 2>/dev/null | grep -oE "QGMMA[.A-Z0-9x]*" | sort | uniq -c
 start=$(date +%s)
-timeout 300 "$bin/wgmma_fp8_accum" ${WGMMA_BLOCKS:-} > "$out/wgmma_fp8_accum.log" 2>&1
+timeout 300 "$bin/wgmma_fp8_accum" --dump "$out/wgmma_hw.bin" ${WGMMA_BLOCKS:-} > "$out/wgmma_fp8_accum.log" 2>&1
 rc=$?
 cat "$out/wgmma_fp8_accum.log"
 echo "wgmma_fp8_accum exit $rc in $(( $(date +%s) - start )) s"

@@ -25,6 +25,13 @@
 //        wgmma_fp8_accum --simulate KEPT CUT ACC GROUP FIN EXP [random-blocks]
 //            no GPU: that model (enum numbers below) plays the hardware, to
 //            check that the analysis finds it (a dry run of the program).
+//        wgmma_fp8_accum --dump FILE [random-blocks]
+//            on the GPU, also writes every hardware result (the bits, in the
+//            order the cases are generated) to FILE;
+//        wgmma_fp8_accum --load FILE [random-blocks]
+//            no GPU: the hardware results come from a --dump FILE of the same
+//            random-blocks (the operands are regenerated from the same seed),
+//            so models can be searched on any machine after one GPU run.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -36,6 +43,7 @@
 #include <vector>
 
 #include "cuda_wgmma.cuh"
+#include "fp8_mma.h"
 
 #define PROBE_M 64             // wgmma rows (A rows, D rows)
 #define PROBE_N 64             // wgmma_e4m3_m64n64k32: the smallest N the wrapper has
@@ -179,15 +187,37 @@ static const int group_sizes[] = {32, 16, 8, 4};
 #define KEPT_MIN 8
 #define KEPT_MAX 31
 
+// sub > 0: a two-level tree. The products are first summed in sub-groups of
+// `sub` (exactly, or cut toward zero at sub_kept bits below the sub-group's
+// largest exponent when sub_kept > 0); each sub-group sum, normalized, is
+// then one term of the alignment above (kept bits below the largest term).
+// sub = 0: every product is a term (one level).
+static const int sub_sizes[] = {2, 4, 8, 16};
+#define N_SUBS 4
+#define SUB_KEPT_MIN 12
+#define SUB_KEPT_MAX 26
+
+// norm_bits > 0: the group's sum, normalized, is cut toward zero to
+// norm_bits fraction bits (below its own leading bit) before it becomes the
+// fp32 result: a narrow accumulator register after a wider adder.
+#define NORM_BITS_MIN 11
+#define NORM_BITS_MAX 16
+
 struct Model {
     int kept, cut, accm, group, fin, expdef;
+    int sub, sub_kept;
+    int norm_bits;
 };
 
 static void model_print(FILE *f, const Model &m)
 {
     fprintf(f, "kept=%d cut=[%s] acc=[%s] group=%d final=[%s] exp=[%s]", m.kept, cut_name[m.cut],
             acc_name[m.accm], m.group, fin_name[m.fin], exp_name[m.expdef]);
+    if (m.sub) fprintf(f, " sub-groups of %d summed %s%.0d", m.sub, m.sub_kept ? "cut at " : "exactly",
+                       m.sub_kept);
+    if (m.norm_bits) fprintf(f, " sum normalized and cut toward zero to %d fraction bits", m.norm_bits);
 }
+
 
 static int msb128(unsigned __int128 u)
 {
@@ -210,6 +240,14 @@ static i128 cut_to(i128 v, int s, int mode)
         return (low > half || (low == half && ((base >> s) & 1))) ? base + one : base;
     }
     }
+}
+
+// v cut toward zero to `bits` fraction bits below its leading bit.
+static i128 cut_normalized(i128 v, int bits)
+{
+    if (v == 0) return 0;
+    const int lead = msb128(v < 0 ? -(unsigned __int128)v : (unsigned __int128)v);
+    return cut_to(v, lead - bits, CUT_ZERO);
 }
 
 // v (units of 2^-80) to fp32 by fin; exact zero is +0.
@@ -271,47 +309,61 @@ static void products_of(const Case &c, int expdef, Product *p)
     }
 }
 
+// The terms of one alignment group under m: the products themselves, or
+// the normalized sums of their sub-groups (Model.sub); returns the count.
+static int group_terms(const Model &m, const Product *p, int g0, Product *t)
+{
+    if (m.sub == 0) {
+        memcpy(t, p + g0, sizeof *t * (size_t)m.group);
+        return m.group;
+    }
+    int n = 0;
+    for (int s0 = g0; s0 < g0 + m.group; s0 += m.sub, n++) {
+        int se = -100000;
+        for (int k = s0; k < s0 + m.sub; k++)
+            if (!p[k].zero && p[k].e > se) se = p[k].e;
+        i128 sum = 0;
+        for (int k = s0; k < s0 + m.sub; k++)
+            sum += m.sub_kept ? cut_to(p[k].v, se - m.sub_kept + UNIT_SHIFT, CUT_ZERO) : p[k].v;
+        t[n].v = sum;
+        t[n].zero = sum == 0;
+        t[n].e = sum == 0 ? 0
+                          : msb128(sum < 0 ? -(unsigned __int128)sum : (unsigned __int128)sum) -
+                                UNIT_SHIFT;
+    }
+    return n;
+}
+
 // The candidate accumulation over precomputed products.
-static float model_eval(const Model &m, const Product *p, float acc_in)
+static float model_eval(const Model &m, const Product *prods, float acc_in)
 {
     float r = acc_in;
+    Product p_terms[PROBE_K];
     for (int g0 = 0; g0 < PROBE_K; g0 += m.group) {
+        const int nt = group_terms(m, prods, g0, p_terms);
+        const Product *p = p_terms;  // p[0 .. nt) are the terms
         const int have_acc = r != 0.0f;
         const i128 acc_units = float_to_units(r);
         int emax = -100000;
-        for (int k = g0; k < g0 + m.group; k++)
+        for (int k = 0; k < nt; k++)
             if (!p[k].zero && p[k].e > emax) emax = p[k].e;
         if (m.accm != ACC_AFTER && have_acc) emax = std::max(emax, float_exp(r));
         if (emax == -100000) continue;  // all zero: r unchanged
         const int s = emax - m.kept + UNIT_SHIFT;
         const int once = m.cut == CUT_ONCE_ZERO || m.cut == CUT_ONCE_RNE;
         i128 sum = 0;
-        for (int k = g0; k < g0 + m.group; k++) sum += once ? p[k].v : cut_to(p[k].v, s, m.cut);
+        for (int k = 0; k < nt; k++) sum += once ? p[k].v : cut_to(p[k].v, s, m.cut);
         if (m.accm == ACC_ALIGNED)
             sum += once ? acc_units : cut_to(acc_units, s, m.cut);
         if (once) sum = cut_to(sum, s, m.cut);
         if (m.accm != ACC_ALIGNED) sum += acc_units;
+        if (m.norm_bits) sum = cut_normalized(sum, m.norm_bits);
         r = units_to_float(sum, m.fin);
     }
     return r;
 }
 
-// The issue's entry point: the best model's accumulation of 32 exact products
-// (products32[k] = e4m3 a_k * e4m3 b_k, exact in fp32) onto acc_in. The exponent
-// definition is floor(log2|p|) here (the search reports whether ea+eb fits better).
 static Model g_best;
-float model_accum(const float *products32, float acc_in)
-{
-    Product p[PROBE_K];
-    for (int k = 0; k < PROBE_K; k++) {
-        p[k].zero = products32[k] == 0.0f;
-        p[k].v = float_to_units(products32[k]);
-        p[k].e = p[k].zero ? 0 : float_exp(products32[k]);
-    }
-    Model m = g_best;
-    m.expdef = EXP_NORM;
-    return model_eval(m, p, acc_in);
-}
 
 static float exact_fp32_sequential(const Case &c)
 {
@@ -356,11 +408,51 @@ static void print_case(const Case &c, float model_r)
 // Runs cases: diag = 1 puts case i at block i/64, row = column = i%64 (the
 // rest of the block is zeros), else block-full cases (row r, column n).
 static const Model *g_simulate;  // --simulate: this model plays the hardware
+static FILE *g_dump;             // --dump: every hardware result is written here
+static FILE *g_load;             // --load: every hardware result is read from here
+
+// One batch of results in a dump: its case count, then each result's bits.
+static void dump_results(const std::vector<Case> &cases)
+{
+    const uint64_t n = cases.size();
+    int ok = fwrite(&n, sizeof n, 1, g_dump) == 1;
+    for (const Case &c : cases) {
+        const uint32_t u = f2u(c.hw);
+        ok = ok && fwrite(&u, sizeof u, 1, g_dump) == 1;
+    }
+    if (!ok) {
+        fprintf(stderr, "wgmma_fp8_accum: cannot write the dump\n");
+        exit(1);
+    }
+}
+
+static void load_results(std::vector<Case> &cases)
+{
+    uint64_t n = 0;
+    if (fread(&n, sizeof n, 1, g_load) != 1 || n != cases.size()) {
+        fprintf(stderr, "wgmma_fp8_accum: the dump holds %llu results where %zu cases were made "
+                        "(another random-blocks, or a truncated file)\n",
+                (unsigned long long)n, cases.size());
+        exit(2);
+    }
+    for (Case &c : cases) {
+        uint32_t u;
+        if (fread(&u, sizeof u, 1, g_load) != 1) {
+            fprintf(stderr, "wgmma_fp8_accum: the dump ends early\n");
+            exit(2);
+        }
+        memcpy(&c.hw, &u, 4);
+    }
+}
 
 static void run_on_gpu(std::vector<Case> &cases, int diag)
 {
     if (g_simulate) {
         for (Case &c : cases) c.hw = model_case(*g_simulate, c);
+        return;
+    }
+    if (g_load) {
+        load_results(cases);
         return;
     }
     const size_t nblocks = diag ? (cases.size() + PROBE_M - 1) / PROBE_M
@@ -407,6 +499,7 @@ static void run_on_gpu(std::vector<Case> &cases, int diag)
         const size_t idx = diag ? (i % PROBE_M) * PROBE_N + i % PROBE_M : i % CASES_PER_BLOCK;
         cases[i].hw = D[blk * CASES_PER_BLOCK + idx];
     }
+    if (g_dump) dump_results(cases);
 }
 
 // xorshift64*: reproducible operands.
@@ -435,8 +528,10 @@ static float rand_acc(int exp_lo, int exp_hi)
 }
 
 // Block kinds of the random set (blk % RANDOM_KINDS): 0 all codes, 1 close
-// exponents, 2 sparse, 3 one large product over small ones, 4 mid band.
-#define RANDOM_KINDS 5
+// exponents, 2 sparse, 3 one large product over small ones, 4 mid band,
+// 5 two products only (any exponents; where the alignment reference shows
+// alone), 6 same-sign close exponents (the carry of 32 terms: up to 5 bits).
+#define RANDOM_KINDS 7
 static void gen_random_block(Case *out, int kind)
 {
     uint8_t A[PROBE_M][PROBE_K], B[PROBE_N][PROBE_K];
@@ -453,8 +548,15 @@ static void gen_random_block(Case *out, int kind)
                 A[r][k] = rand_code(0, 8);
                 B[r][k] = rand_code(0, 8);
                 break;
+            case 5: A[r][k] = 0; B[r][k] = rand_code(0, 15); break;  // A gets 2 codes below
+            case 6: A[r][k] = rand_code(6, 9) & 0x7F; B[r][k] = rand_code(6, 9) & 0x7F; break;
             default: A[r][k] = rand_code(3, 12); B[r][k] = rand_code(3, 12); break;
             }
+        }
+    if (kind == 5)
+        for (int r = 0; r < PROBE_M; r++) {
+            A[r][rng() % PROBE_K] = rand_code(0, 15);
+            A[r][rng() % PROBE_K] = rand_code(0, 15);
         }
     if (kind == 3)
         for (int r = 0; r < PROBE_M; r++) {
@@ -469,7 +571,7 @@ static void gen_random_block(Case *out, int kind)
             const uint64_t pick = rng() % 10;
             if (pick == 0)
                 c.acc = 0.0f;
-            else if (kind == 1 || kind == 4)
+            else if (kind == 1 || kind == 4 || kind == 6)
                 c.acc = rand_acc(-4, 14);  // near the products' sums
             else
                 c.acc = rand_acc(ACC_EXP_MIN, ACC_EXP_MAX);
@@ -585,9 +687,19 @@ int main(int argc, char **argv)
             return 2;
         }
         simulated = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
-                     atoi(argv[7])};
+                     atoi(argv[7]), 0, 0, argc > 8 && argv[8][0] == 'n' ? atoi(argv[8] + 1) : 0};
+        if (simulated.norm_bits) argi++;
         g_simulate = &simulated;
         argi = 8;
+    } else if (argc > 2 && (!strcmp(argv[1], "--dump") || !strcmp(argv[1], "--load"))) {
+        const int dump = !strcmp(argv[1], "--dump");
+        FILE *f = fopen(argv[2], dump ? "wb" : "rb");
+        if (f == NULL) {
+            fprintf(stderr, "wgmma_fp8_accum: cannot open %s\n", argv[2]);
+            return 2;
+        }
+        (dump ? g_dump : g_load) = f;
+        argi = 3;
     }
     const int random_blocks = argc > argi ? atoi(argv[argi]) : DEFAULT_RANDOM_BLOCKS;
     if (random_blocks < SEARCH_BLOCKS) {
@@ -595,7 +707,10 @@ int main(int argc, char **argv)
         return 2;
     }
     cudaDeviceProp prop;
-    if (g_simulate) {
+    if (g_load) {
+        printf("wgmma_fp8_accum: hardware results LOADED from %s (no GPU)\n", argv[2]);
+        prop.major = 9;
+    } else if (g_simulate) {
         printf("wgmma_fp8_accum: SIMULATED hardware (no GPU): ");
         model_print(stdout, simulated);
         printf("\n");
@@ -731,7 +846,34 @@ int main(int argc, char **argv)
                 for (int fin = 0; fin < FIN_COUNT; fin++)
                     for (int expdef = 0; expdef < EXP_COUNT; expdef++)
                         for (int kept = KEPT_MIN; kept <= KEPT_MAX; kept++) {
-                            const Model m = {kept, cut, accm, group_sizes[gi], fin, expdef};
+                            const Model m = {kept, cut, accm, group_sizes[gi], fin, expdef, 0, 0, 0};
+                            const long cap = std::max(best_bad * 4 + 64, 256L);
+                            const long bad = count_mismatches(m, search, cap, search_prods);
+                            if (bad < best_bad) best_bad = bad;
+                            scored.push_back({m, bad});
+                        }
+    // two-level trees (Model.sub), over one group of 32 with the cut the
+    // designed cases show (truncation toward zero, the accumulator aligned)
+    for (int si = 0; si < N_SUBS; si++)
+        for (int sk = SUB_KEPT_MIN - 1; sk <= SUB_KEPT_MAX; sk++)
+            for (int fin = 0; fin < FIN_COUNT; fin++)
+                for (int expdef = 0; expdef < EXP_COUNT; expdef++)
+                    for (int kept = KEPT_MIN; kept <= KEPT_MAX; kept++) {
+                        const Model m = {kept, CUT_ZERO, ACC_ALIGNED, PROBE_K, fin, expdef,
+                                         sub_sizes[si], sk < SUB_KEPT_MIN ? 0 : sk, 0};
+                        const long cap = std::max(best_bad * 4 + 64, 256L);
+                        const long bad = count_mismatches(m, search, cap, search_prods);
+                        if (bad < best_bad) best_bad = bad;
+                        scored.push_back({m, bad});
+                    }
+    // a wide adder, then a narrow normalized register (Model.norm_bits)
+    for (int nb = NORM_BITS_MIN; nb <= NORM_BITS_MAX; nb++)
+        for (int gi = 0; gi < 2; gi++)
+            for (int accm = 0; accm < ACC_COUNT; accm++)
+                for (int cut = CUT_ZERO; cut <= CUT_FLOOR; cut++)
+                    for (int expdef = 0; expdef < EXP_COUNT; expdef++)
+                        for (int kept = nb; kept <= KEPT_MAX; kept++) {
+                            const Model m = {kept, cut, accm, group_sizes[gi], FIN_ZERO, expdef, 0, 0, nb};
                             const long cap = std::max(best_bad * 4 + 64, 256L);
                             const long bad = count_mismatches(m, search, cap, search_prods);
                             if (bad < best_bad) best_bad = bad;
@@ -813,17 +955,17 @@ int main(int argc, char **argv)
         for (int k = 0; k < RANDOM_KINDS; k++) printf(" %ld", bad_by_kind[which][k]);
         printf("\n");
     }
-    // model_accum (the float-products entry point) must agree with the model
-    if (best.expdef == EXP_NORM) {
-        long api_bad = 0;
-        for (size_t i = 0; i < n_random; i += 97) {
-            float prods[PROBE_K];
-            for (int k = 0; k < PROBE_K; k++)
-                prods[k] = (float)(e4m3_value(rnd[i].a[k]) * e4m3_value(rnd[i].b[k]));
-            api_bad += f2u(model_accum(prods, rnd[i].acc)) != f2u(rnd[i].hw);
+    // the CPU specification's rule (kernels/fp8_mma.c) over every case
+    long spec_bad = 0, spec_n = 0;
+    for (const std::vector<Case> *set : {&rnd, &designed})
+        for (const Case &c : *set) {
+            spec_n++;
+            const float r = fp8_mma_e4m3_dot(c.a, c.b, PROBE_K, c.acc);
+            if (f2u(r) == f2u(c.hw)) continue;
+            if (spec_bad++ < SHOW_MISMATCHES) print_case(c, r);
         }
-        printf("   model_accum(products32, acc_in) on every 97th case: %ld mismatches\n", api_bad);
-    }
+    printf("   kernels/fp8_mma.c fp8_mma_e4m3_dot (the CPU specification's rule): %ld mismatches of %ld"
+           " (random and designed cases)\n", spec_bad, spec_n);
 
     // 5. summary from the sweeps (hand-readable facts) and the best model.
     const int kept_1a = last_whole(sweeps[0]), kept_acc_big = last_whole(sweeps[4]);
@@ -851,5 +993,10 @@ int main(int argc, char **argv)
            best.group, best.kept, best.kept, exp_name[best.expdef], cut_word, cut_name[best.cut],
            fin_name[best.fin], acc_name[best.accm], bad_counts[0], n_random, bad_counts[1],
            bad_counts[2], ties);
+    printf("SPEC: kernels/fp8_mma.c %ld mismatches of %ld cases\n", spec_bad, spec_n);
+    if (g_dump && fclose(g_dump) != 0) {
+        fprintf(stderr, "wgmma_fp8_accum: cannot write the dump\n");
+        return 1;
+    }
     return layout_bad ? 1 : 0;
 }

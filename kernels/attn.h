@@ -9,7 +9,7 @@
  *   keys c+j-W+1 .. c+j when the window W > 0, else 0 .. c+j. Query head h
  *   reads kv head h / (hq / hkv) (grouped-query attention).
  *   Softmax uses the final row max (two passes: all scores first, then
- *   exponentials): m = max(sink_h, max_t S_t), l = exp(sink_h - m) + sum_t
+ *   exponentials; the FA3 profiles keep a running max per key tile instead): m = max(sink_h, max_t S_t), l = exp(sink_h - m) + sum_t
  *   exp(S_t - m); the sink logit is not multiplied by sm_scale and has no
  *   value vector (gpt-oss, openai/gpt-oss gpt_oss/torch/model.py `sdpa`).
  *
@@ -21,14 +21,19 @@
  * fp8kv:     K, V are written into a paged e4m3 cache (x / scale, saturating,
  *   nearest even) through a scattered block table (page 0 = null page); the
  *   dequant step of vLLM PR #24197 gathers this prefill's pages into a compact
- *   bf16 cache (bf16(fp8 * scale)) with block table 1..B*P; then bf16 runs on it.
- * fp8qkv:    Q, K, V in e4m3 with their scales; S_t = (sum_d q8 k8 in fp32) *
- *   fp32(q_scale*k_scale*sm_scale); m, P, l as above; P rounded per
- *   attn_p_rounding (e4m3 with no scale by default, as FlashAttention-3's fp8
- *   path does); O_d = bf16( (sum_t p8 v8 in fp32) * v_scale / l ), K/V read
- *   straight from the paged fp8 cache.
- * With quantization off, fp8kv equals bf16 bit for bit, and so does fp8qkv
- * with P rounded to bf16 (tests/test_attn.c holds both).
+ *   bf16 cache (bf16(fp8 * scale)) with block table 1..B*P; then bf16 runs on it
+ *   with the scales of the profile (@fixed: sm_scale alone).
+ * fp8qkv:    Q, K, V in e4m3 with their scales, K/V read straight from the
+ *   paged fp8 cache; the profile says how S, the softmax, P's rounding and the
+ *   sums are taken (@ideal: as bf16 above with exact fp32 sums of exact fp8
+ *   products, S scaled by fp32(q_scale*k_scale*sm_scale), P = e4m3(expf(S - m))
+ *   unscaled, O = bf16(acc * v_scale / l); @fa3: FlashAttention-3's tiles).
+ * Profiles (MODE@PROFILE), their rules and sources: attn_profile.h and
+ * `precgate help profiles`; attn_variant_run runs one.
+ * attn_fp8_options.quantize = 0 (for the identity tests) means no fp8 anywhere:
+ * Q, K, V stay bf16, P is rounded to bf16 where the profile rounds it to e4m3,
+ * and the scales are not used (as if 1.0). Then fp8kv@fixed, fp8kv@vllm-24197
+ * and fp8qkv@ideal equal bf16 bit for bit (tests/test_attn.c holds it).
  */
 #ifndef PG_ATTN_H
 #define PG_ATTN_H
@@ -53,7 +58,9 @@ typedef struct attn_batch {
     const float *sinks;     /* [hq] sink logits, or NULL */
 } attn_batch;
 
-/* How fp8qkv rounds P before the P.V product (kernels differ here). */
+/* How the GPU fp8qkv kernel rounds P (kernels/cuda_*.cu read it; the CPU
+ * specification ignores it: there a variant's profile says how P is rounded).
+ * Kept until the CUDA backend takes profiles. */
 typedef enum attn_p_rounding {
     ATTN_P_E4M3,  /* unscaled cast to e4m3 (FlashAttention-3 fp8) */
     ATTN_P_BF16,  /* bf16, as the bf16 mode does */
@@ -69,7 +76,7 @@ pg_status attn_p_rounding_parse(const char *name, attn_p_rounding *out, pg_err *
 typedef struct attn_fp8_options {
     int quantize;             /* 0: keep bf16 where fp8 would go (for the identity tests) */
     float q_scale, k_scale, v_scale;
-    attn_p_rounding p_rounding;
+    attn_p_rounding p_rounding;  /* GPU kernels only (see attn_p_rounding) */
     int block_size;           /* KV page size: 16, 32 or 64 */
     uint64_t page_seed;       /* scatters the pages of the paged cache */
 } attn_fp8_options;
@@ -91,19 +98,9 @@ int64_t attn_batch_tkv(const attn_batch *b);
 pg_status attn_reference(const attn_batch *b, const uint16_t *q, const uint16_t *k,
                          const uint16_t *v, double *out, int n_threads, pg_err *err);
 
-/* bf16 mode -> out bf16 [Tq,hq,d]. */
+/* bf16 mode -> out bf16 [Tq,hq,d] (attn_variant_run with the bf16 profile). */
 pg_status attn_variant_bf16(const attn_batch *b, const uint16_t *q, const uint16_t *k,
                             const uint16_t *v, uint16_t *out, int n_threads, pg_err *err);
-
-/* fp8kv mode (paged e4m3 cache, dequant gather, bf16 attention) -> out bf16. */
-pg_status attn_variant_fp8kv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                             const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
-                             attn_quant_report *rep, int n_threads, pg_err *err);
-
-/* fp8qkv mode (e4m3 Q, K, V; P rounded per opt) -> out bf16. */
-pg_status attn_variant_fp8qkv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                              const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
-                              attn_quant_report *rep, int n_threads, pg_err *err);
 
 /* Floating-point operations of one attention pass over the batch
  * (4 * d per attended (query, key) pair, the usual attention count). */

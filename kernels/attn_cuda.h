@@ -2,7 +2,7 @@
  * attn_cuda.h: the CUDA backend: the precision modes, the fp64 reference and
  * the metrics on one GPU, held against the CPU specification (attn.h).
  *
- * Names run parallel to the CPU's (attn_variant_bf16 / cuda_variant_bf16).
+ * Names run parallel to the CPU's (attn_variant_run / cuda_variant_run).
  * The cuda_variant_* and cuda_reference functions take and return host
  * arrays, for the agreement tests; cuda_sweep_layer keeps a whole layer on the
  * device and returns only numbers. Every CUDA call is checked: a failure is
@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "attn_profile.h"
 #include "kv_cache.h"
 #include "metrics.h"
 #include "status.h"
@@ -37,20 +38,18 @@ void cuda_backend_close(cuda_backend *be);
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
 
-/* bf16 mode on the GPU (K/V through a scattered bf16 paged cache). */
-pg_status cuda_variant_bf16(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                            const uint16_t *k, const uint16_t *v, uint64_t page_seed,
-                            int block_size, uint16_t *out, pg_err *err);
+/* Whether the GPU runs profile p on batch b as the profile states (bf16,
+ * fp8kv@fixed, fp8kv@vllm-24197; fp8qkv@fa3 at head dim 64): 1, else 0 with
+ * *why (may be NULL) saying what it lacks. Needs no GPU. */
+int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why);
 
-/* fp8kv mode on the GPU: e4m3 cache write, dequant gather, bf16 attention. */
-pg_status cuda_variant_fp8kv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                             uint16_t *out, attn_quant_report *rep, pg_err *err);
-
-/* fp8qkv mode on the GPU: e4m3 Q and cache, fp8 attention (P in e4m3 only). */
-pg_status cuda_variant_fp8qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                              uint16_t *out, attn_quant_report *rep, pg_err *err);
+/* Profile p on the GPU with host arrays in and out (as attn_variant_run):
+ * out bf16 [Tq, hq, d]; rep (may be NULL) gets the quantization counters.
+ * PG_ERR_USAGE naming p when cuda_supports says no. */
+pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
+                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                           const attn_fp8_options *opt, uint16_t *out, attn_quant_report *rep,
+                           pg_err *err);
 
 /* The dequant gather alone, from a host paged cache (e.g. kv_paged_write's)
  * into out (host, allocated here like kv_dequant_gather's, NaN where unwritten). */
@@ -69,23 +68,23 @@ pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t
 pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double *ref, int64_t tq,
                             int hq, int d, attn_error_metrics *m, pg_err *err);
 
-/* Which modes cuda_sweep_layer runs (the sweep_variant bits). */
-enum { CUDA_MODE_BF16 = 1, CUDA_MODE_FP8KV = 2, CUDA_MODE_FP8QKV = 4 };
+/* Most variants one cuda_sweep_layer call runs. */
+#define CUDA_MAX_VARIANTS 16
 
 /* One layer of the sweep on the GPU: uploads q/k/v (or takes the copies
- * cuda_prefetch_qkv made of the same arrays), computes the reference
- * and the selected modes, compares each (and each external output ext[i],
- * bf16 [Tq, hq, d] on the host) with the reference on the device.
- * metrics: (modes run, in bf16/fp8kv/fp8qkv order, then ext) x (hq + 1).
- * mode_out (may be NULL; entries may be NULL): host copies of each mode's
- * output in the same order, for --check-spec. Times in ms per stage go to
- * ms_ref / ms_modes[3] / ms_metrics when non-NULL. */
+ * cuda_prefetch_qkv made of the same arrays), computes the reference and the
+ * n_var profiles var[] (each one cuda_supports; PG_ERR_USAGE otherwise),
+ * compares each (and each external output ext[i], bf16 [Tq, hq, d] on the
+ * host) with the reference on the device. metrics: (var in order, then ext)
+ * x (hq + 1). mode_out (may be NULL; entries may be NULL): host copies of
+ * each variant's output in the same order, for --check-spec. Times in ms per
+ * stage go to ms_ref / ms_modes[n_var] / ms_metrics when non-NULL. */
 pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                           unsigned modes, int n_ext, const uint16_t *const *ext,
-                           attn_error_metrics *metrics, attn_quant_report *rep,
-                           uint16_t *const *mode_out, double *ms_ref, double *ms_modes,
-                           double *ms_metrics, pg_err *err);
+                           int n_var, const attn_profile *const *var, int n_ext,
+                           const uint16_t *const *ext, attn_error_metrics *metrics,
+                           attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
+                           double *ms_modes, double *ms_metrics, pg_err *err);
 
 /* Starts copying q, k, v of batch b (host, [tq, hq, d] / [tkv, hkv, d]) to
  * the GPU on a copy stream beside the kernels, so that the cuda_sweep_layer

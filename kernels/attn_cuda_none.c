@@ -47,27 +47,19 @@ pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *
     return no_cuda(err);
 }
 
-pg_status cuda_variant_bf16(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                            const uint16_t *k, const uint16_t *v, uint64_t page_seed,
-                            int block_size, uint16_t *out, pg_err *err)
+int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why)
 {
-    (void)be, (void)b, (void)q, (void)k, (void)v, (void)page_seed, (void)block_size, (void)out;
-    return no_cuda(err);
+    (void)p, (void)b;
+    if (why != NULL) *why = "precgate was built without CUDA";
+    return 0;
 }
 
-pg_status cuda_variant_fp8kv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                             uint16_t *out, attn_quant_report *rep, pg_err *err)
+pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
+                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                           const attn_fp8_options *opt, uint16_t *out, attn_quant_report *rep,
+                           pg_err *err)
 {
-    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)out, (void)rep;
-    return no_cuda(err);
-}
-
-pg_status cuda_variant_fp8qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                              uint16_t *out, attn_quant_report *rep, pg_err *err)
-{
-    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)out, (void)rep;
+    (void)be, (void)p, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)out, (void)rep;
     return no_cuda(err);
 }
 
@@ -97,12 +89,13 @@ pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double 
 
 pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                           unsigned modes, int n_ext, const uint16_t *const *ext,
-                           attn_error_metrics *metrics, attn_quant_report *rep,
-                           uint16_t *const *mode_out, double *ms_ref, double *ms_modes,
-                           double *ms_metrics, pg_err *err)
+                           int n_var, const attn_profile *const *var, int n_ext,
+                           const uint16_t *const *ext, attn_error_metrics *metrics,
+                           attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
+                           double *ms_modes, double *ms_metrics, pg_err *err)
 {
-    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)modes, (void)n_ext, (void)ext;
+    (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)n_var, (void)var, (void)n_ext;
+    (void)ext;
     (void)metrics, (void)rep, (void)mode_out, (void)ms_ref, (void)ms_modes, (void)ms_metrics;
     return no_cuda(err);
 }

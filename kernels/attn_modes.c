@@ -1,8 +1,10 @@
 /*
- * attn_modes.c: the bf16, fp8kv and fp8qkv modes on the CPU (see attn.h for
- * where each rounds). One fp32 core serves all three: it reads Q as bf16 or
- * e4m3 elements and K/V packed or through a paged cache, so the modes differ
- * only in what they feed it and in three knobs (qk scale, v scale, P rounding).
+ * attn_modes.c: the variants (attn_profile.h) on the CPU. One fp32 core serves
+ * all of them: it reads Q as bf16 or e4m3 elements and K/V packed or through
+ * a paged cache; a row is taken with the final row max (bf16, fp8kv,
+ * fp8qkv@ideal) or as FlashAttention-3 tiles it (fp8qkv@fa3*), with exact fp32
+ * sums or the Hopper fp8 MMA rule (fp8_mma.h). The profile's knobs
+ * (attn_profile_impl.h) become core_params here.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -10,8 +12,16 @@
 
 #include "attn.h"
 #include "attn_layout.h"
+#include "attn_profile_impl.h"
+#include "fp8_mma.h"
 #include "kv_cache.h"
 #include "parallel.h"
+
+/* log2(e) as FA3 uses it: M_LOG2E (a double constant, math.h) in the double
+ * product of softmax_scale_log2, float(M_LOG2E) in finalize_aux (FORK
+ * hopper/softmax.h). */
+#define FA3_LOG2E_F64 1.4426950408889634
+#define FA3_LOG2E_F32 ((float)FA3_LOG2E_F64)
 
 /* Where the core reads K and V: a paged cache when paged != NULL, else the
  * packed bf16 tensors [Tkv, hkv, d]. */
@@ -20,12 +30,20 @@ typedef struct core_kv {
     const uint16_t *k, *v;
 } core_kv;
 
-/* The knobs that tell the modes apart. */
+/* The knobs that tell the variants apart (filled from the profile). */
 typedef struct core_params {
     kv_elem q_elem;           /* Q elements: bf16 bits or e4m3 bytes */
+    int p_e4m3;               /* P rounded to e4m3 (else to bf16) */
+    attn_softmax softmax;
+    attn_accum accum;
+    /* ATTN_SOFTMAX_FINAL_MAX: */
     float qk_scale;           /* multiplies the fp32 dot products */
     float v_scale;            /* multiplies the fp32 P.V sums before / l */
-    attn_p_rounding p_round;
+    /* ATTN_SOFTMAX_FA3 (hopper/softmax.h): */
+    int block_n;              /* keys per tile (kBlockN) */
+    float scale_log2;         /* softmax_scale_log2 with q/k descales folded in */
+    float max_offset;         /* Max_offset: P = 2^(... + max_offset) */
+    float v_descale;          /* finalize's final_scale */
 } core_params;
 
 /* Everything a work item needs; scratch is per thread. */
@@ -36,7 +54,7 @@ typedef struct core_job {
     const core_kv *kv;
     const core_params *par;
     uint16_t *out;
-    float **scratch;          /* [n_threads] blocks of kt, v, s, qrow, acc */
+    float **scratch;          /* [n_threads] blocks of kt, v, s, qrow, acc, part */
 } core_job;
 
 /* Exact fp32 value of element i of a bf16 or e4m3 array. */
@@ -46,15 +64,10 @@ static inline float elem_load(const void *base, size_t i, kv_elem e)
                              : bf16_to_f32(((const uint16_t *)base)[i]);
 }
 
-/* P rounded as the mode says. */
-static inline float round_p(float p, attn_p_rounding r)
+/* P rounded for the P.V product: e4m3 (nearest even, saturating) or bf16. */
+static inline float round_p(float p, int e4m3)
 {
-    switch (r) {
-    case ATTN_P_E4M3: return fp8_e4m3_decode(fp8_e4m3_encode(p));
-    case ATTN_P_BF16: return bf16_to_f32(bf16_from_f32(p));
-    case ATTN_P_NONE: break;
-    }
-    return p;
+    return e4m3 ? fp8_e4m3_decode(fp8_e4m3_encode(p)) : bf16_to_f32(bf16_from_f32(p));
 }
 
 /* Decodes sequence s, kv head g into kt [d][n] (transposed) and vv [n][d]. */
@@ -87,6 +100,139 @@ static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv)
     }
 }
 
+/* One row's inputs and scratch: the query, its keys [lo, hi], the sink. */
+typedef struct core_row {
+    const float *qrow;        /* [d] */
+    const float *kt;          /* [d][n] transposed keys of the sequence */
+    const float *vv;          /* [n][d] values of the sequence */
+    int n, lo, hi, d;
+    const float *sink;        /* the head's sink logit, or NULL */
+    float *sc;                /* [n] scores, then P */
+    float *acc;               /* [d] the O accumulator */
+    float *part;              /* [d] a tile's P.V partial (two-level) */
+} core_row;
+
+/* sc[t] = sum_d q_d k_td for t in [lo, hi]: exact fp32 products summed in d
+ * order, or (accum = MMA) one wgmma chain of k = 32 steps over d from 0. */
+static void row_scores(const core_row *r, attn_accum accum)
+{
+    const int len = r->hi - r->lo + 1;
+    float *sc = r->sc + r->lo;
+    for (int t = 0; t < len; t++) sc[t] = 0.0f;
+    if (accum == ATTN_ACCUM_EXACT) {
+        for (int i = 0; i < r->d; i++) {
+            const float qd = r->qrow[i];
+            const float *krow = r->kt + (size_t)i * (size_t)r->n + (size_t)r->lo;
+            for (int t = 0; t < len; t++) sc[t] += qd * krow[t];
+        }
+        return;
+    }
+    for (int i0 = 0; i0 < r->d; i0 += FP8_MMA_K) {
+        const int w = r->d - i0 < FP8_MMA_K ? r->d - i0 : FP8_MMA_K;
+        fp8_mma_e4m3_accumulate_many(r->qrow + i0, w, r->kt + (size_t)i0 * (size_t)r->n + r->lo,
+                                     (size_t)r->n, len, sc);
+    }
+}
+
+/* The row with the final row max (two passes: all scores, then exponentials):
+ * m = max(sink, S), P = expf(S * qk_scale - m), exact fp32 sums. */
+static void row_final_max(const core_row *r, const core_params *par, uint16_t *o)
+{
+    const int d = r->d;
+    float *sc = r->sc;
+    row_scores(r, ATTN_ACCUM_EXACT);
+    float m = r->sink != NULL ? *r->sink : -INFINITY;
+    for (int t = r->lo; t <= r->hi; t++) {
+        sc[t] *= par->qk_scale;
+        m = fmaxf(m, sc[t]);
+    }
+    float l = r->sink != NULL ? expf(*r->sink - m) : 0.0f;
+    for (int t = r->lo; t <= r->hi; t++) {
+        sc[t] = expf(sc[t] - m);
+        l += sc[t];
+    }
+    float *acc = r->acc;
+    for (int i = 0; i < d; i++) acc[i] = 0.0f;
+    for (int t = r->lo; t <= r->hi; t++) {
+        const float p = round_p(sc[t], par->p_e4m3);
+        const float *vrow = r->vv + (size_t)t * (size_t)d;
+        for (int i = 0; i < d; i++) acc[i] += p * vrow[i];
+    }
+    for (int i = 0; i < d; i++) o[i] = bf16_from_f32((acc[i] * par->v_scale) / l);
+}
+
+/* acc += the P.V of keys [t0, t1] by the Hopper fp8 rule: k = 32 chunks of
+ * keys from tile_start (keys outside [t0, t1] have P = 0: no term). */
+static void pv_mma(const core_row *r, int tile_start, int t0, int t1, float *acc)
+{
+    for (int c0 = tile_start; c0 <= t1; c0 += FP8_MMA_K) {
+        const int a = c0 > t0 ? c0 : t0;
+        const int z = c0 + FP8_MMA_K - 1 < t1 ? c0 + FP8_MMA_K - 1 : t1;
+        if (a > z) continue;
+        fp8_mma_e4m3_accumulate_many(r->sc + a, z - a + 1, r->vv + (size_t)a * (size_t)r->d,
+                                     (size_t)r->d, r->d, acc);
+    }
+}
+
+/*
+ * The row as FlashAttention-3's fp8 forward computes it (rules and sources:
+ * attn_profile.c, rules_fp8qkv_fa3). S stays raw (q8 . k8); s = scale_log2.
+ * Tiles of block_n keys aligned at key 0, visited from the last to the first;
+ * m is the running max of raw S (hopper/softmax.h max_get_scale), P =
+ * exp2f(S*s - (m*s - max_offset)) with both a*b-c as one fused multiply-add
+ * (nvcc contracts them: FFMA, the comment in scale_apply_exp2), l the fp32
+ * sum of the unrounded P, O rescaled in fp32 by exp2f((m_old - m_new) * s).
+ */
+static void row_fa3(const core_row *r, const core_params *par, uint16_t *o)
+{
+    const int d = r->d, N = par->block_n;
+    const float s = par->scale_log2;
+    float *sc = r->sc, *acc = r->acc;
+    row_scores(r, par->accum);
+    float m = -INFINITY, l = 0.0f;
+    for (int i = 0; i < d; i++) acc[i] = 0.0f;
+    for (int tile = r->hi / N; tile >= r->lo / N; tile--) {
+        const int start = tile * N;
+        const int t0 = start > r->lo ? start : r->lo;
+        const int t1 = start + N - 1 < r->hi ? start + N - 1 : r->hi;
+        float mt = -INFINITY;
+        for (int t = t0; t <= t1; t++) mt = fmaxf(mt, sc[t]);
+        if (m == -INFINITY) {
+            m = mt; /* Is_first: no rescale */
+        } else if (mt > m) {
+            const float a = exp2f((m - mt) * s);
+            l *= a;
+            for (int i = 0; i < d; i++) acc[i] *= a;
+            m = mt;
+        }
+        const float max_scaled = fmaf(m, s, -par->max_offset);
+        for (int t = t0; t <= t1; t++) {
+            const float p = exp2f(fmaf(sc[t], s, -max_scaled));
+            l += p;
+            sc[t] = round_p(p, par->p_e4m3);
+        }
+        switch (par->accum) {
+        case ATTN_ACCUM_EXACT:
+            for (int t = t0; t <= t1; t++) {
+                const float *vrow = r->vv + (size_t)t * (size_t)d;
+                for (int i = 0; i < d; i++) acc[i] += sc[t] * vrow[i];
+            }
+            break;
+        case ATTN_ACCUM_MMA_1LEVEL: pv_mma(r, start, t0, t1, acc); break;
+        case ATTN_ACCUM_MMA_2LEVEL:
+            for (int i = 0; i < d; i++) r->part[i] = 0.0f;
+            pv_mma(r, start, t0, t1, r->part);
+            for (int i = 0; i < d; i++) acc[i] += r->part[i];
+            break;
+        }
+    }
+    if (r->sink != NULL) /* finalize_aux: against the final running max */
+        l += exp2f(fmaf(FA3_LOG2E_F32, *r->sink, -fmaf(m, s, -par->max_offset)));
+    const float inv = (l == 0.0f || l != l) ? 0.0f : 1.0f / l;
+    const float scale = inv * par->v_descale;
+    for (int i = 0; i < d; i++) o[i] = bf16_from_f32(acc[i] * scale);
+}
+
 /* One work item: sequence s = item / hkv, kv head g = item % hkv, all its
  * query heads and query rows. */
 static void core_item(void *ctx, int item, int thread)
@@ -101,6 +247,7 @@ static void core_item(void *ctx, int item, int thread)
     float *sc = vv + (size_t)job->lay->max_kv * (size_t)d;
     float *qrow = sc + job->lay->max_kv;
     float *acc = qrow + d;
+    float *part = acc + d;
     gather_kv(job, s, g, kt, vv);
 
     for (int hh = 0; hh < group; hh++) {
@@ -109,39 +256,15 @@ static void core_item(void *ctx, int item, int thread)
             const size_t qi = ((size_t)(job->lay->q_off[s] + j) * (size_t)b->hq + (size_t)h) *
                               (size_t)d;
             for (int i = 0; i < d; i++) qrow[i] = elem_load(job->q, qi + (size_t)i, par->q_elem);
-            int lo, hi;
-            attn_key_range(b, s, j, &lo, &hi);
-            const int len = hi - lo + 1;
-
-            /* S = Q.K^T, fp32, summed over d in ascending order. */
-            for (int t = 0; t < len; t++) sc[t] = 0.0f;
-            for (int i = 0; i < d; i++) {
-                const float qd = qrow[i];
-                const float *krow = kt + (size_t)i * (size_t)n + (size_t)lo;
-                for (int t = 0; t < len; t++) sc[t] += qd * krow[t];
-            }
-            float m = b->sinks != NULL ? b->sinks[h] : -INFINITY;
-            for (int t = 0; t < len; t++) {
-                sc[t] *= par->qk_scale;
-                m = fmaxf(m, sc[t]);
-            }
-            /* Second pass: P = exp(S - m) with the final max; l in fp32. */
-            float l = b->sinks != NULL ? expf(b->sinks[h] - m) : 0.0f;
-            for (int t = 0; t < len; t++) {
-                sc[t] = expf(sc[t] - m);
-                l += sc[t];
-            }
-            for (int i = 0; i < d; i++) acc[i] = 0.0f;
-            for (int t = 0; t < len; t++) {
-                const float p = round_p(sc[t], par->p_round);
-                const float *vrow = vv + (size_t)(lo + t) * (size_t)d;
-                for (int i = 0; i < d; i++) acc[i] += p * vrow[i];
-            }
-            uint16_t *o = job->out + qi;
-            for (int i = 0; i < d; i++) o[i] = bf16_from_f32((acc[i] * par->v_scale) / l);
+            core_row r = {qrow, kt, vv, n, 0, 0, d, b->sinks != NULL ? &b->sinks[h] : NULL,
+                          sc, acc, part};
+            attn_key_range(b, s, j, &r.lo, &r.hi);
+            if (par->softmax == ATTN_SOFTMAX_FA3)
+                row_fa3(&r, par, job->out + qi);
+            else
+                row_final_max(&r, par, job->out + qi);
         }
     }
-    (void)n;
 }
 
 /* Runs the fp32 core over the whole batch into out (bf16 [Tq, hq, d]). */
@@ -155,7 +278,7 @@ static pg_status core_run(const attn_batch *b, const void *q, const core_kv *kv,
     if (n_threads > items) n_threads = items;
     if (n_threads < 1) n_threads = 1;
     float **scratch = calloc((size_t)n_threads, sizeof *scratch);
-    const size_t per = (size_t)lay.max_kv * (size_t)(2 * b->d + 1) + (size_t)(2 * b->d);
+    const size_t per = (size_t)lay.max_kv * (size_t)(2 * b->d + 1) + (size_t)(3 * b->d);
     if (scratch == NULL) {
         st = pg_fail(err, PG_ERR_NOMEM, "attention: out of memory");
     } else {
@@ -177,19 +300,27 @@ static pg_status core_run(const attn_batch *b, const void *q, const core_kv *kv,
     return st;
 }
 
+/* The bf16 mode's knobs: bf16 Q and P, sm_scale, final row max, exact sums. */
+static core_params bf16_params(const attn_batch *b)
+{
+    return (core_params){.q_elem = KV_ELEM_BF16, .p_e4m3 = 0, .softmax = ATTN_SOFTMAX_FINAL_MAX,
+                         .accum = ATTN_ACCUM_EXACT, .qk_scale = b->sm_scale, .v_scale = 1.0f};
+}
+
 pg_status attn_variant_bf16(const attn_batch *b, const uint16_t *q, const uint16_t *k,
                             const uint16_t *v, uint16_t *out, int n_threads, pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
     if (st != PG_OK) return st;
     core_kv kv = {NULL, k, v};
-    core_params par = {KV_ELEM_BF16, b->sm_scale, 1.0f, ATTN_P_BF16};
+    const core_params par = bf16_params(b);
     return core_run(b, q, &kv, &par, out, n_threads, err);
 }
 
 /* Checks the fp8 options: block size and finite positive scales. */
 static pg_status fp8_options_check(const attn_fp8_options *opt, pg_err *err)
 {
+    if (opt == NULL) return pg_fail(err, PG_ERR_USAGE, "fp8 variant run without fp8 options");
     if (opt->block_size != 16 && opt->block_size != 32 && opt->block_size != 64)
         return pg_fail(err, PG_ERR_USAGE, "block size %d is not 16, 32 or 64", opt->block_size);
     const float sc[3] = {opt->q_scale, opt->k_scale, opt->v_scale};
@@ -201,62 +332,67 @@ static pg_status fp8_options_check(const attn_fp8_options *opt, pg_err *err)
     return PG_OK;
 }
 
-/* What both fp8 modes check and clear before they start. */
-static pg_status fp8_mode_begin(const attn_batch *b, const attn_fp8_options *opt,
-                                attn_quant_report *rep, pg_err *err)
-{
-    pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = fp8_options_check(opt, err);
-    if (st == PG_OK && rep != NULL) memset(rep, 0, sizeof *rep);
-    return st;
-}
 
-pg_status attn_variant_fp8kv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                             const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
-                             attn_quant_report *rep, int n_threads, pg_err *err)
+/* fp8kv: paged e4m3 cache, dequant gather, then bf16 attention given the
+ * profile's scales. */
+static pg_status run_fp8kv(const attn_profile *p, const attn_batch *b, const uint16_t *q,
+                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    pg_status st = fp8_mode_begin(b, opt, rep, err);
-    if (st != PG_OK) return st;
     kv_paged cache, compact;
     const kv_elem elem = opt->quantize ? KV_ELEM_E4M3 : KV_ELEM_BF16;
-    st = kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
-                        opt->block_size, &cache, rep ? &rep->k : NULL, rep ? &rep->v : NULL, err);
+    pg_status st = kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
+                                  opt->block_size, &cache, rep ? &rep->k : NULL,
+                                  rep ? &rep->v : NULL, err);
     if (st != PG_OK) return st;
     st = kv_dequant_gather(&cache, opt->k_scale, opt->v_scale, &compact, err);
     kv_paged_free(&cache);
     if (st != PG_OK) return st;
     core_kv kv = {&compact, NULL, NULL};
-    core_params par = {KV_ELEM_BF16, b->sm_scale, 1.0f, ATTN_P_BF16};
+    core_params par = bf16_params(b);
+    if (p->kv_scales == ATTN_KV_SCALES_TWICE && opt->quantize) {
+        par.qk_scale = attn_vllm_bmm1_scale(opt->q_scale, opt->k_scale, b->sm_scale);
+        par.v_scale = opt->v_scale; /* bmm2_scale */
+    }
     st = core_run(b, q, &kv, &par, out, n_threads, err);
     kv_paged_free(&compact);
     return st;
 }
 
-pg_status attn_variant_fp8qkv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                              const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
-                              attn_quant_report *rep, int n_threads, pg_err *err)
+
+/* fp8qkv: e4m3 Q, K and V (the paged cache), then the profile's core. */
+static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                            uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    pg_status st = fp8_mode_begin(b, opt, rep, err);
-    if (st != PG_OK) return st;
     const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq * (size_t)b->d;
     uint8_t *q8 = NULL;
-    core_params par = {KV_ELEM_BF16, b->sm_scale, 1.0f, opt->p_rounding};
+    /* quantize = 0: no fp8 anywhere and the scales unused (attn.h). */
+    const float qs = opt->quantize ? opt->q_scale : 1.0f, ks = opt->quantize ? opt->k_scale : 1.0f,
+                vs = opt->quantize ? opt->v_scale : 1.0f;
+    core_params par = {.q_elem = KV_ELEM_BF16, .p_e4m3 = opt->quantize, .softmax = p->softmax,
+                       .accum = p->accum};
+    if (p->softmax == ATTN_SOFTMAX_FA3) {
+        par.block_n = attn_profile_block_n(p, b->d, b->window);
+        par.scale_log2 = attn_fa3_scale_log2(b->sm_scale, qs, ks);
+        par.max_offset = p->p_offset_log2;
+        par.v_descale = vs;
+    } else {
+        par.qk_scale = opt->quantize ? attn_vllm_bmm1_scale(qs, ks, b->sm_scale) : b->sm_scale;
+        par.v_scale = vs;
+    }
     const void *qin = q;
     if (opt->quantize) {
         q8 = malloc(nq ? nq : 1);
         if (q8 == NULL) return pg_fail(err, PG_ERR_NOMEM, "fp8qkv: cannot allocate fp8 Q");
         fp8_e4m3_quantize_bf16(q, nq, opt->q_scale, q8, rep ? &rep->q : NULL);
         qin = q8;
-        /* vLLM: bmm1_scale = q_scale * k_scale * sm_scale, bmm2_scale = v_scale
-         * (vllm/v1/attention/backends/flashinfer.py), products in double. */
-        par = (core_params){KV_ELEM_E4M3,
-                            (float)((double)opt->q_scale * opt->k_scale * b->sm_scale),
-                            opt->v_scale, opt->p_rounding};
+        par.q_elem = KV_ELEM_E4M3;
     }
     kv_paged cache;
-    st = kv_paged_write(b, k, v, opt->quantize ? KV_ELEM_E4M3 : KV_ELEM_BF16, opt->k_scale,
-                        opt->v_scale, opt->page_seed, opt->block_size, &cache,
-                        rep ? &rep->k : NULL, rep ? &rep->v : NULL, err);
+    pg_status st = kv_paged_write(b, k, v, opt->quantize ? KV_ELEM_E4M3 : KV_ELEM_BF16,
+                                  opt->k_scale, opt->v_scale, opt->page_seed, opt->block_size,
+                                  &cache, rep ? &rep->k : NULL, rep ? &rep->v : NULL, err);
     if (st == PG_OK) {
         core_kv kv = {&cache, NULL, NULL};
         st = core_run(b, qin, &kv, &par, out, n_threads, err);
@@ -264,4 +400,30 @@ pg_status attn_variant_fp8qkv(const attn_batch *b, const uint16_t *q, const uint
     }
     free(q8);
     return st;
+}
+
+pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uint16_t *q,
+                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
+{
+    if (p->mode == ATTN_MODE_BF16) return attn_variant_bf16(b, q, k, v, out, n_threads, err);
+    pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = fp8_options_check(opt, err);
+    if (st != PG_OK) return st;
+    if (rep != NULL) memset(rep, 0, sizeof *rep);
+    if (p->mode == ATTN_MODE_FP8KV)
+        return run_fp8kv(p, b, q, k, v, opt, out, rep, n_threads, err);
+    return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
+}
+
+float attn_vllm_bmm1_scale(float q_scale, float k_scale, float sm_scale)
+{
+    return (float)((double)q_scale * (double)k_scale * (double)sm_scale);
+}
+
+float attn_fa3_scale_log2(float sm_scale, float q_descale, float k_descale)
+{
+    float s = (float)((double)sm_scale * FA3_LOG2E_F64);
+    s *= q_descale * k_descale;
+    return s;
 }

@@ -54,7 +54,8 @@ template <int D>
 __global__ void __launch_bounds__(bf16_shape<D>::threads, bf16_shape<D>::min_blocks)
 attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                  const uint16_t *__restrict__ cache, const int32_t *__restrict__ block_table,
-                 const int block_size, const int pages_per_seq, uint16_t *__restrict__ out)
+                 const int block_size, const int pages_per_seq, uint16_t *__restrict__ out,
+                 const float out_scale)
 {
     using sm = bf16_smem<D>;
     constexpr int MT = bf16_shape<D>::mt;
@@ -195,14 +196,14 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
-        store_rows<D>(out, o[mt], sm_rows[mt], 1.f, b, s, h,
+        store_rows<D>(out, o[mt], sm_rows[mt], out_scale, b, s, h,
                       m0 + (warp * MT + mt) * ATTN_MMA_M + lane / 4, sq);
 }
 
 // Launches attn_bf16_kernel for head dim D.
 template <int D>
 pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
-                      uint16_t *out, cudaStream_t stream, pg_err *err)
+                      float out_scale, uint16_t *out, cudaStream_t stream, pg_err *err)
 {
     const size_t smem = bf16_smem<D>::bytes;
     CUDA_TRY("attn_bf16", cudaFuncSetAttribute(attn_bf16_kernel<D>,
@@ -213,7 +214,7 @@ pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *
     if (st != PG_OK) return st;
     attn_bf16_kernel<D><<<grid, bf16_shape<D>::threads, smem, stream>>>(
         *b, q, static_cast<const uint16_t *>(kv->data), kv->block_table, kv->block_size,
-        kv->pages_per_seq, out);
+        kv->pages_per_seq, out, out_scale);
     CUDA_TRY_LAUNCH("attn_bf16");
     return PG_OK;
 }
@@ -221,13 +222,14 @@ pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *
 }  // namespace
 
 extern "C" pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
-                                    uint16_t *out, cudaStream_t stream, pg_err *err)
+                                    float out_scale, uint16_t *out, cudaStream_t stream,
+                                    pg_err *err)
 {
     if (kv->elem != KV_ELEM_BF16)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_bf16: the cache must hold bf16");
     switch (b->d) {
-    case 64: return launch_bf16<64>(b, q, kv, out, stream, err);
-    case 128: return launch_bf16<128>(b, q, kv, out, stream, err);
+    case 64: return launch_bf16<64>(b, q, kv, out_scale, out, stream, err);
+    case 128: return launch_bf16<128>(b, q, kv, out_scale, out, stream, err);
     default:
         return pg_fail(err, PG_ERR_SHAPE, "attn_bf16: head dim %d is not supported on the GPU "
                                           "(64 or 128)", b->d);

@@ -1,20 +1,38 @@
-// cuda_attn_fp8.cu: fp8 (e4m3) prefill attention, the fp8qkv mode of
-// kernels/attn.h on the GPU: Q, K and V in e4m3, S = Q8.K8^T and O += P8.V8
-// on Hopper's fp8 tensor cores (wgmma m64nNk32 e4m3, fp32 accumulators; see
-// cuda_wgmma.cuh), P cast to e4m3 with no scale as FlashAttention-3's fp8
-// path does. K and V come straight from the paged e4m3 cache through the
-// block table. A block is two warpgroups (128 query rows); each issues its
-// own wgmma with A (Q, then P) from registers and B (K, then V^T) from the
-// shared-memory stage of the current key tile.
+// cuda_attn_fp8.cu: fp8 (e4m3) prefill attention on the GPU, the fp8qkv@fa3
+// profile of kernels/attn_profile.h: vLLM's FlashAttention-3 fork on Hopper
+// (vllm-project/flash-attention hopper/, read at 617264c1; the CPU
+// specification's row_tiled in attn_modes.c states the same rules):
+//   - S = Q8.K8^T on Hopper's fp8 tensor cores (wgmma m64nNk32 e4m3, fp32
+//     accumulators, one chain of k = 32 steps over d from zero; the hardware's
+//     accumulation is the rule of kernels/fp8_mma.h);
+//   - key tiles of kBlockN keys aligned at key 0 (hopper/tile_size.h
+//     tile_size_fwd_sm90, fp8, two-level build: 128 keys for d <= 64), visited
+//     from the last to the first (mainloop_fwd_sm90_tma_gmma_ws.hpp mma:
+//     n_block from n_block_max - 1 down);
+//   - a running max m of the raw scores over the tiles seen; P =
+//     exp2(S*s - (m*s - 8)) in [0, 256] (hopper/softmax.h scale_apply_exp2,
+//     Max_offset 8 for fp8), s = sm_scale*log2(e)*q_descale*k_descale; the
+//     row sum l over the fp32 P before the cast; O and l rescaled by
+//     exp2((m_old - m_new)*s) when the max grows;
+//   - P cast to e4m3 (cvt.rn.satfinite), O_tile = P8.V8 as a wgmma chain from
+//     zero, then O += O_tile in fp32: the fork's two-level accumulation
+//     (hopper/utils.h gemm);
+//   - a sink joins l only, against the final max (finalize_aux); O =
+//     acc * ((1 / l) * v_descale).
+// K and V come straight from the paged e4m3 cache through the block table. A
+// block is two warpgroups (128 query rows); each issues its own wgmma with A
+// (Q, then P) from registers and B (K, then V^T) from the shared-memory stage
+// of the current key tile.
 //
 // Layout trick for P.V: the fp32 accumulator of S holds, per thread, keys
 // 8i + 2q and 8i + 2q + 1 (i = 0..3, q = lane % 4) of each 32-key chunk,
 // while the k32 A operand wants four consecutive k slots per register. The
-// product does not care about the order of its k index, so slot s of each
-// 16-key group is assigned key fp8_slot_key(s), and a pre-pass
-// (fp8_vt_kernel) writes V transposed, [page][hkv][d][block_size], in that
-// order: each thread packs its own P values with no shuffles, and V^T tiles
-// stream in with cp.async like K's.
+// product does not care about the order of its k index (one alignment over
+// the 32 products of a k step, kernels/fp8_mma.h), so slot s of each 16-key
+// group is assigned key fp8_slot_key(s), and a pre-pass (fp8_vt_kernel)
+// writes V transposed, [page][hkv][d][block_size], in that order: each
+// thread packs its own P values with no shuffles, and V^T tiles stream in
+// with cp.async like K's.
 #include <cuda_fp8.h>
 #include <math.h>
 
@@ -27,11 +45,17 @@
 namespace {
 
 constexpr int F8_BM = 128;                // query rows per block (8 warps share each K/V tile)
-constexpr int F8_BN = 64;                 // keys per tile
 constexpr int F8_WARPS = F8_BM / 16;      // 16 rows per warp, 4 warps per warpgroup
 constexpr int F8_THREADS = F8_WARPS * 32;
-constexpr int F8_MIN_BLOCKS = 2;  // d 64: blocks per SM the register budget must allow (16 warps)
 constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
+// FA3's fp8 kBlockN for d <= 64 in vLLM's fork with two-level accumulation
+// (hopper/tile_size.h tile_size_fwd_sm90, since fork commit 29210221); the
+// CPU profile's tile table (attn_profile.c) holds the same number.
+constexpr int F8_FA3_BN_D64 = 128;
+// FA3's fp8 Max_offset: P = exp2(x - (max - 8)) lies in [0, 256] (hopper/softmax.h).
+constexpr float F8_FA3_MAX_OFFSET = 8.f;
+// log2(e) as the fork's finalize_aux multiplies the sink by it (float(M_LOG2E)).
+constexpr float F8_LOG2E_F32 = 1.44269504088896340736f;
 
 // Key (within a 16-key group) that k slot s of the P.V product stands for.
 __device__ __forceinline__ int fp8_slot_key(int s)
@@ -83,15 +107,70 @@ fp8_vt_kernel(const cuda_batch b, const uint8_t *__restrict__ cache,
 }
 
 // Shared-memory plan. Q rows are padded by 16 bytes for conflict-free
-// ldmatrix; the K tile ([F8_BN keys][D]) and the V^T tile ([D][F8_BN keys])
+// ldmatrix; the K tile ([BN keys][D]) and the V^T tile ([D][BN keys])
 // are in wgmma's no-swizzle core-matrix layout (wgmma_tile_offset).
-template <int D>
+template <int D, int BN>
 struct fp8_smem {
     static constexpr int stride = D + 16;       // bytes per Q row
     static constexpr int q_bytes = F8_BM * stride;
-    static constexpr int kv_bytes = F8_BN * D;  // one K tile, and one V^T tile
+    static constexpr int kv_bytes = BN * D;     // one K tile, and one V^T tile
     static constexpr size_t bytes = (size_t)q_bytes + 4 * kv_bytes;
 };
+
+// FA3's online softmax on one key tile of raw scores sc (wgmma m64nN
+// accumulator layout, cuda_softmax.cuh): masks keys outside each row's range
+// to -inf, takes the tile max tm of each row (quad-reduced), and when it
+// exceeds the running max m rescales the row's O accumulators and partial
+// sum by corr = exp2((m - tm) * s) (0 for a row's first keys: m = -inf);
+// then replaces sc by P = exp2(S*s - (m*s - 8)) and adds P to the partial
+// sums (hopper/softmax.h online_softmax, max_get_scale, scale_apply_exp2:
+// both a*b - c fused).
+template <int BN, int D>
+__device__ __forceinline__ void fa3_softmax_tile(float (&sc)[BN / 8][4], float (&m)[2],
+                                                 float (&l)[2], float (&o)[D / 8][4],
+                                                 const cuda_batch &b, int row0, int n0, int sq,
+                                                 int ctx, float s)
+{
+    const int lane = threadIdx.x % 32;
+    float tm[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = row0 + (e / 2) * 8;
+            const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+            const int hi = ctx + j;
+            const int lo = b.window > 0 ? hi - b.window + 1 : 0;
+            const bool ok = j < sq && t <= hi && t >= lo;
+            sc[nt][e] = ok ? sc[nt][e] : -INFINITY;
+            tm[e / 2] = fmaxf(tm[e / 2], sc[nt][e]);
+        }
+    float max_scaled[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 1));
+        tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 2));
+        if (tm[r] > m[r]) {
+            const float corr = fast_exp2((m[r] - tm[r]) * s);  // m = -inf: 0
+            l[r] *= corr;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++) {
+                o[i][2 * r] *= corr;
+                o[i][2 * r + 1] *= corr;
+            }
+            m[r] = tm[r];
+        }
+        // a row with no key yet: every P of this tile is exp2(-inf) = 0
+        max_scaled[r] = __fmaf_rn(m[r] == -INFINITY ? 0.f : m[r], s, -F8_FA3_MAX_OFFSET);
+    }
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            sc[nt][e] = fast_exp2(__fmaf_rn(sc[nt][e], s, -max_scaled[e / 2]));
+            l[e / 2] += sc[nt][e];
+        }
+}
 
 // Two floats to packed e4m3 (low byte first), saturating, nearest even.
 __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi)
@@ -99,15 +178,16 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi)
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
 }
 
-template <int D>
-__global__ void __launch_bounds__(F8_THREADS, D == 64 ? F8_MIN_BLOCKS : 1)
+// One block: 128 query rows of one (sequence, head), every key tile they see.
+template <int D, int BN>
+__global__ void __launch_bounds__(F8_THREADS, 1)
 attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
                 const uint8_t *__restrict__ cache, const uint8_t *__restrict__ vt,
                 const int32_t *__restrict__ block_table,
-                const int block_size, const int pages_per_seq, const float qk_scale,
-                const float v_scale, uint16_t *__restrict__ out)
+                const int block_size, const int pages_per_seq, const float scale_log2,
+                const float v_descale, uint16_t *__restrict__ out)
 {
-    using sm = fp8_smem<D>;
+    using sm = fp8_smem<D, BN>;
     constexpr int CH = D / 16;  // 16-byte chunks per row
     const attn_block blk = attn_block_of(b.hq);
     const int s = blk.s, h = blk.h, m0 = blk.qb * F8_BM;
@@ -123,14 +203,16 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     uint8_t *sVt2 = sK2 + 2 * sm::kv_bytes;      // stage st's V^T tile at st * kv_bytes
 
     load_q_tile<F8_BM, F8_THREADS, D>(sQ, sm::stride, q8, b, s, h, m0, sq);
-    const key_tiles kt = key_tiles_of<F8_BM, F8_BN>(b, m0, sq, ctx);
+    const key_tiles kt = key_tiles_of<F8_BM, BN>(b, m0, sq, ctx);
     const int n_begin = kt.n_begin, n_end = kt.n_end, n_tiles = kt.n_tiles;
 
-    constexpr int VT_CH = F8_BN / F8_GROUP;  // 16-key chunks per V^T row
-    auto load_kv = [&](int tile, int stage) {
-        const int n0 = n_begin + tile * F8_BN;
+    constexpr int VT_CH = BN / F8_GROUP;  // 16-key chunks per V^T row
+    // the i-th tile visited: from the last to the first (FA3's n_block order)
+    auto tile_n0 = [&](int i) { return n_begin + (n_tiles - 1 - i) * BN; };
+    auto load_kv = [&](int i, int stage) {
+        const int n0 = tile_n0(i);
         uint8_t *sK = sK2 + stage * sm::kv_bytes;
-        for (int c = tid; c < F8_BN * CH; c += F8_THREADS) {
+        for (int c = tid; c < BN * CH; c += F8_THREADS) {
             const int r = c / CH, cc = c % CH, t = n0 + r;
             const bool ok = t < n_end;
             const int tt = ok ? t : 0;
@@ -139,7 +221,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
                                  (int64_t)(tt % block_size) * D + cc * 16;
             cp_async_16(sK + wgmma_tile_offset(r, cc, CH), cache + base, ok ? 16 : 0);
         }
-        // V^T: D rows of F8_BN keys, 16-key groups from their pages.
+        // V^T: D rows of BN keys, 16-key groups from their pages.
         uint8_t *sVt = sVt2 + stage * sm::kv_bytes;
         for (int c = tid; c < D * VT_CH; c += F8_THREADS) {
             const int dim = c / VT_CH, grp = c % VT_CH;
@@ -156,9 +238,8 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     load_kv(0, 0);
     cp_async_commit();
 
-    const float scale_log2 = qk_scale * SOFTMAX_LOG2E;
     const int row0 = m0 + warp * 16 + lane / 4;
-    softmax_rows sm_rows = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -174,9 +255,6 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         fence_proxy_async();  // this thread's tile bytes, before the tensor cores read them
         __syncthreads();
         uint32_t qf[D / F8_KCHUNK][4];
-        // Q's A fragments, loaded again every tile: kept in registers across
-        // tiles, ptxas 13.0 gave them to P at d 64 (seen in the SASS: P packed
-        // into Q's registers after the first tile).
 #pragma unroll
         for (int kk = 0; kk < D / F8_KCHUNK; kk++)
             ldmatrix_x4(qf[kk], sQ + (warp * 16 + lane % 16) * sm::stride + kk * 32 +
@@ -184,19 +262,15 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         const uint8_t *sK = sK2 + stage * sm::kv_bytes;
         const uint8_t *sVt = sVt2 + stage * sm::kv_bytes;
 
-        // S = Q8.K8^T: one m64n64k32 per 32 dims (two 16-byte chunks).
-        float sc[F8_BN / 8][4];
+        // S = Q8.K8^T: one m64nBNk32 per 32 dims, chained from zero.
+        float sc[BN / 8][4];
         wgmma_e4m3_tile(sc, qf, sK, CH, 0);
+        fa3_softmax_tile<BN, D>(sc, m, l, o, b, row0, tile_n0(tile), sq, ctx, scale_log2);
 
-        const int n0 = n_begin + tile * F8_BN;
-        float alpha[2];
-        softmax_tile<F8_BN>(sc, sm_rows, alpha, b, m0, warp, lane, n0, sq, ctx, scale_log2);
-        softmax_rescale<D>(o, alpha);
-
-        // O += e4m3(P).V8, one 32-key chunk (four accumulator tiles) per wgmma.
-        uint32_t pa[F8_BN / F8_KCHUNK][4];
+        // O_tile = e4m3(P).V8 from zero, one 32-key chunk per wgmma; O += O_tile.
+        uint32_t pa[BN / F8_KCHUNK][4];
 #pragma unroll
-        for (int kc = 0; kc < F8_BN / F8_KCHUNK; kc++) {
+        for (int kc = 0; kc < BN / F8_KCHUNK; kc++) {
             const int t0 = 4 * kc;
             pa[kc][0] = pack_e4m3x2(sc[t0][0], sc[t0][1]) |
                         pack_e4m3x2(sc[t0 + 1][0], sc[t0 + 1][1]) << 16;
@@ -207,28 +281,53 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
             pa[kc][3] = pack_e4m3x2(sc[t0 + 2][2], sc[t0 + 2][3]) |
                         pack_e4m3x2(sc[t0 + 3][2], sc[t0 + 3][3]) << 16;
         }
-        wgmma_e4m3_tile(o, pa, sVt, VT_CH, 1);
+        float ot[D / 8][4];
+        wgmma_e4m3_tile(ot, pa, sVt, VT_CH, 0);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[i][e] += ot[i][e];
         __syncthreads();  // the stage is overwritten by the load two tiles on
     }
 
-    store_rows<D>(out, o, sm_rows, v_scale, b, s, h, row0, sq);
+    // finalize: l over the quad, the sink against the final max, then
+    // O * ((1 / l) * v_descale) (hopper/softmax.h finalize, finalize_aux).
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        if (b.sinks != nullptr)
+            lr += fast_exp2(__fmaf_rn(F8_LOG2E_F32, b.sinks[h],
+                                      -__fmaf_rn(m[r] == -INFINITY ? 0.f : m[r], scale_log2,
+                                                 -F8_FA3_MAX_OFFSET)));
+        const float inv = (lr == 0.f || lr != lr) ? 0.f : 1.f / lr;
+        const float mul = inv * v_descale;
+        const int j = row0 + r * 8;
+        if (j >= sq) continue;
+        uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++)
+            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
+                pack_bf16x2(o[nt][2 * r] * mul, o[nt][2 * r + 1] * mul);
+    }
 }
 
-template <int D>
+template <int D, int BN>
 pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
-                     const uint8_t *vt, float qk_scale, float v_scale, uint16_t *out,
+                     const uint8_t *vt, float scale_log2, float v_descale, uint16_t *out,
                      cudaStream_t stream, pg_err *err)
 {
-    const size_t smem = fp8_smem<D>::bytes;
-    CUDA_TRY("attn_fp8", cudaFuncSetAttribute(attn_fp8_kernel<D>,
+    const size_t smem = fp8_smem<D, BN>::bytes;
+    CUDA_TRY("attn_fp8", cudaFuncSetAttribute(attn_fp8_kernel<D, BN>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)smem));
     dim3 grid;
     const pg_status st = attn_grid(b, F8_BM, "attn_fp8", &grid, err);
     if (st != PG_OK) return st;
-    attn_fp8_kernel<D><<<grid, F8_THREADS, smem, stream>>>(
+    attn_fp8_kernel<D, BN><<<grid, F8_THREADS, smem, stream>>>(
         *b, q8, static_cast<const uint8_t *>(kv->data), vt, kv->block_table, kv->block_size,
-        kv->pages_per_seq, qk_scale, v_scale, out);
+        kv->pages_per_seq, scale_log2, v_descale, out);
     CUDA_TRY_LAUNCH("attn_fp8");
     return PG_OK;
 }
@@ -236,17 +335,14 @@ pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *k
 }  // namespace
 
 extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
-                                   float qk_scale, float v_scale, int p_rounding, uint16_t *out,
+                                   float scale_log2, float v_descale, uint16_t *out,
                                    cudaStream_t stream, pg_err *err)
 {
     if (kv->elem != KV_ELEM_E4M3)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_fp8: the cache must hold e4m3");
-    if (p_rounding != ATTN_P_E4M3)
-        return pg_fail(err, PG_ERR_USAGE, "attn_fp8: the GPU kernel rounds P to e4m3 only "
-                                          "(--p-rounding e4m3)");
-    if (b->d != 64 && b->d != 128)
+    if (b->d != 64)
         return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: head dim %d is not supported on the GPU "
-                                          "(64 or 128)", b->d);
+                                          "(fp8qkv@fa3 runs d 64 there)", b->d);
     // V^T in slot order (fp8_vt_kernel), one byte per cached V element.
     uint8_t *vt = nullptr;
     const size_t vt_bytes = (size_t)kv->n_pages * b->hkv * kv->block_size * b->d;
@@ -260,8 +356,7 @@ extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const
         st = pg_fail(err, PG_ERR_DEVICE, "attn_fp8: fp8_vt_kernel launch: %s",
                      cudaGetErrorString(rc));
     if (st == PG_OK)
-        st = b->d == 64 ? launch_fp8<64>(b, q8, kv, vt, qk_scale, v_scale, out, stream, err)
-                        : launch_fp8<128>(b, q8, kv, vt, qk_scale, v_scale, out, stream, err);
+        st = launch_fp8<64, F8_FA3_BN_D64>(b, q8, kv, vt, scale_log2, v_descale, out, stream, err);
     cudaFreeAsync(vt, stream);
     return st;
 }

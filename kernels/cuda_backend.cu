@@ -9,6 +9,7 @@
 
 
 #include "attn_cuda.h"
+#include "attn_profile_impl.h"
 #include "cuda_common.cuh"
 
 // bf16 bits of the quiet NaN that unwritten cache slots hold (as kv_cache.c).
@@ -498,90 +499,125 @@ extern "C" pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const
     return st;
 }
 
-extern "C" pg_status cuda_variant_bf16(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                                       const uint16_t *k, const uint16_t *v, uint64_t page_seed,
-                                       int block_size, uint16_t *out, pg_err *err)
+// What the GPU runs of a profile (cuda_supports).
+enum gpu_kind { GK_NONE, GK_BF16, GK_FP8KV_FIXED, GK_FP8KV_TWICE, GK_FP8QKV_FA3 };
+
+// The GPU path of profile p on batch b, or GK_NONE with why set.
+static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const char **why)
 {
-    dev_pool pool = {be, {}, 0};
-    cuda_batch cb = {};
-    uint16_t *dq, *dk, *dv, *dout;
-    cuda_paged cache;
-    pg_status st = dev_batch_make(&pool, b, &cb, err);
-    if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
-    const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
-    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "bf16 output", err);
+    const char *no = nullptr;
+    gpu_kind k = GK_NONE;
+    if (b->d != 64 && b->d != 128) {
+        no = "the GPU kernels take head dims 64 and 128";
+    } else {
+        switch (p->mode) {
+        case ATTN_MODE_BF16: k = GK_BF16; break;
+        case ATTN_MODE_FP8KV:
+            k = p->kv_scales == ATTN_KV_SCALES_TWICE ? GK_FP8KV_TWICE : GK_FP8KV_FIXED;
+            break;
+        case ATTN_MODE_FP8QKV:
+            // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles
+            if (p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL &&
+                attn_profile_block_n(p, b->d, b->window) == 128 && b->d == 64)
+                k = GK_FP8QKV_FA3;
+            else
+                no = p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL
+                         ? "the GPU's FA3 kernel takes head dim 64 (128-key tiles)"
+                         : "the GPU has no kernel for this profile's rounding";
+            break;
+        }
+    }
+    if (why != nullptr) *why = no;
+    return k;
+}
+
+extern "C" int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why)
+{
+    return gpu_kind_of(p, b, why) != GK_NONE;
+}
+
+// Runs kind on the device arrays dq/dk/dv of batch b into dout. e4m3 is the
+// layer's e4m3 paged cache, written here on first use (data == nullptr) and
+// shared by the fp8 kinds; its K/V counters go to dstats + CUDA_QSTAT_COUNT,
+// Q's to dstats.
+static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
+                          const cuda_batch *cb, gpu_kind kind, const uint16_t *dq,
+                          const uint16_t *dk, const uint16_t *dv, const attn_fp8_options *opt,
+                          cuda_paged *e4m3, unsigned long long *dstats, uint16_t *dout,
+                          pg_err *err)
+{
+    pg_status st = PG_OK;
+    const size_t nq = (size_t)cb->tq * cb->hq * cb->d;
+    if (kind == GK_BF16) {
+        cuda_paged cache;
+        st = dev_paged_write(pool, b, cb, dk, dv, KV_ELEM_BF16, 1.f, 1.f, opt->page_seed,
+                             opt->block_size, &cache, nullptr, err);
+        return st == PG_OK ? cuda_attn_bf16(cb, dq, &cache, 1.f, dout, be->stream, err) : st;
+    }
+    if (!opt->quantize)
+        return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
+    if (e4m3->data == nullptr)
+        st = dev_paged_write(pool, b, cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
+                             opt->page_seed, opt->block_size, e4m3,
+                             dstats != nullptr ? dstats + CUDA_QSTAT_COUNT : nullptr, err);
+    if (st != PG_OK) return st;
+    if (kind == GK_FP8KV_FIXED || kind == GK_FP8KV_TWICE) {
+        cuda_paged compact;
+        st = dev_gather(pool, b, cb, e4m3, opt->k_scale, opt->v_scale, &compact, err);
+        if (st != PG_OK) return st;
+        if (kind == GK_FP8KV_FIXED) return cuda_attn_bf16(cb, dq, &compact, 1.f, dout, be->stream, err);
+        // PR #24197 as merged: bmm1_scale = q*k*sm_scale, bmm2_scale = v_scale
+        cuda_batch twice = *cb;
+        twice.sm_scale = attn_vllm_bmm1_scale(opt->q_scale, opt->k_scale, b->sm_scale);
+        return cuda_attn_bf16(&twice, dq, &compact, opt->v_scale, dout, be->stream, err);
+    }
+    uint8_t *dq8;
+    st = dev_alloc(pool, (void **)&dq8, nq, "fp8 q", err);
     if (st == PG_OK)
-        st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_BF16, 1.f, 1.f, page_seed, block_size,
-                             &cache, nullptr, err);
-    if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &cache, dout, be->stream, err);
-    if (st == PG_OK) st = download(be, out, dout, nq * 2, "bf16 output", err);
-    dev_pool_free(&pool);
+        st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, 1, dq8, dstats, be->stream, err);
+    if (st == PG_OK)
+        st = cuda_attn_fp8(cb, dq8, e4m3, attn_fa3_scale_log2(b->sm_scale, opt->q_scale, opt->k_scale),
+                           opt->v_scale, dout, be->stream, err);
     return st;
 }
 
-// fp8kv (qkv == 0) or fp8qkv (qkv == 1) with host in/out.
-static pg_status variant_fp8(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                             int qkv, uint16_t *out, attn_quant_report *rep, pg_err *err)
+extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
+                                      const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                      const attn_fp8_options *opt, uint16_t *out,
+                                      attn_quant_report *rep, pg_err *err)
 {
-    if (!opt->quantize)
-        return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
+    const char *why = nullptr;
+    pg_status st = attn_batch_check(b, err);
+    if (st != PG_OK) return st;
+    const gpu_kind kind = gpu_kind_of(p, b, &why);
+    if (kind == GK_NONE)
+        return pg_fail(err, PG_ERR_USAGE, "cuda: %s does not run on the GPU: %s",
+                       attn_profile_variant(p), why);
     dev_pool pool = {be, {}, 0};
     cuda_batch cb = {};
     uint16_t *dq, *dk, *dv, *dout;
     unsigned long long *dstats;
-    cuda_paged cache, compact;
-    pg_status st = dev_batch_make(&pool, b, &cb, err);
+    cuda_paged e4m3 = {};
+    st = dev_batch_make(&pool, b, &cb, err);
     if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
     const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
-    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "fp8 output", err);
-    if (st == PG_OK)
-        st = dev_alloc(&pool, (void **)&dstats, CUDA_STATS_BYTES, "stats", err);
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
+    if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, CUDA_STATS_BYTES, "stats", err);
     CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, CUDA_STATS_BYTES, be->stream));
-    if (st == PG_OK)
-        st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
-                             opt->page_seed, opt->block_size, &cache, dstats + CUDA_QSTAT_COUNT,
-                             err);
-    if (st == PG_OK && !qkv) {
-        st = dev_gather(&pool, b, &cb, &cache, opt->k_scale, opt->v_scale, &compact, err);
-        if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &compact, dout, be->stream, err);
-    } else if (st == PG_OK) {
-        uint8_t *dq8;
-        st = dev_alloc(&pool, (void **)&dq8, nq, "fp8 q", err);
-        if (st == PG_OK)
-            st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, dq8, dstats, be->stream, err);
-        const float qk = (float)((double)opt->q_scale * opt->k_scale * b->sm_scale);
-        if (st == PG_OK)
-            st = cuda_attn_fp8(&cb, dq8, &cache, qk, opt->v_scale, opt->p_rounding, dout,
-                               be->stream, err);
-    }
+    if (st == PG_OK) st = run_kind(&pool, be, b, &cb, kind, dq, dk, dv, opt, &e4m3, dstats, dout, err);
     unsigned long long hs[3 * CUDA_QSTAT_COUNT];
-    if (st == PG_OK) st = download(be, out, dout, nq * 2, "fp8 output", err);
+    if (st == PG_OK) st = download(be, out, dout, nq * 2, "output", err);
     if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
     if (st == PG_OK && rep != nullptr) {
         memset(rep, 0, sizeof *rep);
-        if (qkv) stats_to_host(hs, &rep->q);
-        stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
-        stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
+        if (kind == GK_FP8QKV_FA3) stats_to_host(hs, &rep->q);
+        if (kind != GK_BF16) {
+            stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
+            stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
+        }
     }
     dev_pool_free(&pool);
     return st;
-}
-
-extern "C" pg_status cuda_variant_fp8kv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                                        const uint16_t *k, const uint16_t *v,
-                                        const attn_fp8_options *opt, uint16_t *out,
-                                        attn_quant_report *rep, pg_err *err)
-{
-    return variant_fp8(be, b, q, k, v, opt, 0, out, rep, err);
-}
-
-extern "C" pg_status cuda_variant_fp8qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                                         const uint16_t *k, const uint16_t *v,
-                                         const attn_fp8_options *opt, uint16_t *out,
-                                         attn_quant_report *rep, pg_err *err)
-{
-    return variant_fp8(be, b, q, k, v, opt, 1, out, rep, err);
 }
 
 extern "C" pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t *k,
@@ -686,7 +722,8 @@ extern "C" pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, co
 // The whole layer on the device in one go (it fits: see cuda_sweep_layer).
 static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                                    const uint16_t *k, const uint16_t *v,
-                                   const attn_fp8_options *opt, unsigned modes, int n_ext,
+                                   const attn_fp8_options *opt, int n_var,
+                                   const gpu_kind *kinds, int n_ext,
                                    const uint16_t *const *ext, attn_error_metrics *metrics,
                                    attn_quant_report *rep, uint16_t *const *mode_out,
                                    double *ms_ref, double *ms_modes, double *ms_metrics,
@@ -721,9 +758,7 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
                        err);
     CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, CUDA_STATS_BYTES, be->stream));
     // Host space for every comparison's results, then the counters.
-    const int mode_bits[3] = {CUDA_MODE_BF16, CUDA_MODE_FP8KV, CUDA_MODE_FP8QKV};
-    int n_cmp = n_ext;
-    for (int mi = 0; mi < 3; mi++) n_cmp += (modes & mode_bits[mi]) != 0;
+    const int n_cmp = n_var + n_ext;
     const size_t result_bytes = cuda_metrics_result_bytes(cb.hq);
     const size_t results_total = (size_t)n_cmp * result_bytes + CUDA_STATS_BYTES;
     // (the last layer's copies into it ended at that layer's synchronization)
@@ -741,35 +776,10 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
 
     int slot = 0;
     cuda_paged e4m3 = {};
-    for (int mi = 0; st == PG_OK && mi < 3; mi++) {
-        if (!(modes & mode_bits[mi])) continue;
+    for (int mi = 0; st == PG_OK && mi < n_var; mi++) {
         CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
-        if (mi == 0) {
-            cuda_paged cache;
-            st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_BF16, 1.f, 1.f, opt->page_seed,
-                                 opt->block_size, &cache, nullptr, err);
-            if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &cache, dout, be->stream, err);
-        } else {
-            if (e4m3.data == nullptr)
-                st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale,
-                                     opt->v_scale, opt->page_seed, opt->block_size, &e4m3,
-                                     dstats + CUDA_QSTAT_COUNT, err);
-            if (st == PG_OK && mi == 1) {
-                cuda_paged compact;
-                st = dev_gather(&pool, b, &cb, &e4m3, opt->k_scale, opt->v_scale, &compact, err);
-                if (st == PG_OK) st = cuda_attn_bf16(&cb, dq, &compact, dout, be->stream, err);
-            } else if (st == PG_OK) {
-                uint8_t *dq8;
-                st = dev_alloc(&pool, (void **)&dq8, nq, "fp8 q", err);
-                if (st == PG_OK)
-                    st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, dq8, dstats,
-                                            be->stream, err);
-                const float qk = (float)((double)opt->q_scale * opt->k_scale * b->sm_scale);
-                if (st == PG_OK)
-                    st = cuda_attn_fp8(&cb, dq8, &e4m3, qk, opt->v_scale, opt->p_rounding, dout,
-                                       be->stream, err);
-            }
-        }
+        if (st == PG_OK)
+            st = run_kind(&pool, be, b, &cb, kinds[mi], dq, dk, dv, opt, &e4m3, dstats, dout, err);
         CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
         if (st == PG_OK && ms_modes) ms_modes[mi] = event_ms(ev[0], ev[1]);
         if (st == PG_OK && mode_out != nullptr && mode_out[slot] != nullptr)
@@ -874,7 +884,6 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
         st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
                              opt->page_seed, opt->block_size, &e4m3, nullptr, err);
     if (st == PG_OK) st = dev_gather(&pool, b, &cb, &e4m3, opt->k_scale, opt->v_scale, &compact, err);
-    const float qk = (float)((double)opt->q_scale * opt->k_scale * b->sm_scale);
     TIME_STAGE(&t->reference, st = cuda_attn_reference(&cb, dq, dk, dv, dref, be->stream, err));
     TIME_STAGE(&t->cache_write_e4m3, st = cuda_kv_cache_write(&cb, dk, dv, opt->k_scale,
                                                               opt->v_scale, &e4m3, nullptr,
@@ -882,11 +891,12 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
     TIME_STAGE(&t->dequant_gather, st = cuda_kv_dequant_gather(&cb, &e4m3, opt->k_scale,
                                                                opt->v_scale, &compact,
                                                                be->stream, err));
-    TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, dout, be->stream, err));
-    TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, dq8, nullptr,
-                                                       be->stream, err));
-    TIME_STAGE(&t->attn_fp8, st = cuda_attn_fp8(&cb, dq8, &e4m3, qk, opt->v_scale, opt->p_rounding,
-                                                dout, be->stream, err));
+    TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, 1.f, dout, be->stream, err));
+    TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, 1, dq8,
+                                                       nullptr, be->stream, err));
+    const float scale_log2 = attn_fa3_scale_log2(b->sm_scale, opt->q_scale, opt->k_scale);
+    TIME_STAGE(&t->attn_fp8, st = cuda_attn_fp8(&cb, dq8, &e4m3, scale_log2, opt->v_scale, dout,
+                                                be->stream, err));
     attn_error_metrics *m = (attn_error_metrics *)calloc((size_t)b->hq + 1, sizeof *m);
     if (m == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "metrics");
     TIME_STAGE(&t->metrics, st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, m, be->stream, err));
@@ -1026,7 +1036,8 @@ void add_stats(fp8_quant_stats *a, const fp8_quant_stats *b)
 // the host, where the metrics of the whole layer are computed.
 pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                             unsigned modes, int n_ext, const uint16_t *const *ext,
+                             int n_var, const attn_profile *const *var, const gpu_kind *kinds,
+                             int n_ext, const uint16_t *const *ext,
                              attn_error_metrics *metrics, attn_quant_report *rep,
                              uint16_t *const *mode_out, const piece *ps, int n_pieces,
                              pg_err *err)
@@ -1034,14 +1045,19 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
     const int64_t tq = attn_batch_tq(b);
     const size_t nq = (size_t)tq * b->hq * b->d;
     const size_t qrow = (size_t)b->hq * b->d, kvrow = (size_t)b->hkv * b->d;
-    const int mode_bits[3] = {CUDA_MODE_BF16, CUDA_MODE_FP8KV, CUDA_MODE_FP8QKV};
     double *ref = (double *)malloc(nq * sizeof(double));
     double *scratch = (double *)malloc(nq * sizeof(double));
-    uint16_t *outs[3] = {nullptr, nullptr, nullptr};
-    pg_status st = (ref && scratch) ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "pieces: host arrays");
-    for (int mi = 0; st == PG_OK && mi < 3; mi++)
-        if ((modes & mode_bits[mi]) && (outs[mi] = (uint16_t *)malloc(nq * 2)) == nullptr)
+    uint16_t **outs = (uint16_t **)calloc((size_t)n_var + 1, sizeof *outs);
+    pg_status st = (ref && scratch && outs) ? PG_OK
+                                            : pg_fail(err, PG_ERR_NOMEM, "pieces: host arrays");
+    for (int mi = 0; st == PG_OK && mi < n_var; mi++)
+        if ((outs[mi] = (uint16_t *)malloc(nq * 2)) == nullptr)
             st = pg_fail(err, PG_ERR_NOMEM, "pieces: host outputs");
+    // the fp8 kinds share one e4m3 cache per layer: count its K/V once, from
+    // the first fp8 kind; Q from the fp8qkv kind
+    int kv_counter = -1;
+    for (int mi = 0; mi < n_var && kv_counter < 0; mi++)
+        if (kinds[mi] != GK_BF16) kv_counter = mi;
     attn_quant_report total = {};
     int64_t *q_off = (int64_t *)malloc(((size_t)b->n_seqs + 1) * 2 * sizeof(int64_t));
     if (st == PG_OK && q_off == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "pieces: offsets");
@@ -1069,35 +1085,25 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
             const uint16_t *pk = k + (size_t)kv_off[pc.s0] * kvrow;
             const uint16_t *pv = v + (size_t)kv_off[pc.s0] * kvrow;
             st = cuda_reference(be, &sub, pq, pk, pv, ref + (size_t)q0 * qrow, err);
-            for (int mi = 0; st == PG_OK && mi < 3; mi++) {
-                if (!(modes & mode_bits[mi])) continue;
+            for (int mi = 0; st == PG_OK && mi < n_var; mi++) {
                 uint16_t *o = outs[mi] + (size_t)q0 * qrow;
                 attn_quant_report r = {};
-                if (mi == 0)
-                    st = cuda_variant_bf16(be, &sub, pq, pk, pv, opt->page_seed, opt->block_size,
-                                           o, err);
-                else if (mi == 1)
-                    st = cuda_variant_fp8kv(be, &sub, pq, pk, pv, opt, o, &r, err);
-                else
-                    st = cuda_variant_fp8qkv(be, &sub, pq, pk, pv, opt, o, &r, err);
+                st = cuda_variant_run(be, var[mi], &sub, pq, pk, pv, opt, o, &r, err);
                 if (st != PG_OK) break;
                 /* K/V of a row chunk repeat its sequence's earlier keys: count
                  * the cache's statistics once per piece of whole sequences
                  * or the chunk that ends the sequence. */
-                if (mi != 0 && (pc.j1 == pc.j0 || pc.j1 == b->seq_q[pc.s0])) {
-                    if (mi == 1 || !(modes & CUDA_MODE_FP8KV)) {
-                        add_stats(&total.k, &r.k);
-                        add_stats(&total.v, &r.v);
-                    }
+                if (mi == kv_counter && (pc.j1 == pc.j0 || pc.j1 == b->seq_q[pc.s0])) {
+                    add_stats(&total.k, &r.k);
+                    add_stats(&total.v, &r.v);
                 }
-                if (mi == 2) add_stats(&total.q, &r.q);
+                if (kinds[mi] == GK_FP8QKV_FA3) add_stats(&total.q, &r.q);
             }
         }
     }
     int slot = 0;
     const int per = b->hq + 1;
-    for (int mi = 0; st == PG_OK && mi < 3; mi++) {
-        if (!(modes & mode_bits[mi])) continue;
+    for (int mi = 0; st == PG_OK && mi < n_var; mi++) {
         metrics_compare_heads(outs[mi], ref, tq, b->hq, b->d, scratch, metrics + (size_t)slot * per);
         if (mode_out != nullptr && mode_out[slot] != nullptr) memcpy(mode_out[slot], outs[mi], nq * 2);
         slot++;
@@ -1106,7 +1112,8 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
         metrics_compare_heads(ext[e], ref, tq, b->hq, b->d, scratch, metrics + (size_t)slot * per);
     if (st == PG_OK && rep != nullptr) *rep = total;
     free(q_off);
-    for (int mi = 0; mi < 3; mi++) free(outs[mi]);
+    for (int mi = 0; outs != nullptr && mi < n_var; mi++) free(outs[mi]);
+    free(outs);
     free(ref);
     free(scratch);
     return st;
@@ -1134,20 +1141,32 @@ extern "C" void cuda_host_unregister(void *p)
 
 extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                                       const uint16_t *k, const uint16_t *v,
-                                      const attn_fp8_options *opt, unsigned modes, int n_ext,
+                                      const attn_fp8_options *opt, int n_var,
+                                      const attn_profile *const *var, int n_ext,
                                       const uint16_t *const *ext, attn_error_metrics *metrics,
                                       attn_quant_report *rep, uint16_t *const *mode_out,
                                       double *ms_ref, double *ms_modes, double *ms_metrics,
                                       pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
+    if (st != PG_OK) return st;
+    if (n_var < 0 || n_var > CUDA_MAX_VARIANTS)
+        return pg_fail(err, PG_ERR_USAGE, "cuda: %d variants in one layer (at most %d)", n_var,
+                       CUDA_MAX_VARIANTS);
+    gpu_kind kinds[CUDA_MAX_VARIANTS];
+    for (int i = 0; i < n_var; i++) {
+        const char *why = nullptr;
+        if ((kinds[i] = gpu_kind_of(var[i], b, &why)) == GK_NONE)
+            return pg_fail(err, PG_ERR_USAGE, "cuda: %s does not run on the GPU: %s",
+                           attn_profile_variant(var[i]), why);
+    }
     double budget = 0;
-    if (st == PG_OK) st = plan_budget(&budget, err);
+    st = plan_budget(&budget, err);
     if (st != PG_OK) return st;
     const double need = layer_bytes(b);
     if (need <= budget) {
-        st = sweep_layer_whole(be, b, q, k, v, opt, modes, n_ext, ext, metrics, rep, mode_out,
-                               ms_ref, ms_modes, ms_metrics, err);
+        st = sweep_layer_whole(be, b, q, k, v, opt, n_var, kinds, n_ext, ext, metrics, rep,
+                               mode_out, ms_ref, ms_modes, ms_metrics, err);
     } else {
         // Copies prefetched for these arrays are not used in pieces: let
         // them end (the caller may reuse the host arrays) and free the slot.
@@ -1167,9 +1186,9 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                     need / (1 << 30), budget / (1 << 30), n);
             if (ms_ref) *ms_ref = 0;
             if (ms_metrics) *ms_metrics = 0;
-            if (ms_modes) ms_modes[0] = ms_modes[1] = ms_modes[2] = 0;
-            st = sweep_layer_pieces(be, b, q, k, v, opt, modes, n_ext, ext, metrics, rep,
-                                    mode_out, ps, n, err);
+            for (int i = 0; ms_modes != nullptr && i < n_var; i++) ms_modes[i] = 0;
+            st = sweep_layer_pieces(be, b, q, k, v, opt, n_var, var, kinds, n_ext, ext, metrics,
+                                    rep, mode_out, ps, n, err);
         }
         free(ps);
     }

@@ -120,9 +120,12 @@ pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k, const uint
 pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_paged *src, float k_scale,
                                  float v_scale, cuda_paged *out, cudaStream_t stream, pg_err *err);
 
-// e4m3 quantization of n bf16 values with a scale (cuda_kv_cache.cu); stats as above (one set).
-pg_status cuda_quantize_e4m3(const uint16_t *x, int64_t n, float scale, uint8_t *out,
-                             unsigned long long *stats, cudaStream_t stream, pg_err *err);
+// e4m3 quantization of n bf16 values with a scale (cuda_kv_cache.cu): x / scale,
+// or x * (1.0f / scale) when by_inverse (fp8_e4m3_quantize_bf16_inverse, vLLM's
+// scaled_fp8_quant); stats as above (one set).
+pg_status cuda_quantize_e4m3(const uint16_t *x, int64_t n, float scale, int by_inverse,
+                             uint8_t *out, unsigned long long *stats, cudaStream_t stream,
+                             pg_err *err);
 
 // fp64 reference attention (cuda_attn_reference.cu): packed bf16 q [tq,hq,d],
 // k/v [tkv,hkv,d] -> out fp64 [tq,hq,d]; d <= 128.
@@ -133,15 +136,17 @@ pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q, const uint
 // with tkv keys in all, hkv kv heads of dim d (its fp64 K/V).
 double cuda_attn_reference_scratch(int64_t tkv, int n_seqs, int hkv, int d);
 
-// bf16 prefill attention through a bf16 paged cache (cuda_attn_bf16.cu): out bf16 [tq,hq,d].
+// bf16 prefill attention through a bf16 paged cache (cuda_attn_bf16.cu): S
+// scaled by b->sm_scale, O multiplied by out_scale (1 but for
+// fp8kv@vllm-24197's bmm2_scale); out bf16 [tq,hq,d].
 pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
-                         uint16_t *out, cudaStream_t stream, pg_err *err);
+                         float out_scale, uint16_t *out, cudaStream_t stream, pg_err *err);
 
-// fp8 prefill attention (cuda_attn_fp8.cu): e4m3 q8 [tq,hq,d] and e4m3 paged
-// cache; S scaled by qk_scale, P rounded per p_rounding (e4m3 or bf16-equivalent
-// where supported), O scaled by v_scale / l; out bf16.
+// fp8qkv@fa3 prefill attention (cuda_attn_fp8.cu): e4m3 q8 [tq,hq,d] and e4m3
+// paged cache, head dim 64; scale_log2 = FA3's softmax_scale_log2 with the q/k
+// descales folded in, v_descale FA3's; out bf16. PG_ERR_SHAPE for another d.
 pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
-                        float qk_scale, float v_scale, int p_rounding, uint16_t *out,
+                        float scale_log2, float v_descale, uint16_t *out,
                         cudaStream_t stream, pg_err *err);
 
 // Error metrics of out (bf16) against ref (fp64), [tq, hq, d] both

@@ -102,10 +102,11 @@ __device__ __forceinline__ uint16_t e4m3_dequant_bf16(unsigned b, float scale)
 
 // fp8_e4m3_quantize_bf16 of one value: returns the byte and adds to the four
 // counters c[CUDA_QSTAT_*] exactly as the CPU does.
-__device__ __forceinline__ uint8_t e4m3_quantize_count(uint16_t xbits, float scale, unsigned *c)
+__device__ __forceinline__ uint8_t e4m3_quantize_count(uint16_t xbits, float scale, unsigned *c,
+                                                       bool by_inverse = false)
 {
     const float x = bf16_bits_to_f32(xbits);
-    const float y = __fdiv_rn(x, scale);
+    const float y = by_inverse ? __fmul_rn(x, scale) : __fdiv_rn(x, scale);
     const uint8_t b = (uint8_t)__nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
     const uint32_t ay = __float_as_uint(y) & F32_ABS_MASK;
     const unsigned nz = (x != 0.0f);  // a NaN counts as nonzero
@@ -239,15 +240,16 @@ kv_gather_kernel(const int32_t *__restrict__ src_bt, int64_t half_elems, int src
 }
 
 // e4m3 quantization of n bf16 values, grid-stride; stats (may be NULL) gets
-// the four counters of fp8_e4m3_quantize_bf16.
+// the four counters of fp8_e4m3_quantize_bf16. by_inverse: scale is the
+// inverse, multiplied (fp8_e4m3_quantize_bf16_inverse).
 __global__ void __launch_bounds__(KV_THREADS)
-quantize_e4m3_kernel(const uint16_t *__restrict__ x, int64_t n, float scale,
+quantize_e4m3_kernel(const uint16_t *__restrict__ x, int64_t n, float scale, bool by_inverse,
                      uint8_t *__restrict__ out, unsigned long long *__restrict__ stats)
 {
     unsigned c[CUDA_QSTAT_COUNT] = {0u};
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x)
-        out[e] = e4m3_quantize_count(x[e], scale, c);
+        out[e] = e4m3_quantize_count(x[e], scale, c, by_inverse);
     if (stats != NULL) block_add_counters<CUDA_QSTAT_COUNT>(c, stats);
 }
 
@@ -338,15 +340,17 @@ extern "C" pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_page
 // Contract (cuda_common.cuh): x (n bf16), out (n bytes), stats (4 counters or
 // NULL) on the device; out[i] = e4m3(x[i] / scale) with SATFINITE, RNE.
 // Asynchronous on stream.
-extern "C" pg_status cuda_quantize_e4m3(const uint16_t *x, int64_t n, float scale, uint8_t *out,
-                                        unsigned long long *stats, cudaStream_t stream,
-                                        pg_err *err)
+extern "C" pg_status cuda_quantize_e4m3(const uint16_t *x, int64_t n, float scale, int by_inverse,
+                                        uint8_t *out, unsigned long long *stats,
+                                        cudaStream_t stream, pg_err *err)
 {
     static const char what[] = "cuda_quantize_e4m3";
     if (n < 0) return pg_fail(err, PG_ERR_SHAPE, "%s: negative count %lld", what, (long long)n);
     if (n == 0) return PG_OK;
-    quantize_e4m3_kernel<<<grid_stride_blocks(n), KV_THREADS, 0, stream>>>(x, n, scale, out,
-                                                                            stats);
+    // the inverse as fp8_e4m3_quantize_bf16_inverse takes it: 1.0f / scale in fp32
+    const float s = by_inverse ? 1.0f / scale : scale;
+    quantize_e4m3_kernel<<<grid_stride_blocks(n), KV_THREADS, 0, stream>>>(x, n, s, by_inverse != 0,
+                                                                            out, stats);
     CUDA_TRY_LAUNCH(what);
     return PG_OK;
 }

@@ -65,22 +65,6 @@
 /* Shift that moves the binary32 sign bit onto the fp8 sign bit. */
 #define F32_TO_FP8_SIGN_SHIFT 24u
 
-/* The binary32 bit pattern of x (memcpy: no aliasing or union tricks). */
-static inline uint32_t f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-/* The binary32 whose bit pattern is u. */
-static inline float f32_from_bits(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 uint16_t bf16_from_f32(float x)
 {
     uint32_t u = f32_bits(x);

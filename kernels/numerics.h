@@ -29,6 +29,22 @@ extern "C" {
 /* The NaN that the fp8 encoders return for a NaN input (CUDA's choice). */
 #define FP8_NAN_BITS 0x7Fu
 
+/* The binary32 bit pattern of x (memcpy: no aliasing or union tricks). */
+static inline uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* The binary32 whose bit pattern is u. */
+static inline float f32_from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 /* Rounds x to the nearest bf16, ties to even; NaN stays NaN (quieted, sign kept). */
 uint16_t bf16_from_f32(float x);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "attn_profile.h"
 #include "numerics.h"
 #include "rng.h"
 
@@ -118,14 +119,18 @@ static float q8(uint16_t x, float scale)
     return fp8_e4m3_decode(fp8_e4m3_encode_scaled(bf16_to_f32(x), scale));
 }
 
-/* Naive statement of the fp32 modes: fp8 = 0 is the bf16 mode, fp8 = 1 is
- * fp8qkv with P rounded to e4m3, fp8 = 2 is fp8kv (bf16(fp8*scale) K/V). */
+/* Naive statement of the final-max variants: fp8 = 0 is bf16, fp8 = 1 is
+ * fp8qkv@ideal (P rounded to e4m3 unscaled), fp8 = 2 is fp8kv@fixed
+ * (bf16(fp8*scale) K/V), fp8 = 3 is fp8kv@vllm-24197 (the same K/V, then
+ * S * fp32(qs*ks*sm) and O * vs, vLLM's bmm1/bmm2 scales in double). */
 static void naive_mode(const attn_batch *b, const uint16_t *q, const uint16_t *k,
                        const uint16_t *v, int fp8, float qs, float ks, float vs, uint16_t *out)
 {
     int64_t qo = 0, ko = 0;
     const int G = b->hq / b->hkv, d = b->d;
-    const float qk_scale = fp8 == 1 ? (float)((double)qs * ks * b->sm_scale) : b->sm_scale;
+    const float qk_scale =
+        fp8 == 1 || fp8 == 3 ? (float)((double)qs * ks * b->sm_scale) : b->sm_scale;
+    const float o_scale = fp8 == 1 || fp8 == 3 ? vs : 1.0f;
     for (int s = 0; s < b->n_seqs; s++) {
         const int ctx = b->seq_kv[s] - b->seq_q[s];
         for (int j = 0; j < b->seq_q[s]; j++) {
@@ -141,7 +146,7 @@ static void naive_mode(const attn_batch *b, const uint16_t *q, const uint16_t *k
                         uint16_t kx = k[at(ko + t, g, b->hkv, d) + i];
                         float a = fp8 == 1 ? q8(qx, qs) : bf16_to_f32(qx);
                         float c = fp8 == 1   ? q8(kx, ks)
-                                  : fp8 == 2 ? bf16_to_f32(bf16_from_f32(q8(kx, ks) * ks))
+                                  : fp8 >= 2 ? bf16_to_f32(bf16_from_f32(q8(kx, ks) * ks))
                                              : bf16_to_f32(kx);
                         dot += a * c;
                     }
@@ -161,12 +166,11 @@ static void naive_mode(const attn_batch *b, const uint16_t *q, const uint16_t *k
                         float p = fp8 == 1 ? fp8_e4m3_decode(fp8_e4m3_encode(sc[t]))
                                            : bf16_to_f32(bf16_from_f32(sc[t]));
                         float c = fp8 == 1   ? q8(vx, vs)
-                                  : fp8 == 2 ? bf16_to_f32(bf16_from_f32(q8(vx, vs) * vs))
+                                  : fp8 >= 2 ? bf16_to_f32(bf16_from_f32(q8(vx, vs) * vs))
                                              : bf16_to_f32(vx);
                         o += p * c;
                     }
-                    out[at(qo + j, h, b->hq, d) + i] =
-                        bf16_from_f32((o * (fp8 == 1 ? vs : 1.0f)) / l);
+                    out[at(qo + j, h, b->hq, d) + i] = bf16_from_f32((o * o_scale) / l);
                 }
                 free(sc);
             }
@@ -200,6 +204,15 @@ static double rel_l2_bf16(const uint16_t *a, const double *r, size_t n)
 }
 
 static const attn_fp8_options fp8_default = {1, 1.0f, 1.0f, 1.0f, ATTN_P_E4M3, 16, 42};
+
+/* Runs variant name ("fp8kv@fixed", ...) on case c into out. */
+static pg_status run_variant(const char *name, const tcase *c, const attn_fp8_options *opt,
+                             uint16_t *out, attn_quant_report *rep, pg_err *err)
+{
+    const attn_profile *p;
+    pg_status st = attn_profile_find(name, &p, err);
+    return st == PG_OK ? attn_variant_run(p, &c->b, c->q, c->k, c->v, opt, out, rep, 2, err) : st;
+}
 
 /* A batch shape of the specification tests, with the fp8 block size to use. */
 typedef struct shape {
@@ -256,15 +269,19 @@ Test(attn, modes_match_their_naive_statements_bit_for_bit)
         naive_mode(&c.b, c.q, c.k, c.v, 0, 1, 1, 1, n);
         cr_assert_arr_eq(o, n, c.nq * 2, "shape %zu: bf16 differs from its statement", i);
 
-        cr_assert_eq(attn_variant_fp8qkv(&c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK,
-                     "%s", err.msg);
+        cr_assert_eq(run_variant("fp8qkv@ideal", &c, &opt, o, NULL, &err), PG_OK, "%s", err.msg);
         naive_mode(&c.b, c.q, c.k, c.v, 1, opt.q_scale, opt.k_scale, opt.v_scale, n);
-        cr_assert_arr_eq(o, n, c.nq * 2, "shape %zu: fp8qkv differs from its statement", i);
+        cr_assert_arr_eq(o, n, c.nq * 2, "shape %zu: fp8qkv@ideal differs from its statement", i);
 
-        cr_assert_eq(attn_variant_fp8kv(&c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK, "%s",
-                     err.msg);
+        cr_assert_eq(run_variant("fp8kv@fixed", &c, &opt, o, NULL, &err), PG_OK, "%s", err.msg);
         naive_mode(&c.b, c.q, c.k, c.v, 2, opt.q_scale, opt.k_scale, opt.v_scale, n);
-        cr_assert_arr_eq(o, n, c.nq * 2, "shape %zu: fp8kv differs from its statement", i);
+        cr_assert_arr_eq(o, n, c.nq * 2, "shape %zu: fp8kv@fixed differs from its statement", i);
+
+        cr_assert_eq(run_variant("fp8kv@vllm-24197", &c, &opt, o, NULL, &err), PG_OK, "%s",
+                     err.msg);
+        naive_mode(&c.b, c.q, c.k, c.v, 3, opt.q_scale, opt.k_scale, opt.v_scale, n);
+        cr_assert_arr_eq(o, n, c.nq * 2, "shape %zu: fp8kv@vllm-24197 differs from its statement",
+                         i);
         free(o);
         free(n);
         tcase_free(&c);
@@ -281,16 +298,22 @@ Test(attn, quantization_off_equals_bf16_bit_for_bit)
         attn_fp8_options opt = fp8_default;
         opt.quantize = 0;
         opt.block_size = shapes[i].block;
+        /* Scales != 1: unused without quantization (attn.h), so they must not show. */
+        opt.q_scale = 0.5f;
+        opt.k_scale = 0.25f;
+        opt.v_scale = 2.0f;
         cr_assert_eq(attn_variant_bf16(&c.b, c.q, c.k, c.v, ob, 1, &err), PG_OK);
-        cr_assert_eq(attn_variant_fp8kv(&c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK);
-        cr_assert_arr_eq(o, ob, c.nq * 2, "shape %zu: fp8kv without quantization != bf16", i);
-        opt.p_rounding = ATTN_P_BF16;
-        cr_assert_eq(attn_variant_fp8qkv(&c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK);
-        cr_assert_arr_eq(o, ob, c.nq * 2, "shape %zu: fp8qkv without quantization != bf16", i);
-        /* And the property is not vacuous: with P in e4m3 the result moves. */
-        opt.p_rounding = ATTN_P_E4M3;
-        cr_assert_eq(attn_variant_fp8qkv(&c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK);
-        if (c.nq > 64) cr_assert_neq(memcmp(o, ob, c.nq * 2), 0);
+        static const char *const same[] = {"fp8kv@fixed", "fp8kv@vllm-24197", "fp8qkv@ideal"};
+        for (size_t v = 0; v < sizeof same / sizeof same[0]; v++) {
+            opt.quantize = 0;
+            cr_assert_eq(run_variant(same[v], &c, &opt, o, NULL, &err), PG_OK, "%s", err.msg);
+            cr_assert_arr_eq(o, ob, c.nq * 2, "shape %zu: %s without quantization != bf16", i,
+                             same[v]);
+            /* And the property is not vacuous: with quantization the result moves. */
+            opt.quantize = 1;
+            cr_assert_eq(run_variant(same[v], &c, &opt, o, NULL, &err), PG_OK, "%s", err.msg);
+            cr_assert_neq(memcmp(o, ob, c.nq * 2), 0, "shape %zu: %s", i, same[v]);
+        }
         free(ob);
         free(o);
         tcase_free(&c);
@@ -398,7 +421,10 @@ Test(attn, gqa_maps_query_head_to_its_kv_head)
     int sq[1] = {3}, skv[1] = {3};
     tcase c;
     tcase_make(&c, 1, sq, skv, 8, 2, 64, 0, 0, 1.0, 11);
-    /* kv head g holds the constant value g + 1 everywhere. */
+    /* kv head g holds the constant value g + 1 everywhere, and one key for
+     * every token: all scores of a row are equal, so every P is exactly 1
+     * (2^8 in the FA3 profiles), exact in e4m3, and O is exactly g + 1. */
+    for (int t = 1; t < 3; t++) memcpy(c.k + at(t, 0, 2, 64), c.k, 2 * 64 * 2);
     for (int t = 0; t < 3; t++)
         for (int g = 0; g < 2; g++)
             for (int i = 0; i < 64; i++) c.v[at(t, g, 2, 64) + i] = bf16_from_f32((float)(g + 1));
@@ -407,21 +433,17 @@ Test(attn, gqa_maps_query_head_to_its_kv_head)
     pg_err err = {0};
     attn_fp8_options opt = fp8_default;
     cr_assert_eq(attn_reference(&c.b, c.q, c.k, c.v, r, 2, &err), PG_OK);
-    for (int variant = 0; variant < 3; variant++) {
-        if (variant == 0) cr_assert_eq(attn_variant_bf16(&c.b, c.q, c.k, c.v, o, 2, &err), PG_OK);
-        if (variant == 1)
-            cr_assert_eq(attn_variant_fp8kv(&c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK);
-        if (variant == 2) {
-            opt.p_rounding = ATTN_P_NONE; /* e4m3 P would not sum to exactly 1 */
-            cr_assert_eq(attn_variant_fp8qkv(&c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK);
-        }
+    for (size_t variant = 0; variant < attn_profile_count(); variant++) {
+        const attn_profile *p = attn_profile_at(variant);
+        cr_assert_eq(attn_variant_run(p, &c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK,
+                     "%s", err.msg);
         for (int t = 0; t < 3; t++)
             for (int h = 0; h < 8; h++)
                 for (int i = 0; i < 64; i++) {
                     const double want = h / 4 + 1;
                     cr_assert_float_eq(r[at(t, h, 8, 64) + i], want, 1e-14);
-                    cr_assert_float_eq(bf16_to_f32(o[at(t, h, 8, 64) + i]), want, 1e-2,
-                                       "variant %d token %d head %d", variant, t, h);
+                    cr_assert_eq(bf16_to_f32(o[at(t, h, 8, 64) + i]), want,
+                                 "%s token %d head %d", attn_profile_variant(p), t, h);
                 }
     }
     free(r);
@@ -468,11 +490,11 @@ Test(attn, modes_order_by_precision)
     cr_assert_eq(attn_variant_bf16(&c.b, c.q, c.k, c.v, o, 2, &err), PG_OK);
     const double e_bf16 = rel_l2_bf16(o, r, c.nq);
     attn_quant_report rep;
-    cr_assert_eq(attn_variant_fp8kv(&c.b, c.q, c.k, c.v, &opt, o, &rep, 2, &err), PG_OK);
+    cr_assert_eq(run_variant("fp8kv", &c, &opt, o, &rep, &err), PG_OK, "%s", err.msg);
     const double e_kv = rel_l2_bf16(o, r, c.nq);
     cr_assert_eq(rep.k.n, c.nkv);
     cr_assert_eq(rep.q.n, 0);
-    cr_assert_eq(attn_variant_fp8qkv(&c.b, c.q, c.k, c.v, &opt, o, &rep, 2, &err), PG_OK);
+    cr_assert_eq(run_variant("fp8qkv", &c, &opt, o, &rep, &err), PG_OK, "%s", err.msg);
     const double e_qkv = rel_l2_bf16(o, r, c.nq);
     cr_assert_eq(rep.q.n, c.nq);
     /* bf16 output rounding alone is ~2^-9 relative; fp8 (3 mantissa bits) is ~2^-5. */

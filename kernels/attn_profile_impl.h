@@ -1,0 +1,75 @@
+/*
+ * attn_profile_impl.h: the knobs of a kernel profile, private to kernels/
+ * (attn_profile.c fills the table, attn_modes.c's fp32 core reads it).
+ */
+#ifndef PG_ATTN_PROFILE_IMPL_H
+#define PG_ATTN_PROFILE_IMPL_H
+
+#include "attn_profile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* fp8kv: which scales the bf16 attention after the dequant is given. */
+typedef enum attn_kv_scales {
+    ATTN_KV_SCALES_FIXED,  /* sm_scale alone (the dequant already applied k/v scales) */
+    ATTN_KV_SCALES_TWICE   /* vLLM PR #24197: bmm1 = q*k*sm_scale, bmm2 = v_scale again */
+} attn_kv_scales;
+
+/* How the softmax is taken. */
+typedef enum attn_softmax {
+    ATTN_SOFTMAX_FINAL_MAX, /* two passes: final row max, P = expf(S*qk_scale - m) */
+    ATTN_SOFTMAX_FA3        /* FA3 online softmax: running max per key tile, exp2f with
+                             * Max_offset (hopper/softmax.h) */
+} attn_softmax;
+
+/* How the fp8 products of Q.K^T and P.V are summed. */
+typedef enum attn_accum {
+    ATTN_ACCUM_EXACT,      /* fp32 sums, one product at a time, in index order */
+    ATTN_ACCUM_MMA_1LEVEL, /* Hopper fp8 wgmma (fp8_mma.h); P.V chains the running O
+                            * through every tile's k = 32 steps */
+    ATTN_ACCUM_MMA_2LEVEL  /* the same, but each tile's P.V starts from 0 and is added
+                            * into O in fp32 (vLLM's FA3 fork, hopper/utils.h gemm) */
+} attn_accum;
+
+/* A tile table row: head dims up to max_d use kBlockN keys (local: window > 0). */
+typedef struct attn_tile_row {
+    int max_d, block_n, block_n_local;
+} attn_tile_row;
+
+/* Rows of a tile table (ascending max_d; the last row covers every larger d). */
+#define ATTN_TILE_ROWS 5
+
+struct attn_profile {
+    const char *variant;   /* full stored name */
+    attn_mode mode;
+    int is_default;
+    const char *summary;
+    const char *rules;
+    attn_kv_scales kv_scales;          /* fp8kv only */
+    attn_softmax softmax;              /* fp8qkv only; bf16/fp8kv: final max */
+    float p_offset_log2;               /* FA3 Max_offset: P scaled by 2^offset */
+    attn_accum accum;                  /* fp8qkv only */
+    attn_tile_row tiles[ATTN_TILE_ROWS]; /* ATTN_SOFTMAX_FA3 only */
+};
+
+/* Keys per tile (kBlockN) of profile p for head dim d (window > 0: local). */
+int attn_profile_block_n(const attn_profile *p, int d, int window);
+
+/* vLLM's bmm1_scale = q_scale * k_scale * sm_scale: python floats (double),
+ * left to right, given to the kernel as float (vllm/v1/attention/backends/
+ * flashinfer.py FlashInferImpl.forward). */
+float attn_vllm_bmm1_scale(float q_scale, float k_scale, float sm_scale);
+
+/* FA3's softmax_scale_log2: float(softmax_scale * M_LOG2E) (the product in
+ * double: M_LOG2E is a double constant), then *= q_descale * k_descale in fp32
+ * (FORK hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp to_underlying_arguments;
+ * hopper/flash_fwd_kernel_sm90.h). The CPU and the GPU use this one. */
+float attn_fa3_scale_log2(float sm_scale, float q_descale, float k_descale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_ATTN_PROFILE_IMPL_H */
