@@ -10,10 +10,19 @@
 #include <unistd.h>
 
 #include "../kernels/attn_cuda.h"
+#include "../kernels/attn_profile.h"
 #include "../kernels/numerics.h"
 #include "../kernels/parallel.h"
 #include "progress.h"
 #include "variant_name.h"
+
+/* Layer li of cap as one attention batch. */
+static attn_batch layer_batch(const capture *cap, int li)
+{
+    const capture_layer *L = &cap->layers[li];
+    return (attn_batch){cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d, L->window,
+                        L->sm_scale, L->sinks};
+}
 
 int sweep_variants_has(const sweep_variants *v, const attn_profile *p)
 {
@@ -65,19 +74,6 @@ pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *er
     for (size_t i = 0; i < attn_profile_count(); i++)
         if (given[i][0] != '\0') out->p[out->n++] = attn_profile_at(i);
     return PG_OK;
-}
-
-/* A batch with layer L's shape (heads, head dim, window, scale) and no
- * sequences: what cuda_supports reads. */
-static attn_batch layer_shape(const capture_layer *L)
-{
-    return (attn_batch){0, NULL, NULL, L->hq, L->hkv, L->d, L->window, L->sm_scale, L->sinks};
-}
-
-int sweep_gpu_runs(const attn_profile *p, const capture_layer *L, const char **why)
-{
-    const attn_batch b = layer_shape(L);
-    return cuda_supports(p, &b, why);
 }
 
 /* vLLM's dynamic q/k/v scale divisors: vllm-project/vllm, vllm/envs.py
@@ -276,7 +272,7 @@ static pg_status cpu_profile(const attn_profile *p, const attn_batch *b, const u
 }
 
 /* The profiles of opt that run on the CPU specification (all of them on
- * the CPU backend; on the GPU, those sweep_gpu_runs refuses), each compared
+ * the CPU backend; on the GPU, those cuda_supports refuses), each compared
  * with ref (fp64, the layer's reference) into a "cpu" row. */
 static pg_status cpu_profiles(layer_ctx *c, const sweep_options *opt, const double *ref,
                               progress *bar, int64_t *step, pg_err *err)
@@ -289,7 +285,7 @@ static pg_status cpu_profiles(layer_ctx *c, const sweep_options *opt, const doub
         st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
     for (int i = 0; st == PG_OK && i < opt->variants.n; i++) {
         const attn_profile *p = opt->variants.p[i];
-        if (opt->cuda != NULL && sweep_gpu_runs(p, c->L, NULL)) continue;
+        if (opt->cuda != NULL && cuda_supports(p, &c->b, NULL)) continue;
         (*step)++;
         char what[64];
         snprintf(what, sizeof what, "layer %d %s", c->li, attn_profile_variant(p));
@@ -381,9 +377,10 @@ static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t 
     return st;
 }
 
-/* The layer on the GPU: one call keeps the profiles the GPU runs on the
- * device and returns numbers; the others run on the CPU specification
- * against the GPU's fp64 reference (cuda_reference), stored as "cpu" rows. */
+/* The layer on the GPU: one call keeps the profiles the GPU runs
+ * (cuda_supports) on the device and returns numbers; the others run on the
+ * CPU specification against the GPU's fp64 reference (cuda_reference),
+ * stored as "cpu" rows. */
 static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
                             pg_err *err)
 {
@@ -392,11 +389,12 @@ static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *ba
     const uint16_t **ext = calloc((size_t)L->n_ext + 1, sizeof *ext);
     pg_status st = ext ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "external outputs");
     for (int e = 0; st == PG_OK && e < L->n_ext; e++) ext[e] = L->ext[e].out;
+    /* cuda_sweep_layer fills metrics and outputs in the order of on_gpu. */
     const attn_profile *on_gpu[SWEEP_MAX_VARIANTS];
     int n_gpu = 0, n_cpu = 0;
     for (int i = 0; i < opt->variants.n; i++) {
         const attn_profile *p = opt->variants.p[i];
-        if (!sweep_gpu_runs(p, c->L, NULL)) {
+        if (!cuda_supports(p, &c->b, NULL)) {
             n_cpu++;
             continue;
         }
@@ -410,9 +408,9 @@ static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *ba
     attn_quant_report rep;
     /* Called with no mode too: it takes the copies cuda_prefetch_qkv made. */
     if (st == PG_OK)
-        st = cuda_sweep_layer(opt->cuda, &c->b, c->gq, c->gk, c->gv, &c->fo, n_gpu, on_gpu, L->n_ext,
-                              ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, NULL, NULL, NULL,
-                              err);
+        st = cuda_sweep_layer(opt->cuda, &c->b, c->gq, c->gk, c->gv, &c->fo, n_gpu, on_gpu,
+                              L->n_ext, ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, NULL,
+                              NULL, NULL, err);
     if (st == PG_OK) {
         /* cuda_sweep_layer filled mbuf in the order the names are given here. */
         for (int i = 0; i < n_gpu; i++) {
@@ -631,10 +629,7 @@ void sweep_stage_close(sweep_stage *r)
 /* cuda_prefetch_qkv of layer li's staged q, k and v. */
 static pg_status prefetch_layer(const sweep_stage *r, int li, cuda_backend *be, pg_err *err)
 {
-    const capture *cap = r->cap;
-    const capture_layer *L = &cap->layers[li];
-    const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
-                          L->window, L->sm_scale, L->sinks};
+    const attn_batch b = layer_batch(r->cap, li);
     const uint16_t *slot[3];
     sweep_stage_layer(r, li, slot);
     return cuda_prefetch_qkv(be, &b, slot[0], slot[1], slot[2], err);
@@ -722,8 +717,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
 {
     const capture_layer *L = &cap->layers[li];
     *c = (layer_ctx){.cap = cap, .L = L, .li = li,
-                     .b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d, L->window,
-                           L->sm_scale, L->sinks},
+                     .b = layer_batch(cap, li),
                      .nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d,
                      .gq = L->q, .gk = L->k, .gv = L->v};
     if (ring != NULL) {
@@ -756,12 +750,13 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     const capture_layer *L = &cap->layers[li];
     const int64_t whole_and_heads = (int64_t)L->hq + 1;
     want->metrics = (opt->variants.n + L->n_ext) * whole_and_heads;
+    const attn_batch b = layer_batch(cap, li);
     int fp8 = 0, fp8qkv = 0, on_gpu = 0;
     for (int i = 0; i < opt->variants.n; i++) {
         const attn_mode m = attn_profile_mode(opt->variants.p[i]);
         fp8 |= m != ATTN_MODE_BF16;
         fp8qkv |= m == ATTN_MODE_FP8QKV;
-        on_gpu += sweep_gpu_runs(opt->variants.p[i], L, NULL);
+        on_gpu += cuda_supports(opt->variants.p[i], &b, NULL);
     }
     if (opt->cuda != NULL && opt->check_spec)  /* spec_check: one GQA group of heads */
         want->metrics += on_gpu * ((int64_t)(L->hq / L->hkv) + 1);
@@ -769,29 +764,31 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
 }
 
-/* Says on stderr, once per profile, where a GPU sweep of cap runs each of
- * opt's profiles: on the GPU, or on the CPU specification and why
- * (cuda_supports), naming the first layer when only some stay on the CPU. */
+/* Says on stderr which of opt's profiles a GPU sweep of cap runs on the
+ * CPU specification, on which layers, and why (cuda_supports). */
 static void say_cpu_profiles(const capture *cap, const sweep_options *opt)
 {
     for (int i = 0; i < opt->variants.n; i++) {
         const attn_profile *p = opt->variants.p[i];
-        int n_cpu = 0, first = -1;
+        int n_cpu = 0;
         const char *why = NULL;
-        for (int li = 0; li < cap->n_layers; li++)
-            if (!sweep_gpu_runs(p, &cap->layers[li], n_cpu ? NULL : &why)) {
-                if (first < 0) first = li;
+        for (int li = 0; li < cap->n_layers; li++) {
+            const attn_batch b = layer_batch(cap, li);
+            const char *w = NULL;
+            if (!cuda_supports(p, &b, &w)) {
                 n_cpu++;
+                if (why == NULL) why = w;
             }
+        }
         if (n_cpu == cap->n_layers)
-            fprintf(stderr, "precgate: %s runs on the CPU specification (stored with backend "
-                            "cpu): %s\n", attn_profile_variant(p), why);
+            fprintf(stderr, "precgate: the GPU does not run %s (%s): it runs on the CPU "
+                            "specification beside it (rows with backend cpu)\n",
+                    attn_profile_variant(p), why != NULL ? why : "unsupported");
         else if (n_cpu > 0)
-            fprintf(stderr, "precgate: %s runs on the CPU specification in %d of %d layers "
-                            "(the first: layer %d): %s\n", attn_profile_variant(p), n_cpu,
-                    cap->n_layers, first, why);
-        else
-            fprintf(stderr, "precgate: %s runs on the GPU\n", attn_profile_variant(p));
+            fprintf(stderr, "precgate: the GPU does not run %s on %d of the %d layers (%s): "
+                            "those run on the CPU specification (rows with backend cpu)\n",
+                    attn_profile_variant(p), n_cpu, cap->n_layers,
+                    why != NULL ? why : "unsupported");
     }
 }
 

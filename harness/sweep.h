@@ -60,7 +60,7 @@ typedef struct sweep_options {
     int progress;                 /* 1: draw a progress bar when stderr is a terminal */
     cuda_backend *cuda;           /* run on this GPU; NULL: the CPU specification. The
                                    * GPU runs the profiles it implements as the profile
-                                   * states (sweep_gpu_runs); the others run on the CPU
+                                   * states (cuda_supports); the others run on the CPU
                                    * specification beside it, said on stderr */
     int check_spec;               /* GPU only: also store each profile the GPU ran against
                                    * the CPU specification's output on a sample of heads */
@@ -117,12 +117,6 @@ pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *er
 /* 1 when v holds profile p. */
 int sweep_variants_has(const sweep_variants *v, const attn_profile *p);
 
-/* 1 when the GPU backend (cuda_sweep_layer) runs profile p on layer L's
- * shape as the profile states (cuda_supports), else 0 with *why (may be
- * NULL) saying what it lacks; the sweep runs every other profile of the
- * layer on the CPU specification. */
-int sweep_gpu_runs(const attn_profile *p, const capture_layer *L, const char **why);
-
 /* The rows sweep_run stores for layer li of cap under opt (every variant's
  * whole-layer and per-head layer_metrics rows, the --check-spec rows on their
  * sampled heads, the external outputs'; the quant_stats rows of the fp8
@@ -134,9 +128,10 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
 /* Runs the sweep over every layer of cap not marked in opt->stored, storing
  * rows under run_id with capture name capture_name and backend "cuda" for
  * what ran on opt->cuda, else "cpu" (a GPU sweep says on stderr which
- * profiles it runs on the CPU specification, sweep_gpu_runs). Each layer is one transaction, with the
- * run's heartbeat (store_run_heartbeat), written on a thread of its own
- * while the next layer computes: on failure the failing layer is rolled
+ * profiles it runs on the CPU specification: those cuda_supports refuses).
+ * Each layer is one transaction, with the run's heartbeat
+ * (store_run_heartbeat), written on a thread of its own while the next
+ * layer computes: on failure the failing layer is rolled
  * back, earlier layers stay stored, later ones are not stored, and err
  * names the layer and what failed. Once *opt->stop is set, no further layer
  * starts: the layer computing and the one being written finish and are
