@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "../db/store.h"
-#include "../kernels/attn_cuda.h"
+#include "../kernels/attn_backend.h"
 #include "../kernels/parallel.h"
 #include "../reports/sweep_table.h"
 #include "capture.h"
@@ -249,13 +249,13 @@ static char *run_config_json(const run_args *a, const capture *cap, const char *
 
 /* Opens the GPU for --backend cuda (an error when none is usable) or auto
  * (says on stderr which backend runs); *be stays NULL for the cpu. */
-static pg_status open_backend(const run_args *a, cuda_backend **be, char *desc, size_t len,
+static pg_status open_backend(const run_args *a, attn_backend **be, char *desc, size_t len,
                               pg_err *err)
 {
     *be = NULL;
     if (strcmp(a->backend, "cpu") == 0) return PG_OK;
     pg_err probe = {0};
-    if (cuda_backend_open(be, desc, len, &probe) == PG_OK) {
+    if (attn_backend_open("cuda", (int)a->threads, be, desc, len, &probe) == PG_OK) {
         if (strcmp(a->backend, "auto") == 0)
             fprintf(stderr, "precgate: backend auto: using %s\n", desc);
         return PG_OK;
@@ -271,7 +271,7 @@ static pg_status open_backend(const run_args *a, cuda_backend **be, char *desc, 
  * needs the other. */
 typedef struct backend_start {
     const run_args *a;
-    cuda_backend *gpu;
+    attn_backend *gpu;
     char desc[RUN_DESC_MAX];
     pg_err err;
     pg_status st;
@@ -285,25 +285,6 @@ static void *backend_start_run(void *arg)
     b->st = open_backend(b->a, &b->gpu, b->desc, sizeof b->desc, &b->err);
     b->seconds = progress_now() - t0;
     return NULL;
-}
-
-/* Head dims the GPU attention kernels are built for (kernels/cuda_attn_*.cu). */
-static const int gpu_head_dims[] = {64, 128};
-
-/* Whether this run needs something the GPU kernels do not do; the reason in why. */
-static int gpu_unsupported(const capture *cap, char *why, size_t len)
-{
-    for (int l = 0; l < cap->n_layers; l++) {
-        const int d = cap->layers[l].d;
-        int ok = 0;
-        for (size_t i = 0; i < sizeof gpu_head_dims / sizeof gpu_head_dims[0]; i++)
-            ok |= d == gpu_head_dims[i];
-        if (!ok) {
-            snprintf(why, len, "layer %d has head dim %d; the GPU kernels take 64 or 128", l, d);
-            return 1;
-        }
-    }
-    return 0;
 }
 
 /* A sweep run being continued (--resume) and what it recorded. */
@@ -579,7 +560,7 @@ int cmd_run(int argc, char **argv)
     sweep_stage *stage = NULL;
     if (st == PG_OK && strcmp(a.backend, "cpu") != 0) stage = sweep_stage_open(cap);
     if (threaded) pthread_join(starter, NULL);
-    cuda_backend *gpu = bs.gpu;
+    attn_backend *gpu = bs.gpu;
     const char *gpu_desc = bs.desc;
     const double gpu_s = bs.seconds;
     if (gpu == NULL) {
@@ -602,23 +583,11 @@ int cmd_run(int argc, char **argv)
     if (store == NULL && store_open(db_path, &store, &err) != PG_OK) {
         sweep_stage_close(stage);
         capture_close(cap);
-        cuda_backend_close(gpu);
+        attn_backend_close(gpu);
         return cli_report(&err);
     }
     sweep_stats stats = {0};
-    char why[RUN_DESC_MAX];
-    if (st == PG_OK && gpu != NULL && gpu_unsupported(cap, why, sizeof why)) {
-        if (strcmp(a.backend, "cuda") == 0 || a.check_spec) {
-            st = pg_fail(&err, PG_ERR_USAGE, "--backend %s: %s", a.backend, why);
-        } else {
-            fprintf(stderr, "precgate: backend auto: %s; using cpu\n", why);
-            sweep_stage_close(stage);
-            stage = NULL;
-            cuda_backend_close(gpu);
-            gpu = NULL;
-        }
-    }
-    const char *backend = gpu != NULL ? "cuda" : "cpu";
+    const char *backend = gpu != NULL ? attn_backend_name(gpu) : "cpu";
     /* The scale policy: the given or resumed one, else the capture's default;
      * a capture that cannot give it is refused before a run row exists. */
     if (st == PG_OK) {
@@ -627,7 +596,7 @@ int cmd_run(int argc, char **argv)
     }
     const volatile sig_atomic_t *stop = interrupt_flag();
     sweep_options so = {.variants = a.variants, .n_threads = (int)a.threads,
-                        .page_seed = a.seed, .progress = a.progress, .cuda = gpu,
+                        .page_seed = a.seed, .progress = a.progress, .backend = gpu,
                         .check_spec = a.check_spec, .stats = &stats, .stage = stage,
                         .stop = stop, .scales = a.scales};
     const char *capture_name = a.capture;
@@ -706,7 +675,7 @@ int cmd_run(int argc, char **argv)
     const double t_close = progress_now();
     capture_close(cap);
     store_close(store);
-    cuda_backend_close(gpu);
+    attn_backend_close(gpu);
     if (st == PG_OK) {
         const double t_end = progress_now();
         char lock[64] = "", resumed[96] = "";

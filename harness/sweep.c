@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../kernels/attn_cuda.h"
+#include "../kernels/attn_backend.h"
 #include "../kernels/attn_profile.h"
 #include "../kernels/numerics.h"
 #include "../kernels/parallel.h"
@@ -262,78 +262,11 @@ static void note_quant(layer_ctx *c, const attn_profile *p, const attn_quant_rep
     }
 }
 
-/* Profile p of the CPU specification on batch b into out. */
-static pg_status cpu_profile(const attn_profile *p, const attn_batch *b, const uint16_t *q,
-                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
-                             uint16_t *out, attn_quant_report *rep, int threads, pg_err *err)
-{
-    memset(rep, 0, sizeof *rep);
-    return attn_variant_run(p, b, q, k, v, fo, out, rep, threads, err);
-}
-
-/* The profiles of opt that run on the CPU specification (all of them on
- * the CPU backend; on the GPU, those cuda_supports refuses), each compared
- * with ref (fp64, the layer's reference) into a "cpu" row. */
-static pg_status cpu_profiles(layer_ctx *c, const sweep_options *opt, const double *ref,
-                              progress *bar, int64_t *step, pg_err *err)
-{
-    const capture_layer *L = c->L;
-    double *scratch = malloc(c->nq * sizeof *scratch);
-    uint16_t *out = malloc(c->nq * sizeof *out);
-    pg_status st = PG_OK;
-    if (!scratch || !out)
-        st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
-    for (int i = 0; st == PG_OK && i < opt->variants.n; i++) {
-        const attn_profile *p = opt->variants.p[i];
-        if (opt->cuda != NULL && cuda_supports(p, &c->b, NULL)) continue;
-        (*step)++;
-        char what[64];
-        snprintf(what, sizeof what, "layer %d %s", c->li, attn_profile_variant(p));
-        progress_update(bar, *step, what);
-        attn_quant_report rep;
-        st = cpu_profile(p, &c->b, L->q, L->k, L->v, &c->fo, out, &rep, opt->n_threads, err);
-        if (st != PG_OK) break;
-        note_quant(c, p, &rep);
-        metrics_compare_heads(out, ref, c->cap->tq, L->hq, L->d, scratch,
-                              next_vm(c, attn_profile_variant(p), "cpu", 0)->m);
-    }
-    free(scratch);
-    free(out);
-    return st;
-}
-
-/* The layer on the CPU specification: reference, profiles, external outputs. */
-static pg_status layer_cpu(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
-                           pg_err *err)
-{
-    const capture_layer *L = c->L;
-    double *ref = malloc(c->nq * sizeof *ref);
-    pg_status st = PG_OK;
-    if (!ref) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
-    char what[64];
-    snprintf(what, sizeof what, "layer %d reference", c->li);
-    progress_update(bar, *step, what);
-    if (st == PG_OK) st = attn_reference(&c->b, L->q, L->k, L->v, ref, opt->n_threads, err);
-    if (st == PG_OK) st = cpu_profiles(c, opt, ref, bar, step, err);
-    double *scratch = st == PG_OK ? malloc(c->nq * sizeof *scratch) : NULL;
-    if (st == PG_OK && scratch == NULL)
-        st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
-    for (int e = 0; st == PG_OK && e < L->n_ext; e++) {
-        char name[VARIANT_NAME_MAX];
-        variant_name_ext(L->ext[e].name, name, sizeof name);
-        metrics_compare_heads(L->ext[e].out, ref, c->cap->tq, L->hq, L->d, scratch,
-                              next_vm(c, name, "cpu", 0)->m);
-    }
-    free(ref);
-    free(scratch);
-    return st;
-}
-
-/* --check-spec: the GPU output of profile p against the CPU specification's,
+/* --check-spec: the backend's output of profile p against the CPU specification's,
  * on the query heads of kv head 0 (one GQA group: a sample that costs 1/hkv
  * of a CPU sweep). */
 static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t *gpu_out,
-                            const sweep_options *opt, pg_err *err)
+                            attn_backend *cpu, const char *backend_name, pg_err *err)
 {
     const capture_layer *L = c->L;
     const int G = L->hq / L->hkv, d = L->d;
@@ -354,13 +287,13 @@ static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t 
             memcpy(v + (size_t)t * d, L->v + (size_t)t * L->hkv * d, (size_t)d * 2);
         }
         attn_quant_report rep;
-        st = cpu_profile(p, &sb, q, k, v, &c->fo, o, &rep, opt->n_threads, err);
+        st = attn_backend_run_variant(cpu, p, &sb, q, k, v, &c->fo, o, &rep, err);
     }
     if (st == PG_OK) {
         for (size_t i = 0; i < nq; i++) od[i] = bf16_to_f32(o[i]);
         char name[VARIANT_NAME_MAX];
         variant_name_spec(p, name, sizeof name);
-        attn_error_metrics *m = next_vm(c, name, "cuda", G)->m;
+        attn_error_metrics *m = next_vm(c, name, backend_name, G)->m;
         const size_t row = (size_t)L->hq * d;
         metrics_compare_bf16(gpu_out, row, od, (size_t)G * d, (size_t)tq, (size_t)G * d, scratch,
                              &m[0]);
@@ -377,66 +310,76 @@ static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t 
     return st;
 }
 
-/* The layer on the GPU: one call keeps the profiles the GPU runs
- * (cuda_supports) on the device and returns numbers; the others run on the
- * CPU specification against the GPU's fp64 reference (cuda_reference),
- * stored as "cpu" rows. */
-static pg_status layer_cuda(layer_ctx *c, const sweep_options *opt, progress *bar, int64_t *step,
-                            pg_err *err)
+/* The layer: the variants the backend runs (attn_backend_supports) and
+ * the external outputs in one run_layer call; every other variant first
+ * on the CPU specification (cpu), its output handed to that call as one
+ * more external output, so that all are measured against the backend's
+ * reference, and stored with backend "cpu". */
+static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend *be,
+                           attn_backend *cpu, progress *bar, int64_t *step, pg_err *err)
 {
     const capture_layer *L = c->L;
-    uint16_t *outs[SWEEP_MAX_VARIANTS] = {NULL};
-    const uint16_t **ext = calloc((size_t)L->n_ext + 1, sizeof *ext);
-    pg_status st = ext ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "external outputs");
-    for (int e = 0; st == PG_OK && e < L->n_ext; e++) ext[e] = L->ext[e].out;
-    /* cuda_sweep_layer fills metrics and outputs in the order of on_gpu. */
-    const attn_profile *on_gpu[SWEEP_MAX_VARIANTS];
-    int n_gpu = 0, n_cpu = 0;
+    const int offload = be != cpu;
+    const attn_profile *on_be[SWEEP_MAX_VARIANTS], *on_cpu[SWEEP_MAX_VARIANTS];
+    uint16_t *outs[SWEEP_MAX_VARIANTS] = {NULL}, *cpu_outs[SWEEP_MAX_VARIANTS] = {NULL};
+    int n_be = 0, n_cpu = 0;
+    pg_status st = PG_OK;
     for (int i = 0; i < opt->variants.n; i++) {
         const attn_profile *p = opt->variants.p[i];
-        if (!cuda_supports(p, &c->b, NULL)) {
-            n_cpu++;
-            continue;
+        if (!offload || attn_backend_supports(be, p, &c->b, NULL)) {
+            if (offload && opt->check_spec && (outs[n_be] = malloc(c->nq * 2)) == NULL)
+                st = pg_fail(err, PG_ERR_NOMEM, "--check-spec: output copies");
+            on_be[n_be++] = p;
+        } else {
+            on_cpu[n_cpu++] = p;
         }
-        if (opt->check_spec && st == PG_OK && (outs[n_gpu] = malloc(c->nq * 2)) == NULL)
-            st = pg_fail(err, PG_ERR_NOMEM, "--check-spec: output copies");
-        on_gpu[n_gpu++] = p;
     }
-    char what[64];
-    snprintf(what, sizeof what, "layer %d on the GPU", c->li);
-    progress_update(bar, *step, what);
+    const uint16_t **ext = calloc((size_t)(n_cpu + L->n_ext) + 1, sizeof *ext);
+    if (st == PG_OK && ext == NULL) st = pg_fail(err, PG_ERR_NOMEM, "external outputs");
     attn_quant_report rep;
-    /* Called with no mode too: it takes the copies cuda_prefetch_qkv made. */
-    if (st == PG_OK)
-        st = cuda_sweep_layer(opt->cuda, &c->b, c->gq, c->gk, c->gv, &c->fo, n_gpu, on_gpu,
-                              L->n_ext, ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, NULL,
-                              NULL, NULL, err);
-    if (st == PG_OK) {
-        /* cuda_sweep_layer filled mbuf in the order the names are given here. */
-        for (int i = 0; i < n_gpu; i++) {
-            next_vm(c, attn_profile_variant(on_gpu[i]), "cuda", 0);
-            note_quant(c, on_gpu[i], &rep);
+    char what[64];
+    for (int i = 0; st == PG_OK && i < n_cpu; i++) {
+        snprintf(what, sizeof what, "layer %d %s", c->li, attn_profile_variant(on_cpu[i]));
+        progress_update(bar, *step, what);
+        if ((cpu_outs[i] = malloc(c->nq * 2)) == NULL) {
+            st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
+            break;
         }
+        st = attn_backend_run_variant(cpu, on_cpu[i], &c->b, L->q, L->k, L->v, &c->fo,
+                                      cpu_outs[i], &rep, err);
+        if (st == PG_OK) note_quant(c, on_cpu[i], &rep);
+        ext[i] = cpu_outs[i];
+        (*step)++;
+    }
+    for (int e = 0; e < L->n_ext && ext != NULL; e++) ext[n_cpu + e] = L->ext[e].out;
+    snprintf(what, sizeof what, "layer %d on %s", c->li, attn_backend_name(be));
+    progress_update(bar, *step, what);
+    const attn_layer_job job = {&c->b, offload ? c->gq : L->q, offload ? c->gk : L->k,
+                                offload ? c->gv : L->v, &c->fo, n_be, on_be, n_cpu + L->n_ext,
+                                ext, c->mbuf, &rep, opt->check_spec ? outs : NULL};
+    /* Called with no variant too: it takes the prefetched copies. */
+    if (st == PG_OK) st = attn_backend_run_layer(be, &job, err);
+    if (st == PG_OK) {
+        /* run_layer filled mbuf in the job's order: its variants, then ext. */
+        for (int i = 0; i < n_be; i++) {
+            next_vm(c, attn_profile_variant(on_be[i]), attn_backend_name(be), 0);
+            note_quant(c, on_be[i], &rep);
+        }
+        for (int i = 0; i < n_cpu; i++) next_vm(c, attn_profile_variant(on_cpu[i]), "cpu", 0);
         for (int e = 0; e < L->n_ext; e++) {
             char name[VARIANT_NAME_MAX];
             variant_name_ext(L->ext[e].name, name, sizeof name);
-            next_vm(c, name, "cuda", 0);
+            next_vm(c, name, attn_backend_name(be), 0);
         }
-        *step += n_gpu;
+        *step += n_be;
     }
-    if (st == PG_OK && n_cpu > 0) {
-        double *ref = malloc(c->nq * sizeof *ref);
-        if (ref == NULL) st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate the reference");
-        if (st == PG_OK) st = cuda_reference(opt->cuda, &c->b, c->gq, c->gk, c->gv, ref, err);
-        if (st == PG_OK) st = cpu_profiles(c, opt, ref, bar, step, err);
-        free(ref);
-    }
-    for (int i = 0; st == PG_OK && opt->check_spec && i < n_gpu; i++) {
-        snprintf(what, sizeof what, "layer %d %s~spec", c->li, attn_profile_variant(on_gpu[i]));
+    for (int i = 0; st == PG_OK && offload && opt->check_spec && i < n_be; i++) {
+        snprintf(what, sizeof what, "layer %d %s~spec", c->li, attn_profile_variant(on_be[i]));
         progress_update(bar, *step, what);
-        st = spec_check(c, on_gpu[i], outs[i], opt, err);
+        st = spec_check(c, on_be[i], outs[i], cpu, attn_backend_name(be), err);
     }
-    for (int i = 0; i < n_gpu; i++) free(outs[i]);
+    for (int i = 0; i < n_be; i++) free(outs[i]);
+    for (int i = 0; i < n_cpu; i++) free(cpu_outs[i]);
     free(ext);
     return st;
 }
@@ -480,7 +423,8 @@ struct sweep_stage {
     const capture *cap;
     uint8_t *buf;        /* STAGE_SLOTS * slot_bytes, anonymous memory */
     size_t slot_bytes, bytes;
-    int registered;      /* buf is page-locked (cuda_host_register) */
+    int registered;      /* buf is pinned by pinned_by (attn_backend_pin) */
+    attn_backend *pinned_by;
     stage_job job[STAGE_JOBS];  /* layer l's copy is job[l % STAGE_JOBS] */
 };
 
@@ -607,7 +551,7 @@ sweep_stage *sweep_stage_open(const capture *cap)
         stage_join(r, l);
     }
     /* Fault in the slots past the first STAGE_AHEAD (filled above when the
-     * capture has that many layers): the lock (cuda_host_register, on the
+     * capture has that many layers): the lock (attn_backend_pin, on the
      * sweep's thread once the GPU is up) would otherwise allocate their
      * pages itself, while here it runs beside the GPU's start. */
     const long page = sysconf(_SC_PAGESIZE);
@@ -621,18 +565,18 @@ void sweep_stage_close(sweep_stage *r)
 {
     if (r == NULL) return;
     stage_join_all(r);
-    if (r->registered) cuda_host_unregister(r->buf);
+    if (r->registered) attn_backend_unpin(r->pinned_by, r->buf);
     munmap(r->buf, r->bytes);
     free(r);
 }
 
-/* cuda_prefetch_qkv of layer li's staged q, k and v. */
-static pg_status prefetch_layer(const sweep_stage *r, int li, cuda_backend *be, pg_err *err)
+/* attn_backend_prefetch of layer li's staged q, k and v. */
+static pg_status prefetch_layer(const sweep_stage *r, int li, attn_backend *be, pg_err *err)
 {
     const attn_batch b = layer_batch(r->cap, li);
     const uint16_t *slot[3];
     sweep_stage_layer(r, li, slot);
-    return cuda_prefetch_qkv(be, &b, slot[0], slot[1], slot[2], err);
+    return attn_backend_prefetch(be, &b, slot[0], slot[1], slot[2], err);
 }
 
 /* Prefixes err's message with "layer li: " unless it already names a layer,
@@ -712,8 +656,9 @@ static int layer_write_join(layer_write *w, sweep_stats *stats, pg_status *st, p
  * layer li into *c (c->vm and c->mbuf allocated here, the caller's to free);
  * *scale_source says where the fp8 scales came from. */
 static pg_status layer_compute(const capture *cap, int li, const sweep_options *opt,
-                               const sweep_stage *ring, progress *bar, int64_t *step,
-                               layer_ctx *c, const char **scale_source, pg_err *err)
+                               attn_backend *be, attn_backend *cpu, const sweep_stage *ring,
+                               progress *bar, int64_t *step, layer_ctx *c,
+                               const char **scale_source, pg_err *err)
 {
     const capture_layer *L = &cap->layers[li];
     *c = (layer_ctx){.cap = cap, .L = L, .li = li,
@@ -741,7 +686,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
-    return opt->cuda ? layer_cuda(c, opt, bar, step, err) : layer_cpu(c, opt, bar, step, err);
+    return layer_run(c, opt, be, cpu, bar, step, err);
 }
 
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
@@ -756,17 +701,18 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
         const attn_mode m = attn_profile_mode(opt->variants.p[i]);
         fp8 |= m != ATTN_MODE_BF16;
         fp8qkv |= m == ATTN_MODE_FP8QKV;
-        on_gpu += cuda_supports(opt->variants.p[i], &b, NULL);
+        on_gpu += opt->backend != NULL && attn_backend_supports(opt->backend, opt->variants.p[i], &b, NULL);
     }
-    if (opt->cuda != NULL && opt->check_spec)  /* spec_check: one GQA group of heads */
+    if (opt->backend != NULL && opt->check_spec)  /* spec_check: one GQA group of heads */
         want->metrics += on_gpu * ((int64_t)(L->hq / L->hkv) + 1);
     /* note_quant: k and v for any fp8 profile, q for an fp8qkv one. */
     want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
 }
 
-/* Says on stderr which of opt's profiles a GPU sweep of cap runs on the
- * CPU specification, on which layers, and why (cuda_supports). */
-static void say_cpu_profiles(const capture *cap, const sweep_options *opt)
+/* Says on stderr which of opt's profiles a sweep of cap on backend be runs
+ * on the CPU specification instead, on how many layers, and why
+ * (attn_backend_supports). */
+static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_backend *be)
 {
     for (int i = 0; i < opt->variants.n; i++) {
         const attn_profile *p = opt->variants.p[i];
@@ -775,19 +721,20 @@ static void say_cpu_profiles(const capture *cap, const sweep_options *opt)
         for (int li = 0; li < cap->n_layers; li++) {
             const attn_batch b = layer_batch(cap, li);
             const char *w = NULL;
-            if (!cuda_supports(p, &b, &w)) {
+            if (!attn_backend_supports(be, p, &b, &w)) {
                 n_cpu++;
                 if (why == NULL) why = w;
             }
         }
         if (n_cpu == cap->n_layers)
-            fprintf(stderr, "precgate: the GPU does not run %s (%s): it runs on the CPU "
+            fprintf(stderr, "precgate: backend %s does not run %s (%s): it runs on the CPU "
                             "specification beside it (rows with backend cpu)\n",
-                    attn_profile_variant(p), why != NULL ? why : "unsupported");
+                    attn_backend_name(be), attn_profile_variant(p),
+                    why != NULL ? why : "unsupported");
         else if (n_cpu > 0)
-            fprintf(stderr, "precgate: the GPU does not run %s on %d of the %d layers (%s): "
+            fprintf(stderr, "precgate: backend %s does not run %s on %d of the %d layers (%s): "
                             "those run on the CPU specification (rows with backend cpu)\n",
-                    attn_profile_variant(p), n_cpu, cap->n_layers,
+                    attn_backend_name(be), attn_profile_variant(p), n_cpu, cap->n_layers,
                     why != NULL ? why : "unsupported");
     }
 }
@@ -804,7 +751,12 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     pg_status st = sweep_scales_check(cap, capture_name, opt->scales, err);
     if (st != PG_OK) return st;
     const int per_layer = opt->variants.n;
-    if (opt->cuda != NULL) say_cpu_profiles(cap, opt);
+    /* The variants the backend does not run go to the CPU specification. */
+    attn_backend *cpu = NULL;
+    st = attn_backend_open("cpu", opt->n_threads, &cpu, NULL, 0, err);
+    if (st != PG_OK) return st;
+    attn_backend *be = opt->backend != NULL ? opt->backend : cpu;
+    if (opt->backend != NULL) say_cpu_profiles(cap, opt, be);
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
     progress bar;
@@ -816,12 +768,13 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
      * GPU started, or one opened here. */
     sweep_stage *own = NULL, *ring = NULL;
     const double t0 = progress_now();
-    if (opt->cuda != NULL) {
+    if (opt->backend != NULL) {
         ring = opt->stage != NULL ? opt->stage : (own = sweep_stage_open(cap));
         if (ring != NULL && !ring->registered) {
             pg_err lock_err = {0};
             const double t_lock = progress_now();
-            ring->registered = cuda_host_register(ring->buf, ring->bytes, &lock_err) == PG_OK;
+            ring->registered = attn_backend_pin(be, ring->buf, ring->bytes, &lock_err) == PG_OK;
+            ring->pinned_by = be;
             if (opt->stats != NULL) opt->stats->lock_s += progress_now() - t_lock;
             if (!ring->registered)
                 fprintf(stderr, "precgate: %s; uploads run from pageable memory, slower\n",
@@ -846,9 +799,9 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
              * while li + 2's copy may still run. A stored layer is neither
              * copied nor sent, and its slot is not read. */
             stage_join(ring, li + 1);
-            if (li == 0 && !skip) st = prefetch_layer(ring, 0, opt->cuda, err);
+            if (li == 0 && !skip) st = prefetch_layer(ring, 0, be, err);
             if (li + 1 < cap->n_layers && !layer_stored(opt, li + 1) && st == PG_OK)
-                st = prefetch_layer(ring, li + 1, opt->cuda, err);
+                st = prefetch_layer(ring, li + 1, be, err);
             if (li + STAGE_AHEAD < cap->n_layers && !layer_stored(opt, li + STAGE_AHEAD) &&
                 st == PG_OK)
                 stage_start(ring, li + STAGE_AHEAD);
@@ -857,7 +810,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
                              .st = PG_OK};
         if (st == PG_OK && !skip)
-            st = layer_compute(cap, li, opt, ring, &bar, &step, &cur->c,
+            st = layer_compute(cap, li, opt, be, cpu, ring, &bar, &step, &cur->c,
                                &cur->scale_source, err);
         if (st != PG_OK) err_name_layer(err, li);
         if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
@@ -874,6 +827,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     for (int i = 0; i < 2; i++) stored += layer_write_join(&w[i], opt->stats, &st, err);
     if (ring != NULL) stage_join_all(ring);
     sweep_stage_close(own); /* a caller's ring stays locked until its sweep_stage_close */
+    attn_backend_close(cpu);
     progress_finish(&bar);
     if (opt->stats != NULL) {
         opt->stats->layers_stored += stored;

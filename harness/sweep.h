@@ -12,7 +12,7 @@
 #include "../db/store.h"
 #include "../kernels/attn.h"
 #include "../kernels/attn_profile.h"
-#include "../kernels/attn_cuda.h"
+#include "../kernels/attn_backend.h"
 #include "capture.h"
 #include "status.h"
 
@@ -58,11 +58,12 @@ typedef struct sweep_options {
     int n_threads;
     uint64_t page_seed;           /* scatters the paged cache's pages */
     int progress;                 /* 1: draw a progress bar when stderr is a terminal */
-    cuda_backend *cuda;           /* run on this GPU; NULL: the CPU specification. The
-                                   * GPU runs the profiles it implements as the profile
-                                   * states (cuda_supports); the others run on the CPU
-                                   * specification beside it, said on stderr */
-    int check_spec;               /* GPU only: also store each profile the GPU ran against
+    attn_backend *backend;        /* run on this backend (attn_backend_open, e.g. "cuda");
+                                   * NULL: the CPU specification. The backend runs the
+                                   * profiles it supports (attn_backend_supports); the
+                                   * others run on the CPU specification beside it, said
+                                   * on stderr */
+    int check_spec;               /* backend only: also store each profile it ran against
                                    * the CPU specification's output on a sample of heads */
     sweep_stats *stats;           /* added to when not NULL */
     sweep_stage *stage;           /* GPU only: sweep_stage_open(cap)'s, or NULL (opened here) */
@@ -126,9 +127,10 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
                       store_layer_rows *want);
 
 /* Runs the sweep over every layer of cap not marked in opt->stored, storing
- * rows under run_id with capture name capture_name and backend "cuda" for
- * what ran on opt->cuda, else "cpu" (a GPU sweep says on stderr which
- * profiles it runs on the CPU specification: those cuda_supports refuses).
+ * rows under run_id with capture name capture_name and the backend's name
+ * (attn_backend_name) for what ran on opt->backend, else "cpu" (a sweep on
+ * a backend says on stderr which profiles it runs on the CPU specification:
+ * those attn_backend_supports refuses).
  * Each layer is one transaction, with the run's heartbeat
  * (store_run_heartbeat), written on a thread of its own while the next
  * layer computes: on failure the failing layer is rolled
@@ -142,7 +144,7 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
  * before anything is stored when the capture cannot give them); amax-based
  * ones use the amax that capture_open read, with no pass over the data. On the GPU, CPU threads copy each layer's q/k/v into
  * a ring of four page-locked buffers three layers ahead, and the next layer's
- * buffer copies to the GPU while a layer computes (cuda_prefetch_qkv). */
+ * buffer copies to the GPU while a layer computes (attn_backend_prefetch). */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err);
 

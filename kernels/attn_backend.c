@@ -1,0 +1,226 @@
+/*
+ * attn_backend.c: the backend interface (attn_backend.h) over its two
+ * backends, one table of operations each: the CPU specification, and the
+ * CUDA kernels (attn_cuda.h; in a build without CUDA its open fails with
+ * the reason).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_backend.h"
+#include "attn_cuda.h"
+
+/* What each backend provides. */
+typedef struct backend_ops {
+    const char *name;
+    pg_status (*open)(attn_backend *be, char *desc, size_t desc_len, pg_err *err);
+    void (*close)(attn_backend *be);
+    int (*supports)(const attn_profile *p, const attn_batch *b, const char **why);
+    pg_status (*run_layer)(attn_backend *be, const attn_layer_job *job, pg_err *err);
+    pg_status (*run_variant)(attn_backend *be, const attn_profile *p, const attn_batch *b,
+                             const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                             const attn_fp8_options *opt, uint16_t *out, attn_quant_report *rep,
+                             pg_err *err);
+    pg_status (*prefetch)(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                          const uint16_t *k, const uint16_t *v, pg_err *err); /* NULL: none */
+    pg_status (*pin)(void *p, size_t bytes, pg_err *err);                    /* NULL: none */
+    void (*unpin)(void *p);
+} backend_ops;
+
+struct attn_backend {
+    const backend_ops *ops;
+    int n_threads;
+    cuda_backend *gpu; /* the cuda backend's device */
+};
+
+/* ---- cpu: the specification ------------------------------------------------ */
+
+static pg_status cpu_open(attn_backend *be, char *desc, size_t desc_len, pg_err *err)
+{
+    (void)err;
+    if (desc != NULL && desc_len > 0)
+        snprintf(desc, desc_len, "cpu: the CPU specification on %d threads", be->n_threads);
+    return PG_OK;
+}
+
+static void cpu_close(attn_backend *be) { (void)be; }
+
+static int cpu_supports(const attn_profile *p, const attn_batch *b, const char **why)
+{
+    (void)p, (void)b;
+    if (why != NULL) *why = NULL;
+    return 1; /* the specification defines every profile; a batch it refuses is an error */
+}
+
+static pg_status cpu_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
+                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                 const attn_fp8_options *opt, uint16_t *out,
+                                 attn_quant_report *rep, pg_err *err)
+{
+    if (rep != NULL) memset(rep, 0, sizeof *rep);
+    return attn_variant_run(p, b, q, k, v, opt, out, rep, be->n_threads, err);
+}
+
+/* Folds variant p's quantization report into the job's (attn_layer_job.rep). */
+static void report_merge(attn_quant_report *into, int *have_kv, int *have_q, const attn_profile *p,
+                         const attn_quant_report *r)
+{
+    const attn_mode m = attn_profile_mode(p);
+    if (m == ATTN_MODE_BF16) return;
+    if (!*have_kv) {
+        into->k = r->k;
+        into->v = r->v;
+        *have_kv = 1;
+    }
+    if (m == ATTN_MODE_FP8QKV && !*have_q) {
+        into->q = r->q;
+        *have_q = 1;
+    }
+}
+
+static pg_status cpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err)
+{
+    const attn_batch *b = job->b;
+    const int64_t tq = attn_batch_tq(b);
+    const size_t nq = (size_t)tq * (size_t)b->hq * (size_t)b->d;
+    const size_t per = (size_t)b->hq + 1;
+    double *ref = malloc(nq * sizeof *ref), *scratch = malloc(nq * sizeof *scratch);
+    uint16_t *own = malloc(nq * sizeof *own);
+    pg_status st = ref && scratch && own
+                       ? PG_OK
+                       : pg_fail(err, PG_ERR_NOMEM, "cpu: cannot allocate a layer of %zu values",
+                                 nq);
+    if (st == PG_OK) st = attn_reference(b, job->q, job->k, job->v, ref, be->n_threads, err);
+    attn_quant_report rep = {0};
+    int have_kv = 0, have_q = 0;
+    for (int i = 0; st == PG_OK && i < job->n_var; i++) {
+        uint16_t *o = job->out != NULL && job->out[i] != NULL ? job->out[i] : own;
+        attn_quant_report r;
+        st = cpu_run_variant(be, job->var[i], b, job->q, job->k, job->v, job->opt, o, &r, err);
+        if (st != PG_OK) break;
+        report_merge(&rep, &have_kv, &have_q, job->var[i], &r);
+        metrics_compare_heads(o, ref, tq, b->hq, b->d, scratch, job->metrics + (size_t)i * per);
+    }
+    for (int e = 0; st == PG_OK && e < job->n_ext; e++)
+        metrics_compare_heads(job->ext[e], ref, tq, b->hq, b->d, scratch,
+                              job->metrics + (size_t)(job->n_var + e) * per);
+    if (st == PG_OK && job->rep != NULL) *job->rep = rep;
+    free(ref);
+    free(scratch);
+    free(own);
+    return st;
+}
+
+static const backend_ops cpu_ops = {"cpu",           cpu_open, cpu_close, cpu_supports,
+                                    cpu_run_layer,   cpu_run_variant, NULL, NULL, NULL};
+
+/* ---- cuda: our kernels ------------------------------------------------------ */
+
+static pg_status gpu_open(attn_backend *be, char *desc, size_t desc_len, pg_err *err)
+{
+    return cuda_backend_open(&be->gpu, desc, desc_len, err);
+}
+
+static void gpu_close(attn_backend *be) { cuda_backend_close(be->gpu); }
+
+static pg_status gpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err)
+{
+    return cuda_sweep_layer(be->gpu, job->b, job->q, job->k, job->v, job->opt, job->n_var,
+                            job->var, job->n_ext, job->ext, job->metrics, job->rep, job->out,
+                            NULL, NULL, NULL, err);
+}
+
+static pg_status gpu_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
+                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                 const attn_fp8_options *opt, uint16_t *out,
+                                 attn_quant_report *rep, pg_err *err)
+{
+    return cuda_variant_run(be->gpu, p, b, q, k, v, opt, out, rep, err);
+}
+
+static pg_status gpu_prefetch(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, pg_err *err)
+{
+    return cuda_prefetch_qkv(be->gpu, b, q, k, v, err);
+}
+
+static const backend_ops gpu_ops = {"cuda",        gpu_open,        gpu_close,
+                                    cuda_supports, gpu_run_layer,   gpu_run_variant,
+                                    gpu_prefetch,  cuda_host_register, cuda_host_unregister};
+
+/* ---- the interface ---------------------------------------------------------- */
+
+static const backend_ops *const backends[] = {&cpu_ops, &gpu_ops};
+
+pg_status attn_backend_open(const char *name, int n_threads, attn_backend **out, char *desc,
+                            size_t desc_len, pg_err *err)
+{
+    *out = NULL;
+    const backend_ops *ops = NULL;
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (strcmp(name, backends[i]->name) == 0) ops = backends[i];
+    if (ops == NULL)
+        return pg_fail(err, PG_ERR_USAGE, "backend '%s' is not one of cpu, cuda", name);
+    attn_backend *be = calloc(1, sizeof *be);
+    if (be == NULL) return pg_fail(err, PG_ERR_NOMEM, "backend %s: out of memory", name);
+    be->ops = ops;
+    be->n_threads = n_threads < 1 ? 1 : n_threads;
+    const pg_status st = ops->open(be, desc, desc_len, err);
+    if (st != PG_OK) {
+        free(be);
+        return st;
+    }
+    *out = be;
+    return PG_OK;
+}
+
+void attn_backend_close(attn_backend *be)
+{
+    if (be == NULL) return;
+    be->ops->close(be);
+    free(be);
+}
+
+const char *attn_backend_name(const attn_backend *be) { return be->ops->name; }
+
+int attn_backend_supports(const attn_backend *be, const attn_profile *p, const attn_batch *b,
+                          const char **why)
+{
+    return be->ops->supports(p, b, why);
+}
+
+pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err)
+{
+    for (int i = 0; i < job->n_var; i++) {
+        const char *why = NULL;
+        if (!be->ops->supports(job->var[i], job->b, &why))
+            return pg_fail(err, PG_ERR_USAGE, "backend %s does not run %s: %s", be->ops->name,
+                           attn_profile_variant(job->var[i]), why);
+    }
+    return be->ops->run_layer(be, job, err);
+}
+
+pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
+                                   const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                   const attn_fp8_options *opt, uint16_t *out,
+                                   attn_quant_report *rep, pg_err *err)
+{
+    return be->ops->run_variant(be, p, b, q, k, v, opt, out, rep, err);
+}
+
+pg_status attn_backend_prefetch(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                                const uint16_t *k, const uint16_t *v, pg_err *err)
+{
+    return be->ops->prefetch != NULL ? be->ops->prefetch(be, b, q, k, v, err) : PG_OK;
+}
+
+pg_status attn_backend_pin(attn_backend *be, void *p, size_t bytes, pg_err *err)
+{
+    return be->ops->pin != NULL ? be->ops->pin(p, bytes, err) : PG_OK;
+}
+
+void attn_backend_unpin(attn_backend *be, void *p)
+{
+    if (be->ops->unpin != NULL) be->ops->unpin(p);
+}

@@ -1,0 +1,93 @@
+/*
+ * attn_backend.h: the backends a sweep computes attention on, reached
+ * through one interface, in the manner of ggml's backend: open,
+ * supports(variant, shape), run a layer, close. "cpu" is the CPU
+ * specification (attn.h, attn_profile.h); "cuda" is our CUDA kernels
+ * (attn_cuda.h), held to it by tests/gpu_check.c. A caller names no backend
+ * function of its own: what a backend cannot run it says through
+ * attn_backend_supports, and the caller places that variant on another.
+ */
+#ifndef PG_ATTN_BACKEND_H
+#define PG_ATTN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "attn_profile.h"
+#include "metrics.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct attn_backend attn_backend;
+
+/* One layer for attn_backend_run_layer. */
+typedef struct attn_layer_job {
+    const attn_batch *b;
+    const uint16_t *q, *k, *v;          /* bf16 host arrays [Tq,hq,d], [Tkv,hkv,d] */
+    const attn_fp8_options *opt;
+    int n_var;                          /* variants to run, each one the backend supports */
+    const attn_profile *const *var;
+    int n_ext;                          /* outputs computed elsewhere (bf16 [Tq,hq,d]), */
+    const uint16_t *const *ext;         /* compared with the same reference */
+    attn_error_metrics *metrics;        /* out: (n_var + n_ext) x (hq + 1), each [0] whole
+                                         * layer and [1 + h] head h, against the fp64
+                                         * reference */
+    attn_quant_report *rep;             /* out (may be NULL): k and v of the first fp8
+                                         * variant, q of the first fp8qkv one; zero else */
+    uint16_t *const *out;               /* NULL, or [n_var] NULL or host copies of each
+                                         * variant's output */
+} attn_layer_job;
+
+/* Opens backend name ("cpu" or "cuda") with n_threads CPU threads for its
+ * host work; desc gets a description of the device. PG_ERR_DEVICE with the
+ * reason when the backend cannot run here (no usable GPU), PG_ERR_USAGE for
+ * an unknown name. */
+pg_status attn_backend_open(const char *name, int n_threads, attn_backend **out, char *desc,
+                            size_t desc_len, pg_err *err);
+
+/* Releases be; NULL is a no-op. */
+void attn_backend_close(attn_backend *be);
+
+/* The backend's name as opened ("cpu", "cuda"), the stored rows' backend. */
+const char *attn_backend_name(const attn_backend *be);
+
+/* 1 when be runs profile p on a batch of b's shape as the profile states,
+ * else 0 with *why (may be NULL) saying what it lacks. */
+int attn_backend_supports(const attn_backend *be, const attn_profile *p, const attn_batch *b,
+                          const char **why);
+
+/* The fp64 reference, every variant of job and the metrics of each variant
+ * and external output against the reference, for one layer. PG_ERR_USAGE
+ * naming a variant the backend does not support. */
+pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err);
+
+/* Profile p's output alone on batch b (as attn_variant_run): out bf16
+ * [Tq,hq,d]; rep may be NULL. */
+pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
+                                   const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                   const attn_fp8_options *opt, uint16_t *out,
+                                   attn_quant_report *rep, pg_err *err);
+
+/* Starts moving a coming layer's q, k, v (which must not change until its
+ * run_layer) to the backend's memory while another layer computes; PG_OK and
+ * nothing done where the backend computes in host memory. */
+pg_status attn_backend_prefetch(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                                const uint16_t *k, const uint16_t *v, pg_err *err);
+
+/* Prepares host memory [p, p + bytes) for fast transfers to the backend
+ * (page-locking on the GPU); PG_OK and nothing done on the CPU. An error
+ * leaves the memory usable, only slower. */
+pg_status attn_backend_pin(attn_backend *be, void *p, size_t bytes, pg_err *err);
+
+/* Undoes attn_backend_pin of p (after the backend's pending work on it). */
+void attn_backend_unpin(attn_backend *be, void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_ATTN_BACKEND_H */
