@@ -34,7 +34,25 @@ for i in 1 2 3; do
   grep -E "runs on|timing|s in all" "$out/bench_run$i.log" | head -6
 done
 
+
+echo "== placement: a head-dim-128 capture (the GPU's fa3 kernel takes d 64) and --check-spec"
+"$bin/precgate" synth -o /tmp/llama.safetensors --preset llama-3-8b --layers 2 --seqs 1 --seq-len 512 \
+  --seed 2 >/dev/null
+timeout 120 "$bin/precgate" run --capture /tmp/llama.safetensors --db /tmp/llama.db --no-progress \
+  > "$out/llama_run.log" 2>&1; echo "exit $?"; grep -E "backend|runs on|does not run" "$out/llama_run.log"
+"$bin/precgate" synth -o /tmp/spec.safetensors --layers 2 --seqs 2 --seq-len 512 --seed 4 >/dev/null
+timeout 120 "$bin/precgate" run --capture /tmp/spec.safetensors --backend cuda --check-spec \
+  --db /tmp/spec.db --no-progress > "$out/spec_run.log" 2>&1; echo "exit $?"
+python3 - <<'PY'
+import sqlite3
+for db in ("/tmp/llama.db", "/tmp/spec.db"):
+    c = sqlite3.connect(db)
+    for r in c.execute("SELECT layer, variant, backend, rel_l2 FROM layer_metrics WHERE head = -1 "
+                       "ORDER BY layer, variant"):
+        print(db, "%d %-22s %-5s %.4e" % r)
+PY
 fi
+[ "${SKIP_TABLES:-0}" = 1 ] && exit 0
 
 table() {  # capture db label
   python3 - "$2" "$3" <<'PY'

@@ -22,6 +22,16 @@ typedef struct backend_ops {
                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const attn_fp8_options *opt, uint16_t *out, attn_quant_report *rep,
                              pg_err *err);
+    pg_status (*reference)(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                           const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
+    pg_status (*paged_write)(attn_backend *be, const attn_batch *b, const uint16_t *k,
+                             const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                             uint64_t page_seed, int block_size, kv_paged *out,
+                             attn_quant_report *rep, pg_err *err);
+    pg_status (*dequant_gather)(attn_backend *be, const kv_paged *src, float k_scale,
+                                float v_scale, kv_paged *out, pg_err *err);
+    pg_status (*metrics)(attn_backend *be, const uint16_t *out, const double *ref, int64_t tq,
+                         int hq, int d, attn_error_metrics *m, pg_err *err);
     pg_status (*prefetch)(attn_backend *be, const attn_batch *b, const uint16_t *q,
                           const uint16_t *k, const uint16_t *v, pg_err *err); /* NULL: none */
     pg_status (*pin)(void *p, size_t bytes, pg_err *err);                    /* NULL: none */
@@ -112,8 +122,45 @@ static pg_status cpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_e
     return st;
 }
 
-static const backend_ops cpu_ops = {"cpu",           cpu_open, cpu_close, cpu_supports,
-                                    cpu_run_layer,   cpu_run_variant, NULL, NULL, NULL};
+static pg_status cpu_reference(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                               const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
+{
+    return attn_reference(b, q, k, v, out, be->n_threads, err);
+}
+
+static pg_status cpu_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
+                                 const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                 uint64_t page_seed, int block_size, kv_paged *out,
+                                 attn_quant_report *rep, pg_err *err)
+{
+    (void)be;
+    if (rep != NULL) memset(rep, 0, sizeof *rep);
+    return kv_paged_write(b, k, v, elem, k_scale, v_scale, page_seed, block_size, out,
+                          rep != NULL ? &rep->k : NULL, rep != NULL ? &rep->v : NULL, err);
+}
+
+static pg_status cpu_dequant_gather(attn_backend *be, const kv_paged *src, float k_scale,
+                                    float v_scale, kv_paged *out, pg_err *err)
+{
+    (void)be;
+    return kv_dequant_gather(src, k_scale, v_scale, out, err);
+}
+
+static pg_status cpu_metrics(attn_backend *be, const uint16_t *out, const double *ref,
+                             int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err)
+{
+    (void)be;
+    double *scratch = malloc((size_t)tq * (size_t)hq * (size_t)d * sizeof *scratch + 1);
+    if (scratch == NULL) return pg_fail(err, PG_ERR_NOMEM, "cpu: metrics scratch");
+    metrics_compare_heads(out, ref, tq, hq, d, scratch, m);
+    free(scratch);
+    return PG_OK;
+}
+
+static const backend_ops cpu_ops = {
+    "cpu",         cpu_open,        cpu_close,          cpu_supports, cpu_run_layer,
+    cpu_run_variant, cpu_reference, cpu_paged_write, cpu_dequant_gather, cpu_metrics,
+    NULL,          NULL,            NULL};
 
 /* ---- cuda: our kernels ------------------------------------------------------ */
 
@@ -145,9 +192,37 @@ static pg_status gpu_prefetch(attn_backend *be, const attn_batch *b, const uint1
     return cuda_prefetch_qkv(be->gpu, b, q, k, v, err);
 }
 
-static const backend_ops gpu_ops = {"cuda",        gpu_open,        gpu_close,
-                                    cuda_supports, gpu_run_layer,   gpu_run_variant,
-                                    gpu_prefetch,  cuda_host_register, cuda_host_unregister};
+static pg_status gpu_reference(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                               const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
+{
+    return cuda_reference(be->gpu, b, q, k, v, out, err);
+}
+
+static pg_status gpu_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
+                                 const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                 uint64_t page_seed, int block_size, kv_paged *out,
+                                 attn_quant_report *rep, pg_err *err)
+{
+    return cuda_paged_write(be->gpu, b, k, v, elem, k_scale, v_scale, page_seed, block_size, out,
+                            rep, err);
+}
+
+static pg_status gpu_dequant_gather(attn_backend *be, const kv_paged *src, float k_scale,
+                                    float v_scale, kv_paged *out, pg_err *err)
+{
+    return cuda_dequant_gather(be->gpu, src, k_scale, v_scale, out, err);
+}
+
+static pg_status gpu_metrics(attn_backend *be, const uint16_t *out, const double *ref,
+                             int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err)
+{
+    return cuda_metrics_host(be->gpu, out, ref, tq, hq, d, m, err);
+}
+
+static const backend_ops gpu_ops = {
+    "cuda",        gpu_open,        gpu_close,          cuda_supports, gpu_run_layer,
+    gpu_run_variant, gpu_reference, gpu_paged_write, gpu_dequant_gather, gpu_metrics,
+    gpu_prefetch,  cuda_host_register, cuda_host_unregister};
 
 /* ---- the interface ---------------------------------------------------------- */
 
@@ -207,6 +282,33 @@ pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, cons
                                    attn_quant_report *rep, pg_err *err)
 {
     return be->ops->run_variant(be, p, b, q, k, v, opt, out, rep, err);
+}
+
+pg_status attn_backend_reference(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                                 const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
+{
+    return be->ops->reference(be, b, q, k, v, out, err);
+}
+
+pg_status attn_backend_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
+                                   const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                   uint64_t page_seed, int block_size, kv_paged *out,
+                                   attn_quant_report *rep, pg_err *err)
+{
+    return be->ops->paged_write(be, b, k, v, elem, k_scale, v_scale, page_seed, block_size, out,
+                                rep, err);
+}
+
+pg_status attn_backend_dequant_gather(attn_backend *be, const kv_paged *src, float k_scale,
+                                      float v_scale, kv_paged *out, pg_err *err)
+{
+    return be->ops->dequant_gather(be, src, k_scale, v_scale, out, err);
+}
+
+pg_status attn_backend_metrics(attn_backend *be, const uint16_t *out, const double *ref,
+                               int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err)
+{
+    return be->ops->metrics(be, out, ref, tq, hq, d, m, err);
 }
 
 pg_status attn_backend_prefetch(attn_backend *be, const attn_batch *b, const uint16_t *q,

@@ -15,6 +15,7 @@
 
 #include "attn.h"
 #include "attn_profile.h"
+#include "kv_cache.h"
 #include "metrics.h"
 #include "status.h"
 
@@ -71,6 +72,28 @@ pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, cons
                                    const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                    const attn_fp8_options *opt, uint16_t *out,
                                    attn_quant_report *rep, pg_err *err);
+
+/* The fp64 reference of batch b (attn_reference's contract): out [Tq,hq,d]. */
+pg_status attn_backend_reference(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                                 const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
+
+/* The paged cache write of kv_paged_write's contract, done by the backend,
+ * into host memory (*out; kv_paged_free it); rep (may be NULL) gets the k
+ * and v counters. */
+pg_status attn_backend_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
+                                   const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                   uint64_t page_seed, int block_size, kv_paged *out,
+                                   attn_quant_report *rep, pg_err *err);
+
+/* The dequant gather of kv_dequant_gather's contract, done by the backend,
+ * from and into host memory (*out; kv_paged_free it). */
+pg_status attn_backend_dequant_gather(attn_backend *be, const kv_paged *src, float k_scale,
+                                      float v_scale, kv_paged *out, pg_err *err);
+
+/* The metrics of out (bf16) against ref (fp64), host arrays [tq,hq,d],
+ * computed by the backend: m[0] whole layer, m[1 + h] head h (metrics.h). */
+pg_status attn_backend_metrics(attn_backend *be, const uint16_t *out, const double *ref,
+                               int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err);
 
 /* Starts moving a coming layer's q, k, v (which must not change until its
  * run_layer) to the backend's memory while another layer computes; PG_OK and

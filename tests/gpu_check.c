@@ -7,15 +7,15 @@
  * Sweep: head dims 64/128; block sizes 16/32/64; GQA ratios 1, 4, 8; windows
  * 0 and 128; with and without sinks; a ragged batch with context; scales 1.0
  * and != 1.0. Pass: paged write and dequant gather bit-identical; every
- * profile the GPU supports (cuda_supports) agrees with the CPU
+ * profile the GPU supports (attn_backend_supports) agrees with the CPU
  * specification's output of the same profile on the same inputs: the
  * normalized distance ||gpu - cpu|| / ||cpu|| between the two outputs is
  * within the profile's bound (agreement_bound, with its justification); the
  * GPU reference within GPU_REF_TOL of the CPU one (and within the kernel's
  * own claim, GPU_REF_CLAIM_TOL, there and on edge cases the sweep does not
  * reach); GPU metrics equal to the CPU's (p99 up to its fp32 rounding). The
- * GPU is reached through cuda_supports / cuda_variant_run alone, the
- * counterpart of attn_variant_run.
+ * GPU is reached through the backend interface alone (attn_backend.h), as
+ * the sweep reaches it.
  *
  * usage: gpu_check [--quick]
  */
@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "attn.h"
-#include "attn_cuda.h"
+#include "attn_backend.h"
 #include "attn_profile.h"
 #include "kv_cache.h"
 #include "metrics.h"
@@ -78,6 +78,33 @@ static double output_distance(const uint16_t *a, const uint16_t *b, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Where two outputs of batch b differ most, for a failed agreement: the
+ * element (sequence, row, head, dim) with the largest |gpu - cpu|, the
+ * values there, and how many elements differ at all. */
+static void explain_difference(const attn_batch *b, const uint16_t *gpu, const uint16_t *cpu,
+                               const double *ref)
+{
+    const size_t row = (size_t)b->hq * (size_t)b->d, n = (size_t)attn_batch_tq(b) * row;
+    size_t worst = 0, n_diff = 0;
+    double wd = -1;
+    for (size_t i = 0; i < n; i++) {
+        const double dd = fabs((double)bf16_to_f32(gpu[i]) - (double)bf16_to_f32(cpu[i]));
+        n_diff += gpu[i] != cpu[i];
+        if (dd > wd) {
+            wd = dd;
+            worst = i;
+        }
+    }
+    size_t t = worst / row;
+    int s = 0;
+    while (s + 1 < b->n_seqs && t >= (size_t)b->seq_q[s]) t -= (size_t)b->seq_q[s++];
+    const int h = (int)(worst % row / (size_t)b->d), dim = (int)(worst % (size_t)b->d);
+    printf("      worst element: seq %d row %zu (of %d, %d keys) head %d dim %d: gpu %.6g cpu "
+           "%.6g ref %.6g; %zu of %zu elements differ\n",
+           s, t, b->seq_q[s], b->seq_kv[s], h, dim, (double)bf16_to_f32(gpu[worst]),
+           (double)bf16_to_f32(cpu[worst]), ref[worst], n_diff, n);
+}
+
 /* The largest distance seen per profile (table order), for the summary. */
 static double worst_agreement[32];
 
@@ -126,14 +153,14 @@ static int rel_close(double a, double b, double tol)
 }
 
 /* Compares GPU metrics with CPU metrics of the same arrays. */
-static void check_metrics(cuda_backend *be, const char *id, const uint16_t *out,
+static void check_metrics(attn_backend *be, const char *id, const uint16_t *out,
                           const double *ref, int64_t tq, int hq, int d)
 {
     const size_t n = (size_t)tq * hq * d;
     attn_error_metrics *g = calloc((size_t)hq + 1, sizeof *g), c;
     double *scratch = malloc(n * sizeof(double));
     pg_err err = {0};
-    if (cuda_metrics_host(be, out, ref, tq, hq, d, g, &err) != PG_OK) {
+    if (attn_backend_metrics(be, out, ref, tq, hq, d, g, &err) != PG_OK) {
         failures++;
         printf("FAIL %s: metrics: %s\n", id, err.msg);
         free(g);
@@ -186,7 +213,7 @@ static void fill_qkv(uint16_t *q, uint16_t *k, uint16_t *v, size_t nq, int64_t t
 }
 
 /* One case of the sweep. */
-static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int sinks,
+static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int sinks,
                      float scale_mul, uint64_t seed)
 {
     enum { NSEQ = 3 };
@@ -220,7 +247,7 @@ static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int s
     uint16_t *spec = malloc(nq * 2), *gout = malloc(nq * 2);
     /* References. */
     if (attn_reference(&b, q, k, v, ref, threads, &err) != PG_OK ||
-        cuda_reference(be, &b, q, k, v, gref, &err) != PG_OK) {
+        attn_backend_reference(be, &b, q, k, v, gref, &err) != PG_OK) {
         failures++;
         printf("FAIL %s: reference: %s\n", id, err.msg);
         goto done;
@@ -239,7 +266,7 @@ static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int s
         attn_quant_report grep;
         if (kv_paged_write(&b, k, v, elem, opt.k_scale, opt.v_scale, seed, bs, &cpu, &ks, &vs,
                            &err) != PG_OK ||
-            cuda_paged_write(be, &b, k, v, elem, opt.k_scale, opt.v_scale, seed, bs, &gpu, &grep,
+            attn_backend_paged_write(be, &b, k, v, elem, opt.k_scale, opt.v_scale, seed, bs, &gpu, &grep,
                              &err) != PG_OK) {
             failures++;
             printf("FAIL %s: paged write: %s\n", id, err.msg);
@@ -255,7 +282,7 @@ static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int s
                   id, "quant stats equal", (double)grep.k.n_saturated, (double)ks.n_saturated);
             kv_paged cg, gg;
             if (kv_dequant_gather(&cpu, opt.k_scale, opt.v_scale, &cg, &err) != PG_OK ||
-                cuda_dequant_gather(be, &cpu, opt.k_scale, opt.v_scale, &gg, &err) != PG_OK) {
+                attn_backend_dequant_gather(be, &cpu, opt.k_scale, opt.v_scale, &gg, &err) != PG_OK) {
                 failures++;
                 printf("FAIL %s: dequant gather: %s\n", id, err.msg);
             } else {
@@ -275,9 +302,9 @@ static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int s
     int n_run = 0;
     for (size_t pi = 0; pi < attn_profile_count(); pi++) {
         const attn_profile *p = attn_profile_at(pi);
-        if (!cuda_supports(p, &b, NULL)) continue;
+        if (!attn_backend_supports(be, p, &b, NULL)) continue;
         pg_status s1 = attn_variant_run(p, &b, q, k, v, &opt, spec, NULL, threads, &err);
-        pg_status s2 = s1 == PG_OK ? cuda_variant_run(be, p, &b, q, k, v, &opt, gout, NULL, &err)
+        pg_status s2 = s1 == PG_OK ? attn_backend_run_variant(be, p, &b, q, k, v, &opt, gout, NULL, &err)
                                    : s1;
         if (s1 != PG_OK || s2 != PG_OK) {
             failures++;
@@ -292,6 +319,7 @@ static void run_case(cuda_backend *be, int d, int bs, int gqa, int window, int s
         snprintf(what, sizeof what, "%s GPU vs CPU output distance (error vs ref: cpu %.3e)",
                  attn_profile_variant(p), rel_l2_bf16(spec, ref, nq));
         check(dist <= agreement_bound(p), id, what, dist, agreement_bound(p));
+        if (dist > agreement_bound(p)) explain_difference(&b, gout, spec, ref);
         if (attn_profile_mode(p) == ATTN_MODE_FP8QKV) check_metrics(be, id, gout, ref, tq, hq, d);
         if (failures == failures_before)
             printf("%s %s %.2e", n_run++ ? "" : "ok   ", attn_profile_variant(p), dist);
@@ -312,7 +340,7 @@ done:
  * large enough to move the row maximum many times (q times 60), and a sink so
  * far above every score (1000) that both references flush every key's weight
  * to 0 and give exactly 0. */
-static void run_reference_edges(cuda_backend *be)
+static void run_reference_edges(attn_backend *be)
 {
     static const struct {
         int d, gqa, window;
@@ -339,7 +367,7 @@ static void run_reference_edges(cuda_backend *be)
         cases++;
         pg_err err = {0};
         if (attn_reference(&b, q, k, v, ref, parallel_default_threads(), &err) != PG_OK ||
-            cuda_reference(be, &b, q, k, v, gref, &err) != PG_OK) {
+            attn_backend_reference(be, &b, q, k, v, gref, &err) != PG_OK) {
             failures++;
             printf("FAIL %s: %s\n", id, err.msg);
         } else if (edges[c].sink >= 1000.f) {
@@ -376,9 +404,20 @@ static void check_metrics_close(const char *id, const attn_error_metrics *a,
 /* The default variants, all on the GPU at head dim 64 (set in main). */
 static const attn_profile *sweep3[3];
 
+/* attn_backend_run_layer of the three default variants and n_ext external
+ * outputs: metrics m, the report rep, the outputs outs (may be NULL). */
+static pg_status sweep_layer3(attn_backend *be, const attn_batch *b, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                              int n_ext, const uint16_t *const *ext, attn_error_metrics *m,
+                              attn_quant_report *rep, uint16_t *const *outs, pg_err *err)
+{
+    const attn_layer_job job = {b, q, k, v, opt, 3, sweep3, n_ext, ext, m, rep, outs};
+    return attn_backend_run_layer(be, &job, err);
+}
+
 /* A layer forced into pieces (PRECGATE_CUDA_MEM_LIMIT) gives the metrics of
  * the layer run whole, and so does one whose q/k/v were prefetched. */
-static void run_pieces_case(cuda_backend *be)
+static void run_pieces_case(attn_backend *be)
 {
     int32_t sq[3] = {300, 40, 700}, skv[3] = {300, 240, 900};
     const int hq = 8, hkv = 2, d = 64;
@@ -405,13 +444,13 @@ static void run_pieces_case(cuda_backend *be)
     pg_err err = {0};
     cases++;
     const char *id = "pieces";
-    if (cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 0, NULL, mw, &rw, ow, NULL, NULL, NULL, &err) != PG_OK) {
+    if (sweep_layer3(be, &b, q, k, v, &opt, 0, NULL, mw, &rw, ow, &err) != PG_OK) {
         failures++;
         printf("FAIL %s: whole: %s\n", id, err.msg);
     } else {
         /* 6 MB: sequence 2 (10.4 MB planned) splits by rows, the others fit */
         setenv("PRECGATE_CUDA_MEM_LIMIT", "6000000", 1);
-        if (cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 0, NULL, mp, &rp, op, NULL, NULL, NULL, &err) != PG_OK) {
+        if (sweep_layer3(be, &b, q, k, v, &opt, 0, NULL, mp, &rp, op, &err) != PG_OK) {
             failures++;
             printf("FAIL %s: pieces: %s\n", id, err.msg);
         } else {
@@ -425,15 +464,15 @@ static void run_pieces_case(cuda_backend *be)
                    mw[per].rel_l2, mp[per].rel_l2, same ? "bit-identical" : "differ");
         }
         unsetenv("PRECGATE_CUDA_MEM_LIMIT");
-        /* q/k/v copied ahead (cuda_prefetch_qkv): the same outputs bit for bit
+        /* q/k/v copied ahead (attn_backend_prefetch): the same outputs bit for bit
          * and the same metrics (their sums are atomics: to rounding); a second
          * prefetch of other arrays must not be taken for this layer. */
         uint16_t *q2 = malloc(nq * 2);
         memcpy(q2, q, nq * 2);
         q2[0] ^= 0x8000u;
-        if (cuda_prefetch_qkv(be, &b, q, k, v, &err) != PG_OK ||
-            cuda_prefetch_qkv(be, &b, q2, k, v, &err) != PG_OK ||
-            cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 0, NULL, mp, &rp, op, NULL, NULL, NULL, &err) != PG_OK) {
+        if (attn_backend_prefetch(be, &b, q, k, v, &err) != PG_OK ||
+            attn_backend_prefetch(be, &b, q2, k, v, &err) != PG_OK ||
+            sweep_layer3(be, &b, q, k, v, &opt, 0, NULL, mp, &rp, op, &err) != PG_OK) {
             failures++;
             printf("FAIL prefetch: %s\n", err.msg);
         } else {
@@ -447,10 +486,8 @@ static void run_pieces_case(cuda_backend *be)
             attn_error_metrics *ma = calloc(3 * (size_t)per, sizeof *ma);
             attn_error_metrics *mu = calloc(3 * (size_t)per, sizeof *mu);
             attn_quant_report ra, ru;
-            if (cuda_sweep_layer(be, &b, q2, k, v, &opt, 3, sweep3, 0, NULL, ma, &ra, NULL, NULL, NULL, NULL,
-                                 &err) != PG_OK ||
-                cuda_sweep_layer(be, &b, q2, k, v, &opt, 3, sweep3, 0, NULL, mu, &ru, NULL, NULL, NULL, NULL,
-                                 &err) != PG_OK) {
+            if (sweep_layer3(be, &b, q2, k, v, &opt, 0, NULL, ma, &ra, NULL, &err) != PG_OK ||
+                sweep_layer3(be, &b, q2, k, v, &opt, 0, NULL, mu, &ru, NULL, &err) != PG_OK) {
                 failures++;
                 printf("FAIL prefetch second slot: %s\n", err.msg);
             } else {
@@ -473,8 +510,7 @@ static void run_pieces_case(cuda_backend *be)
         if (me == NULL) {
             failures++;
             printf("FAIL external output: out of memory\n");
-        } else if (cuda_sweep_layer(be, &b, q, k, v, &opt, 3, sweep3, 1, ext, me, &rp, NULL, NULL, NULL,
-                                    NULL, &err) != PG_OK) {
+        } else if (sweep_layer3(be, &b, q, k, v, &opt, 1, ext, me, &rp, NULL, &err) != PG_OK) {
             failures++;
             printf("FAIL external output: %s\n", err.msg);
         } else {
@@ -497,7 +533,7 @@ static void run_pieces_case(cuda_backend *be)
 }
 
 /* Metrics on non-finite outputs and ties. */
-static void run_metrics_edge(cuda_backend *be)
+static void run_metrics_edge(attn_backend *be)
 {
     const int64_t tq = 300;
     const int hq = 4, d = 64;
@@ -529,10 +565,10 @@ static void run_metrics_edge(cuda_backend *be)
 int main(int argc, char **argv)
 {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    cuda_backend *be = NULL;
+    attn_backend *be = NULL;
     char desc[256];
     pg_err err = {0};
-    if (cuda_backend_open(&be, desc, sizeof desc, &err) != PG_OK) {
+    if (attn_backend_open("cuda", parallel_default_threads(), &be, desc, sizeof desc, &err) != PG_OK) {
         printf("SKIP gpu_check: %s\n", err.msg);
         return GPU_SKIP_CODE;
     }
@@ -561,7 +597,7 @@ int main(int argc, char **argv)
     run_metrics_edge(be);
     run_reference_edges(be);
     run_pieces_case(be);
-    cuda_backend_close(be);
+    attn_backend_close(be);
     printf("gpu_check: %d cases, %d failed checks; GPU reference within %.2e of the CPU's\n",
            cases, failures, worst_ref_err);
     for (size_t pi = 0; pi < attn_profile_count() && pi < 32; pi++)
