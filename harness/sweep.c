@@ -709,11 +709,13 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
 }
 
-/* Says on stderr which of opt's profiles a sweep of cap on backend be runs
- * on the CPU specification instead, on how many layers, and why
- * (attn_backend_supports). */
+/* Says on stderr where a sweep of cap on backend be runs each of opt's
+ * profiles: which on be in every layer, and which on the CPU specification
+ * instead, on how many layers, and why (attn_backend_supports). */
 static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_backend *be)
 {
+    char on_be[SWEEP_MAX_VARIANTS * VARIANT_NAME_MAX] = "";
+    size_t at = 0;
     for (int i = 0; i < opt->variants.n; i++) {
         const attn_profile *p = opt->variants.p[i];
         int n_cpu = 0;
@@ -726,6 +728,9 @@ static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_
                 if (why == NULL) why = w;
             }
         }
+        if (n_cpu == 0 && at < sizeof on_be)
+            at += (size_t)snprintf(on_be + at, sizeof on_be - at, "%s%s", at ? ", " : "",
+                                   attn_profile_variant(p));
         if (n_cpu == cap->n_layers)
             fprintf(stderr, "precgate: backend %s does not run %s (%s): it runs on the CPU "
                             "specification beside it (rows with backend cpu)\n",
@@ -737,6 +742,7 @@ static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_
                     attn_backend_name(be), attn_profile_variant(p), n_cpu, cap->n_layers,
                     why != NULL ? why : "unsupported");
     }
+    if (at > 0) fprintf(stderr, "precgate: on backend %s: %s\n", attn_backend_name(be), on_be);
 }
 
 /* Whether opt marks layer li stored. */
