@@ -299,7 +299,8 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
     }
 
     /* Each profile the GPU runs: its output against the specification's. */
-    int n_run = 0;
+    char line[512] = "";
+    size_t at = 0;
     for (size_t pi = 0; pi < attn_profile_count(); pi++) {
         const attn_profile *p = attn_profile_at(pi);
         if (!attn_backend_supports(be, p, &b, NULL)) continue;
@@ -321,10 +322,11 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
         check(dist <= agreement_bound(p), id, what, dist, agreement_bound(p));
         if (dist > agreement_bound(p)) explain_difference(&b, gout, spec, ref);
         if (attn_profile_mode(p) == ATTN_MODE_FP8QKV) check_metrics(be, id, gout, ref, tq, hq, d);
-        if (failures == failures_before)
-            printf("%s %s %.2e", n_run++ ? "" : "ok   ", attn_profile_variant(p), dist);
+        if (at < sizeof line)
+            at += (size_t)snprintf(line + at, sizeof line - at, " %s %.2e",
+                                   attn_profile_variant(p), dist);
     }
-    if (failures == failures_before) printf(" (ref %.1e) %s\n", ref_err, id);
+    if (failures == failures_before) printf("ok  %s (ref %.1e) %s\n", line, ref_err, id);
 done:
     free(q);
     free(k);
