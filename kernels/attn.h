@@ -9,9 +9,11 @@
  *   keys c+j-W+1 .. c+j when the window W > 0, else 0 .. c+j. Query head h
  *   reads kv head h / (hq / hkv) (grouped-query attention).
  *   Softmax uses the final row max (two passes: all scores first, then
- *   exponentials; the FA3 profiles keep a running max per key tile instead): m = max(sink_h, max_t S_t), l = exp(sink_h - m) + sum_t
+ *   exponentials): m = max(sink_h, max_t S_t), l = exp(sink_h - m) + sum_t
  *   exp(S_t - m); the sink logit is not multiplied by sm_scale and has no
  *   value vector (gpt-oss, openai/gpt-oss gpt_oss/torch/model.py `sdpa`).
+ *   The tiled fp8qkv profiles (@fa3, @fa3-1level, @trtllm, @flashinfer-fa3)
+ *   keep a running max per key tile instead, as their kernels do.
  *
  * reference: fp64 throughout from the bf16 inputs, exact exp (see
  *   attn_reference.c for its error bound).
@@ -27,7 +29,8 @@
  *   paged fp8 cache; the profile says how S, the softmax, P's rounding and the
  *   sums are taken (@ideal: as bf16 above with exact fp32 sums of exact fp8
  *   products, S scaled by fp32(q_scale*k_scale*sm_scale), P = e4m3(expf(S - m))
- *   unscaled, O = bf16(acc * v_scale / l); @fa3: FlashAttention-3's tiles).
+ *   unscaled, O = bf16(acc * v_scale / l); the others: their kernel's tiles,
+ *   P scaling and fp8 accumulation, kernels/fp8_mma.h).
  * Profiles (MODE@PROFILE), their rules and sources: attn_profile.h and
  * `precgate help profiles`; attn_variant_run runs one.
  * attn_fp8_options.quantize = 0 (for the identity tests) means no fp8 anywhere:
