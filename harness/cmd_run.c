@@ -60,7 +60,7 @@ const char cmd_run_usage[] =
     "                       specification's output (variants MODE@PROFILE~spec) on one GQA\n"
     "                       group of heads. The GPU runs the profiles its kernels implement\n"
     "                       as the profile states (bf16, fp8kv@fixed, fp8kv@vllm-24197,\n"
-    "                       fp8qkv@fa3 at head dim 64); every other profile runs on the CPU\n"
+    "                       fp8qkv@fa3 at head dims 64, 128); every other profile runs on the CPU\n"
     "                       specification beside it, said on stderr\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"

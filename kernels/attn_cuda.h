@@ -39,7 +39,7 @@ pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *
                          const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
 
 /* Whether the GPU runs profile p on batch b as the profile states (bf16,
- * fp8kv@fixed, fp8kv@vllm-24197; fp8qkv@fa3 at head dim 64): 1, else 0 with
+ * fp8kv@fixed, fp8kv@vllm-24197; fp8qkv@fa3 at head dims 64 and 128): 1, else 0 with
  * *why (may be NULL) saying what it lacks. Needs no GPU. */
 int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why);
 

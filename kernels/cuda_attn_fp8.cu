@@ -6,7 +6,8 @@
 //     accumulators, one chain of k = 32 steps over d from zero; the hardware's
 //     accumulation is the rule of kernels/fp8_mma.h);
 //   - key tiles of kBlockN keys aligned at key 0 (hopper/tile_size.h
-//     tile_size_fwd_sm90, fp8, two-level build: 128 keys for d <= 64), visited
+//     tile_size_fwd_sm90, fp8, two-level build: 128 keys for d <= 64, 192 for
+//     d <= 128), visited
 //     from the last to the first (mainloop_fwd_sm90_tma_gmma_ws.hpp mma:
 //     n_block from n_block_max - 1 down);
 //   - a running max m of the raw scores over the tiles seen; P =
@@ -52,6 +53,8 @@ constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
 // (hopper/tile_size.h tile_size_fwd_sm90, since fork commit 29210221); the
 // CPU profile's tile table (attn_profile.c) holds the same number.
 constexpr int F8_FA3_BN_D64 = 128;
+// ... and for d <= 128: 192 keys (the same table row).
+constexpr int F8_FA3_BN_D128 = 192;
 // FA3's fp8 Max_offset: P = exp2(x - (max - 8)) lies in [0, 256] (hopper/softmax.h).
 constexpr float F8_FA3_MAX_OFFSET = 8.f;
 // log2(e) as the fork's finalize_aux multiplies the sink by it (float(M_LOG2E)).
@@ -340,9 +343,9 @@ extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const
 {
     if (kv->elem != KV_ELEM_E4M3)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_fp8: the cache must hold e4m3");
-    if (b->d != 64)
+    if (b->d != 64 && b->d != 128)
         return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: head dim %d is not supported on the GPU "
-                                          "(fp8qkv@fa3 runs d 64 there)", b->d);
+                                          "(64 or 128)", b->d);
     // V^T in slot order (fp8_vt_kernel), one byte per cached V element.
     uint8_t *vt = nullptr;
     const size_t vt_bytes = (size_t)kv->n_pages * b->hkv * kv->block_size * b->d;
@@ -356,7 +359,10 @@ extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const
         st = pg_fail(err, PG_ERR_DEVICE, "attn_fp8: fp8_vt_kernel launch: %s",
                      cudaGetErrorString(rc));
     if (st == PG_OK)
-        st = launch_fp8<64, F8_FA3_BN_D64>(b, q8, kv, vt, scale_log2, v_descale, out, stream, err);
+        st = b->d == 64 ? launch_fp8<64, F8_FA3_BN_D64>(b, q8, kv, vt, scale_log2, v_descale, out,
+                                                         stream, err)
+                        : launch_fp8<128, F8_FA3_BN_D128>(b, q8, kv, vt, scale_log2, v_descale,
+                                                          out, stream, err);
     cudaFreeAsync(vt, stream);
     return st;
 }

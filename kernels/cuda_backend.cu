@@ -519,11 +519,11 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
             // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles
             if (p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL &&
                 p->q_by_inverse && p->p_exp_offset == 8.f &&
-                attn_profile_block_n(p, b->d, b->window) == 128 && b->d == 64)
+                attn_profile_block_n(p, b->d, b->window) == (b->d == 64 ? 128 : 192))
                 k = GK_FP8QKV_FA3;
             else
                 no = p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL
-                         ? "the GPU's FA3 kernel takes head dim 64 (128-key tiles)"
+                         ? "the GPU's FA3 kernel has 128-key tiles at d 64 and 192 at d 128"
                          : "the GPU has no kernel for this profile's rounding";
             break;
         }

@@ -103,6 +103,29 @@ __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[16][4], const u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
+// The same with N = 192 (96 accumulators per thread): FA3's fp8 key tile for
+// head dim 128 (kernels/cuda_attn_fp8.cu).
+__device__ __forceinline__ void wgmma_e4m3_m64n192k32(float (&d)[24][4], const uint32_t (&a)[4],
+                                                      uint64_t b_desc, int accumulate)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, "
+        "{%96,%97,%98,%99}, %100, p, 1, 1;\n}\n"
+        : WGMMA_F4(d, 0), WGMMA_F4(d, 1), WGMMA_F4(d, 2), WGMMA_F4(d, 3), WGMMA_F4(d, 4),
+          WGMMA_F4(d, 5), WGMMA_F4(d, 6), WGMMA_F4(d, 7), WGMMA_F4(d, 8), WGMMA_F4(d, 9),
+          WGMMA_F4(d, 10), WGMMA_F4(d, 11), WGMMA_F4(d, 12), WGMMA_F4(d, 13), WGMMA_F4(d, 14),
+          WGMMA_F4(d, 15), WGMMA_F4(d, 16), WGMMA_F4(d, 17), WGMMA_F4(d, 18), WGMMA_F4(d, 19),
+          WGMMA_F4(d, 20), WGMMA_F4(d, 21), WGMMA_F4(d, 22), WGMMA_F4(d, 23)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
+}
+
 #undef WGMMA_F4
 
 // d (+)= a * B for the accumulator width the caller holds (N = 8 * NT).
@@ -120,6 +143,13 @@ __device__ __forceinline__ void wgmma_e4m3<16>(float (&d)[16][4], const uint32_t
                                                uint64_t b_desc, int accumulate)
 {
     wgmma_e4m3_m64n128k32(d, a, b_desc, accumulate);
+}
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3<24>(float (&d)[24][4], const uint32_t (&a)[4],
+                                               uint64_t b_desc, int accumulate)
+{
+    wgmma_e4m3_m64n192k32(d, a, b_desc, accumulate);
 }
 
 // d (+)= A.B over KS k32 steps, waited for: A's fragments a[k] from
