@@ -18,16 +18,20 @@
 enum { MODE_REF, MODE_BF16, MODE_FP8KV, MODE_FP8QKV, MODE_COUNT };
 static const char *const mode_names[MODE_COUNT] = {"reference", "bf16", "fp8kv", "fp8qkv"};
 
-static double now(void)
+static double clock_seconds(clockid_t which)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(which, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Runs one mode on layer L once; returns seconds, or -1 on error. */
+static double now(void) { return clock_seconds(CLOCK_MONOTONIC); }
+
+/* Runs one mode on layer L once; returns wall seconds (and in *cpu the
+ * process's CPU seconds, all threads: what a loaded machine does not inflate
+ * as much), or -1 on error. */
 static double run_mode(int mode, const capture *cap, const capture_layer *L, double *ref,
-                       uint16_t *out, int threads)
+                       uint16_t *out, int threads, double *cpu)
 {
     const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
                           L->window, L->sm_scale, L->sinks};
@@ -39,7 +43,7 @@ static double run_mode(int mode, const capture *cap, const capture_layer *L, dou
                            cap->block_size, 1};
     pg_err err = {0};
     pg_status st = PG_OK;
-    double t0 = now();
+    double t0 = now(), c0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
     switch (mode) {
     case MODE_REF: st = attn_reference(&b, L->q, L->k, L->v, ref, threads, &err); break;
     case MODE_BF16: st = attn_variant_bf16(&b, L->q, L->k, L->v, out, threads, &err); break;
@@ -50,6 +54,7 @@ static double run_mode(int mode, const capture *cap, const capture_layer *L, dou
     }
     }
     double dt = now() - t0;
+    *cpu = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
     if (st != PG_OK) {
         fprintf(stderr, "cpu_sweep: %s\n", err.msg);
         return -1;
@@ -71,7 +76,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cpu_sweep: %s\n", err.msg);
         return 1;
     }
-    double secs[MODE_COUNT] = {0}, flops = 0;
+    double secs[MODE_COUNT] = {0}, cpus[MODE_COUNT] = {0}, flops = 0;
     for (int li = 0; li < cap->n_layers; li++) {
         const capture_layer *L = &cap->layers[li];
         const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
@@ -81,22 +86,26 @@ int main(int argc, char **argv)
         uint16_t *out = malloc(nq * sizeof *out);
         flops += attn_batch_flops(&b);
         for (int m = 0; m < MODE_COUNT; m++) {
-            double best = -1;
+            double best = -1, best_cpu = -1;
             for (int r = 0; r < reps; r++) {
-                double dt = run_mode(m, cap, L, ref, out, threads);
+                double cpu;
+                double dt = run_mode(m, cap, L, ref, out, threads, &cpu);
                 if (dt < 0) return 1;
                 if (best < 0 || dt < best) best = dt;
+                if (best_cpu < 0 || cpu < best_cpu) best_cpu = cpu;
             }
             secs[m] += best;
+            cpus[m] += best_cpu;
         }
         free(ref);
         free(out);
     }
     printf("capture %s: %d layers, %d seqs, %lld q tokens, %lld kv tokens, %d threads\n",
            argv[1], cap->n_layers, cap->n_seqs, (long long)cap->tq, (long long)cap->tkv, threads);
-    printf("%-10s %10s %10s\n", "mode", "seconds", "GFLOP/s");
+    printf("%-10s %10s %10s %12s\n", "mode", "seconds", "GFLOP/s", "cpu seconds");
     for (int m = 0; m < MODE_COUNT; m++)
-        printf("%-10s %10.3f %10.2f\n", mode_names[m], secs[m], flops / secs[m] / 1e9);
+        printf("%-10s %10.3f %10.2f %12.3f\n", mode_names[m], secs[m], flops / secs[m] / 1e9,
+               cpus[m]);
     printf("attention GFLOP per mode: %.2f\n", flops / 1e9);
     capture_close(cap);
     return 0;

@@ -82,7 +82,9 @@ static const char rules_fp8qkv_fa3[] =
     "vLLM's FlashAttention-3 fork, fp8 on Hopper (FLASH_ATTN backend, --kv-cache-dtype fp8).\n"
     RULES_FA3_COMMON
     "kBlockN (FORK hopper/tile_size.h tile_size_fwd_sm90, fp8, two-level tiles of PR #125):\n"
-    "  d <= 64: 128, <= 96: 128, <= 128: 192, <= 192: 96, else 128 (local: 64).\n"
+    "  d <= 64: 128, <= 96: 128, <= 128: 192, <= 192: 96, else 128 (local: 64). The fork\n"
+    "  commit a vLLM release pins (cmake/external_projects/vllm_flash_attn.cmake GIT_TAG) may\n"
+    "  predate PR #125 and use upstream's widths: check the pin of the vLLM you model.\n"
     "P.V two-level: each tile's P.V chains its k = 32 steps (keys chunked from the tile start)\n"
     "  from a zero accumulator, then one fp32 add into O (FORK hopper/utils.h gemm,\n"
     "  Use_Two_Level = Is_FP8 && !zero_init; PR #104).\n";
