@@ -1,0 +1,141 @@
+/*
+ * test_backend.c: the backend interface (kernels/attn_backend.h) over the
+ * CPU specification: names, what it supports, and that a layer run gives
+ * the metrics of the specification's outputs against its reference, with
+ * external outputs measured against the same reference. (The CUDA backend
+ * is held to the CPU one by tests/gpu_check.c.)
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_backend.h"
+#include "metrics.h"
+#include "numerics.h"
+#include "rng.h"
+
+enum { NSEQ = 2, HQ = 4, HKV = 2, D = 64 };
+static int32_t seq_q[NSEQ] = {20, 9}, seq_kv[NSEQ] = {20, 30};
+
+/* Random bf16 q, k, v for the batch (gaussian-ish: sums of uniforms). */
+static uint16_t *fill(size_t n, uint64_t *s)
+{
+    uint16_t *x = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        double u = 0;
+        for (int j = 0; j < 4; j++) u += (double)(rng_splitmix64(s) >> 11) / 9007199254740992.0;
+        x[i] = bf16_from_f32((float)(2.0 * (u - 2.0)));
+    }
+    return x;
+}
+
+static const attn_profile *profile(const char *name)
+{
+    const attn_profile *p;
+    pg_err err = {0};
+    cr_assert_eq(attn_profile_find(name, &p, &err), PG_OK, "%s", err.msg);
+    return p;
+}
+
+Test(backend, an_unknown_name_is_refused_naming_the_choices)
+{
+    attn_backend *be = (attn_backend *)1;
+    pg_err err = {0};
+    cr_assert_eq(attn_backend_open("tpu", 1, &be, NULL, 0, &err), PG_ERR_USAGE);
+    cr_assert_null(be);
+    cr_assert_not_null(strstr(err.msg, "'tpu' is not one of cpu, cuda"), "%s", err.msg);
+}
+
+Test(backend, cuda_without_a_gpu_is_a_device_error_with_the_reason)
+{
+    attn_backend *be = NULL;
+    char desc[128];
+    pg_err err = {0};
+    const pg_status st = attn_backend_open("cuda", 1, &be, desc, sizeof desc, &err);
+    if (st == PG_OK) {  /* a usable GPU here: nothing to check */
+        cr_assert_str_eq(attn_backend_name(be), "cuda");
+        attn_backend_close(be);
+        return;
+    }
+    cr_assert_eq(st, PG_ERR_DEVICE);
+    cr_assert_null(be);
+    cr_assert_gt(strlen(err.msg), 0);
+}
+
+Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
+{
+    attn_backend *be;
+    char desc[128];
+    pg_err err = {0};
+    cr_assert_eq(attn_backend_open("cpu", 2, &be, desc, sizeof desc, &err), PG_OK, "%s", err.msg);
+    cr_assert_str_eq(attn_backend_name(be), "cpu");
+    cr_assert_not_null(strstr(desc, "cpu"), "%s", desc);
+    const float sinks[HQ] = {0.5f, 1.0f, -0.5f, 2.0f};
+    const attn_batch b = {NSEQ, seq_q, seq_kv, HQ, HKV, D, 0, 0.125f, sinks};
+    for (size_t i = 0; i < attn_profile_count(); i++) {
+        const char *why = "unset";
+        cr_assert(attn_backend_supports(be, attn_profile_at(i), &b, &why));
+        cr_assert_null(why);
+    }
+    uint64_t s = 7;
+    const size_t nq = (size_t)attn_batch_tq(&b) * HQ * D, nkv = (size_t)attn_batch_tkv(&b) * HKV * D;
+    uint16_t *q = fill(nq, &s), *k = fill(nkv, &s), *v = fill(nkv, &s);
+    attn_fp8_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
+                            fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
+                            fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 3};
+    const attn_profile *var[3] = {profile("bf16"), profile("fp8kv"), profile("fp8qkv@ideal")};
+    /* the specification by hand: reference, outputs, metrics */
+    double *ref = malloc(nq * sizeof *ref), *scratch = malloc(nq * sizeof *scratch);
+    cr_assert_eq(attn_reference(&b, q, k, v, ref, 2, &err), PG_OK);
+    uint16_t *want_out[3];
+    attn_error_metrics want[3][HQ + 1];
+    attn_quant_report want_rep[3];
+    for (int i = 0; i < 3; i++) {
+        want_out[i] = malloc(nq * 2);
+        cr_assert_eq(attn_variant_run(var[i], &b, q, k, v, &opt, want_out[i], &want_rep[i], 2, &err),
+                     PG_OK, "%s", err.msg);
+        metrics_compare_heads(want_out[i], ref, attn_batch_tq(&b), HQ, D, scratch, want[i]);
+    }
+    /* the layer through the interface, the bf16 output given back as an external one */
+    uint16_t *outs[3] = {malloc(nq * 2), NULL, malloc(nq * 2)};
+    const uint16_t *ext[1] = {want_out[0]};
+    attn_error_metrics got[4][HQ + 1];
+    attn_quant_report rep;
+    const attn_layer_job job = {&b, q, k, v, &opt, 3, var, 1, ext, &got[0][0], &rep, outs};
+    cr_assert_eq(attn_backend_run_layer(be, &job, &err), PG_OK, "%s", err.msg);
+    for (int i = 0; i < 3; i++)
+        for (int h = 0; h <= HQ; h++) {
+            cr_assert_eq(got[i][h].rel_l2, want[i][h].rel_l2, "variant %d head %d", i, h - 1);
+            cr_assert_eq(got[i][h].max_abs, want[i][h].max_abs);
+        }
+    for (int h = 0; h <= HQ; h++) cr_assert_eq(got[3][h].rel_l2, want[0][h].rel_l2);
+    cr_assert_eq(memcmp(outs[0], want_out[0], nq * 2), 0);
+    cr_assert_eq(memcmp(outs[2], want_out[2], nq * 2), 0);
+    /* the report: k and v of the first fp8 variant, q of the fp8qkv one */
+    cr_assert_eq(rep.k.n, want_rep[1].k.n);
+    cr_assert_eq(rep.k.n_underflow, want_rep[1].k.n_underflow);
+    cr_assert_eq(rep.v.n_nonzero, want_rep[1].v.n_nonzero);
+    cr_assert_eq(rep.q.n, want_rep[2].q.n);
+    cr_assert_eq(rep.q.n_underflow, want_rep[2].q.n_underflow);
+    cr_assert_gt(rep.q.n, 0);
+    /* one variant alone gives the same output */
+    uint16_t *one = malloc(nq * 2);
+    cr_assert_eq(attn_backend_run_variant(be, var[2], &b, q, k, v, &opt, one, NULL, &err), PG_OK);
+    cr_assert_eq(memcmp(one, want_out[2], nq * 2), 0);
+    /* the interface's other operations on the CPU: nothing to move, nothing to pin */
+    cr_assert_eq(attn_backend_prefetch(be, &b, q, k, v, &err), PG_OK);
+    cr_assert_eq(attn_backend_pin(be, q, nq * 2, &err), PG_OK);
+    attn_backend_unpin(be, q);
+    free(one);
+    for (int i = 0; i < 3; i++) {
+        free(want_out[i]);
+        free(outs[i]);
+    }
+    free(ref);
+    free(scratch);
+    free(q);
+    free(k);
+    free(v);
+    attn_backend_close(be);
+}
