@@ -17,18 +17,18 @@
 #include "variant_name.h"
 
 /* Layer li of cap as one attention batch. */
+/* Whether opt's layers run on a backend other than the CPU specification
+ * (a "cpu" backend given as opt->backend is the specification itself). */
+static int sweep_offloads(const sweep_options *opt)
+{
+    return opt->backend != NULL && strcmp(attn_backend_name(opt->backend), "cpu") != 0;
+}
+
 static attn_batch layer_batch(const capture *cap, int li)
 {
     const capture_layer *L = &cap->layers[li];
     return (attn_batch){cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d, L->window,
                         L->sm_scale, L->sinks};
-}
-
-int sweep_variants_has(const sweep_variants *v, const attn_profile *p)
-{
-    for (int i = 0; i < v->n; i++)
-        if (v->p[i] == p) return 1;
-    return 0;
 }
 
 pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err)
@@ -701,9 +701,10 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
         const attn_mode m = attn_profile_mode(opt->variants.p[i]);
         fp8 |= m != ATTN_MODE_BF16;
         fp8qkv |= m == ATTN_MODE_FP8QKV;
-        on_gpu += opt->backend != NULL && attn_backend_supports(opt->backend, opt->variants.p[i], &b, NULL);
+        on_gpu += sweep_offloads(opt) &&
+                  attn_backend_supports(opt->backend, opt->variants.p[i], &b, NULL);
     }
-    if (opt->backend != NULL && opt->check_spec)  /* spec_check: one GQA group of heads */
+    if (sweep_offloads(opt) && opt->check_spec)  /* spec_check: one GQA group of heads */
         want->metrics += on_gpu * ((int64_t)(L->hq / L->hkv) + 1);
     /* note_quant: k and v for any fp8 profile, q for an fp8qkv one. */
     want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
@@ -761,8 +762,8 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     attn_backend *cpu = NULL;
     st = attn_backend_open("cpu", opt->n_threads, &cpu, NULL, 0, err);
     if (st != PG_OK) return st;
-    attn_backend *be = opt->backend != NULL ? opt->backend : cpu;
-    if (opt->backend != NULL) say_cpu_profiles(cap, opt, be);
+    attn_backend *be = sweep_offloads(opt) ? opt->backend : cpu;
+    if (be != cpu) say_cpu_profiles(cap, opt, be);
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
     progress bar;
@@ -774,7 +775,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
      * GPU started, or one opened here. */
     sweep_stage *own = NULL, *ring = NULL;
     const double t0 = progress_now();
-    if (opt->backend != NULL) {
+    if (be != cpu) {
         ring = opt->stage != NULL ? opt->stage : (own = sweep_stage_open(cap));
         if (ring != NULL && !ring->registered) {
             pg_err lock_err = {0};

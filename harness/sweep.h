@@ -59,7 +59,7 @@ typedef struct sweep_options {
     uint64_t page_seed;           /* scatters the paged cache's pages */
     int progress;                 /* 1: draw a progress bar when stderr is a terminal */
     attn_backend *backend;        /* run on this backend (attn_backend_open, e.g. "cuda");
-                                   * NULL: the CPU specification. The backend runs the
+                                   * NULL or a "cpu" backend: the CPU specification. The backend runs the
                                    * profiles it supports (attn_backend_supports); the
                                    * others run on the CPU specification beside it, said
                                    * on stderr */
@@ -114,9 +114,6 @@ pg_status sweep_scales_check(const capture *cap, const char *capture_name, sweep
  * choices for an unknown name, naming both entries for two that expand to
  * one profile, and for an empty list or entry. */
 pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err);
-
-/* 1 when v holds profile p. */
-int sweep_variants_has(const sweep_variants *v, const attn_profile *p);
 
 /* The rows sweep_run stores for layer li of cap under opt (every variant's
  * whole-layer and per-head layer_metrics rows, the --check-spec rows on their

@@ -150,7 +150,7 @@ static pg_status cpu_metrics(attn_backend *be, const uint16_t *out, const double
                              int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err)
 {
     (void)be;
-    double *scratch = malloc((size_t)tq * (size_t)hq * (size_t)d * sizeof *scratch + 1);
+    double *scratch = malloc((size_t)tq * (size_t)hq * (size_t)d * sizeof *scratch);
     if (scratch == NULL) return pg_fail(err, PG_ERR_NOMEM, "cpu: metrics scratch");
     metrics_compare_heads(out, ref, tq, hq, d, scratch, m);
     free(scratch);

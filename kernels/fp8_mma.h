@@ -49,6 +49,9 @@ extern "C" {
 /* Products of one wgmma k step for e4m3 inputs (PTX ISA, wgmma .kind e4m3: K = 32). */
 #define FP8_MMA_K 32
 
+/* Every function below takes a finite incoming accumulator (no NaN, no
+ * inf): the measured cases hold no other. */
+
 /* c_in + sum_k a[k] * b[k] over e4m3 codes (no NaN codes) as chained wgmma
  * k steps: k = 0..31 onto c_in by the rule above, the next 32 onto that
  * result, and so on (a short last step holds the rest). */

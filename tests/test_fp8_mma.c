@@ -12,13 +12,6 @@
 #include "fp8_mma.h"
 #include "numerics.h"
 
-static uint32_t bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
 /* One k step of the listed products (each an exact e4m3 product: a * 1.0)
  * onto c: a[k] given as floats, b[k] = 1. */
 static float step(const float *p, int n, float c)
@@ -142,7 +135,7 @@ Test(fp8_mma, matches_h200_results_bit_for_bit)
 {
     for (size_t i = 0; i < sizeof hw_cases / sizeof hw_cases[0]; i++) {
         const float r = fp8_mma_e4m3_dot(hw_cases[i].a, hw_cases[i].b, 32, hw_cases[i].acc);
-        cr_expect_eq(bits(r), hw_cases[i].hw, "case %zu: rule %a, H200 %08x", i, (double)r,
+        cr_expect_eq(f32_bits(r), hw_cases[i].hw, "case %zu: rule %a, H200 %08x", i, (double)r,
                      hw_cases[i].hw);
     }
 }
