@@ -244,22 +244,15 @@ static variant_metrics *next_vm(layer_ctx *c, const char *name, const char *back
     return v;
 }
 
-/* Records the quantization statistics a profile reported: k and v from the
- * first fp8 profile, q from the first fp8qkv one (in table order; every
- * profile quantizes a tensor with the same scale, x / scale saturating). */
-static void note_quant(layer_ctx *c, const attn_profile *p, const attn_quant_report *rep)
+/* The layer's quant_stats rows from the folded reports (attn_quant_fold_add,
+ * folded in opt's table order wherever each profile ran). */
+static void note_quant(layer_ctx *c, const attn_quant_fold *f)
 {
-    const attn_mode mode = attn_profile_mode(p);
-    if (mode == ATTN_MODE_BF16) return;
-    if (!c->tqs[1].present) {
-        c->tqs[1].st = rep->k;
-        c->tqs[2].st = rep->v;
-        c->tqs[1].present = c->tqs[2].present = 1;
-    }
-    if (mode == ATTN_MODE_FP8QKV && !c->tqs[0].present) {
-        c->tqs[0].st = rep->q;
-        c->tqs[0].present = 1;
-    }
+    c->tqs[0].st = f->rep.q;
+    c->tqs[0].present = f->have_q;
+    c->tqs[1].st = f->rep.k;
+    c->tqs[2].st = f->rep.v;
+    c->tqs[1].present = c->tqs[2].present = f->have_kv;
 }
 
 /* --check-spec: the backend's output of profile p against the CPU specification's,
@@ -336,7 +329,7 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     }
     const uint16_t **ext = calloc((size_t)(n_cpu + L->n_ext) + 1, sizeof *ext);
     if (st == PG_OK && ext == NULL) st = pg_fail(err, PG_ERR_NOMEM, "external outputs");
-    attn_quant_report rep;
+    attn_quant_report rep, cpu_rep[SWEEP_MAX_VARIANTS];
     char what[64];
     for (int i = 0; st == PG_OK && i < n_cpu; i++) {
         snprintf(what, sizeof what, "layer %d %s", c->li, attn_profile_variant(on_cpu[i]));
@@ -346,8 +339,7 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
             break;
         }
         st = attn_backend_run_variant(cpu, on_cpu[i], &c->b, L->q, L->k, L->v, &c->fo,
-                                      cpu_outs[i], &rep, err);
-        if (st == PG_OK) note_quant(c, on_cpu[i], &rep);
+                                      cpu_outs[i], &cpu_rep[i], err);
         ext[i] = cpu_outs[i];
         (*step)++;
     }
@@ -361,10 +353,17 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     if (st == PG_OK) st = attn_backend_run_layer(be, &job, err);
     if (st == PG_OK) {
         /* run_layer filled mbuf in the job's order: its variants, then ext. */
-        for (int i = 0; i < n_be; i++) {
+        for (int i = 0; i < n_be; i++)
             next_vm(c, attn_profile_variant(on_be[i]), attn_backend_name(be), 0);
-            note_quant(c, on_be[i], &rep);
+        /* in table order: each CPU profile its own report, the backend's the
+         * fold of its variants (those come in table order too) */
+        attn_quant_fold fold = {0};
+        for (int i = 0, ic = 0; i < opt->variants.n; i++) {
+            const attn_profile *p = opt->variants.p[i];
+            if (ic < n_cpu && on_cpu[ic] == p) attn_quant_fold_add(&fold, p, &cpu_rep[ic++]);
+            else attn_quant_fold_add(&fold, p, &rep);
         }
+        note_quant(c, &fold);
         for (int i = 0; i < n_cpu; i++) next_vm(c, attn_profile_variant(on_cpu[i]), "cpu", 0);
         for (int e = 0; e < L->n_ext; e++) {
             char name[VARIANT_NAME_MAX];

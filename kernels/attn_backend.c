@@ -72,20 +72,18 @@ static pg_status cpu_run_variant(attn_backend *be, const attn_profile *p, const 
     return attn_variant_run(p, b, q, k, v, opt, out, rep, be->n_threads, err);
 }
 
-/* Folds variant p's quantization report into the job's (attn_layer_job.rep). */
-static void report_merge(attn_quant_report *into, int *have_kv, int *have_q, const attn_profile *p,
-                         const attn_quant_report *r)
+void attn_quant_fold_add(attn_quant_fold *f, const attn_profile *p, const attn_quant_report *r)
 {
     const attn_mode m = attn_profile_mode(p);
     if (m == ATTN_MODE_BF16) return;
-    if (!*have_kv) {
-        into->k = r->k;
-        into->v = r->v;
-        *have_kv = 1;
+    if (!f->have_kv) {
+        f->rep.k = r->k;
+        f->rep.v = r->v;
+        f->have_kv = 1;
     }
-    if (m == ATTN_MODE_FP8QKV && !*have_q) {
-        into->q = r->q;
-        *have_q = 1;
+    if (m == ATTN_MODE_FP8QKV && !f->have_q) {
+        f->rep.q = r->q;
+        f->have_q = 1;
     }
 }
 
@@ -102,20 +100,19 @@ static pg_status cpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_e
                        : pg_fail(err, PG_ERR_NOMEM, "cpu: cannot allocate a layer of %zu values",
                                  nq);
     if (st == PG_OK) st = attn_reference(b, job->q, job->k, job->v, ref, be->n_threads, err);
-    attn_quant_report rep = {0};
-    int have_kv = 0, have_q = 0;
+    attn_quant_fold fold = {0};
     for (int i = 0; st == PG_OK && i < job->n_var; i++) {
         uint16_t *o = job->out != NULL && job->out[i] != NULL ? job->out[i] : own;
         attn_quant_report r;
         st = cpu_run_variant(be, job->var[i], b, job->q, job->k, job->v, job->opt, o, &r, err);
         if (st != PG_OK) break;
-        report_merge(&rep, &have_kv, &have_q, job->var[i], &r);
+        attn_quant_fold_add(&fold, job->var[i], &r);
         metrics_compare_heads(o, ref, tq, b->hq, b->d, scratch, job->metrics + (size_t)i * per);
     }
     for (int e = 0; st == PG_OK && e < job->n_ext; e++)
         metrics_compare_heads(job->ext[e], ref, tq, b->hq, b->d, scratch,
                               job->metrics + (size_t)(job->n_var + e) * per);
-    if (st == PG_OK && job->rep != NULL) *job->rep = rep;
+    if (st == PG_OK && job->rep != NULL) *job->rep = fold.rep;
     free(ref);
     free(scratch);
     free(own);

@@ -37,11 +37,23 @@ typedef struct attn_layer_job {
     attn_error_metrics *metrics;        /* out: (n_var + n_ext) x (hq + 1), each [0] whole
                                          * layer and [1 + h] head h, against the fp64
                                          * reference */
-    attn_quant_report *rep;             /* out (may be NULL): k and v of the first fp8
-                                         * variant, q of the first fp8qkv one; zero else */
+    attn_quant_report *rep;             /* out (may be NULL): the variants' reports folded
+                                         * in job order (attn_quant_fold_add); zero else */
     uint16_t *const *out;               /* NULL, or [n_var] NULL or host copies of each
                                          * variant's output */
 } attn_layer_job;
+
+/* Quantization reports folded by the rule the stored rows follow: k and v of
+ * the first fp8 variant folded, q of the first fp8qkv one (every fp8 profile
+ * writes the same e4m3 cache; Q's quantization differs between profiles,
+ * attn_profile.h, so the fold order decides whose q is kept). */
+typedef struct attn_quant_fold {
+    attn_quant_report rep;
+    int have_kv, have_q;
+} attn_quant_fold;
+
+/* Folds variant p's report r into f (a bf16 variant adds nothing). */
+void attn_quant_fold_add(attn_quant_fold *f, const attn_profile *p, const attn_quant_report *r);
 
 /* Opens backend name ("cpu" or "cuda") with n_threads CPU threads for its
  * host work; desc gets a description of the device. PG_ERR_DEVICE with the
