@@ -17,12 +17,8 @@
 #include "kv_cache.h"
 #include "parallel.h"
 
-/* log2(e) as the kernels use it: M_LOG2E (a double constant, math.h) in FA3's
- * double product of softmax_scale_log2 and TRT-LLM's sink term, float(M_LOG2E)
- * in FA3's finalize_aux (FORK hopper/softmax.h), TRT-LLM's fused_scale_bmm1 *
- * float(M_LOG2E) and FlashInfer's math::log2e (a float constant). */
-#define LOG2E_F64 1.4426950408889634
-#define LOG2E_F32 ((float)LOG2E_F64)
+#define LOG2E_F64 ATTN_LOG2E_F64
+#define LOG2E_F32 ((float)ATTN_LOG2E_F64)
 
 /* Where the core reads K and V: a paged cache when paged != NULL, else the
  * packed bf16 tensors [Tkv, hkv, d]. */

@@ -13,10 +13,7 @@
 #include "attn_profile_impl.h"
 #include "numerics.h"
 
-/* FA3's Max_offset for fp8: P = exp2(x - m + 8) in [0, 256]
- * (FORK hopper/flash_fwd_kernel_sm90.h: Softmax<..., !Is_FP8 ? 0 : 8>;
- * hopper/softmax.h scale_apply_exp2). */
-#define FA3_FP8_MAX_OFFSET 8.0f
+#define FA3_FP8_MAX_OFFSET ATTN_FA3_FP8_MAX_OFFSET
 /* TensorRT-LLM fmha_v2: Softmax_fp_quant_scale<e4m3_t>() = 256.f, "the largest
  * power-of-2 below the e4m3 limit" (fmha/numeric_types.h), applied as
  * - log2f(256) = -8 in the exponent (warpspec/epilogue.h). */
@@ -50,8 +47,9 @@ static const char rules_fp8kv_vllm24197[] =
     "  products in double left to right, passed to trtllm_batch_context_with_kv_cache as float).\n"
     "S = (sum_d q*k in fp32) * bmm1_scale: K scaled twice, q_scale on a Q never quantized.\n"
     "O = bf16((sum_t bf16(P) v in fp32) * bmm2_scale / l): V scaled twice.\n"
-    "trtllm-gen's kernels are closed cubins: where bmm2_scale is applied is not public; precgate\n"
-    "  multiplies the fp32 sum before / l (exact at scale 1.0, so @vllm-24197 = @fixed there).\n"
+    "trtllm-gen's kernels are closed cubins: where bmm2_scale is applied is not public; the CPU\n"
+    "  specification multiplies the fp32 sum before / l, the GPU kernel the final (1 / l) factor\n"
+    "  (both exact at scale 1.0, so @vllm-24197 = @fixed there).\n"
     "Reported as vLLM issue #47847, fixed by PR #48016.\n";
 
 /* Rules shared by the FA3 profiles (FORK and UP agree here). */

@@ -11,6 +11,18 @@
 extern "C" {
 #endif
 
+/* FA3's Max_offset for fp8: P = exp2(x - m + 8) in [0, 256]
+ * (FORK hopper/flash_fwd_kernel_sm90.h: Softmax<..., !Is_FP8 ? 0 : 8>;
+ * hopper/softmax.h scale_apply_exp2). The CPU profiles and the GPU kernel
+ * (cuda_attn_fp8.cu) both use it. */
+#define ATTN_FA3_FP8_MAX_OFFSET 8.0f
+
+/* log2(e) as the kernels use it: M_LOG2E (a double constant, math.h) in FA3's
+ * double product of softmax_scale_log2 and TRT-LLM's sink term, float(M_LOG2E)
+ * in FA3's finalize_aux (FORK hopper/softmax.h), TRT-LLM's fused_scale_bmm1 *
+ * float(M_LOG2E) and FlashInfer's math::log2e (a float constant). */
+#define ATTN_LOG2E_F64 1.4426950408889634
+
 /* fp8kv: which scales the bf16 attention after the dequant is given. */
 typedef enum attn_kv_scales {
     ATTN_KV_SCALES_FIXED,  /* sm_scale alone (the dequant already applied k/v scales) */

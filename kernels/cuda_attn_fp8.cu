@@ -37,6 +37,7 @@
 #include <cuda_fp8.h>
 #include <math.h>
 
+#include "attn_profile_impl.h"
 #include "cuda_common.cuh"
 #include "cuda_mma.cuh"
 #include "cuda_attn_tile.cuh"
@@ -50,15 +51,14 @@ constexpr int F8_WARPS = F8_BM / 16;      // 16 rows per warp, 4 warps per warpg
 constexpr int F8_THREADS = F8_WARPS * 32;
 constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
 // FA3's fp8 kBlockN for d <= 64 in vLLM's fork with two-level accumulation
-// (hopper/tile_size.h tile_size_fwd_sm90, since fork commit 29210221); the
-// CPU profile's tile table (attn_profile.c) holds the same number.
+// (hopper/tile_size.h tile_size_fwd_sm90, since fork commit 29210221), and
+// for d <= 128; cuda_attn_fp8_block_n says them to the backend, which holds
+// them to the CPU profile's tile table (attn_profile.c).
 constexpr int F8_FA3_BN_D64 = 128;
-// ... and for d <= 128: 192 keys (the same table row).
 constexpr int F8_FA3_BN_D128 = 192;
-// FA3's fp8 Max_offset: P = exp2(x - (max - 8)) lies in [0, 256] (hopper/softmax.h).
-constexpr float F8_FA3_MAX_OFFSET = 8.f;
+constexpr float F8_FA3_MAX_OFFSET = ATTN_FA3_FP8_MAX_OFFSET;
 // log2(e) as the fork's finalize_aux multiplies the sink by it (float(M_LOG2E)).
-constexpr float F8_LOG2E_F32 = 1.44269504088896340736f;
+constexpr float F8_LOG2E_F32 = (float)ATTN_LOG2E_F64;
 
 // Key (within a 16-key group) that k slot s of the P.V product stands for.
 __device__ __forceinline__ int fp8_slot_key(int s)
@@ -142,10 +142,7 @@ __device__ __forceinline__ void fa3_softmax_tile(float (&sc)[BN / 8][4], float (
         for (int e = 0; e < 4; e++) {
             const int j = row0 + (e / 2) * 8;
             const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-            const int hi = ctx + j;
-            const int lo = b.window > 0 ? hi - b.window + 1 : 0;
-            const bool ok = j < sq && t <= hi && t >= lo;
-            sc[nt][e] = ok ? sc[nt][e] : -INFINITY;
+            if (!softmax_key_visible(b, j, t, sq, ctx)) sc[nt][e] = -INFINITY;
             tm[e / 2] = fmaxf(tm[e / 2], sc[nt][e]);
         }
     float max_scaled[2];
@@ -305,14 +302,7 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
                                       -__fmaf_rn(m[r] == -INFINITY ? 0.f : m[r], scale_log2,
                                                  -F8_FA3_MAX_OFFSET)));
         const float inv = (lr == 0.f || lr != lr) ? 0.f : 1.f / lr;
-        const float mul = inv * v_descale;
-        const int j = row0 + r * 8;
-        if (j >= sq) continue;
-        uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; nt++)
-            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
-                pack_bf16x2(o[nt][2 * r] * mul, o[nt][2 * r + 1] * mul);
+        store_row<D>(out, o, r, inv * v_descale, b, s, h, row0, sq);
     }
 }
 
@@ -337,13 +327,18 @@ pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *k
 
 }  // namespace
 
+int cuda_attn_fp8_block_n(int d)
+{
+    return d == 64 ? F8_FA3_BN_D64 : d == 128 ? F8_FA3_BN_D128 : 0;
+}
+
 extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
                                    float scale_log2, float v_descale, uint16_t *out,
                                    cudaStream_t stream, pg_err *err)
 {
     if (kv->elem != KV_ELEM_E4M3)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_fp8: the cache must hold e4m3");
-    if (b->d != 64 && b->d != 128)
+    if (cuda_attn_fp8_block_n(b->d) == 0)
         return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: head dim %d is not supported on the GPU "
                                           "(64 or 128)", b->d);
     // V^T in slot order (fp8_vt_kernel), one byte per cached V element.

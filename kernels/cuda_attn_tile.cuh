@@ -53,25 +53,34 @@ __device__ __forceinline__ void load_q_tile(uint8_t *dst, int stride, const uint
     }
 }
 
+// Writes row r (0: row0, 1: row0 + 8) of this thread's O accumulators, each
+// value multiplied by mul, as bf16 into out (packed [tq, hq, D]); a row past
+// the sequence is skipped.
+template <int D>
+__device__ __forceinline__ void store_row(uint16_t *out, const float (&o)[D / 8][4], int r,
+                                          float mul, const cuda_batch &b, int s, int h, int row0,
+                                          int sq)
+{
+    const int j = row0 + r * 8;
+    if (j >= sq) return;
+    uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (threadIdx.x % 4) * 2;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++)
+        *reinterpret_cast<uint32_t *>(dst + nt * 8) =
+            pack_bf16x2(o[nt][2 * r] * mul, o[nt][2 * r + 1] * mul);
+}
+
 // Writes this thread's two rows (row0, row0 + 8) of the O accumulators, each
-// multiplied by its softmax_finish factor times out_scale, as bf16 into out
-// (packed [tq, hq, D]); rows past the sequence are skipped.
+// multiplied by its softmax_finish factor times out_scale (store_row).
 template <int D>
 __device__ __forceinline__ void store_rows(uint16_t *out, const float (&o)[D / 8][4],
                                            const softmax_rows &st, float out_scale,
                                            const cuda_batch &b, int s, int h, int row0, int sq)
 {
-    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const float mul = softmax_finish(st, r, b.sinks, h) * out_scale;  // all lanes: shuffles
-        const int j = row0 + r * 8;
-        if (j >= sq) continue;
-        uint16_t *dst = out + ((b.q_off[s] + j) * b.hq + h) * (int64_t)D + (lane % 4) * 2;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; nt++)
-            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
-                pack_bf16x2(o[nt][2 * r] * mul, o[nt][2 * r + 1] * mul);
+        store_row<D>(out, o, r, mul, b, s, h, row0, sq);
     }
 }
 

@@ -518,8 +518,9 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
         case ATTN_MODE_FP8QKV:
             // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles
             if (p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL &&
-                p->q_by_inverse && p->p_exp_offset == 8.f &&
-                attn_profile_block_n(p, b->d, b->window) == (b->d == 64 ? 128 : 192))
+                p->p_exp_offset == ATTN_FA3_FP8_MAX_OFFSET &&
+                cuda_attn_fp8_block_n(b->d) != 0 &&
+                attn_profile_block_n(p, b->d, b->window) == cuda_attn_fp8_block_n(b->d))
                 k = GK_FP8QKV_FA3;
             else
                 no = p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL
@@ -537,16 +538,23 @@ extern "C" int cuda_supports(const attn_profile *p, const attn_batch *b, const c
     return gpu_kind_of(p, b, why) != GK_NONE;
 }
 
-// Runs kind on the device arrays dq/dk/dv of batch b into dout. e4m3 is the
-// layer's e4m3 paged cache, written here on first use (data == nullptr) and
-// shared by the fp8 kinds; its K/V counters go to dstats + CUDA_QSTAT_COUNT,
-// Q's to dstats.
+// The e4m3 paged cache of a layer and its dequant gather, made on first use
+// (data == nullptr) and shared by every fp8 variant of the layer: one of
+// each per layer, as the memory plan (CUDA_BYTES_PER_KV) counts them.
+struct layer_caches {
+    cuda_paged e4m3, compact;
+};
+
+// Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
+// b into dout, with the layer's shared caches lc; the e4m3 cache's K/V
+// counters go to dstats + CUDA_QSTAT_COUNT, Q's to dstats.
 static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
-                          const cuda_batch *cb, gpu_kind kind, const uint16_t *dq,
-                          const uint16_t *dk, const uint16_t *dv, const attn_fp8_options *opt,
-                          cuda_paged *e4m3, unsigned long long *dstats, uint16_t *dout,
-                          pg_err *err)
+                          const cuda_batch *cb, const attn_profile *p, gpu_kind kind,
+                          const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
+                          const attn_fp8_options *opt, layer_caches *lc,
+                          unsigned long long *dstats, uint16_t *dout, pg_err *err)
 {
+    cuda_paged *e4m3 = &lc->e4m3;
     pg_status st = PG_OK;
     const size_t nq = (size_t)cb->tq * cb->hq * cb->d;
     if (kind == GK_BF16) {
@@ -563,19 +571,21 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
                              dstats != nullptr ? dstats + CUDA_QSTAT_COUNT : nullptr, err);
     if (st != PG_OK) return st;
     if (kind == GK_FP8KV_FIXED || kind == GK_FP8KV_TWICE) {
-        cuda_paged compact;
-        st = dev_gather(pool, b, cb, e4m3, opt->k_scale, opt->v_scale, &compact, err);
+        if (lc->compact.data == nullptr)
+            st = dev_gather(pool, b, cb, e4m3, opt->k_scale, opt->v_scale, &lc->compact, err);
         if (st != PG_OK) return st;
-        if (kind == GK_FP8KV_FIXED) return cuda_attn_bf16(cb, dq, &compact, 1.f, dout, be->stream, err);
+        if (kind == GK_FP8KV_FIXED)
+            return cuda_attn_bf16(cb, dq, &lc->compact, 1.f, dout, be->stream, err);
         // PR #24197 as merged: bmm1_scale = q*k*sm_scale, bmm2_scale = v_scale
         cuda_batch twice = *cb;
         twice.sm_scale = attn_vllm_bmm1_scale(opt->q_scale, opt->k_scale, b->sm_scale);
-        return cuda_attn_bf16(&twice, dq, &compact, opt->v_scale, dout, be->stream, err);
+        return cuda_attn_bf16(&twice, dq, &lc->compact, opt->v_scale, dout, be->stream, err);
     }
     uint8_t *dq8;
     st = dev_alloc(pool, (void **)&dq8, nq, "fp8 q", err);
     if (st == PG_OK)
-        st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, 1, dq8, dstats, be->stream, err);
+        st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, p->q_by_inverse, dq8, dstats,
+                                be->stream, err);
     if (st == PG_OK)
         st = cuda_attn_fp8(cb, dq8, e4m3, attn_fa3_scale_log2(b->sm_scale, opt->q_scale, opt->k_scale),
                            opt->v_scale, dout, be->stream, err);
@@ -598,14 +608,15 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     cuda_batch cb = {};
     uint16_t *dq, *dk, *dv, *dout;
     unsigned long long *dstats;
-    cuda_paged e4m3 = {};
+    layer_caches lc = {};
     st = dev_batch_make(&pool, b, &cb, err);
     if (st == PG_OK) st = dev_qkv(&pool, &cb, q, k, v, &dq, &dk, &dv, err);
     const size_t nq = (size_t)cb.tq * cb.hq * cb.d;
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, CUDA_STATS_BYTES, "stats", err);
     CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, CUDA_STATS_BYTES, be->stream));
-    if (st == PG_OK) st = run_kind(&pool, be, b, &cb, kind, dq, dk, dv, opt, &e4m3, dstats, dout, err);
+    if (st == PG_OK)
+        st = run_kind(&pool, be, b, &cb, p, kind, dq, dk, dv, opt, &lc, dstats, dout, err);
     unsigned long long hs[3 * CUDA_QSTAT_COUNT];
     if (st == PG_OK) st = download(be, out, dout, nq * 2, "output", err);
     if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
@@ -724,7 +735,8 @@ extern "C" pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, co
 static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                                    const uint16_t *k, const uint16_t *v,
                                    const attn_fp8_options *opt, int n_var,
-                                   const gpu_kind *kinds, int n_ext,
+                                   const attn_profile *const *var, const gpu_kind *kinds,
+                                   int n_ext,
                                    const uint16_t *const *ext, attn_error_metrics *metrics,
                                    attn_quant_report *rep, uint16_t *const *mode_out,
                                    double *ms_ref, double *ms_modes, double *ms_metrics,
@@ -776,11 +788,12 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     if (st == PG_OK && ms_ref) *ms_ref = event_ms(ev[0], ev[1]);
 
     int slot = 0;
-    cuda_paged e4m3 = {};
+    layer_caches lc = {};
     for (int mi = 0; st == PG_OK && mi < n_var; mi++) {
         CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
         if (st == PG_OK)
-            st = run_kind(&pool, be, b, &cb, kinds[mi], dq, dk, dv, opt, &e4m3, dstats, dout, err);
+            st = run_kind(&pool, be, b, &cb, var[mi], kinds[mi], dq, dk, dv, opt, &lc, dstats,
+                          dout, err);
         CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
         if (st == PG_OK && ms_modes) ms_modes[mi] = event_ms(ev[0], ev[1]);
         if (st == PG_OK && mode_out != nullptr && mode_out[slot] != nullptr)
@@ -893,8 +906,11 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
                                                                opt->v_scale, &compact,
                                                                be->stream, err));
     TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, 1.f, dout, be->stream, err));
-    TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, 1, dq8,
-                                                       nullptr, be->stream, err));
+    const attn_profile *fa3 = nullptr;  // the profile the fp8 kernel implements
+    if (st == PG_OK) st = attn_profile_find("fp8qkv@fa3", &fa3, err);
+    TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale,
+                                                       fa3->q_by_inverse, dq8, nullptr,
+                                                       be->stream, err));
     const float scale_log2 = attn_fa3_scale_log2(b->sm_scale, opt->q_scale, opt->k_scale);
     TIME_STAGE(&t->attn_fp8, st = cuda_attn_fp8(&cb, dq8, &e4m3, scale_log2, opt->v_scale, dout,
                                                 be->stream, err));
@@ -1166,7 +1182,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
     if (st != PG_OK) return st;
     const double need = layer_bytes(b);
     if (need <= budget) {
-        st = sweep_layer_whole(be, b, q, k, v, opt, n_var, kinds, n_ext, ext, metrics, rep,
+        st = sweep_layer_whole(be, b, q, k, v, opt, n_var, var, kinds, n_ext, ext, metrics, rep,
                                mode_out, ms_ref, ms_modes, ms_metrics, err);
     } else {
         // Copies prefetched for these arrays are not used in pieces: let

@@ -142,9 +142,14 @@ double cuda_attn_reference_scratch(int64_t tkv, int n_seqs, int hkv, int d);
 pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
                          float out_scale, uint16_t *out, cudaStream_t stream, pg_err *err);
 
+// Keys per tile of cuda_attn_fp8 at head dim d (FA3's fp8 kBlockN: 128 at d
+// 64, 192 at d 128); 0 for a head dim it has no kernel for.
+int cuda_attn_fp8_block_n(int d);
+
 // fp8qkv@fa3 prefill attention (cuda_attn_fp8.cu): e4m3 q8 [tq,hq,d] and e4m3
-// paged cache, head dim 64; scale_log2 = FA3's softmax_scale_log2 with the q/k
-// descales folded in, v_descale FA3's; out bf16. PG_ERR_SHAPE for another d.
+// paged cache, head dims 64 and 128 (cuda_attn_fp8_block_n); scale_log2 = FA3's
+// softmax_scale_log2 with the q/k descales folded in, v_descale FA3's; out
+// bf16. PG_ERR_SHAPE for another d.
 pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
                         float scale_log2, float v_descale, uint16_t *out,
                         cudaStream_t stream, pg_err *err);

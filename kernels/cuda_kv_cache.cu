@@ -338,7 +338,8 @@ extern "C" pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_page
 }
 
 // Contract (cuda_common.cuh): x (n bf16), out (n bytes), stats (4 counters or
-// NULL) on the device; out[i] = e4m3(x[i] / scale) with SATFINITE, RNE.
+// NULL) on the device; out[i] = e4m3(x[i] / scale), or e4m3(x[i] * (1.0f /
+// scale)) when by_inverse, with SATFINITE, RNE.
 // Asynchronous on stream.
 extern "C" pg_status cuda_quantize_e4m3(const uint16_t *x, int64_t n, float scale, int by_inverse,
                                         uint8_t *out, unsigned long long *stats,

@@ -22,6 +22,16 @@ struct softmax_rows {
     float l[2];  // this thread's part of the running sum
 };
 
+// Whether query row j (of a sequence with sq new tokens after ctx cached
+// ones) sees key t: causal, and within the window when b has one.
+__device__ __forceinline__ bool softmax_key_visible(const cuda_batch &b, int j, int t, int sq,
+                                                    int ctx)
+{
+    const int hi = ctx + j;
+    const int lo = b.window > 0 ? hi - b.window + 1 : 0;
+    return j < sq && t <= hi && t >= lo;
+}
+
 // One key tile: masks keys outside each row's range (skipped when the whole
 // tile is inside every row's range), scales into log2 units, updates the
 // running max, replaces sc by exp2(sc - max) and adds them to the partial
@@ -54,10 +64,8 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[BN / 8][4], softmax_row
             for (int e = 0; e < 4; e++) {
                 const int j = row0 + (e / 2) * 8;
                 const int t = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-                const int hi = ctx + j;
-                const int lo = b.window > 0 ? hi - b.window + 1 : 0;
-                const bool ok = j < sq && t <= hi && t >= lo;
-                sc[nt][e] = ok ? sc[nt][e] * scale_log2 : -INFINITY;
+                sc[nt][e] = softmax_key_visible(b, j, t, sq, ctx) ? sc[nt][e] * scale_log2
+                                                                  : -INFINITY;
                 mx[e / 2] = fmaxf(mx[e / 2], sc[nt][e]);
             }
     }
