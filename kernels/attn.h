@@ -69,6 +69,11 @@ typedef struct attn_fp8_options {
     uint64_t page_seed;       /* scatters the pages of the paged cache */
 } attn_fp8_options;
 
+/* Checks fp8 options: present, block size 16/32/64, finite positive
+ * scales; PG_ERR_USAGE / PG_ERR_NUMERIC naming what is wrong. Every backend
+ * checks the same (the GPU's bf16 path needs them too, for its paged cache). */
+pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err);
+
 /* What quantization did to each tensor (filled by the fp8 modes). */
 typedef struct attn_quant_report {
     fp8_quant_stats q, k, v;  /* q stays zero for fp8kv */

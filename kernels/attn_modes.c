@@ -372,8 +372,7 @@ pg_status attn_variant_bf16(const attn_batch *b, const uint16_t *q, const uint16
     return core_run(b, q, &kv, &par, out, n_threads, err);
 }
 
-/* Checks the fp8 options: block size and finite positive scales. */
-static pg_status fp8_options_check(const attn_fp8_options *opt, pg_err *err)
+pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err)
 {
     if (opt == NULL) return pg_fail(err, PG_ERR_USAGE, "fp8 variant run without fp8 options");
     if (opt->block_size != 16 && opt->block_size != 32 && opt->block_size != 64)
@@ -480,7 +479,7 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
 {
     if (p->mode == ATTN_MODE_BF16) return attn_variant_bf16(b, q, k, v, out, n_threads, err);
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = fp8_options_check(opt, err);
+    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
     if (st != PG_OK) return st;
     if (rep != NULL) memset(rep, 0, sizeof *rep);
     if (p->no_sinks && b->sinks != NULL)

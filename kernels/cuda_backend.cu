@@ -599,6 +599,7 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
 {
     const char *why = nullptr;
     pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
     if (st != PG_OK) return st;
     const gpu_kind kind = gpu_kind_of(p, b, &why);
     if (kind == GK_NONE)
@@ -1166,6 +1167,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                                       pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
     if (st != PG_OK) return st;
     if (n_var < 0 || n_var > CUDA_MAX_VARIANTS)
         return pg_fail(err, PG_ERR_USAGE, "cuda: %d variants in one layer (at most %d)", n_var,
