@@ -40,7 +40,7 @@ static double run_mode(int mode, const capture *cap, const capture_layer *L, dou
     attn_fp8_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
                            fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv)),
                            fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)),
-                           cap->block_size, 1};
+                           cap->block_size, 1, 0};
     pg_err err = {0};
     pg_status st = PG_OK;
     double t0 = now(), c0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);

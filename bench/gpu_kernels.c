@@ -40,7 +40,7 @@ int main(int argc, char **argv)
         attn_fp8_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
                                fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv)),
                                fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)),
-                               cap->block_size, 1};
+                               cap->block_size, 1, 0};
         cuda_kernel_times t;
         if (cuda_time_kernels(be, &b, L->q, L->k, L->v, &fo, reps, &t, &err) != PG_OK) {
             fprintf(stderr, "gpu_kernels: layer %d: %s\n", li, err.msg);

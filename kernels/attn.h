@@ -37,6 +37,9 @@
  * Q, K, V stay bf16, P is rounded to bf16 where the profile rounds it to e4m3,
  * and the scales are not used (as if 1.0). Then fp8kv@fixed, fp8kv@vllm-24197
  * and fp8qkv@ideal equal bf16 bit for bit (tests/test_attn.c holds it).
+ * attn_fp8_options.keep_bf16 does the same for the tensors it names alone
+ * (per-tensor attribution): all four kept equals quantize = 0 bit for bit
+ * (tests/test_hypothesis.c).
  */
 #ifndef PG_ATTN_H
 #define PG_ATTN_H
@@ -61,16 +64,32 @@ typedef struct attn_batch {
     const float *sinks;     /* [hq] sink logits, or NULL */
 } attn_batch;
 
+/* The tensors an fp8 mode may quantize, as bits of attn_fp8_options.keep_bf16. */
+typedef enum attn_tensor {
+    ATTN_TENSOR_Q = 1,
+    ATTN_TENSOR_K = 2,
+    ATTN_TENSOR_V = 4,
+    ATTN_TENSOR_P = 8
+} attn_tensor;
+/* Every bit of attn_tensor. */
+#define ATTN_TENSORS_ALL 15u
+
 /* Options of the fp8 modes. */
 typedef struct attn_fp8_options {
     int quantize;             /* 0: keep bf16 where fp8 would go (for the identity tests) */
     float q_scale, k_scale, v_scale;
     int block_size;           /* KV page size: 16, 32 or 64 */
     uint64_t page_seed;       /* scatters the pages of the paged cache */
+    unsigned keep_bf16;       /* attn_tensor bits: tensors the profile would quantize that stay
+                               * bf16 here, their scale unused (as 1.0), every other rounding of
+                               * the profile kept (per-tensor attribution, run --attribute);
+                               * 0: the profile as it is. The CPU specification only: other
+                               * backends refuse a nonzero mask */
 } attn_fp8_options;
 
 /* Checks fp8 options: present, block size 16/32/64, finite positive
- * scales; PG_ERR_USAGE / PG_ERR_NUMERIC naming what is wrong. Every backend
+ * scales, keep_bf16 within ATTN_TENSORS_ALL; PG_ERR_USAGE / PG_ERR_NUMERIC
+ * naming what is wrong. Every backend
  * checks the same (the GPU's bf16 path needs them too, for its paged cache). */
 pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err);
 

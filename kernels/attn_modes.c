@@ -20,10 +20,12 @@
 #define LOG2E_F64 ATTN_LOG2E_F64
 #define LOG2E_F32 ((float)ATTN_LOG2E_F64)
 
-/* Where the core reads K and V: a paged cache when paged != NULL, else the
- * packed bf16 tensors [Tkv, hkv, d]. */
+/* Where the core reads K and V, each on its own: a paged cache when
+ * paged_k / paged_v != NULL, else the packed bf16 tensors [Tkv, hkv, d]
+ * (one of them kept bf16 by attn_fp8_options.keep_bf16 while the other is
+ * quantized reads the two from different places). */
 typedef struct core_kv {
-    const kv_paged *paged;
+    const kv_paged *paged_k, *paged_v;
     const uint16_t *k, *v;
 } core_kv;
 
@@ -69,32 +71,37 @@ static inline float round_p(float p, int e4m3)
     return e4m3 ? fp8_e4m3_decode(fp8_e4m3_encode(p)) : bf16_to_f32(bf16_from_f32(p));
 }
 
+/* Key t of sequence s, kv head g, tensor which (0 = K, 1 = V): its row in
+ * paged c when c != NULL, else at element offset packed of the bf16 array
+ * flat; *e gets the row's element type. */
+static inline const void *kv_row(const kv_paged *c, const uint16_t *flat, int which, int s,
+                                 int g, int t, size_t packed, kv_elem *e)
+{
+    if (c == NULL) {
+        *e = KV_ELEM_BF16;
+        return flat + packed;
+    }
+    const int64_t page = c->block_table[(size_t)s * (size_t)c->pages_per_seq +
+                                        (size_t)(t / c->block_size)];
+    *e = c->elem;
+    return kv_paged_row(c, page, which, g, t % c->block_size);
+}
+
 /* Decodes sequence s, kv head g into kt [d][n] (transposed) and vv [n][d]. */
 static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv)
 {
     const attn_batch *b = job->b;
     const int n = b->seq_kv[s], d = b->d;
     const core_kv *kv = job->kv;
+    const size_t packed0 = (size_t)job->lay->kv_off[s] * (size_t)b->hkv + (size_t)g;
     for (int t = 0; t < n; t++) {
-        const void *kr, *vr;
-        kv_elem e;
-        if (kv->paged != NULL) {
-            const kv_paged *c = kv->paged;
-            int64_t page = c->block_table[(size_t)s * (size_t)c->pages_per_seq +
-                                          (size_t)(t / c->block_size)];
-            kr = kv_paged_row(c, page, 0, g, t % c->block_size);
-            vr = kv_paged_row(c, page, 1, g, t % c->block_size);
-            e = c->elem;
-        } else {
-            size_t row = ((size_t)(job->lay->kv_off[s] + t) * (size_t)b->hkv + (size_t)g) *
-                         (size_t)d;
-            kr = kv->k + row;
-            vr = kv->v + row;
-            e = KV_ELEM_BF16;
-        }
+        const size_t packed = (packed0 + (size_t)t * (size_t)b->hkv) * (size_t)d;
+        kv_elem ek, ev;
+        const void *kr = kv_row(kv->paged_k, kv->k, 0, s, g, t, packed, &ek);
+        const void *vr = kv_row(kv->paged_v, kv->v, 1, s, g, t, packed, &ev);
         for (int i = 0; i < d; i++) {
-            kt[(size_t)i * (size_t)n + (size_t)t] = elem_load(kr, (size_t)i, e);
-            vv[(size_t)t * (size_t)d + (size_t)i] = elem_load(vr, (size_t)i, e);
+            kt[(size_t)i * (size_t)n + (size_t)t] = elem_load(kr, (size_t)i, ek);
+            vv[(size_t)t * (size_t)d + (size_t)i] = elem_load(vr, (size_t)i, ev);
         }
     }
 }
@@ -367,7 +374,7 @@ pg_status attn_variant_bf16(const attn_batch *b, const uint16_t *q, const uint16
 {
     pg_status st = attn_batch_check(b, err);
     if (st != PG_OK) return st;
-    core_kv kv = {NULL, k, v};
+    const core_kv kv = {NULL, NULL, k, v};
     const core_params par = bf16_params(b);
     return core_run(b, q, &kv, &par, out, n_threads, err);
 }
@@ -377,6 +384,9 @@ pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err)
     if (opt == NULL) return pg_fail(err, PG_ERR_USAGE, "fp8 variant run without fp8 options");
     if (opt->block_size != 16 && opt->block_size != 32 && opt->block_size != 64)
         return pg_fail(err, PG_ERR_USAGE, "block size %d is not 16, 32 or 64", opt->block_size);
+    if ((opt->keep_bf16 & ~ATTN_TENSORS_ALL) != 0)
+        return pg_fail(err, PG_ERR_USAGE, "keep_bf16 0x%x names no tensor (Q, K, V, P: 0x%x)",
+                       opt->keep_bf16, ATTN_TENSORS_ALL);
     const float sc[3] = {opt->q_scale, opt->k_scale, opt->v_scale};
     const char *names[3] = {"q_scale", "k_scale", "v_scale"};
     for (int i = 0; i < 3; i++)
@@ -386,49 +396,97 @@ pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err)
     return PG_OK;
 }
 
-
-/* fp8kv: paged e4m3 cache, dequant gather, then bf16 attention given the
- * profile's scales. */
-static pg_status run_fp8kv(const attn_profile *p, const attn_batch *b, const uint16_t *q,
-                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                           uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
+/* The tensors opt leaves bf16: all of them without quantization (attn.h). */
+static unsigned kept_bf16(const attn_fp8_options *opt)
 {
-    kv_paged cache, compact;
-    const kv_elem elem = opt->quantize ? KV_ELEM_E4M3 : KV_ELEM_BF16;
-    pg_status st = kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
-                                  opt->block_size, &cache, rep ? &rep->k : NULL,
+    return opt->quantize ? opt->keep_bf16 : ATTN_TENSORS_ALL;
+}
+
+/* The K/V sources of a run whose quantized tensors come from e4m3 (paged,
+ * possibly NULL when neither is quantized) and whose kept ones are read
+ * packed from k and v. */
+static core_kv kv_sources(unsigned kept, const kv_paged *e4m3, const uint16_t *k,
+                          const uint16_t *v)
+{
+    return (core_kv){(kept & ATTN_TENSOR_K) ? NULL : e4m3, (kept & ATTN_TENSOR_V) ? NULL : e4m3,
+                     k, v};
+}
+
+/* The paged e4m3 cache of k and v with their scales (fp8 profiles), or
+ * nothing (e4m3->block_table NULL) when kept leaves both bf16; the
+ * counters of a kept tensor stay zero. */
+static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                                 const attn_fp8_options *opt, unsigned kept, kv_paged *e4m3,
+                                 attn_quant_report *rep, pg_err *err)
+{
+    memset(e4m3, 0, sizeof *e4m3);
+    if ((kept & (ATTN_TENSOR_K | ATTN_TENSOR_V)) == (ATTN_TENSOR_K | ATTN_TENSOR_V)) return PG_OK;
+    pg_status st = kv_paged_write(b, k, v, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
+                                  opt->page_seed, opt->block_size, e4m3, rep ? &rep->k : NULL,
                                   rep ? &rep->v : NULL, err);
-    if (st != PG_OK) return st;
-    st = kv_dequant_gather(&cache, opt->k_scale, opt->v_scale, &compact, err);
-    kv_paged_free(&cache);
-    if (st != PG_OK) return st;
-    core_kv kv = {&compact, NULL, NULL};
-    core_params par = bf16_params(b);
-    if (p->kv_scales == ATTN_KV_SCALES_TWICE && opt->quantize) {
-        par.qk_scale = attn_vllm_bmm1_scale(opt->q_scale, opt->k_scale, b->sm_scale);
-        par.v_scale = opt->v_scale; /* bmm2_scale */
+    if (st == PG_OK && rep != NULL) {
+        if (kept & ATTN_TENSOR_K) memset(&rep->k, 0, sizeof rep->k);
+        if (kept & ATTN_TENSOR_V) memset(&rep->v, 0, sizeof rep->v);
     }
-    st = core_run(b, q, &kv, &par, out, n_threads, err);
-    kv_paged_free(&compact);
     return st;
 }
 
+attn_kv_plumbing attn_kv_plumbing_of(const attn_profile *p)
+{
+    if (p->kv_scales == ATTN_KV_SCALES_TWICE) return (attn_kv_plumbing){1, 1, 1, 1};
+    return (attn_kv_plumbing){1, 0, 0, 0};
+}
 
-/* fp8qkv: e4m3 Q, K and V (the paged cache), then the profile's core. */
+pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, const attn_batch *b,
+                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                 const attn_fp8_options *opt, uint16_t *out,
+                                 attn_quant_report *rep, int n_threads, pg_err *err)
+{
+    pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
+    if (st != PG_OK) return st;
+    if (rep != NULL) memset(rep, 0, sizeof *rep);
+    const unsigned kept = kept_bf16(opt);
+    const attn_kv_plumbing fixed = {1, 0, 0, 0};
+    const attn_kv_plumbing *use = opt->quantize ? pl : &fixed;
+    kv_paged cache, compact = {0};
+    st = fp8_cache_write(b, k, v, opt, kept, &cache, rep, err);
+    if (st != PG_OK) return st;
+    if (cache.block_table != NULL) {
+        const float dk = use->dequant_scaled ? opt->k_scale : 1.0f,
+                    dv = use->dequant_scaled ? opt->v_scale : 1.0f;
+        st = kv_dequant_gather(&cache, dk, dv, &compact, err);
+        kv_paged_free(&cache);
+        if (st != PG_OK) return st;
+    }
+    const core_kv kv = kv_sources(kept, compact.block_table != NULL ? &compact : NULL, k, v);
+    core_params par = bf16_params(b);
+    par.qk_scale = attn_vllm_bmm1_scale(use->bmm1_q ? opt->q_scale : 1.0f,
+                                        use->bmm1_k ? opt->k_scale : 1.0f, b->sm_scale);
+    if (use->bmm2_v) par.v_scale = opt->v_scale;
+    st = core_run(b, q, &kv, &par, out, n_threads, err);
+    if (compact.block_table != NULL) kv_paged_free(&compact);
+    return st;
+}
+
+/* fp8qkv: e4m3 Q, K and V (the paged cache), then the profile's core; the
+ * tensors opt->keep_bf16 names stay bf16 with scale 1. */
 static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
                             uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
 {
     const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq * (size_t)b->d;
     uint8_t *q8 = NULL;
-    /* quantize = 0: no fp8 anywhere and the scales unused (attn.h). */
-    const float qs = opt->quantize ? opt->q_scale : 1.0f, ks = opt->quantize ? opt->k_scale : 1.0f,
-                vs = opt->quantize ? opt->v_scale : 1.0f;
-    core_params par = {.q_elem = KV_ELEM_BF16, .p_e4m3 = opt->quantize, .softmax = p->softmax,
-                       .accum = p->accum};
+    /* A tensor kept bf16 (quantize = 0: all of them) has its scale unused (attn.h). */
+    const unsigned kept = kept_bf16(opt);
+    const float qs = (kept & ATTN_TENSOR_Q) ? 1.0f : opt->q_scale,
+                ks = (kept & ATTN_TENSOR_K) ? 1.0f : opt->k_scale,
+                vs = (kept & ATTN_TENSOR_V) ? 1.0f : opt->v_scale;
+    core_params par = {.q_elem = KV_ELEM_BF16, .p_e4m3 = !(kept & ATTN_TENSOR_P),
+                       .softmax = p->softmax, .accum = p->accum};
     switch (p->softmax) {
     case ATTN_SOFTMAX_FINAL_MAX:
-        par.qk_scale = opt->quantize ? attn_vllm_bmm1_scale(qs, ks, b->sm_scale) : b->sm_scale;
+        par.qk_scale = attn_vllm_bmm1_scale(qs, ks, b->sm_scale);
         par.v_scale = vs;
         break;
     case ATTN_SOFTMAX_FA3:
@@ -452,7 +510,7 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
     }
     par.block_n = attn_profile_block_n(p, b->d, b->window);
     const void *qin = q;
-    if (opt->quantize) {
+    if (!(kept & ATTN_TENSOR_Q)) {
         q8 = malloc(nq ? nq : 1);
         if (q8 == NULL) return pg_fail(err, PG_ERR_NOMEM, "fp8qkv: cannot allocate fp8 Q");
         (p->q_by_inverse ? fp8_e4m3_quantize_bf16_inverse : fp8_e4m3_quantize_bf16)(
@@ -461,13 +519,11 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
         par.q_elem = KV_ELEM_E4M3;
     }
     kv_paged cache;
-    pg_status st = kv_paged_write(b, k, v, opt->quantize ? KV_ELEM_E4M3 : KV_ELEM_BF16,
-                                  opt->k_scale, opt->v_scale, opt->page_seed, opt->block_size,
-                                  &cache, rep ? &rep->k : NULL, rep ? &rep->v : NULL, err);
+    pg_status st = fp8_cache_write(b, k, v, opt, kept, &cache, rep, err);
     if (st == PG_OK) {
-        core_kv kv = {&cache, NULL, NULL};
+        const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
         st = core_run(b, qin, &kv, &par, out, n_threads, err);
-        kv_paged_free(&cache);
+        if (cache.block_table != NULL) kv_paged_free(&cache);
     }
     free(q8);
     return st;
@@ -486,8 +542,17 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
         return pg_fail(err, PG_ERR_USAGE,
                        "variant %s: the kernel has no attention sinks, and this layer has them",
                        p->variant);
-    if (p->mode == ATTN_MODE_FP8KV)
-        return run_fp8kv(p, b, q, k, v, opt, out, rep, n_threads, err);
+    if (p->mode == ATTN_MODE_FP8KV) {
+        /* A kept tensor has its scale unused everywhere, the bmm scales of
+         * @vllm-24197 included (there Q's bit drops q_scale from bmm1; P's
+         * bit changes nothing: fp8kv's P is bf16). */
+        const attn_kv_plumbing pl = attn_kv_plumbing_of(p);
+        attn_fp8_options o = *opt;
+        if (o.keep_bf16 & ATTN_TENSOR_Q) o.q_scale = 1.0f;
+        if (o.keep_bf16 & ATTN_TENSOR_K) o.k_scale = 1.0f;
+        if (o.keep_bf16 & ATTN_TENSOR_V) o.v_scale = 1.0f;
+        return attn_fp8kv_plumbed_run(&pl, b, q, k, v, &o, out, rep, n_threads, err);
+    }
     return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
 }
 

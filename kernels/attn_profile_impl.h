@@ -29,6 +29,32 @@ typedef enum attn_kv_scales {
     ATTN_KV_SCALES_TWICE   /* vLLM PR #24197: bmm1 = q*k*sm_scale, bmm2 = v_scale again */
 } attn_kv_scales;
 
+/* Where an fp8kv computation applies the k/v (and q) scales: the two
+ * profiles are two points of it (attn_kv_plumbing_of), and the scale
+ * bugs of attn_hypothesis.h are the others. */
+typedef struct attn_kv_plumbing {
+    int dequant_scaled;  /* the dequant gather multiplies the e4m3 codes by k/v_scale
+                          * (0: the codes are taken as values) */
+    int bmm1_q, bmm1_k;  /* the logits are multiplied by q_scale / k_scale too: bmm1_scale =
+                          * q^bmm1_q * k^bmm1_k * sm_scale (attn_vllm_bmm1_scale) */
+    int bmm2_v;          /* the output is multiplied by v_scale (bmm2_scale) */
+} attn_kv_plumbing;
+
+/* The plumbing of fp8kv profile p: @fixed {1, 0, 0, 0}, @vllm-24197 {1, 1, 1, 1}. */
+attn_kv_plumbing attn_kv_plumbing_of(const attn_profile *p);
+
+/* The fp8kv computation with plumbing pl: K and V (those opt->keep_bf16 leaves
+ * out excepted: read as the bf16 given) through the paged e4m3 cache and its
+ * dequant gather, then bf16 attention with pl's bmm1/bmm2 scales taken from
+ * opt as they are (kept tensors included: attn_variant_run sets a kept
+ * one's scale to 1.0 before it calls this; the hypotheses do not); as
+ * attn_variant_run otherwise (opt required and checked; opt->quantize = 0
+ * takes pl as {1, 0, 0, 0}). */
+pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, const attn_batch *b,
+                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                 const attn_fp8_options *opt, uint16_t *out,
+                                 attn_quant_report *rep, int n_threads, pg_err *err);
+
 /* How the softmax is taken. */
 typedef enum attn_softmax {
     ATTN_SOFTMAX_FINAL_MAX,  /* two passes: final row max, P = expf(S*qk_scale - m) */

@@ -548,6 +548,19 @@ struct layer_caches {
 // Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
 // b into dout, with the layer's shared caches lc; the e4m3 cache's K/V
 // counters go to dstats + CUDA_QSTAT_COUNT, Q's to dstats.
+// The fp8 options the CPU checks (attn_fp8_options_check), and none that
+// keeps a tensor bf16: the GPU kernels quantize every tensor their profile
+// does (attribution runs on the CPU specification, attn.h).
+static pg_status cuda_options_check(const attn_fp8_options *opt, pg_err *err)
+{
+    pg_status st = attn_fp8_options_check(opt, err);
+    if (st == PG_OK && opt->keep_bf16 != 0)
+        st = pg_fail(err, PG_ERR_USAGE, "cuda: the GPU kernels quantize every tensor of their "
+                     "profile (keep_bf16 0x%x); run attribution on the cpu backend",
+                     opt->keep_bf16);
+    return st;
+}
+
 static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
                           const cuda_batch *cb, const attn_profile *p, gpu_kind kind,
                           const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
@@ -599,7 +612,7 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
 {
     const char *why = nullptr;
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
+    if (st == PG_OK) st = cuda_options_check(opt, err);
     if (st != PG_OK) return st;
     const gpu_kind kind = gpu_kind_of(p, b, &why);
     if (kind == GK_NONE)
@@ -1167,7 +1180,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                                       pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
+    if (st == PG_OK) st = cuda_options_check(opt, err);
     if (st != PG_OK) return st;
     if (n_var < 0 || n_var > CUDA_MAX_VARIANTS)
         return pg_fail(err, PG_ERR_USAGE, "cuda: %d variants in one layer (at most %d)", n_var,

@@ -236,7 +236,7 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
     const int failures_before = failures;
     pg_err err = {0};
     const int threads = parallel_default_threads();
-    attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, bs, seed};
+    attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, bs, seed, 0};
     if (scale_mul != 1.0f) {
         opt.q_scale = fp8_e4m3_calibrated_scale(bf16_amax(q, nq)) * scale_mul;
         opt.k_scale = fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)) * scale_mul;
@@ -434,7 +434,7 @@ static void run_pieces_case(attn_backend *be)
     for (size_t i = 0; i < nkv; i++) v[i] = bf16_from_f32((float)gauss(&rs));
     attn_fp8_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
                             fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
-                            fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 7};
+                            fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 7, 0};
     const int per = hq + 1;
     attn_error_metrics *mw = calloc(3 * (size_t)per, sizeof *mw), *mp = calloc(3 * (size_t)per, sizeof *mp);
     attn_quant_report rw, rp;

@@ -203,7 +203,7 @@ static double rel_l2_bf16(const uint16_t *a, const double *r, size_t n)
     return sqrt(e / z);
 }
 
-static const attn_fp8_options fp8_default = {1, 1.0f, 1.0f, 1.0f, 16, 42};
+static const attn_fp8_options fp8_default = {1, 1.0f, 1.0f, 1.0f, 16, 42, 0};
 
 /* Runs variant name ("fp8kv@fixed", ...) on case c into out. */
 static pg_status run_variant(const char *name, const tcase *c, const attn_fp8_options *opt,

@@ -63,7 +63,7 @@ static void hcase_free(hcase *c)
 static void set(uint16_t *row, int i, float x) { row[i] = bf16_from_f32(x); }
 
 /* Unit scales, 16-token pages. */
-static const attn_fp8_options unit_opt = {1, 1.0f, 1.0f, 1.0f, 16, 3};
+static const attn_fp8_options unit_opt = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
 
 static const attn_profile *profile(const char *name)
 {

@@ -1,0 +1,121 @@
+/*
+ * attn_hypothesis.c: the scale-plumbing hypotheses (attn_hypothesis.h).
+ * The intended ones and kv-scales-twice are kernel profiles run as they
+ * are; the fp8kv misapplications are points of the fp8kv scale plumbing
+ * (attn_profile_impl.h attn_kv_plumbing), so that one computation serves
+ * the profiles and the bugs; q-cast-unscaled is the default fp8qkv profile
+ * given q_scale 1.0.
+ * Sources, read in each report or pull request:
+ *   vLLM #47847 / PR #48016: vllm/v1/attention/backends/flashinfer.py, the
+ *     trtllm prefill path with an fp8 cache and a bf16 Q: the dequant kernel
+ *     applies k_scale/v_scale, then bmm1_scale = q_scale*k_scale*sm_scale and
+ *     bmm2_scale = v_scale are applied again, q_scale to a Q never quantized
+ *     (reference/notes-kernels.md section 7).
+ *   vLLM PR #37054: FlashInfer applied layer._[qkv]_scale unconditionally,
+ *     also with kv_cache_dtype auto, on unscaled bf16 values (gibberish).
+ *   sglang #18396: k_scale applied to the logits of a bf16 cache.
+ *   sglang PR #28144: Q cast to fp8 with an implicit q_scale of 1.0.
+ */
+#include "attn_hypothesis.h"
+
+#include <string.h>
+
+#include "attn_profile_impl.h"
+
+typedef enum hyp_kind {
+    HYP_PROFILE,       /* a kernel profile as it is */
+    HYP_KV_PLUMBING,   /* fp8kv with the plumbing pl and the tensors keep left bf16 */
+    HYP_Q_UNSCALED     /* the profile with q_scale taken as 1.0 */
+} hyp_kind;
+
+struct attn_hypothesis {
+    const char *name;
+    int intended;
+    attn_mode mode;
+    const char *summary;
+    const char *meaning;
+    hyp_kind kind;
+    const char *profile;     /* HYP_PROFILE, HYP_Q_UNSCALED: the variant name */
+    attn_kv_plumbing pl;     /* HYP_KV_PLUMBING */
+    unsigned keep;           /* HYP_KV_PLUMBING: attn_tensor bits left bf16 */
+};
+
+static const attn_hypothesis hypotheses[] = {
+    {"intended-bf16", 1, ATTN_MODE_BF16, "the bf16 mode: bf16 Q, K, V, fp32 accumulation",
+     "the bf16 mode as intended", HYP_PROFILE, "bf16", {0}, 0},
+    {"intended-fp8kv", 1, ATTN_MODE_FP8KV,
+     "fp8kv@fixed: e4m3 paged cache, dequant with k/v scales, bf16 attention with sm_scale",
+     "the fp8kv mode as intended", HYP_PROFILE, "fp8kv", {0}, 0},
+    {"intended-fp8qkv", 1, ATTN_MODE_FP8QKV,
+     "the default fp8qkv profile: e4m3 Q, K, V with their scales",
+     "the fp8qkv mode as intended", HYP_PROFILE, "fp8qkv", {0}, 0},
+    {"kv-scales-twice", 0, ATTN_MODE_FP8KV,
+     "fp8kv@vllm-24197: dequant with k/v scales, then bmm1 = q*k*sm_scale and bmm2 = v_scale "
+     "again (vLLM #47847, fixed by PR #48016)",
+     "k/v scales applied twice", HYP_PROFILE, "fp8kv@vllm-24197", {0}, 0},
+    {"kv-scales-missing", 0, ATTN_MODE_FP8KV,
+     "e4m3 paged cache dequantized without its scales: the codes taken as values",
+     "k/v scales never applied", HYP_KV_PLUMBING, NULL, {0, 0, 0, 0}, 0},
+    {"k-scale-on-bf16", 0, ATTN_MODE_FP8KV,
+     "an unquantized bf16 cache, logits x k_scale and output x v_scale (sglang #18396; "
+     "vLLM PR #37054)",
+     "k/v scales applied to an unquantized cache", HYP_KV_PLUMBING, NULL, {0, 0, 1, 1},
+     ATTN_TENSOR_K | ATTN_TENSOR_V},
+    {"q-scale-on-bf16-q", 0, ATTN_MODE_FP8KV,
+     "fp8kv with the logits also x q_scale, Q never quantized (vLLM #47847)",
+     "q_scale applied to a bf16 Q", HYP_KV_PLUMBING, NULL, {1, 1, 0, 0}, 0},
+    {"q-cast-unscaled", 0, ATTN_MODE_FP8QKV,
+     "the default fp8qkv profile with Q cast to e4m3 unscaled, q_scale 1.0 (sglang PR #28144)",
+     "Q cast to fp8 without its scale", HYP_Q_UNSCALED, "fp8qkv", {0}, 0},
+};
+#define N_HYPOTHESES (sizeof hypotheses / sizeof hypotheses[0])
+
+size_t attn_hypothesis_count(void) { return N_HYPOTHESES; }
+
+const attn_hypothesis *attn_hypothesis_at(size_t i)
+{
+    return i < N_HYPOTHESES ? &hypotheses[i] : NULL;
+}
+
+const attn_hypothesis *attn_hypothesis_find(const char *name)
+{
+    for (size_t i = 0; i < N_HYPOTHESES; i++)
+        if (strcmp(hypotheses[i].name, name) == 0) return &hypotheses[i];
+    return NULL;
+}
+
+const char *attn_hypothesis_name(const attn_hypothesis *h) { return h->name; }
+
+int attn_hypothesis_is_intended(const attn_hypothesis *h) { return h->intended; }
+
+attn_mode attn_hypothesis_mode(const attn_hypothesis *h) { return h->mode; }
+
+const char *attn_hypothesis_summary(const attn_hypothesis *h) { return h->summary; }
+
+const char *attn_hypothesis_meaning(const attn_hypothesis *h) { return h->meaning; }
+
+pg_status attn_hypothesis_run(const attn_hypothesis *h, const attn_batch *b, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                              uint16_t *out, int n_threads, pg_err *err)
+{
+    pg_status st = attn_fp8_options_check(opt, err);
+    if (st != PG_OK) return st;
+    if (opt->keep_bf16 != 0 || !opt->quantize)
+        return pg_fail(err, PG_ERR_USAGE, "hypothesis %s: the options must quantize as the "
+                       "stack does (quantize 1, keep_bf16 0)", h->name);
+    attn_fp8_options o = *opt;
+    const attn_profile *p = NULL;
+    switch (h->kind) {
+    case HYP_KV_PLUMBING:
+        o.keep_bf16 = h->keep;
+        return attn_fp8kv_plumbed_run(&h->pl, b, q, k, v, &o, out, NULL, n_threads, err);
+    case HYP_Q_UNSCALED:
+        o.q_scale = 1.0f;
+        /* fall through */
+    case HYP_PROFILE:
+        st = attn_profile_find(h->profile, &p, err);
+        if (st != PG_OK) return st;
+        return attn_variant_run(p, b, q, k, v, &o, out, NULL, n_threads, err);
+    }
+    return pg_fail(err, PG_ERR_INTERNAL, "hypothesis %s: unknown kind", h->name);
+}
