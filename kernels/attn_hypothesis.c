@@ -13,7 +13,10 @@
  *     (reference/notes-kernels.md section 7).
  *   vLLM PR #37054: FlashInfer applied layer._[qkv]_scale unconditionally,
  *     also with kv_cache_dtype auto, on unscaled bf16 values (gibberish).
- *   sglang #18396: k_scale applied to the logits of a bf16 cache.
+ *   sglang PR #18396: TRT-LLM MLA applied k_scale in BMM1 to a bf16 cache
+ *     (k_scale 0.06: scores about 16x too small).
+ *   FlashInfer #4979: BatchPrefillWithRaggedKVCacheWrapper ignored k_scale /
+ *     v_scale for an fp8 KV cache; #1023: the scales lost in run()'s args.
  *   sglang PR #28144: Q cast to fp8 with an implicit q_scale of 1.0.
  */
 #include "attn_hypothesis.h"
@@ -54,7 +57,8 @@ static const attn_hypothesis hypotheses[] = {
      "again (vLLM #47847, fixed by PR #48016)",
      "k/v scales applied twice", HYP_PROFILE, "fp8kv@vllm-24197", {0}, 0},
     {"kv-scales-missing", 0, ATTN_MODE_FP8KV,
-     "e4m3 paged cache dequantized without its scales: the codes taken as values",
+     "an e4m3 cache read without its k/v scales: the codes taken as values (FlashInfer "
+     "#4979, #1023)",
      "k/v scales never applied", HYP_KV_PLUMBING, NULL, {0, 0, 0, 0}, 0},
     {"k-scale-on-bf16", 0, ATTN_MODE_FP8KV,
      "an unquantized bf16 cache, logits x k_scale and output x v_scale (sglang #18396; "

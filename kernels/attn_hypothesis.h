@@ -13,7 +13,8 @@
  *   intended-fp8qkv    the default fp8qkv profile (fp8qkv@fa3)
  *   kv-scales-twice    fp8kv@vllm-24197: dequant applies k/v scales, then
  *                      bmm1 = q*k*sm_scale and bmm2 = v again (vLLM #47847)
- *   kv-scales-missing  the e4m3 codes taken as values (no dequant scale)
+ *   kv-scales-missing  the e4m3 codes taken as values (no dequant scale;
+ *                      FlashInfer #4979)
  *   k-scale-on-bf16    an unquantized bf16 cache, logits x k_scale and the
  *                      output x v_scale (sglang #18396; vLLM PR #37054)
  *   q-scale-on-bf16-q  fp8kv with logits x q_scale, Q never quantized
