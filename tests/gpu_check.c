@@ -564,6 +564,33 @@ static void run_metrics_edge(attn_backend *be)
     free(ref);
 }
 
+/* The GPU refuses a per-tensor bf16 mask (attn_fp8_options.keep_bf16), in a
+ * variant run and in a layer run, rather than quantizing every tensor. */
+static void run_keep_bf16_refused(attn_backend *be)
+{
+    int32_t sq = 64, skv = 64;
+    const int hq = 2, hkv = 1, d = 64;
+    attn_batch b = {1, &sq, &skv, hq, hkv, d, 0, 0.125f, NULL};
+    const size_t nq = (size_t)sq * hq * d, nkv = (size_t)skv * hkv * d;
+    uint16_t *q = calloc(nq, 2), *k = calloc(nkv, 2), *v = calloc(nkv, 2), *o = malloc(nq * 2);
+    attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, 16, 1, ATTN_TENSOR_K};
+    attn_error_metrics m[2 * 3];
+    pg_err e1 = {0}, e2 = {0};
+    cases++;
+    const pg_status s1 = attn_backend_run_variant(be, sweep3[2], &b, q, k, v, &opt, o, NULL, &e1);
+    const attn_layer_job job = {&b, q, k, v, &opt, 1, &sweep3[1], 0, NULL, m, NULL, NULL};
+    const pg_status s2 = attn_backend_run_layer(be, &job, &e2);
+    check(s1 == PG_ERR_USAGE && strstr(e1.msg, "keep_bf16") != NULL, "keep_bf16", "run_variant",
+          (double)s1, (double)PG_ERR_USAGE);
+    check(s2 == PG_ERR_USAGE && strstr(e2.msg, "keep_bf16") != NULL, "keep_bf16", "run_layer",
+          (double)s2, (double)PG_ERR_USAGE);
+    if (s1 == PG_ERR_USAGE && s2 == PG_ERR_USAGE) printf("ok   keep_bf16: refused (%s)\n", e1.msg);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+}
+
 int main(int argc, char **argv)
 {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -599,6 +626,7 @@ int main(int argc, char **argv)
     run_metrics_edge(be);
     run_reference_edges(be);
     run_pieces_case(be);
+    run_keep_bf16_refused(be);
     attn_backend_close(be);
     printf("gpu_check: %d cases, %d failed checks; GPU reference within %.2e of the CPU's\n",
            cases, failures, worst_ref_err);
