@@ -215,11 +215,6 @@ void oa_endpoint_close(oa_endpoint *ep)
     free(ep);
 }
 
-const char *oa_endpoint_mode(const oa_endpoint *ep)
-{
-    return ep->mode;
-}
-
 /* Fills the zero fields of o with defaults; PG_ERR_USAGE for a negative
  * field or a cap below the base. */
 static pg_status resolve_options(oa_options *o, const char *mode, pg_err *err)
@@ -594,16 +589,6 @@ pg_status oa_build_chat_body(const char *model, const char *messages_json, const
     cJSON_Delete(root);
     if (!ok) return pg_fail(err, PG_ERR_NOMEM, "out of memory building a chat request");
     return PG_OK;
-}
-
-const char *oa_outcome_str(oa_outcome o)
-{
-    switch (o) {
-    case OA_OK: return "ok";
-    case OA_TRUNCATED: return "truncated";
-    case OA_ERROR: return "error";
-    }
-    return "unknown";
 }
 
 /* ------------------------------------------------------------------------ */

@@ -205,9 +205,6 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
 /* Frees ep (wiping its copy of the key); NULL is a no-op. */
 void oa_endpoint_close(oa_endpoint *ep);
 
-/* The mode ep was opened with. */
-const char *oa_endpoint_mode(const oa_endpoint *ep);
-
 /* Polls GET /health, then GET /v1/models, every poll_s until both answer
  * 200 and at least one model is listed, or deadline_s seconds have passed:
  * PG_ERR_HTTP naming the URL and the last failure. A model named in the
@@ -229,9 +226,6 @@ pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err);
  * when libcurl itself fails. */
 pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs,
                  oa_done_fn on_done, void *ctx, pg_err *err);
-
-/* Short name of an outcome ("ok", "truncated", "error"). */
-const char *oa_outcome_str(oa_outcome o);
 
 #ifdef __cplusplus
 }

@@ -29,16 +29,6 @@ const char *regress_verdict_name(regress_verdict v)
     return (unsigned)v < REGRESS_VERDICT_COUNT ? verdict_names[v] : "?";
 }
 
-int regress_verdict_parse(const char *name, regress_verdict *v)
-{
-    for (int i = 0; name != NULL && i < REGRESS_VERDICT_COUNT; i++)
-        if (strcmp(name, verdict_names[i]) == 0) {
-            *v = (regress_verdict)i;
-            return 1;
-        }
-    return 0;
-}
-
 /* Frees one flag's strings. */
 static void flag_free(regress_flag *f)
 {

@@ -226,9 +226,6 @@ const char *regress_scope_name(regress_scope s);
  * (the flags.verdict values); "?" outside the enum. */
 const char *regress_verdict_name(regress_verdict v);
 
-/* The verdict named name into *v: 1 when known, else 0. */
-int regress_verdict_parse(const char *name, regress_verdict *v);
-
 /* The layer threshold of metric m as the top of this file defines it, from
  * baseline value b, absolute bound a and relative tolerance tol; NaN b or a
  * (and infinite b) leave their term out; NaN when neither term is defined. */
