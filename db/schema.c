@@ -391,6 +391,26 @@ const schema_migration schema_migrations[] = {
         "      AND json_type(config_json) = 'object'\n"
         "      AND json_type(config_json, '$.variants') = 'array';\n"
         "DROP TABLE fp8qkv_v10;\n"),
+    /* Attribution per quantized tensor (run --attribute, harness/attribute.h):
+     * each fp8 variant of a sweep run again with one tensor alone quantized,
+     * the others kept bf16 (attn_fp8_options.keep_bf16), on the CPU
+     * specification; 'none' keeps all four (the profile's arithmetic alone:
+     * the floor), 'all' none (the variant itself: the joint error). */
+    SCHEMA_MIGRATION(11,
+        "CREATE TABLE attribution (\n"
+        "    run_id  INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture TEXT    NOT NULL,\n"
+        "    layer   INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    -- the fp8 profile attributed (its layer_metrics variant)\n"
+        "    variant TEXT    NOT NULL CHECK (variant GLOB 'fp8kv@?*' OR variant GLOB 'fp8qkv@?*'),\n"
+        "    -- the one tensor quantized ('q', 'k', 'v', 'p'), 'none' (every tensor bf16:\n"
+        "    -- the profile's arithmetic alone) or 'all' (the variant itself: the joint error)\n"
+        "    tensor  TEXT    NOT NULL CHECK (tensor IN ('none', 'q', 'k', 'v', 'p', 'all')),\n"
+        "    -- whole layer against the fp64 reference (harness/metrics.h); +inf when\n"
+        "    -- the output had NaN/Inf\n"
+        "    rel_l2  REAL    NOT NULL,\n"
+        "    UNIQUE (run_id, capture, layer, variant, tensor)\n"
+        ");\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "attribution_store.h"
 #include "schema.h"
 
 /* Longest "what failed" phrase kept before SQLite's message is appended. */
@@ -781,6 +782,13 @@ pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *captur
     memset(rows, 0, (size_t)n_layers * sizeof *rows);
     pg_status ps = count_layer_rows(s, ST_LAYER_ROWS, 0, run_id, capture, n_layers, rows, err);
     if (ps == PG_OK) ps = count_layer_rows(s, ST_QUANT_ROWS, 1, run_id, capture, n_layers, rows, err);
+    int64_t *attribution = ps == PG_OK ? calloc((size_t)n_layers + 1, sizeof *attribution) : NULL;
+    if (ps == PG_OK && attribution == NULL)
+        ps = pg_fail(err, PG_ERR_NOMEM, "store_sweep_layer_rows: out of memory");
+    if (ps == PG_OK)
+        ps = attribution_store_layer_counts(s, run_id, capture, n_layers, attribution, err);
+    for (int l = 0; ps == PG_OK && l < n_layers; l++) rows[l].attribution = attribution[l];
+    free(attribution);
     return ps;
 }
 

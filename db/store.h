@@ -201,9 +201,10 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
 typedef struct store_layer_rows {
     int64_t metrics;  /* layer_metrics rows, per-head ones included */
     int64_t quant;    /* quant_stats rows */
+    int64_t attribution; /* attribution rows (db/attribution_store.h) */
 } store_layer_rows;
 
-/* Counts run_id's layer_metrics and quant_stats rows of capture, layer by
+/* Counts run_id's layer_metrics, quant_stats and attribution rows of capture, layer by
  * layer, into rows[0 .. n_layers-1] (zeroed first), for `run --resume`: the
  * sweep writes each layer's rows in one transaction, so a layer holds all
  * of them or none. PG_ERR_DB when a read fails or a row names a layer

@@ -38,7 +38,7 @@ const char cmd_run_usage[] =
     "  --resume RUN         continue sweep run RUN (interrupted, killed or failed),\n"
     "                       computing only the layers it has not stored. The capture's\n"
     "                       content digest, the variants, the backend, --check-spec,\n"
-    "                       --seed, --scales and the precgate build must be\n"
+    "                       --seed, --scales, --attribute and the precgate build must be\n"
     "                       the run's (options left out are taken from the run); any\n"
     "                       difference is refused with exit 2, naming the field and both\n"
     "                       values\n"
@@ -62,6 +62,12 @@ const char cmd_run_usage[] =
     "                       as the profile states (bf16, fp8kv@fixed, fp8kv@vllm-24197,\n"
     "                       fp8qkv@fa3 at head dims 64, 128); every other profile runs on the CPU\n"
     "                       specification beside it, said on stderr\n"
+    "  --attribute          also run each fp8 variant with one tensor alone quantized\n"
+    "                       (fp8kv: k, v; fp8qkv: q, k, v, p), with none (every tensor\n"
+    "                       bf16: the profile's arithmetic alone) and all (the variant:\n"
+    "                       the joint error), into the attribution table. On the CPU\n"
+    "                       specification whatever the backend (said on stderr). The\n"
+    "                       parts are not shares of the joint error: see the README\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
     "  --scales POLICY      fp8 q/k/v scales: capture (the capture's q/k/v_scale\n"
@@ -94,6 +100,7 @@ typedef struct run_args {
      * resume takes the others from the run). */
     int given_variants, given_backend, given_seed, given_check_spec;
     int given_scales;
+    int attribute, given_attribute;   /* --attribute */
     sweep_scales scales;  /* DEFAULT until given, taken from a resumed run or resolved */
 } run_args;
 
@@ -101,7 +108,7 @@ typedef struct run_args {
 static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
 {
     enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_THREADS, O_SEED,
-           O_NOPROG, O_CHECKSPEC, O_RESUME, O_FORCE, O_SCALES };
+           O_NOPROG, O_CHECKSPEC, O_RESUME, O_FORCE, O_SCALES, O_ATTRIBUTE };
     static const struct option opts[] = {
         {"capture", required_argument, NULL, O_CAPTURE},
         {"variants", required_argument, NULL, O_VARIANTS},
@@ -115,6 +122,7 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"resume", required_argument, NULL, O_RESUME},
         {"force", no_argument, NULL, O_FORCE},
         {"scales", required_argument, NULL, O_SCALES},
+        {"attribute", no_argument, NULL, O_ATTRIBUTE},
         {NULL, 0, NULL, 0},
     };
     *a = (run_args){.backend = "auto", .threads = parallel_default_threads(),
@@ -152,6 +160,10 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         case O_SCALES:
             st = sweep_scales_parse(optarg, &a->scales, err);
             a->given_scales = 1;
+            break;
+        case O_ATTRIBUTE:
+            a->attribute = 1;
+            a->given_attribute = 1;
             break;
         case ':':
         default: return cli_getopt_fail("run", c, argv[optind - 1], err);
@@ -218,7 +230,8 @@ static cJSON *variants_json(const sweep_variants *v)
  * defines its numbers is here, for --resume to compare: the capture's
  * content digest, the variants (full profile names), the backend that ran,
  * --check-spec, the page seed (also as exact decimal text: a JSON number is
- * a double), the scale policy (a->scales, resolved) and the precgate build. */
+ * a double), the scale policy (a->scales, resolved), --attribute and the
+ * precgate build. */
 static char *run_config_json(const run_args *a, const capture *cap, const char *backend)
 {
     cJSON *o = cJSON_CreateObject();
@@ -231,6 +244,7 @@ static char *run_config_json(const run_args *a, const capture *cap, const char *
     cJSON_AddStringToObject(o, "backend", backend);
     cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
     cJSON_AddStringToObject(o, "scales", sweep_scales_name(a->scales));
+    cJSON_AddBoolToObject(o, "attribute", a->attribute);
     cJSON_AddNumberToObject(o, "threads", (double)a->threads);
     cJSON_AddNumberToObject(o, "page_seed", (double)a->seed);
     char seed[RUN_U64_TEXT_MAX];
@@ -354,6 +368,7 @@ static const resume_field run_option_fields[] = {
     {"check_spec", "--check-spec"},
     {"page_seed_decimal", "--seed"},
     {"scales", "--scales"},
+    {"attribute", "--attribute"},
 };
 /* What is compared once the capture is loaded and the backend started. */
 static const resume_field run_capture_fields[] = {
@@ -428,6 +443,11 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     snprintf(seed_now, sizeof seed_now, "%llu", a->seed);
     if (a->given_seed) json_set(now, "page_seed_decimal", cJSON_CreateString(seed_now));
     if (a->given_scales) json_set(now, "scales", cJSON_CreateString(sweep_scales_name(a->scales)));
+    /* A run from before --attribute has no "attribute": it did not attribute. */
+    const cJSON *attribute = cJSON_GetObjectItemCaseSensitive(r->cfg, "attribute");
+    if (a->given_attribute && attribute == NULL)
+        json_set(r->cfg, "attribute", cJSON_CreateBool(0));
+    if (a->given_attribute) json_set(now, "attribute", cJSON_CreateBool(a->attribute));
     st = resume_check_fields("run", a->resume, r->cfg, now, run_option_fields,
                              sizeof run_option_fields / sizeof run_option_fields[0], err);
     cJSON_Delete(now);
@@ -436,6 +456,7 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     a->check_spec = cJSON_IsTrue(check_spec);
     a->seed = page_seed;
     if (!a->given_scales) a->scales = run_scales;
+    a->attribute = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r->cfg, "attribute"));
     return st;
 }
 
@@ -471,17 +492,20 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
     for (int l = 0; st == PG_OK && l < cap->n_layers; l++) {
         store_layer_rows want;
         sweep_layer_rows(cap, l, so, &want);
-        stored[l] = rows[l].metrics == want.metrics && rows[l].quant == want.quant;
+        stored[l] = rows[l].metrics == want.metrics && rows[l].quant == want.quant &&
+                    rows[l].attribution == want.attribution;
         *n_stored += stored[l];
-        if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0))
+        if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0 || rows[l].attribution != 0))
             st = pg_fail(err, PG_ERR_DB,
                          "run: --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
-                         "layer_metrics rows and %lld of its %lld quant_stats rows: not a whole "
-                         "layer (a layer is stored in one transaction, so rows were changed by "
-                         "hand); nothing was changed: start a new run",
+                         "layer_metrics rows, %lld of its %lld quant_stats rows and %lld of its "
+                         "%lld attribution rows: not a whole layer (a layer is stored in one "
+                         "transaction, so rows were changed by hand); nothing was changed: start "
+                         "a new run",
                          (long long)r->run_id, l, r->capture_name, (long long)rows[l].metrics,
                          (long long)want.metrics, (long long)rows[l].quant,
-                         (long long)want.quant);
+                         (long long)want.quant, (long long)rows[l].attribution,
+                         (long long)want.attribution);
     }
     free(rows);
     return st;
@@ -598,7 +622,7 @@ int cmd_run(int argc, char **argv)
     sweep_options so = {.variants = a.variants, .n_threads = (int)a.threads,
                         .page_seed = a.seed, .progress = a.progress, .backend = gpu,
                         .check_spec = a.check_spec, .stats = &stats, .stage = stage,
-                        .stop = stop, .scales = a.scales};
+                        .stop = stop, .scales = a.scales, .attribute = a.attribute};
     const char *capture_name = a.capture;
     unsigned char *stored = NULL;
     int64_t run_id = -1;
@@ -678,15 +702,19 @@ int cmd_run(int argc, char **argv)
     attn_backend_close(gpu);
     if (st == PG_OK) {
         const double t_end = progress_now();
-        char lock[64] = "", resumed[96] = "";
+        char lock[64] = "", resumed[96] = "", attributed[64] = "";
         if (stats.lock_s > 0)
             snprintf(lock, sizeof lock, " (%.2f s of it locking upload buffers)", stats.lock_s);
+        if (a.attribute)
+            snprintf(attributed, sizeof attributed, " (%.2f s of it --attribute)",
+                     stats.attribute_s);
         if (a.resume > 0)
             snprintf(resumed, sizeof resumed, "; %d layers computed, %d were stored",
                      stats.layers_stored, stats.layers_skipped);
         printf("run %lld complete: %s (backend start %.2f s beside load and validate %.2f s, "
-               "compute %.2f s%s, store %.2f s beside it, close %.2f s; %.2f s in all%s)\n",
-               (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, lock, stats.store_s,
+               "compute %.2f s%s%s, store %.2f s beside it, close %.2f s; %.2f s in all%s)\n",
+               (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, lock, attributed,
+               stats.store_s,
                t_end - t_close, t_end - t_start, resumed);
     }
     if (sig) return interrupt_exit_code(sig);

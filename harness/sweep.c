@@ -13,6 +13,7 @@
 #include "../kernels/attn_profile.h"
 #include "../kernels/numerics.h"
 #include "../kernels/parallel.h"
+#include "attribute.h"
 #include "progress.h"
 #include "variant_name.h"
 
@@ -188,10 +189,11 @@ typedef struct tensor_quant {
 } tensor_quant;
 
 /* Writes one layer's rows in one transaction; spec rows (vm[i].n_heads set)
- * cover only the sampled heads. */
+ * cover only the sampled heads; ar: the n_ar attribution rows (run --attribute). */
 static pg_status store_layer(pg_store *store, int64_t run_id, const char *capture_name,
                              int layer, int hq, const variant_metrics *vm, int n_vm,
-                             const tensor_quant *tq, const char *scale_source, pg_err *err)
+                             const tensor_quant *tq, const char *scale_source,
+                             const attribute_row *ar, int n_ar, pg_err *err)
 {
     pg_status st = store_begin(store, err);
     for (int i = 0; st == PG_OK && i < n_vm; i++) {
@@ -208,6 +210,10 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
         st = store_put_quant_stats(store, run_id, capture_name, layer, tq[i].tensor,
                                    tq[i].scale, scale_source, sat, under, err);
     }
+    for (int i = 0; st == PG_OK && i < n_ar; i++)
+        st = attribution_store_put(store, run_id, capture_name, layer,
+                                   attn_profile_variant(ar[i].p),
+                                   attribution_tensors[ar[i].tensor], ar[i].rel_l2, err);
     /* The heartbeat commits with the layer: a run that stops beating stopped
      * storing, and a layer costs no second write. */
     if (st == PG_OK) st = store_run_heartbeat(store, run_id, err);
@@ -229,6 +235,8 @@ typedef struct layer_ctx {
     int n_vm;
     tensor_quant tqs[3];
     const uint16_t *gq, *gk, *gv; /* what the GPU uploads: page-locked copies, or L's arrays */
+    attribute_row attr[SWEEP_MAX_VARIANTS * ATTRIBUTE_MAX_ROWS]; /* run --attribute */
+    int n_attr;
 } layer_ctx;
 
 /* The next variant_metrics slot, named name, run on backend, covering
@@ -614,7 +622,7 @@ static void *layer_write_run(void *arg)
     layer_write *w = arg;
     const double t0 = progress_now();
     w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L->hq, w->c.vm,
-                        w->c.n_vm, w->c.tqs, w->scale_source, &w->err);
+                        w->c.n_vm, w->c.tqs, w->scale_source, w->c.attr, w->c.n_attr, &w->err);
     if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
     w->seconds = progress_now() - t0;
     free(w->c.vm);
@@ -685,7 +693,27 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
-    return layer_run(c, opt, be, cpu, bar, step, err);
+    pg_status st = layer_run(c, opt, be, cpu, bar, step, err);
+    if (st == PG_OK && opt->attribute) {
+        char what[64];
+        snprintf(what, sizeof what, "layer %d attribution", li);
+        progress_update(bar, *step, what);
+        const double t0 = progress_now();
+        st = attribute_layer(cpu, &c->b, L->q, L->k, L->v, &c->fo, opt->variants.p,
+                             opt->variants.n, c->attr, &c->n_attr, err);
+        if (opt->stats != NULL) opt->stats->attribute_s += progress_now() - t0;
+        *step += c->n_attr;
+    }
+    return st;
+}
+
+/* The attribution rows of one layer under opt (0 without --attribute). */
+static int layer_attribution_rows(const sweep_options *opt)
+{
+    int n = 0;
+    for (int i = 0; opt->attribute && i < opt->variants.n; i++)
+        n += attribute_row_count(opt->variants.p[i]);
+    return n;
 }
 
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
@@ -707,6 +735,7 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
         want->metrics += on_gpu * ((int64_t)(L->hq / L->hkv) + 1);
     /* note_quant: k and v for any fp8 profile, q for an fp8qkv one. */
     want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
+    want->attribution = layer_attribution_rows(opt);
 }
 
 /* Says on stderr where a sweep of cap on backend be runs each of opt's
@@ -756,13 +785,17 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
 {
     pg_status st = sweep_scales_check(cap, capture_name, opt->scales, err);
     if (st != PG_OK) return st;
-    const int per_layer = opt->variants.n;
+    const int per_layer = opt->variants.n + layer_attribution_rows(opt);
     /* The variants the backend does not run go to the CPU specification. */
     attn_backend *cpu = NULL;
     st = attn_backend_open("cpu", opt->n_threads, &cpu, NULL, 0, err);
     if (st != PG_OK) return st;
     attn_backend *be = sweep_offloads(opt) ? opt->backend : cpu;
     if (be != cpu) say_cpu_profiles(cap, opt, be);
+    if (be != cpu && opt->attribute)
+        fprintf(stderr, "precgate: --attribute runs on the CPU specification (backend %s does "
+                        "not take a per-tensor bf16 mask): %d more profile runs a layer\n",
+                attn_backend_name(be), layer_attribution_rows(opt));
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
     progress bar;

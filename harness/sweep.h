@@ -23,6 +23,7 @@ typedef struct sweep_stats {
     double store_s;     /* SQLite transactions (a layer is stored while the next computes) */
     int layers_stored;  /* layers this sweep_run computed and committed */
     int layers_skipped; /* layers it left alone: already stored (sweep_options.stored) */
+    double attribute_s; /* of compute_s, --attribute's runs on the CPU specification */
 } sweep_stats;
 
 /* Most variants one sweep runs (room for every profile of the table;
@@ -73,6 +74,9 @@ typedef struct sweep_options {
                                    * (interrupt_flag()): polled before each layer */
     sweep_scales scales;          /* where the fp8 scales come from (DEFAULT: resolved per
                                    * capture, sweep_scales_resolve) */
+    int attribute;                /* run --attribute: also store each fp8 variant's error
+                                   * with one tensor alone quantized (harness/attribute.h),
+                                   * on the CPU specification whatever the backend */
 } sweep_options;
 
 /* The ring of host buffers one GPU sweep_run of cap uploads from (four
@@ -118,7 +122,8 @@ pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *er
 /* The rows sweep_run stores for layer li of cap under opt (every variant's
  * whole-layer and per-head layer_metrics rows, the --check-spec rows on their
  * sampled heads, the external outputs'; the quant_stats rows of the fp8
- * profiles: k and v for any, q for an fp8qkv one): what a stored layer
+ * profiles: k and v for any, q for an fp8qkv one; with opt->attribute the
+ * attribution rows, attribute_row_count per variant): what a stored layer
  * holds, for run --resume. */
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
                       store_layer_rows *want);
@@ -141,7 +146,10 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
  * before anything is stored when the capture cannot give them); amax-based
  * ones use the amax that capture_open read, with no pass over the data. On the GPU, CPU threads copy each layer's q/k/v into
  * a ring of four page-locked buffers three layers ahead, and the next layer's
- * buffer copies to the GPU while a layer computes (attn_backend_prefetch). */
+ * buffer copies to the GPU while a layer computes (attn_backend_prefetch).
+ * With opt->attribute each layer's attribution rows (attribute_layer) are
+ * computed on the CPU specification after its variants and stored in the
+ * layer's transaction; a sweep on another backend says so on stderr once. */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err);
 

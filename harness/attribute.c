@@ -1,0 +1,91 @@
+/* attribute.c: attribution per quantized tensor on the CPU specification (see attribute.h). */
+#include "attribute.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+/* The attn_tensor bit of each attribution_tensors entry (0: none, all). */
+static const unsigned tensor_bit[ATTRIBUTION_N_TENSORS] = {0, ATTN_TENSOR_Q, ATTN_TENSOR_K,
+                                                           ATTN_TENSOR_V, ATTN_TENSOR_P, 0};
+
+/* Whether mode m quantizes the tensor of attribution index t (attn.h: fp8kv
+ * writes K and V into the e4m3 cache; fp8qkv also casts Q and rounds P). */
+static int mode_quantizes(attn_mode m, int t)
+{
+    if (t == ATTRIBUTION_NONE || t == ATTRIBUTION_ALL) return m != ATTN_MODE_BF16;
+    if (m == ATTN_MODE_FP8QKV) return 1;
+    return m == ATTN_MODE_FP8KV && (tensor_bit[t] == ATTN_TENSOR_K || tensor_bit[t] == ATTN_TENSOR_V);
+}
+
+/* Prefixes err's message (the failure of profile p's row t) with what ran. */
+static void name_row(pg_err *err, const attn_profile *p, int t)
+{
+    if (err == NULL) return;
+    char prefix[PG_ERR_MSG_MAX / 4];
+    const int n = snprintf(prefix, sizeof prefix, "attribution of %s (%s): ",
+                           attn_profile_variant(p), attribution_tensors[t]);
+    const size_t plen = n < 0 ? 0 : (size_t)n < sizeof prefix ? (size_t)n : sizeof prefix - 1;
+    size_t len = strlen(err->msg);
+    if (plen + len >= sizeof err->msg) len = sizeof err->msg - plen - 1;
+    memmove(err->msg + plen, err->msg, len);
+    memcpy(err->msg, prefix, plen);
+    err->msg[plen + len] = '\0';
+}
+
+int attribute_row_count(const attn_profile *p)
+{
+    int n = 0;
+    for (int t = 0; t < ATTRIBUTION_N_TENSORS; t++) n += mode_quantizes(attn_profile_mode(p), t);
+    return n;
+}
+
+unsigned attribute_keep_mask(int tensor)
+{
+    if (tensor == ATTRIBUTION_ALL) return 0;
+    return ATTN_TENSORS_ALL & ~tensor_bit[tensor];
+}
+
+pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
+                          const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
+                          const attn_profile *const *var, int n_var, attribute_row *rows,
+                          int *n_rows, pg_err *err)
+{
+    *n_rows = 0;
+    if (cpu == NULL || strcmp(attn_backend_name(cpu), "cpu") != 0)
+        return pg_fail(err, PG_ERR_USAGE, "attribution runs on the CPU specification (keep_bf16 "
+                       "is CPU only); backend %s given", cpu ? attn_backend_name(cpu) : "NULL");
+    int any = 0;
+    for (int i = 0; i < n_var; i++) any |= attribute_row_count(var[i]) > 0;
+    if (!any) return PG_OK;
+    const int64_t tq = attn_batch_tq(b);
+    const size_t nq = (size_t)tq * (size_t)b->hq * (size_t)b->d;
+    double *ref = malloc(nq * sizeof *ref);
+    uint16_t *out = malloc(nq * sizeof *out);
+    attn_error_metrics *m = malloc(((size_t)b->hq + 1) * sizeof *m);
+    pg_status st = ref && out && m ? PG_OK
+                                   : pg_fail(err, PG_ERR_NOMEM, "attribution: cannot allocate a "
+                                             "layer of %zu values", nq);
+    if (st == PG_OK) st = attn_backend_reference(cpu, b, q, k, v, ref, err);
+    for (int i = 0; st == PG_OK && i < n_var; i++) {
+        const attn_mode mode = attn_profile_mode(var[i]);
+        for (int t = 0; st == PG_OK && t < ATTRIBUTION_N_TENSORS; t++) {
+            if (!mode_quantizes(mode, t)) continue;
+            attn_fp8_options o = *fo;
+            o.keep_bf16 = attribute_keep_mask(t);
+            st = attn_backend_run_variant(cpu, var[i], b, q, k, v, &o, out, NULL, err);
+            if (st == PG_OK) st = attn_backend_metrics(cpu, out, ref, tq, b->hq, b->d, m, err);
+            if (st != PG_OK) {
+                name_row(err, var[i], t);
+                break;
+            }
+            rows[(*n_rows)++] = (attribute_row){.p = var[i], .tensor = t, .rel_l2 = m[0].rel_l2};
+        }
+    }
+    free(ref);
+    free(out);
+    free(m);
+    return st;
+}

@@ -1,0 +1,67 @@
+/*
+ * attribute.h: attribution per quantized tensor (run --attribute, issue #16).
+ *
+ * For one layer and each fp8 variant, the variant runs again on the CPU
+ * specification with only one tensor quantized: attn_fp8_options.keep_bf16 =
+ * ATTN_TENSORS_ALL & ~T for each tensor T its mode quantizes (fp8kv: K, V;
+ * fp8qkv: Q, K, V, P), plus "none" (every tensor kept bf16: the profile's
+ * arithmetic alone, e.g. its tiling and fp8 MMA accumulation rule applied to
+ * bf16 values, the floor) and "all" (keep_bf16 = 0: the variant itself, the
+ * joint error). Each is measured as whole-layer rel_l2 against the layer's
+ * fp64 reference, computed once per layer.
+ *
+ * What the split means: each single-tensor error is the error the layer
+ * would have if only that tensor were fp8 (the floor included). What it does
+ * not mean: a share of the joint error. The parts are not additive when the
+ * tensors interact: independent errors add roughly in quadrature (the joint
+ * near the root-sum-square of the parts), and saturation of one tensor can
+ * mask or amplify another's rounding, so readers show the joint error beside
+ * the sum of the parts, never the parts as its fractions.
+ *
+ * The CPU specification only (the CUDA backend refuses a keep_bf16 mask), so
+ * a GPU sweep runs its attribution on the CPU beside it; on the CPU backend
+ * "all" is the variant's layer_metrics rel_l2 bit for bit.
+ */
+#ifndef PG_ATTRIBUTE_H
+#define PG_ATTRIBUTE_H
+
+#include <stdint.h>
+
+#include "../db/attribution_store.h"
+#include "../kernels/attn.h"
+#include "../kernels/attn_backend.h"
+#include "../kernels/attn_profile.h"
+#include "status.h"
+
+/* Most rows one variant gives: none, q, k, v, p, all. */
+#define ATTRIBUTE_MAX_ROWS ATTRIBUTION_N_TENSORS
+
+/* One attribution result. */
+typedef struct attribute_row {
+    const attn_profile *p;   /* the fp8 variant */
+    int tensor;              /* index into attribution_tensors */
+    double rel_l2;           /* whole layer, against the fp64 reference */
+} attribute_row;
+
+/* The rows attribute_layer gives for profile p: 0 for bf16, 4 for an fp8kv
+ * profile (none, k, v, all), 6 for an fp8qkv one (none, q, k, v, p, all). */
+int attribute_row_count(const attn_profile *p);
+
+/* The keep_bf16 mask of row tensor (an attribution_tensors index):
+ * ATTN_TENSORS_ALL for "none", 0 for "all", else every tensor but that one. */
+unsigned attribute_keep_mask(int tensor);
+
+/* Attributes one layer: the fp64 reference of batch b once, then for each
+ * of the n_var profiles var (bf16 ones give nothing) its attribute_row_count
+ * rows, in attribution_tensors' order, each the profile run on cpu (a "cpu"
+ * backend: attn_backend_open) with fo and the row's keep_bf16 mask, into
+ * rows (room for n_var * ATTRIBUTE_MAX_ROWS); *n_rows gets how many. fo is
+ * the sweep's fp8 options of the layer (its keep_bf16 is replaced per row).
+ * PG_ERR_USAGE when cpu is not the CPU backend; PG_ERR_NOMEM; a variant's
+ * own failure as attn_variant_run reports it, naming the variant and row. */
+pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
+                          const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
+                          const attn_profile *const *var, int n_var, attribute_row *rows,
+                          int *n_rows, pg_err *err);
+
+#endif /* PG_ATTRIBUTE_H */
