@@ -635,6 +635,52 @@ static pg_status load_trend(sqlite3 *db, const char *dbn, int trend_n, report_da
     return s;
 }
 
+const char report_attribution_caption[] =
+    "Each fp8 variant run again on the CPU specification with one tensor alone quantized "
+    "(the others kept bf16, the profile's other roundings kept): the bar of a tensor is the "
+    "layer's rel_l2 when only it is fp8. \"none\" (every tensor bf16) is the profile's "
+    "arithmetic alone, the floor every part includes; \"joint\" is the variant itself. The "
+    "parts are not shares of the joint error and are not additive when the tensors interact: "
+    "independent errors add roughly in quadrature (the joint near the root-sum-square, \"rss\"), "
+    "so the sum overstates the joint; the saturation of one tensor can mask another's rounding "
+    "or compound it, so the joint can also exceed the sum. Read the parts as \"which tensor "
+    "alone would cost this much\": the largest is the tensor to keep in bf16 or rescale first.";
+
+/* The attribution rows (attribution_store_load), grouped by capture, layer
+ * and variant, with each group's sum, root-sum-square and dominant tensor. */
+static pg_status load_attribution(sqlite3 *db, const char *dbn, int64_t run_id, report_data *d,
+                                  pg_err *err)
+{
+    pg_status s = attribution_store_load(db, dbn, run_id, &d->attribution_rows, err);
+    const attribution_rows *r = &d->attribution_rows;
+    if (s == PG_OK && r->n > 0) s = alloc_zero((void **)&d->attribution, r->n, sizeof *d->attribution, err);
+    for (size_t i = 0; s == PG_OK && i < r->n; i++) {
+        const attribution_row *row = &r->rows[i];
+        report_attribution *g = d->n_attribution ? &d->attribution[d->n_attribution - 1] : NULL;
+        if (g == NULL || g->layer != row->layer || strcmp(g->capture, row->capture) != 0 ||
+            strcmp(g->variant, row->variant) != 0) {
+            g = &d->attribution[d->n_attribution++];
+            *g = (report_attribution){.capture = row->capture, .variant = row->variant,
+                                      .layer = row->layer, .dominant = -1};
+            for (int t = 0; t < ATTRIBUTION_N_TENSORS; t++) g->rel_l2[t] = NAN;
+        }
+        g->rel_l2[row->tensor] = row->rel_l2;
+    }
+    for (size_t i = 0; i < d->n_attribution; i++) {
+        report_attribution *g = &d->attribution[i];
+        double sq = 0;
+        for (int t = ATTRIBUTION_NONE + 1; t < ATTRIBUTION_ALL; t++) {
+            const double v = g->rel_l2[t];
+            if (isnan(v)) continue;
+            g->sum += v;
+            sq += v * v;
+            if (g->dominant < 0 || v > g->rel_l2[g->dominant]) g->dominant = t;
+        }
+        g->rss = sqrt(sq);
+    }
+    return s;
+}
+
 /* ---- public --------------------------------------------------------------- */
 
 pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_id, int trend_n,
@@ -656,6 +702,7 @@ pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_
     if (s == PG_OK) s = load_evals(db, db_name, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, db_name, run_id, out, &local);
     if (s == PG_OK) s = load_trend(db, db_name, trend_n, out, &local);
+    if (s == PG_OK) s = load_attribution(db, db_name, run_id, out, &local);
     if (s != PG_OK) pg_fail(err, local.code, "%s", local.msg);
     return s;
 }
@@ -676,6 +723,8 @@ void report_data_free(report_data *d)
     free(d->head_rel_l2);
     free(d->head_present);
     free(d->quant);
+    free(d->attribution);
+    attribution_rows_free(&d->attribution_rows);
     for (size_t i = 0; i < d->n_scores; i++) {
         free(d->scores[i].eval);
         free(d->scores[i].mode);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
+#include "../db/attribution_store.h"
 #include "../harness/status.h"
 
 struct sqlite3;
@@ -112,6 +113,22 @@ typedef struct report_trend {
     unsigned char *present;        /* [s * n_runs + r] */
 } report_trend;
 
+/* One (capture, layer, fp8 variant) of the attribution table (run
+ * --attribute, harness/attribute.h), in the table's row order. */
+typedef struct report_attribution {
+    const char *capture, *variant;           /* point into report_data.attribution_rows */
+    int layer;
+    double rel_l2[ATTRIBUTION_N_TENSORS];    /* by attribution_tensors; NaN: no row (an
+                                              * fp8kv variant has no q or p) */
+    double sum;    /* of the single-tensor rows (q, k, v, p) present */
+    double rss;    /* their root-sum-square: near the joint when errors are independent */
+    int dominant;  /* attribution_tensors index of the largest single-tensor row; -1: none */
+} report_attribution;
+
+/* What the attribution split means and what it does not, one paragraph of
+ * plain text (each writer escapes it): the caption of both formats' section. */
+extern const char report_attribution_caption[];
+
 /* Everything a report shows. Zero-initialise, load, free. */
 typedef struct report_data {
     char *db_name;                 /* the database path, for the footer */
@@ -135,6 +152,9 @@ typedef struct report_data {
     size_t n_flags;
     report_flag *flags;            /* regressions, errors, then the other verdicts */
     report_trend trend;
+    attribution_rows attribution_rows;   /* the run's attribution table rows */
+    size_t n_attribution;
+    report_attribution *attribution;     /* grouped by capture, layer, variant */
 } report_data;
 
 /* Loads run_id from db into *out (zero-initialised by the call; free with

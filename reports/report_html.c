@@ -439,6 +439,89 @@ static void put_quant(FILE *out, const report_data *d)
     fputs("</table>\n</section>\n", out);
 }
 
+/* The colour of each single-tensor part in the attribution chart (q, k, v, p). */
+static const char *const ATTRIBUTION_COLOURS[ATTRIBUTION_N_TENSORS] = {
+    "#bbbbbb", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#222222"};
+
+/* The attribution of each fp8 variant: one chart per variant (a stacked bar
+ * of the single-tensor errors per layer, the joint beside it, the
+ * root-sum-square as a tick) and the table of every row. */
+static pg_status put_attribution(FILE *out, const report_data *d, pg_err *err)
+{
+    if (d->n_attribution == 0) return PG_OK;  /* a run without --attribute */
+    fputs("<section id=\"attribution\">\n<h2>Attribution per quantized tensor</h2>\n"
+          "<p class=\"note\">", out);
+    svg_put_escaped(out, report_attribution_caption);
+    fputs("</p>\n", out);
+    const size_t n = d->n_attribution;
+    char *storage = NULL;
+    char **labels = labels_new(n, &storage);
+    double *parts = calloc(n * (ATTRIBUTION_N_TENSORS - 2), sizeof *parts);
+    double *joint = calloc(n, sizeof *joint), *rss = calloc(n, sizeof *rss);
+    unsigned char *done = calloc(n, 1);
+    if (labels == NULL || parts == NULL || joint == NULL || rss == NULL || done == NULL) {
+        free(storage), free(labels), free(parts), free(joint), free(rss), free(done);
+        return pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
+    }
+    const char *names[ATTRIBUTION_N_TENSORS - 2], *colours[ATTRIBUTION_N_TENSORS - 2];
+    for (int t = 1; t < ATTRIBUTION_ALL; t++) {
+        names[t - 1] = attribution_tensors[t];
+        colours[t - 1] = ATTRIBUTION_COLOURS[t];
+    }
+    /* One chart per variant, in the order the variants first appear. */
+    for (size_t first = 0; first < n; first++) {
+        if (done[first]) continue;
+        const char *variant = d->attribution[first].variant;
+        size_t m = 0;
+        for (size_t i = first; i < n; i++) {
+            const report_attribution *a = &d->attribution[i];
+            if (done[i] || strcmp(a->variant, variant) != 0) continue;
+            done[i] = 1;
+            if (several_captures(d)) snprintf(labels[m], LABEL_LEN, "%s:%d", a->capture, a->layer);
+            else snprintf(labels[m], LABEL_LEN, "%d", a->layer);
+            for (int t = 1; t < ATTRIBUTION_ALL; t++)
+                parts[m * (ATTRIBUTION_N_TENSORS - 2) + (size_t)(t - 1)] = a->rel_l2[t];
+            joint[m] = a->rel_l2[ATTRIBUTION_ALL];
+            rss[m] = a->rss;
+            m++;
+        }
+        char title[LABEL_LEN + 64];
+        snprintf(title, sizeof title, "%s: single-tensor rel_l2 stacked, joint beside", variant);
+        fputs("<h3>", out);
+        svg_put_escaped(out, variant);
+        fputs("</h3>\n", out);
+        const svg_stacked_bars chart = {title, "layer", "rel_l2", m, (const char *const *)labels,
+                                        ATTRIBUTION_N_TENSORS - 2, names, colours, parts,
+                                        "joint (the variant)", ATTRIBUTION_COLOURS[ATTRIBUTION_ALL],
+                                        joint, "root-sum-square", rss};
+        skipped_note(out, svg_write_stacked_bars(out, &chart), "bar", "bars", 0);
+    }
+    fputs("<table>\n<tr><th class=\"t\">variant</th>", out);
+    if (several_captures(d)) fputs("<th class=\"t\">capture</th>", out);
+    fputs("<th>layer</th>", out);
+    for (int t = 0; t < ATTRIBUTION_ALL; t++) fprintf(out, "<th>%s</th>", attribution_tensors[t]);
+    fputs("<th>sum</th><th>rss</th><th>joint</th><th class=\"t\">largest</th></tr>\n", out);
+    for (size_t i = 0; i < n; i++) {
+        const report_attribution *a = &d->attribution[i];
+        fputs("<tr>", out);
+        td_text(out, a->variant);
+        if (several_captures(d)) td_text(out, a->capture);
+        fprintf(out, "<td>%d</td>", a->layer);
+        for (int t = 0; t < ATTRIBUTION_ALL; t++) {
+            if (isnan(a->rel_l2[t])) fputs("<td>-</td>", out);
+            else td_num(out, a->rel_l2[t]);
+        }
+        td_num(out, a->sum);
+        td_num(out, a->rss);
+        td_num(out, a->rel_l2[ATTRIBUTION_ALL]);
+        td_text(out, a->dominant >= 0 ? attribution_tensors[a->dominant] : NULL);
+        fputs("</tr>\n", out);
+    }
+    fputs("</table>\n</section>\n", out);
+    free(storage), free(labels), free(parts), free(joint), free(rss), free(done);
+    return PG_OK;
+}
+
 /* Whether two optional strings differ (NULL equals only NULL). */
 static int str_differs(const char *a, const char *b)
 {
@@ -654,6 +737,7 @@ pg_status report_html_write(const report_data *d, FILE *out, pg_err *err)
     pg_status s = put_layers(out, d, err);
     if (s == PG_OK) s = put_heads(out, d, err);
     if (s == PG_OK) put_quant(out, d);
+    if (s == PG_OK) s = put_attribution(out, d, err);
     if (s == PG_OK) s = put_evals(out, d, err);
     if (s == PG_OK) s = put_trend(out, d, err);
     if (s != PG_OK) return s;

@@ -590,3 +590,118 @@ size_t svg_write_error_bars(FILE *out, const svg_error_bars *c)
     fputs("</svg>\n", out);
     return skipped;
 }
+
+/* ---- stacked bars --------------------------------------------------------- */
+
+/* Share of an x slot the stack and the bar beside it take together. */
+#define STACK_FILL 0.7
+/* The tick's overhang on each side of the stack, in pixels. */
+#define STACK_TICK_OVERHANG 3.0
+
+/* Whether v can be a bar on a linear axis from 0 (NaN: absent, not skipped). */
+static int stack_placeable(double v)
+{
+    return isfinite(v) && v >= 0;
+}
+
+/* Writes one bar rect [y_lo, y_hi] at column x, width w, with hover text
+ * "name, x_title label: value". */
+static void put_bar(FILE *out, double x, double w, double y_lo, double y_hi, const char *colour,
+                    const char *name, const char *x_title, const char *label, double value)
+{
+    char num[SVG_NUM_LEN];
+    fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
+                 "<title>", x, y_hi, w, y_lo - y_hi, colour);
+    svg_put_escaped(out, name);
+    fputs(", ", out);
+    svg_put_escaped(out, x_title);
+    fputc(' ', out);
+    svg_put_escaped(out, label);
+    fprintf(out, ": %s</title></rect>\n", svg_fmt_num(num, sizeof num, value));
+}
+
+/* Draws one legend row at row r: a swatch of colour (a line when line). */
+static void put_legend_row(FILE *out, double lx, double y_top, size_t r, const char *colour,
+                           int line, const char *name)
+{
+    const double ly = y_top + 8 + LEGEND_ROW * (double)r;
+    if (line)
+        fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                     "stroke-width=\"2.5\" stroke=\"%s\"/>\n", lx, ly, lx + LEGEND_SWATCH, ly,
+                colour);
+    else
+        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"10\" "
+                     "fill=\"%s\"/>\n", lx, ly - 5, LEGEND_SWATCH, colour);
+    put_text(out, lx + LEGEND_SWATCH + 6, ly + 4, "start", FONT_TICK, name);
+}
+
+size_t svg_write_stacked_bars(FILE *out, const svg_stacked_bars *c)
+{
+    size_t skipped = 0;
+    double dmax = 0;
+    for (size_t i = 0; i < c->n_x; i++) {
+        double sum = 0;
+        for (size_t j = 0; j < c->n_parts; j++) {
+            const double v = c->parts[i * c->n_parts + j];
+            if (isnan(v)) continue;
+            if (!stack_placeable(v)) skipped++;
+            else sum += v;
+        }
+        const double extra[2] = {c->beside[i], c->tick != NULL ? c->tick[i] : NAN};
+        for (int e = 0; e < 2; e++) {
+            if (isnan(extra[e])) continue;
+            if (!stack_placeable(extra[e])) skipped++;
+            else if (extra[e] > dmax) dmax = extra[e];
+        }
+        if (sum > dmax) dmax = sum;
+    }
+    const double x0 = LINE_MARGIN_LEFT, x1 = LINE_WIDTH - LINE_MARGIN_RIGHT;
+    const double y_top = LINE_MARGIN_TOP, y_bottom = LINE_HEIGHT - LINE_MARGIN_BOTTOM;
+    axis ax;
+    axis_init(&ax, SVG_SCALE_LINEAR, 0.0, dmax > 0 ? dmax : 1.0, NAN, NAN, y_bottom, y_top);
+    open_svg(out, LINE_WIDTH, LINE_HEIGHT, c->title);
+    draw_y_axis(out, &ax, x0, x1, c->y_title);
+    draw_x_axis(out, x0, x1, y_bottom, c->x_title, LINE_HEIGHT - 14);
+    const double slot = (x1 - x0) / (double)c->n_x;
+    const double w = slot * STACK_FILL / 2;
+    const size_t stride = label_stride(c->n_x, x1 - x0);
+    for (size_t i = 0; i < c->n_x; i++) {
+        const double xs = x0 + slot * (double)i + slot * (1 - STACK_FILL) / 2;
+        if (i % stride == 0)
+            put_text(out, xs + w, y_bottom + 16, "middle", FONT_TICK, c->x_labels[i]);
+        double at = 0;
+        for (size_t j = 0; j < c->n_parts; j++) {
+            const double v = c->parts[i * c->n_parts + j];
+            if (!stack_placeable(v)) continue;
+            put_bar(out, xs, w, axis_y(&ax, at), axis_y(&ax, at + v), c->part_colours[j],
+                    c->part_names[j], c->x_title, c->x_labels[i], v);
+            at += v;
+        }
+        if (at > 0) {
+            char num[SVG_NUM_LEN];
+            fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" "
+                         "font-size=\"%d\">sum %s</text>\n", xs + w / 2, axis_y(&ax, at) - 3,
+                    FONT_TICK - 2, svg_fmt_num(num, sizeof num, at));
+        }
+        if (stack_placeable(c->beside[i]))
+            put_bar(out, xs + w, w, axis_y(&ax, 0), axis_y(&ax, c->beside[i]), c->beside_colour,
+                    c->beside_name, c->x_title, c->x_labels[i], c->beside[i]);
+        if (c->tick != NULL && stack_placeable(c->tick[i])) {
+            const double y = axis_y(&ax, c->tick[i]);
+            fprintf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                         "stroke-width=\"2.5\" stroke=\"" COLOUR_AXIS "\"><title>",
+                    xs - STACK_TICK_OVERHANG, y, xs + w + STACK_TICK_OVERHANG, y);
+            svg_put_escaped(out, c->tick_name);
+            char num[SVG_NUM_LEN];
+            fprintf(out, ": %s</title></line>\n", svg_fmt_num(num, sizeof num, c->tick[i]));
+        }
+    }
+    const double lx = x1 + LEGEND_GAP;
+    size_t r = 0;
+    for (size_t j = 0; j < c->n_parts; j++)
+        put_legend_row(out, lx, y_top, r++, c->part_colours[j], 0, c->part_names[j]);
+    put_legend_row(out, lx, y_top, r++, c->beside_colour, 0, c->beside_name);
+    if (c->tick != NULL) put_legend_row(out, lx, y_top, r++, COLOUR_AXIS, 1, c->tick_name);
+    fputs("</svg>\n", out);
+    return skipped;
+}

@@ -101,4 +101,32 @@ typedef struct svg_error_bars {
  * Returns how many items were skipped (a non-finite value). */
 size_t svg_write_error_bars(FILE *out, const svg_error_bars *c);
 
+/* Stacked bars over categorical x positions (layers), on a linear y axis
+ * from 0, each with a second bar beside it and an optional tick across the
+ * stack: e.g. the single-tensor errors stacked, the joint error beside
+ * their sum, the root-sum-square as the tick. */
+typedef struct svg_stacked_bars {
+    const char *title;                 /* accessible name of the chart */
+    const char *x_title, *y_title;     /* axis titles */
+    size_t n_x;                        /* x positions, >= 1 */
+    const char *const *x_labels;       /* n_x tick labels (thinned out when crowded) */
+    size_t n_parts;                    /* segments of a stack, >= 1 */
+    const char *const *part_names;     /* n_parts legend and hover names */
+    const char *const *part_colours;   /* n_parts CSS colour literals */
+    const double *parts;               /* [i * n_parts + j]; NaN = no segment there */
+    const char *beside_name;           /* legend name of the bar beside each stack */
+    const char *beside_colour;
+    const double *beside;              /* n_x values; NaN = none there */
+    const char *tick_name;             /* legend name of the tick; NULL with tick */
+    const double *tick;                /* n_x values or NULL (no ticks); NaN = none there */
+} svg_stacked_bars;
+
+/* Writes c as an <svg> chart: per x position a stack of its finite
+ * non-negative parts (bottom first, in part order) with hover text naming
+ * each part and the stack's sum, the beside bar to its right, the tick
+ * across the stack, a legend. The axis spans 0 .. the largest sum, beside
+ * or tick value. Returns how many values were skipped (present but
+ * negative or infinite: not placeable on a finite linear axis). */
+size_t svg_write_stacked_bars(FILE *out, const svg_stacked_bars *c);
+
 #endif /* PG_SVG_H */
