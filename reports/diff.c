@@ -619,6 +619,7 @@ pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, 
     if (rc == PG_OK) rc = match_layers(r, &a, &b, err);
     if (rc == PG_OK) rc = match_scores(r, &a, &b, err);
     if (rc == PG_OK && r->modes) rc = read_pairs(s, r, err);
+    if (rc == PG_OK) rc = diff_attribution_match(s, req, r, err);
     if (rc == PG_OK && r->n_evals > 1) qsort(r->evals, r->n_evals, sizeof r->evals[0], eval_order);
     side_free(&a);
     side_free(&b);
@@ -654,6 +655,7 @@ void diff_result_free(diff_result *r)
         free(r->pairs[i].mode_a);
         free(r->pairs[i].mode_b);
     }
+    diff_attribution_free(r);
     free(r->layers);
     free(r->evals);
     free(r->pairs);
@@ -903,6 +905,7 @@ void diff_print_table(const diff_result *r, FILE *out, int colour)
     print_run(out, "A", &r->run_a, r->mode_a, 1);
     print_run(out, "B", &r->run_b, r->mode_b, 0);
     print_layers(r, out, colour);
+    diff_attribution_print(r, out);
     print_evals(r, out, colour);
 }
 
@@ -1040,6 +1043,7 @@ pg_status diff_print_json(const diff_result *r, FILE *out, pg_err *err)
     for (size_t i = 0; ok && i < r->n_layers; i++) {
         ok = add_item(arr, layer_json(r, &r->layers[i]));
     }
+    if (ok) ok = diff_attribution_json(r, arr);
     for (size_t i = 0; ok && i < r->n_evals; i++) {
         ok = add_item(arr, eval_json(r, &r->evals[i]));
     }

@@ -151,6 +151,19 @@ typedef struct diff_pair {
     double mean_diff, se, ci_low, ci_high, sign_p, mde;  /* NaN where NULL */
 } diff_pair;
 
+/* One attribution row (db/attribution_store.h) on both sides: the same
+ * capture (matched by layer alone when captures_mapped), layer and tensor,
+ * and the same variant (two runs) or variant_a / variant_b (a modes diff).
+ * Only rows both sides hold are kept: attribution is compared where both
+ * runs ran with --attribute. Strings are malloc'd, owned by the diff_result. */
+typedef struct diff_attribution {
+    char *capture, *variant_a, *variant_b;
+    int layer;
+    int tensor;             /* index into attribution_tensors */
+    double a, b;            /* rel_l2 */
+    double delta, ratio;    /* b - a, b / a */
+} diff_attribution;
+
 /* What to compare. For two runs mode_a and mode_b are NULL; for two modes
  * run_a == run_b, mode_a is the base (A) and mode_b the mode (B). */
 typedef struct diff_request {
@@ -178,6 +191,8 @@ typedef struct diff_result {
     size_t n_pairs;
     int captures_mapped;       /* each run had one capture, under different names */
     size_t dup_a, dup_b;       /* rows skipped: a layer stored for both backends */
+    diff_attribution *attribution; /* in A's row order (capture, layer, variant, tensor) */
+    size_t n_attribution;
 } diff_result;
 
 /* Reads both sides from the store and computes the diff into *out (NULL on
@@ -193,10 +208,30 @@ void diff_result_free(diff_result *r);
  * the end-task rows. */
 void diff_print_table(const diff_result *r, FILE *out, int colour);
 
-/* Prints r as one JSON array of objects to out ("type": "layer", "eval" or
- * "eval_pair"); numbers are JSON numbers, and a NaN or infinite value is
+/* Prints r as one JSON array of objects to out ("type": "layer",
+ * "attribution", "eval" or "eval_pair"); numbers are JSON numbers, and a NaN or infinite value is
  * null with a sibling "<field>_nonfinite": "nan" | "inf" | "-inf".
  * PG_ERR_NOMEM when the document cannot be built. */
 pg_status diff_print_json(const diff_result *r, FILE *out, pg_err *err);
+
+/* The attribution rows of r's two sides (req's runs and, for a modes
+ * diff, variants) matched into r->attribution (diff_compute calls it after
+ * the layers, so r->captures_mapped is set). PG_ERR_DB / PG_ERR_NOMEM as
+ * attribution_store_load. */
+pg_status diff_attribution_match(pg_store *s, const diff_request *req, diff_result *r,
+                                 pg_err *err);
+
+/* Frees r's attribution rows. */
+void diff_attribution_free(diff_result *r);
+
+/* Prints r's attribution as a table per variant and tensor: the layer mean
+ * of A and B, B / A of the means and the layer whose B / A is largest;
+ * nothing when r has no rows. */
+void diff_attribution_print(const diff_result *r, FILE *out);
+
+/* Appends one JSON object per attribution row to arr ("type":
+ * "attribution", with run_a, run_b, capture, layer, variant_a, variant_b,
+ * tensor, a, b, delta, ratio); 0 when out of memory. */
+int diff_attribution_json(const diff_result *r, struct cJSON *arr);
 
 #endif /* PG_DIFF_H */
