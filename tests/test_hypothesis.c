@@ -17,6 +17,7 @@
 #include "attn_profile.h"
 #include "numerics.h"
 #include "rng.h"
+#include "testutil.h"
 
 #define D 64
 
@@ -35,58 +36,15 @@ static const attn_profile *profile(const char *name)
     return p;
 }
 
-/* A roughly gaussian draw of unit spread (the sum of four uniforms, centred). */
-static double gauss(rng_xoshiro256 *r)
-{
-    double x = 0;
-    for (int i = 0; i < 4; i++) x += (double)(rng_xoshiro_next(r) >> 11) * 0x1p-53;
-    return (x - 2.0) * sqrt(3.0);
-}
-
-/* A random layer: 2 sequences (one with context), 4 query heads over 2 kv
- * heads, gaussian q/k/v of spread `spread`, a sink per head. */
-typedef struct layer {
-    attn_batch b;
-    int32_t sq[2], skv[2];
-    float sinks[4];
-    uint16_t *q, *k, *v;
-    size_t nq, nkv;
-} layer;
-
-static void layer_init(layer *L, uint64_t seed, double spread)
-{
-    memset(L, 0, sizeof *L);
-    L->sq[0] = 40, L->skv[0] = 40, L->sq[1] = 24, L->skv[1] = 70;
-    for (int h = 0; h < 4; h++) L->sinks[h] = 0.5f * (float)h - 0.5f;
-    L->b = (attn_batch){2, L->sq, L->skv, 4, 2, D, 0, 0.125f, L->sinks};
-    L->nq = (size_t)(40 + 24) * 4 * D;
-    L->nkv = (size_t)(40 + 70) * 2 * D;
-    L->q = malloc(L->nq * 2);
-    L->k = malloc(L->nkv * 2);
-    L->v = malloc(L->nkv * 2);
-    rng_xoshiro256 r;
-    rng_xoshiro_seed(&r, seed);
-    for (size_t i = 0; i < L->nq; i++) L->q[i] = bf16_from_f32((float)(spread * gauss(&r)));
-    for (size_t i = 0; i < L->nkv; i++) L->k[i] = bf16_from_f32((float)(spread * gauss(&r)));
-    for (size_t i = 0; i < L->nkv; i++) L->v[i] = bf16_from_f32((float)(spread * gauss(&r)));
-}
-
-static void layer_free(layer *L)
-{
-    free(L->q);
-    free(L->k);
-    free(L->v);
-}
-
 /* Calibrated scales of L (amax / 448), 16-token pages. */
-static attn_fp8_options calibrated(const layer *L)
+static attn_fp8_options calibrated(const tu_layer *L)
 {
     return (attn_fp8_options){1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, L->nq)),
                               fp8_e4m3_calibrated_scale(bf16_amax(L->k, L->nkv)),
                               fp8_e4m3_calibrated_scale(bf16_amax(L->v, L->nkv)), 16, 5, 0};
 }
 
-static uint16_t *run_hyp(const char *name, const layer *L, const attn_fp8_options *o)
+static uint16_t *run_hyp(const char *name, const tu_layer *L, const attn_fp8_options *o)
 {
     uint16_t *out = malloc(L->nq * 2);
     pg_err err = {0};
@@ -95,7 +53,7 @@ static uint16_t *run_hyp(const char *name, const layer *L, const attn_fp8_option
     return out;
 }
 
-static uint16_t *run_prof(const char *name, const layer *L, const attn_fp8_options *o)
+static uint16_t *run_prof(const char *name, const tu_layer *L, const attn_fp8_options *o)
 {
     uint16_t *out = malloc(L->nq * 2);
     pg_err err = {0};
@@ -138,8 +96,8 @@ Test(hypothesis, table_names_intended_and_sources)
 
 Test(hypothesis, intended_ones_and_twice_are_their_profiles_bit_for_bit)
 {
-    layer L;
-    layer_init(&L, 11, 1.5);
+    tu_layer L;
+    tu_layer_init(&L, 11, 1.5);
     const attn_fp8_options o = calibrated(&L);
     static const char *const pairs[][2] = {{"intended-bf16", "bf16"},
                                            {"intended-fp8kv", "fp8kv@fixed"},
@@ -158,7 +116,7 @@ Test(hypothesis, intended_ones_and_twice_are_their_profiles_bit_for_bit)
     cr_assert(same_bits(a, b, L.nq));
     free(a);
     free(b);
-    layer_free(&L);
+    tu_layer_free(&L);
 }
 
 /* One query, keys on the e4m3 grid: the hypotheses' scale placement read off
@@ -227,8 +185,8 @@ Test(hypothesis, known_answers_place_each_scale)
 
 Test(hypothesis, at_unit_scales_the_bugs_coincide_with_an_intended_one)
 {
-    layer L;
-    layer_init(&L, 12, 1.0);
+    tu_layer L;
+    tu_layer_init(&L, 12, 1.0);
     attn_fp8_options o = calibrated(&L);
     o.q_scale = o.k_scale = o.v_scale = 1.0f;
     uint16_t *kv = run_hyp("intended-fp8kv", &L, &o), *bf = run_hyp("intended-bf16", &L, &o),
@@ -262,13 +220,13 @@ Test(hypothesis, at_unit_scales_the_bugs_coincide_with_an_intended_one)
     free(kv);
     free(bf);
     free(qkv);
-    layer_free(&L);
+    tu_layer_free(&L);
 }
 
 Test(hypothesis, refuses_options_that_do_not_quantize)
 {
-    layer L;
-    layer_init(&L, 13, 1.0);
+    tu_layer L;
+    tu_layer_init(&L, 13, 1.0);
     attn_fp8_options o = calibrated(&L);
     uint16_t *out = malloc(L.nq * 2);
     pg_err err = {0};
@@ -284,15 +242,15 @@ Test(hypothesis, refuses_options_that_do_not_quantize)
                  PG_ERR_NUMERIC);
     cr_assert_not_null(strstr(err.msg, "k_scale"));
     free(out);
-    layer_free(&L);
+    tu_layer_free(&L);
 }
 
 /* ------------------------------------------------- keep_bf16 (attribution) */
 
 Test(keep_bf16, all_kept_is_no_quantization_and_none_kept_is_the_profile)
 {
-    layer L;
-    layer_init(&L, 14, 2.0);
+    tu_layer L;
+    tu_layer_init(&L, 14, 2.0);
     const attn_fp8_options o = calibrated(&L);
     attn_fp8_options none = o, all = o;
     none.quantize = 0;
@@ -305,7 +263,7 @@ Test(keep_bf16, all_kept_is_no_quantization_and_none_kept_is_the_profile)
         free(a);
         free(b);
     }
-    layer_free(&L);
+    tu_layer_free(&L);
 }
 
 /* rel_l2 of a against b (bf16 arrays). */
@@ -322,8 +280,8 @@ static double rel(const uint16_t *a, const uint16_t *b, size_t n)
 
 Test(keep_bf16, each_tensor_alone_moves_the_output)
 {
-    layer L;
-    layer_init(&L, 15, 2.0);
+    tu_layer L;
+    tu_layer_init(&L, 15, 2.0);
     const attn_fp8_options o = calibrated(&L);
     attn_fp8_options none = o;
     none.quantize = 0;
@@ -356,5 +314,5 @@ Test(keep_bf16, each_tensor_alone_moves_the_output)
     free(out);
     free(base);
     free(joint);
-    layer_free(&L);
+    tu_layer_free(&L);
 }

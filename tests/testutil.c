@@ -1,6 +1,8 @@
 /* testutil.c: helpers shared by the Criterion tests (see testutil.h). */
 #include "testutil.h"
 
+#include <math.h>
+
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <sqlite3.h>
@@ -215,4 +217,61 @@ double tu_sql_double(sqlite3 *db, const char *fmt, ...)
     double v = sqlite3_column_double(s, 0);
     sqlite3_finalize(s);
     return v;
+}
+
+sqlite3 *tu_db_open(const char *name)
+{
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(tu_in_dir(name), &db), SQLITE_OK, "open %s", name);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+char *tu_slurp(const char *name)
+{
+    FILE *f = fopen(tu_in_dir(name), "rb");
+    cr_assert_not_null(f, "open %s", name);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    const long n = ftell(f);
+    cr_assert_geq(n, 0);
+    cr_assert_eq(fseek(f, 0, SEEK_SET), 0);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_not_null(s);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n, "read %s", name);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+double tu_gauss(rng_xoshiro256 *r)
+{
+    double x = 0;
+    for (int i = 0; i < 4; i++) x += (double)(rng_xoshiro_next(r) >> 11) * 0x1p-53;
+    return (x - 2.0) * sqrt(3.0);
+}
+
+void tu_layer_init(tu_layer *L, uint64_t seed, double spread)
+{
+    memset(L, 0, sizeof *L);
+    L->sq[0] = 40, L->skv[0] = 40, L->sq[1] = 24, L->skv[1] = 70;
+    for (int h = 0; h < 4; h++) L->sinks[h] = 0.5f * (float)h - 0.5f;
+    L->b = (attn_batch){2, L->sq, L->skv, 4, 2, TU_LAYER_D, 0, 0.125f, L->sinks};
+    L->nq = (size_t)(40 + 24) * 4 * TU_LAYER_D;
+    L->nkv = (size_t)(40 + 70) * 2 * TU_LAYER_D;
+    L->q = malloc(L->nq * 2);
+    L->k = malloc(L->nkv * 2);
+    L->v = malloc(L->nkv * 2);
+    cr_assert(L->q && L->k && L->v, "tu_layer_init: out of memory");
+    rng_xoshiro256 r;
+    rng_xoshiro_seed(&r, seed);
+    for (size_t i = 0; i < L->nq; i++) L->q[i] = bf16_from_f32((float)(spread * tu_gauss(&r)));
+    for (size_t i = 0; i < L->nkv; i++) L->k[i] = bf16_from_f32((float)(spread * tu_gauss(&r)));
+    for (size_t i = 0; i < L->nkv; i++) L->v[i] = bf16_from_f32((float)(spread * tu_gauss(&r)));
+}
+
+void tu_layer_free(tu_layer *L)
+{
+    free(L->q);
+    free(L->k);
+    free(L->v);
 }

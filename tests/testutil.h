@@ -5,6 +5,10 @@
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "rng.h"
 
 /* The current test's scratch directory (made by tu_scratch_setup). */
 extern char tu_dir[];
@@ -66,5 +70,34 @@ char *tu_sql_text(sqlite3 *db, const char *fmt, ...);
 /* The first column of the sqlite3_mprintf-formatted query's first row as a
  * double (a NULL reads 0.0); aborts the test when there is no row. */
 double tu_sql_double(sqlite3 *db, const char *fmt, ...);
+
+/* Opens database name in the scratch directory (tu_in_dir) with a 5 s busy
+ * timeout; aborts the test on failure. */
+sqlite3 *tu_db_open(const char *name);
+
+/* The whole content of file name in the scratch directory, malloc'd and
+ * NUL-terminated; aborts the test on failure. */
+char *tu_slurp(const char *name);
+
+/* A roughly gaussian draw of unit spread (the sum of four uniforms, centred). */
+double tu_gauss(rng_xoshiro256 *r);
+
+/* A random attention layer: 2 sequences (40 new tokens; 24 new after 46 of
+ * context), 4 query heads over 2 kv heads of dim TU_LAYER_D, sm_scale 1/8,
+ * a sink per head, gaussian bf16 q/k/v of spread `spread`. */
+#define TU_LAYER_D 64
+typedef struct tu_layer {
+    attn_batch b;
+    int32_t sq[2], skv[2];
+    float sinks[4];
+    uint16_t *q, *k, *v;
+    size_t nq, nkv;
+} tu_layer;
+
+/* Fills L from seed (tu_layer_free it). */
+void tu_layer_init(tu_layer *L, uint64_t seed, double spread);
+
+/* Frees L's arrays. */
+void tu_layer_free(tu_layer *L);
 
 #endif

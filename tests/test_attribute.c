@@ -1,0 +1,420 @@
+/*
+ * test_attribute.c: attribution per quantized tensor (harness/attribute.h,
+ * run --attribute): the split on a layer where only K saturates, the rows
+ * each mode gives, and the sweep's rows in the store: "all" equal to the
+ * variant's layer_metrics, counted by --resume, refused on a mismatched
+ * --attribute, shown by the report and carried by diff and its JSON.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "attn_backend.h"
+#include "attn_profile.h"
+#include "attribute.h"
+#include "store.h"
+#include "numerics.h"
+#include "testutil.h"
+
+/* K's scale is the calibrated one (amax / 448) divided by this: every |k|
+ * above amax / 16 saturates, most of a gaussian K of spread 2 (amax about 8):
+ * K alone is badly wrong while Q, V and P keep calibrated scales. */
+#define K_SATURATION_DIVISOR 16.0f
+/* How far K's share must dominate: K alone at least this many times the
+ * largest other single-tensor error (measured: 20x for fp8qkv@fa3, whose
+ * largest other is Q, and 31x for fp8kv@fixed, V, on this layer, 2026-12-03). */
+#define K_DOMINANCE_FACTOR 8.0
+/* And the joint error within this fraction of K alone (measured 0.02% for
+ * fp8kv@fixed, 0.08% for fp8qkv@fa3: the other errors add in quadrature to a
+ * much larger one). */
+#define K_JOINT_CLOSENESS 0.01
+
+static const attn_profile *profile(const char *name)
+{
+    const attn_profile *p = NULL;
+    pg_err err = {0};
+    cr_assert_eq(attn_profile_find(name, &p, &err), PG_OK, "%s", err.msg);
+    return p;
+}
+
+static float amax(const uint16_t *x, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(bf16_to_f32(x[i])));
+    return m;
+}
+
+/* Calibrated scales for all but K, whose scale forces saturation. */
+static attn_fp8_options k_saturated(const tu_layer *L)
+{
+    return (attn_fp8_options){1, fp8_e4m3_calibrated_scale(amax(L->q, L->nq)),
+                              fp8_e4m3_calibrated_scale(amax(L->k, L->nkv)) / K_SATURATION_DIVISOR,
+                              fp8_e4m3_calibrated_scale(amax(L->v, L->nkv)), 16, 5, 0};
+}
+
+/* attribute_layer of the named profiles on L under o, into rows. */
+static int attribute(const tu_layer *L, const attn_fp8_options *o, const char *const *names, int n,
+                     attribute_row *rows)
+{
+    attn_backend *cpu = NULL;
+    pg_err err = {0};
+    cr_assert_eq(attn_backend_open("cpu", 2, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
+    const attn_profile *p[4];
+    for (int i = 0; i < n; i++) p[i] = profile(names[i]);
+    int n_rows = -1;
+    cr_assert_eq(attribute_layer(cpu, &L->b, L->q, L->k, L->v, o, p, n, rows, &n_rows, &err),
+                 PG_OK, "%s", err.msg);
+    attn_backend_close(cpu);
+    return n_rows;
+}
+
+/* The rel_l2 of the row of tensor name among rows[0 .. n) of profile p; NaN when absent. */
+static double row_of(const attribute_row *rows, int n, const attn_profile *p, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (rows[i].p == p && strcmp(attribution_tensors[rows[i].tensor], name) == 0)
+            return rows[i].rel_l2;
+    return NAN;
+}
+
+TestSuite(attribute, .timeout = 60);
+
+Test(attribute, only_k_saturated_makes_k_dominate_and_the_joint_follow_it)
+{
+    tu_layer L;
+    tu_layer_init(&L, 21, 2.0);
+    const attn_fp8_options o = k_saturated(&L);
+    const char *names[] = {"fp8kv@fixed", "fp8qkv@fa3"};
+    attribute_row rows[2 * ATTRIBUTE_MAX_ROWS];
+    const int n = attribute(&L, &o, names, 2, rows);
+    cr_assert_eq(n, 4 + 6);
+    for (int i = 0; i < 2; i++) {
+        const attn_profile *p = profile(names[i]);
+        const double k = row_of(rows, n, p, "k"), all = row_of(rows, n, p, "all");
+        const double none = row_of(rows, n, p, "none");
+        double other = 0;
+        for (const char *t = "qvp"; *t != '\0'; t++) {
+            const char name[2] = {*t, '\0'};
+            const double x = row_of(rows, n, p, name);
+            if (!isnan(x)) other = fmax(other, x);
+        }
+        cr_log_info("%s: none %.4g k %.6g other max %.4g all %.6g", names[i], none, k, other, all);
+        cr_assert_gt(other, 0, "%s: V's row is there and nonzero", names[i]);
+        cr_assert_gt(k, K_DOMINANCE_FACTOR * other, "%s: k %.3g, largest other %.3g", names[i],
+                     k, other);
+        cr_assert_lt(fabs(all - k), K_JOINT_CLOSENESS * k, "%s: all %.4g, k %.4g", names[i],
+                     all, k);
+        /* The floor is below every part: each part includes it. */
+        cr_assert_lt(none, other, "%s: none %.3g", names[i], none);
+    }
+    tu_layer_free(&L);
+}
+
+Test(attribute, fp8kv_gives_none_k_v_all_and_fp8qkv_all_six_in_order_bf16_nothing)
+{
+    cr_assert_eq(attribute_row_count(profile("bf16")), 0);
+    cr_assert_eq(attribute_row_count(profile("fp8kv@vllm-24197")), 4);
+    cr_assert_eq(attribute_row_count(profile("fp8qkv@ideal")), 6);
+    cr_assert_eq(attribute_keep_mask(ATTRIBUTION_NONE), ATTN_TENSORS_ALL);
+    cr_assert_eq(attribute_keep_mask(ATTRIBUTION_ALL), 0u);
+    cr_assert_eq(attribute_keep_mask(attribution_tensor_index("k")),
+                 (unsigned)(ATTN_TENSOR_Q | ATTN_TENSOR_V | ATTN_TENSOR_P));
+    tu_layer L;
+    tu_layer_init(&L, 22, 2.0);
+    const attn_fp8_options o = k_saturated(&L);
+    const char *names[] = {"bf16", "fp8kv@fixed", "fp8qkv@ideal"};
+    attribute_row rows[3 * ATTRIBUTE_MAX_ROWS];
+    const int n = attribute(&L, &o, names, 3, rows);
+    static const char *const want[] = {"none", "k", "v", "all", "none", "q", "k", "v", "p", "all"};
+    cr_assert_eq(n, 10);
+    for (int i = 0; i < n; i++) {
+        cr_assert_str_eq(attribution_tensors[rows[i].tensor], want[i], "row %d", i);
+        cr_assert_str_eq(attn_profile_variant(rows[i].p), i < 4 ? "fp8kv@fixed" : "fp8qkv@ideal");
+    }
+    /* The mask: fp8kv@fixed's k row is K alone quantized (V kept bf16), so
+     * V's scale does not touch it and its v row is far below it. */
+    cr_assert_gt(rows[1].rel_l2, K_DOMINANCE_FACTOR * rows[2].rel_l2);
+    tu_layer_free(&L);
+}
+
+Test(attribute, a_backend_other_than_the_cpu_specification_is_refused)
+{
+    attn_backend *cpu = NULL;
+    pg_err err = {0};
+    int n = -1;
+    const attn_profile *p = profile("fp8kv");
+    cr_assert_eq(attribute_layer(cpu, NULL, NULL, NULL, NULL, NULL, &p, 1, NULL, &n, &err),
+                 PG_ERR_USAGE);
+    cr_assert_not_null(strstr(err.msg, "CPU specification"), "%s", err.msg);
+}
+
+Test(attribute, the_store_refuses_nan_an_unknown_tensor_and_a_bf16_variant)
+{
+    pg_store *s = NULL;
+    pg_err err = {0};
+    cr_assert_eq(store_open(":memory:", &s, &err), PG_OK, "%s", err.msg);
+    const store_run_info info = {.kind = "sweep"};
+    int64_t run = 0;
+    cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attribution_store_put(s, run, "c", 0, "fp8kv@fixed", "k", 0.5, &err), PG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(attribution_store_put(s, run, "c", 0, "fp8kv@fixed", "k", 0.5, &err), PG_ERR_DB);
+    err = (pg_err){0};
+    cr_assert_eq(attribution_store_put(s, run, "c", 0, "fp8kv@fixed", "v", NAN, &err),
+                 PG_ERR_NUMERIC);
+    cr_assert_not_null(strstr(err.msg, "rel_l2 is NaN"), "%s", err.msg);
+    err = (pg_err){0};
+    cr_assert_eq(attribution_store_put(s, run, "c", 0, "fp8kv@fixed", "x", 0.5, &err), PG_ERR_DB);
+    err = (pg_err){0};
+    cr_assert_eq(attribution_store_put(s, run, "c", 0, "bf16", "k", 0.5, &err), PG_ERR_DB);
+    err = (pg_err){0};
+    cr_assert_eq(attribution_store_put(s, run, "c", 1, "fp8qkv@fa3", "all", INFINITY, &err),
+                 PG_OK, "%s", err.msg);
+    int64_t counts[2] = {-1, -1};
+    cr_assert_eq(attribution_store_layer_counts(s, run, "c", 2, counts, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(counts[0], 1);
+    cr_assert_eq(counts[1], 1);
+    cr_assert_eq(attribution_store_layer_counts(s, run, "c", 1, counts, &err), PG_ERR_DB);
+    attribution_rows rows = {0};
+    err = (pg_err){0};
+    cr_assert_eq(attribution_store_load(store_handle(s), "mem", run, &rows, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(rows.n, 2);
+    cr_assert_eq(rows.rows[1].tensor, ATTRIBUTION_ALL);
+    cr_assert(isinf(rows.rows[1].rel_l2));
+    attribution_rows_free(&rows);
+    store_close(s);
+}
+
+/* ---------------------------------------------------------- the sweep's rows */
+
+TestSuite(attribute_cli, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 120);
+
+#define CLI_LAYERS 3
+#define CLI_SYNTH "--layers 3 --seqs 1 --seq-len 16"
+/* Attribution rows of a layer with the default variants: fp8kv@fixed 4, fp8qkv@fa3 6. */
+#define ATTR_PER_LAYER 10
+
+static void synth(const char *name)
+{
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "synth -o '%s' " CLI_SYNTH, tu_in_dir(name)), 0, "%s",
+                 out);
+    free(out);
+}
+
+/* Runs precgate run on c.safetensors into database name with extra options; expects rc 0. */
+static void sweep(const char *name, const char *extra)
+{
+    char *cap = strdup(tu_in_dir("c.safetensors"));
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu "
+                                        "--no-progress %s", cap, tu_in_dir(name), extra),
+                 0, "%s", out);
+    free(out);
+    free(cap);
+}
+
+static void expect_has(const char *out, const char *needle)
+{
+    cr_assert_not_null(strstr(out, needle), "output lacks \"%s\":\n%s", needle, out);
+}
+
+Test(attribute_cli, run_stores_the_rows_and_all_is_the_stored_variant_exactly)
+{
+    synth("c.safetensors");
+    sweep("r.db", "--attribute");
+    sqlite3 *db = tu_db_open("r.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution WHERE run_id = 1"),
+                 CLI_LAYERS * ATTR_PER_LAYER);
+    for (int l = 0; l < CLI_LAYERS; l++) {
+        char *kv = tu_sql_text(db, "SELECT group_concat(tensor, ',') FROM (SELECT tensor FROM "
+                                   "attribution WHERE layer = %d AND variant = 'fp8kv@fixed' "
+                                   "ORDER BY tensor)", l);
+        cr_assert_str_eq(kv, "all,k,none,v", "layer %d", l);
+        free(kv);
+        char *qkv = tu_sql_text(db, "SELECT group_concat(tensor, ',') FROM (SELECT tensor FROM "
+                                    "attribution WHERE layer = %d AND variant = 'fp8qkv@fa3' "
+                                    "ORDER BY tensor)", l);
+        cr_assert_str_eq(qkv, "all,k,none,p,q,v", "layer %d", l);
+        free(qkv);
+    }
+    /* "all" is the variant itself: its whole-layer rel_l2, bit for bit. */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution a JOIN layer_metrics m "
+                                "ON m.run_id = a.run_id AND m.capture = a.capture AND "
+                                "m.layer = a.layer AND m.variant = a.variant AND m.head = -1 "
+                                "WHERE a.tensor = 'all' AND a.rel_l2 = m.rel_l2"),
+                 2 * CLI_LAYERS);
+    /* "none" is below every single-tensor row of its variant and layer. */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution a JOIN attribution n "
+                                "USING (run_id, capture, layer, variant) WHERE n.tensor = 'none' "
+                                "AND a.tensor NOT IN ('none', 'all') AND a.rel_l2 <= n.rel_l2"),
+                 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT json_extract(config_json, '$.attribute') FROM runs"), 1);
+    sqlite3_close(db);
+    /* Without --attribute: no rows, and the config says so. */
+    sweep("plain.db", "");
+    db = tu_db_open("plain.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT json_extract(config_json, '$.attribute') FROM runs"), 0);
+    sqlite3_close(db);
+}
+
+/* Deletes layers >= from of run 1 (every table) and marks it interrupted. */
+static void drop_layers(const char *name, int from)
+{
+    sqlite3 *db = tu_db_open(name);
+    char *sql = sqlite3_mprintf("DELETE FROM layer_metrics WHERE layer >= %d;"
+                                "DELETE FROM quant_stats WHERE layer >= %d;"
+                                "DELETE FROM attribution WHERE layer >= %d;"
+                                "UPDATE runs SET status = 'interrupted', error = 'interrupted'",
+                                from, from, from);
+    tu_sql_exec(db, sql);
+    sqlite3_free(sql);
+    sqlite3_close(db);
+}
+
+Test(attribute_cli, resume_counts_the_rows_and_refuses_another_attribute)
+{
+    synth("c.safetensors");
+    sweep("ref.db", "--attribute");
+    sweep("r.db", "--attribute");
+    drop_layers("r.db", 2);
+    char *cap = strdup(tu_in_dir("c.safetensors"));
+    char *out = NULL;
+    /* Without --attribute the run's is taken: layer 2 gets its rows too. */
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  cap, tu_in_dir("r.db")), 0, "%s", out);
+    expect_has(out, "(2 stored, 1 to compute)");
+    free(out);
+    sqlite3 *db = tu_db_open("r.db");
+    char *attach = sqlite3_mprintf("ATTACH %Q AS ref", tu_in_dir("ref.db"));
+    tu_sql_exec(db, attach);
+    sqlite3_free(attach);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution"), CLI_LAYERS * ATTR_PER_LAYER);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution x JOIN ref.attribution y "
+                                "USING (capture, layer, variant, tensor) WHERE x.rel_l2 = y.rel_l2"),
+                 CLI_LAYERS * ATTR_PER_LAYER);
+    /* A layer missing only its attribution rows is not whole. */
+    tu_sql_exec(db, "DELETE FROM attribution WHERE layer = 1 AND variant = 'fp8kv@fixed';"
+                    "UPDATE runs SET status = 'interrupted', error = 'interrupted'");
+    sqlite3_close(db);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  cap, tu_in_dir("r.db")), 1, "%s", out);
+    expect_has(out, "6 of its 10 attribution rows: not a whole layer");
+    free(out);
+
+    /* A run without attribution refuses --attribute, naming the field. */
+    sweep("plain.db", "");
+    drop_layers("plain.db", 2);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
+                                        "--attribute", cap, tu_in_dir("plain.db")), 2, "%s", out);
+    expect_has(out, "attribute (--attribute) differs: the run has false, this command gives true");
+    free(out);
+    /* A run from before --attribute (no "attribute" in its config) did not attribute. */
+    db = tu_db_open("plain.db");
+    tu_sql_exec(db, "UPDATE runs SET config_json = json_remove(config_json, '$.attribute')");
+    sqlite3_close(db);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
+                                        "--attribute", cap, tu_in_dir("plain.db")), 2, "%s", out);
+    expect_has(out, "attribute (--attribute) differs");
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                  cap, tu_in_dir("plain.db")), 0, "%s", out);
+    expect_has(out, "(2 stored, 1 to compute)");
+    free(out);
+    db = tu_db_open("plain.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution"), 0);
+    sqlite3_close(db);
+    free(cap);
+}
+
+Test(attribute_cli, the_report_shows_the_stacked_bar_and_the_joint_beside_the_sum)
+{
+    synth("c.safetensors");
+    sweep("r.db", "--attribute");
+    sweep("r.db", "");
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "report --run 1 --db '%s' -o '%s'", tu_in_dir("r.db"),
+                                  tu_in_dir("r.html")), 0, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "report --run 1 --db '%s' -o '%s'", tu_in_dir("r.db"),
+                                  tu_in_dir("r.md")), 0, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "report --run 2 --db '%s' -o '%s'", tu_in_dir("r.db"),
+                                  tu_in_dir("plain.html")), 0, "%s", out);
+    free(out);
+    sqlite3 *db = tu_db_open("r.db");
+    const double k0 = tu_sql_double(db, "SELECT rel_l2 FROM attribution WHERE run_id = 1 AND "
+                                        "layer = 0 AND variant = 'fp8qkv@fa3' AND tensor = 'k'");
+    const double all0 = tu_sql_double(db, "SELECT rel_l2 FROM attribution WHERE run_id = 1 AND "
+                                          "layer = 0 AND variant = 'fp8qkv@fa3' AND tensor = 'all'");
+    const double sum0 = tu_sql_double(db, "SELECT sum(rel_l2) FROM attribution WHERE run_id = 1 "
+                                          "AND layer = 0 AND variant = 'fp8qkv@fa3' AND tensor "
+                                          "IN ('q', 'k', 'v', 'p')");
+    sqlite3_close(db);
+    char *html = tu_slurp("r.html");
+    expect_has(html, "<section id=\"attribution\">");
+    expect_has(html, "not additive when the tensors interact");
+    /* The stack's k segment of layer 0, the joint bar beside it, the sum over it. */
+    const char *sec = strstr(html, "<h3>fp8qkv@fa3</h3>");
+    cr_assert_not_null(sec);
+    char want[128];
+    snprintf(want, sizeof want, "<title>k, layer 0: %.3g</title></rect>", k0);
+    expect_has(sec, want);
+    snprintf(want, sizeof want, "<title>joint (the variant), layer 0: %.3g</title></rect>", all0);
+    expect_has(sec, want);
+    snprintf(want, sizeof want, ">sum %.3g</text>", sum0);
+    expect_has(sec, want);
+    expect_has(sec, "<title>root-sum-square: ");
+    free(html);
+    char *md = tu_slurp("r.md");
+    expect_has(md, "### Attribution per quantized tensor");
+    expect_has(md, "| variant | layer | none | q | k | v | p | sum | rss | joint | largest |");
+    snprintf(want, sizeof want, "| fp8qkv@fa3 | 0 |");
+    expect_has(md, want);
+    free(md);
+    char *plain = tu_slurp("plain.html");
+    cr_assert_null(strstr(plain, "id=\"attribution\""), "a run without --attribute has no section");
+    free(plain);
+}
+
+Test(attribute_cli, diff_and_its_json_carry_the_rows_when_both_runs_have_them)
+{
+    synth("c.safetensors");
+    sweep("r.db", "--attribute");
+    sweep("r.db", "--attribute --scales vllm-dynamic");
+    sweep("r.db", "");
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --db '%s' --json", tu_in_dir("r.db")), 0, "%s",
+                 out);
+    size_t n = 0;
+    for (const char *p = out; (p = strstr(p, "\"type\":\t\"attribution\"")) != NULL; p++) n++;
+    cr_assert_eq(n, CLI_LAYERS * ATTR_PER_LAYER, "%s", out);
+    expect_has(out, "\"tensor\":\t\"k\"");
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --db '%s'", tu_in_dir("r.db")), 0, "%s", out);
+    expect_has(out, "attribution (rel_l2 with one tensor alone quantized");
+    expect_has(out, "fp8qkv@fa3                 p ");
+    free(out);
+    /* Run 3 has none: nothing to match. */
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 3 --db '%s' --json", tu_in_dir("r.db")), 0, "%s",
+                 out);
+    cr_assert_null(strstr(out, "\"attribution\""), "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "diff 1 3 --db '%s'", tu_in_dir("r.db")), 0, "%s", out);
+    cr_assert_null(strstr(out, "attribution ("), "%s", out);
+    free(out);
+    /* Two modes of one run: the two variants' rows per tensor (k and v, and none, all). */
+    cr_assert_eq(tu_run_precgatef(&out, "diff --run 1 --modes fp8qkv,fp8kv --db '%s' --json",
+                                  tu_in_dir("r.db")), 0, "%s", out);
+    n = 0;
+    for (const char *p = out; (p = strstr(p, "\"type\":\t\"attribution\"")) != NULL; p++) n++;
+    cr_assert_eq(n, CLI_LAYERS * 4, "%s", out);
+    free(out);
+}
