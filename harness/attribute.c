@@ -1,6 +1,7 @@
 /* attribute.c: attribution per quantized tensor on the CPU specification (see attribute.h). */
 #include "attribute.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,8 +51,8 @@ unsigned attribute_keep_mask(int tensor)
 
 pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
-                          const attn_profile *const *var, int n_var, attribute_row *rows,
-                          int *n_rows, pg_err *err)
+                          const attn_profile *const *var, int n_var, const double *joint,
+                          attribute_row *rows, int *n_rows, pg_err *err)
 {
     *n_rows = 0;
     if (cpu == NULL || strcmp(attn_backend_name(cpu), "cpu") != 0)
@@ -73,6 +74,10 @@ pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t
         const attn_mode mode = attn_profile_mode(var[i]);
         for (int t = 0; st == PG_OK && t < ATTRIBUTION_N_TENSORS; t++) {
             if (!mode_quantizes(mode, t)) continue;
+            if (t == ATTRIBUTION_ALL && joint != NULL && !isnan(joint[i])) {
+                rows[(*n_rows)++] = (attribute_row){.p = var[i], .tensor = t, .rel_l2 = joint[i]};
+                continue;
+            }
             attn_fp8_options o = *fo;
             o.keep_bf16 = attribute_keep_mask(t);
             st = attn_backend_run_variant(cpu, var[i], b, q, k, v, &o, out, NULL, err);

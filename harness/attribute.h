@@ -57,11 +57,14 @@ unsigned attribute_keep_mask(int tensor);
  * backend: attn_backend_open) with fo and the row's keep_bf16 mask, into
  * rows (room for n_var * ATTRIBUTE_MAX_ROWS); *n_rows gets how many. fo is
  * the sweep's fp8 options of the layer (its keep_bf16 is replaced per row).
+ * joint (NULL, or [n_var]): where joint[i] is not NaN it is var[i]'s "all"
+ * row, not run again: the whole-layer rel_l2 the sweep measured for var[i]
+ * on the CPU specification with fo and the same reference (the same bits).
  * PG_ERR_USAGE when cpu is not the CPU backend; PG_ERR_NOMEM; a variant's
  * own failure as attn_variant_run reports it, naming the variant and row. */
 pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
-                          const attn_profile *const *var, int n_var, attribute_row *rows,
-                          int *n_rows, pg_err *err);
+                          const attn_profile *const *var, int n_var, const double *joint,
+                          attribute_row *rows, int *n_rows, pg_err *err);
 
 #endif /* PG_ATTRIBUTE_H */

@@ -2,6 +2,7 @@
 #include "sweep.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -698,9 +699,19 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
         char what[64];
         snprintf(what, sizeof what, "layer %d attribution", li);
         progress_update(bar, *step, what);
+        /* A variant the sweep ran on the CPU specification is its own "all"
+         * row (the same options and reference): found, not run again. */
+        double joint[SWEEP_MAX_VARIANTS];
+        for (int i = 0; i < opt->variants.n; i++) {
+            joint[i] = NAN;
+            for (int j = 0; j < c->n_vm; j++)
+                if (c->vm[j].n_heads == 0 && strcmp(c->vm[j].backend, "cpu") == 0 &&
+                    strcmp(c->vm[j].name, attn_profile_variant(opt->variants.p[i])) == 0)
+                    joint[i] = c->vm[j].m[0].rel_l2;
+        }
         const double t0 = progress_now();
         st = attribute_layer(cpu, &c->b, L->q, L->k, L->v, &c->fo, opt->variants.p,
-                             opt->variants.n, c->attr, &c->n_attr, err);
+                             opt->variants.n, joint, c->attr, &c->n_attr, err);
         if (opt->stats != NULL) opt->stats->attribute_s += progress_now() - t0;
         *step += c->n_attr;
     }

@@ -66,7 +66,7 @@ static int attribute(const tu_layer *L, const attn_fp8_options *o, const char *c
     const attn_profile *p[4];
     for (int i = 0; i < n; i++) p[i] = profile(names[i]);
     int n_rows = -1;
-    cr_assert_eq(attribute_layer(cpu, &L->b, L->q, L->k, L->v, o, p, n, rows, &n_rows, &err),
+    cr_assert_eq(attribute_layer(cpu, &L->b, L->q, L->k, L->v, o, p, n, NULL, rows, &n_rows, &err),
                  PG_OK, "%s", err.msg);
     attn_backend_close(cpu);
     return n_rows;
@@ -141,13 +141,39 @@ Test(attribute, fp8kv_gives_none_k_v_all_and_fp8qkv_all_six_in_order_bf16_nothin
     tu_layer_free(&L);
 }
 
+/* Computed, not taken from the sweep (joint NULL), "all" is the profile's
+ * whole-layer rel_l2 as the CPU backend's run_layer measures it, bit for bit. */
+Test(attribute, all_computed_is_the_backends_layer_metric_bit_for_bit)
+{
+    tu_layer L;
+    tu_layer_init(&L, 23, 2.0);
+    const attn_fp8_options o = k_saturated(&L);
+    const char *names[] = {"fp8kv@fixed", "fp8qkv@fa3"};
+    attribute_row rows[2 * ATTRIBUTE_MAX_ROWS];
+    const int n = attribute(&L, &o, names, 2, rows);
+    attn_backend *cpu = NULL;
+    pg_err err = {0};
+    cr_assert_eq(attn_backend_open("cpu", 2, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
+    const attn_profile *p[2] = {profile(names[0]), profile(names[1])};
+    attn_error_metrics *m = calloc(2 * ((size_t)L.b.hq + 1), sizeof *m);
+    const attn_layer_job job = {&L.b, L.q, L.k, L.v, &o, 2, p, 0, NULL, m, NULL, NULL};
+    cr_assert_eq(attn_backend_run_layer(cpu, &job, &err), PG_OK, "%s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        const double all = row_of(rows, n, p[i], "all"), want = m[(size_t)i * (L.b.hq + 1)].rel_l2;
+        cr_assert(all == want, "%s: all %.17g, run_layer %.17g", names[i], all, want);
+    }
+    free(m);
+    attn_backend_close(cpu);
+    tu_layer_free(&L);
+}
+
 Test(attribute, a_backend_other_than_the_cpu_specification_is_refused)
 {
     attn_backend *cpu = NULL;
     pg_err err = {0};
     int n = -1;
     const attn_profile *p = profile("fp8kv");
-    cr_assert_eq(attribute_layer(cpu, NULL, NULL, NULL, NULL, NULL, &p, 1, NULL, &n, &err),
+    cr_assert_eq(attribute_layer(cpu, NULL, NULL, NULL, NULL, NULL, &p, 1, NULL, NULL, &n, &err),
                  PG_ERR_USAGE);
     cr_assert_not_null(strstr(err.msg, "CPU specification"), "%s", err.msg);
 }
