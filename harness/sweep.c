@@ -699,12 +699,14 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
         char what[64];
         snprintf(what, sizeof what, "layer %d attribution", li);
         progress_update(bar, *step, what);
-        /* A variant the sweep ran on the CPU specification is its own "all"
-         * row (the same options and reference): found, not run again. */
+        /* On the CPU specification a variant is its own "all" row (the same
+         * options and the same reference): found, not run again. On another
+         * backend even its CPU variants were measured against that
+         * backend's reference, so attribution computes its own. */
         double joint[SWEEP_MAX_VARIANTS];
         for (int i = 0; i < opt->variants.n; i++) {
             joint[i] = NAN;
-            for (int j = 0; j < c->n_vm; j++)
+            for (int j = 0; be == cpu && j < c->n_vm; j++)
                 if (c->vm[j].n_heads == 0 && strcmp(c->vm[j].backend, "cpu") == 0 &&
                     strcmp(c->vm[j].name, attn_profile_variant(opt->variants.p[i])) == 0)
                     joint[i] = c->vm[j].m[0].rel_l2;

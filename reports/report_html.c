@@ -463,15 +463,25 @@ static pg_status put_attribution(FILE *out, const report_data *d, pg_err *err)
         free(storage), free(labels), free(parts), free(joint), free(rss), free(done);
         return pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
     }
-    const char *names[ATTRIBUTION_N_TENSORS - 2], *colours[ATTRIBUTION_N_TENSORS - 2];
-    for (int t = 1; t < ATTRIBUTION_ALL; t++) {
-        names[t - 1] = attribution_tensors[t];
-        colours[t - 1] = ATTRIBUTION_COLOURS[t];
-    }
-    /* One chart per variant, in the order the variants first appear. */
+    /* One chart per variant, in the order the variants first appear, of
+     * the tensors its mode quantizes (rows present in any of its layers). */
     for (size_t first = 0; first < n; first++) {
         if (done[first]) continue;
         const char *variant = d->attribution[first].variant;
+        int tensor[ATTRIBUTION_N_TENSORS - 2];
+        const char *names[ATTRIBUTION_N_TENSORS - 2], *colours[ATTRIBUTION_N_TENSORS - 2];
+        size_t n_parts = 0;
+        for (int t = ATTRIBUTION_NONE + 1; t < ATTRIBUTION_ALL; t++) {
+            int used = 0;
+            for (size_t i = first; i < n && !used; i++)
+                used = strcmp(d->attribution[i].variant, variant) == 0 &&
+                       !isnan(d->attribution[i].rel_l2[t]);
+            if (!used) continue;
+            tensor[n_parts] = t;
+            names[n_parts] = attribution_tensors[t];
+            colours[n_parts++] = ATTRIBUTION_COLOURS[t];
+        }
+        if (n_parts == 0) continue;  /* only none / all rows: nothing to stack */
         size_t m = 0;
         for (size_t i = first; i < n; i++) {
             const report_attribution *a = &d->attribution[i];
@@ -479,8 +489,7 @@ static pg_status put_attribution(FILE *out, const report_data *d, pg_err *err)
             done[i] = 1;
             if (several_captures(d)) snprintf(labels[m], LABEL_LEN, "%s:%d", a->capture, a->layer);
             else snprintf(labels[m], LABEL_LEN, "%d", a->layer);
-            for (int t = 1; t < ATTRIBUTION_ALL; t++)
-                parts[m * (ATTRIBUTION_N_TENSORS - 2) + (size_t)(t - 1)] = a->rel_l2[t];
+            for (size_t j = 0; j < n_parts; j++) parts[m * n_parts + j] = a->rel_l2[tensor[j]];
             joint[m] = a->rel_l2[ATTRIBUTION_ALL];
             rss[m] = a->rss;
             m++;
@@ -491,7 +500,7 @@ static pg_status put_attribution(FILE *out, const report_data *d, pg_err *err)
         svg_put_escaped(out, variant);
         fputs("</h3>\n", out);
         const svg_stacked_bars chart = {title, "layer", "rel_l2", m, (const char *const *)labels,
-                                        ATTRIBUTION_N_TENSORS - 2, names, colours, parts,
+                                        n_parts, names, colours, parts,
                                         "joint (the variant)", ATTRIBUTION_COLOURS[ATTRIBUTION_ALL],
                                         joint, "root-sum-square", rss};
         skipped_note(out, svg_write_stacked_bars(out, &chart), "bar", "bars", 0);
