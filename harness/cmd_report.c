@@ -1,11 +1,9 @@
 /* cmd_report.c: `precgate report`: one run's report as self-contained HTML or Markdown. */
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../db/store.h"
 #include "../reports/atomic_file.h"
@@ -128,13 +126,8 @@ int cmd_report(int argc, char **argv)
     report_args a;
     if (report_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
     const char *db_path = cli_db_path(a.db);
-    /* A report reads: never create an empty database where none was. */
-    if (access(db_path, F_OK) != 0) {
-        pg_fail(&err, PG_ERR_IO, "report: database %s: %s", db_path, strerror(errno));
-        return cli_report(&err);
-    }
     pg_store *store = NULL;
-    if (store_open(db_path, &store, &err) != PG_OK) return cli_report(&err);
+    if (cli_open_existing_store("report", db_path, &store, &err) != PG_OK) return cli_report(&err);
     report_data d;
     pg_status st = report_data_load(store_handle(store), db_path, (int64_t)a.run, (int)a.trend, &d,
                                     &err);
