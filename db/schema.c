@@ -411,6 +411,24 @@ const schema_migration schema_migrations[] = {
         "    rel_l2  REAL    NOT NULL,\n"
         "    UNIQUE (run_id, capture, layer, variant, tensor)\n"
         ");\n"),
+    /* Each swept layer's attention shape (harness/sweep.c store_layer, in the
+     * layer's transaction; counted by store_sweep_layer_rows for --resume),
+     * for `precgate advise` (harness/advise.h): the KV bytes per token a
+     * layer holds (2 x hkv x d elements) and whether it is a sliding-window
+     * layer, which vLLM's --kv-cache-dtype-skip-layers sliding_window names.
+     * Runs swept before this step have no rows; a resume records them. */
+    SCHEMA_MIGRATION(12,
+        "CREATE TABLE layer_shapes (\n"
+        "    run_id    INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture   TEXT    NOT NULL,\n"
+        "    layer     INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    hq        INTEGER NOT NULL CHECK (hq > 0),      -- query heads\n"
+        "    hkv       INTEGER NOT NULL CHECK (hkv > 0),     -- key/value heads\n"
+        "    d         INTEGER NOT NULL CHECK (d > 0),       -- head dimension\n"
+        "    window    INTEGER NOT NULL CHECK (window >= 0), -- 0: full attention, else keys seen\n"
+        "    has_sinks INTEGER NOT NULL CHECK (has_sinks IN (0, 1)),  -- attention sinks\n"
+        "    UNIQUE (run_id, capture, layer)\n"
+        ");\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,8 @@ typedef enum stmt_id {
     ST_QUANT_INSERT,
     ST_LAYER_ROWS,
     ST_QUANT_ROWS,
+    ST_SHAPE_INSERT,
+    ST_SHAPE_ROWS,
     ST_COUNT
 } stmt_id;
 
@@ -86,6 +89,12 @@ static const char *const stmt_sql[ST_COUNT] = {
         " GROUP BY layer",
     [ST_QUANT_ROWS] =
         "SELECT layer, count(*) FROM quant_stats WHERE run_id = ?1 AND capture = ?2"
+        " GROUP BY layer",
+    [ST_SHAPE_INSERT] =
+        "INSERT INTO layer_shapes (run_id, capture, layer, hq, hkv, d, window, has_sinks)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_SHAPE_ROWS] =
+        "SELECT layer, count(*) FROM layer_shapes WHERE run_id = ?1 AND capture = ?2"
         " GROUP BY layer",
 };
 
@@ -740,14 +749,45 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
                         run_id, str_or_null(capture), layer, str_or_null(tensor));
 }
 
-/* Adds the counts of statement id (rows of layer, count) for run_id and
- * capture into rows[layer].metrics (quant 0) or .quant (quant 1). */
-static pg_status count_layer_rows(pg_store *s, stmt_id id, int quant, int64_t run_id,
+pg_status store_put_layer_shape(pg_store *s, int64_t run_id, const char *capture, int layer,
+                                const store_layer_shape *shape, pg_err *err)
+{
+    if (s == NULL || shape == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_put_layer_shape: store or shape is NULL");
+    sql_binder b = sql_bind_start(s->stmt[ST_SHAPE_INSERT]);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, capture);
+    sql_bind_int64(&b, layer);
+    sql_bind_int64(&b, shape->hq);
+    sql_bind_int64(&b, shape->hkv);
+    sql_bind_int64(&b, shape->d);
+    sql_bind_int64(&b, shape->window);
+    sql_bind_int64(&b, shape->has_sinks);
+    return finish_write(s, &b, err,
+                        "insert layer_shapes (run %" PRId64 ", capture '%s', layer %d)", run_id,
+                        str_or_null(capture), layer);
+}
+
+/* The per-layer row counts of one table, and where each lands in a store_layer_rows. */
+typedef struct layer_count_query {
+    stmt_id id;
+    const char *table;
+    size_t offset;  /* offsetof the store_layer_rows field */
+} layer_count_query;
+
+static const layer_count_query layer_count_queries[] = {
+    {ST_LAYER_ROWS, "layer_metrics", offsetof(store_layer_rows, metrics)},
+    {ST_QUANT_ROWS, "quant_stats", offsetof(store_layer_rows, quant)},
+    {ST_SHAPE_ROWS, "layer_shapes", offsetof(store_layer_rows, shapes)},
+};
+
+/* Sets the counts of query q (rows of layer, count) for run_id and capture
+ * into q's field of rows[layer]. */
+static pg_status count_layer_rows(pg_store *s, const layer_count_query *q, int64_t run_id,
                                   const char *capture, int n_layers, store_layer_rows *rows,
                                   pg_err *err)
 {
-    const char *table = quant ? "quant_stats" : "layer_metrics";
-    sqlite3_stmt *st = s->stmt[id];
+    sqlite3_stmt *st = s->stmt[q->id];
     pg_status ps = PG_OK;
     sql_binder b = sql_bind_start(st);
     sql_bind_int64(&b, run_id);
@@ -758,16 +798,16 @@ static pg_status count_layer_rows(pg_store *s, stmt_id id, int quant, int64_t ru
         if (layer < 0 || layer >= n_layers) {
             ps = pg_fail(err, PG_ERR_DB,
                          "%s: run %" PRId64 " has %s rows for layer %" PRId64 " of capture '%s', "
-                         "which has %d layers", s->path, run_id, table, layer, capture, n_layers);
+                         "which has %d layers", s->path, run_id, q->table, layer, capture,
+                         n_layers);
             break;
         }
-        if (quant) rows[layer].quant = n;
-        else rows[layer].metrics = n;
+        *(int64_t *)((char *)&rows[layer] + q->offset) = n;
         rc = SQLITE_OK;
     }
     if (ps == PG_OK && rc != SQLITE_DONE)
-        ps = db_fail(s, err, "count the %s rows of run %" PRId64 ", capture '%s'", table, run_id,
-                     capture);
+        ps = db_fail(s, err, "count the %s rows of run %" PRId64 ", capture '%s'", q->table,
+                     run_id, capture);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return ps;
@@ -780,8 +820,10 @@ pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *captur
         return pg_fail(err, PG_ERR_INTERNAL,
                        "store_sweep_layer_rows: store, capture or rows missing");
     memset(rows, 0, (size_t)n_layers * sizeof *rows);
-    pg_status ps = count_layer_rows(s, ST_LAYER_ROWS, 0, run_id, capture, n_layers, rows, err);
-    if (ps == PG_OK) ps = count_layer_rows(s, ST_QUANT_ROWS, 1, run_id, capture, n_layers, rows, err);
+    pg_status ps = PG_OK;
+    for (size_t i = 0; ps == PG_OK && i < sizeof layer_count_queries / sizeof layer_count_queries[0];
+         i++)
+        ps = count_layer_rows(s, &layer_count_queries[i], run_id, capture, n_layers, rows, err);
     int64_t *attribution = ps == PG_OK ? calloc((size_t)n_layers + 1, sizeof *attribution) : NULL;
     if (ps == PG_OK && attribution == NULL)
         ps = pg_fail(err, PG_ERR_NOMEM, "store_sweep_layer_rows: out of memory");

@@ -197,18 +197,34 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
                                 const char *tensor, double scale, const char *scale_source,
                                 double saturated_frac, double underflow_frac, pg_err *err);
 
+/* One layer's attention shape, as a layer_shapes row (schema version 11). */
+typedef struct store_layer_shape {
+    int hq, hkv, d;  /* query heads, key/value heads, head dimension (> 0) */
+    int window;      /* 0: full attention, else the keys each query sees (> 0) */
+    int has_sinks;   /* 1: the layer has attention sinks, else 0 */
+} store_layer_shape;
+
+/* Inserts one layer_shapes row. PG_ERR_DB when a CHECK (a count <= 0, a
+ * negative window, has_sinks not 0 or 1), the UNIQUE (run, capture, layer)
+ * or the foreign key (unknown run) fails. */
+pg_status store_put_layer_shape(pg_store *s, int64_t run_id, const char *capture, int layer,
+                                const store_layer_shape *shape, pg_err *err);
+
 /* The rows a run holds for one layer of one capture. */
 typedef struct store_layer_rows {
     int64_t metrics;  /* layer_metrics rows, per-head ones included */
     int64_t quant;    /* quant_stats rows */
+    int64_t shapes;   /* layer_shapes rows: 1 for a layer swept at schema version 12 or
+                         later, 0 before (the table did not exist) */
     int64_t attribution; /* attribution rows (db/attribution_store.h) */
 } store_layer_rows;
 
-/* Counts run_id's layer_metrics, quant_stats and attribution rows of capture, layer by
- * layer, into rows[0 .. n_layers-1] (zeroed first), for `run --resume`: the
- * sweep writes each layer's rows in one transaction, so a layer holds all
- * of them or none. PG_ERR_DB when a read fails or a row names a layer
- * outside 0 .. n_layers-1 (the message names the table, layer and capture). */
+/* Counts run_id's layer_metrics, quant_stats, layer_shapes and attribution
+ * rows of capture, layer by layer, into rows[0 .. n_layers-1] (zeroed
+ * first), for `run --resume`: the sweep writes each layer's rows in one
+ * transaction, so a layer holds all of them or none. PG_ERR_DB when a read
+ * fails or a row names a layer outside 0 .. n_layers-1 (the message names
+ * the table, layer and capture). */
 pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *capture, int n_layers,
                                  store_layer_rows *rows, pg_err *err);
 

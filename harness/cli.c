@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../db/store.h"
 
@@ -16,6 +17,7 @@ extern const char cmd_history_usage[];
 extern const char cmd_diff_usage[];
 extern const char cmd_report_usage[];
 extern const char cmd_gate_usage[];
+extern const char cmd_advise_usage[];
 extern const char cmd_baseline_usage[];
 extern const char cmd_help_usage[];
 
@@ -35,6 +37,8 @@ const cli_command cli_commands[] = {
      cmd_report},
     {"gate", "compare a run with its baseline: exit 0 pass, 1 regression, 2 error",
      cmd_gate_usage, cmd_gate},
+    {"advise", "which layers keep a bf16 KV cache within a budget, and the vLLM flag",
+     cmd_advise_usage, cmd_advise},
     {"baseline", "name a complete run as a baseline for gate, or list the names",
      cmd_baseline_usage, cmd_baseline},
     {"help", "show the commands, or one command's usage", cmd_help_usage, cmd_help},
@@ -112,4 +116,13 @@ const char *cli_db_path(const char *db_option)
     const char *env = getenv(STORE_PATH_ENV);
     if (env != NULL && env[0] != '\0') return env;
     return STORE_DEFAULT_PATH;
+}
+
+pg_status cli_open_existing_store(const char *cmd, const char *db_path, pg_store **out,
+                                  pg_err *err)
+{
+    *out = NULL;
+    if (access(db_path, F_OK) != 0)
+        return pg_fail(err, PG_ERR_IO, "%s: database %s: %s", cmd, db_path, strerror(errno));
+    return store_open(db_path, out, err);
 }

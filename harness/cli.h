@@ -49,6 +49,13 @@ pg_status cli_getopt_fail(const char *cmd, int c, const char *arg, pg_err *err);
 /* The database path: the --db value if given, else $PRECGATE_DB, else the default. */
 const char *cli_db_path(const char *db_option);
 
+struct pg_store;
+/* Opens the database at db_path for a command that only reads (cmd names it
+ * in messages): PG_ERR_IO "CMD: database PATH: ..." when no file is there (a
+ * reader never creates an empty database), else as store_open. */
+pg_status cli_open_existing_store(const char *cmd, const char *db_path, struct pg_store **out,
+                                  pg_err *err);
+
 /* Handlers of the subcommands (each in its own cmd_*.c). */
 int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
@@ -59,6 +66,7 @@ int cmd_history(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_gate(int argc, char **argv);
+int cmd_advise(int argc, char **argv);
 int cmd_baseline(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 

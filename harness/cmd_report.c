@@ -1,18 +1,21 @@
 /* cmd_report.c: `precgate report`: one run's report as self-contained HTML or Markdown. */
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../db/store.h"
 #include "../reports/atomic_file.h"
 #include "../reports/report_data.h"
 #include "../reports/report_html.h"
 #include "../reports/report_md.h"
+#include "advise.h"
+#include "advise_evidence.h"
 #include "cli.h"
+#include "gate_config.h"
+#include "variant_name.h"
 
 /* Mode of a new report file before the umask (as fopen would create it). */
 #define REPORT_FILE_MODE 0666
@@ -31,7 +34,12 @@ const char cmd_report_usage[] =
     "                       beside FILE, then renamed over it\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --trend N            the trend's runs: the last N complete runs of the same kind\n"
-    "                       and label, up to this one (default 10, at most 1000)\n\n"
+    "                       and label, up to this one (default 10, at most 1000)\n"
+    "  --config FILE        a gate config (precgate gate --config FILE): a sweep's report\n"
+    "                       then carries, for each fp8 profile, the advice of precgate\n"
+    "                       advise at the config's layer bounds (layer.abs, layer.metric_abs);\n"
+    "                       without it the report says there is no budget (the gate stores\n"
+    "                       thresholds that mix in the baseline, not its bounds)\n\n"
     "exit status: 0 on success; 1 on failure; 2 on a usage error or an unknown run.\n";
 
 /* A report format's writer. */
@@ -40,7 +48,7 @@ typedef pg_status (*report_writer)(const report_data *d, FILE *out, pg_err *err)
 /* Parsed command line. */
 typedef struct report_args {
     long run, trend;
-    const char *output, *db;
+    const char *output, *db, *config;
     report_writer write;
     const char *format;     /* "html" or "markdown", for the closing message */
 } report_args;
@@ -61,12 +69,13 @@ static int ends_with(const char *path, const char *suffix)
 /* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or malformed. */
 static pg_status report_parse(int argc, char **argv, report_args *a, pg_err *err)
 {
-    enum { O_RUN = 256, O_DB, O_TREND };
+    enum { O_RUN = 256, O_DB, O_TREND, O_CONFIG };
     static const struct option opts[] = {
         {"run", required_argument, NULL, O_RUN},
         {"output", required_argument, NULL, 'o'},
         {"db", required_argument, NULL, O_DB},
         {"trend", required_argument, NULL, O_TREND},
+        {"config", required_argument, NULL, O_CONFIG},
         {NULL, 0, NULL, 0},
     };
     *a = (report_args){.run = -1, .trend = REPORT_TREND_DEFAULT};
@@ -82,6 +91,7 @@ static pg_status report_parse(int argc, char **argv, report_args *a, pg_err *err
             break;
         case 'o': a->output = optarg; break;
         case O_DB: a->db = optarg; break;
+        case O_CONFIG: a->config = optarg; break;
         case O_TREND: st = cli_parse_int("--trend", optarg, 1, REPORT_TREND_MAX, &a->trend, err); break;
         case ':':
         default: return cli_getopt_fail("report", c, argv[optind - 1], err);
@@ -106,6 +116,122 @@ static pg_status report_parse(int argc, char **argv, report_args *a, pg_err *err
     return PG_OK;
 }
 
+/* Why a report without --config advises nothing. */
+static const char ADVICE_NO_CONFIG[] =
+    "No budget: give report --config FILE (a gate config) to advise at its layer bounds. "
+    "The gate stores each flag's threshold, which mixes the baseline run's value with the "
+    "bound, not the bound itself, so none is inferred here.";
+
+/* strdup that records a failure in *oom; NULL stays NULL. */
+static char *dup_or_flag(const char *s, int *oom)
+{
+    if (s == NULL) return NULL;
+    char *c = strdup(s);
+    if (c == NULL) *oom = 1;
+    return c;
+}
+
+/* r's kept layers as "1, 3" ("" when none), malloc'd; NULL when out of memory. */
+static char *kept_layers(const advise_result *r)
+{
+    const size_t len = 13 * r->n_keep + 1;  /* ", " and at most 11 characters a layer */
+    char *s = malloc(len);
+    if (s == NULL) return NULL;
+    size_t at = 0;
+    s[0] = '\0';
+    for (size_t i = 0; i < r->n_layers; i++)
+        if (r->layers[i].reason != ADVISE_FP8)
+            at += (size_t)snprintf(s + at, len - at, "%s%d", at ? ", " : "", r->layers[i].layer);
+    return s;
+}
+
+/* Fills e (variant v on metric m at budget b) from ev; a failure of the
+ * advice itself (missing evidence) is e's note, not the report's. */
+static void advise_into(const advise_evidence *ev, const char *v, regress_metric m, double b,
+                        report_advice *e, int *oom)
+{
+    *e = (report_advice){.variant = dup_or_flag(v, oom),
+                         .metric = dup_or_flag(regress_metric_name(m), oom), .budget = b,
+                         .worst_layer = -1, .worst_value = NAN};
+    const advise_request rq = {v, m, b};
+    advise_result r;
+    pg_err why = {0};
+    if (advise_evidence_compute(ev, &rq, &r, &why) != PG_OK) {
+        e->note = dup_or_flag(why.msg, oom);
+        return;
+    }
+    e->keep = kept_layers(&r);
+    *oom |= e->keep == NULL;
+    int flag_oom = 0;
+    e->flag = advise_vllm_flag(&r, &flag_oom);
+    *oom |= flag_oom;
+    e->saved_fraction = r.kv_bytes_saved_fraction;
+    if (r.worst_fp8 >= 0) {
+        e->worst_layer = r.layers[r.worst_fp8].layer;
+        e->worst_value = r.layers[r.worst_fp8].value;
+    }
+    advise_result_free(&r);
+}
+
+/* The KV cache policy advice of d's fp8 profiles at config_path's layer
+ * bounds (harness/advise.h), into d. A run without fp8 profiles gets no
+ * section; without a config, or without the evidence (not complete, no
+ * layer shapes), the section says why. A config that does not load is the
+ * report's failure. */
+static pg_status fill_advice(pg_store *store, const char *config_path, report_data *d,
+                             pg_err *err)
+{
+    size_t n_fp8 = 0;
+    for (size_t i = 0; i < d->n_variants; i++) {
+        const attn_profile *p = variant_name_profile(d->variants[i]);
+        n_fp8 += p != NULL && attn_profile_mode(p) != ATTN_MODE_BF16;
+    }
+    if (n_fp8 == 0) return PG_OK;
+    d->advice_shown = 1;
+    int oom = 0;
+    if (config_path == NULL) {
+        d->advice_note = dup_or_flag(ADVICE_NO_CONFIG, &oom);
+        return oom ? pg_fail(err, PG_ERR_NOMEM, "report: out of memory") : PG_OK;
+    }
+    gate_config cfg;
+    pg_status st = gate_config_load(config_path, &cfg, err);
+    if (st != PG_OK) return st;
+    d->advice_config = dup_or_flag(config_path, &oom);
+    advise_evidence ev;
+    pg_err why = {0};
+    if (advise_evidence_load(store, d->run.id, &ev, &why) != PG_OK) {
+        char note[PG_ERR_MSG_MAX + 32];
+        snprintf(note, sizeof note, "No advice: %s", why.msg);
+        d->advice_note = dup_or_flag(note, &oom);
+        return oom ? pg_fail(err, PG_ERR_NOMEM, "report: out of memory") : PG_OK;
+    }
+    /* at most one entry per fp8 profile and metric */
+    d->advice = calloc(n_fp8 * REGRESS_METRIC_COUNT, sizeof *d->advice);
+    oom |= d->advice == NULL;
+    for (size_t i = 0; !oom && i < d->n_variants; i++) {
+        const char *v = d->variants[i];
+        const attn_profile *p = variant_name_profile(v);
+        if (p == NULL || attn_profile_mode(p) == ATTN_MODE_BF16) continue;
+        size_t bounded = 0;
+        for (int m = 0; m < REGRESS_METRIC_COUNT; m++) {
+            const double b = advise_config_budget(&cfg, v, (regress_metric)m);
+            if (isnan(b)) continue;
+            advise_into(&ev, v, (regress_metric)m, b, &d->advice[d->n_advice++], &oom);
+            bounded++;
+        }
+        if (bounded > 0) continue;
+        char note[PG_ERR_MSG_MAX];
+        snprintf(note, sizeof note, "%s has no layer bound for %s (layer.abs or "
+                 "layer.metric_abs): no budget, so no advice", config_path, v);
+        report_advice *e = &d->advice[d->n_advice++];
+        *e = (report_advice){.variant = dup_or_flag(v, &oom), .budget = NAN,
+                             .note = dup_or_flag(note, &oom), .worst_layer = -1,
+                             .worst_value = NAN};
+    }
+    advise_evidence_free(&ev);
+    return oom ? pg_fail(err, PG_ERR_NOMEM, "report: out of memory") : PG_OK;
+}
+
 /* What atomic_file_write hands the chosen format's writer. */
 typedef struct report_job {
     report_writer write;
@@ -128,16 +254,12 @@ int cmd_report(int argc, char **argv)
     report_args a;
     if (report_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
     const char *db_path = cli_db_path(a.db);
-    /* A report reads: never create an empty database where none was. */
-    if (access(db_path, F_OK) != 0) {
-        pg_fail(&err, PG_ERR_IO, "report: database %s: %s", db_path, strerror(errno));
-        return cli_report(&err);
-    }
     pg_store *store = NULL;
-    if (store_open(db_path, &store, &err) != PG_OK) return cli_report(&err);
+    if (cli_open_existing_store("report", db_path, &store, &err) != PG_OK) return cli_report(&err);
     report_data d;
     pg_status st = report_data_load(store_handle(store), db_path, (int64_t)a.run, (int)a.trend, &d,
                                     &err);
+    if (st == PG_OK) st = fill_advice(store, a.config, &d, &err);
     report_job job = {a.write, &d};
     if (st == PG_OK) st = atomic_file_write(a.output, REPORT_FILE_MODE, write_report, &job, &err);
     if (st == PG_OK)

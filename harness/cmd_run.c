@@ -478,11 +478,13 @@ static pg_status resume_check_capture(const resume_ctx *r, const capture *cap, c
 }
 
 /* Marks in stored[] the layers the run holds whole (sweep_layer_rows), into
- * *n_stored; a layer holding some of its rows but not all is PG_ERR_DB (the
- * sweep writes a layer in one transaction: the store was edited). */
+ * *n_stored, and in no_shape[] those of them without their layer_shapes row
+ * (stored before schema version 12 made the table: whole all the same); a
+ * layer holding some of its rows but not all is PG_ERR_DB (the sweep writes
+ * a layer in one transaction: the store was edited). */
 static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, const capture *cap,
                                       const sweep_options *so, unsigned char *stored,
-                                      int *n_stored, pg_err *err)
+                                      unsigned char *no_shape, int *n_stored, pg_err *err)
 {
     store_layer_rows *rows = calloc((size_t)cap->n_layers, sizeof *rows);
     if (rows == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
@@ -493,21 +495,47 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
         store_layer_rows want;
         sweep_layer_rows(cap, l, so, &want);
         stored[l] = rows[l].metrics == want.metrics && rows[l].quant == want.quant &&
-                    rows[l].attribution == want.attribution;
+                    rows[l].attribution == want.attribution &&
+                    (rows[l].shapes == want.shapes || rows[l].shapes == 0);
+        no_shape[l] = stored[l] && rows[l].shapes == 0;
         *n_stored += stored[l];
-        if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0 || rows[l].attribution != 0))
+        if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0 || rows[l].shapes != 0 ||
+                           rows[l].attribution != 0))
             st = pg_fail(err, PG_ERR_DB,
                          "run: --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
-                         "layer_metrics rows, %lld of its %lld quant_stats rows and %lld of its "
-                         "%lld attribution rows: not a whole layer (a layer is stored in one "
-                         "transaction, so rows were changed by hand); nothing was changed: start "
-                         "a new run",
+                         "layer_metrics rows, %lld of its %lld quant_stats rows, %lld of its "
+                         "%lld layer_shapes rows and %lld of its %lld attribution rows: not a "
+                         "whole layer (a layer is stored in one transaction, so rows were "
+                         "changed by hand); nothing was changed: start a new run",
                          (long long)r->run_id, l, r->capture_name, (long long)rows[l].metrics,
                          (long long)want.metrics, (long long)rows[l].quant,
-                         (long long)want.quant, (long long)rows[l].attribution,
+                         (long long)want.quant, (long long)rows[l].shapes,
+                         (long long)want.shapes, (long long)rows[l].attribution,
                          (long long)want.attribution);
     }
     free(rows);
+    return st;
+}
+
+/* Records, in one transaction, the layer_shapes rows of the layers marked
+ * in no_shape[] (stored before the table existed), from cap: the capture
+ * --resume checked to hold the run's content. *n_recorded counts them. */
+static pg_status resume_record_shapes(pg_store *store, int64_t run_id, const char *capture_name,
+                                      const capture *cap, const unsigned char *no_shape,
+                                      int *n_recorded, pg_err *err)
+{
+    *n_recorded = 0;
+    for (int l = 0; l < cap->n_layers; l++) *n_recorded += no_shape[l];
+    if (*n_recorded == 0) return PG_OK;
+    pg_status st = store_begin(store, err);
+    for (int l = 0; st == PG_OK && l < cap->n_layers; l++) {
+        if (!no_shape[l]) continue;
+        store_layer_shape shape;
+        sweep_layer_shape(cap, l, &shape);
+        st = store_put_layer_shape(store, run_id, capture_name, l, &shape, err);
+    }
+    if (st == PG_OK) st = store_commit(store, err);
+    if (st != PG_OK) store_rollback(store);
     return st;
 }
 
@@ -629,15 +657,25 @@ int cmd_run(int argc, char **argv)
     char *config = NULL;
     if (a.resume > 0) {
         /* A capture that does not load, or differs, leaves the run as it was. */
-        int n_stored = 0;
+        int n_stored = 0, n_shapes = 0;
+        unsigned char *no_shape = NULL;
         if (st == PG_OK) st = resume_check_capture(&resume, cap, backend, &err);
-        if (st == PG_OK && (stored = calloc((size_t)cap->n_layers, 1)) == NULL)
+        if (st == PG_OK && ((stored = calloc((size_t)cap->n_layers, 1)) == NULL ||
+                            (no_shape = calloc((size_t)cap->n_layers, 1)) == NULL))
             st = pg_fail(&err, PG_ERR_NOMEM, "run --resume: out of memory");
         if (st == PG_OK)
-            st = resume_stored_layers(store, &resume, cap, &so, stored, &n_stored, &err);
+            st = resume_stored_layers(store, &resume, cap, &so, stored, no_shape, &n_stored,
+                                      &err);
         if (st == PG_OK) st = store_run_reopen(store, a.resume, "sweep", a.force, &err);
+        if (st == PG_OK) run_id = a.resume;  /* reopened: a failure from here marks it */
+        if (st == PG_OK)
+            st = resume_record_shapes(store, run_id, resume.capture_name, cap, no_shape,
+                                      &n_shapes, &err);
+        free(no_shape);
+        if (st == PG_OK && n_shapes > 0)
+            fprintf(stderr, "precgate: recorded the shapes of %d layers stored before schema "
+                            "version 12 (layer_shapes, for precgate advise)\n", n_shapes);
         if (st == PG_OK) {
-            run_id = a.resume;
             capture_name = resume.capture_name;
             so.stored = stored;
             if (strcmp(a.capture, capture_name) != 0)

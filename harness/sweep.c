@@ -192,11 +192,14 @@ typedef struct tensor_quant {
 /* Writes one layer's rows in one transaction; spec rows (vm[i].n_heads set)
  * cover only the sampled heads; ar: the n_ar attribution rows (run --attribute). */
 static pg_status store_layer(pg_store *store, int64_t run_id, const char *capture_name,
-                             int layer, int hq, const variant_metrics *vm, int n_vm,
-                             const tensor_quant *tq, const char *scale_source,
-                             const attribute_row *ar, int n_ar, pg_err *err)
+                             int layer, const store_layer_shape *shape,
+                             const variant_metrics *vm, int n_vm, const tensor_quant *tq,
+                             const char *scale_source, const attribute_row *ar, int n_ar,
+                             pg_err *err)
 {
+    const int hq = shape->hq;
     pg_status st = store_begin(store, err);
+    if (st == PG_OK) st = store_put_layer_shape(store, run_id, capture_name, layer, shape, err);
     for (int i = 0; st == PG_OK && i < n_vm; i++) {
         const int heads = vm[i].n_heads > 0 ? vm[i].n_heads : hq;
         for (int h = -1; st == PG_OK && h < heads; h++)
@@ -622,7 +625,9 @@ static void *layer_write_run(void *arg)
 {
     layer_write *w = arg;
     const double t0 = progress_now();
-    w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L->hq, w->c.vm,
+    store_layer_shape shape;
+    sweep_layer_shape(w->c.cap, w->c.li, &shape);
+    w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, &shape, w->c.vm,
                         w->c.n_vm, w->c.tqs, w->scale_source, w->c.attr, w->c.n_attr, &w->err);
     if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
     w->seconds = progress_now() - t0;
@@ -749,6 +754,14 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     /* note_quant: k and v for any fp8 profile, q for an fp8qkv one. */
     want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
     want->attribution = layer_attribution_rows(opt);
+    want->shapes = 1;  /* store_layer: the layer's shape */
+}
+
+void sweep_layer_shape(const capture *cap, int li, store_layer_shape *out)
+{
+    const capture_layer *L = &cap->layers[li];
+    *out = (store_layer_shape){.hq = L->hq, .hkv = L->hkv, .d = L->d, .window = L->window,
+                               .has_sinks = L->sinks != NULL};
 }
 
 /* Says on stderr where a sweep of cap on backend be runs each of opt's

@@ -122,11 +122,14 @@ pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *er
 /* The rows sweep_run stores for layer li of cap under opt (every variant's
  * whole-layer and per-head layer_metrics rows, the --check-spec rows on their
  * sampled heads, the external outputs'; the quant_stats rows of the fp8
- * profiles: k and v for any, q for an fp8qkv one; with opt->attribute the
- * attribution rows, attribute_row_count per variant): what a stored layer
- * holds, for run --resume. */
+ * profiles: k and v for any, q for an fp8qkv one; one layer_shapes row; with
+ * opt->attribute the attribution rows, attribute_row_count per variant):
+ * what a stored layer holds, for run --resume. */
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
                       store_layer_rows *want);
+
+/* Layer li of cap's shape as sweep_run stores it in layer_shapes. */
+void sweep_layer_shape(const capture *cap, int li, store_layer_shape *out);
 
 /* Runs the sweep over every layer of cap not marked in opt->stored, storing
  * rows under run_id with capture name capture_name and the backend's name

@@ -707,6 +707,12 @@ pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_
     return s;
 }
 
+const char report_advice_counts[] =
+    "NaN/Inf outputs and undefined metrics keep bf16. The saving counts K and V per token from "
+    "the stored shapes (2 x hkv x d elements a layer, 2 bytes in bf16, 1 in fp8 e4m3), not the "
+    "fp8 scales, block padding, or vLLM keeping only the window's tokens of a sliding-window "
+    "layer.";
+
 void report_data_free(report_data *d)
 {
     if (d == NULL) return;
@@ -755,6 +761,14 @@ void report_data_free(report_data *d)
     free(t->series);
     free(t->values);
     free(t->present);
+    for (size_t i = 0; i < d->n_advice; i++) {
+        report_advice *a = &d->advice[i];
+        char *as[] = {a->variant, a->metric, a->note, a->keep, a->flag};
+        for (size_t j = 0; j < sizeof as / sizeof as[0]; j++) free(as[j]);
+    }
+    free(d->advice);
+    free(d->advice_note);
+    free(d->advice_config);
     memset(d, 0, sizeof *d);
 }
 

@@ -129,6 +129,24 @@ typedef struct report_attribution {
  * plain text (each writer escapes it): the caption of both formats' section. */
 extern const char report_attribution_caption[];
 
+/* One KV cache policy advice (harness/advise.h, `precgate advise`) for an
+ * fp8 profile of the run at a gate config's layer bound. report_data_load
+ * does not fill it: cmd_report does, from the config it is given. */
+typedef struct report_advice {
+    char *variant;           /* the full profile name */
+    char *metric;            /* "rel_l2", ...; NULL when note says no bound */
+    double budget;           /* the config's bound; NaN: none */
+    char *note;              /* non-NULL: no advice for it, and why */
+    char *keep;              /* the layers kept in bf16, "1, 3"; "" when none */
+    char *flag;              /* the vLLM option; NULL: none needed */
+    double saved_fraction;   /* KV bytes saved against all-bf16 */
+    int worst_layer;         /* the worst layer left in fp8; -1: every layer kept */
+    double worst_value;
+} report_advice;
+
+/* What the advice's memory saving counts and leaves out, for both writers. */
+extern const char report_advice_counts[];
+
 /* Everything a report shows. Zero-initialise, load, free. */
 typedef struct report_data {
     char *db_name;                 /* the database path, for the footer */
@@ -155,6 +173,12 @@ typedef struct report_data {
     attribution_rows attribution_rows;   /* the run's attribution table rows */
     size_t n_attribution;
     report_attribution *attribution;     /* grouped by capture, layer, variant */
+    /* KV cache policy advice (filled by the caller, not report_data_load). */
+    int advice_shown;              /* 1: the report has the section (a run with fp8 profiles) */
+    char *advice_note;             /* why there is no advice at all; NULL when there is */
+    char *advice_config;           /* the gate config the bounds came from; NULL: none */
+    size_t n_advice;
+    report_advice *advice;
 } report_data;
 
 /* Loads run_id from db into *out (zero-initialised by the call; free with

@@ -531,6 +531,50 @@ static pg_status put_attribution(FILE *out, const report_data *d, pg_err *err)
     return PG_OK;
 }
 
+/* The KV cache policy advice (report_data.advice, filled by cmd_report). */
+static void put_advice(FILE *out, const report_data *d)
+{
+    if (!d->advice_shown) return;
+    fputs("<section id=\"advice\">\n<h2>KV cache policy advice</h2>\n", out);
+    if (d->advice_note != NULL) {
+        fputs("<p class=\"note\">", out);
+        svg_put_escaped(out, d->advice_note);
+        fputs("</p>\n</section>\n", out);
+        return;
+    }
+    fputs("<p class=\"note\">Which layers keep a bf16 KV cache so that every layer left in "
+          "fp8 is within the layer bound of ", out);
+    esc(out, d->advice_config, "-");
+    fputs(" in every capture (precgate advise). ", out);
+    svg_put_escaped(out, report_advice_counts);
+    fputs("</p>\n<table>\n"
+          "<tr><th class=\"t\">variant</th><th class=\"t\">metric</th><th>budget</th>"
+          "<th class=\"t\">keep bf16</th><th class=\"t\">vLLM</th><th>KV saved</th>"
+          "<th>worst fp8 layer</th><th>its value</th></tr>\n", out);
+    for (size_t i = 0; i < d->n_advice; i++) {
+        const report_advice *a = &d->advice[i];
+        fputs("<tr>", out);
+        td_text(out, a->variant);
+        td_text(out, a->metric);
+        if (isnan(a->budget)) td_text(out, "-");
+        else td_num(out, a->budget);
+        if (a->note != NULL) {
+            fputs("<td class=\"t\" colspan=\"5\">", out);
+            svg_put_escaped(out, a->note);
+            fputs("</td></tr>\n", out);
+            continue;
+        }
+        td_text(out, a->keep[0] != '\0' ? a->keep : "none");
+        td_text(out, a->flag != NULL ? a->flag : "no flag needed");
+        td_num(out, a->saved_fraction);
+        if (a->worst_layer >= 0) fprintf(out, "<td>%d</td>", a->worst_layer);
+        else fputs("<td>none</td>", out);
+        td_num(out, a->worst_value);
+        fputs("</tr>\n", out);
+    }
+    fputs("</table>\n</section>\n", out);
+}
+
 /* Whether two optional strings differ (NULL equals only NULL). */
 static int str_differs(const char *a, const char *b)
 {
@@ -747,6 +791,7 @@ pg_status report_html_write(const report_data *d, FILE *out, pg_err *err)
     if (s == PG_OK) s = put_heads(out, d, err);
     if (s == PG_OK) put_quant(out, d);
     if (s == PG_OK) s = put_attribution(out, d, err);
+    if (s == PG_OK) put_advice(out, d);
     if (s == PG_OK) s = put_evals(out, d, err);
     if (s == PG_OK) s = put_trend(out, d, err);
     if (s != PG_OK) return s;

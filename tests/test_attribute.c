@@ -298,8 +298,9 @@ static void drop_layers(const char *name, int from)
     char *sql = sqlite3_mprintf("DELETE FROM layer_metrics WHERE layer >= %d;"
                                 "DELETE FROM quant_stats WHERE layer >= %d;"
                                 "DELETE FROM attribution WHERE layer >= %d;"
+                                "DELETE FROM layer_shapes WHERE layer >= %d;"
                                 "UPDATE runs SET status = 'interrupted', error = 'interrupted'",
-                                from, from, from);
+                                from, from, from, from);
     tu_sql_exec(db, sql);
     sqlite3_free(sql);
     sqlite3_close(db);

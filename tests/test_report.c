@@ -229,6 +229,71 @@ Test(report, html_has_every_section_in_order_and_nothing_external)
     free(html);
 }
 
+/* Writes run's report with --config cfg (written to g.json) to <dir>/name;
+ * returns its text (caller frees). */
+static char *report_with_config(int run, const char *name, const char *cfg)
+{
+    char args[2048], path[600], cfg_path[600];
+    snprintf(cfg_path, sizeof cfg_path, "%s/g.json", tu_dir);
+    tu_write_file(cfg_path, cfg, strlen(cfg));
+    snprintf(path, sizeof path, "%s/%s", tu_dir, name);
+    snprintf(args, sizeof args, "report --run %d --db '%s' -o '%s' --config '%s'", run, g_db,
+             path, cfg_path);
+    free(run_ok(args, 0));
+    return slurp(path, NULL);
+}
+
+Test(report, a_sweep_carries_the_kv_advice_at_the_configs_bounds)
+{
+    /* rel_l2 budget 0: every layer keeps bf16; cos_sim 0: none does */
+    char *html = report_with_config(2, "a.html", "{\"layer\": {\"abs\": {\"fp8kv\": 0}, "
+                                    "\"metric_abs\": {\"cos_sim\": {\"fp8kv\": 0}}}}");
+    cr_assert_gt(offset_of(html, "<section id=\"advice\">"), offset_of(html, "<section id=\"quant\">"));
+    char *adv = section(html, "advice");
+    cr_assert(strstr(adv, "<tr><td class=\"t\">fp8kv@fixed</td><td class=\"t\">rel_l2</td>"
+                          "<td>0</td><td class=\"t\">0, 1, 2</td><td class=\"t\">"
+                          "--kv-cache-dtype-skip-layers 0 1 2</td><td>0</td><td>none</td>"
+                          "<td>NaN</td></tr>") != NULL, "%s", adv);
+    cr_assert(strstr(adv, "<tr><td class=\"t\">fp8kv@fixed</td><td class=\"t\">cos_sim</td>"
+                          "<td>0</td><td class=\"t\">none</td><td class=\"t\">no flag needed"
+                          "</td><td>0.5</td>") != NULL, "%s", adv);
+    cr_assert(strstr(adv, "has no layer bound for fp8qkv@fa3") != NULL, "%s", adv);
+    cr_assert(strstr(adv, "not the fp8 scales") != NULL, "%s", adv);
+    free(adv);
+    free(html);
+    char *md = report_with_config(2, "a.md", "{\"layer\": {\"abs\": {\"fp8kv\": 0}}}");
+    cr_assert(strstr(md, "### KV cache policy advice") != NULL, "%s", md);
+    cr_assert(strstr(md, "| fp8kv@fixed | rel\\_l2 | 0 | 0, 1, 2 | "
+                         "`--kv-cache-dtype-skip-layers 0 1 2` | 0 | none | NaN |") != NULL,
+              "%s", md);
+    free(md);
+}
+
+Test(report, without_a_config_or_shapes_the_advice_says_why_and_invents_no_budget)
+{
+    char *html = report(2, "n.html");
+    char *adv = section(html, "advice");
+    cr_assert(strstr(adv, "No budget: give report --config FILE") != NULL, "%s", adv);
+    cr_assert_null(strstr(adv, "<table>"));
+    free(adv);
+    free(html);
+    char *md = report(2, "n.md");
+    cr_assert(strstr(md, "No budget: give report --config FILE") != NULL, "%s", md);
+    free(md);
+    /* an eval run has no fp8 profile: no advice section */
+    html = report(3, "e.html");
+    cr_assert_null(strstr(html, "<section id=\"advice\">"));
+    free(html);
+    /* a sweep from before layer_shapes: the missing evidence is named */
+    db_exec(g_db, "DELETE FROM layer_shapes WHERE run_id = 2");
+    html = report_with_config(2, "s.html", "{\"layer\": {\"abs\": {\"fp8kv\": 0.1}}}");
+    adv = section(html, "advice");
+    cr_assert(strstr(adv, "colspan=\"5\">no layer shapes (layer_shapes): the run was swept before "
+                          "schema version 12") != NULL, "%s", adv);
+    free(adv);
+    free(html);
+}
+
 Test(report, eval_run_html_shows_accuracy_with_error_bars)
 {
     char *html = report(3, "e.html");

@@ -73,6 +73,9 @@ static void expect_same_rows(const char *a, long long run_a, const char *b, long
         {"quant_stats", "capture, layer, tensor",
          "x.scale = y.scale AND x.scale_source = y.scale_source"
          " AND x.saturated_frac IS y.saturated_frac AND x.underflow_frac IS y.underflow_frac"},
+        {"layer_shapes", "capture, layer",
+         "x.hq = y.hq AND x.hkv = y.hkv AND x.d = y.d AND x.window = y.window"
+         " AND x.has_sinks = y.has_sinks"},
     };
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
         const char *t = tables[i].table;
@@ -100,9 +103,12 @@ static int whole_layers(sqlite3 *db, long long run, int n_layers)
                                            "AND layer = %d", run, l);
         const long long q = tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE run_id = %lld "
                                            "AND layer = %d", run, l);
-        cr_assert((m == 0 && q == 0) || (m == ROWS_PER_LAYER && q == QUANT_PER_LAYER),
-                  "layer %d holds %lld layer_metrics and %lld quant_stats rows: half stored", l, m,
-                  q);
+        const long long sh = tu_sql_int(db, "SELECT count(*) FROM layer_shapes WHERE run_id = "
+                                            "%lld AND layer = %d", run, l);
+        cr_assert((m == 0 && q == 0 && sh == 0) ||
+                      (m == ROWS_PER_LAYER && q == QUANT_PER_LAYER && sh == 1),
+                  "layer %d holds %lld layer_metrics, %lld quant_stats and %lld layer_shapes "
+                  "rows: half stored", l, m, q, sh);
         if (m == 0) continue;
         cr_assert_eq(stored, l, "layer %d stored after a missing layer %d", l, stored);
         stored++;
@@ -127,21 +133,28 @@ static void expect_resume_counts(const char *out, int stored, int computed)
     expect_has(out, want);
 }
 
+/* Sweeps capture path cap into the scratch database db on the CPU (extra:
+ * more run options); asserts success. */
+static void sweep_into(const char *cap, const char *db, const char *extra)
+{
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
+                                        "%s", cap, tu_in_dir(db), extra), 0, "%s", out);
+    free(out);
+}
+
 Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run)
 {
     synth("c.safetensors", FAST_SYNTH);
     char *cap = strdup(tu_in_dir("c.safetensors")); /* tu_in_dir's buffers are reused */
     char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress",
-                                  cap, tu_in_dir("ref.db")), 0, "%s", out);
-    free(out);
-    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
-                                        "--threads 2", cap, tu_in_dir("r.db")), 0, "%s", out);
-    free(out);
+    sweep_into(cap, "ref.db", "");
+    sweep_into(cap, "r.db", "--threads 2");
     /* The last two layers go missing, as after a kill between layers. */
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 4;"
                     "DELETE FROM quant_stats WHERE layer >= 4;"
+                    "DELETE FROM layer_shapes WHERE layer >= 4;"
                     "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
     const long long kept_max = tu_sql_int(db, "SELECT max(rowid) FROM layer_metrics");
     const long long kept_min = tu_sql_int(db, "SELECT min(rowid) FROM layer_metrics");
@@ -176,6 +189,41 @@ Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run
     free(cap);
 }
 
+Test(run_resume, a_run_swept_before_layer_shapes_counts_its_layers_and_gets_their_shapes)
+{
+    synth("c.safetensors", FAST_SYNTH);
+    char *cap = strdup(tu_in_dir("c.safetensors")); /* tu_in_dir's buffers are reused */
+    char *out = NULL;
+    sweep_into(cap, "ref.db", "");
+    /* The reference holds gpt-oss-120b's shape: 64 q / 8 kv heads, D 64,
+     * window 128 on the even layers, sinks. */
+    sqlite3 *db = db_open("ref.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_shapes WHERE run_id = 1 AND hq = 64 "
+                                "AND hkv = 8 AND d = 64 AND has_sinks = 1 AND "
+                                "window = CASE layer %% 2 WHEN 0 THEN 128 ELSE 0 END"),
+                 FAST_LAYERS);
+    sqlite3_close(db);
+    sweep_into(cap, "r.db", "");
+    /* Layers 0-3 stored before layer_shapes existed (no shape rows), 4 and 5 missing. */
+    db = db_open("r.db");
+    tu_sql_exec(db, "DELETE FROM layer_shapes;"
+                    "DELETE FROM layer_metrics WHERE layer >= 4;"
+                    "DELETE FROM quant_stats WHERE layer >= 4;"
+                    "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
+    sqlite3_close(db);
+    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                                    cap, tu_in_dir("r.db"));
+    cr_assert_eq(rc, 0, "resume: %s", out);
+    expect_resume_counts(out, 4, 2);
+    expect_has(out, "recorded the shapes of 4 layers stored before schema version 12");
+    free(out);
+    db = db_open("r.db");
+    cr_assert_eq(whole_layers(db, 1, FAST_LAYERS), FAST_LAYERS);
+    sqlite3_close(db);
+    expect_same_rows("ref.db", 1, "r.db", 1);
+    free(cap);
+}
+
 /* A complete run 1 of c.safetensors in r.db, with layers 3.. deleted. */
 static void run_with_missing_layers(void)
 {
@@ -187,6 +235,7 @@ static void run_with_missing_layers(void)
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure'");
     sqlite3_close(db);
 }
@@ -323,6 +372,7 @@ Test(run_resume, another_scale_policy_is_refused_and_the_runs_is_kept)
     sqlite3 *db = db_open("v.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure'");
     sqlite3_close(db);
     cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
@@ -338,6 +388,7 @@ Test(run_resume, another_scale_policy_is_refused_and_the_runs_is_kept)
     db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure',"
                     " config_json = json_remove(config_json, '$.scales')");
     sqlite3_close(db);
@@ -532,6 +583,7 @@ Test(run_resume, an_old_run_with_p_rounding_is_resumed_as_fp8qkv_ideal)
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure',"
                     " config_json = json_set(config_json, '$.p_rounding', 'bf16')");
     sqlite3_close(db);

@@ -347,6 +347,15 @@ static void expect_layer_rows_as_stored(pg_store *s, int64_t run, const capture 
         cr_assert_eq(got[l].quant, want.quant, "layer %d: %lld quant_stats rows stored, "
                      "sweep_layer_rows says %lld", l, (long long)got[l].quant,
                      (long long)want.quant);
+        cr_assert_eq(want.shapes, 1);
+        cr_assert_eq(got[l].shapes, want.shapes, "layer %d: %lld layer_shapes rows stored", l,
+                     (long long)got[l].shapes);
+        const capture_layer *L = &cap->layers[l];
+        cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_shapes WHERE "
+                                "run_id = %lld AND capture = %Q AND layer = %d AND hq = %d AND "
+                                "hkv = %d AND d = %d AND window = %d AND has_sinks = %d",
+                                (long long)run, name, l, L->hq, L->hkv, L->d, L->window,
+                                L->sinks != NULL), 1, "layer %d: the stored shape differs", l);
     }
 }
 
