@@ -202,10 +202,11 @@ typedef struct store_layer_rows {
     int64_t metrics;  /* layer_metrics rows, per-head ones included */
     int64_t quant;    /* quant_stats rows */
     int64_t attribution; /* attribution rows (db/attribution_store.h) */
+    int64_t diagnosis;   /* ext_diagnosis rows (db/diagnosis_store.h) */
 } store_layer_rows;
 
-/* Counts run_id's layer_metrics, quant_stats and attribution rows of capture, layer by
- * layer, into rows[0 .. n_layers-1] (zeroed first), for `run --resume`: the
+/* Counts run_id's layer_metrics, quant_stats, attribution and ext_diagnosis
+ * rows of capture, layer by layer, into rows[0 .. n_layers-1] (zeroed first), for `run --resume`: the
  * sweep writes each layer's rows in one transaction, so a layer holds all
  * of them or none. PG_ERR_DB when a read fails or a row names a layer
  * outside 0 .. n_layers-1 (the message names the table, layer and capture). */
