@@ -1,5 +1,5 @@
 /*
- * diagnosis_store.h: the ext_diagnosis table (schema migration 11): per
+ * diagnosis_store.h: the ext_diagnosis table (schema migration 12): per
  * (run, capture, layer, external output, hypothesis), the distance of a
  * recorded external output (ext:NAME) to one scale-plumbing hypothesis
  * (kernels/attn_hypothesis.h), or why that hypothesis could not run on the
@@ -52,7 +52,7 @@ pg_status diagnosis_store_count_layers(pg_store *s, int64_t run_id, const char *
                                        int n_layers, int64_t *counts, pg_err *err);
 
 /* Whether db has the ext_diagnosis table into *has (0: a schema older
- * than migration 11, opened read-only by a report). */
+ * than migration 12, opened read-only by a report). */
 pg_status diagnosis_store_has_table(struct sqlite3 *db, int *has, pg_err *err);
 
 /* Every ext_diagnosis row of run_id into *out (n rows; free with

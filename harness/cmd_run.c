@@ -502,15 +502,15 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
             st = pg_fail(err, PG_ERR_DB,
                          "run: --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
                          "layer_metrics rows, %lld of its %lld quant_stats rows, %lld of its "
-                         "%lld attribution rows and %lld of its %lld ext_diagnosis rows: not a "
+                         "%lld ext_diagnosis rows and %lld of its %lld attribution rows: not a "
                          "whole layer (a layer is stored in one transaction, so rows were "
                          "changed by hand, or the layer was swept before the diagnosis "
                          "existed); nothing was changed: start a new run",
                          (long long)r->run_id, l, r->capture_name, (long long)rows[l].metrics,
                          (long long)want.metrics, (long long)rows[l].quant,
-                         (long long)want.quant, (long long)rows[l].attribution,
-                         (long long)want.attribution, (long long)rows[l].diagnosis,
-                         (long long)want.diagnosis);
+                         (long long)want.quant, (long long)rows[l].diagnosis,
+                         (long long)want.diagnosis, (long long)rows[l].attribution,
+                         (long long)want.attribution);
     }
     free(rows);
     return st;

@@ -86,7 +86,7 @@
  *     no evidence        inconclusive (no hypothesis could run; each says why)
  *   An ext:NAME variant the run has (its whole-layer layer_metrics rows)
  *   without ext_diagnosis rows for a layer (swept before the diagnosis
- *   existed, schema < 11) is an error per span of such layers (never a pass
+ *   existed, schema < 12) is an error per span of such layers (never a pass
  *   on missing evidence), the message saying to sweep again.
  *
 

@@ -31,7 +31,6 @@
 
 TestSuite(diagnose, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 
-static char *slurp(const char *path);
 static uint16_t gen(uint64_t key, uint64_t i, double amax);
 
 /* ---- the verdict, a pure function ---------------------------------------- */
@@ -228,7 +227,7 @@ Test(diagnose, junit_leads_a_testcase_with_its_scale_bug)
     f.n = 2;
     pg_err err = {0};
     cr_assert_eq(junit_write(tu_in_dir("j.xml"), 1, -1, &f, &err), PG_OK, "%s", err.msg);
-    char *xml = slurp(tu_in_dir("j.xml"));
+    char *xml = tu_slurp("j.xml");
     cr_expect(strstr(xml, "<failure type=\"regression\" message=\"scale bug: ext:vllm, layer 0: "
                           "matches kv-scales-twice\">") != NULL, "%s", xml);
     free(xml);
@@ -378,32 +377,17 @@ static void one_span(const char *db_path, diag_span **s, char *line, size_t len)
     sqlite3_close(db);
 }
 
-/* Reads a whole file (malloc'd, NUL-terminated). */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = '\0';
-    fclose(f);
-    return b;
-}
-
 Test(diagnose, each_hypothesis_recognised_as_itself_at_calibrated_scales, .timeout = 300)
 {
     for (size_t h = 0; h < attn_hypothesis_count(); h++) {
         const attn_hypothesis *hy = attn_hypothesis_at(h);
         const char *name = attn_hypothesis_name(hy);
-        char dir[256], db[256], junit[256], md[256], html[256];
+        char dir[256], db[256], junit[32], md[32], html[32];
         snprintf(dir, sizeof dir, "%s/cap-%zu", tu_dir, h);
         snprintf(db, sizeof db, "%s/d-%zu.db", tu_dir, h);
-        snprintf(junit, sizeof junit, "%s/j-%zu.xml", tu_dir, h);
-        snprintf(md, sizeof md, "%s/r-%zu.md", tu_dir, h);
-        snprintf(html, sizeof html, "%s/r-%zu.html", tu_dir, h);
+        snprintf(junit, sizeof junit, "j-%zu.xml", h);  /* in tu_dir */
+        snprintf(md, sizeof md, "r-%zu.md", h);
+        snprintf(html, sizeof html, "r-%zu.html", h);
         const ext_spec ext = {"stack", name, 0};
         make_capture(dir, SWEEP_SCALES_AMAX, &ext, 1);
         char *run_out = sweep_cli(dir, db, "amax");
@@ -425,11 +409,13 @@ Test(diagnose, each_hypothesis_recognised_as_itself_at_calibrated_scales, .timeo
 
         char *gate_out = NULL;
         const int rc = tu_run_precgatef(&gate_out, "gate --run 1 --db '%s' --junit '%s'", db,
-                                        junit);
-        char *xml = slurp(junit);
-        cr_assert_eq(tu_run_precgatef(NULL, "report --run 1 --db '%s' -o '%s'", db, md), 0);
-        cr_assert_eq(tu_run_precgatef(NULL, "report --run 1 --db '%s' -o '%s'", db, html), 0);
-        char *mdt = slurp(md), *htmlt = slurp(html);
+                                        tu_in_dir(junit));
+        char *xml = tu_slurp(junit);
+        cr_assert_eq(tu_run_precgatef(NULL, "report --run 1 --db '%s' -o '%s'", db,
+                                      tu_in_dir(md)), 0);
+        cr_assert_eq(tu_run_precgatef(NULL, "report --run 1 --db '%s' -o '%s'", db,
+                                      tu_in_dir(html)), 0);
+        char *mdt = tu_slurp(md), *htmlt = tu_slurp(html);
         if (intended) {
             cr_expect_eq(rc, GATE_EXIT_PASS, "%s: gate %d:\n%s", name, rc, gate_out);
             cr_expect(strstr(xml, "<failure") == NULL, "%s:\n%s", name, xml);
@@ -563,7 +549,7 @@ Test(diagnose, missing_diagnosis_rows_are_a_gate_error)
     free(sweep_cli(dir, db, "amax"));
     sqlite3 *h = NULL;
     cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
-    tu_sql_exec(h, "DELETE FROM ext_diagnosis");  /* as a run swept before migration 11 */
+    tu_sql_exec(h, "DELETE FROM ext_diagnosis");  /* as a run swept before migration 12 */
     sqlite3_close(h);
     char *out = NULL;
     cr_expect_eq(tu_run_precgatef(&out, "gate --run 1 --db '%s'", db), GATE_EXIT_ERROR, "%s", out);
