@@ -851,6 +851,17 @@ static int undiagnosed(const regress_layer_row *r, const diag_span *spans, size_
            !diagnosed(spans, n, r->capture, r->variant + strlen(VARIANT_EXT_PREFIX), r->layer);
 }
 
+/* qsort comparator over row pointers: capture, variant, then layer. */
+static int ext_row_ptr_cmp(const void *a, const void *b)
+{
+    const regress_layer_row *x = *(const regress_layer_row *const *)a,
+                            *y = *(const regress_layer_row *const *)b;
+    int c = strcmp(x->capture, y->capture);
+    if (c == 0) c = strcmp(x->variant, y->variant);
+    if (c == 0 && x->layer != y->layer) c = x->layer < y->layer ? -1 : 1;
+    return c;
+}
+
 pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regress_layer_row *run,
                             size_t n_run, regress_flags *out, pg_err *err)
 {
@@ -869,39 +880,34 @@ pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regres
                              .verdict = diagnosis_verdict(d->verdict)};
         st = push(out, &f, err, "%s%s", d->verdict == DIAG_BUG ? "scale bug: " : "", msg);
     }
-    /* Spans of consecutive undiagnosed layers of one (capture, ext), in run's order. */
-    unsigned char *done = n_run > 0 ? calloc(n_run, 1) : NULL;
-    if (n_run > 0 && done == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory");
-    for (size_t i = 0; st == PG_OK && i < n_run; i++) {
-        if (done[i] || !undiagnosed(&run[i], spans, n_spans)) continue;
-        int first = run[i].layer, last = run[i].layer, grew = 1;
-        done[i] = 1;
-        while (grew) {
-            grew = 0;
-            for (size_t k = 0; k < n_run; k++)
-                if (!done[k] && strcmp(run[k].capture, run[i].capture) == 0 &&
-                    strcmp(run[k].variant, run[i].variant) == 0 &&
-                    (run[k].layer == last + 1 || run[k].layer == first - 1) &&
-                    undiagnosed(&run[k], spans, n_spans)) {
-                    if (run[k].layer == last + 1) last++;
-                    else first--;
-                    done[k] = 1;
-                    grew = 1;
-                }
-        }
+    /* The undiagnosed ext rows, by (capture, variant, layer), in spans of
+     * consecutive layers. */
+    const regress_layer_row **u = n_run > 0 ? malloc(n_run * sizeof *u) : NULL;
+    if (n_run > 0 && u == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory");
+    size_t nu = 0;
+    for (size_t i = 0; i < n_run; i++)
+        if (undiagnosed(&run[i], spans, n_spans)) u[nu++] = &run[i];
+    if (nu > 1) qsort(u, nu, sizeof *u, ext_row_ptr_cmp);
+    for (size_t i = 0; st == PG_OK && i < nu;) {
+        size_t k = i + 1;
+        while (k < nu && u[k]->layer == u[k - 1]->layer + 1 &&
+               strcmp(u[k]->capture, u[i]->capture) == 0 &&
+               strcmp(u[k]->variant, u[i]->variant) == 0)
+            k++;
         char layers[48];
-        diag_layers_text(first, last, layers, sizeof layers);
-        const flag_spec f = {.scope = REGRESS_SCOPE_LAYER, .capture = run[i].capture,
-                             .layer = first, .variant = run[i].variant,
+        diag_layers_text(u[i]->layer, u[k - 1]->layer, layers, sizeof layers);
+        const flag_spec f = {.scope = REGRESS_SCOPE_LAYER, .capture = u[i]->capture,
+                             .layer = u[i]->layer, .variant = u[i]->variant,
                              .metric = REGRESS_METRIC_SCALE_BUG, .value = NAN,
                              .baseline_value = NAN, .threshold = DIAG_MATCH_REL_L2,
                              .verdict = REGRESS_ERROR};
         st = push(out, &f, err, "%s, %s: no ext_diagnosis rows (swept before the scale-plumbing "
                   "diagnosis existed?): nothing says whether the output has a scale bug; sweep "
                   "the capture again (precgate run --capture %s) and gate that run",
-                  run[i].variant, layers, run[i].capture);
+                  u[i]->variant, layers, u[i]->capture);
+        i = k;
     }
-    free(done);
+    free(u);
     return st;
 }
 

@@ -549,14 +549,42 @@ Test(diagnose, missing_diagnosis_rows_are_a_gate_error)
     free(sweep_cli(dir, db, "amax"));
     sqlite3 *h = NULL;
     cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    tu_sql_exec(h, "DELETE FROM ext_diagnosis WHERE layer = 1");
+    char *out = NULL;
+    cr_expect_eq(tu_run_precgatef(&out, "gate --run 1 --db '%s'", db), GATE_EXIT_ERROR, "%s", out);
+    cr_expect(strstr(out, "ERROR      layer     ext:vllm, layer 1: no ext_diagnosis rows") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "REGRESSION layer     scale bug: ext:vllm, layer 0: matches "
+                          "kv-scales-twice") != NULL, "%s", out);
+    free(out);
     tu_sql_exec(h, "DELETE FROM ext_diagnosis");  /* as a run swept before migration 12 */
     sqlite3_close(h);
-    char *out = NULL;
     cr_expect_eq(tu_run_precgatef(&out, "gate --run 1 --db '%s'", db), GATE_EXIT_ERROR, "%s", out);
     cr_expect(strstr(out, "ERROR      layer     ext:vllm, layers 0-1: no ext_diagnosis rows") !=
               NULL, "%s", out);
     cr_expect(strstr(out, "sweep the capture again") != NULL, "%s", out);
     free(out);
+}
+
+Test(diagnose, gate_errors_span_the_undiagnosed_layers)
+{
+    /* ext:vllm on layers 0, 2, 3 without diagnosis rows; bf16 rows are not ext */
+    regress_layer_row run[5] = {{"c", 3, "ext:vllm", {0}, 0}, {"c", 0, "ext:vllm", {0}, 0},
+                                {"c", 2, "ext:vllm", {0}, 0}, {"c", 1, "bf16", {0}, 0},
+                                {"c", 0, "bf16", {0}, 0}};
+    regress_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_diagnosis(NULL, 0, run, 5, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(f.n, 2);
+    cr_expect_eq(f.v[0].verdict, REGRESS_ERROR);
+    cr_expect_str_eq(f.v[0].metric, REGRESS_METRIC_SCALE_BUG);
+    cr_expect_eq(f.v[0].layer, 0);
+    cr_expect(strncmp(f.v[0].message, "ext:vllm, layer 0: no ext_diagnosis rows", 40) == 0, "%s",
+              f.v[0].message);
+    cr_expect_eq(f.v[1].layer, 2);
+    cr_expect(strncmp(f.v[1].message, "ext:vllm, layers 2-3: no ext_diagnosis rows", 43) == 0,
+              "%s", f.v[1].message);
+    regress_flags_free(&f);
 }
 
 /* ---- the stored rows ------------------------------------------------------- */
