@@ -114,27 +114,6 @@ static void bind_key(sql_binder *b, int64_t run_id, const char *eval, const char
     sql_bind_int64(b, sample);
 }
 
-/* Steps b's statement (a sql_cached one) once expecting no rows; PG_ERR_DB
- * described by what when a bind or the step fails, PG_ERR_INTERNAL when the
- * parameters were not all bound. Releases the statement in every case (it
- * stays cached). */
-static pg_status finish_write(sqlite3 *db, sql_binder *b, const char *what, pg_err *err)
-{
-    pg_status ps = PG_OK;
-    const int expected = sqlite3_bind_parameter_count(b->st);
-    if (b->rc != SQLITE_OK) {
-        ps = sql_fail(db, err, "%s", what);
-    } else if (b->next - 1 != expected) {
-        ps = pg_fail(err, PG_ERR_INTERNAL, "%s: \"%s\" has %d parameters, %d bound",
-                     sql_db_path(db), sqlite3_sql(b->st), expected, b->next - 1);
-    } else if (sqlite3_step(b->st) != SQLITE_DONE) {
-        ps = sql_fail(db, err, "%s", what);
-    }
-    sql_release(b->st);
-    b->st = NULL;
-    return ps;
-}
-
 /* ---- samples ----------------------------------------------------------- */
 
 static const char *status_text(eval_sample_status st)
@@ -522,7 +501,7 @@ pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, co
         sql_bind_text(&b, json);
         bind_size(&b, sc->n_empty);
         bind_size(&b, sc->n_missing);
-        ps = finish_write(db, &b, what, err);
+        ps = sql_step_write(db, &b, what, err);
     }
     free(json);
     return ps;
@@ -567,7 +546,7 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
     bind_size(&b, p->ties);
     bind_double_or_null(&b, p->sign_p);
     bind_double_or_null(&b, p->mde);
-    return finish_write(db, &b, what, err);
+    return sql_step_write(db, &b, what, err);
 }
 
 /* ---- reading scores and pairs back ------------------------------------- */

@@ -95,24 +95,6 @@ static const char SQL_FLAG_INSERT[] =
 
 
 
-/* A copy of column i's text, NULL for SQL NULL; sets *oom when the copy fails. */
-static char *col_dup(sqlite3_stmt *st, int i, int *oom)
-{
-    const unsigned char *t = sqlite3_column_text(st, i);
-    if (t == NULL) {
-        if (sqlite3_column_type(st, i) != SQLITE_NULL) *oom = 1;  /* text conversion failed */
-        return NULL;
-    }
-    char *d = strdup((const char *)t);
-    if (d == NULL) *oom = 1;
-    return d;
-}
-
-/* Column i as a double, NaN for SQL NULL. */
-static double col_real(sqlite3_stmt *st, int i)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
-}
 
 /* Makes room for one more element of size elem in *arr (capacity *cap, n used). */
 static pg_status grow(void **arr, size_t *cap, size_t n, size_t elem, pg_err *err)
@@ -176,10 +158,10 @@ pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err)
         if (rc == SQLITE_ROW) {
             int oom = 0;
             out->id = id;
-            out->kind = col_dup(st, 0, &oom);
-            out->label = col_dup(st, 1, &oom);
-            out->status = col_dup(st, 2, &oom);
-            out->error = col_dup(st, 3, &oom);
+            out->kind = sql_col_dup(st, 0, &oom);
+            out->label = sql_col_dup(st, 1, &oom);
+            out->status = sql_col_dup(st, 2, &oom);
+            out->error = sql_col_dup(st, 3, &oom);
             if (oom || out->kind == NULL || out->status == NULL)
                 ps = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading run %" PRId64, id);
         } else if (rc == SQLITE_DONE) {
@@ -385,11 +367,11 @@ pg_status gate_store_baseline_list(pg_store *s, gate_baseline **out, size_t *n, 
         gate_baseline *b = &(*out)[(*n)++];
         int oom = 0;
         memset(b, 0, sizeof *b);
-        b->name = col_dup(st, 0, &oom);
+        b->name = sql_col_dup(st, 0, &oom);
         b->run_id = sqlite3_column_int64(st, 1);
-        b->set_at = col_dup(st, 2, &oom);
-        b->kind = col_dup(st, 3, &oom);
-        b->label = col_dup(st, 4, &oom);
+        b->set_at = sql_col_dup(st, 2, &oom);
+        b->kind = sql_col_dup(st, 3, &oom);
+        b->label = sql_col_dup(st, 4, &oom);
         if (oom) ps = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory listing baselines");
     }
     if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "list baselines");
@@ -459,12 +441,12 @@ static pg_status take_layer(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_er
     regress_layer_row *r = &out->layers[out->n_layers];
     memset(r, 0, sizeof *r);
     int oom = 0;
-    r->capture = col_dup(st, 0, &oom);
-    r->variant = col_dup(st, 2, &oom);
+    r->capture = sql_col_dup(st, 0, &oom);
+    r->variant = sql_col_dup(st, 2, &oom);
     out->n_layers++;  /* counted now so that gate_rows_free releases the strings */
     if (oom) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading layer rows");
     r->layer = layer;
-    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) r->m[m] = col_real(st, 3 + m);
+    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) r->m[m] = sql_col_real(st, 3 + m);
     r->nonfinite = sqlite3_column_int64(st, 3 + REGRESS_METRIC_COUNT);
     return PG_OK;
 }
@@ -477,18 +459,18 @@ static pg_status take_pair(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_err
     regress_eval_pair *p = &out->pairs[out->n_pairs++];
     memset(p, 0, sizeof *p);
     int oom = 0;
-    p->eval = col_dup(st, 0, &oom);
-    p->effort = col_dup(st, 1, &oom);
-    p->mode_a = col_dup(st, 2, &oom);
-    p->mode_b = col_dup(st, 3, &oom);
+    p->eval = sql_col_dup(st, 0, &oom);
+    p->effort = sql_col_dup(st, 1, &oom);
+    p->mode_a = sql_col_dup(st, 2, &oom);
+    p->mode_b = sql_col_dup(st, 3, &oom);
     p->n_problems = sqlite3_column_int64(st, 4);
-    p->mean_diff = col_real(st, 5);
-    p->ci_low = col_real(st, 6);
-    p->ci_high = col_real(st, 7);
-    p->mde = col_real(st, 8);
+    p->mean_diff = sql_col_real(st, 5);
+    p->ci_low = sql_col_real(st, 6);
+    p->ci_high = sql_col_real(st, 7);
+    p->mde = sql_col_real(st, 8);
     p->wins = sqlite3_column_int64(st, 9);
     p->losses = sqlite3_column_int64(st, 10);
-    p->sign_p = col_real(st, 11);
+    p->sign_p = sql_col_real(st, 11);
     if (oom || !p->eval || !p->effort || !p->mode_a || !p->mode_b)
         return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading eval pairs");
     return PG_OK;
@@ -502,12 +484,12 @@ static pg_status take_score(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_er
     regress_eval_score *x = &out->scores[out->n_scores++];
     memset(x, 0, sizeof *x);
     int oom = 0;
-    x->eval = col_dup(st, 0, &oom);
-    x->mode = col_dup(st, 1, &oom);
-    x->effort = col_dup(st, 2, &oom);
+    x->eval = sql_col_dup(st, 0, &oom);
+    x->mode = sql_col_dup(st, 1, &oom);
+    x->effort = sql_col_dup(st, 2, &oom);
     x->n_problems = sqlite3_column_int64(st, 3);
-    x->accuracy = col_real(st, 4);
-    x->se = col_real(st, 5);
+    x->accuracy = sql_col_real(st, 4);
+    x->se = sql_col_real(st, 5);
     x->n_valid = sqlite3_column_int64(st, 6);  /* every cell is valid, an error or missing */
     x->n_truncated = sqlite3_column_int64(st, 7);
     if (oom || !x->eval || !x->mode || !x->effort)

@@ -429,6 +429,27 @@ const schema_migration schema_migrations[] = {
         "    has_sinks INTEGER NOT NULL CHECK (has_sinks IN (0, 1)),  -- attention sinks\n"
         "    UNIQUE (run_id, capture, layer)\n"
         ");\n"),
+    /* Issue #16 part 1: the scale-plumbing diagnosis of external outputs
+     * (harness/diagnose.h): per (capture, layer, ext:NAME), the distance of
+     * the recorded output to each hypothesis of kernels/attn_hypothesis.h,
+     * written by the sweep in the layer's transaction. */
+    SCHEMA_MIGRATION(13,
+        "CREATE TABLE ext_diagnosis (\n"
+        "    run_id     INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture    TEXT    NOT NULL,\n"
+        "    layer      INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    ext_name   TEXT    NOT NULL CHECK (ext_name <> ''),  -- NAME of variant ext:NAME\n"
+        "    -- A hypothesis of kernels/attn_hypothesis.h: 'intended-fp8kv',\n"
+        "    -- 'kv-scales-twice', ...\n"
+        "    hypothesis TEXT    NOT NULL CHECK (hypothesis <> ''),\n"
+        "    -- ||ext - H|| / ||H|| over the whole layer, H the hypothesis's output on\n"
+        "    -- the layer's q/k/v and the sweep's fp8 scales; +inf when either output\n"
+        "    -- has NaN/Inf; NULL when the hypothesis cannot run on the layer.\n"
+        "    rel_l2     REAL CHECK (rel_l2 IS NULL OR rel_l2 >= 0),\n"
+        "    not_run    TEXT,   -- why it cannot run on the layer; NULL when it ran\n"
+        "    CHECK ((rel_l2 IS NULL) = (not_run IS NOT NULL)),\n"
+        "    UNIQUE (run_id, capture, layer, ext_name, hypothesis)\n"
+        ");\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

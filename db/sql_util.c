@@ -1,8 +1,11 @@
 /* sql_util.c: SQLite helpers shared by the table modules (see sql_util.h). */
 #include "sql_util.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 const char *sql_db_path(sqlite3 *db)
 {
@@ -60,4 +63,38 @@ void sql_bind_null(sql_binder *b)
 {
     if (b->rc == SQLITE_OK) b->rc = sqlite3_bind_null(b->st, b->next);
     b->next++;
+}
+
+pg_status sql_step_write(sqlite3 *db, sql_binder *b, const char *what, pg_err *err)
+{
+    pg_status ps = PG_OK;
+    const int expected = sqlite3_bind_parameter_count(b->st);
+    if (b->rc != SQLITE_OK) {
+        ps = sql_fail(db, err, "%s", what);
+    } else if (b->next - 1 != expected) {
+        ps = pg_fail(err, PG_ERR_INTERNAL, "%s: \"%s\" has %d parameters, %d bound",
+                     sql_db_path(db), sqlite3_sql(b->st), expected, b->next - 1);
+    } else if (sqlite3_step(b->st) != SQLITE_DONE) {
+        ps = sql_fail(db, err, "%s", what);
+    }
+    sql_release(b->st);
+    b->st = NULL;
+    return ps;
+}
+
+char *sql_col_dup(sqlite3_stmt *st, int i, int *oom)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    if (t == NULL) {
+        if (sqlite3_column_type(st, i) != SQLITE_NULL) *oom = 1;  /* text conversion failed */
+        return NULL;
+    }
+    char *d = strdup((const char *)t);
+    if (d == NULL) *oom = 1;
+    return d;
+}
+
+double sql_col_real(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }

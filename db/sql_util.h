@@ -64,4 +64,17 @@ void sql_bind_double(sql_binder *b, double v);
 /* Binds SQL NULL to the next parameter. */
 void sql_bind_null(sql_binder *b);
 
+/* Steps b's statement (a sql_cached one) once expecting no rows; PG_ERR_DB
+ * described by what when a bind or the step fails, PG_ERR_INTERNAL when the
+ * parameters were not all bound. Releases the statement in every case (it
+ * stays cached). */
+pg_status sql_step_write(sqlite3 *db, sql_binder *b, const char *what, pg_err *err);
+
+/* A malloc'd copy of column i's text, NULL for SQL NULL; sets *oom when the
+ * copy fails. */
+char *sql_col_dup(sqlite3_stmt *st, int i, int *oom);
+
+/* Column i as a double, NaN for SQL NULL. */
+double sql_col_real(sqlite3_stmt *st, int i);
+
 #endif /* PG_SQL_UTIL_H */

@@ -1,5 +1,6 @@
 /* store.c: precgate's SQLite store (see store.h): open and migrate, cached statements, inserts. */
 #include "store.h"
+
 #include "sql_util.h"
 
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "attribution_store.h"
+#include "diagnosis_store.h"
 #include "schema.h"
 
 /* Longest "what failed" phrase kept before SQLite's message is appended. */
@@ -831,6 +833,12 @@ pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *captur
         ps = attribution_store_layer_counts(s, run_id, capture, n_layers, attribution, err);
     for (int l = 0; ps == PG_OK && l < n_layers; l++) rows[l].attribution = attribution[l];
     free(attribution);
+    int64_t *diag = ps == PG_OK ? calloc((size_t)n_layers + 1, sizeof *diag) : NULL;
+    if (ps == PG_OK && diag == NULL)
+        ps = pg_fail(err, PG_ERR_NOMEM, "store_sweep_layer_rows: out of memory");
+    if (ps == PG_OK) ps = diagnosis_store_count_layers(s, run_id, capture, n_layers, diag, err);
+    for (int l = 0; ps == PG_OK && l < n_layers; l++) rows[l].diagnosis = diag[l];
+    free(diag);
     return ps;
 }
 

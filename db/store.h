@@ -217,14 +217,15 @@ typedef struct store_layer_rows {
     int64_t shapes;   /* layer_shapes rows: 1 for a layer swept at schema version 12 or
                          later, 0 before (the table did not exist) */
     int64_t attribution; /* attribution rows (db/attribution_store.h) */
+    int64_t diagnosis;   /* ext_diagnosis rows (db/diagnosis_store.h) */
 } store_layer_rows;
 
-/* Counts run_id's layer_metrics, quant_stats, layer_shapes and attribution
- * rows of capture, layer by layer, into rows[0 .. n_layers-1] (zeroed
- * first), for `run --resume`: the sweep writes each layer's rows in one
- * transaction, so a layer holds all of them or none. PG_ERR_DB when a read
- * fails or a row names a layer outside 0 .. n_layers-1 (the message names
- * the table, layer and capture). */
+/* Counts run_id's layer_metrics, quant_stats, layer_shapes, attribution and
+ * ext_diagnosis rows of capture, layer by layer, into rows[0 .. n_layers-1]
+ * (zeroed first), for `run --resume`: the sweep writes each layer's rows in
+ * one transaction, so a layer holds all of them or none. PG_ERR_DB when a
+ * read fails or a row names a layer outside 0 .. n_layers-1 (the message
+ * names the table, layer and capture). */
 pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *capture, int n_layers,
                                  store_layer_rows *rows, pg_err *err);
 

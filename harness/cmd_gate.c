@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../db/diagnosis_store.h"
 #include "../db/gate_store.h"
 #include "../db/store.h"
 #include "../reports/junit.h"
@@ -28,6 +29,11 @@ const char cmd_gate_usage[] =
     "             baseline run's gap; without a baseline the gap is recorded (inconclusive,\n"
     "             the gate passes). Always a regression: NaN/Inf, or rel_l2 >= 1 (no closer\n"
     "             to the fp64 reference than an all-zero output)\n"
+    "  scale_bug  (layer scope) each external output's scale-plumbing diagnosis\n"
+    "             (precgate run stores it): a regression when it matches a known scale\n"
+    "             misapplication 4x nearer than every intended computation; inconclusive\n"
+    "             when the hypotheses coincide (unit scales) or none matches; an error\n"
+    "             when an ext:NAME output has no diagnosis rows (sweep it again)\n"
     "  eval       end-task accuracy: each mode against bf16 (paired) and each\n"
     "             (mode, effort) against the baseline run: regression, improvement,\n"
     "             no change (only if the design's MDE <= min_effect) or inconclusive\n"
@@ -227,6 +233,11 @@ static void print_summary(const regress_flags *f)
             !(f->v[i].verdict == REGRESS_PASS &&
               strcmp(f->v[i].metric, REGRESS_METRIC_SAMPLES) == 0))
             printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "eval", f->v[i].message);
+    /* The diagnosis's inconclusive verdicts say why no bug was named. */
+    for (size_t i = 0; i < f->n; i++)
+        if (f->v[i].verdict == REGRESS_INCONCLUSIVE &&
+            strcmp(f->v[i].metric, REGRESS_METRIC_SCALE_BUG) == 0)
+            printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "layer", f->v[i].message);
     for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
         size_t c[REGRESS_VERDICT_COUNT] = {0}, total = 0;
         for (size_t i = 0; i < f->n; i++)
@@ -246,6 +257,23 @@ static void print_summary(const regress_flags *f)
     }
 }
 
+/* Appends the scale_bug flags of run_id's ext_diagnosis rows (regress.h)
+ * to flags; rows are the run's, for its ext:NAME variants. */
+static pg_status gate_diagnosis(pg_store *store, int64_t run_id, const gate_rows *rows,
+                                regress_flags *flags, pg_err *err)
+{
+    diagnosis_row *dr = NULL;
+    size_t n = 0, n_spans = 0;
+    diag_span *spans = NULL;
+    pg_status st = diagnosis_store_load(store_handle(store), run_id, &dr, &n, err);
+    if (st == PG_OK) st = diag_spans(dr, n, &spans, &n_spans, err);
+    if (st == PG_OK)
+        st = regress_diagnosis(spans, n_spans, rows->layers, rows->n_layers, flags, err);
+    diag_spans_free(spans, n_spans);
+    diagnosis_rows_free(dr, n);
+    return st;
+}
+
 /* Loads run's rows (and base_id's, when >= 0) into *rows and *base and
  * appends every scope's verdicts to flags. */
 static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
@@ -261,6 +289,7 @@ static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base
     if (st == PG_OK)
         st = regress_mode_pairs(rows->layers, rows->n_layers, base->layers, base->n_layers,
                                 base_id, cfg, flags, err);
+    if (st == PG_OK) st = gate_diagnosis(store, run->id, rows, flags, err);
     if (st == PG_OK)
         st = regress_evals(rows->pairs, rows->n_pairs, rows->scores, rows->n_scores,
                            base_id >= 0 ? base->scores : NULL, base_id >= 0 ? base->n_scores : 0,

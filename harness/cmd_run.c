@@ -13,6 +13,7 @@
 #include "../reports/sweep_table.h"
 #include "capture.h"
 #include "cli.h"
+#include "diagnose.h"
 #include "eval_resume.h"
 #include "interrupt.h"
 #include "progress.h"
@@ -496,21 +497,24 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
         sweep_layer_rows(cap, l, so, &want);
         stored[l] = rows[l].metrics == want.metrics && rows[l].quant == want.quant &&
                     rows[l].attribution == want.attribution &&
+                    rows[l].diagnosis == want.diagnosis &&
                     (rows[l].shapes == want.shapes || rows[l].shapes == 0);
         no_shape[l] = stored[l] && rows[l].shapes == 0;
         *n_stored += stored[l];
         if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0 || rows[l].shapes != 0 ||
-                           rows[l].attribution != 0))
+                           rows[l].attribution != 0 || rows[l].diagnosis != 0))
             st = pg_fail(err, PG_ERR_DB,
                          "run: --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
                          "layer_metrics rows, %lld of its %lld quant_stats rows, %lld of its "
-                         "%lld layer_shapes rows and %lld of its %lld attribution rows: not a "
-                         "whole layer (a layer is stored in one transaction, so rows were "
-                         "changed by hand); nothing was changed: start a new run",
+                         "%lld layer_shapes rows, %lld of its %lld ext_diagnosis rows and %lld "
+                         "of its %lld attribution rows: not a whole layer (a layer is stored in "
+                         "one transaction, so rows were changed by hand, or the layer was swept "
+                         "before the diagnosis existed); nothing was changed: start a new run",
                          (long long)r->run_id, l, r->capture_name, (long long)rows[l].metrics,
                          (long long)want.metrics, (long long)rows[l].quant,
                          (long long)want.quant, (long long)rows[l].shapes,
-                         (long long)want.shapes, (long long)rows[l].attribution,
+                         (long long)want.shapes, (long long)rows[l].diagnosis,
+                         (long long)want.diagnosis, (long long)rows[l].attribution,
                          (long long)want.attribution);
     }
     free(rows);
@@ -725,6 +729,7 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "precgate: run %lld could not be marked finished: %s\n",
                     (long long)run_id, fin.msg);
         if (st == PG_OK) st = report_sweep_table(store, run_id, stdout, &err);
+        if (st == PG_OK) st = diag_print_run(store, run_id, stdout, &err);
         else if (fst == PG_OK && sig) print_resume_hint(run_id, sig, &stats, cap, &a);
         else if (fst == PG_OK)
             fprintf(stderr, "precgate: run %lld marked failed in %s\n", (long long)run_id, db_path);
@@ -740,18 +745,22 @@ int cmd_run(int argc, char **argv)
     attn_backend_close(gpu);
     if (st == PG_OK) {
         const double t_end = progress_now();
-        char lock[64] = "", resumed[96] = "", attributed[64] = "";
+        char lock[64] = "", resumed[96] = "", attributed[64] = "", diagnosed[80] = "";
         if (stats.lock_s > 0)
             snprintf(lock, sizeof lock, " (%.2f s of it locking upload buffers)", stats.lock_s);
         if (a.attribute)
             snprintf(attributed, sizeof attributed, " (%.2f s of it --attribute)",
                      stats.attribute_s);
+        if (stats.diagnose_s > 0)
+            snprintf(diagnosed, sizeof diagnosed, " (%.2f s of it diagnosing external outputs)",
+                     stats.diagnose_s);
         if (a.resume > 0)
             snprintf(resumed, sizeof resumed, "; %d layers computed, %d were stored",
                      stats.layers_stored, stats.layers_skipped);
         printf("run %lld complete: %s (backend start %.2f s beside load and validate %.2f s, "
-               "compute %.2f s%s%s, store %.2f s beside it, close %.2f s; %.2f s in all%s)\n",
+               "compute %.2f s%s%s%s, store %.2f s beside it, close %.2f s; %.2f s in all%s)\n",
                (long long)run_id, db_path, gpu_s, load_s, stats.compute_s, lock, attributed,
+               diagnosed,
                stats.store_s,
                t_end - t_close, t_end - t_start, resumed);
     }

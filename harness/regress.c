@@ -823,6 +823,94 @@ pg_status regress_content_mismatch(regress_scope scope, const char *field, const
                 base_value, (long long)run_id, run_value, field);
 }
 
+/* The gate verdict of a diagnosis verdict (regress.h). */
+static regress_verdict diagnosis_verdict(diag_verdict v)
+{
+    switch (v) {
+    case DIAG_BUG: return REGRESS_REGRESSION;
+    case DIAG_INTENDED: return REGRESS_PASS;
+    default: return REGRESS_INCONCLUSIVE;
+    }
+}
+
+/* Whether a span of spans[0..n) covers layer `layer` of (capture, ext). */
+static int diagnosed(const diag_span *spans, size_t n, const char *capture, const char *ext,
+                     int layer)
+{
+    for (size_t i = 0; i < n; i++)
+        if (layer >= spans[i].first_layer && layer <= spans[i].last_layer &&
+            strcmp(spans[i].capture, capture) == 0 && strcmp(spans[i].ext_name, ext) == 0)
+            return 1;
+    return 0;
+}
+
+/* Whether run row r is an ext:NAME whole-layer row no span covers. */
+static int undiagnosed(const regress_layer_row *r, const diag_span *spans, size_t n)
+{
+    return strncmp(r->variant, VARIANT_EXT_PREFIX, strlen(VARIANT_EXT_PREFIX)) == 0 &&
+           !diagnosed(spans, n, r->capture, r->variant + strlen(VARIANT_EXT_PREFIX), r->layer);
+}
+
+/* qsort comparator over row pointers: capture, variant, then layer. */
+static int ext_row_ptr_cmp(const void *a, const void *b)
+{
+    const regress_layer_row *x = *(const regress_layer_row *const *)a,
+                            *y = *(const regress_layer_row *const *)b;
+    int c = strcmp(x->capture, y->capture);
+    if (c == 0) c = strcmp(x->variant, y->variant);
+    if (c == 0 && x->layer != y->layer) c = x->layer < y->layer ? -1 : 1;
+    return c;
+}
+
+pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regress_layer_row *run,
+                            size_t n_run, regress_flags *out, pg_err *err)
+{
+    if (out == NULL || (spans == NULL && n_spans > 0) || (run == NULL && n_run > 0))
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_diagnosis: NULL argument");
+    pg_status st = PG_OK;
+    for (size_t i = 0; st == PG_OK && i < n_spans; i++) {
+        const diag_span *d = &spans[i];
+        char variant[VARIANT_NAME_MAX], msg[REGRESS_MSG_MAX];
+        variant_name_ext(d->ext_name, variant, sizeof variant);
+        diag_span_message(d, msg, sizeof msg);
+        const flag_spec f = {.scope = REGRESS_SCOPE_LAYER, .capture = d->capture,
+                             .layer = d->first_layer, .variant = variant,
+                             .metric = REGRESS_METRIC_SCALE_BUG, .value = d->d_max,
+                             .baseline_value = d->d_other_min, .threshold = DIAG_MATCH_REL_L2,
+                             .verdict = diagnosis_verdict(d->verdict)};
+        st = push(out, &f, err, "%s%s", d->verdict == DIAG_BUG ? "scale bug: " : "", msg);
+    }
+    /* The undiagnosed ext rows, by (capture, variant, layer), in spans of
+     * consecutive layers. */
+    const regress_layer_row **u = n_run > 0 ? malloc(n_run * sizeof *u) : NULL;
+    if (n_run > 0 && u == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory");
+    size_t nu = 0;
+    for (size_t i = 0; i < n_run; i++)
+        if (undiagnosed(&run[i], spans, n_spans)) u[nu++] = &run[i];
+    if (nu > 1) qsort(u, nu, sizeof *u, ext_row_ptr_cmp);
+    for (size_t i = 0; st == PG_OK && i < nu;) {
+        size_t k = i + 1;
+        while (k < nu && u[k]->layer == u[k - 1]->layer + 1 &&
+               strcmp(u[k]->capture, u[i]->capture) == 0 &&
+               strcmp(u[k]->variant, u[i]->variant) == 0)
+            k++;
+        char layers[48];
+        diag_layers_text(u[i]->layer, u[k - 1]->layer, layers, sizeof layers);
+        const flag_spec f = {.scope = REGRESS_SCOPE_LAYER, .capture = u[i]->capture,
+                             .layer = u[i]->layer, .variant = u[i]->variant,
+                             .metric = REGRESS_METRIC_SCALE_BUG, .value = NAN,
+                             .baseline_value = NAN, .threshold = DIAG_MATCH_REL_L2,
+                             .verdict = REGRESS_ERROR};
+        st = push(out, &f, err, "%s, %s: no ext_diagnosis rows (swept before the scale-plumbing "
+                  "diagnosis existed?): nothing says whether the output has a scale bug; sweep "
+                  "the capture again (precgate run --capture %s) and gate that run",
+                  u[i]->variant, layers, u[i]->capture);
+        i = k;
+    }
+    free(u);
+    return st;
+}
+
 void regress_count(const regress_flags *f, size_t *counts)
 {
     for (int v = 0; v < REGRESS_VERDICT_COUNT; v++) counts[v] = 0;

@@ -69,7 +69,27 @@
  *   check). A flag is named "bf16" or "V-bf16" and carries
  *   bf16's rel_l2 in the run as baseline_value.
  *
- * eval: per (eval, mode, effort), with e = gate_config.eval.min_effect, d a
+ * layer, metric "scale_bug": the scale-plumbing diagnosis of each external
+ *   output (ext_diagnosis, harness/diag_verdict.h), one flag per span of
+ *   consecutive layers of one (capture, ext:NAME) with the same verdict and
+ *   hypothesis, keyed by the span's first layer, its message naming the
+ *   layers (diag_span_message); with or without a baseline run, whatever the
+ *   config says. value = the matched hypothesis's largest distance over the
+ *   span, baseline_value = the other side's smallest (the nearest intended-*
+ *   of a bug, the nearest bug of an intended output), threshold =
+ *   DIAG_MATCH_REL_L2:
+ *     bug                regression, naming the hypothesis and what it means
+ *     intended           pass
+ *     indistinguishable  inconclusive (the hypotheses coincide or lie within
+ *                        DIAG_MARGIN of each other: never a bug)
+ *     unexplained        inconclusive (no hypothesis within DIAG_MATCH_REL_L2)
+ *     no evidence        inconclusive (no hypothesis could run; each says why)
+ *   An ext:NAME variant the run has (its whole-layer layer_metrics rows)
+ *   without ext_diagnosis rows for a layer (swept before the diagnosis
+ *   existed, schema < 12) is an error per span of such layers (never a pass
+ *   on missing evidence), the message saying to sweep again.
+ *
+
  *   difference of accuracies (0..1), [lo, hi] its 95% interval and mde the
  *   smallest drop the design detects at 80% power (evals/score.h):
  *        regression    hi < 0 and d <= -e
@@ -125,6 +145,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "diag_verdict.h"
 #include "gate_config.h"
 #include "status.h"
 
@@ -148,6 +169,7 @@ extern "C" {
 #define REGRESS_METRIC_DIFF_PREFIX "diff_vs_"
 #define REGRESS_METRIC_SAMPLES "samples"
 #define REGRESS_METRIC_CONTENT "content"
+#define REGRESS_METRIC_SCALE_BUG "scale_bug"
 
 /* Longest flag message, NUL included. */
 #define REGRESS_MSG_MAX 640
@@ -281,6 +303,14 @@ pg_status regress_content_mismatch(regress_scope scope, const char *field, const
                                    const char *base_value, int64_t run_id,
                                    int64_t baseline_run_id, const char *spec, regress_flags *out,
                                    pg_err *err);
+
+/* Appends the layer-scope "scale_bug" flags (the top of this file) of the
+ * diagnosis spans[0..n_spans) (diag_spans of the run's ext_diagnosis rows)
+ * and the error flags of run[0..n_run)'s ext:NAME whole-layer rows that no
+ * span covers, in that order. PG_ERR_INTERNAL for a NULL argument with a
+ * count > 0; PG_ERR_NOMEM. */
+pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regress_layer_row *run,
+                            size_t n_run, regress_flags *out, pg_err *err);
 
 /* counts[v] = flags of f with verdict v (counts has REGRESS_VERDICT_COUNT entries). */
 void regress_count(const regress_flags *f, size_t *counts);

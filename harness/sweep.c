@@ -15,6 +15,7 @@
 #include "../kernels/numerics.h"
 #include "../kernels/parallel.h"
 #include "attribute.h"
+#include "diagnose.h"
 #include "progress.h"
 #include "variant_name.h"
 
@@ -190,12 +191,13 @@ typedef struct tensor_quant {
 } tensor_quant;
 
 /* Writes one layer's rows in one transaction; spec rows (vm[i].n_heads set)
- * cover only the sampled heads; ar: the n_ar attribution rows (run --attribute). */
+ * cover only the sampled heads; ar: the n_ar attribution rows (run --attribute);
+ * diag: the external outputs' ext_diagnosis rows. */
 static pg_status store_layer(pg_store *store, int64_t run_id, const char *capture_name,
-                             int layer, const store_layer_shape *shape,
+                             int layer, const capture_layer *L, const store_layer_shape *shape,
                              const variant_metrics *vm, int n_vm, const tensor_quant *tq,
                              const char *scale_source, const attribute_row *ar, int n_ar,
-                             pg_err *err)
+                             const diag_layer *diag, pg_err *err)
 {
     const int hq = shape->hq;
     pg_status st = store_begin(store, err);
@@ -218,6 +220,10 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
         st = attribution_store_put(store, run_id, capture_name, layer,
                                    attn_profile_variant(ar[i].p),
                                    attribution_tensors[ar[i].tensor], ar[i].rel_l2, err);
+    /* The scale-plumbing diagnosis of the external outputs (harness/diagnose.h). */
+    if (st == PG_OK && diag->n_ext > 0) {
+        st = diag_layer_store(store, run_id, capture_name, layer, L->ext, diag, err);
+    }
     /* The heartbeat commits with the layer: a run that stops beating stopped
      * storing, and a layer costs no second write. */
     if (st == PG_OK) st = store_run_heartbeat(store, run_id, err);
@@ -241,6 +247,7 @@ typedef struct layer_ctx {
     const uint16_t *gq, *gk, *gv; /* what the GPU uploads: page-locked copies, or L's arrays */
     attribute_row attr[SWEEP_MAX_VARIANTS * ATTRIBUTE_MAX_ROWS]; /* run --attribute */
     int n_attr;
+    diag_layer diag;         /* the external outputs' distances to the hypotheses */
 } layer_ctx;
 
 /* The next variant_metrics slot, named name, run on backend, covering
@@ -627,12 +634,14 @@ static void *layer_write_run(void *arg)
     const double t0 = progress_now();
     store_layer_shape shape;
     sweep_layer_shape(w->c.cap, w->c.li, &shape);
-    w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, &shape, w->c.vm,
-                        w->c.n_vm, w->c.tqs, w->scale_source, w->c.attr, w->c.n_attr, &w->err);
+    w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L, &shape, w->c.vm,
+                        w->c.n_vm, w->c.tqs, w->scale_source, w->c.attr, w->c.n_attr,
+                        &w->c.diag, &w->err);
     if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
     w->seconds = progress_now() - t0;
     free(w->c.vm);
     free(w->c.mbuf);
+    diag_layer_free(&w->c.diag);
     w->c.vm = NULL;
     w->c.mbuf = NULL;
     return NULL;
@@ -691,11 +700,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     if (!c->vm || !c->mbuf) return pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
     /* The scales of opt->scales, chosen here for both backends. */
-    c->fo = (attn_fp8_options){.quantize = 1, .block_size = cap->block_size,
-                               .page_seed = opt->page_seed + (uint64_t)li};
-    const sweep_scales policy = sweep_scales_resolve(cap, opt->scales);
-    *scale_source = sweep_scales_name(policy);
-    layer_scales(L, policy, &c->fo);
+    *scale_source = sweep_layer_fp8_options(cap, li, opt, &c->fo);
     const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
@@ -722,6 +727,17 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
         if (opt->stats != NULL) opt->stats->attribute_s += progress_now() - t0;
         *step += c->n_attr;
     }
+    if (st == PG_OK && L->n_ext > 0) {
+        /* Every hypothesis once on the CPU specification, shared by the
+         * layer's external outputs, with the fp8 variants' options. */
+        char what[64];
+        snprintf(what, sizeof what, "layer %d diagnosis", li);
+        progress_update(bar, *step, what);
+        const double t0 = progress_now();
+        st = diag_layer_run(&c->b, L->q, L->k, L->v, &c->fo, L->n_ext, L->ext, opt->n_threads,
+                            &c->diag, err);
+        if (opt->stats != NULL) opt->stats->diagnose_s += progress_now() - t0;
+    }
     return st;
 }
 
@@ -732,6 +748,16 @@ static int layer_attribution_rows(const sweep_options *opt)
     for (int i = 0; opt->attribute && i < opt->variants.n; i++)
         n += attribute_row_count(opt->variants.p[i]);
     return n;
+}
+
+const char *sweep_layer_fp8_options(const capture *cap, int li, const sweep_options *opt,
+                                    attn_fp8_options *fo)
+{
+    *fo = (attn_fp8_options){.quantize = 1, .block_size = cap->block_size,
+                             .page_seed = opt->page_seed + (uint64_t)li};
+    const sweep_scales policy = sweep_scales_resolve(cap, opt->scales);
+    layer_scales(&cap->layers[li], policy, fo);
+    return sweep_scales_name(policy);
 }
 
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
@@ -754,6 +780,8 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     /* note_quant: k and v for any fp8 profile, q for an fp8qkv one. */
     want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
     want->attribution = layer_attribution_rows(opt);
+    /* ext_diagnosis: every hypothesis against every external output. */
+    want->diagnosis = diag_layer_rows(L->n_ext);
     want->shapes = 1;  /* store_layer: the layer's shape */
 }
 
@@ -887,6 +915,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         else {
             free(cur->c.vm);
             free(cur->c.mbuf);
+            diag_layer_free(&cur->c.diag);
         }
     }
     for (int i = 0; i < 2; i++) stored += layer_write_join(&w[i], opt->stats, &st, err);

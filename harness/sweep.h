@@ -20,6 +20,8 @@
 typedef struct sweep_stats {
     double compute_s;   /* reference, modes and metrics (CPU or GPU, uploads included) */
     double lock_s;      /* of compute_s, page-locking the GPU's upload buffers */
+    double diagnose_s;  /* of compute_s, the external outputs' scale-plumbing diagnosis
+                         * (harness/diagnose.h, on the CPU specification) */
     double store_s;     /* SQLite transactions (a layer is stored while the next computes) */
     int layers_stored;  /* layers this sweep_run computed and committed */
     int layers_skipped; /* layers it left alone: already stored (sweep_options.stored) */
@@ -119,12 +121,20 @@ pg_status sweep_scales_check(const capture *cap, const char *capture_name, sweep
  * one profile, and for an empty list or entry. */
 pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err);
 
+/* The fp8 options the sweep gives layer li of cap under opt (its scales
+ * under opt->scales, resolved; the paging seed opt->page_seed + li), into
+ * *fo: what the fp8 variants and the diagnosis's hypotheses run with.
+ * Returns the scale policy's name (quant_stats.scale_source). */
+const char *sweep_layer_fp8_options(const capture *cap, int li, const sweep_options *opt,
+                                    attn_fp8_options *fo);
+
 /* The rows sweep_run stores for layer li of cap under opt (every variant's
  * whole-layer and per-head layer_metrics rows, the --check-spec rows on their
  * sampled heads, the external outputs'; the quant_stats rows of the fp8
  * profiles: k and v for any, q for an fp8qkv one; one layer_shapes row; with
- * opt->attribute the attribution rows, attribute_row_count per variant):
- * what a stored layer holds, for run --resume. */
+ * opt->attribute the attribution rows, attribute_row_count per variant; the
+ * ext_diagnosis rows, one per external output and hypothesis): what a stored
+ * layer holds, for run --resume. */
 void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
                       store_layer_rows *want);
 

@@ -107,7 +107,11 @@ static tc_state testcase_state(const regress_flag *const *g, size_t n)
     tc_state t = {NULL, NULL};
     for (size_t i = 0; i < n; i++) {
         if (g[i]->verdict == REGRESS_ERROR && t.first_error == NULL) t.first_error = g[i];
-        if (g[i]->verdict == REGRESS_REGRESSION && t.first_regression == NULL)
+        /* A scale bug names the cause of the layer's other regressions: it leads. */
+        if (g[i]->verdict == REGRESS_REGRESSION &&
+            (t.first_regression == NULL ||
+             (strcmp(g[i]->metric, REGRESS_METRIC_SCALE_BUG) == 0 &&
+              strcmp(t.first_regression->metric, REGRESS_METRIC_SCALE_BUG) != 0)))
             t.first_regression = g[i];
     }
     return t;

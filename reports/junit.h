@@ -8,7 +8,9 @@
  * named "CAPTURE layer L VARIANT" / "EVAL EFFORT MODE" with classname
  * "precgate.SCOPE". A testcase with an error verdict carries <error>, else
  * one with a regression carries <failure>; the element's message is the
- * first such flag's message (metric, value, baseline and threshold) and its
+ * first such flag's message (metric, value, baseline and threshold; a
+ * "scale_bug" regression, which names the hypothesis and the layers it
+ * spans, leads over the others of its testcase) and its
  * text lists every failing flag. <system-out> lists every flag of the
  * testcase as "verdict: message". Counts (tests, failures, errors) are
  * per testcase.

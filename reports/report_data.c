@@ -1,7 +1,10 @@
 /* report_data.c: a run's numbers from SQLite into structs (see report_data.h). */
 #include "report_data.h"
 
+#include "../db/diagnosis_store.h"
+#include "../harness/diag_verdict.h"
 #include "../harness/variant_name.h"
+#include "../kernels/attn_hypothesis.h"
 
 #include <math.h>
 #include <sqlite3.h>
@@ -683,6 +686,45 @@ static pg_status load_attribution(sqlite3 *db, const char *dbn, int64_t run_id, 
 
 /* ---- public --------------------------------------------------------------- */
 
+const char *report_diag_hypothesis(size_t h)
+{
+    return attn_hypothesis_name(attn_hypothesis_at(h));
+}
+
+/* The run's diagnosis spans and, per span and hypothesis, the largest
+ * distance over its layers. */
+static pg_status load_diagnosis(sqlite3 *db, int64_t run_id, report_data *d, pg_err *err)
+{
+    diagnosis_row *rows = NULL;
+    size_t n = 0;
+    pg_status s = diagnosis_store_load(db, run_id, &rows, &n, err);
+    if (s == PG_OK) s = diag_spans(rows, n, &d->diag, &d->n_diag, err);
+    d->n_diag_hyp = attn_hypothesis_count();
+    if (s == PG_OK && d->n_diag > 0 &&
+        (d->diag_dist = malloc(d->n_diag * d->n_diag_hyp * sizeof *d->diag_dist)) == NULL)
+        s = pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
+    for (size_t i = 0; s == PG_OK && i < d->n_diag * d->n_diag_hyp; i++) d->diag_dist[i] = NAN;
+    for (size_t i = 0; s == PG_OK && i < n; i++) {
+        const diagnosis_row *r = &rows[i];
+        for (size_t k = 0; k < d->n_diag; k++) {
+            const diag_span *sp = &d->diag[k];
+            if (r->layer < sp->first_layer || r->layer > sp->last_layer ||
+                strcmp(r->capture, sp->capture) != 0 || strcmp(r->ext_name, sp->ext_name) != 0)
+                continue;
+            for (size_t h = 0; h < d->n_diag_hyp; h++) {
+                double *cell = &d->diag_dist[k * d->n_diag_hyp + h];
+                if (strcmp(r->hypothesis, report_diag_hypothesis(h)) == 0 &&
+                    !isnan(r->rel_l2) && !(*cell >= r->rel_l2))
+                    *cell = r->rel_l2;
+            }
+        }
+    }
+    for (size_t k = 0; s == PG_OK && k < d->n_diag; k++)
+        d->n_diag_bugs += d->diag[k].verdict == DIAG_BUG;
+    diagnosis_rows_free(rows, n);
+    return s;
+}
+
 pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_id, int trend_n,
                            report_data *out, pg_err *err)
 {
@@ -701,6 +743,7 @@ pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_
     if (s == PG_OK) s = load_quant(db, db_name, run_id, out, &local);
     if (s == PG_OK) s = load_evals(db, db_name, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, db_name, run_id, out, &local);
+    if (s == PG_OK) s = load_diagnosis(db, run_id, out, &local);
     if (s == PG_OK) s = load_trend(db, db_name, trend_n, out, &local);
     if (s == PG_OK) s = load_attribution(db, db_name, run_id, out, &local);
     if (s != PG_OK) pg_fail(err, local.code, "%s", local.msg);
@@ -751,6 +794,8 @@ void report_data_free(report_data *d)
         for (size_t j = 0; j < sizeof fs / sizeof fs[0]; j++) free(fs[j]);
     }
     free(d->flags);
+    diag_spans_free(d->diag, d->n_diag);
+    free(d->diag_dist);
     report_trend *t = &d->trend;
     for (size_t i = 0; i < t->n_runs; i++) {
         free(t->runs[i].started_at);

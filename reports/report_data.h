@@ -179,6 +179,14 @@ typedef struct report_data {
     char *advice_config;           /* the gate config the bounds came from; NULL: none */
     size_t n_advice;
     report_advice *advice;
+    /* The scale-plumbing diagnosis of external outputs (ext_diagnosis, read
+     * when the table exists; harness/diag_verdict.h), in spans of layers. */
+    size_t n_diag;
+    struct diag_span *diag;
+    size_t n_diag_bugs;            /* spans whose verdict is bug */
+    size_t n_diag_hyp;             /* the hypothesis table's size: the columns */
+    double *diag_dist;             /* [s * n_diag_hyp + h]: hypothesis h's largest distance
+                                      over span s's layers; NaN: it did not run there */
 } report_data;
 
 /* Loads run_id from db into *out (zero-initialised by the call; free with
@@ -193,6 +201,9 @@ pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_
 
 /* Frees everything d owns and zeroes it; safe on a zeroed or partly loaded d. */
 void report_data_free(report_data *d);
+
+/* The name of diagnosis column h (< d->n_diag_hyp): a hypothesis. */
+const char *report_diag_hypothesis(size_t h);
 
 /* Whether a flag's verdict fails the gate ("regression" or "error"). */
 int report_flag_fails(const report_flag *f);

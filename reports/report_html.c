@@ -1,6 +1,8 @@
 /* report_html.c: a run's report as one self-contained HTML page (see report_html.h). */
 #include "report_html.h"
 
+#include "../harness/diag_verdict.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +211,66 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
         fputs("</tr>\n", out);
     }
     fputs("</table>\n", out);
+}
+
+/* The scale bugs the diagnosis names, first in the report (nothing without one). */
+static void put_diagnosis_lead(FILE *out, const report_data *d)
+{
+    if (d->n_diag_bugs == 0) return;
+    fprintf(out, "<section id=\"scale-bug\">\n<p class=\"banner bad\">scale bug: %zu span%s "
+            "of layers match%s a known scale misapplication</p>\n<ul>\n", d->n_diag_bugs,
+            d->n_diag_bugs == 1 ? "" : "s", d->n_diag_bugs == 1 ? "es" : "");
+    for (size_t i = 0; i < d->n_diag; i++) {
+        if (d->diag[i].verdict != DIAG_BUG) continue;
+        char line[1024];
+        diag_span_message(&d->diag[i], line, sizeof line);
+        fputs("<li>", out);
+        esc(out, d->diag[i].capture, "-");
+        fputs(": ", out);
+        esc(out, line, "-");
+        fputs("</li>\n", out);
+    }
+    fputs("</ul>\n<p class=\"note\">The distances of every hypothesis are in the "
+          "<a href=\"#diagnosis\">diagnosis</a> table.</p>\n</section>\n", out);
+}
+
+/* The diagnosis table: per span of layers of an external output, its verdict,
+ * every hypothesis's largest distance and the verdict's line. */
+static void put_diagnosis(FILE *out, const report_data *d)
+{
+    if (d->n_diag == 0) return;
+    fprintf(out, "<section id=\"diagnosis\">\n<h2>Scale-plumbing diagnosis</h2>\n<p "
+            "class=\"note\">rel_l2 of each external output against each hypothesis (largest "
+            "over the layers); a hypothesis matches at rel_l2 &lt;= %g and is named when %gx "
+            "nearer than every one of the other side (intended against bugs).</p>\n<table>\n"
+            "<tr><th class=\"t\">capture</th><th class=\"t\">output</th><th class=\"t\">"
+            "layers</th><th class=\"t\">verdict</th>", DIAG_MATCH_REL_L2, DIAG_MARGIN);
+    for (size_t h = 0; h < d->n_diag_hyp; h++) {
+        fputs("<th>", out);
+        esc(out, report_diag_hypothesis(h), "-");
+        fputs("</th>", out);
+    }
+    fputs("<th class=\"t\">what it says</th></tr>\n", out);
+    for (size_t i = 0; i < d->n_diag; i++) {
+        const diag_span *sp = &d->diag[i];
+        char layers[48], line[1024];
+        diag_layers_text(sp->first_layer, sp->last_layer, layers, sizeof layers);
+        diag_span_message(sp, line, sizeof line);
+        fputs("<tr>", out);
+        td_text(out, sp->capture);
+        fputs("<td class=\"t\">ext:", out);
+        esc(out, sp->ext_name, "-");
+        fputs("</td>", out);
+        td_text(out, layers);
+        fprintf(out, "<td class=\"t\"><span class=\"verdict %s\">%s</span></td>",
+                sp->verdict == DIAG_BUG ? "regression"
+                                        : sp->verdict == DIAG_INTENDED ? "pass" : "inconclusive",
+                diag_verdict_name(sp->verdict));
+        for (size_t h = 0; h < d->n_diag_hyp; h++) td_num(out, d->diag_dist[i * d->n_diag_hyp + h]);
+        td_text(out, line);
+        fputs("</tr>\n", out);
+    }
+    fputs("</table>\n</section>\n", out);
 }
 
 /* The gate's verdicts: failing flags first, "not gated" without flags. */
@@ -785,8 +847,10 @@ pg_status report_html_write(const report_data *d, FILE *out, pg_err *err)
         svg_put_escaped(out, d->run.label);
     }
     fprintf(out, "</title>\n<style>%s</style>\n</head>\n<body>\n", CSS);
+    put_diagnosis_lead(out, d);
     put_header(out, d);
     put_regressions(out, d);
+    put_diagnosis(out, d);
     pg_status s = put_layers(out, d, err);
     if (s == PG_OK) s = put_heads(out, d, err);
     if (s == PG_OK) put_quant(out, d);

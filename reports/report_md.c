@@ -1,6 +1,9 @@
 /* report_md.c: a run's report as Markdown for a pull-request comment (see report_md.h). */
 #include "report_md.h"
 
+#include "../harness/diag_verdict.h"
+#include "../harness/variant_name.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +137,57 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
         if (f->baseline_run_id >= 0) fprintf(out, " %lld |", (long long)f->baseline_run_id);
         else fputs(" - |", out);
         cell_text(out, f->message);
+        fputs("\n", out);
+    }
+}
+
+/* The scale bugs the diagnosis names, first in the report (nothing without one). */
+static void put_diagnosis_lead(FILE *out, const report_data *d)
+{
+    if (d->n_diag_bugs == 0) return;
+    fprintf(out, "> **SCALE BUG**: %zu span%s of layers match%s a known scale misapplication\n",
+            d->n_diag_bugs, d->n_diag_bugs == 1 ? "" : "s", d->n_diag_bugs == 1 ? "es" : "");
+    for (size_t i = 0; i < d->n_diag; i++) {
+        if (d->diag[i].verdict != DIAG_BUG) continue;
+        char line[1024];
+        diag_span_message(&d->diag[i], line, sizeof line);
+        fputs(">\n> - ", out);
+        report_md_put_escaped(out, d->diag[i].capture);
+        fputs(": ", out);
+        report_md_put_escaped(out, line);
+        fputs("\n", out);
+    }
+    fputs("\n", out);
+}
+
+/* The diagnosis table: per span of layers of an external output, its verdict,
+ * every hypothesis's largest distance and the verdict's line. */
+static void put_diagnosis(FILE *out, const report_data *d)
+{
+    if (d->n_diag == 0) return;
+    fprintf(out, "\n### Scale-plumbing diagnosis\n\nrel_l2 of each external output against "
+            "each hypothesis (largest over the layers); a hypothesis matches at rel_l2 <= %g "
+            "and is named when %gx nearer than every one of the other side.\n\n"
+            "| capture | output | layers | verdict |", DIAG_MATCH_REL_L2, DIAG_MARGIN);
+    for (size_t h = 0; h < d->n_diag_hyp; h++) cell_text(out, report_diag_hypothesis(h));
+    fputs(" what it says |\n", out);
+    fputs("| --- | --- | --- | --- |", out);
+    for (size_t h = 0; h < d->n_diag_hyp; h++) fputs(" ---: |", out);
+    fputs(" --- |\n", out);
+    for (size_t i = 0; i < d->n_diag; i++) {
+        const diag_span *sp = &d->diag[i];
+        char layers[48], line[1024], ext[VARIANT_NAME_MAX];
+        diag_layers_text(sp->first_layer, sp->last_layer, layers, sizeof layers);
+        diag_span_message(sp, line, sizeof line);
+        variant_name_ext(sp->ext_name, ext, sizeof ext);
+        fputs("|", out);
+        cell_text(out, sp->capture);
+        cell_text(out, ext);
+        cell_text(out, layers);
+        fprintf(out, " %s%s%s |", sp->verdict == DIAG_BUG ? "**" : "",
+                diag_verdict_name(sp->verdict), sp->verdict == DIAG_BUG ? "**" : "");
+        for (size_t h = 0; h < d->n_diag_hyp; h++) cell_num(out, d->diag_dist[i * d->n_diag_hyp + h]);
+        cell_text(out, line);
         fputs("\n", out);
     }
 }
@@ -493,8 +547,10 @@ static void put_trend(FILE *out, const report_data *d)
 pg_status report_md_write(const report_data *d, FILE *out, pg_err *err)
 {
     if (d == NULL || out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "report: no data or output");
+    put_diagnosis_lead(out, d);
     put_header(out, d);
     put_regressions(out, d);
+    put_diagnosis(out, d);
     put_layers(out, d);
     pg_status s = put_heads(out, d, err);
     if (s != PG_OK) return s;

@@ -277,6 +277,11 @@ def main(argv=None):
     ap.add_argument("--scales", choices=("auto", "always", "never"), default="auto",
                     help="store q/k/v scales: auto = when the KV cache is fp8")
     ap.add_argument("--kv-cache-dtype", default="auto")
+    ap.add_argument("--calculate-kv-scales", action="store_true",
+                    help="let vLLM calibrate q/k/v scales on the first forward (its "
+                         "calculate_kv_scales engine argument: amax / 200 for q and k, / 100 for v); "
+                         "without it a checkpoint without kv scales runs at 1.0, where every scale "
+                         "bug is silent")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--block-size", type=int, default=None, choices=pc.BLOCK_SIZES)
     ap.add_argument("--load-format", default=None, help="e.g. dummy for random weights")
@@ -303,6 +308,8 @@ def main(argv=None):
         kw["max_model_len"] = args.max_model_len
     if args.chunk:
         kw.update(enable_chunked_prefill=True, max_num_batched_tokens=args.chunk)
+    if args.calculate_kv_scales:
+        kw["calculate_kv_scales"] = True
     llm = LLM(**kw)
     tok = llm.get_tokenizer()
     token_lists = [tok.encode(p)[:args.max_tokens] if args.max_tokens else tok.encode(p) for p in prompts]

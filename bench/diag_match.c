@@ -1,0 +1,146 @@
+/*
+ * diag_match.c: the measurement behind DIAG_MATCH_REL_L2 (harness/diag_verdict.h):
+ * on every layer of a capture, at the sweep's default fp8 options (the
+ * capture's scales, else amax / 448), each pair of kernel profiles of one
+ * mode that run on the layer, each as the other's reference: how far a real
+ * kernel of the mode sits from another profile of it. Prints the largest
+ * per mode with its pair and layer, then the time the sweep's diagnosis
+ * (diag_layer_run, one external output) takes per layer. With SHARD, also
+ * writes a capture shard whose external output layers.L.out.HYP (HYP a
+ * hypothesis name, e.g. kv-scales-twice) is that hypothesis's output under
+ * the same options: put it beside CAPTURE in a directory and sweep that.
+ *
+ * usage: diag_match CAPTURE [threads [HYP SHARD]]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn.h"
+#include "attn_hypothesis.h"
+#include "attn_profile.h"
+#include "capture.h"
+#include "diagnose.h"
+#include "parallel.h"
+#include "safetensors.h"
+#include "sweep.h"
+
+/* Most profiles the table holds (attn_profile_count checked against it). */
+#define MAX_PROFILES 16
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: diag_match CAPTURE [threads]\n");
+        return 2;
+    }
+    const int threads = argc > 2 ? atoi(argv[2]) : parallel_default_threads();
+    pg_err err = {0};
+    capture *cap = NULL;
+    if (capture_open(argv[1], &cap, &err) != PG_OK) {
+        fprintf(stderr, "diag_match: %s\n", err.msg);
+        return 1;
+    }
+    const size_t np = attn_profile_count();
+    if (np > MAX_PROFILES) return 1;
+    const sweep_options so = {.n_threads = threads};
+    const attn_hypothesis *write_h = argc > 4 ? attn_hypothesis_find(argv[3]) : NULL;
+    if (argc > 4 && write_h == NULL) {
+        fprintf(stderr, "diag_match: no hypothesis '%s'\n", argv[3]);
+        return 2;
+    }
+    st_writer *w = NULL;
+    if (write_h != NULL && st_writer_create(&w, &err) != PG_OK) return 1;
+    uint16_t **keep = calloc((size_t)cap->n_layers, sizeof *keep);
+    double worst[3] = {0, 0, 0};
+    char worst_what[3][160] = {"", "", ""};
+    double diag_s = 0;
+    int rc = 0;
+    for (int li = 0; li < cap->n_layers && rc == 0; li++) {
+        const capture_layer *L = &cap->layers[li];
+        const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
+                              L->window, L->sm_scale, L->sinks};
+        attn_fp8_options fo;
+        sweep_layer_fp8_options(cap, li, &so, &fo);
+        const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
+        uint16_t *out[MAX_PROFILES] = {NULL};
+        for (size_t p = 0; p < np && rc == 0; p++) {
+            const attn_profile *pr = attn_profile_at(p);
+            /* fp8kv@vllm-24197 emulates a bug (kv-scales-twice), not a kernel of the mode. */
+            if (strcmp(attn_profile_variant(pr), "fp8kv@vllm-24197") == 0) continue;
+            out[p] = malloc(nq * 2);
+            pg_err why = {0};
+            const pg_status st = attn_variant_run(pr, &b, L->q, L->k, L->v, &fo, out[p], NULL,
+                                                  threads, &why);
+            if (st == PG_ERR_USAGE) {  /* refuses the layer (no sinks) */
+                free(out[p]);
+                out[p] = NULL;
+            } else if (st != PG_OK) {
+                fprintf(stderr, "diag_match: layer %d %s: %s\n", li, attn_profile_variant(pr),
+                        why.msg);
+                rc = 1;
+            }
+        }
+        for (size_t a = 0; a < np; a++)
+            for (size_t c = 0; c < np; c++) {
+                if (a == c || out[a] == NULL || out[c] == NULL) continue;
+                const attn_mode m = attn_profile_mode(attn_profile_at(a));
+                if (m != attn_profile_mode(attn_profile_at(c))) continue;
+                const double d = diag_rel_l2_bf16(out[a], out[c], nq);
+                if (d > worst[m]) {
+                    worst[m] = d;
+                    snprintf(worst_what[m], sizeof worst_what[m], "%s against %s, layer %d",
+                             attn_profile_variant(attn_profile_at(a)),
+                             attn_profile_variant(attn_profile_at(c)), li);
+                }
+            }
+        /* The diagnosis of one external output (the first profile's output). */
+        const capture_ext_output ext = {"bench", out[0]};
+        diag_layer dl;
+        const double t0 = now();
+        if (rc == 0 && diag_layer_run(&b, L->q, L->k, L->v, &fo, 1, &ext, threads, &dl, &err) !=
+                           PG_OK) {
+            fprintf(stderr, "diag_match: layer %d diagnosis: %s\n", li, err.msg);
+            rc = 1;
+        }
+        diag_s += now() - t0;
+        diag_layer_free(&dl);
+        if (rc == 0 && write_h != NULL) {
+            keep[li] = malloc(nq * 2);
+            char name[96];
+            snprintf(name, sizeof name, "layers.%d.out.%s", li, argv[3]);
+            const int64_t shape[3] = {cap->tq, L->hq, L->d};
+            if (attn_hypothesis_run(write_h, &b, L->q, L->k, L->v, &fo, keep[li], threads,
+                                    &err) != PG_OK ||
+                st_writer_add_tensor(w, name, ST_BF16, 3, shape, keep[li], &err) != PG_OK) {
+                fprintf(stderr, "diag_match: %s\n", err.msg);
+                rc = 1;
+            }
+        }
+        for (size_t p = 0; p < np; p++) free(out[p]);
+    }
+    static const char *const mode_names[3] = {"bf16", "fp8kv", "fp8qkv"};
+    for (int m = 0; m < 3 && rc == 0; m++)
+        printf("%-7s largest rel_l2 between two profiles: %.4g (%s)\n", mode_names[m], worst[m],
+               worst_what[m][0] ? worst_what[m] : "one profile runs");
+    if (rc == 0)
+        printf("diagnosis of one external output: %.3f s for %d layers (%.1f ms a layer, %d "
+               "threads)\n", diag_s, cap->n_layers, 1e3 * diag_s / cap->n_layers, threads);
+    if (rc == 0 && w != NULL && st_writer_write(w, argv[4], &err) != PG_OK) {
+        fprintf(stderr, "diag_match: %s\n", err.msg);
+        rc = 1;
+    }
+    st_writer_free(w);
+    for (int li = 0; li < cap->n_layers; li++) free(keep[li]);
+    free(keep);
+    capture_close(cap);
+    return rc;
+}

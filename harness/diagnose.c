@@ -1,0 +1,123 @@
+/* diagnose.c: the scale-plumbing diagnosis of external outputs (see diagnose.h). */
+#include "diagnose.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../db/diagnosis_store.h"
+#include "../kernels/attn_hypothesis.h"
+#include "../kernels/numerics.h"
+#include "diag_verdict.h"
+#include "metrics.h"
+
+int64_t diag_layer_rows(int n_ext)
+{
+    return n_ext > 0 ? (int64_t)n_ext * (int64_t)attn_hypothesis_count() : 0;
+}
+
+void diag_layer_free(diag_layer *d)
+{
+    if (d == NULL) return;
+    free(d->rel_l2);
+    free(d->why);
+    memset(d, 0, sizeof *d);
+}
+
+double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n)
+{
+    metrics_sums s = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        const double y = bf16_to_f32(h[i]);
+        if (!isfinite(y)) return INFINITY;
+        metrics_add_element(&s, bf16_to_f32(x[i]), y);
+    }
+    attn_error_metrics m;
+    metrics_from_sums(&s, (int64_t)n, 0, &m);
+    return m.rel_l2;
+}
+
+pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, const attn_fp8_options *fo, int n_ext,
+                         const capture_ext_output *ext, int n_threads, diag_layer *out,
+                         pg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (n_ext <= 0) return PG_OK;
+    /* Options the stack's quantization cannot have are the caller's bug, not
+     * a layer a hypothesis refuses (which PG_ERR_USAGE below means). */
+    if (fo == NULL || !fo->quantize || fo->keep_bf16 != 0)
+        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis: the fp8 options must quantize as the "
+                       "fp8 variants do (quantize 1, keep_bf16 0)");
+    const int n_hyp = (int)attn_hypothesis_count();
+    size_t tq = 0;
+    for (int i = 0; i < b->n_seqs; i++) tq += (size_t)b->seq_q[i];
+    const size_t nq = tq * (size_t)b->hq * (size_t)b->d;
+    out->n_ext = n_ext;
+    out->n_hyp = n_hyp;
+    out->rel_l2 = malloc((size_t)n_ext * (size_t)n_hyp * sizeof *out->rel_l2);
+    out->why = calloc((size_t)n_hyp, sizeof *out->why);
+    uint16_t *h_out = malloc(nq * sizeof *h_out);
+    pg_status st = PG_OK;
+    if (out->rel_l2 == NULL || out->why == NULL || h_out == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "diagnosis: cannot allocate a hypothesis output of %zu "
+                     "elements", nq);
+    for (int h = 0; st == PG_OK && h < n_hyp; h++) {
+        const attn_hypothesis *hy = attn_hypothesis_at((size_t)h);
+        pg_err why = {0};
+        const pg_status hs = attn_hypothesis_run(hy, b, q, k, v, fo, h_out, n_threads, &why);
+        if (hs == PG_ERR_USAGE) {
+            /* It refuses this layer: said in the row, never skipped. */
+            snprintf(out->why[h], sizeof out->why[h], "%.*s", DIAG_WHY_MAX - 1, why.msg);
+            for (int e = 0; e < n_ext; e++) out->rel_l2[(size_t)e * n_hyp + h] = NAN;
+            continue;
+        }
+        if (hs != PG_OK) {
+            if (err != NULL) *err = why;
+            st = hs;
+            break;
+        }
+        for (int e = 0; e < n_ext; e++)
+            out->rel_l2[(size_t)e * n_hyp + h] = diag_rel_l2_bf16(ext[e].out, h_out, nq);
+    }
+    free(h_out);
+    return st;
+}
+
+pg_status diag_layer_store(pg_store *s, int64_t run_id, const char *capture_name, int layer,
+                           const capture_ext_output *ext, const diag_layer *d, pg_err *err)
+{
+    pg_status st = PG_OK;
+    for (int e = 0; st == PG_OK && e < d->n_ext; e++)
+        for (int h = 0; st == PG_OK && h < d->n_hyp; h++) {
+            const char *why = d->why[h][0] != '\0' ? d->why[h] : NULL;
+            st = diagnosis_store_put(s, run_id, capture_name, layer, ext[e].name,
+                                     attn_hypothesis_name(attn_hypothesis_at((size_t)h)),
+                                     d->rel_l2[(size_t)e * d->n_hyp + h], why, err);
+        }
+    return st;
+}
+
+pg_status diag_print_run(pg_store *s, int64_t run_id, FILE *out, pg_err *err)
+{
+    diagnosis_row *rows = NULL;
+    size_t n = 0, n_spans = 0;
+    diag_span *spans = NULL;
+    pg_status st = diagnosis_store_load(store_handle(s), run_id, &rows, &n, err);
+    if (st == PG_OK) st = diag_spans(rows, n, &spans, &n_spans, err);
+    const char *cap_name = NULL;
+    for (size_t i = 0; st == PG_OK && i < n_spans; i++) {
+        if (cap_name == NULL || strcmp(cap_name, spans[i].capture) != 0) {
+            cap_name = spans[i].capture;
+            fprintf(out, "diagnosis of external outputs (capture %s; a match is rel_l2 <= %g, "
+                    "named when %gx nearer than the other side):\n", cap_name, DIAG_MATCH_REL_L2,
+                    DIAG_MARGIN);
+        }
+        char line[1024];
+        diag_span_message(&spans[i], line, sizeof line);
+        fprintf(out, "  %s%s\n", spans[i].verdict == DIAG_BUG ? "SCALE BUG: " : "", line);
+    }
+    diag_spans_free(spans, n_spans);
+    diagnosis_rows_free(rows, n);
+    return st;
+}

@@ -1,0 +1,73 @@
+/*
+ * diagnose.h: the scale-plumbing diagnosis of external outputs (issue #16
+ * part 1). For a layer with recorded external outputs (capture
+ * layers.L.out.NAME), every hypothesis of kernels/attn_hypothesis.h runs
+ * once on the CPU specification from the layer's q/k/v and the sweep's fp8
+ * options (the scales the fp8 variants get), and each external output is
+ * measured against each: rel_l2 = ||ext - H|| / ||H|| over the whole layer,
+ * H the hypothesis's output as the reference (as layer_metrics measures a
+ * mode against the fp64 reference; the per-element sums of
+ * harness/metrics.h). The sweep stores the distances in ext_diagnosis
+ * (db/diagnosis_store.h) in the layer's transaction; harness/diag_verdict.h
+ * says what they mean.
+ */
+#ifndef PG_DIAGNOSE_H
+#define PG_DIAGNOSE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../db/store.h"
+#include "../kernels/attn.h"
+#include "capture.h"
+#include "status.h"
+
+/* Longest reason a hypothesis could not run, NUL included. */
+#define DIAG_WHY_MAX 192
+
+/* One layer's distances: rel_l2[e * n_hyp + h] for external output e and
+ * hypothesis h (table order); why[h] is "" when h ran, else why it could
+ * not run on the layer (its rel_l2 entries are then NaN). */
+typedef struct diag_layer {
+    int n_ext;
+    int n_hyp;
+    double *rel_l2;
+    char (*why)[DIAG_WHY_MAX];
+} diag_layer;
+
+/* rel_l2 of output x against reference h (n bf16 each), with
+ * harness/metrics.h's per-element sums and rules (+inf for a non-finite x);
+ * +inf too when h itself is not finite (no output is near it). */
+double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n);
+
+/* The ext_diagnosis rows a layer with n_ext external outputs holds
+ * (n_ext x the hypothesis count; 0 without external outputs). */
+int64_t diag_layer_rows(int n_ext);
+
+/* Runs every hypothesis on layer b (q, k, v; fo the sweep's fp8 options
+ * for it) and measures ext[0..n_ext)'s outputs ([Tq,hq,d] bf16 each) against each,
+ * into *out (zeroed first; free with diag_layer_free, also after a failure).
+ * A hypothesis that refuses the layer (attn_hypothesis_run's PG_ERR_USAGE,
+ * e.g. a kernel without sinks on a layer with them) is recorded in why[h],
+ * never skipped silently; any other failure is returned. A hypothesis output
+ * or an external output with NaN/Inf gives +inf. n_ext 0: nothing runs.
+ * fo NULL, not quantizing or with a keep_bf16 mask is PG_ERR_INTERNAL. */
+pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, const attn_fp8_options *fo, int n_ext,
+                         const capture_ext_output *ext, int n_threads, diag_layer *out,
+                         pg_err *err);
+
+/* Frees what diag_layer_run allocated in d; NULL-safe. */
+void diag_layer_free(diag_layer *d);
+
+/* Stores d's rows for layer `layer` of capture_name under run_id, ext[e].name
+ * naming output e (NAME of ext:NAME), in the caller's transaction. */
+pg_status diag_layer_store(pg_store *s, int64_t run_id, const char *capture_name, int layer,
+                           const capture_ext_output *ext, const diag_layer *d, pg_err *err);
+
+/* Prints run_id's diagnosis to out: "diagnosis of external outputs
+ * (capture C):" and one line per span of layers (diag_span_message);
+ * nothing when the run has no ext_diagnosis rows. */
+pg_status diag_print_run(pg_store *s, int64_t run_id, FILE *out, pg_err *err);
+
+#endif /* PG_DIAGNOSE_H */
