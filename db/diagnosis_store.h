@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 #include "store.h"
 
 struct sqlite3;

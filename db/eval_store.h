@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "../evals/score.h"
-#include "../harness/status.h"
+#include "base/status.h"
 #include "store.h"
 
 #ifdef __cplusplus

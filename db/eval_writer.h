@@ -46,7 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 #include "eval_store.h"
 #include "store.h"
 

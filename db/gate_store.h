@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "../harness/regress.h"
-#include "../harness/status.h"
+#include "base/status.h"
 #include "store.h"
 
 #ifdef __cplusplus

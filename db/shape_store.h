@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 #include "store.h"
 
 /* One layer_shapes row. capture is owned (shape_rows_free). */

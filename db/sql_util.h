@@ -11,7 +11,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 #include "store.h"
 
 /* Longest "what failed" phrase kept before SQLite's message is appended. */

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "../harness/metrics.h"
-#include "../harness/status.h"
+#include "base/status.h"
 
 /* Default database file, in the working directory. */
 #define STORE_DEFAULT_PATH "precgate.db"

@@ -12,7 +12,7 @@
 
 #include "../db/eval_writer.h"
 #include "../db/store.h"
-#include "../harness/status.h"
+#include "base/status.h"
 #include "grade.h"
 #include "openai_client.h"
 #include "traces.h"

@@ -50,7 +50,7 @@
 
 #include <stdbool.h>
 
-#include "status.h"
+#include "base/status.h"
 
 typedef enum grade_extractor {
     GRADE_DEFAULT,  /* last brace-matched \boxed / \fbox, normalised */

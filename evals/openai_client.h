@@ -29,7 +29,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

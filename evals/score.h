@@ -52,7 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

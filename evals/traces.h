@@ -31,7 +31,7 @@
 
 #include <stddef.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* Smallest and largest answer of an AIME problem. */
 #define TRACES_ANSWER_MIN 0

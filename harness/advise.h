@@ -51,7 +51,7 @@
 #include <stdint.h>
 
 #include "regress.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,7 +15,7 @@
 #include "../db/store.h"
 #include "advise.h"
 #include "gate_config.h"
-#include "status.h"
+#include "base/status.h"
 
 /* One run's evidence. Zero-initialise; free with advise_evidence_free. */
 typedef struct advise_evidence {

@@ -31,7 +31,7 @@
 #include "../kernels/attn.h"
 #include "../kernels/attn_backend.h"
 #include "../kernels/attn_profile.h"
-#include "status.h"
+#include "base/status.h"
 
 /* Most rows one variant gives: none, q, k, v, p, all. */
 #define ATTRIBUTE_MAX_ROWS ATTRIBUTION_N_TENSORS

@@ -26,7 +26,7 @@
 
 #include <stdint.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* The format string a v1 capture carries in __metadata__["format"]. */
 #define CAPTURE_FORMAT_V1 "precgate.capture.v1"

@@ -2,11 +2,13 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../db/store.h"
+#include "interrupt.h"
 
 extern const char cmd_run_usage[];
 extern const char cmd_synth_usage[];
@@ -68,11 +70,22 @@ void cli_print_overview(FILE *out)
     fprintf(out, "\nexit status: 0 success, 1 failure, 2 usage error\n");
 }
 
+int cli_exit_code(pg_status code)
+{
+    if (code == PG_OK) return 0;
+    if (code == PG_ERR_USAGE) return 2;
+    if (code == PG_ERR_INTERRUPTED) {
+        const int sig = interrupt_signal();
+        return interrupt_exit_code(sig != 0 ? sig : SIGINT);
+    }
+    return 1;
+}
+
 int cli_report(const pg_err *err)
 {
     fprintf(stderr, "precgate: error: %s\n",
             err->msg[0] != '\0' ? err->msg : pg_status_str(err->code));
-    return pg_status_exit_code(err->code);
+    return cli_exit_code(err->code);
 }
 
 pg_status cli_parse_int(const char *opt, const char *value, long min, long max, long *out,

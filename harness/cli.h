@@ -3,14 +3,14 @@
  *
  * Each subcommand is a row {name, summary, usage, handler}; main() looks the
  * name up, `precgate help NAME` and `precgate NAME --help` print its usage.
- * Handlers return a process exit status (pg_status_exit_code).
+ * Handlers return a process exit status (cli_exit_code).
  */
 #ifndef PG_CLI_H
 #define PG_CLI_H
 
 #include <stdio.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* One subcommand. handler gets argv[0] = the command name. */
 typedef struct cli_command {
@@ -28,6 +28,11 @@ const cli_command *cli_find(const char *name);
 
 /* Prints the program usage and the command list to out. */
 void cli_print_overview(FILE *out);
+
+/* Process exit status for a code: 0 for PG_OK, 2 for PG_ERR_USAGE, 128 + the
+ * signal caught for PG_ERR_INTERRUPTED (interrupt_exit_code: 130 for SIGINT,
+ * 143 for SIGTERM; 130 when none was caught), 1 otherwise. */
+int cli_exit_code(pg_status code);
 
 /* Prints `precgate: error: <detail>` to stderr and returns the exit status
  * for err->code (falls back to pg_status_str when the detail is empty). */

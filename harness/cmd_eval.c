@@ -549,5 +549,5 @@ int cmd_eval(int argc, char **argv)
     store_close(es.store);
     traces_free(t);
     if (st != PG_OK) return cli_report(&err);
-    return stored_errors > 0 ? pg_status_exit_code(PG_ERR_HTTP) : 0;
+    return stored_errors > 0 ? cli_exit_code(PG_ERR_HTTP) : 0;
 }

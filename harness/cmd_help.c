@@ -58,7 +58,7 @@ int cmd_help(int argc, char **argv)
     }
     if (argc > 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(cmd_help_usage, argc > 2 ? stderr : stdout);
-        return argc > 2 ? pg_status_exit_code(PG_ERR_USAGE) : 0;
+        return argc > 2 ? cli_exit_code(PG_ERR_USAGE) : 0;
     }
     for (size_t i = 0; i < N_HELP_TOPICS; i++)
         if (strcmp(argv[1], help_topics[i].name) == 0) {

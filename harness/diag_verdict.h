@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "../db/diagnosis_store.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

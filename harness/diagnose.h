@@ -20,7 +20,7 @@
 #include "../db/store.h"
 #include "../kernels/attn.h"
 #include "capture.h"
-#include "status.h"
+#include "base/status.h"
 
 /* Longest reason a hypothesis could not run, NUL included. */
 #define DIAG_WHY_MAX 192

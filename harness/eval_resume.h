@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* A field of a run's config_json that a resume must repeat: its key, and
  * how the user sets it (quoted in the refusal). */

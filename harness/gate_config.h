@@ -62,7 +62,7 @@
 
 #include <stddef.h>
 
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         cli_print_overview(stderr);
-        return pg_status_exit_code(PG_ERR_USAGE);
+        return cli_exit_code(PG_ERR_USAGE);
     }
     const char *name = argv[1];
     if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {

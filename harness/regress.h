@@ -147,7 +147,7 @@
 
 #include "diag_verdict.h"
 #include "gate_config.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* Largest header accepted, as in the reference implementation (100 MB). */
 #define ST_HEADER_MAX ((uint64_t)100 * 1000 * 1000)

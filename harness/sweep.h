@@ -14,7 +14,7 @@
 #include "../kernels/attn_profile.h"
 #include "../kernels/attn_backend.h"
 #include "capture.h"
-#include "status.h"
+#include "base/status.h"
 
 /* Where a sweep's time went (seconds), for `precgate run`'s timing line. */
 typedef struct sweep_stats {

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "capture.h"
-#include "status.h"
+#include "base/status.h"
 
 /* Outlier key channels per kv head, inclusive range (KIVI / KVQuant: a few). */
 #define SYNTH_K_OUTLIERS_MIN 2

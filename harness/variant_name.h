@@ -24,7 +24,7 @@
 #include <stddef.h>
 
 #include "../kernels/attn_profile.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -47,7 +47,7 @@
 #include <stdint.h>
 
 #include "numerics.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -17,7 +17,7 @@
 #include "attn_profile.h"
 #include "kv_cache.h"
 #include "metrics.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -30,7 +30,7 @@
 
 #include "attn.h"
 #include "attn_profile.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "attn.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

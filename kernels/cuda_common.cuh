@@ -9,7 +9,7 @@
 
 #include "kv_cache.h"
 #include "metrics.h"
-#include "status.h"
+#include "base/status.h"
 
 // The one GPU the kernels are built for (CMakeLists.txt: CUDA architecture
 // 90a): compute capability 9.0, with the sm_90a-only wgmma instructions.

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "metrics.h"
-#include "status.h"
+#include "base/status.h"
 
 #include "cuda_common.cuh"
 

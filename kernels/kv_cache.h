@@ -14,7 +14,7 @@
 
 #include "attn.h"
 #include "numerics.h"
-#include "status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

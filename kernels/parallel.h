@@ -4,7 +4,7 @@
 #ifndef PG_PARALLEL_H
 #define PG_PARALLEL_H
 
-#include "status.h"
+#include "base/status.h"
 
 /* Work item callback: item in [0, n_items), thread in [0, n_threads). It must
  * not fail; callers allocate what it needs per thread beforehand. */

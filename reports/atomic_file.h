@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 
 /* Writes the file's content to out; returns PG_OK or its failure (err filled). */
 typedef pg_status (*atomic_file_writer)(void *ctx, FILE *out, pg_err *err);

@@ -27,7 +27,7 @@
 #include <stdio.h>
 
 #include "../db/store.h"
-#include "../harness/status.h"
+#include "base/status.h"
 
 /* z of a two-sided 95% normal interval. */
 #define DIFF_Z95 1.96

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "../db/store.h"
-#include "../harness/status.h"
+#include "base/status.h"
 
 /* Version of the file's layout, written as "format". */
 #define EVAL_RESULTS_FORMAT "precgate.eval-results.v1"

@@ -26,7 +26,7 @@
 #include <stdio.h>
 
 #include "../harness/regress.h"
-#include "../harness/status.h"
+#include "base/status.h"
 
 /* Writes s to out as XML character data or attribute text (the escapes
  * above; newline, tab and carriage return as character references when

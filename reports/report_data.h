@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "../db/attribution_store.h"
-#include "../harness/status.h"
+#include "base/status.h"
 
 struct sqlite3;
 

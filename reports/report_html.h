@@ -20,7 +20,7 @@
 
 #include <stdio.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 #include "report_data.h"
 
 /* Writes d's report to out. PG_ERR_IO when out reports a write error

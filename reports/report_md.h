@@ -17,7 +17,7 @@
 
 #include <stdio.h>
 
-#include "../harness/status.h"
+#include "base/status.h"
 #include "report_data.h"
 
 /* Writes s to out escaped for Markdown text and table cells: & < > as HTML

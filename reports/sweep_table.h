@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "../db/store.h"
-#include "../harness/status.h"
+#include "base/status.h"
 
 /* Width of the capture column (longer names keep their tail after "..."). */
 #define TABLE_CAPTURE_WIDTH 32

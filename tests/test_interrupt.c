@@ -10,9 +10,10 @@
 #include <unistd.h>
 
 #include "fake_openai_server.h"
+#include "cli.h"
 #include "interrupt.h"
 #include "openai_client.h"
-#include "status.h"
+#include "base/status.h"
 
 #define CHAT "/v1/chat/completions"
 #define OK_BODY                                                                             \
@@ -34,7 +35,7 @@ static void child_raise_twice(int sig, const char *name, int code)
     raise(sig);
     if (interrupt_signal() != sig || *interrupt_flag() != sig) _exit(1);
     if (strcmp(interrupt_signal_name(sig), name) != 0) _exit(1);
-    if (interrupt_exit_code(sig) != code || pg_status_exit_code(PG_ERR_INTERRUPTED) != code)
+    if (interrupt_exit_code(sig) != code || cli_exit_code(PG_ERR_INTERRUPTED) != code)
         _exit(1);
     raise(sig);   /* the default action now: the process dies of sig */
     _exit(3);
@@ -69,7 +70,7 @@ Test(interrupt, names_and_codes)
     cr_assert_eq(interrupt_exit_code(SIGINT), 130);
     cr_assert_eq(interrupt_exit_code(SIGTERM), 143);
     /* No signal caught in this process: SIGINT's code, never 0, 1 or 2. */
-    cr_assert_eq(pg_status_exit_code(PG_ERR_INTERRUPTED), 130);
+    cr_assert_eq(cli_exit_code(PG_ERR_INTERRUPTED), 130);
     cr_assert_str_eq(pg_status_str(PG_ERR_INTERRUPTED), "interrupted");
 }
 

@@ -1,13 +1,9 @@
 /* status.c: result codes and the first-failure error buffer (see status.h). */
-#include "status.h"
-
-#include <signal.h>
+#include "base/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "interrupt.h"
 
 pg_status pg_fail(pg_err *err, pg_status code, const char *fmt, ...)
 {
@@ -38,17 +34,6 @@ const char *pg_status_str(pg_status code)
     case PG_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown error";
-}
-
-int pg_status_exit_code(pg_status code)
-{
-    if (code == PG_OK) return 0;
-    if (code == PG_ERR_USAGE) return 2;
-    if (code == PG_ERR_INTERRUPTED) {
-        const int sig = interrupt_signal();
-        return interrupt_exit_code(sig != 0 ? sig : SIGINT);
-    }
-    return 1;
 }
 
 void pg_err_clear(pg_err *err)

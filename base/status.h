@@ -5,7 +5,9 @@
  * one-line detail into the caller's pg_err (the first failure wins, as in
  * curl's error buffer). The command-line tool prints
  *     precgate: error: <detail>
- * on stderr and exits with pg_status_exit_code(code).
+ * on stderr and exits with cli_exit_code(code) (harness/cli.h).
+ *
+ * Part of base/, the foundation every folder may use (README, Layout).
  */
 #ifndef PG_STATUS_H
 #define PG_STATUS_H
@@ -47,11 +49,6 @@ pg_status pg_fail(pg_err *err, pg_status code, const char *fmt, ...)
 
 /* Short fixed phrase for a code ("malformed input", ...); never NULL. */
 const char *pg_status_str(pg_status code);
-
-/* Process exit status for a code: 0 for PG_OK, 2 for PG_ERR_USAGE, 128 + the
- * signal caught for PG_ERR_INTERRUPTED (interrupt_exit_code: 130 for SIGINT,
- * 143 for SIGTERM; 130 when none was caught), 1 otherwise. */
-int pg_status_exit_code(pg_status code);
 
 /* Clears err back to PG_OK and an empty message. */
 void pg_err_clear(pg_err *err);
