@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "sql_util.h"
+#include "base/clock.h"
 
 /* One queued sample: the row, pointing into its own copy of the strings. */
 typedef struct owned_row {
@@ -38,13 +39,6 @@ struct eval_writer {
     owned_row **batch;         /* batch_rows slots */
     eval_writer_counts counts;
 };
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The CLOCK_MONOTONIC time t (seconds) as a timespec for pthread_cond_timedwait. */
 static struct timespec to_timespec(double t)
@@ -154,7 +148,7 @@ static size_t take_batch_locked(eval_writer *w)
             continue;
         }
         const double due = w->ring[w->head]->queued_at + w->opt.batch_ms / 1000.0;
-        if (mono_now() >= due) break;
+        if (pg_clock_mono_s() >= due) break;
         const struct timespec ts = to_timespec(due);
         pthread_cond_timedwait(&w->has_work, &w->mu, &ts);
     }
@@ -301,7 +295,7 @@ pg_status eval_writer_put(eval_writer *w, const eval_sample_row *row, pg_err *er
         free(o);
         return pg_fail(err, failure.code, "%s", failure.msg);
     }
-    o->queued_at = mono_now();
+    o->queued_at = pg_clock_mono_s();
     w->ring[(w->head + w->n_queued) % cap] = o;
     w->n_queued++;
     w->queued_bytes += o->text_bytes;

@@ -10,6 +10,7 @@
 #include "../db/eval_writer.h"
 #include "../harness/progress.h"
 #include "score.h"
+#include "base/clock.h"
 
 /* FNV-1a 64-bit (Fowler, Noll, Vo), offset basis and prime as published. */
 #define FNV64_OFFSET 0xcbf29ce484222325ull
@@ -158,7 +159,7 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
     pg_status st = eval_writer_put(lc->writer, &r, err);
     if (st != PG_OK) return st;
     char what[64];
-    const double elapsed = progress_now() - lc->bar.started;
+    const double elapsed = pg_clock_mono_s() - lc->bar.started;
     snprintf(what, sizeof what, "%.2f/s, %d err, %d retries",
              elapsed > 0 ? pr->done / elapsed : 0.0, pr->errors, pr->retries);
     progress_update(&lc->bar, pr->done, what);

@@ -11,6 +11,8 @@
  */
 #include "openai_client.h"
 #include "grade.h"
+#include "base/clock.h"
+#include "base/rng.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -104,14 +106,6 @@ static void buf_free(buf *b)
 {
     free(b->p);
     *b = (buf){0};
-}
-
-/* Monotonic clock in seconds. */
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Sleeps for s seconds (nothing when s <= 0). */
@@ -421,11 +415,11 @@ static bool stop_requested(const oa_options *o)
 
 pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
 {
-    double end = mono_now() + deadline_s;
+    double end = pg_clock_mono_s() + deadline_s;
     char why[OA_ERR_MAX] = "no attempt made";
     const char *url = ep->url_health;
     for (;;) {  /* probes at least once, even past the deadline */
-        double left = end - mono_now();
+        double left = end - pg_clock_mono_s();
         double to = left < OA_PROBE_TIMEOUT_S ? left : OA_PROBE_TIMEOUT_S;
         if (to < OA_PROBE_MIN_TIMEOUT_S) to = OA_PROBE_MIN_TIMEOUT_S;
         buf body = {0};
@@ -460,7 +454,7 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
             }
         }
         buf_free(&body);
-        left = end - mono_now();
+        left = end - pg_clock_mono_s();
         if (stop_requested(&ep->opt))
             return pg_fail(err, PG_ERR_INTERRUPTED, "%s: interrupted while waiting for the "
                                                     "server", url);
@@ -793,7 +787,7 @@ static size_t on_chat_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     xfer *x = userdata;
     size_t n = size * nmemb;
-    x->last_rx = mono_now();
+    x->last_rx = pg_clock_mono_s();
     if (n > 0) x->body_started = true;
     if (x->rx == RX_UNDECIDED) {
         long code = 0;
@@ -832,19 +826,10 @@ typedef struct run {
     xfer **held;       /* every request holding a slot */
     int n_held;
     oa_progress prog;
-    uint64_t rng;      /* xorshift64* state for the jitter */
+    rng_xoshiro256 rng; /* the jitter's generator */
     oa_done_fn on_done;
     void *ctx;
 } run;
-
-/* A uniform double in [0, 1) from r's generator (xorshift64*, Vigna 2016). */
-static double rng_uniform(run *r)
-{
-    r->rng ^= r->rng >> 12;
-    r->rng ^= r->rng << 25;
-    r->rng ^= r->rng >> 27;
-    return (double)((r->rng * 0x2545F4914F6CDD1DULL) >> 11) * 0x1.0p-53;
-}
 
 /* Whether a libcurl failure is worth another attempt: the network or the
  * server went away or was too slow, not a local or protocol mistake. */
@@ -900,7 +885,7 @@ static pg_status start_attempt(run *r, xfer *x, pg_err *err)
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(o->connect_timeout_s * 1000.0));
     }
     x->attempts++;
-    x->started = x->last_rx = mono_now();
+    x->started = x->last_rx = pg_clock_mono_s();
     x->state = XF_ACTIVE;
     CURLMcode mc = curl_multi_add_handle(r->multi, x->easy);
     if (mc != CURLM_OK)
@@ -936,7 +921,7 @@ static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const ch
         .outcome = outcome,
         .http_status = (int)code,
         .attempts = x->attempts,
-        .latency_ms = (mono_now() - x->started) * 1000.0,
+        .latency_ms = (pg_clock_mono_s() - x->started) * 1000.0,
         .prompt_tokens = x->prompt_tokens,
         .completion_tokens = x->completion_tokens,
     };
@@ -1051,14 +1036,14 @@ static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
     const oa_options *o = &x->ep->opt;
     double ceil_s = ldexp(o->backoff_base_s, x->attempts - 1);
     if (!(ceil_s < o->backoff_cap_s)) ceil_s = o->backoff_cap_s;
-    double delay = rng_uniform(r) * ceil_s;
+    double delay = rng_xoshiro_open01(&r->rng) * ceil_s;
     curl_off_t after = 0;
     if ((code == 429 || code == 503) &&
         curl_easy_getinfo(x->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0) {
         double ra = (double)after < o->backoff_cap_s ? (double)after : o->backoff_cap_s;
         if (ra > delay) delay = ra;
     }
-    x->not_before = mono_now() + delay;
+    x->not_before = pg_clock_mono_s() + delay;
     r->prog.retries++;
     return PG_OK;
 }
@@ -1137,7 +1122,7 @@ static pg_status fail_stalled(run *r, double read_at, bool *failed, pg_err *err)
 static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
 {
     pg_status st = PG_OK;
-    const double now = mono_now();
+    const double now = pg_clock_mono_s();
     for (int e = 0; e < r->n_q && st == PG_OK; e++) {
         int i;
         while (st == PG_OK && r->q[e].held < r->q[e].ep->opt.max_in_flight &&
@@ -1201,7 +1186,8 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
     if (n_eps <= 0) return pg_fail(err, PG_ERR_USAGE, "no endpoint to send %d requests to", n_reqs);
     run r = {.n = n_reqs, .n_q = n_eps, .on_done = on_done, .ctx = ctx};
     r.prog.total = n_reqs;
-    r.rng = ((uint64_t)(mono_now() * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&r) | 1;
+    rng_xoshiro_seed(&r.rng, (uint64_t)(pg_clock_mono_s() * 1e9) ^ ((uint64_t)getpid() << 32) ^
+                                 (uintptr_t)&r);
     r.x = calloc((size_t)n_reqs, sizeof *r.x);
     r.q = calloc((size_t)n_eps, sizeof *r.q);
     r.held = calloc((size_t)n_reqs, sizeof *r.held);
@@ -1230,7 +1216,7 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
         st = start_ready(&r, &wait_ms, err);
         if (st != PG_OK) break;
         int running;
-        const double read_at = mono_now();
+        const double read_at = pg_clock_mono_s();
         CURLMcode mc = curl_multi_perform(r.multi, &running);
         if (mc != CURLM_OK) {
             st = pg_fail(err, PG_ERR_HTTP, "curl_multi_perform: %s", curl_multi_strerror(mc));

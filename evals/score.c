@@ -49,7 +49,7 @@
  *  - Smallest reachable sign-test p: with n untied problems the most extreme
  *    outcome (all won or all lost) has two-sided p = 2 * 0.5^n (Conover,
  *    as above); for n <= 5 that is >= 0.0625 > 0.05.
- *  - Resampling draws: xoshiro256** seeded by splitmix64 (kernels/rng.h).
+ *  - Resampling draws: xoshiro256** seeded by splitmix64 (base/rng.h).
  */
 #include "score.h"
 
@@ -57,7 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
+#include "base/rng.h"
 
 /* ---- allocation -------------------------------------------------------- */
 
@@ -232,17 +232,6 @@ void eval_wilson(size_t successes, size_t n, double z, double *lo, double *hi)
 
 /* ---- bootstrap --------------------------------------------------------- */
 
-/* Uniform integer in [0, bound), bound >= 1, without modulo bias: draws
- * below 2^64 mod bound are rejected. */
-static uint64_t uniform_below(rng_xoshiro256 *r, uint64_t bound)
-{
-    const uint64_t threshold = (0 - bound) % bound;   /* 2^64 mod bound */
-    for (;;) {
-        const uint64_t v = rng_xoshiro_next(r);
-        if (v >= threshold) return v % bound;
-    }
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -276,7 +265,7 @@ pg_status eval_bootstrap_ci(const double *x, size_t n, size_t b, uint64_t seed, 
     rng_xoshiro_seed(&rng, seed);
     for (size_t r = 0; r < b; r++) {
         double sum = 0.0;
-        for (size_t i = 0; i < n; i++) sum += x[uniform_below(&rng, (uint64_t)n)];
+        for (size_t i = 0; i < n; i++) sum += x[rng_xoshiro_below_exact(&rng, (uint64_t)n)];
         means[r] = sum / (double)n;
     }
     qsort(means, b, sizeof *means, cmp_double);

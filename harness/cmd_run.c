@@ -19,6 +19,7 @@
 #include "progress.h"
 #include "sweep.h"
 #include "variant_name.h"
+#include "base/clock.h"
 
 #ifndef PRECGATE_GIT_REV
 #define PRECGATE_GIT_REV "unknown"
@@ -296,9 +297,9 @@ typedef struct backend_start {
 static void *backend_start_run(void *arg)
 {
     backend_start *b = arg;
-    const double t0 = progress_now();
+    const double t0 = pg_clock_mono_s();
     b->st = open_backend(b->a, &b->gpu, b->desc, sizeof b->desc, &b->err);
-    b->seconds = progress_now() - t0;
+    b->seconds = pg_clock_mono_s() - t0;
     return NULL;
 }
 
@@ -580,7 +581,7 @@ static void print_resume_hint(int64_t run_id, int sig, const sweep_stats *stats,
 
 int cmd_run(int argc, char **argv)
 {
-    const double t_start = progress_now();
+    const double t_start = pg_clock_mono_s();
     pg_err err = {0};
     run_args a;
     if (run_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
@@ -608,9 +609,9 @@ int cmd_run(int argc, char **argv)
     if (!threaded) backend_start_run(&bs);
     capture *cap = NULL;
     pg_err load_err = {0};
-    const double t_load = progress_now();
+    const double t_load = pg_clock_mono_s();
     pg_status st = capture_open(a.capture, &cap, &load_err);
-    const double load_s = progress_now() - t_load;
+    const double load_s = pg_clock_mono_s() - t_load;
     /* The first layers go into the GPU sweep's upload buffers while the GPU
      * starts (its context takes 0.2-0.3 s on the H200 machine). */
     sweep_stage *stage = NULL;
@@ -739,12 +740,12 @@ int cmd_run(int argc, char **argv)
     cJSON_Delete(resume.cfg);
     /* Unmapping the capture and closing the GPU context are timed too: with
      * the phases they account for the command's whole wall time. */
-    const double t_close = progress_now();
+    const double t_close = pg_clock_mono_s();
     capture_close(cap);
     store_close(store);
     attn_backend_close(gpu);
     if (st == PG_OK) {
-        const double t_end = progress_now();
+        const double t_end = pg_clock_mono_s();
         char lock[64] = "", resumed[96] = "", attributed[64] = "", diagnosed[80] = "";
         if (stats.lock_s > 0)
             snprintf(lock, sizeof lock, " (%.2f s of it locking upload buffers)", stats.lock_s);

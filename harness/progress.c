@@ -5,28 +5,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+
 /* Characters of the bar itself. */
 #define PROGRESS_WIDTH 30
-
-double progress_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void progress_start(progress *p, int64_t total)
 {
     p->enabled = isatty(STDERR_FILENO);
     p->total = total > 0 ? total : 1;
-    p->started = progress_now();
+    p->started = pg_clock_mono_s();
 }
 
 void progress_update(progress *p, int64_t done, const char *what)
 {
     if (!p->enabled) return;
     const double frac = (double)done / (double)p->total;
-    const double elapsed = progress_now() - p->started;
+    const double elapsed = pg_clock_mono_s() - p->started;
     const int fill = (int)(frac * PROGRESS_WIDTH);
     char bar[PROGRESS_WIDTH + 1];
     for (int i = 0; i < PROGRESS_WIDTH; i++) bar[i] = i < fill ? '#' : '.';

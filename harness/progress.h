@@ -21,7 +21,4 @@ void progress_update(progress *p, int64_t done, const char *what);
 /* Clears the bar's line. */
 void progress_finish(progress *p);
 
-/* Monotonic clock in seconds. */
-double progress_now(void);
-
 #endif /* PG_PROGRESS_H */

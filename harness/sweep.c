@@ -18,6 +18,7 @@
 #include "diagnose.h"
 #include "progress.h"
 #include "variant_name.h"
+#include "base/clock.h"
 
 /* Layer li of cap as one attention batch. */
 /* Whether opt's layers run on a backend other than the CPU specification
@@ -631,14 +632,14 @@ typedef struct layer_write {
 static void *layer_write_run(void *arg)
 {
     layer_write *w = arg;
-    const double t0 = progress_now();
+    const double t0 = pg_clock_mono_s();
     store_layer_shape shape;
     sweep_layer_shape(w->c.cap, w->c.li, &shape);
     w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L, &shape, w->c.vm,
                         w->c.n_vm, w->c.tqs, w->scale_source, w->c.attr, w->c.n_attr,
                         &w->c.diag, &w->err);
     if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
-    w->seconds = progress_now() - t0;
+    w->seconds = pg_clock_mono_s() - t0;
     free(w->c.vm);
     free(w->c.mbuf);
     diag_layer_free(&w->c.diag);
@@ -721,10 +722,10 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
                     strcmp(c->vm[j].name, attn_profile_variant(opt->variants.p[i])) == 0)
                     joint[i] = c->vm[j].m[0].rel_l2;
         }
-        const double t0 = progress_now();
+        const double t0 = pg_clock_mono_s();
         st = attribute_layer(cpu, &c->b, L->q, L->k, L->v, &c->fo, opt->variants.p,
                              opt->variants.n, joint, c->attr, &c->n_attr, err);
-        if (opt->stats != NULL) opt->stats->attribute_s += progress_now() - t0;
+        if (opt->stats != NULL) opt->stats->attribute_s += pg_clock_mono_s() - t0;
         *step += c->n_attr;
     }
     if (st == PG_OK && L->n_ext > 0) {
@@ -733,10 +734,10 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
         char what[64];
         snprintf(what, sizeof what, "layer %d diagnosis", li);
         progress_update(bar, *step, what);
-        const double t0 = progress_now();
+        const double t0 = pg_clock_mono_s();
         st = diag_layer_run(&c->b, L->q, L->k, L->v, &c->fo, L->n_ext, L->ext, opt->n_threads,
                             &c->diag, err);
-        if (opt->stats != NULL) opt->stats->diagnose_s += progress_now() - t0;
+        if (opt->stats != NULL) opt->stats->diagnose_s += pg_clock_mono_s() - t0;
     }
     return st;
 }
@@ -860,21 +861,21 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
      * (sweep_stage): the caller's, whose first layers were copied while the
      * GPU started, or one opened here. */
     sweep_stage *own = NULL, *ring = NULL;
-    const double t0 = progress_now();
+    const double t0 = pg_clock_mono_s();
     if (be != cpu) {
         ring = opt->stage != NULL ? opt->stage : (own = sweep_stage_open(cap));
         if (ring != NULL && !ring->registered) {
             pg_err lock_err = {0};
-            const double t_lock = progress_now();
+            const double t_lock = pg_clock_mono_s();
             ring->registered = attn_backend_pin(be, ring->buf, ring->bytes, &lock_err) == PG_OK;
             ring->pinned_by = be;
-            if (opt->stats != NULL) opt->stats->lock_s += progress_now() - t_lock;
+            if (opt->stats != NULL) opt->stats->lock_s += pg_clock_mono_s() - t_lock;
             if (!ring->registered)
                 fprintf(stderr, "precgate: %s; uploads run from pageable memory, slower\n",
                         lock_err.msg);
         }
     }
-    if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t0;
+    if (opt->stats != NULL) opt->stats->compute_s += pg_clock_mono_s() - t0;
     /* Layer li computes while layer li - 1 is stored (w[li % 2]). */
     layer_write w[2] = {{.st = PG_OK}, {.st = PG_OK}};
     int stopped_at = -1, stored = 0;  /* the layer not started once *opt->stop was set */
@@ -884,7 +885,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
             stopped_at = li;
             break;
         }
-        const double t1 = progress_now();
+        const double t1 = pg_clock_mono_s();
         if (ring != NULL) {
             /* Layer li + 1's copy into its slot (started when li - 2 did)
              * is joined and goes to the GPU while li computes; li + 3 is
@@ -906,7 +907,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
             st = layer_compute(cap, li, opt, be, cpu, ring, &bar, &step, &cur->c,
                                &cur->scale_source, err);
         if (st != PG_OK) err_name_layer(err, li);
-        if (opt->stats != NULL) opt->stats->compute_s += progress_now() - t1;
+        if (opt->stats != NULL) opt->stats->compute_s += pg_clock_mono_s() - t1;
         /* The layer before must be stored before this one starts: an earlier
          * failure wins, and this layer is then not stored. (A stored layer
          * joins it too: w[li % 2] must be free when li + 1 takes it.) */

@@ -49,7 +49,7 @@
 #include "capture.h"
 #include "numerics.h"
 #include "parallel.h"
-#include "rng.h"
+#include "base/rng.h"
 #include "safetensors.h"
 
 /* ---- magnitudes --------------------------------------------------------
@@ -135,40 +135,10 @@ static void xoshiro_seed(rng_xoshiro256 *r, uint64_t seed, uint64_t stream)
     rng_xoshiro_seed(r, seed ^ rng_splitmix64(&h));
 }
 
-/* Uniform double in the open interval (0, 1): 53 random bits plus half an ulp. */
-static inline double uniform_open(rng_xoshiro256 *r)
-{
-    return ((double)(rng_xoshiro_next(r) >> 11) + 0.5) * 0x1.0p-53;
-}
-
 /* Uniform double in [lo, hi). */
 static double uniform_range(rng_xoshiro256 *r, double lo, double hi)
 {
-    return lo + (hi - lo) * uniform_open(r);
-}
-
-/* Uniform integer in [0, n), n > 0 (Lemire's multiply-shift). */
-static int uniform_below(rng_xoshiro256 *r, int n)
-{
-    return (int)(((unsigned __int128)rng_xoshiro_next(r) * (uint64_t)n) >> 64);
-}
-
-/* Jump polynomial of xoshiro256: the state 2^128 draws ahead (reference
- * xoshiro256starstar.c, jump()). */
-static const uint64_t XOSHIRO_JUMP[4] = {0x180ec6d33cfd0abaull, 0xd5a61266f0c9392cull,
-                                         0xa9582618e03fc9aaull, 0x39abdc4529b1661cull};
-
-/* Advances r by 2^128 draws (non-overlapping subsequences for parallel lanes). */
-static void xoshiro_jump(rng_xoshiro256 *r)
-{
-    uint64_t t[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 4; i++)
-        for (int b = 0; b < 64; b++) {
-            if (XOSHIRO_JUMP[i] & ((uint64_t)1 << b))
-                for (int j = 0; j < 4; j++) t[j] ^= r->s[j];
-            (void)rng_xoshiro_next(r);
-        }
-    memcpy(r->s, t, sizeof t);
+    return lo + (hi - lo) * rng_xoshiro_open01(r);
 }
 
 /* Lanes of the bulk generator. */
@@ -187,7 +157,7 @@ static void xoshiro_bulk_seed(xoshiro_bulk *b, const rng_xoshiro256 *r)
 {
     rng_xoshiro256 lane = *r;
     for (int j = 0; j < XOSHIRO_LANES; j++) {
-        xoshiro_jump(&lane);
+        rng_xoshiro_jump(&lane);
         for (int i = 0; i < 4; i++) b->s[i][j] = lane.s[i];
     }
 }
@@ -262,12 +232,12 @@ static double zig_fix(rng_xoshiro256 *r, const zig_tables *z, uint32_t mag, unsi
             /* Tail: Marsaglia's method for x > ZIG_R. */
             double xx, y;
             do {
-                xx = -log(uniform_open(r)) / ZIG_R;
-                y = -log(uniform_open(r));
+                xx = -log(rng_xoshiro_open01(r)) / ZIG_R;
+                y = -log(rng_xoshiro_open01(r));
             } while (y + y < xx * xx);
             return ZIG_R + xx;
         }
-        if (z->fn[iz] + uniform_open(r) * (z->fn[iz - 1] - z->fn[iz]) < exp(-0.5 * x * x))
+        if (z->fn[iz] + rng_xoshiro_open01(r) * (z->fn[iz - 1] - z->fn[iz]) < exp(-0.5 * x * x))
             return x;
         const uint32_t w = (uint32_t)(rng_xoshiro_next(r) >> 32);
         iz = w & (ZIG_LAYERS - 1);
@@ -668,10 +638,10 @@ static void layer_params(const synth_shared *sh, rng_xoshiro256 *r, synth_scratc
             if (!sink_mask[c]) s->chan[n_free++] = c;
         const int n_out =
             SYNTH_K_OUTLIERS_MIN +
-            uniform_below(r, SYNTH_K_OUTLIERS_MAX - SYNTH_K_OUTLIERS_MIN + 1);
+            (int)rng_xoshiro_below(r, (uint64_t)(SYNTH_K_OUTLIERS_MAX - SYNTH_K_OUTLIERS_MIN + 1));
         for (int c = 0; c < d; c++) free_mask[c] = !sink_mask[c];
         for (int i = 0; i < n_out; i++) {
-            const int j = i + uniform_below(r, n_free - i);
+            const int j = i + (int)rng_xoshiro_below(r, (uint64_t)(n_free - i));
             const int t = s->chan[i];
             s->chan[i] = s->chan[j];
             s->chan[j] = t;
@@ -911,7 +881,7 @@ static void draw_massive2(const synth_config *cfg, int64_t seq_kv, int *massive2
     rng_xoshiro256 r;
     xoshiro_seed(&r, cfg->seed, SYNTH_STREAM_LAYOUT);
     for (int s = 0; s < cfg->n_seqs; s++) {
-        const int pos = 1 + uniform_below(&r, SYNTH_MASSIVE_MAX_POS - 1);
+        const int pos = 1 + (int)rng_xoshiro_below(&r, (uint64_t)(SYNTH_MASSIVE_MAX_POS - 1));
         massive2[s] = pos < seq_kv ? pos : -1;
     }
 }

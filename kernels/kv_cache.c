@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
+#include "base/rng.h"
 
 /* bf16 bits of a quiet NaN: what unwritten cache slots hold. */
 #define KV_BF16_NAN_BITS 0x7FC0u

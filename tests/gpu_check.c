@@ -31,7 +31,7 @@
 #include "metrics.h"
 #include "numerics.h"
 #include "parallel.h"
-#include "rng.h"
+#include "base/rng.h"
 
 #define GPU_SKIP_CODE 77          /* CTest SKIP_RETURN_CODE */
 #define GPU_REF_TOL 1e-6          /* GPU reference vs CPU reference, relative L2 (issue) */

@@ -14,7 +14,7 @@
 #include "attn.h"
 #include "attn_profile.h"
 #include "numerics.h"
-#include "rng.h"
+#include "base/rng.h"
 
 /* Agreement required between the blocked and the naive fp64 reference. */
 #define REF_AGREEMENT 1e-12

@@ -13,7 +13,7 @@
 #include "attn_backend.h"
 #include "metrics.h"
 #include "numerics.h"
-#include "rng.h"
+#include "base/rng.h"
 
 enum { NSEQ = 2, HQ = 4, HKV = 2, D = 64 };
 static int32_t seq_q[NSEQ] = {20, 9}, seq_kv[NSEQ] = {20, 30};

@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "rng.h"
+#include "base/rng.h"
 
 /* Dense grid points and random points over the range. */
 #define EXP_TEST_GRID 2000000

@@ -16,7 +16,7 @@
 #include "attn_hypothesis.h"
 #include "attn_profile.h"
 #include "numerics.h"
-#include "rng.h"
+#include "base/rng.h"
 #include "testutil.h"
 
 #define D 64

@@ -17,7 +17,7 @@
 #include "attn_profile.h"
 #include "fp8_mma.h"
 #include "numerics.h"
-#include "rng.h"
+#include "base/rng.h"
 
 /* kBlockN for head dim 64 (FORK = vllm-project/flash-attention @ 617264c1,
  * UP = Dao-AILab/flash-attention @ 0251105a; hopper/tile_size.h

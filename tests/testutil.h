@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "attn.h"
-#include "rng.h"
+#include "base/rng.h"
 
 /* The current test's scratch directory (made by tu_scratch_setup). */
 extern char tu_dir[];
