@@ -92,7 +92,7 @@ int main(int argc, char **argv)
         for (size_t a = 0; a < np; a++)
             for (size_t c = 0; c < np; c++) {
                 if (a == c || out[a] == NULL || out[c] == NULL) continue;
-                const attn_mode m = attn_profile_mode(attn_profile_at(a));
+                const pg_mode m = attn_profile_mode(attn_profile_at(a));
                 if (m != attn_profile_mode(attn_profile_at(c))) continue;
                 const double d = diag_rel_l2_bf16(out[a], out[c], nq);
                 if (d > worst[m]) {

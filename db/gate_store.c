@@ -446,8 +446,8 @@ static pg_status take_layer(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_er
     out->n_layers++;  /* counted now so that gate_rows_free releases the strings */
     if (oom) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading layer rows");
     r->layer = layer;
-    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) r->m[m] = sql_col_real(st, 3 + m);
-    r->nonfinite = sqlite3_column_int64(st, 3 + REGRESS_METRIC_COUNT);
+    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r->m[m] = sql_col_real(st, 3 + m);
+    r->nonfinite = sqlite3_column_int64(st, 3 + PG_METRIC_VALUE_COUNT);
     return PG_OK;
 }
 

@@ -687,7 +687,7 @@ pg_status store_run_set_config(pg_store *s, int64_t run_id, const char *config_j
 
 pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *capture, int layer,
                                   int head, const char *variant, const char *backend,
-                                  const attn_error_metrics *m, pg_err *err)
+                                  const store_layer_metrics *m, pg_err *err)
 {
     if (s == NULL || m == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "store_put_layer_metrics: store or metrics is NULL");

@@ -11,6 +11,7 @@
 #include "../harness/progress.h"
 #include "score.h"
 #include "base/clock.h"
+#include "base/variant.h"
 
 /* FNV-1a 64-bit (Fowler, Noll, Vo), offset basis and prime as published. */
 #define FNV64_OFFSET 0xcbf29ce484222325ull
@@ -20,8 +21,6 @@
 
 /* Longest reason kept for a recorded completion that cannot be graded. */
 #define EVAL_REASON_MAX 256
-/* The mode every other one is compared with when present (the baseline). */
-#define EVAL_BASELINE_MODE "bf16"
 /* Most (mode, effort) groups one run scores. */
 #define EVAL_MAX_GROUPS (EVAL_MAX_MODES * EVAL_MAX_EFFORTS)
 
@@ -286,7 +285,7 @@ typedef struct scored_group {
 /* Baseline first, then the rest by name. */
 static int mode_order(const char *a, const char *b)
 {
-    const int ba = strcmp(a, EVAL_BASELINE_MODE) == 0, bb = strcmp(b, EVAL_BASELINE_MODE) == 0;
+    const int ba = strcmp(a, PG_MODE_BASELINE_NAME) == 0, bb = strcmp(b, PG_MODE_BASELINE_NAME) == 0;
     if (ba != bb) return bb - ba;
     return strcmp(a, b);
 }

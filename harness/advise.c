@@ -46,7 +46,7 @@ static pg_status check_request(const advise_request *rq, const regress_layer_row
     if (rq == NULL || rq->variant == NULL || out == NULL || (rows == NULL && n_rows > 0) ||
         (shapes == NULL && n_shapes > 0))
         return pg_fail(err, PG_ERR_INTERNAL, "advise_compute: NULL argument");
-    if ((int)rq->metric < 0 || rq->metric >= REGRESS_METRIC_COUNT || !isfinite(rq->budget))
+    if ((int)rq->metric < 0 || rq->metric >= PG_METRIC_VALUE_COUNT || !isfinite(rq->budget))
         return pg_fail(err, PG_ERR_INTERNAL, "advise_compute: metric %d, budget %g",
                        (int)rq->metric, rq->budget);
     size_t n_var = 0;

@@ -75,7 +75,7 @@ typedef struct advise_shape {
 /* What advice is asked for. */
 typedef struct advise_request {
     const char *variant;    /* the stored (full) variant name, e.g. "fp8kv@fixed" */
-    regress_metric metric;
+    pg_metric metric;
     double budget;          /* finite */
 } advise_request;
 

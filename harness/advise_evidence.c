@@ -46,7 +46,7 @@ pg_status advise_evidence_compute(const advise_evidence *ev, const advise_reques
                           err);
 }
 
-double advise_config_budget(const gate_config *c, const char *variant, regress_metric m)
+double advise_config_budget(const gate_config *c, const char *variant, pg_metric m)
 {
     return gate_bound_find(&c->layer.abs[m], variant);
 }

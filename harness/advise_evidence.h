@@ -43,6 +43,6 @@ pg_status advise_evidence_compute(const advise_evidence *ev, const advise_reques
 /* The budget a gate config gives variant (its full name) on metric m: the
  * layer scope's absolute bound (layer.abs for rel_l2, layer.metric_abs.M
  * for the others; harness/gate_config.h); NaN when the config has none. */
-double advise_config_budget(const gate_config *c, const char *variant, regress_metric m);
+double advise_config_budget(const gate_config *c, const char *variant, pg_metric m);
 
 #endif /* PG_ADVISE_EVIDENCE_H */

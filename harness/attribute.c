@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "kernels/metrics.h"
 
 /* The attn_tensor bit of each attribution_tensors entry (0: none, all). */
 static const unsigned tensor_bit[ATTRIBUTION_N_TENSORS] = {0, ATTN_TENSOR_Q, ATTN_TENSOR_K,
@@ -14,11 +14,11 @@ static const unsigned tensor_bit[ATTRIBUTION_N_TENSORS] = {0, ATTN_TENSOR_Q, ATT
 
 /* Whether mode m quantizes the tensor of attribution index t (attn.h: fp8kv
  * writes K and V into the e4m3 cache; fp8qkv also casts Q and rounds P). */
-static int mode_quantizes(attn_mode m, int t)
+static int mode_quantizes(pg_mode m, int t)
 {
-    if (t == ATTRIBUTION_NONE || t == ATTRIBUTION_ALL) return m != ATTN_MODE_BF16;
-    if (m == ATTN_MODE_FP8QKV) return 1;
-    return m == ATTN_MODE_FP8KV && (tensor_bit[t] == ATTN_TENSOR_K || tensor_bit[t] == ATTN_TENSOR_V);
+    if (t == ATTRIBUTION_NONE || t == ATTRIBUTION_ALL) return m != PG_MODE_BF16;
+    if (m == PG_MODE_FP8QKV) return 1;
+    return m == PG_MODE_FP8KV && (tensor_bit[t] == ATTN_TENSOR_K || tensor_bit[t] == ATTN_TENSOR_V);
 }
 
 /* Prefixes err's message (the failure of profile p's row t) with what ran. */
@@ -71,7 +71,7 @@ pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t
                                              "layer of %zu values", nq);
     if (st == PG_OK) st = attn_backend_reference(cpu, b, q, k, v, ref, err);
     for (int i = 0; st == PG_OK && i < n_var; i++) {
-        const attn_mode mode = attn_profile_mode(var[i]);
+        const pg_mode mode = attn_profile_mode(var[i]);
         for (int t = 0; st == PG_OK && t < ATTRIBUTION_N_TENSORS; t++) {
             if (!mode_quantizes(mode, t)) continue;
             if (t == ATTRIBUTION_ALL && joint != NULL && !isnan(joint[i])) {

@@ -14,12 +14,12 @@
 #include "advise_evidence.h"
 #include "cli.h"
 #include "gate_config.h"
-#include "variant_name.h"
+#include "base/variant.h"
 
 /* The --budget form that takes a gate config's bound. */
 #define ADVISE_BUDGET_CONFIG_PREFIX "config:"
 /* The metric advised on unless --metric says otherwise: the gate's first. */
-#define ADVISE_DEFAULT_METRIC REGRESS_REL_L2
+#define ADVISE_DEFAULT_METRIC PG_METRIC_REL_L2
 
 const char cmd_advise_usage[] =
     "usage: precgate advise --run N --variant V --budget X|config:FILE [--metric M] [--json]\n"
@@ -57,7 +57,7 @@ typedef struct advise_args {
     long run;
     const char *variant_text, *budget_text, *db;
     variant_name variant;
-    regress_metric metric;
+    pg_metric metric;
     double budget;
     int json;
 } advise_args;
@@ -77,9 +77,9 @@ static pg_status parse_budget(advise_args *a, pg_err *err)
         if (isnan(a->budget))
             return pg_fail(err, PG_ERR_USAGE, "--budget %s: the config has no layer bound for %s "
                            "on %s (%s%s.%s)", text, a->variant.full,
-                           regress_metric_name(a->metric),
-                           a->metric == REGRESS_REL_L2 ? "layer.abs" : "layer.metric_abs.",
-                           a->metric == REGRESS_REL_L2 ? "" : regress_metric_name(a->metric),
+                           pg_metric_name(a->metric),
+                           a->metric == PG_METRIC_REL_L2 ? "layer.abs" : "layer.metric_abs.",
+                           a->metric == PG_METRIC_REL_L2 ? "" : pg_metric_name(a->metric),
                            a->variant.full);
         return PG_OK;
     }
@@ -116,9 +116,7 @@ static pg_status advise_parse(int argc, char **argv, advise_args *a, pg_err *err
         case O_VARIANT: a->variant_text = optarg; break;
         case O_BUDGET: a->budget_text = optarg; break;
         case O_METRIC:
-            if (!regress_metric_parse(optarg, &a->metric))
-                st = pg_fail(err, PG_ERR_USAGE, "--metric: '%s' is not one of rel_l2, max_abs, "
-                             "mean_abs, p99_abs, cos_sim, sqnr_db", optarg);
+            st = pg_metric_parse("--metric", optarg, PG_METRIC_VALUE_COUNT, &a->metric, err);
             break;
         case O_JSON: a->json = 1; break;
         case O_DB: a->db = optarg; break;
@@ -136,7 +134,7 @@ static pg_status advise_parse(int argc, char **argv, advise_args *a, pg_err *err
     st = variant_name_parse("--variant", a->variant_text, &a->variant, err);
     if (st != PG_OK) return st;
     if (a->variant.kind != VARIANT_PROFILE ||
-        attn_profile_mode(a->variant.profile) == ATTN_MODE_BF16)
+        variant_profile_mode(a->variant.profile) == PG_MODE_BF16)
         return pg_fail(err, PG_ERR_USAGE, "--variant: '%s' is not an fp8 kernel profile (the "
                        "advice is which layers keep bf16 instead of fp8; one of %s)",
                        a->variant_text, variant_name_profile_choices());
@@ -150,7 +148,7 @@ static cJSON *advice_json(const advise_args *a, const advise_result *r, const ch
     int ok = o != NULL && keep != NULL;
     ok = ok && cJSON_AddStringToObject(o, "variant", a->variant.full) != NULL;
     ok = ok && cJSON_AddNumberToObject(o, "budget", a->budget) != NULL;
-    ok = ok && cJSON_AddStringToObject(o, "metric", regress_metric_name(a->metric)) != NULL;
+    ok = ok && cJSON_AddStringToObject(o, "metric", pg_metric_name(a->metric)) != NULL;
     for (size_t i = 0; ok && i < r->n_layers; i++)
         if (r->layers[i].reason != ADVISE_FP8)
             ok = cJSON_AddItemToArray(keep, cJSON_CreateNumber(r->layers[i].layer));
@@ -179,8 +177,8 @@ static cJSON *advice_json(const advise_args *a, const advise_result *r, const ch
 /* The advice as text. */
 static void advice_text(FILE *out, const advise_args *a, const advise_result *r, const char *flag)
 {
-    const char *m = regress_metric_name(a->metric);
-    const int higher = regress_metric_higher_is_worse(a->metric);
+    const char *m = pg_metric_name(a->metric);
+    const int higher = pg_metric_higher_is_worse(a->metric);
     fprintf(out, "advise: run %ld, %s, budget %s %s %.6g (%s is worse), %zu capture%s, %zu "
                  "layers\n", a->run, a->variant.full, m, higher ? "<=" : ">=", a->budget,
            higher ? "higher" : "lower", r->n_captures, r->n_captures == 1 ? "" : "s",

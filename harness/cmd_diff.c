@@ -8,7 +8,7 @@
 #include "../reports/diff.h"
 #include "../reports/term.h"
 #include "cli.h"
-#include "variant_name.h"
+#include "base/variant.h"
 
 /* Longest --modes value kept (two mode names and a comma). */
 #define DIFF_MODES_MAX 256

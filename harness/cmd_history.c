@@ -11,7 +11,7 @@
 #include "../reports/diff.h"
 #include "../reports/term.h"
 #include "cli.h"
-#include "variant_name.h"
+#include "base/variant.h"
 
 /* The variant followed when --variant is not given: fp8kv's default profile. */
 #define HISTORY_DEFAULT_VARIANT "fp8kv"

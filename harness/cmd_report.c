@@ -15,7 +15,7 @@
 #include "advise_evidence.h"
 #include "cli.h"
 #include "gate_config.h"
-#include "variant_name.h"
+#include "base/variant.h"
 
 /* Mode of a new report file before the umask (as fopen would create it). */
 #define REPORT_FILE_MODE 0666
@@ -147,11 +147,11 @@ static char *kept_layers(const advise_result *r)
 
 /* Fills e (variant v on metric m at budget b) from ev; a failure of the
  * advice itself (missing evidence) is e's note, not the report's. */
-static void advise_into(const advise_evidence *ev, const char *v, regress_metric m, double b,
+static void advise_into(const advise_evidence *ev, const char *v, pg_metric m, double b,
                         report_advice *e, int *oom)
 {
     *e = (report_advice){.variant = dup_or_flag(v, oom),
-                         .metric = dup_or_flag(regress_metric_name(m), oom), .budget = b,
+                         .metric = dup_or_flag(pg_metric_name(m), oom), .budget = b,
                          .worst_layer = -1, .worst_value = NAN};
     const advise_request rq = {v, m, b};
     advise_result r;
@@ -183,8 +183,8 @@ static pg_status fill_advice(pg_store *store, const char *config_path, report_da
 {
     size_t n_fp8 = 0;
     for (size_t i = 0; i < d->n_variants; i++) {
-        const attn_profile *p = variant_name_profile(d->variants[i]);
-        n_fp8 += p != NULL && attn_profile_mode(p) != ATTN_MODE_BF16;
+        const variant_profile_id p = variant_name_profile(d->variants[i]);
+        n_fp8 += p != VARIANT_PROFILE_COUNT && variant_profile_mode(p) != PG_MODE_BF16;
     }
     if (n_fp8 == 0) return PG_OK;
     d->advice_shown = 1;
@@ -206,17 +206,17 @@ static pg_status fill_advice(pg_store *store, const char *config_path, report_da
         return oom ? pg_fail(err, PG_ERR_NOMEM, "report: out of memory") : PG_OK;
     }
     /* at most one entry per fp8 profile and metric */
-    d->advice = calloc(n_fp8 * REGRESS_METRIC_COUNT, sizeof *d->advice);
+    d->advice = calloc(n_fp8 * PG_METRIC_VALUE_COUNT, sizeof *d->advice);
     oom |= d->advice == NULL;
     for (size_t i = 0; !oom && i < d->n_variants; i++) {
         const char *v = d->variants[i];
-        const attn_profile *p = variant_name_profile(v);
-        if (p == NULL || attn_profile_mode(p) == ATTN_MODE_BF16) continue;
+        const variant_profile_id p = variant_name_profile(v);
+        if (p == VARIANT_PROFILE_COUNT || variant_profile_mode(p) == PG_MODE_BF16) continue;
         size_t bounded = 0;
-        for (int m = 0; m < REGRESS_METRIC_COUNT; m++) {
-            const double b = advise_config_budget(&cfg, v, (regress_metric)m);
+        for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) {
+            const double b = advise_config_budget(&cfg, v, (pg_metric)m);
             if (isnan(b)) continue;
-            advise_into(&ev, v, (regress_metric)m, b, &d->advice[d->n_advice++], &oom);
+            advise_into(&ev, v, (pg_metric)m, b, &d->advice[d->n_advice++], &oom);
             bounded++;
         }
         if (bounded > 0) continue;

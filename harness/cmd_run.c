@@ -18,7 +18,7 @@
 #include "interrupt.h"
 #include "progress.h"
 #include "sweep.h"
-#include "variant_name.h"
+#include "base/variant.h"
 #include "base/clock.h"
 
 #ifndef PRECGATE_GIT_REV
@@ -414,7 +414,7 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     if (st != PG_OK) return st;
     int has_fp8qkv = 0;
     for (int i = 0; i < variants.n; i++)
-        has_fp8qkv |= attn_profile_mode(variants.p[i]) == ATTN_MODE_FP8QKV;
+        has_fp8qkv |= attn_profile_mode(variants.p[i]) == PG_MODE_FP8QKV;
     if (p_rounding != NULL && has_fp8qkv && strcmp(p_rounding, RUN_OLD_P_ROUNDING) != 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run rounded fp8qkv's P to %s "
                        "(--p-rounding, which kernel profiles replaced); no profile does: start "

@@ -9,7 +9,7 @@
 #include "../kernels/attn_hypothesis.h"
 #include "../kernels/numerics.h"
 #include "diag_verdict.h"
-#include "metrics.h"
+#include "kernels/metrics.h"
 
 int64_t diag_layer_rows(int n_ext)
 {

@@ -1,7 +1,7 @@
 /* gate_config.c: the regression gate's thresholds and their JSON file (see gate_config.h). */
 #include "gate_config.h"
 
-#include "variant_name.h"
+#include "base/variant.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -19,32 +19,6 @@ typedef enum bound_keys {
     KEYS_PAIRED_MODE    /* mode_pair ratio: as above, bf16 excluded */
 } bound_keys;
 
-static const char *const metric_names[REGRESS_METRIC_COUNT] = {
-    [REGRESS_REL_L2] = "rel_l2",   [REGRESS_MAX_ABS] = "max_abs",
-    [REGRESS_MEAN_ABS] = "mean_abs", [REGRESS_P99_ABS] = "p99_abs",
-    [REGRESS_COS_SIM] = "cos_sim", [REGRESS_SQNR_DB] = "sqnr_db",
-};
-
-
-const char *regress_metric_name(regress_metric m)
-{
-    return (unsigned)m < REGRESS_METRIC_COUNT ? metric_names[m] : "?";
-}
-
-int regress_metric_parse(const char *name, regress_metric *m)
-{
-    for (int i = 0; name != NULL && i < REGRESS_METRIC_COUNT; i++)
-        if (strcmp(name, metric_names[i]) == 0) {
-            *m = (regress_metric)i;
-            return 1;
-        }
-    return 0;
-}
-
-int regress_metric_higher_is_worse(regress_metric m)
-{
-    return m != REGRESS_COS_SIM && m != REGRESS_SQNR_DB;
-}
 
 double gate_bound_find(const gate_bounds *b, const char *variant)
 {
@@ -177,7 +151,7 @@ static pg_status apply_bounds(const parse_ctx *p, const cJSON *obj, const char *
         if (keys != KEYS_ANY_VARIANT && spec)
             return bad(p, kp, "a ~spec variant is not measured against the fp64 reference; "
                               "bound it under layer");
-        if (keys == KEYS_PAIRED_MODE && strcmp(v, GATE_REFERENCE_MODE) == 0)
+        if (keys == KEYS_PAIRED_MODE && strcmp(v, PG_MODE_BASELINE_NAME) == 0)
             return bad(p, kp, "bf16 is the reference of every pair; it takes no ratio");
         if (cJSON_IsNull(k)) {
             gate_bound_remove(b, v);
@@ -207,8 +181,10 @@ static pg_status apply_layer(const parse_ctx *p, const cJSON *o, gate_config *c)
         for (const cJSON *e = v->child; e != NULL; e = e->next, i++) {
             char ep[GATE_PATH_MAX];
             snprintf(ep, sizeof ep, "layer.metrics[%d]", i);
-            regress_metric m;
-            if (!cJSON_IsString(e) || !regress_metric_parse(e->valuestring, &m))
+            pg_metric m;
+            pg_err why = {0};   /* bad() words the message, naming the file */
+            if (!cJSON_IsString(e) ||
+                pg_metric_parse(ep, e->valuestring, PG_METRIC_VALUE_COUNT, &m, &why) != PG_OK)
                 return bad(p, ep, "expected one of rel_l2, max_abs, mean_abs, p99_abs, cos_sim, "
                                   "sqnr_db");
             set |= 1u << m;
@@ -216,18 +192,19 @@ static pg_status apply_layer(const parse_ctx *p, const cJSON *o, gate_config *c)
         c->layer.metrics = set;
     }
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "abs")) != NULL)
-        st = apply_bounds(p, v, "layer.abs", KEYS_ANY_VARIANT, &c->layer.abs[REGRESS_REL_L2]);
+        st = apply_bounds(p, v, "layer.abs", KEYS_ANY_VARIANT, &c->layer.abs[PG_METRIC_REL_L2]);
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "metric_abs")) != NULL) {
         st = check_object(p, v, "layer.metric_abs", NULL, NULL);
         for (const cJSON *k = st == PG_OK ? v->child : NULL; k != NULL && st == PG_OK;
              k = k->next) {
             char kp[GATE_PATH_MAX];
             join(kp, sizeof kp, "layer.metric_abs", k->string);
-            regress_metric m;
-            if (!regress_metric_parse(k->string, &m))
+            pg_metric m;
+            pg_err why = {0};   /* bad() words the message, naming the file */
+            if (pg_metric_parse(kp, k->string, PG_METRIC_VALUE_COUNT, &m, &why) != PG_OK)
                 return bad(p, kp, "unknown metric (expected max_abs, mean_abs, p99_abs, "
                                   "cos_sim or sqnr_db)");
-            if (m == REGRESS_REL_L2) return bad(p, kp, "rel_l2's bounds are layer.abs");
+            if (m == PG_METRIC_REL_L2) return bad(p, kp, "rel_l2's bounds are layer.abs");
             st = apply_bounds(p, k, kp, KEYS_ANY_VARIANT, &c->layer.abs[m]);
         }
     }

@@ -62,26 +62,13 @@
 
 #include <stddef.h>
 
+#include "base/metric.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The metrics of a layer_metrics row the gate can compare (harness/metrics.h). */
-typedef enum regress_metric {
-    REGRESS_REL_L2 = 0,  /* higher is worse */
-    REGRESS_MAX_ABS,     /* higher is worse */
-    REGRESS_MEAN_ABS,    /* higher is worse */
-    REGRESS_P99_ABS,     /* higher is worse */
-    REGRESS_COS_SIM,     /* lower is worse */
-    REGRESS_SQNR_DB,     /* lower is worse */
-    REGRESS_METRIC_COUNT
-} regress_metric;
-
-/* The reference mode: pairs are MODE-bf16, as evals pair every mode with bf16
- * (evals/eval_run.h EVAL_BASELINE_MODE). */
-#define GATE_REFERENCE_MODE "bf16"
 
 /* Relative tolerance of a layer metric against its baseline value: 10%. A
  * CPU run is bit-reproducible (kernels/attn.h), so only a changed kernel,
@@ -93,7 +80,7 @@ typedef enum regress_metric {
 #define GATE_DEFAULT_REL_TOL 0.10
 /* Layer metrics compared by default: rel_l2 (the sweep table's metric) and
  * p99_abs (catches a few bad elements that rel_l2 averages away). */
-#define GATE_DEFAULT_LAYER_METRICS ((1u << REGRESS_REL_L2) | (1u << REGRESS_P99_ABS))
+#define GATE_DEFAULT_LAYER_METRICS ((1u << PG_METRIC_REL_L2) | (1u << PG_METRIC_P99_ABS))
 /* Smallest accuracy change (absolute, 0..1) an eval verdict treats as real: 5
  * points, one problem in 20. */
 #define GATE_DEFAULT_MIN_EFFECT 0.05
@@ -121,8 +108,8 @@ typedef struct gate_bounds {
 typedef struct gate_config {
     struct {
         double rel_tol;                         /* >= 0 */
-        unsigned metrics;                       /* bit (1u << regress_metric) per metric */
-        gate_bounds abs[REGRESS_METRIC_COUNT];  /* [REGRESS_REL_L2] is "abs" */
+        unsigned metrics;                       /* bit (1u << pg_metric) per metric */
+        gate_bounds abs[PG_METRIC_VALUE_COUNT];  /* [PG_METRIC_REL_L2] is "abs" */
     } layer;
     struct {
         double rel_tol;     /* >= 0: growth of the gap to bf16 over the baseline's */
@@ -157,16 +144,6 @@ pg_status gate_bound_set(gate_bounds *b, const char *variant, double value, pg_e
 
 /* Removes variant's bound from b; no-op when b has none. */
 void gate_bound_remove(gate_bounds *b, const char *variant);
-
-/* A metric's column name ("rel_l2", ...); "?" outside the enum. */
-const char *regress_metric_name(regress_metric m);
-
-/* The metric named name into *m: 1 when known, else 0. */
-int regress_metric_parse(const char *name, regress_metric *m);
-
-/* 1 when a higher value of m is worse (the error magnitudes), 0 when a
- * lower one is (cos_sim, sqnr_db). */
-int regress_metric_higher_is_worse(regress_metric m);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../evals/score.h"
-#include "variant_name.h"
+#include "base/variant.h"
 
 /* Longest "capture layer L variant" prefix of a message. */
 #define REGRESS_WHERE_MAX 320
@@ -104,19 +104,19 @@ static pg_status push(regress_flags *out, const flag_spec *s, pg_err *err, const
     return PG_OK;
 }
 
-double regress_threshold(regress_metric m, double b, double a, double tol)
+double regress_threshold(pg_metric m, double b, double a, double tol)
 {
-    const int higher = regress_metric_higher_is_worse(m);
+    const int higher = pg_metric_higher_is_worse(m);
     const double rel = isfinite(b) ? (higher ? b + fabs(b) * tol : b - fabs(b) * tol) : NAN;
     if (isnan(a)) return rel;
     if (isnan(rel)) return a;
     return higher ? fmax(a, rel) : fmin(a, rel);
 }
 
-int regress_worse(regress_metric m, double value, double threshold)
+int regress_worse(pg_metric m, double value, double threshold)
 {
     if (isnan(value) || isnan(threshold)) return 0;
-    return regress_metric_higher_is_worse(m) ? value > threshold : value < threshold;
+    return pg_metric_higher_is_worse(m) ? value > threshold : value < threshold;
 }
 
 regress_verdict regress_effect_verdict(double d, double lo, double hi, double e)
@@ -181,10 +181,10 @@ static void where(char *buf, size_t len, const regress_layer_row *r, const char 
 }
 
 /* Formats the threshold's terms ("max(abs A, baseline B x (1 + tol))"). */
-static void describe_threshold(char *buf, size_t len, regress_metric m, double b, double a,
+static void describe_threshold(char *buf, size_t len, pg_metric m, double b, double a,
                                double tol)
 {
-    const int higher = regress_metric_higher_is_worse(m);
+    const int higher = pg_metric_higher_is_worse(m);
     char rel[96] = "", ab[48] = "";
     if (isfinite(b)) snprintf(rel, sizeof rel, "baseline %.4g %s %.4g", b, higher ? "+" : "-",
                               fabs(b) * tol);
@@ -212,20 +212,20 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
      * baseline run exists, so that gap is an error (never an exit-0
      * inconclusive). Without a baseline run (the first run) it is expected. */
     int bounded = 0;
-    for (int m = 0; m < REGRESS_METRIC_COUNT; m++)
+    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++)
         if ((c->layer.metrics & (1u << m)) && !isnan(gate_bound_find(&c->layer.abs[m], r->variant)))
             bounded = 1;
     const int unjudged = b == NULL && base_id >= 0 && !bounded;
-    for (int m = 0; st == PG_OK && m < REGRESS_METRIC_COUNT; m++) {
+    for (int m = 0; st == PG_OK && m < PG_METRIC_VALUE_COUNT; m++) {
         if (!(c->layer.metrics & (1u << m))) continue;
-        const char *name = regress_metric_name((regress_metric)m);
+        const char *name = pg_metric_name((pg_metric)m);
         const double a = gate_bound_find(&c->layer.abs[m], r->variant);
         if (base_id < 0 && isnan(a)) continue;  /* no baseline run, no bound: nothing to compare */
         const double bv = b != NULL ? b->m[m] : NAN;
-        const double t = regress_threshold((regress_metric)m, bv, a, c->layer.rel_tol);
+        const double t = regress_threshold((pg_metric)m, bv, a, c->layer.rel_tol);
         const double v = r->m[m];
         char terms[192];
-        describe_threshold(terms, sizeof terms, (regress_metric)m, bv, a, c->layer.rel_tol);
+        describe_threshold(terms, sizeof terms, (pg_metric)m, bv, a, c->layer.rel_tol);
         char base[64];
         if (b != NULL) snprintf(base, sizeof base, "baseline run %lld", (long long)base_id);
         else if (base_id < 0) snprintf(base, sizeof base, "no baseline run");
@@ -243,8 +243,8 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
             st = push(out, &s, err, "%s: %s %.4g: %s and no absolute bound for %s in the "
                       "config: set a baseline run that has it (precgate baseline set RUN) or "
                       "bound it in --config (layer.%s%s%s%s)", at, name, v, base, r->variant,
-                      m == REGRESS_REL_L2 ? "abs." : "metric_abs.",
-                      m == REGRESS_REL_L2 ? "" : name, m == REGRESS_REL_L2 ? "" : ".",
+                      m == PG_METRIC_REL_L2 ? "abs." : "metric_abs.",
+                      m == PG_METRIC_REL_L2 ? "" : name, m == PG_METRIC_REL_L2 ? "" : ".",
                       r->variant);
         } else if (isnan(v)) {
             s.verdict = REGRESS_INCONCLUSIVE;
@@ -256,8 +256,8 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
                       "absolute bound for %s)", at, name, v, base,
                       b != NULL ? " value is not finite" : "", r->variant);
         } else {
-            const int bad = regress_worse((regress_metric)m, v, t);
-            const int higher = regress_metric_higher_is_worse((regress_metric)m);
+            const int bad = regress_worse((pg_metric)m, v, t);
+            const int higher = pg_metric_higher_is_worse((pg_metric)m);
             s.verdict = bad ? REGRESS_REGRESSION : REGRESS_PASS;
             st = push(out, &s, err, "%s: %s %.4g %s threshold %.4g = %s (%s)", at, name, v,
                       bad ? (higher ? ">" : "<") : (higher ? "<=" : ">="), t, terms, base);
@@ -320,8 +320,8 @@ static const regress_layer_row *group_find(const regress_layer_row *const *p, si
  * in the output), else NaN; NaN for NULL. */
 static double usable_rel_l2(const regress_layer_row *x)
 {
-    return x != NULL && x->nonfinite == 0 && isfinite(x->m[REGRESS_REL_L2])
-               ? x->m[REGRESS_REL_L2] : NAN;
+    return x != NULL && x->nonfinite == 0 && isfinite(x->m[PG_METRIC_REL_L2])
+               ? x->m[PG_METRIC_REL_L2] : NAN;
 }
 
 /* What the mode_pair check of one variant compares with. */
@@ -354,7 +354,7 @@ static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row 
     pt->own_term = NAN;
     pt->missing[0] = '\0';
     char gp[160] = "", ow[80] = "";
-    const double gap_run = x->m[REGRESS_REL_L2] - pt->ref_v;
+    const double gap_run = x->m[PG_METRIC_REL_L2] - pt->ref_v;
     if (is_ref) {
         snprintf(pt->missing, sizeof pt->missing, "bf16 is the reference of every pair; its "
                  "change against the baseline is the layer scope's check");
@@ -366,7 +366,7 @@ static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row 
     } else if (isnan(pt->base_v) || isnan(pt->base_ref)) {
         snprintf(pt->missing, sizeof pt->missing, "baseline run %lld has no usable %s row in "
                  "this layer: gap %.4g recorded", (long long)base_id,
-                 isnan(pt->base_ref) ? GATE_REFERENCE_MODE : x->variant, gap_run);
+                 isnan(pt->base_ref) ? PG_MODE_BASELINE_NAME : x->variant, gap_run);
     } else {
         const double gap_b = pt->base_v - pt->base_ref;
         const double scale = fmax(fabs(gap_b), pt->base_ref);
@@ -383,7 +383,7 @@ static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row 
          * baseline value it did not get worse, whatever bf16 did. (Raising
          * the allowance's scale to max(|B - R|, R, r) would not help there:
          * -0.001 + 0.1 x 0.004 is still below the gap 0.001.) */
-        pt->own_term = regress_threshold(REGRESS_REL_L2, pt->base_v, NAN, c->layer.rel_tol);
+        pt->own_term = regress_threshold(PG_METRIC_REL_L2, pt->base_v, NAN, c->layer.rel_tol);
         snprintf(ow, sizeof ow, "own baseline %.4g + %.3g x %.4g", pt->base_v, c->layer.rel_tol,
                  pt->base_v);
     }
@@ -435,7 +435,7 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
     for (size_t g = 0; st == PG_OK && g < n;) {
         size_t e;
         layer_group(r, n, g, &e);
-        const regress_layer_row *ref = group_find(r, g, e, GATE_REFERENCE_MODE);
+        const regress_layer_row *ref = group_find(r, g, e, PG_MODE_BASELINE_NAME);
         /* The baseline's group of the same (capture, layer), if any. */
         size_t be = bg;
         while (bg < n_base) {
@@ -447,7 +447,7 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
         const int same = bg < n_base && strcmp(b[bg]->capture, r[g]->capture) == 0 &&
                          b[bg]->layer == r[g]->layer;
         if (!same) be = bg;
-        const regress_layer_row *bref = same ? group_find(b, bg, be, GATE_REFERENCE_MODE) : NULL;
+        const regress_layer_row *bref = same ? group_find(b, bg, be, PG_MODE_BASELINE_NAME) : NULL;
         for (size_t k = g; st == PG_OK && k < e; k++) {
             const regress_layer_row *x = r[k];
             if (variant_name_is_spec(x->variant)) continue;
@@ -460,9 +460,9 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
             const int unjudged = has_base && !is_ref && (bx == NULL || bref == NULL);
             char name[REGRESS_PAIR_MAX], at[REGRESS_WHERE_MAX];
             if (is_ref) snprintf(name, sizeof name, "%s", x->variant);
-            else snprintf(name, sizeof name, "%s-%s", x->variant, GATE_REFERENCE_MODE);
+            else snprintf(name, sizeof name, "%s-%s", x->variant, PG_MODE_BASELINE_NAME);
             where(at, sizeof at, x, name);
-            const double v = x->m[REGRESS_REL_L2];
+            const double v = x->m[PG_METRIC_REL_L2];
             flag_spec s = {.scope = REGRESS_SCOPE_MODE_PAIR, .capture = x->capture,
                            .layer = x->layer, .variant = name, .metric = "rel_l2", .value = v,
                            .baseline_value = is_ref ? NAN : pt.ref_v, .threshold = pt.t};
@@ -487,7 +487,7 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
                           "for %s: set a baseline run that has it (precgate baseline set RUN) "
                           "or bound it in --config (mode_pair.abs.%s or mode_pair.ratio.%s)",
                           at, v, (long long)baseline_run_id,
-                          bx == NULL ? x->variant : GATE_REFERENCE_MODE, x->variant, x->variant,
+                          bx == NULL ? x->variant : PG_MODE_BASELINE_NAME, x->variant, x->variant,
                           x->variant);
             } else if (isnan(pt.t)) {
                 /* Finite and below the all-zero bound is all that was checked. */

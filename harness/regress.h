@@ -197,7 +197,7 @@ typedef struct regress_layer_row {
     const char *capture;
     int layer;
     const char *variant;
-    double m[REGRESS_METRIC_COUNT];  /* indexed by regress_metric; NaN where NULL */
+    double m[PG_METRIC_VALUE_COUNT];  /* indexed by pg_metric; NaN where NULL */
     int64_t nonfinite;               /* nan_count + inf_count */
 } regress_layer_row;
 
@@ -251,11 +251,11 @@ const char *regress_verdict_name(regress_verdict v);
 /* The layer threshold of metric m as the top of this file defines it, from
  * baseline value b, absolute bound a and relative tolerance tol; NaN b or a
  * (and infinite b) leave their term out; NaN when neither term is defined. */
-double regress_threshold(regress_metric m, double b, double a, double tol);
+double regress_threshold(pg_metric m, double b, double a, double tol);
 
 /* 1 when value is strictly worse than threshold in m's direction, else 0
  * (also 0 when either is NaN). */
-int regress_worse(regress_metric m, double value, double threshold);
+int regress_worse(pg_metric m, double value, double threshold);
 
 /* The eval verdict of difference d with interval [lo, hi] at min_effect e
  * (the top of this file). */

@@ -17,7 +17,7 @@
 #include "attribute.h"
 #include "diagnose.h"
 #include "progress.h"
-#include "variant_name.h"
+#include "base/variant.h"
 #include "base/clock.h"
 
 /* Layer li of cap as one attention batch. */
@@ -59,8 +59,7 @@ pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *er
             vn.kind != VARIANT_PROFILE)
             return pg_fail(err, PG_ERR_USAGE, "--variants: '%s' is not a kernel profile (one of "
                            "%s)", entry, variant_name_profile_choices());
-        size_t idx = 0;
-        while (attn_profile_at(idx) != vn.profile) idx++;
+        const size_t idx = vn.profile;
         if (given[idx][0] != '\0')
             return pg_fail(err, PG_ERR_USAGE, "--variants: '%s' and '%s' are both %s; give each "
                            "profile once", given[idx], entry, vn.full);
@@ -191,6 +190,15 @@ typedef struct tensor_quant {
     int present;
 } tensor_quant;
 
+/* The layer_metrics row of m (its element count n is not stored). */
+static store_layer_metrics layer_metrics_row(const attn_error_metrics *m)
+{
+    return (store_layer_metrics){.rel_l2 = m->rel_l2, .max_abs = m->max_abs,
+                                 .mean_abs = m->mean_abs, .p99_abs = m->p99_abs,
+                                 .cos_sim = m->cos_sim, .sqnr_db = m->sqnr_db,
+                                 .nan_count = m->nan_count, .inf_count = m->inf_count};
+}
+
 /* Writes one layer's rows in one transaction; spec rows (vm[i].n_heads set)
  * cover only the sampled heads; ar: the n_ar attribution rows (run --attribute);
  * diag: the external outputs' ext_diagnosis rows. */
@@ -205,9 +213,11 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
     if (st == PG_OK) st = store_put_layer_shape(store, run_id, capture_name, layer, shape, err);
     for (int i = 0; st == PG_OK && i < n_vm; i++) {
         const int heads = vm[i].n_heads > 0 ? vm[i].n_heads : hq;
-        for (int h = -1; st == PG_OK && h < heads; h++)
+        for (int h = -1; st == PG_OK && h < heads; h++) {
+            const store_layer_metrics row = layer_metrics_row(&vm[i].m[h + 1]);
             st = store_put_layer_metrics(store, run_id, capture_name, layer, h, vm[i].name,
-                                         vm[i].backend, &vm[i].m[h + 1], err);
+                                         vm[i].backend, &row, err);
+        }
     }
     for (int i = 0; st == PG_OK && i < 3; i++) {
         if (!tq[i].present) continue;
@@ -305,7 +315,7 @@ static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t 
     if (st == PG_OK) {
         for (size_t i = 0; i < nq; i++) od[i] = bf16_to_f32(o[i]);
         char name[VARIANT_NAME_MAX];
-        variant_name_spec(p, name, sizeof name);
+        variant_name_spec(attn_profile_id(p), name, sizeof name);
         attn_error_metrics *m = next_vm(c, name, backend_name, G)->m;
         const size_t row = (size_t)L->hq * d;
         metrics_compare_bf16(gpu_out, row, od, (size_t)G * d, (size_t)tq, (size_t)G * d, scratch,
@@ -770,9 +780,9 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     const attn_batch b = layer_batch(cap, li);
     int fp8 = 0, fp8qkv = 0, on_gpu = 0;
     for (int i = 0; i < opt->variants.n; i++) {
-        const attn_mode m = attn_profile_mode(opt->variants.p[i]);
-        fp8 |= m != ATTN_MODE_BF16;
-        fp8qkv |= m == ATTN_MODE_FP8QKV;
+        const pg_mode m = attn_profile_mode(opt->variants.p[i]);
+        fp8 |= m != PG_MODE_BF16;
+        fp8qkv |= m == PG_MODE_FP8QKV;
         on_gpu += sweep_offloads(opt) &&
                   attn_backend_supports(opt->backend, opt->variants.p[i], &b, NULL);
     }

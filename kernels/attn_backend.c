@@ -74,14 +74,14 @@ static pg_status cpu_run_variant(attn_backend *be, const attn_profile *p, const 
 
 void attn_quant_fold_add(attn_quant_fold *f, const attn_profile *p, const attn_quant_report *r)
 {
-    const attn_mode m = attn_profile_mode(p);
-    if (m == ATTN_MODE_BF16) return;
+    const pg_mode m = attn_profile_mode(p);
+    if (m == PG_MODE_BF16) return;
     if (!f->have_kv) {
         f->rep.k = r->k;
         f->rep.v = r->v;
         f->have_kv = 1;
     }
-    if (m == ATTN_MODE_FP8QKV && !f->have_q) {
+    if (m == PG_MODE_FP8QKV && !f->have_q) {
         f->rep.q = r->q;
         f->have_q = 1;
     }

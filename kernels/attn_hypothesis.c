@@ -34,7 +34,7 @@ typedef enum hyp_kind {
 struct attn_hypothesis {
     const char *name;
     int intended;
-    attn_mode mode;
+    pg_mode mode;
     const char *summary;
     const char *meaning;
     hyp_kind kind;
@@ -44,31 +44,31 @@ struct attn_hypothesis {
 };
 
 static const attn_hypothesis hypotheses[] = {
-    {"intended-bf16", 1, ATTN_MODE_BF16, "the bf16 mode: bf16 Q, K, V, fp32 accumulation",
+    {"intended-bf16", 1, PG_MODE_BF16, "the bf16 mode: bf16 Q, K, V, fp32 accumulation",
      "the bf16 mode as intended", HYP_PROFILE, "bf16", {0}, 0},
-    {"intended-fp8kv", 1, ATTN_MODE_FP8KV,
+    {"intended-fp8kv", 1, PG_MODE_FP8KV,
      "fp8kv@fixed: e4m3 paged cache, dequant with k/v scales, bf16 attention with sm_scale",
      "the fp8kv mode as intended", HYP_PROFILE, "fp8kv", {0}, 0},
-    {"intended-fp8qkv", 1, ATTN_MODE_FP8QKV,
+    {"intended-fp8qkv", 1, PG_MODE_FP8QKV,
      "the default fp8qkv profile: e4m3 Q, K, V with their scales",
      "the fp8qkv mode as intended", HYP_PROFILE, "fp8qkv", {0}, 0},
-    {"kv-scales-twice", 0, ATTN_MODE_FP8KV,
+    {"kv-scales-twice", 0, PG_MODE_FP8KV,
      "fp8kv@vllm-24197: dequant with k/v scales, then bmm1 = q*k*sm_scale and bmm2 = v_scale "
      "again (vLLM #47847, fixed by PR #48016)",
      "k/v scales applied twice", HYP_PROFILE, "fp8kv@vllm-24197", {0}, 0},
-    {"kv-scales-missing", 0, ATTN_MODE_FP8KV,
+    {"kv-scales-missing", 0, PG_MODE_FP8KV,
      "an e4m3 cache read without its k/v scales: the codes taken as values (FlashInfer "
      "#4979, #1023)",
      "k/v scales never applied", HYP_KV_PLUMBING, NULL, {0, 0, 0, 0}, 0},
-    {"k-scale-on-bf16", 0, ATTN_MODE_FP8KV,
+    {"k-scale-on-bf16", 0, PG_MODE_FP8KV,
      "an unquantized bf16 cache, logits x k_scale and output x v_scale (sglang #18396; "
      "vLLM PR #37054)",
      "k/v scales applied to an unquantized cache", HYP_KV_PLUMBING, NULL, {0, 0, 1, 1},
      ATTN_TENSOR_K | ATTN_TENSOR_V},
-    {"q-scale-on-bf16-q", 0, ATTN_MODE_FP8KV,
+    {"q-scale-on-bf16-q", 0, PG_MODE_FP8KV,
      "fp8kv with the logits also x q_scale, Q never quantized (vLLM #47847)",
      "q_scale applied to a bf16 Q", HYP_KV_PLUMBING, NULL, {1, 1, 0, 0}, 0},
-    {"q-cast-unscaled", 0, ATTN_MODE_FP8QKV,
+    {"q-cast-unscaled", 0, PG_MODE_FP8QKV,
      "the default fp8qkv profile with Q cast to e4m3 unscaled, q_scale 1.0 (sglang PR #28144)",
      "Q cast to fp8 without its scale", HYP_Q_UNSCALED, "fp8qkv", {0}, 0},
 };
@@ -92,7 +92,7 @@ const char *attn_hypothesis_name(const attn_hypothesis *h) { return h->name; }
 
 int attn_hypothesis_is_intended(const attn_hypothesis *h) { return h->intended; }
 
-attn_mode attn_hypothesis_mode(const attn_hypothesis *h) { return h->mode; }
+pg_mode attn_hypothesis_mode(const attn_hypothesis *h) { return h->mode; }
 
 const char *attn_hypothesis_summary(const attn_hypothesis *h) { return h->summary; }
 

@@ -58,7 +58,7 @@ const char *attn_hypothesis_name(const attn_hypothesis *h);
 int attn_hypothesis_is_intended(const attn_hypothesis *h);
 
 /* The mode whose scales it (mis)applies. */
-attn_mode attn_hypothesis_mode(const attn_hypothesis *h);
+pg_mode attn_hypothesis_mode(const attn_hypothesis *h);
 
 /* One line saying what it emulates and where that bug was reported. */
 const char *attn_hypothesis_summary(const attn_hypothesis *h);

@@ -533,7 +533,7 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
                            uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    if (p->mode == ATTN_MODE_BF16) return attn_variant_bf16(b, q, k, v, out, n_threads, err);
+    if (attn_profile_mode(p) == PG_MODE_BF16) return attn_variant_bf16(b, q, k, v, out, n_threads, err);
     pg_status st = attn_batch_check(b, err);
     if (st == PG_OK) st = attn_fp8_options_check(opt, err);
     if (st != PG_OK) return st;
@@ -541,8 +541,8 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
     if (p->no_sinks && b->sinks != NULL)
         return pg_fail(err, PG_ERR_USAGE,
                        "variant %s: the kernel has no attention sinks, and this layer has them",
-                       p->variant);
-    if (p->mode == ATTN_MODE_FP8KV) {
+                       attn_profile_variant(p));
+    if (attn_profile_mode(p) == PG_MODE_FP8KV) {
         /* A kept tensor has its scale unused everywhere, the bmm scales of
          * @vllm-24197 included (there Q's bit drops q_scale from bmm1; P's
          * bit changes nothing: fp8kv's P is bf16). */

@@ -23,7 +23,6 @@
 #define FLASHINFER_FP8_P_SCALE FP8_E4M3_MAX
 
 /* Separator of MODE@PROFILE variant names. */
-#define VARIANT_SEP '@'
 
 static const char rules_bf16[] =
     "Q, K, V bf16; S = (sum_d q*k in fp32, d ascending) * sm_scale in fp32.\n"
@@ -148,55 +147,66 @@ static const char rules_fp8qkv_ideal[] =
     "O = bf16((sum_t p8 v8 in fp32, t ascending) * v_scale / l): exact fp32 accumulation.\n";
 
 /* The table, in the order attn_profile_at lists it. */
-static const attn_profile profiles[] = {
-    {.variant = "bf16", .mode = ATTN_MODE_BF16, .is_default = 1,
+static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
+    [VARIANT_BF16] = {
      .summary = "bf16 Q, K, V and P, fp32 sums, final row max", .rules = rules_bf16},
-    {.variant = "fp8kv@fixed", .mode = ATTN_MODE_FP8KV, .is_default = 1,
+    [VARIANT_FP8KV_FIXED] = {
      .summary = "e4m3 paged KV cache, dequant to bf16 once, bf16 attention with sm_scale",
      .rules = rules_fp8kv_fixed, .kv_scales = ATTN_KV_SCALES_FIXED},
-    {.variant = "fp8kv@vllm-24197", .mode = ATTN_MODE_FP8KV,
+    [VARIANT_FP8KV_VLLM_24197] = {
      .summary = "vLLM PR #24197 as merged: dequant, then q/k/v scales applied again",
      .rules = rules_fp8kv_vllm24197, .kv_scales = ATTN_KV_SCALES_TWICE},
-    {.variant = "fp8qkv@fa3", .mode = ATTN_MODE_FP8QKV, .is_default = 1,
+    [VARIANT_FP8QKV_FA3] = {
      .summary = "vLLM's FA3 fork on Hopper: tiled running max, P x 256, two-level fp8 MMA",
      .rules = rules_fp8qkv_fa3, .softmax = ATTN_SOFTMAX_FA3,
      .p_exp_offset = FA3_FP8_MAX_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_2LEVEL,
      .tiles = {{64, 128, 128}, {96, 128, 128}, {128, 192, 192}, {192, 96, 96}, {256, 128, 64}}},
-    {.variant = "fp8qkv@fa3-1level", .mode = ATTN_MODE_FP8QKV,
+    [VARIANT_FP8QKV_FA3_1LEVEL] = {
      .summary = "upstream FA3 on Hopper: as @fa3 with single-level fp8 MMA, its tiles",
      .rules = rules_fp8qkv_fa3_1level, .softmax = ATTN_SOFTMAX_FA3,
      .p_exp_offset = FA3_FP8_MAX_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_1LEVEL,
      .tiles = {{64, 160, 160}, {96, 128, 128}, {128, 160, 160}, {192, 160, 128}, {256, 128, 64}}},
-    {.variant = "fp8qkv@trtllm", .mode = ATTN_MODE_FP8QKV,
+    [VARIANT_FP8QKV_TRTLLM] = {
      .summary = "TensorRT-LLM fmha_v2 fp8 on Hopper: tiles first to last, P x 256, fp8 MMA",
      .rules = rules_fp8qkv_trtllm, .softmax = ATTN_SOFTMAX_TRTLLM,
      .p_exp_offset = TRTLLM_FP8_EXP_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_1LEVEL,
      .tiles = {{64, 256, 256}, {96, 256, 256}, {128, 256, 256}, {192, 128, 128}, {256, 128, 128}}},
-    {.variant = "fp8qkv@flashinfer-fa3", .mode = ATTN_MODE_FP8QKV,
+    [VARIANT_FP8QKV_FLASHINFER_FA3] = {
      .summary = "FlashInfer's FA3 fp8 on Hopper: P x 448, scale_pv = v_scale / 448, no sinks",
      .rules = rules_fp8qkv_flashinfer_fa3, .softmax = ATTN_SOFTMAX_FLASHINFER,
      .p_scale = FLASHINFER_FP8_P_SCALE, .q_by_inverse = 1, .no_sinks = 1,
      .accum = ATTN_ACCUM_MMA_1LEVEL,
      .tiles = {{64, 128, 128}, {96, 128, 128}, {128, 128, 128}, {192, 64, 64}, {256, 64, 64}}},
-    {.variant = "fp8qkv@ideal", .mode = ATTN_MODE_FP8QKV,
+    [VARIANT_FP8QKV_IDEAL] = {
      .summary = "ideal bound: final row max, P unscaled e4m3, exact fp32 sums",
      .rules = rules_fp8qkv_ideal, .softmax = ATTN_SOFTMAX_FINAL_MAX, .accum = ATTN_ACCUM_EXACT},
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])
 
-static const char *const mode_names[] = {
-    [ATTN_MODE_BF16] = "bf16", [ATTN_MODE_FP8KV] = "fp8kv", [ATTN_MODE_FP8QKV] = "fp8qkv"};
-
 size_t attn_profile_count(void) { return N_PROFILES; }
 
 const attn_profile *attn_profile_at(size_t i) { return i < N_PROFILES ? &profiles[i] : NULL; }
 
-const char *attn_profile_variant(const attn_profile *p) { return p->variant; }
+variant_profile_id attn_profile_id(const attn_profile *p)
+{
+    return (variant_profile_id)(p - profiles);
+}
 
-attn_mode attn_profile_mode(const attn_profile *p) { return p->mode; }
+const char *attn_profile_variant(const attn_profile *p)
+{
+    return variant_profile_name(attn_profile_id(p));
+}
 
-int attn_profile_is_default(const attn_profile *p) { return p->is_default; }
+pg_mode attn_profile_mode(const attn_profile *p)
+{
+    return variant_profile_mode(attn_profile_id(p));
+}
+
+int attn_profile_is_default(const attn_profile *p)
+{
+    return variant_profile_is_default(attn_profile_id(p));
+}
 
 const char *attn_profile_summary(const attn_profile *p) { return p->summary; }
 
@@ -216,23 +226,8 @@ int attn_profile_block_n(const attn_profile *p, int d, int window)
 
 pg_status attn_profile_find(const char *name, const attn_profile **out, pg_err *err)
 {
-    const char *at = strchr(name, VARIANT_SEP);
-    for (size_t i = 0; i < N_PROFILES; i++) {
-        const attn_profile *p = &profiles[i];
-        if (strcmp(name, p->variant) == 0 ||
-            (at == NULL && p->is_default && strcmp(name, mode_names[p->mode]) == 0)) {
-            *out = p;
-            return PG_OK;
-        }
-    }
-    char choices[512];
-    size_t used = 0;
-    for (size_t i = 0; i < N_PROFILES && used < sizeof choices; i++) {
-        int w = snprintf(choices + used, sizeof choices - used, "%s%s", i ? ", " : "",
-                         profiles[i].variant);
-        if (w > 0) used += (size_t)w;
-    }
-    return pg_fail(err, PG_ERR_USAGE,
-                   "variant '%s' is not one of %s (or bf16, fp8kv, fp8qkv for the defaults)",
-                   name, choices);
+    variant_profile_id id;
+    const pg_status st = variant_profile_find(name, &id, err);
+    if (st == PG_OK) *out = &profiles[id];
+    return st;
 }

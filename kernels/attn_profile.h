@@ -28,13 +28,11 @@
 
 #include "attn.h"
 #include "base/status.h"
+#include "base/variant.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The precision mode a profile belongs to. */
-typedef enum attn_mode { ATTN_MODE_BF16, ATTN_MODE_FP8KV, ATTN_MODE_FP8QKV } attn_mode;
 
 /* One kernel profile (opaque; the table's entries live for the program's life). */
 typedef struct attn_profile attn_profile;
@@ -46,14 +44,18 @@ pg_status attn_profile_find(const char *name, const attn_profile **out, pg_err *
 /* Number of profiles in the table. */
 size_t attn_profile_count(void);
 
-/* The i-th profile in table order (bf16 first), NULL when i >= attn_profile_count(). */
+/* The i-th profile in table order (bf16 first; i is a variant_profile_id of
+ * base/variant.h), NULL when i >= attn_profile_count(). */
 const attn_profile *attn_profile_at(size_t i);
+
+/* The profile's id in base/variant.h's table of names. */
+variant_profile_id attn_profile_id(const attn_profile *p);
 
 /* The full stored variant name: "bf16", "fp8kv@fixed", "fp8qkv@fa3", ... */
 const char *attn_profile_variant(const attn_profile *p);
 
 /* The mode the profile runs. */
-attn_mode attn_profile_mode(const attn_profile *p);
+pg_mode attn_profile_mode(const attn_profile *p);
 
 /* 1 when p is the profile its mode's name alone means, else 0. */
 int attn_profile_is_default(const attn_profile *p);

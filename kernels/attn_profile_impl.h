@@ -84,9 +84,7 @@ typedef struct attn_tile_row {
 #define ATTN_TILE_ROWS 5
 
 struct attn_profile {
-    const char *variant;   /* full stored name */
-    attn_mode mode;
-    int is_default;
+    /* Its name, mode and default mark are base/variant.h's, by its index. */
     const char *summary;
     const char *rules;
     attn_kv_scales kv_scales;          /* fp8kv only */

@@ -510,12 +510,12 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
     if (b->d != 64 && b->d != 128) {
         no = "the GPU kernels take head dims 64 and 128";
     } else {
-        switch (p->mode) {
-        case ATTN_MODE_BF16: k = GK_BF16; break;
-        case ATTN_MODE_FP8KV:
+        switch (attn_profile_mode(p)) {
+        case PG_MODE_BF16: k = GK_BF16; break;
+        case PG_MODE_FP8KV:
             k = p->kv_scales == ATTN_KV_SCALES_TWICE ? GK_FP8KV_TWICE : GK_FP8KV_FIXED;
             break;
-        case ATTN_MODE_FP8QKV:
+        case PG_MODE_FP8QKV:
             // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles
             if (p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL &&
                 p->p_exp_offset == ATTN_FA3_FP8_MAX_OFFSET &&

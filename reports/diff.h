@@ -170,7 +170,7 @@ typedef struct diff_request {
     int64_t run_a, run_b;
     const char *mode_a, *mode_b;        /* eval modes, as given */
     const char *variant_a, *variant_b;  /* the same as layer variants: their full names
-                                         * (harness/variant_name.h; "fp8kv" is fp8kv@fixed);
+                                         * (base/variant.h; "fp8kv" is fp8kv@fixed);
                                          * NULL for two runs */
     const diff_metric *metric;
     const char *db_path;  /* for messages */

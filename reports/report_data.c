@@ -3,7 +3,7 @@
 
 #include "../db/diagnosis_store.h"
 #include "../harness/diag_verdict.h"
-#include "../harness/variant_name.h"
+#include "base/variant.h"
 #include "../kernels/attn_hypothesis.h"
 
 #include <math.h>
@@ -842,8 +842,8 @@ int report_worst_fp8_variant(const report_data *d)
     int worst = -1;
     double worst_mean = -INFINITY;
     for (size_t v = 0; v < d->n_variants; v++) {
-        const attn_profile *p = variant_name_profile(d->variants[v]);
-        if (p == NULL || attn_profile_mode(p) == ATTN_MODE_BF16) continue;
+        const variant_profile_id p = variant_name_profile(d->variants[v]);
+        if (p == VARIANT_PROFILE_COUNT || variant_profile_mode(p) == PG_MODE_BF16) continue;
         const double m = report_variant_mean(d, v);
         if (isnan(m)) continue;
         if (worst < 0 || m > worst_mean) {
@@ -882,10 +882,10 @@ size_t report_worst_layers(const report_data *d, size_t v, size_t *out, size_t m
 const char *report_colour(const char *name)
 {
     if (name == NULL) return PALETTE[0];
-    const attn_profile *prof = variant_name_profile(name);
-    const attn_mode mode = prof != NULL ? attn_profile_mode(prof) : ATTN_MODE_BF16;
-    if (prof != NULL && (mode == ATTN_MODE_BF16 || attn_profile_is_default(prof)))
-        return mode == ATTN_MODE_BF16 ? COLOUR_BF16 : mode == ATTN_MODE_FP8KV ? COLOUR_FP8KV
+    const variant_profile_id prof = variant_name_profile(name);
+    const pg_mode mode = variant_profile_mode(prof);
+    if (prof != VARIANT_PROFILE_COUNT && (mode == PG_MODE_BF16 || variant_profile_is_default(prof)))
+        return mode == PG_MODE_BF16 ? COLOUR_BF16 : mode == PG_MODE_FP8KV ? COLOUR_FP8KV
                                                                               : COLOUR_FP8QKV;
     unsigned h = FNV_OFFSET;
     for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) h = (h ^ *p) * FNV_PRIME;

@@ -2,7 +2,7 @@
 #include "report_md.h"
 
 #include "../harness/diag_verdict.h"
-#include "../harness/variant_name.h"
+#include "base/variant.h"
 
 #include <math.h>
 #include <stdlib.h>

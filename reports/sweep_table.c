@@ -1,7 +1,7 @@
 /* sweep_table.c: a sweep run's layer x variant rel_l2 table (see sweep_table.h). */
 #include "sweep_table.h"
 
-#include "../harness/variant_name.h"
+#include "base/variant.h"
 
 #include <math.h>
 #include <sqlite3.h>

@@ -28,7 +28,7 @@
 #include "attn_backend.h"
 #include "attn_profile.h"
 #include "kv_cache.h"
-#include "metrics.h"
+#include "kernels/metrics.h"
 #include "numerics.h"
 #include "parallel.h"
 #include "base/rng.h"
@@ -63,7 +63,7 @@ static double worst_ref_err; /* largest GPU reference rel_l2 vs CPU over the cas
 /* The agreement bound of profile p on the GPU (see the two bounds above). */
 static double agreement_bound(const attn_profile *p)
 {
-    return attn_profile_mode(p) == ATTN_MODE_FP8QKV ? AGREE_FP8QKV_FA3 : AGREE_BF16_KERNELS;
+    return attn_profile_mode(p) == PG_MODE_FP8QKV ? AGREE_FP8QKV_FA3 : AGREE_BF16_KERNELS;
 }
 
 /* ||a - b||_2 / ||b||_2 over n bf16 values (0 when both are zero). */
@@ -321,7 +321,7 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
                  attn_profile_variant(p), rel_l2_bf16(spec, ref, nq));
         check(dist <= agreement_bound(p), id, what, dist, agreement_bound(p));
         if (dist > agreement_bound(p)) explain_difference(&b, gout, spec, ref);
-        if (attn_profile_mode(p) == ATTN_MODE_FP8QKV) check_metrics(be, id, gout, ref, tq, hq, d);
+        if (attn_profile_mode(p) == PG_MODE_FP8QKV) check_metrics(be, id, gout, ref, tq, hq, d);
         if (at < sizeof line)
             at += (size_t)snprintf(line + at, sizeof line - at, " %s %.2e",
                                    attn_profile_variant(p), dist);

@@ -31,10 +31,10 @@ TestSuite(advise, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeou
 static regress_layer_row row(const char *c, int layer, double v, double cos)
 {
     regress_layer_row r = {.capture = c, .layer = layer, .variant = VARIANT};
-    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) r.m[m] = 0.01;
-    r.m[REGRESS_REL_L2] = v;
-    r.m[REGRESS_COS_SIM] = cos;
-    r.m[REGRESS_SQNR_DB] = 30.0;
+    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r.m[m] = 0.01;
+    r.m[PG_METRIC_REL_L2] = v;
+    r.m[PG_METRIC_COS_SIM] = cos;
+    r.m[PG_METRIC_SQNR_DB] = 30.0;
     return r;
 }
 
@@ -47,7 +47,7 @@ static void gpt_oss_shapes(const char *c, int n, advise_shape *s)
 
 /* advise_compute on rows and shapes with VARIANT, metric m and budget b; asserts success. */
 static advise_result advise_ok(const regress_layer_row *rows, size_t n_rows,
-                               const advise_shape *shapes, size_t n_shapes, regress_metric m,
+                               const advise_shape *shapes, size_t n_shapes, pg_metric m,
                                double b)
 {
     const advise_request rq = {VARIANT, m, b};
@@ -89,7 +89,7 @@ Test(advise, bad_sliding_window_layers_exactly_give_sliding_window)
     gpt_oss_shapes("c", N_LAYERS, s);
     const regress_layer_row rows[N_LAYERS] = {row("c", 0, 0.09, 0.99), row("c", 1, 0.05, 0.99),
                                               row("c", 2, 0.12, 0.99), row("c", 3, 0.08, 0.99)};
-    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, REGRESS_REL_L2, BUDGET);
+    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     const int want[N_LAYERS] = {1, 0, 1, 0};  /* layer 3 at the budget is within it */
     expect_kept(&r, want, N_LAYERS);
     cr_assert_eq(r.sliding_window, 1);
@@ -110,7 +110,7 @@ Test(advise, an_arbitrary_subset_gives_the_indices_as_separate_words)
     /* layers 1 and 2: one full-attention, one sliding-window layer */
     const regress_layer_row rows[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.2, 0.99),
                                               row("c", 2, 0.09, 0.99), row("c", 3, 0.07, 0.99)};
-    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, REGRESS_REL_L2, BUDGET);
+    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     const int want[N_LAYERS] = {0, 1, 1, 0};
     expect_kept(&r, want, N_LAYERS);
     cr_assert_eq(r.sliding_window, 0);
@@ -119,13 +119,13 @@ Test(advise, an_arbitrary_subset_gives_the_indices_as_separate_words)
     /* the sliding-window layers and one more: the indices, not sliding_window */
     const regress_layer_row more[N_LAYERS] = {row("c", 0, 0.2, 0.99), row("c", 1, 0.2, 0.99),
                                               row("c", 2, 0.2, 0.99), row("c", 3, 0.07, 0.99)};
-    r = advise_ok(more, N_LAYERS, s, N_LAYERS, REGRESS_REL_L2, BUDGET);
+    r = advise_ok(more, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     expect_flag(&r, "--kv-cache-dtype-skip-layers 0 1 2");
     advise_result_free(&r);
     /* nothing kept: no flag, the whole fp8 saving */
     const regress_layer_row good[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.02, 0.99),
                                               row("c", 2, 0.03, 0.99), row("c", 3, 0.04, 0.99)};
-    r = advise_ok(good, N_LAYERS, s, N_LAYERS, REGRESS_REL_L2, BUDGET);
+    r = advise_ok(good, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     cr_assert_eq(r.n_keep, 0);
     cr_assert_eq(r.sliding_window, 0);
     expect_flag(&r, NULL);
@@ -144,7 +144,7 @@ Test(advise, a_layer_bad_in_any_capture_keeps_bf16)
         row("a", 0, 0.01, 0.99), row("a", 1, 0.02, 0.99), row("a", 2, 0.03, 0.99),
         row("a", 3, 0.04, 0.99), row("b", 0, 0.01, 0.99), row("b", 1, 0.11, 0.99),
         row("b", 2, 0.03, 0.99), row("b", 3, 0.06, 0.99)};
-    advise_result r = advise_ok(rows, 2 * N_LAYERS, s, 2 * N_LAYERS, REGRESS_REL_L2, BUDGET);
+    advise_result r = advise_ok(rows, 2 * N_LAYERS, s, 2 * N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     const int want[N_LAYERS] = {0, 1, 0, 0};
     expect_kept(&r, want, N_LAYERS);
     cr_assert_eq(r.n_captures, 2);
@@ -165,7 +165,7 @@ Test(advise, a_lower_is_worse_metric_keeps_the_layers_below_the_budget)
     /* cos_sim: 0.98 is below 0.99 (kept), 0.99 is at it, 0.999 above */
     const regress_layer_row rows[N_LAYERS] = {row("c", 0, 0.5, 0.999), row("c", 1, 0.5, 0.98),
                                               row("c", 2, 0.5, 0.99), row("c", 3, 0.5, 0.995)};
-    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, REGRESS_COS_SIM, 0.99);
+    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_COS_SIM, 0.99);
     const int want[N_LAYERS] = {0, 1, 0, 0};
     expect_kept(&r, want, N_LAYERS);
     expect_flag(&r, "--kv-cache-dtype-skip-layers 1");
@@ -182,7 +182,7 @@ Test(advise, an_undefined_metric_or_a_nonfinite_output_keeps_bf16)
     regress_layer_row rows[N_LAYERS] = {row("c", 0, 0.01, NAN), row("c", 1, NAN, 0.99),
                                         row("c", 2, 0.01, 0.99), row("c", 3, 0.01, 0.99)};
     rows[2].nonfinite = 3;
-    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, REGRESS_REL_L2, BUDGET);
+    advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     const int want[N_LAYERS] = {0, 1, 1, 0};
     expect_kept(&r, want, N_LAYERS);
     cr_assert_eq(r.layers[1].reason, ADVISE_UNDEFINED);
@@ -190,7 +190,7 @@ Test(advise, an_undefined_metric_or_a_nonfinite_output_keeps_bf16)
     cr_assert_eq(r.layers[2].reason, ADVISE_NONFINITE);
     advise_result_free(&r);
     /* on cos_sim, layer 0's NULL cosine keeps it */
-    r = advise_ok(rows, N_LAYERS, s, N_LAYERS, REGRESS_COS_SIM, 0.9);
+    r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_COS_SIM, 0.9);
     const int want_cos[N_LAYERS] = {1, 0, 1, 0};
     expect_kept(&r, want_cos, N_LAYERS);
     cr_assert_eq(r.layers[0].reason, ADVISE_UNDEFINED);
@@ -203,7 +203,7 @@ Test(advise, the_memory_fraction_weighs_each_layer_by_its_kv_elements)
      * a token; layer 0 kept: 2048 + 256 = 2304; saved 256 / 2560 = 0.1. */
     const advise_shape s[2] = {{"c", 0, 8, 64, 0}, {"c", 1, 2, 64, 0}};
     const regress_layer_row rows[2] = {row("c", 0, 0.5, 0.99), row("c", 1, 0.01, 0.99)};
-    advise_result r = advise_ok(rows, 2, s, 2, REGRESS_REL_L2, BUDGET);
+    advise_result r = advise_ok(rows, 2, s, 2, PG_METRIC_REL_L2, BUDGET);
     cr_assert_eq(r.kv_bytes_bf16, 2560);
     cr_assert_eq(r.kv_bytes_mixed, 2304);
     cr_assert_eq(r.kv_bytes_saved_fraction, 0.1);
@@ -215,7 +215,7 @@ static void expect_refused(const regress_layer_row *rows, size_t n_rows,
                            const advise_shape *shapes, size_t n_shapes, pg_status code,
                            const char *needle)
 {
-    const advise_request rq = {VARIANT, REGRESS_REL_L2, BUDGET};
+    const advise_request rq = {VARIANT, PG_METRIC_REL_L2, BUDGET};
     advise_result r;
     pg_err err = {0};
     cr_assert_eq(advise_compute(&rq, rows, n_rows, shapes, n_shapes, &r, &err), code, "%s",
@@ -266,8 +266,8 @@ static void make_run(const char *db, const double *rel, const double *cos)
     int64_t run = 0;
     cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
     for (int l = 0; l < N_LAYERS; l++) {
-        const attn_error_metrics fp8 = {rel[l], 0.5, 0.01, 0.1, cos[l], 20.0, 0, 0, 0};
-        const attn_error_metrics bf16 = {0.002, 0.01, 0.001, 0.005, 0.99999, 50.0, 0, 0, 0};
+        const store_layer_metrics fp8 = {rel[l], 0.5, 0.01, 0.1, cos[l], 20.0, 0, 0};
+        const store_layer_metrics bf16 = {0.002, 0.01, 0.001, 0.005, 0.99999, 50.0, 0, 0};
         cr_assert_eq(store_put_layer_metrics(s, run, "c.safetensors", l, -1, VARIANT, "cpu", &fp8,
                                              &err), PG_OK, "%s", err.msg);
         cr_assert_eq(store_put_layer_metrics(s, run, "c.safetensors", l, -1, "bf16", "cpu", &bf16,

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "attn_backend.h"
-#include "metrics.h"
+#include "kernels/metrics.h"
 #include "numerics.h"
 #include "base/rng.h"
 

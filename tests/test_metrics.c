@@ -6,7 +6,7 @@
  *   arithmetic ((99 n + 99) / 100), so neither the selection algorithm nor
  *   the floating-point rank of the code is reused.
  */
-#include "metrics.h"
+#include "kernels/metrics.h"
 
 #include <criterion/criterion.h>
 #include <float.h>

@@ -118,8 +118,8 @@ Test(profiles, table_order_names_and_defaults)
     cr_assert_str_eq(attn_profile_variant(profile("fp8kv")), "fp8kv@fixed");
     cr_assert_str_eq(attn_profile_variant(profile("fp8qkv")), "fp8qkv@fa3");
     cr_assert_str_eq(attn_profile_variant(profile("bf16")), "bf16");
-    cr_assert_eq(attn_profile_mode(profile("fp8kv@vllm-24197")), ATTN_MODE_FP8KV);
-    cr_assert_eq(attn_profile_mode(profile("fp8qkv@ideal")), ATTN_MODE_FP8QKV);
+    cr_assert_eq(attn_profile_mode(profile("fp8kv@vllm-24197")), PG_MODE_FP8KV);
+    cr_assert_eq(attn_profile_mode(profile("fp8qkv@ideal")), PG_MODE_FP8QKV);
     cr_assert(attn_profile_is_default(profile("fp8qkv@fa3")));
     cr_assert_not(attn_profile_is_default(profile("fp8qkv@ideal")));
     /* One default per mode. */

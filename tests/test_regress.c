@@ -22,7 +22,7 @@
 static regress_layer_row row(const char *capture, int layer, const char *variant)
 {
     regress_layer_row r = {.capture = capture, .layer = layer, .variant = variant, .nonfinite = 0};
-    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) r.m[m] = NAN;
+    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r.m[m] = NAN;
     return r;
 }
 
@@ -45,8 +45,8 @@ static gate_config bare_config(double tol)
     gate_config c;
     gate_config_default(&c);
     c.layer.rel_tol = tol;
-    c.layer.metrics = 1u << REGRESS_REL_L2;
-    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) c.layer.abs[m].n = 0;
+    c.layer.metrics = 1u << PG_METRIC_REL_L2;
+    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) c.layer.abs[m].n = 0;
     c.mode_pair.abs.n = 0;
     c.mode_pair.ratio.n = 0;
     return c;
@@ -55,44 +55,44 @@ static gate_config bare_config(double tol)
 Test(regress, higher_is_worse_threshold_is_max_of_bound_and_relative_term)
 {
     /* 0.5 * (1 + 0.25) = 0.625 exactly in binary. */
-    cr_expect_eq(regress_threshold(REGRESS_REL_L2, 0.5, NAN, 0.25), 0.625);
-    cr_expect_eq(regress_threshold(REGRESS_REL_L2, 0.5, 0.5, 0.25), 0.625);   /* bound below */
-    cr_expect_eq(regress_threshold(REGRESS_REL_L2, 0.5, 0.75, 0.25), 0.75);   /* bound above */
-    cr_expect_eq(regress_threshold(REGRESS_P99_ABS, NAN, 0.75, 0.25), 0.75);  /* no baseline */
-    cr_expect_eq(regress_threshold(REGRESS_MAX_ABS, INFINITY, 0.75, 0.25), 0.75);
-    cr_expect(isnan(regress_threshold(REGRESS_MAX_ABS, INFINITY, NAN, 0.25)));
+    cr_expect_eq(regress_threshold(PG_METRIC_REL_L2, 0.5, NAN, 0.25), 0.625);
+    cr_expect_eq(regress_threshold(PG_METRIC_REL_L2, 0.5, 0.5, 0.25), 0.625);   /* bound below */
+    cr_expect_eq(regress_threshold(PG_METRIC_REL_L2, 0.5, 0.75, 0.25), 0.75);   /* bound above */
+    cr_expect_eq(regress_threshold(PG_METRIC_P99_ABS, NAN, 0.75, 0.25), 0.75);  /* no baseline */
+    cr_expect_eq(regress_threshold(PG_METRIC_MAX_ABS, INFINITY, 0.75, 0.25), 0.75);
+    cr_expect(isnan(regress_threshold(PG_METRIC_MAX_ABS, INFINITY, NAN, 0.25)));
     /* Exactly at the threshold passes; one ulp above regresses. */
-    cr_expect_not(regress_worse(REGRESS_REL_L2, 0.625, 0.625));
-    cr_expect(regress_worse(REGRESS_REL_L2, nextafter(0.625, 1.0), 0.625));
-    cr_expect_not(regress_worse(REGRESS_REL_L2, nextafter(0.625, 0.0), 0.625));
-    cr_expect(regress_worse(REGRESS_REL_L2, INFINITY, 0.625));
-    cr_expect_not(regress_worse(REGRESS_REL_L2, NAN, 0.625));
+    cr_expect_not(regress_worse(PG_METRIC_REL_L2, 0.625, 0.625));
+    cr_expect(regress_worse(PG_METRIC_REL_L2, nextafter(0.625, 1.0), 0.625));
+    cr_expect_not(regress_worse(PG_METRIC_REL_L2, nextafter(0.625, 0.0), 0.625));
+    cr_expect(regress_worse(PG_METRIC_REL_L2, INFINITY, 0.625));
+    cr_expect_not(regress_worse(PG_METRIC_REL_L2, NAN, 0.625));
 }
 
 Test(regress, lower_is_worse_threshold_is_min_of_bound_and_relative_term)
 {
-    cr_expect(regress_metric_higher_is_worse(REGRESS_MEAN_ABS));
-    cr_expect_not(regress_metric_higher_is_worse(REGRESS_COS_SIM));
-    cr_expect_not(regress_metric_higher_is_worse(REGRESS_SQNR_DB));
+    cr_expect(pg_metric_higher_is_worse(PG_METRIC_MEAN_ABS));
+    cr_expect_not(pg_metric_higher_is_worse(PG_METRIC_COS_SIM));
+    cr_expect_not(pg_metric_higher_is_worse(PG_METRIC_SQNR_DB));
     /* cos_sim 0.5 * (1 - 0.25) = 0.375; with a bound 0.25 the min is 0.25. */
-    cr_expect_eq(regress_threshold(REGRESS_COS_SIM, 0.5, NAN, 0.25), 0.375);
-    cr_expect_eq(regress_threshold(REGRESS_COS_SIM, 0.5, 0.25, 0.25), 0.25);
-    cr_expect_eq(regress_threshold(REGRESS_COS_SIM, 0.5, 0.5, 0.25), 0.375);
+    cr_expect_eq(regress_threshold(PG_METRIC_COS_SIM, 0.5, NAN, 0.25), 0.375);
+    cr_expect_eq(regress_threshold(PG_METRIC_COS_SIM, 0.5, 0.25, 0.25), 0.25);
+    cr_expect_eq(regress_threshold(PG_METRIC_COS_SIM, 0.5, 0.5, 0.25), 0.375);
     /* A negative SQNR moves away from zero: -8 dB - |-8| * 0.25 = -10 dB. */
-    cr_expect_eq(regress_threshold(REGRESS_SQNR_DB, -8.0, NAN, 0.25), -10.0);
+    cr_expect_eq(regress_threshold(PG_METRIC_SQNR_DB, -8.0, NAN, 0.25), -10.0);
     /* sqnr +inf (identical output) gives no relative term. */
-    cr_expect(isnan(regress_threshold(REGRESS_SQNR_DB, INFINITY, NAN, 0.25)));
-    cr_expect_not(regress_worse(REGRESS_COS_SIM, 0.375, 0.375));
-    cr_expect(regress_worse(REGRESS_COS_SIM, nextafter(0.375, 0.0), 0.375));
-    cr_expect_not(regress_worse(REGRESS_COS_SIM, 0.9, 0.375));  /* higher cosine is better */
-    cr_expect(regress_worse(REGRESS_SQNR_DB, -INFINITY, -10.0));
+    cr_expect(isnan(regress_threshold(PG_METRIC_SQNR_DB, INFINITY, NAN, 0.25)));
+    cr_expect_not(regress_worse(PG_METRIC_COS_SIM, 0.375, 0.375));
+    cr_expect(regress_worse(PG_METRIC_COS_SIM, nextafter(0.375, 0.0), 0.375));
+    cr_expect_not(regress_worse(PG_METRIC_COS_SIM, 0.9, 0.375));  /* higher cosine is better */
+    cr_expect(regress_worse(PG_METRIC_SQNR_DB, -INFINITY, -10.0));
 }
 
 Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
 {
     gate_config c = bare_config(0.25);
-    c.layer.metrics |= 1u << REGRESS_COS_SIM;
-    cr_assert_eq(gate_bound_set(&c.layer.abs[REGRESS_REL_L2], "fp8qkv@fa3", 0.75, NULL), PG_OK);
+    c.layer.metrics |= 1u << PG_METRIC_COS_SIM;
+    cr_assert_eq(gate_bound_set(&c.layer.abs[PG_METRIC_REL_L2], "fp8qkv@fa3", 0.75, NULL), PG_OK);
     regress_layer_row base[5], run[4];
     base[0] = row("a", 0, "bf16");  /* at the threshold exactly */
     base[1] = row("a", 0, "fp8kv@fixed"); /* one ulp above */
@@ -100,21 +100,21 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     base[3] = row("a", 1, "fp8kv@fixed"); /* missing from the run */
     base[4] = row("a", 2, "bf16");  /* cosine drops */
     for (int i = 0; i < 5; i++) {
-        base[i].m[REGRESS_REL_L2] = 0.5;
-        base[i].m[REGRESS_COS_SIM] = 0.5;
+        base[i].m[PG_METRIC_REL_L2] = 0.5;
+        base[i].m[PG_METRIC_COS_SIM] = 0.5;
     }
     /* Given out of order: regress sorts by (capture, layer, variant). */
     run[0] = base[1];
-    run[0].m[REGRESS_REL_L2] = nextafter(0.625, 1.0);
+    run[0].m[PG_METRIC_REL_L2] = nextafter(0.625, 1.0);
     run[1] = base[0];
-    run[1].m[REGRESS_REL_L2] = 0.625;
+    run[1].m[PG_METRIC_REL_L2] = 0.625;
     run[2] = base[2];
-    run[2].m[REGRESS_REL_L2] = INFINITY;
-    run[2].m[REGRESS_COS_SIM] = NAN;
+    run[2].m[PG_METRIC_REL_L2] = INFINITY;
+    run[2].m[PG_METRIC_COS_SIM] = NAN;
     run[2].nonfinite = 3;
     run[3] = base[4];
-    run[3].m[REGRESS_REL_L2] = 0.5;
-    run[3].m[REGRESS_COS_SIM] = nextafter(0.375, 0.0);
+    run[3].m[PG_METRIC_REL_L2] = 0.5;
+    run[3].m[PG_METRIC_COS_SIM] = nextafter(0.375, 0.0);
     regress_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 4, base, 5, 7, &c, &f, &err), PG_OK, "%s", err.msg);
@@ -158,11 +158,11 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
      * like the modes. */
     regress_layer_row nk[3] = {row("a", 0, "fp8qkv@fa3"), row("a", 0, "ext:trt"),
                                row("a", 0, "fp8kv@fixed~spec")};
-    nk[0].m[REGRESS_REL_L2] = 0.75;  /* exactly at its bound */
-    nk[1].m[REGRESS_REL_L2] = 0.1;
-    nk[2].m[REGRESS_REL_L2] = 0.1;
+    nk[0].m[PG_METRIC_REL_L2] = 0.75;  /* exactly at its bound */
+    nk[1].m[PG_METRIC_REL_L2] = 0.1;
+    nk[2].m[PG_METRIC_REL_L2] = 0.1;
     regress_layer_row nb[1] = {row("a", 0, "fp8kv@fixed~spec")};
-    nb[0].m[REGRESS_REL_L2] = 0.05;
+    nb[0].m[PG_METRIC_REL_L2] = 0.05;
     cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, REGRESS_PASS);
     /* fp8qkv is bounded on rel_l2, so its unbounded cos_sim is only unjudged. */
@@ -207,19 +207,19 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     gate_config_default(&c);  /* no bound in any map; mode_pair.rel_tol 0.10 */
     regress_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
                                  row("a", 3, "ext:x")};
-    base[0].m[REGRESS_REL_L2] = 0.002;
-    base[1].m[REGRESS_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
-    base[2].m[REGRESS_REL_L2] = 0.072;   /* gap 0.07 */
-    base[3].m[REGRESS_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
+    base[0].m[PG_METRIC_REL_L2] = 0.002;
+    base[1].m[PG_METRIC_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
+    base[2].m[PG_METRIC_REL_L2] = 0.072;   /* gap 0.07 */
+    base[3].m[PG_METRIC_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
     regress_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
                               row("a", 3, "fp8kv@fixed~spec"), row("a", 3, "ext:x"),
                               row("a", 4, "fp8kv@fixed")};
-    r[0].m[REGRESS_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
-    r[1].m[REGRESS_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
-    r[2].m[REGRESS_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
-    r[3].m[REGRESS_REL_L2] = 0.9;                 /* not against the reference: skipped */
-    r[4].m[REGRESS_REL_L2] = 0.003 + 0.0001 + 0.00019;    /* within its floor allowance */
-    r[5].m[REGRESS_REL_L2] = 0.05;                /* layer 4: not in the baseline */
+    r[0].m[PG_METRIC_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
+    r[1].m[PG_METRIC_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
+    r[2].m[PG_METRIC_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
+    r[3].m[PG_METRIC_REL_L2] = 0.9;                 /* not against the reference: skipped */
+    r[4].m[PG_METRIC_REL_L2] = 0.003 + 0.0001 + 0.00019;    /* within its floor allowance */
+    r[5].m[PG_METRIC_REL_L2] = 0.05;                /* layer 4: not in the baseline */
     regress_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
@@ -319,8 +319,8 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
         base[2 * i + 1] = row("a", i, "fp8kv");
         /* bf16 1e-4..1e-2; the variant 0.01x..30x of it (log-uniform): an
          * ext:NAME below bf16 is where r + (B - R) rounds away from B. */
-        base[2 * i].m[REGRESS_REL_L2] = exp(uniform(&seed, log(1e-4), log(1e-2)));
-        base[2 * i + 1].m[REGRESS_REL_L2] = base[2 * i].m[REGRESS_REL_L2] *
+        base[2 * i].m[PG_METRIC_REL_L2] = exp(uniform(&seed, log(1e-4), log(1e-2)));
+        base[2 * i + 1].m[PG_METRIC_REL_L2] = base[2 * i].m[PG_METRIC_REL_L2] *
                                             exp(uniform(&seed, log(0.01), log(30.0)));
     }
     /* An identical rerun: v - r is B - R bit for bit. */
@@ -339,7 +339,7 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
      * did not grow, although a threshold on v says it did. */
     size_t tricky = 0;
     for (int i = 0; i < PAIR_LAYERS; i++) {
-        const double R = base[2 * i].m[REGRESS_REL_L2], B = base[2 * i + 1].m[REGRESS_REL_L2];
+        const double R = base[2 * i].m[PG_METRIC_REL_L2], B = base[2 * i + 1].m[PG_METRIC_REL_L2];
         const double gap = B - R, r = R * (1.0 + uniform(&seed, 0.05, 0.5));
         /* The largest v with v - r <= gap, as computed. */
         double v = r + gap;
@@ -347,9 +347,9 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
         while (nextafter(v, 1.0) - r <= gap) v = nextafter(v, 1.0);
         tricky += v > r + gap;  /* a threshold on v would call it worse */
         run[2 * i] = base[2 * i];
-        run[2 * i].m[REGRESS_REL_L2] = r;
+        run[2 * i].m[PG_METRIC_REL_L2] = r;
         run[2 * i + 1] = base[2 * i + 1];
-        run[2 * i + 1].m[REGRESS_REL_L2] = v;
+        run[2 * i + 1].m[PG_METRIC_REL_L2] = v;
         cr_assert_gt(v, B * (1.0 + 1e-3), "layer %d: the variant's own error grew", i);
     }
     cr_assert_gt(tricky, PAIR_LAYERS / 100, "only %zu layers where the sum rounds", tricky);
@@ -369,10 +369,10 @@ Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
     gate_config c;
     gate_config_default(&c);  /* layer.rel_tol and mode_pair.rel_tol 0.10 */
     regress_layer_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
-    base[0].m[REGRESS_REL_L2] = 0.004;
-    base[1].m[REGRESS_REL_L2] = 0.003;
+    base[0].m[PG_METRIC_REL_L2] = 0.004;
+    base[1].m[PG_METRIC_REL_L2] = 0.003;
     regress_layer_row run[2] = {base[0], base[1]};
-    run[0].m[REGRESS_REL_L2] = 0.002;  /* the gap went from -0.001 to +0.001 */
+    run[0].m[PG_METRIC_REL_L2] = 0.002;  /* the gap went from -0.001 to +0.001 */
     regress_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
@@ -384,12 +384,12 @@ Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
     cr_expect_eq(x->threshold, 0.003 + 0.003 * 0.1);
     regress_flags_free(&f);
     /* At its own bound it passes; one ulp above, with the gap grown, it fails. */
-    run[1].m[REGRESS_REL_L2] = 0.003 + 0.003 * 0.1;
+    run[1].m[PG_METRIC_REL_L2] = 0.003 + 0.003 * 0.1;
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
     regress_flags_free(&f);
-    run[1].m[REGRESS_REL_L2] = nextafter(0.003 + 0.003 * 0.1, 1.0);
+    run[1].m[PG_METRIC_REL_L2] = nextafter(0.003 + 0.003 * 0.1, 1.0);
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
     x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
     cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
@@ -402,11 +402,11 @@ Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
     gate_config_default(&c);
     regress_layer_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
                               row("a", 0, "ext:far"), row("a", 0, "fp8kv@fixed~spec")};
-    r[0].m[REGRESS_REL_L2] = 0.002;
+    r[0].m[PG_METRIC_REL_L2] = 0.002;
     r[1].nonfinite = 1;
-    r[1].m[REGRESS_REL_L2] = INFINITY;
-    r[2].m[REGRESS_REL_L2] = 1.0;                  /* an all-zero output */
-    r[3].m[REGRESS_REL_L2] = nextafter(1.0, 0.0);  /* just closer than zeros */
+    r[1].m[PG_METRIC_REL_L2] = INFINITY;
+    r[2].m[PG_METRIC_REL_L2] = 1.0;                  /* an all-zero output */
+    r[3].m[PG_METRIC_REL_L2] = nextafter(1.0, 0.0);  /* just closer than zeros */
     r[4].nonfinite = 3;
     regress_flags f = {0};
     pg_err err = {0};
@@ -653,7 +653,7 @@ Test(regress, config_defaults_merge_and_removal)
     cr_expect_eq(c.layer.rel_tol, GATE_DEFAULT_REL_TOL);
     cr_expect_eq(c.layer.metrics, GATE_DEFAULT_LAYER_METRICS);
     /* No built-in absolute budget anywhere (gate_config.h says why). */
-    for (int m = 0; m < REGRESS_METRIC_COUNT; m++) cr_expect_eq(c.layer.abs[m].n, 0);
+    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) cr_expect_eq(c.layer.abs[m].n, 0);
     cr_expect_eq(c.mode_pair.abs.n, 0);
     cr_expect_eq(c.mode_pair.ratio.n, 0);
     cr_expect_eq(c.mode_pair.rel_tol, GATE_DEFAULT_REL_TOL);
@@ -664,15 +664,15 @@ Test(regress, config_defaults_merge_and_removal)
                        " \"mode_pair\": {\"rel_tol\": 0.3, \"ratio\": {\"fp8qkv\": 4, \"fp8kv\": 5}},"
                        " \"eval\": {\"min_effect\": 0}}", &c, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(c.layer.rel_tol, 0.2);
-    cr_expect_eq(c.layer.metrics, (1u << REGRESS_COS_SIM) | (1u << REGRESS_MAX_ABS));
+    cr_expect_eq(c.layer.metrics, (1u << PG_METRIC_COS_SIM) | (1u << PG_METRIC_MAX_ABS));
     /* A bare mode key bounds its default profile, kept under the full name. */
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv@fixed"), 0.08);
-    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv")));
-    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8kv@vllm-24197")));
-    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "bf16")));
-    cr_expect(isnan(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "fp8qkv@fa3")));  /* never set */
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_REL_L2], "ext:trt"), 0.1);
-    cr_expect_eq(gate_bound_find(&c.layer.abs[REGRESS_P99_ABS], "fp8kv@fixed~spec"), 0.5);
+    cr_expect_eq(gate_bound_find(&c.layer.abs[PG_METRIC_REL_L2], "fp8kv@fixed"), 0.08);
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[PG_METRIC_REL_L2], "fp8kv")));
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[PG_METRIC_REL_L2], "fp8kv@vllm-24197")));
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[PG_METRIC_REL_L2], "bf16")));
+    cr_expect(isnan(gate_bound_find(&c.layer.abs[PG_METRIC_REL_L2], "fp8qkv@fa3")));  /* never set */
+    cr_expect_eq(gate_bound_find(&c.layer.abs[PG_METRIC_REL_L2], "ext:trt"), 0.1);
+    cr_expect_eq(gate_bound_find(&c.layer.abs[PG_METRIC_P99_ABS], "fp8kv@fixed~spec"), 0.5);
     cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8qkv@fa3"), 4);
     cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv@fixed"), 5);
     cr_expect_eq(c.mode_pair.rel_tol, 0.3);
@@ -753,9 +753,9 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     /* A capture name with every XML special, a control byte and bad UTF-8. */
     const char *nasty = "c&<>\"'\x01\xff\xc3\xa9.st";
     regress_layer_row base[2] = {row(nasty, 0, "fp8kv"), row(nasty, 1, "fp8kv")};
-    base[0].m[REGRESS_REL_L2] = base[1].m[REGRESS_REL_L2] = 0.5;
+    base[0].m[PG_METRIC_REL_L2] = base[1].m[PG_METRIC_REL_L2] = 0.5;
     regress_layer_row run[1] = {base[0]};
-    run[0].m[REGRESS_REL_L2] = 0.7;
+    run[0].m[PG_METRIC_REL_L2] = 0.7;
     regress_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 1, base, 2, 1, &c, &f, &err), PG_OK, "%s", err.msg);

@@ -1,14 +1,17 @@
 /*
- * variant_name.h: the one grammar of variant names, for everything that
- * stores, parses or orders them (run --variants, the store, diff, history,
- * the gate's config and flags, reports).
+ * variant.h: the precision modes, the names of the kernel profiles, and the
+ * one grammar of variant names, for everything that stores, parses or orders
+ * them (run --variants, the store, diff, history, the gate's config and
+ * flags, reports). The names are vocabulary and live here, below every
+ * folder; what each profile rounds (its rules and sources) is the kernels'
+ * (kernels/attn_profile.c, whose table is indexed by variant_profile_id).
  *
  *   VARIANT := PROFILE            a kernel profile against the fp64 reference
  *            | PROFILE "~spec"    a GPU profile against the CPU specification's
  *                                 output (run --check-spec)
  *            | "ext:" NAME        an external implementation's output (capture
  *                                 layers.L.out.NAME)
- *   PROFILE := a variant of kernels/attn_profile.h's table ("bf16",
+ *   PROFILE := a name of the profile table above ("bf16",
  *              "MODE@PROFILE"), or a MODE alone ("fp8kv", "fp8qkv"),
  *              which means that mode's default profile.
  *
@@ -18,17 +21,54 @@
  * serving stack's switch) are not kernel profiles; only the ordering and
  * colour helpers take them, as their mode.
  */
-#ifndef PG_VARIANT_NAME_H
-#define PG_VARIANT_NAME_H
+#ifndef PG_VARIANT_H
+#define PG_VARIANT_H
 
 #include <stddef.h>
 
-#include "../kernels/attn_profile.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The precision modes: the serving stack's switch, and what a profile runs. */
+typedef enum pg_mode { PG_MODE_BF16, PG_MODE_FP8KV, PG_MODE_FP8QKV } pg_mode;
+/* How many modes there are. */
+#define PG_MODE_COUNT 3
+/* The baseline mode's name: the one every fp8 mode is measured against. */
+#define PG_MODE_BASELINE_NAME "bf16"
+
+/* The mode's name ("bf16", "fp8kv", "fp8qkv"); "?" out of range. */
+const char *pg_mode_name(pg_mode m);
+
+/* The kernel profiles, in table order (bf16 first). Their full names are
+ * MODE@PROFILE (bf16 alone has none); each mode has one default profile,
+ * the one its bare name means. */
+typedef enum variant_profile_id {
+    VARIANT_BF16,
+    VARIANT_FP8KV_FIXED,
+    VARIANT_FP8KV_VLLM_24197,
+    VARIANT_FP8QKV_FA3,
+    VARIANT_FP8QKV_FA3_1LEVEL,
+    VARIANT_FP8QKV_TRTLLM,
+    VARIANT_FP8QKV_FLASHINFER_FA3,
+    VARIANT_FP8QKV_IDEAL,
+    VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
+} variant_profile_id;
+
+/* Profile id's full stored name ("bf16", "fp8kv@fixed", ...); NULL out of range. */
+const char *variant_profile_name(variant_profile_id id);
+
+/* The mode profile id runs (PG_MODE_BF16 out of range). */
+pg_mode variant_profile_mode(variant_profile_id id);
+
+/* 1 when profile id is the one its mode's name alone means, else 0. */
+int variant_profile_is_default(variant_profile_id id);
+
+/* The profile a name means: a full name, or a bare mode (its default
+ * profile); PG_ERR_USAGE naming the name and the choices otherwise. */
+pg_status variant_profile_find(const char *name, variant_profile_id *out, pg_err *err);
 
 /* Longest variant name, NUL included ("ext:" + a capture's NAME, or
  * MODE@PROFILE~spec). */
@@ -50,7 +90,7 @@ typedef enum variant_kind {
 /* One parsed variant name. */
 typedef struct variant_name {
     variant_kind kind;
-    const attn_profile *profile;  /* PROFILE and SPEC: the profile; NULL for EXT */
+    variant_profile_id profile;   /* PROFILE and SPEC: the profile; EXT: VARIANT_PROFILE_COUNT */
     char full[VARIANT_NAME_MAX];  /* the name as stored: bare modes expanded */
 } variant_name;
 
@@ -69,9 +109,9 @@ const char *variant_name_profile_choices(void);
  * variant_name_profile_choices and the ~spec and ext:NAME forms. */
 const char *variant_name_choices(void);
 
-/* The stored name of profile p checked against the CPU specification
+/* The stored name of profile id checked against the CPU specification
  * ("fp8qkv@fa3~spec") into out. */
-void variant_name_spec(const attn_profile *p, char *out, size_t len);
+void variant_name_spec(variant_profile_id id, char *out, size_t len);
 
 /* The stored name of external output NAME ("ext:NAME") into out. */
 void variant_name_ext(const char *name, char *out, size_t len);
@@ -80,19 +120,16 @@ void variant_name_ext(const char *name, char *out, size_t len);
 int variant_name_is_spec(const char *v);
 
 /* The profile a stored PROFILE name or an eval mode names (bare modes:
- * their default profile); NULL for ~spec, ext:NAME and unknown names. */
-const attn_profile *variant_name_profile(const char *v);
+ * their default profile); VARIANT_PROFILE_COUNT for ~spec, ext:NAME,
+ * NULL and unknown names. It is also the name's sort key: the profiles in
+ * table order, then everything else. */
+variant_profile_id variant_name_profile(const char *v);
 
-/* Sort key of a stored variant or an eval mode: its profile's index in the
- * table (bf16 first; a bare mode ranks as its default profile), then
- * everything else (ranked attn_profile_count(), ordered by name). */
-size_t variant_name_rank(const char *v);
-
-/* Orders two names by variant_name_rank, then by name (strcmp-like). */
+/* Orders two names by variant_name_profile, then by name (strcmp-like). */
 int variant_name_cmp(const char *a, const char *b);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* PG_VARIANT_NAME_H */
+#endif /* PG_VARIANT_H */
