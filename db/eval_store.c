@@ -561,23 +561,6 @@ static const char SQL_PAIRS_READ[] =
     " ci_low, ci_high, sign_p, mde FROM eval_pairs"
     " WHERE run_id = ?1 AND (?2 IS NULL OR eval = ?2) ORDER BY eval, effort, mode_a, mode_b";
 
-/* Column i of st's current row as a malloc'd string (NULL for SQL NULL); sets
- * *oom when the copy fails. */
-static char *column_strdup(sqlite3_stmt *st, int i, int *oom)
-{
-    const unsigned char *t = sqlite3_column_text(st, i);
-    if (t == NULL) return NULL;
-    char *c = strdup((const char *)t);
-    if (c == NULL) *oom = 1;
-    return c;
-}
-
-/* Column i as a double, NaN for SQL NULL. */
-static double column_double_or_nan(sqlite3_stmt *st, int i)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
-}
-
 /* Runs sql (?1 run_id, ?2 eval or NULL) and hands each row to fill(row_index),
  * growing *rows (elem bytes each) as it goes; *n counts the rows filled. */
 static pg_status read_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
@@ -627,21 +610,22 @@ static int fill_score(sqlite3_stmt *st, void *row)
 {
     eval_score_stored *r = row;
     int oom = 0;
-    r->eval = column_strdup(st, 0, &oom);
-    r->mode = column_strdup(st, 1, &oom);
-    r->effort = column_strdup(st, 2, &oom);
-    r->ci_method = column_strdup(st, 3, &oom);
-    r->pass_at_json = column_strdup(st, 4, &oom);
+    r->eval = sql_col_dup(st, 0, &oom);
+    r->mode = sql_col_dup(st, 1, &oom);
+    r->effort = sql_col_dup(st, 2, &oom);
+    r->ci_method = sql_col_dup(st, 3, &oom);
+    r->pass_at_json = sql_col_dup(st, 4, &oom);
     r->n_problems = sqlite3_column_int64(st, 5);
     r->k = sqlite3_column_int64(st, 6);
     r->n_errors = sqlite3_column_int64(st, 7);
     r->n_truncated = sqlite3_column_int64(st, 8);
     r->n_empty = sqlite3_column_int64(st, 9);
     r->n_missing = sqlite3_column_int64(st, 10);
-    r->accuracy = column_double_or_nan(st, 11);
-    r->stderr_ = column_double_or_nan(st, 12);
-    r->ci_low = column_double_or_nan(st, 13);
-    r->ci_high = column_double_or_nan(st, 14);
+    r->accuracy = sql_col_real(st, 11);
+    r->stderr_ = sql_col_real(st, 12);
+    r->ci_low = sql_col_real(st, 13);
+    r->ci_high = sql_col_real(st, 14);
+    r->n_valid = (r->n_problems + r->n_empty) * r->k - r->n_errors - r->n_missing;
     return !oom;
 }
 
@@ -650,20 +634,20 @@ static int fill_pair(sqlite3_stmt *st, void *row)
 {
     eval_pair_stored *r = row;
     int oom = 0;
-    r->eval = column_strdup(st, 0, &oom);
-    r->effort = column_strdup(st, 1, &oom);
-    r->mode_a = column_strdup(st, 2, &oom);
-    r->mode_b = column_strdup(st, 3, &oom);
+    r->eval = sql_col_dup(st, 0, &oom);
+    r->effort = sql_col_dup(st, 1, &oom);
+    r->mode_a = sql_col_dup(st, 2, &oom);
+    r->mode_b = sql_col_dup(st, 3, &oom);
     r->n_problems = sqlite3_column_int64(st, 4);
     r->wins = sqlite3_column_int64(st, 5);
     r->losses = sqlite3_column_int64(st, 6);
     r->ties = sqlite3_column_int64(st, 7);
-    r->mean_diff = column_double_or_nan(st, 8);
-    r->stderr_ = column_double_or_nan(st, 9);
-    r->ci_low = column_double_or_nan(st, 10);
-    r->ci_high = column_double_or_nan(st, 11);
-    r->sign_p = column_double_or_nan(st, 12);
-    r->mde = column_double_or_nan(st, 13);
+    r->mean_diff = sql_col_real(st, 8);
+    r->stderr_ = sql_col_real(st, 9);
+    r->ci_low = sql_col_real(st, 10);
+    r->ci_high = sql_col_real(st, 11);
+    r->sign_p = sql_col_real(st, 12);
+    r->mde = sql_col_real(st, 13);
     return !oom;
 }
 

@@ -108,6 +108,8 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
 typedef struct eval_score_stored {
     char *eval, *mode, *effort, *ci_method, *pass_at_json;
     int64_t n_problems, k, n_errors, n_truncated, n_empty, n_missing;
+    int64_t n_valid;   /* graded (ok + truncated) samples: every cell of the
+                        * (n_problems + n_empty) x k table is valid, an error or missing */
     double accuracy, stderr_, ci_low, ci_high;
 } eval_score_stored;
 

@@ -73,15 +73,6 @@ static const char SQL_LAYERS[] =
     " nan_count + inf_count FROM layer_metrics WHERE run_id = ?1 AND head = -1"
     " ORDER BY capture, layer, variant, backend";
 
-static const char SQL_PAIRS[] =
-    "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, ci_low, ci_high, mde, wins,"
-    " losses, sign_p FROM eval_pairs WHERE run_id = ?1 ORDER BY eval, effort, mode_a, mode_b";
-
-static const char SQL_SCORES[] =
-    "SELECT eval, mode, effort, n_problems, accuracy, stderr,"
-    " (n_problems + n_empty) * k - n_errors - n_missing, n_truncated FROM eval_scores"
-    " WHERE run_id = ?1 ORDER BY eval, effort, mode";
-
 static const char SQL_FLAGS_DELETE[] = "DELETE FROM flags WHERE run_id = ?1";
 
 static const char SQL_FLAG_INSERT[] =
@@ -388,20 +379,9 @@ void gate_rows_free(gate_rows *r)
         free((void *)r->layers[i].capture);
         free((void *)r->layers[i].variant);
     }
-    for (size_t i = 0; i < r->n_pairs; i++) {
-        free((void *)r->pairs[i].eval);
-        free((void *)r->pairs[i].effort);
-        free((void *)r->pairs[i].mode_a);
-        free((void *)r->pairs[i].mode_b);
-    }
-    for (size_t i = 0; i < r->n_scores; i++) {
-        free((void *)r->scores[i].eval);
-        free((void *)r->scores[i].mode);
-        free((void *)r->scores[i].effort);
-    }
     free(r->layers);
-    free(r->pairs);
-    free(r->scores);
+    eval_store_pairs_free(r->pairs, r->n_pairs);
+    eval_store_scores_free(r->scores, r->n_scores);
     memset(r, 0, sizeof *r);
 }
 
@@ -431,14 +411,14 @@ static pg_status take_layer(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_er
     if (capture == NULL || variant == NULL)
         return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading layer rows");
     if (out->n_layers > 0) {
-        const regress_layer_row *p = &out->layers[out->n_layers - 1];
+        const gate_layer_row *p = &out->layers[out->n_layers - 1];
         if (p->layer == layer && strcmp(p->capture, capture) == 0 &&
             strcmp(p->variant, variant) == 0)
             return PG_OK;
     }
     pg_status ps = grow((void **)&out->layers, cap, out->n_layers, sizeof *out->layers, err);
     if (ps != PG_OK) return ps;
-    regress_layer_row *r = &out->layers[out->n_layers];
+    gate_layer_row *r = &out->layers[out->n_layers];
     memset(r, 0, sizeof *r);
     int oom = 0;
     r->capture = sql_col_dup(st, 0, &oom);
@@ -451,52 +431,6 @@ static pg_status take_layer(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_er
     return PG_OK;
 }
 
-/* One eval_pairs row. */
-static pg_status take_pair(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_err *err)
-{
-    pg_status ps = grow((void **)&out->pairs, cap, out->n_pairs, sizeof *out->pairs, err);
-    if (ps != PG_OK) return ps;
-    regress_eval_pair *p = &out->pairs[out->n_pairs++];
-    memset(p, 0, sizeof *p);
-    int oom = 0;
-    p->eval = sql_col_dup(st, 0, &oom);
-    p->effort = sql_col_dup(st, 1, &oom);
-    p->mode_a = sql_col_dup(st, 2, &oom);
-    p->mode_b = sql_col_dup(st, 3, &oom);
-    p->n_problems = sqlite3_column_int64(st, 4);
-    p->mean_diff = sql_col_real(st, 5);
-    p->ci_low = sql_col_real(st, 6);
-    p->ci_high = sql_col_real(st, 7);
-    p->mde = sql_col_real(st, 8);
-    p->wins = sqlite3_column_int64(st, 9);
-    p->losses = sqlite3_column_int64(st, 10);
-    p->sign_p = sql_col_real(st, 11);
-    if (oom || !p->eval || !p->effort || !p->mode_a || !p->mode_b)
-        return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading eval pairs");
-    return PG_OK;
-}
-
-/* One eval_scores row. */
-static pg_status take_score(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_err *err)
-{
-    pg_status ps = grow((void **)&out->scores, cap, out->n_scores, sizeof *out->scores, err);
-    if (ps != PG_OK) return ps;
-    regress_eval_score *x = &out->scores[out->n_scores++];
-    memset(x, 0, sizeof *x);
-    int oom = 0;
-    x->eval = sql_col_dup(st, 0, &oom);
-    x->mode = sql_col_dup(st, 1, &oom);
-    x->effort = sql_col_dup(st, 2, &oom);
-    x->n_problems = sqlite3_column_int64(st, 3);
-    x->accuracy = sql_col_real(st, 4);
-    x->se = sql_col_real(st, 5);
-    x->n_valid = sqlite3_column_int64(st, 6);  /* every cell is valid, an error or missing */
-    x->n_truncated = sqlite3_column_int64(st, 7);
-    if (oom || !x->eval || !x->mode || !x->effort)
-        return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading eval scores");
-    return PG_OK;
-}
-
 pg_status gate_store_load(pg_store *s, int64_t run_id, gate_rows *out, pg_err *err)
 {
     if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_load: out is NULL");
@@ -506,16 +440,50 @@ pg_status gate_store_load(pg_store *s, int64_t run_id, gate_rows *out, pg_err *e
     /* A savepoint is a read transaction outside one and nests inside one. */
     if (sqlite3_exec(db, "SAVEPOINT gate_load", NULL, NULL, NULL) != SQLITE_OK)
         return sql_fail(db, err, "begin reading run %" PRId64, run_id);
-    size_t cl = 0, cp = 0, cs = 0;
+    size_t cl = 0;
     pg_status ps = read_rows(db, SQL_LAYERS, run_id, "layer_metrics", take_layer, out, &cl, err);
-    if (ps == PG_OK) ps = read_rows(db, SQL_PAIRS, run_id, "eval_pairs", take_pair, out, &cp, err);
+    if (ps == PG_OK) ps = eval_store_read_pairs(s, run_id, NULL, &out->pairs, &out->n_pairs, err);
     if (ps == PG_OK)
-        ps = read_rows(db, SQL_SCORES, run_id, "eval_scores", take_score, out, &cs, err);
+        ps = eval_store_read_scores(s, run_id, NULL, &out->scores, &out->n_scores, err);
     sqlite3_exec(db, "RELEASE gate_load", NULL, NULL, NULL);
     return ps;
 }
 
 /* ---- flags ------------------------------------------------------------ */
+
+static const char *const scope_names[GATE_SCOPE_COUNT] = {"layer", "mode_pair", "eval"};
+static const char *const verdict_names[GATE_VERDICT_COUNT] = {
+    "pass", "regression", "improvement", "no change", "inconclusive", "error"};
+
+const char *gate_scope_name(gate_scope s)
+{
+    return (unsigned)s < GATE_SCOPE_COUNT ? scope_names[s] : "?";
+}
+
+const char *gate_verdict_name(gate_verdict v)
+{
+    return (unsigned)v < GATE_VERDICT_COUNT ? verdict_names[v] : "?";
+}
+
+void gate_flag_free(gate_flag *f)
+{
+    if (f == NULL) return;
+    free(f->capture);
+    free(f->variant);
+    free(f->eval);
+    free(f->mode);
+    free(f->effort);
+    free(f->metric);
+    free(f->message);
+}
+
+void gate_flags_free(gate_flags *f)
+{
+    if (f == NULL) return;
+    for (size_t i = 0; i < f->n; i++) gate_flag_free(&f->v[i]);
+    free(f->v);
+    memset(f, 0, sizeof *f);
+}
 
 /* Binds v to parameter i, NaN as NULL. */
 static int bind_real(sqlite3_stmt *st, int i, double v)
@@ -531,12 +499,12 @@ static int bind_str(sqlite3_stmt *st, int i, const char *v)
 
 /* Inserts flag f of run_id with the prepared SQL_FLAG_INSERT statement st. */
 static pg_status insert_flag(sqlite3 *db, sqlite3_stmt *st, int64_t run_id, int64_t base_id,
-                             const regress_flag *f, size_t index, pg_err *err)
+                             const gate_flag *f, size_t index, pg_err *err)
 {
     int rc = sqlite3_bind_int64(st, 1, run_id);
     if (rc == SQLITE_OK)
         rc = base_id >= 0 ? sqlite3_bind_int64(st, 2, base_id) : sqlite3_bind_null(st, 2);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 3, regress_scope_name(f->scope), -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 3, gate_scope_name(f->scope), -1, SQLITE_STATIC);
     if (rc == SQLITE_OK) rc = bind_str(st, 4, f->capture);
     if (rc == SQLITE_OK) rc = f->layer >= 0 ? sqlite3_bind_int(st, 5, f->layer) : sqlite3_bind_null(st, 5);
     if (rc == SQLITE_OK) rc = bind_str(st, 6, f->variant);
@@ -547,7 +515,7 @@ static pg_status insert_flag(sqlite3 *db, sqlite3_stmt *st, int64_t run_id, int6
     if (rc == SQLITE_OK) rc = bind_real(st, 11, f->value);
     if (rc == SQLITE_OK) rc = bind_real(st, 12, f->baseline_value);
     if (rc == SQLITE_OK) rc = bind_real(st, 13, f->threshold);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 14, regress_verdict_name(f->verdict), -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 14, gate_verdict_name(f->verdict), -1, SQLITE_STATIC);
     if (rc == SQLITE_OK) rc = bind_str(st, 15, f->message);
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     pg_status ps = rc == SQLITE_DONE ? PG_OK
@@ -558,7 +526,7 @@ static pg_status insert_flag(sqlite3 *db, sqlite3_stmt *st, int64_t run_id, int6
 }
 
 pg_status gate_store_put_flags(pg_store *s, int64_t run_id, int64_t baseline_run_id,
-                               const regress_flags *f, pg_err *err)
+                               const gate_flags *f, pg_err *err)
 {
     if (f == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_put_flags: flags is NULL");
     sqlite3 *db = sql_handle_or_fail(s, "gate_store_put_flags", err);

@@ -1,7 +1,8 @@
 /*
  * gate_store.h: the regression gate's rows in precgate's store (schema
  * version 6): named baselines, the rows a gate pass compares, and the
- * flags it writes (harness/regress.h defines every verdict).
+ * flags it writes, with their vocabulary (harness/regress.h decides every
+ * verdict).
  *
  * Every function works on an open pg_store (db/store.h) through
  * store_handle(), with statements prepared for the call and bound
@@ -31,13 +32,86 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../harness/regress.h"
+#include "base/metric.h"
 #include "base/status.h"
+#include "eval_store.h"
 #include "store.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the flags' vocabulary and rows ------------------------------------ */
+
+/* Flag metric names beyond the layer_metrics columns (flags.metric). */
+#define GATE_METRIC_NONFINITE "nonfinite"
+#define GATE_METRIC_PRESENT "present"
+#define GATE_METRIC_ACCURACY "accuracy"
+#define GATE_METRIC_DIFF_PREFIX "diff_vs_"
+#define GATE_METRIC_SAMPLES "samples"
+#define GATE_METRIC_CONTENT "content"
+#define GATE_METRIC_SCALE_BUG "scale_bug"
+
+/* What a flag compares (the flags.scope values, in this order). */
+typedef enum gate_scope {
+    GATE_SCOPE_LAYER = 0,
+    GATE_SCOPE_MODE_PAIR,
+    GATE_SCOPE_EVAL,
+    GATE_SCOPE_COUNT
+} gate_scope;
+
+/* The flags.verdict values, in this order. */
+typedef enum gate_verdict {
+    GATE_VERDICT_PASS = 0,
+    GATE_VERDICT_REGRESSION,
+    GATE_VERDICT_IMPROVEMENT,
+    GATE_VERDICT_NO_CHANGE,
+    GATE_VERDICT_INCONCLUSIVE,
+    GATE_VERDICT_ERROR,
+    GATE_VERDICT_COUNT
+} gate_verdict;
+
+/* "layer", "mode_pair", "eval" (the flags.scope values); "?" outside the enum. */
+const char *gate_scope_name(gate_scope s);
+
+/* "pass", "regression", "improvement", "no change", "inconclusive", "error"
+ * (the flags.verdict values); "?" outside the enum. */
+const char *gate_verdict_name(gate_verdict v);
+
+/* One verdict, as a flags row. Strings are owned (gate_flags_free). */
+typedef struct gate_flag {
+    gate_scope scope;
+    char *capture;       /* layer, mode_pair; NULL for eval */
+    int layer;           /* -1 for eval */
+    char *variant;       /* layer, mode_pair ("fp8kv@fixed", "fp8kv@fixed-bf16"); NULL for eval */
+    char *eval, *mode, *effort;  /* eval; NULL otherwise */
+    char *metric;
+    double value, baseline_value, threshold;  /* NaN: none (stored NULL) */
+    gate_verdict verdict;
+    char *message;
+} gate_flag;
+
+/* A growing list of flags; zero-initialise. */
+typedef struct gate_flags {
+    gate_flag *v;
+    size_t n, cap;
+} gate_flags;
+
+/* Frees one flag's strings (not f itself); NULL is a no-op. */
+void gate_flag_free(gate_flag *f);
+
+/* Frees every flag's strings and the array, and zeroes f; NULL is a no-op. */
+void gate_flags_free(gate_flags *f);
+
+/* One whole-layer row of layer_metrics. Strings are owned by the gate_rows
+ * that holds it. */
+typedef struct gate_layer_row {
+    const char *capture;
+    int layer;
+    const char *variant;
+    double m[PG_METRIC_VALUE_COUNT];  /* indexed by pg_metric; NaN where NULL */
+    int64_t nonfinite;               /* nan_count + inf_count */
+} gate_layer_row;
 
 /* What a gate needs to know about a run. Strings owned: gate_run_free. */
 typedef struct gate_run {
@@ -140,11 +214,11 @@ void gate_baselines_free(gate_baseline *b, size_t n);
 /* Rows of one run that a gate compares; strings and arrays owned
  * (gate_rows_free). */
 typedef struct gate_rows {
-    regress_layer_row *layers;   /* head = -1 rows, one per (capture, layer, variant) */
+    gate_layer_row *layers;      /* head = -1 rows, one per (capture, layer, variant) */
     size_t n_layers;
-    regress_eval_pair *pairs;    /* eval_pairs */
+    eval_pair_stored *pairs;     /* eval_pairs, as eval_store_read_pairs reads them */
     size_t n_pairs;
-    regress_eval_score *scores;  /* eval_scores */
+    eval_score_stored *scores;   /* eval_scores, as eval_store_read_scores reads them */
     size_t n_scores;
 } gate_rows;
 
@@ -163,7 +237,7 @@ void gate_rows_free(gate_rows *r);
  * on failure nothing changes. NaN numbers are stored as NULL, layer -1 as
  * NULL. PG_ERR_DB when a row breaks a CHECK (an unknown scope or verdict). */
 pg_status gate_store_put_flags(pg_store *s, int64_t run_id, int64_t baseline_run_id,
-                               const regress_flags *f, pg_err *err);
+                               const gate_flags *f, pg_err *err);
 
 #ifdef __cplusplus
 }

@@ -204,14 +204,14 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
 }
 
 /* Upper-case verdict for the terminal. */
-static const char *loud(regress_verdict v)
+static const char *loud(gate_verdict v)
 {
     switch (v) {
-    case REGRESS_REGRESSION: return "REGRESSION";
-    case REGRESS_ERROR: return "ERROR";
-    case REGRESS_IMPROVEMENT: return "improvement";
-    case REGRESS_NO_CHANGE: return "no change";
-    case REGRESS_INCONCLUSIVE: return "inconclusive";
+    case GATE_VERDICT_REGRESSION: return "REGRESSION";
+    case GATE_VERDICT_ERROR: return "ERROR";
+    case GATE_VERDICT_IMPROVEMENT: return "improvement";
+    case GATE_VERDICT_NO_CHANGE: return "no change";
+    case GATE_VERDICT_INCONCLUSIVE: return "inconclusive";
     default: return "pass";
     }
 }
@@ -219,38 +219,38 @@ static const char *loud(regress_verdict v)
 /* Prints regressions, then errors, then the eval verdicts (few, and each states
  * its MDE; a "samples" check that passed is only counted), then the counts
  * per scope. */
-static void print_summary(const regress_flags *f)
+static void print_summary(const gate_flags *f)
 {
-    const regress_verdict order[] = {REGRESS_REGRESSION, REGRESS_ERROR};
+    const gate_verdict order[] = {GATE_VERDICT_REGRESSION, GATE_VERDICT_ERROR};
     for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
         for (size_t i = 0; i < f->n; i++)
             if (f->v[i].verdict == order[o])
                 printf("%-10s %-9s %s\n", loud(f->v[i].verdict),
-                       regress_scope_name(f->v[i].scope), f->v[i].message);
+                       gate_scope_name(f->v[i].scope), f->v[i].message);
     for (size_t i = 0; i < f->n; i++)
-        if (f->v[i].scope == REGRESS_SCOPE_EVAL && f->v[i].verdict != REGRESS_REGRESSION &&
-            f->v[i].verdict != REGRESS_ERROR &&
-            !(f->v[i].verdict == REGRESS_PASS &&
-              strcmp(f->v[i].metric, REGRESS_METRIC_SAMPLES) == 0))
+        if (f->v[i].scope == GATE_SCOPE_EVAL && f->v[i].verdict != GATE_VERDICT_REGRESSION &&
+            f->v[i].verdict != GATE_VERDICT_ERROR &&
+            !(f->v[i].verdict == GATE_VERDICT_PASS &&
+              strcmp(f->v[i].metric, GATE_METRIC_SAMPLES) == 0))
             printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "eval", f->v[i].message);
     /* The diagnosis's inconclusive verdicts say why no bug was named. */
     for (size_t i = 0; i < f->n; i++)
-        if (f->v[i].verdict == REGRESS_INCONCLUSIVE &&
-            strcmp(f->v[i].metric, REGRESS_METRIC_SCALE_BUG) == 0)
+        if (f->v[i].verdict == GATE_VERDICT_INCONCLUSIVE &&
+            strcmp(f->v[i].metric, GATE_METRIC_SCALE_BUG) == 0)
             printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "layer", f->v[i].message);
-    for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
-        size_t c[REGRESS_VERDICT_COUNT] = {0}, total = 0;
+    for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
+        size_t c[GATE_VERDICT_COUNT] = {0}, total = 0;
         for (size_t i = 0; i < f->n; i++)
             if ((int)f->v[i].scope == s) {
                 c[f->v[i].verdict]++;
                 total++;
             }
-        printf("%-10s", regress_scope_name((regress_scope)s));
+        printf("%-10s", gate_scope_name((gate_scope)s));
         if (total == 0) printf(" nothing compared");
         const char *sep = " ";
-        for (int v = 0; v < REGRESS_VERDICT_COUNT; v++)
+        for (int v = 0; v < GATE_VERDICT_COUNT; v++)
             if (c[v] > 0) {
-                printf("%s%zu %s", sep, c[v], regress_verdict_name((regress_verdict)v));
+                printf("%s%zu %s", sep, c[v], gate_verdict_name((gate_verdict)v));
                 sep = ", ";
             }
         fputc('\n', stdout);
@@ -260,7 +260,7 @@ static void print_summary(const regress_flags *f)
 /* Appends the scale_bug flags of run_id's ext_diagnosis rows (regress.h)
  * to flags; rows are the run's, for its ext:NAME variants. */
 static pg_status gate_diagnosis(pg_store *store, int64_t run_id, const gate_rows *rows,
-                                regress_flags *flags, pg_err *err)
+                                gate_flags *flags, pg_err *err)
 {
     diagnosis_row *dr = NULL;
     size_t n = 0, n_spans = 0;
@@ -278,7 +278,7 @@ static pg_status gate_diagnosis(pg_store *store, int64_t run_id, const gate_rows
  * appends every scope's verdicts to flags. */
 static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
                               const gate_config *cfg, gate_rows *rows, gate_rows *base,
-                              regress_flags *flags, pg_err *err)
+                              gate_flags *flags, pg_err *err)
 {
     pg_status st = gate_store_load(store, run->id, rows, err);
     if (st == PG_OK && base_id >= 0) st = gate_store_load(store, base_id, base, err);
@@ -337,13 +337,13 @@ int cmd_gate(int argc, char **argv)
     }
 
     gate_rows rows = {0}, base = {0};
-    regress_flags flags = {0};
+    gate_flags flags = {0};
     if (st == PG_OK && mismatch.field != NULL) {
         /* Different traces, source or --limit (a comparison would be of other
          * problems) or a sweep's other scale policy (of another
          * quantization): one error verdict instead. */
-        st = regress_content_mismatch(strcmp(run.kind, "eval") == 0 ? REGRESS_SCOPE_EVAL
-                                                                     : REGRESS_SCOPE_LAYER,
+        st = regress_content_mismatch(strcmp(run.kind, "eval") == 0 ? GATE_SCOPE_EVAL
+                                                                     : GATE_SCOPE_LAYER,
                                       mismatch.field, mismatch.run_value, mismatch.other_value,
                                       run.id, base_id, a.baseline, &flags, &err);
     } else if (st == PG_OK) {
@@ -356,13 +356,13 @@ int cmd_gate(int argc, char **argv)
     if (st == PG_OK) {
         print_summary(&flags);
         rc = regress_exit_status(&flags);
-        size_t c[REGRESS_VERDICT_COUNT];
+        size_t c[GATE_VERDICT_COUNT];
         regress_count(&flags, c);
         printf("gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags stored%s%s)\n",
                run.id, rc == GATE_EXIT_PASS ? "PASS" : rc == GATE_EXIT_REGRESSION ? "REGRESSION"
                                                                                   : "ERROR",
-               c[REGRESS_REGRESSION], c[REGRESS_REGRESSION] == 1 ? "" : "s", c[REGRESS_ERROR],
-               c[REGRESS_ERROR] == 1 ? "" : "s", flags.n, a.junit ? ", JUnit: " : "",
+               c[GATE_VERDICT_REGRESSION], c[GATE_VERDICT_REGRESSION] == 1 ? "" : "s", c[GATE_VERDICT_ERROR],
+               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n, a.junit ? ", JUnit: " : "",
                a.junit ? a.junit : "");
         if (flags.n == 0)
             printf("gate run %" PRId64 ": nothing was compared (no baseline, no mode pair, no "
@@ -370,7 +370,7 @@ int cmd_gate(int argc, char **argv)
     } else {
         cli_report(&err);
     }
-    regress_flags_free(&flags);
+    gate_flags_free(&flags);
     gate_rows_free(&rows);
     gate_rows_free(&base);
     gate_run_free(&run);

@@ -15,40 +15,6 @@
 /* Longest pair variant name: "MODE-bf16". */
 #define REGRESS_PAIR_MAX (GATE_VARIANT_MAX + 8)
 
-static const char *const scope_names[REGRESS_SCOPE_COUNT] = {"layer", "mode_pair", "eval"};
-static const char *const verdict_names[REGRESS_VERDICT_COUNT] = {
-    "pass", "regression", "improvement", "no change", "inconclusive", "error"};
-
-const char *regress_scope_name(regress_scope s)
-{
-    return (unsigned)s < REGRESS_SCOPE_COUNT ? scope_names[s] : "?";
-}
-
-const char *regress_verdict_name(regress_verdict v)
-{
-    return (unsigned)v < REGRESS_VERDICT_COUNT ? verdict_names[v] : "?";
-}
-
-/* Frees one flag's strings. */
-static void flag_free(regress_flag *f)
-{
-    free(f->capture);
-    free(f->variant);
-    free(f->eval);
-    free(f->mode);
-    free(f->effort);
-    free(f->metric);
-    free(f->message);
-}
-
-void regress_flags_free(regress_flags *f)
-{
-    if (f == NULL) return;
-    for (size_t i = 0; i < f->n; i++) flag_free(&f->v[i]);
-    free(f->v);
-    memset(f, 0, sizeof *f);
-}
-
 /* strdup that keeps NULL; sets *oom when a copy fails. */
 static char *dup_or_null(const char *s, int *oom)
 {
@@ -60,21 +26,21 @@ static char *dup_or_null(const char *s, int *oom)
 
 /* What a new flag says; strings are copied by push(). */
 typedef struct flag_spec {
-    regress_scope scope;
+    gate_scope scope;
     const char *capture;
     int layer;
     const char *variant, *eval, *mode, *effort, *metric;
     double value, baseline_value, threshold;
-    regress_verdict verdict;
+    gate_verdict verdict;
 } flag_spec;
 
 /* Appends a flag from s with the printf-style message; PG_ERR_NOMEM. */
 __attribute__((format(printf, 4, 5)))
-static pg_status push(regress_flags *out, const flag_spec *s, pg_err *err, const char *fmt, ...)
+static pg_status push(gate_flags *out, const flag_spec *s, pg_err *err, const char *fmt, ...)
 {
     if (out->n == out->cap) {
         const size_t cap = out->cap ? 2 * out->cap : 64;
-        regress_flag *v = realloc(out->v, cap * sizeof *v);
+        gate_flag *v = realloc(out->v, cap * sizeof *v);
         if (v == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory for flags");
         out->v = v;
         out->cap = cap;
@@ -85,7 +51,7 @@ static pg_status push(regress_flags *out, const flag_spec *s, pg_err *err, const
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     int oom = 0;
-    regress_flag f = {
+    gate_flag f = {
         .scope = s->scope, .layer = s->layer, .value = s->value,
         .baseline_value = s->baseline_value, .threshold = s->threshold, .verdict = s->verdict,
     };
@@ -97,7 +63,7 @@ static pg_status push(regress_flags *out, const flag_spec *s, pg_err *err, const
     f.metric = dup_or_null(s->metric, &oom);
     f.message = dup_or_null(msg, &oom);
     if (oom) {
-        flag_free(&f);
+        gate_flag_free(&f);
         return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory for flags");
     }
     out->v[out->n++] = f;
@@ -119,19 +85,19 @@ int regress_worse(pg_metric m, double value, double threshold)
     return pg_metric_higher_is_worse(m) ? value > threshold : value < threshold;
 }
 
-regress_verdict regress_effect_verdict(double d, double lo, double hi, double e)
+gate_verdict regress_effect_verdict(double d, double lo, double hi, double e)
 {
-    if (isnan(d) || isnan(lo) || isnan(hi) || isnan(e)) return REGRESS_INCONCLUSIVE;
-    if (hi < 0 && d <= -e) return REGRESS_REGRESSION;
-    if (lo > 0 && d >= e) return REGRESS_IMPROVEMENT;
-    if (lo >= -e && hi <= e) return REGRESS_NO_CHANGE;
-    return REGRESS_INCONCLUSIVE;
+    if (isnan(d) || isnan(lo) || isnan(hi) || isnan(e)) return GATE_VERDICT_INCONCLUSIVE;
+    if (hi < 0 && d <= -e) return GATE_VERDICT_REGRESSION;
+    if (lo > 0 && d >= e) return GATE_VERDICT_IMPROVEMENT;
+    if (lo >= -e && hi <= e) return GATE_VERDICT_NO_CHANGE;
+    return GATE_VERDICT_INCONCLUSIVE;
 }
 
 /* ---- layer and mode_pair --------------------------------------------- */
 
 /* Orders rows by (capture, layer, variant). */
-static int row_cmp(const regress_layer_row *x, const regress_layer_row *y)
+static int row_cmp(const gate_layer_row *x, const gate_layer_row *y)
 {
     int c = strcmp(x->capture, y->capture);
     if (c != 0) return c;
@@ -142,17 +108,17 @@ static int row_cmp(const regress_layer_row *x, const regress_layer_row *y)
 /* qsort comparator over pointers to rows: row_cmp of what they point to. */
 static int row_ptr_cmp(const void *a, const void *b)
 {
-    return row_cmp(*(const regress_layer_row *const *)a, *(const regress_layer_row *const *)b);
+    return row_cmp(*(const gate_layer_row *const *)a, *(const gate_layer_row *const *)b);
 }
 
 /* Sorted pointers to rows[0..n) into *out (caller frees); PG_ERR_SHAPE naming
  * side when a key repeats, PG_ERR_INTERNAL for a NULL string. */
-static pg_status sort_rows(const regress_layer_row *rows, size_t n, const char *side,
-                           const regress_layer_row ***out, pg_err *err)
+static pg_status sort_rows(const gate_layer_row *rows, size_t n, const char *side,
+                           const gate_layer_row ***out, pg_err *err)
 {
     *out = NULL;
     if (n == 0) return PG_OK;
-    const regress_layer_row **p = malloc(n * sizeof *p);
+    const gate_layer_row **p = malloc(n * sizeof *p);
     if (p == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory sorting layer rows");
     for (size_t i = 0; i < n; i++) {
         if (rows[i].capture == NULL || rows[i].variant == NULL) {
@@ -175,7 +141,7 @@ static pg_status sort_rows(const regress_layer_row *rows, size_t n, const char *
 }
 
 /* "capture layer L variant" into buf. */
-static void where(char *buf, size_t len, const regress_layer_row *r, const char *variant)
+static void where(char *buf, size_t len, const gate_layer_row *r, const char *variant)
 {
     snprintf(buf, len, "%s layer %d %s", r->capture, r->layer, variant);
 }
@@ -194,16 +160,16 @@ static void describe_threshold(char *buf, size_t len, pg_metric m, double b, dou
 }
 
 /* The flags of one key present in the run (b: its baseline row or NULL). */
-static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *b,
-                           int64_t base_id, const gate_config *c, regress_flags *out, pg_err *err)
+static pg_status layer_key(const gate_layer_row *r, const gate_layer_row *b,
+                           int64_t base_id, const gate_config *c, gate_flags *out, pg_err *err)
 {
     char at[REGRESS_WHERE_MAX];
     where(at, sizeof at, r, r->variant);
-    flag_spec s = {.scope = REGRESS_SCOPE_LAYER, .capture = r->capture, .layer = r->layer,
-                   .variant = r->variant, .metric = REGRESS_METRIC_NONFINITE,
+    flag_spec s = {.scope = GATE_SCOPE_LAYER, .capture = r->capture, .layer = r->layer,
+                   .variant = r->variant, .metric = GATE_METRIC_NONFINITE,
                    .value = (double)r->nonfinite,
                    .baseline_value = b != NULL ? (double)b->nonfinite : NAN, .threshold = 0,
-                   .verdict = r->nonfinite > 0 ? REGRESS_REGRESSION : REGRESS_PASS};
+                   .verdict = r->nonfinite > 0 ? GATE_VERDICT_REGRESSION : GATE_VERDICT_PASS};
     pg_status st = push(out, &s, err, "%s: %lld NaN/Inf output elements%s", at,
                         (long long)r->nonfinite,
                         r->nonfinite > 0 ? " (any non-finite output is a regression)" : "");
@@ -235,11 +201,11 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
         s.baseline_value = bv;
         s.threshold = t;
         if (r->nonfinite > 0) {
-            s.verdict = REGRESS_REGRESSION;
+            s.verdict = GATE_VERDICT_REGRESSION;
             st = push(out, &s, err, "%s: %s %.4g: the output had %lld NaN/Inf elements (%s)", at,
                       name, v, (long long)r->nonfinite, base);
         } else if (unjudged) {
-            s.verdict = REGRESS_ERROR;
+            s.verdict = GATE_VERDICT_ERROR;
             st = push(out, &s, err, "%s: %s %.4g: %s and no absolute bound for %s in the "
                       "config: set a baseline run that has it (precgate baseline set RUN) or "
                       "bound it in --config (layer.%s%s%s%s)", at, name, v, base, r->variant,
@@ -247,18 +213,18 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
                       m == PG_METRIC_REL_L2 ? "" : name, m == PG_METRIC_REL_L2 ? "" : ".",
                       r->variant);
         } else if (isnan(v)) {
-            s.verdict = REGRESS_INCONCLUSIVE;
+            s.verdict = GATE_VERDICT_INCONCLUSIVE;
             st = push(out, &s, err, "%s: %s undefined in this run (stored NULL; %s)", at, name,
                       base);
         } else if (isnan(t)) {
-            s.verdict = REGRESS_INCONCLUSIVE;
+            s.verdict = GATE_VERDICT_INCONCLUSIVE;
             st = push(out, &s, err, "%s: %s %.4g: nothing to compare with (%s%s and no "
                       "absolute bound for %s)", at, name, v, base,
                       b != NULL ? " value is not finite" : "", r->variant);
         } else {
             const int bad = regress_worse((pg_metric)m, v, t);
             const int higher = pg_metric_higher_is_worse((pg_metric)m);
-            s.verdict = bad ? REGRESS_REGRESSION : REGRESS_PASS;
+            s.verdict = bad ? GATE_VERDICT_REGRESSION : GATE_VERDICT_PASS;
             st = push(out, &s, err, "%s: %s %.4g %s threshold %.4g = %s (%s)", at, name, v,
                       bad ? (higher ? ">" : "<") : (higher ? "<=" : ">="), t, terms, base);
         }
@@ -266,13 +232,13 @@ static pg_status layer_key(const regress_layer_row *r, const regress_layer_row *
     return st;
 }
 
-pg_status regress_layers(const regress_layer_row *run, size_t n_run,
-                         const regress_layer_row *base, size_t n_base, int64_t baseline_run_id,
-                         const gate_config *c, regress_flags *out, pg_err *err)
+pg_status regress_layers(const gate_layer_row *run, size_t n_run,
+                         const gate_layer_row *base, size_t n_base, int64_t baseline_run_id,
+                         const gate_config *c, gate_flags *out, pg_err *err)
 {
     if ((run == NULL && n_run > 0) || (base == NULL && n_base > 0) || c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_layers: NULL argument");
-    const regress_layer_row **r = NULL, **b = NULL;
+    const gate_layer_row **r = NULL, **b = NULL;
     pg_status st = sort_rows(run, n_run, "run", &r, err);
     if (st == PG_OK) st = sort_rows(base, n_base, "baseline", &b, err);
     size_t i = 0, j = 0;
@@ -286,10 +252,10 @@ pg_status regress_layers(const regress_layer_row *run, size_t n_run,
         }
         char at[REGRESS_WHERE_MAX];
         where(at, sizeof at, b[j], b[j]->variant);
-        const flag_spec s = {.scope = REGRESS_SCOPE_LAYER, .capture = b[j]->capture,
+        const flag_spec s = {.scope = GATE_SCOPE_LAYER, .capture = b[j]->capture,
                              .layer = b[j]->layer, .variant = b[j]->variant,
-                             .metric = REGRESS_METRIC_PRESENT, .value = NAN,
-                             .baseline_value = NAN, .threshold = NAN, .verdict = REGRESS_ERROR};
+                             .metric = GATE_METRIC_PRESENT, .value = NAN,
+                             .baseline_value = NAN, .threshold = NAN, .verdict = GATE_VERDICT_ERROR};
         st = push(out, &s, err, "%s: in baseline run %lld, missing from this run", at,
                   (long long)baseline_run_id);
         j++;
@@ -300,7 +266,7 @@ pg_status regress_layers(const regress_layer_row *run, size_t n_run,
 }
 
 /* The rows of one (capture, layer): [*g, *e) of sorted rows p[0..n) from *g. */
-static void layer_group(const regress_layer_row *const *p, size_t n, size_t g, size_t *e)
+static void layer_group(const gate_layer_row *const *p, size_t n, size_t g, size_t *e)
 {
     size_t k = g;
     while (k < n && strcmp(p[k]->capture, p[g]->capture) == 0 && p[k]->layer == p[g]->layer) k++;
@@ -308,7 +274,7 @@ static void layer_group(const regress_layer_row *const *p, size_t n, size_t g, s
 }
 
 /* The row of variant in p[g..e), or NULL. */
-static const regress_layer_row *group_find(const regress_layer_row *const *p, size_t g, size_t e,
+static const gate_layer_row *group_find(const gate_layer_row *const *p, size_t g, size_t e,
                                            const char *variant)
 {
     for (size_t k = g; k < e; k++)
@@ -318,7 +284,7 @@ static const regress_layer_row *group_find(const regress_layer_row *const *p, si
 
 /* rel_l2 of row x when it is usable as a reference value (finite, no NaN/Inf
  * in the output), else NaN; NaN for NULL. */
-static double usable_rel_l2(const regress_layer_row *x)
+static double usable_rel_l2(const gate_layer_row *x)
 {
     return x != NULL && x->nonfinite == 0 && isfinite(x->m[PG_METRIC_REL_L2])
                ? x->m[PG_METRIC_REL_L2] : NAN;
@@ -339,8 +305,8 @@ typedef struct pair_terms {
 /* Fills pt for variant x of a run layer (ref: the run's bf16 row; bref, bx:
  * the baseline's bf16 and x rows, NULL when absent; has_base: a baseline
  * run exists), as the top of regress.h defines the threshold. */
-static void mode_pair_terms(const regress_layer_row *x, const regress_layer_row *ref,
-                            const regress_layer_row *bref, const regress_layer_row *bx,
+static void mode_pair_terms(const gate_layer_row *x, const gate_layer_row *ref,
+                            const gate_layer_row *bref, const gate_layer_row *bx,
                             int has_base, int64_t base_id, const gate_config *c, pair_terms *pt)
 {
     const int is_ref = x == ref;
@@ -420,14 +386,14 @@ static int pair_within(const pair_terms *pt, double v)
            (!isnan(pt->own_term) && v <= pt->own_term);
 }
 
-pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
-                             const regress_layer_row *base, size_t n_base,
-                             int64_t baseline_run_id, const gate_config *c, regress_flags *out,
+pg_status regress_mode_pairs(const gate_layer_row *run, size_t n,
+                             const gate_layer_row *base, size_t n_base,
+                             int64_t baseline_run_id, const gate_config *c, gate_flags *out,
                              pg_err *err)
 {
     if ((run == NULL && n > 0) || (base == NULL && n_base > 0) || c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_mode_pairs: NULL argument");
-    const regress_layer_row **r = NULL, **b = NULL;
+    const gate_layer_row **r = NULL, **b = NULL;
     pg_status st = sort_rows(run, n, "run", &r, err);
     if (st == PG_OK) st = sort_rows(base, n_base, "baseline", &b, err);
     const int has_base = baseline_run_id >= 0;
@@ -435,7 +401,7 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
     for (size_t g = 0; st == PG_OK && g < n;) {
         size_t e;
         layer_group(r, n, g, &e);
-        const regress_layer_row *ref = group_find(r, g, e, PG_MODE_BASELINE_NAME);
+        const gate_layer_row *ref = group_find(r, g, e, PG_MODE_BASELINE_NAME);
         /* The baseline's group of the same (capture, layer), if any. */
         size_t be = bg;
         while (bg < n_base) {
@@ -447,13 +413,13 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
         const int same = bg < n_base && strcmp(b[bg]->capture, r[g]->capture) == 0 &&
                          b[bg]->layer == r[g]->layer;
         if (!same) be = bg;
-        const regress_layer_row *bref = same ? group_find(b, bg, be, PG_MODE_BASELINE_NAME) : NULL;
+        const gate_layer_row *bref = same ? group_find(b, bg, be, PG_MODE_BASELINE_NAME) : NULL;
         for (size_t k = g; st == PG_OK && k < e; k++) {
-            const regress_layer_row *x = r[k];
+            const gate_layer_row *x = r[k];
             if (variant_name_is_spec(x->variant)) continue;
             const int is_ref = x == ref;
             pair_terms pt;
-            const regress_layer_row *bx = same ? group_find(b, bg, be, x->variant) : NULL;
+            const gate_layer_row *bx = same ? group_find(b, bg, be, x->variant) : NULL;
             mode_pair_terms(x, ref, bref, bx, has_base, baseline_run_id, c, &pt);
             /* A baseline run exists but lacks this variant (or bf16) here: with no
              * budget either, nothing judges the variant, which is an error. */
@@ -463,25 +429,25 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
             else snprintf(name, sizeof name, "%s-%s", x->variant, PG_MODE_BASELINE_NAME);
             where(at, sizeof at, x, name);
             const double v = x->m[PG_METRIC_REL_L2];
-            flag_spec s = {.scope = REGRESS_SCOPE_MODE_PAIR, .capture = x->capture,
+            flag_spec s = {.scope = GATE_SCOPE_MODE_PAIR, .capture = x->capture,
                            .layer = x->layer, .variant = name, .metric = "rel_l2", .value = v,
                            .baseline_value = is_ref ? NAN : pt.ref_v, .threshold = pt.t};
             if (x->nonfinite > 0) {
-                s.verdict = REGRESS_REGRESSION;
+                s.verdict = GATE_VERDICT_REGRESSION;
                 st = push(out, &s, err, "%s: rel_l2 %.4g: the output had %lld NaN/Inf elements "
                           "(any non-finite output is a regression)", at, v,
                           (long long)x->nonfinite);
             } else if (isnan(v)) {
-                s.verdict = REGRESS_INCONCLUSIVE;
+                s.verdict = GATE_VERDICT_INCONCLUSIVE;
                 st = push(out, &s, err, "%s: rel_l2 undefined (stored NULL)", at);
             } else if (v >= REGRESS_ZERO_OUTPUT_REL_L2) {
-                s.verdict = REGRESS_REGRESSION;
+                s.verdict = GATE_VERDICT_REGRESSION;
                 s.threshold = REGRESS_ZERO_OUTPUT_REL_L2;
                 st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g >= %g: no closer to "
                           "the reference than an all-zero output", at, v,
                           REGRESS_ZERO_OUTPUT_REL_L2);
             } else if (isnan(pt.t) && unjudged) {
-                s.verdict = REGRESS_ERROR;
+                s.verdict = GATE_VERDICT_ERROR;
                 st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g: baseline run %lld "
                           "has no %s row in this layer and the config has no mode_pair budget "
                           "for %s: set a baseline run that has it (precgate baseline set RUN) "
@@ -491,13 +457,13 @@ pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
                           x->variant);
             } else if (isnan(pt.t)) {
                 /* Finite and below the all-zero bound is all that was checked. */
-                s.verdict = is_ref ? REGRESS_PASS : REGRESS_INCONCLUSIVE;
+                s.verdict = is_ref ? GATE_VERDICT_PASS : GATE_VERDICT_INCONCLUSIVE;
                 st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g (finite, < %g); %s; "
                           "no mode_pair budget in the config", at, v, REGRESS_ZERO_OUTPUT_REL_L2,
                           pt.missing);
             } else {
                 const int bad = !pair_within(&pt, v);
-                s.verdict = bad ? REGRESS_REGRESSION : REGRESS_PASS;
+                s.verdict = bad ? GATE_VERDICT_REGRESSION : GATE_VERDICT_PASS;
                 st = push(out, &s, err, "%s: rel_l2 vs fp64 reference %.4g %s threshold %.4g = "
                           "%s%s%s", at, v, bad ? ">" : "<=", pt.t, pt.terms,
                           pt.missing[0] && !is_ref ? "; " : "", is_ref ? "" : pt.missing);
@@ -520,20 +486,20 @@ static void mde_clause(char *buf, size_t len, double mde)
 }
 
 /* Why an eval verdict is what it is; the MDE is always stated. */
-static void explain(char *buf, size_t len, regress_verdict v, double e, double mde)
+static void explain(char *buf, size_t len, gate_verdict v, double e, double mde)
 {
     char m[64];
     mde_clause(m, sizeof m, mde);
     switch (v) {
-    case REGRESS_REGRESSION:
+    case GATE_VERDICT_REGRESSION:
         snprintf(buf, len, "regression: the interval is below 0 and the drop is at least "
                            "min_effect %.3f (%s)", e, m);
         break;
-    case REGRESS_IMPROVEMENT:
+    case GATE_VERDICT_IMPROVEMENT:
         snprintf(buf, len, "improvement: the interval is above 0 and the gain is at least "
                            "min_effect %.3f (%s)", e, m);
         break;
-    case REGRESS_NO_CHANGE:
+    case GATE_VERDICT_NO_CHANGE:
         snprintf(buf, len, "no change larger than min_effect %.3f: the interval lies within "
                            "+-%.3f; not proof of equality (%s: smaller changes go undetected)",
                  e, e, m);
@@ -547,11 +513,11 @@ static void explain(char *buf, size_t len, regress_verdict v, double e, double m
 
 /* The verdict of d in [lo, hi] with the design's mde at min_effect e, and
  * its explanation: "no change" only when the design could have seen e. */
-static regress_verdict eval_verdict(double d, double lo, double hi, double mde, double e,
+static gate_verdict eval_verdict(double d, double lo, double hi, double mde, double e,
                                     char *why, size_t len)
 {
-    regress_verdict v = regress_effect_verdict(d, lo, hi, e);
-    if (v == REGRESS_NO_CHANGE && !(mde <= e)) {
+    gate_verdict v = regress_effect_verdict(d, lo, hi, e);
+    if (v == GATE_VERDICT_NO_CHANGE && !(mde <= e)) {
         if (isnan(mde))
             snprintf(why, len, "inconclusive: the interval lies within +-%.3f, but this design's "
                                "smallest detectable drop is undefined, so it cannot call that no "
@@ -561,7 +527,7 @@ static regress_verdict eval_verdict(double d, double lo, double hi, double mde, 
                                "lacks the power to call it no change: it could only have seen a "
                                "drop of %.3f or more (MDE at 80%% power), above min_effect %.3f",
                      e, mde, e);
-        return REGRESS_INCONCLUSIVE;
+        return GATE_VERDICT_INCONCLUSIVE;
     }
     explain(why, len, v, e, mde);
     return v;
@@ -570,10 +536,10 @@ static regress_verdict eval_verdict(double d, double lo, double hi, double mde, 
 /* The verdict of pair p at min_effect e and its explanation: eval_verdict
  * of the stored interval, a regression or improvement held back to
  * inconclusive unless the exact sign test reaches EVAL_ALPHA (regress.h). */
-static regress_verdict pair_verdict(const regress_eval_pair *p, double e, char *why, size_t len)
+static gate_verdict pair_verdict(const eval_pair_stored *p, double e, char *why, size_t len)
 {
-    regress_verdict v = eval_verdict(p->mean_diff, p->ci_low, p->ci_high, p->mde, e, why, len);
-    if (v != REGRESS_REGRESSION && v != REGRESS_IMPROVEMENT) return v;
+    gate_verdict v = eval_verdict(p->mean_diff, p->ci_low, p->ci_high, p->mde, e, why, len);
+    if (v != GATE_VERDICT_REGRESSION && v != GATE_VERDICT_IMPROVEMENT) return v;
     const int known = p->sign_p > 0 && p->sign_p <= 1;
     if (known && p->sign_p <= EVAL_ALPHA) return v;
     char m[64];
@@ -582,14 +548,14 @@ static regress_verdict pair_verdict(const regress_eval_pair *p, double e, char *
         snprintf(why, len, "inconclusive: the interval is %s 0, but the exact sign test gives p "
                  "%.3g > %.2f (%lld problems better, %lld worse, the rest tied), so the %s is "
                  "not significant at this many problems (%s)",
-                 v == REGRESS_REGRESSION ? "below" : "above", p->sign_p, EVAL_ALPHA,
+                 v == GATE_VERDICT_REGRESSION ? "below" : "above", p->sign_p, EVAL_ALPHA,
                  (long long)p->wins, (long long)p->losses,
-                 v == REGRESS_REGRESSION ? "drop" : "gain", m);
+                 v == GATE_VERDICT_REGRESSION ? "drop" : "gain", m);
     else
         snprintf(why, len, "inconclusive: the interval is %s 0, but the sign test p is unknown "
                  "(%g), so significance cannot be checked (%s)",
-                 v == REGRESS_REGRESSION ? "below" : "above", p->sign_p, m);
-    return REGRESS_INCONCLUSIVE;
+                 v == GATE_VERDICT_REGRESSION ? "below" : "above", p->sign_p, m);
+    return GATE_VERDICT_INCONCLUSIVE;
 }
 
 /* Appends "; " (unless buf is empty) and the formatted text to buf. */
@@ -606,7 +572,7 @@ static void add_reason(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-int regress_eval_degenerate(const regress_eval_score *x, char *buf, size_t len)
+int regress_eval_degenerate(const eval_score_stored *x, char *buf, size_t len)
 {
     if (isnan(x->accuracy) || x->n_valid <= 0) {
         add_reason(buf, len, "%s %s: no graded sample", x->mode, x->effort);
@@ -638,7 +604,7 @@ static int unreachable_design(int64_t n, char *buf, size_t len)
 }
 
 /* 1 when score x is of (eval, mode, effort). */
-static int score_has_key(const regress_eval_score *x, const char *eval, const char *mode,
+static int score_has_key(const eval_score_stored *x, const char *eval, const char *mode,
                          const char *effort)
 {
     return strcmp(x->eval, eval) == 0 && strcmp(x->mode, mode) == 0 &&
@@ -646,13 +612,13 @@ static int score_has_key(const regress_eval_score *x, const char *eval, const ch
 }
 
 /* 1 when the two scores have the same (eval, mode, effort). */
-static int same_score_key(const regress_eval_score *x, const regress_eval_score *y)
+static int same_score_key(const eval_score_stored *x, const eval_score_stored *y)
 {
     return score_has_key(x, y->eval, y->mode, y->effort);
 }
 
 /* The score of (eval, mode, effort) in s[0..n), or NULL. */
-static const regress_eval_score *find_score(const regress_eval_score *s, size_t n,
+static const eval_score_stored *find_score(const eval_score_stored *s, size_t n,
                                             const char *eval, const char *mode,
                                             const char *effort)
 {
@@ -662,13 +628,13 @@ static const regress_eval_score *find_score(const regress_eval_score *s, size_t 
 }
 
 /* The reasons a pair of the run cannot support a verdict into buf; 1 when any. */
-static int pair_degenerate(const regress_eval_pair *p, const regress_eval_score *run,
+static int pair_degenerate(const eval_pair_stored *p, const eval_score_stored *run,
                            size_t n_run, char *buf, size_t len)
 {
     int bad = 0;
     const char *modes[2] = {p->mode_a, p->mode_b};
     for (int k = 0; k < 2; k++) {
-        const regress_eval_score *x = find_score(run, n_run, p->eval, modes[k], p->effort);
+        const eval_score_stored *x = find_score(run, n_run, p->eval, modes[k], p->effort);
         if (x == NULL) {
             add_reason(buf, len, "%s %s: no eval_scores row", modes[k], p->effort);
             bad = 1;
@@ -682,7 +648,7 @@ static int pair_degenerate(const regress_eval_pair *p, const regress_eval_score 
 
 /* The design SE of acc_x - acc_y from both scores' graded samples (the top
  * of regress.h); NaN when either has none. */
-static double design_se(const regress_eval_score *x, const regress_eval_score *y)
+static double design_se(const eval_score_stored *x, const eval_score_stored *y)
 {
     if (x->n_valid <= 0 || y->n_valid <= 0) return NAN;
     const double nx = (double)x->n_valid, ny = (double)y->n_valid;
@@ -693,18 +659,18 @@ static double design_se(const regress_eval_score *x, const regress_eval_score *y
     return sqrt(p * (1.0 - p) * (1.0 / nx + 1.0 / ny));
 }
 
-pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
-                        const regress_eval_score *run, size_t n_run,
-                        const regress_eval_score *base, size_t n_base, int64_t baseline_run_id,
-                        const gate_config *c, regress_flags *out, pg_err *err)
+pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
+                        const eval_score_stored *run, size_t n_run,
+                        const eval_score_stored *base, size_t n_base, int64_t baseline_run_id,
+                        const gate_config *c, gate_flags *out, pg_err *err)
 {
     if ((pairs == NULL && n_pairs > 0) || (run == NULL && n_run > 0) ||
         (base == NULL && n_base > 0) || c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_evals: NULL argument");
     for (size_t i = 0; i < n_pairs + n_run + n_base; i++) {
-        const regress_eval_pair *p = i < n_pairs ? &pairs[i] : NULL;
-        const regress_eval_score *x = !p && i < n_pairs + n_run ? &run[i - n_pairs] : NULL;
-        const regress_eval_score *y = !p && !x ? &base[i - n_pairs - n_run] : NULL;
+        const eval_pair_stored *p = i < n_pairs ? &pairs[i] : NULL;
+        const eval_score_stored *x = !p && i < n_pairs + n_run ? &run[i - n_pairs] : NULL;
+        const eval_score_stored *y = !p && !x ? &base[i - n_pairs - n_run] : NULL;
         if ((p && (!p->eval || !p->effort || !p->mode_a || !p->mode_b)) ||
             (x && (!x->eval || !x->mode || !x->effort)) ||
             (y && (!y->eval || !y->mode || !y->effort)))
@@ -714,14 +680,14 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
     pg_status st = PG_OK;
     char why[REGRESS_MSG_MAX / 2];
     for (size_t i = 0; st == PG_OK && i < n_run; i++) {
-        const regress_eval_score *x = &run[i];
+        const eval_score_stored *x = &run[i];
         why[0] = '\0';
         const int bad = regress_eval_degenerate(x, why, sizeof why);
-        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = x->eval,
+        const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = x->eval,
                              .mode = x->mode, .effort = x->effort,
-                             .metric = REGRESS_METRIC_SAMPLES, .value = x->accuracy,
+                             .metric = GATE_METRIC_SAMPLES, .value = x->accuracy,
                              .baseline_value = NAN, .threshold = NAN,
-                             .verdict = bad ? REGRESS_ERROR : REGRESS_PASS};
+                             .verdict = bad ? GATE_VERDICT_ERROR : GATE_VERDICT_PASS};
         if (bad)
             st = push(out, &s, err, "%s %s %s: cannot support a verdict: %s", x->eval, x->effort,
                       x->mode, why);
@@ -731,17 +697,17 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
                       (long long)x->n_problems, x->accuracy, (long long)x->n_truncated);
     }
     for (size_t i = 0; st == PG_OK && i < n_pairs; i++) {
-        const regress_eval_pair *p = &pairs[i];
+        const eval_pair_stored *p = &pairs[i];
         char metric[REGRESS_PAIR_MAX + 16];
-        snprintf(metric, sizeof metric, "%s%s", REGRESS_METRIC_DIFF_PREFIX, p->mode_b);
+        snprintf(metric, sizeof metric, "%s%s", GATE_METRIC_DIFF_PREFIX, p->mode_b);
         char reasons[REGRESS_MSG_MAX / 2] = "error: ";
-        regress_verdict v = REGRESS_ERROR;
+        gate_verdict v = GATE_VERDICT_ERROR;
         if (pair_degenerate(p, run, n_run, reasons + strlen(reasons),
                             sizeof reasons - strlen(reasons)))
             snprintf(why, sizeof why, "%s", reasons);
         else
             v = pair_verdict(p, e, why, sizeof why);
-        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = p->eval,
+        const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = p->eval,
                              .mode = p->mode_a, .effort = p->effort, .metric = metric,
                              .value = p->mean_diff, .baseline_value = NAN, .threshold = e,
                              .verdict = v};
@@ -755,13 +721,13 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
                       why);
     }
     for (size_t i = 0; st == PG_OK && i < n_run; i++) {
-        const regress_eval_score *x = &run[i];
-        const regress_eval_score *y = NULL;
+        const eval_score_stored *x = &run[i];
+        const eval_score_stored *y = NULL;
         for (size_t j = 0; j < n_base && y == NULL; j++)
             if (same_score_key(x, &base[j])) y = &base[j];
         if (y == NULL) continue;
         const double d = x->accuracy - y->accuracy;
-        const double se_obs = sqrt(x->se * x->se + y->se * y->se);
+        const double se_obs = sqrt(x->stderr_ * x->stderr_ + y->stderr_ * y->stderr_);
         const double se_design = design_se(x, y);
         const double se = se_obs > se_design ? se_obs : se_design;  /* NaN design: NaN */
         const double lo = d - EVAL_Z_975 * se, hi = d + EVAL_Z_975 * se;
@@ -769,7 +735,7 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
         char reasons[REGRESS_MSG_MAX / 2] = "error: ";
         char *r = reasons + strlen(reasons);
         const size_t rlen = sizeof reasons - strlen(reasons);
-        regress_verdict v = REGRESS_ERROR;
+        gate_verdict v = GATE_VERDICT_ERROR;
         int bad = regress_eval_degenerate(x, r, rlen);
         if (regress_eval_degenerate(y, r, rlen)) {
             add_reason(r, rlen, "(the baseline run's %s %s)", y->mode, y->effort);
@@ -779,44 +745,44 @@ pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
                                   r, rlen);
         if (bad) snprintf(why, sizeof why, "%s", reasons);
         else v = eval_verdict(d, lo, hi, mde, e, why, sizeof why);
-        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = x->eval,
+        const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = x->eval,
                              .mode = x->mode, .effort = x->effort,
-                             .metric = REGRESS_METRIC_ACCURACY, .value = x->accuracy,
+                             .metric = GATE_METRIC_ACCURACY, .value = x->accuracy,
                              .baseline_value = y->accuracy, .threshold = e, .verdict = v};
         st = push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld: "
                   "difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and %.3f, "
                   "design SE %.3f); %s", x->eval, x->effort, x->mode, x->accuracy, y->accuracy,
-                  (long long)baseline_run_id, d, lo, hi, x->se, y->se, se_design, why);
+                  (long long)baseline_run_id, d, lo, hi, x->stderr_, y->stderr_, se_design, why);
     }
     for (size_t j = 0; st == PG_OK && j < n_base; j++) {
-        const regress_eval_score *y = &base[j];
+        const eval_score_stored *y = &base[j];
         int found = 0;
         for (size_t i = 0; i < n_run && !found; i++) found = same_score_key(&run[i], y);
         if (found) continue;
-        const flag_spec s = {.scope = REGRESS_SCOPE_EVAL, .layer = -1, .eval = y->eval,
+        const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = y->eval,
                              .mode = y->mode, .effort = y->effort,
-                             .metric = REGRESS_METRIC_ACCURACY, .value = NAN,
+                             .metric = GATE_METRIC_ACCURACY, .value = NAN,
                              .baseline_value = y->accuracy, .threshold = e,
-                             .verdict = REGRESS_ERROR};
+                             .verdict = GATE_VERDICT_ERROR};
         st = push(out, &s, err, "%s %s %s: scored in baseline run %lld, missing from this run",
                   y->eval, y->effort, y->mode, (long long)baseline_run_id);
     }
     return st;
 }
 
-pg_status regress_content_mismatch(regress_scope scope, const char *field, const char *run_value,
+pg_status regress_content_mismatch(gate_scope scope, const char *field, const char *run_value,
                                    const char *base_value, int64_t run_id,
-                                   int64_t baseline_run_id, const char *spec, regress_flags *out,
+                                   int64_t baseline_run_id, const char *spec, gate_flags *out,
                                    pg_err *err)
 {
     if (field == NULL || run_value == NULL || base_value == NULL || spec == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_content_mismatch: NULL argument");
-    const int is_eval = scope == REGRESS_SCOPE_EVAL;
+    const int is_eval = scope == GATE_SCOPE_EVAL;
     const flag_spec s = {.scope = scope, .layer = -1, .capture = is_eval ? NULL : "content",
                          .variant = is_eval ? NULL : field, .eval = is_eval ? "content" : NULL,
                          .mode = is_eval ? field : NULL, .effort = is_eval ? "-" : NULL,
-                         .metric = REGRESS_METRIC_CONTENT, .value = NAN, .baseline_value = NAN,
-                         .threshold = NAN, .verdict = REGRESS_ERROR};
+                         .metric = GATE_METRIC_CONTENT, .value = NAN, .baseline_value = NAN,
+                         .threshold = NAN, .verdict = GATE_VERDICT_ERROR};
     return push(out, &s, err, "--baseline %s is run %lld, whose %s is %s; run %lld's is %s: runs "
                 "of different content are not compared (choose a baseline with the same %s, or "
                 "drop --baseline for the automatic one)", spec, (long long)baseline_run_id, field,
@@ -824,12 +790,12 @@ pg_status regress_content_mismatch(regress_scope scope, const char *field, const
 }
 
 /* The gate verdict of a diagnosis verdict (regress.h). */
-static regress_verdict diagnosis_verdict(diag_verdict v)
+static gate_verdict diagnosis_verdict(diag_verdict v)
 {
     switch (v) {
-    case DIAG_BUG: return REGRESS_REGRESSION;
-    case DIAG_INTENDED: return REGRESS_PASS;
-    default: return REGRESS_INCONCLUSIVE;
+    case DIAG_BUG: return GATE_VERDICT_REGRESSION;
+    case DIAG_INTENDED: return GATE_VERDICT_PASS;
+    default: return GATE_VERDICT_INCONCLUSIVE;
     }
 }
 
@@ -845,7 +811,7 @@ static int diagnosed(const diag_span *spans, size_t n, const char *capture, cons
 }
 
 /* Whether run row r is an ext:NAME whole-layer row no span covers. */
-static int undiagnosed(const regress_layer_row *r, const diag_span *spans, size_t n)
+static int undiagnosed(const gate_layer_row *r, const diag_span *spans, size_t n)
 {
     return strncmp(r->variant, VARIANT_EXT_PREFIX, strlen(VARIANT_EXT_PREFIX)) == 0 &&
            !diagnosed(spans, n, r->capture, r->variant + strlen(VARIANT_EXT_PREFIX), r->layer);
@@ -854,16 +820,16 @@ static int undiagnosed(const regress_layer_row *r, const diag_span *spans, size_
 /* qsort comparator over row pointers: capture, variant, then layer. */
 static int ext_row_ptr_cmp(const void *a, const void *b)
 {
-    const regress_layer_row *x = *(const regress_layer_row *const *)a,
-                            *y = *(const regress_layer_row *const *)b;
+    const gate_layer_row *x = *(const gate_layer_row *const *)a,
+                            *y = *(const gate_layer_row *const *)b;
     int c = strcmp(x->capture, y->capture);
     if (c == 0) c = strcmp(x->variant, y->variant);
     if (c == 0 && x->layer != y->layer) c = x->layer < y->layer ? -1 : 1;
     return c;
 }
 
-pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regress_layer_row *run,
-                            size_t n_run, regress_flags *out, pg_err *err)
+pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const gate_layer_row *run,
+                            size_t n_run, gate_flags *out, pg_err *err)
 {
     if (out == NULL || (spans == NULL && n_spans > 0) || (run == NULL && n_run > 0))
         return pg_fail(err, PG_ERR_INTERNAL, "regress_diagnosis: NULL argument");
@@ -873,16 +839,16 @@ pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regres
         char variant[VARIANT_NAME_MAX], msg[REGRESS_MSG_MAX];
         variant_name_ext(d->ext_name, variant, sizeof variant);
         diag_span_message(d, msg, sizeof msg);
-        const flag_spec f = {.scope = REGRESS_SCOPE_LAYER, .capture = d->capture,
+        const flag_spec f = {.scope = GATE_SCOPE_LAYER, .capture = d->capture,
                              .layer = d->first_layer, .variant = variant,
-                             .metric = REGRESS_METRIC_SCALE_BUG, .value = d->d_max,
+                             .metric = GATE_METRIC_SCALE_BUG, .value = d->d_max,
                              .baseline_value = d->d_other_min, .threshold = DIAG_MATCH_REL_L2,
                              .verdict = diagnosis_verdict(d->verdict)};
         st = push(out, &f, err, "%s%s", d->verdict == DIAG_BUG ? "scale bug: " : "", msg);
     }
     /* The undiagnosed ext rows, by (capture, variant, layer), in spans of
      * consecutive layers. */
-    const regress_layer_row **u = n_run > 0 ? malloc(n_run * sizeof *u) : NULL;
+    const gate_layer_row **u = n_run > 0 ? malloc(n_run * sizeof *u) : NULL;
     if (n_run > 0 && u == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory");
     size_t nu = 0;
     for (size_t i = 0; i < n_run; i++)
@@ -896,11 +862,11 @@ pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regres
             k++;
         char layers[48];
         diag_layers_text(u[i]->layer, u[k - 1]->layer, layers, sizeof layers);
-        const flag_spec f = {.scope = REGRESS_SCOPE_LAYER, .capture = u[i]->capture,
+        const flag_spec f = {.scope = GATE_SCOPE_LAYER, .capture = u[i]->capture,
                              .layer = u[i]->layer, .variant = u[i]->variant,
-                             .metric = REGRESS_METRIC_SCALE_BUG, .value = NAN,
+                             .metric = GATE_METRIC_SCALE_BUG, .value = NAN,
                              .baseline_value = NAN, .threshold = DIAG_MATCH_REL_L2,
-                             .verdict = REGRESS_ERROR};
+                             .verdict = GATE_VERDICT_ERROR};
         st = push(out, &f, err, "%s, %s: no ext_diagnosis rows (swept before the scale-plumbing "
                   "diagnosis existed?): nothing says whether the output has a scale bug; sweep "
                   "the capture again (precgate run --capture %s) and gate that run",
@@ -911,18 +877,18 @@ pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regres
     return st;
 }
 
-void regress_count(const regress_flags *f, size_t *counts)
+void regress_count(const gate_flags *f, size_t *counts)
 {
-    for (int v = 0; v < REGRESS_VERDICT_COUNT; v++) counts[v] = 0;
+    for (int v = 0; v < GATE_VERDICT_COUNT; v++) counts[v] = 0;
     for (size_t i = 0; f != NULL && i < f->n; i++)
-        if ((unsigned)f->v[i].verdict < REGRESS_VERDICT_COUNT) counts[f->v[i].verdict]++;
+        if ((unsigned)f->v[i].verdict < GATE_VERDICT_COUNT) counts[f->v[i].verdict]++;
 }
 
-int regress_exit_status(const regress_flags *f)
+int regress_exit_status(const gate_flags *f)
 {
-    size_t counts[REGRESS_VERDICT_COUNT];
+    size_t counts[GATE_VERDICT_COUNT];
     regress_count(f, counts);
-    if (counts[REGRESS_ERROR] > 0) return GATE_EXIT_ERROR;
-    if (counts[REGRESS_REGRESSION] > 0) return GATE_EXIT_REGRESSION;
+    if (counts[GATE_VERDICT_ERROR] > 0) return GATE_EXIT_ERROR;
+    if (counts[GATE_VERDICT_REGRESSION] > 0) return GATE_EXIT_REGRESSION;
     return GATE_EXIT_PASS;
 }

@@ -147,6 +147,8 @@
 
 #include "diag_verdict.h"
 #include "gate_config.h"
+#include "db/eval_store.h"
+#include "db/gate_store.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -162,91 +164,16 @@ extern "C" {
  * = 1. An output at or above it carries no information about the reference. */
 #define REGRESS_ZERO_OUTPUT_REL_L2 1.0
 
-/* Flag metric names beyond the layer_metrics columns. */
-#define REGRESS_METRIC_NONFINITE "nonfinite"
-#define REGRESS_METRIC_PRESENT "present"
-#define REGRESS_METRIC_ACCURACY "accuracy"
-#define REGRESS_METRIC_DIFF_PREFIX "diff_vs_"
-#define REGRESS_METRIC_SAMPLES "samples"
-#define REGRESS_METRIC_CONTENT "content"
-#define REGRESS_METRIC_SCALE_BUG "scale_bug"
-
 /* Longest flag message, NUL included. */
 #define REGRESS_MSG_MAX 640
 
-typedef enum regress_scope {
-    REGRESS_SCOPE_LAYER = 0,
-    REGRESS_SCOPE_MODE_PAIR,
-    REGRESS_SCOPE_EVAL,
-    REGRESS_SCOPE_COUNT
-} regress_scope;
 
-/* The flags.verdict values, in this order. */
-typedef enum regress_verdict {
-    REGRESS_PASS = 0,
-    REGRESS_REGRESSION,
-    REGRESS_IMPROVEMENT,
-    REGRESS_NO_CHANGE,
-    REGRESS_INCONCLUSIVE,
-    REGRESS_ERROR,
-    REGRESS_VERDICT_COUNT
-} regress_verdict;
 
-/* One whole-layer row of layer_metrics. Strings are borrowed. */
-typedef struct regress_layer_row {
-    const char *capture;
-    int layer;
-    const char *variant;
-    double m[PG_METRIC_VALUE_COUNT];  /* indexed by pg_metric; NaN where NULL */
-    int64_t nonfinite;               /* nan_count + inf_count */
-} regress_layer_row;
 
-/* One eval_pairs row (A - B). Strings are borrowed. */
-typedef struct regress_eval_pair {
-    const char *eval, *effort, *mode_a, *mode_b;
-    int64_t n_problems;
-    double mean_diff, ci_low, ci_high, mde;  /* NaN where NULL */
-    int64_t wins, losses;  /* problems where A's mean is higher, lower */
-    double sign_p;         /* exact two-sided sign test of wins vs losses; outside (0, 1]: unknown */
-} regress_eval_pair;
 
-/* One eval_scores row. Strings are borrowed. */
-typedef struct regress_eval_score {
-    const char *eval, *mode, *effort;
-    int64_t n_problems;   /* problems scored */
-    double accuracy, se;  /* NaN where NULL */
-    int64_t n_valid;      /* graded (ok + truncated) samples */
-    int64_t n_truncated;  /* of them, truncated at the token limit */
-} regress_eval_score;
 
-/* One verdict, as a flags row. Strings are owned (regress_flags_free). */
-typedef struct regress_flag {
-    regress_scope scope;
-    char *capture;       /* layer, mode_pair; NULL for eval */
-    int layer;           /* -1 for eval */
-    char *variant;       /* layer, mode_pair ("fp8kv@fixed", "fp8kv@fixed-bf16"); NULL for eval */
-    char *eval, *mode, *effort;  /* eval; NULL otherwise */
-    char *metric;
-    double value, baseline_value, threshold;  /* NaN: none (stored NULL) */
-    regress_verdict verdict;
-    char *message;
-} regress_flag;
 
-/* A growing list of flags; zero-initialise. */
-typedef struct regress_flags {
-    regress_flag *v;
-    size_t n, cap;
-} regress_flags;
 
-/* Frees every flag's strings and the array, and zeroes f; NULL is a no-op. */
-void regress_flags_free(regress_flags *f);
-
-/* "layer", "mode_pair", "eval" (the flags.scope values); "?" outside the enum. */
-const char *regress_scope_name(regress_scope s);
-
-/* "pass", "regression", "improvement", "no change", "inconclusive", "error"
- * (the flags.verdict values); "?" outside the enum. */
-const char *regress_verdict_name(regress_verdict v);
 
 /* The layer threshold of metric m as the top of this file defines it, from
  * baseline value b, absolute bound a and relative tolerance tol; NaN b or a
@@ -259,7 +186,7 @@ int regress_worse(pg_metric m, double value, double threshold);
 
 /* The eval verdict of difference d with interval [lo, hi] at min_effect e
  * (the top of this file). */
-regress_verdict regress_effect_verdict(double d, double lo, double hi, double e);
+gate_verdict regress_effect_verdict(double d, double lo, double hi, double e);
 
 /* Appends the layer-scope flags of run[0..n_run) against base[0..n_base)
  * (baseline_run_id names it in messages; -1: no baseline run, as the top of
@@ -267,41 +194,41 @@ regress_verdict regress_effect_verdict(double d, double lo, double hi, double e)
  * when one side holds a key twice; PG_ERR_INTERNAL for a NULL argument
  * (base may be NULL when n_base is 0);
  * PG_ERR_NOMEM. On failure out keeps what was appended. */
-pg_status regress_layers(const regress_layer_row *run, size_t n_run,
-                         const regress_layer_row *base, size_t n_base, int64_t baseline_run_id,
-                         const gate_config *c, regress_flags *out, pg_err *err);
+pg_status regress_layers(const gate_layer_row *run, size_t n_run,
+                         const gate_layer_row *base, size_t n_base, int64_t baseline_run_id,
+                         const gate_config *c, gate_flags *out, pg_err *err);
 
 /* Appends the mode_pair flags of run[0..n) to out, in (capture, layer,
  * variant) order, with the gaps of base[0..n_base) (baseline_run_id; -1 and
  * n_base 0: no baseline run). Errors as regress_layers. */
-pg_status regress_mode_pairs(const regress_layer_row *run, size_t n,
-                             const regress_layer_row *base, size_t n_base,
-                             int64_t baseline_run_id, const gate_config *c, regress_flags *out,
+pg_status regress_mode_pairs(const gate_layer_row *run, size_t n,
+                             const gate_layer_row *base, size_t n_base,
+                             int64_t baseline_run_id, const gate_config *c, gate_flags *out,
                              pg_err *err);
 
 /* Why score x cannot support a verdict (no correct answer, nothing graded,
  * more than half truncated; the top of this file) into buf, "; "-joined
  * after what buf holds; returns 1 when x is degenerate, else 0 (buf kept). */
-int regress_eval_degenerate(const regress_eval_score *x, char *buf, size_t len);
+int regress_eval_degenerate(const eval_score_stored *x, char *buf, size_t len);
 
 /* Appends the eval flags to out: per score of the run ("samples"), per pair
  * of the run, then per score of the run with a baseline score of the same
  * key, then an error per baseline score the run lacks. base may be NULL (no baseline run:
  * baseline_run_id -1). PG_ERR_INTERNAL for a NULL argument with a count
  * > 0; PG_ERR_NOMEM. */
-pg_status regress_evals(const regress_eval_pair *pairs, size_t n_pairs,
-                        const regress_eval_score *run, size_t n_run,
-                        const regress_eval_score *base, size_t n_base, int64_t baseline_run_id,
-                        const gate_config *c, regress_flags *out, pg_err *err);
+pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
+                        const eval_score_stored *run, size_t n_run,
+                        const eval_score_stored *base, size_t n_base, int64_t baseline_run_id,
+                        const gate_config *c, gate_flags *out, pg_err *err);
 
 /* Appends the one flag of a run whose explicit baseline measured other
  * content (field differs: run_value in run run_id, base_value in
  * baseline_run_id, which --baseline spec named): verdict error, metric
  * "content", in scope (eval for eval runs, layer otherwise; its key strings
  * name the field); nothing is compared. PG_ERR_NOMEM. */
-pg_status regress_content_mismatch(regress_scope scope, const char *field, const char *run_value,
+pg_status regress_content_mismatch(gate_scope scope, const char *field, const char *run_value,
                                    const char *base_value, int64_t run_id,
-                                   int64_t baseline_run_id, const char *spec, regress_flags *out,
+                                   int64_t baseline_run_id, const char *spec, gate_flags *out,
                                    pg_err *err);
 
 /* Appends the layer-scope "scale_bug" flags (the top of this file) of the
@@ -309,15 +236,15 @@ pg_status regress_content_mismatch(regress_scope scope, const char *field, const
  * and the error flags of run[0..n_run)'s ext:NAME whole-layer rows that no
  * span covers, in that order. PG_ERR_INTERNAL for a NULL argument with a
  * count > 0; PG_ERR_NOMEM. */
-pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const regress_layer_row *run,
-                            size_t n_run, regress_flags *out, pg_err *err);
+pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const gate_layer_row *run,
+                            size_t n_run, gate_flags *out, pg_err *err);
 
-/* counts[v] = flags of f with verdict v (counts has REGRESS_VERDICT_COUNT entries). */
-void regress_count(const regress_flags *f, size_t *counts);
+/* counts[v] = flags of f with verdict v (counts has GATE_VERDICT_COUNT entries). */
+void regress_count(const gate_flags *f, size_t *counts);
 
 /* GATE_EXIT_ERROR when f holds an error verdict, else GATE_EXIT_REGRESSION
  * when it holds a regression, else GATE_EXIT_PASS. */
-int regress_exit_status(const regress_flags *f);
+int regress_exit_status(const gate_flags *f);
 
 #ifdef __cplusplus
 }

@@ -72,11 +72,11 @@ static int str_cmp0(const char *a, const char *b)
 }
 
 /* Orders flags by testcase: scope, then its key; equal keys keep array order. */
-static int testcase_cmp(const regress_flag *x, const regress_flag *y)
+static int testcase_cmp(const gate_flag *x, const gate_flag *y)
 {
     if (x->scope != y->scope) return x->scope < y->scope ? -1 : 1;
     int c;
-    if (x->scope == REGRESS_SCOPE_EVAL) {
+    if (x->scope == GATE_SCOPE_EVAL) {
         if ((c = str_cmp0(x->eval, y->eval)) != 0) return c;
         if ((c = str_cmp0(x->effort, y->effort)) != 0) return c;
         return str_cmp0(x->mode, y->mode);
@@ -90,7 +90,7 @@ static int testcase_cmp(const regress_flag *x, const regress_flag *y)
  * array order (the pointers' order), so a testcase keeps its flags' order. */
 static int flag_ptr_cmp(const void *a, const void *b)
 {
-    const regress_flag *x = *(const regress_flag *const *)a, *y = *(const regress_flag *const *)b;
+    const gate_flag *x = *(const gate_flag *const *)a, *y = *(const gate_flag *const *)b;
     const int c = testcase_cmp(x, y);
     if (c != 0) return c;
     return x < y ? -1 : x > y;
@@ -98,31 +98,31 @@ static int flag_ptr_cmp(const void *a, const void *b)
 
 /* What a testcase's flags add up to. */
 typedef struct tc_state {
-    const regress_flag *first_error, *first_regression;
+    const gate_flag *first_error, *first_regression;
 } tc_state;
 
 /* The first error and first regression among the n flags g[0..n) (NULL when none). */
-static tc_state testcase_state(const regress_flag *const *g, size_t n)
+static tc_state testcase_state(const gate_flag *const *g, size_t n)
 {
     tc_state t = {NULL, NULL};
     for (size_t i = 0; i < n; i++) {
-        if (g[i]->verdict == REGRESS_ERROR && t.first_error == NULL) t.first_error = g[i];
+        if (g[i]->verdict == GATE_VERDICT_ERROR && t.first_error == NULL) t.first_error = g[i];
         /* A scale bug names the cause of the layer's other regressions: it leads. */
-        if (g[i]->verdict == REGRESS_REGRESSION &&
+        if (g[i]->verdict == GATE_VERDICT_REGRESSION &&
             (t.first_regression == NULL ||
-             (strcmp(g[i]->metric, REGRESS_METRIC_SCALE_BUG) == 0 &&
-              strcmp(t.first_regression->metric, REGRESS_METRIC_SCALE_BUG) != 0)))
+             (strcmp(g[i]->metric, GATE_METRIC_SCALE_BUG) == 0 &&
+              strcmp(t.first_regression->metric, GATE_METRIC_SCALE_BUG) != 0)))
             t.first_regression = g[i];
     }
     return t;
 }
 
 /* Writes one testcase of the n flags g[0..n) (one key). */
-static void write_testcase(FILE *out, const regress_flag *const *g, size_t n)
+static void write_testcase(FILE *out, const gate_flag *const *g, size_t n)
 {
-    const regress_flag *k = g[0];
-    fprintf(out, "    <testcase classname=\"precgate.%s\" name=\"", regress_scope_name(k->scope));
-    if (k->scope == REGRESS_SCOPE_EVAL) {
+    const gate_flag *k = g[0];
+    fprintf(out, "    <testcase classname=\"precgate.%s\" name=\"", gate_scope_name(k->scope));
+    if (k->scope == GATE_SCOPE_EVAL) {
         junit_escape(out, k->eval, 1);
         fputc(' ', out);
         junit_escape(out, k->effort, 1);
@@ -135,15 +135,15 @@ static void write_testcase(FILE *out, const regress_flag *const *g, size_t n)
     }
     fputs("\">\n", out);
     const tc_state t = testcase_state(g, n);
-    const regress_flag *lead = t.first_error != NULL ? t.first_error : t.first_regression;
+    const gate_flag *lead = t.first_error != NULL ? t.first_error : t.first_regression;
     if (lead != NULL) {
         const char *tag = t.first_error != NULL ? "error" : "failure";
-        fprintf(out, "      <%s type=\"%s\" message=\"", tag, regress_verdict_name(lead->verdict));
+        fprintf(out, "      <%s type=\"%s\" message=\"", tag, gate_verdict_name(lead->verdict));
         junit_escape(out, lead->message, 1);
         fputs("\">", out);
         for (size_t i = 0; i < n; i++) {
-            if (g[i]->verdict != REGRESS_ERROR && g[i]->verdict != REGRESS_REGRESSION) continue;
-            fprintf(out, "%s: %s: ", regress_verdict_name(g[i]->verdict), g[i]->metric);
+            if (g[i]->verdict != GATE_VERDICT_ERROR && g[i]->verdict != GATE_VERDICT_REGRESSION) continue;
+            fprintf(out, "%s: %s: ", gate_verdict_name(g[i]->verdict), g[i]->metric);
             junit_escape(out, g[i]->message, 0);
             fputc('\n', out);
         }
@@ -151,7 +151,7 @@ static void write_testcase(FILE *out, const regress_flag *const *g, size_t n)
     }
     fputs("      <system-out>", out);
     for (size_t i = 0; i < n; i++) {
-        fprintf(out, "%s: ", regress_verdict_name(g[i]->verdict));
+        fprintf(out, "%s: ", gate_verdict_name(g[i]->verdict));
         junit_escape(out, g[i]->message, 0);
         fputc('\n', out);
     }
@@ -165,7 +165,7 @@ typedef struct suite_counts {
 
 /* Counts the testcases of p[lo..hi) (flags of one scope, sorted), writing each
  * one to out when out is non-NULL. */
-static suite_counts walk_suite(FILE *out, const regress_flag *const *p, size_t lo, size_t hi)
+static suite_counts walk_suite(FILE *out, const gate_flag *const *p, size_t lo, size_t hi)
 {
     suite_counts c = {0, 0, 0};
     for (size_t i = lo; i < hi;) {
@@ -182,13 +182,13 @@ static suite_counts walk_suite(FILE *out, const regress_flag *const *p, size_t l
 }
 
 /* Writes the document for sorted flags p[0..n) to out. */
-static void write_document(FILE *out, const regress_flag *const *p, size_t n, int64_t run_id,
+static void write_document(FILE *out, const gate_flag *const *p, size_t n, int64_t run_id,
                            int64_t base_id)
 {
-    size_t lo[REGRESS_SCOPE_COUNT + 1];
-    suite_counts sc[REGRESS_SCOPE_COUNT], total = {0, 0, 0};
+    size_t lo[GATE_SCOPE_COUNT + 1];
+    suite_counts sc[GATE_SCOPE_COUNT], total = {0, 0, 0};
     size_t i = 0;
-    for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
+    for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
         lo[s] = i;
         while (i < n && (int)p[i]->scope == s) i++;
         sc[s] = walk_suite(NULL, p, lo[s], i);
@@ -196,13 +196,13 @@ static void write_document(FILE *out, const regress_flag *const *p, size_t n, in
         total.failures += sc[s].failures;
         total.errors += sc[s].errors;
     }
-    lo[REGRESS_SCOPE_COUNT] = i;
+    lo[GATE_SCOPE_COUNT] = i;
     fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", out);
     fprintf(out, "<testsuites name=\"precgate gate run %" PRId64 "\" tests=\"%zu\" failures=\"%zu\""
                  " errors=\"%zu\">\n", run_id, total.tests, total.failures, total.errors);
-    for (int s = 0; s < REGRESS_SCOPE_COUNT; s++) {
+    for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
         fprintf(out, "  <testsuite name=\"%s\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\""
-                     " skipped=\"0\">\n", regress_scope_name((regress_scope)s), sc[s].tests,
+                     " skipped=\"0\">\n", gate_scope_name((gate_scope)s), sc[s].tests,
                 sc[s].failures, sc[s].errors);
         fprintf(out, "    <properties>\n      <property name=\"run_id\" value=\"%" PRId64 "\"/>\n",
                 run_id);
@@ -218,7 +218,7 @@ static void write_document(FILE *out, const regress_flag *const *p, size_t n, in
 
 /* What atomic_file_write hands write_junit. */
 typedef struct junit_job {
-    const regress_flag *const *p;
+    const gate_flag *const *p;
     size_t n;
     int64_t run_id, baseline_run_id;
 } junit_job;
@@ -233,20 +233,20 @@ static pg_status write_junit(void *ctx, FILE *out, pg_err *err)
 }
 
 pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
-                      const regress_flags *f, pg_err *err)
+                      const gate_flags *f, pg_err *err)
 {
     if (path == NULL || f == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "junit_write: NULL argument");
     for (size_t i = 0; i < f->n; i++)
-        if ((unsigned)f->v[i].scope >= REGRESS_SCOPE_COUNT)
+        if ((unsigned)f->v[i].scope >= GATE_SCOPE_COUNT)
             return pg_fail(err, PG_ERR_INTERNAL, "junit_write: flag %zu has scope %d", i,
                            (int)f->v[i].scope);
-    const regress_flag **p = f->n > 0 ? malloc(f->n * sizeof *p) : NULL;
+    const gate_flag **p = f->n > 0 ? malloc(f->n * sizeof *p) : NULL;
     if (f->n > 0 && p == NULL)
         return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory writing the JUnit report", path);
     for (size_t i = 0; i < f->n; i++) p[i] = &f->v[i];
     if (f->n > 0) qsort(p, f->n, sizeof *p, flag_ptr_cmp);
-    junit_job job = {(const regress_flag *const *)p, f->n, run_id, baseline_run_id};
+    junit_job job = {(const gate_flag *const *)p, f->n, run_id, baseline_run_id};
     const pg_status st = atomic_file_write(path, JUNIT_FILE_MODE, write_junit, &job, err);
     free(p);
     return st;

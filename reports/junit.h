@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../harness/regress.h"
+#include "db/gate_store.h"
 #include "base/status.h"
 
 /* Writes s to out as XML character data or attribute text (the escapes
@@ -41,6 +41,6 @@ void junit_escape(FILE *out, const char *s, int in_attribute);
  * (the temporary file is removed); PG_ERR_NOMEM; PG_ERR_INTERNAL for a
  * NULL argument. */
 pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
-                      const regress_flags *f, pg_err *err);
+                      const gate_flags *f, pg_err *err);
 
 #endif /* PG_JUNIT_H */

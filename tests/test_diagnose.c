@@ -213,15 +213,15 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
 Test(diagnose, junit_leads_a_testcase_with_its_scale_bug)
 {
     /* a rel_l2 regression first, then the scale bug of the same key */
-    regress_flags f = {0};
-    regress_flag v[2] = {
-        {.scope = REGRESS_SCOPE_LAYER, .capture = (char *)"c", .layer = 0,
+    gate_flags f = {0};
+    gate_flag v[2] = {
+        {.scope = GATE_SCOPE_LAYER, .capture = (char *)"c", .layer = 0,
          .variant = (char *)"ext:vllm", .metric = (char *)"rel_l2", .value = 1, .baseline_value = 0,
-         .threshold = 0, .verdict = REGRESS_REGRESSION, .message = (char *)"rel_l2 grew"},
-        {.scope = REGRESS_SCOPE_LAYER, .capture = (char *)"c", .layer = 0,
-         .variant = (char *)"ext:vllm", .metric = (char *)REGRESS_METRIC_SCALE_BUG,
+         .threshold = 0, .verdict = GATE_VERDICT_REGRESSION, .message = (char *)"rel_l2 grew"},
+        {.scope = GATE_SCOPE_LAYER, .capture = (char *)"c", .layer = 0,
+         .variant = (char *)"ext:vllm", .metric = (char *)GATE_METRIC_SCALE_BUG,
          .value = 1e-3, .baseline_value = 1, .threshold = DIAG_MATCH_REL_L2,
-         .verdict = REGRESS_REGRESSION,
+         .verdict = GATE_VERDICT_REGRESSION,
          .message = (char *)"scale bug: ext:vllm, layer 0: matches kv-scales-twice"}};
     f.v = v;
     f.n = 2;
@@ -569,22 +569,22 @@ Test(diagnose, missing_diagnosis_rows_are_a_gate_error)
 Test(diagnose, gate_errors_span_the_undiagnosed_layers)
 {
     /* ext:vllm on layers 0, 2, 3 without diagnosis rows; bf16 rows are not ext */
-    regress_layer_row run[5] = {{"c", 3, "ext:vllm", {0}, 0}, {"c", 0, "ext:vllm", {0}, 0},
+    gate_layer_row run[5] = {{"c", 3, "ext:vllm", {0}, 0}, {"c", 0, "ext:vllm", {0}, 0},
                                 {"c", 2, "ext:vllm", {0}, 0}, {"c", 1, "bf16", {0}, 0},
                                 {"c", 0, "bf16", {0}, 0}};
-    regress_flags f = {0};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_diagnosis(NULL, 0, run, 5, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 2);
-    cr_expect_eq(f.v[0].verdict, REGRESS_ERROR);
-    cr_expect_str_eq(f.v[0].metric, REGRESS_METRIC_SCALE_BUG);
+    cr_expect_eq(f.v[0].verdict, GATE_VERDICT_ERROR);
+    cr_expect_str_eq(f.v[0].metric, GATE_METRIC_SCALE_BUG);
     cr_expect_eq(f.v[0].layer, 0);
     cr_expect(strncmp(f.v[0].message, "ext:vllm, layer 0: no ext_diagnosis rows", 40) == 0, "%s",
               f.v[0].message);
     cr_expect_eq(f.v[1].layer, 2);
     cr_expect(strncmp(f.v[1].message, "ext:vllm, layers 2-3: no ext_diagnosis rows", 43) == 0,
               "%s", f.v[1].message);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
 }
 
 /* ---- the stored rows ------------------------------------------------------- */

@@ -18,23 +18,32 @@
 #include "regress.h"
 #include "testutil.h"
 
+/* An eval_scores row as the gate reads it, from its fields in this order. */
+#define SCORE(e, m, ef, n, acc, se, nv, nt)                                              \
+    {.eval = e, .mode = m, .effort = ef, .n_problems = n, .accuracy = acc, .stderr_ = se, \
+     .n_valid = nv, .n_truncated = nt}
+/* An eval_pairs row (A - B) as the gate reads it, from its fields in this order. */
+#define PAIR(e, ef, ma, mb, n, md, lo, hi, mde_, w, l, sp)                                 \
+    {.eval = e, .effort = ef, .mode_a = ma, .mode_b = mb, .n_problems = n, .mean_diff = md, \
+     .ci_low = lo, .ci_high = hi, .mde = mde_, .wins = w, .losses = l, .sign_p = sp}
+
 /* A row with every metric NaN except those set afterwards. */
-static regress_layer_row row(const char *capture, int layer, const char *variant)
+static gate_layer_row row(const char *capture, int layer, const char *variant)
 {
-    regress_layer_row r = {.capture = capture, .layer = layer, .variant = variant, .nonfinite = 0};
+    gate_layer_row r = {.capture = capture, .layer = layer, .variant = variant, .nonfinite = 0};
     for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r.m[m] = NAN;
     return r;
 }
 
 /* The flag of (layer, variant, metric) in f; fails the test when absent. */
-static const regress_flag *find(const regress_flags *f, regress_scope scope, int layer,
+static const gate_flag *find(const gate_flags *f, gate_scope scope, int layer,
                                 const char *variant, const char *metric)
 {
     for (size_t i = 0; i < f->n; i++)
         if (f->v[i].scope == scope && f->v[i].layer == layer &&
             strcmp(f->v[i].variant, variant) == 0 && strcmp(f->v[i].metric, metric) == 0)
             return &f->v[i];
-    cr_assert_fail("no %s flag for layer %d %s %s", regress_scope_name(scope), layer, variant,
+    cr_assert_fail("no %s flag for layer %d %s %s", gate_scope_name(scope), layer, variant,
                    metric);
     return NULL;
 }
@@ -93,7 +102,7 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     gate_config c = bare_config(0.25);
     c.layer.metrics |= 1u << PG_METRIC_COS_SIM;
     cr_assert_eq(gate_bound_set(&c.layer.abs[PG_METRIC_REL_L2], "fp8qkv@fa3", 0.75, NULL), PG_OK);
-    regress_layer_row base[5], run[4];
+    gate_layer_row base[5], run[4];
     base[0] = row("a", 0, "bf16");  /* at the threshold exactly */
     base[1] = row("a", 0, "fp8kv@fixed"); /* one ulp above */
     base[2] = row("a", 1, "bf16");  /* NaN in the run */
@@ -115,103 +124,103 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     run[3] = base[4];
     run[3].m[PG_METRIC_REL_L2] = 0.5;
     run[3].m[PG_METRIC_COS_SIM] = nextafter(0.375, 0.0);
-    regress_flags f = {0};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 4, base, 5, 7, &c, &f, &err), PG_OK, "%s", err.msg);
 
-    const regress_flag *x = find(&f, REGRESS_SCOPE_LAYER, 0, "bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    const gate_flag *x = find(&f, GATE_SCOPE_LAYER, 0, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     cr_expect_eq(x->threshold, 0.625);
     cr_expect_eq(x->baseline_value, 0.5);
-    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv@fixed", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    x = find(&f, GATE_SCOPE_LAYER, 0, "fp8kv@fixed", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
     cr_expect(strstr(x->message, "a layer 0 fp8kv@fixed: rel_l2") != NULL, "%s", x->message);
     cr_expect(strstr(x->message, "baseline run 7") != NULL, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", REGRESS_METRIC_NONFINITE);
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION);
+    x = find(&f, GATE_SCOPE_LAYER, 1, "bf16", GATE_METRIC_NONFINITE);
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION);
     cr_expect_eq(x->value, 3.0);
-    x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_LAYER, 1, "bf16", "cos_sim");  /* NaN with NaN/Inf output */
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_LAYER, 1, "fp8kv@fixed", REGRESS_METRIC_PRESENT);
-    cr_expect_eq(x->verdict, REGRESS_ERROR);
+    x = find(&f, GATE_SCOPE_LAYER, 1, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
+    x = find(&f, GATE_SCOPE_LAYER, 1, "bf16", "cos_sim");  /* NaN with NaN/Inf output */
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
+    x = find(&f, GATE_SCOPE_LAYER, 1, "fp8kv@fixed", GATE_METRIC_PRESENT);
+    cr_expect_eq(x->verdict, GATE_VERDICT_ERROR);
     cr_expect(strstr(x->message, "missing from this run") != NULL, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_LAYER, 2, "bf16", "cos_sim");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    x = find(&f, GATE_SCOPE_LAYER, 2, "bf16", "cos_sim");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
     cr_expect_eq(x->threshold, 0.375);
-    x = find(&f, REGRESS_SCOPE_LAYER, 2, "bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    x = find(&f, GATE_SCOPE_LAYER, 2, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     /* Keys in order: 4 run keys x 3 flags + 1 missing key. */
     cr_expect_eq(f.n, 13);
     for (size_t i = 1; i < f.n; i++) cr_expect_geq(f.v[i].layer, f.v[i - 1].layer);
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);  /* error outranks regression */
-    size_t counts[REGRESS_VERDICT_COUNT];
+    size_t counts[GATE_VERDICT_COUNT];
     regress_count(&f, counts);
-    cr_expect_eq(counts[REGRESS_ERROR], 1);
-    cr_expect_eq(counts[REGRESS_REGRESSION], 5);
-    regress_flags_free(&f);
+    cr_expect_eq(counts[GATE_VERDICT_ERROR], 1);
+    cr_expect_eq(counts[GATE_VERDICT_REGRESSION], 5);
+    gate_flags_free(&f);
 
     /* Keys new in the run (baseline run 7 lacks them): the absolute bound
      * only; with no bound for the variant an error saying how to resolve it
      * (never an exit-0 inconclusive); ~spec and ext: variants are checked
      * like the modes. */
-    regress_layer_row nk[3] = {row("a", 0, "fp8qkv@fa3"), row("a", 0, "ext:trt"),
+    gate_layer_row nk[3] = {row("a", 0, "fp8qkv@fa3"), row("a", 0, "ext:trt"),
                                row("a", 0, "fp8kv@fixed~spec")};
     nk[0].m[PG_METRIC_REL_L2] = 0.75;  /* exactly at its bound */
     nk[1].m[PG_METRIC_REL_L2] = 0.1;
     nk[2].m[PG_METRIC_REL_L2] = 0.1;
-    regress_layer_row nb[1] = {row("a", 0, "fp8kv@fixed~spec")};
+    gate_layer_row nb[1] = {row("a", 0, "fp8kv@fixed~spec")};
     nb[0].m[PG_METRIC_REL_L2] = 0.05;
     cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, REGRESS_PASS);
+    cr_expect_eq(find(&f, GATE_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, GATE_VERDICT_PASS);
     /* fp8qkv is bounded on rel_l2, so its unbounded cos_sim is only unjudged. */
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv@fa3", "cos_sim")->verdict,
-                 REGRESS_INCONCLUSIVE);
-    x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    cr_expect_eq(find(&f, GATE_SCOPE_LAYER, 0, "fp8qkv@fa3", "cos_sim")->verdict,
+                 GATE_VERDICT_INCONCLUSIVE);
+    x = find(&f, GATE_SCOPE_LAYER, 0, "ext:trt", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_ERROR, "%s", x->message);
     cr_expect_str_eq(x->message, "a layer 0 ext:trt: rel_l2 0.1: not in baseline run 7 and no "
                      "absolute bound for ext:trt in the config: set a baseline run that has it "
                      "(precgate baseline set RUN) or bound it in --config (layer.abs.ext:trt)");
-    x = find(&f, REGRESS_SCOPE_LAYER, 0, "ext:trt", "cos_sim");
-    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    x = find(&f, GATE_SCOPE_LAYER, 0, "ext:trt", "cos_sim");
+    cr_expect_eq(x->verdict, GATE_VERDICT_ERROR, "%s", x->message);
     cr_expect(strstr(x->message, "(layer.metric_abs.cos_sim.ext:trt)") != NULL, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv@fixed~spec", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.1 > 0.0625 */
+    x = find(&f, GATE_SCOPE_LAYER, 0, "fp8kv@fixed~spec", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);  /* 0.1 > 0.0625 */
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
 
     /* The same keys in a first run (no baseline run): gaps are expected there,
      * so the unbounded ext:trt is inconclusive and the gate passes. */
     cr_assert_eq(regress_layers(nk, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.n, 3, "ext:trt: nonfinite only; fp8qkv: nonfinite and its bounded rel_l2");
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, REGRESS_PASS);
+    cr_expect_eq(find(&f, GATE_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, GATE_VERDICT_PASS);
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
 }
 
 Test(regress, a_key_twice_is_refused)
 {
     gate_config c = bare_config(0.1);
-    regress_layer_row r[2] = {row("a", 0, "bf16"), row("a", 0, "bf16")};
-    regress_flags f = {0};
+    gate_layer_row r[2] = {row("a", 0, "bf16"), row("a", 0, "bf16")};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_expect_eq(regress_layers(r, 2, NULL, 0, 1, &c, &f, &err), PG_ERR_SHAPE);
     cr_expect(strstr(err.msg, "a layer 0 bf16 twice") != NULL, "%s", err.msg);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
 }
 
 Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
 {
     gate_config c;
     gate_config_default(&c);  /* no bound in any map; mode_pair.rel_tol 0.10 */
-    regress_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
+    gate_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
                                  row("a", 3, "ext:x")};
     base[0].m[PG_METRIC_REL_L2] = 0.002;
     base[1].m[PG_METRIC_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
     base[2].m[PG_METRIC_REL_L2] = 0.072;   /* gap 0.07 */
     base[3].m[PG_METRIC_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
-    regress_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
+    gate_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
                               row("a", 3, "fp8kv@fixed~spec"), row("a", 3, "ext:x"),
                               row("a", 4, "fp8kv@fixed")};
     r[0].m[PG_METRIC_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
@@ -220,73 +229,73 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     r[3].m[PG_METRIC_REL_L2] = 0.9;                 /* not against the reference: skipped */
     r[4].m[PG_METRIC_REL_L2] = 0.003 + 0.0001 + 0.00019;    /* within its floor allowance */
     r[5].m[PG_METRIC_REL_L2] = 0.05;                /* layer 4: not in the baseline */
-    regress_flags f = {0};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.n, 5);
-    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    const gate_flag *x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     cr_expect(fabs(x->threshold - (0.003 + 0.06 + 0.006)) < 1e-15, "%.17g", x->threshold);
     cr_expect_eq(x->baseline_value, 0.003);
     cr_expect(strstr(x->message, "in baseline run 9") != NULL, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv@fa3-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "ext:x-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "fp8qkv@fa3-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "ext:x-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     /* Layer 4 is not in baseline run 9 and no budget bounds fp8kv: an error. */
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv@fixed-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 4, "fp8kv@fixed-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_ERROR, "%s", x->message);
     cr_expect_str_eq(x->message, "a layer 4 fp8kv@fixed-bf16: rel_l2 vs fp64 reference 0.05: baseline "
                      "run 9 has no fp8kv@fixed row in this layer and the config has no mode_pair "
                      "budget for fp8kv@fixed: set a baseline run that has it (precgate baseline set "
                      "RUN) or bound it in --config (mode_pair.abs.fp8kv@fixed or "
                      "mode_pair.ratio.fp8kv@fixed)");
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
     /* A variant the baseline's layer has while it lacks that layer's bf16:
      * no gap to compare either, so the same error, naming bf16. */
     cr_assert_eq(regress_mode_pairs(r, 3, base + 1, 3, 9, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_ERROR, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_ERROR, "%s", x->message);
     cr_expect(strstr(x->message, "baseline run 9 has no bf16 row in this layer") != NULL, "%s",
               x->message);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
 
     /* No baseline run: the gap is recorded (inconclusive), not judged against a
      * built-in bound; bf16 passes its finite, < 1 check. */
     cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.n, 3);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_INCONCLUSIVE, "%s", x->message);
     cr_expect(strstr(x->message, "no baseline run: gap fp8kv@fixed - bf16 0.066 recorded") != NULL,
               "%s", x->message);
-    cr_expect_eq(find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2")->verdict, REGRESS_PASS);
-    regress_flags_free(&f);
+    cr_expect_eq(find(&f, GATE_SCOPE_MODE_PAIR, 3, "bf16", "rel_l2")->verdict, GATE_VERDICT_PASS);
+    gate_flags_free(&f);
 
     /* Budgets from a config apply from the first run: abs and ratio x bf16. */
     cr_assert_eq(gate_bound_set(&c.mode_pair.abs, "fp8kv@fixed", 0.05, &err), PG_OK);
     cr_assert_eq(gate_bound_set(&c.mode_pair.ratio, "fp8qkv@fa3", 30, &err), PG_OK);
     cr_assert_eq(regress_mode_pairs(r, 3, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);  /* 0.069 > 0.05 */
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);  /* 0.069 > 0.05 */
     cr_expect_eq(x->threshold, 0.05);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8qkv@fa3-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);        /* 0.080 <= 30 x 0.003 */
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "fp8qkv@fa3-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);        /* 0.080 <= 30 x 0.003 */
     cr_expect(fabs(x->threshold - 0.09) < 1e-15);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
     /* With a baseline, a looser abs bound wins over the gap term (max); layer
      * 4, new in the run, is judged by its abs bound alone (0.05 <= 0.05). */
     cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 3, "fp8kv@fixed-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     cr_expect(strstr(x->message, "max(abs 0.05, bf16 0.003 + baseline gap") != NULL, "%s",
               x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 4, "fp8kv@fixed-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 4, "fp8kv@fixed-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     cr_expect_eq(x->threshold, 0.05);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
 }
 
 /* A uniform double in [lo, hi) from *state (xorshift64; fixed seeds keep
@@ -312,7 +321,7 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
     gate_config_default(&c);
     c.mode_pair.rel_tol = 0;
     c.layer.rel_tol = 0;
-    static regress_layer_row base[2 * PAIR_LAYERS], run[2 * PAIR_LAYERS];
+    static gate_layer_row base[2 * PAIR_LAYERS], run[2 * PAIR_LAYERS];
     uint64_t seed = 0x9e3779b97f4a7c15u;
     for (int i = 0; i < PAIR_LAYERS; i++) {
         base[2 * i] = row("a", i, "bf16");
@@ -324,15 +333,15 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
                                             exp(uniform(&seed, log(0.01), log(30.0)));
     }
     /* An identical rerun: v - r is B - R bit for bit. */
-    regress_flags f = {0};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(base, 2 * PAIR_LAYERS, base, 2 * PAIR_LAYERS, 1, &c, &f, &err),
                  PG_OK, "%s", err.msg);
-    size_t counts[REGRESS_VERDICT_COUNT];
+    size_t counts[GATE_VERDICT_COUNT];
     regress_count(&f, counts);
-    cr_expect_eq(counts[REGRESS_PASS], 2 * PAIR_LAYERS, "%zu regressions of an identical rerun",
-                 counts[REGRESS_REGRESSION]);
-    regress_flags_free(&f);
+    cr_expect_eq(counts[GATE_VERDICT_PASS], 2 * PAIR_LAYERS, "%zu regressions of an identical rerun",
+                 counts[GATE_VERDICT_REGRESSION]);
+    gate_flags_free(&f);
 
     /* bf16 worse by up to half, the variant by the same amount, chosen so
      * that v - r == B - R exactly while r + (B - R) rounds below v: the gap
@@ -356,9 +365,9 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
     cr_assert_eq(regress_mode_pairs(run, 2 * PAIR_LAYERS, base, 2 * PAIR_LAYERS, 1, &c, &f, &err),
                  PG_OK, "%s", err.msg);
     regress_count(&f, counts);
-    cr_expect_eq(counts[REGRESS_PASS], 2 * PAIR_LAYERS, "%zu regressions of %zu rounding cases",
-                 counts[REGRESS_REGRESSION], tricky);
-    regress_flags_free(&f);
+    cr_expect_eq(counts[GATE_VERDICT_PASS], 2 * PAIR_LAYERS, "%zu regressions of %zu rounding cases",
+                 counts[GATE_VERDICT_REGRESSION], tricky);
+    gate_flags_free(&f);
 }
 
 /* Issue 14 section 5 (review): bf16 improving does not make an unchanged
@@ -368,39 +377,39 @@ Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
 {
     gate_config c;
     gate_config_default(&c);  /* layer.rel_tol and mode_pair.rel_tol 0.10 */
-    regress_layer_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
+    gate_layer_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
     base[0].m[PG_METRIC_REL_L2] = 0.004;
     base[1].m[PG_METRIC_REL_L2] = 0.003;
-    regress_layer_row run[2] = {base[0], base[1]};
+    gate_layer_row run[2] = {base[0], base[1]};
     run[0].m[PG_METRIC_REL_L2] = 0.002;  /* the gap went from -0.001 to +0.001 */
-    regress_flags f = {0};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
-    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
+    const gate_flag *x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     cr_expect_str_eq(x->message, "a layer 0 ext:flash-bf16: rel_l2 vs fp64 reference 0.003 <= "
                      "threshold 0.0033 = max(bf16 0.002 + baseline gap -0.001 + 0.1 x 0.004 (gap "
                      "0.001 vs -0.001 in baseline run 5), own baseline 0.003 + 0.1 x 0.003)");
     cr_expect_eq(x->threshold, 0.003 + 0.003 * 0.1);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
     /* At its own bound it passes; one ulp above, with the gap grown, it fails. */
     run[1].m[PG_METRIC_REL_L2] = 0.003 + 0.003 * 0.1;
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_PASS, "%s", x->message);
-    regress_flags_free(&f);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
+    gate_flags_free(&f);
     run[1].m[PG_METRIC_REL_L2] = nextafter(0.003 + 0.003 * 0.1, 1.0);
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    regress_flags_free(&f);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
+    gate_flags_free(&f);
 }
 
 Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
 {
     gate_config c;
     gate_config_default(&c);
-    regress_layer_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
+    gate_layer_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
                               row("a", 0, "ext:far"), row("a", 0, "fp8kv@fixed~spec")};
     r[0].m[PG_METRIC_REL_L2] = 0.002;
     r[1].nonfinite = 1;
@@ -408,116 +417,116 @@ Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
     r[2].m[PG_METRIC_REL_L2] = 1.0;                  /* an all-zero output */
     r[3].m[PG_METRIC_REL_L2] = nextafter(1.0, 0.0);  /* just closer than zeros */
     r[4].nonfinite = 3;
-    regress_flags f = {0};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(r, 5, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.n, 4);
-    const regress_flag *x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:nan-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:zeros-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_REGRESSION, "%s", x->message);
+    const gate_flag *x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:nan-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:zeros-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
     cr_expect(strstr(x->message, "no closer to the reference than an all-zero output") != NULL,
               "%s", x->message);
     cr_expect_eq(x->threshold, 1.0);
-    x = find(&f, REGRESS_SCOPE_MODE_PAIR, 0, "ext:far-bf16", "rel_l2");
-    cr_expect_eq(x->verdict, REGRESS_INCONCLUSIVE, "%s", x->message);
-    regress_flags_free(&f);
+    x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:far-bf16", "rel_l2");
+    cr_expect_eq(x->verdict, GATE_VERDICT_INCONCLUSIVE, "%s", x->message);
+    gate_flags_free(&f);
     /* The layer scope flags NaN/Inf of every variant on a first run, ~spec too,
      * and compares nothing else without a bound. */
     cr_assert_eq(regress_layers(r, 5, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.n, 5);
     for (size_t i = 0; i < f.n; i++) {
-        cr_expect_str_eq(f.v[i].metric, REGRESS_METRIC_NONFINITE);
+        cr_expect_str_eq(f.v[i].metric, GATE_METRIC_NONFINITE);
         const int bad = f.v[i].value > 0;
-        cr_expect_eq(f.v[i].verdict, bad ? REGRESS_REGRESSION : REGRESS_PASS, "%s",
+        cr_expect_eq(f.v[i].verdict, bad ? GATE_VERDICT_REGRESSION : GATE_VERDICT_PASS, "%s",
                      f.v[i].message);
     }
-    cr_expect_eq(find(&f, REGRESS_SCOPE_LAYER, 0, "fp8kv@fixed~spec", "nonfinite")->verdict,
-                 REGRESS_REGRESSION);
-    regress_flags_free(&f);
+    cr_expect_eq(find(&f, GATE_SCOPE_LAYER, 0, "fp8kv@fixed~spec", "nonfinite")->verdict,
+                 GATE_VERDICT_REGRESSION);
+    gate_flags_free(&f);
 }
 
 Test(regress, effect_verdicts_at_their_boundaries)
 {
     const double e = 0.05;
-    cr_expect_eq(regress_effect_verdict(-0.05, -0.08, -0.01, e), REGRESS_REGRESSION);
+    cr_expect_eq(regress_effect_verdict(-0.05, -0.08, -0.01, e), GATE_VERDICT_REGRESSION);
     cr_expect_eq(regress_effect_verdict(nextafter(-0.05, 0), -0.08, -0.01, e),
-                 REGRESS_INCONCLUSIVE);  /* significant, smaller than min_effect, not within */
-    cr_expect_eq(regress_effect_verdict(-0.05, -0.08, 0.0, e), REGRESS_INCONCLUSIVE);
-    cr_expect_eq(regress_effect_verdict(0.05, 0.01, 0.08, e), REGRESS_IMPROVEMENT);
-    cr_expect_eq(regress_effect_verdict(0.05, 0.0, 0.08, e), REGRESS_INCONCLUSIVE);
-    cr_expect_eq(regress_effect_verdict(0.0, -0.05, 0.05, e), REGRESS_NO_CHANGE);
-    cr_expect_eq(regress_effect_verdict(0.0, nextafter(-0.05, -1), 0.05, e), REGRESS_INCONCLUSIVE);
-    cr_expect_eq(regress_effect_verdict(-0.02, -0.04, -0.01, e), REGRESS_NO_CHANGE);
-    cr_expect_eq(regress_effect_verdict(NAN, -0.04, -0.01, e), REGRESS_INCONCLUSIVE);
-    cr_expect_eq(regress_effect_verdict(0.0, NAN, NAN, e), REGRESS_INCONCLUSIVE);
+                 GATE_VERDICT_INCONCLUSIVE);  /* significant, smaller than min_effect, not within */
+    cr_expect_eq(regress_effect_verdict(-0.05, -0.08, 0.0, e), GATE_VERDICT_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(0.05, 0.01, 0.08, e), GATE_VERDICT_IMPROVEMENT);
+    cr_expect_eq(regress_effect_verdict(0.05, 0.0, 0.08, e), GATE_VERDICT_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(0.0, -0.05, 0.05, e), GATE_VERDICT_NO_CHANGE);
+    cr_expect_eq(regress_effect_verdict(0.0, nextafter(-0.05, -1), 0.05, e), GATE_VERDICT_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(-0.02, -0.04, -0.01, e), GATE_VERDICT_NO_CHANGE);
+    cr_expect_eq(regress_effect_verdict(NAN, -0.04, -0.01, e), GATE_VERDICT_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(0.0, NAN, NAN, e), GATE_VERDICT_INCONCLUSIVE);
     /* The demo's numbers (tests/test_eval_cmd.c): fp8qkv - bf16 = -6/36 with the
      * interval [-0.25, -0.0833]; fp8kv - bf16 = -2/36 with [-0.139, 0]. */
-    cr_expect_eq(regress_effect_verdict(-6.0 / 36, -0.25, -3.0 / 36, e), REGRESS_REGRESSION);
-    cr_expect_eq(regress_effect_verdict(-2.0 / 36, -5.0 / 36, 0.0, e), REGRESS_INCONCLUSIVE);
+    cr_expect_eq(regress_effect_verdict(-6.0 / 36, -0.25, -3.0 / 36, e), GATE_VERDICT_REGRESSION);
+    cr_expect_eq(regress_effect_verdict(-2.0 / 36, -5.0 / 36, 0.0, e), GATE_VERDICT_INCONCLUSIVE);
 }
 
 Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
 {
     gate_config c;
     gate_config_default(&c);
-    const regress_eval_pair pairs[1] = {
-        {"aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738, 0, 6, 0.03125}};
+    const eval_pair_stored pairs[1] = {
+        PAIR("aime", "medium", "fp8qkv", "bf16", 12, -6.0 / 36, -0.25, -3.0 / 36, 0.140784954343738, 0, 6, 0.03125)};
     /* 12 problems x 3 samples: 36 graded samples per score. */
-    const regress_eval_score run[2] = {{"aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0},
-                                       {"aime", "fp8qkv", "medium", 12, 0.60, 0.03, 36, 0}};
-    const regress_eval_score base[3] = {{"aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0},
-                                        {"aime", "fp8qkv", "medium", 12, 0.90, 0.04, 36, 0},
-                                        {"aime", "fp8kv", "medium", 12, 0.80, 0.05, 36, 0}};
-    regress_flags f = {0};
+    const eval_score_stored run[2] = {SCORE("aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0),
+                                       SCORE("aime", "fp8qkv", "medium", 12, 0.60, 0.03, 36, 0)};
+    const eval_score_stored base[3] = {SCORE("aime", "bf16", "medium", 12, 0.90, 0.04, 36, 0),
+                                        SCORE("aime", "fp8qkv", "medium", 12, 0.90, 0.04, 36, 0),
+                                        SCORE("aime", "fp8kv", "medium", 12, 0.80, 0.05, 36, 0)};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_evals(pairs, 1, run, 2, base, 3, 4, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 6);
     /* One "samples" check per score of the run, both fine. */
-    cr_expect_str_eq(f.v[0].metric, REGRESS_METRIC_SAMPLES);
+    cr_expect_str_eq(f.v[0].metric, GATE_METRIC_SAMPLES);
     cr_expect_str_eq(f.v[0].mode, "bf16");
-    cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
-    cr_expect_eq(f.v[1].verdict, REGRESS_PASS, "%s", f.v[1].message);
+    cr_expect_eq(f.v[0].verdict, GATE_VERDICT_PASS, "%s", f.v[0].message);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_PASS, "%s", f.v[1].message);
     cr_expect_str_eq(f.v[2].metric, "diff_vs_bf16");
     cr_expect_str_eq(f.v[2].mode, "fp8qkv");
-    cr_expect_eq(f.v[2].verdict, REGRESS_REGRESSION);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_REGRESSION);
     cr_expect(strstr(f.v[2].message, "MDE 0.141") != NULL, "%s", f.v[2].message);
     /* bf16 unchanged: d = 0; the observed se sqrt(2) 0.04 = 0.0566 is below the
      * design se: 65 of 72 correct, p~ = (65 + z^2/2)/(72 + z^2) = 0.88237,
      * sqrt(p~(1-p~) (1/36 + 1/36)) = 0.075934: interval +-0.1488, inconclusive. */
-    cr_expect_str_eq(f.v[3].metric, REGRESS_METRIC_ACCURACY);
-    cr_expect_eq(f.v[3].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[3].message);
+    cr_expect_str_eq(f.v[3].metric, GATE_METRIC_ACCURACY);
+    cr_expect_eq(f.v[3].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[3].message);
     cr_expect_eq(f.v[3].baseline_value, 0.90);
     cr_expect(strstr(f.v[3].message, "[-0.149, +0.149]") != NULL, "%s", f.v[3].message);
     cr_expect(strstr(f.v[3].message, "design SE 0.076") != NULL, "%s", f.v[3].message);
     /* fp8qkv: d = -0.30, design se (54 of 72 correct) 0.103728 > 0.05 observed:
      * [-0.503, -0.097], MDE 2.8016 x 0.103728 = 0.2906. */
-    cr_expect_eq(f.v[4].verdict, REGRESS_REGRESSION, "%s", f.v[4].message);
+    cr_expect_eq(f.v[4].verdict, GATE_VERDICT_REGRESSION, "%s", f.v[4].message);
     cr_expect(strstr(f.v[4].message, "MDE 0.291") != NULL, "%s", f.v[4].message);
     cr_expect(strstr(f.v[4].message, "[-0.503, -0.097]") != NULL, "%s", f.v[4].message);
     /* fp8kv was scored in the baseline and is missing from the run. */
     cr_expect_str_eq(f.v[5].mode, "fp8kv");
-    cr_expect_eq(f.v[5].verdict, REGRESS_ERROR);
-    regress_flags_free(&f);
+    cr_expect_eq(f.v[5].verdict, GATE_VERDICT_ERROR);
+    gate_flags_free(&f);
 
     /* "no change" states that it is not proof of equality, and needs a design
      * that could have seen min_effect: MDE 0.02 can, MDE 0.08 cannot. */
-    const regress_eval_score low[2] = {{"aime", "bf16", "low", 400, 0.5, 0.02, 3200, 0},
-                                       {"aime", "fp8kv", "low", 400, 0.5, 0.02, 3200, 0}};
-    regress_eval_pair tight[1] = {{"aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02, 10, 10, 1.0}};
+    const eval_score_stored low[2] = {SCORE("aime", "bf16", "low", 400, 0.5, 0.02, 3200, 0),
+                                       SCORE("aime", "fp8kv", "low", 400, 0.5, 0.02, 3200, 0)};
+    eval_pair_stored tight[1] = {PAIR("aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02, 10, 10, 1.0)};
     cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 3);
-    cr_expect_eq(f.v[2].verdict, REGRESS_NO_CHANGE, "%s", f.v[2].message);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_NO_CHANGE, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "not proof of equality") != NULL, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "MDE 0.020") != NULL, "%s", f.v[2].message);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
     tight[0].mde = 0.08;
     cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "lacks the power") != NULL, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "could only have seen a drop of 0.080 or more") != NULL,
               "%s", f.v[2].message);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
 }
 
 /* The degenerate evals of regress.h are errors whatever min_effect says. */
@@ -528,41 +537,41 @@ Test(regress, a_pair_drop_or_gain_needs_a_significant_sign_test)
     gate_config c;
     gate_config_default(&c);
     /* 6 problems x 1 sample: bf16 right on 4, fp8kv on 1; fp8kv lost 3, won 0. */
-    const regress_eval_score six[2] = {{"e", "bf16", "m", 6, 4.0 / 6, 0.2, 6, 0},
-                                       {"e", "fp8kv", "m", 6, 1.0 / 6, 0.15, 6, 0}};
-    regress_eval_pair p[1] = {{"e", "m", "fp8kv", "bf16", 6, -0.5, -5.0 / 6, -1.0 / 6, 0.75, 0, 3,
-                               0.25}};
-    regress_flags f = {0};
+    const eval_score_stored six[2] = {SCORE("e", "bf16", "m", 6, 4.0 / 6, 0.2, 6, 0),
+                                       SCORE("e", "fp8kv", "m", 6, 1.0 / 6, 0.15, 6, 0)};
+    eval_pair_stored p[1] = {PAIR("e", "m", "fp8kv", "bf16", 6, -0.5, -5.0 / 6, -1.0 / 6, 0.75, 0, 3,
+                               0.25)};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 3);
-    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
     cr_expect_str_eq(f.v[2].message, "e m fp8kv - bf16: mean paired difference -0.500, 95% CI "
                      "[-0.833, -0.167] over 6 problems; inconclusive: the interval is below 0, "
                      "but the exact sign test gives p 0.25 > 0.05 (0 problems better, 3 worse, "
                      "the rest tied), so the drop is not significant at this many problems (MDE "
                      "0.750 at 80% power)");
     cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
     /* All 6 lost: p = 2 x 0.5^6 = 0.03125 <= 0.05, a regression. */
     p[0].losses = 6;
     p[0].sign_p = 0.03125;
     cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(f.v[2].verdict, REGRESS_REGRESSION, "%s", f.v[2].message);
-    regress_flags_free(&f);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_REGRESSION, "%s", f.v[2].message);
+    gate_flags_free(&f);
     /* The mirror image: 3 won, none lost, p 0.25: no improvement either. */
-    p[0] = (regress_eval_pair){"e", "m", "fp8kv", "bf16", 6, 0.5, 1.0 / 6, 5.0 / 6, 0.75, 3, 0,
-                               0.25};
+    p[0] = (eval_pair_stored)PAIR("e", "m", "fp8kv", "bf16", 6, 0.5, 1.0 / 6, 5.0 / 6, 0.75, 3, 0,
+                               0.25);
     cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "interval is above 0, but the exact sign test gives p 0.25 "
                      "> 0.05 (3 problems better, 0 worse") != NULL, "%s", f.v[2].message);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
     /* An unknown p (a zeroed row) never lets a drop through as significant. */
     p[0].sign_p = 0;
     cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(f.v[2].verdict, REGRESS_INCONCLUSIVE, "%s", f.v[2].message);
-    regress_flags_free(&f);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
+    gate_flags_free(&f);
 }
 
 Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
@@ -572,38 +581,38 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         gate_config c;
         gate_config_default(&c);
         c.eval.min_effect = effects[k];
-        regress_flags f = {0};
+        gate_flags f = {0};
         pg_err err = {0};
         /* 3 problems x 1 sample, every answer right in both modes: d = 0,
          * interval [0, 0]; the smallest sign-test p is 2 x 0.5^3 = 0.25. */
-        const regress_eval_score three[2] = {{"e", "bf16", "m", 3, 1.0, 0.0, 3, 0},
-                                             {"e", "fp8kv", "m", 3, 1.0, 0.0, 3, 0}};
-        const regress_eval_pair p3[1] = {{"e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066, 0, 0, 1.0}};
+        const eval_score_stored three[2] = {SCORE("e", "bf16", "m", 3, 1.0, 0.0, 3, 0),
+                                             SCORE("e", "fp8kv", "m", 3, 1.0, 0.0, 3, 0)};
+        const eval_pair_stored p3[1] = {PAIR("e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066, 0, 0, 1.0)};
         cr_assert_eq(regress_evals(p3, 1, three, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
-        cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
-        cr_expect_eq(f.v[2].verdict, REGRESS_ERROR, "e=%g: %s", effects[k], f.v[2].message);
+        cr_expect_eq(f.v[0].verdict, GATE_VERDICT_PASS, "%s", f.v[0].message);
+        cr_expect_eq(f.v[2].verdict, GATE_VERDICT_ERROR, "e=%g: %s", effects[k], f.v[2].message);
         cr_expect(strstr(f.v[2].message, "smallest two-sided sign-test p is 0.25 > 0.05, so this "
                                          "design cannot reach significance at all (it needs at "
                                          "least 6)") != NULL, "%s", f.v[2].message);
         cr_expect_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
-        regress_flags_free(&f);
+        gate_flags_free(&f);
         /* 6 problems: 2 x 0.5^6 = 0.03125 can reach 0.05, so no error. */
-        const regress_eval_score six[2] = {{"e", "bf16", "m", 6, 0.5, 0.2, 6, 0},
-                                           {"e", "fp8kv", "m", 6, 0.5, 0.2, 6, 0}};
-        const regress_eval_pair p6[1] = {{"e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9, 0, 0, 1.0}};
+        const eval_score_stored six[2] = {SCORE("e", "bf16", "m", 6, 0.5, 0.2, 6, 0),
+                                           SCORE("e", "fp8kv", "m", 6, 0.5, 0.2, 6, 0)};
+        const eval_pair_stored p6[1] = {PAIR("e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9, 0, 0, 1.0)};
         cr_assert_eq(regress_evals(p6, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
-        cr_expect_neq(f.v[2].verdict, REGRESS_ERROR, "%s", f.v[2].message);
-        regress_flags_free(&f);
+        cr_expect_neq(f.v[2].verdict, GATE_VERDICT_ERROR, "%s", f.v[2].message);
+        gate_flags_free(&f);
 
         /* 30 problems x 2 samples, every sample truncated and wrong in both modes. */
-        const regress_eval_score trunc[2] = {{"e", "bf16", "m", 30, 0.0, 0.0, 60, 60},
-                                             {"e", "fp8kv", "m", 30, 0.0, 0.0, 60, 60}};
-        const regress_eval_pair pt[1] = {{"e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632, 0, 0, 1.0}};
+        const eval_score_stored trunc[2] = {SCORE("e", "bf16", "m", 30, 0.0, 0.0, 60, 60),
+                                             SCORE("e", "fp8kv", "m", 30, 0.0, 0.0, 60, 60)};
+        const eval_pair_stored pt[1] = {PAIR("e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632, 0, 0, 1.0)};
         cr_assert_eq(regress_evals(pt, 1, trunc, 2, trunc, 2, 7, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 5);
         for (size_t i = 0; i < f.n; i++)
-            cr_expect_eq(f.v[i].verdict, REGRESS_ERROR, "flag %zu: %s", i, f.v[i].message);
+            cr_expect_eq(f.v[i].verdict, GATE_VERDICT_ERROR, "flag %zu: %s", i, f.v[i].message);
         cr_expect(strstr(f.v[0].message, "bf16 m: no correct answer in 60 graded samples, 60 "
                                          "truncated at the token limit (over half") != NULL,
                   "%s", f.v[0].message);
@@ -611,30 +620,30 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
                   f.v[2].message);
         cr_expect(strstr(f.v[3].message, "(the baseline run's bf16 m)") != NULL, "%s",
                   f.v[3].message);
-        regress_flags_free(&f);
+        gate_flags_free(&f);
 
         /* Right answers, but 31 of 60 samples truncated: more than half. */
-        const regress_eval_score half[2] = {{"e", "bf16", "m", 30, 0.5, 0.05, 60, 30},
-                                            {"e", "fp8kv", "m", 30, 0.5, 0.05, 60, 31}};
+        const eval_score_stored half[2] = {SCORE("e", "bf16", "m", 30, 0.5, 0.05, 60, 30),
+                                            SCORE("e", "fp8kv", "m", 30, 0.5, 0.05, 60, 31)};
         cr_assert_eq(regress_evals(NULL, 0, half, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
-        cr_expect_eq(f.v[0].verdict, REGRESS_PASS, "%s", f.v[0].message);
-        cr_expect_eq(f.v[1].verdict, REGRESS_ERROR, "%s", f.v[1].message);
+        cr_expect_eq(f.v[0].verdict, GATE_VERDICT_PASS, "%s", f.v[0].message);
+        cr_expect_eq(f.v[1].verdict, GATE_VERDICT_ERROR, "%s", f.v[1].message);
         cr_expect(strstr(f.v[1].message, "fp8kv m: 60 graded samples, 31 truncated") != NULL,
                   "%s", f.v[1].message);
-        regress_flags_free(&f);
+        gate_flags_free(&f);
 
         /* A pair with no problem in common, and one whose mode was never scored. */
-        const regress_eval_pair none[2] = {{"e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN, 0, 0, 1.0},
-                                           {"e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1, 0, 0, 1.0}};
+        const eval_pair_stored none[2] = {PAIR("e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN, 0, 0, 1.0),
+                                           PAIR("e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1, 0, 0, 1.0)};
         cr_assert_eq(regress_evals(none, 2, half, 1, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
-        cr_expect_eq(f.v[1].verdict, REGRESS_ERROR, "%s", f.v[1].message);
+        cr_expect_eq(f.v[1].verdict, GATE_VERDICT_ERROR, "%s", f.v[1].message);
         cr_expect(strstr(f.v[1].message, "no pairs (no problem scored in both modes)") != NULL,
                   "%s", f.v[1].message);
         cr_expect(strstr(f.v[1].message, "fp8kv m: no eval_scores row") != NULL, "%s",
                   f.v[1].message);
-        cr_expect_eq(f.v[2].verdict, REGRESS_ERROR, "%s", f.v[2].message);
-        regress_flags_free(&f);
+        cr_expect_eq(f.v[2].verdict, GATE_VERDICT_ERROR, "%s", f.v[2].message);
+        gate_flags_free(&f);
     }
 }
 
@@ -752,16 +761,16 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     gate_config c = bare_config(0.25);
     /* A capture name with every XML special, a control byte and bad UTF-8. */
     const char *nasty = "c&<>\"'\x01\xff\xc3\xa9.st";
-    regress_layer_row base[2] = {row(nasty, 0, "fp8kv"), row(nasty, 1, "fp8kv")};
+    gate_layer_row base[2] = {row(nasty, 0, "fp8kv"), row(nasty, 1, "fp8kv")};
     base[0].m[PG_METRIC_REL_L2] = base[1].m[PG_METRIC_REL_L2] = 0.5;
-    regress_layer_row run[1] = {base[0]};
+    gate_layer_row run[1] = {base[0]};
     run[0].m[PG_METRIC_REL_L2] = 0.7;
-    regress_flags f = {0};
+    gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 1, base, 2, 1, &c, &f, &err), PG_OK, "%s", err.msg);
-    const regress_eval_pair pairs[1] = {{"e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1, 0, 6, 0.03125}};
-    const regress_eval_score scores[2] = {{"e<1>", "bf16", "hi", 12, 0.5, 0.1, 12, 0},
-                                          {"e<1>", "fp8kv", "hi", 12, 0.4, 0.1, 12, 0}};
+    const eval_pair_stored pairs[1] = {PAIR("e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1, 0, 6, 0.03125)};
+    const eval_score_stored scores[2] = {SCORE("e<1>", "bf16", "hi", 12, 0.5, 0.1, 12, 0),
+                                          SCORE("e<1>", "fp8kv", "hi", 12, 0.4, 0.1, 12, 0)};
     cr_assert_eq(regress_evals(pairs, 1, scores, 2, NULL, 0, 1, &c, &f, &err), PG_OK, "%s",
                  err.msg);
     cr_assert_eq(junit_write(path, 2, 1, &f, &err), PG_OK, "%s", err.msg);
@@ -794,7 +803,7 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     pg_err_clear(&err);
     cr_expect_eq(junit_write(path, 2, 1, &f, &err), PG_ERR_IO);
     cr_expect(strstr(err.msg, path) != NULL, "%s", err.msg);
-    regress_flags_free(&f);
+    gate_flags_free(&f);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
     free(dir);
