@@ -497,7 +497,7 @@ pg_status eval_store_put_score(pg_store *s, int64_t run_id, const char *eval, co
         bind_double_or_null(&b, sc->ci_high);
         bind_size(&b, sc->n_errors);
         bind_size(&b, sc->n_truncated);
-        sql_bind_text(&b, EVAL_CI_METHOD);
+        sql_bind_text(&b, sc->ci_method);
         sql_bind_text(&b, json);
         bind_size(&b, sc->n_empty);
         bind_size(&b, sc->n_missing);
@@ -547,6 +547,28 @@ pg_status eval_store_put_pair(pg_store *s, int64_t run_id, const char *eval, con
     bind_double_or_null(&b, p->sign_p);
     bind_double_or_null(&b, p->mde);
     return sql_step_write(db, &b, what, err);
+}
+
+/* ---- freeing rows ------------------------------------------------------- */
+
+void eval_table_free(eval_table *t)
+{
+    if (t == NULL) return;
+    if (t->problem_ids != NULL) {
+        for (size_t i = 0; i < t->n_problems; i++) free(t->problem_ids[i]);
+        free(t->problem_ids);
+    }
+    free(t->cells);
+    memset(t, 0, sizeof *t);
+}
+
+void eval_score_free(eval_score *out)
+{
+    if (out == NULL) return;
+    free(out->pass_at);
+    free(out->pass_at_n);
+    free(out->problem_mean);
+    memset(out, 0, sizeof *out);
 }
 
 /* ---- reading scores and pairs back ------------------------------------- */

@@ -1,7 +1,8 @@
 /*
  * eval_store.h: end-task eval rows in precgate's store (schema version 4):
  * eval_samples (one row per sample, stored as each completes), eval_scores
- * and eval_pairs (what evals/score.h derives from them).
+ * and eval_pairs (what evals/score.h derives from them), and the C rows
+ * they are read into and written from.
  *
  * Every function works on an open pg_store (db/store.h) through
  * store_handle(), with bound parameters only; each statement is prepared
@@ -25,13 +26,81 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../evals/score.h"
 #include "base/status.h"
 #include "store.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the rows scores are made from and stored as ---------------------- */
+/* evals/score.h computes the scores and pairs; their formulas are there. */
+
+typedef enum eval_sample_status {
+    EVAL_SAMPLE_OK = 0,     /* answered; correct says whether right */
+    EVAL_SAMPLE_TRUNCATED,  /* cut at the token limit; graded (counted) */
+    EVAL_SAMPLE_ERROR,      /* failed: excluded from every denominator */
+    EVAL_SAMPLE_MISSING     /* not stored (yet): excluded like an error */
+} eval_sample_status;
+
+/* One sample's outcome; correct (0 or 1) is read only for ok/truncated. */
+typedef struct eval_cell {
+    eval_sample_status status;
+    int correct;
+} eval_cell;
+
+/* n_problems x k samples of one (mode, effort): cells[i*k + j] is problem
+ * i's sample j. problem_ids (n_problems strings) may be NULL; when both
+ * tables of a pair have them they must match. eval_table_free releases a
+ * table whose arrays were malloc'd (as eval_store_load builds them). */
+typedef struct eval_table {
+    size_t n_problems;
+    size_t k;
+    eval_cell *cells;
+    char **problem_ids;
+} eval_table;
+
+/* Frees t's cells, ids and id array, and zeroes t; NULL is a no-op. */
+void eval_table_free(eval_table *t);
+
+/* The statistics of one (mode, effort). Arrays are owned: eval_score_free. */
+typedef struct eval_score {
+    size_t n_problems;     /* rows of the table */
+    size_t n_scored;       /* m: problems with n_i > 0 (every mean's denominator) */
+    size_t n_empty;        /* problems with n_i = 0, left out */
+    size_t k;              /* K: samples per problem in the table */
+    size_t n_valid;        /* ok + truncated samples */
+    size_t n_errors, n_truncated, n_missing;
+    double accuracy;       /* avg@K */
+    double se;             /* clustered by problem */
+    double ci_low, ci_high;        /* percentile bootstrap (stored) */
+    double wilson_low, wilson_high; /* K = 1 only, else NaN */
+    double *pass_at;       /* k entries: pass_at[j] = pass@(j+1) */
+    size_t *pass_at_n;     /* k entries: problems with n_i >= j+1 that entered it */
+    double *problem_mean;  /* n_problems entries: s_i, NaN where n_i = 0 */
+    const char *ci_method; /* how ci_low/ci_high were made (eval_scores.ci_method; static) */
+} eval_score;
+
+
+/* Frees out's arrays and zeroes it; NULL is a no-op. */
+void eval_score_free(eval_score *out);
+
+/* A vs B on the same problems. */
+typedef struct eval_pair {
+    size_t n_problems;     /* n: problems with n_i > 0 in both tables */
+    size_t n_dropped;      /* problems left out (n_i = 0 in A or B) */
+    double mean_diff;      /* mean of d_i = s_A,i - s_B,i (A minus B) */
+    double sd;             /* sample SD of d_i (divisor n-1) */
+    double se;             /* sd / sqrt(n) */
+    double ci_low, ci_high;        /* paired percentile bootstrap */
+    size_t wins, losses, ties;     /* d_i > 0, d_i < 0, d_i = 0 (exact) */
+    double sign_p;         /* exact two-sided sign test p on wins vs losses */
+    double min_sign_p;     /* smallest sign_p n problems can give: 2 * 0.5^n (1 for n = 0) */
+    size_t pooled_correct, pooled_valid; /* c and N of both modes over the n problems */
+    double design_mde;     /* from n, the n_i and p~(1-p~) (the top of this file) */
+    double mde;            /* max(design_mde, (z_0.975 + z_0.80) * sd / sqrt(n)) */
+} eval_pair;
+
 
 /* One eval_samples row. Strings are bound for the call only (the caller
  * keeps them); NULL optional strings are stored as NULL. */

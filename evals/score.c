@@ -71,26 +71,6 @@ static void *alloc_zeroed(size_t count, size_t size, int *ok)
     return p;
 }
 
-void eval_table_free(eval_table *t)
-{
-    if (t == NULL) return;
-    if (t->problem_ids != NULL) {
-        for (size_t i = 0; i < t->n_problems; i++) free(t->problem_ids[i]);
-        free(t->problem_ids);
-    }
-    free(t->cells);
-    memset(t, 0, sizeof *t);
-}
-
-void eval_score_free(eval_score *out)
-{
-    if (out == NULL) return;
-    free(out->pass_at);
-    free(out->pass_at_n);
-    free(out->problem_mean);
-    memset(out, 0, sizeof *out);
-}
-
 /* ---- per-problem tallies ----------------------------------------------- */
 
 /* Counts of one problem's row. */
@@ -308,6 +288,7 @@ pg_status eval_score_compute(const eval_table *t, eval_score *out, pg_err *err)
     out->k = k;
     out->accuracy = out->se = out->ci_low = out->ci_high = NAN;
     out->wilson_low = out->wilson_high = NAN;
+    out->ci_method = EVAL_CI_METHOD;
 
     int ok = 1;
     out->problem_mean = alloc_zeroed(n, sizeof *out->problem_mean, &ok);

@@ -10,9 +10,12 @@
 set -uo pipefail
 bin=$(cd "$1" && pwd); out=$2
 mkdir -p "$out"; out=$(cd "$out" && pwd)
-# A fixed directory: the outputs name it, shortened, where a mask cannot see it.
-work=${TMPDIR:-/tmp}/precgate-snapshot
-rm -rf "$work"; mkdir -p "$work"
+# A directory of its own whose last 30-odd characters are fixed: the outputs
+# name it shortened to its tail, where a mask cannot see it.
+top=$(mktemp -d)
+work=$top/precgate-behaviour-snapshot-work
+mkdir -p "$work"
+trap 'rm -rf "$top"' EXIT
 export PRECGATE_THREADS=2 PRECGATE_DB="$work/p.db"
 root=$(cd "$(dirname "$0")/.." && pwd)
 traces="$root/evals/demo/aime-style-demo.jsonl"
