@@ -8,9 +8,9 @@
 
 #include "../db/eval_store.h"
 #include "../db/eval_writer.h"
-#include "../harness/progress.h"
 #include "score.h"
 #include "base/clock.h"
+#include "base/note.h"
 #include "base/variant.h"
 
 /* FNV-1a 64-bit (Fowler, Noll, Vo), offset basis and prime as published. */
@@ -130,7 +130,7 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
 typedef struct live_ctx {
     eval_writer *writer;   /* owns the store while oa_run sends */
     const eval_run_options *o;
-    progress bar;
+    double started;        /* monotonic seconds: when the first request went out */
 } live_ctx;
 
 /* Grades one finished request and hands the sample to the writer thread
@@ -158,10 +158,10 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
     pg_status st = eval_writer_put(lc->writer, &r, err);
     if (st != PG_OK) return st;
     char what[64];
-    const double elapsed = pg_clock_mono_s() - lc->bar.started;
+    const double elapsed = pg_clock_mono_s() - lc->started;
     snprintf(what, sizeof what, "%.2f/s, %d err, %d retries",
              elapsed > 0 ? pr->done / elapsed : 0.0, pr->errors, pr->retries);
-    progress_update(&lc->bar, pr->done, what);
+    pg_note_progress_step(lc->o->notes, pr->done, what);
     return PG_OK;
 }
 
@@ -177,11 +177,10 @@ static pg_status run_with_writer(pg_store *s, int64_t run_id, oa_endpoint **live
     eval_writer *w = NULL;
     pg_status st = eval_writer_start(s, run_id, &o->writer, &w, err);
     if (st != PG_OK) return st;
-    live_ctx lc = {w, o, {0}};
-    progress_start(&lc.bar, (int64_t)n_reqs);
-    if (!o->progress) lc.bar.enabled = 0;
+    live_ctx lc = {w, o, pg_clock_mono_s()};
+    pg_note_progress_begin(o->notes, (int64_t)n_reqs);
     st = oa_run(live, n_live, reqs, (int)n_reqs, live_done, &lc, err);
-    progress_finish(&lc.bar);
+    pg_note_progress_end(o->notes);
     eval_writer_counts wc;
     pg_err werr = {0};
     const pg_status wst = eval_writer_finish(w, &wc, &werr);

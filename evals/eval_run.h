@@ -12,6 +12,7 @@
 
 #include "../db/eval_writer.h"
 #include "../db/store.h"
+#include "base/note.h"
 #include "base/status.h"
 #include "grade.h"
 #include "openai_client.h"
@@ -37,7 +38,7 @@ typedef struct eval_run_options {
     oa_options client;
     oa_sampling sampling;         /* reasoning_effort and seed are set per request */
     int64_t seed_base;            /* sample s of problem id gets eval_sample_seed(seed_base, id, s) */
-    int progress;                 /* draw a progress bar when stderr is a terminal */
+    const pg_notes *notes;        /* where progress goes (NULL: nowhere) */
     /* live only, may be NULL: called once by eval_live after every server
      * that has work has answered and named its model, and before any
      * request is built or sent (also when nothing is missing). models[m] is

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "eval_resume.h"
 #include "interrupt.h"
+#include "progress.h"
 
 #ifndef PRECGATE_GIT_REV
 #define PRECGATE_GIT_REV "unknown"
@@ -101,6 +102,7 @@ const char cmd_eval_usage[] =
 typedef struct eval_args {
     const char *traces, *db, *label, *eval_name, *model, *output;
     int replay, force;
+    int progress;         /* draw the progress bar (--no-progress: 0) */
     long resume, limit;   /* limit 0: every problem */
     char efforts_buf[EVAL_LIST_MAX];
     eval_run_options o;
@@ -179,7 +181,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     a->o.ready_deadline_s = EVAL_DEFAULT_READY_S;
     a->o.client.max_in_flight = EVAL_DEFAULT_CONCURRENCY;
     a->o.sampling = oa_sampling_default();
-    a->o.progress = 1;
+    a->progress = 1;
     a->o.extractor = GRADE_DEFAULT;
     snprintf(a->efforts_buf, sizeof a->efforts_buf, "%s", EVAL_DEFAULT_EFFORT);
     optind = 1;
@@ -256,7 +258,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         case O_RESUME: st = cli_parse_int("--resume", optarg, 1, 1L << 62, &a->resume, err); break;
         case O_DB: a->db = optarg; break;
         case O_LABEL: a->label = optarg; break;
-        case O_NOPROG: a->o.progress = 0; break;
+        case O_NOPROG: a->progress = 0; break;
         case O_FORCE: a->force = 1; break;
         case O_LIMIT: st = cli_parse_int("--limit", optarg, 1, INT_MAX, &a->limit, err); break;
         case O_OUTPUT: a->output = optarg; break;
@@ -443,6 +445,9 @@ int cmd_eval(int argc, char **argv)
     /* From here on the first SIGINT/SIGTERM asks for a clean stop. */
     interrupt_install();
     a.o.client.stop = interrupt_flag();
+    progress bar;
+    const pg_notes notes = progress_notes(&bar, a.progress);
+    a.o.notes = &notes;
     const char *db_path = cli_db_path(a.db);
     eval_session es = {NULL, -1, &a, NULL, 0};
     if (st == PG_OK) st = store_open(db_path, &es.store, &err);

@@ -587,6 +587,8 @@ int cmd_run(int argc, char **argv)
     if (run_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
     /* From here on SIGINT/SIGTERM ask the sweep to stop between layers. */
     interrupt_install();
+    progress bar;
+    const pg_notes notes = progress_notes(&bar, a.progress);
     const char *db_path = cli_db_path(a.db);
     pg_store *store = NULL;
     resume_ctx resume = {0};
@@ -615,7 +617,7 @@ int cmd_run(int argc, char **argv)
     /* The first layers go into the GPU sweep's upload buffers while the GPU
      * starts (its context takes 0.2-0.3 s on the H200 machine). */
     sweep_stage *stage = NULL;
-    if (st == PG_OK && strcmp(a.backend, "cpu") != 0) stage = sweep_stage_open(cap);
+    if (st == PG_OK && strcmp(a.backend, "cpu") != 0) stage = sweep_stage_open(cap, &notes);
     if (threaded) pthread_join(starter, NULL);
     attn_backend *gpu = bs.gpu;
     const char *gpu_desc = bs.desc;
@@ -653,7 +655,7 @@ int cmd_run(int argc, char **argv)
     }
     const volatile sig_atomic_t *stop = interrupt_flag();
     sweep_options so = {.variants = a.variants, .n_threads = (int)a.threads,
-                        .page_seed = a.seed, .progress = a.progress, .backend = gpu,
+                        .page_seed = a.seed, .notes = &notes, .backend = gpu,
                         .check_spec = a.check_spec, .stats = &stats, .stage = stage,
                         .stop = stop, .scales = a.scales, .attribute = a.attribute};
     const char *capture_name = a.capture;

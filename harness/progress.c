@@ -1,8 +1,7 @@
-/* progress.c: a progress bar on stderr when it is a terminal (see progress.h). */
+/* progress.c: the CLI's notes on stderr (see progress.h). */
 #include "progress.h"
 
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -10,15 +9,25 @@
 /* Characters of the bar itself. */
 #define PROGRESS_WIDTH 30
 
-void progress_start(progress *p, int64_t total)
+/* A warning: one "precgate: " line on stderr. */
+static void say_warning(void *ctx, const char *text)
 {
-    p->enabled = isatty(STDERR_FILENO);
+    (void)ctx;
+    fprintf(stderr, "precgate: %s\n", text);
+}
+
+/* Starts a bar of total steps. */
+static void bar_begin(void *ctx, int64_t total)
+{
+    progress *p = ctx;
     p->total = total > 0 ? total : 1;
     p->started = pg_clock_mono_s();
 }
 
-void progress_update(progress *p, int64_t done, const char *what)
+/* Redraws the bar: done of total, what is running now, elapsed and ETA. */
+static void bar_step(void *ctx, int64_t done, const char *what)
 {
+    progress *p = ctx;
     if (!p->enabled) return;
     const double frac = (double)done / (double)p->total;
     const double elapsed = pg_clock_mono_s() - p->started;
@@ -36,9 +45,18 @@ void progress_update(progress *p, int64_t done, const char *what)
     fflush(stderr);
 }
 
-void progress_finish(progress *p)
+/* Clears the bar's line. */
+static void bar_end(void *ctx)
 {
+    progress *p = ctx;
     if (!p->enabled) return;
     fprintf(stderr, "\r\033[K");
     fflush(stderr);
+}
+
+pg_notes progress_notes(progress *p, int draw)
+{
+    *p = (progress){.enabled = draw && isatty(STDERR_FILENO), .total = 1};
+    return (pg_notes){.warning = say_warning, .progress_begin = bar_begin,
+                      .progress_step = bar_step, .progress_end = bar_end, .ctx = p};
 }

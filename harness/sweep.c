@@ -16,9 +16,9 @@
 #include "../kernels/parallel.h"
 #include "attribute.h"
 #include "diagnose.h"
-#include "progress.h"
 #include "base/variant.h"
 #include "base/clock.h"
+#include "base/note.h"
 
 /* Layer li of cap as one attention batch. */
 /* Whether opt's layers run on a backend other than the CPU specification
@@ -339,7 +339,7 @@ static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t 
  * more external output, so that all are measured against the backend's
  * reference, and stored with backend "cpu". */
 static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend *be,
-                           attn_backend *cpu, progress *bar, int64_t *step, pg_err *err)
+                           attn_backend *cpu, const pg_notes *notes, int64_t *step, pg_err *err)
 {
     const capture_layer *L = c->L;
     const int offload = be != cpu;
@@ -363,7 +363,7 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     char what[64];
     for (int i = 0; st == PG_OK && i < n_cpu; i++) {
         snprintf(what, sizeof what, "layer %d %s", c->li, attn_profile_variant(on_cpu[i]));
-        progress_update(bar, *step, what);
+        pg_note_progress_step(notes, *step, what);
         if ((cpu_outs[i] = malloc(c->nq * 2)) == NULL) {
             st = pg_fail(err, PG_ERR_NOMEM, "cannot allocate outputs for %zu elements", c->nq);
             break;
@@ -375,10 +375,10 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     }
     for (int e = 0; e < L->n_ext && ext != NULL; e++) ext[n_cpu + e] = L->ext[e].out;
     snprintf(what, sizeof what, "layer %d on %s", c->li, attn_backend_name(be));
-    progress_update(bar, *step, what);
+    pg_note_progress_step(notes, *step, what);
     const attn_layer_job job = {&c->b, offload ? c->gq : L->q, offload ? c->gk : L->k,
                                 offload ? c->gv : L->v, &c->fo, n_be, on_be, n_cpu + L->n_ext,
-                                ext, c->mbuf, &rep, opt->check_spec ? outs : NULL};
+                                ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, notes};
     /* Called with no variant too: it takes the prefetched copies. */
     if (st == PG_OK) st = attn_backend_run_layer(be, &job, err);
     if (st == PG_OK) {
@@ -404,7 +404,7 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     }
     for (int i = 0; st == PG_OK && offload && opt->check_spec && i < n_be; i++) {
         snprintf(what, sizeof what, "layer %d %s~spec", c->li, attn_profile_variant(on_be[i]));
-        progress_update(bar, *step, what);
+        pg_note_progress_step(notes, *step, what);
         st = spec_check(c, on_be[i], outs[i], cpu, attn_backend_name(be), err);
     }
     for (int i = 0; i < n_be; i++) free(outs[i]);
@@ -542,7 +542,7 @@ static void stage_join_all(sweep_stage *r)
         if (r->job[j].layer >= 0) stage_join(r, r->job[j].layer);
 }
 
-sweep_stage *sweep_stage_open(const capture *cap)
+sweep_stage *sweep_stage_open(const capture *cap, const pg_notes *notes)
 {
     size_t slot_bytes = 0;
     for (int l = 0; l < cap->n_layers; l++) {
@@ -555,8 +555,8 @@ sweep_stage *sweep_stage_open(const capture *cap)
     const double mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     const double want = (double)STAGE_SLOTS * (double)slot_bytes;
     if (!(mem > 0 && want <= STAGE_MAX_SHARE * mem)) {
-        fprintf(stderr, "precgate: %.0f MiB of upload buffers would exceed %.0f%% of memory; "
-                        "uploads run from the capture's mapping, slower\n",
+        pg_note_warning(notes, "%.0f MiB of upload buffers would exceed %.0f%% of memory; "
+                        "uploads run from the capture's mapping, slower",
                 want / (1 << 20), 100 * STAGE_MAX_SHARE);
         return NULL;
     }
@@ -565,8 +565,8 @@ sweep_stage *sweep_stage_open(const capture *cap)
     if (r != NULL)
         buf = mmap(NULL, (size_t)want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED) {
-        fprintf(stderr, "precgate: cannot map %.0f MiB of upload buffers (%s); uploads run from "
-                        "the capture's mapping, slower\n", want / (1 << 20), strerror(errno));
+        pg_note_warning(notes, "cannot map %.0f MiB of upload buffers (%s); uploads run from "
+                        "the capture's mapping, slower", want / (1 << 20), strerror(errno));
         free(r);
         return NULL;
     }
@@ -690,7 +690,7 @@ static int layer_write_join(layer_write *w, sweep_stats *stats, pg_status *st, p
  * *scale_source says where the fp8 scales came from. */
 static pg_status layer_compute(const capture *cap, int li, const sweep_options *opt,
                                attn_backend *be, attn_backend *cpu, const sweep_stage *ring,
-                               progress *bar, int64_t *step, layer_ctx *c,
+                               const pg_notes *notes, int64_t *step, layer_ctx *c,
                                const char **scale_source, pg_err *err)
 {
     const capture_layer *L = &cap->layers[li];
@@ -715,11 +715,11 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
-    pg_status st = layer_run(c, opt, be, cpu, bar, step, err);
+    pg_status st = layer_run(c, opt, be, cpu, notes, step, err);
     if (st == PG_OK && opt->attribute) {
         char what[64];
         snprintf(what, sizeof what, "layer %d attribution", li);
-        progress_update(bar, *step, what);
+        pg_note_progress_step(notes, *step, what);
         /* On the CPU specification a variant is its own "all" row (the same
          * options and the same reference): found, not run again. On another
          * backend even its CPU variants were measured against that
@@ -743,7 +743,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
          * layer's external outputs, with the fp8 variants' options. */
         char what[64];
         snprintf(what, sizeof what, "layer %d diagnosis", li);
-        progress_update(bar, *step, what);
+        pg_note_progress_step(notes, *step, what);
         const double t0 = pg_clock_mono_s();
         st = diag_layer_run(&c->b, L->q, L->k, L->v, &c->fo, L->n_ext, L->ext, opt->n_threads,
                             &c->diag, err);
@@ -803,10 +803,11 @@ void sweep_layer_shape(const capture *cap, int li, store_layer_shape *out)
                                .has_sinks = L->sinks != NULL};
 }
 
-/* Says on stderr where a sweep of cap on backend be runs each of opt's
+/* Says through notes where a sweep of cap on backend be runs each of opt's
  * profiles: which on be in every layer, and which on the CPU specification
  * instead, on how many layers, and why (attn_backend_supports). */
-static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_backend *be)
+static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_backend *be,
+                             const pg_notes *notes)
 {
     char on_be[SWEEP_MAX_VARIANTS * VARIANT_NAME_MAX] = "";
     size_t at = 0;
@@ -826,17 +827,17 @@ static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_
             at += (size_t)snprintf(on_be + at, sizeof on_be - at, "%s%s", at ? ", " : "",
                                    attn_profile_variant(p));
         if (n_cpu == cap->n_layers)
-            fprintf(stderr, "precgate: backend %s does not run %s (%s): it runs on the CPU "
-                            "specification beside it (rows with backend cpu)\n",
+            pg_note_warning(notes, "backend %s does not run %s (%s): it runs on the CPU "
+                            "specification beside it (rows with backend cpu)",
                     attn_backend_name(be), attn_profile_variant(p),
                     why != NULL ? why : "unsupported");
         else if (n_cpu > 0)
-            fprintf(stderr, "precgate: backend %s does not run %s on %d of the %d layers (%s): "
-                            "those run on the CPU specification (rows with backend cpu)\n",
+            pg_note_warning(notes, "backend %s does not run %s on %d of the %d layers (%s): "
+                            "those run on the CPU specification (rows with backend cpu)",
                     attn_backend_name(be), attn_profile_variant(p), n_cpu, cap->n_layers,
                     why != NULL ? why : "unsupported");
     }
-    if (at > 0) fprintf(stderr, "precgate: on backend %s: %s\n", attn_backend_name(be), on_be);
+    if (at > 0) pg_note_warning(notes, "on backend %s: %s", attn_backend_name(be), on_be);
 }
 
 /* Whether opt marks layer li stored. */
@@ -856,16 +857,15 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     st = attn_backend_open("cpu", opt->n_threads, &cpu, NULL, 0, err);
     if (st != PG_OK) return st;
     attn_backend *be = sweep_offloads(opt) ? opt->backend : cpu;
-    if (be != cpu) say_cpu_profiles(cap, opt, be);
+    const pg_notes *notes = opt->notes;
+    if (be != cpu) say_cpu_profiles(cap, opt, be, notes);
     if (be != cpu && opt->attribute)
-        fprintf(stderr, "precgate: --attribute runs on the CPU specification (backend %s does "
-                        "not take a per-tensor bf16 mask): %d more profile runs a layer\n",
+        pg_note_warning(notes, "--attribute runs on the CPU specification (backend %s does "
+                        "not take a per-tensor bf16 mask): %d more profile runs a layer",
                 attn_backend_name(be), layer_attribution_rows(opt));
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
-    progress bar;
-    progress_start(&bar, (int64_t)n_todo * per_layer);
-    if (!opt->progress) bar.enabled = 0;
+    pg_note_progress_begin(notes, (int64_t)n_todo * per_layer);
     int64_t step = 0;
     /* On the GPU, uploads come from the ring of page-locked buffers
      * (sweep_stage): the caller's, whose first layers were copied while the
@@ -873,7 +873,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     sweep_stage *own = NULL, *ring = NULL;
     const double t0 = pg_clock_mono_s();
     if (be != cpu) {
-        ring = opt->stage != NULL ? opt->stage : (own = sweep_stage_open(cap));
+        ring = opt->stage != NULL ? opt->stage : (own = sweep_stage_open(cap, notes));
         if (ring != NULL && !ring->registered) {
             pg_err lock_err = {0};
             const double t_lock = pg_clock_mono_s();
@@ -881,8 +881,8 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
             ring->pinned_by = be;
             if (opt->stats != NULL) opt->stats->lock_s += pg_clock_mono_s() - t_lock;
             if (!ring->registered)
-                fprintf(stderr, "precgate: %s; uploads run from pageable memory, slower\n",
-                        lock_err.msg);
+                pg_note_warning(notes, "%s; uploads run from pageable memory, slower",
+                                lock_err.msg);
         }
     }
     if (opt->stats != NULL) opt->stats->compute_s += pg_clock_mono_s() - t0;
@@ -914,7 +914,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
         *cur = (layer_write){.store = store, .run_id = run_id, .capture_name = capture_name,
                              .st = PG_OK};
         if (st == PG_OK && !skip)
-            st = layer_compute(cap, li, opt, be, cpu, ring, &bar, &step, &cur->c,
+            st = layer_compute(cap, li, opt, be, cpu, ring, notes, &step, &cur->c,
                                &cur->scale_source, err);
         if (st != PG_OK) err_name_layer(err, li);
         if (opt->stats != NULL) opt->stats->compute_s += pg_clock_mono_s() - t1;
@@ -933,7 +933,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     if (ring != NULL) stage_join_all(ring);
     sweep_stage_close(own); /* a caller's ring stays locked until its sweep_stage_close */
     attn_backend_close(cpu);
-    progress_finish(&bar);
+    pg_note_progress_end(notes);
     if (opt->stats != NULL) {
         opt->stats->layers_stored += stored;
         opt->stats->layers_skipped += cap->n_layers - n_todo;

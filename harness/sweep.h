@@ -14,6 +14,7 @@
 #include "../kernels/attn_profile.h"
 #include "../kernels/attn_backend.h"
 #include "capture.h"
+#include "base/note.h"
 #include "base/status.h"
 
 /* Where a sweep's time went (seconds), for `precgate run`'s timing line. */
@@ -60,12 +61,12 @@ typedef struct sweep_options {
     sweep_variants variants;      /* the profiles to run */
     int n_threads;
     uint64_t page_seed;           /* scatters the paged cache's pages */
-    int progress;                 /* 1: draw a progress bar when stderr is a terminal */
+    const pg_notes *notes;        /* where warnings and progress go (NULL: nowhere) */
     attn_backend *backend;        /* run on this backend (attn_backend_open, e.g. "cuda");
                                    * NULL or a "cpu" backend: the CPU specification. The backend runs the
                                    * profiles it supports (attn_backend_supports); the
                                    * others run on the CPU specification beside it, said
-                                   * on stderr */
+                                   * through notes */
     int check_spec;               /* backend only: also store each profile it ran against
                                    * the CPU specification's output on a sample of heads */
     sweep_stats *stats;           /* added to when not NULL */
@@ -84,10 +85,10 @@ typedef struct sweep_options {
 /* The ring of host buffers one GPU sweep_run of cap uploads from (four
  * layers' q, k and v), with its first three layers already copied in. Needs no GPU, so
  * it can run while the backend starts; sweep_run page-locks it. NULL, said
- * on stderr, when the buffers would take more than a quarter of the memory
+ * through notes, when the buffers would take more than a quarter of the memory
  * or cannot be mapped: the GPU then uploads from the capture's mapping,
  * slower, with the same results. */
-sweep_stage *sweep_stage_open(const capture *cap);
+sweep_stage *sweep_stage_open(const capture *cap, const pg_notes *notes);
 
 /* Where layer li's q, k, v are staged in s (qkv[0..2]); they hold li's data
  * from the copy that staged it until the copy of li + 3 (the first two after
@@ -144,7 +145,7 @@ void sweep_layer_shape(const capture *cap, int li, store_layer_shape *out);
 /* Runs the sweep over every layer of cap not marked in opt->stored, storing
  * rows under run_id with capture name capture_name and the backend's name
  * (attn_backend_name) for what ran on opt->backend, else "cpu" (a sweep on
- * a backend says on stderr which profiles it runs on the CPU specification:
+ * a backend says through opt->notes which profiles it runs on the CPU specification:
  * those attn_backend_supports refuses).
  * Each layer is one transaction, with the run's heartbeat
  * (store_run_heartbeat), written on a thread of its own while the next
@@ -162,7 +163,8 @@ void sweep_layer_shape(const capture *cap, int li, store_layer_shape *out);
  * buffer copies to the GPU while a layer computes (attn_backend_prefetch).
  * With opt->attribute each layer's attribution rows (attribute_layer) are
  * computed on the CPU specification after its variants and stored in the
- * layer's transaction; a sweep on another backend says so on stderr once. */
+ * layer's transaction; a sweep on another backend says so through opt->notes
+ * once. Progress goes to opt->notes. */
 pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
                     const char *capture_name, const sweep_options *opt, pg_err *err);
 

@@ -172,7 +172,7 @@ static pg_status gpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_e
 {
     return cuda_sweep_layer(be->gpu, job->b, job->q, job->k, job->v, job->opt, job->n_var,
                             job->var, job->n_ext, job->ext, job->metrics, job->rep, job->out,
-                            NULL, NULL, NULL, err);
+                            NULL, NULL, NULL, job->notes, err);
 }
 
 static pg_status gpu_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,

@@ -17,6 +17,7 @@
 #include "attn_profile.h"
 #include "kv_cache.h"
 #include "metrics.h"
+#include "base/note.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -41,6 +42,7 @@ typedef struct attn_layer_job {
                                          * in job order (attn_quant_fold_add); zero else */
     uint16_t *const *out;               /* NULL, or [n_var] NULL or host copies of each
                                          * variant's output */
+    const pg_notes *notes;              /* where a backend's warnings go (NULL: nowhere) */
 } attn_layer_job;
 
 /* Quantization reports folded by the rule the stored rows follow: k and v of

@@ -19,6 +19,7 @@
 #include "attn_profile.h"
 #include "kv_cache.h"
 #include "metrics.h"
+#include "base/note.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -84,7 +85,8 @@ pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t
                            int n_var, const attn_profile *const *var, int n_ext,
                            const uint16_t *const *ext, attn_error_metrics *metrics,
                            attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
-                           double *ms_modes, double *ms_metrics, pg_err *err);
+                           double *ms_modes, double *ms_metrics, const pg_notes *notes,
+                           pg_err *err);
 
 /* Starts copying q, k, v of batch b (host, [tq, hq, d] / [tkv, hkv, d]) to
  * the GPU on a copy stream beside the kernels, so that the cuda_sweep_layer

@@ -25,6 +25,7 @@ void cuda_backend_close(cuda_backend *be)
 pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, pg_err *err)
 {
+    (void)notes;
     (void)be, (void)b, (void)q, (void)k, (void)v;
     return no_cuda(err);
 }
@@ -43,6 +44,7 @@ void cuda_host_unregister(void *p)
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
 {
+    (void)notes;
     (void)be, (void)b, (void)q, (void)k, (void)v, (void)out;
     return no_cuda(err);
 }
@@ -75,6 +77,7 @@ pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t
                            uint64_t page_seed, int block_size, kv_paged *out,
                            attn_quant_report *rep, pg_err *err)
 {
+    (void)notes;
     (void)be, (void)b, (void)k, (void)v, (void)elem, (void)k_scale, (void)v_scale;
     (void)page_seed, (void)block_size, (void)out, (void)rep;
     return no_cuda(err);
@@ -92,8 +95,10 @@ pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t
                            int n_var, const attn_profile *const *var, int n_ext,
                            const uint16_t *const *ext, attn_error_metrics *metrics,
                            attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
-                           double *ms_modes, double *ms_metrics, pg_err *err)
+                           double *ms_modes, double *ms_metrics, const pg_notes *notes,
+                           pg_err *err)
 {
+    (void)notes;
     (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)n_var, (void)var, (void)n_ext;
     (void)ext;
     (void)metrics, (void)rep, (void)mode_out, (void)ms_ref, (void)ms_modes, (void)ms_metrics;
@@ -104,6 +109,7 @@ pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_
                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
                             int reps, cuda_kernel_times *t, pg_err *err)
 {
+    (void)notes;
     (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)reps, (void)t;
     return no_cuda(err);
 }

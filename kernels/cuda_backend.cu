@@ -1177,7 +1177,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                                       const uint16_t *const *ext, attn_error_metrics *metrics,
                                       attn_quant_report *rep, uint16_t *const *mode_out,
                                       double *ms_ref, double *ms_modes, double *ms_metrics,
-                                      pg_err *err)
+                                      const pg_notes *notes, pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
     if (st == PG_OK) st = cuda_options_check(opt, err);
@@ -1213,8 +1213,8 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
         int n = 0;
         st = plan_pieces(b, budget, &ps, &n, err);
         if (st == PG_OK) {
-            fprintf(stderr, "precgate: layer needs %.2f GiB on the GPU, %.2f GiB planned: running "
-                            "it in %d pieces, metrics on the host\n",
+            pg_note_warning(notes, "layer needs %.2f GiB on the GPU, %.2f GiB planned: running "
+                                   "it in %d pieces, metrics on the host",
                     need / (1 << 30), budget / (1 << 30), n);
             if (ms_ref) *ms_ref = 0;
             if (ms_metrics) *ms_metrics = 0;

@@ -118,7 +118,7 @@ Test(sweep, stage_holds_the_first_layers_copies)
 {
     for (int n_layers = 1; n_layers <= 4; n_layers += 3) {
         capture *cap = small_capture(n_layers, 2, 40, 9);
-        sweep_stage *st = sweep_stage_open(cap);
+        sweep_stage *st = sweep_stage_open(cap, NULL);
         cr_assert_not_null(st, "sweep_stage_open on a small capture");
         for (int l = 0; l < n_layers && l < 3; l++) { /* the first three are copied */
             const capture_layer *L = &cap->layers[l];
