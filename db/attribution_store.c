@@ -32,9 +32,6 @@ static const char SQL_LOAD[] =
     "CASE tensor WHEN 'none' THEN 0 WHEN 'q' THEN 1 WHEN 'k' THEN 2 WHEN 'v' THEN 3 "
     "WHEN 'p' THEN 4 ELSE 5 END";
 
-static const char SQL_HAS_TABLE[] =
-    "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'attribution'";
-
 pg_status attribution_store_put(pg_store *s, int64_t run_id, const char *capture, int layer,
                                 const char *variant, const char *tensor, double rel_l2,
                                 pg_err *err)
@@ -120,26 +117,19 @@ static char *column_dup(sqlite3_stmt *st, int i)
     return strdup(t != NULL ? (const char *)t : "");
 }
 
-pg_status attribution_store_load(struct sqlite3 *db, const char *db_name, int64_t run_id,
-                                 attribution_rows *out, pg_err *err)
+pg_status attribution_store_load(pg_store *s, int64_t run_id, attribution_rows *out,
+                                 pg_err *err)
 {
-    if (db == NULL || out == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "attribution_store_load: db or out is NULL");
+    sqlite3 *db = sql_handle_or_fail(s, "attribution_store_load", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "attribution_store_load: out is NULL");
     *out = (attribution_rows){0};
+    int has = 0;
+    pg_status ps = sql_table_exists(db, "attribution", &has, err);
+    if (ps != PG_OK || !has) return ps;  /* no table: older than migration 11 */
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, SQL_HAS_TABLE, -1, &st, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "%s: look for the attribution table: %s", db_name,
-                       sqlite3_errmsg(db));
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc == SQLITE_DONE) return PG_OK;  /* older than migration 11 */
-    if (rc != SQLITE_ROW)
-        return pg_fail(err, PG_ERR_DB, "%s: look for the attribution table: %s", db_name,
-                       sqlite3_errmsg(db));
-    if (sqlite3_prepare_v2(db, SQL_LOAD, -1, &st, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "%s: read the attribution rows: %s", db_name,
-                       sqlite3_errmsg(db));
-    pg_status ps = PG_OK;
+    if ((ps = sql_prepare(db, SQL_LOAD, &st, err)) != PG_OK) return ps;
+    int rc = SQLITE_DONE;
     size_t cap = 0;
     sqlite3_bind_int64(st, 1, run_id);
     while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -165,11 +155,11 @@ pg_status attribution_store_load(struct sqlite3 *db, const char *db_name, int64_
             ps = pg_fail(err, PG_ERR_NOMEM, "attribution rows");
         else if (r->tensor < 0)
             ps = pg_fail(err, PG_ERR_DB, "%s: run %" PRId64 ": attribution tensor '%s' is none "
-                         "of none, q, k, v, p, all", db_name, run_id, tensor ? tensor : "NULL");
+                         "of none, q, k, v, p, all", sql_db_path(db), run_id,
+                         tensor ? tensor : "NULL");
     }
     if (ps == PG_OK && rc != SQLITE_DONE)
-        ps = pg_fail(err, PG_ERR_DB, "%s: read the attribution rows of run %" PRId64 ": %s",
-                     db_name, run_id, sqlite3_errmsg(db));
+        ps = sql_fail(db, err, "read the attribution rows of run %" PRId64, run_id);
     sqlite3_finalize(st);
     return ps;
 }

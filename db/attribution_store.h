@@ -18,8 +18,6 @@
 #include "base/status.h"
 #include "store.h"
 
-struct sqlite3;
-
 /* The stored tensor names, in the order every reader shows them: "none"
  * (every tensor bf16: the profile's arithmetic alone, the floor), "q", "k",
  * "v", "p" (that tensor alone quantized), "all" (the variant itself: the
@@ -62,13 +60,13 @@ typedef struct attribution_rows {
     size_t n;
 } attribution_rows;
 
-/* Loads every attribution row of run_id from db into *out (zeroed first;
+/* Loads every attribution row of run_id from s into *out (zeroed first;
  * free with attribution_rows_free, also after a failure). A database
- * without the table (older than migration 11) gives no rows. db_name names
- * the database in messages. PG_ERR_DB on a failed read or a stored tensor
- * name this binary does not know; PG_ERR_NOMEM. */
-pg_status attribution_store_load(struct sqlite3 *db, const char *db_name, int64_t run_id,
-                                 attribution_rows *out, pg_err *err);
+ * without the table (older than migration 11) gives no rows. PG_ERR_DB on
+ * a failed read or a stored tensor name this binary does not know;
+ * PG_ERR_NOMEM. */
+pg_status attribution_store_load(pg_store *s, int64_t run_id, attribution_rows *out,
+                                 pg_err *err);
 
 /* Frees what attribution_store_load allocated in r and zeroes it; NULL-safe. */
 void attribution_rows_free(attribution_rows *r);

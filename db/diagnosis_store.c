@@ -18,8 +18,6 @@ static const char SQL_PUT[] =
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 static const char SQL_COUNT[] =
     "SELECT layer, count(*) FROM ext_diagnosis WHERE run_id = ?1 AND capture = ?2 GROUP BY layer";
-static const char SQL_HAS_TABLE[] =
-    "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'ext_diagnosis'";
 static const char SQL_LOAD[] =
     "SELECT capture, layer, ext_name, hypothesis, rel_l2, not_run FROM ext_diagnosis"
     " WHERE run_id = ?1 ORDER BY capture, ext_name, layer, rowid";
@@ -54,18 +52,12 @@ pg_status diagnosis_store_put(pg_store *s, int64_t run_id, const char *capture, 
     return sql_step_write(db, &b, what, err);
 }
 
-pg_status diagnosis_store_has_table(sqlite3 *db, int *has, pg_err *err)
+pg_status diagnosis_store_has_table(pg_store *s, int *has, pg_err *err)
 {
-    if (db == NULL || has == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis_store_has_table: db or has is NULL");
-    sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, SQL_HAS_TABLE, &st, err);
-    if (ps != PG_OK) return ps;
-    const int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW || rc == SQLITE_DONE) *has = rc == SQLITE_ROW;
-    else ps = sql_fail(db, err, "look for the ext_diagnosis table");
-    sqlite3_finalize(st);
-    return ps;
+    sqlite3 *db = sql_handle_or_fail(s, "diagnosis_store_has_table", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (has == NULL) return pg_fail(err, PG_ERR_INTERNAL, "diagnosis_store_has_table: has is NULL");
+    return sql_table_exists(db, "ext_diagnosis", has, err);
 }
 
 pg_status diagnosis_store_count_layers(pg_store *s, int64_t run_id, const char *capture,
@@ -78,7 +70,7 @@ pg_status diagnosis_store_count_layers(pg_store *s, int64_t run_id, const char *
                        "missing");
     memset(counts, 0, (size_t)n_layers * sizeof *counts);
     int has = 0;
-    pg_status ps = diagnosis_store_has_table(db, &has, err);
+    pg_status ps = diagnosis_store_has_table(s, &has, err);
     if (ps != PG_OK || !has) return ps;
     sqlite3_stmt *st = NULL;
     if ((ps = sql_cached(s, SQL_COUNT, &st, err)) != PG_OK) return ps;
@@ -116,15 +108,17 @@ void diagnosis_rows_free(diagnosis_row *rows, size_t n)
     free(rows);
 }
 
-pg_status diagnosis_store_load(sqlite3 *db, int64_t run_id, diagnosis_row **out, size_t *n,
+pg_status diagnosis_store_load(pg_store *s, int64_t run_id, diagnosis_row **out, size_t *n,
                                pg_err *err)
 {
-    if (db == NULL || out == NULL || n == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis_store_load: db, out or n is NULL");
+    sqlite3 *db = sql_handle_or_fail(s, "diagnosis_store_load", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (out == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis_store_load: out or n is NULL");
     *out = NULL;
     *n = 0;
     int has = 0;
-    pg_status ps = diagnosis_store_has_table(db, &has, err);
+    pg_status ps = diagnosis_store_has_table(s, &has, err);
     if (ps != PG_OK || !has) return ps;
     sqlite3_stmt *st = NULL;
     if ((ps = sql_prepare(db, SQL_LOAD, &st, err)) != PG_OK) return ps;

@@ -7,9 +7,8 @@
  * `precgate run`'s summary and the reports read them (harness/diag_verdict.h
  * judges them).
  *
- * Writes go through an open pg_store (store_handle), statements prepared
- * once per store (sql_cached); reads take a sqlite3 handle so that the
- * report loader (reports/report_data.c) can use them too. Failures are
+ * Every function works on an open pg_store; writes use statements prepared
+ * once per store (sql_cached). Failures are
  * PG_ERR_DB naming the database file, what failed and SQLite's message,
  * except where a contract says otherwise; a NULL argument that must not be
  * NULL is PG_ERR_INTERNAL.
@@ -22,8 +21,6 @@
 
 #include "base/status.h"
 #include "store.h"
-
-struct sqlite3;
 
 /* One ext_diagnosis row. Strings owned by the array that holds it
  * (diagnosis_rows_free). */
@@ -53,13 +50,13 @@ pg_status diagnosis_store_count_layers(pg_store *s, int64_t run_id, const char *
 
 /* Whether db has the ext_diagnosis table into *has (0: a schema older
  * than migration 12, opened read-only by a report). */
-pg_status diagnosis_store_has_table(struct sqlite3 *db, int *has, pg_err *err);
+pg_status diagnosis_store_has_table(pg_store *s, int *has, pg_err *err);
 
 /* Every ext_diagnosis row of run_id into *out (n rows; free with
  * diagnosis_rows_free, also after a failure), ordered by capture, ext_name,
  * layer, then insertion order (the sweep inserts in hypothesis table
  * order). No table: no rows. PG_ERR_NOMEM. */
-pg_status diagnosis_store_load(struct sqlite3 *db, int64_t run_id, diagnosis_row **out, size_t *n,
+pg_status diagnosis_store_load(pg_store *s, int64_t run_id, diagnosis_row **out, size_t *n,
                                pg_err *err);
 
 /* Frees n rows' strings and the array; NULL is a no-op. */

@@ -583,48 +583,15 @@ static const char SQL_PAIRS_READ[] =
     " ci_low, ci_high, sign_p, mde FROM eval_pairs"
     " WHERE run_id = ?1 AND (?2 IS NULL OR eval = ?2) ORDER BY eval, effort, mode_a, mode_b";
 
-/* Runs sql (?1 run_id, ?2 eval or NULL) and hands each row to fill(row_index),
- * growing *rows (elem bytes each) as it goes; *n counts the rows filled. */
+/* Runs sql (?1 run_id, ?2 eval or NULL), reading every row into *rows
+ * through fill (sql_read_run_rows). */
 static pg_status read_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
                            const char *eval, size_t elem, void **rows, size_t *n,
-                           int (*fill)(sqlite3_stmt *st, void *row), pg_err *err)
+                           sql_row_fill fill, pg_err *err)
 {
-    *rows = NULL;
-    *n = 0;
-    sqlite3 *db = sql_handle_or_fail(s, fn, err);
-    if (db == NULL) return err != NULL ? err->code : PG_ERR_INTERNAL;
-    sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, sql, &st, err);
-    if (ps != PG_OK) return ps;
-    sql_binder b = sql_bind_start(st);
-    sql_bind_int64(&b, run_id);
-    sql_bind_text(&b, eval);
-    size_t cap = 0;
-    int rc = b.rc == SQLITE_OK ? SQLITE_ROW : b.rc;
-    while (rc == SQLITE_ROW && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            const size_t want = cap ? 2 * cap : 16;
-            void *grown = realloc(*rows, want * elem);
-            if (grown == NULL) {
-                ps = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory reading run %" PRId64, fn,
-                             run_id);
-                break;
-            }
-            memset((char *)grown + cap * elem, 0, (want - cap) * elem);
-            *rows = grown;
-            cap = want;
-        }
-        if (!fill(st, (char *)*rows + *n * elem)) {
-            (*n)++;  /* so that the caller's free sees what was copied */
-            ps = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory reading run %" PRId64, fn, run_id);
-            break;
-        }
-        (*n)++;
-    }
-    if (ps == PG_OK && rc != SQLITE_DONE)
-        ps = sql_fail(db, err, "%s: reading run %" PRId64, fn, run_id);
-    sqlite3_finalize(st);
-    return ps;
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "%s: reading run %" PRId64, fn, run_id);
+    return sql_read_run_rows(s, fn, sql, run_id, 1, eval, elem, rows, n, fill, what, err);
 }
 
 /* Fills one eval_score_stored from SQL_SCORES_READ's row; 0 when out of memory. */

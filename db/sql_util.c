@@ -98,3 +98,65 @@ double sql_col_real(sqlite3_stmt *st, int i)
 {
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
+
+/* First capacity of a reader's row array. */
+#define SQL_ROWS_INITIAL 16
+
+pg_status sql_read_rows(sqlite3 *db, sqlite3_stmt *st, size_t elem, void **rows, size_t *n,
+                        sql_row_fill fill, const char *what, pg_err *err)
+{
+    *rows = NULL;
+    *n = 0;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            const size_t want = cap ? 2 * cap : SQL_ROWS_INITIAL;
+            void *grown = realloc(*rows, want * elem);
+            if (grown == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", what);
+            memset((char *)grown + cap * elem, 0, (want - cap) * elem);
+            *rows = grown;
+            cap = want;
+        }
+        const int filled = fill(st, (char *)*rows + *n * elem);
+        (*n)++;
+        if (!filled) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", what);
+    }
+    return rc == SQLITE_DONE ? PG_OK : sql_fail(db, err, "%s", what);
+}
+
+pg_status sql_read_run_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
+                            int bind_text, const char *text, size_t elem, void **rows, size_t *n,
+                            sql_row_fill fill, const char *what, pg_err *err)
+{
+    *rows = NULL;
+    *n = 0;
+    sqlite3 *db = sql_handle_or_fail(s, fn, err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_prepare(db, sql, &st, err);
+    if (ps != PG_OK) return ps;
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    if (bind_text) sql_bind_text(&b, text);
+    if (b.rc != SQLITE_OK) ps = sql_fail(db, err, "%s", what);
+    else ps = sql_read_rows(db, st, elem, rows, n, fill, what, err);
+    sqlite3_finalize(st);
+    return ps;
+}
+
+static const char SQL_TABLE_EXISTS[] =
+    "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1";
+
+pg_status sql_table_exists(sqlite3 *db, const char *name, int *has, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_prepare(db, SQL_TABLE_EXISTS, &st, err);
+    if (ps != PG_OK) return ps;
+    int rc = sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) *has = rc == SQLITE_ROW;
+    else ps = sql_fail(db, err, "look for the %s table", name);
+    sqlite3_finalize(st);
+    return ps;
+}

@@ -77,4 +77,29 @@ char *sql_col_dup(sqlite3_stmt *st, int i, int *oom);
 /* Column i as a double, NaN for SQL NULL. */
 double sql_col_real(sqlite3_stmt *st, int i);
 
+/* Fills one zeroed row of a reader's array from st's current row; returns 0
+ * when a copy ran out of memory (the row keeps what it copied). */
+typedef int (*sql_row_fill)(sqlite3_stmt *st, void *row);
+
+/* Steps st (prepared and bound by the caller, who finalizes or releases it)
+ * to its end, appending one zeroed element of elem bytes per row to *rows
+ * (malloc'd, grown as it goes; *rows and *n are reset first) and filling it
+ * through fill. *n counts the rows filled, a failed one included, so that
+ * the caller's free sees every copy. PG_ERR_NOMEM "<what>: out of memory";
+ * PG_ERR_DB through sql_fail ("<what>") when a step fails. */
+pg_status sql_read_rows(sqlite3 *db, sqlite3_stmt *st, size_t elem, void **rows, size_t *n,
+                        sql_row_fill fill, const char *what, pg_err *err);
+
+/* Prepares sql on s (PG_ERR_INTERNAL naming fn when s is NULL), binds
+ * run_id to ?1 and, when bind_text, text to ?2 (NULL binds SQL NULL), and
+ * reads every row as sql_read_rows does, what naming the read in messages;
+ * the statement is finalized. */
+pg_status sql_read_run_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
+                            int bind_text, const char *text, size_t elem, void **rows, size_t *n,
+                            sql_row_fill fill, const char *what, pg_err *err);
+
+/* Whether db has a table named name into *has (0 for a schema older than
+ * the migration that creates it). */
+pg_status sql_table_exists(sqlite3 *db, const char *name, int *has, pg_err *err);
+
 #endif /* PG_SQL_UTIL_H */

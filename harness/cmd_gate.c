@@ -265,7 +265,7 @@ static pg_status gate_diagnosis(pg_store *store, int64_t run_id, const gate_rows
     diagnosis_row *dr = NULL;
     size_t n = 0, n_spans = 0;
     diag_span *spans = NULL;
-    pg_status st = diagnosis_store_load(store_handle(store), run_id, &dr, &n, err);
+    pg_status st = diagnosis_store_load(store, run_id, &dr, &n, err);
     if (st == PG_OK) st = diag_spans(dr, n, &spans, &n_spans, err);
     if (st == PG_OK)
         st = regress_diagnosis(spans, n_spans, rows->layers, rows->n_layers, flags, err);

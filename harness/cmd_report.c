@@ -257,8 +257,7 @@ int cmd_report(int argc, char **argv)
     pg_store *store = NULL;
     if (cli_open_existing_store("report", db_path, &store, &err) != PG_OK) return cli_report(&err);
     report_data d;
-    pg_status st = report_data_load(store_handle(store), db_path, (int64_t)a.run, (int)a.trend, &d,
-                                    &err);
+    pg_status st = report_data_load(store, db_path, (int64_t)a.run, (int)a.trend, &d, &err);
     if (st == PG_OK) st = fill_advice(store, a.config, &d, &err);
     report_job job = {a.write, &d};
     if (st == PG_OK) st = atomic_file_write(a.output, REPORT_FILE_MODE, write_report, &job, &err);

@@ -103,7 +103,7 @@ pg_status diag_print_run(pg_store *s, int64_t run_id, FILE *out, pg_err *err)
     diagnosis_row *rows = NULL;
     size_t n = 0, n_spans = 0;
     diag_span *spans = NULL;
-    pg_status st = diagnosis_store_load(store_handle(s), run_id, &rows, &n, err);
+    pg_status st = diagnosis_store_load(s, run_id, &rows, &n, err);
     if (st == PG_OK) st = diag_spans(rows, n, &spans, &n_spans, err);
     const char *cap_name = NULL;
     for (size_t i = 0; st == PG_OK && i < n_spans; i++) {

@@ -2,12 +2,13 @@
 #include "diff.h"
 
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "db/report_store.h"
 #include "term.h"
 
 /* Table widths (columns of the terminal). */
@@ -24,8 +25,8 @@
 #define DIFF_LABEL_WIDTH 40
 /* Size of a formatted cell's buffer (a fitted field may hold 4 bytes per code point). */
 #define DIFF_CELL_MAX 256
-/* Length of a SELECT built with a metric's column name spelled in. */
-#define DIFF_SQL_MAX 512
+/* Length of the list of metric names in a message. */
+#define DIFF_METRIC_LIST_MAX 512
 /* Characters of an ISO 8601 time shown: "YYYY-MM-DDTHH:MM:SS". */
 #define DIFF_TIME_CHARS 19
 /* Decibels per factor 10 of power. */
@@ -63,7 +64,7 @@ pg_status diff_metric_parse(const char *cmd, const char *name, const diff_metric
 {
     *out = diff_metric_find(name);
     if (*out != NULL) return PG_OK;
-    char list[DIFF_SQL_MAX] = "";
+    char list[DIFF_METRIC_LIST_MAX] = "";
     size_t at = 0;
     for (const diff_metric *m = diff_metrics; m->name != NULL && at < sizeof list; m++)
         at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at > 0 ? ", " : "", m->name);
@@ -91,41 +92,6 @@ int report_json_number(struct cJSON *obj, const char *key, double v)
     return cJSON_AddStringToObject(obj, flag, what) != NULL;
 }
 
-/* Column i of the current row as a double; NaN for NULL. */
-static double col_double(sqlite3_stmt *st, int i)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
-}
-
-/* Column i as a malloc'd string into *out (NULL for SQL NULL); 0 when out of memory. */
-static int col_dup(sqlite3_stmt *st, int i, char **out)
-{
-    *out = NULL;
-    const unsigned char *t = sqlite3_column_text(st, i);
-    if (t == NULL) return 1;
-    *out = strdup((const char *)t);
-    return *out != NULL;
-}
-
-/* Column i copied into buf (len bytes); "" for NULL. */
-static void col_copy(sqlite3_stmt *st, int i, char *buf, size_t len)
-{
-    const unsigned char *t = sqlite3_column_text(st, i);
-    snprintf(buf, len, "%s", t != NULL ? (const char *)t : "");
-}
-
-/* Prepares sql on s's connection; PG_ERR_DB naming what on failure. */
-static pg_status prepare(pg_store *s, const char *sql, const char *what, sqlite3_stmt **st,
-                         pg_err *err)
-{
-    sqlite3 *db = store_handle(s);
-    *st = NULL;
-    if (db == NULL) return pg_fail(err, PG_ERR_INTERNAL, "%s: no open database", what);
-    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "%s: cannot prepare query: %s", what, sqlite3_errmsg(db));
-    return PG_OK;
-}
-
 /* Grows *arr (elements of size bytes, *cap of them) to hold n + 1; 0 when out of memory. */
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
 {
@@ -138,152 +104,89 @@ static int grow(void **arr, size_t *cap, size_t n, size_t size)
     return 1;
 }
 
+/* src (NULL reads as "") copied into buf, cut to its len bytes. */
+static void copy_field(char *buf, size_t len, const char *src)
+{
+    snprintf(buf, len, "%s", src != NULL ? src : "");
+}
+
 pg_status diff_run_read(pg_store *s, const char *cmd, const char *db_path, int64_t id,
                         diff_run *run, pg_err *err)
 {
     memset(run, 0, sizeof *run);
-    sqlite3_stmt *st = NULL;
-    pg_status rc = prepare(s,
-                           "SELECT id, kind, status, started_at, git_rev, label FROM runs "
-                           "WHERE id = ?1",
-                           cmd, &st, err);
-    if (rc != PG_OK) return rc;
-    sqlite3_bind_int64(st, 1, id);
-    const int step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        run->id = sqlite3_column_int64(st, 0);
-        col_copy(st, 1, run->kind, sizeof run->kind);
-        col_copy(st, 2, run->status, sizeof run->status);
-        col_copy(st, 3, run->started_at, sizeof run->started_at);
-        col_copy(st, 4, run->git_rev, sizeof run->git_rev);
-        if (!col_dup(st, 5, &run->label)) rc = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", cmd);
-    } else if (step == SQLITE_DONE) {
+    run_row row;
+    int found = 0;
+    pg_status rc = report_store_run(s, id, &row, &found, err);
+    if (rc == PG_OK && !found)
         rc = pg_fail(err, PG_ERR_DB, "%s: no run %lld in %s", cmd, (long long)id,
                      db_path != NULL ? db_path : "the database");
-    } else {
-        rc = pg_fail(err, PG_ERR_DB, "%s: reading run %lld: %s", cmd, (long long)id,
-                     sqlite3_errmsg(store_handle(s)));
+    if (rc == PG_OK) {
+        run->id = row.id;
+        copy_field(run->kind, sizeof run->kind, row.kind);
+        copy_field(run->status, sizeof run->status, row.status);
+        copy_field(run->started_at, sizeof run->started_at, row.started_at);
+        copy_field(run->git_rev, sizeof run->git_rev, row.git_rev);
+        run->label = row.label;  /* the run takes it */
+        row.label = NULL;
     }
-    sqlite3_finalize(st);
+    run_row_free(&row);
     return rc;
 }
 
 /* ---- reading one side ---- */
 
-/* One layer_metrics row of a side. */
-typedef struct side_row {
-    char *capture, *variant, *backend;
-    int layer;
-    double v;
-} side_row;
-
-/* One eval_scores row of a side. */
-typedef struct side_score {
-    char *eval, *effort, *mode;
-    double acc, se;
-    long n;
-} side_score;
-
-/* A side's rows, in the SQL order (capture, layer, variant, backend) or
- * (eval, effort, mode). */
+/* A side's rows: whole-layer rows ordered by capture, layer, variant,
+ * backend, and eval_scores rows ordered by eval, effort, mode. The first n
+ * (n_scores) are compared; all n_read (n_scores_read) are freed. */
 typedef struct side {
-    side_row *rows;
-    size_t n, cap;
-    side_score *scores;
-    size_t n_scores, cap_scores;
+    layer_metric_row *rows;
+    size_t n, n_read;
+    eval_score_stored *scores;
+    size_t n_scores, n_scores_read;
 } side;
 
 static void side_free(side *sd)
 {
-    for (size_t i = 0; i < sd->n; i++) {
-        free(sd->rows[i].capture);
-        free(sd->rows[i].variant);
-        free(sd->rows[i].backend);
-    }
-    for (size_t i = 0; i < sd->n_scores; i++) {
-        free(sd->scores[i].eval);
-        free(sd->scores[i].effort);
-        free(sd->scores[i].mode);
-    }
-    free(sd->rows);
-    free(sd->scores);
+    layer_metric_rows_free(sd->rows, sd->n_read);
+    eval_store_scores_free(sd->scores, sd->n_scores_read);
     memset(sd, 0, sizeof *sd);
 }
 
-/* Reads run's whole-layer rows of metric m (only variant, when not NULL)
- * into sd, ordered by capture, layer, variant, backend. */
+/* The value of metric m in row x (NaN where stored NULL). */
+static double metric_of(const diff_metric *m, const layer_metric_row *x)
+{
+    double v = NAN;
+    layer_metric_value(x, m->name, &v);
+    return v;
+}
+
+/* Reads run's whole-layer rows (only variant, when not NULL) into sd. */
 static pg_status read_layers(pg_store *s, int64_t run, const char *variant, const diff_metric *m,
                              side *sd, pg_err *err)
 {
-    char sql[DIFF_SQL_MAX];
-    /* m->name comes from diff_metrics, never from the command line. */
-    snprintf(sql, sizeof sql,
-             "SELECT capture, layer, variant, backend, %s FROM layer_metrics "
-             "WHERE run_id = ?1 AND head = -1 AND (?2 IS NULL OR variant = ?2) "
-             "ORDER BY capture, layer, variant, backend",
-             m->name);
-    sqlite3_stmt *st = NULL;
-    pg_status rc = prepare(s, sql, "diff: layer_metrics", &st, err);
-    if (rc != PG_OK) return rc;
-    sqlite3_bind_int64(st, 1, run);
-    if (variant != NULL) sqlite3_bind_text(st, 2, variant, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 2);
-    int step;
-    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (!grow((void **)&sd->rows, &sd->cap, sd->n, sizeof sd->rows[0])) {
-            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
-            break;
-        }
-        side_row *r = &sd->rows[sd->n];
-        memset(r, 0, sizeof *r);
-        sd->n++;
-        r->layer = sqlite3_column_int(st, 1);
-        r->v = col_double(st, 4);
-        if (!col_dup(st, 0, &r->capture) || !col_dup(st, 2, &r->variant) ||
-            !col_dup(st, 3, &r->backend))
-            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
-    }
-    if (rc == PG_OK && step != SQLITE_DONE)
-        rc = pg_fail(err, PG_ERR_DB, "diff: reading layer_metrics of run %lld: %s",
-                     (long long)run, sqlite3_errmsg(store_handle(s)));
-    sqlite3_finalize(st);
+    double unused;
+    if (!layer_metric_value(&(layer_metric_row){0}, m->name, &unused))
+        return pg_fail(err, PG_ERR_INTERNAL, "diff: '%s' is no layer_metrics column", m->name);
+    const pg_status rc = report_store_whole_layers(s, run, variant, &sd->rows, &sd->n_read, err);
+    sd->n = sd->n_read;
     return rc;
 }
 
 /* Reads run's eval_scores rows (only mode, when not NULL) into sd, ordered
- * by eval, effort, mode. */
+ * by eval, effort, mode: the store's order, with the other modes' rows
+ * moved behind the first sd->n_scores. */
 static pg_status read_scores(pg_store *s, int64_t run, const char *mode, side *sd, pg_err *err)
 {
-    sqlite3_stmt *st = NULL;
-    pg_status rc = prepare(s,
-                           "SELECT eval, effort, mode, accuracy, stderr, n_problems "
-                           "FROM eval_scores WHERE run_id = ?1 AND (?2 IS NULL OR mode = ?2) "
-                           "ORDER BY eval, effort, mode",
-                           "diff: eval_scores", &st, err);
-    if (rc != PG_OK) return rc;
-    sqlite3_bind_int64(st, 1, run);
-    if (mode != NULL) sqlite3_bind_text(st, 2, mode, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 2);
-    int step;
-    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (!grow((void **)&sd->scores, &sd->cap_scores, sd->n_scores, sizeof sd->scores[0])) {
-            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
-            break;
-        }
-        side_score *r = &sd->scores[sd->n_scores];
-        memset(r, 0, sizeof *r);
-        sd->n_scores++;
-        r->acc = col_double(st, 3);
-        r->se = col_double(st, 4);
-        r->n = (long)sqlite3_column_int64(st, 5);
-        if (!col_dup(st, 0, &r->eval) || !col_dup(st, 1, &r->effort) ||
-            !col_dup(st, 2, &r->mode))
-            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    const pg_status rc = eval_store_read_scores(s, run, NULL, &sd->scores, &sd->n_scores_read, err);
+    size_t kept = 0;
+    for (size_t i = 0; i < sd->n_scores_read; i++) {
+        if (mode != NULL && (sd->scores[i].mode == NULL || strcmp(sd->scores[i].mode, mode) != 0))
+            continue;
+        const eval_score_stored row = sd->scores[i];
+        sd->scores[i] = sd->scores[kept];
+        sd->scores[kept++] = row;
     }
-    if (rc == PG_OK && step != SQLITE_DONE)
-        rc = pg_fail(err, PG_ERR_DB, "diff: reading eval_scores of run %lld: %s", (long long)run,
-                     sqlite3_errmsg(store_handle(s)));
-    sqlite3_finalize(st);
+    sd->n_scores = kept;
     return rc;
 }
 
@@ -298,7 +201,7 @@ typedef struct match_rule {
 
 /* Orders two rows by rule's key, in the SQL order's sense (strcmp is
  * SQLite's BINARY collation). */
-static int key_cmp(const side_row *x, const side_row *y, const match_rule *rule)
+static int key_cmp(const layer_metric_row *x, const layer_metric_row *y, const match_rule *rule)
 {
     int c;
     if (rule->capture && (c = strcmp(x->capture, y->capture)) != 0) return c;
@@ -309,20 +212,18 @@ static int key_cmp(const side_row *x, const side_row *y, const match_rule *rule)
 }
 
 /* Drops rows whose key equals the previous row's (the same layer stored for
- * a second backend; the first, 'cpu' < 'cuda', is kept); returns how many. */
+ * a second backend; the first, 'cpu' < 'cuda', is kept) behind the first
+ * sd->n, keeping the others' order; returns how many. */
 static size_t dedupe(side *sd, const match_rule *rule)
 {
-    size_t out = 0, dropped = 0;
+    size_t out = 0;
     for (size_t i = 0; i < sd->n; i++) {
-        if (out > 0 && key_cmp(&sd->rows[out - 1], &sd->rows[i], rule) == 0) {
-            free(sd->rows[i].capture);
-            free(sd->rows[i].variant);
-            free(sd->rows[i].backend);
-            dropped++;
-            continue;
-        }
-        sd->rows[out++] = sd->rows[i];
+        if (out > 0 && key_cmp(&sd->rows[out - 1], &sd->rows[i], rule) == 0) continue;
+        const layer_metric_row row = sd->rows[i];
+        sd->rows[i] = sd->rows[out];
+        sd->rows[out++] = row;
     }
+    const size_t dropped = sd->n - out;
     sd->n = out;
     return dropped;
 }
@@ -365,13 +266,14 @@ static char *dup_or_null(const char *s, int *oom)
 
 /* Appends the layer row for x (side A, may be NULL) and y (side B, may be
  * NULL) to r; 0 when out of memory. */
-static int add_layer(diff_result *r, size_t *cap, const side_row *x, const side_row *y)
+static int add_layer(diff_result *r, size_t *cap, const layer_metric_row *x,
+                     const layer_metric_row *y)
 {
     if (!grow((void **)&r->layers, cap, r->n_layers, sizeof r->layers[0])) return 0;
     diff_layer *l = &r->layers[r->n_layers++];
     memset(l, 0, sizeof *l);
     int oom = 0;
-    const side_row *any = x != NULL ? x : y;
+    const layer_metric_row *any = x != NULL ? x : y;
     l->capture = dup_or_null(any->capture, &oom);
     if (x != NULL && y != NULL && strcmp(x->capture, y->capture) != 0)
         l->capture_b = dup_or_null(y->capture, &oom);
@@ -381,8 +283,8 @@ static int add_layer(diff_result *r, size_t *cap, const side_row *x, const side_
     l->backend_a = dup_or_null(x != NULL ? x->backend : NULL, &oom);
     l->backend_b = dup_or_null(y != NULL ? y->backend : NULL, &oom);
     l->presence = x != NULL && y != NULL ? DIFF_BOTH : x != NULL ? DIFF_ONLY_A : DIFF_ONLY_B;
-    l->a = x != NULL ? x->v : NAN;
-    l->b = y != NULL ? y->v : NAN;
+    l->a = x != NULL ? metric_of(r->metric, x) : NAN;
+    l->b = y != NULL ? metric_of(r->metric, y) : NAN;
     l->delta = l->b - l->a;
     l->ratio = l->b / l->a;
     l->worsening = l->presence == DIFF_BOTH ? worsening(r->metric, l->a, l->b) : NAN;
@@ -453,7 +355,7 @@ static pg_status match_layers(diff_result *r, side *a, side *b, pg_err *err)
 }
 
 /* Orders eval rows: (eval, effort), then mode unless two modes are compared. */
-static int score_cmp(const side_score *x, const side_score *y, int modes)
+static int score_cmp(const eval_score_stored *x, const eval_score_stored *y, int modes)
 {
     int c = strcmp(x->eval, y->eval);
     if (c != 0) return c;
@@ -462,24 +364,25 @@ static int score_cmp(const side_score *x, const side_score *y, int modes)
 }
 
 /* Appends the end-task row of x (A) and y (B), either may be NULL. */
-static int add_eval(diff_result *r, size_t *cap, const side_score *x, const side_score *y)
+static int add_eval(diff_result *r, size_t *cap, const eval_score_stored *x,
+                    const eval_score_stored *y)
 {
     if (!grow((void **)&r->evals, cap, r->n_evals, sizeof r->evals[0])) return 0;
     diff_eval *e = &r->evals[r->n_evals++];
     memset(e, 0, sizeof *e);
     int oom = 0;
-    const side_score *any = x != NULL ? x : y;
+    const eval_score_stored *any = x != NULL ? x : y;
     e->eval = dup_or_null(any->eval, &oom);
     e->effort = dup_or_null(any->effort, &oom);
     e->mode_a = dup_or_null(x != NULL ? x->mode : NULL, &oom);
     e->mode_b = dup_or_null(y != NULL ? y->mode : NULL, &oom);
     e->presence = x != NULL && y != NULL ? DIFF_BOTH : x != NULL ? DIFF_ONLY_A : DIFF_ONLY_B;
-    e->acc_a = x != NULL ? x->acc : NAN;
-    e->acc_b = y != NULL ? y->acc : NAN;
-    e->se_a = x != NULL ? x->se : NAN;
-    e->se_b = y != NULL ? y->se : NAN;
-    e->n_a = x != NULL ? x->n : -1;
-    e->n_b = y != NULL ? y->n : -1;
+    e->acc_a = x != NULL ? x->accuracy : NAN;
+    e->acc_b = y != NULL ? y->accuracy : NAN;
+    e->se_a = x != NULL ? x->stderr_ : NAN;
+    e->se_b = y != NULL ? y->stderr_ : NAN;
+    e->n_a = x != NULL ? (long)x->n_problems : -1;
+    e->n_b = y != NULL ? (long)y->n_problems : -1;
     e->delta = e->acc_b - e->acc_a;
     e->ci_low = e->ci_high = NAN;
     e->interval = DIFF_INTERVAL_NONE;
@@ -527,55 +430,36 @@ static pg_status match_scores(diff_result *r, const side *a, const side *b, pg_e
     return PG_OK;
 }
 
-/* Reads the stored eval_pairs rows of the two modes (either orientation)
- * and gives each both-sided end-task row its paired interval, as B - A. */
+/* Whether stored pair p compares the two modes of r (either orientation). */
+static int pair_of_modes(const diff_result *r, const eval_pair_stored *p)
+{
+    if (p->mode_a == NULL || p->mode_b == NULL) return 0;
+    return (strcmp(p->mode_a, r->mode_b) == 0 && strcmp(p->mode_b, r->mode_a) == 0) ||
+           (strcmp(p->mode_a, r->mode_a) == 0 && strcmp(p->mode_b, r->mode_b) == 0);
+}
+
+/* Reads the stored eval_pairs rows of the two modes (either orientation),
+ * ordered by eval, effort, mode_a, and gives each both-sided end-task row
+ * its paired interval, as B - A. */
 static pg_status read_pairs(pg_store *s, diff_result *r, pg_err *err)
 {
-    sqlite3_stmt *st = NULL;
-    pg_status rc = prepare(s,
-                           "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, stderr, "
-                           "ci_low, ci_high, wins, losses, ties, sign_p, mde FROM eval_pairs "
-                           "WHERE run_id = ?1 AND ((mode_a = ?2 AND mode_b = ?3) OR "
-                           "(mode_a = ?3 AND mode_b = ?2)) ORDER BY eval, effort, mode_a",
-                           "diff: eval_pairs", &st, err);
-    if (rc != PG_OK) return rc;
-    sqlite3_bind_int64(st, 1, r->run_a.id);
-    sqlite3_bind_text(st, 2, r->mode_b, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, r->mode_a, -1, SQLITE_TRANSIENT);
-    size_t cap = 0;
-    int step;
-    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (!grow((void **)&r->pairs, &cap, r->n_pairs, sizeof r->pairs[0])) {
-            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
-            break;
-        }
-        diff_pair *p = &r->pairs[r->n_pairs++];
-        memset(p, 0, sizeof *p);
-        if (!col_dup(st, 0, &p->eval) || !col_dup(st, 1, &p->effort) ||
-            !col_dup(st, 2, &p->mode_a) || !col_dup(st, 3, &p->mode_b)) {
-            rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
-            break;
-        }
-        p->n_problems = (long)sqlite3_column_int64(st, 4);
-        p->mean_diff = col_double(st, 5);
-        p->se = col_double(st, 6);
-        p->ci_low = col_double(st, 7);
-        p->ci_high = col_double(st, 8);
-        p->wins = (long)sqlite3_column_int64(st, 9);
-        p->losses = (long)sqlite3_column_int64(st, 10);
-        p->ties = (long)sqlite3_column_int64(st, 11);
-        p->sign_p = col_double(st, 12);
-        p->mde = col_double(st, 13);
+    eval_pair_stored *all = NULL;
+    size_t n_all = 0;
+    pg_status rc = eval_store_read_pairs(s, r->run_a.id, NULL, &all, &n_all, err);
+    if (rc == PG_OK && n_all > 0 && (r->pairs = calloc(n_all, sizeof *r->pairs)) == NULL)
+        rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
+    /* The rows r takes are moved out; the rest are freed with the array. */
+    for (size_t i = 0; rc == PG_OK && i < n_all; i++) {
+        if (!pair_of_modes(r, &all[i])) continue;
+        r->pairs[r->n_pairs++] = all[i];
+        memset(&all[i], 0, sizeof all[i]);
     }
-    if (rc == PG_OK && step != SQLITE_DONE)
-        rc = pg_fail(err, PG_ERR_DB, "diff: reading eval_pairs of run %lld: %s",
-                     (long long)r->run_a.id, sqlite3_errmsg(store_handle(s)));
-    sqlite3_finalize(st);
+    eval_store_pairs_free(all, n_all);
     for (size_t i = 0; rc == PG_OK && i < r->n_evals; i++) {
         diff_eval *e = &r->evals[i];
         if (e->presence != DIFF_BOTH) continue;
         for (size_t k = 0; k < r->n_pairs; k++) {
-            const diff_pair *p = &r->pairs[k];
+            const eval_pair_stored *p = &r->pairs[k];
             if (strcmp(p->eval, e->eval) != 0 || strcmp(p->effort, e->effort) != 0) continue;
             /* Stored as mode_a - mode_b; B - A is that when mode_a is B's mode. */
             const int as_b_minus_a = strcmp(p->mode_a, r->mode_b) == 0;
@@ -649,16 +533,10 @@ void diff_result_free(diff_result *r)
         free(r->evals[i].mode_a);
         free(r->evals[i].mode_b);
     }
-    for (size_t i = 0; i < r->n_pairs; i++) {
-        free(r->pairs[i].eval);
-        free(r->pairs[i].effort);
-        free(r->pairs[i].mode_a);
-        free(r->pairs[i].mode_b);
-    }
+    eval_store_pairs_free(r->pairs, r->n_pairs);
     diff_attribution_free(r);
     free(r->layers);
     free(r->evals);
-    free(r->pairs);
     free(r->run_a.label);
     free(r->run_b.label);
     free(r->mode_a);
@@ -873,7 +751,7 @@ static void print_evals(const diff_result *r, FILE *out, int colour)
                  "95%% bootstrap CI, wins/losses/ties of mode_a, exact sign test, smallest "
                  "detectable drop at 80%% power):\n");
     for (size_t i = 0; i < r->n_pairs; i++) {
-        const diff_pair *p = &r->pairs[i];
+        const eval_pair_stored *p = &r->pairs[i];
         char ev[DIFF_CELL_MAX], ef[DIFF_CELL_MAX], ma[DIFF_CELL_MAX], mb[DIFF_CELL_MAX],
             mean[DIFF_CELL_MAX], se[DIFF_CELL_MAX], lo[DIFF_CELL_MAX], hi[DIFF_CELL_MAX],
             sp[DIFF_CELL_MAX], mde[DIFF_CELL_MAX];
@@ -887,13 +765,13 @@ static void print_evals(const diff_result *r, FILE *out, int colour)
             continue;
         }
         fmt_num(mean, sizeof mean, "%+.4f", p->mean_diff);
-        fmt_num(se, sizeof se, "%.4f", p->se);
+        fmt_num(se, sizeof se, "%.4f", p->stderr_);
         fmt_num(lo, sizeof lo, "%+.4f", p->ci_low);
         fmt_num(hi, sizeof hi, "%+.4f", p->ci_high);
         fmt_num(sp, sizeof sp, "%.4g", p->sign_p);
         fmt_num(mde, sizeof mde, "%.4f", p->mde);
-        fprintf(out, "  %s %s %s - %s: %s  SE %s  [%s, %s]  %ld/%ld/%ld  p %s  MDE %s  "
-                     "(%ld problems)\n",
+        fprintf(out, "  %s %s %s - %s: %s  SE %s  [%s, %s]  %" PRId64 "/%" PRId64 "/%" PRId64
+                     "  p %s  MDE %s  (%" PRId64 " problems)\n",
                 ev, ef, ma, mb, mean, se, lo, hi, p->wins, p->losses, p->ties, sp, mde,
                 p->n_problems);
     }
@@ -1004,7 +882,7 @@ static cJSON *eval_json(const diff_result *r, const diff_eval *e)
 }
 
 /* The JSON object of a stored pair; NULL when out of memory. */
-static cJSON *pair_json(const diff_result *r, const diff_pair *p)
+static cJSON *pair_json(const diff_result *r, const eval_pair_stored *p)
 {
     cJSON *o = cJSON_CreateObject();
     int ok = o != NULL && json_str(o, "type", "eval_pair") &&
@@ -1013,7 +891,7 @@ static cJSON *pair_json(const diff_result *r, const diff_pair *p)
              json_str(o, "mode_a", p->mode_a) && json_str(o, "mode_b", p->mode_b) &&
              cJSON_AddNumberToObject(o, "n_problems", (double)p->n_problems) != NULL &&
              report_json_number(o, "mean_diff", p->mean_diff) &&
-             report_json_number(o, "stderr", p->se) &&
+             report_json_number(o, "stderr", p->stderr_) &&
              report_json_number(o, "ci_low", p->ci_low) &&
              report_json_number(o, "ci_high", p->ci_high) &&
              cJSON_AddNumberToObject(o, "wins", (double)p->wins) != NULL &&

@@ -16,8 +16,8 @@
  * same way, with a 95% interval; a modes diff also carries the stored
  * eval_pairs rows.
  *
- * Every SQL statement is fixed text with bound parameters; a metric's column
- * is spelled from diff_metrics, never from user text.
+ * The rows come from the store's readers (db/report_store.h: runs and
+ * whole-layer rows; db/eval_store.h: scores and pairs; db/attribution_store.h).
  */
 #ifndef PG_DIFF_H
 #define PG_DIFF_H
@@ -26,8 +26,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../db/store.h"
 #include "base/status.h"
+#include "db/eval_store.h"
+#include "db/store.h"
 
 /* z of a two-sided 95% normal interval. */
 #define DIFF_Z95 1.96
@@ -144,13 +145,6 @@ typedef struct diff_eval {
     diff_interval interval;
 } diff_eval;
 
-/* A stored eval_pairs row, verbatim (mode_a - mode_b as stored). */
-typedef struct diff_pair {
-    char *eval, *effort, *mode_a, *mode_b;
-    long n_problems, wins, losses, ties;
-    double mean_diff, se, ci_low, ci_high, sign_p, mde;  /* NaN where NULL */
-} diff_pair;
-
 /* One attribution row (db/attribution_store.h) on both sides: the same
  * capture (matched by layer alone when captures_mapped), layer and tensor,
  * and the same variant (two runs) or variant_a / variant_b (a modes diff).
@@ -187,7 +181,7 @@ typedef struct diff_result {
     size_t n_layers;
     diff_eval *evals;          /* largest drop first, then the one-sided rows */
     size_t n_evals;
-    diff_pair *pairs;          /* modes diff only */
+    eval_pair_stored *pairs;   /* modes diff only: stored verbatim (mode_a - mode_b) */
     size_t n_pairs;
     int captures_mapped;       /* each run had one capture, under different names */
     size_t dup_a, dup_b;       /* rows skipped: a layer stored for both backends */

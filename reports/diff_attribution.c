@@ -2,12 +2,11 @@
 #include "diff.h"
 
 #include <cjson/cJSON.h>
-#include <sqlite3.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/attribution_store.h"
+#include "db/attribution_store.h"
 #include "term.h"
 
 /* Columns of the attribution table. */
@@ -30,10 +29,9 @@ static int rows_match(const diff_result *r, const attribution_row *x, const attr
 pg_status diff_attribution_match(pg_store *s, const diff_request *req, diff_result *r,
                                  pg_err *err)
 {
-    sqlite3 *db = store_handle(s);
     attribution_rows a = {0}, b = {0};
-    pg_status st = attribution_store_load(db, req->db_path, req->run_a, &a, err);
-    if (st == PG_OK) st = attribution_store_load(db, req->db_path, req->run_b, &b, err);
+    pg_status st = attribution_store_load(s, req->run_a, &a, err);
+    if (st == PG_OK) st = attribution_store_load(s, req->run_b, &b, err);
     if (st == PG_OK && a.n > 0 && b.n > 0 &&
         (r->attribution = calloc(a.n, sizeof *r->attribution)) == NULL)
         st = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");

@@ -1,4 +1,4 @@
-/* report_data.c: a run's numbers from SQLite into structs (see report_data.h). */
+/* report_data.c: a run's numbers from the store into structs (see report_data.h). */
 #include "report_data.h"
 
 #include "../db/diagnosis_store.h"
@@ -7,7 +7,6 @@
 #include "../kernels/attn_hypothesis.h"
 
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +62,7 @@ static int str_cmp_null(const char *x, const char *y)
 /* Orders eval_scores rows by eval, effort, mode. */
 static int score_cmp(const void *a, const void *b)
 {
-    const report_score *x = a, *y = b;
+    const eval_score_stored *x = a, *y = b;
     int c = str_cmp_null(x->eval, y->eval);
     if (c != 0) return c;
     c = effort_rank(x->effort) - effort_rank(y->effort);
@@ -75,7 +74,7 @@ static int score_cmp(const void *a, const void *b)
 /* Orders eval_pairs rows by eval, effort, mode_a. */
 static int pair_cmp(const void *a, const void *b)
 {
-    const report_pair *x = a, *y = b;
+    const eval_pair_stored *x = a, *y = b;
     int c = str_cmp_null(x->eval, y->eval);
     if (c != 0) return c;
     c = effort_rank(x->effort) - effort_rank(y->effort);
@@ -89,7 +88,7 @@ static int pair_cmp(const void *a, const void *b)
 /* Orders layers by capture, then layer index. */
 static int layer_cmp(const void *a, const void *b)
 {
-    const report_layer *x = a, *y = b;
+    const run_layer_row *x = a, *y = b;
     const int c = strcmp(x->capture, y->capture);
     return c != 0 ? c : (x->layer > y->layer) - (x->layer < y->layer);
 }
@@ -126,47 +125,6 @@ static pg_status dup_str(const char *s, char **out, pg_err *err)
     return *out != NULL ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
 }
 
-/* Column i as a malloc'd string, NULL for SQL NULL; PG_ERR_NOMEM. */
-static pg_status col_text(sqlite3_stmt *st, int i, char **out, pg_err *err)
-{
-    *out = NULL;
-    if (sqlite3_column_type(st, i) == SQLITE_NULL) return PG_OK;
-    const unsigned char *t = sqlite3_column_text(st, i);
-    if (t == NULL) return pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
-    return dup_str((const char *)t, out, err);
-}
-
-/* Column i as a double, NaN for SQL NULL. */
-static double col_real(sqlite3_stmt *st, int i)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
-}
-
-/* Column i as an integer, dflt for SQL NULL. */
-static int64_t col_int(sqlite3_stmt *st, int i, int64_t dflt)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? dflt : sqlite3_column_int64(st, i);
-}
-
-/* Prepares sql; PG_ERR_DB naming db_name and what on failure. */
-static pg_status prep(sqlite3 *db, const char *db_name, const char *what, const char *sql,
-                      sqlite3_stmt **st, pg_err *err)
-{
-    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return PG_OK;
-    return pg_fail(err, PG_ERR_DB, "report: %s: cannot read %s: %s", db_name, what,
-                   sqlite3_errmsg(db));
-}
-
-/* Steps st: 1 for a row, 0 when done, -1 after recording PG_ERR_DB. */
-static int step(sqlite3 *db, const char *db_name, const char *what, sqlite3_stmt *st, pg_err *err)
-{
-    const int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) return 1;
-    if (rc == SQLITE_DONE) return 0;
-    pg_fail(err, PG_ERR_DB, "report: %s: reading %s: %s", db_name, what, sqlite3_errmsg(db));
-    return -1;
-}
-
 /* Index of name in names[0 .. n), or -1. */
 static long find_name(char *const *names, size_t n, const char *name)
 {
@@ -178,8 +136,8 @@ static long find_name(char *const *names, size_t n, const char *name)
 /* Index of (capture, layer) in d->layers, or -1. */
 static long find_layer(const report_data *d, const char *capture, int layer)
 {
-    const report_layer key = {(char *)capture, layer};
-    const report_layer *hit =
+    const run_layer_row key = {(char *)capture, layer};
+    const run_layer_row *hit =
         d->n_layers == 0 ? NULL : bsearch(&key, d->layers, d->n_layers, sizeof key, layer_cmp);
     return hit != NULL ? (long)(hit - d->layers) : -1;
 }
@@ -187,302 +145,139 @@ static long find_layer(const report_data *d, const char *capture, int layer)
 /* ---- the pieces ------------------------------------------------------------ */
 
 /* The runs row of run_id; PG_ERR_USAGE when there is none. */
-static pg_status load_run(sqlite3 *db, const char *dbn, int64_t run_id, report_run *r, pg_err *err)
+static pg_status load_run(pg_store *s, const char *dbn, int64_t run_id, run_row *r, pg_err *err)
 {
-    sqlite3_stmt *st = NULL;
-    pg_status s = prep(db, dbn, "runs",
-                       "SELECT kind, label, status, started_at, finished_at, git_rev, host, "
-                       "device, error FROM runs WHERE id = ?1",
-                       &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
-    const int row = step(db, dbn, "runs", st, err);
-    if (row < 0) s = err->code;
-    else if (row == 0) s = pg_fail(err, PG_ERR_USAGE, "report: %s has no run %lld", dbn, (long long)run_id);
-    else {
-        r->id = run_id;
-        char **cols[] = {&r->kind, &r->label, &r->status, &r->started_at, &r->finished_at,
-                         &r->git_rev, &r->host, &r->device, &r->error};
-        for (int i = 0; s == PG_OK && i < (int)(sizeof cols / sizeof cols[0]); i++)
-            s = col_text(st, i, cols[i], err);
-    }
-    sqlite3_finalize(st);
-    return s;
+    int found = 0;
+    const pg_status st = report_store_run(s, run_id, r, &found, err);
+    if (st == PG_OK && !found)
+        return pg_fail(err, PG_ERR_USAGE, "report: %s has no run %lld", dbn, (long long)run_id);
+    return st;
+}
+
+/* Moves the non-NULL names of names[0 .. n) to its front; returns how many. */
+static size_t drop_null_names(char **names, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (names[i] != NULL) names[kept++] = names[i];
+    return kept;
 }
 
 /* The distinct variants and (capture, layer) pairs of the run. */
-static pg_status load_axes(sqlite3 *db, const char *dbn, int64_t run_id, report_data *d, pg_err *err)
+static pg_status load_axes(pg_store *s, int64_t run_id, report_data *d, pg_err *err)
 {
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    pg_status s = prep(db, dbn, "layer_metrics",
-                       "SELECT DISTINCT variant FROM layer_metrics WHERE run_id = ?1", &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
-    int row;
-    while (s == PG_OK && (row = step(db, dbn, "layer_metrics", st, err)) != 0) {
-        if (row < 0 || (s = grow((void **)&d->variants, &cap, d->n_variants + 1, sizeof(char *),
-                                 err)) != PG_OK) {
-            s = err->code;
-            break;
-        }
-        if ((s = col_text(st, 0, &d->variants[d->n_variants], err)) == PG_OK &&
-            d->variants[d->n_variants] != NULL)
-            d->n_variants++;
-    }
-    sqlite3_finalize(st);
-    if (s != PG_OK) return s;
+    size_t n = 0;
+    pg_status st = report_store_variants(s, run_id, REPORT_VARIANTS_ALL_ROWS, &d->variants, &n, err);
+    d->n_variants = drop_null_names(d->variants, n);
+    if (st != PG_OK) return st;
     if (d->n_variants > 1) qsort(d->variants, d->n_variants, sizeof(char *), name_ptr_cmp);
 
-    cap = 0;
-    s = prep(db, dbn, "layers",
-             "SELECT capture, layer FROM layer_metrics WHERE run_id = ?1 "
-             "UNION SELECT capture, layer FROM quant_stats WHERE run_id = ?1",
-             &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
-    while (s == PG_OK && (row = step(db, dbn, "layers", st, err)) != 0) {
-        if (row < 0 || (s = grow((void **)&d->layers, &cap, d->n_layers + 1, sizeof(report_layer),
-                                 err)) != PG_OK) {
-            s = err->code;
-            break;
-        }
-        report_layer *l = &d->layers[d->n_layers];
-        l->layer = sqlite3_column_int(st, 1);
-        if ((s = col_text(st, 0, &l->capture, err)) == PG_OK && l->capture != NULL) d->n_layers++;
-    }
-    sqlite3_finalize(st);
-    if (s == PG_OK && d->n_layers > 0) qsort(d->layers, d->n_layers, sizeof(report_layer), layer_cmp);
-    return s;
+    st = report_store_layers(s, run_id, &d->layers, &n, err);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (d->layers[i].capture != NULL) d->layers[kept++] = d->layers[i];
+    d->n_layers = kept;
+    if (st == PG_OK && d->n_layers > 0) qsort(d->layers, d->n_layers, sizeof *d->layers, layer_cmp);
+    return st;
 }
 
 /* Whole-layer and per-head rows into d->cells and d->head_*. */
-static pg_status load_metrics(sqlite3 *db, const char *dbn, int64_t run_id, report_data *d,
+static pg_status load_metrics(pg_store *s, const char *dbn, int64_t run_id, report_data *d,
                               pg_err *err)
 {
     const size_t n_cells = d->n_layers * d->n_variants;
-    pg_status s = alloc_zero((void **)&d->cells, n_cells, sizeof(report_cell), err);
-    if (s != PG_OK) return s;
-    sqlite3_stmt *st = NULL;
-    s = prep(db, dbn, "layer_metrics",
-             "SELECT capture, layer, variant, head, rel_l2, max_abs, cos_sim, sqnr_db, "
-             "nan_count, inf_count FROM layer_metrics WHERE run_id = ?1 ",
-             &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
+    pg_status st = alloc_zero((void **)&d->cells, n_cells, sizeof(report_cell), err);
+    if (st != PG_OK) return st;
+    layer_metric_row *rows = NULL;
+    size_t n = 0;
+    st = report_store_layer_metrics(s, run_id, &rows, &n, err);
 
-    /* The head arrays are sized from the largest head index before the rows are read. */
-    sqlite3_stmt *mx = NULL;
-    s = prep(db, dbn, "layer_metrics", "SELECT max(head) FROM layer_metrics WHERE run_id = ?1", &mx,
-             err);
-    if (s == PG_OK) {
-        sqlite3_bind_int64(mx, 1, run_id);
-        const int row = step(db, dbn, "layer_metrics", mx, err);
-        const int64_t max_head = row == 1 ? col_int(mx, 0, -1) : -1;
-        if (row < 0) s = err->code;
-        else if (max_head >= REPORT_MAX_HEADS)
-            s = pg_fail(err, PG_ERR_FORMAT, "report: %s: run %lld has head %lld (at most %d heads)",
-                        dbn, (long long)run_id, (long long)max_head, REPORT_MAX_HEADS);
-        else if (max_head >= 0) {
-            d->n_heads = (int)max_head + 1;
-            const size_t n = n_cells * (size_t)d->n_heads;
-            s = alloc_zero((void **)&d->head_rel_l2, n, sizeof(double), err);
-            if (s == PG_OK) s = alloc_zero((void **)&d->head_present, n, 1, err);
-        }
+    /* The head arrays are sized from the largest head index. */
+    int64_t max_head = -1;
+    for (size_t i = 0; st == PG_OK && i < n; i++)
+        if (rows[i].head > max_head) max_head = rows[i].head;
+    if (st == PG_OK && max_head >= REPORT_MAX_HEADS)
+        st = pg_fail(err, PG_ERR_FORMAT, "report: %s: run %lld has head %lld (at most %d heads)",
+                     dbn, (long long)run_id, (long long)max_head, REPORT_MAX_HEADS);
+    else if (st == PG_OK && max_head >= 0) {
+        d->n_heads = (int)max_head + 1;
+        const size_t nh = n_cells * (size_t)d->n_heads;
+        st = alloc_zero((void **)&d->head_rel_l2, nh, sizeof(double), err);
+        if (st == PG_OK) st = alloc_zero((void **)&d->head_present, nh, 1, err);
     }
-    sqlite3_finalize(mx);
 
-    int row;
-    while (s == PG_OK && (row = step(db, dbn, "layer_metrics", st, err)) != 0) {
-        if (row < 0) {
-            s = err->code;
-            break;
-        }
-        const char *cap = (const char *)sqlite3_column_text(st, 0);
-        const char *var = (const char *)sqlite3_column_text(st, 2);
-        if (cap == NULL || var == NULL) continue;
-        const long l = find_layer(d, cap, sqlite3_column_int(st, 1));
-        const long v = find_name(d->variants, d->n_variants, var);
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        const layer_metric_row *m = &rows[i];
+        if (m->capture == NULL || m->variant == NULL) continue;
+        const long l = find_layer(d, m->capture, m->layer);
+        const long v = find_name(d->variants, d->n_variants, m->variant);
         if (l < 0 || v < 0) continue;
         const size_t ci = (size_t)l * d->n_variants + (size_t)v;
-        const int64_t head = sqlite3_column_int64(st, 3);
-        if (head < 0) {
+        if (m->head < 0) {
             report_cell *c = &d->cells[ci];
             c->present = 1;
-            c->rel_l2 = col_real(st, 4);
-            c->max_abs = col_real(st, 5);
-            c->cos_sim = col_real(st, 6);
-            c->sqnr_db = col_real(st, 7);
-            c->nan_count = col_int(st, 8, 0);
-            c->inf_count = col_int(st, 9, 0);
-        } else if (head < d->n_heads) {
-            d->head_rel_l2[ci * (size_t)d->n_heads + (size_t)head] = col_real(st, 4);
-            d->head_present[ci * (size_t)d->n_heads + (size_t)head] = 1;
+            c->rel_l2 = m->rel_l2;
+            c->max_abs = m->max_abs;
+            c->cos_sim = m->cos_sim;
+            c->sqnr_db = m->sqnr_db;
+            c->nan_count = m->nan_count;
+            c->inf_count = m->inf_count;
+        } else if (m->head < d->n_heads) {
+            d->head_rel_l2[ci * (size_t)d->n_heads + (size_t)m->head] = m->rel_l2;
+            d->head_present[ci * (size_t)d->n_heads + (size_t)m->head] = 1;
         }
     }
-    sqlite3_finalize(st);
-    return s;
+    layer_metric_rows_free(rows, n);
+    return st;
 }
 
 /* quant_stats rows into d->quant. */
-static pg_status load_quant(sqlite3 *db, const char *dbn, int64_t run_id, report_data *d, pg_err *err)
+static pg_status load_quant(pg_store *s, int64_t run_id, report_data *d, pg_err *err)
 {
-    pg_status s = alloc_zero((void **)&d->quant, d->n_layers * REPORT_N_TENSORS,
-                             sizeof(report_quant), err);
-    if (s != PG_OK) return s;
-    sqlite3_stmt *st = NULL;
-    s = prep(db, dbn, "quant_stats",
-             "SELECT capture, layer, tensor, scale, scale_source, saturated_frac, underflow_frac "
-             "FROM quant_stats WHERE run_id = ?1",
-             &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
+    pg_status st = alloc_zero((void **)&d->quant, d->n_layers * REPORT_N_TENSORS,
+                              sizeof(report_quant), err);
+    if (st != PG_OK) return st;
+    quant_stat_row *rows = NULL;
+    size_t n = 0;
+    st = report_store_quant(s, run_id, &rows, &n, err);
     static const char tensors[REPORT_N_TENSORS] = {'q', 'k', 'v'};
-    int row;
-    while ((row = step(db, dbn, "quant_stats", st, err)) != 0) {
-        if (row < 0) {
-            s = err->code;
-            break;
-        }
-        const char *cap = (const char *)sqlite3_column_text(st, 0);
-        const char *ten = (const char *)sqlite3_column_text(st, 2);
-        const char *src = (const char *)sqlite3_column_text(st, 4);
-        if (cap == NULL || ten == NULL) continue;
-        const long l = find_layer(d, cap, sqlite3_column_int(st, 1));
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        const quant_stat_row *r = &rows[i];
+        const char *ten = r->tensor;
+        if (r->capture == NULL || ten == NULL) continue;
+        const long l = find_layer(d, r->capture, r->layer);
         const char *t = ten[0] != '\0' && ten[1] == '\0' ? memchr(tensors, ten[0], sizeof tensors)
                                                           : NULL;
         if (l < 0 || t == NULL) continue;
         report_quant *q = &d->quant[(size_t)l * REPORT_N_TENSORS + (size_t)(t - tensors)];
         q->present = 1;
-        q->scale = col_real(st, 3);
-        snprintf(q->source, sizeof q->source, "%s", src != NULL ? src : "");
-        q->saturated_frac = col_real(st, 5);
-        q->underflow_frac = col_real(st, 6);
+        q->scale = r->scale;
+        snprintf(q->source, sizeof q->source, "%s", r->scale_source != NULL ? r->scale_source : "");
+        q->saturated_frac = r->saturated_frac;
+        q->underflow_frac = r->underflow_frac;
         d->has_quant = 1;
     }
-    sqlite3_finalize(st);
-    return s;
+    quant_stat_rows_free(rows, n);
+    return st;
 }
 
-/* eval_scores and eval_pairs rows of the run. */
-static pg_status load_evals(sqlite3 *db, const char *dbn, int64_t run_id, report_data *d,
-                            pg_err *err)
+/* eval_scores and eval_pairs rows of the run, in the report's order. */
+static pg_status load_evals(pg_store *s, int64_t run_id, report_data *d, pg_err *err)
 {
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    pg_status s = prep(db, dbn, "eval_scores",
-                       "SELECT eval, mode, effort, n_problems, k, accuracy, stderr, ci_low, "
-                       "ci_high, n_errors, n_truncated FROM eval_scores WHERE run_id = ?1",
-                       &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
-    int row;
-    while (s == PG_OK && (row = step(db, dbn, "eval_scores", st, err)) != 0) {
-        if (row < 0 || grow((void **)&d->scores, &cap, d->n_scores + 1, sizeof(report_score),
-                            err) != PG_OK) {
-            s = err->code;
-            break;
-        }
-        report_score *r = &d->scores[d->n_scores++];
-        if ((s = col_text(st, 0, &r->eval, err)) != PG_OK ||
-            (s = col_text(st, 1, &r->mode, err)) != PG_OK ||
-            (s = col_text(st, 2, &r->effort, err)) != PG_OK)
-            break;
-        r->n_problems = col_int(st, 3, 0);
-        r->k = col_int(st, 4, 0);
-        r->accuracy = col_real(st, 5);
-        r->se = col_real(st, 6);
-        r->ci_low = col_real(st, 7);
-        r->ci_high = col_real(st, 8);
-        r->n_errors = col_int(st, 9, 0);
-        r->n_truncated = col_int(st, 10, 0);
-    }
-    sqlite3_finalize(st);
-    if (s != PG_OK) return s;
-    if (d->n_scores > 0) qsort(d->scores, d->n_scores, sizeof(report_score), score_cmp);
-
-    cap = 0;
-    s = prep(db, dbn, "eval_pairs",
-             "SELECT eval, effort, mode_a, mode_b, n_problems, mean_diff, stderr, ci_low, ci_high, "
-             "wins, losses, ties, sign_p, mde FROM eval_pairs WHERE run_id = ?1",
-             &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
-    while (s == PG_OK && (row = step(db, dbn, "eval_pairs", st, err)) != 0) {
-        if (row < 0 || grow((void **)&d->pairs, &cap, d->n_pairs + 1, sizeof(report_pair), err) !=
-                           PG_OK) {
-            s = err->code;
-            break;
-        }
-        report_pair *p = &d->pairs[d->n_pairs++];
-        if ((s = col_text(st, 0, &p->eval, err)) != PG_OK ||
-            (s = col_text(st, 1, &p->effort, err)) != PG_OK ||
-            (s = col_text(st, 2, &p->mode_a, err)) != PG_OK ||
-            (s = col_text(st, 3, &p->mode_b, err)) != PG_OK)
-            break;
-        p->n_problems = col_int(st, 4, 0);
-        p->mean_diff = col_real(st, 5);
-        p->se = col_real(st, 6);
-        p->ci_low = col_real(st, 7);
-        p->ci_high = col_real(st, 8);
-        p->wins = col_int(st, 9, 0);
-        p->losses = col_int(st, 10, 0);
-        p->ties = col_int(st, 11, 0);
-        p->sign_p = col_real(st, 12);
-        p->mde = col_real(st, 13);
-    }
-    sqlite3_finalize(st);
-    if (s == PG_OK && d->n_pairs > 0) qsort(d->pairs, d->n_pairs, sizeof(report_pair), pair_cmp);
-    return s;
+    pg_status st = eval_store_read_scores(s, run_id, NULL, &d->scores, &d->n_scores, err);
+    if (st != PG_OK) return st;
+    if (d->n_scores > 0) qsort(d->scores, d->n_scores, sizeof *d->scores, score_cmp);
+    st = eval_store_read_pairs(s, run_id, NULL, &d->pairs, &d->n_pairs, err);
+    if (st == PG_OK && d->n_pairs > 0) qsort(d->pairs, d->n_pairs, sizeof *d->pairs, pair_cmp);
+    return st;
 }
 
 /* The gate's flags of the run, when the flags table exists. */
-static pg_status load_flags(sqlite3 *db, const char *dbn, int64_t run_id, report_data *d, pg_err *err)
+static pg_status load_flags(pg_store *s, int64_t run_id, report_data *d, pg_err *err)
 {
-    sqlite3_stmt *st = NULL;
-    pg_status s = prep(db, dbn, "sqlite_schema",
-                       "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'flags'", &st,
-                       err);
-    if (s != PG_OK) return s;
-    const int row = step(db, dbn, "sqlite_schema", st, err);
-    sqlite3_finalize(st);
-    if (row < 0) return err->code;
-    d->flags_table = row == 1;
-    if (!d->flags_table) return PG_OK;
-
-    size_t cap = 0;
-    s = prep(db, dbn, "flags",
-             "SELECT baseline_run_id, scope, capture, layer, variant, eval, mode, effort, metric, "
-             "value, baseline_value, threshold, verdict, message FROM flags WHERE run_id = ?1 "
-             "ORDER BY CASE verdict WHEN 'regression' THEN 0 WHEN 'error' THEN 1 "
-             "WHEN 'inconclusive' THEN 2 WHEN 'improvement' THEN 3 WHEN 'no change' THEN 4 "
-             "WHEN 'pass' THEN 5 ELSE 6 END, id",
-             &st, err);
-    if (s != PG_OK) return s;
-    sqlite3_bind_int64(st, 1, run_id);
-    int r;
-    while (s == PG_OK && (r = step(db, dbn, "flags", st, err)) != 0) {
-        if (r < 0 || grow((void **)&d->flags, &cap, d->n_flags + 1, sizeof(report_flag), err) !=
-                         PG_OK) {
-            s = err->code;
-            break;
-        }
-        report_flag *f = &d->flags[d->n_flags++];
-        f->baseline_run_id = col_int(st, 0, -1);
-        f->layer = (int)col_int(st, 3, -1);
-        f->value = col_real(st, 9);
-        f->baseline_value = col_real(st, 10);
-        f->threshold = col_real(st, 11);
-        const struct { int col; char **dst; } texts[] = {
-            {1, &f->scope}, {2, &f->capture}, {4, &f->variant}, {5, &f->eval}, {6, &f->mode},
-            {7, &f->effort}, {8, &f->metric}, {12, &f->verdict}, {13, &f->message},
-        };
-        for (size_t i = 0; s == PG_OK && i < sizeof texts / sizeof texts[0]; i++)
-            s = col_text(st, texts[i].col, texts[i].dst, err);
-    }
-    sqlite3_finalize(st);
-    d->gated = s == PG_OK && d->n_flags > 0;
-    return s;
+    const pg_status st = report_store_flags(s, run_id, &d->flags, &d->n_flags, &d->flags_table, err);
+    d->gated = st == PG_OK && d->n_flags > 0;
+    return st;
 }
 
 /* Index of name among the trend's series, appended when new; -1 after PG_ERR_NOMEM. */
@@ -503,34 +298,29 @@ static long trend_run(const report_trend *t, int64_t id)
     return -1;
 }
 
-/* The runs of the trend, as a subquery over ?1 kind, ?2 label, ?3 id, ?4 count. */
-#define TREND_RUNS_SQL                                                                     \
-    "SELECT id FROM runs WHERE kind = ?1 AND label IS ?2 AND status = 'complete' AND id <= ?3 " \
-    "ORDER BY id DESC LIMIT ?4"
-
-/* Binds the trend subquery's parameters of d to st. */
-static void trend_bind(sqlite3_stmt *st, const report_data *d, int trend_n)
-{
-    sqlite3_bind_text(st, 1, d->run.kind, -1, SQLITE_STATIC);
-    if (d->run.label != NULL) sqlite3_bind_text(st, 2, d->run.label, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(st, 2);
-    sqlite3_bind_int64(st, 3, d->run.id);
-    sqlite3_bind_int(st, 4, trend_n);
-}
-
 /* The series name of a trend row: the variant (rel_l2), or "mode effort",
  * prefixed with the eval when the trend holds several evals. */
-static void trend_name(char *buf, size_t len, int rel, int several_evals, sqlite3_stmt *st)
+static void trend_name(char *buf, size_t len, int rel, int several_evals, const trend_value_row *r)
 {
-    const char *a = (const char *)sqlite3_column_text(st, 1);
-    const char *mode = (const char *)sqlite3_column_text(st, 2);
-    const char *effort = (const char *)sqlite3_column_text(st, 3);
-    if (a == NULL) a = "";
-    if (mode == NULL) mode = "";
-    if (effort == NULL) effort = "";
+    const char *a = r->name != NULL ? r->name : "";
+    const char *mode = r->mode != NULL ? r->mode : "";
+    const char *effort = r->effort != NULL ? r->effort : "";
     if (rel) snprintf(buf, len, "%s", a);
     else if (several_evals) snprintf(buf, len, "%s %s %s", a, mode, effort);
     else snprintf(buf, len, "%s %s", mode, effort);
+}
+
+/* Whether the rows name more than one eval (count(DISTINCT eval) > 1: NULLs
+ * are not counted). */
+static int several_names(const trend_value_row *rows, size_t n)
+{
+    const char *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].name == NULL) continue;
+        if (first == NULL) first = rows[i].name;
+        else if (strcmp(rows[i].name, first) != 0) return 1;
+    }
+    return 0;
 }
 
 /* Longest trend series name kept. */
@@ -538,104 +328,64 @@ static void trend_name(char *buf, size_t len, int rel, int several_evals, sqlite
 
 /* The trend: the runs, then the per-run value of each series (two passes
  * over the rows: the series names, then the sums). */
-static pg_status load_trend(sqlite3 *db, const char *dbn, int trend_n, report_data *d, pg_err *err)
+static pg_status load_trend(pg_store *s, int trend_n, report_data *d, pg_err *err)
 {
     report_trend *t = &d->trend;
     /* What the run holds decides; a run that holds nothing (failed early) follows its kind. */
     const int eval_kind = d->run.kind != NULL && strcmp(d->run.kind, "eval") == 0;
     t->metric = d->n_layers > 0 ? REPORT_TREND_REL_L2
                 : d->n_scores > 0 || eval_kind ? REPORT_TREND_ACCURACY : REPORT_TREND_REL_L2;
-    sqlite3_stmt *st = NULL;
-    pg_status s = prep(db, dbn, "runs",
-                       "SELECT id, started_at, git_rev FROM runs WHERE id IN (" TREND_RUNS_SQL
-                       ") ORDER BY id",
-                       &st, err);
-    if (s != PG_OK) return s;
-    trend_bind(st, d, trend_n);
-    size_t cap = 0;
-    int row;
-    while (s == PG_OK && (row = step(db, dbn, "runs", st, err)) != 0) {
-        if (row < 0 || grow((void **)&t->runs, &cap, t->n_runs + 1, sizeof(report_trend_run),
-                            err) != PG_OK) {
-            s = err->code;
-            break;
-        }
-        report_trend_run *r = &t->runs[t->n_runs++];
-        r->id = sqlite3_column_int64(st, 0);
-        if ((s = col_text(st, 1, &r->started_at, err)) == PG_OK) s = col_text(st, 2, &r->git_rev, err);
-    }
-    sqlite3_finalize(st);
-    if (s != PG_OK || t->n_runs == 0) return s;
+    const trend_query q = {.kind = d->run.kind, .label = d->run.label, .last_id = d->run.id,
+                           .n_runs = trend_n};
+    pg_status st = report_store_trend_runs(s, &q, &t->runs, &t->n_runs, err);
+    if (st != PG_OK || t->n_runs == 0) return st;
 
     const int rel = t->metric == REPORT_TREND_REL_L2;
-    int several_evals = 0;
-    if (!rel) {
-        s = prep(db, dbn, "eval_scores",
-                 "SELECT count(DISTINCT eval) FROM eval_scores WHERE run_id IN (" TREND_RUNS_SQL ")",
-                 &st, err);
-        if (s != PG_OK) return s;
-        trend_bind(st, d, trend_n);
-        row = step(db, dbn, "eval_scores", st, err);
-        several_evals = row == 1 && sqlite3_column_int64(st, 0) > 1;
-        sqlite3_finalize(st);
-        if (row < 0) return err->code;
-    }
-    s = prep(db, dbn, rel ? "layer_metrics" : "eval_scores",
-             rel ? "SELECT run_id, variant, NULL, NULL, rel_l2, nan_count + inf_count "
-                   "FROM layer_metrics WHERE head = -1 AND run_id IN (" TREND_RUNS_SQL ")"
-                 : "SELECT run_id, eval, mode, effort, accuracy, 0 FROM eval_scores "
-                   "WHERE run_id IN (" TREND_RUNS_SQL ")",
-             &st, err);
-    if (s != PG_OK) return s;
-    trend_bind(st, d, trend_n);
+    trend_value_row *rows = NULL;
+    size_t n_rows = 0;
+    st = report_store_trend_values(s, &q, rel ? TREND_LAYER_REL_L2 : TREND_EVAL_ACCURACY, &rows,
+                                   &n_rows, err);
+    const int several_evals = !rel && several_names(rows, n_rows);
     char name[TREND_NAME_MAX];
     size_t scap = 0;
-    while (s == PG_OK && (row = step(db, dbn, "trend", st, err)) != 0) {
-        if (row < 0) {
-            s = err->code;
-            break;
-        }
-        trend_name(name, sizeof name, rel, several_evals, st);
-        if (trend_series(t, &scap, name, err) < 0) s = err->code;
+    for (size_t i = 0; st == PG_OK && i < n_rows; i++) {
+        trend_name(name, sizeof name, rel, several_evals, &rows[i]);
+        if (trend_series(t, &scap, name, err) < 0) st = err->code;
     }
-    if (s == PG_OK && t->n_series > 1) qsort(t->series, t->n_series, sizeof(char *), name_ptr_cmp);
+    if (st == PG_OK && t->n_series > 1) qsort(t->series, t->n_series, sizeof(char *), name_ptr_cmp);
 
     const size_t n = t->n_series * t->n_runs;
     double *sum = NULL;
     size_t *count = NULL;
     unsigned char *bad = NULL;
-    if (s == PG_OK && (alloc_zero((void **)&sum, n, sizeof(double), err) != PG_OK ||
-                       alloc_zero((void **)&count, n, sizeof(size_t), err) != PG_OK ||
-                       alloc_zero((void **)&bad, n, 1, err) != PG_OK ||
-                       alloc_zero((void **)&t->values, n, sizeof(double), err) != PG_OK ||
-                       alloc_zero((void **)&t->present, n, 1, err) != PG_OK))
-        s = err->code;
-    if (s == PG_OK) sqlite3_reset(st);
-    while (s == PG_OK && (row = step(db, dbn, "trend", st, err)) != 0) {
-        if (row < 0) {
-            s = err->code;
-            break;
-        }
-        trend_name(name, sizeof name, rel, several_evals, st);
-        const long r = trend_run(t, sqlite3_column_int64(st, 0));
+    if (st == PG_OK && (alloc_zero((void **)&sum, n, sizeof(double), err) != PG_OK ||
+                        alloc_zero((void **)&count, n, sizeof(size_t), err) != PG_OK ||
+                        alloc_zero((void **)&bad, n, 1, err) != PG_OK ||
+                        alloc_zero((void **)&t->values, n, sizeof(double), err) != PG_OK ||
+                        alloc_zero((void **)&t->present, n, 1, err) != PG_OK))
+        st = err->code;
+    for (size_t i = 0; st == PG_OK && i < n_rows; i++) {
+        const trend_value_row *row = &rows[i];
+        trend_name(name, sizeof name, rel, several_evals, row);
+        const long r = trend_run(t, row->run_id);
         const long si = find_name(t->series, t->n_series, name);
-        const double v = col_real(st, 4);
+        const double v = row->value;
         /* An accuracy that is NULL means nothing was scored: no data, not a failure. */
         if (r < 0 || si < 0 || (!rel && isnan(v))) continue;
         const size_t k = (size_t)si * t->n_runs + (size_t)r;
-        if (!isfinite(v) || col_int(st, 5, 0) > 0) bad[k] = 1;
+        if (!isfinite(v) || row->nonfinite > 0) bad[k] = 1;
         else sum[k] += v;
         count[k]++;
     }
-    sqlite3_finalize(st);
-    for (size_t k = 0; s == PG_OK && k < n; k++) {
+    trend_value_rows_free(rows, n_rows);
+    for (size_t k = 0; st == PG_OK && k < n; k++) {
         t->present[k] = count[k] > 0;
         t->values[k] = count[k] == 0 ? NAN : bad[k] ? INFINITY : sum[k] / (double)count[k];
     }
     free(sum);
     free(count);
     free(bad);
-    return s;
+    return st;
 }
 
 const char report_attribution_caption[] =
@@ -651,10 +401,9 @@ const char report_attribution_caption[] =
 
 /* The attribution rows (attribution_store_load), grouped by capture, layer
  * and variant, with each group's sum, root-sum-square and dominant tensor. */
-static pg_status load_attribution(sqlite3 *db, const char *dbn, int64_t run_id, report_data *d,
-                                  pg_err *err)
+static pg_status load_attribution(pg_store *store, int64_t run_id, report_data *d, pg_err *err)
 {
-    pg_status s = attribution_store_load(db, dbn, run_id, &d->attribution_rows, err);
+    pg_status s = attribution_store_load(store, run_id, &d->attribution_rows, err);
     const attribution_rows *r = &d->attribution_rows;
     if (s == PG_OK && r->n > 0) s = alloc_zero((void **)&d->attribution, r->n, sizeof *d->attribution, err);
     for (size_t i = 0; s == PG_OK && i < r->n; i++) {
@@ -693,11 +442,11 @@ const char *report_diag_hypothesis(size_t h)
 
 /* The run's diagnosis spans and, per span and hypothesis, the largest
  * distance over its layers. */
-static pg_status load_diagnosis(sqlite3 *db, int64_t run_id, report_data *d, pg_err *err)
+static pg_status load_diagnosis(pg_store *store, int64_t run_id, report_data *d, pg_err *err)
 {
     diagnosis_row *rows = NULL;
     size_t n = 0;
-    pg_status s = diagnosis_store_load(db, run_id, &rows, &n, err);
+    pg_status s = diagnosis_store_load(store, run_id, &rows, &n, err);
     if (s == PG_OK) s = diag_spans(rows, n, &d->diag, &d->n_diag, err);
     d->n_diag_hyp = attn_hypothesis_count();
     if (s == PG_OK && d->n_diag > 0 &&
@@ -725,12 +474,12 @@ static pg_status load_diagnosis(sqlite3 *db, int64_t run_id, report_data *d, pg_
     return s;
 }
 
-pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_id, int trend_n,
+pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, int trend_n,
                            report_data *out, pg_err *err)
 {
     memset(out, 0, sizeof *out);
     if (db == NULL || db_name == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "report: no database handle or name");
+        return pg_fail(err, PG_ERR_INTERNAL, "report: no store or database name");
     if (trend_n < 1 || trend_n > REPORT_TREND_MAX)
         return pg_fail(err, PG_ERR_USAGE, "report: --trend %d is outside [1, %d]", trend_n,
                        REPORT_TREND_MAX);
@@ -738,14 +487,14 @@ pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_
     pg_err local = {0};
     pg_status s = dup_str(db_name, &out->db_name, &local);
     if (s == PG_OK) s = load_run(db, db_name, run_id, &out->run, &local);
-    if (s == PG_OK) s = load_axes(db, db_name, run_id, out, &local);
+    if (s == PG_OK) s = load_axes(db, run_id, out, &local);
     if (s == PG_OK) s = load_metrics(db, db_name, run_id, out, &local);
-    if (s == PG_OK) s = load_quant(db, db_name, run_id, out, &local);
-    if (s == PG_OK) s = load_evals(db, db_name, run_id, out, &local);
-    if (s == PG_OK) s = load_flags(db, db_name, run_id, out, &local);
+    if (s == PG_OK) s = load_quant(db, run_id, out, &local);
+    if (s == PG_OK) s = load_evals(db, run_id, out, &local);
+    if (s == PG_OK) s = load_flags(db, run_id, out, &local);
     if (s == PG_OK) s = load_diagnosis(db, run_id, out, &local);
-    if (s == PG_OK) s = load_trend(db, db_name, trend_n, out, &local);
-    if (s == PG_OK) s = load_attribution(db, db_name, run_id, out, &local);
+    if (s == PG_OK) s = load_trend(db, trend_n, out, &local);
+    if (s == PG_OK) s = load_attribution(db, run_id, out, &local);
     if (s != PG_OK) pg_fail(err, local.code, "%s", local.msg);
     return s;
 }
@@ -760,48 +509,22 @@ void report_data_free(report_data *d)
 {
     if (d == NULL) return;
     free(d->db_name);
-    report_run *r = &d->run;
-    char *run_strs[] = {r->kind, r->label, r->status, r->started_at, r->finished_at,
-                        r->git_rev, r->host, r->device, r->error};
-    for (size_t i = 0; i < sizeof run_strs / sizeof run_strs[0]; i++) free(run_strs[i]);
-    for (size_t i = 0; i < d->n_variants; i++) free(d->variants[i]);
-    free(d->variants);
-    for (size_t i = 0; i < d->n_layers; i++) free(d->layers[i].capture);
-    free(d->layers);
+    run_row_free(&d->run);
+    report_names_free(d->variants, d->n_variants);
+    run_layer_rows_free(d->layers, d->n_layers);
     free(d->cells);
     free(d->head_rel_l2);
     free(d->head_present);
     free(d->quant);
     free(d->attribution);
     attribution_rows_free(&d->attribution_rows);
-    for (size_t i = 0; i < d->n_scores; i++) {
-        free(d->scores[i].eval);
-        free(d->scores[i].mode);
-        free(d->scores[i].effort);
-    }
-    free(d->scores);
-    for (size_t i = 0; i < d->n_pairs; i++) {
-        free(d->pairs[i].eval);
-        free(d->pairs[i].effort);
-        free(d->pairs[i].mode_a);
-        free(d->pairs[i].mode_b);
-    }
-    free(d->pairs);
-    for (size_t i = 0; i < d->n_flags; i++) {
-        report_flag *f = &d->flags[i];
-        char *fs[] = {f->scope, f->capture, f->variant, f->eval, f->mode, f->effort, f->metric,
-                      f->verdict, f->message};
-        for (size_t j = 0; j < sizeof fs / sizeof fs[0]; j++) free(fs[j]);
-    }
-    free(d->flags);
+    eval_store_scores_free(d->scores, d->n_scores);
+    eval_store_pairs_free(d->pairs, d->n_pairs);
+    flag_rows_free(d->flags, d->n_flags);
     diag_spans_free(d->diag, d->n_diag);
     free(d->diag_dist);
     report_trend *t = &d->trend;
-    for (size_t i = 0; i < t->n_runs; i++) {
-        free(t->runs[i].started_at);
-        free(t->runs[i].git_rev);
-    }
-    free(t->runs);
+    trend_run_rows_free(t->runs, t->n_runs);
     for (size_t i = 0; i < t->n_series; i++) free(t->series[i]);
     free(t->series);
     free(t->values);
@@ -817,7 +540,7 @@ void report_data_free(report_data *d)
     memset(d, 0, sizeof *d);
 }
 
-int report_flag_fails(const report_flag *f)
+int report_flag_fails(const flag_row *f)
 {
     return f->verdict != NULL &&
            (strcmp(f->verdict, "regression") == 0 || strcmp(f->verdict, "error") == 0);
@@ -892,7 +615,7 @@ const char *report_colour(const char *name)
     return PALETTE[h % PALETTE_N];
 }
 
-void report_flag_where(FILE *out, const report_flag *f,
+void report_flag_where(FILE *out, const flag_row *f,
                        void (*put_escaped)(FILE *out, const char *s))
 {
     const char *parts[] = {f->capture, f->variant, f->eval, f->mode, f->effort};

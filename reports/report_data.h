@@ -5,10 +5,12 @@
  * fp8 quantization statistics, end-task eval scores and paired differences,
  * the regression gate's flags, and the trend over earlier runs like it.
  *
- * Loading only reads (SELECT with bound parameters); tables an older schema
- * lacks are not needed except as noted. The gate's `flags` table (schema
- * migration 6) is read only when sqlite_schema lists it; otherwise the run is
- * "not gated". Missing numbers are NaN; a NULL text column is a NULL pointer.
+ * Loading only reads, through the store's readers (db/report_store.h,
+ * db/eval_store.h, db/attribution_store.h, db/diagnosis_store.h); the rows
+ * that are shown as stored keep the store's row types. The gate's `flags`
+ * table (schema migration 6) is read only when the database has it;
+ * otherwise the run is "not gated". Missing numbers are NaN; a NULL text
+ * column is a NULL pointer.
  */
 #ifndef PG_REPORT_DATA_H
 #define PG_REPORT_DATA_H
@@ -17,10 +19,11 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#include "../db/attribution_store.h"
 #include "base/status.h"
-
-struct sqlite3;
+#include "db/attribution_store.h"
+#include "db/eval_store.h"
+#include "db/report_store.h"
+#include "db/store.h"
 
 /* Runs in the trend unless --trend says otherwise, and the most allowed. */
 #define REPORT_TREND_DEFAULT 10
@@ -31,18 +34,6 @@ struct sqlite3;
 #define REPORT_MAX_HEADS 4096
 /* quant_stats tensors, in this order: q, k, v. */
 #define REPORT_N_TENSORS 3
-
-/* The runs row. */
-typedef struct report_run {
-    int64_t id;
-    char *kind, *label, *status, *started_at, *finished_at, *git_rev, *host, *device, *error;
-} report_run;
-
-/* One layer of the run: (capture, layer), in capture then layer order. */
-typedef struct report_layer {
-    char *capture;
-    int layer;
-} report_layer;
 
 /* One whole-layer layer_metrics row (head -1). */
 typedef struct report_cell {
@@ -59,31 +50,9 @@ typedef struct report_quant {
     double saturated_frac, underflow_frac;     /* NaN: nothing to count (NULL) */
 } report_quant;
 
-/* One eval_scores row. */
-typedef struct report_score {
-    char *eval, *mode, *effort;
-    int64_t n_problems, k, n_errors, n_truncated;
-    double accuracy, se, ci_low, ci_high;      /* NaN where NULL */
-} report_score;
-
-/* One eval_pairs row (mode_a minus mode_b). */
-typedef struct report_pair {
-    char *eval, *effort, *mode_a, *mode_b;
-    int64_t n_problems, wins, losses, ties;
-    double mean_diff, se, ci_low, ci_high, sign_p, mde;   /* NaN where NULL */
-} report_pair;
-
-/* One flags row of the gate. */
-typedef struct report_flag {
-    int64_t baseline_run_id;        /* -1 where NULL */
-    char *scope, *capture, *variant, *eval, *mode, *effort, *metric, *verdict, *message;
-    int layer;                      /* -1 where NULL */
-    double value, baseline_value, threshold;   /* NaN where NULL */
-} report_flag;
-
 /* Writes where flag f applies (its non-NULL location fields joined by " / ",
  * "-" when none) to out, each string through put_escaped (HTML or Markdown). */
-void report_flag_where(FILE *out, const report_flag *f,
+void report_flag_where(FILE *out, const flag_row *f,
                        void (*put_escaped)(FILE *out, const char *s));
 
 /* What the trend follows. */
@@ -95,17 +64,11 @@ typedef enum report_trend_metric {
                                 and no layer metrics, or an empty run of kind eval */
 } report_trend_metric;
 
-/* One run of the trend. */
-typedef struct report_trend_run {
-    int64_t id;
-    char *started_at, *git_rev;
-} report_trend_run;
-
 /* The last complete runs of the same kind and label, up to this run's id. */
 typedef struct report_trend {
     report_trend_metric metric;
     size_t n_runs;                 /* oldest first; the report's own run is last when complete */
-    report_trend_run *runs;
+    trend_run_row *runs;
     size_t n_series;               /* variants, or "mode effort" (eval-prefixed if several) */
     char **series;
     double *values;                /* [s * n_runs + r]; NaN: no data; +inf: a layer was
@@ -150,11 +113,11 @@ extern const char report_advice_counts[];
 /* Everything a report shows. Zero-initialise, load, free. */
 typedef struct report_data {
     char *db_name;                 /* the database path, for the footer */
-    report_run run;
+    run_row run;
     size_t n_variants;             /* bf16, fp8kv, fp8qkv first, then others by name */
     char **variants;
     size_t n_layers;
-    report_layer *layers;
+    run_layer_row *layers;         /* by capture, then layer */
     report_cell *cells;            /* [l * n_variants + v] */
     int n_heads;                   /* 1 + the largest head index; 0: no per-head rows */
     double *head_rel_l2;           /* [(l * n_variants + v) * n_heads + h] */
@@ -162,13 +125,13 @@ typedef struct report_data {
     int has_quant;                 /* any quant_stats row */
     report_quant *quant;           /* [l * REPORT_N_TENSORS + t] */
     size_t n_scores;
-    report_score *scores;          /* by eval, effort, mode (bf16, fp8kv, fp8qkv first) */
+    eval_score_stored *scores;     /* by eval, effort, mode (bf16, fp8kv, fp8qkv first) */
     size_t n_pairs;
-    report_pair *pairs;
+    eval_pair_stored *pairs;       /* by eval, effort, mode_a, mode_b */
     int gated;                     /* the flags table exists and holds rows of this run */
     int flags_table;               /* the flags table exists */
     size_t n_flags;
-    report_flag *flags;            /* regressions, errors, then the other verdicts */
+    flag_row *flags;               /* regressions, errors, then the other verdicts */
     report_trend trend;
     attribution_rows attribution_rows;   /* the run's attribution table rows */
     size_t n_attribution;
@@ -189,14 +152,15 @@ typedef struct report_data {
                                       over span s's layers; NaN: it did not run there */
 } report_data;
 
-/* Loads run_id from db into *out (zero-initialised by the call; free with
+/* Loads run_id from s into *out (zero-initialised by the call; free with
  * report_data_free, also after a failure), with a trend over the last
  * trend_n (1 .. REPORT_TREND_MAX) complete runs of the same kind and label
- * whose id is <= run_id. db_name names the database in messages.
- * PG_ERR_USAGE when no run has that id or trend_n is out of range; PG_ERR_DB
- * naming db_name on a query failure; PG_ERR_FORMAT when a head index is at
- * or above REPORT_MAX_HEADS; PG_ERR_NOMEM. */
-pg_status report_data_load(struct sqlite3 *db, const char *db_name, int64_t run_id, int trend_n,
+ * whose id is <= run_id. db_name names the database in the footer and in
+ * messages. PG_ERR_USAGE when no run has that id or trend_n is out of
+ * range; PG_ERR_DB on a query failure (naming the database file);
+ * PG_ERR_FORMAT when a head index is at or above REPORT_MAX_HEADS;
+ * PG_ERR_NOMEM. */
+pg_status report_data_load(pg_store *s, const char *db_name, int64_t run_id, int trend_n,
                            report_data *out, pg_err *err);
 
 /* Frees everything d owns and zeroes it; safe on a zeroed or partly loaded d. */
@@ -206,7 +170,7 @@ void report_data_free(report_data *d);
 const char *report_diag_hypothesis(size_t h);
 
 /* Whether a flag's verdict fails the gate ("regression" or "error"). */
-int report_flag_fails(const report_flag *f);
+int report_flag_fails(const flag_row *f);
 
 /* Index of the fp8 profile (fp8kv@..., fp8qkv@...; not ~spec, not ext)
  * with the largest layer-mean rel_l2 (a non-finite layer makes a profile

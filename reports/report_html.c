@@ -152,7 +152,7 @@ static char **labels_new(size_t n, char **storage)
 /* The run's header table. */
 static void put_header(FILE *out, const report_data *d)
 {
-    const report_run *r = &d->run;
+    const run_row *r = &d->run;
     fprintf(out, "<header id=\"run\">\n<h1>precgate report: run %lld</h1>\n<table class=\"kv\">\n",
             (long long)r->id);
     const struct { const char *k, *v; } rows[] = {
@@ -192,7 +192,7 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
           "<th>threshold</th><th>baseline run</th><th class=\"t\">message</th></tr>\n",
           out);
     for (size_t i = 0; i < d->n_flags; i++) {
-        const report_flag *f = &d->flags[i];
+        const flag_row *f = &d->flags[i];
         if (failing_only && !report_flag_fails(f)) continue;
         fprintf(out, "<tr><td class=\"t\"><span class=\"verdict %s\">", verdict_class(f->verdict));
         esc(out, f->verdict, "-");
@@ -287,7 +287,7 @@ static void put_regressions(FILE *out, const report_data *d)
     }
     size_t failing = 0, counts[N_VERDICTS] = {0}, other = 0;
     for (size_t i = 0; i < d->n_flags; i++) {
-        const report_flag *f = &d->flags[i];
+        const flag_row *f = &d->flags[i];
         failing += (size_t)report_flag_fails(f);
         size_t k = 0;
         while (k < N_VERDICTS && (f->verdict == NULL || strcmp(f->verdict, VERDICTS[k]) != 0)) k++;
@@ -674,7 +674,7 @@ static pg_status put_evals(FILE *out, const report_data *d, pg_err *err)
     }
     size_t no_ci = 0;
     for (size_t i = 0; i < d->n_scores; i++) {
-        const report_score *r = &d->scores[i];
+        const eval_score_stored *r = &d->scores[i];
         if (evals)
             snprintf(labels[i], LABEL_LEN, "%s %s %s", r->eval != NULL ? r->eval : "-",
                      r->mode != NULL ? r->mode : "-", r->effort != NULL ? r->effort : "-");
@@ -703,7 +703,7 @@ static pg_status put_evals(FILE *out, const report_data *d, pg_err *err)
           out);
     char lo[SVG_NUM_LEN], hi[SVG_NUM_LEN];
     for (size_t i = 0; i < d->n_scores; i++) {
-        const report_score *r = &d->scores[i];
+        const eval_score_stored *r = &d->scores[i];
         fputs("<tr>", out);
         td_text(out, r->eval);
         td_text(out, r->mode);
@@ -711,7 +711,7 @@ static pg_status put_evals(FILE *out, const report_data *d, pg_err *err)
         td_num(out, r->accuracy);
         fprintf(out, "<td>[%s, %s]</td>", svg_fmt_num(lo, sizeof lo, r->ci_low),
                 svg_fmt_num(hi, sizeof hi, r->ci_high));
-        td_num(out, r->se);
+        td_num(out, r->stderr_);
         fprintf(out, "<td>%lld</td><td>%lld</td><td%s>%lld</td><td>%lld</td></tr>\n",
                 (long long)r->n_problems, (long long)r->k,
                 r->n_errors > 0 ? " class=\"nonfinite\"" : "", (long long)r->n_errors,
@@ -726,7 +726,7 @@ static pg_status put_evals(FILE *out, const report_data *d, pg_err *err)
               "<th>W/L/T</th><th>sign p</th><th>MDE</th><th>problems</th></tr>\n",
               out);
         for (size_t i = 0; i < d->n_pairs; i++) {
-            const report_pair *p = &d->pairs[i];
+            const eval_pair_stored *p = &d->pairs[i];
             fputs("<tr>", out);
             td_text(out, p->eval);
             td_text(out, p->effort);
@@ -743,7 +743,7 @@ static pg_status put_evals(FILE *out, const report_data *d, pg_err *err)
             td_num(out, p->mean_diff);
             fprintf(out, "<td>[%s, %s]</td>", svg_fmt_num(lo, sizeof lo, p->ci_low),
                     svg_fmt_num(hi, sizeof hi, p->ci_high));
-            td_num(out, p->se);
+            td_num(out, p->stderr_);
             fprintf(out, "<td>%lld/%lld/%lld</td>", (long long)p->wins, (long long)p->losses,
                     (long long)p->ties);
             td_num(out, p->sign_p);

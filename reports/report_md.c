@@ -76,7 +76,7 @@ static size_t n_failing(const report_data *d)
 /* Heading, the gate's verdict line and the run table. */
 static void put_header(FILE *out, const report_data *d)
 {
-    const report_run *r = &d->run;
+    const run_row *r = &d->run;
     fprintf(out, "## precgate report: run %lld (", (long long)r->id);
     report_md_put_escaped(out, r->kind);
     if (r->label != NULL) {
@@ -119,7 +119,7 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
           out);
     sep_row(out, "llllrrrrl", 0);
     for (size_t i = 0; i < d->n_flags; i++) {
-        const report_flag *f = &d->flags[i];
+        const flag_row *f = &d->flags[i];
         if (failing_only && !report_flag_fails(f)) continue;
         fputs("| ", out);
         if (report_flag_fails(f)) fputs("**", out);
@@ -470,7 +470,7 @@ static void put_evals(FILE *out, const report_data *d)
     fputs("| eval | mode | effort | accuracy | 95% CI | SE | problems | K | errors | truncated |\n", out);
     sep_row(out, "lllrrrrrrr", 0);
     for (size_t i = 0; i < d->n_scores; i++) {
-        const report_score *r = &d->scores[i];
+        const eval_score_stored *r = &d->scores[i];
         fputc('|', out);
         cell_text(out, r->eval);
         cell_text(out, r->mode);
@@ -478,7 +478,7 @@ static void put_evals(FILE *out, const report_data *d)
         cell_num(out, r->accuracy);
         fprintf(out, " [%s, %s] |", svg_fmt_num(lo, sizeof lo, r->ci_low),
                 svg_fmt_num(hi, sizeof hi, r->ci_high));
-        cell_num(out, r->se);
+        cell_num(out, r->stderr_);
         fprintf(out, " %lld | %lld | %lld | %lld |\n", (long long)r->n_problems, (long long)r->k,
                 (long long)r->n_errors, (long long)r->n_truncated);
     }
@@ -488,7 +488,7 @@ static void put_evals(FILE *out, const report_data *d)
           out);
     sep_row(out, "lllrrrrrrr", 0);
     for (size_t i = 0; i < d->n_pairs; i++) {
-        const report_pair *p = &d->pairs[i];
+        const eval_pair_stored *p = &d->pairs[i];
         fputc('|', out);
         cell_text(out, p->eval);
         cell_text(out, p->effort);
@@ -504,7 +504,7 @@ static void put_evals(FILE *out, const report_data *d)
         cell_num(out, p->mean_diff);
         fprintf(out, " [%s, %s] |", svg_fmt_num(lo, sizeof lo, p->ci_low),
                 svg_fmt_num(hi, sizeof hi, p->ci_high));
-        cell_num(out, p->se);
+        cell_num(out, p->stderr_);
         fprintf(out, " %lld/%lld/%lld |", (long long)p->wins, (long long)p->losses, (long long)p->ties);
         cell_num(out, p->sign_p);
         cell_num(out, p->mde);

@@ -2,9 +2,9 @@
 #include "sweep_table.h"
 
 #include "base/variant.h"
+#include "db/report_store.h"
 
 #include <math.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,33 +26,25 @@ static void cell(char *buf, size_t len, int present, double v, int64_t nonfinite
     else snprintf(buf, len, "%.3e", v);
 }
 
-pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err *err)
+/* The length of the capture name a row group keeps (longer ones are cut). */
+#define TABLE_CAPTURE_KEPT 256
+
+/* Prints the table of the run's variants (names, as the store lists them) and
+ * whole-layer rows (by capture and layer). */
+static void print_table(FILE *out, char *const *names, size_t n_names,
+                        const layer_metric_row *rows, size_t n_rows)
 {
-    sqlite3 *db = store_handle(store);
-    sqlite3_stmt *vs = NULL, *rs = NULL;
-    char *variants[TABLE_MAX_VARIANTS];
+    /* The first TABLE_MAX_VARIANTS variants in the order the store lists them. */
+    const char *variants[TABLE_MAX_VARIANTS];
     int nv = 0;
-    pg_status st = PG_OK;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT DISTINCT variant FROM layer_metrics WHERE run_id = ?1 AND head = -1",
-                           -1, &vs, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db,
-                           "SELECT capture, layer, variant, rel_l2, nan_count + inf_count "
-                           "FROM layer_metrics WHERE run_id = ?1 AND head = -1 "
-                           "ORDER BY capture, layer",
-                           -1, &rs, NULL) != SQLITE_OK) {
-        st = pg_fail(err, PG_ERR_DB, "report: cannot prepare query: %s", sqlite3_errmsg(db));
-        goto done;
-    }
-    sqlite3_bind_int64(vs, 1, run_id);
-    while (sqlite3_step(vs) == SQLITE_ROW && nv < TABLE_MAX_VARIANTS)
-        variants[nv++] = strdup((const char *)sqlite3_column_text(vs, 0));
+    for (size_t i = 0; i < n_names && nv < TABLE_MAX_VARIANTS; i++)
+        if (names[i] != NULL) variants[nv++] = names[i];
     qsort(variants, (size_t)nv, sizeof variants[0], variant_cmp);
 
     /* A column is as wide as its variant's full name, at least TABLE_COL_WIDTH. */
     int width[TABLE_MAX_VARIANTS];
     for (int i = 0; i < nv; i++) {
-        const int n = variants[i] != NULL ? (int)strlen(variants[i]) : 0;
+        const int n = (int)strlen(variants[i]);
         width[i] = n > TABLE_COL_WIDTH ? n : TABLE_COL_WIDTH;
     }
     fprintf(out, "%-*s %5s", TABLE_CAPTURE_WIDTH, "capture", "layer");
@@ -65,17 +57,18 @@ pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err 
         worst[i] = -1;
         worst_layer[i] = -1;
     }
-    sqlite3_bind_int64(rs, 1, run_id);
-    char cur_cap[256] = "";
+    char cur_cap[TABLE_CAPTURE_KEPT] = "";
     int cur_layer = -1, have_row = 0;
     int present[TABLE_MAX_VARIANTS] = {0};
     double val[TABLE_MAX_VARIANTS];
     int64_t bad[TABLE_MAX_VARIANTS];
-    for (;;) {
-        int rc = sqlite3_step(rs);
-        const char *capn = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(rs, 0) : "";
-        int layer = rc == SQLITE_ROW ? sqlite3_column_int(rs, 1) : -1;
-        if (have_row && (rc != SQLITE_ROW || layer != cur_layer || strcmp(capn, cur_cap) != 0)) {
+    /* Rows come by capture and layer: a line per (capture, layer), printed
+     * when the next row starts another one (or after the last row). */
+    for (size_t r = 0; r <= n_rows; r++) {
+        const layer_metric_row *row = r < n_rows ? &rows[r] : NULL;
+        const char *capn = row != NULL && row->capture != NULL ? row->capture : "";
+        const int layer = row != NULL ? row->layer : -1;
+        if (have_row && (row == NULL || layer != cur_layer || strcmp(capn, cur_cap) != 0)) {
             /* Long paths keep their tail: the file name tells captures apart. */
             const size_t cl = strlen(cur_cap);
             if (cl > TABLE_CAPTURE_WIDTH)
@@ -92,20 +85,15 @@ pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err 
             memset(present, 0, sizeof present);
             have_row = 0;
         }
-        if (rc == SQLITE_DONE) break;
-        if (rc != SQLITE_ROW) {
-            st = pg_fail(err, PG_ERR_DB, "report: reading layer_metrics: %s", sqlite3_errmsg(db));
-            break;
-        }
+        if (row == NULL) break;
         snprintf(cur_cap, sizeof cur_cap, "%s", capn);
         cur_layer = layer;
         have_row = 1;
-        const char *var = (const char *)sqlite3_column_text(rs, 2);
         for (int i = 0; i < nv; i++) {
-            if (strcmp(var, variants[i]) != 0) continue;
+            if (row->variant == NULL || strcmp(row->variant, variants[i]) != 0) continue;
             present[i] = 1;
-            val[i] = sqlite3_column_type(rs, 3) == SQLITE_NULL ? NAN : sqlite3_column_double(rs, 3);
-            bad[i] = sqlite3_column_int64(rs, 4);
+            val[i] = row->rel_l2;
+            bad[i] = row->nan_count + row->inf_count;
             const double w = bad[i] > 0 ? INFINITY : val[i];
             if (w > worst[i]) {
                 worst[i] = w;
@@ -113,18 +101,25 @@ pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err 
             }
         }
     }
-    if (st == PG_OK) {
-        fprintf(out, "%-*s", TABLE_CAPTURE_WIDTH + 6, "worst layer");
-        for (int i = 0; i < nv; i++) {
-            char c[32];
-            snprintf(c, sizeof c, "%d", worst_layer[i]);
-            fprintf(out, " %*s", width[i], c);
-        }
-        fputc('\n', out);
+    fprintf(out, "%-*s", TABLE_CAPTURE_WIDTH + 6, "worst layer");
+    for (int i = 0; i < nv; i++) {
+        char c[32];
+        snprintf(c, sizeof c, "%d", worst_layer[i]);
+        fprintf(out, " %*s", width[i], c);
     }
-done:
-    for (int i = 0; i < nv; i++) free(variants[i]);
-    sqlite3_finalize(vs);
-    sqlite3_finalize(rs);
+    fputc('\n', out);
+}
+
+pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err *err)
+{
+    char **names = NULL;
+    size_t n_names = 0, n_rows = 0;
+    layer_metric_row *rows = NULL;
+    pg_status st = report_store_variants(store, run_id, REPORT_VARIANTS_WHOLE_LAYER, &names,
+                                         &n_names, err);
+    if (st == PG_OK) st = report_store_whole_layers(store, run_id, NULL, &rows, &n_rows, err);
+    if (st == PG_OK) print_table(out, names, n_names, rows, n_rows);
+    report_names_free(names, n_names);
+    layer_metric_rows_free(rows, n_rows);
     return st;
 }

@@ -17,7 +17,8 @@
 #define TABLE_COL_WIDTH 12
 
 /* Prints run_id's layer x variant rel_l2 table (head = -1 rows) and a
- * worst-layer summary to out; PG_ERR_DB on a query failure. */
+ * worst-layer summary to out; PG_ERR_DB on a query failure (nothing is
+ * printed then); PG_ERR_NOMEM. */
 pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err *err);
 
 #endif /* PG_SWEEP_TABLE_H */

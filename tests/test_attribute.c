@@ -208,7 +208,7 @@ Test(attribute, the_store_refuses_nan_an_unknown_tensor_and_a_bf16_variant)
     cr_assert_eq(attribution_store_layer_counts(s, run, "c", 1, counts, &err), PG_ERR_DB);
     attribution_rows rows = {0};
     err = (pg_err){0};
-    cr_assert_eq(attribution_store_load(store_handle(s), "mem", run, &rows, &err), PG_OK, "%s",
+    cr_assert_eq(attribution_store_load(s, run, &rows, &err), PG_OK, "%s",
                  err.msg);
     cr_assert_eq(rows.n, 2);
     cr_assert_eq(rows.rows[1].tensor, ATTRIBUTION_ALL);

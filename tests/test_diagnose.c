@@ -361,11 +361,11 @@ static char *sweep_cli(const char *dir, const char *db, const char *scales)
  * every layer), into *s; its line into line. */
 static void one_span(const char *db_path, diag_span **s, char *line, size_t len)
 {
-    sqlite3 *db = NULL;
-    cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+    pg_store *db = NULL;
+    pg_err err = {0};
+    cr_assert_eq(store_open(db_path, &db, &err), PG_OK, "%s", err.msg);
     diagnosis_row *rows = NULL;
     size_t n = 0, ns = 0;
-    pg_err err = {0};
     cr_assert_eq(diagnosis_store_load(db, 1, &rows, &n, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(n, (size_t)diag_layer_rows(1) * T_LAYERS);
     cr_assert_eq(diag_spans(rows, n, s, &ns, &err), PG_OK, "%s", err.msg);
@@ -374,7 +374,7 @@ static void one_span(const char *db_path, diag_span **s, char *line, size_t len)
     cr_assert_eq((*s)[0].last_layer, T_LAYERS - 1);
     diag_span_message(&(*s)[0], line, len);
     diagnosis_rows_free(rows, n);
-    sqlite3_close(db);
+    store_close(db);
 }
 
 Test(diagnose, each_hypothesis_recognised_as_itself_at_calibrated_scales, .timeout = 300)
@@ -611,7 +611,7 @@ Test(diagnose, rows_round_trip_and_refuse_a_nan)
     err = (pg_err){0};
     diagnosis_row *rows = NULL;
     size_t n = 0;
-    cr_assert_eq(diagnosis_store_load(store_handle(s), run, &rows, &n, &err), PG_OK, "%s",
+    cr_assert_eq(diagnosis_store_load(s, run, &rows, &n, &err), PG_OK, "%s",
                  err.msg);
     cr_assert_eq(n, 3);
     cr_expect_eq(rows[0].layer, 0);
