@@ -1025,11 +1025,12 @@ static pg_status scan_tensors(const capture *c, const layer_refs *refs, scan_job
     return PG_OK;
 }
 
-/* Scans every layer's q, k and v (on all threads) and sinks for Inf/NaN,
+/* Scans every layer's q, k and v (on n_threads threads) and sinks for Inf/NaN,
  * failing on the first one (layer order; q, k, v, sinks within a layer), and
  * records each tensor's amax in its layer and the capture's content digest
  * (digest_capture): one pass over the data serves all three. */
-static pg_status scan_capture(capture *c, const layer_refs *refs, const meta_set *ms, pg_err *err)
+static pg_status scan_capture(capture *c, const layer_refs *refs, const meta_set *ms,
+                               int n_threads, pg_err *err)
 {
     scan_job j = {0};
     pg_status st = scan_tensors(c, refs, &j, err);
@@ -1046,7 +1047,7 @@ static pg_status scan_capture(capture *c, const layer_refs *refs, const meta_set
                         (j.hash = malloc(items * sizeof *j.hash)) == NULL))
         st = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", c->path);
     if (st == PG_OK)
-        st = parallel_for((int)j.item0[j.n_t], parallel_default_threads(), scan_item, &j, err);
+        st = parallel_for((int)j.item0[j.n_t], n_threads, scan_item, &j, err);
     for (int t = 0; st == PG_OK && t < j.n_t; t++) {
         const scan_tensor *s = &j.t[t];
         capture_layer *L = &c->layers[s->layer];
@@ -1073,8 +1074,9 @@ static pg_status scan_capture(capture *c, const layer_refs *refs, const meta_set
 /* open / close                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Every stage of capture_open after the shards are open, filling c. */
-static pg_status load_capture(capture *c, capture_impl *impl, pg_err *err)
+/* Every stage of capture_open after the shards are open, filling c (the scan
+ * on n_threads threads). */
+static pg_status load_capture(capture *c, capture_impl *impl, int n_threads, pg_err *err)
 {
     meta_set ms = {0};
     layer_refs *refs = NULL;
@@ -1094,13 +1096,18 @@ static pg_status load_capture(capture *c, capture_impl *impl, pg_err *err)
     if (st == PG_OK) st = load_layer_metadata(c, &ms, err);
     for (int l = 0; st == PG_OK && l < n_layers; l++)
         st = load_layer_data(impl, &refs[l], &c->layers[l], err);
-    if (st == PG_OK) st = scan_capture(c, refs, &ms, err);
+    if (st == PG_OK) st = scan_capture(c, refs, &ms, n_threads, err);
     free_refs(refs, n_layers);
     free(ms.e);
     return st;
 }
 
 pg_status capture_open(const char *path, capture **out, pg_err *err)
+{
+    return capture_open_threads(path, parallel_default_threads(), out, err);
+}
+
+pg_status capture_open_threads(const char *path, int n_threads, capture **out, pg_err *err)
 {
     *out = NULL;
     capture *c = calloc(1, sizeof *c);
@@ -1112,7 +1119,7 @@ pg_status capture_open(const char *path, capture **out, pg_err *err)
     }
     c->impl = impl;
     pg_status st = open_shards(path, impl, err);
-    if (st == PG_OK) st = load_capture(c, impl, err);
+    if (st == PG_OK) st = load_capture(c, impl, n_threads, err);
     if (st != PG_OK) {
         capture_close(c);
         return st;

@@ -95,6 +95,10 @@ typedef struct capture {
  * nothing is returned and err names the file, tensor and field. */
 pg_status capture_open(const char *path, capture **out, pg_err *err);
 
+/* capture_open with the scan on n_threads threads (capture_open: the online
+ * CPUs, parallel_default_threads); nothing else depends on it. */
+pg_status capture_open_threads(const char *path, int n_threads, capture **out, pg_err *err);
+
 /* Releases everything capture_open made; NULL is a no-op. */
 void capture_close(capture *c);
 

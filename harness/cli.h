@@ -1,9 +1,11 @@
 /*
  * cli.h: the command table and the helpers every subcommand shares.
  *
- * Each subcommand is a row {name, summary, usage, handler}; main() looks the
- * name up, `precgate help NAME` and `precgate NAME --help` print its usage.
- * Handlers return a process exit status (cli_exit_code).
+ * Each subcommand is a row {name, summary, usage, handler or store command};
+ * main() looks the name up and cli_run runs it, `precgate help NAME` and
+ * `precgate NAME --help` print its usage. Commands return a process exit
+ * status (cli_exit_code). Options are parsed by a table (cli_option), the
+ * database is opened, worked on and closed by cli_with_store.
  */
 #ifndef PG_CLI_H
 #define PG_CLI_H
@@ -12,12 +14,16 @@
 
 #include "base/status.h"
 
-/* One subcommand. handler gets argv[0] = the command name. */
+struct cli_store_command;
+
+/* One subcommand: a handler, or a store command that cli_run parses and
+ * runs on its database. Either gets argv[0] = the command name. */
 typedef struct cli_command {
     const char *name;
     const char *summary;                 /* one line for `precgate help` */
     const char *usage;                   /* full text for `help NAME` / `--help` */
-    int (*handler)(int argc, char **argv);
+    int (*handler)(int argc, char **argv);        /* NULL for a store command */
+    const struct cli_store_command *store;        /* NULL for a handler */
 } cli_command;
 
 /* The table, terminated by a row with name NULL. */
@@ -25,6 +31,9 @@ extern const cli_command cli_commands[];
 
 /* The row for name, or NULL. */
 const cli_command *cli_find(const char *name);
+
+/* Runs command c on argv (argv[0] = its name); returns the exit status. */
+int cli_run(const cli_command *c, int argc, char **argv);
 
 /* Prints the program usage and the command list to out. */
 void cli_print_overview(FILE *out);
@@ -51,28 +60,133 @@ pg_status cli_parse_u64(const char *opt, const char *value, unsigned long long *
  * arg is the offending argument (argv[optind - 1]). Returns PG_ERR_USAGE. */
 pg_status cli_getopt_fail(const char *cmd, int c, const char *arg, pg_err *err);
 
+/* Largest run id `--resume RUN` takes. */
+#define CLI_RESUME_MAX (1L << 62)
+
+/* How cli_parse_options takes one option's value into its row's `to`. */
+typedef enum cli_option_type {
+    CLI_FLAG,    /* no value: *(int *)to = 1 */
+    CLI_TEXT,    /* *(const char **)to = the value (argv's own text) */
+    CLI_LONG,    /* cli_parse_int("--NAME", value, min, max) into *(long *)to */
+    CLI_INT,     /* the same into *(int *)to (max <= INT_MAX) */
+    CLI_U64,     /* cli_parse_u64("--NAME", value) into *(unsigned long long *)to */
+    CLI_DOUBLE,  /* a number in [lo, hi] into *(double *)to; else PG_ERR_USAGE
+                  * "CMD: --NAME: 'VALUE' is not a number in [lo, hi]" */
+    CLI_CALL,    /* parse(value, to, err); value is argv's own text */
+} cli_option_type;
+
+/* One row of a command's option table (curl's tool and Redis keep theirs
+ * so); the table ends with a row whose name is NULL. */
+typedef struct cli_option {
+    const char *name;      /* the long name, without "--" */
+    cli_option_type type;
+    void *to;              /* where the value goes; CLI_CALL: parse's to */
+    long min, max;         /* CLI_LONG, CLI_INT: the range */
+    double lo, hi;         /* CLI_DOUBLE: the range */
+    pg_status (*parse)(char *value, void *to, pg_err *err);  /* CLI_CALL; may split value */
+    int *given;            /* when not NULL: set to 1 when the option appears */
+    char short_name;       /* a one-letter alias ('o': -o FILE), 0 for none */
+} cli_option;
+
+/* The usage error of an option getopt_long refused (cli_getopt_fail's contract). */
+typedef pg_status (*cli_refusal)(const char *cmd, int c, const char *arg, pg_err *err);
+
+/* Parses the options of argv[1..argc) (getopt_long, which permutes argv) by
+ * the table opts into their rows' `to`, in order, stopping at the first bad
+ * value (PG_ERR_USAGE worded as cli_option_type says) or the first option
+ * getopt refuses (cli_getopt_fail naming cmd). With rest NULL a non-option
+ * argument is PG_ERR_USAGE "CMD: unexpected argument 'ARG'"; else *rest is the
+ * index of the first one. */
+pg_status cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *opts,
+                            int *rest, pg_err *err);
+
+/* cli_parse_options with refused wording the options getopt refuses. */
+pg_status cli_parse_options_worded(const char *cmd, int argc, char **argv,
+                                   const cli_option *opts, int *rest, cli_refusal refused,
+                                   pg_err *err);
+
+/* The environment: the command line reads every variable it knows in one
+ * place, cli.c's cli_env (the library gets the values as parameters; still
+ * read elsewhere: the API key variable eval --api-key-env names, in evals/,
+ * and PRECGATE_CUDA_MEM_LIMIT, in kernels/cuda_backend.cu). */
+
 /* The database path: the --db value if given, else $PRECGATE_DB, else the default. */
 const char *cli_db_path(const char *db_option);
 
+/* The variable that sets the default thread count. */
+#define CLI_THREADS_ENV "PRECGATE_THREADS"
+
+/* Threads to use unless an option says otherwise: $PRECGATE_THREADS when it
+ * is an integer in [1, PARALLEL_MAX_THREADS], else parallel_default_threads()
+ * (online CPUs); another non-empty value is reported on stderr, once: the
+ * variable never changes results, only speed. */
+int cli_default_threads(void);
+
+/* Whether to colour out: a terminal, and NO_COLOR unset (term_colour_wanted). */
+int cli_use_colour(FILE *out);
+
 struct pg_store;
-/* Opens the database at db_path for a command that only reads (cmd names it
- * in messages): PG_ERR_IO "CMD: database PATH: ..." when no file is there (a
- * reader never creates an empty database), else as store_open. */
-pg_status cli_open_existing_store(const char *cmd, const char *db_path, struct pg_store **out,
-                                  pg_err *err);
+
+/* How a command opens its database. */
+typedef enum cli_store_mode {
+    CLI_STORE_CREATE,         /* store_open: a missing file becomes a new database */
+    CLI_STORE_EXISTING_CMD,   /* a reader never creates one: no file there is PG_ERR_IO
+                               * "CMD: database PATH: <strerror>" */
+    CLI_STORE_EXISTING_HINT,  /* the same, worded by report_store_open_existing:
+                               * "database 'PATH' does not exist (--db PATH or $PRECGATE_DB)" */
+} cli_store_mode;
+
+/* A command's work on its open database; db_path names it in messages. */
+typedef pg_status (*cli_store_job)(struct pg_store *store, const char *db_path, void *ctx,
+                                   pg_err *err);
+
+/* Opens the database cli_db_path(db_option) for cmd as mode says (other
+ * failures as store_open), runs job on it with ctx and closes it; returns 0
+ * when both succeeded, else the exit status cli_report gives the first
+ * failure (after printing it). */
+int cli_with_store(const char *cmd, const char *db_option, cli_store_mode mode, cli_store_job job,
+                   void *ctx);
+
+/* A subcommand that parses argv into its arguments, then works on the
+ * database they name (runs, history, diff, report, advise, baseline):
+ * cli_run parses into args_size zeroed bytes, then runs
+ * cli_with_store(NAME, the --db value, mode, job, args). */
+typedef struct cli_store_command {
+    cli_store_mode mode;
+    size_t args_size;
+    /* Parses argv into args, the --db value (if given) into *db_option. */
+    pg_status (*parse)(int argc, char **argv, void *args, const char **db_option, pg_err *err);
+    cli_store_job job;  /* gets args as its ctx */
+} cli_store_command;
+
+/* The usage text of each subcommand (each in its own cmd_*.c). */
+extern const char cmd_run_usage[];
+extern const char cmd_synth_usage[];
+extern const char cmd_eval_usage[];
+extern const char cmd_convert_aime_usage[];
+extern const char cmd_runs_usage[];
+extern const char cmd_history_usage[];
+extern const char cmd_diff_usage[];
+extern const char cmd_report_usage[];
+extern const char cmd_gate_usage[];
+extern const char cmd_advise_usage[];
+extern const char cmd_baseline_usage[];
+extern const char cmd_help_usage[];
 
 /* Handlers of the subcommands (each in its own cmd_*.c). */
 int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_convert_aime(int argc, char **argv);
-int cmd_runs(int argc, char **argv);
-int cmd_history(int argc, char **argv);
-int cmd_diff(int argc, char **argv);
-int cmd_report(int argc, char **argv);
 int cmd_gate(int argc, char **argv);
-int cmd_advise(int argc, char **argv);
-int cmd_baseline(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+
+/* The store commands (each in its own cmd_*.c). */
+extern const cli_store_command cmd_runs_store;
+extern const cli_store_command cmd_history_store;
+extern const cli_store_command cmd_diff_store;
+extern const cli_store_command cmd_report_store;
+extern const cli_store_command cmd_advise_store;
+extern const cli_store_command cmd_baseline_store;
 
 #endif /* PG_CLI_H */

@@ -1,7 +1,6 @@
 /* cmd_advise.c: `precgate advise`: which layers keep a bf16 KV cache, and the vLLM flag. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -55,7 +54,7 @@ const char cmd_advise_usage[] =
 /* Parsed command line. */
 typedef struct advise_args {
     long run;
-    const char *variant_text, *budget_text, *db;
+    const char *variant_text, *budget_text;
     variant_name variant;
     pg_metric metric;
     double budget;
@@ -92,47 +91,34 @@ static pg_status parse_budget(advise_args *a, pg_err *err)
     return PG_OK;
 }
 
-/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or malformed. */
-static pg_status advise_parse(int argc, char **argv, advise_args *a, pg_err *err)
+/* --metric M into the pg_metric to (a cli_option parse). */
+static pg_status parse_metric(char *value, void *to, pg_err *err)
 {
-    enum { O_RUN = 256, O_VARIANT, O_BUDGET, O_METRIC, O_JSON, O_DB };
-    static const struct option opts[] = {
-        {"run", required_argument, NULL, O_RUN},
-        {"variant", required_argument, NULL, O_VARIANT},
-        {"budget", required_argument, NULL, O_BUDGET},
-        {"metric", required_argument, NULL, O_METRIC},
-        {"json", no_argument, NULL, O_JSON},
-        {"db", required_argument, NULL, O_DB},
-        {NULL, 0, NULL, 0},
-    };
+    return pg_metric_parse("--metric", value, PG_METRIC_VALUE_COUNT, to, err);
+}
+
+/* Parses argv into the advise_args args; PG_ERR_USAGE on anything unknown, missing or malformed. */
+static pg_status advise_parse(int argc, char **argv, void *args, const char **db_option,
+                              pg_err *err)
+{
+    advise_args *a = args;
     *a = (advise_args){.run = -1, .metric = ADVISE_DEFAULT_METRIC};
-    optind = 1;
-    opterr = 0;
-    int c;
-    pg_status st = PG_OK;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_RUN: st = cli_parse_int("--run", optarg, 1, LONG_MAX, &a->run, err); break;
-        case O_VARIANT: a->variant_text = optarg; break;
-        case O_BUDGET: a->budget_text = optarg; break;
-        case O_METRIC:
-            st = pg_metric_parse("--metric", optarg, PG_METRIC_VALUE_COUNT, &a->metric, err);
-            break;
-        case O_JSON: a->json = 1; break;
-        case O_DB: a->db = optarg; break;
-        case ':':
-        default: return cli_getopt_fail("advise", c, argv[optind - 1], err);
-        }
-    }
-    if (st != PG_OK) return st;
-    if (optind < argc)
-        return pg_fail(err, PG_ERR_USAGE, "advise: unexpected argument '%s'", argv[optind]);
+    const cli_option opts[] = {
+        {"run", CLI_LONG, .to = &a->run, .min = 1, .max = LONG_MAX},
+        {"variant", CLI_TEXT, .to = &a->variant_text},
+        {"budget", CLI_TEXT, .to = &a->budget_text},
+        {"metric", CLI_CALL, .to = &a->metric, .parse = parse_metric},
+        {"json", CLI_FLAG, .to = &a->json},
+        {"db", CLI_TEXT, .to = db_option},
+        {NULL},
+    };
+    if (cli_parse_options("advise", argc, argv, opts, NULL, err) != PG_OK) return err->code;
     if (a->run < 0) return pg_fail(err, PG_ERR_USAGE, "advise: --run N is required");
     if (a->variant_text == NULL) return pg_fail(err, PG_ERR_USAGE, "advise: --variant V is required");
     if (a->budget_text == NULL)
         return pg_fail(err, PG_ERR_USAGE, "advise: --budget X or --budget config:FILE is required");
-    st = variant_name_parse("--variant", a->variant_text, &a->variant, err);
-    if (st != PG_OK) return st;
+    if (variant_name_parse("--variant", a->variant_text, &a->variant, err) != PG_OK)
+        return err->code;
     if (a->variant.kind != VARIANT_PROFILE ||
         variant_profile_mode(a->variant.profile) == PG_MODE_BF16)
         return pg_fail(err, PG_ERR_USAGE, "--variant: '%s' is not an fp8 kernel profile (the "
@@ -218,44 +204,42 @@ static void advice_text(FILE *out, const advise_args *a, const advise_result *r,
     }
 }
 
-/* `precgate advise`: parses argv, loads the run's evidence from the
- * database (which must exist: advice never creates one), decides and
- * prints; returns the exit status (cli.h). */
-int cmd_advise(int argc, char **argv)
+/* cli_store_job: loads the evidence of the advise_args ctx's run, decides
+ * and prints. */
+static pg_status advise_job(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
-    pg_err err = {0};
-    advise_args a;
-    if (advise_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
-    const char *db_path = cli_db_path(a.db);
-    pg_store *store = NULL;
-    if (cli_open_existing_store("advise", db_path, &store, &err) != PG_OK) return cli_report(&err);
+    (void)db_path;
+    const advise_args *a = ctx;
     advise_evidence ev;
     advise_result r = {0};
-    const advise_request rq = {a.variant.full, a.metric, a.budget};
-    pg_status st = advise_evidence_load(store, (int64_t)a.run, &ev, &err);
-    if (st == PG_OK) st = advise_evidence_compute(&ev, &rq, &r, &err);
+    const advise_request rq = {a->variant.full, a->metric, a->budget};
+    pg_status st = advise_evidence_load(store, (int64_t)a->run, &ev, err);
+    if (st == PG_OK) st = advise_evidence_compute(&ev, &rq, &r, err);
     if (st != PG_OK) {  /* say whose evidence is missing */
-        const pg_err why = err;
-        pg_err_clear(&err);
-        if (strncmp(why.msg, "no run ", 7) == 0) pg_fail(&err, why.code, "advise: %s", why.msg);
-        else pg_fail(&err, why.code, "advise: run %ld: %s", a.run, why.msg);
+        const pg_err why = *err;
+        pg_err_clear(err);
+        if (strncmp(why.msg, "no run ", 7) == 0) pg_fail(err, why.code, "advise: %s", why.msg);
+        else pg_fail(err, why.code, "advise: run %ld: %s", a->run, why.msg);
     }
     int oom = 0;
     char *flag = st == PG_OK ? advise_vllm_flag(&r, &oom) : NULL;
-    if (oom) st = pg_fail(&err, PG_ERR_NOMEM, "advise: out of memory");
-    if (st == PG_OK && a.json) {
-        cJSON *o = advice_json(&a, &r, flag);
+    if (oom) st = pg_fail(err, PG_ERR_NOMEM, "advise: out of memory");
+    if (st == PG_OK && a->json) {
+        cJSON *o = advice_json(a, &r, flag);
         char *text = o != NULL ? cJSON_Print(o) : NULL;
-        if (text == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "advise: out of memory");
+        if (text == NULL) st = pg_fail(err, PG_ERR_NOMEM, "advise: out of memory");
         else printf("%s\n", text);
         free(text);
         cJSON_Delete(o);
     } else if (st == PG_OK) {
-        advice_text(stdout, &a, &r, flag);
+        advice_text(stdout, a, &r, flag);
     }
     free(flag);
     advise_result_free(&r);
     advise_evidence_free(&ev);
-    store_close(store);
-    return st == PG_OK ? 0 : cli_report(&err);
+    return st;
 }
+
+/* `precgate advise`: the cli_commands row runs it. */
+const cli_store_command cmd_advise_store = {CLI_STORE_EXISTING_CMD, sizeof(advise_args),
+                                            advise_parse, advise_job};

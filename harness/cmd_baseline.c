@@ -1,5 +1,4 @@
 /* cmd_baseline.c: `precgate baseline set|list`: named baselines for the regression gate. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -23,19 +22,16 @@ const char cmd_baseline_usage[] =
     "exit status: 0 success; 1 failure; 2 usage error (also: the run is not complete).\n";
 
 typedef struct baseline_args {
-    const char *action, *name, *db;
+    const char *action, *name;
     long run;
 } baseline_args;
 
-/* Parses argv (argv[0] = "baseline") into a; PG_ERR_USAGE on anything unknown or missing. */
-static pg_status baseline_parse(int argc, char **argv, baseline_args *a, pg_err *err)
+/* Parses argv (argv[0] = "baseline") into the baseline_args args; PG_ERR_USAGE
+ * on anything unknown or missing. */
+static pg_status baseline_parse(int argc, char **argv, void *args, const char **db_option,
+                                pg_err *err)
 {
-    enum { O_NAME = 256, O_DB };
-    static const struct option opts[] = {
-        {"name", required_argument, NULL, O_NAME},
-        {"db", required_argument, NULL, O_DB},
-        {NULL, 0, NULL, 0},
-    };
+    baseline_args *a = args;
     memset(a, 0, sizeof *a);
     a->run = -1;
     if (argc < 2)
@@ -43,33 +39,29 @@ static pg_status baseline_parse(int argc, char **argv, baseline_args *a, pg_err 
     a->action = argv[1];
     if (strcmp(a->action, "set") != 0 && strcmp(a->action, "list") != 0)
         return pg_fail(err, PG_ERR_USAGE, "baseline: unknown action '%s' (set or list)", a->action);
-    /* getopt over the action's arguments: argv[1] plays the program name. */
+    /* The options of the action's arguments: argv[1] plays the program name. */
     char **av = argv + 1;
     const int ac = argc - 1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(ac, av, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_NAME: a->name = optarg; break;
-        case O_DB: a->db = optarg; break;
-        case ':':
-        default: return cli_getopt_fail("baseline", c, av[optind - 1], err);
-        }
-    }
+    const cli_option opts[] = {
+        {"name", CLI_TEXT, .to = &a->name},
+        {"db", CLI_TEXT, .to = db_option},
+        {NULL},
+    };
+    int first = 0;
+    if (cli_parse_options("baseline", ac, av, opts, &first, err) != PG_OK) return err->code;
     if (strcmp(a->action, "list") == 0) {
-        if (optind < ac)
-            return pg_fail(err, PG_ERR_USAGE, "baseline list: unexpected argument '%s'", av[optind]);
+        if (first < ac)
+            return pg_fail(err, PG_ERR_USAGE, "baseline list: unexpected argument '%s'", av[first]);
         if (a->name != NULL)
             return pg_fail(err, PG_ERR_USAGE, "baseline list: --name is for baseline set");
         return PG_OK;
     }
-    if (optind >= ac) return pg_fail(err, PG_ERR_USAGE, "baseline set: RUN is required");
-    if (optind + 1 < ac)
-        return pg_fail(err, PG_ERR_USAGE, "baseline set: unexpected argument '%s'", av[optind + 1]);
+    if (first >= ac) return pg_fail(err, PG_ERR_USAGE, "baseline set: RUN is required");
+    if (first + 1 < ac)
+        return pg_fail(err, PG_ERR_USAGE, "baseline set: unexpected argument '%s'", av[first + 1]);
     if (a->name != NULL && a->name[0] == '\0')
         return pg_fail(err, PG_ERR_USAGE, "baseline set: --name is empty");
-    return cli_parse_int("RUN", av[optind], 1, LONG_MAX, &a->run, err);
+    return cli_parse_int("RUN", av[first], 1, LONG_MAX, &a->run, err);
 }
 
 /* `baseline set`: names run a.run. */
@@ -104,14 +96,14 @@ static pg_status do_list(pg_store *s, pg_err *err)
     return st;
 }
 
-int cmd_baseline(int argc, char **argv)
+/* cli_store_job: the action of the baseline_args ctx. */
+static pg_status baseline_job(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
-    pg_err err = {0};
-    baseline_args a;
-    if (baseline_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
-    pg_store *store = NULL;
-    pg_status st = store_open(cli_db_path(a.db), &store, &err);
-    if (st == PG_OK) st = strcmp(a.action, "set") == 0 ? do_set(store, &a, &err) : do_list(store, &err);
-    store_close(store);
-    return st == PG_OK ? 0 : cli_report(&err);
+    (void)db_path;
+    const baseline_args *a = ctx;
+    return strcmp(a->action, "set") == 0 ? do_set(store, a, err) : do_list(store, err);
 }
+
+/* `precgate baseline`: the cli_commands row runs it. */
+const cli_store_command cmd_baseline_store = {CLI_STORE_CREATE, sizeof(baseline_args),
+                                              baseline_parse, baseline_job};

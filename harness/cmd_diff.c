@@ -1,12 +1,10 @@
 /* cmd_diff.c: `precgate diff`: per-layer and end-task deltas, two runs or two modes of one run. */
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../reports/diff.h"
-#include "../reports/term.h"
 #include "cli.h"
 #include "base/variant.h"
 
@@ -51,15 +49,17 @@ const char cmd_diff_usage[] =
 /* Parsed command line. */
 typedef struct diff_args {
     long run_a, run_b, run;
-    const char *metric, *db;
+    const char *metric;
     char mode_b[DIFF_MODES_MAX], mode_a[DIFF_MODES_MAX];  /* --modes MODE,BASE */
     char variant_b[VARIANT_NAME_MAX], variant_a[VARIANT_NAME_MAX]; /* the same as layer variants */
     int have_modes, json;
 } diff_args;
 
-/* Splits --modes MODE,BASE into a->mode_b (MODE) and a->mode_a (BASE). */
-static pg_status parse_modes(const char *v, diff_args *a, pg_err *err)
+/* Splits --modes MODE,BASE into a->mode_b (MODE) and a->mode_a (BASE); to is
+ * the diff_args (a cli_option parse). */
+static pg_status parse_modes(char *v, void *to, pg_err *err)
 {
+    diff_args *a = to;
     const char *comma = strchr(v, ',');
     if (comma == NULL || strchr(comma + 1, ',') != NULL || comma == v || comma[1] == '\0')
         return pg_fail(err, PG_ERR_USAGE,
@@ -87,40 +87,27 @@ static pg_status parse_modes(const char *v, diff_args *a, pg_err *err)
     return PG_OK;
 }
 
-/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or mixed. */
-static pg_status diff_parse(int argc, char **argv, diff_args *a, pg_err *err)
+/* Parses argv into the diff_args args; PG_ERR_USAGE on anything unknown, missing or mixed. */
+static pg_status diff_parse(int argc, char **argv, void *args, const char **db_option,
+                            pg_err *err)
 {
-    enum { O_METRIC = 256, O_RUN, O_MODES, O_DB, O_JSON };
-    static const struct option opts[] = {
-        {"metric", required_argument, NULL, O_METRIC},
-        {"run", required_argument, NULL, O_RUN},
-        {"modes", required_argument, NULL, O_MODES},
-        {"db", required_argument, NULL, O_DB},
-        {"json", no_argument, NULL, O_JSON},
-        {NULL, 0, NULL, 0},
-    };
+    diff_args *a = args;
     memset(a, 0, sizeof *a);
     a->metric = DIFF_DEFAULT_METRIC;
     a->run = -1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    pg_status st = PG_OK;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_METRIC: a->metric = optarg; break;
-        case O_RUN: st = cli_parse_int("--run", optarg, 1, LONG_MAX, &a->run, err); break;
-        case O_MODES: st = parse_modes(optarg, a, err); break;
-        case O_DB: a->db = optarg; break;
-        case O_JSON: a->json = 1; break;
-        case ':':
-        default: return cli_getopt_fail("diff", c, argv[optind - 1], err);
-        }
-    }
-    if (st != PG_OK) return st;
+    const cli_option opts[] = {
+        {"metric", CLI_TEXT, .to = &a->metric},
+        {"run", CLI_LONG, .to = &a->run, .min = 1, .max = LONG_MAX},
+        {"modes", CLI_CALL, .to = a, .parse = parse_modes},
+        {"db", CLI_TEXT, .to = db_option},
+        {"json", CLI_FLAG, .to = &a->json},
+        {NULL},
+    };
+    int first = 0;
+    if (cli_parse_options("diff", argc, argv, opts, &first, err) != PG_OK) return err->code;
     const diff_metric *m = NULL;
     if (diff_metric_parse("diff", a->metric, &m, err) != PG_OK) return err->code;
-    const int positional = argc - optind;
+    const int positional = argc - first;
     if (a->run >= 0 || a->have_modes) {
         if (positional > 0)
             return pg_fail(err, PG_ERR_USAGE,
@@ -134,41 +121,40 @@ static pg_status diff_parse(int argc, char **argv, diff_args *a, pg_err *err)
     if (positional != 2)
         return pg_fail(err, PG_ERR_USAGE,
                        "diff: give two runs, RUN_A RUN_B, or --run N --modes MODE,BASE");
-    if (cli_parse_int("RUN_A", argv[optind], 1, LONG_MAX, &a->run_a, err) != PG_OK ||
-        cli_parse_int("RUN_B", argv[optind + 1], 1, LONG_MAX, &a->run_b, err) != PG_OK)
+    if (cli_parse_int("RUN_A", argv[first], 1, LONG_MAX, &a->run_a, err) != PG_OK ||
+        cli_parse_int("RUN_B", argv[first + 1], 1, LONG_MAX, &a->run_b, err) != PG_OK)
         return err->code;
     return PG_OK;
 }
 
-int cmd_diff(int argc, char **argv)
+/* cli_store_job: the diff of the diff_args ctx, printed to stdout. */
+static pg_status diff_job(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
-    pg_err err = {0};
-    diff_args a;
-    if (diff_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
-    const char *db_path = cli_db_path(a.db);
-    pg_store *store = NULL;
-    if (report_store_open_existing(db_path, &store, &err) != PG_OK) return cli_report(&err);
-    const diff_request req = {a.run_a, a.run_b, a.have_modes ? a.mode_a : NULL,
-                              a.have_modes ? a.mode_b : NULL, a.have_modes ? a.variant_a : NULL,
-                              a.have_modes ? a.variant_b : NULL, diff_metric_find(a.metric),
+    const diff_args *a = ctx;
+    const diff_request req = {a->run_a, a->run_b, a->have_modes ? a->mode_a : NULL,
+                              a->have_modes ? a->mode_b : NULL, a->have_modes ? a->variant_a : NULL,
+                              a->have_modes ? a->variant_b : NULL, diff_metric_find(a->metric),
                               db_path};
     diff_result *r = NULL;
-    pg_status st = diff_compute(store, &req, &r, &err);
+    pg_status st = diff_compute(store, &req, &r, err);
     if (st == PG_OK && r->n_layers == 0 && r->n_evals == 0 && r->n_pairs == 0) {
-        if (a.have_modes)
-            st = pg_fail(&err, PG_ERR_DB,
+        if (a->have_modes)
+            st = pg_fail(err, PG_ERR_DB,
                          "diff: nothing to compare: run %ld has no layer metrics or eval scores "
-                         "for mode '%s' or '%s'", a.run, a.mode_b, a.mode_a);
+                         "for mode '%s' or '%s'", a->run, a->mode_b, a->mode_a);
         else
-            st = pg_fail(&err, PG_ERR_DB,
+            st = pg_fail(err, PG_ERR_DB,
                          "diff: nothing to compare: runs %ld and %ld have no layer metrics or "
-                         "eval scores", a.run_a, a.run_b);
+                         "eval scores", a->run_a, a->run_b);
     }
     if (st == PG_OK) {
-        if (a.json) st = diff_print_json(r, stdout, &err);
-        else diff_print_table(r, stdout, term_use_colour(stdout));
+        if (a->json) st = diff_print_json(r, stdout, err);
+        else diff_print_table(r, stdout, cli_use_colour(stdout));
     }
     diff_result_free(r);
-    store_close(store);
-    return st == PG_OK ? 0 : cli_report(&err);
+    return st;
 }
+
+/* `precgate diff`: the cli_commands row runs it. */
+const cli_store_command cmd_diff_store = {CLI_STORE_EXISTING_HINT, sizeof(diff_args),
+                                          diff_parse, diff_job};

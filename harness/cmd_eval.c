@@ -1,6 +1,5 @@
 /* cmd_eval.c: `precgate eval`: end-task accuracy per precision mode, live or from recorded completions. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +30,13 @@
 #define EVAL_MIN_STALL_S 0.1
 #define EVAL_MIN_BACKOFF_S 0.001
 #define EVAL_MAX_ATTEMPTS 100
+/* Largest --samples, --concurrency, --max-tokens and --temperature. */
+#define EVAL_MAX_SAMPLES 1000
+#define EVAL_MAX_CONCURRENCY 100000
+#define EVAL_MAX_TOKENS 100000000
+#define EVAL_MAX_TEMPERATURE 100
+/* Largest --timeout, --stall-timeout and --ready-timeout, seconds. */
+#define EVAL_MAX_WAIT_S 1e7
 /* Longest effort list, host description. */
 #define EVAL_LIST_MAX 256
 #define EVAL_HOST_MAX 256
@@ -118,19 +124,6 @@ static void default_eval_name(const char *path, char *buf, size_t len)
     if (dot != NULL && dot != buf) *dot = '\0';
 }
 
-/* Parses a floating option value; PG_ERR_USAGE naming opt. */
-static pg_status parse_double(const char *opt, const char *v, double lo, double hi, double *out,
-                              pg_err *err)
-{
-    char *end = NULL;
-    const double x = strtod(v, &end);
-    if (end == v || *end != '\0' || !(x >= lo && x <= hi))
-        return pg_fail(err, PG_ERR_USAGE, "eval: %s: '%s' is not a number in [%g, %g]", opt, v,
-                       lo, hi);
-    *out = x;
-    return PG_OK;
-}
-
 /* Index of the first of names[0..n-1] equal to an earlier one, or -1. */
 static int duplicate_name(const char *const *names, int n)
 {
@@ -140,41 +133,34 @@ static int duplicate_name(const char *const *names, int n)
     return -1;
 }
 
+/* --endpoint MODE=URL, appended to the eval_run_options to (a cli_option
+ * parse); the value is split in place. */
+static pg_status parse_endpoint(char *value, void *to, pg_err *err)
+{
+    eval_run_options *o = to;
+    char *eq = strchr(value, '=');
+    if (eq == NULL || eq == value || eq[1] == '\0')
+        return pg_fail(err, PG_ERR_USAGE, "eval: --endpoint '%s' is not MODE=URL", value);
+    if (o->n_endpoints == EVAL_MAX_MODES)
+        return pg_fail(err, PG_ERR_USAGE, "eval: more than %d --endpoint", EVAL_MAX_MODES);
+    *eq = '\0';
+    o->modes[o->n_endpoints] = value;
+    o->urls[o->n_endpoints++] = eq + 1;
+    return PG_OK;
+}
+
+/* --extractor NAME into the grade extractor to (a cli_option parse). */
+static pg_status parse_extractor(char *value, void *to, pg_err *err)
+{
+    pg_err local = {0};
+    if (grade_extractor_parse(value, to, &local) != PG_OK)
+        return pg_fail(err, PG_ERR_USAGE, "eval: --extractor: %s", local.msg);
+    return PG_OK;
+}
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or inconsistent. */
 static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
 {
-    enum { O_TRACES = 256, O_ENDPOINT, O_REPLAY, O_SAMPLES, O_EFFORT, O_CONC, O_MODEL, O_MAXTOK,
-           O_TEMP, O_TOPP, O_SEED, O_KEYENV, O_TIMEOUT, O_READY, O_EXTRACTOR, O_EVAL, O_RESUME,
-           O_DB, O_LABEL, O_NOPROG, O_FORCE, O_LIMIT, O_OUTPUT, O_STALL, O_ATTEMPTS,
-           O_BACKOFF };
-    static const struct option opts[] = {
-        {"traces", required_argument, NULL, O_TRACES},
-        {"endpoint", required_argument, NULL, O_ENDPOINT},
-        {"replay", no_argument, NULL, O_REPLAY},
-        {"samples", required_argument, NULL, O_SAMPLES},
-        {"effort", required_argument, NULL, O_EFFORT},
-        {"concurrency", required_argument, NULL, O_CONC},
-        {"model", required_argument, NULL, O_MODEL},
-        {"max-tokens", required_argument, NULL, O_MAXTOK},
-        {"temperature", required_argument, NULL, O_TEMP},
-        {"top-p", required_argument, NULL, O_TOPP},
-        {"seed", required_argument, NULL, O_SEED},
-        {"api-key-env", required_argument, NULL, O_KEYENV},
-        {"timeout", required_argument, NULL, O_TIMEOUT},
-        {"stall-timeout", required_argument, NULL, O_STALL},
-        {"max-attempts", required_argument, NULL, O_ATTEMPTS},
-        {"backoff", required_argument, NULL, O_BACKOFF},
-        {"ready-timeout", required_argument, NULL, O_READY},
-        {"extractor", required_argument, NULL, O_EXTRACTOR},
-        {"eval", required_argument, NULL, O_EVAL},
-        {"resume", required_argument, NULL, O_RESUME},
-        {"db", required_argument, NULL, O_DB},
-        {"label", required_argument, NULL, O_LABEL},
-        {"no-progress", no_argument, NULL, O_NOPROG},
-        {"force", no_argument, NULL, O_FORCE},
-        {"limit", required_argument, NULL, O_LIMIT},
-        {"output", required_argument, NULL, O_OUTPUT},
-        {NULL, 0, NULL, 0},
-    };
     memset(a, 0, sizeof *a);
     a->resume = -1;
     a->o.samples = EVAL_DEFAULT_SAMPLES;
@@ -183,91 +169,49 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     a->o.sampling = oa_sampling_default();
     a->progress = 1;
     a->o.extractor = GRADE_DEFAULT;
-    snprintf(a->efforts_buf, sizeof a->efforts_buf, "%s", EVAL_DEFAULT_EFFORT);
-    optind = 1;
-    opterr = 0;
-    pg_status st = PG_OK;
-    long v;
-    double x = 0;  /* set by parse_double; read only after it succeeds */
-    unsigned long long u;
-    int c;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_TRACES: a->traces = optarg; break;
-        case O_ENDPOINT: {
-            char *eq = strchr(optarg, '=');
-            if (eq == NULL || eq == optarg || eq[1] == '\0') {
-                st = pg_fail(err, PG_ERR_USAGE, "eval: --endpoint '%s' is not MODE=URL", optarg);
-                break;
-            }
-            if (a->o.n_endpoints == EVAL_MAX_MODES) {
-                st = pg_fail(err, PG_ERR_USAGE, "eval: more than %d --endpoint", EVAL_MAX_MODES);
-                break;
-            }
-            *eq = '\0';
-            a->o.modes[a->o.n_endpoints] = optarg;
-            a->o.urls[a->o.n_endpoints++] = eq + 1;
-            break;
-        }
-        case O_REPLAY: a->replay = 1; break;
-        case O_SAMPLES:
-            st = cli_parse_int("--samples", optarg, 1, 1000, &v, err);
-            a->o.samples = (int)v;
-            break;
-        case O_EFFORT: snprintf(a->efforts_buf, sizeof a->efforts_buf, "%s", optarg); break;
-        case O_CONC:
-            st = cli_parse_int("--concurrency", optarg, 1, 100000, &v, err);
-            a->o.client.max_in_flight = (int)v;
-            break;
-        case O_MODEL: a->o.client.model = optarg; break;
-        case O_MAXTOK:
-            st = cli_parse_int("--max-tokens", optarg, 1, 100000000, &v, err);
-            a->o.sampling.max_tokens = v;
-            break;
-        case O_TEMP: st = parse_double("--temperature", optarg, 0, 100, &a->o.sampling.temperature, err); break;
-        case O_TOPP: st = parse_double("--top-p", optarg, 0, 1, &a->o.sampling.top_p, err); break;
-        case O_SEED:
-            st = cli_parse_u64("--seed", optarg, &u, err);
-            a->o.seed_base = (int64_t)u;
-            break;
-        case O_KEYENV: a->o.api_key_env = optarg; break;
-        case O_TIMEOUT: st = parse_double("--timeout", optarg, 1, 1e7, &a->o.client.timeout_s, err); break;
-        case O_STALL:
-            st = parse_double("--stall-timeout", optarg, EVAL_MIN_STALL_S, 1e7,
-                              &a->o.client.stall_s, err);
-            break;
-        case O_ATTEMPTS:
-            st = cli_parse_int("--max-attempts", optarg, 1, EVAL_MAX_ATTEMPTS, &v, err);
-            a->o.client.max_attempts = (int)v;
-            break;
-        case O_BACKOFF:
-            st = parse_double("--backoff", optarg, EVAL_MIN_BACKOFF_S, OA_DEFAULT_BACKOFF_CAP_S,
-                              &a->o.client.backoff_base_s, err);
-            break;
-        case O_READY:
-            st = parse_double("--ready-timeout", optarg, 0, 1e7, &x, err);
-            a->o.ready_deadline_s = x;
-            break;
-        case O_EXTRACTOR: {
-            pg_err local = {0};
-            if (grade_extractor_parse(optarg, &a->o.extractor, &local) != PG_OK)
-                st = pg_fail(err, PG_ERR_USAGE, "eval: --extractor: %s", local.msg);
-            break;
-        }
-        case O_EVAL: a->eval_name = optarg; break;
-        case O_RESUME: st = cli_parse_int("--resume", optarg, 1, 1L << 62, &a->resume, err); break;
-        case O_DB: a->db = optarg; break;
-        case O_LABEL: a->label = optarg; break;
-        case O_NOPROG: a->progress = 0; break;
-        case O_FORCE: a->force = 1; break;
-        case O_LIMIT: st = cli_parse_int("--limit", optarg, 1, INT_MAX, &a->limit, err); break;
-        case O_OUTPUT: a->output = optarg; break;
-        case ':':
-        default: return cli_getopt_fail("eval", c, argv[optind - 1], err);
-        }
-    }
-    if (st != PG_OK) return st;
-    if (optind < argc) return pg_fail(err, PG_ERR_USAGE, "eval: unexpected argument '%s'", argv[optind]);
+    const char *effort = EVAL_DEFAULT_EFFORT;
+    unsigned long long seed = 0;
+    int no_progress = 0;
+    const cli_option opts[] = {
+        {"traces", CLI_TEXT, .to = &a->traces},
+        {"endpoint", CLI_CALL, .to = &a->o, .parse = parse_endpoint},
+        {"replay", CLI_FLAG, .to = &a->replay},
+        {"samples", CLI_INT, .to = &a->o.samples, .min = 1, .max = EVAL_MAX_SAMPLES},
+        {"effort", CLI_TEXT, .to = &effort},
+        {"concurrency", CLI_INT, .to = &a->o.client.max_in_flight, .min = 1,
+         .max = EVAL_MAX_CONCURRENCY},
+        {"model", CLI_TEXT, .to = &a->o.client.model},
+        {"max-tokens", CLI_LONG, .to = &a->o.sampling.max_tokens, .min = 1,
+         .max = EVAL_MAX_TOKENS},
+        {"temperature", CLI_DOUBLE, .to = &a->o.sampling.temperature, .lo = 0,
+         .hi = EVAL_MAX_TEMPERATURE},
+        {"top-p", CLI_DOUBLE, .to = &a->o.sampling.top_p, .lo = 0, .hi = 1},
+        {"seed", CLI_U64, .to = &seed},
+        {"api-key-env", CLI_TEXT, .to = &a->o.api_key_env},
+        {"timeout", CLI_DOUBLE, .to = &a->o.client.timeout_s, .lo = 1, .hi = EVAL_MAX_WAIT_S},
+        {"stall-timeout", CLI_DOUBLE, .to = &a->o.client.stall_s, .lo = EVAL_MIN_STALL_S,
+         .hi = EVAL_MAX_WAIT_S},
+        {"max-attempts", CLI_INT, .to = &a->o.client.max_attempts, .min = 1,
+         .max = EVAL_MAX_ATTEMPTS},
+        {"backoff", CLI_DOUBLE, .to = &a->o.client.backoff_base_s, .lo = EVAL_MIN_BACKOFF_S,
+         .hi = OA_DEFAULT_BACKOFF_CAP_S},
+        {"ready-timeout", CLI_DOUBLE, .to = &a->o.ready_deadline_s, .lo = 0,
+         .hi = EVAL_MAX_WAIT_S},
+        {"extractor", CLI_CALL, .to = &a->o.extractor, .parse = parse_extractor},
+        {"eval", CLI_TEXT, .to = &a->eval_name},
+        {"resume", CLI_LONG, .to = &a->resume, .min = 1, .max = CLI_RESUME_MAX},
+        {"db", CLI_TEXT, .to = &a->db},
+        {"label", CLI_TEXT, .to = &a->label},
+        {"no-progress", CLI_FLAG, .to = &no_progress},
+        {"force", CLI_FLAG, .to = &a->force},
+        {"limit", CLI_LONG, .to = &a->limit, .min = 1, .max = INT_MAX},
+        {"output", CLI_TEXT, .to = &a->output},
+        {NULL},
+    };
+    if (cli_parse_options("eval", argc, argv, opts, NULL, err) != PG_OK) return err->code;
+    snprintf(a->efforts_buf, sizeof a->efforts_buf, "%s", effort);
+    a->o.seed_base = (int64_t)seed;
+    if (no_progress) a->progress = 0;
     if (a->traces == NULL) return pg_fail(err, PG_ERR_USAGE, "eval: --traces FILE is required");
     if (a->replay && a->resume > 0)
         return pg_fail(err, PG_ERR_USAGE, "eval: --resume continues a live run; a replay has "

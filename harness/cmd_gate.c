@@ -1,5 +1,4 @@
 /* cmd_gate.c: `precgate gate`: compare a run with its baseline and decide pass or regression. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -68,34 +67,17 @@ typedef struct gate_args {
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
 static pg_status gate_parse(int argc, char **argv, gate_args *a, pg_err *err)
 {
-    enum { O_RUN = 256, O_BASELINE, O_CONFIG, O_JUNIT, O_DB };
-    static const struct option opts[] = {
-        {"run", required_argument, NULL, O_RUN},
-        {"baseline", required_argument, NULL, O_BASELINE},
-        {"config", required_argument, NULL, O_CONFIG},
-        {"junit", required_argument, NULL, O_JUNIT},
-        {"db", required_argument, NULL, O_DB},
-        {NULL, 0, NULL, 0},
-    };
     memset(a, 0, sizeof *a);
     a->run = -1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    pg_status st = PG_OK;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_RUN: st = cli_parse_int("--run", optarg, 1, LONG_MAX, &a->run, err); break;
-        case O_BASELINE: a->baseline = optarg; break;
-        case O_CONFIG: a->config = optarg; break;
-        case O_JUNIT: a->junit = optarg; break;
-        case O_DB: a->db = optarg; break;
-        case ':':
-        default: return cli_getopt_fail("gate", c, argv[optind - 1], err);
-        }
-    }
-    if (st != PG_OK) return st;
-    if (optind < argc) return pg_fail(err, PG_ERR_USAGE, "gate: unexpected argument '%s'", argv[optind]);
+    const cli_option opts[] = {
+        {"run", CLI_LONG, .to = &a->run, .min = 1, .max = LONG_MAX},
+        {"baseline", CLI_TEXT, .to = &a->baseline},
+        {"config", CLI_TEXT, .to = &a->config},
+        {"junit", CLI_TEXT, .to = &a->junit},
+        {"db", CLI_TEXT, .to = &a->db},
+        {NULL},
+    };
+    if (cli_parse_options("gate", argc, argv, opts, NULL, err) != PG_OK) return err->code;
     if (a->run < 0) return pg_fail(err, PG_ERR_USAGE, "gate: --run N is required");
     return PG_OK;
 }
@@ -297,39 +279,38 @@ static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base
     return st;
 }
 
-int cmd_gate(int argc, char **argv)
+/* What gate_job works from and decides. */
+typedef struct gate_job_ctx {
+    const gate_args *a;
+    const gate_config *cfg;
+    int rc;  /* the exit status of the verdicts (GATE_EXIT_*) once the job succeeded */
+} gate_job_ctx;
+
+/* cli_store_job: gates run a->run against its baseline, stores and prints
+ * the verdicts and sets job->rc. */
+static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
-    pg_err err = {0};
-    gate_args a;
-    if (gate_parse(argc, argv, &a, &err) != PG_OK) {
-        cli_report(&err);
-        return GATE_EXIT_ERROR;
-    }
-    gate_config cfg;
-    pg_status st = a.config != NULL ? gate_config_load(a.config, &cfg, &err)
-                                    : (gate_config_default(&cfg), PG_OK);
-    const char *db_path = cli_db_path(a.db);
-    pg_store *store = NULL;
-    if (st == PG_OK) st = store_open(db_path, &store, &err);
+    gate_job_ctx *job = ctx;
+    const gate_args *a = job->a;
     gate_run run = {0};
-    if (st == PG_OK) st = gate_store_run(store, a.run, &run, &err);
-    if (st == PG_OK) st = require_complete(&run, &err);
+    pg_status st = gate_store_run(store, a->run, &run, err);
+    if (st == PG_OK) st = require_complete(&run, err);
     if (st == PG_OK) {
         printf("gate run %" PRId64 " (%s, label %s%s%s) in %s, thresholds: %s\n", run.id,
                run.kind, run.label ? "'" : "", run.label ? run.label : "none",
-               run.label ? "'" : "", db_path, a.config != NULL ? a.config : "defaults");
+               run.label ? "'" : "", db_path, a->config != NULL ? a->config : "defaults");
         fflush(stdout);
     }
     int64_t base_id = -1;
     gate_content_diff mismatch = {0};
-    if (st == PG_OK) st = choose_baseline(store, &a, &run, &base_id, &mismatch, &err);
+    if (st == PG_OK) st = choose_baseline(store, a, &run, &base_id, &mismatch, err);
     if (st == PG_OK && base_id >= 0 && mismatch.field == NULL) {
         /* A sweep of the same capture name recorded again (new activations or
          * scales) is compared, and said so: that is how a scale regression
          * of a serving stack shows. */
         static const char *const data_field[] = {GATE_DATA_FIELD};
         gate_content_diff data = {0};
-        st = gate_store_content_diff(store, run.id, base_id, data_field, 1, &data, &err);
+        st = gate_store_content_diff(store, run.id, base_id, data_field, 1, &data, err);
         if (st == PG_OK && data.field != NULL)
             printf("note: baseline run %" PRId64 " swept other capture content (%s %s, run %"
                    PRId64 " has %s): the same layers are compared on other recorded data or "
@@ -345,35 +326,51 @@ int cmd_gate(int argc, char **argv)
         st = regress_content_mismatch(strcmp(run.kind, "eval") == 0 ? GATE_SCOPE_EVAL
                                                                      : GATE_SCOPE_LAYER,
                                       mismatch.field, mismatch.run_value, mismatch.other_value,
-                                      run.id, base_id, a.baseline, &flags, &err);
+                                      run.id, base_id, a->baseline, &flags, err);
     } else if (st == PG_OK) {
-        st = gate_compare(store, &run, base_id, &cfg, &rows, &base, &flags, &err);
+        st = gate_compare(store, &run, base_id, job->cfg, &rows, &base, &flags, err);
     }
-    if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, &err);
-    if (st == PG_OK && a.junit != NULL) st = junit_write(a.junit, run.id, base_id, &flags, &err);
+    if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, err);
+    if (st == PG_OK && a->junit != NULL) st = junit_write(a->junit, run.id, base_id, &flags, err);
 
-    int rc = GATE_EXIT_ERROR;
     if (st == PG_OK) {
         print_summary(&flags);
-        rc = regress_exit_status(&flags);
+        const int rc = regress_exit_status(&flags);
         size_t c[GATE_VERDICT_COUNT];
         regress_count(&flags, c);
         printf("gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags stored%s%s)\n",
                run.id, rc == GATE_EXIT_PASS ? "PASS" : rc == GATE_EXIT_REGRESSION ? "REGRESSION"
                                                                                   : "ERROR",
                c[GATE_VERDICT_REGRESSION], c[GATE_VERDICT_REGRESSION] == 1 ? "" : "s", c[GATE_VERDICT_ERROR],
-               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n, a.junit ? ", JUnit: " : "",
-               a.junit ? a.junit : "");
+               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n, a->junit ? ", JUnit: " : "",
+               a->junit ? a->junit : "");
         if (flags.n == 0)
             printf("gate run %" PRId64 ": nothing was compared (no baseline, no mode pair, no "
                    "eval pair); a later gate will not take it as a baseline that passed\n", run.id);
-    } else {
-        cli_report(&err);
+        job->rc = rc;
     }
     gate_flags_free(&flags);
     gate_rows_free(&rows);
     gate_rows_free(&base);
     gate_run_free(&run);
-    store_close(store);
-    return rc;
+    return st;
+}
+
+int cmd_gate(int argc, char **argv)
+{
+    pg_err err = {0};
+    gate_args a;
+    gate_config cfg;
+    pg_status st = gate_parse(argc, argv, &a, &err);
+    if (st == PG_OK)
+        st = a.config != NULL ? gate_config_load(a.config, &cfg, &err)
+                              : (gate_config_default(&cfg), PG_OK);
+    if (st != PG_OK) {
+        cli_report(&err);
+        return GATE_EXIT_ERROR;
+    }
+    /* Every failure is exit status 2, whatever its code: 1 means a regression. */
+    gate_job_ctx job = {&a, &cfg, GATE_EXIT_ERROR};
+    return cli_with_store("gate", a.db, CLI_STORE_CREATE, gate_job, &job) == 0 ? job.rc
+                                                                              : GATE_EXIT_ERROR;
 }

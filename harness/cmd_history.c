@@ -1,6 +1,5 @@
 /* cmd_history.c: `precgate history`: one layer metric over the complete runs, newest last. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -57,51 +56,32 @@ const char cmd_history_usage[] =
 
 /* Parsed command line. */
 typedef struct history_args {
-    const char *variant, *metric_name, *label, *capture, *backend, *db;
+    const char *variant, *metric_name, *label, *capture, *backend;
     variant_name vn;     /* --variant parsed; vn.full is what rows are matched on */
     const diff_metric *metric;
     long layer;  /* -1: every layer */
     int json;
 } history_args;
 
-/* Parses argv into a; PG_ERR_USAGE on anything unknown or invalid. */
-static pg_status history_parse(int argc, char **argv, history_args *a, pg_err *err)
+/* Parses argv into the history_args args; PG_ERR_USAGE on anything unknown or invalid. */
+static pg_status history_parse(int argc, char **argv, void *args, const char **db_option,
+                               pg_err *err)
 {
-    enum { O_VARIANT = 256, O_METRIC, O_LAYER, O_LABEL, O_CAPTURE, O_BACKEND, O_DB, O_JSON };
-    static const struct option opts[] = {
-        {"variant", required_argument, NULL, O_VARIANT},
-        {"metric", required_argument, NULL, O_METRIC},
-        {"layer", required_argument, NULL, O_LAYER},
-        {"label", required_argument, NULL, O_LABEL},
-        {"capture", required_argument, NULL, O_CAPTURE},
-        {"backend", required_argument, NULL, O_BACKEND},
-        {"db", required_argument, NULL, O_DB},
-        {"json", no_argument, NULL, O_JSON},
-        {NULL, 0, NULL, 0},
-    };
+    history_args *a = args;
     *a = (history_args){.variant = HISTORY_DEFAULT_VARIANT, .metric_name = DIFF_DEFAULT_METRIC,
                         .layer = -1};
-    optind = 1;
-    opterr = 0;
-    int c;
-    pg_status st = PG_OK;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_VARIANT: a->variant = optarg; break;
-        case O_METRIC: a->metric_name = optarg; break;
-        case O_LAYER: st = cli_parse_int("--layer", optarg, 0, INT_MAX, &a->layer, err); break;
-        case O_LABEL: a->label = optarg; break;
-        case O_CAPTURE: a->capture = optarg; break;
-        case O_BACKEND: a->backend = optarg; break;
-        case O_DB: a->db = optarg; break;
-        case O_JSON: a->json = 1; break;
-        case ':':
-        default: return cli_getopt_fail("history", c, argv[optind - 1], err);
-        }
-    }
-    if (st != PG_OK) return st;
-    if (optind < argc)
-        return pg_fail(err, PG_ERR_USAGE, "history: unexpected argument '%s'", argv[optind]);
+    const cli_option opts[] = {
+        {"variant", CLI_TEXT, .to = &a->variant},
+        {"metric", CLI_TEXT, .to = &a->metric_name},
+        {"layer", CLI_LONG, .to = &a->layer, .min = 0, .max = INT_MAX},
+        {"label", CLI_TEXT, .to = &a->label},
+        {"capture", CLI_TEXT, .to = &a->capture},
+        {"backend", CLI_TEXT, .to = &a->backend},
+        {"db", CLI_TEXT, .to = db_option},
+        {"json", CLI_FLAG, .to = &a->json},
+        {NULL},
+    };
+    if (cli_parse_options("history", argc, argv, opts, NULL, err) != PG_OK) return err->code;
     if (diff_metric_parse("history", a->metric_name, &a->metric, err) != PG_OK ||
         variant_name_parse("history: --variant", a->variant, &a->vn, err) != PG_OK)
         return err->code;
@@ -317,15 +297,13 @@ static pg_status history(pg_store *s, const history_args *a, FILE *out, pg_err *
     return rc;
 }
 
-int cmd_history(int argc, char **argv)
+/* cli_store_job: history to stdout. */
+static pg_status history_job(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
-    pg_err err = {0};
-    history_args a;
-    if (history_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
-    pg_store *store = NULL;
-    if (report_store_open_existing(cli_db_path(a.db), &store, &err) != PG_OK)
-        return cli_report(&err);
-    const pg_status st = history(store, &a, stdout, &err);
-    store_close(store);
-    return st == PG_OK ? 0 : cli_report(&err);
+    (void)db_path;
+    return history(store, ctx, stdout, err);
 }
+
+/* `precgate history`: the cli_commands row runs it. */
+const cli_store_command cmd_history_store = {CLI_STORE_EXISTING_HINT, sizeof(history_args),
+                                             history_parse, history_job};

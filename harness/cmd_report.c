@@ -1,5 +1,4 @@
 /* cmd_report.c: `precgate report`: one run's report as self-contained HTML or Markdown. */
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -48,7 +47,7 @@ typedef pg_status (*report_writer)(const report_data *d, FILE *out, pg_err *err)
 /* Parsed command line. */
 typedef struct report_args {
     long run, trend;
-    const char *output, *db, *config;
+    const char *output, *config;
     report_writer write;
     const char *format;     /* "html" or "markdown", for the closing message */
 } report_args;
@@ -66,40 +65,22 @@ static int ends_with(const char *path, const char *suffix)
     return 1;
 }
 
-/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or malformed. */
-static pg_status report_parse(int argc, char **argv, report_args *a, pg_err *err)
+/* Parses argv into the report_args args; PG_ERR_USAGE on anything unknown, missing or malformed. */
+static pg_status report_parse(int argc, char **argv, void *args, const char **db_option,
+                              pg_err *err)
 {
-    enum { O_RUN = 256, O_DB, O_TREND, O_CONFIG };
-    static const struct option opts[] = {
-        {"run", required_argument, NULL, O_RUN},
-        {"output", required_argument, NULL, 'o'},
-        {"db", required_argument, NULL, O_DB},
-        {"trend", required_argument, NULL, O_TREND},
-        {"config", required_argument, NULL, O_CONFIG},
-        {NULL, 0, NULL, 0},
-    };
+    report_args *a = args;
     *a = (report_args){.run = -1, .trend = REPORT_TREND_DEFAULT};
-    optind = 1;
-    opterr = 0;
-    int c, have_run = 0;
-    pg_status st = PG_OK;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
-        switch (c) {
-        case O_RUN:
-            st = cli_parse_int("--run", optarg, 1, LONG_MAX, &a->run, err);
-            have_run = 1;
-            break;
-        case 'o': a->output = optarg; break;
-        case O_DB: a->db = optarg; break;
-        case O_CONFIG: a->config = optarg; break;
-        case O_TREND: st = cli_parse_int("--trend", optarg, 1, REPORT_TREND_MAX, &a->trend, err); break;
-        case ':':
-        default: return cli_getopt_fail("report", c, argv[optind - 1], err);
-        }
-    }
-    if (st != PG_OK) return st;
-    if (optind < argc)
-        return pg_fail(err, PG_ERR_USAGE, "report: unexpected argument '%s'", argv[optind]);
+    int have_run = 0;
+    const cli_option opts[] = {
+        {"run", CLI_LONG, .to = &a->run, .min = 1, .max = LONG_MAX, .given = &have_run},
+        {"output", CLI_TEXT, .to = &a->output, .short_name = 'o'},
+        {"db", CLI_TEXT, .to = db_option},
+        {"trend", CLI_LONG, .to = &a->trend, .min = 1, .max = REPORT_TREND_MAX},
+        {"config", CLI_TEXT, .to = &a->config},
+        {NULL},
+    };
+    if (cli_parse_options("report", argc, argv, opts, NULL, err) != PG_OK) return err->code;
     if (!have_run) return pg_fail(err, PG_ERR_USAGE, "report: --run N is required");
     if (a->output == NULL) return pg_fail(err, PG_ERR_USAGE, "report: -o FILE is required");
     if (ends_with(a->output, ".html") || ends_with(a->output, ".htm")) {
@@ -245,25 +226,23 @@ static pg_status write_report(void *ctx, FILE *out, pg_err *err)
     return j->write(j->d, out, err);
 }
 
-/* `precgate report`: parses argv, loads the run from the database (which must
- * exist: a report never creates one) and writes the chosen format atomically;
- * returns the exit status (cli.h). */
-int cmd_report(int argc, char **argv)
+/* cli_store_job: loads the run of the report_args ctx and writes the chosen
+ * format atomically. */
+static pg_status report_job_run(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
-    pg_err err = {0};
-    report_args a;
-    if (report_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
-    const char *db_path = cli_db_path(a.db);
-    pg_store *store = NULL;
-    if (cli_open_existing_store("report", db_path, &store, &err) != PG_OK) return cli_report(&err);
+    const report_args *a = ctx;
     report_data d;
-    pg_status st = report_data_load(store, db_path, (int64_t)a.run, (int)a.trend, &d, &err);
-    if (st == PG_OK) st = fill_advice(store, a.config, &d, &err);
-    report_job job = {a.write, &d};
-    if (st == PG_OK) st = atomic_file_write(a.output, REPORT_FILE_MODE, write_report, &job, &err);
+    pg_status st = report_data_load(store, db_path, (int64_t)a->run, (int)a->trend,
+                                    &d, err);
+    if (st == PG_OK) st = fill_advice(store, a->config, &d, err);
+    report_job job = {a->write, &d};
+    if (st == PG_OK) st = atomic_file_write(a->output, REPORT_FILE_MODE, write_report, &job, err);
     if (st == PG_OK)
-        printf("report: wrote %s (%s, run %ld from %s)\n", a.output, a.format, a.run, db_path);
+        printf("report: wrote %s (%s, run %ld from %s)\n", a->output, a->format, a->run, db_path);
     report_data_free(&d);
-    store_close(store);
-    return st == PG_OK ? 0 : cli_report(&err);
+    return st;
 }
+
+/* `precgate report`: the cli_commands row runs it. */
+const cli_store_command cmd_report_store = {CLI_STORE_EXISTING_CMD, sizeof(report_args),
+                                            report_parse, report_job_run};

@@ -1,6 +1,5 @@
 /* cmd_run.c: `precgate run`: sweep a capture through every precision mode into SQLite. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,74 +105,46 @@ typedef struct run_args {
     sweep_scales scales;  /* DEFAULT until given, taken from a resumed run or resolved */
 } run_args;
 
+/* --variants LIST into the sweep_variants to (a cli_option parse). */
+static pg_status parse_variants(char *value, void *to, pg_err *err)
+{
+    return sweep_variants_parse(value, to, err);
+}
+
+/* --scales POLICY into the sweep_scales to (a cli_option parse). */
+static pg_status parse_scales(char *value, void *to, pg_err *err)
+{
+    return sweep_scales_parse(value, to, err);
+}
+
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
 static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
 {
-    enum { O_CAPTURE = 256, O_VARIANTS, O_BACKEND, O_DB, O_LABEL, O_THREADS, O_SEED,
-           O_NOPROG, O_CHECKSPEC, O_RESUME, O_FORCE, O_SCALES, O_ATTRIBUTE };
-    static const struct option opts[] = {
-        {"capture", required_argument, NULL, O_CAPTURE},
-        {"variants", required_argument, NULL, O_VARIANTS},
-        {"backend", required_argument, NULL, O_BACKEND},
-        {"db", required_argument, NULL, O_DB},
-        {"label", required_argument, NULL, O_LABEL},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"seed", required_argument, NULL, O_SEED},
-        {"no-progress", no_argument, NULL, O_NOPROG},
-        {"check-spec", no_argument, NULL, O_CHECKSPEC},
-        {"resume", required_argument, NULL, O_RESUME},
-        {"force", no_argument, NULL, O_FORCE},
-        {"scales", required_argument, NULL, O_SCALES},
-        {"attribute", no_argument, NULL, O_ATTRIBUTE},
-        {NULL, 0, NULL, 0},
-    };
-    *a = (run_args){.backend = "auto", .threads = parallel_default_threads(),
+    *a = (run_args){.backend = "auto", .threads = cli_default_threads(),
                     .seed = RUN_DEFAULT_PAGE_SEED, .progress = 1, .resume = -1};
     pg_status st = sweep_variants_parse(SWEEP_DEFAULT_VARIANTS, &a->variants, err);
     if (st != PG_OK) return st;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_CAPTURE: a->capture = optarg; break;
-        case O_VARIANTS:
-            st = sweep_variants_parse(optarg, &a->variants, err);
-            a->given_variants = 1;
-            break;
-        case O_BACKEND:
-            a->backend = optarg;
-            a->given_backend = 1;
-            break;
-        case O_DB: a->db = optarg; break;
-        case O_LABEL: a->label = optarg; break;
-        case O_THREADS: st = cli_parse_int("--threads", optarg, 1, 256, &a->threads, err); break;
-        case O_SEED:
-            st = cli_parse_u64("--seed", optarg, &a->seed, err);
-            a->given_seed = 1;
-            break;
-        case O_NOPROG: a->progress = 0; break;
-        case O_CHECKSPEC:
-            a->check_spec = 1;
-            a->given_check_spec = 1;
-            break;
-        case O_RESUME: st = cli_parse_int("--resume", optarg, 1, 1L << 62, &a->resume, err); break;
-        case O_FORCE: a->force = 1; break;
-        case O_SCALES:
-            st = sweep_scales_parse(optarg, &a->scales, err);
-            a->given_scales = 1;
-            break;
-        case O_ATTRIBUTE:
-            a->attribute = 1;
-            a->given_attribute = 1;
-            break;
-        case ':':
-        default: return cli_getopt_fail("run", c, argv[optind - 1], err);
-        }
-    }
+    int no_progress = 0;
+    const cli_option opts[] = {
+        {"capture", CLI_TEXT, .to = &a->capture},
+        {"variants", CLI_CALL, .to = &a->variants, .parse = parse_variants,
+         .given = &a->given_variants},
+        {"backend", CLI_TEXT, .to = &a->backend, .given = &a->given_backend},
+        {"db", CLI_TEXT, .to = &a->db},
+        {"label", CLI_TEXT, .to = &a->label},
+        {"threads", CLI_LONG, .to = &a->threads, .min = 1, .max = PARALLEL_MAX_THREADS},
+        {"seed", CLI_U64, .to = &a->seed, .given = &a->given_seed},
+        {"no-progress", CLI_FLAG, .to = &no_progress},
+        {"check-spec", CLI_FLAG, .to = &a->check_spec, .given = &a->given_check_spec},
+        {"resume", CLI_LONG, .to = &a->resume, .min = 1, .max = CLI_RESUME_MAX},
+        {"force", CLI_FLAG, .to = &a->force},
+        {"scales", CLI_CALL, .to = &a->scales, .parse = parse_scales, .given = &a->given_scales},
+        {"attribute", CLI_FLAG, .to = &a->attribute, .given = &a->given_attribute},
+        {NULL},
+    };
+    st = cli_parse_options("run", argc, argv, opts, NULL, err);
     if (st != PG_OK) return st;
-    if (optind < argc)
-        return pg_fail(err, PG_ERR_USAGE, "run: unexpected argument '%s'", argv[optind]);
+    if (no_progress) a->progress = 0;
     if (a->capture == NULL)
         return pg_fail(err, PG_ERR_USAGE, a->resume > 0 ? "run: --resume needs --capture PATH "
                                                           "(the run's capture, checked by its "
@@ -612,7 +583,8 @@ int cmd_run(int argc, char **argv)
     capture *cap = NULL;
     pg_err load_err = {0};
     const double t_load = pg_clock_mono_s();
-    pg_status st = capture_open(a.capture, &cap, &load_err);
+    /* The capture's scan keeps the default threads, not --threads. */
+    pg_status st = capture_open_threads(a.capture, cli_default_threads(), &cap, &load_err);
     const double load_s = pg_clock_mono_s() - t_load;
     /* The first layers go into the GPU sweep's upload buffers while the GPU
      * starts (its context takes 0.2-0.3 s on the H200 machine). */

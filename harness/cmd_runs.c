@@ -1,6 +1,5 @@
 /* cmd_runs.c: `precgate runs`: list the runs in the database, newest last. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -63,44 +62,26 @@ static const char *const runs_kinds[] = {"sweep", "eval", NULL};
 
 /* Parsed command line. */
 typedef struct runs_args {
-    const char *kind, *label, *db;
+    const char *kind, *label;
     long limit;
     int json;
 } runs_args;
 
-/* Parses argv into a; PG_ERR_USAGE on anything unknown or out of range. */
-static pg_status runs_parse(int argc, char **argv, runs_args *a, pg_err *err)
+/* Parses argv into the runs_args args; PG_ERR_USAGE on anything unknown or out of range. */
+static pg_status runs_parse(int argc, char **argv, void *args, const char **db_option,
+                            pg_err *err)
 {
-    enum { O_KIND = 256, O_LABEL, O_LIMIT, O_DB, O_JSON };
-    static const struct option opts[] = {
-        {"kind", required_argument, NULL, O_KIND},
-        {"label", required_argument, NULL, O_LABEL},
-        {"limit", required_argument, NULL, O_LIMIT},
-        {"db", required_argument, NULL, O_DB},
-        {"json", no_argument, NULL, O_JSON},
-        {NULL, 0, NULL, 0},
-    };
+    runs_args *a = args;
     *a = (runs_args){.limit = RUNS_DEFAULT_LIMIT};
-    optind = 1;
-    opterr = 0;
-    int c;
-    pg_status st = PG_OK;
-    while (st == PG_OK && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case O_KIND: a->kind = optarg; break;
-        case O_LABEL: a->label = optarg; break;
-        case O_LIMIT:
-            st = cli_parse_int("--limit", optarg, 0, RUNS_MAX_LIMIT, &a->limit, err);
-            break;
-        case O_DB: a->db = optarg; break;
-        case O_JSON: a->json = 1; break;
-        case ':':
-        default: return cli_getopt_fail("runs", c, argv[optind - 1], err);
-        }
-    }
-    if (st != PG_OK) return st;
-    if (optind < argc)
-        return pg_fail(err, PG_ERR_USAGE, "runs: unexpected argument '%s'", argv[optind]);
+    const cli_option opts[] = {
+        {"kind", CLI_TEXT, .to = &a->kind},
+        {"label", CLI_TEXT, .to = &a->label},
+        {"limit", CLI_LONG, .to = &a->limit, .min = 0, .max = RUNS_MAX_LIMIT},
+        {"db", CLI_TEXT, .to = db_option},
+        {"json", CLI_FLAG, .to = &a->json},
+        {NULL},
+    };
+    if (cli_parse_options("runs", argc, argv, opts, NULL, err) != PG_OK) return err->code;
     if (a->kind != NULL) {
         const char *const *k = runs_kinds;
         while (*k != NULL && strcmp(*k, a->kind) != 0) k++;
@@ -328,15 +309,13 @@ static pg_status list_runs(pg_store *s, const runs_args *a, FILE *out, pg_err *e
     return rc;
 }
 
-int cmd_runs(int argc, char **argv)
+/* cli_store_job: list_runs to stdout. */
+static pg_status runs_job(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
-    pg_err err = {0};
-    runs_args a;
-    if (runs_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
-    pg_store *store = NULL;
-    if (report_store_open_existing(cli_db_path(a.db), &store, &err) != PG_OK)
-        return cli_report(&err);
-    const pg_status st = list_runs(store, &a, stdout, &err);
-    store_close(store);
-    return st == PG_OK ? 0 : cli_report(&err);
+    (void)db_path;
+    return list_runs(store, ctx, stdout, err);
 }
+
+/* `precgate runs`: the cli_commands row runs it. */
+const cli_store_command cmd_runs_store = {CLI_STORE_EXISTING_HINT, sizeof(runs_args),
+                                          runs_parse, runs_job};

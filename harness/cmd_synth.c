@@ -1,5 +1,4 @@
 /* cmd_synth.c: `precgate synth`, write a synthetic capture (see synth.h). */
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,97 +39,50 @@ const char cmd_synth_usage[] =
     "  --scales            write calibrated q/k/v_scale (amax / 448) metadata\n"
     "  --model TEXT        metadata \"model\" (default synth:PRESET)\n";
 
-/* getopt_long codes of the long-only options. */
-enum {
-    OPT_PRESET = 256, OPT_LAYERS, OPT_SEQS, OPT_SEQ_LEN, OPT_CONTEXT, OPT_SEED,
-    OPT_BLOCK_SIZE, OPT_WINDOW, OPT_NO_SINKS, OPT_SCALES, OPT_MODEL
-};
-
 /* An integer option that overrides the preset when given. */
 typedef struct int_override {
     int given;
     long value;
 } int_override;
 
+/* cli_refusal in synth's own words. */
+static pg_status synth_refused(const char *cmd, int c, const char *arg, pg_err *err)
+{
+    if (c == ':') return pg_fail(err, PG_ERR_USAGE, "%s: option '%s' needs a value", cmd, arg);
+    return pg_fail(err, PG_ERR_USAGE, "%s: unknown option '%s' (see 'precgate help %s')", cmd, arg,
+                   cmd);
+}
+
 int cmd_synth(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"preset", required_argument, NULL, OPT_PRESET},
-        {"layers", required_argument, NULL, OPT_LAYERS},
-        {"seqs", required_argument, NULL, OPT_SEQS},
-        {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
-        {"context", required_argument, NULL, OPT_CONTEXT},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
-        {"window", required_argument, NULL, OPT_WINDOW},
-        {"no-sinks", no_argument, NULL, OPT_NO_SINKS},
-        {"scales", no_argument, NULL, OPT_SCALES},
-        {"model", required_argument, NULL, OPT_MODEL},
-        {NULL, 0, NULL, 0},
-    };
     pg_err err = {0};
     const char *output = NULL, *preset = SYNTH_DEFAULT_PRESET, *model = NULL;
     int_override layers = {0}, seqs = {0}, seq_len = {0}, context = {0}, block = {0},
                  window = {0};
     unsigned long long seed = 0;
     int seed_given = 0, no_sinks = 0, scales = 0;
-
-    optind = 1;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
-        pg_status st = PG_OK;
-        switch (ch) {
-        case 'o': output = optarg; break;
-        case OPT_PRESET: preset = optarg; break;
-        case OPT_MODEL: model = optarg; break;
-        case OPT_LAYERS:
-            st = cli_parse_int("--layers", optarg, 1, SYNTH_MAX_LAYERS, &layers.value, &err);
-            layers.given = 1;
-            break;
-        case OPT_SEQS:
-            st = cli_parse_int("--seqs", optarg, 1, INT_MAX, &seqs.value, &err);
-            seqs.given = 1;
-            break;
-        case OPT_SEQ_LEN:
-            st = cli_parse_int("--seq-len", optarg, 1, INT_MAX, &seq_len.value, &err);
-            seq_len.given = 1;
-            break;
-        case OPT_CONTEXT:
-            st = cli_parse_int("--context", optarg, 0, INT_MAX, &context.value, &err);
-            context.given = 1;
-            break;
-        case OPT_BLOCK_SIZE:
-            st = cli_parse_int("--block-size", optarg, 1, INT_MAX, &block.value, &err);
-            block.given = 1;
-            break;
-        case OPT_WINDOW:
-            st = cli_parse_int("--window", optarg, 0, INT_MAX, &window.value, &err);
-            window.given = 1;
-            break;
-        case OPT_SEED:
-            st = cli_parse_u64("--seed", optarg, &seed, &err);
-            seed_given = 1;
-            break;
-        case OPT_NO_SINKS: no_sinks = 1; break;
-        case OPT_SCALES: scales = 1; break;
-        case ':':
-            st = pg_fail(&err, PG_ERR_USAGE, "synth: option '%s' needs a value",
-                         argv[optind - 1]);
-            break;
-        default:
-            st = pg_fail(&err, PG_ERR_USAGE,
-                         "synth: unknown option '%s' (see 'precgate help synth')",
-                         argv[optind - 1]);
-            break;
-        }
-        if (st != PG_OK) return cli_report(&err);
-    }
-    if (optind < argc) {
-        pg_fail(&err, PG_ERR_USAGE, "synth: unexpected argument '%s'", argv[optind]);
+    const cli_option opts[] = {
+        {"output", CLI_TEXT, .to = &output, .short_name = 'o'},
+        {"preset", CLI_TEXT, .to = &preset},
+        {"layers", CLI_LONG, .to = &layers.value, .min = 1, .max = SYNTH_MAX_LAYERS,
+         .given = &layers.given},
+        {"seqs", CLI_LONG, .to = &seqs.value, .min = 1, .max = INT_MAX, .given = &seqs.given},
+        {"seq-len", CLI_LONG, .to = &seq_len.value, .min = 1, .max = INT_MAX,
+         .given = &seq_len.given},
+        {"context", CLI_LONG, .to = &context.value, .min = 0, .max = INT_MAX,
+         .given = &context.given},
+        {"seed", CLI_U64, .to = &seed, .given = &seed_given},
+        {"block-size", CLI_LONG, .to = &block.value, .min = 1, .max = INT_MAX,
+         .given = &block.given},
+        {"window", CLI_LONG, .to = &window.value, .min = 0, .max = INT_MAX,
+         .given = &window.given},
+        {"no-sinks", CLI_FLAG, .to = &no_sinks},
+        {"scales", CLI_FLAG, .to = &scales},
+        {"model", CLI_TEXT, .to = &model},
+        {NULL},
+    };
+    if (cli_parse_options_worded("synth", argc, argv, opts, NULL, synth_refused, &err) != PG_OK)
         return cli_report(&err);
-    }
     if (output == NULL) {
         pg_fail(&err, PG_ERR_USAGE, "synth: no output file (-o FILE)");
         return cli_report(&err);
@@ -149,7 +101,11 @@ int cmd_synth(int argc, char **argv)
     if (scales) cfg.write_scales = 1;
     if (model != NULL) cfg.model = model;
 
-    if (synth_write(&cfg, output, &err) != PG_OK) return cli_report(&err);
+    /* synth_write's checks come first: a bad $PRECGATE_THREADS is reported
+     * only for a capture that is written. */
+    if (synth_check(&cfg, output, &err) != PG_OK ||
+        synth_write(&cfg, output, cli_default_threads(), &err) != PG_OK)
+        return cli_report(&err);
 
     struct stat sb;
     long long bytes = stat(output, &sb) == 0 ? (long long)sb.st_size : -1;

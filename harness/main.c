@@ -32,5 +32,5 @@ int main(int argc, char **argv)
             return 0;
         }
     }
-    return c->handler(argc - 1, argv + 1);
+    return cli_run(c, argc - 1, argv + 1);
 }

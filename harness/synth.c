@@ -886,12 +886,19 @@ static void draw_massive2(const synth_config *cfg, int64_t seq_kv, int *massive2
     }
 }
 
-pg_status synth_write(const synth_config *cfg, const char *path, pg_err *err)
+pg_status synth_check(const synth_config *cfg, const char *path, pg_err *err)
 {
     pg_status st = synth_validate(cfg, err);
     if (st != PG_OK) return st;
     if (path == NULL || path[0] == '\0')
         return pg_fail(err, PG_ERR_USAGE, "synth: no output path (-o)");
+    return PG_OK;
+}
+
+pg_status synth_write(const synth_config *cfg, const char *path, int n_threads, pg_err *err)
+{
+    pg_status st = synth_check(cfg, path, err);
+    if (st != PG_OK) return st;
 
     synth_config c = *cfg;
     if (c.rope_theta == 0.0) c.rope_theta = SYNTH_DEFAULT_ROPE_THETA;
@@ -905,8 +912,8 @@ pg_status synth_write(const synth_config *cfg, const char *path, pg_err *err)
     sh.tkv = (int64_t)c.n_seqs * sh.seq_kv;
     zig_init(&sh.zig);
 
-    int n_threads = parallel_default_threads();
     if (n_threads > L) n_threads = L;
+    if (n_threads < 1) n_threads = 1;
     const int hmax = c.hq > c.hkv ? c.hq : c.hkv;
 
     float *cos_tab = synth_alloc((size_t)sh.seq_kv * half * sizeof(float), "RoPE table", &st, err);

@@ -67,10 +67,15 @@ const char *const *synth_preset_names(void);
  * PG_ERR_USAGE naming the offending field and its command-line option. */
 pg_status synth_validate(const synth_config *cfg, pg_err *err);
 
+/* The checks synth_write makes before it writes anything: synth_validate,
+ * and PG_ERR_USAGE for a NULL or empty path. */
+pg_status synth_check(const synth_config *cfg, const char *path, pg_err *err);
+
 /* Generates the capture described by cfg and writes it to path (through
- * the safetensors writer). Layers are generated in parallel on
- * parallel_default_threads() threads; the bytes do not depend on it. */
-pg_status synth_write(const synth_config *cfg, const char *path, pg_err *err);
+ * the safetensors writer), after synth_check. Layers are generated in
+ * parallel on n_threads threads (within [1, layers]); the bytes do not
+ * depend on it. */
+pg_status synth_write(const synth_config *cfg, const char *path, int n_threads, pg_err *err);
 
 /* RoPE angles for one position (RoFormer, Su et al., arXiv 2104.09864):
  * cos_out[i] = cos(pos * theta^(-2i/d)), sin_out[i] likewise, i < d/2,

@@ -3,12 +3,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <unistd.h>
-
-/* Most threads parallel_for starts, far above any machine precgate runs on. */
-#define PARALLEL_MAX_THREADS 256
 
 typedef struct parallel_job {
     atomic_int next;
@@ -62,16 +57,6 @@ pg_status parallel_for(int n_items, int n_threads, parallel_fn fn, void *ctx, pg
 
 int parallel_default_threads(void)
 {
-    const char *env = getenv("PRECGATE_THREADS");
-    if (env != NULL && env[0] != '\0') {
-        char *end = NULL;
-        const long n = strtol(env, &end, 10);
-        if (*end == '\0' && n >= 1 && n <= PARALLEL_MAX_THREADS) return (int)n;
-        static atomic_int warned;
-        if (atomic_exchange(&warned, 1) == 0)
-            fprintf(stderr, "precgate: PRECGATE_THREADS='%s' is not an integer in [1, %d]; "
-                            "using the online CPUs\n", env, PARALLEL_MAX_THREADS);
-    }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n >= 1 ? (int)(n < PARALLEL_MAX_THREADS ? n : PARALLEL_MAX_THREADS) : 1;
 }

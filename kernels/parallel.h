@@ -6,6 +6,9 @@
 
 #include "base/status.h"
 
+/* Most threads parallel_for starts, far above any machine precgate runs on. */
+#define PARALLEL_MAX_THREADS 256
+
 /* Work item callback: item in [0, n_items), thread in [0, n_threads). It must
  * not fail; callers allocate what it needs per thread beforehand. */
 typedef void (*parallel_fn)(void *ctx, int item, int thread);
@@ -15,9 +18,8 @@ typedef void (*parallel_fn)(void *ctx, int item, int thread);
  * when a thread cannot be started. */
 pg_status parallel_for(int n_items, int n_threads, parallel_fn fn, void *ctx, pg_err *err);
 
-/* Threads to use by default: $PRECGATE_THREADS when set, else online CPUs.
- * A value that is not an integer in [1, 256] is reported on stderr once and
- * the online CPU count is used: the variable never changes results, only speed. */
+/* Threads to use by default: the online CPUs, in [1, PARALLEL_MAX_THREADS]
+ * (a setting such as precgate's $PRECGATE_THREADS is the caller's: harness/cli.h). */
 int parallel_default_threads(void);
 
 #endif /* PG_PARALLEL_H */

@@ -20,6 +20,7 @@
 #include "attn.h"
 #include "capture.h"
 #include "numerics.h"
+#include "parallel.h"
 #include "safetensors.h"
 #include "store.h"
 #include "synth.h"
@@ -91,7 +92,8 @@ static capture *small_capture(int n_layers, int n_seqs, int seq_len, int context
     cfg.n_seqs = n_seqs;
     cfg.seq_len = seq_len;
     cfg.context = context;
-    cr_assert_eq(synth_write(&cfg, tu_in_dir("c.safetensors"), &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(synth_write(&cfg, tu_in_dir("c.safetensors"), parallel_default_threads(), &err),
+                 PG_OK, "%s", err.msg);
     return open_capture(tu_in_dir("c.safetensors"));
 }
 

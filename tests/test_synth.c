@@ -20,6 +20,7 @@
 #include "capture.h"
 #include "cli.h"
 #include "numerics.h"
+#include "parallel.h"
 #include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -74,7 +75,8 @@ static char *write_synth(const synth_config *cfg)
 {
     char *path = temp_file("synth.safetensors");
     pg_err err = {0};
-    cr_assert_eq(synth_write(cfg, path, &err), PG_OK, "synth_write: %s", err.msg);
+    cr_assert_eq(synth_write(cfg, path, parallel_default_threads(), &err), PG_OK,
+                 "synth_write: %s", err.msg);
     return path;
 }
 
@@ -589,7 +591,8 @@ static void expect_usage(synth_config c, const char *word)
 {
     pg_err err = {0};
     char *path = temp_file("bad.safetensors");
-    cr_assert_eq(synth_write(&c, path, &err), PG_ERR_USAGE, "expected a usage error (%s)", word);
+    cr_assert_eq(synth_write(&c, path, parallel_default_threads(), &err), PG_ERR_USAGE,
+                 "expected a usage error (%s)", word);
     cr_assert(strstr(err.msg, word) != NULL, "message '%s' does not name %s", err.msg, word);
     cr_assert_neq(access(path, F_OK), 0, "nothing should be written");
     free(path);
