@@ -583,6 +583,13 @@ static const char SQL_PAIRS_READ[] =
     " ci_low, ci_high, sign_p, mde FROM eval_pairs"
     " WHERE run_id = ?1 AND (?2 IS NULL OR eval = ?2) ORDER BY eval, effort, mode_a, mode_b";
 
+static const char SQL_ERRORS_COUNT[] =
+    "SELECT count(*) FROM eval_samples WHERE run_id = ?1 AND eval = ?2 AND status = 'error'";
+
+static const char SQL_GROUPS_READ[] =
+    "SELECT DISTINCT mode, effort FROM eval_samples WHERE run_id = ?1 AND eval = ?2"
+    " ORDER BY effort, mode";
+
 /* Runs sql (?1 run_id, ?2 eval or NULL), reading every row into *rows
  * through fill (sql_read_run_rows). */
 static pg_status read_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
@@ -679,6 +686,57 @@ void eval_store_pairs_free(eval_pair_stored *rows, size_t n)
         free(rows[i].effort);
         free(rows[i].mode_a);
         free(rows[i].mode_b);
+    }
+    free(rows);
+}
+
+pg_status eval_store_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
+                                  pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "eval_store_count_errors", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (eval == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "eval_store_count_errors: eval or n is NULL");
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_ERRORS_COUNT, &st, err);
+    if (ps != PG_OK) return ps;
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, eval);
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "count the errors of run %" PRId64 ", eval '%s'", run_id, eval);
+    ps = sql_read_int64(db, &b, what, n, err);
+    sql_release(st);
+    return ps;
+}
+
+/* Fills one eval_group_stored from SQL_GROUPS_READ's row; 0 when out of memory. */
+static int fill_group(sqlite3_stmt *st, void *row)
+{
+    eval_group_stored *r = row;
+    int oom = 0;
+    r->mode = sql_col_dup(st, 0, &oom);
+    r->effort = sql_col_dup(st, 1, &oom);
+    return !oom;
+}
+
+pg_status eval_store_read_groups(pg_store *s, int64_t run_id, const char *eval,
+                                 eval_group_stored **rows, size_t *n, pg_err *err)
+{
+    if (eval == NULL || rows == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "eval_store_read_groups: eval, rows or n is NULL");
+    void *v = NULL;
+    const pg_status ps = read_rows(s, "eval_store_read_groups", SQL_GROUPS_READ, run_id, eval,
+                                   sizeof **rows, &v, n, fill_group, err);
+    *rows = v;
+    return ps;
+}
+
+void eval_store_groups_free(eval_group_stored *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++) {
+        free(rows[i].mode);
+        free(rows[i].effort);
     }
     free(rows);
 }

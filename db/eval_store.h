@@ -206,6 +206,26 @@ pg_status eval_store_read_pairs(pg_store *s, int64_t run_id, const char *eval,
 /* Frees what eval_store_read_pairs made; NULL is a no-op. */
 void eval_store_pairs_free(eval_pair_stored *rows, size_t n);
 
+/* The number of samples of (run_id, eval) stored with status 'error' into
+ * *n. */
+pg_status eval_store_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
+                                  pg_err *err);
+
+/* One (mode, effort) a run stored samples of. Strings malloc'd
+ * (eval_store_groups_free). */
+typedef struct eval_group_stored {
+    char *mode, *effort;
+} eval_group_stored;
+
+/* The distinct (mode, effort) of (run_id, eval)'s eval_samples, ordered by
+ * effort, then mode (SQLite's BINARY collation), into *rows (*n of them,
+ * NULL when none; free with eval_store_groups_free, also after a failure). */
+pg_status eval_store_read_groups(pg_store *s, int64_t run_id, const char *eval,
+                                 eval_group_stored **rows, size_t *n, pg_err *err);
+
+/* Frees what eval_store_read_groups made; NULL is a no-op. */
+void eval_store_groups_free(eval_group_stored *rows, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -145,6 +145,15 @@ pg_status sql_read_run_rows(pg_store *s, const char *fn, const char *sql, int64_
     return ps;
 }
 
+pg_status sql_read_int64(sqlite3 *db, const sql_binder *b, const char *what, int64_t *out,
+                         pg_err *err)
+{
+    if (b->rc != SQLITE_OK || sqlite3_step(b->st) != SQLITE_ROW)
+        return sql_fail(db, err, "%s", what);
+    *out = sqlite3_column_int64(b->st, 0);
+    return PG_OK;
+}
+
 static const char SQL_TABLE_EXISTS[] =
     "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1";
 

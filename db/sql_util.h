@@ -98,6 +98,13 @@ pg_status sql_read_run_rows(pg_store *s, const char *fn, const char *sql, int64_
                             int bind_text, const char *text, size_t elem, void **rows, size_t *n,
                             sql_row_fill fill, const char *what, pg_err *err);
 
+/* Steps b's statement (prepared by the caller, who finalizes or releases
+ * it, and bound through b) once and puts the integer in the first column of
+ * its one row into *out (a count(*) query). PG_ERR_DB through sql_fail
+ * ("<what>") when a bind or the step failed or no row came back. */
+pg_status sql_read_int64(sqlite3 *db, const sql_binder *b, const char *what, int64_t *out,
+                         pg_err *err);
+
 /* Whether db has a table named name into *has (0 for a schema older than
  * the migration that creates it). */
 pg_status sql_table_exists(sqlite3 *db, const char *name, int *has, pg_err *err);

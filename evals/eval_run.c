@@ -2,7 +2,6 @@
 #include "eval_run.h"
 
 #include <math.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,25 +56,6 @@ int64_t eval_sample_seed(int64_t seed_base, const char *id, int sample)
         h *= FNV64_PRIME;
     }
     return (int64_t)(((uint64_t)seed_base + h + (uint64_t)sample) % EVAL_SEED_MODULUS);
-}
-
-pg_status eval_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
-                            pg_err *err)
-{
-    sqlite3 *db = store_handle(s);
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT count(*) FROM eval_samples WHERE run_id = ?1 AND eval = ?2 "
-                           "AND status = 'error'",
-                           -1, &q, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "eval: cannot count errors: %s", sqlite3_errmsg(db));
-    sqlite3_bind_int64(q, 1, run_id);
-    sqlite3_bind_text(q, 2, eval, -1, SQLITE_TRANSIENT);
-    pg_status st = PG_OK;
-    if (sqlite3_step(q) == SQLITE_ROW) *n = sqlite3_column_int64(q, 0);
-    else st = pg_fail(err, PG_ERR_DB, "eval: counting errors: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(q);
-    return st;
 }
 
 pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
@@ -293,33 +273,23 @@ static int mode_order(const char *a, const char *b)
 static pg_status list_groups(pg_store *s, int64_t run_id, const char *eval, scored_group *g,
                              int *n, pg_err *err)
 {
-    sqlite3 *db = store_handle(s);
-    sqlite3_stmt *q = NULL;
     *n = 0;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT DISTINCT mode, effort FROM eval_samples WHERE run_id = ?1 "
-                           "AND eval = ?2 ORDER BY effort, mode",
-                           -1, &q, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "eval: cannot list modes: %s", sqlite3_errmsg(db));
-    sqlite3_bind_int64(q, 1, run_id);
-    sqlite3_bind_text(q, 2, eval, -1, SQLITE_TRANSIENT);
-    pg_status st = PG_OK;
-    int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        if (*n == EVAL_MAX_GROUPS) {
-            st = pg_fail(err, PG_ERR_USAGE, "eval: more than %d (mode, effort) groups",
-                         EVAL_MAX_GROUPS);
-            break;
-        }
-        g[*n].mode = strdup((const char *)sqlite3_column_text(q, 0));
-        g[*n].effort = strdup((const char *)sqlite3_column_text(q, 1));
+    eval_group_stored *rows = NULL;
+    size_t n_rows = 0;
+    pg_status st = eval_store_read_groups(s, run_id, eval, &rows, &n_rows, err);
+    if (st == PG_OK && n_rows > (size_t)EVAL_MAX_GROUPS)
+        st = pg_fail(err, PG_ERR_USAGE, "eval: more than %d (mode, effort) groups",
+                     EVAL_MAX_GROUPS);
+    /* The strings move into g (the caller frees them), also after a failure. */
+    for (size_t i = 0; i < n_rows && *n < EVAL_MAX_GROUPS; i++) {
+        g[*n].mode = rows[i].mode;
+        g[*n].effort = rows[i].effort;
+        rows[i].mode = rows[i].effort = NULL;
         (*n)++;
     }
-    if (st == PG_OK && rc != SQLITE_DONE)
-        st = pg_fail(err, PG_ERR_DB, "eval: listing modes: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(q);
+    eval_store_groups_free(rows, n_rows);
     /* Insertion sort: efforts together, the baseline first within each. */
-    for (int i = 1; i < *n; i++)
+    for (int i = 1; st == PG_OK && i < *n; i++)
         for (int j = i; j > 0; j--) {
             const int c = strcmp(g[j - 1].effort, g[j].effort);
             if (c < 0 || (c == 0 && mode_order(g[j - 1].mode, g[j].mode) <= 0)) break;

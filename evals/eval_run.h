@@ -61,10 +61,6 @@ typedef struct eval_run_counts {
  * below 2^31 (some servers take a 32-bit seed). */
 int64_t eval_sample_seed(int64_t seed_base, const char *id, int sample);
 
-/* Samples of (run_id, eval) stored with status 'error'. */
-pg_status eval_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
-                            pg_err *err);
-
 /* Grades every recorded completion of t into run_id (no server), in one
  * transaction. With o->client.stop set before or during it, nothing is
  * stored and PG_ERR_INTERRUPTED is returned. */

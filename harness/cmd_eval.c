@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../db/eval_store.h"
 #include "../db/store.h"
 #include "../evals/eval_run.h"
 #include "../reports/eval_results.h"
@@ -432,7 +433,7 @@ int cmd_eval(int argc, char **argv)
      * a resume that skipped a mode still leaves that mode's errors. */
     int64_t stored_errors = 0;
     if (st == PG_OK)
-        st = eval_count_errors(es.store, es.run_id, a.o.eval_name, &stored_errors, &err);
+        st = eval_store_count_errors(es.store, es.run_id, a.o.eval_name, &stored_errors, &err);
     if (es.taken) {
         /* A resumed run that fails keeps what it had: incomplete, not failed. */
         const int sig = interrupt_signal();

@@ -2,11 +2,11 @@
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../db/history_store.h"
 #include "../reports/diff.h"
 #include "../reports/term.h"
 #include "cli.h"
@@ -14,8 +14,6 @@
 
 /* The variant followed when --variant is not given: fp8kv's default profile. */
 #define HISTORY_DEFAULT_VARIANT "fp8kv"
-/* Length of the query with the metric's column spelled in. */
-#define HISTORY_SQL_MAX 1024
 /* Size of one formatted cell. */
 #define HISTORY_CELL_MAX 256
 /* Longest run field kept (times, git revision). */
@@ -222,37 +220,25 @@ static int flush_point(const history_args *a, history_point *p, cJSON *arr, FILE
 /* Reads the matching rows, run by run (oldest first), and prints them. */
 static pg_status history(pg_store *s, const history_args *a, FILE *out, pg_err *err)
 {
-    char sql[HISTORY_SQL_MAX];
-    /* The column is a->metric->name, from the fixed table in reports/diff.c. */
-    snprintf(sql, sizeof sql,
-             "SELECT r.id, r.started_at, r.git_rev, r.label, lm.layer, lm.%s "
-             "FROM runs r JOIN layer_metrics lm ON lm.run_id = r.id "
-             "WHERE r.status = 'complete' AND lm.head = -1 AND lm.variant = ?1 "
-             "AND (?2 IS NULL OR r.label = ?2) AND (?3 IS NULL OR lm.capture = ?3) "
-             "AND (?4 IS NULL OR lm.backend = ?4) AND (?5 IS NULL OR lm.layer = ?5) "
-             "ORDER BY r.started_at, r.id, lm.capture, lm.layer, lm.backend",
-             a->metric->name);
-    sqlite3 *db = store_handle(s);
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "history: cannot prepare query: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, a->variant, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, a->label, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, a->capture, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, a->backend, -1, SQLITE_STATIC);
-    if (a->layer >= 0) sqlite3_bind_int64(st, 5, a->layer);
-    else sqlite3_bind_null(st, 5);
-    cJSON *arr = a->json ? cJSON_CreateArray() : NULL;
-    pg_status rc = a->json && arr == NULL ? pg_fail(err, PG_ERR_NOMEM, "history: out of memory")
-                                          : PG_OK;
+    history_query q = {.variant = a->variant, .label = a->label, .capture = a->capture,
+                       .backend = a->backend, .layer = a->layer};
+    /* a->metric->name is a column of the fixed table in reports/diff.c. */
+    pg_status rc = pg_metric_parse("history: --metric", a->metric->name, PG_METRIC_COUNT,
+                                   &q.metric, err);
+    if (rc != PG_OK) return rc;
+    history_row *rows = NULL;
+    size_t n = 0;
+    rc = history_store_read(s, &q, &rows, &n, err);
+    cJSON *arr = rc == PG_OK && a->json ? cJSON_CreateArray() : NULL;
+    if (rc == PG_OK && a->json && arr == NULL)
+        rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
     history_point p = {.id = -1};
     long runs = 0;
-    int step = SQLITE_DONE;
-    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        const long long id = sqlite3_column_int64(st, 0);
-        const int layer = sqlite3_column_int(st, 4);
-        const double v = sqlite3_column_type(st, 5) == SQLITE_NULL ? NAN
-                                                                    : sqlite3_column_double(st, 5);
+    for (size_t i = 0; rc == PG_OK && i < n; i++) {
+        const history_row *r = &rows[i];
+        const long long id = r->run_id;
+        const int layer = r->layer;
+        const double v = r->value;
         if (id != p.id) {
             if (runs == 0 && !a->json) print_header(a, out);
             if (p.id >= 0 && !flush_point(a, &p, arr, out)) {
@@ -261,12 +247,10 @@ static pg_status history(pg_store *s, const history_args *a, FILE *out, pg_err *
             }
             runs++;
             p = (history_point){.id = id, .worst = v, .worst_layer = layer};
-            const char *t = (const char *)sqlite3_column_text(st, 1);
-            snprintf(p.started_at, sizeof p.started_at, "%s", t != NULL ? t : "");
-            t = (const char *)sqlite3_column_text(st, 2);
-            snprintf(p.git_rev, sizeof p.git_rev, "%s", t != NULL ? t : "");
-            t = (const char *)sqlite3_column_text(st, 3);
-            if (t != NULL && (p.label = strdup(t)) == NULL) {
+            snprintf(p.started_at, sizeof p.started_at, "%s",
+                     r->started_at != NULL ? r->started_at : "");
+            snprintf(p.git_rev, sizeof p.git_rev, "%s", r->git_rev != NULL ? r->git_rev : "");
+            if (r->label != NULL && (p.label = strdup(r->label)) == NULL) {
                 rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
                 break;
             }
@@ -277,9 +261,7 @@ static pg_status history(pg_store *s, const history_args *a, FILE *out, pg_err *
         p.n++;
         p.sum += v;
     }
-    if (rc == PG_OK && step != SQLITE_DONE)
-        rc = pg_fail(err, PG_ERR_DB, "history: reading layer_metrics: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
+    history_rows_free(rows, n);
     if (rc == PG_OK && p.id >= 0 && !flush_point(a, &p, arr, out))
         rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
     free(p.label);

@@ -1,13 +1,13 @@
 /* cmd_runs.c: `precgate runs`: list the runs in the database, newest last. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../reports/diff.h"
 #include "../reports/term.h"
+#include "../db/run_list.h"
 #include "../db/store.h"
 #include "cli.h"
 
@@ -104,34 +104,22 @@ static void fmt_duration(char *buf, size_t len, double s)
                  (int)fmod(s / RUNS_MINUTE, RUNS_MINUTE));
 }
 
-/* Column i as text, or NULL. */
-static const char *col_text(sqlite3_stmt *st, int i)
+/* Adds t to o under key as a string, or null for NULL; 0 when out of memory. */
+static int json_text(cJSON *o, const char *key, const char *t)
 {
-    return (const char *)sqlite3_column_text(st, i);
-}
-
-/* Adds column i of st to o under key as a string or null; 0 when out of memory. */
-static int json_col(cJSON *o, const char *key, sqlite3_stmt *st, int i)
-{
-    const char *t = col_text(st, i);
     return (t != NULL ? cJSON_AddStringToObject(o, key, t) : cJSON_AddNullToObject(o, key)) != NULL;
 }
 
-/* Result columns of the listing query. */
-enum { C_ID, C_KIND, C_LABEL, C_STATUS, C_STARTED, C_FINISHED, C_GIT, C_HOST, C_DEVICE, C_ERROR,
-       C_DURATION, C_PID, C_HEARTBEAT };
-
 /* The row's process, probed now (store_probe_process: the one place that decides). */
-static store_process row_process(sqlite3_stmt *st)
+static store_process row_process(const run_list_row *r)
 {
-    return store_probe_process(col_text(st, C_STATUS), col_text(st, C_HOST),
-                               sqlite3_column_int64(st, C_PID));
+    return store_probe_process(r->run.status, r->run.host, r->pid);
 }
 
 /* The status to show: 'interrupted' for a running run whose process is gone. */
-static const char *row_status(sqlite3_stmt *st)
+static const char *row_status(const run_list_row *r)
 {
-    return store_effective_status(col_text(st, C_STATUS), row_process(st));
+    return store_effective_status(r->run.status, row_process(r));
 }
 
 /* A process's state as the JSON "process" field; NULL for a finished run. */
@@ -147,23 +135,20 @@ static const char *process_name(store_process p)
 }
 
 /* Prints one row of the table. */
-static void print_row(FILE *out, sqlite3_stmt *st)
+static void print_row(FILE *out, const run_list_row *r)
 {
     char when[RUNS_CELL_MAX], dur[RUNS_CELL_MAX], git[RUNS_CELL_MAX], label[RUNS_CELL_MAX],
         kind[RUNS_CELL_MAX], status[RUNS_CELL_MAX];
-    const char *started = col_text(st, C_STARTED);
+    const char *started = r->run.started_at;
     snprintf(when, sizeof when, "%.*s", RUNS_TIME_CHARS, started != NULL ? started : "-");
     char *t = strchr(when, 'T');
     if (t != NULL) *t = ' ';
-    const double d = sqlite3_column_type(st, C_DURATION) == SQLITE_NULL
-                         ? NAN
-                         : sqlite3_column_double(st, C_DURATION);
-    fmt_duration(dur, sizeof dur, d);
-    term_fit(kind, sizeof kind, col_text(st, C_KIND), RUNS_KIND_WIDTH, 0);
-    term_fit(status, sizeof status, row_status(st), RUNS_STATUS_WIDTH, 0);
-    term_fit(git, sizeof git, col_text(st, C_GIT), RUNS_GIT_WIDTH, 0);
-    term_fit(label, sizeof label, col_text(st, C_LABEL), RUNS_LABEL_WIDTH, 0);
-    fprintf(out, "%*lld  ", RUNS_ID_WIDTH, (long long)sqlite3_column_int64(st, C_ID));
+    fmt_duration(dur, sizeof dur, r->duration_s);
+    term_fit(kind, sizeof kind, r->run.kind, RUNS_KIND_WIDTH, 0);
+    term_fit(status, sizeof status, row_status(r), RUNS_STATUS_WIDTH, 0);
+    term_fit(git, sizeof git, r->run.git_rev, RUNS_GIT_WIDTH, 0);
+    term_fit(label, sizeof label, r->run.label, RUNS_LABEL_WIDTH, 0);
+    fprintf(out, "%*lld  ", RUNS_ID_WIDTH, (long long)r->run.id);
     term_cell(out, NULL, -RUNS_KIND_WIDTH, kind);
     fputs("  ", out);
     term_cell(out, NULL, -RUNS_STATUS_WIDTH, status);
@@ -174,47 +159,44 @@ static void print_row(FILE *out, sqlite3_stmt *st)
     fputs("  ", out);
     term_cell(out, NULL, -RUNS_GIT_WIDTH, git);
     fprintf(out, "  %s\n", label);
-    const char *error = col_text(st, C_ERROR);
+    const char *error = r->run.error;
     if (error != NULL && error[0] != '\0') {
         char e[RUNS_CELL_MAX * 2];
         term_fit(e, sizeof e, error, RUNS_ERROR_WIDTH, 0);
         fprintf(out, "%*s  error: %s\n", RUNS_ID_WIDTH, "", e);
     }
-    const store_process p = row_process(st);
+    const store_process p = row_process(r);
     if (p == STORE_PROCESS_GONE || p == STORE_PROCESS_UNKNOWN) {
-        const char *host = col_text(st, C_HOST), *beat = col_text(st, C_HEARTBEAT);
+        const char *host = r->run.host, *beat = r->heartbeat_at;
         char h[RUNS_CELL_MAX];
         term_fit(h, sizeof h, host != NULL ? host : "unknown", RUNS_LABEL_WIDTH, 0);
         fprintf(out, "%*s  %s (host %s, pid %lld, last heartbeat %s)\n", RUNS_ID_WIDTH, "",
                 p == STORE_PROCESS_GONE ? "process gone; --resume continues it"
                                         : "running elsewhere or unprobeable; --resume needs --force",
-                h, (long long)sqlite3_column_int64(st, C_PID), beat != NULL ? beat : "never");
+                h, (long long)r->pid, beat != NULL ? beat : "never");
     }
 }
 
 /* The JSON object of one row; NULL when out of memory. */
-static cJSON *row_json(sqlite3_stmt *st)
+static cJSON *row_json(const run_list_row *r)
 {
     cJSON *o = cJSON_CreateObject();
-    const double d = sqlite3_column_type(st, C_DURATION) == SQLITE_NULL
-                         ? NAN
-                         : sqlite3_column_double(st, C_DURATION);
-    const double id = (double)sqlite3_column_int64(st, C_ID);
+    const double d = r->duration_s;
     const int ok =
-        o != NULL && cJSON_AddNumberToObject(o, "id", id) != NULL &&
-        json_col(o, "kind", st, C_KIND) && json_col(o, "label", st, C_LABEL) &&
-        cJSON_AddStringToObject(o, "status", row_status(st)) != NULL &&
-        json_col(o, "stored_status", st, C_STATUS) &&
-        (process_name(row_process(st)) != NULL
-             ? cJSON_AddStringToObject(o, "process", process_name(row_process(st))) != NULL
+        o != NULL && cJSON_AddNumberToObject(o, "id", (double)r->run.id) != NULL &&
+        json_text(o, "kind", r->run.kind) && json_text(o, "label", r->run.label) &&
+        cJSON_AddStringToObject(o, "status", row_status(r)) != NULL &&
+        json_text(o, "stored_status", r->run.status) &&
+        (process_name(row_process(r)) != NULL
+             ? cJSON_AddStringToObject(o, "process", process_name(row_process(r))) != NULL
              : cJSON_AddNullToObject(o, "process") != NULL) &&
-        (sqlite3_column_type(st, C_PID) == SQLITE_NULL
-             ? cJSON_AddNullToObject(o, "pid") != NULL
-             : cJSON_AddNumberToObject(o, "pid", (double)sqlite3_column_int64(st, C_PID)) != NULL) &&
-        json_col(o, "heartbeat_at", st, C_HEARTBEAT) && json_col(o, "started_at", st, C_STARTED) &&
-        json_col(o, "finished_at", st, C_FINISHED) && json_col(o, "git_rev", st, C_GIT) &&
-        json_col(o, "host", st, C_HOST) && json_col(o, "device", st, C_DEVICE) &&
-        json_col(o, "error", st, C_ERROR) &&
+        (!r->has_pid ? cJSON_AddNullToObject(o, "pid") != NULL
+                     : cJSON_AddNumberToObject(o, "pid", (double)r->pid) != NULL) &&
+        json_text(o, "heartbeat_at", r->heartbeat_at) &&
+        json_text(o, "started_at", r->run.started_at) &&
+        json_text(o, "finished_at", r->run.finished_at) &&
+        json_text(o, "git_rev", r->run.git_rev) && json_text(o, "host", r->run.host) &&
+        json_text(o, "device", r->run.device) && json_text(o, "error", r->run.error) &&
         (isnan(d) ? cJSON_AddNullToObject(o, "duration_s") != NULL
                   : report_json_number(o, "duration_s", d));
     if (!ok) {
@@ -224,47 +206,19 @@ static cJSON *row_json(sqlite3_stmt *st)
     return o;
 }
 
-/* Counts the runs the filters match into *total. */
-static pg_status count_runs(pg_store *s, const runs_args *a, long long *total, pg_err *err)
-{
-    sqlite3 *db = store_handle(s);
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT count(*) FROM runs WHERE (?1 IS NULL OR kind = ?1) "
-                           "AND (?2 IS NULL OR label = ?2)",
-                           -1, &st, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "runs: cannot prepare query: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, a->kind, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, a->label, -1, SQLITE_STATIC);
-    pg_status rc = PG_OK;
-    if (sqlite3_step(st) == SQLITE_ROW) *total = sqlite3_column_int64(st, 0);
-    else rc = pg_fail(err, PG_ERR_DB, "runs: counting runs: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return rc;
-}
-
 /* Lists the matching runs to out, as a table or JSON. */
 static pg_status list_runs(pg_store *s, const runs_args *a, FILE *out, pg_err *err)
 {
-    long long total = 0;
-    pg_status rc = count_runs(s, a, &total, err);
+    const run_filter f = {.kind = a->kind, .label = a->label};
+    int64_t total = 0;
+    pg_status rc = run_list_count(s, &f, &total, err);
     if (rc != PG_OK) return rc;
-    sqlite3 *db = store_handle(s);
-    sqlite3_stmt *st = NULL;
-    /* The newest N, then put back in order: oldest first, newest last. */
-    static const char sql[] =
-        "SELECT * FROM (SELECT id, kind, label, status, started_at, finished_at, git_rev, host, "
-        "device, error, (julianday(finished_at) - julianday(started_at)) * 86400.0, pid, "
-        "heartbeat_at "
-        "FROM runs WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR label = ?2) "
-        "ORDER BY started_at DESC, id DESC LIMIT ?3) ORDER BY started_at, id";
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        return pg_fail(err, PG_ERR_DB, "runs: cannot prepare query: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, a->kind, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, a->label, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, a->limit == 0 ? -1 : a->limit); /* LIMIT -1: no limit */
-    cJSON *arr = a->json ? cJSON_CreateArray() : NULL;
-    if (a->json && arr == NULL) rc = pg_fail(err, PG_ERR_NOMEM, "runs: out of memory");
+    run_list_row *rows = NULL;
+    size_t n = 0;
+    rc = run_list_read(s, &f, a->limit, &rows, &n, err);
+    cJSON *arr = rc == PG_OK && a->json ? cJSON_CreateArray() : NULL;
+    if (rc == PG_OK && a->json && arr == NULL)
+        rc = pg_fail(err, PG_ERR_NOMEM, "runs: out of memory");
     if (rc == PG_OK && !a->json && total > 0) {
         fprintf(out, "%*s  ", RUNS_ID_WIDTH, "run");
         term_cell(out, NULL, -RUNS_KIND_WIDTH, "kind");
@@ -278,23 +232,19 @@ static pg_status list_runs(pg_store *s, const runs_args *a, FILE *out, pg_err *e
         term_cell(out, NULL, -RUNS_GIT_WIDTH, "git rev");
         fputs("  label\n", out);
     }
-    long long shown = 0;
-    int step = SQLITE_DONE;
-    while (rc == PG_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        shown++;
+    for (size_t i = 0; rc == PG_OK && i < n; i++) {
         if (!a->json) {
-            print_row(out, st);
+            print_row(out, &rows[i]);
             continue;
         }
-        cJSON *o = row_json(st);
+        cJSON *o = row_json(&rows[i]);
         if (o == NULL || !cJSON_AddItemToArray(arr, o)) {
             cJSON_Delete(o);
             rc = pg_fail(err, PG_ERR_NOMEM, "runs: out of memory");
         }
     }
-    if (rc == PG_OK && step != SQLITE_DONE)
-        rc = pg_fail(err, PG_ERR_DB, "runs: reading runs: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
+    run_list_rows_free(rows, n);
+    const long long shown = (long long)n;
     if (rc == PG_OK && a->json) {
         char *text = cJSON_Print(arr);
         if (text == NULL) rc = pg_fail(err, PG_ERR_NOMEM, "runs: out of memory");
@@ -303,7 +253,8 @@ static pg_status list_runs(pg_store *s, const runs_args *a, FILE *out, pg_err *e
     } else if (rc == PG_OK && total == 0) {
         fprintf(out, "no runs%s\n", a->kind != NULL || a->label != NULL ? " match" : "");
     } else if (rc == PG_OK && shown < total) {
-        fprintf(out, "(the %lld newest of %lld runs; --limit 0 lists all)\n", shown, total);
+        fprintf(out, "(the %lld newest of %lld runs; --limit 0 lists all)\n", shown,
+                (long long)total);
     }
     cJSON_Delete(arr);
     return rc;

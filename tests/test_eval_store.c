@@ -634,3 +634,51 @@ Test(eval_store, pairs_upsert_is_idempotent)
     cr_expect_eq(q_int(db, "SELECT count(*) FROM eval_pairs"), 2);
     store_close(s);
 }
+
+Test(eval_store, errors_counted_and_groups_listed_by_effort_then_mode)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    const int64_t run = begin_run(s);
+    put_ok(s, run, row("fp8kv", "p1", 0, EVAL_SAMPLE_OK, 1));
+    put_ok(s, run, row("bf16", "p1", 0, EVAL_SAMPLE_OK, 0));
+    eval_sample_row e = row("fp8kv", "p2", 0, EVAL_SAMPLE_ERROR, 0);
+    e.error = "timeout";
+    put_ok(s, run, e);
+    eval_sample_row low = row("bf16", "p1", 0, EVAL_SAMPLE_ERROR, 0);
+    low.effort = "low";
+    low.error = "refused";
+    put_ok(s, run, low);
+    eval_sample_row other = row("bf16", "p1", 0, EVAL_SAMPLE_OK, 1);
+    other.eval = "gpqa";
+    put_ok(s, run, other);
+
+    int64_t n_err = -1;
+    cr_assert_eq(eval_store_count_errors(s, run, "aime25", &n_err, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(n_err, 2);
+    cr_assert_eq(eval_store_count_errors(s, run, "gpqa", &n_err, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(n_err, 0);
+    cr_assert_eq(eval_store_count_errors(s, run + 1, "aime25", &n_err, &err), PG_OK, "%s",
+                 err.msg);
+    cr_expect_eq(n_err, 0);
+
+    eval_group_stored *g = NULL;
+    size_t n = 0;
+    cr_assert_eq(eval_store_read_groups(s, run, "aime25", &g, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    const char *want[][2] = {{"bf16", "high"}, {"fp8kv", "high"}, {"bf16", "low"}};
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_str_eq(g[i].mode, want[i][0], "group %zu", i);
+        cr_expect_str_eq(g[i].effort, want[i][1], "group %zu", i);
+    }
+    eval_store_groups_free(g, n);
+    cr_assert_eq(eval_store_read_groups(s, run, "nosuch", &g, &n, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(n, 0);
+    cr_expect_null(g);
+
+    cr_expect_eq(eval_store_count_errors(s, run, NULL, &n_err, &err), PG_ERR_INTERNAL);
+    cr_expect_eq(eval_store_count_errors(NULL, run, "aime25", &n_err, &err), PG_ERR_INTERNAL);
+    cr_expect_eq(eval_store_read_groups(s, run, NULL, &g, &n, &err), PG_ERR_INTERNAL);
+    eval_store_groups_free(NULL, 0);
+    store_close(s);
+}

@@ -14,6 +14,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "history_store.h"
+#include "run_list.h"
 #include "schema.h"
 #include "store.h"
 #include "testutil.h"
@@ -1219,5 +1221,152 @@ Test(store, migration_10_renames_every_stored_variant_to_its_full_name)
     cr_assert_neq(sqlite3_exec(db, "INSERT INTO layer_metrics (run_id, capture, layer, head,"
                                    " variant, backend, nan_count, inf_count) VALUES (1, 'a', 5,"
                                    " -1, 'fp8kv', 'cuda', 0, 0)", NULL, NULL, NULL), SQLITE_OK);
+    store_close(s);
+}
+
+/* A committed run of kind and label; returns its id. */
+static int64_t begin_labelled(pg_store *s, const char *kind, const char *label)
+{
+    store_run_info info = {.kind = kind, .label = label};
+    int64_t id = -1;
+    pg_err err = {0};
+    cr_assert_eq(store_run_begin(s, &info, &id, &err), PG_OK, "%s", err.msg);
+    return id;
+}
+
+Test(store, run_list_counts_filters_and_lists_the_newest_oldest_first)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    const int64_t a = begin_labelled(s, "sweep", "nightly");
+    const int64_t b = begin_labelled(s, "eval", NULL);
+    const int64_t c = begin_labelled(s, "sweep", "nightly");
+    cr_assert_eq(store_run_finish(s, a, "complete", NULL, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, c, "failed", "boom", &err), PG_OK, "%s", err.msg);
+    tu_sql_exec(store_handle(s), "UPDATE runs SET pid = NULL WHERE id = 1");  /* a pre-v8 run */
+
+    const struct { run_filter f; int64_t n; } counts[] = {
+        {{NULL, NULL}, 3}, {{"sweep", NULL}, 2}, {{NULL, "nightly"}, 2},
+        {{"eval", "nightly"}, 0}, {{"eval", NULL}, 1},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        int64_t n = -1;
+        cr_assert_eq(run_list_count(s, &counts[i].f, &n, &err), PG_OK, "%s", err.msg);
+        cr_expect_eq(n, counts[i].n, "count %zu: %lld", i, (long long)n);
+    }
+
+    run_list_row *rows = NULL;
+    size_t n = 0;
+    const run_filter all = {0};
+    cr_assert_eq(run_list_read(s, &all, 0, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    cr_expect_eq(rows[0].run.id, a);
+    cr_expect_eq(rows[1].run.id, b);
+    cr_expect_eq(rows[2].run.id, c);
+    /* Finished: a duration, no pid (NULL); running: no duration, this process. */
+    cr_expect_str_eq(rows[0].run.status, "complete");
+    cr_expect(isfinite(rows[0].duration_s) && rows[0].duration_s >= 0.0);
+    cr_expect_eq(rows[0].has_pid, 0);
+    cr_expect_eq(rows[0].pid, 0);
+    cr_expect_str_eq(rows[0].run.label, "nightly");
+    cr_expect_null(rows[1].run.label);
+    cr_expect_null(rows[1].run.finished_at);
+    cr_expect(isnan(rows[1].duration_s));
+    cr_expect_eq(rows[1].has_pid, 1);
+    cr_expect_eq(rows[1].pid, (int64_t)getpid());
+    cr_expect_not_null(rows[1].heartbeat_at);
+    cr_expect_not_null(rows[1].run.started_at);
+    cr_expect_str_eq(rows[2].run.error, "boom");
+    run_list_rows_free(rows, n);
+
+    /* The newest two, still oldest first; a filter with a limit. */
+    cr_assert_eq(run_list_read(s, &all, 2, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    cr_expect_eq(rows[0].run.id, b);
+    cr_expect_eq(rows[1].run.id, c);
+    run_list_rows_free(rows, n);
+    const run_filter sweeps = {.kind = "sweep"};
+    cr_assert_eq(run_list_read(s, &sweeps, 1, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(rows[0].run.id, c);
+    run_list_rows_free(rows, n);
+    const run_filter none = {.label = "nosuch"};
+    cr_assert_eq(run_list_read(s, &none, 0, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(n, 0);
+    cr_expect_null(rows);
+
+    cr_expect_eq(run_list_read(s, NULL, 0, &rows, &n, &err), PG_ERR_INTERNAL);
+    cr_expect_eq(run_list_count(NULL, &all, &(int64_t){0}, &err), PG_ERR_INTERNAL);
+    run_list_rows_free(NULL, 0);
+    store_close(s);
+}
+
+/* Inserts a whole-layer row of variant with rel_l2 and cos_sim for (run, capture, layer). */
+static void put_whole_layer(pg_store *s, int64_t run, const char *capture, int layer,
+                            const char *variant, double rel_l2, double cos_sim)
+{
+    store_layer_metrics m = mk_metrics(rel_l2, 2e-2, 3e-4, 1e-2, cos_sim, 60.0, 0, 0);
+    pg_err err = {0};
+    cr_assert_eq(store_put_layer_metrics(s, run, capture, layer, -1, variant, "cpu", &m, &err),
+                 PG_OK, "%s", err.msg);
+}
+
+Test(store, history_reads_one_metric_of_complete_runs_in_run_then_layer_order)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    const int64_t a = begin_labelled(s, "sweep", "nightly");
+    const int64_t running = begin_labelled(s, "sweep", "nightly");
+    const int64_t c = begin_labelled(s, "sweep", NULL);
+    put_whole_layer(s, a, "cap0", 1, "bf16", 0.5, NAN);
+    put_whole_layer(s, a, "cap0", 0, "bf16", 0.25, 0.9);
+    put_whole_layer(s, a, "cap0", 0, "fp8kv@fixed", 9.0, 0.1);  /* another variant */
+    put_plain(s, a, 0, 0);                                      /* a head row */
+    put_whole_layer(s, running, "cap0", 0, "bf16", 7.0, 0.5);   /* not complete */
+    put_whole_layer(s, c, "cap1", 0, "bf16", 0.125, 0.8);
+    cr_assert_eq(store_run_finish(s, a, "complete", NULL, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(store_run_finish(s, c, "complete", NULL, &err), PG_OK, "%s", err.msg);
+
+    history_query q = {.metric = PG_METRIC_REL_L2, .variant = "bf16", .layer = -1};
+    history_row *rows = NULL;
+    size_t n = 0;
+    cr_assert_eq(history_store_read(s, &q, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    cr_expect_eq(rows[0].run_id, a);
+    cr_expect_eq(rows[0].layer, 0);
+    cr_expect_eq(rows[0].value, 0.25);
+    cr_expect_eq(rows[1].layer, 1);
+    cr_expect_eq(rows[1].value, 0.5);
+    cr_expect_str_eq(rows[1].label, "nightly");
+    cr_expect_not_null(rows[1].started_at);
+    cr_expect_null(rows[1].git_rev);
+    cr_expect_eq(rows[2].run_id, c);
+    cr_expect_null(rows[2].label);
+    history_rows_free(rows, n);
+
+    /* Another column (a NULL cosine reads NaN), and each filter. */
+    q.metric = PG_METRIC_COS_SIM;
+    q.label = "nightly";
+    cr_assert_eq(history_store_read(s, &q, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    cr_expect_eq(rows[0].value, 0.9);
+    cr_expect(isnan(rows[1].value));
+    history_rows_free(rows, n);
+    q = (history_query){.metric = PG_METRIC_REL_L2, .variant = "bf16", .layer = 0,
+                        .capture = "cap1", .backend = "cpu"};
+    cr_assert_eq(history_store_read(s, &q, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(rows[0].run_id, c);
+    history_rows_free(rows, n);
+    q.backend = "cuda";
+    cr_assert_eq(history_store_read(s, &q, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(n, 0);
+
+    q.metric = PG_METRIC_COUNT;
+    cr_expect_eq(history_store_read(s, &q, &rows, &n, &err), PG_ERR_INTERNAL);
+    q.metric = PG_METRIC_REL_L2;
+    q.variant = NULL;
+    cr_expect_eq(history_store_read(s, &q, &rows, &n, &err), PG_ERR_INTERNAL);
+    history_rows_free(NULL, 0);
     store_close(s);
 }
