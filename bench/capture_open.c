@@ -12,7 +12,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "capture.h"
+#include "harness/capture.h"
 
 static double now(void)
 {

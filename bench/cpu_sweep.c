@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "attn.h"
-#include "attn_profile.h"
-#include "capture.h"
-#include "numerics.h"
-#include "parallel.h"
+#include "kernels/attn.h"
+#include "kernels/attn_profile.h"
+#include "harness/capture.h"
+#include "kernels/numerics.h"
+#include "kernels/parallel.h"
 
 enum { MODE_REF, MODE_BF16, MODE_FP8KV, MODE_FP8QKV, MODE_COUNT };
 static const char *const mode_names[MODE_COUNT] = {"reference", "bf16", "fp8kv", "fp8qkv"};

@@ -17,14 +17,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "attn.h"
-#include "attn_hypothesis.h"
-#include "attn_profile.h"
-#include "capture.h"
-#include "diagnose.h"
-#include "parallel.h"
-#include "safetensors.h"
-#include "sweep.h"
+#include "kernels/attn.h"
+#include "kernels/attn_hypothesis.h"
+#include "kernels/attn_profile.h"
+#include "harness/capture.h"
+#include "harness/diagnose.h"
+#include "kernels/parallel.h"
+#include "harness/safetensors.h"
+#include "harness/sweep.h"
 
 /* Most profiles the table holds (attn_profile_count checked against it). */
 #define MAX_PROFILES 16

@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "attn.h"
-#include "attn_cuda.h"
-#include "capture.h"
-#include "numerics.h"
+#include "kernels/attn.h"
+#include "kernels/attn_cuda.h"
+#include "harness/capture.h"
+#include "kernels/numerics.h"
 
 int main(int argc, char **argv)
 {

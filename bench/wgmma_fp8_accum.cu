@@ -42,8 +42,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda_wgmma.cuh"
-#include "fp8_mma.h"
+#include "kernels/cuda_wgmma.cuh"
+#include "kernels/fp8_mma.h"
 
 #define PROBE_M 64             // wgmma rows (A rows, D rows)
 #define PROBE_N 64             // wgmma_e4m3_m64n64k32: the smallest N the wrapper has

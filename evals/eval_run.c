@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/eval_store.h"
-#include "../db/eval_writer.h"
+#include "db/eval_store.h"
+#include "db/eval_writer.h"
 #include "score.h"
 #include "base/clock.h"
 #include "base/note.h"

@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../db/eval_writer.h"
-#include "../db/store.h"
+#include "db/eval_writer.h"
+#include "db/store.h"
 #include "base/note.h"
 #include "base/status.h"
 #include "grade.h"

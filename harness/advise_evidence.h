@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../db/gate_store.h"
-#include "../db/shape_store.h"
-#include "../db/store.h"
+#include "db/gate_store.h"
+#include "db/shape_store.h"
+#include "db/store.h"
 #include "advise.h"
 #include "gate_config.h"
 #include "base/status.h"

@@ -27,10 +27,10 @@
 
 #include <stdint.h>
 
-#include "../db/attribution_store.h"
-#include "../kernels/attn.h"
-#include "../kernels/attn_backend.h"
-#include "../kernels/attn_profile.h"
+#include "db/attribution_store.h"
+#include "kernels/attn.h"
+#include "kernels/attn_backend.h"
+#include "kernels/attn_profile.h"
 #include "base/status.h"
 
 /* Most rows one variant gives: none, q, k, v, p, all. */

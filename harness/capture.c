@@ -22,8 +22,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../kernels/numerics.h"
-#include "../kernels/parallel.h"
+#include "kernels/numerics.h"
+#include "kernels/parallel.h"
 #include "safetensors.h"
 
 /* xxHash as inline code (no library at run time: the GPU machine has none). */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/store.h"
+#include "db/store.h"
 #include "advise.h"
 #include "advise_evidence.h"
 #include "cli.h"

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/gate_store.h"
-#include "../db/store.h"
+#include "db/gate_store.h"
+#include "db/store.h"
 #include "cli.h"
 
 /* The name `baseline set` gives a run that has no label. */

@@ -1,7 +1,7 @@
 /* cmd_convert.c: `precgate convert-aime`: public AIME JSONL files to precgate traces. */
 #include <stdio.h>
 
-#include "../evals/traces.h"
+#include "evals/traces.h"
 #include "cli.h"
 
 const char cmd_convert_aime_usage[] =

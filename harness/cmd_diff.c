@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../reports/diff.h"
+#include "reports/diff.h"
 #include "cli.h"
 #include "base/variant.h"
 

@@ -6,10 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../db/eval_store.h"
-#include "../db/store.h"
-#include "../evals/eval_run.h"
-#include "../reports/eval_results.h"
+#include "db/eval_store.h"
+#include "db/store.h"
+#include "evals/eval_run.h"
+#include "reports/eval_results.h"
 #include "cli.h"
 #include "eval_resume.h"
 #include "interrupt.h"

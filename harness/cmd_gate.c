@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/diagnosis_store.h"
-#include "../db/gate_store.h"
-#include "../db/store.h"
-#include "../reports/junit.h"
+#include "db/diagnosis_store.h"
+#include "db/gate_store.h"
+#include "db/store.h"
+#include "reports/junit.h"
 #include "cli.h"
 #include "gate_config.h"
 #include "regress.h"

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../kernels/attn_profile.h"
+#include "kernels/attn_profile.h"
 #include "cli.h"
 
 const char cmd_help_usage[] =

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/history_store.h"
-#include "../reports/diff.h"
-#include "../reports/term.h"
+#include "db/history_store.h"
+#include "reports/diff.h"
+#include "reports/term.h"
 #include "cli.h"
 #include "base/variant.h"
 

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/store.h"
-#include "../reports/atomic_file.h"
-#include "../reports/report_data.h"
-#include "../reports/report_html.h"
-#include "../reports/report_md.h"
+#include "db/store.h"
+#include "reports/atomic_file.h"
+#include "reports/report_data.h"
+#include "reports/report_html.h"
+#include "reports/report_md.h"
 #include "advise.h"
 #include "advise_evidence.h"
 #include "cli.h"

@@ -6,10 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../db/store.h"
-#include "../kernels/attn_backend.h"
-#include "../kernels/parallel.h"
-#include "../reports/sweep_table.h"
+#include "db/store.h"
+#include "kernels/attn_backend.h"
+#include "kernels/parallel.h"
+#include "reports/sweep_table.h"
 #include "capture.h"
 #include "cli.h"
 #include "diagnose.h"

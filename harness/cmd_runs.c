@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../reports/diff.h"
-#include "../reports/term.h"
-#include "../db/run_list.h"
-#include "../db/store.h"
+#include "reports/diff.h"
+#include "reports/term.h"
+#include "db/run_list.h"
+#include "db/store.h"
 #include "cli.h"
 
 /* Runs listed unless --limit says otherwise (0 lists all). */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/attn_hypothesis.h"
+#include "kernels/attn_hypothesis.h"
 
 /* Longest joined list of hypotheses or not-run reasons a span keeps. */
 #define DIAG_LIST_MAX 512

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../db/diagnosis_store.h"
+#include "db/diagnosis_store.h"
 #include "base/status.h"
 
 #ifdef __cplusplus

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/diagnosis_store.h"
-#include "../kernels/attn_hypothesis.h"
-#include "../kernels/numerics.h"
+#include "db/diagnosis_store.h"
+#include "kernels/attn_hypothesis.h"
+#include "kernels/numerics.h"
 #include "diag_verdict.h"
 #include "kernels/metrics.h"
 

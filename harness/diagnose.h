@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../db/store.h"
-#include "../kernels/attn.h"
+#include "db/store.h"
+#include "kernels/attn.h"
 #include "capture.h"
 #include "base/status.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../evals/score.h"
+#include "evals/score.h"
 #include "base/variant.h"
 
 /* Longest "capture layer L variant" prefix of a message. */

@@ -10,10 +10,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../kernels/attn_backend.h"
-#include "../kernels/attn_profile.h"
-#include "../kernels/numerics.h"
-#include "../kernels/parallel.h"
+#include "kernels/attn_backend.h"
+#include "kernels/attn_profile.h"
+#include "kernels/numerics.h"
+#include "kernels/parallel.h"
 #include "attribute.h"
 #include "diagnose.h"
 #include "base/variant.h"

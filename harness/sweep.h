@@ -9,10 +9,10 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "../db/store.h"
-#include "../kernels/attn.h"
-#include "../kernels/attn_profile.h"
-#include "../kernels/attn_backend.h"
+#include "db/store.h"
+#include "kernels/attn.h"
+#include "kernels/attn_profile.h"
+#include "kernels/attn_backend.h"
 #include "capture.h"
 #include "base/note.h"
 #include "base/status.h"

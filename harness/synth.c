@@ -47,8 +47,8 @@
 #include <string.h>
 
 #include "capture.h"
-#include "numerics.h"
-#include "parallel.h"
+#include "kernels/numerics.h"
+#include "kernels/parallel.h"
 #include "base/rng.h"
 #include "safetensors.h"
 

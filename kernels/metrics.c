@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "../kernels/numerics.h"
+#include "kernels/numerics.h"
 
 /* The k-th smallest (0-based) of a[0..n) by quickselect (Hoare partition,
  * median-of-three pivot); reorders a. */

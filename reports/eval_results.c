@@ -4,7 +4,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 
-#include "../db/eval_store.h"
+#include "db/eval_store.h"
 #include "atomic_file.h"
 #include "diff.h"
 

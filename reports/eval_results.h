@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "../db/store.h"
+#include "db/store.h"
 #include "base/status.h"
 
 /* Version of the file's layout, written as "format". */

@@ -1,10 +1,10 @@
 /* report_data.c: a run's numbers from the store into structs (see report_data.h). */
 #include "report_data.h"
 
-#include "../db/diagnosis_store.h"
-#include "../harness/diag_verdict.h"
+#include "db/diagnosis_store.h"
+#include "harness/diag_verdict.h"
 #include "base/variant.h"
-#include "../kernels/attn_hypothesis.h"
+#include "kernels/attn_hypothesis.h"
 
 #include <math.h>
 #include <stdio.h>

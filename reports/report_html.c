@@ -1,7 +1,7 @@
 /* report_html.c: a run's report as one self-contained HTML page (see report_html.h). */
 #include "report_html.h"
 
-#include "../harness/diag_verdict.h"
+#include "harness/diag_verdict.h"
 
 #include <math.h>
 #include <stdlib.h>

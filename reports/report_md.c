@@ -1,7 +1,7 @@
 /* report_md.c: a run's report as Markdown for a pull-request comment (see report_md.h). */
 #include "report_md.h"
 
-#include "../harness/diag_verdict.h"
+#include "harness/diag_verdict.h"
 #include "base/variant.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../db/store.h"
+#include "db/store.h"
 #include "base/status.h"
 
 /* Width of the capture column (longer names keep their tail after "..."). */

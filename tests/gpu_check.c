@@ -24,13 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "attn_backend.h"
-#include "attn_profile.h"
-#include "kv_cache.h"
+#include "kernels/attn.h"
+#include "kernels/attn_backend.h"
+#include "kernels/attn_profile.h"
+#include "kernels/kv_cache.h"
 #include "kernels/metrics.h"
-#include "numerics.h"
-#include "parallel.h"
+#include "kernels/numerics.h"
+#include "kernels/parallel.h"
 #include "base/rng.h"
 
 #define GPU_SKIP_CODE 77          /* CTest SKIP_RETURN_CODE */

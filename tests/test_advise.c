@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../db/store.h"
-#include "../harness/advise.h"
+#include "db/store.h"
+#include "harness/advise.h"
 #include "testutil.h"
 
 TestSuite(advise, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 60);

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "attn_profile.h"
-#include "numerics.h"
+#include "kernels/attn.h"
+#include "kernels/attn_profile.h"
+#include "kernels/numerics.h"
 #include "base/rng.h"
 
 /* Agreement required between the blocked and the naive fp64 reference. */

@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "attn_backend.h"
-#include "attn_profile.h"
-#include "attribute.h"
-#include "store.h"
-#include "numerics.h"
+#include "kernels/attn.h"
+#include "kernels/attn_backend.h"
+#include "kernels/attn_profile.h"
+#include "harness/attribute.h"
+#include "db/store.h"
+#include "kernels/numerics.h"
 #include "testutil.h"
 
 /* K's scale is the calibrated one (amax / 448) divided by this: every |k|

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn_backend.h"
+#include "kernels/attn_backend.h"
 #include "kernels/metrics.h"
-#include "numerics.h"
+#include "kernels/numerics.h"
 #include "base/rng.h"
 
 enum { NSEQ = 2, HQ = 4, HKV = 2, D = 64 };

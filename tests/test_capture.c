@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "capture.h"
-#include "safetensors.h"
+#include "harness/capture.h"
+#include "harness/safetensors.h"
 #include "testutil.h"
 
 /* Most layers / metadata entries a test capture has. */

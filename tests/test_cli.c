@@ -21,10 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sweep_table.h"
-#include "attn_profile.h"
-#include "capture.h"
-#include "numerics.h"
+#include "reports/sweep_table.h"
+#include "kernels/attn_profile.h"
+#include "harness/capture.h"
+#include "kernels/numerics.h"
 #include "testutil.h"
 
 /* The tiny capture every test sweeps: its synth options and shape. */

@@ -16,17 +16,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../db/diagnosis_store.h"
-#include "../db/store.h"
-#include "../harness/capture.h"
-#include "../harness/diag_verdict.h"
-#include "../harness/diagnose.h"
-#include "../harness/regress.h"
-#include "../harness/safetensors.h"
-#include "../harness/sweep.h"
-#include "../reports/junit.h"
-#include "../kernels/attn_hypothesis.h"
-#include "../kernels/numerics.h"
+#include "db/diagnosis_store.h"
+#include "db/store.h"
+#include "harness/capture.h"
+#include "harness/diag_verdict.h"
+#include "harness/diagnose.h"
+#include "harness/regress.h"
+#include "harness/safetensors.h"
+#include "harness/sweep.h"
+#include "reports/junit.h"
+#include "kernels/attn_hypothesis.h"
+#include "kernels/numerics.h"
 #include "testutil.h"
 
 TestSuite(diagnose, .init = tu_scratch_setup, .fini = tu_scratch_teardown);

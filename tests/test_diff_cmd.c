@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../reports/term.h"
+#include "reports/term.h"
 #include "testutil.h"
 
 /* Most whitespace-separated tokens kept of one output line. */

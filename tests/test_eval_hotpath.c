@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "eval_writer.h"
+#include "db/eval_writer.h"
 #include "fake_openai_server.h"
-#include "store.h"
+#include "db/store.h"
 #include "testutil.h"
 
 /* Requests in flight per server in these runs. */

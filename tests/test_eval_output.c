@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "eval_run.h"
-#include "store.h"
+#include "evals/eval_run.h"
+#include "db/store.h"
 #include "testutil.h"
-#include "traces.h"
+#include "evals/traces.h"
 
 TestSuite(eval_output, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "fake_openai_server.h"
-#include "store.h"
-#include "traces.h"
+#include "db/store.h"
+#include "evals/traces.h"
 #include "testutil.h"
 
 TestSuite(eval_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown);

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "eval_store.h"
-#include "schema.h"
-#include "score.h"
-#include "store.h"
+#include "db/eval_store.h"
+#include "db/schema.h"
+#include "evals/score.h"
+#include "db/store.h"
 #include "testutil.h"
 
 /* The schema version that adds the eval tables. */

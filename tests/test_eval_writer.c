@@ -17,9 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "eval_store.h"
-#include "eval_writer.h"
-#include "store.h"
+#include "db/eval_store.h"
+#include "db/eval_writer.h"
+#include "db/store.h"
 #include "testutil.h"
 
 /* Longest any poll below waits for the writer before failing the test. */

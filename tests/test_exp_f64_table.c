@@ -5,7 +5,7 @@
  * header is compiled into the CUDA kernel, so this holds the device's
  * arithmetic too (fma and the bit moves are IEEE on both).
  */
-#include "exp_f64_table.h"
+#include "kernels/exp_f64_table.h"
 
 #include <criterion/criterion.h>
 #include <float.h>

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "fp8_mma.h"
-#include "numerics.h"
+#include "kernels/fp8_mma.h"
+#include "kernels/numerics.h"
 
 /* One k step of the listed products (each an exact e4m3 product: a * 1.0)
  * onto c: a[k] given as floats, b[k] = 1. */

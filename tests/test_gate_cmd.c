@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "numerics.h"
-#include "safetensors.h"
+#include "kernels/numerics.h"
+#include "harness/safetensors.h"
 #include "testutil.h"
 
 static char g_db[512], g_cap[512], g_cfg[512];

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grade.h"
+#include "evals/grade.h"
 
 /* One extraction case: the text, whether an integer comes out, and which. */
 typedef struct grade_case {

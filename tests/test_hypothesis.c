@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "attn_hypothesis.h"
-#include "attn_profile.h"
-#include "numerics.h"
+#include "kernels/attn.h"
+#include "kernels/attn_hypothesis.h"
+#include "kernels/attn_profile.h"
+#include "kernels/numerics.h"
 #include "base/rng.h"
 #include "testutil.h"
 

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "fake_openai_server.h"
-#include "cli.h"
-#include "interrupt.h"
-#include "openai_client.h"
+#include "harness/cli.h"
+#include "harness/interrupt.h"
+#include "evals/openai_client.h"
 #include "base/status.h"
 
 #define CHAT "/v1/chat/completions"

@@ -16,7 +16,7 @@
  * Loops count mismatches and report the first one, so a failure names an
  * input without making the passing path slow.
  */
-#include "kv_cache.h"
+#include "kernels/kv_cache.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "numerics.h"
+#include "kernels/numerics.h"
 
 /* bf16 bits of the NaN that unwritten bf16 cache slots must hold. */
 #define BF16_NAN 0x7FC0u

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "numerics.h"
+#include "kernels/numerics.h"
 
 /* Relative tolerance for closed forms that the code evaluates in a different
  * order of operations than the test (a few ulps of double). */

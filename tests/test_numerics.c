@@ -12,7 +12,7 @@
  * Loops count mismatches and report the first one, so a failure names an
  * input without making the passing path slow.
  */
-#include "numerics.h"
+#include "kernels/numerics.h"
 
 #include <criterion/criterion.h>
 #include <float.h>

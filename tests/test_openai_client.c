@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 
 #include "fake_openai_server.h"
-#include "openai_client.h"
+#include "evals/openai_client.h"
 
 /* The environment variable and the key the tests send. */
 #define KEY_ENV "PG_TEST_OA_API_KEY"

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "attn_profile.h"
-#include "fp8_mma.h"
-#include "numerics.h"
+#include "kernels/attn.h"
+#include "kernels/attn_profile.h"
+#include "kernels/fp8_mma.h"
+#include "kernels/numerics.h"
 #include "base/rng.h"
 
 /* kBlockN for head dim 64 (FORK = vllm-project/flash-attention @ 617264c1,

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "gate_config.h"
-#include "junit.h"
-#include "regress.h"
+#include "harness/gate_config.h"
+#include "reports/junit.h"
+#include "harness/regress.h"
 #include "testutil.h"
 
 /* An eval_scores row as the gate reads it, from its fields in this order. */

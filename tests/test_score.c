@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "score.h"
+#include "evals/score.h"
 
 /* Tolerance for values computed in a few floating operations. */
 #define TIGHT 1e-12

@@ -14,10 +14,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "history_store.h"
-#include "run_list.h"
-#include "schema.h"
-#include "store.h"
+#include "db/history_store.h"
+#include "db/run_list.h"
+#include "db/schema.h"
+#include "db/store.h"
 #include "testutil.h"
 
 /* Seconds in a day, to turn julianday differences into seconds. */

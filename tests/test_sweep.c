@@ -3,7 +3,7 @@
  * transactions (a failing layer rolls back alone), the --variants parser,
  * and external outputs (layers.L.out.NAME) stored next to the modes.
  */
-#include "sweep.h"
+#include "harness/sweep.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -17,13 +17,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "attn.h"
-#include "capture.h"
-#include "numerics.h"
-#include "parallel.h"
-#include "safetensors.h"
-#include "store.h"
-#include "synth.h"
+#include "kernels/attn.h"
+#include "harness/capture.h"
+#include "kernels/numerics.h"
+#include "kernels/parallel.h"
+#include "harness/safetensors.h"
+#include "db/store.h"
+#include "harness/synth.h"
 #include "testutil.h"
 
 /* Modes of a full sweep. */

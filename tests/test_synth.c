@@ -7,7 +7,7 @@
  * Gaussian data would give, so that each of them fails when its property is
  * removed from the generator.
  */
-#include "synth.h"
+#include "harness/synth.h"
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -17,10 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "capture.h"
-#include "cli.h"
-#include "numerics.h"
-#include "parallel.h"
+#include "harness/capture.h"
+#include "harness/cli.h"
+#include "kernels/numerics.h"
+#include "kernels/parallel.h"
 #include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------ */

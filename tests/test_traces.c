@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "grade.h"
+#include "evals/grade.h"
 #include "testutil.h"
-#include "traces.h"
+#include "evals/traces.h"
 
 /* The demo set shipped with the sources. */
 #define DEMO_PATH PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl"

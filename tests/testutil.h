@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attn.h"
+#include "kernels/attn.h"
 #include "base/rng.h"
 
 /* The current test's scratch directory (made by tu_scratch_setup). */
