@@ -5,7 +5,7 @@
  * they are read into and written from.
  *
  * Every function works on an open pg_store (db/store.h) through
- * store_handle(), with bound parameters only; each statement is prepared
+ * store_handle() (db/sql_util.h), with bound parameters only; each statement is prepared
  * once per store (sql_cached) and reset after every use. Failures are
  * PG_ERR_DB naming the database file, what failed and SQLite's message,
  * except where a contract says otherwise; a NULL store or a NULL argument

@@ -5,7 +5,7 @@
  * verdict).
  *
  * Every function works on an open pg_store (db/store.h) through
- * store_handle(), with statements prepared for the call and bound
+ * store_handle() (db/sql_util.h), with statements prepared for the call and bound
  * parameters only. Failures are PG_ERR_DB naming the database file, what
  * failed and SQLite's message, except where a contract says otherwise; a
  * NULL store or a NULL argument that must not be NULL is PG_ERR_INTERNAL.

@@ -4,6 +4,10 @@
  * failure into a pg_err, preparing a constant statement, and the store's
  * cache of prepared statements (sql_cached, implemented in store.c, which
  * owns the cache).
+ *
+ * db/'s own header: only db/'s .c files and tests/ include it (the build's include
+ * lint, CMakeLists.txt, refuses it anywhere else), so the raw connection
+ * (store_handle) and SQLite's API stay inside the store.
  */
 #ifndef PG_SQL_UTIL_H
 #define PG_SQL_UTIL_H
@@ -13,6 +17,11 @@
 
 #include "base/status.h"
 #include "store.h"
+
+/* The raw connection of s, for db/'s table modules and for tests that
+ * inspect the file; owned by s (do not close it; finalize statements before
+ * store_close). NULL when s is NULL. */
+sqlite3 *store_handle(pg_store *s);
 
 /* Longest "what failed" phrase kept before SQLite's message is appended. */
 #define SQL_WHAT_MAX 384

@@ -914,7 +914,7 @@ void sql_release(sqlite3_stmt *st)
     sqlite3_clear_bindings(st);
 }
 
-struct sqlite3 *store_handle(pg_store *s)
+sqlite3 *store_handle(pg_store *s)
 {
     return s != NULL ? s->db : NULL;
 }

@@ -238,9 +238,4 @@ pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *captur
  * PG_ERR_INTERNAL when buf cannot hold it and its NUL). */
 pg_status store_run_status(pg_store *s, int64_t run_id, char *buf, size_t buf_len, pg_err *err);
 
-/* The raw handle, for tests and read-only queries by reports; owned by s
- * (do not close it; finalize your statements before store_close). NULL when
- * s is NULL. */
-struct sqlite3 *store_handle(pg_store *s);
-
 #endif /* PG_STORE_H */

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "db/diagnosis_store.h"
+#include "db/sql_util.h"
 #include "db/store.h"
 #include "harness/capture.h"
 #include "harness/diag_verdict.h"

@@ -17,6 +17,7 @@
 
 #include "db/eval_writer.h"
 #include "fake_openai_server.h"
+#include "db/sql_util.h"
 #include "db/store.h"
 #include "testutil.h"
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "evals/eval_run.h"
+#include "db/sql_util.h"
 #include "db/store.h"
 #include "testutil.h"
 #include "evals/traces.h"

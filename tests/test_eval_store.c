@@ -12,6 +12,7 @@
 #include "db/eval_store.h"
 #include "db/schema.h"
 #include "evals/score.h"
+#include "db/sql_util.h"
 #include "db/store.h"
 #include "testutil.h"
 

@@ -19,6 +19,7 @@
 
 #include "db/eval_store.h"
 #include "db/eval_writer.h"
+#include "db/sql_util.h"
 #include "db/store.h"
 #include "testutil.h"
 

@@ -17,6 +17,7 @@
 #include "db/history_store.h"
 #include "db/run_list.h"
 #include "db/schema.h"
+#include "db/sql_util.h"
 #include "db/store.h"
 #include "testutil.h"
 

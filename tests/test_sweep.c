@@ -22,6 +22,7 @@
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
 #include "harness/safetensors.h"
+#include "db/sql_util.h"
 #include "db/store.h"
 #include "harness/synth.h"
 #include "testutil.h"
