@@ -702,7 +702,11 @@ Test(regress, config_errors_name_the_key_or_path)
         {"{\"layer\": {\"abs\": {\"ext:\": 1}}}", "layer.abs.ext:: unknown variant"},
         {"{\"layer\": {\"abs\": []}}", "layer.abs: expected an object"},
         {"{\"layer\": {\"rel_tol\": true}}", "layer.rel_tol: expected a number >= 0"},
-        {"{\"layer\": {\"metrics\": [\"rel_l2\", \"l3\"]}}", "layer.metrics[1]: expected one of"},
+        {"{\"layer\": {\"metrics\": [\"rel_l2\", \"l3\"]}}",
+         "g.json: layer.metrics[1]: 'l3' is not one of rel_l2, max_abs, mean_abs, p99_abs, cos_sim, "
+         "sqnr_db"},
+        {"{\"layer\": {\"metric_abs\": {\"l3\": {}}}}",
+         "g.json: layer.metric_abs.l3: 'l3' is not one of rel_l2, max_abs"},
         {"{\"layer\": {\"metrics\": \"rel_l2\"}}", "layer.metrics: expected an array"},
         {"{\"layer\": {\"metric_abs\": {\"rel_l2\": {}}}}", "layer.metric_abs.rel_l2: rel_l2's"},
         {"{\"layer\": {\"metric_abs\": {\"p99_abs\": {\"bf16\": null, \"x\": 1}}}}",
