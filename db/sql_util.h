@@ -1,9 +1,11 @@
 /*
- * sql_util.h: the small SQLite helpers the table modules share (eval_store.c,
- * gate_store.c): where a connection's file is, one way to turn a SQLite
- * failure into a pg_err, preparing a constant statement, and the store's
- * cache of prepared statements (sql_cached, implemented in store.c, which
- * owns the cache).
+ * sql_util.h: the SQLite helpers every db/ module shares: where a
+ * connection's file is, the one way a SQLite failure becomes a pg_err
+ * (sql_fail), preparing and binding (sql_param, sql_binder), the one
+ * reader of a statement's rows into a row struct described by its columns
+ * (sql_row_type, sql_read_all, sql_rows_free), one-row, write and
+ * per-layer count statements, and the store's cache of prepared statements
+ * (sql_cached, implemented in store.c, which owns the cache).
  */
 #ifndef PG_SQL_UTIL_H
 #define PG_SQL_UTIL_H
@@ -118,14 +120,16 @@ pg_status sql_prepare_bound(sqlite3 *db, const char *sql, const sql_param *param
 /* Prepares sql, binds params and steps it once: the integer in the first
  * column of its first row into *out and *found 1, or *found 0 (and *out
  * untouched) when it returns no row. The statement is finalized. PG_ERR_DB
- * through sql_fail ("<what>") when the prepare, a bind or the step fails. */
+ * through sql_fail: naming the SQL when it does not prepare, what when a
+ * bind or the step fails. */
 pg_status sql_query_int64(sqlite3 *db, const char *sql, const sql_param *params,
                           size_t n_params, const char *what, int64_t *out, int *found,
                           pg_err *err);
 
 /* Prepares sql (a write: INSERT, UPDATE, DELETE), binds params and steps it
- * to its end; the statement is finalized. PG_ERR_DB through sql_fail
- * ("<what>") when the prepare, a bind or the step fails. */
+ * to its end; the statement is finalized. PG_ERR_DB through sql_fail:
+ * naming the SQL when it does not prepare, what when a bind or the step
+ * fails. */
 pg_status sql_exec_bound(sqlite3 *db, const char *sql, const sql_param *params,
                          size_t n_params, const char *what, pg_err *err);
 
