@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,54 +68,38 @@ pg_status attribution_store_put(pg_store *s, int64_t run_id, const char *capture
 pg_status attribution_store_layer_counts(pg_store *s, int64_t run_id, const char *capture,
                                          int n_layers, int64_t *counts, pg_err *err)
 {
-    sqlite3 *db = sql_handle_or_fail(s, "attribution_store_layer_counts", err);
-    if (db == NULL) return PG_ERR_INTERNAL;
-    if (capture == NULL || counts == NULL || n_layers < 0)
-        return pg_fail(err, PG_ERR_INTERNAL,
-                       "attribution_store_layer_counts: capture or counts missing");
-    memset(counts, 0, (size_t)n_layers * sizeof *counts);
-    sqlite3_stmt *st = NULL;
-    pg_status ps = sql_cached(s, SQL_COUNT, &st, err);
-    if (ps != PG_OK) return ps;
-    sql_binder b = sql_bind_start(st);
-    sql_bind_int64(&b, run_id);
-    sql_bind_text(&b, capture);
-    int rc = b.rc;
-    while (ps == PG_OK && rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const int64_t layer = sqlite3_column_int64(st, 0);
-        if (layer < 0 || layer >= n_layers) {
-            ps = pg_fail(err, PG_ERR_DB,
-                         "%s: run %" PRId64 " has attribution rows for layer %" PRId64
-                         " of capture '%s', which has %d layers",
-                         sql_db_path(db), run_id, layer, capture, n_layers);
-            break;
-        }
-        counts[layer] = sqlite3_column_int64(st, 1);
-        rc = SQLITE_OK;
-    }
-    if (ps == PG_OK && rc != SQLITE_DONE)
-        ps = sql_fail(db, err, "count the attribution rows of run %" PRId64 ", capture '%s'",
-                      run_id, capture);
-    sql_release(st);
-    return ps;
+    return sql_count_layers(s, "attribution_store_layer_counts", SQL_COUNT, "attribution",
+                            run_id, capture, n_layers, counts, err);
 }
+
+/* SQL_LOAD's columns but the tensor and rel_l2, which finish_row reads. */
+static const sql_field ROW_FIELDS[] = {SQL_FIELD(TEXT, attribution_row, capture),
+                                       SQL_FIELD(INT, attribution_row, layer),
+                                       SQL_FIELD(TEXT, attribution_row, variant)};
+
+/* The columns of the tensor and of rel_l2 in SQL_LOAD. */
+#define LOAD_TENSOR_COLUMN 3
+#define LOAD_REL_L2_COLUMN 4
+
+/* The tensor's index (PG_ERR_DB for a name this binary does not know) and rel_l2. */
+static pg_status finish_row(sqlite3_stmt *st, void *row, const char *what, pg_err *err)
+{
+    attribution_row *r = row;
+    const char *tensor = (const char *)sqlite3_column_text(st, LOAD_TENSOR_COLUMN);
+    r->tensor = attribution_tensor_index(tensor);
+    r->rel_l2 = sqlite3_column_double(st, LOAD_REL_L2_COLUMN);
+    if (r->tensor >= 0) return PG_OK;
+    return pg_fail(err, PG_ERR_DB, "%s: %s: attribution tensor '%s' is none of none, q, k, v, p, "
+                   "all", sql_db_path(sqlite3_db_handle(st)), what, tensor ? tensor : "NULL");
+}
+
+static const sql_row_type ROW_TYPE = SQL_ROW_TYPE(attribution_row, ROW_FIELDS, finish_row);
 
 void attribution_rows_free(attribution_rows *r)
 {
     if (r == NULL) return;
-    for (size_t i = 0; i < r->n; i++) {
-        free(r->rows[i].capture);
-        free(r->rows[i].variant);
-    }
-    free(r->rows);
+    sql_rows_free(&ROW_TYPE, r->rows, r->n);
     *r = (attribution_rows){0};
-}
-
-/* A malloc'd copy of column i's text ("" for NULL), or NULL when out of memory. */
-static char *column_dup(sqlite3_stmt *st, int i)
-{
-    const unsigned char *t = sqlite3_column_text(st, i);
-    return strdup(t != NULL ? (const char *)t : "");
 }
 
 pg_status attribution_store_load(pg_store *s, int64_t run_id, attribution_rows *out,
@@ -127,39 +112,12 @@ pg_status attribution_store_load(pg_store *s, int64_t run_id, attribution_rows *
     int has = 0;
     pg_status ps = sql_table_exists(db, "attribution", &has, err);
     if (ps != PG_OK || !has) return ps;  /* no table: older than migration 11 */
-    sqlite3_stmt *st = NULL;
-    if ((ps = sql_prepare(db, SQL_LOAD, &st, err)) != PG_OK) return ps;
-    int rc = SQLITE_DONE;
-    size_t cap = 0;
-    sqlite3_bind_int64(st, 1, run_id);
-    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (out->n == cap) {
-            const size_t grown = cap ? 2 * cap : 64;
-            attribution_row *p = realloc(out->rows, grown * sizeof *p);
-            if (p == NULL) {
-                ps = pg_fail(err, PG_ERR_NOMEM, "attribution rows");
-                break;
-            }
-            out->rows = p;
-            cap = grown;
-        }
-        attribution_row *r = &out->rows[out->n];
-        const char *tensor = (const char *)sqlite3_column_text(st, 3);
-        *r = (attribution_row){.layer = sqlite3_column_int(st, 1),
-                               .tensor = attribution_tensor_index(tensor),
-                               .rel_l2 = sqlite3_column_double(st, 4)};
-        r->capture = column_dup(st, 0);
-        r->variant = column_dup(st, 2);
-        out->n++;
-        if (r->capture == NULL || r->variant == NULL)
-            ps = pg_fail(err, PG_ERR_NOMEM, "attribution rows");
-        else if (r->tensor < 0)
-            ps = pg_fail(err, PG_ERR_DB, "%s: run %" PRId64 ": attribution tensor '%s' is none "
-                         "of none, q, k, v, p, all", sql_db_path(db), run_id,
-                         tensor ? tensor : "NULL");
-    }
-    if (ps == PG_OK && rc != SQLITE_DONE)
-        ps = sql_fail(db, err, "read the attribution rows of run %" PRId64, run_id);
-    sqlite3_finalize(st);
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "read the attribution rows of run %" PRId64, run_id);
+    const sql_param params[] = {SQL_INT64(run_id)};
+    void *v = NULL;
+    ps = sql_read_all(s, "attribution_store_load", SQL_LOAD, SQL_PARAMS(params), &ROW_TYPE, &v,
+                      &out->n, what, err);
+    out->rows = v;
     return ps;
 }

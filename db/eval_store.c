@@ -590,83 +590,67 @@ static const char SQL_GROUPS_READ[] =
     "SELECT DISTINCT mode, effort FROM eval_samples WHERE run_id = ?1 AND eval = ?2"
     " ORDER BY effort, mode";
 
-/* Runs sql (?1 run_id, ?2 eval or NULL), reading every row into *rows
- * through fill (sql_read_run_rows). */
+/* Runs sql (?1 run_id, ?2 eval or NULL), reading every row as type
+ * (sql_read_all). */
 static pg_status read_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
-                           const char *eval, size_t elem, void **rows, size_t *n,
-                           sql_row_fill fill, pg_err *err)
+                           const char *eval, const sql_row_type *type, void **rows, size_t *n,
+                           pg_err *err)
 {
     char what[SQL_WHAT_MAX];
     snprintf(what, sizeof what, "%s: reading run %" PRId64, fn, run_id);
-    return sql_read_run_rows(s, fn, sql, run_id, 1, eval, elem, rows, n, fill, what, err);
+    const sql_param params[] = {SQL_INT64(run_id), SQL_TEXT(eval)};
+    return sql_read_all(s, fn, sql, SQL_PARAMS(params), type, rows, n, what, err);
 }
 
-/* Fills one eval_score_stored from SQL_SCORES_READ's row; 0 when out of memory. */
-static int fill_score(sqlite3_stmt *st, void *row)
+/* SQL_SCORES_READ's columns. */
+static const sql_field SCORE_FIELDS[] = {
+    SQL_FIELD(TEXT, eval_score_stored, eval),         SQL_FIELD(TEXT, eval_score_stored, mode),
+    SQL_FIELD(TEXT, eval_score_stored, effort),       SQL_FIELD(TEXT, eval_score_stored, ci_method),
+    SQL_FIELD(TEXT, eval_score_stored, pass_at_json),
+    SQL_FIELD(INT64, eval_score_stored, n_problems),
+    SQL_FIELD(INT64, eval_score_stored, k),           SQL_FIELD(INT64, eval_score_stored, n_errors),
+    SQL_FIELD(INT64, eval_score_stored, n_truncated), SQL_FIELD(INT64, eval_score_stored, n_empty),
+    SQL_FIELD(INT64, eval_score_stored, n_missing),   SQL_FIELD(REAL, eval_score_stored, accuracy),
+    SQL_FIELD(REAL, eval_score_stored, stderr_),      SQL_FIELD(REAL, eval_score_stored, ci_low),
+    SQL_FIELD(REAL, eval_score_stored, ci_high),
+};
+
+/* Derives n_valid from the counts. */
+static pg_status finish_score(sqlite3_stmt *st, void *row, const char *what, pg_err *err)
 {
+    (void)st, (void)what, (void)err;
     eval_score_stored *r = row;
-    int oom = 0;
-    r->eval = sql_col_dup(st, 0, &oom);
-    r->mode = sql_col_dup(st, 1, &oom);
-    r->effort = sql_col_dup(st, 2, &oom);
-    r->ci_method = sql_col_dup(st, 3, &oom);
-    r->pass_at_json = sql_col_dup(st, 4, &oom);
-    r->n_problems = sqlite3_column_int64(st, 5);
-    r->k = sqlite3_column_int64(st, 6);
-    r->n_errors = sqlite3_column_int64(st, 7);
-    r->n_truncated = sqlite3_column_int64(st, 8);
-    r->n_empty = sqlite3_column_int64(st, 9);
-    r->n_missing = sqlite3_column_int64(st, 10);
-    r->accuracy = sql_col_real(st, 11);
-    r->stderr_ = sql_col_real(st, 12);
-    r->ci_low = sql_col_real(st, 13);
-    r->ci_high = sql_col_real(st, 14);
     r->n_valid = (r->n_problems + r->n_empty) * r->k - r->n_errors - r->n_missing;
-    return !oom;
+    return PG_OK;
 }
 
-/* Fills one eval_pair_stored from SQL_PAIRS_READ's row; 0 when out of memory. */
-static int fill_pair(sqlite3_stmt *st, void *row)
-{
-    eval_pair_stored *r = row;
-    int oom = 0;
-    r->eval = sql_col_dup(st, 0, &oom);
-    r->effort = sql_col_dup(st, 1, &oom);
-    r->mode_a = sql_col_dup(st, 2, &oom);
-    r->mode_b = sql_col_dup(st, 3, &oom);
-    r->n_problems = sqlite3_column_int64(st, 4);
-    r->wins = sqlite3_column_int64(st, 5);
-    r->losses = sqlite3_column_int64(st, 6);
-    r->ties = sqlite3_column_int64(st, 7);
-    r->mean_diff = sql_col_real(st, 8);
-    r->stderr_ = sql_col_real(st, 9);
-    r->ci_low = sql_col_real(st, 10);
-    r->ci_high = sql_col_real(st, 11);
-    r->sign_p = sql_col_real(st, 12);
-    r->mde = sql_col_real(st, 13);
-    return !oom;
-}
+static const sql_row_type SCORE_ROW = SQL_ROW_TYPE(eval_score_stored, SCORE_FIELDS, finish_score);
+
+/* SQL_PAIRS_READ's columns. */
+static const sql_field PAIR_FIELDS[] = {
+    SQL_FIELD(TEXT, eval_pair_stored, eval),        SQL_FIELD(TEXT, eval_pair_stored, effort),
+    SQL_FIELD(TEXT, eval_pair_stored, mode_a),      SQL_FIELD(TEXT, eval_pair_stored, mode_b),
+    SQL_FIELD(INT64, eval_pair_stored, n_problems), SQL_FIELD(INT64, eval_pair_stored, wins),
+    SQL_FIELD(INT64, eval_pair_stored, losses),     SQL_FIELD(INT64, eval_pair_stored, ties),
+    SQL_FIELD(REAL, eval_pair_stored, mean_diff),   SQL_FIELD(REAL, eval_pair_stored, stderr_),
+    SQL_FIELD(REAL, eval_pair_stored, ci_low),      SQL_FIELD(REAL, eval_pair_stored, ci_high),
+    SQL_FIELD(REAL, eval_pair_stored, sign_p),      SQL_FIELD(REAL, eval_pair_stored, mde),
+};
+static const sql_row_type PAIR_ROW = SQL_ROW_TYPE(eval_pair_stored, PAIR_FIELDS, NULL);
 
 pg_status eval_store_read_scores(pg_store *s, int64_t run_id, const char *eval,
                                  eval_score_stored **rows, size_t *n, pg_err *err)
 {
     void *v = NULL;
     const pg_status ps = read_rows(s, "eval_store_read_scores", SQL_SCORES_READ, run_id, eval,
-                                   sizeof **rows, &v, n, fill_score, err);
+                                   &SCORE_ROW, &v, n, err);
     *rows = v;
     return ps;
 }
 
 void eval_store_scores_free(eval_score_stored *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].eval);
-        free(rows[i].mode);
-        free(rows[i].effort);
-        free(rows[i].ci_method);
-        free(rows[i].pass_at_json);
-    }
-    free(rows);
+    sql_rows_free(&SCORE_ROW, rows, n);
 }
 
 pg_status eval_store_read_pairs(pg_store *s, int64_t run_id, const char *eval,
@@ -674,20 +658,14 @@ pg_status eval_store_read_pairs(pg_store *s, int64_t run_id, const char *eval,
 {
     void *v = NULL;
     const pg_status ps = read_rows(s, "eval_store_read_pairs", SQL_PAIRS_READ, run_id, eval,
-                                   sizeof **rows, &v, n, fill_pair, err);
+                                   &PAIR_ROW, &v, n, err);
     *rows = v;
     return ps;
 }
 
 void eval_store_pairs_free(eval_pair_stored *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].eval);
-        free(rows[i].effort);
-        free(rows[i].mode_a);
-        free(rows[i].mode_b);
-    }
-    free(rows);
+    sql_rows_free(&PAIR_ROW, rows, n);
 }
 
 pg_status eval_store_count_errors(pg_store *s, int64_t run_id, const char *eval, int64_t *n,
@@ -710,15 +688,10 @@ pg_status eval_store_count_errors(pg_store *s, int64_t run_id, const char *eval,
     return ps;
 }
 
-/* Fills one eval_group_stored from SQL_GROUPS_READ's row; 0 when out of memory. */
-static int fill_group(sqlite3_stmt *st, void *row)
-{
-    eval_group_stored *r = row;
-    int oom = 0;
-    r->mode = sql_col_dup(st, 0, &oom);
-    r->effort = sql_col_dup(st, 1, &oom);
-    return !oom;
-}
+/* SQL_GROUPS_READ's columns. */
+static const sql_field GROUP_FIELDS[] = {SQL_FIELD(TEXT, eval_group_stored, mode),
+                                         SQL_FIELD(TEXT, eval_group_stored, effort)};
+static const sql_row_type GROUP_ROW = SQL_ROW_TYPE(eval_group_stored, GROUP_FIELDS, NULL);
 
 pg_status eval_store_read_groups(pg_store *s, int64_t run_id, const char *eval,
                                  eval_group_stored **rows, size_t *n, pg_err *err)
@@ -727,16 +700,12 @@ pg_status eval_store_read_groups(pg_store *s, int64_t run_id, const char *eval,
         return pg_fail(err, PG_ERR_INTERNAL, "eval_store_read_groups: eval, rows or n is NULL");
     void *v = NULL;
     const pg_status ps = read_rows(s, "eval_store_read_groups", SQL_GROUPS_READ, run_id, eval,
-                                   sizeof **rows, &v, n, fill_group, err);
+                                   &GROUP_ROW, &v, n, err);
     *rows = v;
     return ps;
 }
 
 void eval_store_groups_free(eval_group_stored *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].mode);
-        free(rows[i].effort);
-    }
-    free(rows);
+    sql_rows_free(&GROUP_ROW, rows, n);
 }

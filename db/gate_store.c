@@ -12,9 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* First capacity of a growing row array. */
-#define GATE_ROWS_INITIAL 64
-
 static const char SQL_RUN[] = "SELECT kind, label, status, error FROM runs WHERE id = ?1";
 
 /* A config_json field of runs alias t, NULL when absent or when the text is
@@ -67,12 +64,6 @@ static const char SQL_BASELINE_LIST[] =
     "SELECT b.name, b.run_id, b.set_at, r.kind, r.label FROM baselines b"
     " JOIN runs r ON r.id = b.run_id ORDER BY b.name";
 
-/* Whole-layer rows; the first backend of a key in this order is kept. */
-static const char SQL_LAYERS[] =
-    "SELECT capture, layer, variant, rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db,"
-    " nan_count + inf_count FROM layer_metrics WHERE run_id = ?1 AND head = -1"
-    " ORDER BY capture, layer, variant, backend";
-
 static const char SQL_FLAGS_DELETE[] = "DELETE FROM flags WHERE run_id = ?1";
 
 static const char SQL_FLAG_INSERT[] =
@@ -80,58 +71,18 @@ static const char SQL_FLAG_INSERT[] =
     " effort, metric, value, baseline_value, threshold, verdict, message)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 
-/* ---- errors and small helpers ----------------------------------------- */
-
-
-
-
-
-
-/* Makes room for one more element of size elem in *arr (capacity *cap, n used). */
-static pg_status grow(void **arr, size_t *cap, size_t n, size_t elem, pg_err *err)
-{
-    if (n < *cap) return PG_OK;
-    const size_t c = *cap ? 2 * *cap : GATE_ROWS_INITIAL;
-    void *p = realloc(*arr, c * elem);
-    if (p == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading rows");
-    *arr = p;
-    *cap = c;
-    return PG_OK;
-}
-
-/* Runs one-row query sql (bound: ?1 = a text, ?2 = an id, as given) into
- * *id; *found says whether it returned a row. */
-static pg_status query_id(sqlite3 *db, const char *sql, const char *text, int64_t id,
-                          int64_t *out, int *found, pg_err *err)
-{
-    sqlite3_stmt *st = NULL;
-    *found = 0;
-    pg_status ps = sql_prepare(db, sql, &st, err);
-    if (ps == PG_OK) {
-        int rc = SQLITE_OK;
-        if (text != NULL) rc = sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
-        else rc = sqlite3_bind_int64(st, 1, id);
-        if (rc == SQLITE_OK) rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            *found = 1;
-            *out = sqlite3_column_int64(st, 0);
-        } else if (rc != SQLITE_DONE) {
-            ps = sql_fail(db, err, "run \"%s\"", sql);
-        }
-    }
-    sqlite3_finalize(st);
-    return ps;
-}
-
 /* ---- runs and baselines ----------------------------------------------- */
+
+static const sql_field RUN_FIELDS[] = {SQL_FIELD(TEXT, gate_run, kind),
+                                       SQL_FIELD(TEXT, gate_run, label),
+                                       SQL_FIELD(TEXT, gate_run, status),
+                                       SQL_FIELD(TEXT, gate_run, error)};
+static const sql_row_type RUN_ROW = SQL_ROW_TYPE(gate_run, RUN_FIELDS, NULL);
 
 void gate_run_free(gate_run *r)
 {
     if (r == NULL) return;
-    free(r->kind);
-    free(r->label);
-    free(r->status);
-    free(r->error);
+    sql_row_clear(&RUN_ROW, r);
     memset(r, 0, sizeof *r);
 }
 
@@ -139,29 +90,22 @@ pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err)
 {
     if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "gate_store_run: out is NULL");
     memset(out, 0, sizeof *out);
-    sqlite3 *db = sql_handle_or_fail(s, "gate_store_run", err);
-    if (db == NULL) return PG_ERR_INTERNAL;
-    sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, SQL_RUN, &st, err);
-    if (ps == PG_OK) {
-        int rc = sqlite3_bind_int64(st, 1, id);
-        if (rc == SQLITE_OK) rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            int oom = 0;
-            out->id = id;
-            out->kind = sql_col_dup(st, 0, &oom);
-            out->label = sql_col_dup(st, 1, &oom);
-            out->status = sql_col_dup(st, 2, &oom);
-            out->error = sql_col_dup(st, 3, &oom);
-            if (oom || out->kind == NULL || out->status == NULL)
-                ps = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading run %" PRId64, id);
-        } else if (rc == SQLITE_DONE) {
-            ps = pg_fail(err, PG_ERR_USAGE, "no run %" PRId64 " in %s", id, sql_db_path(db));
-        } else {
-            ps = sql_fail(db, err, "read run %" PRId64, id);
-        }
-    }
-    sqlite3_finalize(st);
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "read run %" PRId64, id);
+    const sql_param params[] = {SQL_INT64(id)};
+    void *v = NULL;
+    size_t n = 0;
+    pg_status ps = sql_read_all(s, "gate_store_run", SQL_RUN, SQL_PARAMS(params), &RUN_ROW, &v, &n,
+                                what, err);
+    gate_run *rows = v;
+    if (n > 0) *out = rows[0];  /* id is the primary key: one row or none */
+    free(rows);
+    out->id = id;
+    if (ps == PG_OK && n == 0)
+        ps = pg_fail(err, PG_ERR_USAGE, "no run %" PRId64 " in %s", id,
+                     sql_db_path(store_handle(s)));
+    else if (ps == PG_OK && (out->kind == NULL || out->status == NULL))
+        ps = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading run %" PRId64, id);
     if (ps != PG_OK) gate_run_free(out);
     return ps;
 }
@@ -170,25 +114,10 @@ pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err)
 static pg_status auto_query(sqlite3 *db, const char *sql, const gate_run *run, int64_t *id,
                             int *found, pg_err *err)
 {
-    sqlite3_stmt *st = NULL;
-    *found = 0;
-    pg_status ps = sql_prepare(db, sql, &st, err);
-    if (ps == PG_OK) {
-        int rc = sqlite3_bind_text(st, 1, run->kind, -1, SQLITE_STATIC);
-        if (rc == SQLITE_OK)
-            rc = run->label != NULL ? sqlite3_bind_text(st, 2, run->label, -1, SQLITE_STATIC)
-                                    : sqlite3_bind_null(st, 2);
-        if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 3, run->id);
-        if (rc == SQLITE_OK) rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            *found = 1;
-            *id = sqlite3_column_int64(st, 0);
-        } else if (rc != SQLITE_DONE) {
-            ps = sql_fail(db, err, "find the baseline of run %" PRId64, run->id);
-        }
-    }
-    sqlite3_finalize(st);
-    return ps;
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "find the baseline of run %" PRId64, run->id);
+    const sql_param params[] = {SQL_TEXT(run->kind), SQL_TEXT(run->label), SQL_INT64(run->id)};
+    return sql_query_int64(db, sql, SQL_PARAMS(params), what, id, found, err);
 }
 
 pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *base_id,
@@ -280,7 +209,9 @@ pg_status gate_store_resolve_baseline(pg_store *s, const char *spec, int64_t *ru
     if (db == NULL) return PG_ERR_INTERNAL;
     int found = 0;
     *by_name = 0;
-    pg_status ps = query_id(db, SQL_BASELINE_GET, spec, 0, run_id, &found, err);
+    const sql_param by_name_param[] = {SQL_TEXT(spec)};
+    pg_status ps = sql_query_int64(db, SQL_BASELINE_GET, SQL_PARAMS(by_name_param),
+                                   "look up the baseline name", run_id, &found, err);
     if (ps != PG_OK) return ps;
     if (found) {
         *by_name = 1;
@@ -291,7 +222,9 @@ pg_status gate_store_resolve_baseline(pg_store *s, const char *spec, int64_t *ru
     const long long id = strtoll(spec, &end, 10);
     if (spec[0] >= '0' && spec[0] <= '9' && errno == 0 && *end == '\0' && id > 0) {
         int64_t got = 0;
-        ps = query_id(db, SQL_RUN_EXISTS, NULL, id, &got, &found, err);
+        const sql_param by_id[] = {SQL_INT64(id)};
+        ps = sql_query_int64(db, SQL_RUN_EXISTS, SQL_PARAMS(by_id), "look up the run", &got,
+                             &found, err);
         if (ps != PG_OK) return ps;
         if (found) {
             *run_id = id;
@@ -316,57 +249,32 @@ pg_status gate_store_baseline_set(pg_store *s, const char *name, int64_t run_id,
                                         "can be a baseline", run_id, r.status);
     gate_run_free(&r);
     if (ps != PG_OK) return ps;
-    sqlite3 *db = store_handle(s);
-    sqlite3_stmt *st = NULL;
-    ps = sql_prepare(db, SQL_BASELINE_SET, &st, err);
-    if (ps == PG_OK) {
-        int rc = sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-        if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, run_id);
-        if (rc == SQLITE_OK) rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE) ps = sql_fail(db, err, "set baseline '%s'", name);
-    }
-    sqlite3_finalize(st);
-    return ps;
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "set baseline '%s'", name);
+    const sql_param params[] = {SQL_TEXT(name), SQL_INT64(run_id)};
+    return sql_exec_bound(store_handle(s), SQL_BASELINE_SET, SQL_PARAMS(params), what, err);
 }
+
+static const sql_field BASELINE_FIELDS[] = {
+    SQL_FIELD(TEXT, gate_baseline, name), SQL_FIELD(INT64, gate_baseline, run_id),
+    SQL_FIELD(TEXT, gate_baseline, set_at), SQL_FIELD(TEXT, gate_baseline, kind),
+    SQL_FIELD(TEXT, gate_baseline, label),
+};
+static const sql_row_type BASELINE_ROW = SQL_ROW_TYPE(gate_baseline, BASELINE_FIELDS, NULL);
 
 void gate_baselines_free(gate_baseline *b, size_t n)
 {
-    for (size_t i = 0; b != NULL && i < n; i++) {
-        free(b[i].name);
-        free(b[i].set_at);
-        free(b[i].kind);
-        free(b[i].label);
-    }
-    free(b);
+    sql_rows_free(&BASELINE_ROW, b, n);
 }
 
 pg_status gate_store_baseline_list(pg_store *s, gate_baseline **out, size_t *n, pg_err *err)
 {
     if (out == NULL || n == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "gate_store_baseline_list: NULL argument");
-    *out = NULL;
-    *n = 0;
-    sqlite3 *db = sql_handle_or_fail(s, "gate_store_baseline_list", err);
-    if (db == NULL) return PG_ERR_INTERNAL;
-    sqlite3_stmt *st = NULL;
-    size_t cap = 0;
-    pg_status ps = sql_prepare(db, SQL_BASELINE_LIST, &st, err);
-    int rc = SQLITE_DONE;
-    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        ps = grow((void **)out, &cap, *n, sizeof **out, err);
-        if (ps != PG_OK) break;
-        gate_baseline *b = &(*out)[(*n)++];
-        int oom = 0;
-        memset(b, 0, sizeof *b);
-        b->name = sql_col_dup(st, 0, &oom);
-        b->run_id = sqlite3_column_int64(st, 1);
-        b->set_at = sql_col_dup(st, 2, &oom);
-        b->kind = sql_col_dup(st, 3, &oom);
-        b->label = sql_col_dup(st, 4, &oom);
-        if (oom) ps = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory listing baselines");
-    }
-    if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "list baselines");
-    sqlite3_finalize(st);
+    void *v = NULL;
+    const pg_status ps = sql_read_all(s, "gate_store_baseline_list", SQL_BASELINE_LIST, NULL, 0,
+                                      &BASELINE_ROW, &v, n, "list baselines", err);
+    *out = v;
     return ps;
 }
 
@@ -375,60 +283,27 @@ pg_status gate_store_baseline_list(pg_store *s, gate_baseline **out, size_t *n, 
 void gate_rows_free(gate_rows *r)
 {
     if (r == NULL) return;
-    for (size_t i = 0; i < r->n_layers; i++) {
-        free((void *)r->layers[i].capture);
-        free((void *)r->layers[i].variant);
-    }
-    free(r->layers);
+    layer_metric_rows_free(r->layers, r->n_layers);
     eval_store_pairs_free(r->pairs, r->n_pairs);
     eval_store_scores_free(r->scores, r->n_scores);
     memset(r, 0, sizeof *r);
 }
 
-/* Steps st (bound to run_id as ?1) and appends one element per row through
- * take; what names the table for messages. */
-static pg_status read_rows(sqlite3 *db, const char *sql, int64_t run_id, const char *what,
-                           pg_status (*take)(sqlite3_stmt *, gate_rows *, size_t *, pg_err *),
-                           gate_rows *out, size_t *cap, pg_err *err)
+/* Keeps the first of the rows (in key order) that share a (capture, layer,
+ * variant) key, the 'cpu' one of two backends, freeing the others. */
+static void drop_repeated_keys(layer_metric_row *rows, size_t *n)
 {
-    sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, sql, &st, err);
-    int rc = SQLITE_DONE;
-    if (ps == PG_OK && sqlite3_bind_int64(st, 1, run_id) != SQLITE_OK)
-        ps = sql_fail(db, err, "read %s of run %" PRId64, what, run_id);
-    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) ps = take(st, out, cap, err);
-    if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "read %s of run %" PRId64, what, run_id);
-    sqlite3_finalize(st);
-    return ps;
-}
-
-/* One layer_metrics row; a repeated key (another backend) is skipped. */
-static pg_status take_layer(sqlite3_stmt *st, gate_rows *out, size_t *cap, pg_err *err)
-{
-    const char *capture = (const char *)sqlite3_column_text(st, 0);
-    const int layer = sqlite3_column_int(st, 1);
-    const char *variant = (const char *)sqlite3_column_text(st, 2);
-    if (capture == NULL || variant == NULL)
-        return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading layer rows");
-    if (out->n_layers > 0) {
-        const gate_layer_row *p = &out->layers[out->n_layers - 1];
-        if (p->layer == layer && strcmp(p->capture, capture) == 0 &&
-            strcmp(p->variant, variant) == 0)
-            return PG_OK;
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        const layer_metric_row *p = kept > 0 ? &rows[kept - 1] : NULL;
+        if (p != NULL && p->layer == rows[i].layer && strcmp(p->capture, rows[i].capture) == 0 &&
+            strcmp(p->variant, rows[i].variant) == 0) {
+            layer_metric_row_clear(&rows[i]);
+            continue;
+        }
+        rows[kept++] = rows[i];
     }
-    pg_status ps = grow((void **)&out->layers, cap, out->n_layers, sizeof *out->layers, err);
-    if (ps != PG_OK) return ps;
-    gate_layer_row *r = &out->layers[out->n_layers];
-    memset(r, 0, sizeof *r);
-    int oom = 0;
-    r->capture = sql_col_dup(st, 0, &oom);
-    r->variant = sql_col_dup(st, 2, &oom);
-    out->n_layers++;  /* counted now so that gate_rows_free releases the strings */
-    if (oom) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory reading layer rows");
-    r->layer = layer;
-    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r->m[m] = sql_col_real(st, 3 + m);
-    r->nonfinite = sqlite3_column_int64(st, 3 + PG_METRIC_VALUE_COUNT);
-    return PG_OK;
+    *n = kept;
 }
 
 pg_status gate_store_load(pg_store *s, int64_t run_id, gate_rows *out, pg_err *err)
@@ -440,8 +315,8 @@ pg_status gate_store_load(pg_store *s, int64_t run_id, gate_rows *out, pg_err *e
     /* A savepoint is a read transaction outside one and nests inside one. */
     if (sqlite3_exec(db, "SAVEPOINT gate_load", NULL, NULL, NULL) != SQLITE_OK)
         return sql_fail(db, err, "begin reading run %" PRId64, run_id);
-    size_t cl = 0;
-    pg_status ps = read_rows(db, SQL_LAYERS, run_id, "layer_metrics", take_layer, out, &cl, err);
+    pg_status ps = report_store_whole_layers(s, run_id, NULL, &out->layers, &out->n_layers, err);
+    if (ps == PG_OK) drop_repeated_keys(out->layers, &out->n_layers);
     if (ps == PG_OK) ps = eval_store_read_pairs(s, run_id, NULL, &out->pairs, &out->n_pairs, err);
     if (ps == PG_OK)
         ps = eval_store_read_scores(s, run_id, NULL, &out->scores, &out->n_scores, err);
@@ -485,44 +360,29 @@ void gate_flags_free(gate_flags *f)
     memset(f, 0, sizeof *f);
 }
 
-/* Binds v to parameter i, NaN as NULL. */
-static int bind_real(sqlite3_stmt *st, int i, double v)
-{
-    return isnan(v) ? sqlite3_bind_null(st, i) : sqlite3_bind_double(st, i, v);
-}
-
-/* Binds text v (NULL as NULL) to parameter i. */
-static int bind_str(sqlite3_stmt *st, int i, const char *v)
-{
-    return v != NULL ? sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
-}
-
-/* Inserts flag f of run_id with the prepared SQL_FLAG_INSERT statement st. */
+/* Inserts flag f of run_id with the prepared SQL_FLAG_INSERT statement st
+ * (NaN numbers, layer -1 and base_id < 0 stored NULL). */
 static pg_status insert_flag(sqlite3 *db, sqlite3_stmt *st, int64_t run_id, int64_t base_id,
                              const gate_flag *f, size_t index, pg_err *err)
 {
-    int rc = sqlite3_bind_int64(st, 1, run_id);
-    if (rc == SQLITE_OK)
-        rc = base_id >= 0 ? sqlite3_bind_int64(st, 2, base_id) : sqlite3_bind_null(st, 2);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 3, gate_scope_name(f->scope), -1, SQLITE_STATIC);
-    if (rc == SQLITE_OK) rc = bind_str(st, 4, f->capture);
-    if (rc == SQLITE_OK) rc = f->layer >= 0 ? sqlite3_bind_int(st, 5, f->layer) : sqlite3_bind_null(st, 5);
-    if (rc == SQLITE_OK) rc = bind_str(st, 6, f->variant);
-    if (rc == SQLITE_OK) rc = bind_str(st, 7, f->eval);
-    if (rc == SQLITE_OK) rc = bind_str(st, 8, f->mode);
-    if (rc == SQLITE_OK) rc = bind_str(st, 9, f->effort);
-    if (rc == SQLITE_OK) rc = bind_str(st, 10, f->metric);
-    if (rc == SQLITE_OK) rc = bind_real(st, 11, f->value);
-    if (rc == SQLITE_OK) rc = bind_real(st, 12, f->baseline_value);
-    if (rc == SQLITE_OK) rc = bind_real(st, 13, f->threshold);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 14, gate_verdict_name(f->verdict), -1, SQLITE_STATIC);
-    if (rc == SQLITE_OK) rc = bind_str(st, 15, f->message);
-    if (rc == SQLITE_OK) rc = sqlite3_step(st);
-    pg_status ps = rc == SQLITE_DONE ? PG_OK
-                                     : sql_fail(db, err, "store flag %zu of run %" PRId64, index, run_id);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    return ps;
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    if (base_id >= 0) sql_bind_int64(&b, base_id);
+    else sql_bind_null(&b);
+    sql_bind_text(&b, gate_scope_name(f->scope));
+    sql_bind_text(&b, f->capture);
+    if (f->layer >= 0) sql_bind_int64(&b, f->layer);
+    else sql_bind_null(&b);
+    const char *const texts[] = {f->variant, f->eval, f->mode, f->effort, f->metric};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) sql_bind_text(&b, texts[i]);
+    sql_bind_double(&b, f->value);            /* SQLite stores NaN as NULL */
+    sql_bind_double(&b, f->baseline_value);
+    sql_bind_double(&b, f->threshold);
+    sql_bind_text(&b, gate_verdict_name(f->verdict));
+    sql_bind_text(&b, f->message);
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "store flag %zu of run %" PRId64, index, run_id);
+    return sql_step_write(db, &b, what, err);
 }
 
 pg_status gate_store_put_flags(pg_store *s, int64_t run_id, int64_t baseline_run_id,
@@ -533,17 +393,14 @@ pg_status gate_store_put_flags(pg_store *s, int64_t run_id, int64_t baseline_run
     if (db == NULL) return PG_ERR_INTERNAL;
     pg_status ps = store_begin(s, err);
     if (ps != PG_OK) return ps;
-    sqlite3_stmt *del = NULL, *ins = NULL;
-    ps = sql_prepare(db, SQL_FLAGS_DELETE, &del, err);
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "clear the flags of run %" PRId64, run_id);
+    const sql_param params[] = {SQL_INT64(run_id)};
+    ps = sql_exec_bound(db, SQL_FLAGS_DELETE, SQL_PARAMS(params), what, err);
+    sqlite3_stmt *ins = NULL;
     if (ps == PG_OK) ps = sql_prepare(db, SQL_FLAG_INSERT, &ins, err);
-    if (ps == PG_OK) {
-        int rc = sqlite3_bind_int64(del, 1, run_id);
-        if (rc == SQLITE_OK) rc = sqlite3_step(del);
-        if (rc != SQLITE_DONE) ps = sql_fail(db, err, "clear the flags of run %" PRId64, run_id);
-    }
     for (size_t i = 0; ps == PG_OK && i < f->n; i++)
         ps = insert_flag(db, ins, run_id, baseline_run_id, &f->v[i], i, err);
-    sqlite3_finalize(del);
     sqlite3_finalize(ins);
     if (ps == PG_OK) ps = store_commit(s, err);
     if (ps != PG_OK) store_rollback(s);

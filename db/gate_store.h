@@ -35,6 +35,7 @@
 #include "base/metric.h"
 #include "base/status.h"
 #include "eval_store.h"
+#include "report_store.h"
 #include "store.h"
 
 #ifdef __cplusplus
@@ -102,16 +103,6 @@ void gate_flag_free(gate_flag *f);
 
 /* Frees every flag's strings and the array, and zeroes f; NULL is a no-op. */
 void gate_flags_free(gate_flags *f);
-
-/* One whole-layer row of layer_metrics. Strings are owned by the gate_rows
- * that holds it. */
-typedef struct gate_layer_row {
-    const char *capture;
-    int layer;
-    const char *variant;
-    double m[PG_METRIC_VALUE_COUNT];  /* indexed by pg_metric; NaN where NULL */
-    int64_t nonfinite;               /* nan_count + inf_count */
-} gate_layer_row;
 
 /* What a gate needs to know about a run. Strings owned: gate_run_free. */
 typedef struct gate_run {
@@ -214,7 +205,7 @@ void gate_baselines_free(gate_baseline *b, size_t n);
 /* Rows of one run that a gate compares; strings and arrays owned
  * (gate_rows_free). */
 typedef struct gate_rows {
-    gate_layer_row *layers;      /* head = -1 rows, one per (capture, layer, variant) */
+    layer_metric_row *layers;    /* head = -1 rows, one per (capture, layer, variant) */
     size_t n_layers;
     eval_pair_stored *pairs;     /* eval_pairs, as eval_store_read_pairs reads them */
     size_t n_pairs;

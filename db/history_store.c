@@ -19,19 +19,13 @@
     "AND (?4 IS NULL OR lm.backend = ?4) AND (?5 IS NULL OR lm.layer = ?5) "                      \
     "ORDER BY r.started_at, r.id, lm.capture, lm.layer, lm.backend"
 
-/* Fills one history_row from the query's row; 0 when out of memory. */
-static int fill_history(sqlite3_stmt *st, void *row)
-{
-    history_row *r = row;
-    int oom = 0;
-    r->run_id = sqlite3_column_int64(st, 0);
-    r->started_at = sql_col_dup(st, 1, &oom);
-    r->git_rev = sql_col_dup(st, 2, &oom);
-    r->label = sql_col_dup(st, 3, &oom);
-    r->layer = sqlite3_column_int(st, 4);
-    r->value = sql_col_real(st, 5);
-    return !oom;
-}
+/* The query's columns. */
+static const sql_field HISTORY_FIELDS[] = {
+    SQL_FIELD(INT64, history_row, run_id), SQL_FIELD(TEXT, history_row, started_at),
+    SQL_FIELD(TEXT, history_row, git_rev), SQL_FIELD(TEXT, history_row, label),
+    SQL_FIELD(INT, history_row, layer),    SQL_FIELD(REAL, history_row, value),
+};
+static const sql_row_type HISTORY_ROW = SQL_ROW_TYPE(history_row, HISTORY_FIELDS, NULL);
 
 pg_status history_store_read(pg_store *s, const history_query *q, history_row **rows, size_t *n,
                              pg_err *err)
@@ -44,35 +38,19 @@ pg_status history_store_read(pg_store *s, const history_query *q, history_row **
     if ((int)q->metric < 0 || q->metric >= PG_METRIC_COUNT)
         return pg_fail(err, PG_ERR_INTERNAL, "history_store_read: metric %d is not a metric",
                        (int)q->metric);
-    sqlite3 *db = sql_handle_or_fail(s, "history_store_read", err);
-    if (db == NULL) return PG_ERR_INTERNAL;
     char sql[HISTORY_SQL_MAX];
     snprintf(sql, sizeof sql, SQL_HISTORY_FMT, pg_metric_name(q->metric));
-    sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, sql, &st, err);
-    if (ps != PG_OK) return ps;
-    sql_binder b = sql_bind_start(st);
-    sql_bind_text(&b, q->variant);
-    sql_bind_text(&b, q->label);
-    sql_bind_text(&b, q->capture);
-    sql_bind_text(&b, q->backend);
-    if (q->layer >= 0) sql_bind_int64(&b, q->layer);
-    else sql_bind_null(&b);
+    const sql_param params[] = {SQL_TEXT(q->variant), SQL_TEXT(q->label), SQL_TEXT(q->capture),
+                                SQL_TEXT(q->backend),
+                                q->layer >= 0 ? SQL_INT64(q->layer) : SQL_NULL};
     void *v = NULL;
-    if (b.rc != SQLITE_OK) ps = sql_fail(db, err, "read the layer_metrics history");
-    else ps = sql_read_rows(db, st, sizeof **rows, &v, n, fill_history,
-                            "read the layer_metrics history", err);
+    const pg_status ps = sql_read_all(s, "history_store_read", sql, SQL_PARAMS(params),
+                                      &HISTORY_ROW, &v, n, "read the layer_metrics history", err);
     *rows = v;
-    sqlite3_finalize(st);
     return ps;
 }
 
 void history_rows_free(history_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].started_at);
-        free(rows[i].git_rev);
-        free(rows[i].label);
-    }
-    free(rows);
+    sql_rows_free(&HISTORY_ROW, rows, n);
 }

@@ -61,31 +61,29 @@ static const char SQL_TREND_ACCURACY[] =
 
 /* ---- reading ---------------------------------------------------------------- */
 
-/* Reads every row of sql (?1 run_id and, when bind_variant, ?2 variant)
- * through fill (sql_read_run_rows); what names the rows in messages
- * ("read the <what> of run N"). */
+/* Reads every row of sql (?1 run_id and, when bind_variant, ?2 variant) as
+ * type (sql_read_all); what names the rows in messages ("read the <what>
+ * of run N"). */
 static pg_status read_run_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
-                               int bind_variant, const char *variant, size_t elem, void **rows,
-                               size_t *n, sql_row_fill fill, const char *what, pg_err *err)
+                               int bind_variant, const char *variant, const sql_row_type *type,
+                               void **rows, size_t *n, const char *what, pg_err *err)
 {
     char phrase[SQL_WHAT_MAX];
     snprintf(phrase, sizeof phrase, "read the %s of run %" PRId64, what, run_id);
-    return sql_read_run_rows(s, fn, sql, run_id, bind_variant, variant, elem, rows, n, fill,
-                             phrase, err);
+    const sql_param params[] = {SQL_INT64(run_id), SQL_TEXT(variant)};
+    return sql_read_all(s, fn, sql, params, bind_variant ? 2 : 1, type, rows, n, phrase, err);
 }
 
 /* ---- runs ------------------------------------------------------------------- */
 
-static int fill_run(sqlite3_stmt *st, void *row)
-{
-    run_row *r = row;
-    char **cols[] = {&r->kind, &r->label, &r->status, &r->started_at, &r->finished_at,
-                     &r->git_rev, &r->host, &r->device, &r->error};
-    int oom = 0;
-    for (int i = 0; i < (int)(sizeof cols / sizeof cols[0]); i++)
-        *cols[i] = sql_col_dup(st, i, &oom);
-    return !oom;
-}
+static const sql_field RUN_FIELDS[] = {
+    SQL_FIELD(TEXT, run_row, kind),       SQL_FIELD(TEXT, run_row, label),
+    SQL_FIELD(TEXT, run_row, status),     SQL_FIELD(TEXT, run_row, started_at),
+    SQL_FIELD(TEXT, run_row, finished_at), SQL_FIELD(TEXT, run_row, git_rev),
+    SQL_FIELD(TEXT, run_row, host),       SQL_FIELD(TEXT, run_row, device),
+    SQL_FIELD(TEXT, run_row, error),
+};
+static const sql_row_type RUN_ROW = SQL_ROW_TYPE(run_row, RUN_FIELDS, NULL);
 
 pg_status report_store_run(pg_store *s, int64_t id, run_row *out, int *found, pg_err *err)
 {
@@ -98,8 +96,9 @@ pg_status report_store_run(pg_store *s, int64_t id, run_row *out, int *found, pg
     size_t n = 0;
     char what[SQL_WHAT_MAX];
     snprintf(what, sizeof what, "read run %" PRId64, id);
-    const pg_status ps = sql_read_run_rows(s, "report_store_run", SQL_RUN, id, 0, NULL,
-                                           sizeof *out, &v, &n, fill_run, what, err);
+    const sql_param params[] = {SQL_INT64(id)};
+    const pg_status ps = sql_read_all(s, "report_store_run", SQL_RUN, SQL_PARAMS(params), &RUN_ROW,
+                                      &v, &n, what, err);
     run_row *rows = v;
     if (n > 0) {
         *out = rows[0];
@@ -113,21 +112,15 @@ pg_status report_store_run(pg_store *s, int64_t id, run_row *out, int *found, pg
 void run_row_free(run_row *r)
 {
     if (r == NULL) return;
-    char *strs[] = {r->kind, r->label, r->status, r->started_at, r->finished_at,
-                    r->git_rev, r->host, r->device, r->error};
-    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) free(strs[i]);
+    sql_row_clear(&RUN_ROW, r);
     memset(r, 0, sizeof *r);
 }
 
 /* ---- variants and layers ---------------------------------------------------- */
 
-/* Column 0 as a malloc'd name. */
-static int fill_name(sqlite3_stmt *st, void *row)
-{
-    int oom = 0;
-    *(char **)row = sql_col_dup(st, 0, &oom);
-    return !oom;
-}
+/* A names array is an array of one-member rows: column 0, malloc'd. */
+static const sql_field NAME_FIELDS[] = {{SQL_FIELD_TEXT, 0, 0}};
+static const sql_row_type NAME_ROW = {sizeof(char *), NAME_FIELDS, 1, NULL};
 
 pg_status report_store_variants(pg_store *s, int64_t run_id, report_variant_rows which,
                                 char ***names, size_t *n, pg_err *err)
@@ -136,72 +129,69 @@ pg_status report_store_variants(pg_store *s, int64_t run_id, report_variant_rows
     const pg_status ps =
         read_run_rows(s, "report_store_variants",
                       which == REPORT_VARIANTS_WHOLE_LAYER ? SQL_VARIANTS_WHOLE : SQL_VARIANTS_ALL,
-                      run_id, 0, NULL, sizeof **names, &v, n, fill_name, "layer_metrics variants",
-                      err);
+                      run_id, 0, NULL, &NAME_ROW, &v, n, "layer_metrics variants", err);
     *names = v;
     return ps;
 }
 
 void report_names_free(char **names, size_t n)
 {
-    for (size_t i = 0; names != NULL && i < n; i++) free(names[i]);
-    free(names);
+    sql_rows_free(&NAME_ROW, names, n);
 }
 
-static int fill_layer(sqlite3_stmt *st, void *row)
-{
-    run_layer_row *r = row;
-    int oom = 0;
-    r->capture = sql_col_dup(st, 0, &oom);
-    r->layer = sqlite3_column_int(st, 1);
-    return !oom;
-}
+static const sql_field LAYER_FIELDS[] = {SQL_FIELD(TEXT, run_layer_row, capture),
+                                         SQL_FIELD(INT, run_layer_row, layer)};
+static const sql_row_type LAYER_ROW = SQL_ROW_TYPE(run_layer_row, LAYER_FIELDS, NULL);
 
 pg_status report_store_layers(pg_store *s, int64_t run_id, run_layer_row **rows, size_t *n,
                               pg_err *err)
 {
     void *v = NULL;
     const pg_status ps = read_run_rows(s, "report_store_layers", SQL_LAYERS, run_id, 0, NULL,
-                                       sizeof **rows, &v, n, fill_layer, "layers", err);
+                                       &LAYER_ROW, &v, n, "layers", err);
     *rows = v;
     return ps;
 }
 
 void run_layer_rows_free(run_layer_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) free(rows[i].capture);
-    free(rows);
+    sql_rows_free(&LAYER_ROW, rows, n);
 }
 
 /* ---- layer metrics ------------------------------------------------------------ */
 
-static int fill_layer_metric(sqlite3_stmt *st, void *row)
+/* The metric values by pg_metric: m[i] is column 5 + i (LAYER_METRIC_COLUMNS). */
+#define METRIC_FIELD(i) {SQL_FIELD_REAL, offsetof(layer_metric_row, m) + (i) * sizeof(double), 0}
+
+static const sql_field LAYER_METRIC_FIELDS[] = {
+    SQL_FIELD(TEXT, layer_metric_row, capture), SQL_FIELD(TEXT, layer_metric_row, variant),
+    SQL_FIELD(TEXT, layer_metric_row, backend), SQL_FIELD(INT, layer_metric_row, layer),
+    SQL_FIELD(INT64, layer_metric_row, head),
+    METRIC_FIELD(PG_METRIC_REL_L2), METRIC_FIELD(PG_METRIC_MAX_ABS),
+    METRIC_FIELD(PG_METRIC_MEAN_ABS), METRIC_FIELD(PG_METRIC_P99_ABS),
+    METRIC_FIELD(PG_METRIC_COS_SIM), METRIC_FIELD(PG_METRIC_SQNR_DB),
+    SQL_FIELD(INT64, layer_metric_row, nan_count), SQL_FIELD(INT64, layer_metric_row, inf_count),
+};
+
+/* Derives nonfinite from the two counts. */
+static pg_status finish_layer_metric(sqlite3_stmt *st, void *row, const char *what, pg_err *err)
 {
+    (void)st, (void)what, (void)err;
     layer_metric_row *r = row;
-    int oom = 0;
-    r->capture = sql_col_dup(st, 0, &oom);
-    r->variant = sql_col_dup(st, 1, &oom);
-    r->backend = sql_col_dup(st, 2, &oom);
-    r->layer = sqlite3_column_int(st, 3);
-    r->head = sqlite3_column_int64(st, 4);
-    r->rel_l2 = sql_col_real(st, 5);
-    r->max_abs = sql_col_real(st, 6);
-    r->mean_abs = sql_col_real(st, 7);
-    r->p99_abs = sql_col_real(st, 8);
-    r->cos_sim = sql_col_real(st, 9);
-    r->sqnr_db = sql_col_real(st, 10);
-    r->nan_count = sqlite3_column_int64(st, 11);
-    r->inf_count = sqlite3_column_int64(st, 12);
-    return !oom;
+    r->nonfinite = r->nan_count + r->inf_count;
+    return PG_OK;
 }
+
+static const sql_row_type LAYER_METRIC_ROW =
+    SQL_ROW_TYPE(layer_metric_row, LAYER_METRIC_FIELDS, finish_layer_metric);
 
 pg_status report_store_layer_metrics(pg_store *s, int64_t run_id, layer_metric_row **rows,
                                      size_t *n, pg_err *err)
 {
     void *v = NULL;
     const pg_status ps = read_run_rows(s, "report_store_layer_metrics", SQL_LAYER_METRICS, run_id,
-                                       0, NULL, sizeof **rows, &v, n, fill_layer_metric,
-                                       "layer_metrics rows", err);
+                                       0, NULL, &LAYER_METRIC_ROW, &v, n, "layer_metrics rows",
+                                       err);
     *rows = v;
     return ps;
 }
@@ -211,110 +201,71 @@ pg_status report_store_whole_layers(pg_store *s, int64_t run_id, const char *var
 {
     void *v = NULL;
     const pg_status ps = read_run_rows(s, "report_store_whole_layers", SQL_WHOLE_LAYERS, run_id,
-                                       1, variant, sizeof **rows, &v, n, fill_layer_metric,
+                                       1, variant, &LAYER_METRIC_ROW, &v, n,
                                        "whole-layer layer_metrics rows", err);
     *rows = v;
     return ps;
 }
 
-/* The metric columns of a layer_metric_row: its REAL ones by offset. */
-static const struct {
-    const char *column;
-    size_t offset;
-} LAYER_METRIC_REALS[] = {
-    {"rel_l2", offsetof(layer_metric_row, rel_l2)},
-    {"max_abs", offsetof(layer_metric_row, max_abs)},
-    {"mean_abs", offsetof(layer_metric_row, mean_abs)},
-    {"p99_abs", offsetof(layer_metric_row, p99_abs)},
-    {"cos_sim", offsetof(layer_metric_row, cos_sim)},
-    {"sqnr_db", offsetof(layer_metric_row, sqnr_db)},
-};
-
 int layer_metric_value(const layer_metric_row *r, const char *column, double *out)
 {
-    if (column == NULL) return 0;
-    for (size_t i = 0; i < sizeof LAYER_METRIC_REALS / sizeof LAYER_METRIC_REALS[0]; i++) {
-        if (strcmp(column, LAYER_METRIC_REALS[i].column) != 0) continue;
-        memcpy(out, (const char *)r + LAYER_METRIC_REALS[i].offset, sizeof *out);
-        return 1;
-    }
-    if (strcmp(column, "nan_count") == 0) *out = (double)r->nan_count;
-    else if (strcmp(column, "inf_count") == 0) *out = (double)r->inf_count;
-    else return 0;
+    pg_metric m;
+    if (pg_metric_parse("layer_metric_value", column, PG_METRIC_COUNT, &m, NULL) != PG_OK)
+        return 0;
+    if (m == PG_METRIC_NAN_COUNT) *out = (double)r->nan_count;
+    else if (m == PG_METRIC_INF_COUNT) *out = (double)r->inf_count;
+    else *out = r->m[m];
     return 1;
+}
+
+void layer_metric_row_clear(layer_metric_row *r)
+{
+    sql_row_clear(&LAYER_METRIC_ROW, r);
 }
 
 void layer_metric_rows_free(layer_metric_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].capture);
-        free(rows[i].variant);
-        free(rows[i].backend);
-    }
-    free(rows);
+    sql_rows_free(&LAYER_METRIC_ROW, rows, n);
 }
 
 /* ---- quant stats ---------------------------------------------------------------- */
 
-static int fill_quant(sqlite3_stmt *st, void *row)
-{
-    quant_stat_row *r = row;
-    int oom = 0;
-    r->capture = sql_col_dup(st, 0, &oom);
-    r->tensor = sql_col_dup(st, 1, &oom);
-    r->scale_source = sql_col_dup(st, 2, &oom);
-    r->layer = sqlite3_column_int(st, 3);
-    r->scale = sql_col_real(st, 4);
-    r->saturated_frac = sql_col_real(st, 5);
-    r->underflow_frac = sql_col_real(st, 6);
-    return !oom;
-}
+static const sql_field QUANT_FIELDS[] = {
+    SQL_FIELD(TEXT, quant_stat_row, capture),      SQL_FIELD(TEXT, quant_stat_row, tensor),
+    SQL_FIELD(TEXT, quant_stat_row, scale_source), SQL_FIELD(INT, quant_stat_row, layer),
+    SQL_FIELD(REAL, quant_stat_row, scale),        SQL_FIELD(REAL, quant_stat_row, saturated_frac),
+    SQL_FIELD(REAL, quant_stat_row, underflow_frac),
+};
+static const sql_row_type QUANT_ROW = SQL_ROW_TYPE(quant_stat_row, QUANT_FIELDS, NULL);
 
 pg_status report_store_quant(pg_store *s, int64_t run_id, quant_stat_row **rows, size_t *n,
                              pg_err *err)
 {
     void *v = NULL;
     const pg_status ps = read_run_rows(s, "report_store_quant", SQL_QUANT, run_id, 0, NULL,
-                                       sizeof **rows, &v, n, fill_quant, "quant_stats rows", err);
+                                       &QUANT_ROW, &v, n, "quant_stats rows", err);
     *rows = v;
     return ps;
 }
 
 void quant_stat_rows_free(quant_stat_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].capture);
-        free(rows[i].tensor);
-        free(rows[i].scale_source);
-    }
-    free(rows);
+    sql_rows_free(&QUANT_ROW, rows, n);
 }
 
 /* ---- flags -------------------------------------------------------------------- */
 
-/* Column i as an integer, dflt for SQL NULL. */
-static int64_t col_int_or(sqlite3_stmt *st, int i, int64_t dflt)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? dflt : sqlite3_column_int64(st, i);
-}
-
-static int fill_flag(sqlite3_stmt *st, void *row)
-{
-    flag_row *f = row;
-    int oom = 0;
-    f->baseline_run_id = col_int_or(st, 0, -1);
-    f->layer = (int)col_int_or(st, 3, -1);
-    f->value = sql_col_real(st, 9);
-    f->baseline_value = sql_col_real(st, 10);
-    f->threshold = sql_col_real(st, 11);
-    const struct { int col; char **dst; } texts[] = {
-        {1, &f->scope}, {2, &f->capture}, {4, &f->variant}, {5, &f->eval}, {6, &f->mode},
-        {7, &f->effort}, {8, &f->metric}, {12, &f->verdict}, {13, &f->message},
-    };
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
-        *texts[i].dst = sql_col_dup(st, texts[i].col, &oom);
-    return !oom;
-}
+/* SQL_FLAGS' columns; an integer's NULL reads as -1. */
+static const sql_field FLAG_FIELDS[] = {
+    SQL_FIELD_OR(INT64, flag_row, baseline_run_id, -1), SQL_FIELD(TEXT, flag_row, scope),
+    SQL_FIELD(TEXT, flag_row, capture),     SQL_FIELD_OR(INT, flag_row, layer, -1),
+    SQL_FIELD(TEXT, flag_row, variant),     SQL_FIELD(TEXT, flag_row, eval),
+    SQL_FIELD(TEXT, flag_row, mode),        SQL_FIELD(TEXT, flag_row, effort),
+    SQL_FIELD(TEXT, flag_row, metric),      SQL_FIELD(REAL, flag_row, value),
+    SQL_FIELD(REAL, flag_row, baseline_value), SQL_FIELD(REAL, flag_row, threshold),
+    SQL_FIELD(TEXT, flag_row, verdict),     SQL_FIELD(TEXT, flag_row, message),
+};
+static const sql_row_type FLAG_ROW = SQL_ROW_TYPE(flag_row, FLAG_FIELDS, NULL);
 
 pg_status report_store_flags(pg_store *s, int64_t run_id, flag_row **rows, size_t *n,
                              int *has_table, pg_err *err)
@@ -327,95 +278,63 @@ pg_status report_store_flags(pg_store *s, int64_t run_id, flag_row **rows, size_
     pg_status ps = sql_table_exists(db, "flags", has_table, err);
     if (ps != PG_OK || !*has_table) return ps;
     void *v = NULL;
-    ps = read_run_rows(s, "report_store_flags", SQL_FLAGS, run_id, 0, NULL, sizeof **rows, &v, n,
-                       fill_flag, "flags", err);
+    ps = read_run_rows(s, "report_store_flags", SQL_FLAGS, run_id, 0, NULL, &FLAG_ROW, &v, n,
+                       "flags", err);
     *rows = v;
     return ps;
 }
 
 void flag_rows_free(flag_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        flag_row *f = &rows[i];
-        char *strs[] = {f->scope, f->capture, f->variant, f->eval, f->mode, f->effort, f->metric,
-                        f->verdict, f->message};
-        for (size_t j = 0; j < sizeof strs / sizeof strs[0]; j++) free(strs[j]);
-    }
-    free(rows);
+    sql_rows_free(&FLAG_ROW, rows, n);
 }
 
 /* ---- the trend ----------------------------------------------------------------- */
 
-/* Prepares sql on s, binds q to the trend subquery's ?1 .. ?4 and reads
- * every row through fill. */
+/* Reads every row of sql, q bound to the trend subquery's ?1 .. ?4, as type. */
 static pg_status read_trend_rows(pg_store *s, const char *fn, const char *sql,
-                                 const trend_query *q, size_t elem, void **rows, size_t *n,
-                                 sql_row_fill fill, const char *what, pg_err *err)
+                                 const trend_query *q, const sql_row_type *type, void **rows,
+                                 size_t *n, const char *what, pg_err *err)
 {
     *rows = NULL;
     *n = 0;
-    sqlite3 *db = sql_handle_or_fail(s, fn, err);
-    if (db == NULL) return PG_ERR_INTERNAL;
     if (q == NULL || q->kind == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "%s: no trend query or kind", fn);
-    sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, sql, &st, err);
-    if (ps != PG_OK) return ps;
     char phrase[SQL_WHAT_MAX];
     snprintf(phrase, sizeof phrase, "read the %s of the trend up to run %" PRId64, what,
              q->last_id);
-    sql_binder b = sql_bind_start(st);
-    sql_bind_text(&b, q->kind);
-    sql_bind_text(&b, q->label);
-    sql_bind_int64(&b, q->last_id);
-    sql_bind_int64(&b, q->n_runs);
-    if (b.rc != SQLITE_OK) ps = sql_fail(db, err, "%s", phrase);
-    else ps = sql_read_rows(db, st, elem, rows, n, fill, phrase, err);
-    sqlite3_finalize(st);
-    return ps;
+    const sql_param params[] = {SQL_TEXT(q->kind), SQL_TEXT(q->label), SQL_INT64(q->last_id),
+                                SQL_INT64(q->n_runs)};
+    return sql_read_all(s, fn, sql, SQL_PARAMS(params), type, rows, n, phrase, err);
 }
 
-static int fill_trend_run(sqlite3_stmt *st, void *row)
-{
-    trend_run_row *r = row;
-    int oom = 0;
-    r->id = sqlite3_column_int64(st, 0);
-    r->started_at = sql_col_dup(st, 1, &oom);
-    r->git_rev = sql_col_dup(st, 2, &oom);
-    return !oom;
-}
+static const sql_field TREND_RUN_FIELDS[] = {SQL_FIELD(INT64, trend_run_row, id),
+                                             SQL_FIELD(TEXT, trend_run_row, started_at),
+                                             SQL_FIELD(TEXT, trend_run_row, git_rev)};
+static const sql_row_type TREND_RUN_ROW = SQL_ROW_TYPE(trend_run_row, TREND_RUN_FIELDS, NULL);
 
 pg_status report_store_trend_runs(pg_store *s, const trend_query *q, trend_run_row **rows,
                                   size_t *n, pg_err *err)
 {
     void *v = NULL;
     const pg_status ps = read_trend_rows(s, "report_store_trend_runs", SQL_TREND_RUNS, q,
-                                         sizeof **rows, &v, n, fill_trend_run, "runs", err);
+                                         &TREND_RUN_ROW, &v, n, "runs", err);
     *rows = v;
     return ps;
 }
 
 void trend_run_rows_free(trend_run_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].started_at);
-        free(rows[i].git_rev);
-    }
-    free(rows);
+    sql_rows_free(&TREND_RUN_ROW, rows, n);
 }
 
-static int fill_trend_value(sqlite3_stmt *st, void *row)
-{
-    trend_value_row *r = row;
-    int oom = 0;
-    r->run_id = sqlite3_column_int64(st, 0);
-    r->name = sql_col_dup(st, 1, &oom);
-    r->mode = sql_col_dup(st, 2, &oom);
-    r->effort = sql_col_dup(st, 3, &oom);
-    r->value = sql_col_real(st, 4);
-    r->nonfinite = col_int_or(st, 5, 0);
-    return !oom;
-}
+static const sql_field TREND_VALUE_FIELDS[] = {
+    SQL_FIELD(INT64, trend_value_row, run_id), SQL_FIELD(TEXT, trend_value_row, name),
+    SQL_FIELD(TEXT, trend_value_row, mode),    SQL_FIELD(TEXT, trend_value_row, effort),
+    SQL_FIELD(REAL, trend_value_row, value),   SQL_FIELD(INT64, trend_value_row, nonfinite),
+};
+static const sql_row_type TREND_VALUE_ROW =
+    SQL_ROW_TYPE(trend_value_row, TREND_VALUE_FIELDS, NULL);
 
 pg_status report_store_trend_values(pg_store *s, const trend_query *q, trend_source source,
                                     trend_value_row **rows, size_t *n, pg_err *err)
@@ -424,7 +343,7 @@ pg_status report_store_trend_values(pg_store *s, const trend_query *q, trend_sou
     void *v = NULL;
     const pg_status ps =
         read_trend_rows(s, "report_store_trend_values", rel ? SQL_TREND_REL_L2 : SQL_TREND_ACCURACY,
-                        q, sizeof **rows, &v, n, fill_trend_value,
+                        q, &TREND_VALUE_ROW, &v, n,
                         rel ? "layer_metrics rows" : "eval_scores rows", err);
     *rows = v;
     return ps;
@@ -432,10 +351,5 @@ pg_status report_store_trend_values(pg_store *s, const trend_query *q, trend_sou
 
 void trend_value_rows_free(trend_value_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        free(rows[i].name);
-        free(rows[i].mode);
-        free(rows[i].effort);
-    }
-    free(rows);
+    sql_rows_free(&TREND_VALUE_ROW, rows, n);
 }

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/metric.h"
 #include "base/status.h"
 #include "store.h"
 
@@ -69,13 +70,19 @@ pg_status report_store_layers(pg_store *s, int64_t run_id, run_layer_row **rows,
 /* Frees n rows' captures and the array; NULL is a no-op. */
 void run_layer_rows_free(run_layer_row *rows, size_t n);
 
-/* One layer_metrics row. Strings malloc'd (layer_metric_rows_free). */
+/* One layer_metrics row: the one C struct of that table, which the reports,
+ * the diff, the gate and advise all read (gate_rows holds the whole-layer
+ * ones). Strings malloc'd by the readers (layer_metric_rows_free); const so
+ * that rows built by hand (tests) can point at literals. */
 typedef struct layer_metric_row {
-    char *capture, *variant, *backend;
+    const char *capture;
     int layer;
-    int64_t head;                   /* -1: the whole layer */
-    double rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db;   /* NaN where NULL */
-    int64_t nan_count, inf_count;   /* non-finite outputs of the variant */
+    const char *variant;
+    double m[PG_METRIC_VALUE_COUNT];  /* rel_l2 .. sqnr_db, indexed by pg_metric; NaN where NULL */
+    int64_t nonfinite;                /* nan_count + inf_count (the readers derive it) */
+    const char *backend;              /* "cpu" or "cuda" */
+    int64_t head;                     /* -1: the whole layer */
+    int64_t nan_count, inf_count;     /* non-finite outputs of the variant */
 } layer_metric_row;
 
 /* Every layer_metrics row of run_id, per-head ones included, in the
@@ -95,6 +102,9 @@ pg_status report_store_whole_layers(pg_store *s, int64_t run_id, const char *var
  * "mean_abs", "p99_abs", "cos_sim", "sqnr_db", "nan_count", "inf_count";
  * a count as a double) into *out; 0 when column is none of them. */
 int layer_metric_value(const layer_metric_row *r, const char *column, double *out);
+
+/* Frees one row's strings (not r itself); NULL is a no-op. */
+void layer_metric_row_clear(layer_metric_row *r);
 
 /* Frees n rows' strings and the array; NULL is a no-op. */
 void layer_metric_rows_free(layer_metric_row *rows, size_t n);

@@ -16,58 +16,47 @@ static const char SQL_LIST[] =
     "FROM runs WHERE (?1 IS NULL OR kind = ?1) AND (?2 IS NULL OR label = ?2) "
     "ORDER BY started_at DESC, id DESC LIMIT ?3) ORDER BY started_at, id";
 
-/* SQL_LIST's result columns. */
-enum { C_ID, C_KIND, C_LABEL, C_STATUS, C_STARTED, C_FINISHED, C_GIT, C_HOST, C_DEVICE, C_ERROR,
-       C_DURATION, C_PID, C_HEARTBEAT };
-
 /* SQLite's LIMIT for "no limit". */
 #define RUN_LIST_NO_LIMIT (-1)
 
-/* Prepares sql on s and binds f's kind and label to ?1, ?2; the caller
- * finalizes *st (also after a failure). */
-static pg_status prepare_filtered(pg_store *s, const char *fn, const char *sql,
-                                  const run_filter *f, sqlite3 **db, sqlite3_stmt **st,
-                                  sql_binder *b, pg_err *err)
-{
-    *st = NULL;
-    if (f == NULL) return pg_fail(err, PG_ERR_INTERNAL, "%s: filter is NULL", fn);
-    if ((*db = sql_handle_or_fail(s, fn, err)) == NULL) return PG_ERR_INTERNAL;
-    const pg_status ps = sql_prepare(*db, sql, st, err);
-    if (ps != PG_OK) return ps;
-    *b = sql_bind_start(*st);
-    sql_bind_text(b, f->kind);
-    sql_bind_text(b, f->label);
-    return PG_OK;
-}
-
 pg_status run_list_count(pg_store *s, const run_filter *f, int64_t *n, pg_err *err)
 {
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    sql_binder b;
-    pg_status ps = prepare_filtered(s, "run_list_count", SQL_COUNT, f, &db, &st, &b, err);
-    if (ps == PG_OK) ps = sql_read_int64(db, &b, "count the runs", n, err);
-    sqlite3_finalize(st);
+    if (f == NULL) return pg_fail(err, PG_ERR_INTERNAL, "run_list_count: filter is NULL");
+    sqlite3 *db = sql_handle_or_fail(s, "run_list_count", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    const sql_param params[] = {SQL_TEXT(f->kind), SQL_TEXT(f->label)};
+    int found = 0;
+    pg_status ps = sql_query_int64(db, SQL_COUNT, SQL_PARAMS(params), "count the runs", n, &found,
+                                   err);
+    if (ps == PG_OK && !found) ps = sql_fail(db, err, "count the runs");
     return ps;
 }
 
-/* Fills one run_list_row from SQL_LIST's row; 0 when out of memory. */
-static int fill_listed_run(sqlite3_stmt *st, void *row)
+/* SQL_LIST's columns: a run_row's, then the listing's own. */
+static const sql_field LISTED_RUN_FIELDS[] = {
+    SQL_FIELD(INT64, run_list_row, run.id),          SQL_FIELD(TEXT, run_list_row, run.kind),
+    SQL_FIELD(TEXT, run_list_row, run.label),        SQL_FIELD(TEXT, run_list_row, run.status),
+    SQL_FIELD(TEXT, run_list_row, run.started_at),   SQL_FIELD(TEXT, run_list_row, run.finished_at),
+    SQL_FIELD(TEXT, run_list_row, run.git_rev),      SQL_FIELD(TEXT, run_list_row, run.host),
+    SQL_FIELD(TEXT, run_list_row, run.device),       SQL_FIELD(TEXT, run_list_row, run.error),
+    SQL_FIELD(REAL, run_list_row, duration_s),       SQL_FIELD(INT64, run_list_row, pid),
+    SQL_FIELD(TEXT, run_list_row, heartbeat_at),
+};
+
+/* The column of pid in SQL_LIST. */
+#define LIST_PID_COLUMN 11
+
+/* has_pid: whether the pid column is set. */
+static pg_status finish_listed_run(sqlite3_stmt *st, void *row, const char *what, pg_err *err)
 {
+    (void)what, (void)err;
     run_list_row *r = row;
-    char **text[] = {&r->run.kind, &r->run.label, &r->run.status, &r->run.started_at,
-                     &r->run.finished_at, &r->run.git_rev, &r->run.host, &r->run.device,
-                     &r->run.error};
-    int oom = 0;
-    r->run.id = sqlite3_column_int64(st, C_ID);
-    for (int i = 0; i < (int)(sizeof text / sizeof text[0]); i++)
-        *text[i] = sql_col_dup(st, C_KIND + i, &oom);
-    r->duration_s = sql_col_real(st, C_DURATION);
-    r->has_pid = sqlite3_column_type(st, C_PID) != SQLITE_NULL;
-    r->pid = sqlite3_column_int64(st, C_PID);
-    r->heartbeat_at = sql_col_dup(st, C_HEARTBEAT, &oom);
-    return !oom;
+    r->has_pid = sqlite3_column_type(st, LIST_PID_COLUMN) != SQLITE_NULL;
+    return PG_OK;
 }
+
+static const sql_row_type LISTED_RUN_ROW =
+    SQL_ROW_TYPE(run_list_row, LISTED_RUN_FIELDS, finish_listed_run);
 
 pg_status run_list_read(pg_store *s, const run_filter *f, int64_t limit, run_list_row **rows,
                         size_t *n, pg_err *err)
@@ -76,27 +65,17 @@ pg_status run_list_read(pg_store *s, const run_filter *f, int64_t limit, run_lis
         return pg_fail(err, PG_ERR_INTERNAL, "run_list_read: rows or n is NULL");
     *rows = NULL;
     *n = 0;
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    sql_binder b;
-    pg_status ps = prepare_filtered(s, "run_list_read", SQL_LIST, f, &db, &st, &b, err);
-    if (ps == PG_OK) {
-        sql_bind_int64(&b, limit == 0 ? RUN_LIST_NO_LIMIT : limit);
-        void *v = NULL;
-        if (b.rc != SQLITE_OK) ps = sql_fail(db, err, "list the runs");
-        else ps = sql_read_rows(db, st, sizeof **rows, &v, n, fill_listed_run, "list the runs",
-                                err);
-        *rows = v;
-    }
-    sqlite3_finalize(st);
+    if (f == NULL) return pg_fail(err, PG_ERR_INTERNAL, "run_list_read: filter is NULL");
+    const sql_param params[] = {SQL_TEXT(f->kind), SQL_TEXT(f->label),
+                                SQL_INT64(limit == 0 ? RUN_LIST_NO_LIMIT : limit)};
+    void *v = NULL;
+    const pg_status ps = sql_read_all(s, "run_list_read", SQL_LIST, SQL_PARAMS(params),
+                                      &LISTED_RUN_ROW, &v, n, "list the runs", err);
+    *rows = v;
     return ps;
 }
 
 void run_list_rows_free(run_list_row *rows, size_t n)
 {
-    for (size_t i = 0; rows != NULL && i < n; i++) {
-        run_row_free(&rows[i].run);
-        free(rows[i].heartbeat_at);
-    }
-    free(rows);
+    sql_rows_free(&LISTED_RUN_ROW, rows, n);
 }

@@ -1,6 +1,7 @@
 /* sql_util.c: SQLite helpers shared by the table modules (see sql_util.h). */
 #include "sql_util.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,12 @@ const char *sql_db_path(sqlite3 *db)
     return f != NULL && f[0] != '\0' ? f : ":memory:";
 }
 
+/* The one wording of a SQLite failure: "<path>: <what>: <SQLite's message>". */
+static pg_status fail_at(const char *path, sqlite3 *db, const char *what, pg_err *err)
+{
+    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", path, what, sqlite3_errmsg(db));
+}
+
 pg_status sql_fail(sqlite3 *db, pg_err *err, const char *fmt, ...)
 {
     char what[SQL_WHAT_MAX];
@@ -20,7 +27,12 @@ pg_status sql_fail(sqlite3 *db, pg_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", sql_db_path(db), what, sqlite3_errmsg(db));
+    return fail_at(sql_db_path(db), db, what, err);
+}
+
+pg_status sql_fail_open(const char *path, sqlite3 *db, pg_err *err)
+{
+    return fail_at(path, db, "cannot open the database", err);
 }
 
 sqlite3 *sql_handle_or_fail(pg_store *s, const char *fn, pg_err *err)
@@ -99,50 +111,162 @@ double sql_col_real(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
+void sql_bind_params(sql_binder *b, const sql_param *params, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (params[i].kind) {
+        case SQL_PARAM_TEXT: sql_bind_text(b, params[i].text); break;
+        case SQL_PARAM_INT64: sql_bind_int64(b, params[i].int64); break;
+        case SQL_PARAM_NULL: sql_bind_null(b); break;
+        }
+    }
+}
+
+pg_status sql_prepare_bound(sqlite3 *db, const char *sql, const sql_param *params,
+                            size_t n_params, sqlite3_stmt **st, const char *what, pg_err *err)
+{
+    *st = NULL;
+    const pg_status ps = sql_prepare(db, sql, st, err);
+    if (ps != PG_OK) return ps;
+    sql_binder b = sql_bind_start(*st);
+    sql_bind_params(&b, params, n_params);
+    return b.rc == SQLITE_OK ? PG_OK : sql_fail(db, err, "%s", what);
+}
+
+pg_status sql_query_int64(sqlite3 *db, const char *sql, const sql_param *params,
+                          size_t n_params, const char *what, int64_t *out, int *found,
+                          pg_err *err)
+{
+    *found = 0;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_prepare_bound(db, sql, params, n_params, &st, what, err);
+    if (ps == PG_OK) {
+        const int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            *found = 1;
+            *out = sqlite3_column_int64(st, 0);
+        } else if (rc != SQLITE_DONE) {
+            ps = sql_fail(db, err, "%s", what);
+        }
+    }
+    sqlite3_finalize(st);
+    return ps;
+}
+
+pg_status sql_exec_bound(sqlite3 *db, const char *sql, const sql_param *params,
+                         size_t n_params, const char *what, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_prepare_bound(db, sql, params, n_params, &st, what, err);
+    if (ps == PG_OK && sqlite3_step(st) != SQLITE_DONE) ps = sql_fail(db, err, "%s", what);
+    sqlite3_finalize(st);
+    return ps;
+}
+
+/* Fills the zeroed row from st's current row through type; 0 when a copy
+ * ran out of memory (the row keeps what it copied). */
+static int fill_row(sqlite3_stmt *st, const sql_row_type *type, char *row)
+{
+    int oom = 0;
+    for (size_t i = 0; i < type->n_fields; i++) {
+        const sql_field *f = &type->fields[i];
+        const int col = (int)i;
+        const int is_null = sqlite3_column_type(st, col) == SQLITE_NULL;
+        void *at = row + f->offset;
+        switch (f->kind) {
+        case SQL_FIELD_TEXT: *(char **)at = sql_col_dup(st, col, &oom); break;
+        case SQL_FIELD_INT:
+            *(int *)at = is_null ? (int)f->if_null : sqlite3_column_int(st, col);
+            break;
+        case SQL_FIELD_INT64:
+            *(int64_t *)at = is_null ? f->if_null : sqlite3_column_int64(st, col);
+            break;
+        case SQL_FIELD_REAL: *(double *)at = sql_col_real(st, col); break;
+        }
+    }
+    return !oom;
+}
+
 /* First capacity of a reader's row array. */
 #define SQL_ROWS_INITIAL 16
 
-pg_status sql_read_rows(sqlite3 *db, sqlite3_stmt *st, size_t elem, void **rows, size_t *n,
-                        sql_row_fill fill, const char *what, pg_err *err)
+/* Steps st to its end, appending one row of type per result row to *rows. */
+static pg_status read_rows(sqlite3 *db, sqlite3_stmt *st, const sql_row_type *type, void **rows,
+                           size_t *n, const char *what, pg_err *err)
 {
-    *rows = NULL;
-    *n = 0;
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (*n == cap) {
             const size_t want = cap ? 2 * cap : SQL_ROWS_INITIAL;
-            void *grown = realloc(*rows, want * elem);
+            void *grown = want <= SIZE_MAX / type->size ? realloc(*rows, want * type->size) : NULL;
             if (grown == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", what);
-            memset((char *)grown + cap * elem, 0, (want - cap) * elem);
+            memset((char *)grown + cap * type->size, 0, (want - cap) * type->size);
             *rows = grown;
             cap = want;
         }
-        const int filled = fill(st, (char *)*rows + *n * elem);
+        char *row = (char *)*rows + *n * type->size;
+        const int filled = fill_row(st, type, row);
         (*n)++;
         if (!filled) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", what);
+        if (type->finish != NULL) {
+            const pg_status ps = type->finish(st, row, what, err);
+            if (ps != PG_OK) return ps;
+        }
     }
     return rc == SQLITE_DONE ? PG_OK : sql_fail(db, err, "%s", what);
 }
 
-pg_status sql_read_run_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
-                            int bind_text, const char *text, size_t elem, void **rows, size_t *n,
-                            sql_row_fill fill, const char *what, pg_err *err)
+pg_status sql_read_all(pg_store *s, const char *fn, const char *sql, const sql_param *params,
+                       size_t n_params, const sql_row_type *type, void **rows, size_t *n,
+                       const char *what, pg_err *err)
 {
     *rows = NULL;
     *n = 0;
     sqlite3 *db = sql_handle_or_fail(s, fn, err);
     if (db == NULL) return PG_ERR_INTERNAL;
     sqlite3_stmt *st = NULL;
-    pg_status ps = sql_prepare(db, sql, &st, err);
-    if (ps != PG_OK) return ps;
-    sql_binder b = sql_bind_start(st);
-    sql_bind_int64(&b, run_id);
-    if (bind_text) sql_bind_text(&b, text);
-    if (b.rc != SQLITE_OK) ps = sql_fail(db, err, "%s", what);
-    else ps = sql_read_rows(db, st, elem, rows, n, fill, what, err);
+    pg_status ps = sql_prepare_bound(db, sql, params, n_params, &st, what, err);
+    if (ps == PG_OK) ps = read_rows(db, st, type, rows, n, what, err);
     sqlite3_finalize(st);
     return ps;
+}
+
+void sql_row_clear(const sql_row_type *type, void *row)
+{
+    for (size_t j = 0; row != NULL && j < type->n_fields; j++)
+        if (type->fields[j].kind == SQL_FIELD_TEXT)
+            free(*(char **)((char *)row + type->fields[j].offset));
+}
+
+void sql_rows_free(const sql_row_type *type, void *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++)
+        sql_row_clear(type, (char *)rows + i * type->size);
+    free(rows);
+}
+
+pg_status sql_read_layer_counts(sqlite3 *db, sqlite3_stmt *st, int64_t run_id,
+                                const char *capture, const char *table, int n_layers,
+                                int64_t *counts, size_t stride, pg_err *err)
+{
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, capture);
+    int rc = b.rc;
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const int64_t layer = sqlite3_column_int64(st, 0);
+        if (layer < 0 || layer >= n_layers)
+            return pg_fail(err, PG_ERR_DB,
+                           "%s: run %" PRId64 " has %s rows for layer %" PRId64 " of capture "
+                           "'%s', which has %d layers",
+                           sql_db_path(db), run_id, table, layer, capture, n_layers);
+        *(int64_t *)((char *)counts + (size_t)layer * stride) = sqlite3_column_int64(st, 1);
+        rc = SQLITE_OK;
+    }
+    if (rc == SQLITE_DONE) return PG_OK;
+    return sql_fail(db, err, "count the %s rows of run %" PRId64 ", capture '%s'", table, run_id,
+                    capture);
 }
 
 pg_status sql_read_int64(sqlite3 *db, const sql_binder *b, const char *what, int64_t *out,
@@ -167,5 +291,25 @@ pg_status sql_table_exists(sqlite3 *db, const char *name, int *has, pg_err *err)
     if (rc == SQLITE_ROW || rc == SQLITE_DONE) *has = rc == SQLITE_ROW;
     else ps = sql_fail(db, err, "look for the %s table", name);
     sqlite3_finalize(st);
+    return ps;
+}
+
+pg_status sql_count_layers(pg_store *s, const char *fn, const char *sql, const char *table,
+                           int64_t run_id, const char *capture, int n_layers, int64_t *counts,
+                           pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, fn, err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (capture == NULL || counts == NULL || n_layers < 0)
+        return pg_fail(err, PG_ERR_INTERNAL, "%s: capture or counts missing", fn);
+    memset(counts, 0, (size_t)n_layers * sizeof *counts);
+    int has = 0;
+    pg_status ps = sql_table_exists(db, table, &has, err);
+    if (ps != PG_OK || !has) return ps;
+    sqlite3_stmt *st = NULL;
+    if ((ps = sql_cached(s, sql, &st, err)) != PG_OK) return ps;
+    ps = sql_read_layer_counts(db, st, run_id, capture, table, n_layers, counts, sizeof *counts,
+                               err);
+    sql_release(st);
     return ps;
 }

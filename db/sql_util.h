@@ -1,18 +1,21 @@
 /*
- * sql_util.h: the small SQLite helpers the table modules share (eval_store.c,
- * gate_store.c): where a connection's file is, one way to turn a SQLite
- * failure into a pg_err, preparing a constant statement, and the store's
- * cache of prepared statements (sql_cached, implemented in store.c, which
- * owns the cache).
+ * sql_util.h: the SQLite helpers every db/ module shares: where a
+ * connection's file is, the one way a SQLite failure becomes a pg_err
+ * (sql_fail), preparing and binding (sql_param, sql_binder), the one
+ * reader of a statement's rows into a row struct described by its columns
+ * (sql_row_type, sql_read_all, sql_rows_free), one-row, write and
+ * per-layer count statements, and the store's cache of prepared statements
+ * (sql_cached, implemented in store.c, which owns the cache).
  *
- * db/'s own header: only db/'s .c files and tests/ include it (the build's include
- * lint, CMakeLists.txt, refuses it anywhere else), so the raw connection
- * (store_handle) and SQLite's API stay inside the store.
+ * db/'s own header: only db/'s .c files and tests/ include it (the build's
+ * include lint, CMakeLists.txt, refuses it anywhere else), so the raw
+ * connection (store_handle) and SQLite's API stay inside the store.
  */
 #ifndef PG_SQL_UTIL_H
 #define PG_SQL_UTIL_H
 
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -33,6 +36,11 @@ const char *sql_db_path(sqlite3 *db);
  * anything else touches the connection. Returns the code err now holds. */
 pg_status sql_fail(sqlite3 *db, pg_err *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* sql_fail for a connection that did not open (SQLite knows no file for it
+ * yet): "<path>: cannot open the database: <SQLite's message>", path as
+ * given to sqlite3_open_v2. Returns the code err now holds. */
+pg_status sql_fail_open(const char *path, sqlite3 *db, pg_err *err);
 
 /* The handle of s, or NULL after recording PG_ERR_INTERNAL (fn names the caller). */
 sqlite3 *sql_handle_or_fail(pg_store *s, const char *fn, pg_err *err);
@@ -86,26 +94,123 @@ char *sql_col_dup(sqlite3_stmt *st, int i, int *oom);
 /* Column i as a double, NaN for SQL NULL. */
 double sql_col_real(sqlite3_stmt *st, int i);
 
-/* Fills one zeroed row of a reader's array from st's current row; returns 0
- * when a copy ran out of memory (the row keeps what it copied). */
-typedef int (*sql_row_fill)(sqlite3_stmt *st, void *row);
+/* ---- parameters: what a statement's ?1, ?2, ... are bound to ---------- */
 
-/* Steps st (prepared and bound by the caller, who finalizes or releases it)
- * to its end, appending one zeroed element of elem bytes per row to *rows
- * (malloc'd, grown as it goes; *rows and *n are reset first) and filling it
- * through fill. *n counts the rows filled, a failed one included, so that
- * the caller's free sees every copy. PG_ERR_NOMEM "<what>: out of memory";
- * PG_ERR_DB through sql_fail ("<what>") when a step fails. */
-pg_status sql_read_rows(sqlite3 *db, sqlite3_stmt *st, size_t elem, void **rows, size_t *n,
-                        sql_row_fill fill, const char *what, pg_err *err);
+/* What one parameter holds. */
+typedef enum sql_param_kind {
+    SQL_PARAM_TEXT,   /* text (a NULL pointer binds SQL NULL) */
+    SQL_PARAM_INT64,  /* an integer */
+    SQL_PARAM_NULL    /* SQL NULL */
+} sql_param_kind;
+
+/* One parameter's value; build it with SQL_TEXT, SQL_INT64 or SQL_NULL. */
+typedef struct sql_param {
+    sql_param_kind kind;
+    const char *text;   /* SQL_PARAM_TEXT: bound SQLITE_STATIC (outlives the statement's use) */
+    int64_t int64;      /* SQL_PARAM_INT64 */
+} sql_param;
+
+#define SQL_TEXT(v) ((sql_param){.kind = SQL_PARAM_TEXT, .text = (v)})
+#define SQL_INT64(v) ((sql_param){.kind = SQL_PARAM_INT64, .int64 = (v)})
+#define SQL_NULL ((sql_param){.kind = SQL_PARAM_NULL})
+/* An array of sql_param and its length, as the (params, n_params) arguments. */
+#define SQL_PARAMS(a) (a), (sizeof(a) / sizeof((a)[0]))
+
+/* Binds params[0 .. n-1] to b's next parameters (sql_bind_text,
+ * sql_bind_int64, sql_bind_null). */
+void sql_bind_params(sql_binder *b, const sql_param *params, size_t n);
+
+/* Prepares constant sql into *st (sql_prepare) and binds params to ?1 ..
+ * ?n; PG_ERR_DB through sql_fail ("<what>") when a bind fails. The caller
+ * finalizes *st, also after a failure (NULL when the prepare failed). */
+pg_status sql_prepare_bound(sqlite3 *db, const char *sql, const sql_param *params,
+                            size_t n_params, sqlite3_stmt **st, const char *what, pg_err *err);
+
+/* Prepares sql, binds params and steps it once: the integer in the first
+ * column of its first row into *out and *found 1, or *found 0 (and *out
+ * untouched) when it returns no row. The statement is finalized. PG_ERR_DB
+ * through sql_fail: naming the SQL when it does not prepare, what when a
+ * bind or the step fails. */
+pg_status sql_query_int64(sqlite3 *db, const char *sql, const sql_param *params,
+                          size_t n_params, const char *what, int64_t *out, int *found,
+                          pg_err *err);
+
+/* Prepares sql (a write: INSERT, UPDATE, DELETE), binds params and steps it
+ * to its end; the statement is finalized. PG_ERR_DB through sql_fail:
+ * naming the SQL when it does not prepare, what when a bind or the step
+ * fails. */
+pg_status sql_exec_bound(sqlite3 *db, const char *sql, const sql_param *params,
+                         size_t n_params, const char *what, pg_err *err);
+
+/* ---- row types: how a reader's result columns fill its row struct ------ */
+
+/* What a result column is stored as. */
+typedef enum sql_field_kind {
+    SQL_FIELD_TEXT,   /* char *: a malloc'd copy (sql_col_dup), NULL for SQL NULL */
+    SQL_FIELD_INT,    /* int; if_null for SQL NULL */
+    SQL_FIELD_INT64,  /* int64_t; if_null for SQL NULL */
+    SQL_FIELD_REAL    /* double; NaN for SQL NULL (sql_col_real) */
+} sql_field_kind;
+
+/* Where one result column goes in a row struct. */
+typedef struct sql_field {
+    sql_field_kind kind;
+    size_t offset;     /* offsetof the member */
+    int64_t if_null;   /* SQL_FIELD_INT, SQL_FIELD_INT64: the value SQL NULL reads as */
+} sql_field;
+
+/* Column-to-member entries: SQL_FIELD(TEXT, my_row, name); SQL_FIELD_OR
+ * gives an integer member the value of SQL NULL. */
+#define SQL_FIELD(kind, type, member) {SQL_FIELD_##kind, offsetof(type, member), 0}
+#define SQL_FIELD_OR(kind, type, member, if_null) \
+    {SQL_FIELD_##kind, offsetof(type, member), (if_null)}
+
+/* A reader's row struct: result column i fills fields[i]; columns past
+ * n_fields are read by finish only. */
+typedef struct sql_row_type {
+    size_t size;               /* sizeof the row struct */
+    const sql_field *fields;
+    size_t n_fields;
+    /* NULL, or called on each row once its fields are filled (st still on
+     * that row) to derive or check members; what names the read. PG_OK, or
+     * the failure that stops the read. */
+    pg_status (*finish)(sqlite3_stmt *st, void *row, const char *what, pg_err *err);
+} sql_row_type;
+
+/* The sql_row_type of struct type from the sql_field array fields (finish: NULL or a hook). */
+#define SQL_ROW_TYPE(type, fields, finish) \
+    {sizeof(type), (fields), sizeof(fields) / sizeof((fields)[0]), (finish)}
 
 /* Prepares sql on s (PG_ERR_INTERNAL naming fn when s is NULL), binds
- * run_id to ?1 and, when bind_text, text to ?2 (NULL binds SQL NULL), and
- * reads every row as sql_read_rows does, what naming the read in messages;
- * the statement is finalized. */
-pg_status sql_read_run_rows(pg_store *s, const char *fn, const char *sql, int64_t run_id,
-                            int bind_text, const char *text, size_t elem, void **rows, size_t *n,
-                            sql_row_fill fill, const char *what, pg_err *err);
+ * params, and reads every result row into *rows: an array of type->size
+ * elements (malloc'd, zeroed, grown as it goes; NULL when there are none),
+ * *n of them, filled through type. *n counts a row that failed part-way
+ * too, so that sql_rows_free sees every copy. The statement is finalized.
+ * PG_ERR_NOMEM "<what>: out of memory"; PG_ERR_DB through sql_fail
+ * ("<what>") when a bind or a step fails; what finish returns. */
+pg_status sql_read_all(pg_store *s, const char *fn, const char *sql, const sql_param *params,
+                       size_t n_params, const sql_row_type *type, void **rows, size_t *n,
+                       const char *what, pg_err *err);
+
+/* Frees the SQL_FIELD_TEXT members of one row of type (not the row); NULL
+ * is a no-op. */
+void sql_row_clear(const sql_row_type *type, void *row);
+
+/* Frees the SQL_FIELD_TEXT members of n rows of type, then the array; NULL
+ * is a no-op. */
+void sql_rows_free(const sql_row_type *type, void *rows, size_t n);
+
+/* Steps st (a statement of (layer, count) rows over ?1 run_id, ?2 capture,
+ * prepared or sql_cached by the caller, who finalizes or releases it),
+ * binding run_id and capture, and stores each layer's count at
+ * counts + layer * stride bytes (an int64_t array: stride sizeof(int64_t);
+ * one member of an array of structs: the struct's size). Layers without a
+ * row keep their value. PG_ERR_DB "<file>: run R has <table> rows for
+ * layer L of capture 'C', which has N layers" for a layer outside 0 ..
+ * n_layers-1; through sql_fail when a bind or step fails. */
+pg_status sql_read_layer_counts(sqlite3 *db, sqlite3_stmt *st, int64_t run_id,
+                                const char *capture, const char *table, int n_layers,
+                                int64_t *counts, size_t stride, pg_err *err);
 
 /* Steps b's statement (prepared by the caller, who finalizes or releases
  * it, and bound through b) once and puts the integer in the first column of
@@ -117,5 +222,15 @@ pg_status sql_read_int64(sqlite3 *db, const sql_binder *b, const char *what, int
 /* Whether db has a table named name into *has (0 for a schema older than
  * the migration that creates it). */
 pg_status sql_table_exists(sqlite3 *db, const char *name, int *has, pg_err *err);
+
+/* A table module's per-layer count for `run --resume`: zeroes counts[0 ..
+ * n_layers-1], then (when the database has table: a schema older than its
+ * migration counts 0) fills them from sql, a sql_cached (layer, count)
+ * query over ?1 run_id, ?2 capture, as sql_read_layer_counts does.
+ * PG_ERR_INTERNAL naming fn when s, capture or counts is NULL or n_layers
+ * < 0. */
+pg_status sql_count_layers(pg_store *s, const char *fn, const char *sql, const char *table,
+                           int64_t run_id, const char *capture, int n_layers, int64_t *counts,
+                           pg_err *err);
 
 #endif /* PG_SQL_UTIL_H */

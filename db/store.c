@@ -22,8 +22,6 @@
 #include "diagnosis_store.h"
 #include "schema.h"
 
-/* Longest "what failed" phrase kept before SQLite's message is appended. */
-#define STORE_WHAT_MAX 256
 /* Longest journal_mode name read back from the PRAGMA, NUL included. */
 #define STORE_JOURNAL_MODE_MAX 16
 /* Most distinct statements the table modules keep prepared through
@@ -119,27 +117,6 @@ static const char *str_or_null(const char *s)
     return s != NULL ? s : "NULL";
 }
 
-/* Records PG_ERR_DB in err as "<path>: <what>: <SQLite's message>", what being
- * fmt formatted with ap; call it before anything else touches the connection,
- * which would replace the message. Returns the code err now holds. */
-static pg_status db_vfail(const pg_store *s, pg_err *err, const char *fmt, va_list ap)
-{
-    char what[STORE_WHAT_MAX];
-    vsnprintf(what, sizeof what, fmt, ap);
-    return pg_fail(err, PG_ERR_DB, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
-}
-
-/* db_vfail with the arguments inline. */
-__attribute__((format(printf, 3, 4)))
-static pg_status db_fail(const pg_store *s, pg_err *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    pg_status ps = db_vfail(s, err, fmt, ap);
-    va_end(ap);
-    return ps;
-}
-
 /* Rolls back s's open transaction, if any; errors are dropped (the caller is
  * already reporting the failure that made it roll back). */
 static void rollback_quietly(pg_store *s)
@@ -155,11 +132,12 @@ __attribute__((format(printf, 4, 5)))
 static pg_status exec_const(pg_store *s, const char *sql, pg_err *err, const char *fmt, ...)
 {
     if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK) return PG_OK;
+    char what[SQL_WHAT_MAX];
     va_list ap;
     va_start(ap, fmt);
-    pg_status ps = db_vfail(s, err, fmt, ap);
+    vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return ps;
+    return sql_fail(s->db, err, "%s", what);
 }
 
 /* Runs the constant query sql and puts the first column of its first row in
@@ -169,9 +147,9 @@ static pg_status query_int(pg_store *s, const char *sql, int *out, const char *w
     sqlite3_stmt *st = NULL;
     pg_status ps = PG_OK;
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        ps = db_fail(s, err, "%s", what);
+        ps = sql_fail(s->db, err, "%s", what);
     } else if (sqlite3_step(st) != SQLITE_ROW) {
-        ps = db_fail(s, err, "%s", what);
+        ps = sql_fail(s->db, err, "%s", what);
     } else {
         *out = sqlite3_column_int(st, 0);
     }
@@ -198,7 +176,7 @@ static pg_status set_wal(pg_store *s, pg_err *err)
     pg_status ps = PG_OK;
     if (sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK
         || sqlite3_step(st) != SQLITE_ROW) {
-        ps = db_fail(s, err, "set journal_mode=WAL");
+        ps = sql_fail(s->db, err, "set journal_mode=WAL");
     } else {
         const unsigned char *got = sqlite3_column_text(st, 0);
         snprintf(mode, sizeof mode, "%s", got != NULL ? (const char *)got : "");
@@ -220,7 +198,8 @@ static pg_status check_foreign_keys(pg_store *s, int version, pg_err *err)
     sqlite3_stmt *st = NULL;
     pg_status ps = PG_OK;
     if (sqlite3_prepare_v2(s->db, "PRAGMA foreign_key_check", -1, &st, NULL) != SQLITE_OK) {
-        ps = db_fail(s, err, "check foreign keys after migrating to schema version %d", version);
+        ps = sql_fail(s->db, err, "check foreign keys after migrating to schema version %d",
+                      version);
     } else {
         int rc = sqlite3_step(st);
         if (rc == SQLITE_ROW) {
@@ -230,7 +209,7 @@ static pg_status check_foreign_keys(pg_store *s, int version, pg_err *err)
                          "a foreign key (nothing changed)",
                          s->path, version, table != NULL ? (const char *)table : "?");
         } else if (rc != SQLITE_DONE) {
-            ps = db_fail(s, err, "check foreign keys after migrating to schema version %d",
+            ps = sql_fail(s->db, err, "check foreign keys after migrating to schema version %d",
                          version);
         }
     }
@@ -319,7 +298,7 @@ static pg_status prepare_all(pg_store *s, pg_err *err)
     for (int i = 0; i < ST_COUNT; i++) {
         if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i],
                                NULL) != SQLITE_OK)
-            return db_fail(s, err, "prepare \"%s\"", stmt_sql[i]);
+            return sql_fail(s->db, err, "prepare \"%s\"", stmt_sql[i]);
     }
     return PG_OK;
 }
@@ -371,7 +350,7 @@ pg_status store_open(const char *path, pg_store **out, pg_err *err)
     pg_status ps = PG_OK;
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL)
         != SQLITE_OK) {
-        ps = db_fail(s, err, "cannot open the database");
+        ps = sql_fail_open(path, s->db, err);
     } else {
         sqlite3_extended_result_codes(s->db, 1);
         sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
@@ -417,35 +396,23 @@ int store_latest_schema_version(void)
 
 
 
-/* Steps b's statement once, expecting no rows; PG_ERR_DB described by fmt
- * when a bind or the step fails, PG_ERR_INTERNAL when the statement's
- * parameters were not all bound. Always resets and clears the statement. */
+/* sql_step_write on one of s's statements, what formatted from fmt. */
 __attribute__((format(printf, 4, 5)))
 static pg_status finish_write(pg_store *s, sql_binder *b, pg_err *err, const char *fmt, ...)
 {
-    pg_status ps = PG_OK;
+    char what[SQL_WHAT_MAX];
     va_list ap;
     va_start(ap, fmt);
-    int expected = sqlite3_bind_parameter_count(b->st);
-    if (b->rc != SQLITE_OK) {
-        ps = db_vfail(s, err, fmt, ap);
-    } else if (b->next - 1 != expected) {
-        ps = pg_fail(err, PG_ERR_INTERNAL, "%s: \"%s\" has %d parameters, %d bound", s->path,
-                     sqlite3_sql(b->st), expected, b->next - 1);
-    } else if (sqlite3_step(b->st) != SQLITE_DONE) {
-        ps = db_vfail(s, err, fmt, ap);
-    }
+    vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    sqlite3_reset(b->st);
-    sqlite3_clear_bindings(b->st);
-    return ps;
+    return sql_step_write(s->db, b, what, err);
 }
 
 /* Steps one of the parameterless transaction statements; PG_ERR_DB as what. */
 static pg_status step_plain(pg_store *s, stmt_id id, const char *what, pg_err *err)
 {
     sqlite3_stmt *st = s->stmt[id];
-    pg_status ps = sqlite3_step(st) == SQLITE_DONE ? PG_OK : db_fail(s, err, "%s", what);
+    pg_status ps = sqlite3_step(st) == SQLITE_DONE ? PG_OK : sql_fail(s->db, err, "%s", what);
     sqlite3_reset(st);
     return ps;
 }
@@ -604,10 +571,9 @@ pg_status store_run_read(pg_store *s, int64_t run_id, store_run_state *out, pg_e
     } else if (rc == SQLITE_DONE) {
         ps = pg_fail(err, PG_ERR_USAGE, "%s: no run has id %" PRId64, s->path, run_id);
     } else {
-        ps = db_fail(s, err, "read run %" PRId64, run_id);
+        ps = sql_fail(s->db, err, "read run %" PRId64, run_id);
     }
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
+    sql_release(st);
     if (ps != PG_OK) {
         store_run_state_free(out);
         return ps;
@@ -783,38 +749,6 @@ static const layer_count_query layer_count_queries[] = {
     {ST_SHAPE_ROWS, "layer_shapes", offsetof(store_layer_rows, shapes)},
 };
 
-/* Sets the counts of query q (rows of layer, count) for run_id and capture
- * into q's field of rows[layer]. */
-static pg_status count_layer_rows(pg_store *s, const layer_count_query *q, int64_t run_id,
-                                  const char *capture, int n_layers, store_layer_rows *rows,
-                                  pg_err *err)
-{
-    sqlite3_stmt *st = s->stmt[q->id];
-    pg_status ps = PG_OK;
-    sql_binder b = sql_bind_start(st);
-    sql_bind_int64(&b, run_id);
-    sql_bind_text(&b, capture);
-    int rc = b.rc;
-    while (ps == PG_OK && rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const int64_t layer = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
-        if (layer < 0 || layer >= n_layers) {
-            ps = pg_fail(err, PG_ERR_DB,
-                         "%s: run %" PRId64 " has %s rows for layer %" PRId64 " of capture '%s', "
-                         "which has %d layers", s->path, run_id, q->table, layer, capture,
-                         n_layers);
-            break;
-        }
-        *(int64_t *)((char *)&rows[layer] + q->offset) = n;
-        rc = SQLITE_OK;
-    }
-    if (ps == PG_OK && rc != SQLITE_DONE)
-        ps = db_fail(s, err, "count the %s rows of run %" PRId64 ", capture '%s'", q->table,
-                     run_id, capture);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    return ps;
-}
-
 pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *capture, int n_layers,
                                  store_layer_rows *rows, pg_err *err)
 {
@@ -824,21 +758,29 @@ pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *captur
     memset(rows, 0, (size_t)n_layers * sizeof *rows);
     pg_status ps = PG_OK;
     for (size_t i = 0; ps == PG_OK && i < sizeof layer_count_queries / sizeof layer_count_queries[0];
-         i++)
-        ps = count_layer_rows(s, &layer_count_queries[i], run_id, capture, n_layers, rows, err);
-    int64_t *attribution = ps == PG_OK ? calloc((size_t)n_layers + 1, sizeof *attribution) : NULL;
-    if (ps == PG_OK && attribution == NULL)
-        ps = pg_fail(err, PG_ERR_NOMEM, "store_sweep_layer_rows: out of memory");
-    if (ps == PG_OK)
-        ps = attribution_store_layer_counts(s, run_id, capture, n_layers, attribution, err);
-    for (int l = 0; ps == PG_OK && l < n_layers; l++) rows[l].attribution = attribution[l];
-    free(attribution);
-    int64_t *diag = ps == PG_OK ? calloc((size_t)n_layers + 1, sizeof *diag) : NULL;
-    if (ps == PG_OK && diag == NULL)
-        ps = pg_fail(err, PG_ERR_NOMEM, "store_sweep_layer_rows: out of memory");
-    if (ps == PG_OK) ps = diagnosis_store_count_layers(s, run_id, capture, n_layers, diag, err);
-    for (int l = 0; ps == PG_OK && l < n_layers; l++) rows[l].diagnosis = diag[l];
-    free(diag);
+         i++) {
+        const layer_count_query *q = &layer_count_queries[i];
+        ps = sql_read_layer_counts(s->db, s->stmt[q->id], run_id, capture, q->table, n_layers,
+                                   (int64_t *)((char *)rows + q->offset), sizeof *rows, err);
+        sql_release(s->stmt[q->id]);
+    }
+    /* The tables of other modules, counted into an array each. */
+    static const struct {
+        pg_status (*count)(pg_store *, int64_t, const char *, int, int64_t *, pg_err *);
+        size_t offset;  /* offsetof the store_layer_rows field */
+    } module_counts[] = {
+        {attribution_store_layer_counts, offsetof(store_layer_rows, attribution)},
+        {diagnosis_store_count_layers, offsetof(store_layer_rows, diagnosis)},
+    };
+    for (size_t i = 0; ps == PG_OK && i < sizeof module_counts / sizeof module_counts[0]; i++) {
+        int64_t *counts = calloc((size_t)n_layers + 1, sizeof *counts);
+        if (counts == NULL)
+            return pg_fail(err, PG_ERR_NOMEM, "store_sweep_layer_rows: out of memory");
+        ps = module_counts[i].count(s, run_id, capture, n_layers, counts, err);
+        for (int l = 0; ps == PG_OK && l < n_layers; l++)
+            *(int64_t *)((char *)&rows[l] + module_counts[i].offset) = counts[l];
+        free(counts);
+    }
     return ps;
 }
 
@@ -854,7 +796,7 @@ pg_status store_run_status(pg_store *s, int64_t run_id, char *buf, size_t buf_le
         const unsigned char *text = sqlite3_column_text(st, 0);
         size_t len = (size_t)sqlite3_column_bytes(st, 0);
         if (text == NULL) {
-            ps = db_fail(s, err, "read the status of run %" PRId64, run_id);
+            ps = sql_fail(s->db, err, "read the status of run %" PRId64, run_id);
         } else if (len >= buf_len) {
             ps = pg_fail(err, PG_ERR_INTERNAL,
                          "store_run_status: run %" PRId64 " status '%s' needs %zu bytes, "
@@ -866,10 +808,9 @@ pg_status store_run_status(pg_store *s, int64_t run_id, char *buf, size_t buf_le
         ps = pg_fail(err, PG_ERR_DB, "%s: status of run %" PRId64 ": no such run", s->path,
                      run_id);
     } else {
-        ps = db_fail(s, err, "read the status of run %" PRId64, run_id);
+        ps = sql_fail(s->db, err, "read the status of run %" PRId64, run_id);
     }
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
+    sql_release(st);
     return ps;
 }
 
@@ -899,7 +840,7 @@ pg_status sql_cached(pg_store *s, const char *sql, sqlite3_stmt **st, pg_err *er
                        s->path, STORE_STMT_CACHE_MAX, sql);
     sqlite3_stmt *fresh = NULL;
     if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &fresh, NULL) != SQLITE_OK)
-        return db_fail(s, err, "prepare \"%s\"", sql);
+        return sql_fail(s->db, err, "prepare \"%s\"", sql);
     s->cache[s->n_cache].sql = sql;
     s->cache[s->n_cache].st = fresh;
     s->n_cache++;

@@ -16,7 +16,7 @@ static int64_t kv_elements(int hkv, int d)
 }
 
 /* Whether capture c holds a row of variant among rows[0..n). */
-static int capture_has_variant(const gate_layer_row *rows, size_t n, const char *variant,
+static int capture_has_variant(const layer_metric_row *rows, size_t n, const char *variant,
                                const char *c)
 {
     for (size_t i = 0; i < n; i++)
@@ -25,7 +25,7 @@ static int capture_has_variant(const gate_layer_row *rows, size_t n, const char 
 }
 
 /* The distinct variants of rows[0..n), ", "-joined, into buf. */
-static void list_variants(const gate_layer_row *rows, size_t n, char *buf, size_t len)
+static void list_variants(const layer_metric_row *rows, size_t n, char *buf, size_t len)
 {
     size_t at = 0;
     buf[0] = '\0';
@@ -39,7 +39,7 @@ static void list_variants(const gate_layer_row *rows, size_t n, char *buf, size_
 }
 
 /* The fields advise_compute checks before it allocates anything. */
-static pg_status check_request(const advise_request *rq, const gate_layer_row *rows,
+static pg_status check_request(const advise_request *rq, const layer_metric_row *rows,
                                size_t n_rows, const advise_shape *shapes, size_t n_shapes,
                                advise_result *out, pg_err *err)
 {
@@ -84,7 +84,7 @@ static pg_status note_shape(advise_layer *L, unsigned char *have, const advise_s
 }
 
 /* The reason one row gives to keep its layer in bf16 (ADVISE_FP8: none). */
-static advise_reason row_reason(const advise_request *rq, const gate_layer_row *r)
+static advise_reason row_reason(const advise_request *rq, const layer_metric_row *r)
 {
     const double v = r->m[rq->metric];
     if (r->nonfinite > 0) return ADVISE_NONFINITE;
@@ -95,7 +95,7 @@ static advise_reason row_reason(const advise_request *rq, const gate_layer_row *
 /* Folds row r into its layer's slot L: the strongest reason, with the
  * capture that first gave it (*why_at), and the worst defined value, with
  * its capture (L->capture). */
-static void note_row(const advise_request *rq, advise_layer *L, const gate_layer_row *r,
+static void note_row(const advise_request *rq, advise_layer *L, const layer_metric_row *r,
                      const char **why_at)
 {
     const advise_reason why = row_reason(rq, r);
@@ -111,7 +111,7 @@ static void note_row(const advise_request *rq, advise_layer *L, const gate_layer
 }
 
 /* Whether rows[i] is the first row of variant in its capture. */
-static int first_of_capture(const gate_layer_row *rows, size_t i, const char *variant)
+static int first_of_capture(const layer_metric_row *rows, size_t i, const char *variant)
 {
     for (size_t j = 0; j < i; j++)
         if (strcmp(rows[j].variant, variant) == 0 && strcmp(rows[j].capture, rows[i].capture) == 0)
@@ -120,7 +120,7 @@ static int first_of_capture(const gate_layer_row *rows, size_t i, const char *va
 }
 
 /* Whether shape s has a row of rq->variant among rows[0..n). */
-static int shape_has_row(const advise_request *rq, const gate_layer_row *rows, size_t n,
+static int shape_has_row(const advise_request *rq, const layer_metric_row *rows, size_t n,
                          const advise_shape *s)
 {
     for (size_t i = 0; i < n; i++)
@@ -131,7 +131,7 @@ static int shape_has_row(const advise_request *rq, const gate_layer_row *rows, s
 }
 
 /* Whether row r has its shape among shapes[0..n). */
-static int row_has_shape(const gate_layer_row *r, const advise_shape *shapes, size_t n)
+static int row_has_shape(const layer_metric_row *r, const advise_shape *shapes, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (shapes[i].layer == r->layer && strcmp(shapes[i].capture, r->capture) == 0) return 1;
@@ -161,7 +161,7 @@ static void summarise(const advise_request *rq, advise_result *out)
         (double)(out->kv_bytes_bf16 - out->kv_bytes_mixed) / (double)out->kv_bytes_bf16;
 }
 
-pg_status advise_compute(const advise_request *rq, const gate_layer_row *rows, size_t n_rows,
+pg_status advise_compute(const advise_request *rq, const layer_metric_row *rows, size_t n_rows,
                          const advise_shape *shapes, size_t n_shapes, advise_result *out,
                          pg_err *err)
 {
@@ -192,7 +192,7 @@ pg_status advise_compute(const advise_request *rq, const gate_layer_row *rows, s
         else st = note_shape(&slot[s->layer], &have[s->layer], s, &first[s->layer], err);
     }
     for (size_t i = 0; st == PG_OK && i < n_rows; i++) {
-        const gate_layer_row *r = &rows[i];
+        const layer_metric_row *r = &rows[i];
         if (strcmp(r->variant, rq->variant) != 0) continue;
         if (!row_has_shape(r, shapes, n_shapes)) {
             st = pg_fail(err, PG_ERR_USAGE, "layer %d of capture '%s' has rows of %s but no "

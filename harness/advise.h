@@ -119,7 +119,7 @@ typedef struct advise_result {
  * without a row of the variant. Shapes of one layer that differ between
  * captures (hkv, d, or whether it has a window) are PG_ERR_SHAPE. A NaN or
  * infinite budget or an unknown metric is PG_ERR_INTERNAL; PG_ERR_NOMEM. */
-pg_status advise_compute(const advise_request *rq, const gate_layer_row *rows, size_t n_rows,
+pg_status advise_compute(const advise_request *rq, const layer_metric_row *rows, size_t n_rows,
                          const advise_shape *shapes, size_t n_shapes, advise_result *out,
                          pg_err *err);
 

@@ -84,6 +84,13 @@ static pg_status bad(const parse_ctx *p, const char *path, const char *fmt, ...)
     return pg_fail(p->err, PG_ERR_FORMAT, "%s: %s: %s", p->source, path, what);
 }
 
+/* why (a parser's failure, which names the key) as the file's PG_ERR_FORMAT:
+ * "<source>: <why>". */
+static pg_status in_file(const parse_ctx *p, const pg_err *why)
+{
+    return pg_fail(p->err, PG_ERR_FORMAT, "%s: %s", p->source, why->msg);
+}
+
 /* parent.key into buf. */
 static void join(char *buf, size_t len, const char *parent, const char *key)
 {
@@ -182,11 +189,10 @@ static pg_status apply_layer(const parse_ctx *p, const cJSON *o, gate_config *c)
             char ep[GATE_PATH_MAX];
             snprintf(ep, sizeof ep, "layer.metrics[%d]", i);
             pg_metric m;
-            pg_err why = {0};   /* bad() words the message, naming the file */
-            if (!cJSON_IsString(e) ||
-                pg_metric_parse(ep, e->valuestring, PG_METRIC_VALUE_COUNT, &m, &why) != PG_OK)
-                return bad(p, ep, "expected one of rel_l2, max_abs, mean_abs, p99_abs, cos_sim, "
-                                  "sqnr_db");
+            pg_err why = {0};   /* pg_metric_parse's wording, then the file named */
+            if (pg_metric_parse(ep, cJSON_IsString(e) ? e->valuestring : NULL,
+                                PG_METRIC_VALUE_COUNT, &m, &why) != PG_OK)
+                return in_file(p, &why);
             set |= 1u << m;
         }
         c->layer.metrics = set;
@@ -200,10 +206,9 @@ static pg_status apply_layer(const parse_ctx *p, const cJSON *o, gate_config *c)
             char kp[GATE_PATH_MAX];
             join(kp, sizeof kp, "layer.metric_abs", k->string);
             pg_metric m;
-            pg_err why = {0};   /* bad() words the message, naming the file */
+            pg_err why = {0};   /* pg_metric_parse's wording, then the file named */
             if (pg_metric_parse(kp, k->string, PG_METRIC_VALUE_COUNT, &m, &why) != PG_OK)
-                return bad(p, kp, "unknown metric (expected max_abs, mean_abs, p99_abs, "
-                                  "cos_sim or sqnr_db)");
+                return in_file(p, &why);
             if (m == PG_METRIC_REL_L2) return bad(p, kp, "rel_l2's bounds are layer.abs");
             st = apply_bounds(p, k, kp, KEYS_ANY_VARIANT, &c->layer.abs[m]);
         }

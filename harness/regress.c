@@ -97,7 +97,7 @@ gate_verdict regress_effect_verdict(double d, double lo, double hi, double e)
 /* ---- layer and mode_pair --------------------------------------------- */
 
 /* Orders rows by (capture, layer, variant). */
-static int row_cmp(const gate_layer_row *x, const gate_layer_row *y)
+static int row_cmp(const layer_metric_row *x, const layer_metric_row *y)
 {
     int c = strcmp(x->capture, y->capture);
     if (c != 0) return c;
@@ -108,17 +108,17 @@ static int row_cmp(const gate_layer_row *x, const gate_layer_row *y)
 /* qsort comparator over pointers to rows: row_cmp of what they point to. */
 static int row_ptr_cmp(const void *a, const void *b)
 {
-    return row_cmp(*(const gate_layer_row *const *)a, *(const gate_layer_row *const *)b);
+    return row_cmp(*(const layer_metric_row *const *)a, *(const layer_metric_row *const *)b);
 }
 
 /* Sorted pointers to rows[0..n) into *out (caller frees); PG_ERR_SHAPE naming
  * side when a key repeats, PG_ERR_INTERNAL for a NULL string. */
-static pg_status sort_rows(const gate_layer_row *rows, size_t n, const char *side,
-                           const gate_layer_row ***out, pg_err *err)
+static pg_status sort_rows(const layer_metric_row *rows, size_t n, const char *side,
+                           const layer_metric_row ***out, pg_err *err)
 {
     *out = NULL;
     if (n == 0) return PG_OK;
-    const gate_layer_row **p = malloc(n * sizeof *p);
+    const layer_metric_row **p = malloc(n * sizeof *p);
     if (p == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory sorting layer rows");
     for (size_t i = 0; i < n; i++) {
         if (rows[i].capture == NULL || rows[i].variant == NULL) {
@@ -141,7 +141,7 @@ static pg_status sort_rows(const gate_layer_row *rows, size_t n, const char *sid
 }
 
 /* "capture layer L variant" into buf. */
-static void where(char *buf, size_t len, const gate_layer_row *r, const char *variant)
+static void where(char *buf, size_t len, const layer_metric_row *r, const char *variant)
 {
     snprintf(buf, len, "%s layer %d %s", r->capture, r->layer, variant);
 }
@@ -160,7 +160,7 @@ static void describe_threshold(char *buf, size_t len, pg_metric m, double b, dou
 }
 
 /* The flags of one key present in the run (b: its baseline row or NULL). */
-static pg_status layer_key(const gate_layer_row *r, const gate_layer_row *b,
+static pg_status layer_key(const layer_metric_row *r, const layer_metric_row *b,
                            int64_t base_id, const gate_config *c, gate_flags *out, pg_err *err)
 {
     char at[REGRESS_WHERE_MAX];
@@ -232,13 +232,13 @@ static pg_status layer_key(const gate_layer_row *r, const gate_layer_row *b,
     return st;
 }
 
-pg_status regress_layers(const gate_layer_row *run, size_t n_run,
-                         const gate_layer_row *base, size_t n_base, int64_t baseline_run_id,
+pg_status regress_layers(const layer_metric_row *run, size_t n_run,
+                         const layer_metric_row *base, size_t n_base, int64_t baseline_run_id,
                          const gate_config *c, gate_flags *out, pg_err *err)
 {
     if ((run == NULL && n_run > 0) || (base == NULL && n_base > 0) || c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_layers: NULL argument");
-    const gate_layer_row **r = NULL, **b = NULL;
+    const layer_metric_row **r = NULL, **b = NULL;
     pg_status st = sort_rows(run, n_run, "run", &r, err);
     if (st == PG_OK) st = sort_rows(base, n_base, "baseline", &b, err);
     size_t i = 0, j = 0;
@@ -266,7 +266,7 @@ pg_status regress_layers(const gate_layer_row *run, size_t n_run,
 }
 
 /* The rows of one (capture, layer): [*g, *e) of sorted rows p[0..n) from *g. */
-static void layer_group(const gate_layer_row *const *p, size_t n, size_t g, size_t *e)
+static void layer_group(const layer_metric_row *const *p, size_t n, size_t g, size_t *e)
 {
     size_t k = g;
     while (k < n && strcmp(p[k]->capture, p[g]->capture) == 0 && p[k]->layer == p[g]->layer) k++;
@@ -274,7 +274,7 @@ static void layer_group(const gate_layer_row *const *p, size_t n, size_t g, size
 }
 
 /* The row of variant in p[g..e), or NULL. */
-static const gate_layer_row *group_find(const gate_layer_row *const *p, size_t g, size_t e,
+static const layer_metric_row *group_find(const layer_metric_row *const *p, size_t g, size_t e,
                                            const char *variant)
 {
     for (size_t k = g; k < e; k++)
@@ -284,7 +284,7 @@ static const gate_layer_row *group_find(const gate_layer_row *const *p, size_t g
 
 /* rel_l2 of row x when it is usable as a reference value (finite, no NaN/Inf
  * in the output), else NaN; NaN for NULL. */
-static double usable_rel_l2(const gate_layer_row *x)
+static double usable_rel_l2(const layer_metric_row *x)
 {
     return x != NULL && x->nonfinite == 0 && isfinite(x->m[PG_METRIC_REL_L2])
                ? x->m[PG_METRIC_REL_L2] : NAN;
@@ -305,8 +305,8 @@ typedef struct pair_terms {
 /* Fills pt for variant x of a run layer (ref: the run's bf16 row; bref, bx:
  * the baseline's bf16 and x rows, NULL when absent; has_base: a baseline
  * run exists), as the top of regress.h defines the threshold. */
-static void mode_pair_terms(const gate_layer_row *x, const gate_layer_row *ref,
-                            const gate_layer_row *bref, const gate_layer_row *bx,
+static void mode_pair_terms(const layer_metric_row *x, const layer_metric_row *ref,
+                            const layer_metric_row *bref, const layer_metric_row *bx,
                             int has_base, int64_t base_id, const gate_config *c, pair_terms *pt)
 {
     const int is_ref = x == ref;
@@ -386,14 +386,14 @@ static int pair_within(const pair_terms *pt, double v)
            (!isnan(pt->own_term) && v <= pt->own_term);
 }
 
-pg_status regress_mode_pairs(const gate_layer_row *run, size_t n,
-                             const gate_layer_row *base, size_t n_base,
+pg_status regress_mode_pairs(const layer_metric_row *run, size_t n,
+                             const layer_metric_row *base, size_t n_base,
                              int64_t baseline_run_id, const gate_config *c, gate_flags *out,
                              pg_err *err)
 {
     if ((run == NULL && n > 0) || (base == NULL && n_base > 0) || c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_mode_pairs: NULL argument");
-    const gate_layer_row **r = NULL, **b = NULL;
+    const layer_metric_row **r = NULL, **b = NULL;
     pg_status st = sort_rows(run, n, "run", &r, err);
     if (st == PG_OK) st = sort_rows(base, n_base, "baseline", &b, err);
     const int has_base = baseline_run_id >= 0;
@@ -401,7 +401,7 @@ pg_status regress_mode_pairs(const gate_layer_row *run, size_t n,
     for (size_t g = 0; st == PG_OK && g < n;) {
         size_t e;
         layer_group(r, n, g, &e);
-        const gate_layer_row *ref = group_find(r, g, e, PG_MODE_BASELINE_NAME);
+        const layer_metric_row *ref = group_find(r, g, e, PG_MODE_BASELINE_NAME);
         /* The baseline's group of the same (capture, layer), if any. */
         size_t be = bg;
         while (bg < n_base) {
@@ -413,13 +413,13 @@ pg_status regress_mode_pairs(const gate_layer_row *run, size_t n,
         const int same = bg < n_base && strcmp(b[bg]->capture, r[g]->capture) == 0 &&
                          b[bg]->layer == r[g]->layer;
         if (!same) be = bg;
-        const gate_layer_row *bref = same ? group_find(b, bg, be, PG_MODE_BASELINE_NAME) : NULL;
+        const layer_metric_row *bref = same ? group_find(b, bg, be, PG_MODE_BASELINE_NAME) : NULL;
         for (size_t k = g; st == PG_OK && k < e; k++) {
-            const gate_layer_row *x = r[k];
+            const layer_metric_row *x = r[k];
             if (variant_name_is_spec(x->variant)) continue;
             const int is_ref = x == ref;
             pair_terms pt;
-            const gate_layer_row *bx = same ? group_find(b, bg, be, x->variant) : NULL;
+            const layer_metric_row *bx = same ? group_find(b, bg, be, x->variant) : NULL;
             mode_pair_terms(x, ref, bref, bx, has_base, baseline_run_id, c, &pt);
             /* A baseline run exists but lacks this variant (or bf16) here: with no
              * budget either, nothing judges the variant, which is an error. */
@@ -811,7 +811,7 @@ static int diagnosed(const diag_span *spans, size_t n, const char *capture, cons
 }
 
 /* Whether run row r is an ext:NAME whole-layer row no span covers. */
-static int undiagnosed(const gate_layer_row *r, const diag_span *spans, size_t n)
+static int undiagnosed(const layer_metric_row *r, const diag_span *spans, size_t n)
 {
     return strncmp(r->variant, VARIANT_EXT_PREFIX, strlen(VARIANT_EXT_PREFIX)) == 0 &&
            !diagnosed(spans, n, r->capture, r->variant + strlen(VARIANT_EXT_PREFIX), r->layer);
@@ -820,15 +820,15 @@ static int undiagnosed(const gate_layer_row *r, const diag_span *spans, size_t n
 /* qsort comparator over row pointers: capture, variant, then layer. */
 static int ext_row_ptr_cmp(const void *a, const void *b)
 {
-    const gate_layer_row *x = *(const gate_layer_row *const *)a,
-                            *y = *(const gate_layer_row *const *)b;
+    const layer_metric_row *x = *(const layer_metric_row *const *)a,
+                            *y = *(const layer_metric_row *const *)b;
     int c = strcmp(x->capture, y->capture);
     if (c == 0) c = strcmp(x->variant, y->variant);
     if (c == 0 && x->layer != y->layer) c = x->layer < y->layer ? -1 : 1;
     return c;
 }
 
-pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const gate_layer_row *run,
+pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const layer_metric_row *run,
                             size_t n_run, gate_flags *out, pg_err *err)
 {
     if (out == NULL || (spans == NULL && n_spans > 0) || (run == NULL && n_run > 0))
@@ -848,7 +848,7 @@ pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const gate_l
     }
     /* The undiagnosed ext rows, by (capture, variant, layer), in spans of
      * consecutive layers. */
-    const gate_layer_row **u = n_run > 0 ? malloc(n_run * sizeof *u) : NULL;
+    const layer_metric_row **u = n_run > 0 ? malloc(n_run * sizeof *u) : NULL;
     if (n_run > 0 && u == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory");
     size_t nu = 0;
     for (size_t i = 0; i < n_run; i++)

@@ -194,15 +194,15 @@ gate_verdict regress_effect_verdict(double d, double lo, double hi, double e);
  * when one side holds a key twice; PG_ERR_INTERNAL for a NULL argument
  * (base may be NULL when n_base is 0);
  * PG_ERR_NOMEM. On failure out keeps what was appended. */
-pg_status regress_layers(const gate_layer_row *run, size_t n_run,
-                         const gate_layer_row *base, size_t n_base, int64_t baseline_run_id,
+pg_status regress_layers(const layer_metric_row *run, size_t n_run,
+                         const layer_metric_row *base, size_t n_base, int64_t baseline_run_id,
                          const gate_config *c, gate_flags *out, pg_err *err);
 
 /* Appends the mode_pair flags of run[0..n) to out, in (capture, layer,
  * variant) order, with the gaps of base[0..n_base) (baseline_run_id; -1 and
  * n_base 0: no baseline run). Errors as regress_layers. */
-pg_status regress_mode_pairs(const gate_layer_row *run, size_t n,
-                             const gate_layer_row *base, size_t n_base,
+pg_status regress_mode_pairs(const layer_metric_row *run, size_t n,
+                             const layer_metric_row *base, size_t n_base,
                              int64_t baseline_run_id, const gate_config *c, gate_flags *out,
                              pg_err *err);
 
@@ -236,7 +236,7 @@ pg_status regress_content_mismatch(gate_scope scope, const char *field, const ch
  * and the error flags of run[0..n_run)'s ext:NAME whole-layer rows that no
  * span covers, in that order. PG_ERR_INTERNAL for a NULL argument with a
  * count > 0; PG_ERR_NOMEM. */
-pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const gate_layer_row *run,
+pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const layer_metric_row *run,
                             size_t n_run, gate_flags *out, pg_err *err);
 
 /* counts[v] = flags of f with verdict v (counts has GATE_VERDICT_COUNT entries). */

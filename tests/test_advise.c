@@ -28,9 +28,9 @@ TestSuite(advise, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeou
 
 /* A whole-layer row of VARIANT in capture c with rel_l2 v, the other metrics
  * unremarkable (cos_sim cos). */
-static gate_layer_row row(const char *c, int layer, double v, double cos)
+static layer_metric_row row(const char *c, int layer, double v, double cos)
 {
-    gate_layer_row r = {.capture = c, .layer = layer, .variant = VARIANT};
+    layer_metric_row r = {.capture = c, .layer = layer, .variant = VARIANT};
     for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r.m[m] = 0.01;
     r.m[PG_METRIC_REL_L2] = v;
     r.m[PG_METRIC_COS_SIM] = cos;
@@ -46,7 +46,7 @@ static void gpt_oss_shapes(const char *c, int n, advise_shape *s)
 }
 
 /* advise_compute on rows and shapes with VARIANT, metric m and budget b; asserts success. */
-static advise_result advise_ok(const gate_layer_row *rows, size_t n_rows,
+static advise_result advise_ok(const layer_metric_row *rows, size_t n_rows,
                                const advise_shape *shapes, size_t n_shapes, pg_metric m,
                                double b)
 {
@@ -87,7 +87,7 @@ Test(advise, bad_sliding_window_layers_exactly_give_sliding_window)
 {
     advise_shape s[N_LAYERS];
     gpt_oss_shapes("c", N_LAYERS, s);
-    const gate_layer_row rows[N_LAYERS] = {row("c", 0, 0.09, 0.99), row("c", 1, 0.05, 0.99),
+    const layer_metric_row rows[N_LAYERS] = {row("c", 0, 0.09, 0.99), row("c", 1, 0.05, 0.99),
                                               row("c", 2, 0.12, 0.99), row("c", 3, 0.08, 0.99)};
     advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     const int want[N_LAYERS] = {1, 0, 1, 0};  /* layer 3 at the budget is within it */
@@ -108,7 +108,7 @@ Test(advise, an_arbitrary_subset_gives_the_indices_as_separate_words)
     advise_shape s[N_LAYERS];
     gpt_oss_shapes("c", N_LAYERS, s);
     /* layers 1 and 2: one full-attention, one sliding-window layer */
-    const gate_layer_row rows[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.2, 0.99),
+    const layer_metric_row rows[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.2, 0.99),
                                               row("c", 2, 0.09, 0.99), row("c", 3, 0.07, 0.99)};
     advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     const int want[N_LAYERS] = {0, 1, 1, 0};
@@ -117,13 +117,13 @@ Test(advise, an_arbitrary_subset_gives_the_indices_as_separate_words)
     expect_flag(&r, "--kv-cache-dtype-skip-layers 1 2");
     advise_result_free(&r);
     /* the sliding-window layers and one more: the indices, not sliding_window */
-    const gate_layer_row more[N_LAYERS] = {row("c", 0, 0.2, 0.99), row("c", 1, 0.2, 0.99),
+    const layer_metric_row more[N_LAYERS] = {row("c", 0, 0.2, 0.99), row("c", 1, 0.2, 0.99),
                                               row("c", 2, 0.2, 0.99), row("c", 3, 0.07, 0.99)};
     r = advise_ok(more, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     expect_flag(&r, "--kv-cache-dtype-skip-layers 0 1 2");
     advise_result_free(&r);
     /* nothing kept: no flag, the whole fp8 saving */
-    const gate_layer_row good[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.02, 0.99),
+    const layer_metric_row good[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.02, 0.99),
                                               row("c", 2, 0.03, 0.99), row("c", 3, 0.04, 0.99)};
     r = advise_ok(good, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     cr_assert_eq(r.n_keep, 0);
@@ -140,7 +140,7 @@ Test(advise, a_layer_bad_in_any_capture_keeps_bf16)
     gpt_oss_shapes("a", N_LAYERS, s);
     gpt_oss_shapes("b", N_LAYERS, s + N_LAYERS);
     /* layer 1 is over the budget in capture b only; layer 3 is worst in b */
-    const gate_layer_row rows[2 * N_LAYERS] = {
+    const layer_metric_row rows[2 * N_LAYERS] = {
         row("a", 0, 0.01, 0.99), row("a", 1, 0.02, 0.99), row("a", 2, 0.03, 0.99),
         row("a", 3, 0.04, 0.99), row("b", 0, 0.01, 0.99), row("b", 1, 0.11, 0.99),
         row("b", 2, 0.03, 0.99), row("b", 3, 0.06, 0.99)};
@@ -163,7 +163,7 @@ Test(advise, a_lower_is_worse_metric_keeps_the_layers_below_the_budget)
     advise_shape s[N_LAYERS];
     gpt_oss_shapes("c", N_LAYERS, s);
     /* cos_sim: 0.98 is below 0.99 (kept), 0.99 is at it, 0.999 above */
-    const gate_layer_row rows[N_LAYERS] = {row("c", 0, 0.5, 0.999), row("c", 1, 0.5, 0.98),
+    const layer_metric_row rows[N_LAYERS] = {row("c", 0, 0.5, 0.999), row("c", 1, 0.5, 0.98),
                                               row("c", 2, 0.5, 0.99), row("c", 3, 0.5, 0.995)};
     advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_COS_SIM, 0.99);
     const int want[N_LAYERS] = {0, 1, 0, 0};
@@ -179,7 +179,7 @@ Test(advise, an_undefined_metric_or_a_nonfinite_output_keeps_bf16)
 {
     advise_shape s[N_LAYERS];
     gpt_oss_shapes("c", N_LAYERS, s);
-    gate_layer_row rows[N_LAYERS] = {row("c", 0, 0.01, NAN), row("c", 1, NAN, 0.99),
+    layer_metric_row rows[N_LAYERS] = {row("c", 0, 0.01, NAN), row("c", 1, NAN, 0.99),
                                         row("c", 2, 0.01, 0.99), row("c", 3, 0.01, 0.99)};
     rows[2].nonfinite = 3;
     advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
@@ -202,7 +202,7 @@ Test(advise, the_memory_fraction_weighs_each_layer_by_its_kv_elements)
     /* 8 x 64 and 2 x 64 kv elements: all bf16 2 x (512 + 128) x 2 = 2560 bytes
      * a token; layer 0 kept: 2048 + 256 = 2304; saved 256 / 2560 = 0.1. */
     const advise_shape s[2] = {{"c", 0, 8, 64, 0}, {"c", 1, 2, 64, 0}};
-    const gate_layer_row rows[2] = {row("c", 0, 0.5, 0.99), row("c", 1, 0.01, 0.99)};
+    const layer_metric_row rows[2] = {row("c", 0, 0.5, 0.99), row("c", 1, 0.01, 0.99)};
     advise_result r = advise_ok(rows, 2, s, 2, PG_METRIC_REL_L2, BUDGET);
     cr_assert_eq(r.kv_bytes_bf16, 2560);
     cr_assert_eq(r.kv_bytes_mixed, 2304);
@@ -211,7 +211,7 @@ Test(advise, the_memory_fraction_weighs_each_layer_by_its_kv_elements)
 }
 
 /* advise_compute's failure on rows and shapes: code and a message holding needle. */
-static void expect_refused(const gate_layer_row *rows, size_t n_rows,
+static void expect_refused(const layer_metric_row *rows, size_t n_rows,
                            const advise_shape *shapes, size_t n_shapes, pg_status code,
                            const char *needle)
 {
@@ -228,7 +228,7 @@ Test(advise, missing_or_contradicting_evidence_is_refused_naming_it)
 {
     advise_shape s[N_LAYERS];
     gpt_oss_shapes("c", N_LAYERS, s);
-    gate_layer_row rows[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.01, 0.99),
+    layer_metric_row rows[N_LAYERS] = {row("c", 0, 0.01, 0.99), row("c", 1, 0.01, 0.99),
                                         row("c", 2, 0.01, 0.99), row("c", 3, 0.01, 0.99)};
     expect_refused(rows, N_LAYERS, s, 0, PG_ERR_USAGE, "no layer shapes");
     expect_refused(rows, N_LAYERS, s, N_LAYERS - 1, PG_ERR_USAGE,
@@ -243,7 +243,7 @@ Test(advise, missing_or_contradicting_evidence_is_refused_naming_it)
     gpt_oss_shapes("c", N_LAYERS, two);
     gpt_oss_shapes("d", N_LAYERS, two + N_LAYERS);
     two[N_LAYERS + 2].hkv = 4;
-    gate_layer_row both[2 * N_LAYERS];
+    layer_metric_row both[2 * N_LAYERS];
     for (int l = 0; l < N_LAYERS; l++) {
         both[l] = rows[l];
         both[N_LAYERS + l] = row("d", l, 0.01, 0.99);

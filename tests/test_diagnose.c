@@ -570,9 +570,11 @@ Test(diagnose, missing_diagnosis_rows_are_a_gate_error)
 Test(diagnose, gate_errors_span_the_undiagnosed_layers)
 {
     /* ext:vllm on layers 0, 2, 3 without diagnosis rows; bf16 rows are not ext */
-    gate_layer_row run[5] = {{"c", 3, "ext:vllm", {0}, 0}, {"c", 0, "ext:vllm", {0}, 0},
-                                {"c", 2, "ext:vllm", {0}, 0}, {"c", 1, "bf16", {0}, 0},
-                                {"c", 0, "bf16", {0}, 0}};
+    layer_metric_row run[5] = {{.capture = "c", .layer = 3, .variant = "ext:vllm"},
+                               {.capture = "c", .layer = 0, .variant = "ext:vllm"},
+                               {.capture = "c", .layer = 2, .variant = "ext:vllm"},
+                               {.capture = "c", .layer = 1, .variant = "bf16"},
+                               {.capture = "c", .layer = 0, .variant = "bf16"}};
     gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_diagnosis(NULL, 0, run, 5, &f, &err), PG_OK, "%s", err.msg);

@@ -28,9 +28,9 @@
      .ci_low = lo, .ci_high = hi, .mde = mde_, .wins = w, .losses = l, .sign_p = sp}
 
 /* A row with every metric NaN except those set afterwards. */
-static gate_layer_row row(const char *capture, int layer, const char *variant)
+static layer_metric_row row(const char *capture, int layer, const char *variant)
 {
-    gate_layer_row r = {.capture = capture, .layer = layer, .variant = variant, .nonfinite = 0};
+    layer_metric_row r = {.capture = capture, .layer = layer, .variant = variant, .nonfinite = 0};
     for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r.m[m] = NAN;
     return r;
 }
@@ -102,7 +102,7 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     gate_config c = bare_config(0.25);
     c.layer.metrics |= 1u << PG_METRIC_COS_SIM;
     cr_assert_eq(gate_bound_set(&c.layer.abs[PG_METRIC_REL_L2], "fp8qkv@fa3", 0.75, NULL), PG_OK);
-    gate_layer_row base[5], run[4];
+    layer_metric_row base[5], run[4];
     base[0] = row("a", 0, "bf16");  /* at the threshold exactly */
     base[1] = row("a", 0, "fp8kv@fixed"); /* one ulp above */
     base[2] = row("a", 1, "bf16");  /* NaN in the run */
@@ -165,12 +165,12 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
      * only; with no bound for the variant an error saying how to resolve it
      * (never an exit-0 inconclusive); ~spec and ext: variants are checked
      * like the modes. */
-    gate_layer_row nk[3] = {row("a", 0, "fp8qkv@fa3"), row("a", 0, "ext:trt"),
+    layer_metric_row nk[3] = {row("a", 0, "fp8qkv@fa3"), row("a", 0, "ext:trt"),
                                row("a", 0, "fp8kv@fixed~spec")};
     nk[0].m[PG_METRIC_REL_L2] = 0.75;  /* exactly at its bound */
     nk[1].m[PG_METRIC_REL_L2] = 0.1;
     nk[2].m[PG_METRIC_REL_L2] = 0.1;
-    gate_layer_row nb[1] = {row("a", 0, "fp8kv@fixed~spec")};
+    layer_metric_row nb[1] = {row("a", 0, "fp8kv@fixed~spec")};
     nb[0].m[PG_METRIC_REL_L2] = 0.05;
     cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(find(&f, GATE_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, GATE_VERDICT_PASS);
@@ -202,7 +202,7 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
 Test(regress, a_key_twice_is_refused)
 {
     gate_config c = bare_config(0.1);
-    gate_layer_row r[2] = {row("a", 0, "bf16"), row("a", 0, "bf16")};
+    layer_metric_row r[2] = {row("a", 0, "bf16"), row("a", 0, "bf16")};
     gate_flags f = {0};
     pg_err err = {0};
     cr_expect_eq(regress_layers(r, 2, NULL, 0, 1, &c, &f, &err), PG_ERR_SHAPE);
@@ -214,15 +214,15 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
 {
     gate_config c;
     gate_config_default(&c);  /* no bound in any map; mode_pair.rel_tol 0.10 */
-    gate_layer_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
-                                 row("a", 3, "ext:x")};
+    layer_metric_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"),
+                                row("a", 3, "fp8qkv@fa3"), row("a", 3, "ext:x")};
     base[0].m[PG_METRIC_REL_L2] = 0.002;
     base[1].m[PG_METRIC_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
     base[2].m[PG_METRIC_REL_L2] = 0.072;   /* gap 0.07 */
     base[3].m[PG_METRIC_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
-    gate_layer_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"), row("a", 3, "fp8qkv@fa3"),
-                              row("a", 3, "fp8kv@fixed~spec"), row("a", 3, "ext:x"),
-                              row("a", 4, "fp8kv@fixed")};
+    layer_metric_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"),
+                             row("a", 3, "fp8qkv@fa3"), row("a", 3, "fp8kv@fixed~spec"),
+                             row("a", 3, "ext:x"), row("a", 4, "fp8kv@fixed")};
     r[0].m[PG_METRIC_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
     r[1].m[PG_METRIC_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
     r[2].m[PG_METRIC_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
@@ -321,7 +321,7 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
     gate_config_default(&c);
     c.mode_pair.rel_tol = 0;
     c.layer.rel_tol = 0;
-    static gate_layer_row base[2 * PAIR_LAYERS], run[2 * PAIR_LAYERS];
+    static layer_metric_row base[2 * PAIR_LAYERS], run[2 * PAIR_LAYERS];
     uint64_t seed = 0x9e3779b97f4a7c15u;
     for (int i = 0; i < PAIR_LAYERS; i++) {
         base[2 * i] = row("a", i, "bf16");
@@ -377,10 +377,10 @@ Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
 {
     gate_config c;
     gate_config_default(&c);  /* layer.rel_tol and mode_pair.rel_tol 0.10 */
-    gate_layer_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
+    layer_metric_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
     base[0].m[PG_METRIC_REL_L2] = 0.004;
     base[1].m[PG_METRIC_REL_L2] = 0.003;
-    gate_layer_row run[2] = {base[0], base[1]};
+    layer_metric_row run[2] = {base[0], base[1]};
     run[0].m[PG_METRIC_REL_L2] = 0.002;  /* the gap went from -0.001 to +0.001 */
     gate_flags f = {0};
     pg_err err = {0};
@@ -409,7 +409,7 @@ Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
 {
     gate_config c;
     gate_config_default(&c);
-    gate_layer_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
+    layer_metric_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
                               row("a", 0, "ext:far"), row("a", 0, "fp8kv@fixed~spec")};
     r[0].m[PG_METRIC_REL_L2] = 0.002;
     r[1].nonfinite = 1;
@@ -702,7 +702,11 @@ Test(regress, config_errors_name_the_key_or_path)
         {"{\"layer\": {\"abs\": {\"ext:\": 1}}}", "layer.abs.ext:: unknown variant"},
         {"{\"layer\": {\"abs\": []}}", "layer.abs: expected an object"},
         {"{\"layer\": {\"rel_tol\": true}}", "layer.rel_tol: expected a number >= 0"},
-        {"{\"layer\": {\"metrics\": [\"rel_l2\", \"l3\"]}}", "layer.metrics[1]: expected one of"},
+        {"{\"layer\": {\"metrics\": [\"rel_l2\", \"l3\"]}}",
+         "g.json: layer.metrics[1]: 'l3' is not one of rel_l2, max_abs, mean_abs, p99_abs, cos_sim, "
+         "sqnr_db"},
+        {"{\"layer\": {\"metric_abs\": {\"l3\": {}}}}",
+         "g.json: layer.metric_abs.l3: 'l3' is not one of rel_l2, max_abs"},
         {"{\"layer\": {\"metrics\": \"rel_l2\"}}", "layer.metrics: expected an array"},
         {"{\"layer\": {\"metric_abs\": {\"rel_l2\": {}}}}", "layer.metric_abs.rel_l2: rel_l2's"},
         {"{\"layer\": {\"metric_abs\": {\"p99_abs\": {\"bf16\": null, \"x\": 1}}}}",
@@ -761,9 +765,9 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     gate_config c = bare_config(0.25);
     /* A capture name with every XML special, a control byte and bad UTF-8. */
     const char *nasty = "c&<>\"'\x01\xff\xc3\xa9.st";
-    gate_layer_row base[2] = {row(nasty, 0, "fp8kv"), row(nasty, 1, "fp8kv")};
+    layer_metric_row base[2] = {row(nasty, 0, "fp8kv"), row(nasty, 1, "fp8kv")};
     base[0].m[PG_METRIC_REL_L2] = base[1].m[PG_METRIC_REL_L2] = 0.5;
-    gate_layer_row run[1] = {base[0]};
+    layer_metric_row run[1] = {base[0]};
     run[0].m[PG_METRIC_REL_L2] = 0.7;
     gate_flags f = {0};
     pg_err err = {0};
