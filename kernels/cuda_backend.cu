@@ -921,7 +921,7 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
                                                                be->stream, err));
     TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, 1.f, dout, be->stream, err));
     const attn_profile *fa3 = nullptr;  // the profile the fp8 kernel implements
-    if (st == PG_OK) st = attn_profile_find("fp8qkv@fa3", &fa3, err);
+    if (st == PG_OK) st = attn_profile_find(variant_profile_name(VARIANT_FP8QKV_FA3), &fa3, err);
     TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale,
                                                        fa3->q_by_inverse, dq8, nullptr,
                                                        be->stream, err));
