@@ -213,7 +213,8 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
     int n_live = 0;
     for (int m = 0; st == PG_OK && m < nm; m++) {
         if (!needed[m]) continue;
-        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, &o->client, &eps[m], err);
+        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, o->api_key, &o->client,
+                              &eps[m], err);
         if (st == PG_OK) st = oa_wait_ready(eps[m], o->ready_deadline_s, err);
         if (st == PG_OK) st = oa_model_name(eps[m], &models[m], err);
         if (st == PG_OK) live[n_live++] = eps[m];

@@ -244,7 +244,8 @@ static pg_status join_url(const char *base, size_t base_len, const char *path, c
 }
 
 pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *api_key_env,
-                           const oa_options *opt, oa_endpoint **out, pg_err *err)
+                           const char *api_key, const oa_options *opt, oa_endpoint **out,
+                           pg_err *err)
 {
     *out = NULL;
     if (mode == NULL || mode[0] == '\0')
@@ -274,7 +275,7 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
 
     const char *key = NULL;
     if (api_key_env != NULL) {
-        key = getenv(api_key_env);
+        key = api_key;
         if (key == NULL || key[0] == '\0')
             return pg_fail(err, PG_ERR_USAGE,
                            "endpoint %s: environment variable %s (the API key) is not set or empty",
