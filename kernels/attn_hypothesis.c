@@ -98,8 +98,6 @@ const char *attn_hypothesis_name(const attn_hypothesis *h) { return h->name; }
 
 int attn_hypothesis_is_intended(const attn_hypothesis *h) { return h->intended; }
 
-pg_mode attn_hypothesis_mode(const attn_hypothesis *h) { return h->mode; }
-
 const char *attn_hypothesis_summary(const attn_hypothesis *h) { return h->summary; }
 
 const char *attn_hypothesis_meaning(const attn_hypothesis *h) { return h->meaning; }
