@@ -36,6 +36,16 @@ int pg_metric_higher_is_worse(pg_metric m)
     return pg_metric_kind_of(m) == PG_METRIC_KIND_ERROR;
 }
 
+void pg_metric_list(char *buf, size_t len, int n)
+{
+    if (len == 0) return;
+    buf[0] = '\0';
+    if (n > PG_METRIC_COUNT) n = PG_METRIC_COUNT;
+    size_t at = 0;
+    for (int i = 0; i < n && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", metrics[i].name);
+}
+
 pg_status pg_metric_parse(const char *what, const char *name, int n, pg_metric *m,
                           pg_err *err)
 {
@@ -45,11 +55,8 @@ pg_status pg_metric_parse(const char *what, const char *name, int n, pg_metric *
             *m = (pg_metric)i;
             return PG_OK;
         }
-    char list[METRIC_LIST_MAX] = "";
-    size_t at = 0;
-    for (int i = 0; i < n && at < sizeof list; i++)
-        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "",
-                               metrics[i].name);
+    char list[METRIC_LIST_MAX];
+    pg_metric_list(list, sizeof list, n);
     return pg_fail(err, PG_ERR_USAGE, "%s: '%s' is not one of %s", what,
                    name != NULL ? name : "", list);
 }

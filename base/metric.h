@@ -7,6 +7,8 @@
 #ifndef PG_METRIC_H
 #define PG_METRIC_H
 
+#include <stddef.h>
+
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -47,6 +49,10 @@ pg_metric_kind pg_metric_kind_of(pg_metric m);
 /* 1 when a higher value of m is worse (the errors and counts), 0 when a
  * lower one is (cos_sim, sqnr_db). */
 int pg_metric_higher_is_worse(pg_metric m);
+
+/* The names of the first n metrics of the table, joined by ", ", into buf
+ * (cut to len bytes): the list the parse messages give. */
+void pg_metric_list(char *buf, size_t len, int n);
 
 /* The metric named name among the first n of the table (PG_METRIC_VALUE_COUNT
  * or PG_METRIC_COUNT) into *m; PG_ERR_USAGE "WHAT: 'name' is not one of

@@ -170,6 +170,11 @@ int variant_name_is_spec(const char *v)
     return v != NULL && !has_ext_prefix(v) && has_spec_suffix(v, strlen(v));
 }
 
+const char *variant_name_ext_name(const char *v)
+{
+    return v != NULL && has_ext_prefix(v) ? v + strlen(VARIANT_EXT_PREFIX) : NULL;
+}
+
 variant_profile_id variant_name_profile(const char *v)
 {
     if (v == NULL || has_ext_prefix(v) || variant_name_is_spec(v)) return VARIANT_PROFILE_COUNT;

@@ -119,6 +119,10 @@ void variant_name_ext(const char *name, char *out, size_t len);
 /* 1 when the stored name v has the ~spec form. */
 int variant_name_is_spec(const char *v);
 
+/* NAME of the stored name v when it has the ext:NAME form (pointing into
+ * v), else NULL (NULL v included). */
+const char *variant_name_ext_name(const char *v);
+
 /* The profile a stored PROFILE name or an eval mode names (bare modes:
  * their default profile); VARIANT_PROFILE_COUNT for ~spec, ext:NAME,
  * NULL and unknown names. It is also the name's sort key: the profiles in

@@ -14,9 +14,16 @@
 #include "harness/capture.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
+#include "base/variant.h"
 
-enum { MODE_REF, MODE_BF16, MODE_FP8KV, MODE_FP8QKV, MODE_COUNT };
-static const char *const mode_names[MODE_COUNT] = {"reference", "bf16", "fp8kv", "fp8qkv"};
+/* The rows timed: the fp64 reference, then each precision mode (base/variant.h). */
+enum { MODE_REF, MODE_BF16, MODE_COUNT = 1 + PG_MODE_COUNT };
+
+/* Row m's name: "reference", then the modes' names. */
+static const char *mode_name(int m)
+{
+    return m == MODE_REF ? "reference" : pg_mode_name((pg_mode)(m - 1));
+}
 
 static double clock_seconds(clockid_t which)
 {
@@ -49,7 +56,7 @@ static double run_mode(int mode, const capture *cap, const capture_layer *L, dou
     case MODE_BF16: st = attn_variant_bf16(&b, L->q, L->k, L->v, out, threads, &err); break;
     default: {
         const attn_profile *p; /* the mode's default profile */
-        st = attn_profile_find(mode_names[mode], &p, &err);
+        st = attn_profile_find(mode_name(mode), &p, &err);
         if (st == PG_OK) st = attn_variant_run(p, &b, L->q, L->k, L->v, &fo, out, NULL, threads, &err);
     }
     }
@@ -104,7 +111,7 @@ int main(int argc, char **argv)
            argv[1], cap->n_layers, cap->n_seqs, (long long)cap->tq, (long long)cap->tkv, threads);
     printf("%-10s %10s %10s %12s\n", "mode", "seconds", "GFLOP/s", "cpu seconds");
     for (int m = 0; m < MODE_COUNT; m++)
-        printf("%-10s %10.3f %10.2f %12.3f\n", mode_names[m], secs[m], flops / secs[m] / 1e9,
+        printf("%-10s %10.3f %10.2f %12.3f\n", mode_name(m), secs[m], flops / secs[m] / 1e9,
                cpus[m]);
     printf("attention GFLOP per mode: %.2f\n", flops / 1e9);
     capture_close(cap);

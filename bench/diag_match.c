@@ -25,6 +25,7 @@
 #include "kernels/parallel.h"
 #include "harness/safetensors.h"
 #include "harness/sweep.h"
+#include "base/variant.h"
 
 /* Most profiles the table holds (attn_profile_count checked against it). */
 #define MAX_PROFILES 16
@@ -60,8 +61,8 @@ int main(int argc, char **argv)
     st_writer *w = NULL;
     if (write_h != NULL && st_writer_create(&w, &err) != PG_OK) return 1;
     uint16_t **keep = calloc((size_t)cap->n_layers, sizeof *keep);
-    double worst[3] = {0, 0, 0};
-    char worst_what[3][160] = {"", "", ""};
+    double worst[PG_MODE_COUNT] = {0};
+    char worst_what[PG_MODE_COUNT][160] = {""};
     double diag_s = 0;
     int rc = 0;
     for (int li = 0; li < cap->n_layers && rc == 0; li++) {
@@ -75,7 +76,8 @@ int main(int argc, char **argv)
         for (size_t p = 0; p < np && rc == 0; p++) {
             const attn_profile *pr = attn_profile_at(p);
             /* fp8kv@vllm-24197 emulates a bug (kv-scales-twice), not a kernel of the mode. */
-            if (strcmp(attn_profile_variant(pr), "fp8kv@vllm-24197") == 0) continue;
+            if (strcmp(attn_profile_variant(pr), variant_profile_name(VARIANT_FP8KV_VLLM_24197)) == 0)
+                continue;
             out[p] = malloc(nq * 2);
             pg_err why = {0};
             const pg_status st = attn_variant_run(pr, &b, L->q, L->k, L->v, &fo, out[p], NULL,
@@ -127,9 +129,9 @@ int main(int argc, char **argv)
         }
         for (size_t p = 0; p < np; p++) free(out[p]);
     }
-    static const char *const mode_names[3] = {"bf16", "fp8kv", "fp8qkv"};
-    for (int m = 0; m < 3 && rc == 0; m++)
-        printf("%-7s largest rel_l2 between two profiles: %.4g (%s)\n", mode_names[m], worst[m],
+    for (int m = 0; m < PG_MODE_COUNT && rc == 0; m++)
+        printf("%-7s largest rel_l2 between two profiles: %.4g (%s)\n", pg_mode_name((pg_mode)m),
+               worst[m],
                worst_what[m][0] ? worst_what[m] : "one profile runs");
     if (rc == 0)
         printf("diagnosis of one external output: %.3f s for %d layers (%.1f ms a layer, %d "

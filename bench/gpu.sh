@@ -4,11 +4,7 @@
 #   bench/gpu_build.sh            -> .dev/gpu/{precgate,gpu_check,gpu_kernels,libcjson.so.1}
 # then run this script there from the repository root with .dev/gpu carried.
 # Writes logs to $OUT (or /tmp/precgate-gpu) and prints a summary last.
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-out=${OUT:-/tmp/precgate-gpu}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_common.sh"
 export PRECGATE_THREADS=${PRECGATE_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv | tee "$out/card.txt"
 
@@ -40,12 +36,9 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     --seq-len 8192 --seed 1 | tail -1
   timeout 120 "$bin/gpu_kernels" /tmp/bench.safetensors 5 2>&1 | tee "$out/gpu_kernels.log"
   for i in 1 2 3; do
-    start=$(date +%s%N)
-    timeout 30 "$bin/precgate" run --capture /tmp/bench.safetensors --backend cuda --db /tmp/bench$i.db \
-      --no-progress > "$out/bench_run$i.log" 2>&1
-    rc=$?
-    end=$(date +%s%N)
-    echo "precgate run --backend cuda #$i (load, reference, 3 modes, metrics, SQLite): exit $rc, process wall $(( (end - start) / 1000000 )) ms"
+    timed_run 30 "$out/bench_run$i.log" "$bin/precgate" run --capture /tmp/bench.safetensors \
+      --backend cuda --db /tmp/bench$i.db --no-progress
+    echo "precgate run --backend cuda #$i (load, reference, 3 modes, metrics, SQLite): exit $rc, process wall $wall_ms ms"
     tail -1 "$out/bench_run$i.log"
   done
   [ "${SKIP_TORCH:-0}" = 1 ] || PYTHONUNBUFFERED=1 timeout 150 python3 bench/torch_sweep.py /tmp/bench.safetensors 5 2>&1 | tee "$out/torch.log"

@@ -4,11 +4,8 @@
 # then the kernel timings and `precgate run` of both, interleaved, and how
 # far apart their stored metrics are. Build with bench/gpu_build.sh after
 # copying the earlier build's binaries to *_base.
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-out=${OUT:-/tmp/precgate-ab}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+out_default=/tmp/precgate-ab
+source "$(dirname "$0")/gpu_common.sh"
 export PRECGATE_THREADS=${PRECGATE_THREADS:-$(nproc)}
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
   timeout 300 "$bin/gpu_check" ${GPU_CHECK_ARGS:-} > "$out/gpu_check.log" 2>&1
@@ -23,11 +20,9 @@ for b in "" _base ""; do
 done
 for b in _base "" _base ""; do
   rm -f /tmp/ab$b.db
-  start=$(date +%s%N)
-  timeout 60 "$bin/precgate$b" run --capture /tmp/bench.safetensors --backend cuda --db /tmp/ab$b.db \
-    --no-progress > "$out/run$b.log" 2>&1
-  rc=$?; end=$(date +%s%N)
-  echo "precgate$b run: exit $rc, process wall $(( (end - start) / 1000000 )) ms; $(tail -1 "$out/run$b.log")"
+  timed_run 60 "$out/run$b.log" "$bin/precgate$b" run --capture /tmp/bench.safetensors \
+    --backend cuda --db /tmp/ab$b.db --no-progress
+  echo "precgate$b run: exit $rc, process wall $wall_ms ms; $(tail -1 "$out/run$b.log")"
 done
 python3 - <<'PY'
 import sqlite3

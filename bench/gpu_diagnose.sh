@@ -6,11 +6,7 @@
 # Then the gate (exit 1 expected: scale_bug), JUnit and the report, and the
 # same sweep on the CPU backend for the rows to agree. Build here first with
 # bench/gpu_build.sh; run there from the repository root with .dev carried.
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-out=${OUT:-/tmp/precgate-gpu}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_common.sh"
 export PRECGATE_THREADS=${PRECGATE_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 work=$(mktemp -d)

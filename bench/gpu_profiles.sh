@@ -5,11 +5,7 @@
 # 8,192-token gpt-oss capture, and the layer rel_l2 of every profile on a
 # small gpt-oss capture and a long-context one (32,768 keys). Build here first
 # (bench/gpu_build.sh), run there from the repository root with .dev carried.
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-out=${OUT:-/tmp/precgate-gpu}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_common.sh"
 export PRECGATE_THREADS=${PRECGATE_THREADS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv | tee "$out/card.txt"
 # fp8qkv@flashinfer-fa3 has no attention sinks: it cannot run gpt-oss layers
@@ -25,12 +21,9 @@ echo "== default sweep: gpt-oss-120b-shaped, 36 layers x 8192 tokens"
 "$bin/precgate" synth -o /tmp/bench.safetensors --preset gpt-oss-120b --layers 36 --seqs 1 \
   --seq-len 8192 --seed 1 | tail -1
 for i in 1 2 3; do
-  start=$(date +%s%N)
-  timeout 60 "$bin/precgate" run --capture /tmp/bench.safetensors --backend cuda --db /tmp/bench$i.db \
-    --no-progress > "$out/bench_run$i.log" 2>&1
-  rc=$?
-  end=$(date +%s%N)
-  echo "run #$i: exit $rc, process wall $(( (end - start) / 1000000 )) ms"
+  timed_run 60 "$out/bench_run$i.log" "$bin/precgate" run --capture /tmp/bench.safetensors \
+    --backend cuda --db /tmp/bench$i.db --no-progress
+  echo "run #$i: exit $rc, process wall $wall_ms ms"
   grep -E "runs on|timing|s in all" "$out/bench_run$i.log" | head -6
 done
 

@@ -3,9 +3,7 @@
 # by row: is the GPU path bit-reproducible from run to run (independent of
 # --resume)? Build here first (bench/gpu_build.sh), run there from the
 # repository root with .dev/gpu carried.
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_common.sh"
 cap=/tmp/rep.safetensors
 "$bin/precgate" synth -o "$cap" --preset gpt-oss-120b --layers 36 --seqs 1 --seq-len 8192 --seed 1 | tail -1
 for i in 1 2; do

@@ -11,11 +11,7 @@
 # B and C are compared with A row by row (bit-equal count, largest rel_l2 gap).
 # BACKEND=cpu SEQ_LEN=48 BIN=build runs the same steps on the CPU (a check of
 # the script itself).
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-out=${OUT:-/tmp/precgate-gpu}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_common.sh"
 backend=${BACKEND:-cuda}
 cap=/tmp/resume.safetensors
 "$bin/precgate" synth -o "$cap" --preset gpt-oss-120b --layers 36 --seqs 1 \

@@ -7,9 +7,7 @@
 # the new scale ranges (~spec rows; unit puts small values in e4m3's
 # subnormals). Build here first (bench/gpu_build.sh), run there from the
 # repository root with .dev/gpu carried.
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_common.sh"
 cap=/tmp/scales.safetensors
 "$bin/precgate" synth -o "$cap" --preset gpt-oss-120b --layers 2 --seqs 2 --seq-len 512 \
   --context 128 --scales --seed 3 | tail -1

@@ -5,11 +5,7 @@
 # then run this script there from the repository root with .dev/gpu carried.
 # Writes the full log to $OUT/wgmma_fp8_accum.log (or /tmp/precgate-gpu) and
 # prints it; the last line is the SUMMARY.
-set -uo pipefail
-bin=${BIN:-.dev/gpu}
-out=${OUT:-/tmp/precgate-gpu}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_common.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv | tee "$out/card_wgmma.txt"
 echo "== the probe's matrix instruction (SASS): expect QGMMA"
 cuobjdump --dump-sass "$bin/wgmma_fp8_accum" 2>/dev/null | grep -oE "QGMMA[.A-Z0-9x]*" | sort | uniq -c

@@ -83,10 +83,12 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
             r.completion_tokens = cp->completion_tokens;
             /* The rule of live replies: a recording with no answer and no
              * truncation is an error, never a wrong answer. */
-            char what[EVAL_REASON_MAX], why[EVAL_REASON_MAX + 128];
-            if (!grade_gradable(cp->content, cp->finish_reason, "content", what, sizeof what)) {
-                snprintf(why, sizeof why, "%s:%d: the recorded completion (%s, %s, sample %d) %s",
-                         t->path, p->line, cp->mode, cp->effort, cp->sample, what);
+            pg_err what = {0};
+            char why[EVAL_REASON_MAX + 128];
+            if (grade_gradable(cp->content, cp->finish_reason, "content", &what) != PG_OK) {
+                snprintf(why, sizeof why, "%s:%d: the recorded completion (%s, %s, sample %d) %.*s",
+                         t->path, p->line, cp->mode, cp->effort, cp->sample, EVAL_REASON_MAX - 1,
+                         what.msg);
                 r.status = EVAL_SAMPLE_ERROR;
                 r.has_extracted = 0;
                 r.correct = 0;
@@ -213,7 +215,8 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
     int n_live = 0;
     for (int m = 0; st == PG_OK && m < nm; m++) {
         if (!needed[m]) continue;
-        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, &o->client, &eps[m], err);
+        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, o->api_key, &o->client,
+                              &eps[m], err);
         if (st == PG_OK) st = oa_wait_ready(eps[m], o->ready_deadline_s, err);
         if (st == PG_OK) st = oa_model_name(eps[m], &models[m], err);
         if (st == PG_OK) live[n_live++] = eps[m];

@@ -34,6 +34,7 @@ typedef struct eval_run_options {
     const char *efforts[EVAL_MAX_EFFORTS];
     int samples;                  /* K */
     const char *api_key_env;      /* name of the variable holding the key, or NULL */
+    const char *api_key;          /* its value, read by the CLI (NULL: unset) */
     double ready_deadline_s;      /* wait for /health or /v1/models this long */
     oa_options client;
     oa_sampling sampling;         /* reasoning_effort and seed are set per request */

@@ -349,19 +349,17 @@ grade_result grade_completion(const char *content, const char *finish_reason, in
 /* Longest finish_reason quoted in a reason. */
 #define GRADE_FINISH_SNIPPET 40
 
-bool grade_gradable(const char *content, const char *finish_reason, const char *field, char *why,
-                    size_t size)
+pg_status grade_gradable(const char *content, const char *finish_reason, const char *field,
+                         pg_err *err)
 {
     const char *f = finish_reason;
-    if (f != NULL && strcmp(f, GRADE_FINISH_LENGTH) == 0) return true;
-    if (f != NULL && (strcmp(f, "abort") == 0 || strcmp(f, "error") == 0)) {
-        snprintf(why, size, "ended with finish_reason '%.*s' (the server gave up on the "
-                            "generation)", GRADE_FINISH_SNIPPET, f);
-        return false;
-    }
-    if (content != NULL && content[0] != '\0') return true;
+    if (f != NULL && strcmp(f, GRADE_FINISH_LENGTH) == 0) return PG_OK;
+    if (f != NULL && (strcmp(f, "abort") == 0 || strcmp(f, "error") == 0))
+        return pg_fail(err, PG_ERR_FORMAT, "ended with finish_reason '%.*s' (the server gave up "
+                                           "on the generation)", GRADE_FINISH_SNIPPET, f);
+    if (content != NULL && content[0] != '\0') return PG_OK;
     char fin[GRADE_FINISH_SNIPPET + 32] = "no finish_reason";
     if (f != NULL) snprintf(fin, sizeof fin, "finish_reason '%.*s'", GRADE_FINISH_SNIPPET, f);
-    snprintf(why, size, "had %s %s and %s", content != NULL ? "an empty" : "no", field, fin);
-    return false;
+    return pg_fail(err, PG_ERR_FORMAT, "had %s %s and %s", content != NULL ? "an empty" : "no",
+                   field, fin);
 }

@@ -87,12 +87,12 @@ bool grade_extract(const char *text, grade_extractor ex, long long *value);
  * that is not a failure ("abort", "error": vLLM's FINISH_REASON_STRINGS for a
  * generation the server gave up on, vllm/v1/engine/__init__.py). An empty
  * content counts as none (vLLM returns an empty final answer as null). When
- * not gradable, false is returned and why gets what was wrong, naming the
- * content as field ("had no FIELD and finish_reason 'stop'", "ended with
- * finish_reason 'abort' (...)"): such a completion is an error, never a
- * wrong answer. */
-bool grade_gradable(const char *content, const char *finish_reason, const char *field, char *why,
-                    size_t size);
+ * not gradable, PG_ERR_FORMAT is returned and err gets what was wrong,
+ * naming the content as field ("had no FIELD and finish_reason 'stop'",
+ * "ended with finish_reason 'abort' (...)"): such a completion is an error,
+ * never a wrong answer. PG_OK when gradable. */
+pg_status grade_gradable(const char *content, const char *finish_reason, const char *field,
+                         pg_err *err);
 
 /* Grades a completion's final content against answer. content NULL or "" is
  * no answer; finish_reason (may be NULL) "length" marks it truncated. A

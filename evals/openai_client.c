@@ -244,7 +244,8 @@ static pg_status join_url(const char *base, size_t base_len, const char *path, c
 }
 
 pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *api_key_env,
-                           const oa_options *opt, oa_endpoint **out, pg_err *err)
+                           const char *api_key, const oa_options *opt, oa_endpoint **out,
+                           pg_err *err)
 {
     *out = NULL;
     if (mode == NULL || mode[0] == '\0')
@@ -274,7 +275,7 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
 
     const char *key = NULL;
     if (api_key_env != NULL) {
-        key = getenv(api_key_env);
+        key = api_key;
         if (key == NULL || key[0] == '\0')
             return pg_fail(err, PG_ERR_USAGE,
                            "endpoint %s: environment variable %s (the API key) is not set or empty",
@@ -367,35 +368,33 @@ static bool http_get(const oa_endpoint *ep, const char *url, double timeout_s, l
 
 /* Reads a ModelList body ({"data":[{"id":...},...]}): the first id into
  * *first (malloc'd) and whether want (may be NULL) is listed into *found.
- * false with the reason in why when the body is no such list or lists none. */
-static bool parse_models(const buf *body, const char *want, char **first, bool *found, char *why,
-                         size_t why_size)
+ * PG_ERR_FORMAT when the body is no such list or lists none, PG_ERR_NOMEM. */
+static pg_status parse_models(const buf *body, const char *want, char **first, bool *found,
+                              pg_err *err)
 {
     *first = NULL;
     *found = false;
     cJSON *root = body->p ? cJSON_ParseWithLength(body->p, body->len) : NULL;
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
-    bool ok = cJSON_IsArray(data);
-    if (!ok) snprintf(why, why_size, "reply is not a model list (no \"data\" array)");
+    pg_status st = PG_OK;
+    if (!cJSON_IsArray(data))
+        st = pg_fail(err, PG_ERR_FORMAT, "reply is not a model list (no \"data\" array)");
     const cJSON *m;
     cJSON_ArrayForEach(m, data)
     {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "id");
         if (!cJSON_IsString(id)) continue;
         if (*first == NULL && (*first = strdup(id->valuestring)) == NULL) {
-            snprintf(why, why_size, "out of memory");
-            ok = false;
+            st = pg_fail(err, PG_ERR_NOMEM, "out of memory");
             break;
         }
         if (want && strcmp(want, id->valuestring) == 0) *found = true;
     }
-    if (ok && *first == NULL) {
-        snprintf(why, why_size, "no model listed");
-        ok = false;
-    }
+    if (st == PG_OK && *first == NULL) st = pg_fail(err, PG_ERR_FORMAT, "no model listed");
     cJSON_Delete(root);
-    return ok;
+    return st;
 }
+
 
 /* "HTTP <code>: <server message>" for a non-200 reply into why. */
 static void http_status_why(const oa_endpoint *ep, long code, const buf *body, char *why,
@@ -434,9 +433,12 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
                 if (http_get(ep, url, to, &code, &body, why, sizeof why)) {
                     char *first;
                     bool found;
+                    pg_err e = {0};
                     if (code != 200) {
                         http_status_why(ep, code, &body, why, sizeof why);
-                    } else if (parse_models(&body, ep->model, &first, &found, why, sizeof why)) {
+                    } else if (parse_models(&body, ep->model, &first, &found, &e) != PG_OK) {
+                        snprintf(why, sizeof why, "%s", e.msg);
+                    } else {
                         buf_free(&body);
                         if (ep->model != NULL && !found) {
                             pg_status st =
@@ -478,7 +480,11 @@ pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err)
             http_status_why(ep, code, &body, why, sizeof why);
             ok = false;
         }
-        ok = ok && parse_models(&body, NULL, &ep->model, &found, why, sizeof why);
+        pg_err e = {0};
+        if (ok && parse_models(&body, NULL, &ep->model, &found, &e) != PG_OK) {
+            snprintf(why, sizeof why, "%s", e.msg);
+            ok = false;
+        }
         buf_free(&body);
         if (!ok) return pg_fail(err, PG_ERR_HTTP, "GET %s: %s", ep->url_models, why);
     }
@@ -955,16 +961,16 @@ static bool answer_missing(const xfer *x, long code, char *why, size_t size)
 {
     const bool sse = x->rx == RX_SSE;
     const char *kind = sse ? "streamed reply" : "reply", *f = x->finish_reason;
-    char what[OA_ERR_MAX / 2];  /* room for the "HTTP nnn: streamed reply " before it */
     if (!x->got_choice && !(f != NULL && strcmp(f, GRADE_FINISH_LENGTH) == 0)) {
         snprintf(why, size, "HTTP %ld: %s had no choices[0]", code, kind);
         return true;
     }
     const char *content = x->content.len > 0 ? x->content.p : x->content.p ? "" : NULL;
+    pg_err what = {0};
     if (grade_gradable(content, f, sse ? "choices[0].delta.content" : "choices[0].message.content",
-                       what, sizeof what))
+                       &what) == PG_OK)
         return false;
-    snprintf(why, size, "HTTP %ld: %s %s", code, kind, what);
+    snprintf(why, size, "HTTP %ld: %s %s", code, kind, what.msg);
     return true;
 }
 

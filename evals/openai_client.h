@@ -197,10 +197,14 @@ const char *oa_prompt_template(void);
 
 /* Opens an endpoint for mode at base_url ("http[s]://host:port", with or
  * without a trailing "/v1"; no user:password part). api_key_env names the
- * environment variable holding the API key (NULL: no key; named but unset
- * or empty: PG_ERR_USAGE). opt NULL means all defaults. Sends nothing. */
+ * environment variable holding the API key, for messages (NULL: no key),
+ * and api_key is its value, read by the caller (the CLI: cli_env_value);
+ * a named variable whose value is NULL or empty, or holds a line break, is
+ * PG_ERR_USAGE. opt NULL means all defaults. Sends nothing; reads no
+ * environment. */
 pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *api_key_env,
-                           const oa_options *opt, oa_endpoint **out, pg_err *err);
+                           const char *api_key, const oa_options *opt, oa_endpoint **out,
+                           pg_err *err);
 
 /* Frees ep (wiping its copy of the key); NULL is a no-op. */
 void oa_endpoint_close(oa_endpoint *ep);

@@ -209,18 +209,43 @@ pg_status cli_parse_options(const char *cmd, int argc, char **argv, const cli_op
 
 /* Every environment variable the command line reads; cli_env is where it
  * reads them. */
-typedef enum cli_env_var { CLI_ENV_DB, CLI_ENV_THREADS, CLI_ENV_NO_COLOR } cli_env_var;
+typedef enum cli_env_var {
+    CLI_ENV_DB,
+    CLI_ENV_THREADS,
+    CLI_ENV_NO_COLOR,
+    CLI_ENV_CUDA_MEM_LIMIT
+} cli_env_var;
 
 static const char *const cli_env_names[] = {
     [CLI_ENV_DB] = STORE_PATH_ENV,
     [CLI_ENV_THREADS] = CLI_THREADS_ENV,
     [CLI_ENV_NO_COLOR] = TERM_NO_COLOR_ENV,
+    [CLI_ENV_CUDA_MEM_LIMIT] = CLI_CUDA_MEM_LIMIT_ENV,
 };
+
+const char *cli_env_value(const char *name)
+{
+    return name != NULL ? getenv(name) : NULL;
+}
 
 /* The value of variable v, NULL when it is unset. */
 static const char *cli_env(cli_env_var v)
 {
-    return getenv(cli_env_names[v]);
+    return cli_env_value(cli_env_names[v]);
+}
+
+pg_status cli_cuda_mem_limit(double *bytes, pg_err *err)
+{
+    *bytes = 0;
+    const char *cap = cli_env(CLI_ENV_CUDA_MEM_LIMIT);
+    if (cap == NULL || cap[0] == '\0') return PG_OK;
+    char *end = NULL;
+    const double c = strtod(cap, &end);
+    if (end == cap || *end != '\0' || !(c > 0))
+        return pg_fail(err, PG_ERR_USAGE, "%s='%s' is not a positive number of bytes",
+                       CLI_CUDA_MEM_LIMIT_ENV, cap);
+    *bytes = c;
+    return PG_OK;
 }
 
 const char *cli_db_path(const char *db_option)

@@ -106,9 +106,21 @@ pg_status cli_parse_options_worded(const char *cmd, int argc, char **argv,
                                    pg_err *err);
 
 /* The environment: the command line reads every variable it knows in one
- * place, cli.c's cli_env (the library gets the values as parameters; still
- * read elsewhere: the API key variable eval --api-key-env names, in evals/,
- * and PRECGATE_CUDA_MEM_LIMIT, in kernels/cuda_backend.cu). */
+ * place, cli.c's cli_env table (the library gets the values as parameters
+ * and reads no environment). */
+
+/* The value of the environment variable name, NULL when it is unset (or
+ * name is NULL): the one door to the environment, for cli_env's table and
+ * the variable a user names (eval --api-key-env). */
+const char *cli_env_value(const char *name);
+
+/* The variable that caps the device memory a CUDA layer plans with. */
+#define CLI_CUDA_MEM_LIMIT_ENV "PRECGATE_CUDA_MEM_LIMIT"
+
+/* $PRECGATE_CUDA_MEM_LIMIT as bytes into *bytes (0 when unset or empty: no
+ * cap; for attn_backend_limit_memory); PG_ERR_USAGE "PRECGATE_CUDA_MEM_LIMIT=
+ * 'TEXT' is not a positive number of bytes" otherwise. */
+pg_status cli_cuda_mem_limit(double *bytes, pg_err *err);
 
 /* The database path: the --db value if given, else $PRECGATE_DB, else the default. */
 const char *cli_db_path(const char *db_option);

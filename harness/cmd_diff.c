@@ -49,7 +49,8 @@ const char cmd_diff_usage[] =
 /* Parsed command line. */
 typedef struct diff_args {
     long run_a, run_b, run;
-    const char *metric;
+    const char *metric_name;  /* --metric as given */
+    pg_metric metric;         /* ... parsed */
     char mode_b[DIFF_MODES_MAX], mode_a[DIFF_MODES_MAX];  /* --modes MODE,BASE */
     char variant_b[VARIANT_NAME_MAX], variant_a[VARIANT_NAME_MAX]; /* the same as layer variants */
     int have_modes, json;
@@ -93,10 +94,10 @@ static pg_status diff_parse(int argc, char **argv, void *args, const char **db_o
 {
     diff_args *a = args;
     memset(a, 0, sizeof *a);
-    a->metric = DIFF_DEFAULT_METRIC;
+    a->metric_name = pg_metric_name(DIFF_DEFAULT_METRIC);
     a->run = -1;
     const cli_option opts[] = {
-        {"metric", CLI_TEXT, .to = &a->metric},
+        {"metric", CLI_TEXT, .to = &a->metric_name},
         {"run", CLI_LONG, .to = &a->run, .min = 1, .max = LONG_MAX},
         {"modes", CLI_CALL, .to = a, .parse = parse_modes},
         {"db", CLI_TEXT, .to = db_option},
@@ -105,8 +106,7 @@ static pg_status diff_parse(int argc, char **argv, void *args, const char **db_o
     };
     int first = 0;
     if (cli_parse_options("diff", argc, argv, opts, &first, err) != PG_OK) return err->code;
-    const diff_metric *m = NULL;
-    if (diff_metric_parse("diff", a->metric, &m, err) != PG_OK) return err->code;
+    if (diff_metric_parse("diff", a->metric_name, &a->metric, err) != PG_OK) return err->code;
     const int positional = argc - first;
     if (a->run >= 0 || a->have_modes) {
         if (positional > 0)
@@ -133,7 +133,7 @@ static pg_status diff_job(pg_store *store, const char *db_path, void *ctx, pg_er
     const diff_args *a = ctx;
     const diff_request req = {a->run_a, a->run_b, a->have_modes ? a->mode_a : NULL,
                               a->have_modes ? a->mode_b : NULL, a->have_modes ? a->variant_a : NULL,
-                              a->have_modes ? a->variant_b : NULL, diff_metric_find(a->metric),
+                              a->have_modes ? a->variant_b : NULL, a->metric,
                               db_path};
     diff_result *r = NULL;
     pg_status st = diff_compute(store, &req, &r, err);

@@ -210,6 +210,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {NULL},
     };
     if (cli_parse_options("eval", argc, argv, opts, NULL, err) != PG_OK) return err->code;
+    a->o.api_key = cli_env_value(a->o.api_key_env);
     snprintf(a->efforts_buf, sizeof a->efforts_buf, "%s", effort);
     a->o.seed_base = (int64_t)seed;
     if (no_progress) a->progress = 0;

@@ -12,8 +12,9 @@
 #include "cli.h"
 #include "base/variant.h"
 
-/* The variant followed when --variant is not given: fp8kv's default profile. */
-#define HISTORY_DEFAULT_VARIANT "fp8kv"
+/* The variant followed when --variant is not given: this mode's default
+ * profile (fp8kv, i.e. fp8kv@fixed). */
+#define HISTORY_DEFAULT_MODE PG_MODE_FP8KV
 /* Size of one formatted cell. */
 #define HISTORY_CELL_MAX 256
 /* Longest run field kept (times, git revision). */
@@ -56,7 +57,7 @@ const char cmd_history_usage[] =
 typedef struct history_args {
     const char *variant, *metric_name, *label, *capture, *backend;
     variant_name vn;     /* --variant parsed; vn.full is what rows are matched on */
-    const diff_metric *metric;
+    pg_metric metric;    /* --metric parsed */
     long layer;  /* -1: every layer */
     int json;
 } history_args;
@@ -66,7 +67,8 @@ static pg_status history_parse(int argc, char **argv, void *args, const char **d
                                pg_err *err)
 {
     history_args *a = args;
-    *a = (history_args){.variant = HISTORY_DEFAULT_VARIANT, .metric_name = DIFF_DEFAULT_METRIC,
+    *a = (history_args){.variant = pg_mode_name(HISTORY_DEFAULT_MODE),
+                        .metric_name = pg_metric_name(DIFF_DEFAULT_METRIC),
                         .layer = -1};
     const cli_option opts[] = {
         {"variant", CLI_TEXT, .to = &a->variant},
@@ -101,11 +103,11 @@ typedef struct history_point {
 } history_point;
 
 /* 1 when v is worse than w under metric m (an undefined v is worst). */
-static int is_worse(const diff_metric *m, double v, double w)
+static int is_worse(pg_metric m, double v, double w)
 {
     if (isnan(w)) return 0;
     if (isnan(v)) return 1;
-    return diff_metric_higher_is_better(m) ? v < w : v > w;
+    return pg_metric_higher_is_worse(m) ? v > w : v < w;
 }
 
 /* Prints the header line and the column titles. */
@@ -113,10 +115,10 @@ static void print_header(const history_args *a, FILE *out)
 {
     char v[HISTORY_CELL_MAX], filt[3 * HISTORY_CELL_MAX] = "";
     term_fit(v, sizeof v, a->variant, 0, 0);
-    fprintf(out, "%s %s", v, a->metric->name);
+    fprintf(out, "%s %s", v, pg_metric_name(a->metric));
     if (a->layer >= 0) fprintf(out, " of layer %ld", a->layer);
     else fprintf(out, ", worst (%s) and mean over layers",
-                 diff_metric_higher_is_better(a->metric) ? "min" : "max");
+                 pg_metric_higher_is_worse(a->metric) ? "max" : "min");
     size_t at = 0;
     char f[HISTORY_CELL_MAX];
     if (a->label != NULL) {
@@ -146,10 +148,10 @@ static void print_header(const history_args *a, FILE *out)
 }
 
 /* Formats v with the metric's format; "nan" for any NaN. */
-static void fmt_value(char *buf, size_t len, const diff_metric *m, double v)
+static void fmt_value(char *buf, size_t len, pg_metric m, double v)
 {
     if (isnan(v)) snprintf(buf, len, "nan");
-    else snprintf(buf, len, m->value_fmt, v);
+    else snprintf(buf, len, diff_metric_value_fmt(m), v);
 }
 
 /* Prints one run's line. */
@@ -192,7 +194,7 @@ static int point_json(const history_args *a, const history_point *p, cJSON *arr)
              (p->label != NULL ? cJSON_AddStringToObject(o, "label", p->label)
                                : cJSON_AddNullToObject(o, "label")) != NULL &&
              cJSON_AddStringToObject(o, "variant", a->variant) != NULL &&
-             cJSON_AddStringToObject(o, "metric", a->metric->name) != NULL &&
+             cJSON_AddStringToObject(o, "metric", pg_metric_name(a->metric)) != NULL &&
              cJSON_AddNumberToObject(o, "n_rows", (double)p->n) != NULL;
     if (ok && a->layer >= 0)
         ok = cJSON_AddNumberToObject(o, "layer", (double)a->layer) != NULL &&
@@ -220,15 +222,11 @@ static int flush_point(const history_args *a, history_point *p, cJSON *arr, FILE
 /* Reads the matching rows, run by run (oldest first), and prints them. */
 static pg_status history(pg_store *s, const history_args *a, FILE *out, pg_err *err)
 {
-    history_query q = {.variant = a->variant, .label = a->label, .capture = a->capture,
-                       .backend = a->backend, .layer = a->layer};
-    /* a->metric->name is a column of the fixed table in reports/diff.c. */
-    pg_status rc = pg_metric_parse("history: --metric", a->metric->name, PG_METRIC_COUNT,
-                                   &q.metric, err);
-    if (rc != PG_OK) return rc;
+    const history_query q = {.variant = a->variant, .label = a->label, .capture = a->capture,
+                             .backend = a->backend, .layer = a->layer, .metric = a->metric};
     history_row *rows = NULL;
     size_t n = 0;
-    rc = history_store_read(s, &q, &rows, &n, err);
+    pg_status rc = history_store_read(s, &q, &rows, &n, err);
     cJSON *arr = rc == PG_OK && a->json ? cJSON_CreateArray() : NULL;
     if (rc == PG_OK && a->json && arr == NULL)
         rc = pg_fail(err, PG_ERR_NOMEM, "history: out of memory");
@@ -273,7 +271,8 @@ static pg_status history(pg_store *s, const history_args *a, FILE *out, pg_err *
     } else if (rc == PG_OK && runs == 0) {
         char v[HISTORY_CELL_MAX];
         term_fit(v, sizeof v, a->variant, 0, 0);
-        fprintf(out, "no complete run has %s %s rows matching the filters\n", v, a->metric->name);
+        fprintf(out, "no complete run has %s %s rows matching the filters\n", v,
+                pg_metric_name(a->metric));
     }
     cJSON_Delete(arr);
     return rc;

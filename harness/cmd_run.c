@@ -243,6 +243,13 @@ static pg_status open_backend(const run_args *a, attn_backend **be, char *desc, 
     if (strcmp(a->backend, "cpu") == 0) return PG_OK;
     pg_err probe = {0};
     if (attn_backend_open("cuda", (int)a->threads, be, desc, len, &probe) == PG_OK) {
+        double mem_limit = 0;
+        if (cli_cuda_mem_limit(&mem_limit, err) != PG_OK) {
+            attn_backend_close(*be);
+            *be = NULL;
+            return err->code;
+        }
+        attn_backend_limit_memory(*be, mem_limit);
         if (strcmp(a->backend, "auto") == 0)
             fprintf(stderr, "precgate: backend auto: using %s\n", desc);
         return PG_OK;

@@ -430,7 +430,8 @@ pg_status regress_mode_pairs(const layer_metric_row *run, size_t n,
             where(at, sizeof at, x, name);
             const double v = x->m[PG_METRIC_REL_L2];
             flag_spec s = {.scope = GATE_SCOPE_MODE_PAIR, .capture = x->capture,
-                           .layer = x->layer, .variant = name, .metric = "rel_l2", .value = v,
+                           .layer = x->layer, .variant = name,
+                           .metric = pg_metric_name(PG_METRIC_REL_L2), .value = v,
                            .baseline_value = is_ref ? NAN : pt.ref_v, .threshold = pt.t};
             if (x->nonfinite > 0) {
                 s.verdict = GATE_VERDICT_REGRESSION;
@@ -813,8 +814,8 @@ static int diagnosed(const diag_span *spans, size_t n, const char *capture, cons
 /* Whether run row r is an ext:NAME whole-layer row no span covers. */
 static int undiagnosed(const layer_metric_row *r, const diag_span *spans, size_t n)
 {
-    return strncmp(r->variant, VARIANT_EXT_PREFIX, strlen(VARIANT_EXT_PREFIX)) == 0 &&
-           !diagnosed(spans, n, r->capture, r->variant + strlen(VARIANT_EXT_PREFIX), r->layer);
+    const char *ext = variant_name_ext_name(r->variant);
+    return ext != NULL && !diagnosed(spans, n, r->capture, ext, r->layer);
 }
 
 /* qsort comparator over row pointers: capture, variant, then layer. */

@@ -76,7 +76,7 @@ const char *st_dtype_name(st_dtype dtype)
     return dtype_valid(dtype) ? k_dtypes[dtype].name : "INVALID";
 }
 
-pg_status st_dtype_parse(const char *name, st_dtype *out)
+pg_status st_dtype_parse(const char *what, const char *name, st_dtype *out, pg_err *err)
 {
     for (int i = 0; i < ST_DTYPE_COUNT; i++) {
         if (name != NULL && strcmp(name, k_dtypes[i].name) == 0) {
@@ -84,7 +84,8 @@ pg_status st_dtype_parse(const char *name, st_dtype *out)
             return PG_OK;
         }
     }
-    return PG_ERR_FORMAT;
+    return pg_fail(err, PG_ERR_FORMAT, "%s: dtype '%s' is unknown", what,
+                   name != NULL ? name : "");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -193,9 +194,9 @@ static pg_status parse_entry(const char *path, const cJSON *item, st_tensor *t,
     if (!cJSON_IsString(dtype))
         return pg_fail(err, PG_ERR_FORMAT, "%s: tensor '%s': dtype is %s, expected a string",
                        path, name, json_kind(dtype));
-    if (st_dtype_parse(dtype->valuestring, &t->dtype) != PG_OK)
-        return pg_fail(err, PG_ERR_FORMAT, "%s: tensor '%s': dtype '%s' is unknown", path, name,
-                       dtype->valuestring);
+    char what[PG_ERR_MSG_MAX];
+    snprintf(what, sizeof what, "%s: tensor '%s'", path, name);
+    if (st_dtype_parse(what, dtype->valuestring, &t->dtype, err) != PG_OK) return err->code;
 
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     if (!cJSON_IsArray(shape))

@@ -75,8 +75,9 @@ size_t st_dtype_size(st_dtype dtype);
 /* The format's spelling of dtype ("BF16", "F8_E4M3", ...). */
 const char *st_dtype_name(st_dtype dtype);
 
-/* Parses a dtype string; PG_ERR_FORMAT when unknown. */
-pg_status st_dtype_parse(const char *name, st_dtype *out);
+/* Parses a dtype string into *out; PG_ERR_FORMAT "WHAT: dtype 'NAME' is
+ * unknown" when it is none (NULL included). */
+pg_status st_dtype_parse(const char *what, const char *name, st_dtype *out, pg_err *err);
 
 /* Writes shape as "[d0, d1, ...]" into buf (truncated to size, always terminated). */
 void st_shape_str(char *buf, size_t size, int ndim, const int64_t *shape);

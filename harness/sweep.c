@@ -403,7 +403,7 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
         *step += n_be;
     }
     for (int i = 0; st == PG_OK && offload && opt->check_spec && i < n_be; i++) {
-        snprintf(what, sizeof what, "layer %d %s~spec", c->li, attn_profile_variant(on_be[i]));
+        snprintf(what, sizeof what, "layer %d %s" VARIANT_SPEC_SUFFIX, c->li, attn_profile_variant(on_be[i]));
         pg_note_progress_step(notes, *step, what);
         st = spec_check(c, on_be[i], outs[i], cpu, attn_backend_name(be), err);
     }

@@ -36,6 +36,7 @@ typedef struct backend_ops {
                           const uint16_t *k, const uint16_t *v, pg_err *err); /* NULL: none */
     pg_status (*pin)(void *p, size_t bytes, pg_err *err);                    /* NULL: none */
     void (*unpin)(void *p);
+    void (*limit_memory)(attn_backend *be, double bytes);                    /* NULL: none */
 } backend_ops;
 
 struct attn_backend {
@@ -157,7 +158,7 @@ static pg_status cpu_metrics(attn_backend *be, const uint16_t *out, const double
 static const backend_ops cpu_ops = {
     "cpu",         cpu_open,        cpu_close,          cpu_supports, cpu_run_layer,
     cpu_run_variant, cpu_reference, cpu_paged_write, cpu_dequant_gather, cpu_metrics,
-    NULL,          NULL,            NULL};
+    NULL,          NULL,            NULL,               NULL};
 
 /* ---- cuda: our kernels ------------------------------------------------------ */
 
@@ -216,10 +217,15 @@ static pg_status gpu_metrics(attn_backend *be, const uint16_t *out, const double
     return cuda_metrics_host(be->gpu, out, ref, tq, hq, d, m, err);
 }
 
+static void gpu_limit_memory(attn_backend *be, double bytes)
+{
+    cuda_backend_limit_memory(be->gpu, bytes);
+}
+
 static const backend_ops gpu_ops = {
     "cuda",        gpu_open,        gpu_close,          cuda_supports, gpu_run_layer,
     gpu_run_variant, gpu_reference, gpu_paged_write, gpu_dequant_gather, gpu_metrics,
-    gpu_prefetch,  cuda_host_register, cuda_host_unregister};
+    gpu_prefetch,  cuda_host_register, cuda_host_unregister, gpu_limit_memory};
 
 /* ---- the interface ---------------------------------------------------------- */
 
@@ -322,4 +328,9 @@ pg_status attn_backend_pin(attn_backend *be, void *p, size_t bytes, pg_err *err)
 void attn_backend_unpin(attn_backend *be, void *p)
 {
     if (be->ops->unpin != NULL) be->ops->unpin(p);
+}
+
+void attn_backend_limit_memory(attn_backend *be, double bytes)
+{
+    if (be->ops->limit_memory != NULL) be->ops->limit_memory(be, bytes);
 }

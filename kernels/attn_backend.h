@@ -123,6 +123,12 @@ pg_status attn_backend_pin(attn_backend *be, void *p, size_t bytes, pg_err *err)
 /* Undoes attn_backend_pin of p (after the backend's pending work on it). */
 void attn_backend_unpin(attn_backend *be, void *p);
 
+/* Caps the device memory one layer may plan with at bytes (0: no cap, the
+ * backend's share of its free memory): a layer that needs more runs in
+ * pieces. The caller reads the cap (the CLI: $PRECGATE_CUDA_MEM_LIMIT);
+ * backends in host memory ignore it. */
+void attn_backend_limit_memory(attn_backend *be, double bytes);
+
 #ifdef __cplusplus
 }
 #endif

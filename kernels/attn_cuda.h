@@ -35,6 +35,11 @@ pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t desc_len, pg_
 /* Releases the backend; NULL is a no-op. */
 void cuda_backend_close(cuda_backend *be);
 
+/* Caps the bytes cuda_sweep_layer plans a layer with at bytes (0, the
+ * default: no cap, CUDA_PLAN_FRACTION of the free memory); tests force
+ * layers into pieces with it. */
+void cuda_backend_limit_memory(cuda_backend *be, double bytes);
+
 /* fp64 reference on the GPU; out fp64 [Tq, hq, d] on the host. */
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, double *out, pg_err *err);

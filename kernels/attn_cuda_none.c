@@ -22,6 +22,12 @@ void cuda_backend_close(cuda_backend *be)
     (void)be;
 }
 
+void cuda_backend_limit_memory(cuda_backend *be, double bytes)
+{
+    (void)be;
+    (void)bytes;
+}
+
 pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, pg_err *err)
 {

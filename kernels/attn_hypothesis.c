@@ -24,12 +24,17 @@
 #include <string.h>
 
 #include "attn_profile_impl.h"
+#include "base/variant.h"
 
 typedef enum hyp_kind {
     HYP_PROFILE,       /* a kernel profile as it is */
     HYP_KV_PLUMBING,   /* fp8kv with the plumbing pl and the tensors keep left bf16 */
     HYP_Q_UNSCALED     /* the profile with q_scale taken as 1.0 */
 } hyp_kind;
+
+/* attn_hypothesis.profile: the default profile of the hypothesis' mode (the
+ * profile its bare name means, base/variant.h). */
+#define HYP_MODE_DEFAULT VARIANT_PROFILE_COUNT
 
 struct attn_hypothesis {
     const char *name;
@@ -38,39 +43,40 @@ struct attn_hypothesis {
     const char *summary;
     const char *meaning;
     hyp_kind kind;
-    const char *profile;     /* HYP_PROFILE, HYP_Q_UNSCALED: the variant name */
+    variant_profile_id profile; /* HYP_PROFILE, HYP_Q_UNSCALED: the profile run;
+                                 * HYP_MODE_DEFAULT: mode's default profile */
     attn_kv_plumbing pl;     /* HYP_KV_PLUMBING */
     unsigned keep;           /* HYP_KV_PLUMBING: attn_tensor bits left bf16 */
 };
 
 static const attn_hypothesis hypotheses[] = {
     {"intended-bf16", 1, PG_MODE_BF16, "the bf16 mode: bf16 Q, K, V, fp32 accumulation",
-     "the bf16 mode as intended", HYP_PROFILE, "bf16", {0}, 0},
+     "the bf16 mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0},
     {"intended-fp8kv", 1, PG_MODE_FP8KV,
      "fp8kv@fixed: e4m3 paged cache, dequant with k/v scales, bf16 attention with sm_scale",
-     "the fp8kv mode as intended", HYP_PROFILE, "fp8kv", {0}, 0},
+     "the fp8kv mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0},
     {"intended-fp8qkv", 1, PG_MODE_FP8QKV,
      "the default fp8qkv profile: e4m3 Q, K, V with their scales",
-     "the fp8qkv mode as intended", HYP_PROFILE, "fp8qkv", {0}, 0},
+     "the fp8qkv mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0},
     {"kv-scales-twice", 0, PG_MODE_FP8KV,
      "fp8kv@vllm-24197: dequant with k/v scales, then bmm1 = q*k*sm_scale and bmm2 = v_scale "
      "again (vLLM #47847, fixed by PR #48016)",
-     "k/v scales applied twice", HYP_PROFILE, "fp8kv@vllm-24197", {0}, 0},
+     "k/v scales applied twice", HYP_PROFILE, VARIANT_FP8KV_VLLM_24197, {0}, 0},
     {"kv-scales-missing", 0, PG_MODE_FP8KV,
      "an e4m3 cache read without its k/v scales: the codes taken as values (FlashInfer "
      "#4979, #1023)",
-     "k/v scales never applied", HYP_KV_PLUMBING, NULL, {0, 0, 0, 0}, 0},
+     "k/v scales never applied", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {0, 0, 0, 0}, 0},
     {"k-scale-on-bf16", 0, PG_MODE_FP8KV,
      "an unquantized bf16 cache, logits x k_scale and output x v_scale (sglang #18396; "
      "vLLM PR #37054)",
-     "k/v scales applied to an unquantized cache", HYP_KV_PLUMBING, NULL, {0, 0, 1, 1},
+     "k/v scales applied to an unquantized cache", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {0, 0, 1, 1},
      ATTN_TENSOR_K | ATTN_TENSOR_V},
     {"q-scale-on-bf16-q", 0, PG_MODE_FP8KV,
      "fp8kv with the logits also x q_scale, Q never quantized (vLLM #47847)",
-     "q_scale applied to a bf16 Q", HYP_KV_PLUMBING, NULL, {1, 1, 0, 0}, 0},
+     "q_scale applied to a bf16 Q", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {1, 1, 0, 0}, 0},
     {"q-cast-unscaled", 0, PG_MODE_FP8QKV,
      "the default fp8qkv profile with Q cast to e4m3 unscaled, q_scale 1.0 (sglang PR #28144)",
-     "Q cast to fp8 without its scale", HYP_Q_UNSCALED, "fp8qkv", {0}, 0},
+     "Q cast to fp8 without its scale", HYP_Q_UNSCALED, HYP_MODE_DEFAULT, {0}, 0},
 };
 #define N_HYPOTHESES (sizeof hypotheses / sizeof hypotheses[0])
 
@@ -91,8 +97,6 @@ const attn_hypothesis *attn_hypothesis_find(const char *name)
 const char *attn_hypothesis_name(const attn_hypothesis *h) { return h->name; }
 
 int attn_hypothesis_is_intended(const attn_hypothesis *h) { return h->intended; }
-
-pg_mode attn_hypothesis_mode(const attn_hypothesis *h) { return h->mode; }
 
 const char *attn_hypothesis_summary(const attn_hypothesis *h) { return h->summary; }
 
@@ -117,7 +121,9 @@ pg_status attn_hypothesis_run(const attn_hypothesis *h, const attn_batch *b, con
         o.q_scale = 1.0f;
         /* fall through */
     case HYP_PROFILE:
-        st = attn_profile_find(h->profile, &p, err);
+        st = attn_profile_find(h->profile == HYP_MODE_DEFAULT ? pg_mode_name(h->mode)
+                                                              : variant_profile_name(h->profile),
+                               &p, err);
         if (st != PG_OK) return st;
         return attn_variant_run(p, b, q, k, v, &o, out, NULL, n_threads, err);
     }

@@ -57,9 +57,6 @@ const char *attn_hypothesis_name(const attn_hypothesis *h);
 /* 1 for the intended-* hypotheses (what a correct stack computes), 0 for the bugs. */
 int attn_hypothesis_is_intended(const attn_hypothesis *h);
 
-/* The mode whose scales it (mis)applies. */
-pg_mode attn_hypothesis_mode(const attn_hypothesis *h);
-
 /* One line saying what it emulates and where that bug was reported. */
 const char *attn_hypothesis_summary(const attn_hypothesis *h);
 

@@ -64,6 +64,8 @@ struct cuda_backend {
     // one synchronization.
     void *results_host;
     size_t results_cap;
+    // Most bytes a layer may plan with (cuda_backend_limit_memory); 0: no cap.
+    double mem_limit;
 };
 
 namespace {
@@ -386,6 +388,11 @@ extern "C" pg_status cuda_backend_open(cuda_backend **out, char *desc, size_t de
                  (double)be->prop.totalGlobalMem / (1 << 30));
     *out = be;
     return PG_OK;
+}
+
+extern "C" void cuda_backend_limit_memory(cuda_backend *be, double bytes)
+{
+    if (be != nullptr) be->mem_limit = bytes > 0 ? bytes : 0;
 }
 
 extern "C" void cuda_backend_close(cuda_backend *be)
@@ -921,7 +928,7 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
                                                                be->stream, err));
     TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, 1.f, dout, be->stream, err));
     const attn_profile *fa3 = nullptr;  // the profile the fp8 kernel implements
-    if (st == PG_OK) st = attn_profile_find("fp8qkv@fa3", &fa3, err);
+    if (st == PG_OK) st = attn_profile_find(variant_profile_name(VARIANT_FP8QKV_FA3), &fa3, err);
     TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale,
                                                        fa3->q_by_inverse, dq8, nullptr,
                                                        be->stream, err));
@@ -947,8 +954,6 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
 // Share of the free device memory a layer may plan to use (the rest is the
 // allocator's slack and the kernels' own buffers).
 #define CUDA_PLAN_FRACTION 0.8
-// Environment variable that caps the planned bytes (tests force pieces with it).
-#define CUDA_MEM_LIMIT_ENV "PRECGATE_CUDA_MEM_LIMIT"
 // Bytes per query element and per kv element a layer holds at its peak:
 // q 2 + reference 8 + output 2 + fp8 q 1 + metric keys 4 per query element;
 // k and v 2 + 2, the bf16 paged cache 4, the e4m3 one 2, the compact cache 4,
@@ -966,21 +971,14 @@ double layer_bytes(const attn_batch *b)
            cuda_attn_reference_scratch(attn_batch_tkv(b), b->n_seqs, b->hkv, b->d);
 }
 
-// Bytes a layer may plan with: a share of the free memory, or the test cap.
-pg_status plan_budget(double *budget, pg_err *err)
+// Bytes a layer may plan with: a share of the free memory, or be's cap
+// (cuda_backend_limit_memory) when that is smaller.
+pg_status plan_budget(const cuda_backend *be, double *budget, pg_err *err)
 {
     size_t free_b = 0, total_b = 0;
     CUDA_TRY("memory plan", cudaMemGetInfo(&free_b, &total_b));
     *budget = CUDA_PLAN_FRACTION * (double)free_b;
-    const char *cap = getenv(CUDA_MEM_LIMIT_ENV);
-    if (cap != nullptr && cap[0] != '\0') {
-        char *end = nullptr;
-        const double c = strtod(cap, &end);
-        if (end == cap || *end != '\0' || !(c > 0))
-            return pg_fail(err, PG_ERR_USAGE, "%s='%s' is not a positive number of bytes",
-                           CUDA_MEM_LIMIT_ENV, cap);
-        if (c < *budget) *budget = c;
-    }
+    if (be->mem_limit > 0 && be->mem_limit < *budget) *budget = be->mem_limit;
     return PG_OK;
 }
 
@@ -1193,7 +1191,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                            attn_profile_variant(var[i]), why);
     }
     double budget = 0;
-    st = plan_budget(&budget, err);
+    st = plan_budget(be, &budget, err);
     if (st != PG_OK) return st;
     const double need = layer_bytes(b);
     if (need <= budget) {

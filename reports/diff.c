@@ -34,40 +34,31 @@
 /* Initial capacity of a growing array. */
 #define DIFF_INITIAL_CAP 16
 
-const diff_metric diff_metrics[] = {
-    {"rel_l2", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
-    {"max_abs", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
-    {"mean_abs", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
-    {"p99_abs", DIFF_METRIC_ERROR, "%.4e", "%+.3e"},
-    {"cos_sim", DIFF_METRIC_COSINE, "%.9f", "%+.3e"},
-    {"sqnr_db", DIFF_METRIC_DB, "%.3f", "%+.3f"},
-    {"nan_count", DIFF_METRIC_ERROR, "%.0f", "%+.0f"},
-    {"inf_count", DIFF_METRIC_ERROR, "%.0f", "%+.0f"},
-    {NULL, DIFF_METRIC_ERROR, NULL, NULL},
+/* Each metric's display formats: a value and a signed difference. */
+static const struct {
+    const char *value, *delta;
+} metric_fmt[PG_METRIC_COUNT] = {
+    [PG_METRIC_REL_L2] = {"%.4e", "%+.3e"},   [PG_METRIC_MAX_ABS] = {"%.4e", "%+.3e"},
+    [PG_METRIC_MEAN_ABS] = {"%.4e", "%+.3e"}, [PG_METRIC_P99_ABS] = {"%.4e", "%+.3e"},
+    [PG_METRIC_COS_SIM] = {"%.9f", "%+.3e"},  [PG_METRIC_SQNR_DB] = {"%.3f", "%+.3f"},
+    [PG_METRIC_NAN_COUNT] = {"%.0f", "%+.0f"}, [PG_METRIC_INF_COUNT] = {"%.0f", "%+.0f"},
 };
 
-int diff_metric_higher_is_better(const diff_metric *m)
+const char *diff_metric_value_fmt(pg_metric m)
 {
-    return m != NULL && m->kind != DIFF_METRIC_ERROR;
+    return (unsigned)m < PG_METRIC_COUNT ? metric_fmt[m].value : "%g";
 }
 
-const diff_metric *diff_metric_find(const char *name)
+const char *diff_metric_delta_fmt(pg_metric m)
 {
-    if (name == NULL) return NULL;
-    for (const diff_metric *m = diff_metrics; m->name != NULL; m++)
-        if (strcmp(m->name, name) == 0) return m;
-    return NULL;
+    return (unsigned)m < PG_METRIC_COUNT ? metric_fmt[m].delta : "%+g";
 }
 
-pg_status diff_metric_parse(const char *cmd, const char *name, const diff_metric **out,
-                            pg_err *err)
+pg_status diff_metric_parse(const char *cmd, const char *name, pg_metric *out, pg_err *err)
 {
-    *out = diff_metric_find(name);
-    if (*out != NULL) return PG_OK;
-    char list[DIFF_METRIC_LIST_MAX] = "";
-    size_t at = 0;
-    for (const diff_metric *m = diff_metrics; m->name != NULL && at < sizeof list; m++)
-        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", at > 0 ? ", " : "", m->name);
+    if (pg_metric_parse(cmd, name, PG_METRIC_COUNT, out, NULL) == PG_OK) return PG_OK;
+    char list[DIFF_METRIC_LIST_MAX];
+    pg_metric_list(list, sizeof list, PG_METRIC_COUNT);
     return pg_fail(err, PG_ERR_USAGE, "%s: --metric '%s' is not a metric (one of: %s)", cmd,
                    name != NULL ? name : "", list);
 }
@@ -153,20 +144,21 @@ static void side_free(side *sd)
 }
 
 /* The value of metric m in row x (NaN where stored NULL). */
-static double metric_of(const diff_metric *m, const layer_metric_row *x)
+static double metric_of(pg_metric m, const layer_metric_row *x)
 {
     double v = NAN;
-    layer_metric_value(x, m->name, &v);
+    layer_metric_value(x, pg_metric_name(m), &v);
     return v;
 }
 
 /* Reads run's whole-layer rows (only variant, when not NULL) into sd. */
-static pg_status read_layers(pg_store *s, int64_t run, const char *variant, const diff_metric *m,
+static pg_status read_layers(pg_store *s, int64_t run, const char *variant, pg_metric m,
                              side *sd, pg_err *err)
 {
     double unused;
-    if (!layer_metric_value(&(layer_metric_row){0}, m->name, &unused))
-        return pg_fail(err, PG_ERR_INTERNAL, "diff: '%s' is no layer_metrics column", m->name);
+    if (!layer_metric_value(&(layer_metric_row){0}, pg_metric_name(m), &unused))
+        return pg_fail(err, PG_ERR_INTERNAL, "diff: '%s' is no layer_metrics column",
+                       pg_metric_name(m));
     const pg_status rc = report_store_whole_layers(s, run, variant, &sd->rows, &sd->n_read, err);
     sd->n = sd->n_read;
     return rc;
@@ -229,15 +221,16 @@ static size_t dedupe(side *sd, const match_rule *rule)
 }
 
 /* How many times larger B's error is than A's under metric m (diff.h). */
-static double worsening(const diff_metric *m, double a, double b)
+static double worsening(pg_metric m, double a, double b)
 {
     if (isnan(a) || isnan(b)) return NAN;
-    if (m->kind == DIFF_METRIC_DB) {
+    const pg_metric_kind kind = pg_metric_kind_of(m);
+    if (kind == PG_METRIC_KIND_DB) {
         if (a == b) return 1.0;
         return pow(10.0, (a - b) / DIFF_DB_PER_DECADE);
     }
     double ea = a, eb = b;
-    if (m->kind == DIFF_METRIC_COSINE) {
+    if (kind == PG_METRIC_KIND_COSINE) {
         ea = fmax(0.0, 1.0 - a);
         eb = fmax(0.0, 1.0 - b);
     }
@@ -479,7 +472,7 @@ static pg_status read_pairs(pg_store *s, diff_result *r, pg_err *err)
 pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, pg_err *err)
 {
     *out = NULL;
-    if (req == NULL || req->metric == NULL || (req->mode_a == NULL) != (req->mode_b == NULL))
+    if (req == NULL || (unsigned)req->metric >= PG_METRIC_COUNT || (req->mode_a == NULL) != (req->mode_b == NULL))
         return pg_fail(err, PG_ERR_INTERNAL, "diff_compute: malformed request");
     diff_result *r = calloc(1, sizeof *r);
     if (r == NULL) return pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
@@ -602,20 +595,21 @@ static const char *change_colour(int colour, diff_change c)
 /* The layer table, its summary and notes. */
 static void print_layers(const diff_result *r, FILE *out, int colour)
 {
-    const diff_metric *m = r->metric;
+    const pg_metric m = r->metric;
+    const pg_metric_kind kind = pg_metric_kind_of(m);
     if (r->n_layers == 0) {
         if (r->modes)
-            fprintf(out, "\nno %s layer metrics for %s or %s in run %lld\n", m->name,
+            fprintf(out, "\nno %s layer metrics for %s or %s in run %lld\n", pg_metric_name(m),
                     r->variant_b, r->variant_a, (long long)r->run_a.id);
         else
             fprintf(out, "\nno layer metrics in run %lld or run %lld\n", (long long)r->run_a.id,
                     (long long)r->run_b.id);
         return;
     }
-    const char *order = m->kind == DIFF_METRIC_COSINE ? "(1 - cos B) / (1 - cos A)"
-                        : m->kind == DIFF_METRIC_DB    ? "the drop in dB"
+    const char *order = kind == PG_METRIC_KIND_COSINE ? "(1 - cos B) / (1 - cos A)"
+                        : kind == PG_METRIC_KIND_DB    ? "the drop in dB"
                                                        : "B/A";
-    fprintf(out, "\n%s per layer (whole layer), worst first by %s:\n", m->name, order);
+    fprintf(out, "\n%s per layer (whole layer), worst first by %s:\n", pg_metric_name(m), order);
     if (r->captures_mapped) {
         char ca[DIFF_CELL_MAX], cb[DIFF_CELL_MAX];
         const diff_layer *l = &r->layers[0];
@@ -644,10 +638,10 @@ static void print_layers(const diff_result *r, FILE *out, int colour)
         snprintf(a, sizeof a, "-");
         snprintf(b, sizeof b, "-");
         snprintf(q, sizeof q, "-");
-        if (l->presence != DIFF_ONLY_B) fmt_num(a, sizeof a, m->value_fmt, l->a);
-        if (l->presence != DIFF_ONLY_A) fmt_num(b, sizeof b, m->value_fmt, l->b);
+        if (l->presence != DIFF_ONLY_B) fmt_num(a, sizeof a, diff_metric_value_fmt(m), l->a);
+        if (l->presence != DIFF_ONLY_A) fmt_num(b, sizeof b, diff_metric_value_fmt(m), l->b);
         if (l->presence == DIFF_BOTH) {
-            fmt_num(d, sizeof d, m->delta_fmt, l->delta);
+            fmt_num(d, sizeof d, diff_metric_delta_fmt(m), l->delta);
             fmt_num(q, sizeof q, "%.4g", l->ratio);
             n_change[l->change]++;
         } else {
@@ -779,7 +773,7 @@ static void print_evals(const diff_result *r, FILE *out, int colour)
 
 void diff_print_table(const diff_result *r, FILE *out, int colour)
 {
-    fprintf(out, "diff %s: A is the baseline, B the candidate\n", r->metric->name);
+    fprintf(out, "diff %s: A is the baseline, B the candidate\n", pg_metric_name(r->metric));
     print_run(out, "A", &r->run_a, r->mode_a, 1);
     print_run(out, "B", &r->run_b, r->mode_b, 0);
     print_layers(r, out, colour);
@@ -832,7 +826,7 @@ static cJSON *layer_json(const diff_result *r, const diff_layer *l)
     int ok = o != NULL && json_str(o, "type", "layer") &&
              cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
              cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL &&
-             json_str(o, "metric", r->metric->name) && json_str(o, "capture", l->capture);
+             json_str(o, "metric", pg_metric_name(r->metric)) && json_str(o, "capture", l->capture);
     if (ok && l->capture_b != NULL) ok = json_str(o, "capture_b", l->capture_b);
     ok = ok && cJSON_AddNumberToObject(o, "layer", l->layer) != NULL &&
          json_str(o, "variant_a", r->modes ? r->variant_a : l->variant_a) &&

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/metric.h"
 #include "base/status.h"
 #include "db/eval_store.h"
 #include "db/store.h"
@@ -33,36 +34,18 @@
 /* z of a two-sided 95% normal interval. */
 #define DIFF_Z95 1.96
 /* The metric compared when none is named. */
-#define DIFF_DEFAULT_METRIC "rel_l2"
+#define DIFF_DEFAULT_METRIC PG_METRIC_REL_L2
 
-/* What a metric's numbers mean, which decides "worse". */
-typedef enum diff_metric_kind {
-    DIFF_METRIC_ERROR,   /* an error or a count: larger is worse (worst = max) */
-    DIFF_METRIC_COSINE,  /* cos_sim: smaller is worse (worst = min); its error is 1 - cos */
-    DIFF_METRIC_DB       /* sqnr_db: smaller is worse (worst = min); a ratio in decibels */
-} diff_metric_kind;
+/* The printf format of one value of metric m (one double), as the tables show it. */
+const char *diff_metric_value_fmt(pg_metric m);
 
-/* One layer_metrics column a user may name. */
-typedef struct diff_metric {
-    const char *name;       /* the option value, which is also the column's name */
-    diff_metric_kind kind;
-    const char *value_fmt;  /* printf format of one value (one double) */
-    const char *delta_fmt;  /* printf format of a difference, with its sign */
-} diff_metric;
+/* The printf format of a difference of two values of m, with its sign. */
+const char *diff_metric_delta_fmt(pg_metric m);
 
-/* The metrics in the order help texts list them, ended by a NULL name. */
-extern const diff_metric diff_metrics[];
-
-/* 1 when a larger value of m is better (cos_sim, sqnr_db), else 0. */
-int diff_metric_higher_is_better(const diff_metric *m);
-
-/* The row named name, or NULL (also for NULL name). */
-const diff_metric *diff_metric_find(const char *name);
-
-/* Looks name up for command cmd (used in the message); PG_ERR_USAGE naming
- * the metric and listing the valid ones when there is no such metric. */
-pg_status diff_metric_parse(const char *cmd, const char *name, const diff_metric **out,
-                            pg_err *err);
+/* Looks name up among every metric of base/metric.h for command cmd (used
+ * in the message) into *out; PG_ERR_USAGE "CMD: --metric 'NAME' is not a
+ * metric (one of: rel_l2, ...)" when there is no such metric. */
+pg_status diff_metric_parse(const char *cmd, const char *name, pg_metric *out, pg_err *err);
 
 /* Opens the database at path with store_open, but only when the file
  * exists: a read-only command must not create an empty database out of a
@@ -166,13 +149,13 @@ typedef struct diff_request {
     const char *variant_a, *variant_b;  /* the same as layer variants: their full names
                                          * (base/variant.h; "fp8kv" is fp8kv@fixed);
                                          * NULL for two runs */
-    const diff_metric *metric;
+    pg_metric metric;
     const char *db_path;  /* for messages */
 } diff_request;
 
 /* A computed diff; free with diff_result_free. */
 typedef struct diff_result {
-    const diff_metric *metric;
+    pg_metric metric;
     int modes;                 /* 1 for a modes diff */
     char *mode_a, *mode_b;     /* copies of the request's (NULL for two runs) */
     char *variant_a, *variant_b; /* copies of the request's (NULL for two runs) */

@@ -1,9 +1,7 @@
 /* term.c: terminal output helpers (see term.h). */
 #include "term.h"
 
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Lowest byte of a C0 control character range's end (exclusive): 0x00-0x1f. */
 #define TERM_C0_END 0x20
@@ -18,13 +16,6 @@
 int term_colour_wanted(int is_tty, const char *no_color)
 {
     return is_tty != 0 && no_color == NULL;
-}
-
-int term_use_colour(FILE *out)
-{
-    if (out == NULL) return 0;
-    const int fd = fileno(out);
-    return term_colour_wanted(fd >= 0 && isatty(fd), getenv(TERM_NO_COLOR_ENV));
 }
 
 /* The length (1-4) of the valid UTF-8 sequence at s, with its code point in

@@ -28,12 +28,8 @@
 
 /* 1 when colour should be written to a stream: is_tty is non-zero and
  * no_color (the NO_COLOR value, NULL when the variable is unset) is NULL;
- * else 0. Pure: the testable core of term_use_colour. */
+ * else 0. Pure: the CLI passes the values (cli_use_colour). */
 int term_colour_wanted(int is_tty, const char *no_color);
-
-/* term_colour_wanted for out: whether out is a terminal (isatty on its
- * descriptor) and NO_COLOR as the environment has it now. 0 for NULL. */
-int term_use_colour(FILE *out);
 
 /* Copies text into buf (len bytes, always NUL-terminated when len > 0) made
  * safe for one line of a terminal and at most width code points long:

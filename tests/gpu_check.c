@@ -417,7 +417,8 @@ static pg_status sweep_layer3(attn_backend *be, const attn_batch *b, const uint1
     return attn_backend_run_layer(be, &job, err);
 }
 
-/* A layer forced into pieces (PRECGATE_CUDA_MEM_LIMIT) gives the metrics of
+/* A layer forced into pieces (attn_backend_limit_memory, what
+ * $PRECGATE_CUDA_MEM_LIMIT sets) gives the metrics of
  * the layer run whole, and so does one whose q/k/v were prefetched. */
 static void run_pieces_case(attn_backend *be)
 {
@@ -451,7 +452,7 @@ static void run_pieces_case(attn_backend *be)
         printf("FAIL %s: whole: %s\n", id, err.msg);
     } else {
         /* 6 MB: sequence 2 (10.4 MB planned) splits by rows, the others fit */
-        setenv("PRECGATE_CUDA_MEM_LIMIT", "6000000", 1);
+        attn_backend_limit_memory(be, 6000000);
         if (sweep_layer3(be, &b, q, k, v, &opt, 0, NULL, mp, &rp, op, &err) != PG_OK) {
             failures++;
             printf("FAIL %s: pieces: %s\n", id, err.msg);
@@ -465,7 +466,7 @@ static void run_pieces_case(attn_backend *be)
             printf("ok   pieces: metrics agree (rel_l2 whole %.4e / pieces %.4e), outputs %s\n",
                    mw[per].rel_l2, mp[per].rel_l2, same ? "bit-identical" : "differ");
         }
-        unsetenv("PRECGATE_CUDA_MEM_LIMIT");
+        attn_backend_limit_memory(be, 0);
         /* q/k/v copied ahead (attn_backend_prefetch): the same outputs bit for bit
          * and the same metrics (their sums are atomics: to rounding); a second
          * prefetch of other arrays must not be taken for this layer. */

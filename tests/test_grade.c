@@ -282,13 +282,13 @@ Test(grade, gradable_table)
         {NULL, "tool_calls", false, "had no F and finish_reason 'tool_calls'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char why[256] = "untouched";
-        const bool g = grade_gradable(cases[i].content, cases[i].finish, "F", why, sizeof why);
+        pg_err why = {0};
+        const bool g = grade_gradable(cases[i].content, cases[i].finish, "F", &why) == PG_OK;
         cr_expect_eq(g, cases[i].gradable, "case %zu", i);
         if (cases[i].why != NULL)
-            cr_expect(strncmp(why, cases[i].why, strlen(cases[i].why)) == 0, "case %zu: %s", i,
-                      why);
+            cr_expect(strncmp(why.msg, cases[i].why, strlen(cases[i].why)) == 0, "case %zu: %s",
+                      i, why.msg);
         else
-            cr_expect_str_eq(why, "untouched", "case %zu", i);
+            cr_expect_str_eq(why.msg, "", "case %zu", i);
     }
 }

@@ -89,7 +89,6 @@ Test(hypothesis, table_names_intended_and_sources)
     cr_assert_not_null(strstr(attn_hypothesis_summary(hyp("kv-scales-twice")), "47847"));
     cr_assert_not_null(strstr(attn_hypothesis_summary(hyp("k-scale-on-bf16")), "18396"));
     cr_assert_not_null(strstr(attn_hypothesis_summary(hyp("q-cast-unscaled")), "28144"));
-    cr_assert_eq(attn_hypothesis_mode(hyp("intended-fp8qkv")), PG_MODE_FP8QKV);
 }
 
 /* ------------------------------------------- each one is its definition */

@@ -103,7 +103,7 @@ static pg_status run_with_stop(fake_server *s, volatile sig_atomic_t *flag, stop
                     .backoff_base_s = 0.01, .backoff_cap_s = 0.05, .timeout_s = 5,
                     .connect_timeout_s = 2, .stall_s = 5, .poll_s = 0.05, .stop = flag};
     oa_endpoint *ep = NULL;
-    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, err), PG_OK, "%s", err->msg);
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, NULL, &o, &ep, err), PG_OK, "%s", err->msg);
     oa_sampling sp = oa_sampling_default();
     sp.stream = 0;
     char *body = NULL;
@@ -165,7 +165,7 @@ Test(interrupt, stop_flag_ends_the_wait_for_a_server)
     oa_options o = {.model = "m", .poll_s = 0.05, .stop = &flag};
     oa_endpoint *ep = NULL;
     pg_err err = {0};
-    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
     /* A 600 s deadline: only the flag can end it quickly. */
     cr_assert_eq(oa_wait_ready(ep, 600, &err), PG_ERR_INTERRUPTED, "%s", err.msg);
     oa_endpoint_close(ep);

@@ -89,7 +89,8 @@ static oa_endpoint *open_on(fake_server *s, const oa_options *o)
     oa_endpoint *ep = NULL;
     fs_url(s, url, sizeof url);
     setenv(KEY_ENV, KEY, 1);
-    cr_assert_eq(oa_endpoint_open("bf16", url, KEY_ENV, o, &ep, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(oa_endpoint_open("bf16", url, KEY_ENV, getenv(KEY_ENV), o, &ep, &err), PG_OK,
+                 "%s", err.msg);
     return ep;
 }
 
@@ -437,7 +438,7 @@ Test(openai_client, connection_refused_names_url)
     oa_options o = fast_opts();
     oa_endpoint *ep = NULL;
     pg_err err = {0};
-    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
     collected c = {0};
     cr_assert_eq(run_n(ep, 1, 1, &c, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(c.r[0].outcome, OA_ERROR);
@@ -625,7 +626,7 @@ static double run_one_on_port(int port, const oa_options *o, collected *c)
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     oa_endpoint *ep = NULL;
     pg_err err = {0};
-    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, o, &ep, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, NULL, o, &ep, &err), PG_OK, "%s", err.msg);
     const double t0 = now_s();
     cr_assert_eq(run_n(ep, 1, 1, c, &err), PG_OK, "%s", err.msg);
     const double took = now_s() - t0;
@@ -772,7 +773,7 @@ Test(openai_client, callback_blocked_before_a_new_request_is_sent_does_not_fail_
     o.max_in_flight = 2;
     oa_endpoint *ep = NULL;
     pg_err err = {0};
-    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, NULL, &o, &ep, &err), PG_OK, "%s", err.msg);
     blocking_seq b = {.block_s = {0.2, 1.2, 0, 0}};
     oa_request reqs[3];
     char *body = test_body(1);
@@ -997,8 +998,8 @@ Test(openai_client, requests_routed_by_mode)
     fs_url(&b, ub, sizeof ub);
     oa_endpoint *eps[2];
     pg_err err = {0};
-    cr_assert_eq(oa_endpoint_open("bf16", ua, NULL, &o, &eps[0], &err), PG_OK);
-    cr_assert_eq(oa_endpoint_open("fp8", ub, NULL, &o, &eps[1], &err), PG_OK);
+    cr_assert_eq(oa_endpoint_open("bf16", ua, NULL, NULL, &o, &eps[0], &err), PG_OK);
+    cr_assert_eq(oa_endpoint_open("fp8", ub, NULL, NULL, &o, &eps[1], &err), PG_OK);
     char *body = test_body(1);
     oa_request reqs[5];
     for (int i = 0; i < 5; i++)
@@ -1080,7 +1081,7 @@ Test(openai_client, wait_ready_fails_at_deadline)
     int port = fs_dead_port();
     char dead[64];
     snprintf(dead, sizeof dead, "http://127.0.0.1:%d", port);
-    cr_assert_eq(oa_endpoint_open("bf16", dead, NULL, &o, &ep, &err), PG_OK);
+    cr_assert_eq(oa_endpoint_open("bf16", dead, NULL, NULL, &o, &ep, &err), PG_OK);
     pg_err_clear(&err);
     cr_assert_eq(oa_wait_ready(ep, 0.2, &err), PG_ERR_HTTP);
     cr_assert(strstr(err.msg, dead) && has_ci(err.msg, "connect"), "%s", err.msg);
@@ -1163,7 +1164,8 @@ Test(openai_client, api_key_sent_but_never_leaked)
     char url[64];
     fs_url(&s, url, sizeof url);
     pg_err_clear(&err);
-    cr_assert_eq(oa_endpoint_open("bf16", url, KEY_ENV, &o, &ep, &err), PG_ERR_USAGE);
+    cr_assert_eq(oa_endpoint_open("bf16", url, KEY_ENV, getenv(KEY_ENV), &o, &ep, &err),
+                 PG_ERR_USAGE);
     cr_assert(strstr(err.msg, KEY_ENV), "%s", err.msg);
     cr_assert_null(ep);
     fs_stop(&s);
@@ -1212,16 +1214,18 @@ Test(openai_client, bad_setup_sends_nothing)
 
     /* Credentials in the URL are refused without echoing them. */
     pg_err_clear(&err);
-    cr_assert_eq(oa_endpoint_open("bf16", "http://user:hunter2@127.0.0.1:1", NULL, NULL, &ep, &err),
+    cr_assert_eq(oa_endpoint_open("bf16", "http://user:hunter2@127.0.0.1:1", NULL, NULL, NULL,
+                                  &ep, &err),
                  PG_ERR_USAGE);
     cr_assert_null(strstr(err.msg, "hunter2"), "%s", err.msg);
     pg_err_clear(&err);
-    cr_assert_eq(oa_endpoint_open("bf16", "ftp://127.0.0.1:1", NULL, NULL, &ep, &err),
+    cr_assert_eq(oa_endpoint_open("bf16", "ftp://127.0.0.1:1", NULL, NULL, NULL, &ep, &err),
                  PG_ERR_USAGE);
     pg_err_clear(&err);
     o.backoff_base_s = 2;
     o.backoff_cap_s = 1;
-    cr_assert_eq(oa_endpoint_open("bf16", "http://127.0.0.1:1", NULL, &o, &ep, &err), PG_ERR_USAGE);
+    cr_assert_eq(oa_endpoint_open("bf16", "http://127.0.0.1:1", NULL, NULL, &o, &ep, &err),
+                 PG_ERR_USAGE);
 
     /* A base URL ending in /v1/ reaches /v1/chat/completions, not /v1/v1/... */
     char url[80];
@@ -1229,7 +1233,7 @@ Test(openai_client, bad_setup_sends_nothing)
     strcat(url, "/v1/");
     o = fast_opts();
     pg_err_clear(&err);
-    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, &o, &ep, &err), PG_OK);
+    cr_assert_eq(oa_endpoint_open("bf16", url, NULL, NULL, &o, &ep, &err), PG_OK);
     cr_assert_eq(run_n(ep, 1, 1, &c, &err), PG_OK);
     cr_assert_eq(c.r[0].outcome, OA_OK, "%s", c.r[0].error ? c.r[0].error : "");
     cr_assert_eq(fs_hits(&s, CHAT), 1);

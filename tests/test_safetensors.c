@@ -92,13 +92,16 @@ Test(safetensors, dtype_table_round_trips)
     static const size_t sizes[ST_DTYPE_COUNT] = {1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 8, 8, 8};
     for (int i = 0; i < ST_DTYPE_COUNT; i++) {
         st_dtype d;
-        cr_assert_eq(st_dtype_parse(st_dtype_name((st_dtype)i), &d), PG_OK);
+        cr_assert_eq(st_dtype_parse("t", st_dtype_name((st_dtype)i), &d, NULL), PG_OK);
         cr_assert_eq(d, (st_dtype)i);
         cr_assert_eq(st_dtype_size((st_dtype)i), sizes[i], "size of %s", st_dtype_name(d));
     }
     st_dtype d;
-    cr_assert_eq(st_dtype_parse("bf16", &d), PG_ERR_FORMAT, "dtype names are case-sensitive");
-    cr_assert_eq(st_dtype_parse("F99", &d), PG_ERR_FORMAT);
+    cr_assert_eq(st_dtype_parse("t", "bf16", &d, NULL), PG_ERR_FORMAT,
+                 "dtype names are case-sensitive");
+    pg_err err = {0};
+    cr_assert_eq(st_dtype_parse("t", "F99", &d, &err), PG_ERR_FORMAT);
+    cr_assert_str_eq(err.msg, "t: dtype 'F99' is unknown");
     cr_assert_str_eq(st_dtype_name(ST_F8_E4M3), "F8_E4M3");
 }
 

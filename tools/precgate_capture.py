@@ -319,12 +319,17 @@ def _torch_to_f32_blob(t):
         return _Blob("F32", tuple(t.shape), array.array("f", t.reshape(-1).tolist()))
 
 
+def _checked_blob(x, dtype, what):
+    """x, a blob already, when it holds dtype; CaptureError naming what otherwise."""
+    if x.dtype != dtype:
+        raise CaptureError(f"{what}: dtype {x.dtype}, expected {dtype}")
+    return x
+
+
 def to_bf16_blob(x, what="tensor"):
     """Normalises x (torch / numpy / Bf16) into a BF16 blob; see the module docstring."""
     if isinstance(x, _Blob):
-        if x.dtype != "BF16":
-            raise CaptureError(f"{what}: dtype {x.dtype}, expected BF16")
-        return x
+        return _checked_blob(x, "BF16", what)
     if isinstance(x, Bf16):
         return _Blob("BF16", x.shape, x.data)
     if isinstance(x, F32):
@@ -346,9 +351,7 @@ def to_bf16_blob(x, what="tensor"):
 def to_f32_blob(x, what="tensor"):
     """Normalises x (torch / numpy / F32 / sequence of numbers) into an F32 blob."""
     if isinstance(x, _Blob):
-        if x.dtype != "F32":
-            raise CaptureError(f"{what}: dtype {x.dtype}, expected F32")
-        return x
+        return _checked_blob(x, "F32", what)
     if isinstance(x, F32):
         return _Blob("F32", x.shape, x.data)
     if isinstance(x, Bf16):
@@ -997,6 +1000,18 @@ class PrefillRecorder:
 # --------------------------------------------------------------------------
 # prompts (shared by the recorders)
 # --------------------------------------------------------------------------
+
+def add_prompt_arguments(ap):
+    """Adds the recorders' prompt options to the argparse parser ap: --traces, --field,
+    --with-completion, --prompt-file and --limit (load_prompts' arguments) and --max-tokens."""
+    ap.add_argument("--traces", help="AIME-style traces JSONL (prompt = --field)")
+    ap.add_argument("--field", default="problem")
+    ap.add_argument("--with-completion", action="store_true",
+                    help="append each trace's first completion (reasoning + content) to its prompt")
+    ap.add_argument("--prompt-file", action="append", default=[], help="a text file holding one prompt")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many prompts")
+    ap.add_argument("--max-tokens", type=int, default=None, help="truncate prompts to this many tokens")
+
 
 def load_prompts(traces=None, texts=(), field="problem", limit=None, with_completion=False):
     """Prompts from an AIME-style traces JSONL (one object per line, text in `field`) and/or

@@ -310,13 +310,7 @@ def main(argv=None):
     ap.add_argument("--num-layers", type=int, default=None, help="override num_hidden_layers")
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --model's, "
                     "or UTF-8 bytes with --random-weights)")
-    ap.add_argument("--traces", help="AIME-style traces JSONL (prompt = --field)")
-    ap.add_argument("--field", default="problem")
-    ap.add_argument("--with-completion", action="store_true",
-                    help="append each trace's first completion (reasoning + content) to its prompt")
-    ap.add_argument("--prompt-file", action="append", default=[], help="a text file holding one prompt")
-    ap.add_argument("--limit", type=int, default=None, help="at most this many prompts")
-    ap.add_argument("--max-tokens", type=int, default=None, help="truncate prompts to this many tokens")
+    pc.add_prompt_arguments(ap)
     ap.add_argument("--chunk", type=int, default=0, help="prefill in chunks of N tokens; 0: one chunk")
     ap.add_argument("--outputs", default=None, metavar="NAME",
                     help="store the attention function's output as layers.L.out.NAME; NAME also selects "

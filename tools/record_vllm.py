@@ -265,13 +265,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="model path or name as vLLM takes it")
     ap.add_argument("--tokenizer", default=None)
-    ap.add_argument("--traces", help="AIME-style traces JSONL (prompt = --field)")
-    ap.add_argument("--field", default="problem")
-    ap.add_argument("--with-completion", action="store_true",
-                    help="append each trace's first completion (reasoning + content) to its prompt")
-    ap.add_argument("--prompt-file", action="append", default=[], help="a text file holding one prompt")
-    ap.add_argument("--limit", type=int, default=None, help="at most this many prompts")
-    ap.add_argument("--max-tokens", type=int, default=None, help="truncate prompts to this many tokens")
+    pc.add_prompt_arguments(ap)
     ap.add_argument("--chunk", type=int, default=0, help="prefill chunk (max_num_batched_tokens); 0: whole prompt")
     ap.add_argument("--outputs", default=None, metavar="NAME", help="store each layer's output as out.NAME")
     ap.add_argument("--scales", choices=("auto", "always", "never"), default="auto",
