@@ -1,10 +1,7 @@
 /* report_data.c: a run's numbers from the store into structs (see report_data.h). */
 #include "report_data.h"
 
-#include "db/diagnosis_store.h"
-#include "harness/diag_verdict.h"
 #include "base/variant.h"
-#include "kernels/attn_hypothesis.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -435,45 +432,6 @@ static pg_status load_attribution(pg_store *store, int64_t run_id, report_data *
 
 /* ---- public --------------------------------------------------------------- */
 
-const char *report_diag_hypothesis(size_t h)
-{
-    return attn_hypothesis_name(attn_hypothesis_at(h));
-}
-
-/* The run's diagnosis spans and, per span and hypothesis, the largest
- * distance over its layers. */
-static pg_status load_diagnosis(pg_store *store, int64_t run_id, report_data *d, pg_err *err)
-{
-    diagnosis_row *rows = NULL;
-    size_t n = 0;
-    pg_status s = diagnosis_store_load(store, run_id, &rows, &n, err);
-    if (s == PG_OK) s = diag_spans(rows, n, &d->diag, &d->n_diag, err);
-    d->n_diag_hyp = attn_hypothesis_count();
-    if (s == PG_OK && d->n_diag > 0 &&
-        (d->diag_dist = malloc(d->n_diag * d->n_diag_hyp * sizeof *d->diag_dist)) == NULL)
-        s = pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
-    for (size_t i = 0; s == PG_OK && i < d->n_diag * d->n_diag_hyp; i++) d->diag_dist[i] = NAN;
-    for (size_t i = 0; s == PG_OK && i < n; i++) {
-        const diagnosis_row *r = &rows[i];
-        for (size_t k = 0; k < d->n_diag; k++) {
-            const diag_span *sp = &d->diag[k];
-            if (r->layer < sp->first_layer || r->layer > sp->last_layer ||
-                strcmp(r->capture, sp->capture) != 0 || strcmp(r->ext_name, sp->ext_name) != 0)
-                continue;
-            for (size_t h = 0; h < d->n_diag_hyp; h++) {
-                double *cell = &d->diag_dist[k * d->n_diag_hyp + h];
-                if (strcmp(r->hypothesis, report_diag_hypothesis(h)) == 0 &&
-                    !isnan(r->rel_l2) && !(*cell >= r->rel_l2))
-                    *cell = r->rel_l2;
-            }
-        }
-    }
-    for (size_t k = 0; s == PG_OK && k < d->n_diag; k++)
-        d->n_diag_bugs += d->diag[k].verdict == DIAG_BUG;
-    diagnosis_rows_free(rows, n);
-    return s;
-}
-
 pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, int trend_n,
                            report_data *out, pg_err *err)
 {
@@ -492,7 +450,6 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
     if (s == PG_OK) s = load_quant(db, run_id, out, &local);
     if (s == PG_OK) s = load_evals(db, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, run_id, out, &local);
-    if (s == PG_OK) s = load_diagnosis(db, run_id, out, &local);
     if (s == PG_OK) s = load_trend(db, trend_n, out, &local);
     if (s == PG_OK) s = load_attribution(db, run_id, out, &local);
     if (s != PG_OK) pg_fail(err, local.code, "%s", local.msg);
@@ -521,8 +478,16 @@ void report_data_free(report_data *d)
     eval_store_scores_free(d->scores, d->n_scores);
     eval_store_pairs_free(d->pairs, d->n_pairs);
     flag_rows_free(d->flags, d->n_flags);
-    diag_spans_free(d->diag, d->n_diag);
-    free(d->diag_dist);
+    report_diagnosis *g = &d->diag;
+    for (size_t i = 0; i < g->n_hyp && g->hypotheses != NULL; i++) free(g->hypotheses[i]);
+    free(g->hypotheses);
+    for (size_t i = 0; i < g->n_rows; i++) {
+        report_diag_row *r = &g->rows[i];
+        char *rs[] = {r->capture, r->ext_name, r->layers, r->message};
+        for (size_t j = 0; j < sizeof rs / sizeof rs[0]; j++) free(rs[j]);
+    }
+    free(g->rows);
+    free(g->dist);
     report_trend *t = &d->trend;
     trend_run_rows_free(t->runs, t->n_runs);
     for (size_t i = 0; i < t->n_series; i++) free(t->series[i]);

@@ -6,11 +6,15 @@
  * the regression gate's flags, and the trend over earlier runs like it.
  *
  * Loading only reads, through the store's readers (db/report_store.h,
- * db/eval_store.h, db/attribution_store.h, db/diagnosis_store.h); the rows
- * that are shown as stored keep the store's row types. The gate's `flags`
- * table (schema migration 6) is read only when the database has it;
- * otherwise the run is "not gated". Missing numbers are NaN; a NULL text
- * column is a NULL pointer.
+ * db/eval_store.h, db/attribution_store.h); the rows that are shown as
+ * stored keep the store's row types. The gate's `flags` table (schema
+ * migration 6) is read only when the database has it; otherwise the run is
+ * "not gated". Missing numbers are NaN; a NULL text column is a NULL pointer.
+ *
+ * Two sections need judgement that lives above reports/ (in harness/): the
+ * KV cache advice and the scale-plumbing diagnosis. report_data_load leaves
+ * them empty; the caller (harness/cmd_report.c) fills them as plain display
+ * rows, which report_data then owns and report_data_free frees.
  */
 #ifndef PG_REPORT_DATA_H
 #define PG_REPORT_DATA_H
@@ -110,6 +114,36 @@ typedef struct report_advice {
 /* What the advice's memory saving counts and leaves out, for both writers. */
 extern const char report_advice_counts[];
 
+/* One span of layers of an external output in the scale-plumbing diagnosis,
+ * ready to show: the judging (harness/diag_verdict.h) is done by whoever
+ * fills it. The char * fields are malloc'd and owned by the report_data
+ * that holds the row (report_data_free frees them). */
+typedef struct report_diag_row {
+    char *capture;
+    char *ext_name;          /* the external output's name, without "ext:" */
+    char *layers;            /* "layer 3" or "layers 0-35" */
+    char *message;           /* the verdict's line ("ext:vllm, layers 0-35: matches ...") */
+    const char *verdict;     /* the verdict's name ("bug", ...): static storage, not freed */
+    int is_bug;              /* the verdict names a scale bug */
+    int is_intended;         /* the verdict names an intended scaling */
+} report_diag_row;
+
+/* The diagnosis section of a report: spans of external outputs' layers
+ * against the scale-plumbing hypotheses. Everything is malloc'd and owned by
+ * the report_data that holds it. report_data_load leaves it zero; the caller
+ * (cmd_report) fills it; n_rows == 0 means no section. */
+typedef struct report_diagnosis {
+    double match_rel_l2;     /* the largest distance at which a hypothesis matches */
+    double margin;           /* how many times nearer a named hypothesis must be */
+    size_t n_hyp;            /* the hypothesis columns */
+    char **hypotheses;       /* [h]: column h's hypothesis name */
+    size_t n_rows;
+    report_diag_row *rows;   /* by capture, output, first layer */
+    size_t n_bugs;           /* rows with is_bug set */
+    double *dist;            /* [r * n_hyp + h]: hypothesis h's largest distance over row
+                                r's layers; NaN: it did not run there */
+} report_diagnosis;
+
 /* Everything a report shows. Zero-initialise, load, free. */
 typedef struct report_data {
     char *db_name;                 /* the database path, for the footer */
@@ -142,14 +176,8 @@ typedef struct report_data {
     char *advice_config;           /* the gate config the bounds came from; NULL: none */
     size_t n_advice;
     report_advice *advice;
-    /* The scale-plumbing diagnosis of external outputs (ext_diagnosis, read
-     * when the table exists; harness/diag_verdict.h), in spans of layers. */
-    size_t n_diag;
-    struct diag_span *diag;
-    size_t n_diag_bugs;            /* spans whose verdict is bug */
-    size_t n_diag_hyp;             /* the hypothesis table's size: the columns */
-    double *diag_dist;             /* [s * n_diag_hyp + h]: hypothesis h's largest distance
-                                      over span s's layers; NaN: it did not run there */
+    /* The scale-plumbing diagnosis (filled by the caller, not report_data_load). */
+    report_diagnosis diag;
 } report_data;
 
 /* Loads run_id from s into *out (zero-initialised by the call; free with
@@ -165,9 +193,6 @@ pg_status report_data_load(pg_store *s, const char *db_name, int64_t run_id, int
 
 /* Frees everything d owns and zeroes it; safe on a zeroed or partly loaded d. */
 void report_data_free(report_data *d);
-
-/* The name of diagnosis column h (< d->n_diag_hyp): a hypothesis. */
-const char *report_diag_hypothesis(size_t h);
 
 /* Whether a flag's verdict fails the gate ("regression" or "error"). */
 int report_flag_fails(const flag_row *f);

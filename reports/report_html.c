@@ -1,7 +1,6 @@
 /* report_html.c: a run's report as one self-contained HTML page (see report_html.h). */
 #include "report_html.h"
 
-#include "harness/diag_verdict.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -216,18 +215,17 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
 /* The scale bugs the diagnosis names, first in the report (nothing without one). */
 static void put_diagnosis_lead(FILE *out, const report_data *d)
 {
-    if (d->n_diag_bugs == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_bugs == 0) return;
     fprintf(out, "<section id=\"scale-bug\">\n<p class=\"banner bad\">scale bug: %zu span%s "
-            "of layers match%s a known scale misapplication</p>\n<ul>\n", d->n_diag_bugs,
-            d->n_diag_bugs == 1 ? "" : "s", d->n_diag_bugs == 1 ? "es" : "");
-    for (size_t i = 0; i < d->n_diag; i++) {
-        if (d->diag[i].verdict != DIAG_BUG) continue;
-        char line[1024];
-        diag_span_message(&d->diag[i], line, sizeof line);
+            "of layers match%s a known scale misapplication</p>\n<ul>\n", g->n_bugs,
+            g->n_bugs == 1 ? "" : "s", g->n_bugs == 1 ? "es" : "");
+    for (size_t i = 0; i < g->n_rows; i++) {
+        if (!g->rows[i].is_bug) continue;
         fputs("<li>", out);
-        esc(out, d->diag[i].capture, "-");
+        esc(out, g->rows[i].capture, "-");
         fputs(": ", out);
-        esc(out, line, "-");
+        esc(out, g->rows[i].message, "-");
         fputs("</li>\n", out);
     }
     fputs("</ul>\n<p class=\"note\">The distances of every hypothesis are in the "
@@ -238,36 +236,32 @@ static void put_diagnosis_lead(FILE *out, const report_data *d)
  * every hypothesis's largest distance and the verdict's line. */
 static void put_diagnosis(FILE *out, const report_data *d)
 {
-    if (d->n_diag == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_rows == 0) return;
     fprintf(out, "<section id=\"diagnosis\">\n<h2>Scale-plumbing diagnosis</h2>\n<p "
             "class=\"note\">rel_l2 of each external output against each hypothesis (largest "
             "over the layers); a hypothesis matches at rel_l2 &lt;= %g and is named when %gx "
             "nearer than every one of the other side (intended against bugs).</p>\n<table>\n"
             "<tr><th class=\"t\">capture</th><th class=\"t\">output</th><th class=\"t\">"
-            "layers</th><th class=\"t\">verdict</th>", DIAG_MATCH_REL_L2, DIAG_MARGIN);
-    for (size_t h = 0; h < d->n_diag_hyp; h++) {
+            "layers</th><th class=\"t\">verdict</th>", g->match_rel_l2, g->margin);
+    for (size_t h = 0; h < g->n_hyp; h++) {
         fputs("<th>", out);
-        esc(out, report_diag_hypothesis(h), "-");
+        esc(out, g->hypotheses[h], "-");
         fputs("</th>", out);
     }
     fputs("<th class=\"t\">what it says</th></tr>\n", out);
-    for (size_t i = 0; i < d->n_diag; i++) {
-        const diag_span *sp = &d->diag[i];
-        char layers[48], line[1024];
-        diag_layers_text(sp->first_layer, sp->last_layer, layers, sizeof layers);
-        diag_span_message(sp, line, sizeof line);
+    for (size_t i = 0; i < g->n_rows; i++) {
+        const report_diag_row *r = &g->rows[i];
         fputs("<tr>", out);
-        td_text(out, sp->capture);
+        td_text(out, r->capture);
         fputs("<td class=\"t\">ext:", out);
-        esc(out, sp->ext_name, "-");
+        esc(out, r->ext_name, "-");
         fputs("</td>", out);
-        td_text(out, layers);
+        td_text(out, r->layers);
         fprintf(out, "<td class=\"t\"><span class=\"verdict %s\">%s</span></td>",
-                sp->verdict == DIAG_BUG ? "regression"
-                                        : sp->verdict == DIAG_INTENDED ? "pass" : "inconclusive",
-                diag_verdict_name(sp->verdict));
-        for (size_t h = 0; h < d->n_diag_hyp; h++) td_num(out, d->diag_dist[i * d->n_diag_hyp + h]);
-        td_text(out, line);
+                r->is_bug ? "regression" : r->is_intended ? "pass" : "inconclusive", r->verdict);
+        for (size_t h = 0; h < g->n_hyp; h++) td_num(out, g->dist[i * g->n_hyp + h]);
+        td_text(out, r->message);
         fputs("</tr>\n", out);
     }
     fputs("</table>\n</section>\n", out);

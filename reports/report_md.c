@@ -1,7 +1,6 @@
 /* report_md.c: a run's report as Markdown for a pull-request comment (see report_md.h). */
 #include "report_md.h"
 
-#include "harness/diag_verdict.h"
 #include "base/variant.h"
 
 #include <math.h>
@@ -144,17 +143,16 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
 /* The scale bugs the diagnosis names, first in the report (nothing without one). */
 static void put_diagnosis_lead(FILE *out, const report_data *d)
 {
-    if (d->n_diag_bugs == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_bugs == 0) return;
     fprintf(out, "> **SCALE BUG**: %zu span%s of layers match%s a known scale misapplication\n",
-            d->n_diag_bugs, d->n_diag_bugs == 1 ? "" : "s", d->n_diag_bugs == 1 ? "es" : "");
-    for (size_t i = 0; i < d->n_diag; i++) {
-        if (d->diag[i].verdict != DIAG_BUG) continue;
-        char line[1024];
-        diag_span_message(&d->diag[i], line, sizeof line);
+            g->n_bugs, g->n_bugs == 1 ? "" : "s", g->n_bugs == 1 ? "es" : "");
+    for (size_t i = 0; i < g->n_rows; i++) {
+        if (!g->rows[i].is_bug) continue;
         fputs(">\n> - ", out);
-        report_md_put_escaped(out, d->diag[i].capture);
+        report_md_put_escaped(out, g->rows[i].capture);
         fputs(": ", out);
-        report_md_put_escaped(out, line);
+        report_md_put_escaped(out, g->rows[i].message);
         fputs("\n", out);
     }
     fputs("\n", out);
@@ -164,30 +162,28 @@ static void put_diagnosis_lead(FILE *out, const report_data *d)
  * every hypothesis's largest distance and the verdict's line. */
 static void put_diagnosis(FILE *out, const report_data *d)
 {
-    if (d->n_diag == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_rows == 0) return;
     fprintf(out, "\n### Scale-plumbing diagnosis\n\nrel_l2 of each external output against "
             "each hypothesis (largest over the layers); a hypothesis matches at rel_l2 <= %g "
             "and is named when %gx nearer than every one of the other side.\n\n"
-            "| capture | output | layers | verdict |", DIAG_MATCH_REL_L2, DIAG_MARGIN);
-    for (size_t h = 0; h < d->n_diag_hyp; h++) cell_text(out, report_diag_hypothesis(h));
+            "| capture | output | layers | verdict |", g->match_rel_l2, g->margin);
+    for (size_t h = 0; h < g->n_hyp; h++) cell_text(out, g->hypotheses[h]);
     fputs(" what it says |\n", out);
     fputs("| --- | --- | --- | --- |", out);
-    for (size_t h = 0; h < d->n_diag_hyp; h++) fputs(" ---: |", out);
+    for (size_t h = 0; h < g->n_hyp; h++) fputs(" ---: |", out);
     fputs(" --- |\n", out);
-    for (size_t i = 0; i < d->n_diag; i++) {
-        const diag_span *sp = &d->diag[i];
-        char layers[48], line[1024], ext[VARIANT_NAME_MAX];
-        diag_layers_text(sp->first_layer, sp->last_layer, layers, sizeof layers);
-        diag_span_message(sp, line, sizeof line);
-        variant_name_ext(sp->ext_name, ext, sizeof ext);
+    for (size_t i = 0; i < g->n_rows; i++) {
+        const report_diag_row *r = &g->rows[i];
+        char ext[VARIANT_NAME_MAX];
+        variant_name_ext(r->ext_name, ext, sizeof ext);
         fputs("|", out);
-        cell_text(out, sp->capture);
+        cell_text(out, r->capture);
         cell_text(out, ext);
-        cell_text(out, layers);
-        fprintf(out, " %s%s%s |", sp->verdict == DIAG_BUG ? "**" : "",
-                diag_verdict_name(sp->verdict), sp->verdict == DIAG_BUG ? "**" : "");
-        for (size_t h = 0; h < d->n_diag_hyp; h++) cell_num(out, d->diag_dist[i * d->n_diag_hyp + h]);
-        cell_text(out, line);
+        cell_text(out, r->layers);
+        fprintf(out, " %s%s%s |", r->is_bug ? "**" : "", r->verdict, r->is_bug ? "**" : "");
+        for (size_t h = 0; h < g->n_hyp; h++) cell_num(out, g->dist[i * g->n_hyp + h]);
+        cell_text(out, r->message);
         fputs("\n", out);
     }
 }
