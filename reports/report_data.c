@@ -432,6 +432,20 @@ static pg_status load_attribution(pg_store *store, int64_t run_id, report_data *
 
 /* ---- public --------------------------------------------------------------- */
 
+int report_cell_nonfinite(const report_cell *c)
+{
+    return !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0;
+}
+
+int report_cell_outputs(const report_cell *c, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (c->nan_count + c->inf_count <= 0) return 0;
+    snprintf(buf, len, "(%lld NaN, %lld inf outputs)", (long long)c->nan_count,
+             (long long)c->inf_count);
+    return 1;
+}
+
 pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, int trend_n,
                            report_data *out, pg_err *err)
 {
@@ -518,7 +532,7 @@ double report_variant_mean(const report_data *d, size_t v)
     for (size_t l = 0; l < d->n_layers; l++) {
         const report_cell *c = &d->cells[l * d->n_variants + v];
         if (!c->present) continue;
-        if (!isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0) return INFINITY;
+        if (report_cell_nonfinite(c)) return INFINITY;
         sum += c->rel_l2;
         n++;
     }
@@ -545,7 +559,7 @@ int report_worst_fp8_variant(const report_data *d)
 /* The sort key of a cell: +inf when it or its output is non-finite. */
 static double cell_badness(const report_cell *c)
 {
-    return !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0 ? INFINITY : c->rel_l2;
+    return report_cell_nonfinite(c) ? INFINITY : c->rel_l2;
 }
 
 size_t report_worst_layers(const report_data *d, size_t v, size_t *out, size_t max)
@@ -596,4 +610,25 @@ void report_flag_where(FILE *out, const flag_row *f,
         first = 0;
     }
     if (first) fputc('-', out);
+}
+
+int report_quant_present(const report_data *d, size_t l)
+{
+    const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
+    for (int t = 0; t < REPORT_N_TENSORS; t++)
+        if (q[t].present) return 1;
+    return 0;
+}
+
+void report_quant_source(FILE *out, const report_data *d, size_t l,
+                         void (*put_escaped)(FILE *out, const char *s))
+{
+    static const char *const tn[REPORT_N_TENSORS] = {"q", "k", "v"};
+    const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
+    int same = 1;
+    for (int t = 1; t < REPORT_N_TENSORS; t++) same &= strcmp(q[0].source, q[t].source) == 0;
+    for (int t = 0; t < (same ? 1 : REPORT_N_TENSORS); t++) {
+        if (!same) fprintf(out, "%s%s:", t > 0 ? " " : "", tn[t]);
+        put_escaped(out, q[t].source);
+    }
 }

@@ -46,6 +46,16 @@ typedef struct report_cell {
     int64_t nan_count, inf_count;               /* non-finite outputs of the mode */
 } report_cell;
 
+/* Whether c's value is not finite or the mode's output had NaN/Inf: the
+ * cell that sorts worst and is marked in every writer. */
+int report_cell_nonfinite(const report_cell *c);
+
+/* Room for report_cell_outputs' text (two 64-bit counts and the words). */
+#define REPORT_CELL_OUTPUTS_MAX 96
+
+/* "(N NaN, M inf outputs)" of c into buf; 0 (buf "") when its output had none. */
+int report_cell_outputs(const report_cell *c, char *buf, size_t len);
+
 /* One quant_stats row. */
 typedef struct report_quant {
     int present;
@@ -193,6 +203,14 @@ pg_status report_data_load(pg_store *s, const char *db_name, int64_t run_id, int
 
 /* Frees everything d owns and zeroes it; safe on a zeroed or partly loaded d. */
 void report_data_free(report_data *d);
+
+/* Whether layer l (< d->n_layers) has a quant_stats row for any tensor. */
+int report_quant_present(const report_data *d, size_t l);
+
+/* Writes layer l's scale source to out: the one source when q, k and v
+ * share it, else "q:SRC k:SRC v:SRC"; each source through put_escaped. */
+void report_quant_source(FILE *out, const report_data *d, size_t l,
+                         void (*put_escaped)(FILE *out, const char *s));
 
 /* Whether a flag's verdict fails the gate ("regression" or "error"). */
 int report_flag_fails(const flag_row *f);

@@ -73,11 +73,10 @@ static void td_cell(FILE *out, const report_cell *c)
         fputs("<td>-</td>", out);
         return;
     }
-    const int bad = !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0;
-    fprintf(out, "<td%s>%s", bad ? " class=\"nonfinite\"" : "", svg_fmt_num(b, sizeof b, c->rel_l2));
-    if (c->nan_count + c->inf_count > 0)
-        fprintf(out, " <small>(%lld NaN, %lld inf outputs)</small>", (long long)c->nan_count,
-                (long long)c->inf_count);
+    char outputs[REPORT_CELL_OUTPUTS_MAX];
+    fprintf(out, "<td%s>%s", report_cell_nonfinite(c) ? " class=\"nonfinite\"" : "",
+            svg_fmt_num(b, sizeof b, c->rel_l2));
+    if (report_cell_outputs(c, outputs, sizeof outputs)) fprintf(out, " <small>%s</small>", outputs);
     fputs("</td>", out);
 }
 
@@ -471,8 +470,8 @@ static void put_quant(FILE *out, const report_data *d)
     for (int t = 0; t < REPORT_N_TENSORS; t++) fputs("<th>scale</th><th>saturated</th><th>underflow</th>", out);
     fputs("</tr>\n", out);
     for (size_t l = 0; l < d->n_layers; l++) {
+        if (!report_quant_present(d, l)) continue;
         const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
-        if (!q[0].present && !q[1].present && !q[2].present) continue;
         fprintf(out, "<tr><td>%d</td>", d->layers[l].layer);
         for (int t = 0; t < REPORT_N_TENSORS; t++) {
             if (!q[t].present) {
@@ -484,12 +483,7 @@ static void put_quant(FILE *out, const report_data *d)
             td_num(out, q[t].underflow_frac);
         }
         fputs("<td class=\"t\">", out);
-        const int same = strcmp(q[0].source, q[1].source) == 0 && strcmp(q[1].source, q[2].source) == 0;
-        for (int t = 0; t < REPORT_N_TENSORS; t++) {
-            if (same && t > 0) break;
-            if (!same) fprintf(out, "%s%s:", t > 0 ? " " : "", tn[t]);
-            svg_put_escaped(out, q[t].source);
-        }
+        report_quant_source(out, d, l, svg_put_escaped);
         fputs("</td></tr>\n", out);
     }
     fputs("</table>\n</section>\n", out);

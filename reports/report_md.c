@@ -43,12 +43,18 @@ static void cell_num(FILE *out, double v)
     fprintf(out, " %s |", svg_fmt_num(b, sizeof b, v));
 }
 
+/* Writes " s |" with s escaped, in bold ("**s**") when strong. */
+static void cell_text_strong(FILE *out, const char *s, int strong)
+{
+    fputs(strong ? " **" : " ", out);
+    report_md_put_escaped(out, s);
+    fputs(strong ? "** |" : " |", out);
+}
+
 /* Writes " s |" with s escaped. */
 static void cell_text(FILE *out, const char *s)
 {
-    fputc(' ', out);
-    report_md_put_escaped(out, s);
-    fputs(" |", out);
+    cell_text_strong(out, s, 0);
 }
 
 /* Writes a table's separator row, one column per character of align:
@@ -120,11 +126,8 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
     for (size_t i = 0; i < d->n_flags; i++) {
         const flag_row *f = &d->flags[i];
         if (failing_only && !report_flag_fails(f)) continue;
-        fputs("| ", out);
-        if (report_flag_fails(f)) fputs("**", out);
-        report_md_put_escaped(out, f->verdict);
-        if (report_flag_fails(f)) fputs("**", out);
-        fputs(" |", out);
+        fputc('|', out);
+        cell_text_strong(out, f->verdict, report_flag_fails(f));
         cell_text(out, f->scope);
         fputc(' ', out);
         report_flag_where(out, f, report_md_put_escaped);
@@ -181,7 +184,7 @@ static void put_diagnosis(FILE *out, const report_data *d)
         cell_text(out, r->capture);
         cell_text(out, ext);
         cell_text(out, r->layers);
-        fprintf(out, " %s%s%s |", r->is_bug ? "**" : "", r->verdict, r->is_bug ? "**" : "");
+        cell_text_strong(out, r->verdict, r->is_bug);
         for (size_t h = 0; h < g->n_hyp; h++) cell_num(out, g->dist[i * g->n_hyp + h]);
         cell_text(out, r->message);
         fputs("\n", out);
@@ -230,11 +233,10 @@ static void cell_layer(FILE *out, const report_cell *c)
         fputs(" - |", out);
         return;
     }
-    const int bad = !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0;
+    const int bad = report_cell_nonfinite(c);
+    char outputs[REPORT_CELL_OUTPUTS_MAX];
     fprintf(out, " %s%s%s", bad ? "**" : "", svg_fmt_num(b, sizeof b, c->rel_l2), bad ? "**" : "");
-    if (c->nan_count + c->inf_count > 0)
-        fprintf(out, " (%lld NaN, %lld inf outputs)", (long long)c->nan_count,
-                (long long)c->inf_count);
+    if (report_cell_outputs(c, outputs, sizeof outputs)) fprintf(out, " %s", outputs);
     fputs(" |", out);
 }
 
@@ -356,14 +358,13 @@ static void put_quant(FILE *out, const report_data *d)
         fputs("No quantization statistics in this run.\n", out);
         return;
     }
-    static const char *const tn[REPORT_N_TENSORS] = {"q", "k", "v"};
     fputs("| layer | q saturated | q underflow | k saturated | k underflow | v saturated | "
           "v underflow | scale source |\n",
           out);
     sep_row(out, "rrrrrrrl", 0);
     for (size_t l = 0; l < d->n_layers; l++) {
+        if (!report_quant_present(d, l)) continue;
         const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
-        if (!q[0].present && !q[1].present && !q[2].present) continue;
         fprintf(out, "| %d |", d->layers[l].layer);
         for (int t = 0; t < REPORT_N_TENSORS; t++) {
             if (!q[t].present) {
@@ -374,12 +375,7 @@ static void put_quant(FILE *out, const report_data *d)
             cell_num(out, q[t].underflow_frac);
         }
         fputc(' ', out);
-        const int same = strcmp(q[0].source, q[1].source) == 0 && strcmp(q[1].source, q[2].source) == 0;
-        for (int t = 0; t < REPORT_N_TENSORS; t++) {
-            if (same && t > 0) break;
-            if (!same) fprintf(out, "%s%s:", t > 0 ? " " : "", tn[t]);
-            report_md_put_escaped(out, q[t].source);
-        }
+        report_quant_source(out, d, l, report_md_put_escaped);
         fputs(" |\n", out);
     }
 }
