@@ -56,27 +56,29 @@ static int str_cmp_null(const char *x, const char *y)
     return strcmp(x, y);
 }
 
+/* Orders (eval, effort) keys: by eval, then effort rank, then effort name. */
+static int eval_effort_cmp(const char *eval_x, const char *effort_x, const char *eval_y,
+                           const char *effort_y)
+{
+    int c = str_cmp_null(eval_x, eval_y);
+    if (c != 0) return c;
+    c = effort_rank(effort_x) - effort_rank(effort_y);
+    return c != 0 ? c : str_cmp_null(effort_x, effort_y);
+}
+
 /* Orders eval_scores rows by eval, effort, mode. */
 static int score_cmp(const void *a, const void *b)
 {
     const eval_score_stored *x = a, *y = b;
-    int c = str_cmp_null(x->eval, y->eval);
-    if (c != 0) return c;
-    c = effort_rank(x->effort) - effort_rank(y->effort);
-    if (c != 0) return c;
-    c = str_cmp_null(x->effort, y->effort);
+    const int c = eval_effort_cmp(x->eval, x->effort, y->eval, y->effort);
     return c != 0 ? c : mode_cmp(x->mode, y->mode);
 }
 
-/* Orders eval_pairs rows by eval, effort, mode_a. */
+/* Orders eval_pairs rows by eval, effort, mode_a, mode_b. */
 static int pair_cmp(const void *a, const void *b)
 {
     const eval_pair_stored *x = a, *y = b;
-    int c = str_cmp_null(x->eval, y->eval);
-    if (c != 0) return c;
-    c = effort_rank(x->effort) - effort_rank(y->effort);
-    if (c != 0) return c;
-    c = str_cmp_null(x->effort, y->effort);
+    int c = eval_effort_cmp(x->eval, x->effort, y->eval, y->effort);
     if (c != 0) return c;
     c = mode_cmp(x->mode_a, y->mode_a);
     return c != 0 ? c : mode_cmp(x->mode_b, y->mode_b);

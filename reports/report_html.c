@@ -48,6 +48,16 @@ static void esc(FILE *out, const char *s, const char *dflt)
     else svg_put_escaped(out, s);
 }
 
+/* Writes a <th> per name of names[0 .. n), escaped ("-" for NULL). */
+static void th_names(FILE *out, char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        fputs("<th>", out);
+        esc(out, names[i], "-");
+        fputs("</th>", out);
+    }
+}
+
 /* Writes a <td> holding v as "%.3g" (marked when not finite). */
 static void td_num(FILE *out, double v)
 {
@@ -243,11 +253,7 @@ static void put_diagnosis(FILE *out, const report_data *d)
             "nearer than every one of the other side (intended against bugs).</p>\n<table>\n"
             "<tr><th class=\"t\">capture</th><th class=\"t\">output</th><th class=\"t\">"
             "layers</th><th class=\"t\">verdict</th>", g->match_rel_l2, g->margin);
-    for (size_t h = 0; h < g->n_hyp; h++) {
-        fputs("<th>", out);
-        esc(out, g->hypotheses[h], "-");
-        fputs("</th>", out);
-    }
+    th_names(out, g->hypotheses, g->n_hyp);
     fputs("<th class=\"t\">what it says</th></tr>\n", out);
     for (size_t i = 0; i < g->n_rows; i++) {
         const report_diag_row *r = &g->rows[i];
@@ -344,11 +350,7 @@ static pg_status put_layers(FILE *out, const report_data *d, pg_err *err)
     fputs("<table>\n<tr>", out);
     if (caps) fputs("<th class=\"t\">capture</th>", out);
     fputs("<th>layer</th>", out);
-    for (size_t v = 0; v < d->n_variants; v++) {
-        fputs("<th>", out);
-        svg_put_escaped(out, d->variants[v]);
-        fputs("</th>", out);
-    }
+    th_names(out, d->variants, d->n_variants);
     fputs("</tr>\n", out);
     for (size_t l = 0; l < d->n_layers; l++) {
         fputs("<tr>", out);
@@ -800,11 +802,7 @@ static pg_status put_trend(FILE *out, const report_data *d, pg_err *err)
     free(series);
 
     fputs("<table>\n<tr><th>run</th><th class=\"t\">started</th><th class=\"t\">git rev</th>", out);
-    for (size_t s = 0; s < t->n_series; s++) {
-        fputs("<th>", out);
-        svg_put_escaped(out, t->series[s]);
-        fputs("</th>", out);
-    }
+    th_names(out, t->series, t->n_series);
     fputs("</tr>\n", out);
     for (size_t r = 0; r < t->n_runs; r++) {
         fprintf(out, "<tr><td>%lld</td>", (long long)t->runs[r].id);
