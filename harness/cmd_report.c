@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/diagnosis_store.h"
 #include "db/store.h"
+#include "kernels/attn_hypothesis.h"
 #include "reports/atomic_file.h"
 #include "reports/report_data.h"
 #include "reports/report_html.h"
@@ -13,6 +15,7 @@
 #include "advise.h"
 #include "advise_evidence.h"
 #include "cli.h"
+#include "diag_verdict.h"
 #include "gate_config.h"
 #include "base/variant.h"
 
@@ -213,6 +216,79 @@ static pg_status fill_advice(pg_store *store, const char *config_path, report_da
     return oom ? pg_fail(err, PG_ERR_NOMEM, "report: out of memory") : PG_OK;
 }
 
+/* Longest diagnosis line and layer range a report shows (longer ones are cut). */
+#define DIAG_LINE_MAX 1024
+#define DIAG_LAYERS_MAX 48
+
+/* Row r of the diagnosis section from span sp (strings copied into d's ownership). */
+static void diag_row_from_span(const diag_span *sp, report_diag_row *r, int *oom)
+{
+    char layers[DIAG_LAYERS_MAX], line[DIAG_LINE_MAX];
+    diag_layers_text(sp->first_layer, sp->last_layer, layers, sizeof layers);
+    diag_span_message(sp, line, sizeof line);
+    *r = (report_diag_row){.capture = dup_or_flag(sp->capture, oom),
+                           .ext_name = dup_or_flag(sp->ext_name, oom),
+                           .layers = dup_or_flag(layers, oom),
+                           .message = dup_or_flag(line, oom),
+                           .verdict = diag_verdict_name(sp->verdict),
+                           .is_bug = sp->verdict == DIAG_BUG,
+                           .is_intended = sp->verdict == DIAG_INTENDED};
+}
+
+/* The scale-plumbing diagnosis of d's run (ext_diagnosis, judged in spans of
+ * layers by harness/diag_verdict.h) into d->diag: one row per span, a column
+ * per hypothesis of the table (kernels/attn_hypothesis.h) holding its
+ * largest distance over the span's layers. A run without diagnosis rows
+ * leaves d->diag empty. PG_ERR_DB from the store or for a hypothesis the
+ * table does not know; PG_ERR_NOMEM. */
+static pg_status fill_diagnosis(pg_store *store, report_data *d, pg_err *err)
+{
+    diagnosis_row *rows = NULL;
+    size_t n = 0, n_spans = 0;
+    diag_span *spans = NULL;
+    pg_status st = diagnosis_store_load(store, d->run.id, &rows, &n, err);
+    if (st == PG_OK) st = diag_spans(rows, n, &spans, &n_spans, err);
+    report_diagnosis *g = &d->diag;
+    int oom = 0;
+    if (st == PG_OK && n_spans > 0) {
+        g->match_rel_l2 = DIAG_MATCH_REL_L2;
+        g->margin = DIAG_MARGIN;
+        const size_t n_hyp = attn_hypothesis_count();
+        g->hypotheses = calloc(n_hyp, sizeof *g->hypotheses);
+        g->rows = calloc(n_spans, sizeof *g->rows);
+        g->dist = malloc(n_spans * n_hyp * sizeof *g->dist);
+        oom = g->hypotheses == NULL || g->rows == NULL || g->dist == NULL;
+        if (g->hypotheses != NULL) g->n_hyp = n_hyp;
+        for (size_t h = 0; h < g->n_hyp; h++)
+            g->hypotheses[h] = dup_or_flag(attn_hypothesis_name(attn_hypothesis_at(h)), &oom);
+        if (g->rows != NULL) g->n_rows = n_spans;
+        for (size_t k = 0; k < g->n_rows; k++) {
+            diag_row_from_span(&spans[k], &g->rows[k], &oom);
+            g->n_bugs += g->rows[k].is_bug;
+        }
+    }
+    for (size_t i = 0; !oom && i < g->n_rows * g->n_hyp; i++) g->dist[i] = NAN;
+    for (size_t i = 0; !oom && i < n; i++) {
+        const diagnosis_row *r = &rows[i];
+        for (size_t k = 0; k < g->n_rows; k++) {
+            const diag_span *sp = &spans[k];
+            if (r->layer < sp->first_layer || r->layer > sp->last_layer ||
+                strcmp(r->capture, sp->capture) != 0 || strcmp(r->ext_name, sp->ext_name) != 0)
+                continue;
+            for (size_t h = 0; h < g->n_hyp; h++) {
+                double *cell = &g->dist[k * g->n_hyp + h];
+                if (strcmp(r->hypothesis, g->hypotheses[h]) == 0 && !isnan(r->rel_l2) &&
+                    !(*cell >= r->rel_l2))
+                    *cell = r->rel_l2;
+            }
+        }
+    }
+    diag_spans_free(spans, n_spans);
+    diagnosis_rows_free(rows, n);
+    if (st == PG_OK && oom) st = pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
+    return st;
+}
+
 /* What atomic_file_write hands the chosen format's writer. */
 typedef struct report_job {
     report_writer write;
@@ -234,6 +310,7 @@ static pg_status report_job_run(pg_store *store, const char *db_path, void *ctx,
     report_data d;
     pg_status st = report_data_load(store, db_path, (int64_t)a->run, (int)a->trend,
                                     &d, err);
+    if (st == PG_OK) st = fill_diagnosis(store, &d, err);
     if (st == PG_OK) st = fill_advice(store, a->config, &d, err);
     report_job job = {a->write, &d};
     if (st == PG_OK) st = atomic_file_write(a->output, REPORT_FILE_MODE, write_report, &job, err);

@@ -818,14 +818,31 @@ static int json_side_num(cJSON *o, const char *key, double v, int present)
     return present ? report_json_number(o, key, v) : cJSON_AddNullToObject(o, key) != NULL;
 }
 
+cJSON *diff_json_row(const diff_result *r, const char *type)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o != NULL && json_str(o, "type", type) &&
+        cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
+        cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL)
+        return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+/* o when ok, else NULL with o freed (a row object whose fields did not all fit). */
+static cJSON *json_row_done(cJSON *o, int ok)
+{
+    if (ok) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
 /* The JSON object of a layer row; NULL when out of memory. */
 static cJSON *layer_json(const diff_result *r, const diff_layer *l)
 {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = diff_json_row(r, "layer");
     const int both = l->presence == DIFF_BOTH;
-    int ok = o != NULL && json_str(o, "type", "layer") &&
-             cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
-             cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL &&
+    int ok = o != NULL &&
              json_str(o, "metric", pg_metric_name(r->metric)) && json_str(o, "capture", l->capture);
     if (ok && l->capture_b != NULL) ok = json_str(o, "capture_b", l->capture_b);
     ok = ok && cJSON_AddNumberToObject(o, "layer", l->layer) != NULL &&
@@ -838,23 +855,16 @@ static cJSON *layer_json(const diff_result *r, const diff_layer *l)
          json_side_num(o, "delta", l->delta, both) && json_side_num(o, "ratio", l->ratio, both) &&
          json_side_num(o, "worsening", l->worsening, both) &&
          json_str(o, "change", both ? change_name(l->change) : NULL);
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
+    return json_row_done(o, ok);
 }
 
 /* The JSON object of an end-task row; NULL when out of memory. */
 static cJSON *eval_json(const diff_result *r, const diff_eval *e)
 {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = diff_json_row(r, "eval");
     const int has_a = e->presence != DIFF_ONLY_B, has_b = e->presence != DIFF_ONLY_A;
     const int iv = e->interval != DIFF_INTERVAL_NONE;
-    int ok = o != NULL && json_str(o, "type", "eval") &&
-             cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
-             cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL &&
-             json_str(o, "eval", e->eval) && json_str(o, "effort", e->effort) &&
+    int ok = o != NULL && json_str(o, "eval", e->eval) && json_str(o, "effort", e->effort) &&
              json_str(o, "mode_a", r->modes ? r->mode_a : e->mode_a) &&
              json_str(o, "mode_b", r->modes ? r->mode_b : e->mode_b) &&
              json_str(o, "presence", presence_name(e->presence)) &&
@@ -868,11 +878,7 @@ static cJSON *eval_json(const diff_result *r, const diff_eval *e)
              json_side_num(o, "ci_low", e->ci_low, iv) &&
              json_side_num(o, "ci_high", e->ci_high, iv) &&
              json_str(o, "interval", interval_name(e->interval));
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
+    return json_row_done(o, ok);
 }
 
 /* The JSON object of a stored pair; NULL when out of memory. */
@@ -892,11 +898,7 @@ static cJSON *pair_json(const diff_result *r, const eval_pair_stored *p)
              cJSON_AddNumberToObject(o, "losses", (double)p->losses) != NULL &&
              cJSON_AddNumberToObject(o, "ties", (double)p->ties) != NULL &&
              report_json_number(o, "sign_p", p->sign_p) && report_json_number(o, "mde", p->mde);
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
+    return json_row_done(o, ok);
 }
 
 /* Appends o (may be NULL: out of memory) to arr; 0 on failure, o then freed. */

@@ -206,6 +206,11 @@ void diff_attribution_free(diff_result *r);
  * nothing when r has no rows. */
 void diff_attribution_print(const diff_result *r, FILE *out);
 
+/* A new JSON object for one row of diff_print_json's array: "type": type,
+ * then "run_a" and "run_b" (r's run ids); the caller adds the row's fields
+ * and owns it. NULL when out of memory. */
+struct cJSON *diff_json_row(const diff_result *r, const char *type);
+
 /* Appends one JSON object per attribution row to arr ("type":
  * "attribution", with run_a, run_b, capture, layer, variant_a, variant_b,
  * tensor, a, b, delta, ratio); 0 when out of memory. */

@@ -130,11 +130,8 @@ int diff_attribution_json(const diff_result *r, struct cJSON *arr)
 {
     for (size_t i = 0; i < r->n_attribution; i++) {
         const diff_attribution *x = &r->attribution[i];
-        cJSON *o = cJSON_CreateObject();
-        int ok = o != NULL && cJSON_AddStringToObject(o, "type", "attribution") != NULL &&
-                 cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
-                 cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL &&
-                 cJSON_AddStringToObject(o, "capture", x->capture) != NULL &&
+        cJSON *o = diff_json_row(r, "attribution");
+        int ok = o != NULL && cJSON_AddStringToObject(o, "capture", x->capture) != NULL &&
                  cJSON_AddNumberToObject(o, "layer", x->layer) != NULL &&
                  cJSON_AddStringToObject(o, "variant_a", x->variant_a) != NULL &&
                  cJSON_AddStringToObject(o, "variant_b", x->variant_b) != NULL &&

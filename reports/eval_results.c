@@ -22,71 +22,76 @@ static cJSON *append_object(cJSON *a)
     return o;
 }
 
-/* The scores array of the stored rows; NULL when out of memory or a row's
- * pass_at_json is not JSON (err says which). */
-static cJSON *scores_json(const eval_score_stored *r, size_t n, pg_err *err)
+/* Fills the JSON object o from row i of rows; PG_OK, or a failure in err. */
+typedef pg_status (*row_json_fill)(cJSON *o, const void *rows, size_t i, pg_err *err);
+
+/* An array of n objects, the i-th filled by fill from row i of rows; NULL
+ * when out of memory or fill fails (err says which). */
+static cJSON *rows_json(const void *rows, size_t n, row_json_fill fill, pg_err *err)
 {
     cJSON *a = cJSON_CreateArray();
+    if (a == NULL) pg_fail(err, PG_ERR_NOMEM, "eval results: out of memory");
     for (size_t i = 0; a != NULL && i < n; i++) {
         cJSON *o = append_object(a);
-        if (o == NULL) {
+        const pg_status st = o == NULL ? pg_fail(err, PG_ERR_NOMEM, "eval results: out of memory")
+                                       : fill(o, rows, i, err);
+        if (st != PG_OK) {
             cJSON_Delete(a);
             a = NULL;
-            break;
         }
-        cJSON_AddStringToObject(o, "mode", r[i].mode);
-        cJSON_AddStringToObject(o, "effort", r[i].effort);
-        cJSON_AddNumberToObject(o, "n_problems", (double)r[i].n_problems);
-        cJSON_AddNumberToObject(o, "k", (double)r[i].k);
-        report_json_number(o, "accuracy", r[i].accuracy);
-        report_json_number(o, "stderr", r[i].stderr_);
-        report_json_number(o, "ci_low", r[i].ci_low);
-        report_json_number(o, "ci_high", r[i].ci_high);
-        cJSON_AddStringToObject(o, "ci_method", r[i].ci_method ? r[i].ci_method : "");
-        cJSON *pass = cJSON_Parse(r[i].pass_at_json ? r[i].pass_at_json : "");
-        if (pass == NULL) {
-            pg_fail(err, PG_ERR_FORMAT, "eval results: the stored pass_at_json of %s/%s is not "
-                                        "JSON", r[i].mode, r[i].effort);
-            cJSON_Delete(a);
-            return NULL;
-        }
-        cJSON_AddItemToObject(o, "pass_at", pass);
-        cJSON_AddNumberToObject(o, "n_errors", (double)r[i].n_errors);
-        cJSON_AddNumberToObject(o, "n_truncated", (double)r[i].n_truncated);
-        cJSON_AddNumberToObject(o, "n_empty", (double)r[i].n_empty);
-        cJSON_AddNumberToObject(o, "n_missing", (double)r[i].n_missing);
     }
-    if (a == NULL) pg_fail(err, PG_ERR_NOMEM, "eval results: out of memory");
     return a;
 }
 
-/* The pairs array of the stored rows; NULL when out of memory. */
-static cJSON *pairs_json(const eval_pair_stored *r, size_t n, pg_err *err)
+/* A stored estimate's standard error and 95% interval into o. */
+static void put_interval(cJSON *o, double stderr_, double ci_low, double ci_high)
 {
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; a != NULL && i < n; i++) {
-        cJSON *o = append_object(a);
-        if (o == NULL) {
-            cJSON_Delete(a);
-            a = NULL;
-            break;
-        }
-        cJSON_AddStringToObject(o, "effort", r[i].effort);
-        cJSON_AddStringToObject(o, "mode_a", r[i].mode_a);
-        cJSON_AddStringToObject(o, "mode_b", r[i].mode_b);
-        cJSON_AddNumberToObject(o, "n_problems", (double)r[i].n_problems);
-        report_json_number(o, "mean_diff", r[i].mean_diff);
-        report_json_number(o, "stderr", r[i].stderr_);
-        report_json_number(o, "ci_low", r[i].ci_low);
-        report_json_number(o, "ci_high", r[i].ci_high);
-        cJSON_AddNumberToObject(o, "wins", (double)r[i].wins);
-        cJSON_AddNumberToObject(o, "losses", (double)r[i].losses);
-        cJSON_AddNumberToObject(o, "ties", (double)r[i].ties);
-        report_json_number(o, "sign_p", r[i].sign_p);
-        report_json_number(o, "mde", r[i].mde);
-    }
-    if (a == NULL) pg_fail(err, PG_ERR_NOMEM, "eval results: out of memory");
-    return a;
+    report_json_number(o, "stderr", stderr_);
+    report_json_number(o, "ci_low", ci_low);
+    report_json_number(o, "ci_high", ci_high);
+}
+
+/* row_json_fill over eval_score_stored rows: PG_ERR_FORMAT when the row's
+ * pass_at_json is not JSON. */
+static pg_status score_json(cJSON *o, const void *rows, size_t i, pg_err *err)
+{
+    const eval_score_stored *r = (const eval_score_stored *)rows + i;
+    cJSON_AddStringToObject(o, "mode", r->mode);
+    cJSON_AddStringToObject(o, "effort", r->effort);
+    cJSON_AddNumberToObject(o, "n_problems", (double)r->n_problems);
+    cJSON_AddNumberToObject(o, "k", (double)r->k);
+    report_json_number(o, "accuracy", r->accuracy);
+    put_interval(o, r->stderr_, r->ci_low, r->ci_high);
+    cJSON_AddStringToObject(o, "ci_method", r->ci_method ? r->ci_method : "");
+    cJSON *pass = cJSON_Parse(r->pass_at_json ? r->pass_at_json : "");
+    if (pass == NULL)
+        return pg_fail(err, PG_ERR_FORMAT, "eval results: the stored pass_at_json of %s/%s is "
+                                           "not JSON", r->mode, r->effort);
+    cJSON_AddItemToObject(o, "pass_at", pass);
+    cJSON_AddNumberToObject(o, "n_errors", (double)r->n_errors);
+    cJSON_AddNumberToObject(o, "n_truncated", (double)r->n_truncated);
+    cJSON_AddNumberToObject(o, "n_empty", (double)r->n_empty);
+    cJSON_AddNumberToObject(o, "n_missing", (double)r->n_missing);
+    return PG_OK;
+}
+
+/* row_json_fill over eval_pair_stored rows; never fails. */
+static pg_status pair_json(cJSON *o, const void *rows, size_t i, pg_err *err)
+{
+    (void)err;
+    const eval_pair_stored *r = (const eval_pair_stored *)rows + i;
+    cJSON_AddStringToObject(o, "effort", r->effort);
+    cJSON_AddStringToObject(o, "mode_a", r->mode_a);
+    cJSON_AddStringToObject(o, "mode_b", r->mode_b);
+    cJSON_AddNumberToObject(o, "n_problems", (double)r->n_problems);
+    report_json_number(o, "mean_diff", r->mean_diff);
+    put_interval(o, r->stderr_, r->ci_low, r->ci_high);
+    cJSON_AddNumberToObject(o, "wins", (double)r->wins);
+    cJSON_AddNumberToObject(o, "losses", (double)r->losses);
+    cJSON_AddNumberToObject(o, "ties", (double)r->ties);
+    report_json_number(o, "sign_p", r->sign_p);
+    report_json_number(o, "mde", r->mde);
+    return PG_OK;
 }
 
 /* atomic_file_writer: the printed document plus a newline. */
@@ -121,10 +126,10 @@ pg_status eval_results_write_json(pg_store *s, int64_t run_id, const char *eval,
         else if (cfg != NULL) cJSON_AddItemToObject(doc, "config", cfg);
         else cJSON_AddNullToObject(doc, "config");
     }
-    cJSON *a = st == PG_OK ? scores_json(sc, n_sc, err) : NULL;
+    cJSON *a = st == PG_OK ? rows_json(sc, n_sc, score_json, err) : NULL;
     if (st == PG_OK && a == NULL) st = err != NULL ? err->code : PG_ERR_NOMEM;
     if (a != NULL) cJSON_AddItemToObject(doc, "scores", a);
-    a = st == PG_OK ? pairs_json(pr, n_pr, err) : NULL;
+    a = st == PG_OK ? rows_json(pr, n_pr, pair_json, err) : NULL;
     if (st == PG_OK && a == NULL) st = err != NULL ? err->code : PG_ERR_NOMEM;
     if (a != NULL) cJSON_AddItemToObject(doc, "pairs", a);
     char *text = st == PG_OK ? cJSON_Print(doc) : NULL;

@@ -1,10 +1,7 @@
 /* report_data.c: a run's numbers from the store into structs (see report_data.h). */
 #include "report_data.h"
 
-#include "db/diagnosis_store.h"
-#include "harness/diag_verdict.h"
 #include "base/variant.h"
-#include "kernels/attn_hypothesis.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,27 +56,29 @@ static int str_cmp_null(const char *x, const char *y)
     return strcmp(x, y);
 }
 
+/* Orders (eval, effort) keys: by eval, then effort rank, then effort name. */
+static int eval_effort_cmp(const char *eval_x, const char *effort_x, const char *eval_y,
+                           const char *effort_y)
+{
+    int c = str_cmp_null(eval_x, eval_y);
+    if (c != 0) return c;
+    c = effort_rank(effort_x) - effort_rank(effort_y);
+    return c != 0 ? c : str_cmp_null(effort_x, effort_y);
+}
+
 /* Orders eval_scores rows by eval, effort, mode. */
 static int score_cmp(const void *a, const void *b)
 {
     const eval_score_stored *x = a, *y = b;
-    int c = str_cmp_null(x->eval, y->eval);
-    if (c != 0) return c;
-    c = effort_rank(x->effort) - effort_rank(y->effort);
-    if (c != 0) return c;
-    c = str_cmp_null(x->effort, y->effort);
+    const int c = eval_effort_cmp(x->eval, x->effort, y->eval, y->effort);
     return c != 0 ? c : mode_cmp(x->mode, y->mode);
 }
 
-/* Orders eval_pairs rows by eval, effort, mode_a. */
+/* Orders eval_pairs rows by eval, effort, mode_a, mode_b. */
 static int pair_cmp(const void *a, const void *b)
 {
     const eval_pair_stored *x = a, *y = b;
-    int c = str_cmp_null(x->eval, y->eval);
-    if (c != 0) return c;
-    c = effort_rank(x->effort) - effort_rank(y->effort);
-    if (c != 0) return c;
-    c = str_cmp_null(x->effort, y->effort);
+    int c = eval_effort_cmp(x->eval, x->effort, y->eval, y->effort);
     if (c != 0) return c;
     c = mode_cmp(x->mode_a, y->mode_a);
     return c != 0 ? c : mode_cmp(x->mode_b, y->mode_b);
@@ -435,43 +434,18 @@ static pg_status load_attribution(pg_store *store, int64_t run_id, report_data *
 
 /* ---- public --------------------------------------------------------------- */
 
-const char *report_diag_hypothesis(size_t h)
+int report_cell_nonfinite(const report_cell *c)
 {
-    return attn_hypothesis_name(attn_hypothesis_at(h));
+    return !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0;
 }
 
-/* The run's diagnosis spans and, per span and hypothesis, the largest
- * distance over its layers. */
-static pg_status load_diagnosis(pg_store *store, int64_t run_id, report_data *d, pg_err *err)
+int report_cell_outputs(const report_cell *c, char *buf, size_t len)
 {
-    diagnosis_row *rows = NULL;
-    size_t n = 0;
-    pg_status s = diagnosis_store_load(store, run_id, &rows, &n, err);
-    if (s == PG_OK) s = diag_spans(rows, n, &d->diag, &d->n_diag, err);
-    d->n_diag_hyp = attn_hypothesis_count();
-    if (s == PG_OK && d->n_diag > 0 &&
-        (d->diag_dist = malloc(d->n_diag * d->n_diag_hyp * sizeof *d->diag_dist)) == NULL)
-        s = pg_fail(err, PG_ERR_NOMEM, "report: out of memory");
-    for (size_t i = 0; s == PG_OK && i < d->n_diag * d->n_diag_hyp; i++) d->diag_dist[i] = NAN;
-    for (size_t i = 0; s == PG_OK && i < n; i++) {
-        const diagnosis_row *r = &rows[i];
-        for (size_t k = 0; k < d->n_diag; k++) {
-            const diag_span *sp = &d->diag[k];
-            if (r->layer < sp->first_layer || r->layer > sp->last_layer ||
-                strcmp(r->capture, sp->capture) != 0 || strcmp(r->ext_name, sp->ext_name) != 0)
-                continue;
-            for (size_t h = 0; h < d->n_diag_hyp; h++) {
-                double *cell = &d->diag_dist[k * d->n_diag_hyp + h];
-                if (strcmp(r->hypothesis, report_diag_hypothesis(h)) == 0 &&
-                    !isnan(r->rel_l2) && !(*cell >= r->rel_l2))
-                    *cell = r->rel_l2;
-            }
-        }
-    }
-    for (size_t k = 0; s == PG_OK && k < d->n_diag; k++)
-        d->n_diag_bugs += d->diag[k].verdict == DIAG_BUG;
-    diagnosis_rows_free(rows, n);
-    return s;
+    buf[0] = '\0';
+    if (c->nan_count + c->inf_count <= 0) return 0;
+    snprintf(buf, len, "(%lld NaN, %lld inf outputs)", (long long)c->nan_count,
+             (long long)c->inf_count);
+    return 1;
 }
 
 pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, int trend_n,
@@ -492,7 +466,6 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
     if (s == PG_OK) s = load_quant(db, run_id, out, &local);
     if (s == PG_OK) s = load_evals(db, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, run_id, out, &local);
-    if (s == PG_OK) s = load_diagnosis(db, run_id, out, &local);
     if (s == PG_OK) s = load_trend(db, trend_n, out, &local);
     if (s == PG_OK) s = load_attribution(db, run_id, out, &local);
     if (s != PG_OK) pg_fail(err, local.code, "%s", local.msg);
@@ -521,8 +494,16 @@ void report_data_free(report_data *d)
     eval_store_scores_free(d->scores, d->n_scores);
     eval_store_pairs_free(d->pairs, d->n_pairs);
     flag_rows_free(d->flags, d->n_flags);
-    diag_spans_free(d->diag, d->n_diag);
-    free(d->diag_dist);
+    report_diagnosis *g = &d->diag;
+    for (size_t i = 0; i < g->n_hyp && g->hypotheses != NULL; i++) free(g->hypotheses[i]);
+    free(g->hypotheses);
+    for (size_t i = 0; i < g->n_rows; i++) {
+        report_diag_row *r = &g->rows[i];
+        char *rs[] = {r->capture, r->ext_name, r->layers, r->message};
+        for (size_t j = 0; j < sizeof rs / sizeof rs[0]; j++) free(rs[j]);
+    }
+    free(g->rows);
+    free(g->dist);
     report_trend *t = &d->trend;
     trend_run_rows_free(t->runs, t->n_runs);
     for (size_t i = 0; i < t->n_series; i++) free(t->series[i]);
@@ -553,7 +534,7 @@ double report_variant_mean(const report_data *d, size_t v)
     for (size_t l = 0; l < d->n_layers; l++) {
         const report_cell *c = &d->cells[l * d->n_variants + v];
         if (!c->present) continue;
-        if (!isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0) return INFINITY;
+        if (report_cell_nonfinite(c)) return INFINITY;
         sum += c->rel_l2;
         n++;
     }
@@ -580,7 +561,7 @@ int report_worst_fp8_variant(const report_data *d)
 /* The sort key of a cell: +inf when it or its output is non-finite. */
 static double cell_badness(const report_cell *c)
 {
-    return !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0 ? INFINITY : c->rel_l2;
+    return report_cell_nonfinite(c) ? INFINITY : c->rel_l2;
 }
 
 size_t report_worst_layers(const report_data *d, size_t v, size_t *out, size_t max)
@@ -631,4 +612,25 @@ void report_flag_where(FILE *out, const flag_row *f,
         first = 0;
     }
     if (first) fputc('-', out);
+}
+
+int report_quant_present(const report_data *d, size_t l)
+{
+    const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
+    for (int t = 0; t < REPORT_N_TENSORS; t++)
+        if (q[t].present) return 1;
+    return 0;
+}
+
+void report_quant_source(FILE *out, const report_data *d, size_t l,
+                         void (*put_escaped)(FILE *out, const char *s))
+{
+    static const char *const tn[REPORT_N_TENSORS] = {"q", "k", "v"};
+    const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
+    int same = 1;
+    for (int t = 1; t < REPORT_N_TENSORS; t++) same &= strcmp(q[0].source, q[t].source) == 0;
+    for (int t = 0; t < (same ? 1 : REPORT_N_TENSORS); t++) {
+        if (!same) fprintf(out, "%s%s:", t > 0 ? " " : "", tn[t]);
+        put_escaped(out, q[t].source);
+    }
 }

@@ -6,11 +6,15 @@
  * the regression gate's flags, and the trend over earlier runs like it.
  *
  * Loading only reads, through the store's readers (db/report_store.h,
- * db/eval_store.h, db/attribution_store.h, db/diagnosis_store.h); the rows
- * that are shown as stored keep the store's row types. The gate's `flags`
- * table (schema migration 6) is read only when the database has it;
- * otherwise the run is "not gated". Missing numbers are NaN; a NULL text
- * column is a NULL pointer.
+ * db/eval_store.h, db/attribution_store.h); the rows that are shown as
+ * stored keep the store's row types. The gate's `flags` table (schema
+ * migration 6) is read only when the database has it; otherwise the run is
+ * "not gated". Missing numbers are NaN; a NULL text column is a NULL pointer.
+ *
+ * Two sections need judgement that lives above reports/ (in harness/): the
+ * KV cache advice and the scale-plumbing diagnosis. report_data_load leaves
+ * them empty; the caller (harness/cmd_report.c) fills them as plain display
+ * rows, which report_data then owns and report_data_free frees.
  */
 #ifndef PG_REPORT_DATA_H
 #define PG_REPORT_DATA_H
@@ -41,6 +45,16 @@ typedef struct report_cell {
     double rel_l2, max_abs, cos_sim, sqnr_db;   /* NULL read as NaN */
     int64_t nan_count, inf_count;               /* non-finite outputs of the mode */
 } report_cell;
+
+/* Whether c's value is not finite or the mode's output had NaN/Inf: the
+ * cell that sorts worst and is marked in every writer. */
+int report_cell_nonfinite(const report_cell *c);
+
+/* Room for report_cell_outputs' text (two 64-bit counts and the words). */
+#define REPORT_CELL_OUTPUTS_MAX 96
+
+/* "(N NaN, M inf outputs)" of c into buf; 0 (buf "") when its output had none. */
+int report_cell_outputs(const report_cell *c, char *buf, size_t len);
 
 /* One quant_stats row. */
 typedef struct report_quant {
@@ -110,6 +124,36 @@ typedef struct report_advice {
 /* What the advice's memory saving counts and leaves out, for both writers. */
 extern const char report_advice_counts[];
 
+/* One span of layers of an external output in the scale-plumbing diagnosis,
+ * ready to show: the judging (harness/diag_verdict.h) is done by whoever
+ * fills it. The char * fields are malloc'd and owned by the report_data
+ * that holds the row (report_data_free frees them). */
+typedef struct report_diag_row {
+    char *capture;
+    char *ext_name;          /* the external output's name, without "ext:" */
+    char *layers;            /* "layer 3" or "layers 0-35" */
+    char *message;           /* the verdict's line ("ext:vllm, layers 0-35: matches ...") */
+    const char *verdict;     /* the verdict's name ("bug", ...): static storage, not freed */
+    int is_bug;              /* the verdict names a scale bug */
+    int is_intended;         /* the verdict names an intended scaling */
+} report_diag_row;
+
+/* The diagnosis section of a report: spans of external outputs' layers
+ * against the scale-plumbing hypotheses. Everything is malloc'd and owned by
+ * the report_data that holds it. report_data_load leaves it zero; the caller
+ * (cmd_report) fills it; n_rows == 0 means no section. */
+typedef struct report_diagnosis {
+    double match_rel_l2;     /* the largest distance at which a hypothesis matches */
+    double margin;           /* how many times nearer a named hypothesis must be */
+    size_t n_hyp;            /* the hypothesis columns */
+    char **hypotheses;       /* [h]: column h's hypothesis name */
+    size_t n_rows;
+    report_diag_row *rows;   /* by capture, output, first layer */
+    size_t n_bugs;           /* rows with is_bug set */
+    double *dist;            /* [r * n_hyp + h]: hypothesis h's largest distance over row
+                                r's layers; NaN: it did not run there */
+} report_diagnosis;
+
 /* Everything a report shows. Zero-initialise, load, free. */
 typedef struct report_data {
     char *db_name;                 /* the database path, for the footer */
@@ -142,14 +186,8 @@ typedef struct report_data {
     char *advice_config;           /* the gate config the bounds came from; NULL: none */
     size_t n_advice;
     report_advice *advice;
-    /* The scale-plumbing diagnosis of external outputs (ext_diagnosis, read
-     * when the table exists; harness/diag_verdict.h), in spans of layers. */
-    size_t n_diag;
-    struct diag_span *diag;
-    size_t n_diag_bugs;            /* spans whose verdict is bug */
-    size_t n_diag_hyp;             /* the hypothesis table's size: the columns */
-    double *diag_dist;             /* [s * n_diag_hyp + h]: hypothesis h's largest distance
-                                      over span s's layers; NaN: it did not run there */
+    /* The scale-plumbing diagnosis (filled by the caller, not report_data_load). */
+    report_diagnosis diag;
 } report_data;
 
 /* Loads run_id from s into *out (zero-initialised by the call; free with
@@ -166,8 +204,13 @@ pg_status report_data_load(pg_store *s, const char *db_name, int64_t run_id, int
 /* Frees everything d owns and zeroes it; safe on a zeroed or partly loaded d. */
 void report_data_free(report_data *d);
 
-/* The name of diagnosis column h (< d->n_diag_hyp): a hypothesis. */
-const char *report_diag_hypothesis(size_t h);
+/* Whether layer l (< d->n_layers) has a quant_stats row for any tensor. */
+int report_quant_present(const report_data *d, size_t l);
+
+/* Writes layer l's scale source to out: the one source when q, k and v
+ * share it, else "q:SRC k:SRC v:SRC"; each source through put_escaped. */
+void report_quant_source(FILE *out, const report_data *d, size_t l,
+                         void (*put_escaped)(FILE *out, const char *s));
 
 /* Whether a flag's verdict fails the gate ("regression" or "error"). */
 int report_flag_fails(const flag_row *f);

@@ -1,7 +1,6 @@
 /* report_html.c: a run's report as one self-contained HTML page (see report_html.h). */
 #include "report_html.h"
 
-#include "harness/diag_verdict.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,6 +48,16 @@ static void esc(FILE *out, const char *s, const char *dflt)
     else svg_put_escaped(out, s);
 }
 
+/* Writes a <th> per name of names[0 .. n), escaped ("-" for NULL). */
+static void th_names(FILE *out, char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        fputs("<th>", out);
+        esc(out, names[i], "-");
+        fputs("</th>", out);
+    }
+}
+
 /* Writes a <td> holding v as "%.3g" (marked when not finite). */
 static void td_num(FILE *out, double v)
 {
@@ -74,11 +83,10 @@ static void td_cell(FILE *out, const report_cell *c)
         fputs("<td>-</td>", out);
         return;
     }
-    const int bad = !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0;
-    fprintf(out, "<td%s>%s", bad ? " class=\"nonfinite\"" : "", svg_fmt_num(b, sizeof b, c->rel_l2));
-    if (c->nan_count + c->inf_count > 0)
-        fprintf(out, " <small>(%lld NaN, %lld inf outputs)</small>", (long long)c->nan_count,
-                (long long)c->inf_count);
+    char outputs[REPORT_CELL_OUTPUTS_MAX];
+    fprintf(out, "<td%s>%s", report_cell_nonfinite(c) ? " class=\"nonfinite\"" : "",
+            svg_fmt_num(b, sizeof b, c->rel_l2));
+    if (report_cell_outputs(c, outputs, sizeof outputs)) fprintf(out, " <small>%s</small>", outputs);
     fputs("</td>", out);
 }
 
@@ -216,18 +224,17 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
 /* The scale bugs the diagnosis names, first in the report (nothing without one). */
 static void put_diagnosis_lead(FILE *out, const report_data *d)
 {
-    if (d->n_diag_bugs == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_bugs == 0) return;
     fprintf(out, "<section id=\"scale-bug\">\n<p class=\"banner bad\">scale bug: %zu span%s "
-            "of layers match%s a known scale misapplication</p>\n<ul>\n", d->n_diag_bugs,
-            d->n_diag_bugs == 1 ? "" : "s", d->n_diag_bugs == 1 ? "es" : "");
-    for (size_t i = 0; i < d->n_diag; i++) {
-        if (d->diag[i].verdict != DIAG_BUG) continue;
-        char line[1024];
-        diag_span_message(&d->diag[i], line, sizeof line);
+            "of layers match%s a known scale misapplication</p>\n<ul>\n", g->n_bugs,
+            g->n_bugs == 1 ? "" : "s", g->n_bugs == 1 ? "es" : "");
+    for (size_t i = 0; i < g->n_rows; i++) {
+        if (!g->rows[i].is_bug) continue;
         fputs("<li>", out);
-        esc(out, d->diag[i].capture, "-");
+        esc(out, g->rows[i].capture, "-");
         fputs(": ", out);
-        esc(out, line, "-");
+        esc(out, g->rows[i].message, "-");
         fputs("</li>\n", out);
     }
     fputs("</ul>\n<p class=\"note\">The distances of every hypothesis are in the "
@@ -238,36 +245,28 @@ static void put_diagnosis_lead(FILE *out, const report_data *d)
  * every hypothesis's largest distance and the verdict's line. */
 static void put_diagnosis(FILE *out, const report_data *d)
 {
-    if (d->n_diag == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_rows == 0) return;
     fprintf(out, "<section id=\"diagnosis\">\n<h2>Scale-plumbing diagnosis</h2>\n<p "
             "class=\"note\">rel_l2 of each external output against each hypothesis (largest "
             "over the layers); a hypothesis matches at rel_l2 &lt;= %g and is named when %gx "
             "nearer than every one of the other side (intended against bugs).</p>\n<table>\n"
             "<tr><th class=\"t\">capture</th><th class=\"t\">output</th><th class=\"t\">"
-            "layers</th><th class=\"t\">verdict</th>", DIAG_MATCH_REL_L2, DIAG_MARGIN);
-    for (size_t h = 0; h < d->n_diag_hyp; h++) {
-        fputs("<th>", out);
-        esc(out, report_diag_hypothesis(h), "-");
-        fputs("</th>", out);
-    }
+            "layers</th><th class=\"t\">verdict</th>", g->match_rel_l2, g->margin);
+    th_names(out, g->hypotheses, g->n_hyp);
     fputs("<th class=\"t\">what it says</th></tr>\n", out);
-    for (size_t i = 0; i < d->n_diag; i++) {
-        const diag_span *sp = &d->diag[i];
-        char layers[48], line[1024];
-        diag_layers_text(sp->first_layer, sp->last_layer, layers, sizeof layers);
-        diag_span_message(sp, line, sizeof line);
+    for (size_t i = 0; i < g->n_rows; i++) {
+        const report_diag_row *r = &g->rows[i];
         fputs("<tr>", out);
-        td_text(out, sp->capture);
+        td_text(out, r->capture);
         fputs("<td class=\"t\">ext:", out);
-        esc(out, sp->ext_name, "-");
+        esc(out, r->ext_name, "-");
         fputs("</td>", out);
-        td_text(out, layers);
+        td_text(out, r->layers);
         fprintf(out, "<td class=\"t\"><span class=\"verdict %s\">%s</span></td>",
-                sp->verdict == DIAG_BUG ? "regression"
-                                        : sp->verdict == DIAG_INTENDED ? "pass" : "inconclusive",
-                diag_verdict_name(sp->verdict));
-        for (size_t h = 0; h < d->n_diag_hyp; h++) td_num(out, d->diag_dist[i * d->n_diag_hyp + h]);
-        td_text(out, line);
+                r->is_bug ? "regression" : r->is_intended ? "pass" : "inconclusive", r->verdict);
+        for (size_t h = 0; h < g->n_hyp; h++) td_num(out, g->dist[i * g->n_hyp + h]);
+        td_text(out, r->message);
         fputs("</tr>\n", out);
     }
     fputs("</table>\n</section>\n", out);
@@ -351,11 +350,7 @@ static pg_status put_layers(FILE *out, const report_data *d, pg_err *err)
     fputs("<table>\n<tr>", out);
     if (caps) fputs("<th class=\"t\">capture</th>", out);
     fputs("<th>layer</th>", out);
-    for (size_t v = 0; v < d->n_variants; v++) {
-        fputs("<th>", out);
-        svg_put_escaped(out, d->variants[v]);
-        fputs("</th>", out);
-    }
+    th_names(out, d->variants, d->n_variants);
     fputs("</tr>\n", out);
     for (size_t l = 0; l < d->n_layers; l++) {
         fputs("<tr>", out);
@@ -477,8 +472,8 @@ static void put_quant(FILE *out, const report_data *d)
     for (int t = 0; t < REPORT_N_TENSORS; t++) fputs("<th>scale</th><th>saturated</th><th>underflow</th>", out);
     fputs("</tr>\n", out);
     for (size_t l = 0; l < d->n_layers; l++) {
+        if (!report_quant_present(d, l)) continue;
         const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
-        if (!q[0].present && !q[1].present && !q[2].present) continue;
         fprintf(out, "<tr><td>%d</td>", d->layers[l].layer);
         for (int t = 0; t < REPORT_N_TENSORS; t++) {
             if (!q[t].present) {
@@ -490,12 +485,7 @@ static void put_quant(FILE *out, const report_data *d)
             td_num(out, q[t].underflow_frac);
         }
         fputs("<td class=\"t\">", out);
-        const int same = strcmp(q[0].source, q[1].source) == 0 && strcmp(q[1].source, q[2].source) == 0;
-        for (int t = 0; t < REPORT_N_TENSORS; t++) {
-            if (same && t > 0) break;
-            if (!same) fprintf(out, "%s%s:", t > 0 ? " " : "", tn[t]);
-            svg_put_escaped(out, q[t].source);
-        }
+        report_quant_source(out, d, l, svg_put_escaped);
         fputs("</td></tr>\n", out);
     }
     fputs("</table>\n</section>\n", out);
@@ -812,11 +802,7 @@ static pg_status put_trend(FILE *out, const report_data *d, pg_err *err)
     free(series);
 
     fputs("<table>\n<tr><th>run</th><th class=\"t\">started</th><th class=\"t\">git rev</th>", out);
-    for (size_t s = 0; s < t->n_series; s++) {
-        fputs("<th>", out);
-        svg_put_escaped(out, t->series[s]);
-        fputs("</th>", out);
-    }
+    th_names(out, t->series, t->n_series);
     fputs("</tr>\n", out);
     for (size_t r = 0; r < t->n_runs; r++) {
         fprintf(out, "<tr><td>%lld</td>", (long long)t->runs[r].id);

@@ -1,7 +1,6 @@
 /* report_md.c: a run's report as Markdown for a pull-request comment (see report_md.h). */
 #include "report_md.h"
 
-#include "harness/diag_verdict.h"
 #include "base/variant.h"
 
 #include <math.h>
@@ -44,12 +43,18 @@ static void cell_num(FILE *out, double v)
     fprintf(out, " %s |", svg_fmt_num(b, sizeof b, v));
 }
 
+/* Writes " s |" with s escaped, in bold ("**s**") when strong. */
+static void cell_text_strong(FILE *out, const char *s, int strong)
+{
+    fputs(strong ? " **" : " ", out);
+    report_md_put_escaped(out, s);
+    fputs(strong ? "** |" : " |", out);
+}
+
 /* Writes " s |" with s escaped. */
 static void cell_text(FILE *out, const char *s)
 {
-    fputc(' ', out);
-    report_md_put_escaped(out, s);
-    fputs(" |", out);
+    cell_text_strong(out, s, 0);
 }
 
 /* Writes a table's separator row, one column per character of align:
@@ -121,11 +126,8 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
     for (size_t i = 0; i < d->n_flags; i++) {
         const flag_row *f = &d->flags[i];
         if (failing_only && !report_flag_fails(f)) continue;
-        fputs("| ", out);
-        if (report_flag_fails(f)) fputs("**", out);
-        report_md_put_escaped(out, f->verdict);
-        if (report_flag_fails(f)) fputs("**", out);
-        fputs(" |", out);
+        fputc('|', out);
+        cell_text_strong(out, f->verdict, report_flag_fails(f));
         cell_text(out, f->scope);
         fputc(' ', out);
         report_flag_where(out, f, report_md_put_escaped);
@@ -144,17 +146,16 @@ static void put_flag_table(FILE *out, const report_data *d, int failing_only)
 /* The scale bugs the diagnosis names, first in the report (nothing without one). */
 static void put_diagnosis_lead(FILE *out, const report_data *d)
 {
-    if (d->n_diag_bugs == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_bugs == 0) return;
     fprintf(out, "> **SCALE BUG**: %zu span%s of layers match%s a known scale misapplication\n",
-            d->n_diag_bugs, d->n_diag_bugs == 1 ? "" : "s", d->n_diag_bugs == 1 ? "es" : "");
-    for (size_t i = 0; i < d->n_diag; i++) {
-        if (d->diag[i].verdict != DIAG_BUG) continue;
-        char line[1024];
-        diag_span_message(&d->diag[i], line, sizeof line);
+            g->n_bugs, g->n_bugs == 1 ? "" : "s", g->n_bugs == 1 ? "es" : "");
+    for (size_t i = 0; i < g->n_rows; i++) {
+        if (!g->rows[i].is_bug) continue;
         fputs(">\n> - ", out);
-        report_md_put_escaped(out, d->diag[i].capture);
+        report_md_put_escaped(out, g->rows[i].capture);
         fputs(": ", out);
-        report_md_put_escaped(out, line);
+        report_md_put_escaped(out, g->rows[i].message);
         fputs("\n", out);
     }
     fputs("\n", out);
@@ -164,30 +165,28 @@ static void put_diagnosis_lead(FILE *out, const report_data *d)
  * every hypothesis's largest distance and the verdict's line. */
 static void put_diagnosis(FILE *out, const report_data *d)
 {
-    if (d->n_diag == 0) return;
+    const report_diagnosis *g = &d->diag;
+    if (g->n_rows == 0) return;
     fprintf(out, "\n### Scale-plumbing diagnosis\n\nrel_l2 of each external output against "
             "each hypothesis (largest over the layers); a hypothesis matches at rel_l2 <= %g "
             "and is named when %gx nearer than every one of the other side.\n\n"
-            "| capture | output | layers | verdict |", DIAG_MATCH_REL_L2, DIAG_MARGIN);
-    for (size_t h = 0; h < d->n_diag_hyp; h++) cell_text(out, report_diag_hypothesis(h));
+            "| capture | output | layers | verdict |", g->match_rel_l2, g->margin);
+    for (size_t h = 0; h < g->n_hyp; h++) cell_text(out, g->hypotheses[h]);
     fputs(" what it says |\n", out);
     fputs("| --- | --- | --- | --- |", out);
-    for (size_t h = 0; h < d->n_diag_hyp; h++) fputs(" ---: |", out);
+    for (size_t h = 0; h < g->n_hyp; h++) fputs(" ---: |", out);
     fputs(" --- |\n", out);
-    for (size_t i = 0; i < d->n_diag; i++) {
-        const diag_span *sp = &d->diag[i];
-        char layers[48], line[1024], ext[VARIANT_NAME_MAX];
-        diag_layers_text(sp->first_layer, sp->last_layer, layers, sizeof layers);
-        diag_span_message(sp, line, sizeof line);
-        variant_name_ext(sp->ext_name, ext, sizeof ext);
+    for (size_t i = 0; i < g->n_rows; i++) {
+        const report_diag_row *r = &g->rows[i];
+        char ext[VARIANT_NAME_MAX];
+        variant_name_ext(r->ext_name, ext, sizeof ext);
         fputs("|", out);
-        cell_text(out, sp->capture);
+        cell_text(out, r->capture);
         cell_text(out, ext);
-        cell_text(out, layers);
-        fprintf(out, " %s%s%s |", sp->verdict == DIAG_BUG ? "**" : "",
-                diag_verdict_name(sp->verdict), sp->verdict == DIAG_BUG ? "**" : "");
-        for (size_t h = 0; h < d->n_diag_hyp; h++) cell_num(out, d->diag_dist[i * d->n_diag_hyp + h]);
-        cell_text(out, line);
+        cell_text(out, r->layers);
+        cell_text_strong(out, r->verdict, r->is_bug);
+        for (size_t h = 0; h < g->n_hyp; h++) cell_num(out, g->dist[i * g->n_hyp + h]);
+        cell_text(out, r->message);
         fputs("\n", out);
     }
 }
@@ -234,11 +233,10 @@ static void cell_layer(FILE *out, const report_cell *c)
         fputs(" - |", out);
         return;
     }
-    const int bad = !isfinite(c->rel_l2) || c->nan_count + c->inf_count > 0;
+    const int bad = report_cell_nonfinite(c);
+    char outputs[REPORT_CELL_OUTPUTS_MAX];
     fprintf(out, " %s%s%s", bad ? "**" : "", svg_fmt_num(b, sizeof b, c->rel_l2), bad ? "**" : "");
-    if (c->nan_count + c->inf_count > 0)
-        fprintf(out, " (%lld NaN, %lld inf outputs)", (long long)c->nan_count,
-                (long long)c->inf_count);
+    if (report_cell_outputs(c, outputs, sizeof outputs)) fprintf(out, " %s", outputs);
     fputs(" |", out);
 }
 
@@ -360,14 +358,13 @@ static void put_quant(FILE *out, const report_data *d)
         fputs("No quantization statistics in this run.\n", out);
         return;
     }
-    static const char *const tn[REPORT_N_TENSORS] = {"q", "k", "v"};
     fputs("| layer | q saturated | q underflow | k saturated | k underflow | v saturated | "
           "v underflow | scale source |\n",
           out);
     sep_row(out, "rrrrrrrl", 0);
     for (size_t l = 0; l < d->n_layers; l++) {
+        if (!report_quant_present(d, l)) continue;
         const report_quant *q = &d->quant[l * REPORT_N_TENSORS];
-        if (!q[0].present && !q[1].present && !q[2].present) continue;
         fprintf(out, "| %d |", d->layers[l].layer);
         for (int t = 0; t < REPORT_N_TENSORS; t++) {
             if (!q[t].present) {
@@ -378,12 +375,7 @@ static void put_quant(FILE *out, const report_data *d)
             cell_num(out, q[t].underflow_frac);
         }
         fputc(' ', out);
-        const int same = strcmp(q[0].source, q[1].source) == 0 && strcmp(q[1].source, q[2].source) == 0;
-        for (int t = 0; t < REPORT_N_TENSORS; t++) {
-            if (same && t > 0) break;
-            if (!same) fprintf(out, "%s%s:", t > 0 ? " " : "", tn[t]);
-            report_md_put_escaped(out, q[t].source);
-        }
+        report_quant_source(out, d, l, report_md_put_escaped);
         fputs(" |\n", out);
     }
 }
