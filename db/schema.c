@@ -450,6 +450,14 @@ const schema_migration schema_migrations[] = {
         "    CHECK ((rel_l2 IS NULL) = (not_run IS NOT NULL)),\n"
         "    UNIQUE (run_id, capture, layer, ext_name, hypothesis)\n"
         ");\n"),
+    /* Issue #18: several servers per mode (eval --endpoint MODE=URL given more
+     * than once). Each sample records the base URL of the server that
+     * answered it (its last attempt); NULL for a replayed sample and for
+     * samples stored before this step. */
+    SCHEMA_MIGRATION(14,
+        "-- The server (base URL) whose reply this sample is; NULL: replayed, or\n"
+        "-- stored before schema version 14.\n"
+        "ALTER TABLE eval_samples ADD COLUMN server TEXT;\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);
