@@ -20,14 +20,14 @@
 static const char SQL_SAMPLE_UPSERT[] =
     "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id, sample, status,"
     " attempts, latency_ms, finish_reason, prompt_tokens, completion_tokens, content,"
-    " extracted, correct, error)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    " extracted, correct, error, server)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
     " ON CONFLICT (run_id, eval, mode, effort, problem_id, sample) DO UPDATE SET"
     " status = excluded.status, attempts = excluded.attempts,"
     " latency_ms = excluded.latency_ms, finish_reason = excluded.finish_reason,"
     " prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,"
     " content = excluded.content, extracted = excluded.extracted,"
-    " correct = excluded.correct, error = excluded.error"
+    " correct = excluded.correct, error = excluded.error, server = excluded.server"
     " WHERE eval_samples.status = 'error'";
 
 static const char SQL_SAMPLE_STATUS[] =
@@ -211,6 +211,7 @@ pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_r
     if (graded) sql_bind_int64(&b, r->correct);
     else sql_bind_null(&b);
     sql_bind_text(&b, r->error);
+    sql_bind_text(&b, r->server);
     const int all_bound = b.next - 1 == sqlite3_bind_parameter_count(st);
     const int rc = b.rc == SQLITE_OK && all_bound ? sqlite3_step(st) : b.rc;
     if (rc == SQLITE_DONE) {

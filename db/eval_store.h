@@ -118,6 +118,7 @@ typedef struct eval_sample_row {
     int64_t extracted;
     int correct;                   /* 0 or 1 for OK/TRUNCATED; ignored (NULL) for ERROR */
     const char *error;
+    const char *server;            /* base URL of the server that answered; NULL: replay */
 } eval_sample_row;
 
 /* Stores one sample of run_id. A new key is inserted; a key already stored
