@@ -971,11 +971,13 @@ static int servers_out(const run *r, double now)
     return n;
 }
 
-/* Whether group g has a server in service that is not on probation. */
-static bool group_has_healthy(const run *r, int g, double now)
+/* Whether group g has a server other than k in service and not on
+ * probation. */
+static bool group_has_healthy(const run *r, int g, int k, double now)
 {
-    for (int k = 0; k < r->n_s; k++)
-        if (r->s[k].group == g && !srv_out(&r->s[k], now) && !r->s[k].probing) return true;
+    for (int j = 0; j < r->n_s; j++)
+        if (j != k && r->s[j].group == g && !srv_out(&r->s[j], now) && !r->s[j].probing)
+            return true;
     return false;
 }
 
@@ -986,7 +988,7 @@ static int srv_cap(const run *r, int k, double now)
 {
     const srv_state *v = &r->s[k];
     if (srv_out(v, now)) return 0;
-    if (v->probing && group_has_healthy(r, v->group, now)) return 1;
+    if (v->probing && group_has_healthy(r, v->group, k, now)) return 1;
     return v->ep->opt.max_in_flight;
 }
 
@@ -1049,10 +1051,14 @@ static void srv_success(run *r, int k)
 }
 
 /* An attempt on server k failed with a retryable failure (why): counts it,
- * and takes the server out for its back-off at OA_SERVER_FAIL_LIMIT in a
- * row, or at once while it is on probation. An attempt that started before
- * the server was taken out is counted without extending the back-off. A
- * mode with one server keeps no health. */
+ * and takes the server out at OA_SERVER_FAIL_LIMIT in a row, or at once
+ * while it is on probation. The back-off doubles per consecutive taking-out
+ * while another server of the mode is healthy (a dead server among live
+ * ones is tried ever more rarely); with none healthy it is the base alone:
+ * the mode's requests wait for these servers, and a doubling wait per
+ * round of attempts would stretch a dead mode's end from minutes to hours.
+ * An attempt that started before the server was taken out is counted
+ * without extending the back-off. A mode with one server keeps no health. */
 static void srv_failure(run *r, int k, const char *why, double now)
 {
     srv_state *v = &r->s[k];
@@ -1060,9 +1066,11 @@ static void srv_failure(run *r, int k, const char *why, double now)
     v->fails++;
     if (srv_out(v, now) || !(v->probing || v->fails >= OA_SERVER_FAIL_LIMIT)) return;
     const oa_options *o = &v->ep->opt;
-    double d = ldexp(o->server_backoff_base_s, v->outs);
+    const bool others = group_has_healthy(r, v->group, k, now);
+    double d = others ? ldexp(o->server_backoff_base_s, v->outs) : o->server_backoff_base_s;
     if (!(d < o->server_backoff_cap_s)) d = o->server_backoff_cap_s;
-    v->outs++;
+    v->outs += others;
+    if (v->outs == 0) v->outs = 1;  /* taken out: its next success is said */
     v->probing = true;
     v->out_until = now + d;
     char msg[OA_ERR_MAX];
