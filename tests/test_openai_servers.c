@@ -2,7 +2,8 @@
  * test_openai_servers.c: oa_run with several loopback servers for one mode
  * (issue #18): requests spread by least outstanding, a dead or failing
  * server taken out after OA_SERVER_FAIL_LIMIT consecutive failures while the
- * others carry the run, a server that recovers said to be back, and a mode
+ * others carry the run, a retry kept off the server it failed on, a server
+ * that recovers said to be back, and a mode
  * whose servers all fail ending every request OA_ERROR without hanging.
  */
 #include <criterion/criterion.h>
@@ -231,6 +232,45 @@ Test(openai_servers, a_server_that_recovers_is_back_after_its_back_off)
     cr_assert_gt(answered_by(&s, urls[1]), 0, "the recovered server took requests again");
     cr_assert_eq(s.last.servers_out, 0);
     for (int k = 0; k < N_SRV; k++) fs_stop(&srv[k]);
+}
+
+Test(openai_servers, a_retry_waits_for_another_server_rather_than_the_one_it_failed_on)
+{
+    /* Server 0 answers slowly, server 1 always 503. Request 1 fails on
+     * server 1; when its retry is due, server 0 is still busy and server 1
+     * free. It must wait for server 0: going back would spend its three
+     * attempts on server 1 and end it OA_ERROR. */
+    fake_server srv[2];
+    char urls[2][64];
+    for (int k = 0; k < 2; k++) {
+        fs_init(&srv[k]);
+        fs_route(&srv[k], CHAT, (fs_reply[]){{200, k_ok, NULL, NULL, 2 * LATENCY_MS, 0}}, 1);
+        cr_assert(fs_start(&srv[k]));
+        fs_url(&srv[k], urls[k], sizeof urls[k]);
+    }
+    fs_route(&srv[1], CHAT, (fs_reply[]){{503, k_503, NULL, NULL, 0, 0}}, 1);
+    seen s = {0};
+    const oa_options o = opts(1, LONG_OUT_S, NULL);
+    oa_endpoint *eps[2];
+    pg_err err = {0};
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(oa_endpoint_open("bf16", urls[k], NULL, NULL, &o, &eps[k], &err), PG_OK);
+    char *body = NULL;
+    cr_assert_eq(oa_build_chat_body("m", NULL, "2+2?", NULL, &body, &err), PG_OK);
+    oa_request reqs[2];
+    for (int i = 0; i < 2; i++)
+        reqs[i] = (oa_request){.mode = "bf16", .problem_id = "p", .sample = i, .body_json = body};
+    cr_assert_eq(oa_run(eps, 2, reqs, 2, on_done, &s, &err), PG_OK, "%s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(s.outcome[i], OA_OK, "%s", s.error[i]);
+        cr_assert_str_eq(s.server[i], urls[0]);
+    }
+    cr_assert_eq(fs_hits(&srv[1], CHAT), 1, "the retry did not go back to the failing server");
+    free(body);
+    for (int k = 0; k < 2; k++) {
+        oa_endpoint_close(eps[k]);
+        fs_stop(&srv[k]);
+    }
 }
 
 Test(openai_servers, every_server_of_a_mode_failing_ends_each_request_with_its_reason)
