@@ -710,3 +710,33 @@ void eval_store_groups_free(eval_group_stored *rows, size_t n)
 {
     sql_rows_free(&GROUP_ROW, rows, n);
 }
+
+static const char SQL_SERVER_COUNTS[] =
+    "SELECT mode, server, sum(status IN ('ok', 'truncated')), sum(status = 'error')"
+    " FROM eval_samples WHERE run_id = ?1 AND eval = ?2 AND server IS NOT NULL"
+    " GROUP BY mode, server ORDER BY mode, server";
+
+/* SQL_SERVER_COUNTS's columns. */
+static const sql_field SERVER_COUNT_FIELDS[] = {
+    SQL_FIELD(TEXT, eval_server_count, mode), SQL_FIELD(TEXT, eval_server_count, server),
+    SQL_FIELD(INT64, eval_server_count, answered), SQL_FIELD(INT64, eval_server_count, errors)};
+static const sql_row_type SERVER_COUNT_ROW =
+    SQL_ROW_TYPE(eval_server_count, SERVER_COUNT_FIELDS, NULL);
+
+pg_status eval_store_read_server_counts(pg_store *s, int64_t run_id, const char *eval,
+                                        eval_server_count **rows, size_t *n, pg_err *err)
+{
+    if (eval == NULL || rows == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "eval_store_read_server_counts: eval, rows or n is NULL");
+    void *v = NULL;
+    const pg_status ps = read_rows(s, "eval_store_read_server_counts", SQL_SERVER_COUNTS, run_id,
+                                   eval, &SERVER_COUNT_ROW, &v, n, err);
+    *rows = v;
+    return ps;
+}
+
+void eval_store_server_counts_free(eval_server_count *rows, size_t n)
+{
+    sql_rows_free(&SERVER_COUNT_ROW, rows, n);
+}

@@ -407,6 +407,27 @@ static void print_pair(FILE *out, const char *effort, const char *a, const char 
     fputc('\n', out);
 }
 
+/* When some mode of (run_id, eval) was served by several servers, prints
+ * how many samples each server answered (and how many ended an error
+ * there); nothing otherwise, so a run of one server per mode prints as
+ * before. */
+static pg_status print_servers(pg_store *s, int64_t run_id, const char *eval, FILE *out,
+                               pg_err *err)
+{
+    eval_server_count *sv = NULL;
+    size_t n = 0;
+    const pg_status st = eval_store_read_server_counts(s, run_id, eval, &sv, &n, err);
+    int several = 0;
+    for (size_t i = 1; st == PG_OK && i < n; i++)
+        several = several || strcmp(sv[i].mode, sv[i - 1].mode) == 0;
+    if (several) fprintf(out, "servers (samples answered, errors):\n");
+    for (size_t i = 0; several && i < n; i++)
+        fprintf(out, "%-10s %s  %lld answered, %lld errors\n", sv[i].mode, sv[i].server,
+                (long long)sv[i].answered, (long long)sv[i].errors);
+    eval_store_server_counts_free(sv, n);
+    return st;
+}
+
 pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *out, pg_err *err)
 {
     scored_group g[EVAL_MAX_GROUPS];
@@ -449,6 +470,7 @@ pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *ou
             print_pair(out, g[i].effort, g[j].mode, g[i].mode, &pr);
         }
     }
+    if (st == PG_OK) st = print_servers(s, run_id, eval, out, err);
     for (int i = 0; i < n; i++) {
         free(g[i].mode);
         free(g[i].effort);

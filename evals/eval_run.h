@@ -92,7 +92,8 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
 
 /* Scores every (mode, effort) stored for (run_id, eval) and every pair of
  * modes per effort (each mode against bf16 when present, A minus B), stores
- * them, and prints the summary to out. */
+ * them, and prints the summary to out (with the samples each server
+ * answered when a mode had several servers). */
 pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *out, pg_err *err);
 
 #endif /* PG_EVAL_RUN_H */

@@ -7,6 +7,7 @@
  * MODE=URL pair given twice is a usage error, and --resume of a multi-server
  * run may change the servers but not the modes.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -38,18 +39,10 @@ static const fs_reply k_right = {200, REPLY("so \\\\boxed{7}"), NULL, NULL, 20, 
 static const fs_reply k_503 = {503, "{\"error\":{\"message\":\"overloaded\"}}", NULL, NULL, 0, 0};
 static const fs_reply k_400 = {400, "{\"error\":{\"message\":\"bad prompt\"}}", NULL, NULL, 0, 0};
 
-/* Writes N_PROBLEMS problems a, b, ..., each answered 7; returns the path
- * (a static copy: tu_in_dir's buffer is reused). */
+/* Writes N_PROBLEMS problems a, b, ..., each answered 7; returns the path. */
 static const char *write_traces(void)
 {
-    static char path[512];
-    snprintf(path, sizeof path, "%s", tu_in_dir("t.jsonl"));
-    char lines[N_PROBLEMS * 64] = "";
-    for (int i = 0; i < N_PROBLEMS; i++)
-        snprintf(lines + strlen(lines), sizeof lines - strlen(lines),
-                 "{\"id\":\"%c\",\"problem\":\"%d+%d?\",\"answer\":7}\n", 'a' + i, i, 7 - i);
-    tu_write_file(path, lines, strlen(lines));
-    return path;
+    return tu_write_sevens(N_PROBLEMS);
 }
 
 /* Starts s answering chat[0..n-1]; its URL into url. */
@@ -90,12 +83,36 @@ Test(eval_servers, a_503_server_is_taken_out_and_each_sample_names_its_server)
     char *out = NULL;
     const int rc = tu_run_precgatef(
         &out, "eval --traces '%s' --endpoint bf16=%s --endpoint bf16=%s --endpoint bf16=%s "
-              "--endpoint fp8kv=%s --server-backoff 60 --db '%s' " FLAGS,
-        traces, ub[0], ub[1], ub[2], uf, tu_in_dir("e.db"));
+              "--endpoint fp8kv=%s --server-backoff 60 --db '%s' --output '%s' " FLAGS,
+        traces, ub[0], ub[1], ub[2], uf, tu_in_dir("e.db"), tu_in_dir("r.json"));
     cr_assert_eq(rc, 0, "every sample answered by the live servers: %s", out);
     cr_assert(strstr(out, "taken out") != NULL && strstr(out, ub[1]) != NULL,
               "the taking-out is said: %s", out);
+    char line[256];
+    snprintf(line, sizeof line, "bf16       %s  %d answered, 0 errors", ub[0],
+             fs_hits(&bf[0], CHAT));
+    cr_assert(strstr(out, line) != NULL, "the summary counts per server: %s", out);
+    snprintf(line, sizeof line, "%s  ", ub[1]);
+    cr_assert(strstr(out, line) == NULL, "the 503 server answered nothing: %s", out);
     free(out);
+    /* The results file says how many samples each server answered. */
+    char *text = tu_slurp("r.json");
+    cJSON *doc = cJSON_Parse(text);
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(doc, "servers"), *row;
+    int rows = 0, answered = 0;
+    cJSON_ArrayForEach(row, sv)
+    {
+        const char *url = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(row, "server"));
+        const int a = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(row, "answered"));
+        cr_assert(url != NULL && strcmp(url, ub[1]) != 0, "%s", text);
+        if (strcmp(url, uf) == 0) cr_assert_eq(a, N_PROBLEMS * SAMPLES, "%s", text);
+        answered += a;
+        rows++;
+    }
+    cr_assert_eq(rows, 3, "bf16's two live servers and fp8kv's: %s", text);
+    cr_assert_eq(answered, 2 * N_PROBLEMS * SAMPLES);
+    cJSON_Delete(doc);
+    free(text);
     cr_assert_eq(fs_hits(&bf[1], CHAT), FAIL_LIMIT, "out after %d failures", FAIL_LIMIT);
     const int n = N_PROBLEMS * SAMPLES;
     cr_assert_eq(q_int("SELECT count(*) FROM eval_samples WHERE status = 'ok' AND mode = %Q",
