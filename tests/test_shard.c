@@ -81,6 +81,13 @@ Test(shard, problems_split_by_id_whole_and_in_order)
         for (int i = 0; i < N; i++)
             cr_assert_eq(times[i], 1, "problem %s is in %d parts of %d", ids[i], times[i], count);
     }
+    /* By id, not by file order: part 0 of 2 holds the 3 smallest ids
+     * (strcmp: p1, p10, p2), whatever their places in the file. */
+    unsigned char keep[N];
+    pg_err err = {0};
+    cr_assert_eq(shard_problems(ids, N, (shard_spec){0, 2}, keep, &err), PG_OK);
+    const unsigned char want[N] = {0, 1, 1, 0, 1, 0, 0};  /* p10, p1, p2 */
+    cr_assert_arr_eq(keep, want, N);
 }
 
 Test(shard, shard_option_is_checked)
@@ -331,6 +338,8 @@ Test(shard, merge_refusals_leave_the_database_as_it_was)
     snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("s1.db"),
              tu_in_dir("junk.db"));
     expect_refused(1, "junk.db", args);
+    snprintf(args, sizeof args, "%s '%s'", parts_list(3), tu_in_dir("B.db"));
+    expect_refused(2, "is the database merged into", args);
     /* After all that, the set still merges. */
     free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3)));
 }
@@ -451,4 +460,47 @@ Test(shard, eval_job_needs_shard)
                                 tu_in_dir("x.db"));
     cr_assert(strstr(out, "--shard") != NULL, "%s", out);
     free(out);
+}
+
+Test(shard, a_failure_after_some_writes_leaves_the_database_as_it_was)
+{
+    /* Two jobs in one merge: a sweep and an eval whose parts name no eval
+     * (config "eval" removed), so its rescoring fails after its rows and
+     * maybe the sweep's were written: the transaction must take all back. */
+    sweep_parts(2, "");
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "e%d.db", i);
+        free(precgate_expect(0, "eval --traces '%s' --replay --no-progress --db '%s' --shard %d/2",
+                             DEMO_TRACES, tu_in_dir(name), i));
+        sqlite3 *e = tu_db_open(name);
+        tu_sql_exec(e, "UPDATE runs SET config_json = json_remove(config_json, '$.eval')");
+        sqlite3_close(e);
+    }
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("B.db")));
+    char args[8192];
+    snprintf(args, sizeof args, "%s '%s' '%s'", parts_list(2), tu_in_dir("e0.db"),
+             tu_in_dir("e1.db"));
+    expect_refused(2, "names no \"eval\"", args);
+}
+
+Test(shard, layer_cost_counts_the_keys_each_query_sees)
+{
+    free(precgate_expect(0, "synth -o '%s' " SYNTH_OPTS, tu_in_dir("cap.safetensors")));
+    capture *cap = NULL;
+    pg_err err = {0};
+    cr_assert_eq(capture_open(tu_in_dir("cap.safetensors"), &cap, &err), PG_OK, "%s", err.msg);
+    /* 16 new tokens, no context: query j sees j + 1 keys, at most 8 on a
+     * windowed layer: 1 + ... + 8 + 8 x 8 = 100 keys; 1 + ... + 16 = 136. */
+    int windowed = -1, full = -1;
+    for (int l = 0; l < cap->n_layers; l++) {
+        if (cap->layers[l].window == 8) windowed = l;
+        if (cap->layers[l].window == 0) full = l;
+    }
+    cr_assert(windowed >= 0 && full >= 0, "the capture has windowed and full layers");
+    const double per_key = 4.0 * cap->layers[0].hq * cap->layers[0].d * (3 + 1);
+    cr_assert_eq(shard_layer_flops(cap, windowed, 3), per_key * 100);
+    cr_assert_eq(shard_layer_flops(cap, full, 3), per_key * 136);
+    capture_close(cap);
 }
