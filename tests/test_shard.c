@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "harness/shard.h"
+#include "fake_openai_server.h"
 #include "testutil.h"
 
 TestSuite(shard, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 120);
@@ -156,10 +157,11 @@ static const char *parts_list(int n)
 }
 
 /* Asserts that run_a of database a and run_b of database b hold the same
- * rows in every data table, every column but run_id (REAL compared exactly;
- * EXCEPT treats NULLs as equal), and that both hold rows (rows_min each). */
-static void expect_same_rows(const char *a, long long run_a, const char *b, long long run_b,
-                             long long rows_min)
+ * rows in every data table, every column but run_id and those named in
+ * skip (a SQL list of quoted names, "''" for none; REAL compared exactly;
+ * EXCEPT treats NULLs as equal), and that both hold rows_min rows at least. */
+static void expect_same_rows_but(const char *a, long long run_a, const char *b, long long run_b,
+                                 long long rows_min, const char *skip)
 {
     sqlite3 *db = tu_db_open(a);
     char *attach = sqlite3_mprintf("ATTACH %Q AS other", tu_in_dir(b));
@@ -168,8 +170,9 @@ static void expect_same_rows(const char *a, long long run_a, const char *b, long
     long long total = 0;
     for (size_t t = 0; t < N_DATA_TABLES; t++) {
         char *cols = tu_sql_text(db, "SELECT group_concat(quote(name), ', ') FROM "
-                                     "pragma_table_info('%s') WHERE name <> 'run_id'",
-                                 data_tables[t]);
+                                     "pragma_table_info('%s') WHERE name <> 'run_id' AND "
+                                     "name NOT IN (%s)",
+                                 data_tables[t], skip);
         const long long na = tu_sql_int(db, "SELECT count(*) FROM main.%s WHERE run_id = %lld",
                                         data_tables[t], run_a);
         const long long nb = tu_sql_int(db, "SELECT count(*) FROM other.%s WHERE run_id = %lld",
@@ -187,6 +190,13 @@ static void expect_same_rows(const char *a, long long run_a, const char *b, long
     }
     cr_assert_geq(total, rows_min, "only %lld rows compared", total);
     sqlite3_close(db);
+}
+
+/* expect_same_rows_but with every column compared. */
+static void expect_same_rows(const char *a, long long run_a, const char *b, long long run_b,
+                             long long rows_min)
+{
+    expect_same_rows_but(a, run_a, b, run_b, rows_min, "''");
 }
 
 /* A malloc'd copy of the scratch file name's bytes, its length to *len. */
@@ -503,4 +513,61 @@ Test(shard, layer_cost_counts_the_keys_each_query_sees)
     cr_assert_eq(shard_layer_flops(cap, windowed, 3), per_key * 100);
     cr_assert_eq(shard_layer_flops(cap, full, 3), per_key * 136);
     capture_close(cap);
+}
+
+/* A live eval's problems, samples, and the reply every chat request gets. */
+#define LIVE_PROBLEMS 7
+#define LIVE_SAMPLES 2
+#define CHAT "/v1/chat/completions"
+#define REPLY7                                                                                \
+    "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"            \
+    "\"so \\\\boxed{7}\"},\"finish_reason\":\"stop\"}],"                                       \
+    "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}"
+
+Test(shard, live_eval_parts_send_only_their_problems_and_merge_as_unsharded)
+{
+    /* Problems p0 .. p6; the answer is 7 except for every third, so the
+     * modes' scores are not all 1. */
+    char traces[LIVE_PROBLEMS * 80 + 1];
+    size_t len = 0;
+    for (int i = 0; i < LIVE_PROBLEMS; i++)
+        len += (size_t)sprintf(traces + len, "{\"id\":\"p%d\",\"problem\":\"%d?\",\"answer\":%d}\n",
+                               i, i, i % 3 == 0 ? 8 : 7);
+    tu_write_file(tu_in_dir("t.jsonl"), traces, len);
+    fake_server srv[2];
+    const fs_reply health = {200, "", NULL, NULL, 0, 0};
+    const fs_reply models = {200, "{\"object\":\"list\",\"data\":[{\"id\":\"m\"}]}", NULL,
+                             NULL, 0, 0};
+    const fs_reply chat = {200, REPLY7, NULL, NULL, 0, 0};
+    for (int k = 0; k < 2; k++) {
+        fs_init(&srv[k]);
+        fs_route(&srv[k], "/health", &health, 1);
+        fs_route(&srv[k], "/v1/models", &models, 1);
+        fs_route(&srv[k], CHAT, &chat, 1);
+        cr_assert(fs_start(&srv[k]));
+    }
+    char common[512];
+    snprintf(common, sizeof common, "eval --traces '%s' --endpoint bf16=http://127.0.0.1:%d "
+             "--endpoint fp8kv=http://127.0.0.1:%d --samples %d --no-progress",
+             tu_in_dir("t.jsonl"), srv[0].port, srv[1].port, LIVE_SAMPLES);
+    free(precgate_expect(0, "%s --db '%s'", common, tu_in_dir("eA.db")));
+    const int unsharded = fs_hits(&srv[0], CHAT) + fs_hits(&srv[1], CHAT);
+    cr_assert_eq(unsharded, LIVE_PROBLEMS * LIVE_SAMPLES * 2);
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        free(precgate_expect(0, "%s --db '%s' --shard %d/3", common, tu_in_dir(name), i));
+    }
+    /* The parts together sent each request once. */
+    cr_assert_eq(fs_hits(&srv[0], CHAT) + fs_hits(&srv[1], CHAT), 2 * unsharded);
+    fs_stop(&srv[0]);
+    fs_stop(&srv[1]);
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3));
+    const char *line = strstr(out, "\nrun ");
+    cr_assert_not_null(line, "%s", out);
+    const long long run = merged_run(line);
+    free(out);
+    /* Every column but the latency, which no two live runs share. */
+    expect_same_rows_but("eA.db", 1, "B.db", run, LIVE_PROBLEMS * LIVE_SAMPLES * 2 + 2 + 1,
+                         "'latency_ms'");
 }
