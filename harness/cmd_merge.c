@@ -390,6 +390,14 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
     if (st == PG_OK && text != NULL) fputs(text, stdout);
     if (st != PG_OK)
         fprintf(stderr, "precgate: merge: %s left as it was\n", db_path);
+    /* A part of another job among the databases makes that job incomplete:
+     * say which jobs they hold. */
+    if (st != PG_OK && n_jobs > 1)
+        fprintf(stderr, "precgate: merge: the databases hold parts of %zu jobs:\n", n_jobs);
+    for (size_t j = 0; st != PG_OK && n_jobs > 1 && j < n_jobs; j++)
+        fprintf(stderr, "  job %s: %zu of %lld parts, the first in %s\n", parts[starts[j]].job,
+                starts[j + 1] - starts[j], (long long)parts[starts[j]].count,
+                parts[starts[j]].source);
     free(text);
     free(starts);
     free(before);

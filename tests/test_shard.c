@@ -311,6 +311,7 @@ Test(shard, merge_refusals_leave_the_database_as_it_was)
     snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("other.db"),
              tu_in_dir("s2.db"));
     expect_refused(2, "shard 1 of 3 missing", args);
+    expect_refused(2, "hold parts of 2 jobs", args);
     /* The same job key, another config: the refusal names the field. */
     sqlite3 *s1 = tu_db_open("s1.db");
     char *job = tu_sql_text(s1, "SELECT json_extract(config_json, '$.job') FROM runs");
@@ -570,4 +571,20 @@ Test(shard, live_eval_parts_send_only_their_problems_and_merge_as_unsharded)
     /* Every column but the latency, which no two live runs share. */
     expect_same_rows_but("eA.db", 1, "B.db", run, LIVE_PROBLEMS * LIVE_SAMPLES * 2 + 2 + 1,
                          "'latency_ms'");
+}
+
+Test(shard, a_part_of_another_count_is_refused_before_and_after_the_merge)
+{
+    /* Parts 0 .. 2 of 3 under --job K, merged; then part 0 of 4 under K. */
+    sweep_parts(3, "--job K");
+    free(precgate_expect(0, "run --capture '%s' --db '%s' --shard 0/4 --job K " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("four.db")));
+    char args[8192];
+    snprintf(args, sizeof args, "%s '%s'", parts_list(3), tu_in_dir("four.db"));
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("B.db")));
+    expect_refused(2, "job K: shard count 4 in", args);
+    free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3)));
+    snprintf(args, sizeof args, "'%s'", tu_in_dir("four.db"));
+    expect_refused(2, "a merged job takes no parts later", args);
 }
