@@ -6,7 +6,8 @@
 #   - an include of a folder the file's layer may not use (PG_LAYER_RULES,
 #     the edges CMakeLists.txt writes once): the include path stops these
 #     too, this names the rule instead of "No such file";
-#   - <sqlite3.h> or the store's own header "db/sql_util.h" outside db/ and
+#   - <sqlite3.h> or the store's own headers "db/sql_util.h" and
+#     "db/store_conn.h" outside db/ and
 #     tests/: only the store runs SQL.
 # Inputs: -DPG_SOURCE_DIR=the repository, -DPG_LAYER_RULES="layer=used used|...",
 # -DPG_FILES="file|file|..." (absolute paths).
@@ -38,7 +39,8 @@ foreach(file ${files})
     if(name MATCHES "(^|/)\\.\\.(/|$)")
       string(APPEND problems "${rel}:${lineno}: #include \"${name}\": name the folder (\"db/x.h\"), never a path with ..\n")
     endif()
-    if((name STREQUAL "sqlite3.h" OR name STREQUAL "db/sql_util.h")
+    if((name STREQUAL "sqlite3.h" OR name STREQUAL "db/sql_util.h"
+        OR name STREQUAL "db/store_conn.h")
        AND NOT folder STREQUAL "db" AND NOT folder STREQUAL "tests")
       string(APPEND problems "${rel}:${lineno}: #include ${name}: only db/ (and tests/) may use SQLite\n")
     endif()

@@ -1,5 +1,6 @@
 /* sql_util.c: SQLite helpers shared by the table modules (see sql_util.h). */
 #include "sql_util.h"
+#include "store_conn.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -312,4 +313,59 @@ pg_status sql_count_layers(pg_store *s, const char *fn, const char *sql, const c
                                err);
     sql_release(st);
     return ps;
+}
+
+/* ---- the store's connection and statement cache (store_conn.h) ---------- */
+
+pg_status sql_cached(pg_store *s, const char *sql, sqlite3_stmt **st, pg_err *err)
+{
+    if (s == NULL || sql == NULL || st == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "sql_cached: store, sql or st is NULL");
+    *st = NULL;
+    /* By pointer first (every caller passes a static string: no text is
+     * compared on the per-sample path), then by text. */
+    int hit = -1;
+    for (int i = 0; i < s->n_cache && hit < 0; i++)
+        if (s->cache[i].sql == sql) hit = i;
+    for (int i = 0; i < s->n_cache && hit < 0; i++)
+        if (strcmp(sqlite3_sql(s->cache[i].st), sql) == 0) hit = i;
+    if (hit >= 0) {
+        /* A caller that returned early may have left it mid-step. */
+        sqlite3_reset(s->cache[hit].st);
+        sqlite3_clear_bindings(s->cache[hit].st);
+        *st = s->cache[hit].st;
+        return PG_OK;
+    }
+    if (s->n_cache == STORE_STMT_CACHE_MAX)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "%s: more than %d distinct cached statements (raise "
+                       "STORE_STMT_CACHE_MAX) preparing \"%s\"",
+                       s->path, STORE_STMT_CACHE_MAX, sql);
+    sqlite3_stmt *fresh = NULL;
+    if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &fresh, NULL) != SQLITE_OK)
+        return sql_fail(s->db, err, "prepare \"%s\"", sql);
+    s->cache[s->n_cache].sql = sql;
+    s->cache[s->n_cache].st = fresh;
+    s->n_cache++;
+    *st = fresh;
+    return PG_OK;
+}
+
+void sql_release(sqlite3_stmt *st)
+{
+    if (st == NULL) return;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+void sql_cache_clear(pg_store *s)
+{
+    if (s == NULL) return;
+    for (int i = 0; i < s->n_cache; i++) sqlite3_finalize(s->cache[i].st);
+    s->n_cache = 0;
+}
+
+sqlite3 *store_handle(pg_store *s)
+{
+    return s != NULL ? s->db : NULL;
 }

@@ -5,7 +5,8 @@
  * reader of a statement's rows into a row struct described by its columns
  * (sql_row_type, sql_read_all, sql_rows_free), one-row, write and
  * per-layer count statements, and the store's cache of prepared statements
- * (sql_cached, implemented in store.c, which owns the cache).
+ * (sql_cached; the connection itself is db/store_conn.h's: store.c opens it,
+ * this module reads it, so store.c depends on sql_util.c and not back).
  *
  * db/'s own header: only db/'s .c files and tests/ include it (the build's
  * include lint, CMakeLists.txt, refuses it anywhere else), so the raw
@@ -60,6 +61,10 @@ pg_status sql_cached(pg_store *s, const char *sql, sqlite3_stmt **st, pg_err *er
  * its next use: no read left open, no caller string still bound); NULL is a
  * no-op. */
 void sql_release(sqlite3_stmt *st);
+
+/* Finalizes every statement sql_cached prepared on s (store_close, before
+ * the connection closes); NULL is a no-op. */
+void sql_cache_clear(pg_store *s);
 
 /* Binds a statement's parameters left to right (?1, ?2, ...), keeping the
  * first failure in rc. Text is bound SQLITE_STATIC: the caller's strings

@@ -2,6 +2,7 @@
 #include "store.h"
 
 #include "sql_util.h"
+#include "store_conn.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,9 +25,6 @@
 
 /* Longest journal_mode name read back from the PRAGMA, NUL included. */
 #define STORE_JOURNAL_MODE_MAX 16
-/* Most distinct statements the table modules keep prepared through
- * sql_cached() (eval_store.c has 8; room for gate_store.c and more). */
-#define STORE_STMT_CACHE_MAX 32
 /* SQL for "now" as UTC ISO 8601 with milliseconds: 2024-05-01T12:34:56.789Z. */
 #define STORE_NOW_SQL "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -98,18 +96,6 @@ static const char *const stmt_sql[ST_COUNT] = {
         " GROUP BY layer",
 };
 
-struct pg_store {
-    sqlite3 *db;
-    char *path;                     /* as given to store_open, for messages */
-    sqlite3_stmt *stmt[ST_COUNT];   /* prepared at open, reset after every use */
-    /* sql_cached(): the table modules' statements, prepared on first use,
-     * found by the caller's SQL pointer, else by the statement's own text. */
-    struct {
-        const char *sql;
-        sqlite3_stmt *st;
-    } cache[STORE_STMT_CACHE_MAX];
-    int n_cache;
-};
 
 /* s (NULL-safe) as printable text: "NULL" for a NULL pointer. */
 static const char *str_or_null(const char *s)
@@ -343,7 +329,9 @@ pg_status store_open(const char *path, pg_store **out, pg_err *err)
     if (dir_ok != PG_OK) return dir_ok;
 
     pg_store *s = calloc(1, sizeof *s);
-    if (s == NULL || (s->path = strdup(path)) == NULL) {
+    if (s == NULL || (s->path = strdup(path)) == NULL ||
+        (s->stmt = calloc(ST_COUNT, sizeof *s->stmt)) == NULL) {
+        if (s != NULL) free(s->path);
         free(s);
         return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory opening the database", path);
     }
@@ -369,10 +357,11 @@ void store_close(pg_store *s)
 {
     if (s == NULL) return;
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->stmt[i]);
-    for (int i = 0; i < s->n_cache; i++) sqlite3_finalize(s->cache[i].st);
+    sql_cache_clear(s);
     /* close_v2: a statement a caller left open on store_handle() delays the
      * close until it is finalized instead of leaking the connection. */
     sqlite3_close_v2(s->db);
+    free(s->stmt);
     free(s->path);
     free(s);
 }
@@ -812,50 +801,4 @@ pg_status store_run_status(pg_store *s, int64_t run_id, char *buf, size_t buf_le
     }
     sql_release(st);
     return ps;
-}
-
-pg_status sql_cached(pg_store *s, const char *sql, sqlite3_stmt **st, pg_err *err)
-{
-    if (s == NULL || sql == NULL || st == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "sql_cached: store, sql or st is NULL");
-    *st = NULL;
-    /* By pointer first (every caller passes a static string: no text is
-     * compared on the per-sample path), then by text. */
-    int hit = -1;
-    for (int i = 0; i < s->n_cache && hit < 0; i++)
-        if (s->cache[i].sql == sql) hit = i;
-    for (int i = 0; i < s->n_cache && hit < 0; i++)
-        if (strcmp(sqlite3_sql(s->cache[i].st), sql) == 0) hit = i;
-    if (hit >= 0) {
-        /* A caller that returned early may have left it mid-step. */
-        sqlite3_reset(s->cache[hit].st);
-        sqlite3_clear_bindings(s->cache[hit].st);
-        *st = s->cache[hit].st;
-        return PG_OK;
-    }
-    if (s->n_cache == STORE_STMT_CACHE_MAX)
-        return pg_fail(err, PG_ERR_INTERNAL,
-                       "%s: more than %d distinct cached statements (raise "
-                       "STORE_STMT_CACHE_MAX) preparing \"%s\"",
-                       s->path, STORE_STMT_CACHE_MAX, sql);
-    sqlite3_stmt *fresh = NULL;
-    if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &fresh, NULL) != SQLITE_OK)
-        return sql_fail(s->db, err, "prepare \"%s\"", sql);
-    s->cache[s->n_cache].sql = sql;
-    s->cache[s->n_cache].st = fresh;
-    s->n_cache++;
-    *st = fresh;
-    return PG_OK;
-}
-
-void sql_release(sqlite3_stmt *st)
-{
-    if (st == NULL) return;
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-}
-
-sqlite3 *store_handle(pg_store *s)
-{
-    return s != NULL ? s->db : NULL;
 }

@@ -8,6 +8,7 @@
 
 #include "db/history_store.h"
 #include "reports/diff.h"
+#include "reports/json_out.h"
 #include "reports/term.h"
 #include "cli.h"
 #include "base/variant.h"

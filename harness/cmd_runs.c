@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "reports/diff.h"
+#include "reports/json_out.h"
 #include "reports/term.h"
 #include "db/run_list.h"
 #include "db/store.h"

@@ -1,5 +1,6 @@
 /* diff.c: per-layer and end-task deltas between two runs or two modes (see diff.h). */
 #include "diff.h"
+#include "json_out.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -71,16 +72,6 @@ pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *e
         return pg_fail(err, PG_ERR_IO, "database '%s' does not exist (--db PATH or $%s)",
                        path != NULL ? path : "", STORE_PATH_ENV);
     return store_open(path, out, err);
-}
-
-int report_json_number(struct cJSON *obj, const char *key, double v)
-{
-    if (isfinite(v)) return cJSON_AddNumberToObject(obj, key, v) != NULL;
-    if (cJSON_AddNullToObject(obj, key) == NULL) return 0;
-    char flag[DIFF_CELL_MAX];
-    snprintf(flag, sizeof flag, "%s_nonfinite", key);
-    const char *what = isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-    return cJSON_AddStringToObject(obj, flag, what) != NULL;
 }
 
 /* Grows *arr (elements of size bytes, *cap of them) to hold n + 1; 0 when out of memory. */
@@ -818,17 +809,6 @@ static int json_side_num(cJSON *o, const char *key, double v, int present)
     return present ? report_json_number(o, key, v) : cJSON_AddNullToObject(o, key) != NULL;
 }
 
-cJSON *diff_json_row(const diff_result *r, const char *type)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (o != NULL && json_str(o, "type", type) &&
-        cJSON_AddNumberToObject(o, "run_a", (double)r->run_a.id) != NULL &&
-        cJSON_AddNumberToObject(o, "run_b", (double)r->run_b.id) != NULL)
-        return o;
-    cJSON_Delete(o);
-    return NULL;
-}
-
 /* o when ok, else NULL with o freed (a row object whose fields did not all fit). */
 static cJSON *json_row_done(cJSON *o, int ok)
 {
@@ -840,7 +820,7 @@ static cJSON *json_row_done(cJSON *o, int ok)
 /* The JSON object of a layer row; NULL when out of memory. */
 static cJSON *layer_json(const diff_result *r, const diff_layer *l)
 {
-    cJSON *o = diff_json_row(r, "layer");
+    cJSON *o = report_json_row("layer", r->run_a.id, r->run_b.id);
     const int both = l->presence == DIFF_BOTH;
     int ok = o != NULL &&
              json_str(o, "metric", pg_metric_name(r->metric)) && json_str(o, "capture", l->capture);
@@ -861,7 +841,7 @@ static cJSON *layer_json(const diff_result *r, const diff_layer *l)
 /* The JSON object of an end-task row; NULL when out of memory. */
 static cJSON *eval_json(const diff_result *r, const diff_eval *e)
 {
-    cJSON *o = diff_json_row(r, "eval");
+    cJSON *o = report_json_row("eval", r->run_a.id, r->run_b.id);
     const int has_a = e->presence != DIFF_ONLY_B, has_b = e->presence != DIFF_ONLY_A;
     const int iv = e->interval != DIFF_INTERVAL_NONE;
     int ok = o != NULL && json_str(o, "eval", e->eval) && json_str(o, "effort", e->effort) &&

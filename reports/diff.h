@@ -54,11 +54,6 @@ pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *e
 
 struct cJSON;
 
-/* Adds number v to the JSON object obj under key; a NaN or infinite v is
- * added as null with a sibling "<key>_nonfinite": "nan", "inf" or "-inf"
- * (JSON has no such numbers). Returns 0 when an allocation failed. */
-int report_json_number(struct cJSON *obj, const char *key, double v);
-
 /* Longest text kept of a run's short fields (kind, status, times, git rev). */
 #define DIFF_RUN_FIELD_MAX 64
 
@@ -205,11 +200,6 @@ void diff_attribution_free(diff_result *r);
  * of A and B, B / A of the means and the layer whose B / A is largest;
  * nothing when r has no rows. */
 void diff_attribution_print(const diff_result *r, FILE *out);
-
-/* A new JSON object for one row of diff_print_json's array: "type": type,
- * then "run_a" and "run_b" (r's run ids); the caller adds the row's fields
- * and owns it. NULL when out of memory. */
-struct cJSON *diff_json_row(const diff_result *r, const char *type);
 
 /* Appends one JSON object per attribution row to arr ("type":
  * "attribution", with run_a, run_b, capture, layer, variant_a, variant_b,

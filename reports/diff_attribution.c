@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "db/attribution_store.h"
+#include "json_out.h"
 #include "term.h"
 
 /* Columns of the attribution table. */
@@ -130,7 +131,7 @@ int diff_attribution_json(const diff_result *r, struct cJSON *arr)
 {
     for (size_t i = 0; i < r->n_attribution; i++) {
         const diff_attribution *x = &r->attribution[i];
-        cJSON *o = diff_json_row(r, "attribution");
+        cJSON *o = report_json_row("attribution", r->run_a.id, r->run_b.id);
         int ok = o != NULL && cJSON_AddStringToObject(o, "capture", x->capture) != NULL &&
                  cJSON_AddNumberToObject(o, "layer", x->layer) != NULL &&
                  cJSON_AddStringToObject(o, "variant_a", x->variant_a) != NULL &&

@@ -6,7 +6,7 @@
 
 #include "db/eval_store.h"
 #include "atomic_file.h"
-#include "diff.h"
+#include "json_out.h"
 
 /* Mode of the written file before the umask (as fopen would create it). */
 #define EVAL_RESULTS_FILE_MODE 0666

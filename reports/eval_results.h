@@ -24,7 +24,7 @@
  *    "servers": [{mode, server, answered, errors}] (per server that answered
  *    live samples, eval_store_read_server_counts; [] for a replay)}
  * with the stored rows of (run_id, eval); undefined statistics are null (with
- * KEY_nonfinite, as every JSON output: report_json_number, diff.h).
+ * KEY_nonfinite, as every JSON output: report_json_number, json_out.h).
  * PG_ERR_FORMAT when config_json or a stored pass_at_json is not JSON;
  * PG_ERR_IO naming path when it cannot be written. */
 pg_status eval_results_write_json(pg_store *s, int64_t run_id, const char *eval,
