@@ -42,6 +42,10 @@ typedef struct seen {
     oa_progress last;
     int n_warn;
     char warn[16][512];
+    fake_server *watch;        /* NULL, or a server whose chat requests ... */
+    const char *watch_url;     /* ... are counted when it is taken out ... */
+    int watch_hits_at_out;
+    int watch_hits_at_first_ok; /* ... and when its first answer comes */
 } seen;
 
 static pg_status on_done(void *ctx, const oa_request *req, const oa_response *resp,
@@ -53,6 +57,9 @@ static pg_status on_done(void *ctx, const oa_request *req, const oa_response *re
     snprintf(s->server[s->n], sizeof s->server[0], "%s", resp->server ? resp->server : "");
     snprintf(s->error[s->n], sizeof s->error[0], "%s", resp->error ? resp->error : "");
     s->n++;
+    if (s->watch != NULL && resp->outcome == OA_OK && s->watch_hits_at_first_ok == 0 &&
+        strcmp(resp->server, s->watch_url) == 0)
+        s->watch_hits_at_first_ok = fs_hits(s->watch, CHAT);
     if (p->in_flight + 1 > s->max_in_flight) s->max_in_flight = p->in_flight + 1;
     s->last = *p;
     return PG_OK;
@@ -62,6 +69,8 @@ static void on_warning(void *ctx, const char *text)
 {
     seen *s = ctx;
     if (s->n_warn < 16) snprintf(s->warn[s->n_warn++], sizeof s->warn[0], "%s", text);
+    if (s->watch != NULL && strstr(text, s->watch_url) && strstr(text, "taken out"))
+        s->watch_hits_at_out = fs_hits(s->watch, CHAT);
 }
 
 /* Warnings of s that contain both a and b. */
@@ -91,9 +100,10 @@ static oa_options opts(int in_flight, double out_s, const pg_notes *notes)
                         .notes = notes};
 }
 
-/* Sends N_REQ requests of mode bf16 to the servers at urls[0..N_SRV-1],
- * collecting into s; returns the run's wall time in seconds. */
-static double run_over(char urls[N_SRV][64], const oa_options *o, seen *s)
+/* Sends n (<= N_REQ * 4) requests of mode bf16 to the servers at
+ * urls[0..N_SRV-1], collecting into s; returns the run's wall time in
+ * seconds. */
+static double run_n_over(int n, char urls[N_SRV][64], const oa_options *o, seen *s)
 {
     oa_endpoint *eps[N_SRV];
     pg_err err = {0};
@@ -102,16 +112,22 @@ static double run_over(char urls[N_SRV][64], const oa_options *o, seen *s)
                      "%s", err.msg);
     char *body = NULL;
     cr_assert_eq(oa_build_chat_body("m", NULL, "2+2?", NULL, &body, &err), PG_OK, "%s", err.msg);
-    oa_request reqs[N_REQ];
-    for (int i = 0; i < N_REQ; i++)
+    oa_request reqs[N_REQ * 4];
+    for (int i = 0; i < n; i++)
         reqs[i] = (oa_request){.mode = "bf16", .problem_id = "p", .sample = i, .body_json = body};
     const double t0 = pg_clock_mono_s();
-    cr_assert_eq(oa_run(eps, N_SRV, reqs, N_REQ, on_done, s, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(oa_run(eps, N_SRV, reqs, n, on_done, s, &err), PG_OK, "%s", err.msg);
     const double took = pg_clock_mono_s() - t0;
     free(body);
     for (int k = 0; k < N_SRV; k++) oa_endpoint_close(eps[k]);
-    cr_assert_eq(s->n, N_REQ, "every request is reported");
+    cr_assert_eq(s->n, n, "every request is reported");
     return took;
+}
+
+/* run_n_over with N_REQ requests. */
+static double run_over(char urls[N_SRV][64], const oa_options *o, seen *s)
+{
+    return run_n_over(N_REQ, urls, o, s);
 }
 
 /* Starts N_SRV servers answering ok after delay_ms; their URLs into urls. */
@@ -231,6 +247,34 @@ Test(openai_servers, a_server_that_recovers_is_back_after_its_back_off)
     cr_assert_eq(warnings_with(&s, urls[1], "answers again"), 1, "%d warnings", s.n_warn);
     cr_assert_gt(answered_by(&s, urls[1]), 0, "the recovered server took requests again");
     cr_assert_eq(s.last.servers_out, 0);
+    for (int k = 0; k < N_SRV; k++) fs_stop(&srv[k]);
+}
+
+Test(openai_servers, a_server_back_from_its_back_off_takes_one_request_until_it_answers)
+{
+    /* Four in flight per server, more requests than the two live servers
+     * finish before server 1 is back. Server 1 answers 503 to its first
+     * eight requests, then slowly. Each time it comes back on probation
+     * while the others are healthy it gets one request, and no other until
+     * that one has failed or answered: one request after its last
+     * taking-out by its first answer, not four. */
+    fake_server srv[N_SRV];
+    char urls[N_SRV][64];
+    start_ok(srv, LATENCY_MS, urls);
+    fs_reply down[9];
+    for (int i = 0; i < 8; i++) down[i] = (fs_reply){503, k_503, NULL, NULL, 0, 0};
+    down[8] = (fs_reply){200, k_ok, NULL, NULL, 3 * LATENCY_MS / 2, 0};
+    fs_route(&srv[1], CHAT, down, 9);
+    seen s = {.watch = &srv[1], .watch_url = urls[1]};
+    const pg_notes notes = {.warning = on_warning, .ctx = &s};
+    const oa_options o = opts(4, 0.02, &notes);
+    run_n_over(4 * N_REQ, urls, &o, &s);
+    for (int i = 0; i < 4 * N_REQ; i++) cr_assert_eq(s.outcome[i], OA_OK, "%s", s.error[i]);
+    cr_assert_geq(s.watch_hits_at_out, OA_SERVER_FAIL_LIMIT);
+    cr_assert_eq(s.watch_hits_at_first_ok, s.watch_hits_at_out + 1,
+                 "one probe after the last taking-out (%d requests then), %d by its answer",
+                 s.watch_hits_at_out, s.watch_hits_at_first_ok);
+    cr_assert_eq(warnings_with(&s, urls[1], "answers again"), 1);
     for (int k = 0; k < N_SRV; k++) fs_stop(&srv[k]);
 }
 
