@@ -31,7 +31,6 @@ void cuda_backend_limit_memory(cuda_backend *be, double bytes)
 pg_status cuda_prefetch_qkv(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, pg_err *err)
 {
-    (void)notes;
     (void)be, (void)b, (void)q, (void)k, (void)v;
     return no_cuda(err);
 }
@@ -50,7 +49,6 @@ void cuda_host_unregister(void *p)
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, double *out, pg_err *err)
 {
-    (void)notes;
     (void)be, (void)b, (void)q, (void)k, (void)v, (void)out;
     return no_cuda(err);
 }
@@ -83,7 +81,6 @@ pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t
                            uint64_t page_seed, int block_size, kv_paged *out,
                            attn_quant_report *rep, pg_err *err)
 {
-    (void)notes;
     (void)be, (void)b, (void)k, (void)v, (void)elem, (void)k_scale, (void)v_scale;
     (void)page_seed, (void)block_size, (void)out, (void)rep;
     return no_cuda(err);
@@ -115,7 +112,6 @@ pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_
                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
                             int reps, cuda_kernel_times *t, pg_err *err)
 {
-    (void)notes;
     (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)reps, (void)t;
     return no_cuda(err);
 }
