@@ -16,6 +16,7 @@
 #include "eval_resume.h"
 #include "interrupt.h"
 #include "progress.h"
+#include "shard.h"
 #include "sweep.h"
 #include "base/variant.h"
 #include "base/clock.h"
@@ -80,7 +81,14 @@ const char cmd_run_usage[] =
     "                       and config \"scales\"; the gate compares runs of one policy\n"
     "  --threads N          CPU threads (default $PRECGATE_THREADS, else all CPUs)\n"
     "  --seed N             seed of the paged KV cache's page scattering\n"
-    "  --no-progress        never draw the progress bar\n\n"
+    "  --no-progress        never draw the progress bar\n"
+    "  --shard I/N          sweep only part I (0 .. N-1) of N: whole layers, balanced by\n"
+    "                       their attention FLOPs (a deterministic greedy every shard\n"
+    "                       computes alike); a part with no layer stores an empty run.\n"
+    "                       `precgate merge` folds the N shard databases into one run\n"
+    "  --job KEY            with --shard: the job the part belongs to (default: a digest\n"
+    "                       of the capture's content, --variants, --scales, --seed,\n"
+    "                       --attribute, --check-spec, --backend, the build and N)\n\n"
     "SIGINT or SIGTERM stops the sweep after the layer computing and the one being\n"
     "written; the run is marked interrupted and the command prints how to resume it.\n\n"
     "exit status: 0 on success; 1 on failure (the run is marked failed, rows already\n"
@@ -103,6 +111,9 @@ typedef struct run_args {
     int given_scales;
     int attribute, given_attribute;   /* --attribute */
     sweep_scales scales;  /* DEFAULT until given, taken from a resumed run or resolved */
+    shard_spec shard;     /* --shard I/N; count 0 without (a resume takes the run's) */
+    const char *job;      /* --job KEY, NULL without */
+    char job_buf[SHARD_JOB_MAX];  /* the default key, or a resumed run's */
 } run_args;
 
 /* --variants LIST into the sweep_variants to (a cli_option parse). */
@@ -115,6 +126,12 @@ static pg_status parse_variants(char *value, void *to, pg_err *err)
 static pg_status parse_scales(char *value, void *to, pg_err *err)
 {
     return sweep_scales_parse(value, to, err);
+}
+
+/* --shard I/N into the shard_spec to (a cli_option parse). */
+static pg_status parse_shard(char *value, void *to, pg_err *err)
+{
+    return shard_parse("run", value, to, err);
 }
 
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
@@ -140,6 +157,8 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"force", CLI_FLAG, .to = &a->force},
         {"scales", CLI_CALL, .to = &a->scales, .parse = parse_scales, .given = &a->given_scales},
         {"attribute", CLI_FLAG, .to = &a->attribute, .given = &a->given_attribute},
+        {"shard", CLI_CALL, .to = &a->shard, .parse = parse_shard},
+        {"job", CLI_TEXT, .to = &a->job},
         {NULL},
     };
     st = cli_parse_options("run", argc, argv, opts, NULL, err);
@@ -155,6 +174,10 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
     if (a->label != NULL && a->resume > 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --label with --resume: a resumed run keeps the "
                                           "label it was started with");
+    if (a->job != NULL && a->shard.count == 0 && a->resume <= 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --job KEY names the job of a part: it goes "
+                                          "with --shard I/N");
+    if (a->job != NULL && shard_job_check("run", a->job, err) != PG_OK) return err->code;
     if (strcmp(a->backend, "cpu") != 0 && strcmp(a->backend, "auto") != 0 &&
         strcmp(a->backend, "cuda") != 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --backend '%s' is not cpu, cuda or auto",
@@ -204,8 +227,11 @@ static cJSON *variants_json(const sweep_variants *v)
  * content digest, the variants (full profile names), the backend that ran,
  * --check-spec, the page seed (also as exact decimal text: a JSON number is
  * a double), the scale policy (a->scales, resolved), --attribute and the
- * precgate build. */
-static char *run_config_json(const run_args *a, const capture *cap, const char *backend)
+ * precgate build. A part of a sharded job (--shard) adds "job", "shard"
+ * ({"index", "count"}) and "shard_layers", the layers it owns: those not
+ * marked in skip[]. */
+static char *run_config_json(const run_args *a, const capture *cap, const char *backend,
+                             const unsigned char *skip)
 {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
@@ -229,9 +255,44 @@ static char *run_config_json(const run_args *a, const capture *cap, const char *
     cJSON_AddNumberToObject(o, "tokens_q", (double)cap->tq);
     cJSON_AddNumberToObject(o, "tokens_kv", (double)cap->tkv);
     cJSON_AddNumberToObject(o, "block_size", cap->block_size);
+    if (a->shard.count > 0) {
+        shard_config_add(o, a->job, a->shard);
+        cJSON *layers = cJSON_AddArrayToObject(o, "shard_layers");
+        for (int l = 0; layers != NULL && l < cap->n_layers; l++)
+            if (!skip[l]) cJSON_AddItemToArray(layers, cJSON_CreateNumber(l));
+    }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
+}
+
+/* The default job key of a sweep part (shard_job_key): the capture's
+ * content digest and the options that define the numbers as given (the
+ * backend requested, not the one a node resolved: a part that fell back to
+ * the cpu is then refused by merge naming "backend", not taken for another
+ * job), the build and the shard count. */
+static pg_status run_default_job(const run_args *a, const capture *cap, char out[SHARD_JOB_MAX],
+                                 pg_err *err)
+{
+    cJSON *o = cJSON_CreateObject();
+    char seed[RUN_U64_TEXT_MAX];
+    snprintf(seed, sizeof seed, "%llu", a->seed);
+    if (o != NULL) {
+        cJSON_AddStringToObject(o, "capture_digest", cap->digest);
+        cJSON_AddItemToObject(o, "variants", variants_json(&a->variants));
+        cJSON_AddStringToObject(o, "backend_requested", a->backend);
+        cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
+        cJSON_AddStringToObject(o, "scales", sweep_scales_name(a->scales));
+        cJSON_AddBoolToObject(o, "attribute", a->attribute);
+        cJSON_AddStringToObject(o, "page_seed_decimal", seed);
+        cJSON_AddStringToObject(o, "git_rev", PRECGATE_GIT_REV);
+    }
+    char *text = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "run: out of memory");
+    shard_job_key(text, a->shard.count, out);
+    free(text);
+    return PG_OK;
 }
 
 /* Opens the GPU for --backend cuda (an error when none is usable) or auto
@@ -356,6 +417,66 @@ static const resume_field run_capture_fields[] = {
     {"backend", "the backend that would run"},
 };
 
+/* A resumed run's place in a sharded job: a part resumes as the part it is
+ * (its "job" and "shard" are taken into a); a --shard or --job given must
+ * equal the run's (PG_ERR_USAGE naming both values), and either on a run
+ * that is no part is refused. */
+static pg_status resume_shard(run_args *a, const resume_ctx *r, pg_err *err)
+{
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(r->cfg, "shard");
+    const cJSON *index = cJSON_GetObjectItemCaseSensitive(sh, "index");
+    const cJSON *count = cJSON_GetObjectItemCaseSensitive(sh, "count");
+    const char *job = cfg_string(r->cfg, "job");
+    if (sh == NULL) {
+        if (a->shard.count > 0 || a->job != NULL)
+            return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run is no part of a "
+                           "sharded job: --shard and --job do not go with its resume",
+                           (long long)r->run_id);
+        return PG_OK;
+    }
+    if (!cJSON_IsNumber(index) || !cJSON_IsNumber(count) || job == NULL ||
+        !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r->cfg, "shard_layers")))
+        return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's config_json has no "
+                       "readable job, shard and shard_layers: start a new run",
+                       (long long)r->run_id);
+    const shard_spec run = {.index = index->valueint, .count = count->valueint};
+    if (a->shard.count > 0 && (a->shard.index != run.index || a->shard.count != run.count))
+        return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: shard (--shard) differs: the run "
+                       "has %d/%d, this command gives %d/%d", (long long)r->run_id, run.index,
+                       run.count, a->shard.index, a->shard.count);
+    if (a->job != NULL && strcmp(a->job, job) != 0)
+        return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: job (--job) differs: the run has "
+                       "%s, this command gives %s", (long long)r->run_id, job, a->job);
+    a->shard = run;
+    snprintf(a->job_buf, sizeof a->job_buf, "%s", job);
+    a->job = a->job_buf;
+    return PG_OK;
+}
+
+/* Marks in skip[] the layers a resumed part does not own: those missing
+ * from its config's "shard_layers" (resume_shard checked it is an array);
+ * an entry that is no layer of cap is PG_ERR_USAGE. */
+static pg_status resume_skip_unowned(const resume_ctx *r, const capture *cap,
+                                     unsigned char *skip, pg_err *err)
+{
+    unsigned char *owned = calloc((size_t)cap->n_layers, 1);
+    if (owned == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
+    const cJSON *x;
+    pg_status st = PG_OK;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(r->cfg, "shard_layers")) {
+        if (!cJSON_IsNumber(x) || x->valueint < 0 || x->valueint >= cap->n_layers) {
+            st = pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's shard_layers name a "
+                         "layer the capture (%d layers) does not have", (long long)r->run_id,
+                         cap->n_layers);
+            break;
+        }
+        owned[x->valueint] = 1;
+    }
+    for (int l = 0; st == PG_OK && l < cap->n_layers; l++) skip[l] |= !owned[l];
+    free(owned);
+    return st;
+}
+
 /* Reads run a->resume into r: it must be a sweep run whose config_json
  * records what --resume compares. Each option that defines the numbers and
  * was given must equal the run's (else PG_ERR_USAGE naming the field and
@@ -437,6 +558,7 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     a->seed = page_seed;
     if (!a->given_scales) a->scales = run_scales;
     a->attribute = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r->cfg, "attribute"));
+    if (st == PG_OK) st = resume_shard(a, r, err);
     return st;
 }
 
@@ -652,6 +774,10 @@ int cmd_run(int argc, char **argv)
         if (st == PG_OK)
             st = resume_stored_layers(store, &resume, cap, &so, stored, no_shape, &n_stored,
                                       &err);
+        int n_to_compute = 0;
+        if (st == PG_OK && a.shard.count > 0)
+            st = resume_skip_unowned(&resume, cap, stored, &err);
+        for (int l = 0; st == PG_OK && l < cap->n_layers; l++) n_to_compute += !stored[l];
         if (st == PG_OK) st = store_run_reopen(store, a.resume, "sweep", a.force, &err);
         if (st == PG_OK) run_id = a.resume;  /* reopened: a failure from here marks it */
         if (st == PG_OK)
@@ -668,12 +794,28 @@ int cmd_run(int argc, char **argv)
                 fprintf(stderr, "precgate: %s holds the content of the run's capture %s; its "
                                 "rows keep that name\n", a.capture, capture_name);
             printf("run %lld resumed: %s, %d layers (%d stored, %d to compute), backend %s\n",
-                   (long long)run_id, a.capture, cap->n_layers, n_stored,
-                   cap->n_layers - n_stored, backend);
+                   (long long)run_id, a.capture, cap->n_layers, n_stored, n_to_compute,
+                   backend);
             fflush(stdout);
         }
     } else {
-        config = st == PG_OK ? run_config_json(&a, cap, backend) : NULL;
+        /* A part sweeps only the layers it owns: the others are skipped as
+         * if stored. */
+        int n_owned = 0;
+        if (st == PG_OK && a.shard.count > 0) {
+            if ((stored = calloc((size_t)cap->n_layers, 1)) == NULL)
+                st = pg_fail(&err, PG_ERR_NOMEM, "run: out of memory");
+            if (st == PG_OK)
+                st = shard_capture_layers(cap, a.capture, a.variants.n, a.shard, stored,
+                                          &n_owned, &err);
+            for (int l = 0; st == PG_OK && l < cap->n_layers; l++) stored[l] = !stored[l];
+            if (st == PG_OK && a.job == NULL) {
+                st = run_default_job(&a, cap, a.job_buf, &err);
+                a.job = a.job_buf;
+            }
+            so.stored = stored;
+        }
+        config = st == PG_OK ? run_config_json(&a, cap, backend, stored) : NULL;
         char host[RUN_DESC_MAX], cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
         store_this_host(host, sizeof host);
         cpu_model(cpu, sizeof cpu);
@@ -688,6 +830,10 @@ int cmd_run(int argc, char **argv)
         } else if (st == PG_OK) {
             printf("run %lld: %s, %d layers, backend %s\n", (long long)run_id, a.capture,
                    cap->n_layers, backend);
+            if (a.shard.count > 0)
+                printf("run %lld: shard %d/%d of job %s: %d of the %d layers\n",
+                       (long long)run_id, a.shard.index, a.shard.count, a.job, n_owned,
+                       cap->n_layers);
             fflush(stdout);
         }
     }
