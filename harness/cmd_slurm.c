@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "shard.h"
 #include "slurm_script.h"
 
 /* Most shards one job may have (an array index above Slurm's usual
@@ -156,13 +157,7 @@ static int take_own(slurm_args *a, const char *name, const char *value, pg_err *
                           : name[0] == 't' ? &a->job.time : &a->job.account;
         *to = value;
     } else if (strcmp(name, "job") == 0) {
-        if (value[0] == '\0' || strlen(value) >= SLURM_KEY_MAX ||
-            strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
-                strlen(value)) {
-            pg_fail(err, PG_ERR_USAGE, "%s: --job '%s' must be 1 to %d letters, digits, '_', "
-                    "'.' or '-'", cmd, value, SLURM_KEY_MAX - 1);
-            return -1;
-        }
+        if (shard_job_check(cmd, value, err) != PG_OK) return -1;
         a->key = value;
     } else if (strcmp(name, "results") == 0) a->results = value;
     else if (strcmp(name, "into") == 0) a->into = value;

@@ -24,8 +24,9 @@
 
 /* Most run/eval options one job passes to each shard. */
 #define SLURM_MAX_OPTIONS 128
-/* Length of a job key ("sweep-" or "eval-" and 16 hex digits) with its NUL. */
-#define SLURM_KEY_MAX 32
+/* Room for a job key with its NUL: any --job KEY run and eval take
+ * (SHARD_JOB_MAX), the default "sweep-" or "eval-" and 16 hex digits. */
+#define SLURM_KEY_MAX 65
 
 /* What each shard runs. */
 typedef enum slurm_kind {

@@ -94,7 +94,7 @@ Test(slurm_script, array_script_runs_shard_i_of_n_on_local_disk)
     cr_assert(strstr(s, "\nset -euo pipefail\n") != NULL, "%s", s);
     cr_assert(strstr(s, "--shard \"$SLURM_ARRAY_TASK_ID/4\" --job \"$job\" --db \"$db\"") != NULL,
               "%s", s);
-    char line[64];
+    char line[SLURM_KEY_MAX + 16];
     snprintf(line, sizeof line, "\njob=%s\n", j.key);
     cr_assert(strstr(s, line) != NULL, "%s", s);
     cr_assert(strstr(s, "db=\"${TMPDIR:-/tmp}/precgate-$job-") != NULL, "%s", s);
