@@ -458,6 +458,23 @@ const schema_migration schema_migrations[] = {
         "-- The server (base URL) whose reply this sample is; NULL: replayed, or\n"
         "-- stored before schema version 14.\n"
         "ALTER TABLE eval_samples ADD COLUMN server TEXT;\n"),
+    /* Issue #18: `precgate merge` folds the parts of a sharded job (run or
+     * eval --shard I/N, each in a database of its own) into one run. Each
+     * part merged is recorded here, so that merging it again is a no-op and
+     * a different part under the same index is refused (db/merge_store.h). */
+    SCHEMA_MIGRATION(15,
+        "CREATE TABLE merged_shards (\n"
+        "    run_id        INTEGER NOT NULL REFERENCES runs (id),  -- the merged run\n"
+        "    job           TEXT    NOT NULL,   -- the parts' job key (config_json \"job\")\n"
+        "    shard_index   INTEGER NOT NULL CHECK (shard_index >= 0),\n"
+        "    shard_count   INTEGER NOT NULL CHECK (shard_count > shard_index),\n"
+        "    source        TEXT    NOT NULL,   -- the shard database, as given to merge\n"
+        "    source_run_id INTEGER NOT NULL,   -- the part's run id in it\n"
+        "    -- xxh3-128 of the part's rows (db/merge_store.h): equal digests, equal rows\n"
+        "    digest        TEXT    NOT NULL,\n"
+        "    merged_at     TEXT    NOT NULL,   -- UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'\n"
+        "    UNIQUE (job, shard_index)\n"
+        ");\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

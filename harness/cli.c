@@ -46,6 +46,8 @@ const cli_command cli_commands[] = {
      cmd_advise_usage, NULL, &cmd_advise_store},
     {"baseline", "name a complete run as a baseline for gate, or list the names",
      cmd_baseline_usage, NULL, &cmd_baseline_store},
+    {"merge", "fold the shard databases of sharded runs and evals into one run per job",
+     cmd_merge_usage, NULL, &cmd_merge_store},
     {"slurm", "write Slurm array, merge and resubmit scripts of a sharded sweep or eval",
      cmd_slurm_usage, cmd_slurm, NULL},
     {"help", "show the commands, or one command's usage", cmd_help_usage, cmd_help,

@@ -184,6 +184,7 @@ extern const char cmd_gate_usage[];
 extern const char cmd_advise_usage[];
 extern const char cmd_baseline_usage[];
 extern const char cmd_help_usage[];
+extern const char cmd_merge_usage[];
 extern const char cmd_slurm_usage[];
 
 /* Handlers of the subcommands (each in its own cmd_*.c). */
@@ -209,5 +210,6 @@ extern const cli_store_command cmd_diff_store;
 extern const cli_store_command cmd_report_store;
 extern const cli_store_command cmd_advise_store;
 extern const cli_store_command cmd_baseline_store;
+extern const cli_store_command cmd_merge_store;
 
 #endif /* PG_CLI_H */

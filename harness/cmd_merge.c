@@ -1,0 +1,374 @@
+/* cmd_merge.c: `precgate merge`: fold the shard databases of sharded jobs into one run per job. */
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/merge_store.h"
+#include "db/store.h"
+#include "evals/eval_run.h"
+#include "cli.h"
+#include "shard.h"
+
+/* Most missing or given-twice parts one refusal lists before "...". */
+#define MERGE_LIST_MAX 20
+/* Room for such a list: MERGE_LIST_MAX numbers and their separators. */
+#define MERGE_LIST_TEXT (MERGE_LIST_MAX * 8 + 8)
+/* Length of the host name recorded with a merged run. */
+#define MERGE_HOST_MAX 256
+
+const char cmd_merge_usage[] =
+    "usage: precgate merge --into DB SHARD.db ...\n\n"
+    "Folds the parts of sharded jobs (precgate run/eval --shard I/N, each written to a\n"
+    "database of its own) into one run per job key in DB. The merged run gets a new id\n"
+    "in DB; its rows are the parts' rows, and an eval's scores and paired statistics are\n"
+    "computed again from the merged samples, equal to those of a run that was never\n"
+    "sharded. Its runs row: the parts' kind, status complete (an eval with failed samples:\n"
+    "incomplete), the earliest start and the latest finish, and the parts' common\n"
+    "config_json with \"shard\" replaced by {\"count\": N} (no shard_layers or\n"
+    "shard_problems). Every part merged is recorded in merged_shards.\n\n"
+    "Refused, naming what differs, with DB left as it was (exit 2):\n"
+    "  - parts of one job whose config differs (a field other than the part's own place,\n"
+    "    threads, the traces' path and the servers' URLs), or whose shard count differs;\n"
+    "  - a job with missing parts, or a part given twice;\n"
+    "  - a part that did not finish (running, failed or interrupted: resume it); an\n"
+    "    eval part that finished with failed samples (incomplete) is taken, and makes the\n"
+    "    merged run incomplete;\n"
+    "  - a job merged into DB before, unless every part given is the one merged then\n"
+    "    (same rows): that merge changes nothing (adding parts to a merged job is refused).\n"
+    "A shard database that cannot be read, is damaged or of another schema version is an\n"
+    "error (exit 1), also with DB unchanged: the whole merge is one transaction.\n\n"
+    "  --into DB   the database that receives the merged runs (created if missing)\n\n"
+    "Shards never write a shared database: SQLite's WAL does not work over a network\n"
+    "filesystem. Each writes one on node-local disk; one merge writes the central one.\n\n"
+    "exit status: 0 merged (or nothing to do); 1 failure; 2 usage error or a refused set.\n";
+
+typedef struct merge_args {
+    char **files;
+    int n_files;
+} merge_args;
+
+/* Parses argv into the merge_args args and the --into value; PG_ERR_USAGE
+ * when --into or every SHARD.db is missing. */
+static pg_status merge_parse(int argc, char **argv, void *args, const char **db_option,
+                             pg_err *err)
+{
+    merge_args *a = args;
+    const cli_option opts[] = {
+        {"into", CLI_TEXT, .to = db_option},
+        {NULL},
+    };
+    int first = 0;
+    if (cli_parse_options("merge", argc, argv, opts, &first, err) != PG_OK) return err->code;
+    if (*db_option == NULL) return pg_fail(err, PG_ERR_USAGE, "merge: --into DB is required");
+    if (first >= argc)
+        return pg_fail(err, PG_ERR_USAGE, "merge: name at least one shard database");
+    a->files = argv + first;
+    a->n_files = argc - first;
+    return PG_OK;
+}
+
+/* qsort order of parts: job, then index, then source. */
+static int by_job_index(const void *pa, const void *pb)
+{
+    const merge_part *a = pa, *b = pb;
+    int c = strcmp(a->job, b->job);
+    if (c != 0) return c;
+    if (a->index != b->index) return a->index < b->index ? -1 : 1;
+    return strcmp(a->source, b->source);
+}
+
+/* Whether key is one of shard_config_local_keys (may differ between parts). */
+static int is_local_key(const char *key)
+{
+    for (int i = 0; shard_config_local_keys[i] != NULL; i++)
+        if (strcmp(key, shard_config_local_keys[i]) == 0) return 1;
+    return 0;
+}
+
+/* The first key of a's or b's object (parsed configs) outside the local
+ * keys whose values differ, or NULL when none does. */
+static const char *config_difference(const cJSON *a, const cJSON *b)
+{
+    const cJSON *sides[2][2] = {{a, b}, {b, a}};
+    for (int s = 0; s < 2; s++) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, sides[s][0]) {
+            if (is_local_key(x->string)) continue;
+            const cJSON *y = cJSON_GetObjectItemCaseSensitive(sides[s][1], x->string);
+            if (y == NULL || !cJSON_Compare(x, y, 1)) return x->string;
+        }
+    }
+    return NULL;
+}
+
+/* Refuses two parts of one job whose configs differ, naming the key and
+ * both values (first is the job's first part). */
+static pg_status check_config(const merge_part *first, const cJSON *first_cfg,
+                              const merge_part *p, pg_err *err)
+{
+    cJSON *cfg = cJSON_Parse(p->config_json);
+    if (cfg == NULL) return pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    const char *key = config_difference(first_cfg, cfg);
+    pg_status st = PG_OK;
+    if (key != NULL) {
+        char *va = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(first_cfg, key));
+        char *vb = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(cfg, key));
+        st = pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard %lld (%s) and shard %lld (%s) "
+                     "differ in config \"%s\": %s vs %s", first->job, (long long)first->index,
+                     first->source, (long long)p->index, p->source, key, va ? va : "(none)",
+                     vb ? vb : "(none)");
+        free(va);
+        free(vb);
+    }
+    cJSON_Delete(cfg);
+    return st;
+}
+
+/* Refuses a part that is no whole part of a finished run: an index
+ * outside its count, a sweep not complete, an eval neither complete nor
+ * incomplete (finished, with failed samples excluded). */
+static pg_status check_finished(const merge_part *p, pg_err *err)
+{
+    if (p->count < 1 || p->index < 0 || p->index >= p->count)
+        return pg_fail(err, PG_ERR_USAGE, "merge: %s: run %lld of job %s records no shard "
+                       "index 0 .. count-1 (config \"shard\")", p->source, (long long)p->run_id,
+                       p->job);
+    const int is_eval = p->kind != NULL && strcmp(p->kind, "eval") == 0;
+    if (p->status != NULL &&
+        (strcmp(p->status, "complete") == 0 || (is_eval && strcmp(p->status, "incomplete") == 0)))
+        return PG_OK;
+    return pg_fail(err, PG_ERR_USAGE, "merge: %s: run %lld (job %s, shard %lld/%lld) is %s, not "
+                   "complete: resume it (--resume %lld) or run the shard again", p->source,
+                   (long long)p->run_id, p->job, (long long)p->index, (long long)p->count,
+                   p->status ? p->status : "(no status)", (long long)p->run_id);
+}
+
+/* Appends n to the list text (at most MERGE_LIST_MAX, then "..."). */
+static void list_add(char *text, size_t len, int *listed, long long n)
+{
+    const size_t at = strlen(text);
+    if (*listed < MERGE_LIST_MAX) snprintf(text + at, len - at, "%s%lld", *listed ? ", " : "", n);
+    else if (*listed == MERGE_LIST_MAX) snprintf(text + at, len - at, ", ...");
+    (*listed)++;
+}
+
+/* Checks one job's parts p[0 .. n-1] (sorted by index) as a set: one kind,
+ * one count, one config; no index twice; with no earlier merge, every index
+ * 0 .. count-1 present. */
+static pg_status check_set(const merge_part *p, size_t n, int merged_before, pg_err *err)
+{
+    cJSON *first_cfg = cJSON_Parse(p[0].config_json);
+    if (first_cfg == NULL) return pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    pg_status st = PG_OK;
+    char twice[MERGE_LIST_TEXT] = "";
+    int n_twice = 0;
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        st = check_finished(&p[i], err);
+        if (st == PG_OK && p[i].count != p[0].count)
+            st = pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard count %lld in %s, %lld in %s",
+                         p[0].job, (long long)p[0].count, p[0].source, (long long)p[i].count,
+                         p[i].source);
+        if (st == PG_OK && strcmp(p[i].kind, p[0].kind) != 0)
+            st = pg_fail(err, PG_ERR_USAGE, "merge: job %s: a %s run in %s, a %s run in %s",
+                         p[0].job, p[0].kind, p[0].source, p[i].kind, p[i].source);
+        if (st == PG_OK && i > 0) st = check_config(&p[0], first_cfg, &p[i], err);
+        if (st == PG_OK && i > 0 && p[i].index == p[i - 1].index &&
+            (n_twice == 0 || p[i].index != p[i - 2].index))
+            list_add(twice, sizeof twice, &n_twice, (long long)p[i].index);
+    }
+    cJSON_Delete(first_cfg);
+    if (st == PG_OK && n_twice > 0)
+        st = pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard%s %s of %lld given twice (one "
+                     "database per part)", p[0].job, n_twice > 1 ? "s" : "", twice,
+                     (long long)p[0].count);
+    if (st != PG_OK || merged_before) return st;
+    char missing[MERGE_LIST_TEXT] = "";
+    int n_missing = 0;
+    size_t at = 0;
+    for (int64_t k = 0; k < p[0].count; k++) {
+        while (at < n && p[at].index < k) at++;
+        if (at == n || p[at].index != k) list_add(missing, sizeof missing, &n_missing, (long long)k);
+    }
+    if (n_missing > 0)
+        return pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard%s %s of %lld missing",
+                       p[0].job, n_missing > 1 ? "s" : "", missing, (long long)p[0].count);
+    return PG_OK;
+}
+
+/* A job merged before: every part given must be the one merged then (same
+ * index, count and digest), and the merge changes nothing for it. */
+static pg_status check_merged(const merge_part *p, size_t n, const merge_recorded *r, size_t nr,
+                              pg_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        const merge_recorded *m = NULL;
+        for (size_t k = 0; k < nr && m == NULL; k++)
+            if (r[k].index == p[i].index) m = &r[k];
+        if (m == NULL || m->count != p[i].count)
+            return pg_fail(err, PG_ERR_USAGE, "merge: job %s was merged as run %lld with %lld "
+                           "shards; shard %lld/%lld (%s) is not one of them: a merged job takes "
+                           "no parts later (merge the whole set into another database)",
+                           p[i].job, (long long)r[0].run_id, (long long)r[0].count,
+                           (long long)p[i].index, (long long)p[i].count, p[i].source);
+        if (strcmp(m->digest, p[i].digest) != 0)
+            return pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard %lld (%s) holds other rows "
+                           "than the shard %lld merged as run %lld from %s (digest %s, was %s)",
+                           p[i].job, (long long)p[i].index, p[i].source, (long long)m->index,
+                           (long long)m->run_id, m->source, p[i].digest, m->digest);
+    }
+    return PG_OK;
+}
+
+/* The merged run's config_json: the first part's, with "shard" replaced
+ * by {"count": N} and the part's own layers or problems dropped (caller
+ * frees; NULL when out of memory). */
+static char *merged_config(const merge_part *first)
+{
+    cJSON *cfg = cJSON_Parse(first->config_json);
+    if (cfg == NULL) return NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_layers");
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_problems");
+    cJSON *shard = cJSON_CreateObject();
+    if (shard != NULL) cJSON_AddNumberToObject(shard, "count", (double)first->count);
+    if (shard != NULL) cJSON_ReplaceItemInObjectCaseSensitive(cfg, "shard", shard);
+    char *text = shard != NULL ? cJSON_PrintUnformatted(cfg) : NULL;
+    cJSON_Delete(cfg);
+    return text;
+}
+
+/* The string member key of the JSON text json (a malloc'd copy), or NULL. */
+static char *config_string(const char *json, const char *key)
+{
+    cJSON *o = cJSON_Parse(json);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    char *v = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
+    cJSON_Delete(o);
+    return v;
+}
+
+/* Writes one job's parts p[0 .. n-1] into a new run of s (inside the
+ * caller's transaction); an eval is scored again, its summary to out. */
+static pg_status merge_job(pg_store *s, const merge_part *p, size_t n, FILE *out,
+                           int64_t *run_id, pg_err *err)
+{
+    const char *started = p[0].started_at, *finished = p[0].finished_at;
+    int incomplete = 0, one_device = 1;
+    int64_t rows = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].started_at != NULL && (started == NULL || strcmp(p[i].started_at, started) < 0))
+            started = p[i].started_at;
+        if (p[i].finished_at != NULL &&
+            (finished == NULL || strcmp(p[i].finished_at, finished) > 0))
+            finished = p[i].finished_at;
+        incomplete |= strcmp(p[i].status, "incomplete") == 0;
+        one_device &= p[i].device != NULL && p[0].device != NULL &&
+                      strcmp(p[i].device, p[0].device) == 0;
+        rows += p[i].rows;
+    }
+    char host[MERGE_HOST_MAX], devices[MERGE_HOST_MAX];
+    store_this_host(host, sizeof host);
+    snprintf(devices, sizeof devices, "%zu shards on several devices", n);
+    char *config = merged_config(&p[0]);
+    if (config == NULL) return pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    const merge_run_info info = {.kind = p[0].kind,
+                                 .status = incomplete ? "incomplete" : "complete",
+                                 .label = p[0].label,
+                                 .git_rev = p[0].git_rev,
+                                 .host = host,
+                                 .device = one_device ? p[0].device : devices,
+                                 .started_at = started,
+                                 .finished_at = finished,
+                                 .config_json = config};
+    pg_status st = merge_store_add_run(s, &info, run_id, err);
+    for (size_t i = 0; st == PG_OK && i < n; i++) st = merge_store_copy_part(s, &p[i], *run_id, err);
+    if (st == PG_OK && strcmp(p[0].kind, "eval") == 0) {
+        char *eval = config_string(config, "eval");
+        st = eval != NULL ? eval_score_all(s, *run_id, eval, out, err)
+                          : pg_fail(err, PG_ERR_USAGE, "merge: job %s: the eval parts' config "
+                                    "names no \"eval\"", p[0].job);
+        free(eval);
+    }
+    if (st == PG_OK)
+        fprintf(out, "run %lld: job %s, %zu shards merged (%s, %lld rows, %s)\n",
+                (long long)*run_id, p[0].job, n, p[0].kind, (long long)rows, info.status);
+    free(config);
+    return st;
+}
+
+/* Reads every part of the files named in a into *parts, sorted; a file
+ * holding no part is PG_ERR_USAGE naming it. */
+static pg_status read_all(const merge_args *a, merge_part **parts, size_t *n, pg_err *err)
+{
+    pg_status st = PG_OK;
+    for (int f = 0; st == PG_OK && f < a->n_files; f++) {
+        const size_t before = *n;
+        st = merge_store_read_parts(a->files[f], parts, n, err);
+        if (st == PG_OK && *n == before)
+            st = pg_fail(err, PG_ERR_USAGE, "merge: %s holds no part of a sharded job (no run "
+                         "of precgate run or eval --shard I/N)", a->files[f]);
+    }
+    if (st == PG_OK && *n > 1) qsort(*parts, *n, sizeof **parts, by_job_index);
+    return st;
+}
+
+/* cli_store_job: checks every job's set, then merges the jobs not merged
+ * before in one transaction. */
+static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *err)
+{
+    const merge_args *a = ctx;
+    merge_part *parts = NULL;
+    size_t n = 0;
+    pg_status st = read_all(a, &parts, &n, err);
+    /* Each job: [start, end) of parts; whether it was merged before. */
+    size_t *starts = calloc(n + 1, sizeof *starts);
+    unsigned char *before = calloc(n + 1, 1);
+    size_t n_jobs = 0;
+    if (st == PG_OK && (starts == NULL || before == NULL))
+        st = pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    for (size_t i = 0; st == PG_OK && i < n; i++)
+        if (i == 0 || strcmp(parts[i].job, parts[i - 1].job) != 0) starts[n_jobs++] = i;
+    if (starts != NULL) starts[n_jobs] = n;
+    for (size_t j = 0; st == PG_OK && j < n_jobs; j++) {
+        const merge_part *p = &parts[starts[j]];
+        const size_t np = starts[j + 1] - starts[j];
+        merge_recorded *r = NULL;
+        size_t nr = 0;
+        st = merge_store_recorded(s, p->job, &r, &nr, err);
+        before[j] = nr > 0;
+        if (st == PG_OK) st = check_set(p, np, before[j], err);
+        if (st == PG_OK && before[j]) st = check_merged(p, np, r, nr, err);
+        if (st == PG_OK && before[j])
+            printf("job %s: already merged as run %lld (every part given is the one merged "
+                   "then); nothing changed\n", p->job, (long long)r[0].run_id);
+        merge_recorded_free(r, nr);
+    }
+    /* Everything checked: the writes, all or nothing. The summaries wait
+     * for the commit. */
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *out = st == PG_OK ? open_memstream(&text, &text_len) : NULL;
+    if (st == PG_OK && out == NULL) st = pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    if (st == PG_OK) st = store_begin(s, err);
+    for (size_t j = 0; st == PG_OK && j < n_jobs; j++) {
+        int64_t run_id = 0;
+        if (!before[j])
+            st = merge_job(s, &parts[starts[j]], starts[j + 1] - starts[j], out, &run_id, err);
+    }
+    if (st == PG_OK) st = store_commit(s, err);
+    if (st != PG_OK) store_rollback(s);
+    if (out != NULL) fclose(out);
+    if (st == PG_OK && text != NULL) fputs(text, stdout);
+    if (st != PG_OK)
+        fprintf(stderr, "precgate: merge: %s left as it was\n", db_path);
+    free(text);
+    free(starts);
+    free(before);
+    merge_parts_free(parts, n);
+    return st;
+}
+
+/* `precgate merge`: the cli_commands row runs it. */
+const cli_store_command cmd_merge_store = {CLI_STORE_CREATE, sizeof(merge_args), merge_parse,
+                                           merge_run};

@@ -1,0 +1,392 @@
+/*
+ * test_shard.c: run/eval --shard I/N and `precgate merge`: the split of a
+ * job into parts (every unit in exactly one part, balanced, the same in
+ * every process), merged shards equal to an unsharded run row for row, and
+ * every refusal of merge leaving the database exactly as it was.
+ */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/shard.h"
+#include "testutil.h"
+
+TestSuite(shard, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 120);
+
+/* A gpt-oss-shaped capture of 6 layers, about 10 ms a layer on the CPU; the
+ * even layers slide a 8-key window so that layers differ in cost. */
+#define SYNTH_OPTS "--layers 6 --seqs 1 --seq-len 16 --window 8"
+#define N_LAYERS 6
+/* Sweep options every run of one job shares (--attribute fills attribution). */
+#define RUN_OPTS "--no-progress --threads 2 --backend cpu --attribute"
+/* The tables a merged run must hold exactly as an unsharded one. */
+static const char *const data_tables[] = {"layer_metrics", "quant_stats", "layer_shapes",
+                                          "attribution",   "ext_diagnosis", "eval_samples",
+                                          "eval_scores",   "eval_pairs"};
+#define N_DATA_TABLES (sizeof data_tables / sizeof data_tables[0])
+#define DEMO_TRACES PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl"
+
+/* ---- the partition ------------------------------------------------------ */
+
+Test(shard, greedy_puts_every_unit_in_one_part_within_the_bound)
+{
+    enum { N_UNITS = 13 };
+    shard_unit u[N_UNITS];
+    double total = 0, largest = 0;
+    for (int i = 0; i < N_UNITS; i++) {
+        /* Costs with ties (i % 4) and a spread of 1 .. 40. */
+        u[i] = (shard_unit){i % 2 ? "b.safetensors" : "a.safetensors", i,
+                            (double)(1 + (i % 4) * 13)};
+        total += u[i].cost;
+        if (u[i].cost > largest) largest = u[i].cost;
+    }
+    for (int count = 1; count <= N_UNITS + 1; count++) {
+        int owner[N_UNITS], again[N_UNITS];
+        pg_err err = {0};
+        cr_assert_eq(shard_assign(u, N_UNITS, count, owner, &err), PG_OK, "%s", err.msg);
+        cr_assert_eq(shard_assign(u, N_UNITS, count, again, &err), PG_OK);
+        double load[N_UNITS + 1] = {0};
+        for (int i = 0; i < N_UNITS; i++) {
+            cr_assert(owner[i] >= 0 && owner[i] < count, "unit %d in part %d of %d", i,
+                      owner[i], count);
+            cr_assert_eq(owner[i], again[i], "the split must be the same in every process");
+            load[owner[i]] += u[i].cost;
+        }
+        for (int s = 0; s < count; s++)
+            cr_assert_leq(load[s], total / count + largest, "part %d of %d: load %g > %g + %g",
+                          s, count, load[s], total / count, largest);
+    }
+}
+
+Test(shard, problems_split_by_id_whole_and_in_order)
+{
+    const char *ids[] = {"p3", "p10", "p1", "p7", "p2", "p5", "p9"};
+    enum { N = 7 };
+    for (int count = 1; count <= N + 1; count++) {
+        int times[N] = {0};
+        for (int s = 0; s < count; s++) {
+            unsigned char keep[N];
+            pg_err err = {0};
+            cr_assert_eq(shard_problems(ids, N, (shard_spec){s, count}, keep, &err), PG_OK);
+            int n_kept = 0;
+            for (int i = 0; i < N; i++) {
+                times[i] += keep[i];
+                n_kept += keep[i];
+            }
+            cr_assert(n_kept == N / count || n_kept == N / count + 1,
+                      "part %d of %d holds %d problems", s, count, n_kept);
+        }
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(times[i], 1, "problem %s is in %d parts of %d", ids[i], times[i], count);
+    }
+}
+
+Test(shard, shard_option_is_checked)
+{
+    const char *bad[] = {"0/0", "3/3", "-1/2", "1", "a/2", "1/2x", "1/200000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        shard_spec s;
+        pg_err err = {0};
+        cr_assert_eq(shard_parse("run", bad[i], &s, &err), PG_ERR_USAGE, "%s", bad[i]);
+        cr_assert(strstr(err.msg, bad[i]) != NULL, "%s", err.msg);
+    }
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture x --shard 2/2"), 2, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture x --job K"), 2, "%s", out);
+    cr_assert(strstr(out, "--shard") != NULL, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture x --shard 0/2 --job 'a b'"), 2, "%s", out);
+    free(out);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Runs precgate with the printf-style args, asserting exit status want. */
+static char *precgate_expect(int want, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *precgate_expect(int want, const char *fmt, ...)
+{
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    const int rc = tu_run_precgate(args, &out);
+    cr_assert_eq(rc, want, "precgate %s: exit %d, not %d:\n%s", args, rc, want, out);
+    return out;
+}
+
+/* Writes the test capture and sweeps it unsharded into A.db and as parts
+ * of count shards into s0.db .. s{count-1}.db (extra: more run options for
+ * the parts). */
+static void sweep_parts(int count, const char *extra)
+{
+    free(precgate_expect(0, "synth -o '%s' " SYNTH_OPTS, tu_in_dir("cap.safetensors")));
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("A.db")));
+    for (int i = 0; i < count; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        free(precgate_expect(0, "run --capture '%s' --db '%s' --shard %d/%d " RUN_OPTS " %s",
+                             tu_in_dir("cap.safetensors"), tu_in_dir(name), i, count, extra));
+    }
+}
+
+/* The paths of s0.db .. s{n-1}.db as one shell string. */
+static const char *parts_list(int n)
+{
+    static char list[4096];
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        at += (size_t)snprintf(list + at, sizeof list - at, "'%s' ", tu_in_dir(name));
+    }
+    return list;
+}
+
+/* Asserts that run_a of database a and run_b of database b hold the same
+ * rows in every data table, every column but run_id (REAL compared exactly;
+ * EXCEPT treats NULLs as equal), and that both hold rows (rows_min each). */
+static void expect_same_rows(const char *a, long long run_a, const char *b, long long run_b,
+                             long long rows_min)
+{
+    sqlite3 *db = tu_db_open(a);
+    char *attach = sqlite3_mprintf("ATTACH %Q AS other", tu_in_dir(b));
+    tu_sql_exec(db, attach);
+    sqlite3_free(attach);
+    long long total = 0;
+    for (size_t t = 0; t < N_DATA_TABLES; t++) {
+        char *cols = tu_sql_text(db, "SELECT group_concat(quote(name), ', ') FROM "
+                                     "pragma_table_info('%s') WHERE name <> 'run_id'",
+                                 data_tables[t]);
+        const long long na = tu_sql_int(db, "SELECT count(*) FROM main.%s WHERE run_id = %lld",
+                                        data_tables[t], run_a);
+        const long long nb = tu_sql_int(db, "SELECT count(*) FROM other.%s WHERE run_id = %lld",
+                                        data_tables[t], run_b);
+        cr_assert_eq(na, nb, "%s: %lld rows in %s run %lld, %lld in %s run %lld", data_tables[t],
+                     na, a, run_a, nb, b, run_b);
+        const long long differ = tu_sql_int(
+            db, "SELECT count(*) FROM (SELECT %s FROM main.%s WHERE run_id = %lld EXCEPT "
+                "SELECT %s FROM other.%s WHERE run_id = %lld)",
+            cols, data_tables[t], run_a, cols, data_tables[t], run_b);
+        cr_assert_eq(differ, 0, "%s: %lld rows of %s run %lld are not in %s run %lld",
+                     data_tables[t], differ, a, run_a, b, run_b);
+        total += na;
+        free(cols);
+    }
+    cr_assert_geq(total, rows_min, "only %lld rows compared", total);
+    sqlite3_close(db);
+}
+
+/* A malloc'd copy of the scratch file name's bytes, its length to *len. */
+static unsigned char *file_bytes(const char *name, size_t *len)
+{
+    FILE *f = fopen(tu_in_dir(name), "rb");
+    cr_assert_not_null(f, "open %s", name);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*len + 1);
+    cr_assert_not_null(b);
+    cr_assert_eq(fread(b, 1, *len, f), *len);
+    fclose(f);
+    return b;
+}
+
+/* Asserts that merging args into B.db exits with want, prints a message
+ * holding needle, and leaves B.db byte for byte as it was. */
+static void expect_refused(int want, const char *needle, const char *args)
+{
+    size_t n0 = 0, n1 = 0;
+    unsigned char *before = file_bytes("B.db", &n0);
+    char *out = precgate_expect(want, "merge --into '%s' %s", tu_in_dir("B.db"), args);
+    cr_assert(strstr(out, needle) != NULL, "the refusal should name '%s':\n%s", needle, out);
+    unsigned char *after = file_bytes("B.db", &n1);
+    cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "B.db changed:\n%s", out);
+    free(out);
+    free(before);
+    free(after);
+}
+
+/* Copies scratch file from to scratch file to. */
+static void copy_file(const char *from, const char *to)
+{
+    size_t n = 0;
+    unsigned char *b = file_bytes(from, &n);
+    tu_write_file(tu_in_dir(to), b, n);
+    free(b);
+}
+
+/* The merged run id a merge printed ("run R: job ..."). */
+static long long merged_run(const char *out)
+{
+    const char *at = strstr(out, "run ");
+    cr_assert_not_null(at, "%s", out);
+    return atoll(at + 4);
+}
+
+/* ---- sweeps ------------------------------------------------------------- */
+
+Test(shard, merged_sweep_equals_the_unsharded_run)
+{
+    sweep_parts(3, "");
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3));
+    const long long run = merged_run(out);
+    free(out);
+    /* Per layer: 3 variants x 65 rows, 3 quant rows, 1 shape, 12 attribution. */
+    expect_same_rows("A.db", 1, "B.db", run, N_LAYERS * (3 * 65 + 3 + 1));
+    sqlite3 *db = tu_db_open("B.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1, "no shard run is copied");
+    char *status = tu_sql_text(db, "SELECT status || ' ' || kind || ' ' || "
+                                   "json_extract(config_json, '$.shard.count') || ' ' || "
+                                   "(json_type(config_json, '$.shard_layers') IS NULL) "
+                                   "FROM runs WHERE id = %lld", run);
+    cr_assert_str_eq(status, "complete sweep 3 1");
+    free(status);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM merged_shards WHERE run_id = %lld", run), 3);
+    /* Every part's layers: all layers, each in one part. */
+    sqlite3_close(db);
+    long long owned = 0;
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        sqlite3 *s = tu_db_open(name);
+        owned += tu_sql_int(s, "SELECT json_array_length(config_json, '$.shard_layers') FROM runs");
+        sqlite3_close(s);
+    }
+    cr_assert_eq(owned, N_LAYERS);
+}
+
+Test(shard, empty_parts_are_valid_and_merge)
+{
+    sweep_parts(N_LAYERS + 1, "");
+    int empty = 0;
+    for (int i = 0; i < N_LAYERS + 1; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        sqlite3 *s = tu_db_open(name);
+        empty += tu_sql_int(s, "SELECT count(*) FROM layer_metrics") == 0;
+        cr_assert_eq(tu_sql_int(s, "SELECT count(*) FROM runs WHERE status = 'complete'"), 1);
+        sqlite3_close(s);
+    }
+    cr_assert_eq(empty, 1, "with one part more than layers, one part is empty");
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"),
+                                parts_list(N_LAYERS + 1));
+    const long long run = merged_run(out);
+    free(out);
+    expect_same_rows("A.db", 1, "B.db", run, N_LAYERS * (3 * 65 + 3 + 1));
+}
+
+Test(shard, merge_refusals_leave_the_database_as_it_was)
+{
+    sweep_parts(3, "");
+    /* B.db holds an earlier, unrelated run: refusals must not touch it. */
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("B.db")));
+    /* A different job (another --seed: another default key). */
+    free(precgate_expect(0, "run --capture '%s' --db '%s' --shard 1/3 --seed 7 " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("other.db")));
+    char args[8192];
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("other.db"),
+             tu_in_dir("s2.db"));
+    expect_refused(2, "shard 1 of 3 missing", args);
+    /* The same job key, another config: the refusal names the field. */
+    sqlite3 *s1 = tu_db_open("s1.db");
+    char *job = tu_sql_text(s1, "SELECT json_extract(config_json, '$.job') FROM runs");
+    sqlite3_close(s1);
+    free(precgate_expect(0, "run --capture '%s' --db '%s' --shard 1/3 --seed 7 --job %s " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("samejob.db"), job));
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("samejob.db"),
+             tu_in_dir("s2.db"));
+    expect_refused(2, "differ in config \"page_seed\": 24301 vs 7", args);
+    free(job);
+    /* Missing and duplicated parts. */
+    snprintf(args, sizeof args, "'%s'", tu_in_dir("s1.db"));
+    expect_refused(2, "shards 0, 2 of 3 missing", args);
+    copy_file("s1.db", "s1copy.db");
+    snprintf(args, sizeof args, "%s '%s'", parts_list(3), tu_in_dir("s1copy.db"));
+    expect_refused(2, "shard 1 of 3 given twice", args);
+    /* A part that did not finish. */
+    copy_file("s2.db", "failed.db");
+    sqlite3 *f = tu_db_open("failed.db");
+    tu_sql_exec(f, "UPDATE runs SET status = 'failed', error = 'x'");
+    sqlite3_close(f);
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("s1.db"),
+             tu_in_dir("failed.db"));
+    expect_refused(2, "is failed, not complete", args);
+    /* A damaged shard file: cut to half, and garbage. */
+    size_t n = 0;
+    unsigned char *b = file_bytes("s1.db", &n);
+    tu_write_file(tu_in_dir("cut.db"), b, n / 2);
+    free(b);
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("cut.db"),
+             tu_in_dir("s2.db"));
+    expect_refused(1, "cut.db", args);
+    tu_write_file(tu_in_dir("junk.db"), "not a database, not at all, no.......................",
+                  54);
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("s1.db"),
+             tu_in_dir("junk.db"));
+    expect_refused(1, "junk.db", args);
+    /* After all that, the set still merges. */
+    free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3)));
+}
+
+Test(shard, merging_again_changes_nothing_and_other_content_is_refused)
+{
+    sweep_parts(3, "");
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3));
+    free(out);
+    size_t n0 = 0, n1 = 0;
+    unsigned char *before = file_bytes("B.db", &n0);
+    out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3));
+    cr_assert(strstr(out, "already merged") != NULL, "%s", out);
+    free(out);
+    /* One part alone, merged again: also nothing to do. */
+    out = precgate_expect(0, "merge --into '%s' '%s'", tu_in_dir("B.db"), tu_in_dir("s2.db"));
+    free(out);
+    unsigned char *after = file_bytes("B.db", &n1);
+    cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "a second merge changed B.db");
+    free(before);
+    free(after);
+    /* The same index with other rows: refused. */
+    copy_file("s2.db", "edited.db");
+    sqlite3 *e = tu_db_open("edited.db");
+    tu_sql_exec(e, "UPDATE layer_metrics SET rel_l2 = rel_l2 * 2 WHERE head = -1");
+    sqlite3_close(e);
+    char args[4096];
+    snprintf(args, sizeof args, "'%s'", tu_in_dir("edited.db"));
+    expect_refused(2, "holds other rows than the shard 2 merged", args);
+}
+
+Test(shard, a_resumed_part_computes_only_its_own_layers)
+{
+    sweep_parts(2, "");
+    /* Part 1 loses its last layer's rows and is marked interrupted. */
+    sqlite3 *s = tu_db_open("s1.db");
+    const long long last = tu_sql_int(s, "SELECT max(value) FROM runs, "
+                                         "json_each(runs.config_json, '$.shard_layers')");
+    for (size_t t = 0; t < 5; t++) {
+        char *sql = sqlite3_mprintf("DELETE FROM %s WHERE layer = %lld", data_tables[t], last);
+        tu_sql_exec(s, sql);
+        sqlite3_free(sql);
+    }
+    tu_sql_exec(s, "UPDATE runs SET status = 'interrupted', error = 'test'");
+    sqlite3_close(s);
+    char *out = precgate_expect(2, "run --resume 1 --capture '%s' --db '%s' --shard 0/2 "
+                                   "--no-progress", tu_in_dir("cap.safetensors"),
+                                tu_in_dir("s1.db"));
+    cr_assert(strstr(out, "shard (--shard) differs") != NULL, "%s", out);
+    free(out);
+    out = precgate_expect(0, "run --resume 1 --capture '%s' --db '%s' --no-progress",
+                          tu_in_dir("cap.safetensors"), tu_in_dir("s1.db"));
+    cr_assert(strstr(out, "1 to compute") != NULL, "%s", out);
+    free(out);
+    out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(2));
+    const long long run = merged_run(out);
+    free(out);
+    expect_same_rows("A.db", 1, "B.db", run, N_LAYERS * (3 * 65 + 3 + 1));
+}
