@@ -504,6 +504,17 @@ void traces_keep_first(eval_traces *t, int n)
     t->n = n;
 }
 
+void traces_keep_marked(eval_traces *t, const unsigned char *keep)
+{
+    if (t == NULL || keep == NULL) return;
+    int kept = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (keep[i]) t->problems[kept++] = t->problems[i];
+        else problem_free(&t->problems[i]);
+    }
+    t->n = kept;
+}
+
 void traces_free(eval_traces *t)
 {
     if (t == NULL) return;

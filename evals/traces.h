@@ -75,6 +75,10 @@ pg_status traces_load(const char *path, eval_traces **out, pg_err *err);
  * smoke tests: eval --limit); n >= t->n leaves t as it is. */
 void traces_keep_first(eval_traces *t, int n);
 
+/* Keeps the problems of t marked in keep[0 .. t->n-1], in file order, and
+ * frees the rest (eval --shard: the problems of one part). */
+void traces_keep_marked(eval_traces *t, const unsigned char *keep);
+
 /* Releases everything traces_load made; NULL is a no-op. */
 void traces_free(eval_traces *t);
 

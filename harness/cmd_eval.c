@@ -14,6 +14,7 @@
 #include "eval_resume.h"
 #include "interrupt.h"
 #include "progress.h"
+#include "shard.h"
 
 #ifndef PRECGATE_GIT_REV
 #define PRECGATE_GIT_REV "unknown"
@@ -97,7 +98,14 @@ const char cmd_eval_usage[] =
     "                       may be alive (on another host, or its pid exists here)\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
-    "  --no-progress        never draw the progress bar\n\n"
+    "  --no-progress        never draw the progress bar\n"
+    "  --shard I/N          run only part I (0 .. N-1) of N: the problems (after --limit)\n"
+    "                       sorted by id, in N runs of consecutive ids as equal in count\n"
+    "                       as can be; every sample, mode and effort of a problem is in\n"
+    "                       one part, so `precgate merge` gives the scores and pairs of\n"
+    "                       an unsharded run. A --resume of a part repeats its --shard\n"
+    "  --job KEY            with --shard: the job the part belongs to (default: a digest\n"
+    "                       of what defines the eval, as --resume compares it, and N)\n\n"
     "SIGINT or SIGTERM stops sending: the samples received are stored, the requests in\n"
     "flight are dropped (a resume sends them again), the run is marked 'interrupted' and\n"
     "not scored; a second signal kills at once.\n\n"
@@ -113,7 +121,16 @@ typedef struct eval_args {
     long resume, limit;   /* limit 0: every problem */
     char efforts_buf[EVAL_LIST_MAX];
     eval_run_options o;
+    shard_spec shard;     /* --shard I/N; count 0 without */
+    const char *job;      /* --job KEY, else the default key (job_buf) */
+    char job_buf[SHARD_JOB_MAX];
 } eval_args;
+
+/* --shard I/N into the shard_spec to (a cli_option parse). */
+static pg_status parse_shard(char *value, void *to, pg_err *err)
+{
+    return shard_parse("eval", value, to, err);
+}
 
 /* The traces' file name without directory and extension, into buf. */
 static void default_eval_name(const char *path, char *buf, size_t len)
@@ -207,6 +224,8 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"force", CLI_FLAG, .to = &a->force},
         {"limit", CLI_LONG, .to = &a->limit, .min = 1, .max = INT_MAX},
         {"output", CLI_TEXT, .to = &a->output},
+        {"shard", CLI_CALL, .to = &a->shard, .parse = parse_shard},
+        {"job", CLI_TEXT, .to = &a->job},
         {NULL},
     };
     if (cli_parse_options("eval", argc, argv, opts, NULL, err) != PG_OK) return err->code;
@@ -215,6 +234,10 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     a->o.seed_base = (int64_t)seed;
     if (no_progress) a->progress = 0;
     if (a->traces == NULL) return pg_fail(err, PG_ERR_USAGE, "eval: --traces FILE is required");
+    if (a->job != NULL && a->shard.count == 0)
+        return pg_fail(err, PG_ERR_USAGE, "eval: --job KEY names the job of a part: it goes "
+                                          "with --shard I/N");
+    if (a->job != NULL && shard_job_check("eval", a->job, err) != PG_OK) return err->code;
     if (a->replay && a->resume > 0)
         return pg_fail(err, PG_ERR_USAGE, "eval: --resume continues a live run; a replay has "
                                           "nothing to resume (run it again instead)");
@@ -303,6 +326,46 @@ static cJSON *eval_config_json(const eval_args *a, const char *traces_digest)
     return o;
 }
 
+/* Makes t the problems of part a->shard (shard_problems) and records the
+ * part in the config now: "job" (a->job, else the default key over now's
+ * defining fields), "shard" and "shard_problems", the ids it owns. */
+static pg_status eval_shard(eval_args *a, eval_traces *t, cJSON *now, pg_err *err)
+{
+    if (a->job == NULL) {
+        cJSON *defining = cJSON_Duplicate(now, 1);
+        for (int i = 0; defining != NULL && shard_config_local_keys[i] != NULL; i++)
+            cJSON_DeleteItemFromObjectCaseSensitive(defining, shard_config_local_keys[i]);
+        char *text = defining != NULL ? cJSON_PrintUnformatted(defining) : NULL;
+        cJSON_Delete(defining);
+        if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+        shard_job_key(text, a->shard.count, a->job_buf);
+        free(text);
+        a->job = a->job_buf;
+    }
+    const char **ids = calloc((size_t)t->n + 1, sizeof *ids);
+    unsigned char *keep = calloc((size_t)t->n + 1, 1);
+    pg_status st = ids != NULL && keep != NULL ? PG_OK
+                                               : pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    for (int i = 0; st == PG_OK && i < t->n; i++) ids[i] = t->problems[i].id;
+    if (st == PG_OK) st = shard_problems(ids, t->n, a->shard, keep, err);
+    if (st == PG_OK) {
+        shard_config_add(now, a->job, a->shard);
+        cJSON *owned = cJSON_AddArrayToObject(now, "shard_problems");
+        for (int i = 0; owned != NULL && i < t->n; i++)
+            if (keep[i]) cJSON_AddItemToArray(owned, cJSON_CreateString(ids[i]));
+        traces_keep_marked(t, keep);
+    }
+    free(ids);
+    free(keep);
+    return st;
+}
+
+/* What a resume of a part must repeat: its place in the sharded job. */
+static const resume_field eval_shard_fields[] = {
+    {"shard", "--shard"},
+    {"job", "--job"},
+};
+
 /* What eval_before_send needs: the run, whether this process holds it yet. */
 typedef struct eval_session {
     pg_store *store;
@@ -369,6 +432,9 @@ static pg_status check_resume(eval_session *es, const cJSON *now, pg_err *err)
     if (st == PG_OK) st = eval_resume_check_config(es->run_id, rs.config_json, now, err);
     if (st == PG_OK && (es->config = cJSON_Parse(rs.config_json)) == NULL)
         st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    if (st == PG_OK)
+        st = resume_check_fields("eval", es->run_id, es->config, now, eval_shard_fields,
+                                 sizeof eval_shard_fields / sizeof eval_shard_fields[0], err);
     store_run_state_free(&rs);
     return st;
 }
@@ -399,6 +465,8 @@ int cmd_eval(int argc, char **argv)
     if (st == PG_OK) st = store_open(db_path, &es.store, &err);
     cJSON *now = st == PG_OK ? eval_config_json(&a, digest) : NULL;
     if (st == PG_OK && now == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "eval: out of memory");
+    const int n_planned = t->n;  /* before a part keeps its own problems */
+    if (st == PG_OK && a.shard.count > 0) st = eval_shard(&a, t, now, &err);
     if (st == PG_OK && a.resume > 0) {
         es.run_id = a.resume;
         st = check_resume(&es, now, &err);
@@ -420,16 +488,25 @@ int cmd_eval(int argc, char **argv)
     eval_run_counts c = {0};
     if (st == PG_OK) {
         char limited[64] = "";
-        if (t->n < n_in_file) snprintf(limited, sizeof limited, " (first %d of %d)", t->n, n_in_file);
+        if (n_planned < n_in_file)
+            snprintf(limited, sizeof limited, " (first %d of %d)", n_planned, n_in_file);
+        if (a.shard.count > 0)
+            printf("run %lld: shard %d/%d of job %s: %d of the %d problems\n",
+                   (long long)es.run_id, a.shard.index, a.shard.count, a.job, t->n, n_planned);
         printf("run %lld: eval %s, %d problems%s, %s\n", (long long)es.run_id, a.o.eval_name, t->n,
                limited, a.replay ? "replay of recorded completions" : "live");
         fflush(stdout);
-        st = a.replay ? eval_replay(es.store, es.run_id, t, &a.o, &c, &err)
-                      : eval_live(es.store, es.run_id, t, &a.o, &c, &err);
+        const int empty_part = a.shard.count > 0 && t->n == 0;
+        if (!empty_part)
+            st = a.replay ? eval_replay(es.store, es.run_id, t, &a.o, &c, &err)
+                          : eval_live(es.store, es.run_id, t, &a.o, &c, &err);
     }
     /* An interrupted run is not scored: its scores would describe part of
      * its plan. They are computed when a resume finishes it. */
-    if (st == PG_OK) st = eval_score_all(es.store, es.run_id, a.o.eval_name, stdout, &err);
+    /* A part that owns no problem (more parts than problems) has nothing to
+     * score: it is complete and empty. */
+    if (st == PG_OK && !(a.shard.count > 0 && t->n == 0))
+        st = eval_score_all(es.store, es.run_id, a.o.eval_name, stdout, &err);
     /* The run's state comes from what is stored, not from this invocation:
      * a resume that skipped a mode still leaves that mode's errors. */
     int64_t stored_errors = 0;

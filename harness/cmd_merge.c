@@ -87,8 +87,17 @@ static int is_local_key(const char *key)
     return 0;
 }
 
+/* Whether x is an empty "models" object: a live eval part that owns no
+ * problem contacts no server, so it records none (cmd_eval.c). */
+static int no_models(const cJSON *x)
+{
+    return x != NULL && strcmp(x->string, "models") == 0 && cJSON_IsObject(x) &&
+           x->child == NULL;
+}
+
 /* The first key of a's or b's object (parsed configs) outside the local
- * keys whose values differ, or NULL when none does. */
+ * keys whose values differ, or NULL when none does ("models" recorded by
+ * only one of them counts as no difference). */
 static const char *config_difference(const cJSON *a, const cJSON *b)
 {
     const cJSON *sides[2][2] = {{a, b}, {b, a}};
@@ -97,6 +106,7 @@ static const char *config_difference(const cJSON *a, const cJSON *b)
         cJSON_ArrayForEach(x, sides[s][0]) {
             if (is_local_key(x->string)) continue;
             const cJSON *y = cJSON_GetObjectItemCaseSensitive(sides[s][1], x->string);
+            if (no_models(x) || no_models(y)) continue;
             if (y == NULL || !cJSON_Compare(x, y, 1)) return x->string;
         }
     }
@@ -221,7 +231,9 @@ static pg_status check_merged(const merge_part *p, size_t n, const merge_recorde
     return PG_OK;
 }
 
-/* The merged run's config_json: the first part's, with "shard" replaced
+/* The merged run's config_json: that of the part with the most rows (an
+ * empty part may lack what the others recorded, e.g. an eval's models),
+ * with "shard" replaced
  * by {"count": N} and the part's own layers or problems dropped (caller
  * frees; NULL when out of memory). */
 static char *merged_config(const merge_part *first)
@@ -270,7 +282,10 @@ static pg_status merge_job(pg_store *s, const merge_part *p, size_t n, FILE *out
     char host[MERGE_HOST_MAX], devices[MERGE_HOST_MAX];
     store_this_host(host, sizeof host);
     snprintf(devices, sizeof devices, "%zu shards on several devices", n);
-    char *config = merged_config(&p[0]);
+    size_t fullest = 0;
+    for (size_t i = 1; i < n; i++)
+        if (p[i].rows > p[fullest].rows) fullest = i;
+    char *config = merged_config(&p[fullest]);
     if (config == NULL) return pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
     const merge_run_info info = {.kind = p[0].kind,
                                  .status = incomplete ? "incomplete" : "complete",

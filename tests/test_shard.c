@@ -390,3 +390,65 @@ Test(shard, a_resumed_part_computes_only_its_own_layers)
     free(out);
     expect_same_rows("A.db", 1, "B.db", run, N_LAYERS * (3 * 65 + 3 + 1));
 }
+
+/* ---- evals -------------------------------------------------------------- */
+
+/* The demo's problems, samples per (problem, mode), modes. */
+#define DEMO_PROBLEMS 12
+#define DEMO_SAMPLES 3
+#define DEMO_MODES 3
+
+/* Replays the demo unsharded into eA.db and as count parts into s0.db ... */
+static void eval_parts(int count)
+{
+    free(precgate_expect(0, "eval --traces '%s' --replay --no-progress --db '%s'", DEMO_TRACES,
+                         tu_in_dir("eA.db")));
+    for (int i = 0; i < count; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        free(precgate_expect(0, "eval --traces '%s' --replay --no-progress --db '%s' --shard %d/%d",
+                             DEMO_TRACES, tu_in_dir(name), i, count));
+    }
+}
+
+Test(shard, merged_eval_equals_the_unsharded_run)
+{
+    eval_parts(3);
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3));
+    /* The scores come first, then "run R: job ..., 3 shards merged". */
+    const char *line = strstr(out, "\nrun ");
+    cr_assert_not_null(line, "%s", out);
+    const long long run = merged_run(line);
+    free(out);
+    sqlite3 *db = tu_db_open("B.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM eval_pairs WHERE run_id = %lld", run), 2);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM eval_scores WHERE run_id = %lld", run),
+                 DEMO_MODES);
+    sqlite3_close(db);
+    /* Samples, scores (bootstrap intervals included) and pairs, every column. */
+    expect_same_rows("eA.db", 1, "B.db", run,
+                     DEMO_PROBLEMS * DEMO_SAMPLES * DEMO_MODES + DEMO_MODES + 2);
+    /* Each part scored only its own problems. */
+    sqlite3 *s = tu_db_open("s0.db");
+    cr_assert_eq(tu_sql_int(s, "SELECT max(n_problems) FROM eval_scores"), DEMO_PROBLEMS / 3);
+    sqlite3_close(s);
+}
+
+Test(shard, eval_parts_beyond_the_problems_are_empty_and_merge)
+{
+    eval_parts(DEMO_PROBLEMS + 1);
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"),
+                                parts_list(DEMO_PROBLEMS + 1));
+    const long long run = merged_run(out);
+    free(out);
+    expect_same_rows("eA.db", 1, "B.db", run,
+                     DEMO_PROBLEMS * DEMO_SAMPLES * DEMO_MODES + DEMO_MODES + 2);
+}
+
+Test(shard, eval_job_needs_shard)
+{
+    char *out = precgate_expect(2, "eval --traces '%s' --replay --job K --db '%s'", DEMO_TRACES,
+                                tu_in_dir("x.db"));
+    cr_assert(strstr(out, "--shard") != NULL, "%s", out);
+    free(out);
+}
