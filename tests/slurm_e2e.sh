@@ -89,13 +89,10 @@ mkdir -p "$w/jobs"
 "$PRECGATE" slurm sweep "${sweep_opts[@]}" --shards 4 --time 5 --into "$w/sweep.db" \
   -o "$w/jobs/sweep.sbatch" >"$w/sweep.hint"
 grep -q -- "--dependency=afterok:\$jid" "$w/sweep.hint" || fail "no submit line: $(cat "$w/sweep.hint")"
-# TEMPORARY while eval --shard is being built on branch shard.
-eval_ready=$("$PRECGATE" eval --help | grep -q -- '--shard' && echo 1 || true)
-[ -n "$eval_ready" ] || echo "slurm_e2e: NOTE: eval part NOT RUN: precgate eval has no --shard yet"
-[ -z "$eval_ready" ] || "$PRECGATE" slurm eval "${eval_opts[@]}" --shards 3 --into "$w/eval.db" \
+"$PRECGATE" slurm eval "${eval_opts[@]}" --shards 3 --into "$w/eval.db" \
   -o "$w/jobs/eval.sbatch" >"$w/eval.hint"
 grep -q '^#SBATCH --array=0-3$' "$w/jobs/sweep.sbatch" || fail "sweep: not an array of 4"
-[ -z "$eval_ready" ] || grep -q '^#SBATCH --array=0-2$' "$w/jobs/eval.sbatch" || fail "eval: not an array of 3"
+grep -q '^#SBATCH --array=0-2$' "$w/jobs/eval.sbatch" || fail "eval: not an array of 3"
 
 # Submits an array script and its merge the way the printed hint says;
 # sets aj and mj.
@@ -108,13 +105,12 @@ submit() {
 step "submitting the 4-shard sweep and the 3-shard eval, each with its merge"
 submit "$w/jobs/sweep"
 sweep_aj=$aj sweep_mj=$mj
-eval_aj=$sweep_aj eval_mj=$sweep_mj
-[ -z "$eval_ready" ] || submit "$w/jobs/eval"
+submit "$w/jobs/eval"
 eval_aj=$aj eval_mj=$mj
 
 # The same work in one process each, for the comparison (meanwhile).
 "$PRECGATE" run "${sweep_opts[@]}" --no-progress --db "$w/sweep-whole.db" >"$w/sweep-whole.out"
-[ -z "$eval_ready" ] || "$PRECGATE" eval "${eval_opts[@]}" --no-progress --db "$w/eval-whole.db" >"$w/eval-whole.out"
+"$PRECGATE" eval "${eval_opts[@]}" --no-progress --db "$w/eval-whole.db" >"$w/eval-whole.out"
 
 # --- 3. wait ---
 step "waiting for the arrays and merges"
@@ -123,7 +119,7 @@ for j in "$sweep_mj" "$eval_mj"; do
   st=$(slurm_job_state "$j")
   [ "$st" = COMPLETED ] || fail "merge job $j is $st: $(cat "$w"/jobs/*.results/merge.*.out 2>/dev/null)"
 done
-for r in sweep ${eval_ready:+eval}; do
+for r in sweep eval; do
   [ -e "$w/jobs/$r.results/merge.done" ] || fail "$r: no merge.done"
   [ ! -e "$w/jobs/$r.results/merge.lock" ] || fail "$r: merge.lock left behind"
 done
@@ -153,9 +149,9 @@ same_rows() {
 [ "$(sqlite3 "$w/sweep.db" "SELECT count(*) FROM runs")" = 1 ] || fail "sweep.db: not one run"
 [ "$(sqlite3 "$w/sweep.db" "SELECT count(*) FROM layer_metrics")" -gt 0 ] || fail "sweep.db: no rows"
 [ "$(sqlite3 "$w/sweep.db" "SELECT count(*) FROM merged_shards")" = 4 ] || fail "sweep.db: not 4 parts merged"
-[ -z "$eval_ready" ] || [ "$(sqlite3 "$w/eval.db" "SELECT count(*) FROM eval_samples")" = 24 ] || fail "eval.db: not 6 x 2 x 2 samples"
+[ "$(sqlite3 "$w/eval.db" "SELECT count(*) FROM eval_samples")" = 24 ] || fail "eval.db: not 6 x 2 x 2 samples"
 same_rows "$w/sweep.db" "$w/sweep-whole.db"
-[ -z "$eval_ready" ] || same_rows "$w/eval.db" "$w/eval-whole.db"
+same_rows "$w/eval.db" "$w/eval-whole.db"
 
 # A second merge is a no-op that says so.
 again=$(sbatch --parsable "$w/jobs/sweep.merge.sbatch")
