@@ -123,6 +123,11 @@ for r in sweep eval; do
   [ -e "$w/jobs/$r.results/merge.done" ] || fail "$r: no merge.done"
   [ ! -e "$w/jobs/$r.results/merge.lock" ] || fail "$r: merge.lock left behind"
 done
+# Each shard wrote its database on node-local disk ($TMPDIR), and removed it.
+for i in 0 1 2 3; do
+  grep -q "complete: $w/node-tmp/precgate-" "$w/jobs/sweep.results/shard-$i".*.out ||
+    fail "shard $i did not write its database under \$TMPDIR: $(cat "$w/jobs/sweep.results/shard-$i".*.out)"
+done
 [ -z "$(ls -A "$w/node-tmp")" ] || fail "shard databases left on node-local disk: $(ls -A "$w/node-tmp")"
 
 # --- 4. compare, row for row ---
@@ -156,7 +161,10 @@ same_rows "$w/eval.db" "$w/eval-whole.db"
 # A second merge is a no-op that says so.
 again=$(sbatch --parsable "$w/jobs/sweep.merge.sbatch")
 slurm_node_wait $WAIT_S "$again" || fail "second merge still queued"
-grep -q "already merged" "$w/jobs/sweep.results/merge.$again.out" || fail "second merge did not say it was a no-op"
+# (the script's own guard, before precgate merge, which would be a no-op too)
+grep -q "^precgate slurm: job .* is already merged into .*; nothing to do$" \
+  "$w/jobs/sweep.results/merge.$again.out" ||
+  fail "second merge did not stop at merge.done: $(cat "$w/jobs/sweep.results/merge.$again.out")"
 rows "$w/sweep.db" | cmp -s - "$w/sweep.db.rows" || fail "a second merge changed sweep.db"
 
 # --- 5. a shard cancelled once, then resubmitted ---

@@ -334,6 +334,28 @@ Test(slurm_script, a_shard_that_fails_leaves_no_marker_and_no_database)
     free(out);
 }
 
+Test(slurm_script, a_copy_that_fails_leaves_no_marker)
+{
+    char *out = NULL;
+    cr_assert_eq(generate("", &out), 0, "%s", out);
+    free(out);
+    /* The shard's run succeeds, then the copy into the results directory
+     * fails (a full or unreachable shared filesystem): a cp that fails. */
+    mkdir(tu_in_dir("bin"), 0755);
+    write_exe(tu_in_dir("bin/cp"), "#!/bin/sh\necho 'cp: No space left on device' >&2\nexit 1\n");
+    cr_assert_neq(run_script("job.sbatch", "SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_JOB_ID=7 "
+                                           "SLURM_JOB_ID=10", &out), 0, "%s", out);
+    free(out);
+    cr_assert_neq(access(tu_in_dir("job.results/shard-3.done"), F_OK), 0,
+                  "a shard whose database was not copied is not done");
+    cr_assert_neq(access(tu_in_dir("job.results/shard-3.db"), F_OK), 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ls -A '%s/tmp'", tu_dir);
+    cr_assert_eq(sh(cmd, &out), 0);
+    cr_assert_str_eq(out, "", "no local database left: %s", out);
+    free(out);
+}
+
 Test(slurm_script, merge_names_missing_shards_and_runs_once)
 {
     char *out = NULL;
