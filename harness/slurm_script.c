@@ -99,12 +99,17 @@ typedef struct script {
     int nomem;
 } script;
 
-/* Opens s; PG_ERR_NOMEM. */
-static pg_status script_open(script *s, pg_err *err)
+/* Opens s and writes the script's first lines: the interpreter, then a
+ * comment naming j and saying what the script does (what: comment lines,
+ * each "# …\n"). PG_ERR_NOMEM. */
+static pg_status script_open(script *s, const slurm_job *j, const char *what, pg_err *err)
 {
     *s = (script){0};
     s->f = open_memstream(&s->text, &s->len);
-    return s->f != NULL ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "slurm: out of memory");
+    if (s->f == NULL) return pg_fail(err, PG_ERR_NOMEM, "slurm: out of memory");
+    fprintf(s->f, "#!/bin/bash\n# precgate slurm %s: job %s, %d shards (written by `precgate "
+                  "slurm`).\n%s", kind_name(j->kind), j->key, j->shards, what);
+    return PG_OK;
 }
 
 /* Closes s and hands its text to *text, or frees it and fails PG_ERR_NOMEM. */
@@ -173,12 +178,10 @@ static void put_common_vars(script *s, const slurm_job *j)
 pg_status slurm_array_script(const slurm_job *j, char **text, pg_err *err)
 {
     script s;
-    if (script_open(&s, err) != PG_OK) return err->code;
+    if (script_open(&s, j, "# Task I of this array job runs shard I. Submit it with the merge after "
+                           "it:\n#   ", err) != PG_OK)
+        return err->code;
     FILE *f = s.f;
-    fprintf(f, "#!/bin/bash\n"
-               "# precgate slurm %s: task I of this array job runs shard I of %d of job %s\n"
-               "# (written by `precgate slurm`). Submit it with the merge after it:\n#   ",
-            kind_name(j->kind), j->shards, j->key);
     put_submit_line(&s, j);
     fprintf(f, "#SBATCH --array=0-%d\n", j->shards - 1);
     put_directives(&s, j, "", "shard-%a.%A.out");
@@ -223,12 +226,10 @@ pg_status slurm_array_script(const slurm_job *j, char **text, pg_err *err)
 pg_status slurm_merge_script(const slurm_job *j, char **text, pg_err *err)
 {
     script s;
-    if (script_open(&s, err) != PG_OK) return err->code;
+    if (script_open(&s, j, "# Merges the shards into one run. Submit it after the array job:\n#   ",
+                    err) != PG_OK)
+        return err->code;
     FILE *f = s.f;
-    fprintf(f, "#!/bin/bash\n"
-               "# precgate slurm %s: merges the %d shards of job %s into one run\n"
-               "# (written by `precgate slurm`). Submit it after the array job:\n#   ",
-            kind_name(j->kind), j->shards, j->key);
     put_submit_line(&s, j);
     put_directives(&s, j, "merge-", "merge.%j.out");
     fputs("set -euo pipefail\n\n", f);
@@ -275,14 +276,12 @@ pg_status slurm_merge_script(const slurm_job *j, char **text, pg_err *err)
 pg_status slurm_resubmit_script(const slurm_job *j, char **text, pg_err *err)
 {
     script s;
-    if (script_open(&s, err) != PG_OK) return err->code;
+    if (script_open(&s, j, "# Resubmits the shards that have no done marker, and a merge after them.\n"
+                           "# Run it once the array job has left the queue: precgate never asks\n"
+                           "# the scheduler what runs.\n", err) != PG_OK)
+        return err->code;
     FILE *f = s.f;
-    fprintf(f, "#!/bin/bash\n"
-               "# precgate slurm %s: resubmits the shards of job %s that have no done marker,\n"
-               "# and a merge after them (written by `precgate slurm`). Run it once the array\n"
-               "# job has left the queue: precgate never asks the scheduler what runs.\n"
-               "set -euo pipefail\n\n",
-            kind_name(j->kind), j->key);
+    fputs("set -euo pipefail\n\n", f);
     put_var(&s, "results", j->results);
     fprintf(f, "job=%s\nshards=%d\n", j->key, j->shards);
     put_var(&s, "array_script", j->array_script);
@@ -314,8 +313,9 @@ pg_status slurm_resubmit_script(const slurm_job *j, char **text, pg_err *err)
 
 pg_status slurm_submit_hint(const slurm_job *j, char **text, pg_err *err)
 {
-    script s;
-    if (script_open(&s, err) != PG_OK) return err->code;
+    script s = {0};
+    s.f = open_memstream(&s.text, &s.len);
+    if (s.f == NULL) return pg_fail(err, PG_ERR_NOMEM, "slurm: out of memory");
     fprintf(s.f, "submit the %d shards and the merge after them:\n  ", j->shards);
     put_submit_line(&s, j);
     fputs("a shard that failed leaves no shard-I.done in ", s.f);

@@ -247,6 +247,34 @@ static int run_script(const char *script, const char *env, char **out)
     return sh(cmd, out);
 }
 
+/* generate("") that must succeed. */
+static void generate_ok(void)
+{
+    char *out = NULL;
+    cr_assert_eq(generate("", &out), 0, "%s", out);
+    free(out);
+}
+
+/* Runs job.sbatch as array task env says (SLURM_* variables), after
+ * generate_ok; asserts its exit status is want. */
+static void run_shard(const char *env, int want)
+{
+    char *out = NULL;
+    generate_ok();
+    cr_assert_eq(run_script("job.sbatch", env, &out), want, "%s", out);
+    free(out);
+}
+
+/* What the node-local disk and the results directory hold (ls -A of both),
+ * malloc'd. */
+static char *leftovers(void)
+{
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "ls -A '%s/tmp' '%s/job.results'", tu_dir, tu_dir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s", out);
+    return out;
+}
+
 Test(slurm_script, command_writes_three_scripts_and_says_how_to_submit)
 {
     char *out = NULL;
@@ -291,20 +319,13 @@ Test(slurm_script, command_writes_three_scripts_and_says_how_to_submit)
 
 Test(slurm_script, a_shard_that_succeeds_is_copied_then_marked)
 {
-    char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
-    free(out);
-    cr_assert_eq(run_script("job.sbatch", "SLURM_ARRAY_TASK_ID=2 SLURM_ARRAY_JOB_ID=7 "
-                                          "SLURM_JOB_ID=9", &out), 0, "%s", out);
-    free(out);
+    run_shard("SLURM_ARRAY_TASK_ID=2 SLURM_ARRAY_JOB_ID=7 SLURM_JOB_ID=9", 0);
     char *db = tu_slurp("job.results/shard-2.db");
     cr_assert_str_eq(db, "rows\n");
     free(db);
     cr_assert_eq(access(tu_in_dir("job.results/shard-2.done"), F_OK), 0);
     /* The node-local database is gone, and so is every temporary copy. */
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "ls -A '%s/tmp' '%s/job.results'", tu_dir, tu_dir);
-    cr_assert_eq(sh(cmd, &out), 0);
+    char *out = leftovers();
     cr_assert(strstr(out, "precgate-") == NULL, "no local database left: %s", out);
     cr_assert(strstr(out, ".part") == NULL, "%s", out);
     free(out);
@@ -320,15 +341,8 @@ Test(slurm_script, a_shard_that_succeeds_is_copied_then_marked)
 
 Test(slurm_script, a_shard_that_fails_leaves_no_marker_and_no_database)
 {
-    char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
-    free(out);
-    cr_assert_eq(run_script("job.sbatch", "STUB_RC=3 SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=7 "
-                                          "SLURM_JOB_ID=8", &out), 3, "%s", out);
-    free(out);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "ls -A '%s/tmp' '%s/job.results'", tu_dir, tu_dir);
-    cr_assert_eq(sh(cmd, &out), 0);
+    run_shard("STUB_RC=3 SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=7 SLURM_JOB_ID=8", 3);
+    char *out = leftovers();
     cr_assert(strstr(out, "shard-1") == NULL, "no marker, no copy: %s", out);
     cr_assert(strstr(out, "precgate-") == NULL, "no local database left: %s", out);
     free(out);
@@ -337,8 +351,7 @@ Test(slurm_script, a_shard_that_fails_leaves_no_marker_and_no_database)
 Test(slurm_script, a_copy_that_fails_leaves_no_marker)
 {
     char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
-    free(out);
+    generate_ok();
     /* The shard's run succeeds, then the copy into the results directory
      * fails (a full or unreachable shared filesystem): a cp that fails. */
     mkdir(tu_in_dir("bin"), 0755);
@@ -359,8 +372,7 @@ Test(slurm_script, a_copy_that_fails_leaves_no_marker)
 Test(slurm_script, merge_names_missing_shards_and_runs_once)
 {
     char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
-    free(out);
+    generate_ok();
     /* Shards 0 and 2 done, 1 and 3 missing. */
     tu_write_file(tu_in_dir("job.results/shard-0.done"), "", 0);
     tu_write_file(tu_in_dir("job.results/shard-2.done"), "", 0);
@@ -394,8 +406,7 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
 Test(slurm_script, merge_under_a_held_lock_does_nothing)
 {
     char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
-    free(out);
+    generate_ok();
     for (int i = 0; i < 4; i++) {
         char name[64];
         snprintf(name, sizeof name, "job.results/shard-%d.done", i);
@@ -412,8 +423,7 @@ Test(slurm_script, merge_under_a_held_lock_does_nothing)
 Test(slurm_script, resubmit_sends_only_the_missing_shards)
 {
     char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
-    free(out);
+    generate_ok();
     tu_write_file(tu_in_dir("job.results/shard-0.done"), "", 0);
     tu_write_file(tu_in_dir("job.results/shard-2.done"), "", 0);
     cr_assert_eq(run_script("job.resubmit.sh", "", &out), 0, "%s", out);
