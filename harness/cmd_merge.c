@@ -1,6 +1,5 @@
 /* cmd_merge.c: `precgate merge`: fold the shard databases of sharded jobs into one run per job. */
 #include <cjson/cJSON.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,12 +311,26 @@ static pg_status merge_job(pg_store *s, const merge_part *p, size_t n, FILE *out
     return st;
 }
 
+/* Whether paths a and b name one existing file. */
+static int same_file(const char *a, const char *b)
+{
+    char *ra = realpath(a, NULL), *rb = realpath(b, NULL);
+    const int same = ra != NULL && rb != NULL && strcmp(ra, rb) == 0;
+    free(ra);
+    free(rb);
+    return same;
+}
+
 /* Reads every part of the files named in a into *parts, sorted; a file
- * holding no part is PG_ERR_USAGE naming it. */
-static pg_status read_all(const merge_args *a, merge_part **parts, size_t *n, pg_err *err)
+ * holding no part, or the database merged into, is PG_ERR_USAGE naming it. */
+static pg_status read_all(const merge_args *a, const char *db_path, merge_part **parts,
+                          size_t *n, pg_err *err)
 {
     pg_status st = PG_OK;
     for (int f = 0; st == PG_OK && f < a->n_files; f++) {
+        if (same_file(a->files[f], db_path))
+            return pg_fail(err, PG_ERR_USAGE, "merge: %s is the database merged into (--into), "
+                           "not a shard database", a->files[f]);
         const size_t before = *n;
         st = merge_store_read_parts(a->files[f], parts, n, err);
         if (st == PG_OK && *n == before)
@@ -335,7 +348,7 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
     const merge_args *a = ctx;
     merge_part *parts = NULL;
     size_t n = 0;
-    pg_status st = read_all(a, &parts, &n, err);
+    pg_status st = read_all(a, db_path, &parts, &n, err);
     /* Each job: [start, end) of parts; whether it was merged before. */
     size_t *starts = calloc(n + 1, sizeof *starts);
     unsigned char *before = calloc(n + 1, 1);
@@ -377,6 +390,14 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
     if (st == PG_OK && text != NULL) fputs(text, stdout);
     if (st != PG_OK)
         fprintf(stderr, "precgate: merge: %s left as it was\n", db_path);
+    /* A part of another job among the databases makes that job incomplete:
+     * say which jobs they hold. */
+    if (st != PG_OK && n_jobs > 1)
+        fprintf(stderr, "precgate: merge: the databases hold parts of %zu jobs:\n", n_jobs);
+    for (size_t j = 0; st != PG_OK && n_jobs > 1 && j < n_jobs; j++)
+        fprintf(stderr, "  job %s: %zu of %lld parts, the first in %s\n", parts[starts[j]].job,
+                starts[j + 1] - starts[j], (long long)parts[starts[j]].count,
+                parts[starts[j]].source);
     free(text);
     free(starts);
     free(before);

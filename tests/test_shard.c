@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "harness/shard.h"
+#include "fake_openai_server.h"
 #include "testutil.h"
 
 TestSuite(shard, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 120);
@@ -81,6 +82,13 @@ Test(shard, problems_split_by_id_whole_and_in_order)
         for (int i = 0; i < N; i++)
             cr_assert_eq(times[i], 1, "problem %s is in %d parts of %d", ids[i], times[i], count);
     }
+    /* By id, not by file order: part 0 of 2 holds the 3 smallest ids
+     * (strcmp: p1, p10, p2), whatever their places in the file. */
+    unsigned char keep[N];
+    pg_err err = {0};
+    cr_assert_eq(shard_problems(ids, N, (shard_spec){0, 2}, keep, &err), PG_OK);
+    const unsigned char want[N] = {0, 1, 1, 0, 1, 0, 0};  /* p10, p1, p2 */
+    cr_assert_arr_eq(keep, want, N);
 }
 
 Test(shard, shard_option_is_checked)
@@ -149,10 +157,11 @@ static const char *parts_list(int n)
 }
 
 /* Asserts that run_a of database a and run_b of database b hold the same
- * rows in every data table, every column but run_id (REAL compared exactly;
- * EXCEPT treats NULLs as equal), and that both hold rows (rows_min each). */
-static void expect_same_rows(const char *a, long long run_a, const char *b, long long run_b,
-                             long long rows_min)
+ * rows in every data table, every column but run_id and those named in
+ * skip (a SQL list of quoted names, "''" for none; REAL compared exactly;
+ * EXCEPT treats NULLs as equal), and that both hold rows_min rows at least. */
+static void expect_same_rows_but(const char *a, long long run_a, const char *b, long long run_b,
+                                 long long rows_min, const char *skip)
 {
     sqlite3 *db = tu_db_open(a);
     char *attach = sqlite3_mprintf("ATTACH %Q AS other", tu_in_dir(b));
@@ -161,8 +170,9 @@ static void expect_same_rows(const char *a, long long run_a, const char *b, long
     long long total = 0;
     for (size_t t = 0; t < N_DATA_TABLES; t++) {
         char *cols = tu_sql_text(db, "SELECT group_concat(quote(name), ', ') FROM "
-                                     "pragma_table_info('%s') WHERE name <> 'run_id'",
-                                 data_tables[t]);
+                                     "pragma_table_info('%s') WHERE name <> 'run_id' AND "
+                                     "name NOT IN (%s)",
+                                 data_tables[t], skip);
         const long long na = tu_sql_int(db, "SELECT count(*) FROM main.%s WHERE run_id = %lld",
                                         data_tables[t], run_a);
         const long long nb = tu_sql_int(db, "SELECT count(*) FROM other.%s WHERE run_id = %lld",
@@ -180,6 +190,13 @@ static void expect_same_rows(const char *a, long long run_a, const char *b, long
     }
     cr_assert_geq(total, rows_min, "only %lld rows compared", total);
     sqlite3_close(db);
+}
+
+/* expect_same_rows_but with every column compared. */
+static void expect_same_rows(const char *a, long long run_a, const char *b, long long run_b,
+                             long long rows_min)
+{
+    expect_same_rows_but(a, run_a, b, run_b, rows_min, "''");
 }
 
 /* A malloc'd copy of the scratch file name's bytes, its length to *len. */
@@ -294,6 +311,7 @@ Test(shard, merge_refusals_leave_the_database_as_it_was)
     snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("other.db"),
              tu_in_dir("s2.db"));
     expect_refused(2, "shard 1 of 3 missing", args);
+    expect_refused(2, "hold parts of 2 jobs", args);
     /* The same job key, another config: the refusal names the field. */
     sqlite3 *s1 = tu_db_open("s1.db");
     char *job = tu_sql_text(s1, "SELECT json_extract(config_json, '$.job') FROM runs");
@@ -331,6 +349,8 @@ Test(shard, merge_refusals_leave_the_database_as_it_was)
     snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("s1.db"),
              tu_in_dir("junk.db"));
     expect_refused(1, "junk.db", args);
+    snprintf(args, sizeof args, "%s '%s'", parts_list(3), tu_in_dir("B.db"));
+    expect_refused(2, "is the database merged into", args);
     /* After all that, the set still merges. */
     free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3)));
 }
@@ -451,4 +471,120 @@ Test(shard, eval_job_needs_shard)
                                 tu_in_dir("x.db"));
     cr_assert(strstr(out, "--shard") != NULL, "%s", out);
     free(out);
+}
+
+Test(shard, a_failure_after_some_writes_leaves_the_database_as_it_was)
+{
+    /* Two jobs in one merge: a sweep and an eval whose parts name no eval
+     * (config "eval" removed), so its rescoring fails after its rows and
+     * maybe the sweep's were written: the transaction must take all back. */
+    sweep_parts(2, "");
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "e%d.db", i);
+        free(precgate_expect(0, "eval --traces '%s' --replay --no-progress --db '%s' --shard %d/2",
+                             DEMO_TRACES, tu_in_dir(name), i));
+        sqlite3 *e = tu_db_open(name);
+        tu_sql_exec(e, "UPDATE runs SET config_json = json_remove(config_json, '$.eval')");
+        sqlite3_close(e);
+    }
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("B.db")));
+    char args[8192];
+    snprintf(args, sizeof args, "%s '%s' '%s'", parts_list(2), tu_in_dir("e0.db"),
+             tu_in_dir("e1.db"));
+    expect_refused(2, "names no \"eval\"", args);
+}
+
+Test(shard, layer_cost_counts_the_keys_each_query_sees)
+{
+    free(precgate_expect(0, "synth -o '%s' " SYNTH_OPTS, tu_in_dir("cap.safetensors")));
+    capture *cap = NULL;
+    pg_err err = {0};
+    cr_assert_eq(capture_open(tu_in_dir("cap.safetensors"), &cap, &err), PG_OK, "%s", err.msg);
+    /* 16 new tokens, no context: query j sees j + 1 keys, at most 8 on a
+     * windowed layer: 1 + ... + 8 + 8 x 8 = 100 keys; 1 + ... + 16 = 136. */
+    int windowed = -1, full = -1;
+    for (int l = 0; l < cap->n_layers; l++) {
+        if (cap->layers[l].window == 8) windowed = l;
+        if (cap->layers[l].window == 0) full = l;
+    }
+    cr_assert(windowed >= 0 && full >= 0, "the capture has windowed and full layers");
+    const double per_key = 4.0 * cap->layers[0].hq * cap->layers[0].d * (3 + 1);
+    cr_assert_eq(shard_layer_flops(cap, windowed, 3), per_key * 100);
+    cr_assert_eq(shard_layer_flops(cap, full, 3), per_key * 136);
+    capture_close(cap);
+}
+
+/* A live eval's problems, samples, and the reply every chat request gets. */
+#define LIVE_PROBLEMS 7
+#define LIVE_SAMPLES 2
+#define CHAT "/v1/chat/completions"
+#define REPLY7                                                                                \
+    "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"            \
+    "\"so \\\\boxed{7}\"},\"finish_reason\":\"stop\"}],"                                       \
+    "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}"
+
+Test(shard, live_eval_parts_send_only_their_problems_and_merge_as_unsharded)
+{
+    /* Problems p0 .. p6; the answer is 7 except for every third, so the
+     * modes' scores are not all 1. */
+    char traces[LIVE_PROBLEMS * 80 + 1];
+    size_t len = 0;
+    for (int i = 0; i < LIVE_PROBLEMS; i++)
+        len += (size_t)sprintf(traces + len, "{\"id\":\"p%d\",\"problem\":\"%d?\",\"answer\":%d}\n",
+                               i, i, i % 3 == 0 ? 8 : 7);
+    tu_write_file(tu_in_dir("t.jsonl"), traces, len);
+    fake_server srv[2];
+    const fs_reply health = {200, "", NULL, NULL, 0, 0};
+    const fs_reply models = {200, "{\"object\":\"list\",\"data\":[{\"id\":\"m\"}]}", NULL,
+                             NULL, 0, 0};
+    const fs_reply chat = {200, REPLY7, NULL, NULL, 0, 0};
+    for (int k = 0; k < 2; k++) {
+        fs_init(&srv[k]);
+        fs_route(&srv[k], "/health", &health, 1);
+        fs_route(&srv[k], "/v1/models", &models, 1);
+        fs_route(&srv[k], CHAT, &chat, 1);
+        cr_assert(fs_start(&srv[k]));
+    }
+    char common[512];
+    snprintf(common, sizeof common, "eval --traces '%s' --endpoint bf16=http://127.0.0.1:%d "
+             "--endpoint fp8kv=http://127.0.0.1:%d --samples %d --no-progress",
+             tu_in_dir("t.jsonl"), srv[0].port, srv[1].port, LIVE_SAMPLES);
+    free(precgate_expect(0, "%s --db '%s'", common, tu_in_dir("eA.db")));
+    const int unsharded = fs_hits(&srv[0], CHAT) + fs_hits(&srv[1], CHAT);
+    cr_assert_eq(unsharded, LIVE_PROBLEMS * LIVE_SAMPLES * 2);
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        free(precgate_expect(0, "%s --db '%s' --shard %d/3", common, tu_in_dir(name), i));
+    }
+    /* The parts together sent each request once. */
+    cr_assert_eq(fs_hits(&srv[0], CHAT) + fs_hits(&srv[1], CHAT), 2 * unsharded);
+    fs_stop(&srv[0]);
+    fs_stop(&srv[1]);
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3));
+    const char *line = strstr(out, "\nrun ");
+    cr_assert_not_null(line, "%s", out);
+    const long long run = merged_run(line);
+    free(out);
+    /* Every column but the latency, which no two live runs share. */
+    expect_same_rows_but("eA.db", 1, "B.db", run, LIVE_PROBLEMS * LIVE_SAMPLES * 2 + 2 + 1,
+                         "'latency_ms'");
+}
+
+Test(shard, a_part_of_another_count_is_refused_before_and_after_the_merge)
+{
+    /* Parts 0 .. 2 of 3 under --job K, merged; then part 0 of 4 under K. */
+    sweep_parts(3, "--job K");
+    free(precgate_expect(0, "run --capture '%s' --db '%s' --shard 0/4 --job K " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("four.db")));
+    char args[8192];
+    snprintf(args, sizeof args, "%s '%s'", parts_list(3), tu_in_dir("four.db"));
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("B.db")));
+    expect_refused(2, "job K: shard count 4 in", args);
+    free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3)));
+    snprintf(args, sizeof args, "'%s'", tu_in_dir("four.db"));
+    expect_refused(2, "a merged job takes no parts later", args);
 }
