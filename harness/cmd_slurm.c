@@ -351,7 +351,7 @@ static pg_status slurm_parse(int argc, char **argv, slurm_args *a, pg_err *err)
     if (split_args(a, table, argc - 2, argv + 2, err) != PG_OK) return err->code;
     if (a->job.shards == 0)
         return pg_fail(err, PG_ERR_USAGE, "%s: --shards N is required", a->cmd);
-    if (a->out == NULL)
+    if (a->out == NULL || a->out[0] == '\0')
         return pg_fail(err, PG_ERR_USAGE, "%s: -o FILE (the array job script) is required",
                        a->cmd);
     return check_options(a, err);

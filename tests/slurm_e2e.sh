@@ -89,9 +89,10 @@ mkdir -p "$w/jobs"
 "$PRECGATE" slurm sweep "${sweep_opts[@]}" --shards 4 --time 5 --into "$w/sweep.db" \
   -o "$w/jobs/sweep.sbatch" >"$w/sweep.hint"
 grep -q -- "--dependency=afterok:\$jid" "$w/sweep.hint" || fail "no submit line: $(cat "$w/sweep.hint")"
-"$PRECGATE" slurm eval "${eval_opts[@]}" --shards 3 --into "$w/eval.db" \
+"$PRECGATE" slurm eval "${eval_opts[@]}" --shards 3 --partition debug --into "$w/eval.db" \
   -o "$w/jobs/eval.sbatch" >"$w/eval.hint"
 grep -q '^#SBATCH --array=0-3$' "$w/jobs/sweep.sbatch" || fail "sweep: not an array of 4"
+grep -q '^#SBATCH --partition=debug$' "$w/jobs/eval.sbatch" || fail "eval: no partition line"
 grep -q '^#SBATCH --array=0-2$' "$w/jobs/eval.sbatch" || fail "eval: not an array of 3"
 
 # Submits an array script and its merge the way the printed hint says;
