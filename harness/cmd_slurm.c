@@ -434,8 +434,8 @@ int cmd_slurm(int argc, char **argv)
     if (st == PG_OK) st = resolve_paths(a, &owned, &err);
     if (st == PG_OK) {
         if (a->key != NULL) snprintf(a->job.key, sizeof a->job.key, "%s", a->key);
-        else slurm_job_key(&a->job);
-        st = slurm_write(a, &err);
+        else st = slurm_job_key(&a->job, &err);
+        if (st == PG_OK) st = slurm_write(a, &err);
     }
     for (int i = 0; i < owned.n; i++) free(owned.strings[i]);
     free(a);

@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define XXH_INLINE_ALL
-#include "xxhash.h"
+#include "shard.h"
 
 /* Characters a shell word may hold unquoted. */
 #define SLURM_SAFE_CHARS                                                  \
@@ -20,7 +19,7 @@ const char *slurm_kind_command(slurm_kind kind)
     return kind == SLURM_EVAL ? "eval" : "run";
 }
 
-/* "sweep" or "eval": the kind's name in keys, job names and messages. */
+/* "sweep" or "eval": the kind's name in the scripts' comments and messages. */
 static const char *kind_name(slurm_kind kind)
 {
     return kind == SLURM_EVAL ? "eval" : "sweep";
@@ -60,26 +59,30 @@ static int option_cmp(const void *a, const void *b)
     return strcmp(x->value, y->value);
 }
 
-void slurm_job_key(slurm_job *j)
+pg_status slurm_job_key(slurm_job *j, pg_err *err)
 {
     slurm_option sorted[SLURM_MAX_OPTIONS];
     memcpy(sorted, j->options, (size_t)j->n_options * sizeof *sorted);
     qsort(sorted, (size_t)j->n_options, sizeof *sorted, option_cmp);
-    XXH3_state_t st;
-    XXH3_INITSTATE(&st);
-    XXH3_64bits_reset(&st);
-    char head[64];
-    const int len = snprintf(head, sizeof head, "%s%c%d%c", kind_name(j->kind), 0, j->shards, 0);
-    XXH3_64bits_update(&st, head, (size_t)len);
-    /* Each option as NAME \0 VALUE \0, a flag's value \1: no two lists
-     * hash the same text. */
-    for (int i = 0; i < j->n_options; i++) {
-        XXH3_64bits_update(&st, sorted[i].name, strlen(sorted[i].name) + 1);
-        const char *v = sorted[i].value != NULL ? sorted[i].value : "\1";
-        XXH3_64bits_update(&st, v, strlen(v) + 1);
+    /* The command line a shard runs, its options sorted and every value one
+     * shell word: two lists give one text only when they are the same. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int nomem = f == NULL;
+    if (f != NULL) fprintf(f, "precgate %s", slurm_kind_command(j->kind));
+    for (int i = 0; f != NULL && i < j->n_options; i++) {
+        fprintf(f, " --%s", sorted[i].name);
+        if (sorted[i].value == NULL) continue;
+        char *q = slurm_shell_quote(sorted[i].value);
+        if (q == NULL) nomem = 1;
+        else fprintf(f, " %s", q);
+        free(q);
     }
-    snprintf(j->key, sizeof j->key, "%s-%016llx", kind_name(j->kind),
-             (unsigned long long)XXH3_64bits_digest(&st));
+    if (f != NULL && fclose(f) != 0) nomem = 1;
+    if (!nomem) shard_job_key(text, j->shards, j->key);
+    free(text);
+    return nomem ? pg_fail(err, PG_ERR_NOMEM, "slurm: out of memory") : PG_OK;
 }
 
 int slurm_results_dir_ok(const char *dir, const char **why)

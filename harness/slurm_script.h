@@ -21,12 +21,13 @@
 #define PG_SLURM_SCRIPT_H
 
 #include "base/status.h"
+#include "shard.h"
 
 /* Most run/eval options one job passes to each shard. */
 #define SLURM_MAX_OPTIONS 128
-/* Room for a job key with its NUL: any --job KEY run and eval take
- * (SHARD_JOB_MAX), the default "sweep-" or "eval-" and 16 hex digits. */
-#define SLURM_KEY_MAX 65
+/* Room for a job key with its NUL: any --job KEY run and eval take, and the
+ * default (shard_job_key). */
+#define SLURM_KEY_MAX SHARD_JOB_MAX
 
 /* What each shard runs. */
 typedef enum slurm_kind {
@@ -67,10 +68,10 @@ const char *slurm_kind_command(slurm_kind kind);
  * of memory; the caller frees. */
 char *slurm_shell_quote(const char *s);
 
-/* Sets j->key to KIND-<16 hex digits>, a digest of the kind, the shard
- * count and j->options in sorted order, so that the same options in another
- * order give the same key. */
-void slurm_job_key(slurm_job *j);
+/* Sets j->key to shard_job_key of the shard count and the command line a
+ * shard runs (kind, j->options sorted, values shell-quoted), so that the same
+ * options in another order give the same key; PG_ERR_NOMEM. */
+pg_status slurm_job_key(slurm_job *j, pg_err *err);
 
 /* Whether a results directory can be named in #SBATCH --output: 0, with
  * *why set, when it holds a '"', a '%' (Slurm expands %a, %j, …) or a
