@@ -369,19 +369,35 @@ Test(slurm_script, a_copy_that_fails_leaves_no_marker)
     free(out);
 }
 
+/* Writes the done marker of shard i, as a shard that succeeded does. */
+static void mark_done(int i)
+{
+    char name[64];
+    snprintf(name, sizeof name, "job.results/shard-%d.done", i);
+    tu_write_file(tu_in_dir(name), "", 0);
+}
+
+/* Runs a generated script with no extra variables; asserts its exit status
+ * is want and that its output holds needle. */
+static void expect_script(const char *script, int want, const char *needle)
+{
+    char *out = NULL;
+    cr_assert_eq(run_script(script, "", &out), want, "%s", out);
+    cr_assert(strstr(out, needle) != NULL, "%s: wanted '%s' in: %s", script, needle, out);
+    free(out);
+}
+
 Test(slurm_script, merge_names_missing_shards_and_runs_once)
 {
     char *out = NULL;
     generate_ok();
     /* Shards 0 and 2 done, 1 and 3 missing. */
-    tu_write_file(tu_in_dir("job.results/shard-0.done"), "", 0);
-    tu_write_file(tu_in_dir("job.results/shard-2.done"), "", 0);
-    cr_assert_eq(run_script("job.merge.sbatch", "", &out), 1, "%s", out);
-    cr_assert(strstr(out, "shards 1 3 of 4") != NULL, "%s", out);
-    free(out);
+    mark_done(0);
+    mark_done(2);
+    expect_script("job.merge.sbatch", 1, "shards 1 3 of 4");
     cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no merge ran");
-    tu_write_file(tu_in_dir("job.results/shard-1.done"), "", 0);
-    tu_write_file(tu_in_dir("job.results/shard-3.done"), "", 0);
+    mark_done(1);
+    mark_done(3);
     cr_assert_eq(run_script("job.merge.sbatch", "", &out), 0, "%s", out);
     free(out);
     char *log = tu_slurp("log");
@@ -395,9 +411,7 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
     cr_assert_eq(access(tu_in_dir("job.results/merge.done"), F_OK), 0);
     cr_assert_neq(access(tu_in_dir("job.results/merge.lock"), F_OK), 0, "the lock is let go");
     /* A second merge says so and merges nothing. */
-    cr_assert_eq(run_script("job.merge.sbatch", "", &out), 0, "%s", out);
-    cr_assert(strstr(out, "already merged") != NULL, "%s", out);
-    free(out);
+    expect_script("job.merge.sbatch", 0, "already merged");
     log = tu_slurp("log");
     cr_assert_str_eq(log, want, "merge ran once");
     free(log);
@@ -405,30 +419,20 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
 
 Test(slurm_script, merge_under_a_held_lock_does_nothing)
 {
-    char *out = NULL;
     generate_ok();
-    for (int i = 0; i < 4; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "job.results/shard-%d.done", i);
-        tu_write_file(tu_in_dir(name), "", 0);
-    }
+    for (int i = 0; i < 4; i++) mark_done(i);
     cr_assert_eq(mkdir(tu_in_dir("job.results/merge.lock"), 0755), 0);
-    cr_assert_eq(run_script("job.merge.sbatch", "", &out), 1, "%s", out);
-    cr_assert(strstr(out, "merge.lock exists") != NULL, "%s", out);
-    free(out);
+    expect_script("job.merge.sbatch", 1, "merge.lock exists");
     cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no merge ran");
     cr_assert_eq(access(tu_in_dir("job.results/merge.lock"), F_OK), 0, "another's lock is kept");
 }
 
 Test(slurm_script, resubmit_sends_only_the_missing_shards)
 {
-    char *out = NULL;
     generate_ok();
-    tu_write_file(tu_in_dir("job.results/shard-0.done"), "", 0);
-    tu_write_file(tu_in_dir("job.results/shard-2.done"), "", 0);
-    cr_assert_eq(run_script("job.resubmit.sh", "", &out), 0, "%s", out);
-    cr_assert(strstr(out, "resubmitted shards 1,3 of 4") != NULL, "%s", out);
-    free(out);
+    mark_done(0);
+    mark_done(2);
+    expect_script("job.resubmit.sh", 0, "resubmitted shards 1,3 of 4");
     char *log = tu_slurp("log");
     char want[2048];
     snprintf(want, sizeof want, "sbatch --parsable --array=1,3 %s/job.sbatch\n"
@@ -438,11 +442,9 @@ Test(slurm_script, resubmit_sends_only_the_missing_shards)
     free(log);
     /* Every shard done: nothing is submitted, and it says so. */
     unlink(tu_in_dir("log"));
-    tu_write_file(tu_in_dir("job.results/shard-1.done"), "", 0);
-    tu_write_file(tu_in_dir("job.results/shard-3.done"), "", 0);
-    cr_assert_eq(run_script("job.resubmit.sh", "", &out), 0, "%s", out);
-    cr_assert(strstr(out, "nothing to resubmit") != NULL, "%s", out);
-    free(out);
+    mark_done(1);
+    mark_done(3);
+    expect_script("job.resubmit.sh", 0, "nothing to resubmit");
     cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "nothing submitted");
 }
 
