@@ -48,6 +48,8 @@ const cli_command cli_commands[] = {
      cmd_baseline_usage, NULL, &cmd_baseline_store},
     {"merge", "fold the shard databases of sharded runs and evals into one run per job",
      cmd_merge_usage, NULL, &cmd_merge_store},
+    {"slurm", "write Slurm array, merge and resubmit scripts of a sharded sweep or eval",
+     cmd_slurm_usage, cmd_slurm, NULL},
     {"help", "show the commands, or one command's usage", cmd_help_usage, cmd_help,
      NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -185,6 +185,7 @@ extern const char cmd_advise_usage[];
 extern const char cmd_baseline_usage[];
 extern const char cmd_help_usage[];
 extern const char cmd_merge_usage[];
+extern const char cmd_slurm_usage[];
 
 /* Handlers of the subcommands (each in its own cmd_*.c). */
 int cmd_run(int argc, char **argv);
@@ -193,6 +194,14 @@ int cmd_eval(int argc, char **argv);
 int cmd_convert_aime(int argc, char **argv);
 int cmd_gate(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_slurm(int argc, char **argv);
+
+/* Checks argv (argv[0] = "run" or "eval", then its options) as `precgate
+ * run` or `precgate eval` parses it, without running anything: PG_OK, or
+ * the usage error that command would report (for slurm, which passes the
+ * options on to every shard). argv is permuted and its strings may be split. */
+pg_status cmd_run_check(int argc, char **argv, pg_err *err);
+pg_status cmd_eval_check(int argc, char **argv, pg_err *err);
 
 /* The store commands (each in its own cmd_*.c). */
 extern const cli_store_command cmd_runs_store;

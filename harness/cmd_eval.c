@@ -630,3 +630,9 @@ int cmd_eval(int argc, char **argv)
     if (st != PG_OK) return cli_report(&err);
     return stored_errors > 0 ? cli_exit_code(PG_ERR_HTTP) : 0;
 }
+
+pg_status cmd_eval_check(int argc, char **argv, pg_err *err)
+{
+    eval_args a;
+    return eval_parse(argc, argv, &a, err);
+}

@@ -358,19 +358,31 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
     for (size_t i = 0; st == PG_OK && i < n; i++)
         if (i == 0 || strcmp(parts[i].job, parts[i - 1].job) != 0) starts[n_jobs++] = i;
     if (starts != NULL) starts[n_jobs] = n;
-    for (size_t j = 0; st == PG_OK && j < n_jobs; j++) {
+    /* Every job is checked, also after one is refused, so that a refusal
+     * names each job's fault: which job comes first is the order of their
+     * keys, which says nothing. The first fault is the error; the others
+     * are said beside it. */
+    const pg_status read_st = st;
+    for (size_t j = 0; read_st == PG_OK && j < n_jobs; j++) {
         const merge_part *p = &parts[starts[j]];
         const size_t np = starts[j + 1] - starts[j];
         merge_recorded *r = NULL;
         size_t nr = 0;
-        st = merge_store_recorded(s, p->job, &r, &nr, err);
+        pg_err job_err = {0};
+        pg_status js = merge_store_recorded(s, p->job, &r, &nr, &job_err);
         before[j] = nr > 0;
-        if (st == PG_OK) st = check_set(p, np, before[j], err);
-        if (st == PG_OK && before[j]) st = check_merged(p, np, r, nr, err);
-        if (st == PG_OK && before[j])
+        if (js == PG_OK) js = check_set(p, np, before[j], &job_err);
+        if (js == PG_OK && before[j]) js = check_merged(p, np, r, nr, &job_err);
+        if (js == PG_OK && before[j])
             printf("job %s: already merged as run %lld (every part given is the one merged "
                    "then); nothing changed\n", p->job, (long long)r[0].run_id);
         merge_recorded_free(r, nr);
+        if (js != PG_OK && st == PG_OK) {
+            *err = job_err;
+            st = js;
+        } else if (js != PG_OK) {
+            fprintf(stderr, "precgate: also %s\n", job_err.msg);
+        }
     }
     /* Everything checked: the writes, all or nothing. The summaries wait
      * for the commit. */

@@ -895,3 +895,9 @@ int cmd_run(int argc, char **argv)
     if (sig) return interrupt_exit_code(sig);
     return st == PG_OK ? 0 : cli_report(&err);
 }
+
+pg_status cmd_run_check(int argc, char **argv, pg_err *err)
+{
+    run_args a;
+    return run_parse(argc, argv, &a, err);
+}
