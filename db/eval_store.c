@@ -20,14 +20,14 @@
 static const char SQL_SAMPLE_UPSERT[] =
     "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id, sample, status,"
     " attempts, latency_ms, finish_reason, prompt_tokens, completion_tokens, content,"
-    " extracted, correct, error)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    " extracted, correct, error, server)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
     " ON CONFLICT (run_id, eval, mode, effort, problem_id, sample) DO UPDATE SET"
     " status = excluded.status, attempts = excluded.attempts,"
     " latency_ms = excluded.latency_ms, finish_reason = excluded.finish_reason,"
     " prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,"
     " content = excluded.content, extracted = excluded.extracted,"
-    " correct = excluded.correct, error = excluded.error"
+    " correct = excluded.correct, error = excluded.error, server = excluded.server"
     " WHERE eval_samples.status = 'error'";
 
 static const char SQL_SAMPLE_STATUS[] =
@@ -211,6 +211,7 @@ pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_r
     if (graded) sql_bind_int64(&b, r->correct);
     else sql_bind_null(&b);
     sql_bind_text(&b, r->error);
+    sql_bind_text(&b, r->server);
     const int all_bound = b.next - 1 == sqlite3_bind_parameter_count(st);
     const int rc = b.rc == SQLITE_OK && all_bound ? sqlite3_step(st) : b.rc;
     if (rc == SQLITE_DONE) {
@@ -708,4 +709,34 @@ pg_status eval_store_read_groups(pg_store *s, int64_t run_id, const char *eval,
 void eval_store_groups_free(eval_group_stored *rows, size_t n)
 {
     sql_rows_free(&GROUP_ROW, rows, n);
+}
+
+static const char SQL_SERVER_COUNTS[] =
+    "SELECT mode, server, sum(status IN ('ok', 'truncated')), sum(status = 'error')"
+    " FROM eval_samples WHERE run_id = ?1 AND eval = ?2 AND server IS NOT NULL"
+    " GROUP BY mode, server ORDER BY mode, server";
+
+/* SQL_SERVER_COUNTS's columns. */
+static const sql_field SERVER_COUNT_FIELDS[] = {
+    SQL_FIELD(TEXT, eval_server_count, mode), SQL_FIELD(TEXT, eval_server_count, server),
+    SQL_FIELD(INT64, eval_server_count, answered), SQL_FIELD(INT64, eval_server_count, errors)};
+static const sql_row_type SERVER_COUNT_ROW =
+    SQL_ROW_TYPE(eval_server_count, SERVER_COUNT_FIELDS, NULL);
+
+pg_status eval_store_read_server_counts(pg_store *s, int64_t run_id, const char *eval,
+                                        eval_server_count **rows, size_t *n, pg_err *err)
+{
+    if (eval == NULL || rows == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "eval_store_read_server_counts: eval, rows or n is NULL");
+    void *v = NULL;
+    const pg_status ps = read_rows(s, "eval_store_read_server_counts", SQL_SERVER_COUNTS, run_id,
+                                   eval, &SERVER_COUNT_ROW, &v, n, err);
+    *rows = v;
+    return ps;
+}
+
+void eval_store_server_counts_free(eval_server_count *rows, size_t n)
+{
+    sql_rows_free(&SERVER_COUNT_ROW, rows, n);
 }

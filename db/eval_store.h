@@ -118,6 +118,7 @@ typedef struct eval_sample_row {
     int64_t extracted;
     int correct;                   /* 0 or 1 for OK/TRUNCATED; ignored (NULL) for ERROR */
     const char *error;
+    const char *server;            /* base URL of the server that answered; NULL: replay */
 } eval_sample_row;
 
 /* Stores one sample of run_id. A new key is inserted; a key already stored
@@ -225,6 +226,23 @@ pg_status eval_store_read_groups(pg_store *s, int64_t run_id, const char *eval,
 
 /* Frees what eval_store_read_groups made; NULL is a no-op. */
 void eval_store_groups_free(eval_group_stored *rows, size_t n);
+
+/* How many samples of one mode one server answered (issue #18). */
+typedef struct eval_server_count {
+    char *mode, *server;   /* server: the base URL stored in eval_samples.server */
+    int64_t answered;      /* its samples stored 'ok' or 'truncated' */
+    int64_t errors;        /* its samples stored 'error' (the last attempt was its) */
+} eval_server_count;
+
+/* For every (mode, server) of (run_id, eval)'s live samples (server not
+ * NULL), ordered by mode then server, the counts into *rows (*n of them,
+ * NULL when none, as for a replay; free with eval_store_server_counts_free,
+ * also after a failure). */
+pg_status eval_store_read_server_counts(pg_store *s, int64_t run_id, const char *eval,
+                                        eval_server_count **rows, size_t *n, pg_err *err);
+
+/* Frees what eval_store_read_server_counts made; NULL is a no-op. */
+void eval_store_server_counts_free(eval_server_count *rows, size_t n);
 
 #ifdef __cplusplus
 }

@@ -72,7 +72,7 @@ static const char *copy_field(char **cursor, const char *s)
 static owned_row *copy_row(const eval_sample_row *r)
 {
     const char *const fields[] = {r->eval,          r->mode,    r->effort, r->problem_id,
-                                  r->finish_reason, r->content, r->error};
+                                  r->finish_reason, r->content, r->error,   r->server};
     size_t bytes = 0;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) bytes += field_bytes(fields[i]);
     owned_row *o = malloc(sizeof *o + bytes);
@@ -87,6 +87,7 @@ static owned_row *copy_row(const eval_sample_row *r)
     o->row.finish_reason = copy_field(&cursor, r->finish_reason);
     o->row.content = copy_field(&cursor, r->content);
     o->row.error = copy_field(&cursor, r->error);
+    o->row.server = copy_field(&cursor, r->server);
     return o;
 }
 

@@ -130,6 +130,7 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
     r.latency_ms = resp->latency_ms;
     r.prompt_tokens = resp->prompt_tokens;
     r.completion_tokens = resp->completion_tokens;
+    r.server = resp->server;
     if (resp->outcome == OA_ERROR) {
         /* A failure after every retry is an error, never a wrong answer. */
         r.status = EVAL_SAMPLE_ERROR;
@@ -139,10 +140,12 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
     }
     pg_status st = eval_writer_put(lc->writer, &r, err);
     if (st != PG_OK) return st;
-    char what[64];
+    char what[96];
     const double elapsed = pg_clock_mono_s() - lc->started;
-    snprintf(what, sizeof what, "%.2f/s, %d err, %d retries",
-             elapsed > 0 ? pr->done / elapsed : 0.0, pr->errors, pr->retries);
+    int n = snprintf(what, sizeof what, "%.2f/s, %d err, %d retries",
+                     elapsed > 0 ? pr->done / elapsed : 0.0, pr->errors, pr->retries);
+    if (pr->servers_out > 0 && n > 0 && (size_t)n < sizeof what)
+        snprintf(what + n, sizeof what - (size_t)n, ", %d servers out", pr->servers_out);
     pg_note_progress_step(lc->o->notes, pr->done, what);
     return PG_OK;
 }
@@ -179,17 +182,68 @@ static pg_status run_with_writer(pg_store *s, int64_t run_id, oa_endpoint **live
     return st;
 }
 
+/* The distinct modes of o's servers, in the order first given, into modes
+ * (*nm of them); mode_of[i]: server i's index in modes. PG_ERR_USAGE past
+ * EVAL_MAX_MODES. */
+static pg_status distinct_modes(const eval_run_options *o, const char **modes, int *nm,
+                                int *mode_of, pg_err *err)
+{
+    *nm = 0;
+    for (int i = 0; i < o->n_endpoints; i++) {
+        int m = 0;
+        while (m < *nm && strcmp(modes[m], o->modes[i]) != 0) m++;
+        if (m == *nm) {
+            if (*nm == EVAL_MAX_MODES)
+                return pg_fail(err, PG_ERR_USAGE, "eval: more than %d modes", EVAL_MAX_MODES);
+            modes[(*nm)++] = o->modes[i];
+        }
+        mode_of[i] = m;
+    }
+    return PG_OK;
+}
+
+/* Opens, awaits and asks the model of every server of a needed mode, all
+ * within one shared ready deadline; the model of each (NULL: not contacted)
+ * into models, and the opened ones into live[*n_live]. Every server of a
+ * mode must serve one model (PG_ERR_USAGE naming both). */
+static pg_status open_servers(const eval_run_options *o, const oa_options *client,
+                              const int *mode_of, const int *needed, oa_endpoint **eps,
+                              char **models, oa_endpoint **live, int *n_live, pg_err *err)
+{
+    pg_status st = PG_OK;
+    const double end = pg_clock_mono_s() + o->ready_deadline_s;
+    for (int i = 0; st == PG_OK && i < o->n_endpoints; i++) {
+        if (!needed[mode_of[i]]) continue;
+        st = oa_endpoint_open(o->modes[i], o->urls[i], o->api_key_env, o->api_key, client,
+                              &eps[i], err);
+        const double left = end - pg_clock_mono_s();
+        if (st == PG_OK) st = oa_wait_ready(eps[i], left > 0 ? left : 0, err);
+        if (st == PG_OK) st = oa_model_name(eps[i], &models[i], err);
+        if (st == PG_OK) live[(*n_live)++] = eps[i];
+        for (int j = 0; st == PG_OK && j < i; j++)
+            if (mode_of[j] == mode_of[i] && models[j] != NULL && strcmp(models[j], models[i]))
+                st = pg_fail(err, PG_ERR_USAGE,
+                             "eval: mode %s: %s serves '%s' but %s serves '%s'; the servers of "
+                             "one mode must serve one model", o->modes[i], o->urls[j], models[j],
+                             o->urls[i], models[i]);
+    }
+    return st;
+}
+
 pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
                     const eval_run_options *o, eval_run_counts *c, pg_err *err)
 {
     memset(c, 0, sizeof *c);
-    const int K = o->samples, nm = o->n_endpoints, ne = o->n_efforts;
-    if (nm < 1 || ne < 1 || K < 1)
-        return pg_fail(err, PG_ERR_USAGE, "eval: needs at least one --endpoint, one effort and "
-                                          "one sample");
-    oa_endpoint *eps[EVAL_MAX_MODES] = {NULL};
-    char *models[EVAL_MAX_MODES] = {NULL};
-    pg_status st = PG_OK;
+    const int K = o->samples, ne = o->n_efforts, ns = o->n_endpoints;
+    if (ns < 1 || ne < 1 || K < 1 || ns > EVAL_MAX_SERVERS)
+        return pg_fail(err, PG_ERR_USAGE, "eval: needs one to %d --endpoint, one effort and "
+                                          "one sample", EVAL_MAX_SERVERS);
+    const char *modes[EVAL_MAX_MODES];
+    int nm = 0, mode_of[EVAL_MAX_SERVERS];
+    pg_status st = distinct_modes(o, modes, &nm, mode_of, err);
+    if (st != PG_OK) return st;
+    oa_endpoint *eps[EVAL_MAX_SERVERS] = {NULL};
+    char *models[EVAL_MAX_SERVERS] = {NULL};
     /* The planned samples, and which of them a resumed run still lacks:
      * worked out before any server is asked for anything. */
     const size_t n_plan = (size_t)nm * (size_t)ne * (size_t)t->n * (size_t)K;
@@ -204,25 +258,26 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
             for (int e = 0; e < ne; e++)
                 for (int p = 0; p < t->n; p++)
                     for (int k = 0; k < K; k++)
-                        plan[i++] = (eval_key){o->modes[m], o->efforts[e], t->problems[p].id, k};
+                        plan[i++] = (eval_key){modes[m], o->efforts[e], t->problems[p].id, k};
         st = eval_store_missing(s, run_id, o->eval_name, plan, n_plan, missing, &n_missing, err);
     }
-    /* Only the servers that have work are waited for. */
+    /* Only the servers of modes that have work are waited for. */
     int needed[EVAL_MAX_MODES] = {0};
     for (size_t r = 0; st == PG_OK && r < n_missing; r++)
         needed[missing[r] / ((size_t)K * (size_t)t->n * (size_t)ne)] = 1;
-    oa_endpoint *live[EVAL_MAX_MODES];
+    /* Taken-out and back-in-service notes go where progress goes. */
+    oa_options client = o->client;
+    if (client.notes == NULL) client.notes = o->notes;
+    oa_endpoint *live[EVAL_MAX_SERVERS];
     int n_live = 0;
-    for (int m = 0; st == PG_OK && m < nm; m++) {
-        if (!needed[m]) continue;
-        st = oa_endpoint_open(o->modes[m], o->urls[m], o->api_key_env, o->api_key, &o->client,
-                              &eps[m], err);
-        if (st == PG_OK) st = oa_wait_ready(eps[m], o->ready_deadline_s, err);
-        if (st == PG_OK) st = oa_model_name(eps[m], &models[m], err);
-        if (st == PG_OK) live[n_live++] = eps[m];
-    }
+    if (st == PG_OK)
+        st = open_servers(o, &client, mode_of, needed, eps, models, live, &n_live, err);
     if (st == PG_OK && o->before_send != NULL)
         st = o->before_send(o->before_send_ctx, (const char *const *)models, err);
+    /* Each mode's model, for its request bodies: that of its first server. */
+    const char *mode_model[EVAL_MAX_MODES] = {NULL};
+    for (int i = ns - 1; i >= 0; i--)
+        if (models[i] != NULL) mode_model[mode_of[i]] = models[i];
     oa_request *reqs = NULL;
     if (st == PG_OK && n_missing > 0) {
         reqs = calloc(n_missing, sizeof *reqs);
@@ -239,9 +294,9 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
         sp.has_seed = 1;
         sp.seed = eval_sample_seed(o->seed_base, t->problems[p].id, k);
         const eval_problem *pr = &t->problems[p];
-        reqs[r] = (oa_request){o->modes[m], o->efforts[e], pr->id, k, NULL, (void *)pr};
-        st = oa_build_chat_body(models[m], pr->messages_json, pr->problem, &sp, &reqs[r].body_json,
-                                err);
+        reqs[r] = (oa_request){modes[m], o->efforts[e], pr->id, k, NULL, (void *)pr};
+        st = oa_build_chat_body(mode_model[m], pr->messages_json, pr->problem, &sp,
+                                &reqs[r].body_json, err);
     }
     c->skipped = (int64_t)(n_plan - n_missing);
     if (st == PG_OK && n_missing > 0)
@@ -250,9 +305,9 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
     free(reqs);
     free(plan);
     free(missing);
-    for (int m = 0; m < nm; m++) {
-        free(models[m]);
-        oa_endpoint_close(eps[m]);
+    for (int i = 0; i < ns; i++) {
+        free(models[i]);
+        oa_endpoint_close(eps[i]);
     }
     return st;
 }
@@ -352,6 +407,27 @@ static void print_pair(FILE *out, const char *effort, const char *a, const char 
     fputc('\n', out);
 }
 
+/* When some mode of (run_id, eval) was served by several servers, prints
+ * how many samples each server answered (and how many ended an error
+ * there); nothing otherwise, so a run of one server per mode prints as
+ * before. */
+static pg_status print_servers(pg_store *s, int64_t run_id, const char *eval, FILE *out,
+                               pg_err *err)
+{
+    eval_server_count *sv = NULL;
+    size_t n = 0;
+    const pg_status st = eval_store_read_server_counts(s, run_id, eval, &sv, &n, err);
+    int several = 0;
+    for (size_t i = 1; st == PG_OK && i < n; i++)
+        several = several || strcmp(sv[i].mode, sv[i - 1].mode) == 0;
+    if (several) fprintf(out, "servers (samples answered, errors):\n");
+    for (size_t i = 0; several && i < n; i++)
+        fprintf(out, "%-10s %s  %lld answered, %lld errors\n", sv[i].mode, sv[i].server,
+                (long long)sv[i].answered, (long long)sv[i].errors);
+    eval_store_server_counts_free(sv, n);
+    return st;
+}
+
 pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *out, pg_err *err)
 {
     scored_group g[EVAL_MAX_GROUPS];
@@ -394,6 +470,7 @@ pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *ou
             print_pair(out, g[i].effort, g[j].mode, g[i].mode, &pr);
         }
     }
+    if (st == PG_OK) st = print_servers(s, run_id, eval, out, err);
     for (int i = 0; i < n; i++) {
         free(g[i].mode);
         free(g[i].effort);

@@ -1,6 +1,7 @@
 /*
  * eval_run.h: an end-task eval run: grading recorded completions (replay) or
- * asking one OpenAI-compatible server per precision mode (live), storing the
+ * asking one or several OpenAI-compatible servers per precision mode (live:
+ * openai_client.h routes and keeps each server's health), storing the
  * samples as they complete (live: in batches, on a writer thread), then scoring every (mode, effort) and every pair of
  * modes into eval_scores / eval_pairs and printing the summary.
  */
@@ -18,18 +19,22 @@
 #include "openai_client.h"
 #include "traces.h"
 
-/* Most endpoints (modes) and efforts one run takes. */
+/* Most modes and efforts one run takes. */
 #define EVAL_MAX_MODES 8
 #define EVAL_MAX_EFFORTS 8
+/* Most servers (--endpoint) one run takes over all its modes: four per mode
+ * at the most modes. Each costs up to its max_in_flight connections and a
+ * readiness probe at start (one curl multi drives them all). */
+#define EVAL_MAX_SERVERS (4 * EVAL_MAX_MODES)
 
 /* How to run. Strings are borrowed. */
 typedef struct eval_run_options {
     const char *eval_name;        /* eval column: e.g. the traces' file name */
     grade_extractor extractor;
     /* live only: */
-    int n_endpoints;
-    const char *modes[EVAL_MAX_MODES];   /* precision mode served by ... */
-    const char *urls[EVAL_MAX_MODES];    /* ... this base URL */
+    int n_endpoints;                     /* servers; a mode may repeat */
+    const char *modes[EVAL_MAX_SERVERS]; /* precision mode served by ... */
+    const char *urls[EVAL_MAX_SERVERS];  /* ... this base URL */
     int n_efforts;
     const char *efforts[EVAL_MAX_EFFORTS];
     int samples;                  /* K */
@@ -42,9 +47,10 @@ typedef struct eval_run_options {
     const pg_notes *notes;        /* where progress goes (NULL: nowhere) */
     /* live only, may be NULL: called once by eval_live after every server
      * that has work has answered and named its model, and before any
-     * request is built or sent (also when nothing is missing). models[m] is
-     * the model served for modes[m], NULL for a mode with nothing left to
-     * send (its server is not contacted). Anything but PG_OK ends eval_live
+     * request is built or sent (also when nothing is missing). models[i] is
+     * the model server i serves for modes[i] (every server of a mode serves
+     * the same one, eval_live checks), NULL for a mode with nothing left to
+     * send (its servers are not contacted). Anything but PG_OK ends eval_live
      * with that status and nothing sent: the resume checks (cmd_eval.c). */
     pg_status (*before_send)(void *ctx, const char *const *models, pg_err *err);
     void *before_send_ctx;
@@ -69,7 +75,10 @@ pg_status eval_replay(pg_store *s, int64_t run_id, const eval_traces *t,
                       const eval_run_options *o, eval_run_counts *c, pg_err *err);
 
 /* Sends every (mode, effort, problem, sample) not yet stored ok/truncated in
- * run_id to its mode's server. Each finished sample goes to a writer thread
+ * run_id to its mode's servers (each sample records the one that answered).
+ * Every server of a mode with work must be ready within ready_deadline_s
+ * (one deadline shared by all) and serve the same model, else PG_ERR_HTTP /
+ * PG_ERR_USAGE before anything is sent. Each finished sample goes to a writer thread
  * (db/eval_writer.h) that commits them in batches while the network thread
  * goes on, moving the run's heartbeat with each committed batch; the writer
  * is flushed before this returns, also when the run stops early, and its
@@ -83,7 +92,8 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
 
 /* Scores every (mode, effort) stored for (run_id, eval) and every pair of
  * modes per effort (each mode against bf16 when present, A minus B), stores
- * them, and prints the summary to out. */
+ * them, and prints the summary to out (with the samples each server
+ * answered when a mode had several servers). */
 pg_status eval_score_all(pg_store *s, int64_t run_id, const char *eval, FILE *out, pg_err *err);
 
 #endif /* PG_EVAL_RUN_H */

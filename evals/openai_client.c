@@ -170,6 +170,7 @@ static void server_message(const char *body, size_t len, char *out, size_t size)
 
 struct oa_endpoint {
     char *mode;
+    char *base_url;                  /* as given to oa_endpoint_open */
     char *url_chat, *url_health, *url_models;
     char *model;                     /* the options' or the discovered name */
     char *api_key;                   /* NULL when none; kept only for scrub() */
@@ -202,6 +203,7 @@ void oa_endpoint_close(oa_endpoint *ep)
     if (ep->api_key) explicit_bzero(ep->api_key, strlen(ep->api_key));
     free(ep->api_key);
     free(ep->mode);
+    free(ep->base_url);
     free(ep->url_chat);
     free(ep->url_health);
     free(ep->url_models);
@@ -215,9 +217,10 @@ static pg_status resolve_options(oa_options *o, const char *mode, pg_err *err)
 {
     if (o->max_in_flight < 0 || o->max_attempts < 0 || o->backoff_base_s < 0 ||
         o->backoff_cap_s < 0 || o->timeout_s < 0 || o->connect_timeout_s < 0 || o->stall_s < 0 ||
-        o->poll_s < 0 || isnan(o->backoff_base_s) || isnan(o->backoff_cap_s) ||
-        isnan(o->timeout_s) || isnan(o->connect_timeout_s) || isnan(o->stall_s) ||
-        isnan(o->poll_s))
+        o->poll_s < 0 || o->server_backoff_base_s < 0 || o->server_backoff_cap_s < 0 ||
+        isnan(o->backoff_base_s) || isnan(o->backoff_cap_s) || isnan(o->timeout_s) ||
+        isnan(o->connect_timeout_s) || isnan(o->stall_s) || isnan(o->poll_s) ||
+        isnan(o->server_backoff_base_s) || isnan(o->server_backoff_cap_s))
         return pg_fail(err, PG_ERR_USAGE, "endpoint %s: options must not be negative", mode);
     if (!o->max_in_flight) o->max_in_flight = OA_DEFAULT_MAX_IN_FLIGHT;
     if (!o->max_attempts) o->max_attempts = OA_DEFAULT_MAX_ATTEMPTS;
@@ -227,9 +230,15 @@ static pg_status resolve_options(oa_options *o, const char *mode, pg_err *err)
     if (o->connect_timeout_s == 0) o->connect_timeout_s = OA_DEFAULT_CONNECT_TIMEOUT_S;
     if (o->stall_s == 0) o->stall_s = OA_DEFAULT_STALL_S;
     if (o->poll_s == 0) o->poll_s = OA_DEFAULT_POLL_S;
+    if (o->server_backoff_base_s == 0) o->server_backoff_base_s = OA_DEFAULT_SERVER_BACKOFF_BASE_S;
+    if (o->server_backoff_cap_s == 0) o->server_backoff_cap_s = OA_DEFAULT_SERVER_BACKOFF_CAP_S;
     if (o->backoff_cap_s < o->backoff_base_s)
         return pg_fail(err, PG_ERR_USAGE, "endpoint %s: backoff cap %g s is below its base %g s",
                        mode, o->backoff_cap_s, o->backoff_base_s);
+    if (o->server_backoff_cap_s < o->server_backoff_base_s)
+        return pg_fail(err, PG_ERR_USAGE,
+                       "endpoint %s: server backoff cap %g s is below its base %g s", mode,
+                       o->server_backoff_cap_s, o->server_backoff_base_s);
     return PG_OK;
 }
 
@@ -295,7 +304,7 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
     if (ep == NULL) return pg_fail(err, PG_ERR_NOMEM, "out of memory opening endpoint %s", mode);
     ep->opt = o;
     ep->opt.model = NULL;
-    bool ok = (ep->mode = strdup(mode)) != NULL &&
+    bool ok = (ep->mode = strdup(mode)) != NULL && (ep->base_url = strdup(base_url)) != NULL &&
               join_url(base_url, n, "/v1/chat/completions", &ep->url_chat) == PG_OK &&
               join_url(base_url, n, "/health", &ep->url_health) == PG_OK &&
               join_url(base_url, n, "/v1/models", &ep->url_models) == PG_OK &&
@@ -324,6 +333,11 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
     }
     *out = ep;
     return PG_OK;
+}
+
+const char *oa_endpoint_url(const oa_endpoint *ep)
+{
+    return ep->base_url;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -602,8 +616,12 @@ typedef enum rx_mode { RX_UNDECIDED, RX_SSE, RX_WHOLE } rx_mode;
 /* One request across its attempts. */
 typedef struct xfer {
     oa_request *req;
-    oa_endpoint *ep;
-    int ep_index;
+    oa_endpoint *ep;        /* the server of the current (or last) attempt */
+    int group;              /* index of its mode in run.g */
+    int srv;                /* the server it holds a slot on (run.s), or -1 */
+    int failed_on;          /* the server its last attempt failed on, or -1 */
+    int waits_on;           /* several servers per mode: the server whose
+                               load counts this retry's wait, or -1 */
     bool stream;            /* the body asks for a streamed reply */
     xf_state state;
     CURL *easy;
@@ -815,21 +833,38 @@ static size_t on_chat_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 /* the run                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* One endpoint's share of a run. */
-typedef struct ep_queue {
+/* One server's share of a run, and its health (kept only for modes with
+ * several servers: openai_client.h). */
+typedef struct srv_state {
     oa_endpoint *ep;
-    int next;    /* first index of reqs not yet looked at for this endpoint */
-    int held;    /* requests holding a slot (active or waiting to retry) */
-} ep_queue;
+    int group;          /* its mode's index in run.g */
+    int held;           /* requests holding a slot on it: active, or (a mode with
+                           one server) waiting to retry */
+    int waiting;        /* retries of a mode with several servers that failed here
+                           and wait, holding no slot: counted in its load */
+    int fails;          /* consecutive failed attempts since its last success */
+    int outs;           /* times taken out since its last success */
+    double out_until;   /* monotonic: out of service until then (0: not out) */
+    bool probing;       /* back from a back-off, no success yet */
+} srv_state;
+
+/* The requests of one mode and how many servers they may go to. */
+typedef struct mode_group {
+    const char *mode;
+    int next;           /* first index of reqs not yet looked at for this mode */
+    int n_srv;
+} mode_group;
 
 /* The state of one oa_run() call. */
 typedef struct run {
     CURLM *multi;
     xfer *x;
     int n;
-    ep_queue *q;
-    int n_q;
-    xfer **held;       /* every request holding a slot */
+    srv_state *s;      /* one per endpoint, in the caller's order */
+    int n_s;
+    mode_group *g;     /* one per distinct mode */
+    int n_g;
+    xfer **held;       /* every request started and not yet reported */
     int n_held;
     oa_progress prog;
     rng_xoshiro256 rng; /* the jitter's generator */
@@ -873,11 +908,9 @@ static pg_status start_attempt(run *r, xfer *x, pg_err *err)
         CURL *h = x->easy = curl_easy_init();
         if (h == NULL) return pg_fail(err, PG_ERR_NOMEM, "curl_easy_init failed");
         const char *body = x->req->body_json;
-        curl_easy_setopt(h, CURLOPT_URL, x->ep->url_chat);
         curl_easy_setopt(h, CURLOPT_POST, 1L);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->ep->post_headers);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_chat_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_chat_header);
@@ -887,9 +920,13 @@ static pg_status start_attempt(run *r, xfer *x, pg_err *err)
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)ceil(o->timeout_s * 1000.0));
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(o->connect_timeout_s * 1000.0));
     }
+    /* Every attempt: a retry may go to another server of the mode. */
+    curl_easy_setopt(x->easy, CURLOPT_URL, x->ep->url_chat);
+    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->ep->post_headers);
+    curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, (long)ceil(o->timeout_s * 1000.0));
+    curl_easy_setopt(x->easy, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)ceil(o->connect_timeout_s * 1000.0));
     x->attempts++;
     x->started = x->last_rx = pg_clock_mono_s();
     x->state = XF_ACTIVE;
@@ -897,6 +934,150 @@ static pg_status start_attempt(run *r, xfer *x, pg_err *err)
     if (mc != CURLM_OK)
         return pg_fail(err, PG_ERR_HTTP, "curl_multi_add_handle: %s", curl_multi_strerror(mc));
     return PG_OK;
+}
+
+/* Gives back the slot x holds on a server, if any, and ends the wait
+ * counted against one. */
+static void drop_slot(run *r, xfer *x)
+{
+    if (x->srv >= 0) r->s[x->srv].held--;
+    if (x->waits_on >= 0) r->s[x->waits_on].waiting--;
+    x->srv = x->waits_on = -1;
+}
+
+/* Moves x's slot to server k and points its next attempt there. */
+static void take_slot(run *r, xfer *x, int k)
+{
+    if (x->waits_on >= 0) r->s[x->waits_on].waiting--;
+    x->waits_on = -1;
+    if (x->srv == k) return;
+    drop_slot(r, x);
+    r->s[k].held++;
+    x->srv = k;
+    x->ep = r->s[k].ep;
+}
+
+/* Whether server v is out of service at now. */
+static bool srv_out(const srv_state *v, double now)
+{
+    return v->out_until > now;
+}
+
+/* Servers out of service at now. */
+static int servers_out(const run *r, double now)
+{
+    int n = 0;
+    for (int k = 0; k < r->n_s; k++) n += srv_out(&r->s[k], now);
+    return n;
+}
+
+/* Whether group g has a server other than k in service and not on
+ * probation. */
+static bool group_has_healthy(const run *r, int g, int k, double now)
+{
+    for (int j = 0; j < r->n_s; j++)
+        if (j != k && r->s[j].group == g && !srv_out(&r->s[j], now) && !r->s[j].probing)
+            return true;
+    return false;
+}
+
+/* Requests server k may hold at now: none while out; one while back on
+ * probation and another server of its mode is healthy (a still-dead server
+ * then costs one attempt, not a slot's worth); else max_in_flight. */
+static int srv_cap(const run *r, int k, double now)
+{
+    const srv_state *v = &r->s[k];
+    if (srv_out(v, now)) return 0;
+    if (v->probing && group_has_healthy(r, v->group, k, now)) return 1;
+    return v->ep->opt.max_in_flight;
+}
+
+/* Whether group g has a server other than k in service at now. */
+static bool group_has_other(const run *r, int g, int k, double now)
+{
+    for (int j = 0; j < r->n_s; j++)
+        if (j != k && r->s[j].group == g && !srv_out(&r->s[j], now)) return true;
+    return false;
+}
+
+/* The server of group g that takes a request at now: of those with a free
+ * slot, the one with the least outstanding requests (slots held plus the
+ * retries that failed there and wait), the lowest index on a tie; -1 when
+ * none can. x, a retry (NULL: a new request), counts its own slot and wait
+ * as free, and goes back to the server its last attempt failed on only
+ * when no other server of the mode is in service: it rather waits for a
+ * slot elsewhere than spends its attempts on a server that may be dead. */
+static int pick_server(const run *r, int g, const xfer *x, double now)
+{
+    const int avoid = x != NULL && x->failed_on >= 0 &&
+                              group_has_other(r, g, x->failed_on, now)
+                          ? x->failed_on
+                          : -1;
+    int best = -1, best_load = 0;
+    for (int k = 0; k < r->n_s; k++) {
+        if (r->s[k].group != g || k == avoid) continue;
+        const int held = r->s[k].held - (x != NULL && x->srv == k);
+        if (held >= srv_cap(r, k, now)) continue;
+        const int load = held + r->s[k].waiting - (x != NULL && x->waits_on == k);
+        if (best < 0 || load < best_load) {
+            best = k;
+            best_load = load;
+        }
+    }
+    return best;
+}
+
+/* The earliest time after now a server of group g comes back, or fallback. */
+static double group_back_at(const run *r, int g, double now, double fallback)
+{
+    double t = fallback;
+    for (int k = 0; k < r->n_s; k++)
+        if (r->s[k].group == g && srv_out(&r->s[k], now) && r->s[k].out_until < t)
+            t = r->s[k].out_until;
+    return t;
+}
+
+/* Server k answered: its failures are forgiven, and a server that was taken
+ * out is said to be back. */
+static void srv_success(run *r, int k)
+{
+    srv_state *v = &r->s[k];
+    if (v->outs > 0)
+        pg_note_warning(v->ep->opt.notes, "server %s (mode %s) answers again: back in service",
+                        v->ep->base_url, v->ep->mode);
+    v->fails = v->outs = 0;
+    v->probing = false;
+    v->out_until = 0;
+}
+
+/* An attempt on server k failed with a retryable failure (why): counts it,
+ * and takes the server out at OA_SERVER_FAIL_LIMIT in a row, or at once
+ * while it is on probation. The back-off doubles per consecutive taking-out
+ * while another server of the mode is healthy (a dead server among live
+ * ones is tried ever more rarely); with none healthy it is the base alone:
+ * the mode's requests wait for these servers, and a doubling wait per
+ * round of attempts would stretch a dead mode's end from minutes to hours.
+ * An attempt that started before the server was taken out is counted
+ * without extending the back-off. A mode with one server keeps no health. */
+static void srv_failure(run *r, int k, const char *why, double now)
+{
+    srv_state *v = &r->s[k];
+    if (r->g[v->group].n_srv < 2) return;
+    v->fails++;
+    if (srv_out(v, now) || !(v->probing || v->fails >= OA_SERVER_FAIL_LIMIT)) return;
+    const oa_options *o = &v->ep->opt;
+    const bool others = group_has_healthy(r, v->group, k, now);
+    double d = others ? ldexp(o->server_backoff_base_s, v->outs) : o->server_backoff_base_s;
+    if (!(d < o->server_backoff_cap_s)) d = o->server_backoff_cap_s;
+    v->outs += others;
+    if (v->outs == 0) v->outs = 1;  /* taken out: its next success is said */
+    v->probing = true;
+    v->out_until = now + d;
+    char msg[OA_ERR_MAX];
+    snprintf(msg, sizeof msg, "%s", why);
+    scrub(msg, v->ep->api_key);
+    pg_note_warning(o->notes, "server %s (mode %s) taken out for %.3g s after %d consecutive "
+                    "failed attempts (last: %s)", v->ep->base_url, v->ep->mode, d, v->fails, msg);
 }
 
 /* Frees x's handle and reply and gives its slot back. */
@@ -913,7 +1094,7 @@ static void release(run *r, xfer *x)
             r->held[i] = r->held[--r->n_held];
             break;
         }
-    r->q[x->ep_index].held--;
+    drop_slot(r, x);
     x->state = XF_DONE;
 }
 
@@ -930,6 +1111,7 @@ static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const ch
         .latency_ms = (pg_clock_mono_s() - x->started) * 1000.0,
         .prompt_tokens = x->prompt_tokens,
         .completion_tokens = x->completion_tokens,
+        .server = x->ep->base_url,
     };
     if (outcome == OA_ERROR) {
         int k = snprintf(msg, sizeof msg, "POST %s: %s", x->ep->url_chat, why);
@@ -947,6 +1129,7 @@ static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const ch
     }
     r->prog.done++;
     r->prog.in_flight = r->n_held - 1;
+    r->prog.servers_out = servers_out(r, pg_clock_mono_s());
     pg_status st = r->on_done ? r->on_done(r->ctx, x->req, &resp, &r->prog, err) : PG_OK;
     release(r, x);
     if (st != PG_OK) pg_fail(err, st, "the caller stopped the run after request %s#%d",
@@ -1030,14 +1213,31 @@ static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
             retry = true;  /* a broken 200 is the server's failure, never a wrong answer */
         } else {
             bool trunc = x->finish_reason && strcmp(x->finish_reason, "length") == 0;
+            srv_success(r, x->srv);
             return report(r, x, trunc ? OA_TRUNCATED : OA_OK, code, NULL, err);
         }
     }
     for (char *p = why; *p; p++)  /* curl and servers may end messages with a newline */
         if (*p == '\n' || *p == '\r') *p = ' ';
 
+    const double now = pg_clock_mono_s();
+    if (retry) {
+        srv_failure(r, x->srv, why, now);
+        x->failed_on = x->srv;
+    }
     if (!retry || x->attempts >= x->ep->opt.max_attempts)
         return report(r, x, OA_ERROR, code, why, err);
+    /* With several servers, a retry waits without a slot: it may go to
+     * another server, and slots held by waits that avoid their own server
+     * could fill every server of the mode and stall the run. Its wait still
+     * counts in the load of the server it failed on. One server: the slot
+     * is kept, so a struggling server gets fewer new requests. */
+    if (r->g[x->group].n_srv > 1) {
+        const int on = x->srv;
+        drop_slot(r, x);
+        x->waits_on = on;
+        r->s[on].waiting++;
+    }
 
     const oa_options *o = &x->ep->opt;
     double ceil_s = ldexp(o->backoff_base_s, x->attempts - 1);
@@ -1049,16 +1249,16 @@ static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
         double ra = (double)after < o->backoff_cap_s ? (double)after : o->backoff_cap_s;
         if (ra > delay) delay = ra;
     }
-    x->not_before = pg_clock_mono_s() + delay;
+    x->not_before = now + delay;
     r->prog.retries++;
     return PG_OK;
 }
 
-/* Index of the next queued request of endpoint e, or -1. */
-static int next_queued(run *r, int e)
+/* Index of the next queued request of mode group g, or -1. */
+static int next_queued(run *r, int g)
 {
-    ep_queue *q = &r->q[e];
-    while (q->next < r->n && (r->x[q->next].ep_index != e || r->x[q->next].state != XF_QUEUED))
+    mode_group *q = &r->g[g];
+    while (q->next < r->n && (r->x[q->next].group != g || r->x[q->next].state != XF_QUEUED))
         q->next++;
     return q->next < r->n ? q->next : -1;
 }
@@ -1122,58 +1322,78 @@ static pg_status fail_stalled(run *r, double read_at, bool *failed, pg_err *err)
     return st;
 }
 
-/* Starts what may start now (new requests into free slots, due retries).
- * *wait_ms: milliseconds until the next retry or stall deadline (at most
- * OA_MAX_POLL_MS). */
+/* Starts what may start now: due retries first (they are the older
+ * requests), each on the server pick_server chooses, then new requests into
+ * free slots. *wait_ms: milliseconds until the next retry, stall deadline or
+ * return of a server that work waits for (at most OA_MAX_POLL_MS). */
 static pg_status start_ready(run *r, long *wait_ms, pg_err *err)
 {
     pg_status st = PG_OK;
     const double now = pg_clock_mono_s();
-    for (int e = 0; e < r->n_q && st == PG_OK; e++) {
-        int i;
-        while (st == PG_OK && r->q[e].held < r->q[e].ep->opt.max_in_flight &&
-               (i = next_queued(r, e)) >= 0) {
+    for (int k = 0; k < r->n_held && st == PG_OK; k++) {
+        xfer *x = r->held[k];
+        if (x->state != XF_WAITING || x->not_before > now) continue;
+        const int to = pick_server(r, x->group, x, now);
+        if (to < 0) continue;  /* every server of its mode is out or full */
+        take_slot(r, x, to);
+        st = start_attempt(r, x, err);
+    }
+    for (int g = 0; g < r->n_g && st == PG_OK; g++) {
+        int i, k;
+        while (st == PG_OK && (i = next_queued(r, g)) >= 0 &&
+               (k = pick_server(r, g, NULL, now)) >= 0) {
             r->held[r->n_held++] = &r->x[i];
-            r->q[e].held++;
+            take_slot(r, &r->x[i], k);
             st = start_attempt(r, &r->x[i], err);
         }
     }
     double next = now + OA_MAX_POLL_MS / 1000.0;
     for (int k = 0; k < r->n_held && st == PG_OK; k++) {
-        xfer *x = r->held[k];
-        if (x->state == XF_WAITING && x->not_before <= now) st = start_attempt(r, x, err);
-        else if (x->state == XF_WAITING && x->not_before < next) next = x->not_before;
-        if (stall_deadline(x) < next) next = stall_deadline(x);
+        const xfer *x = r->held[k];
+        if (x->state == XF_WAITING)
+            next = x->not_before > now ? fmin(next, x->not_before)
+                                       : group_back_at(r, x->group, now, next);
+        next = fmin(next, stall_deadline(x));
     }
+    for (int g = 0; g < r->n_g && st == PG_OK; g++)
+        if (next_queued(r, g) >= 0) next = group_back_at(r, g, now, next);
     r->prog.in_flight = r->n_held;
+    r->prog.servers_out = servers_out(r, now);
     *wait_ms = (long)ceil((next - now) * 1000.0);
     if (*wait_ms < 0) *wait_ms = 0;
     return st;
 }
 
-/* Checks the requests and endpoints, routes each request, reads its stream
- * flag; nothing is sent. */
+/* Checks the requests and endpoints, groups the endpoints by mode, routes
+ * each request to its mode, reads its stream flag; nothing is sent. */
 static pg_status prepare(run *r, oa_endpoint **eps, int n_eps, oa_request *reqs, pg_err *err)
 {
     for (int e = 0; e < n_eps; e++) {
         if (eps[e] == NULL) return pg_fail(err, PG_ERR_USAGE, "endpoint %d is NULL", e);
-        r->q[e].ep = eps[e];
+        int g = 0;
+        while (g < r->n_g && strcmp(r->g[g].mode, eps[e]->mode) != 0) g++;
+        if (g == r->n_g) r->g[r->n_g++] = (mode_group){.mode = eps[e]->mode};
         for (int f = 0; f < e; f++)
-            if (strcmp(eps[e]->mode, eps[f]->mode) == 0)
-                return pg_fail(err, PG_ERR_USAGE, "two endpoints for mode %s", eps[e]->mode);
+            if (r->s[f].group == g && strcmp(eps[f]->base_url, eps[e]->base_url) == 0)
+                return pg_fail(err, PG_ERR_USAGE, "two endpoints for mode %s at %s",
+                               eps[e]->mode, eps[e]->base_url);
+        r->s[e] = (srv_state){.ep = eps[e], .group = g};
+        r->g[g].n_srv++;
     }
+    r->n_s = n_eps;
     for (int i = 0; i < r->n; i++) {
         xfer *x = &r->x[i];
         x->req = &reqs[i];
-        x->ep_index = -1;
+        x->group = x->srv = x->failed_on = x->waits_on = -1;
         x->prompt_tokens = x->completion_tokens = -1;
         const char *pid = reqs[i].problem_id ? reqs[i].problem_id : "?";
-        for (int e = 0; e < n_eps && reqs[i].mode; e++)
-            if (strcmp(reqs[i].mode, eps[e]->mode) == 0) x->ep_index = e;
-        if (x->ep_index < 0)
+        for (int g = 0; g < r->n_g && reqs[i].mode; g++)
+            if (strcmp(reqs[i].mode, r->g[g].mode) == 0) x->group = g;
+        if (x->group < 0)
             return pg_fail(err, PG_ERR_USAGE, "request %s#%d: no endpoint for mode %s", pid,
                            reqs[i].sample, reqs[i].mode ? reqs[i].mode : "(none)");
-        x->ep = eps[x->ep_index];
+        for (int k = 0; k < n_eps && x->ep == NULL; k++)
+            if (r->s[k].group == x->group) x->ep = eps[k];
         cJSON *body = reqs[i].body_json ? cJSON_Parse(reqs[i].body_json) : NULL;
         bool is_obj = cJSON_IsObject(body);
         x->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream"));
@@ -1190,15 +1410,16 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
 {
     if (n_reqs <= 0) return PG_OK;
     if (n_eps <= 0) return pg_fail(err, PG_ERR_USAGE, "no endpoint to send %d requests to", n_reqs);
-    run r = {.n = n_reqs, .n_q = n_eps, .on_done = on_done, .ctx = ctx};
+    run r = {.n = n_reqs, .on_done = on_done, .ctx = ctx};
     r.prog.total = n_reqs;
     rng_xoshiro_seed(&r.rng, (uint64_t)(pg_clock_mono_s() * 1e9) ^ ((uint64_t)getpid() << 32) ^
                                  (uintptr_t)&r);
     r.x = calloc((size_t)n_reqs, sizeof *r.x);
-    r.q = calloc((size_t)n_eps, sizeof *r.q);
+    r.s = calloc((size_t)n_eps, sizeof *r.s);
+    r.g = calloc((size_t)n_eps, sizeof *r.g);
     r.held = calloc((size_t)n_reqs, sizeof *r.held);
     pg_status st = PG_OK;
-    if (r.x == NULL || r.q == NULL || r.held == NULL)
+    if (r.x == NULL || r.s == NULL || r.g == NULL || r.held == NULL)
         st = pg_fail(err, PG_ERR_NOMEM, "out of memory for %d requests", n_reqs);
     if (st == PG_OK) st = prepare(&r, eps, n_eps, reqs, err);
     if (st == PG_OK && (r.multi = curl_multi_init()) == NULL)
@@ -1254,7 +1475,8 @@ pg_status oa_run(oa_endpoint **eps, int n_eps, oa_request *reqs, int n_reqs, oa_
     while (r.n_held > 0) release(&r, r.held[r.n_held - 1]);
     if (r.multi) curl_multi_cleanup(r.multi);
     free(r.held);
-    free(r.q);
+    free(r.g);
+    free(r.s);
     free(r.x);
     return st;
 }

@@ -1,14 +1,29 @@
 /*
- * openai_client.h: the live HTTP client for end-task evals, one
- * OpenAI-compatible server (vLLM) per precision mode.
+ * openai_client.h: the live HTTP client for end-task evals, one or several
+ * OpenAI-compatible servers (vLLM) per precision mode.
  *
- * Flow: oa_endpoint_open() per mode, oa_wait_ready() until the server
+ * Flow: oa_endpoint_open() per server (a mode may have several), oa_wait_ready() until the server
  * answers /health and /v1/models, oa_model_name() for the served model,
  * oa_build_chat_body() per request, then one oa_run() over every request of
  * every endpoint. oa_run() drives all transfers on the calling thread with
  * libcurl's multi interface, keeps at most max_in_flight requests per
  * endpoint, retries transient failures with capped, fully jittered
  * exponential backoff, and hands each finished request to on_done at once.
+ *
+ * Several servers of one mode: each request (and each retry) goes to the
+ * server of its mode with the least outstanding requests (in flight and
+ * waiting to retry on it), the lowest index on a tie; a retry avoids the
+ * server its last attempt failed on when another can take it. Each server
+ * keeps its own health: OA_SERVER_FAIL_LIMIT consecutive failed attempts
+ * (the retryable failures: connection refused or reset, timeouts, stalls,
+ * 408, 429, 5xx, a 2xx reply without an answer) take it out for a back-off
+ * of server_backoff_base_s doubling per consecutive taking-out, capped at
+ * server_backoff_cap_s; back in, it takes one request at a time until one
+ * succeeds (a success resets its count), unless no other server of its mode
+ * is in service. While every server of a mode is out, that mode's requests
+ * wait for the first to come back, still bounded by max_attempts each. A
+ * mode with one server has no health state (taking out its only server
+ * would move no load): its retries keep their own backoff as before.
  *
  * A request that still fails after every attempt comes back with outcome
  * OA_ERROR and the reason; it is never dressed up as an answer. A 2xx reply
@@ -29,6 +44,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "base/note.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -60,6 +76,21 @@ extern "C" {
  * flight. */
 #define OA_DEFAULT_STALL_S 60.0
 #define OA_DEFAULT_POLL_S 2.0
+/* Consecutive failed attempts that take a server out (modes with several
+ * servers). One failure is noise a healthy vLLM makes (a 503 while its
+ * queue is full, a request aborted, a connection a proxy recycled); three
+ * in a row with no success between is a pattern, and at most three
+ * requests' attempts are lost to a dead server before it is out. */
+#define OA_SERVER_FAIL_LIMIT 3
+/* Back-off of a server taken out: 5 s, doubling per consecutive taking-out
+ * (no success between), capped at 120 s. A server that refuses connections
+ * is restarting (process start plus loading gpt-oss-120b's weights takes
+ * tens of seconds to minutes), so trying it sooner than 5 s only burns
+ * attempts; at the 120 s cap a dead server costs one attempt per two
+ * minutes and a restored one is back in use within two minutes: small
+ * beside an hours-long nightly eval. */
+#define OA_DEFAULT_SERVER_BACKOFF_BASE_S 5.0
+#define OA_DEFAULT_SERVER_BACKOFF_CAP_S 120.0
 
 /* Per-endpoint settings. Zero-initialise, then set what differs: every zero
  * field takes the default above. */
@@ -104,6 +135,12 @@ typedef struct oa_options {
                                  those, and TCP keepalive finds a peer whose
                                  host is gone. */
     double poll_s;            /* oa_wait_ready: pause between polls */
+    double server_backoff_base_s; /* a server taken out (several per mode) stays
+                                 out base * 2^(k-1) after its k-th consecutive
+                                 taking-out ... */
+    double server_backoff_cap_s;  /* ... at most this long */
+    const pg_notes *notes;    /* NULL, or where oa_run says that a server was
+                                 taken out and that it answers again (warnings) */
     const volatile sig_atomic_t *stop;  /* NULL, or a flag (interrupt_flag()) that, once
                                  nonzero, stops oa_wait_ready and oa_run with
                                  PG_ERR_INTERRUPTED: no new request or retry is
@@ -158,6 +195,8 @@ typedef struct oa_response {
                                  that is not an integer in [0, 131072000] */
     long completion_tokens;
     char *error;              /* OA_ERROR only: URL, status and the server's message */
+    const char *server;       /* base URL (as opened) of the server of the last
+                                 attempt: the one that answered */
 } oa_response;
 
 /* Counters for a progress display, current as of the on_done call. */
@@ -167,6 +206,7 @@ typedef struct oa_progress {
     int ok, truncated, errors;
     int retries;     /* attempts beyond the first, over all requests so far */
     int in_flight;   /* requests started but not finished */
+    int servers_out; /* servers taken out for a back-off now */
 } oa_progress;
 
 /* Called once per request, as soon as it is finished. Returning anything
@@ -206,6 +246,9 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
                            const char *api_key, const oa_options *opt, oa_endpoint **out,
                            pg_err *err);
 
+/* The base URL ep was opened with, as given (what oa_response.server says). */
+const char *oa_endpoint_url(const oa_endpoint *ep);
+
 /* Frees ep (wiping its copy of the key); NULL is a no-op. */
 void oa_endpoint_close(oa_endpoint *ep);
 
@@ -220,10 +263,12 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err);
  * model when set, else the first id of GET /v1/models (remembered). */
 pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err);
 
-/* Sends every request to the endpoint of its mode (POST /v1/chat/completions)
- * and calls on_done for each as it finishes, in completion order. Returns
+/* Sends every request to a server of its mode (POST /v1/chat/completions;
+ * several endpoints may share a mode: the routing and health rules at the
+ * top of this file) and calls on_done for each as it finishes, in completion order. Returns
  * PG_OK once all are reported, whatever their outcomes; PG_ERR_USAGE (before
- * sending anything) for a request without a body or an endpoint; the
+ * sending anything) for a request without a body or an endpoint, or two
+ * endpoints of one mode with the same URL; the
  * callback's status when it stops the run; PG_ERR_INTERRUPTED when a stop
  * flag (oa_options.stop) was set: the requests reported until then were
  * handed to on_done, the others never will be; PG_ERR_NOMEM or PG_ERR_HTTP

@@ -45,7 +45,8 @@
 
 const char cmd_eval_usage[] =
     "usage: precgate eval --traces FILE (--endpoint MODE=URL ... | --replay) [options]\n\n"
-    "Runs AIME-style problems through one OpenAI-compatible server per precision mode\n"
+    "Runs AIME-style problems through OpenAI-compatible servers, one or more per precision\n"
+    "mode\n"
     "(or grades the completions recorded in the traces), stores every sample as it\n"
     "completes (committed in batches of 256 or 100 ms: a kill loses only the samples not\n"
     "yet committed, which --resume sends again), and scores each mode and effort (avg@K,\n"
@@ -53,11 +54,18 @@ const char cmd_eval_usage[] =
     "difference, sign test).\n\n"
     "  --traces FILE        JSONL problems (evals/demo/aime-style-demo.jsonl is shipped)\n"
     "  --endpoint MODE=URL  a server running precision MODE (bf16, fp8kv, fp8qkv, ...);\n"
-    "                       repeat per mode\n"
+    "                       repeat per mode, and per server: a mode given several\n"
+    "                       servers sends each request to the one with the least\n"
+    "                       outstanding requests; 3 failed attempts in a row take a\n"
+    "                       server out for a back-off while the others carry on; every\n"
+    "                       server of a mode must be up and serve one model\n"
     "  --replay             grade the traces' recorded completions, no server\n"
     "  --samples K          samples per problem and mode (default 1)\n"
     "  --effort LIST        reasoning efforts, comma-separated (default medium)\n"
     "  --concurrency N      requests in flight per server (default 64)\n"
+    "  --server-backoff S   a server taken out stays out S seconds, doubling each time\n"
+    "                       it is taken out again without a success between, up to 120\n"
+    "                       (default 5); back in, it gets one request until one succeeds\n"
     "  --model NAME         served model (default: the server's /v1/models)\n"
     "  --max-tokens N       completion budget per request (default: the server's)\n"
     "  --temperature T      (default 1.0)    --top-p P   (default: the server's)\n"
@@ -92,7 +100,10 @@ const char cmd_eval_usage[] =
     "                       be the same (traces content, eval name, modes and the models\n"
     "                       their servers serve, efforts, samples, seed, temperature,\n"
     "                       top-p, max-tokens, extractor, prompt template), else exit 2\n"
-    "                       naming the field; URLs may change. A run whose process is\n"
+    "                       naming the field. Servers are infrastructure, not part of\n"
+    "                       the eval: URLs and how many servers a mode has may change\n"
+    "                       (every server of a mode must still serve the run's model).\n"
+    "                       A run whose process is\n"
     "                       gone (interrupted, killed -9 on this host) is taken as is\n"
     "  --force              with --resume: take a run still marked running whose process\n"
     "                       may be alive (on another host, or its pid exists here)\n"
@@ -159,8 +170,8 @@ static pg_status parse_endpoint(char *value, void *to, pg_err *err)
     char *eq = strchr(value, '=');
     if (eq == NULL || eq == value || eq[1] == '\0')
         return pg_fail(err, PG_ERR_USAGE, "eval: --endpoint '%s' is not MODE=URL", value);
-    if (o->n_endpoints == EVAL_MAX_MODES)
-        return pg_fail(err, PG_ERR_USAGE, "eval: more than %d --endpoint", EVAL_MAX_MODES);
+    if (o->n_endpoints == EVAL_MAX_SERVERS)
+        return pg_fail(err, PG_ERR_USAGE, "eval: more than %d --endpoint", EVAL_MAX_SERVERS);
     *eq = '\0';
     o->modes[o->n_endpoints] = value;
     o->urls[o->n_endpoints++] = eq + 1;
@@ -198,6 +209,8 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"effort", CLI_TEXT, .to = &effort},
         {"concurrency", CLI_INT, .to = &a->o.client.max_in_flight, .min = 1,
          .max = EVAL_MAX_CONCURRENCY},
+        {"server-backoff", CLI_DOUBLE, .to = &a->o.client.server_backoff_base_s,
+         .lo = EVAL_MIN_BACKOFF_S, .hi = OA_DEFAULT_SERVER_BACKOFF_CAP_S},
         {"model", CLI_TEXT, .to = &a->o.client.model},
         {"max-tokens", CLI_LONG, .to = &a->o.sampling.max_tokens, .min = 1,
          .max = EVAL_MAX_TOKENS},
@@ -246,12 +259,20 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     if (a->replay == (a->o.n_endpoints > 0))
         return pg_fail(err, PG_ERR_USAGE, "eval: give either --replay or at least one "
                                           "--endpoint MODE=URL");
-    /* One server per mode (the one place that says so; issue #18 may allow
-     * several servers per mode). */
-    const int dup_mode = duplicate_name(a->o.modes, a->o.n_endpoints);
-    if (dup_mode >= 0)
-        return pg_fail(err, PG_ERR_USAGE, "eval: mode '%s' has two --endpoint",
-                       a->o.modes[dup_mode]);
+    /* Several servers per mode, but never one server twice for a mode, and
+     * at most EVAL_MAX_MODES modes. */
+    int n_modes = 0;
+    for (int i = 0; i < a->o.n_endpoints; i++) {
+        int j = 0;
+        while (j < i && strcmp(a->o.modes[j], a->o.modes[i]) != 0) j++;
+        n_modes += j == i;
+        for (j = 0; j < i; j++)
+            if (strcmp(a->o.modes[j], a->o.modes[i]) == 0 && strcmp(a->o.urls[j], a->o.urls[i]) == 0)
+                return pg_fail(err, PG_ERR_USAGE, "eval: --endpoint %s=%s is given twice",
+                               a->o.modes[i], a->o.urls[i]);
+    }
+    if (n_modes > EVAL_MAX_MODES)
+        return pg_fail(err, PG_ERR_USAGE, "eval: more than %d modes", EVAL_MAX_MODES);
     /* Efforts: a comma-separated list split in place. */
     for (char *p = a->efforts_buf; *p != '\0';) {
         char *comma = strchr(p, ',');
@@ -276,14 +297,38 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Adds names[0..n-1], sorted (their order defines nothing), as array key. */
+/* Adds the distinct names of names[0..n-1] (n <= EVAL_MAX_SERVERS), sorted
+ * (their order defines nothing), as array key: a mode with several servers
+ * is listed once. */
 static void add_sorted_names(cJSON *o, const char *key, const char *const *names, int n)
 {
-    const char *sorted[EVAL_MAX_MODES > EVAL_MAX_EFFORTS ? EVAL_MAX_MODES : EVAL_MAX_EFFORTS];
+    const char *sorted[EVAL_MAX_SERVERS > EVAL_MAX_EFFORTS ? EVAL_MAX_SERVERS : EVAL_MAX_EFFORTS];
     memcpy(sorted, names, (size_t)n * sizeof *sorted);
     qsort(sorted, (size_t)n, sizeof *sorted, by_name);
     cJSON *arr = cJSON_AddArrayToObject(o, key);
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(sorted[i]));
+    for (int i = 0; i < n; i++)
+        if (i == 0 || strcmp(sorted[i], sorted[i - 1]) != 0)
+            cJSON_AddItemToArray(arr, cJSON_CreateString(sorted[i]));
+}
+
+/* mode's servers as the config records them under "endpoints": its URL
+ * when it has one (what runs have always recorded, so older runs read the
+ * same), else the array of its URLs in the order given. NULL when out of
+ * memory. */
+static cJSON *mode_endpoints(const eval_run_options *o, const char *mode)
+{
+    int n = 0, first = -1;
+    for (int i = 0; i < o->n_endpoints; i++)
+        if (strcmp(o->modes[i], mode) == 0 && n++ == 0) first = i;
+    if (n == 1) return cJSON_CreateString(o->urls[first]);
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr != NULL && i < o->n_endpoints; i++)
+        if (strcmp(o->modes[i], mode) == 0 &&
+            !cJSON_AddItemToArray(arr, cJSON_CreateString(o->urls[i]))) {
+            cJSON_Delete(arr);
+            arr = NULL;
+        }
+    return arr;
 }
 
 /* The run's configuration (never the API key itself): what eval_resume.h
@@ -306,7 +351,8 @@ static cJSON *eval_config_json(const eval_args *a, const char *traces_digest)
         add_sorted_names(o, "modes", a->o.modes, a->o.n_endpoints);
         cJSON *eps = cJSON_AddObjectToObject(o, "endpoints");
         for (int i = 0; i < a->o.n_endpoints; i++)
-            cJSON_AddStringToObject(eps, a->o.modes[i], a->o.urls[i]);
+            if (!cJSON_HasObjectItem(eps, a->o.modes[i]))
+                cJSON_AddItemToObject(eps, a->o.modes[i], mode_endpoints(&a->o, a->o.modes[i]));
         cJSON_AddObjectToObject(o, "models");
         add_sorted_names(o, "efforts", a->o.efforts, a->o.n_efforts);
         cJSON_AddNumberToObject(o, "samples", a->o.samples);
@@ -403,19 +449,24 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
         st = store_run_reopen(es->store, es->run_id, "eval", es->a->force, err);
         if (st == PG_OK) es->taken = 1;
     }
-    /* Endpoint URLs do not define the run (a server may come back on
-     * another port): the stored config names where each mode was served
-     * last, so --output and `runs --json` say where this resume sent. */
+    /* Servers do not define the run (one may come back on another port, a
+     * mode may get more of them): the stored config names where each mode
+     * was served last, so --output and `runs --json` say where this resume
+     * sent. */
     int moved = 0;
     cJSON *eps = cJSON_GetObjectItemCaseSensitive(es->config, "endpoints");
     for (int m = 0; st == PG_OK && cJSON_IsObject(eps) && m < o->n_endpoints; m++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(eps, o->modes[m]);
-        if (cJSON_IsString(was) && strcmp(was->valuestring, o->urls[m]) == 0) continue;
-        cJSON *url = cJSON_CreateString(o->urls[m]);
-        if (url == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
-        else if (was != NULL) cJSON_ReplaceItemInObjectCaseSensitive(eps, o->modes[m], url);
-        else cJSON_AddItemToObject(eps, o->modes[m], url);
-        moved = 1;
+        cJSON *now = mode_endpoints(o, o->modes[m]);
+        if (now == NULL) {
+            st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+        } else if (was != NULL && cJSON_Compare(was, now, 1)) {
+            cJSON_Delete(now);
+        } else {
+            if (was != NULL) cJSON_ReplaceItemInObjectCaseSensitive(eps, o->modes[m], now);
+            else cJSON_AddItemToObject(eps, o->modes[m], now);
+            moved = 1;
+        }
     }
     if (st == PG_OK && (added || moved)) st = store_config(es, err);
     return st;

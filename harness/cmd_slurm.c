@@ -98,6 +98,7 @@ static const pass_option eval_options[] = {
     {"top-p", 0, NULL},         {"seed", 0, NULL},         {"api-key-env", 0, NULL},
     {"timeout", 0, NULL},       {"stall-timeout", 0, NULL}, {"max-attempts", 0, NULL},
     {"backoff", 0, NULL},       {"ready-timeout", 0, NULL}, {"extractor", 0, NULL},
+    {"server-backoff", 0, NULL},
     {"eval", 0, NULL},          {"label", 0, NULL},        {"limit", 0, NULL},
     {"no-progress", 1, NULL},   {"db", 0, PASS_DB_REFUSED}, {"resume", 0, PASS_RESUME_REFUSED},
     {"force", 1, PASS_RESUME_REFUSED}, {"shard", 0, PASS_SHARD_REFUSED},

@@ -7,9 +7,10 @@
  * max_tokens and, once the servers have answered, each mode's served model.
  * A resume builds the same object from its own command line and must match
  * every one of those fields, or it is refused (PG_ERR_USAGE, exit 2) before
- * anything is sent, naming the field and both values. The endpoints' URLs
- * are not compared (a server restarted on another port is the same mode)
- * and neither are the traces' path, --concurrency, timeouts, the API key
+ * anything is sent, naming the field and both values. The servers are not
+ * compared: neither their URLs (a server restarted on another port is the
+ * same mode) nor how many a mode has (servers are infrastructure, not part
+ * of the numbers; the set of modes is compared), and neither are the traces' path, --concurrency, timeouts, the API key
  * variable or --label. A config without "config_version" was written before
  * these checks: it cannot vouch for its traces, so such a run is refused.
  */

@@ -94,6 +94,18 @@ static pg_status pair_json(cJSON *o, const void *rows, size_t i, pg_err *err)
     return PG_OK;
 }
 
+/* row_json_fill over eval_server_count rows; never fails. */
+static pg_status server_json(cJSON *o, const void *rows, size_t i, pg_err *err)
+{
+    (void)err;
+    const eval_server_count *r = (const eval_server_count *)rows + i;
+    cJSON_AddStringToObject(o, "mode", r->mode);
+    cJSON_AddStringToObject(o, "server", r->server);
+    cJSON_AddNumberToObject(o, "answered", (double)r->answered);
+    cJSON_AddNumberToObject(o, "errors", (double)r->errors);
+    return PG_OK;
+}
+
 /* atomic_file_writer: the printed document plus a newline. */
 static pg_status write_text(void *ctx, FILE *out, pg_err *err)
 {
@@ -109,9 +121,11 @@ pg_status eval_results_write_json(pg_store *s, int64_t run_id, const char *eval,
 {
     eval_score_stored *sc = NULL;
     eval_pair_stored *pr = NULL;
-    size_t n_sc = 0, n_pr = 0;
+    eval_server_count *sv = NULL;
+    size_t n_sc = 0, n_pr = 0, n_sv = 0;
     pg_status st = eval_store_read_scores(s, run_id, eval, &sc, &n_sc, err);
     if (st == PG_OK) st = eval_store_read_pairs(s, run_id, eval, &pr, &n_pr, err);
+    if (st == PG_OK) st = eval_store_read_server_counts(s, run_id, eval, &sv, &n_sv, err);
     cJSON *doc = st == PG_OK ? cJSON_CreateObject() : NULL;
     if (st == PG_OK && doc == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval results: out of memory");
     if (st == PG_OK) {
@@ -132,6 +146,9 @@ pg_status eval_results_write_json(pg_store *s, int64_t run_id, const char *eval,
     a = st == PG_OK ? rows_json(pr, n_pr, pair_json, err) : NULL;
     if (st == PG_OK && a == NULL) st = err != NULL ? err->code : PG_ERR_NOMEM;
     if (a != NULL) cJSON_AddItemToObject(doc, "pairs", a);
+    a = st == PG_OK ? rows_json(sv, n_sv, server_json, err) : NULL;
+    if (st == PG_OK && a == NULL) st = err != NULL ? err->code : PG_ERR_NOMEM;
+    if (a != NULL) cJSON_AddItemToObject(doc, "servers", a);
     char *text = st == PG_OK ? cJSON_Print(doc) : NULL;
     if (st == PG_OK && text == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval results: out of memory");
     if (st == PG_OK) st = atomic_file_write(path, EVAL_RESULTS_FILE_MODE, write_text, text, err);
@@ -139,5 +156,6 @@ pg_status eval_results_write_json(pg_store *s, int64_t run_id, const char *eval,
     cJSON_Delete(doc);
     eval_store_scores_free(sc, n_sc);
     eval_store_pairs_free(pr, n_pr);
+    eval_store_server_counts_free(sv, n_sv);
     return st;
 }

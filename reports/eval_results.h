@@ -20,7 +20,9 @@
  *    null), "scores": [{mode, effort, n_problems, k, accuracy, stderr,
  *    ci_low, ci_high, ci_method, pass_at {k: value}, n_errors, n_truncated,
  *    n_empty, n_missing}], "pairs": [{effort, mode_a, mode_b, n_problems,
- *    mean_diff, stderr, ci_low, ci_high, wins, losses, ties, sign_p, mde}]}
+ *    mean_diff, stderr, ci_low, ci_high, wins, losses, ties, sign_p, mde}],
+ *    "servers": [{mode, server, answered, errors}] (per server that answered
+ *    live samples, eval_store_read_server_counts; [] for a replay)}
  * with the stored rows of (run_id, eval); undefined statistics are null (with
  * KEY_nonfinite, as every JSON output: report_json_number, json_out.h).
  * PG_ERR_FORMAT when config_json or a stored pass_at_json is not JSON;

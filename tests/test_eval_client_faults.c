@@ -61,13 +61,7 @@ static void start_pair(fake_server *s16, const fs_reply *chat16, int n16, fake_s
 /* Writes the traces of N_PROBLEMS problems, a, b, ..., each answered 7. */
 static const char *traces_all_seven(void)
 {
-    const char *path = tu_in_dir("t.jsonl");
-    char lines[N_PROBLEMS * 64] = "";
-    for (int i = 0; i < N_PROBLEMS; i++)
-        snprintf(lines + strlen(lines), sizeof lines - strlen(lines),
-                 "{\"id\":\"%c\",\"problem\":\"%d+%d?\",\"answer\":7}\n", 'a' + i, i, 7 - i);
-    tu_write_file(path, lines, strlen(lines));
-    return path;
+    return tu_write_sevens(N_PROBLEMS);
 }
 
 /* A right unstreamed answer. */

@@ -71,6 +71,23 @@ void tu_scratch_teardown(void)
     tu_rmtree(tu_dir);
 }
 
+/* Problems tu_write_sevens names a..z, and room for one line of each. */
+#define TU_SEVENS_MAX 26
+#define TU_SEVENS_LINE 64
+
+const char *tu_write_sevens(int n)
+{
+    static char path[PATH_MAX + NAME_MAX + 2];
+    snprintf(path, sizeof path, "%s", tu_in_dir("t.jsonl"));
+    char lines[TU_SEVENS_MAX * TU_SEVENS_LINE] = "";
+    cr_assert(n >= 1 && n <= TU_SEVENS_MAX, "tu_write_sevens: %d problems", n);
+    for (int i = 0; i < n; i++)
+        snprintf(lines + strlen(lines), sizeof lines - strlen(lines),
+                 "{\"id\":\"%c\",\"problem\":\"%d+%d?\",\"answer\":7}\n", 'a' + i, i, 7 - i);
+    tu_write_file(path, lines, strlen(lines));
+    return path;
+}
+
 const char *tu_in_dir(const char *name)
 {
     static char bufs[4][PATH_MAX + NAME_MAX + 2];

@@ -35,6 +35,11 @@ const char *tu_in_dir(const char *name);
 /* Writes len bytes to path; aborts the test on failure. */
 void tu_write_file(const char *path, const void *data, size_t len);
 
+/* Writes eval traces of n (1..26) problems a, b, ..., each "i+(7-i)?"
+ * answered 7, to t.jsonl in the scratch directory; returns its path (kept
+ * until the next call, unlike tu_in_dir's). */
+const char *tu_write_sevens(int n);
+
 /* Runs the precgate binary with args (a shell-quoted string) and captures
  * stdout+stderr into a malloc'd string *output; returns the exit status. */
 int tu_run_precgate(const char *args, char **output);
