@@ -28,7 +28,7 @@ const char *const merge_data_tables[] = {
 static const char SQL_PARTS[] =
     "SELECT id, kind, status, label, git_rev, device, started_at, finished_at, config_json,"
     " json_extract(config_json, '$.job'), json_extract(config_json, '$.shard.index'),"
-    " json_extract(config_json, '$.shard.count')"
+    " json_extract(config_json, '$.shard.count'), error"
     " FROM runs WHERE json_valid(config_json) AND json_type(config_json, '$.job') = 'text'"
     " ORDER BY id";
 static const char SQL_RECORDED[] =
@@ -201,8 +201,8 @@ static pg_status shard_open(const char *path, sqlite3 **out, pg_err *err)
                              &version, &found, err);
     if (ps == PG_OK && version != store_latest_schema_version())
         ps = pg_fail(err, PG_ERR_DB, "%s: schema version %" PRId64 ", this precgate's is %d: "
-                     "merge the shards with the precgate that wrote them", path, version,
-                     store_latest_schema_version());
+                     "run that shard again with this precgate (the merged rows must have the central "
+                     "database's columns)", path, version, store_latest_schema_version());
     return ps;
 }
 
@@ -234,6 +234,7 @@ pg_status merge_store_read_parts(const char *path, merge_part **parts, size_t *n
                                                                  : -1;
         p->count = sqlite3_column_type(st, 11) == SQLITE_INTEGER ? sqlite3_column_int64(st, 11)
                                                                  : -1;
+        p->error = sql_col_dup(st, 12, &oom);
         if (oom) ps = pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
         if (ps == PG_OK) ps = part_rows(db, p->run_id, NULL, 0, p->digest, &p->rows, err);
     }
@@ -243,21 +244,26 @@ pg_status merge_store_read_parts(const char *path, merge_part **parts, size_t *n
     return ps;
 }
 
+void merge_part_clear(merge_part *p)
+{
+    if (p == NULL) return;
+    free(p->source);
+    free(p->kind);
+    free(p->status);
+    free(p->label);
+    free(p->git_rev);
+    free(p->device);
+    free(p->started_at);
+    free(p->finished_at);
+    free(p->config_json);
+    free(p->job);
+    free(p->error);
+    memset(p, 0, sizeof *p);
+}
+
 void merge_parts_free(merge_part *parts, size_t n)
 {
-    for (size_t i = 0; parts != NULL && i < n; i++) {
-        merge_part *p = &parts[i];
-        free(p->source);
-        free(p->kind);
-        free(p->status);
-        free(p->label);
-        free(p->git_rev);
-        free(p->device);
-        free(p->started_at);
-        free(p->finished_at);
-        free(p->config_json);
-        free(p->job);
-    }
+    for (size_t i = 0; parts != NULL && i < n; i++) merge_part_clear(&parts[i]);
     free(parts);
 }
 

@@ -39,6 +39,7 @@ typedef struct merge_part {
     char *job;           /* config_json "job" */
     int64_t index;       /* config_json "shard"."index" */
     int64_t count;       /* config_json "shard"."count" */
+    char *error;         /* runs.error: why it failed or stopped; NULL when it finished */
     int64_t rows;        /* its rows in the data tables */
     char digest[MERGE_DIGEST_MAX];
 } merge_part;
@@ -55,6 +56,9 @@ pg_status merge_store_read_parts(const char *path, merge_part **parts, size_t *n
 
 /* Frees n parts and the array; NULL is a no-op. */
 void merge_parts_free(merge_part *parts, size_t n);
+
+/* Frees what one part holds and zeroes it (a part dropped from the array). */
+void merge_part_clear(merge_part *p);
 
 /* One part already merged into a database (a merged_shards row). */
 typedef struct merge_recorded {

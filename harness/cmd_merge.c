@@ -145,13 +145,28 @@ static pg_status check_finished(const merge_part *p, pg_err *err)
                        "index 0 .. count-1 (config \"shard\")", p->source, (long long)p->run_id,
                        p->job);
     const int is_eval = p->kind != NULL && strcmp(p->kind, "eval") == 0;
-    if (p->status != NULL &&
-        (strcmp(p->status, "complete") == 0 || (is_eval && strcmp(p->status, "incomplete") == 0)))
+    if (p->status != NULL && strcmp(p->status, "complete") == 0) return PG_OK;
+    /* An eval is 'incomplete' both when it finished with samples that
+     * failed after every retry (whole: each planned sample has its row) and
+     * when a --resume of it stopped on an error (cmd_eval.c keeps such a run
+     * resumable), which leaves problems without rows: runs.error tells them
+     * apart, NULL for the first. */
+    if (is_eval && p->status != NULL && strcmp(p->status, "incomplete") == 0 && p->error == NULL)
         return PG_OK;
-    return pg_fail(err, PG_ERR_USAGE, "merge: %s: run %lld (job %s, shard %lld/%lld) is %s, not "
-                   "complete: resume it (--resume %lld) or run the shard again", p->source,
+    return pg_fail(err, PG_ERR_USAGE, "merge: %s: run %lld (job %s, shard %lld/%lld) is %s%s%s%s, "
+                   "not a finished part: resume it (precgate %s --resume %lld --db %s, with its "
+                   "options) or run the shard again into a fresh database", p->source,
                    (long long)p->run_id, p->job, (long long)p->index, (long long)p->count,
-                   p->status ? p->status : "(no status)", (long long)p->run_id);
+                   p->status ? p->status : "(no status)", p->error ? " (its last run stopped: " : "",
+                   p->error ? p->error : "", p->error ? ")" : "",
+                   is_eval ? "eval" : "run", (long long)p->run_id, p->source);
+}
+
+/* Whether p is a part merge takes (check_finished would pass it). */
+static int part_finished(const merge_part *p)
+{
+    pg_err ignored = {0};
+    return check_finished(p, &ignored) == PG_OK;
 }
 
 /* Appends n to the list text (at most MERGE_LIST_MAX, then "..."). */
@@ -183,6 +198,19 @@ static pg_status check_set(const merge_part *p, size_t n, int merged_before, pg_
             st = pg_fail(err, PG_ERR_USAGE, "merge: job %s: a %s run in %s, a %s run in %s",
                          p[0].job, p[0].kind, p[0].source, p[i].kind, p[i].source);
         if (st == PG_OK && i > 0) st = check_config(&p[0], first_cfg, &p[i], err);
+        /* The label is the runs row's, not the config's, and gate baselines
+         * and history --label pick runs by it: one job, one label. */
+        if (st == PG_OK && (p[i].label == NULL) != (p[0].label == NULL))
+            st = pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard %lld (%s) has %s, shard %lld "
+                         "(%s) %s", p[0].job, (long long)p[0].index, p[0].source,
+                         p[0].label ? "a --label" : "no --label", (long long)p[i].index,
+                         p[i].source, p[i].label ? "has one" : "has none");
+        if (st == PG_OK && p[i].label != NULL && p[0].label != NULL &&
+            strcmp(p[i].label, p[0].label) != 0)
+            st = pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard %lld (%s) and shard %lld (%s) "
+                         "differ in --label: '%s' vs '%s'", p[0].job, (long long)p[0].index,
+                         p[0].source, (long long)p[i].index, p[i].source, p[0].label,
+                         p[i].label);
         if (st == PG_OK && i > 0 && p[i].index == p[i - 1].index &&
             (n_twice == 0 || p[i].index != p[i - 2].index))
             list_add(twice, sizeof twice, &n_twice, (long long)p[i].index);
@@ -321,6 +349,35 @@ static int same_file(const char *a, const char *b)
     return same;
 }
 
+/* Drops from parts[0 .. *n) (sorted by by_job_index) every unfinished run
+ * of a (job, index) whose own file also holds a finished run of it: a shard
+ * that failed and was run again into the same database. Says so on stderr;
+ * the finished run is the part. Two finished runs stay: check_set refuses
+ * them as given twice. */
+static void drop_superseded(merge_part *parts, size_t *n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        int superseded = 0;
+        for (size_t j = 0; !part_finished(&parts[i]) && j < *n && !superseded; j++)
+            superseded = j != i && part_finished(&parts[j]) &&
+                         strcmp(parts[j].job, parts[i].job) == 0 &&
+                         parts[j].index == parts[i].index &&
+                         strcmp(parts[j].source, parts[i].source) == 0;
+        if (superseded) {
+            fprintf(stderr, "precgate: merge: %s: run %lld (job %s, shard %lld/%lld) is %s; a "
+                            "finished run of that shard in the same file is taken instead\n",
+                    parts[i].source, (long long)parts[i].run_id, parts[i].job,
+                    (long long)parts[i].index, (long long)parts[i].count,
+                    parts[i].status ? parts[i].status : "(no status)");
+            merge_part_clear(&parts[i]);
+            continue;
+        }
+        parts[kept++] = parts[i];
+    }
+    *n = kept;
+}
+
 /* Reads every part of the files named in a into *parts, sorted; a file
  * holding no part, or the database merged into, is PG_ERR_USAGE naming it. */
 static pg_status read_all(const merge_args *a, const char *db_path, merge_part **parts,
@@ -338,6 +395,7 @@ static pg_status read_all(const merge_args *a, const char *db_path, merge_part *
                          "of precgate run or eval --shard I/N)", a->files[f]);
     }
     if (st == PG_OK && *n > 1) qsort(*parts, *n, sizeof **parts, by_job_index);
+    if (st == PG_OK) drop_superseded(*parts, n);
     return st;
 }
 
@@ -362,6 +420,10 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
      * names each job's fault: which job comes first is the order of their
      * keys, which says nothing. The first fault is the error; the others
      * are said beside it. */
+    /* The write transaction (BEGIN IMMEDIATE) starts before merged_shards is
+     * read, so two merges into one database cannot both find a job not yet
+     * merged: the second waits for the first, then finds it merged. */
+    if (st == PG_OK) st = store_begin(s, err);
     const pg_status read_st = st;
     for (size_t j = 0; read_st == PG_OK && j < n_jobs; j++) {
         const merge_part *p = &parts[starts[j]];
@@ -390,7 +452,6 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
     size_t text_len = 0;
     FILE *out = st == PG_OK ? open_memstream(&text, &text_len) : NULL;
     if (st == PG_OK && out == NULL) st = pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
-    if (st == PG_OK) st = store_begin(s, err);
     for (size_t j = 0; st == PG_OK && j < n_jobs; j++) {
         int64_t run_id = 0;
         if (!before[j])

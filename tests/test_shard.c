@@ -335,7 +335,16 @@ Test(shard, merge_refusals_leave_the_database_as_it_was)
     sqlite3_close(f);
     snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("s1.db"),
              tu_in_dir("failed.db"));
-    expect_refused(2, "is failed, not complete", args);
+    expect_refused(2, "is failed (its last run stopped: x), not a finished part", args);
+    /* The parts of one job under two labels (gate baselines and history
+     * --label pick runs by it). */
+    copy_file("s2.db", "labelled.db");
+    sqlite3 *l = tu_db_open("labelled.db");
+    tu_sql_exec(l, "UPDATE runs SET label = 'night1'");
+    sqlite3_close(l);
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("s1.db"),
+             tu_in_dir("labelled.db"));
+    expect_refused(2, "has no --label, shard 2 (", args);
     /* A damaged shard file: cut to half, and garbage. */
     size_t n = 0;
     unsigned char *b = file_bytes("s1.db", &n);
@@ -353,6 +362,26 @@ Test(shard, merge_refusals_leave_the_database_as_it_was)
     expect_refused(2, "is the database merged into", args);
     /* After all that, the set still merges. */
     free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3)));
+}
+
+/* A shard that failed and was run again into the same database: the file
+ * holds the failed run and the finished one; merge takes the finished one. */
+Test(shard, a_failed_run_superseded_in_its_own_file_is_left_out)
+{
+    sweep_parts(3, "");
+    sqlite3 *f = tu_db_open("s2.db");
+    tu_sql_exec(f, "UPDATE runs SET status = 'failed', error = 'killed'");
+    sqlite3_close(f);
+    free(precgate_expect(0, "run --capture '%s' --db '%s' --shard 2/3 " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("s2.db")));
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3));
+    cr_assert(strstr(out, "run 1 (job ") != NULL && strstr(out, "is failed; a finished run of "
+                                                                "that shard in the same file is "
+                                                                "taken instead") != NULL,
+              "%s", out);
+    const long long run = merged_run(strstr(out, "\nrun ") + 1);
+    free(out);
+    expect_same_rows("A.db", 1, "B.db", run, 1);
 }
 
 Test(shard, merging_again_changes_nothing_and_other_content_is_refused)
@@ -463,6 +492,30 @@ Test(shard, eval_parts_beyond_the_problems_are_empty_and_merge)
     free(out);
     expect_same_rows("eA.db", 1, "B.db", run,
                      DEMO_PROBLEMS * DEMO_SAMPLES * DEMO_MODES + DEMO_MODES + 2);
+}
+
+/* An eval part whose --resume stopped on an error is 'incomplete' (a
+ * resumable run keeps that status) with problems missing: merge refuses it;
+ * one that finished with failed samples (error NULL) is merged. */
+Test(shard, an_eval_part_whose_resume_stopped_is_refused)
+{
+    eval_parts(3);
+    copy_file("eA.db", "B.db");   /* B.db holds an unrelated run */
+    copy_file("s1.db", "stopped.db");
+    sqlite3 *f = tu_db_open("stopped.db");
+    tu_sql_exec(f, "UPDATE runs SET status = 'incomplete', error = 'servers down'");
+    sqlite3_close(f);
+    char args[8192];
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("stopped.db"),
+             tu_in_dir("s2.db"));
+    expect_refused(2, "is incomplete (its last run stopped: servers down), not a finished part: "
+                      "resume it (precgate eval --resume", args);
+    f = tu_db_open("stopped.db");
+    tu_sql_exec(f, "UPDATE runs SET error = NULL");
+    sqlite3_close(f);
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), args);
+    cr_assert(strstr(out, "incomplete") != NULL, "%s", out);
+    free(out);
 }
 
 Test(shard, eval_job_needs_shard)
