@@ -251,7 +251,9 @@ static pg_status check_merged(const merge_part *p, size_t n, const merge_recorde
                            (long long)p[i].index, (long long)p[i].count, p[i].source);
         if (strcmp(m->digest, p[i].digest) != 0)
             return pg_fail(err, PG_ERR_USAGE, "merge: job %s: shard %lld (%s) holds other rows "
-                           "than the shard %lld merged as run %lld from %s (digest %s, was %s)",
+                           "than the shard %lld merged as run %lld from %s (digest %s, was %s): "
+                           "another execution of the same job key (a GPU sweep or a live eval "
+                           "is not bit-reproducible); give each execution its own --job KEY",
                            p[i].job, (long long)p[i].index, p[i].source, (long long)m->index,
                            (long long)m->run_id, m->source, p[i].digest, m->digest);
     }
