@@ -202,7 +202,10 @@ pg_status slurm_array_script(const slurm_job *j, char **text, pg_err *err)
           "trap 'exit 143' TERM\n"
           "trap 'exit 130' INT\n"
           "clean  # a stale database of an earlier attempt\n"
-          "mkdir -p -- \"$results\"\n\n",
+          "mkdir -p -- \"$results\"\n"
+          "# An earlier attempt's marker and copy go before this one starts: a shard\n"
+          "# that fails now must not be taken for done.\n"
+          "rm -f -- \"$results/shard-$shard.done\" \"$results/shard-$shard.db\"\n\n",
           f);
     fprintf(f, "\"$precgate\" %s --no-progress \\\n", slurm_kind_command(j->kind));
     for (int i = 0; i < j->n_options; i++) {

@@ -109,6 +109,10 @@ Test(slurm_script, array_script_runs_shard_i_of_n_on_local_disk)
     const char *done = strstr(s, "touch -- \"$results/shard-$shard.done\"");
     cr_assert(run != NULL && cp != NULL && mv != NULL && done != NULL, "%s", s);
     cr_assert(run < cp && cp < mv && mv < done, "run, copy, rename, mark: %s", s);
+    /* An earlier attempt's marker and copy are removed before the run. */
+    const char *stale = strstr(s, "\nrm -f -- \"$results/shard-$shard.done\" "
+                                  "\"$results/shard-$shard.db\"\n");
+    cr_assert(stale != NULL && stale < run, "%s", s);
     free(s);
     /* A 1-shard job is an array of one. */
     j.shards = 1;
@@ -345,6 +349,18 @@ Test(slurm_script, a_shard_that_fails_leaves_no_marker_and_no_database)
     char *out = leftovers();
     cr_assert(strstr(out, "shard-1") == NULL, "no marker, no copy: %s", out);
     cr_assert(strstr(out, "precgate-") == NULL, "no local database left: %s", out);
+    free(out);
+}
+
+Test(slurm_script, a_rerun_that_fails_removes_the_old_marker)
+{
+    /* Shard 1 succeeded once; a rerun of it (the same array task submitted
+     * again) fails: its old marker and copy must not outlive the failure. */
+    run_shard("SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=7 SLURM_JOB_ID=8", 0);
+    cr_assert_eq(access(tu_in_dir("job.results/shard-1.done"), F_OK), 0);
+    run_shard("STUB_RC=3 SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=11 SLURM_JOB_ID=12", 3);
+    char *out = leftovers();
+    cr_assert(strstr(out, "shard-1") == NULL, "no old marker, no old copy: %s", out);
     free(out);
 }
 
