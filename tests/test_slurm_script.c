@@ -97,7 +97,9 @@ Test(slurm_script, array_script_runs_shard_i_of_n_on_local_disk)
     char line[SLURM_KEY_MAX + 16];
     snprintf(line, sizeof line, "\njob=%s\n", j.key);
     cr_assert(strstr(s, line) != NULL, "%s", s);
-    cr_assert(strstr(s, "db=\"${TMPDIR:-/tmp}/precgate-$job-") != NULL, "%s", s);
+    cr_assert(strstr(s, "\ntmp=${TMPDIR:-/tmp}\n") != NULL, "%s", s);
+    cr_assert(strstr(s, "\nif [ ! -d \"$tmp\" ] || [ ! -w \"$tmp\" ]; then\n") != NULL, "%s", s);
+    cr_assert(strstr(s, "\ndb=\"$tmp/precgate-$job-") != NULL, "%s", s);
     cr_assert(strstr(s, "\"$precgate\" run --no-progress") != NULL, "%s", s);
     cr_assert(strstr(s, "--capture '/data/my cap'\\''s.safetensors'") != NULL, "%s", s);
     cr_assert(strstr(s, "--check-spec \\\n") != NULL, "a flag has no value: %s", s);
@@ -362,6 +364,24 @@ Test(slurm_script, a_rerun_that_fails_removes_the_old_marker)
     char *out = leftovers();
     cr_assert(strstr(out, "shard-1") == NULL, "no old marker, no old copy: %s", out);
     free(out);
+}
+
+Test(slurm_script, a_tmpdir_missing_on_the_node_falls_back_to_tmp)
+{
+    /* The submit host's TMPDIR does not exist on the node. */
+    char *out = NULL;
+    generate_ok();
+    cr_assert_eq(run_script("job.sbatch", "TMPDIR=/nonexistent/pg-tmp SLURM_ARRAY_TASK_ID=0 "
+                                          "SLURM_ARRAY_JOB_ID=7 SLURM_JOB_ID=13", &out),
+                 0, "%s", out);
+    cr_assert(strstr(out, "TMPDIR /nonexistent/pg-tmp is not a writable directory") != NULL,
+              "%s", out);
+    cr_assert(strstr(out, "using /tmp") != NULL, "%s", out);
+    free(out);
+    char *log = tu_slurp("log");
+    cr_assert(strstr(log, "\n--db\n/tmp/precgate-") != NULL, "%s", log);
+    free(log);
+    cr_assert_eq(access(tu_in_dir("job.results/shard-0.done"), F_OK), 0);
 }
 
 Test(slurm_script, a_copy_that_fails_leaves_no_marker)
