@@ -11,9 +11,10 @@
  *     and then writes the done marker shard-I.done;
  *   - the merge job (submitted --dependency=afterok:ARRAY): refuses, naming
  *     them, shards without a done marker; is a no-op that says so once
- *     merge.done exists; holds merge.lock (mkdir, atomic) while it runs
- *     `precgate merge --into DB shard-0.db … shard-(N-1).db`; writes
- *     merge.done;
+ *     merge.done exists; holds DB.merge.lock beside the database (mkdir,
+ *     atomic; so one merge into DB at a time, of any job; the holder's job id
+ *     and host inside) while it runs `precgate merge --into DB shard-0.db …
+ *     shard-(N-1).db`; writes merge.done;
  *   - the resubmission script: sbatch --array=<the shards without a marker>
  *     of the array job, and a merge after them.
  */

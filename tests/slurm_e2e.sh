@@ -122,7 +122,7 @@ for j in "$sweep_mj" "$eval_mj"; do
 done
 for r in sweep eval; do
   [ -e "$w/jobs/$r.results/merge.done" ] || fail "$r: no merge.done"
-  [ ! -e "$w/jobs/$r.results/merge.lock" ] || fail "$r: merge.lock left behind"
+  [ ! -e "$w/$r.db.merge.lock" ] || fail "$r: $r.db.merge.lock left behind"
 done
 # Each shard wrote its database on node-local disk ($TMPDIR), and removed it.
 for i in 0 1 2 3; do

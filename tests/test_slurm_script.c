@@ -181,7 +181,13 @@ Test(slurm_script, merge_script_is_guarded_and_lists_every_shard)
     cr_assert(strstr(m, "\"$precgate\" merge --into \"$into\" \"${shard_dbs[@]}\"") != NULL, "%s",
               m);
     cr_assert(strstr(m, "\ninto=/shared/p.db\n") != NULL, "%s", m);
-    cr_assert(strstr(m, "mkdir -- \"$results/merge.lock\"") != NULL, "%s", m);
+    /* The lock is beside the merged database (any job merging into it waits),
+     * merge.done in the job's results. */
+    cr_assert(strstr(m, "\nlock=\"$into.merge.lock\"\nif ! mkdir -- \"$lock\" 2>/dev/null; "
+                        "then\n") != NULL, "%s", m);
+    cr_assert(strstr(m, "\necho \"${SLURM_JOB_ID:-none} $(hostname)\" >\"$lock/holder\"\n") !=
+              NULL, "%s", m);
+    cr_assert(strstr(m, "\"$results/merge.done\"") != NULL, "%s", m);
     cr_assert(strstr(m, "merge.done") != NULL, "%s", m);
     cr_assert(strstr(m, "#SBATCH --array") == NULL, "%s", m);
     free(m);
@@ -212,14 +218,15 @@ static void write_exe(const char *path, const char *text)
 }
 
 /* A stub precgate: logs each argument on a line of its own to $STUB_LOG
- * ("--" between calls); run/eval write a database to --db; every command
- * exits $STUB_RC. */
+ * ("--" between calls); run/eval write a database to --db; merge (--into DB
+ * first) logs the holder of DB's merge lock; every command exits $STUB_RC. */
 static const char stub_precgate[] =
     "#!/bin/bash\n"
     "printf '%s\\n' \"$@\" -- >>\"$STUB_LOG\"\n"
-    "cmd=$1; db=\n"
+    "cmd=$1; into=${3:-}; db=\n"
     "while [ $# -gt 0 ]; do [ \"$1\" = --db ] && db=$2; shift; done\n"
-    "[ \"$cmd\" = merge ] || echo rows >\"$db\"\n"
+    "if [ \"$cmd\" = merge ]; then cat -- \"$into.merge.lock/holder\" >>\"$STUB_LOG\";\n"
+    "else echo rows >\"$db\"; fi\n"
     "exit \"${STUB_RC:-0}\"\n";
 
 /* A stub sbatch: logs its arguments to $STUB_LOG and prints a job id. */
@@ -434,18 +441,20 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
     cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no merge ran");
     mark_done(1);
     mark_done(3);
-    cr_assert_eq(run_script("job.merge.sbatch", "", &out), 0, "%s", out);
+    cr_assert_eq(run_script("job.merge.sbatch", "SLURM_JOB_ID=55", &out), 0, "%s", out);
     free(out);
     char *log = tu_slurp("log");
-    char want[2048];
+    char want[2048], host[256] = "";
+    cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+    /* precgate merge ran holding the lock beside merged.db, which names it. */
     snprintf(want, sizeof want, "merge\n--into\n%s/merged.db\n%s/job.results/shard-0.db\n"
                                 "%s/job.results/shard-1.db\n%s/job.results/shard-2.db\n"
-                                "%s/job.results/shard-3.db\n--\n",
-             tu_dir, tu_dir, tu_dir, tu_dir, tu_dir);
+                                "%s/job.results/shard-3.db\n--\n55 %s\n",
+             tu_dir, tu_dir, tu_dir, tu_dir, tu_dir, host);
     cr_assert_str_eq(log, want);
     free(log);
     cr_assert_eq(access(tu_in_dir("job.results/merge.done"), F_OK), 0);
-    cr_assert_neq(access(tu_in_dir("job.results/merge.lock"), F_OK), 0, "the lock is let go");
+    cr_assert_neq(access(tu_in_dir("merged.db.merge.lock"), F_OK), 0, "the lock is let go");
     /* A second merge says so and merges nothing. */
     expect_script("job.merge.sbatch", 0, "already merged");
     log = tu_slurp("log");
@@ -455,12 +464,18 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
 
 Test(slurm_script, merge_under_a_held_lock_does_nothing)
 {
+    /* A merge of another job (its own results directory) into the same
+     * merged.db holds the lock: this job's merge must not run beside it. */
     generate_ok();
     for (int i = 0; i < 4; i++) mark_done(i);
-    cr_assert_eq(mkdir(tu_in_dir("job.results/merge.lock"), 0755), 0);
-    expect_script("job.merge.sbatch", 1, "merge.lock exists");
+    cr_assert_eq(mkdir(tu_in_dir("merged.db.merge.lock"), 0755), 0);
+    tu_write_file(tu_in_dir("merged.db.merge.lock/holder"), "77 node-a\n", 10);
+    expect_script("job.merge.sbatch", 1, "merged.db.merge.lock is held by Slurm job 77 on node-a");
+    expect_script("job.merge.sbatch", 1, "If job 77 is no longer running (squeue -j 77), the "
+                                         "lock is stale: rm -r -- '");
     cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no merge ran");
-    cr_assert_eq(access(tu_in_dir("job.results/merge.lock"), F_OK), 0, "another's lock is kept");
+    cr_assert_eq(access(tu_in_dir("merged.db.merge.lock/holder"), F_OK), 0,
+                 "another's lock is kept");
 }
 
 Test(slurm_script, resubmit_sends_only_the_missing_shards)
