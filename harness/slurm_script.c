@@ -59,7 +59,7 @@ static int option_cmp(const void *a, const void *b)
     return strcmp(x->value, y->value);
 }
 
-pg_status slurm_job_key(slurm_job *j, pg_err *err)
+pg_status slurm_job_key(slurm_job *j, const char *nonce, pg_err *err)
 {
     slurm_option sorted[SLURM_MAX_OPTIONS];
     memcpy(sorted, j->options, (size_t)j->n_options * sizeof *sorted);
@@ -79,6 +79,7 @@ pg_status slurm_job_key(slurm_job *j, pg_err *err)
         else fprintf(f, " %s", q);
         free(q);
     }
+    if (f != NULL && nonce != NULL) fprintf(f, "\n# generation %s", nonce);
     if (f != NULL && fclose(f) != 0) nomem = 1;
     if (!nomem) shard_job_key(text, j->shards, j->key);
     free(text);
@@ -191,9 +192,18 @@ pg_status slurm_array_script(const slurm_job *j, char **text, pg_err *err)
     if (j->gpus_per_shard > 0) fprintf(f, "#SBATCH --gres=gpu:%d\n", j->gpus_per_shard);
     fputs("set -euo pipefail\n\n", f);
     put_common_vars(&s, j);
-    fputs(": \"${SLURM_ARRAY_TASK_ID:?this is a Slurm array job: submit it with sbatch}\"\n"
-          "shard=$SLURM_ARRAY_TASK_ID\n"
-          "# The shard's database is on node-local disk: SQLite's WAL and locks do not\n"
+    put_var(&s, "into", j->into);
+    fprintf(f, ": \"${SLURM_ARRAY_TASK_ID:?this is a Slurm array job: submit it with sbatch}\"\n"
+               "shard=$SLURM_ARRAY_TASK_ID\n"
+               "# A merged job is over: a new run under its key would never reach the\n"
+               "# database (its merge finds merge.done and stops).\n"
+               "if [ -e \"$results/merge.done\" ]; then\n"
+               "  echo \"precgate slurm: job $job is already merged into $into; a new run needs"
+               " new scripts: precgate slurm %s … ($results/merge.done)\" >&2\n"
+               "  exit 1\n"
+               "fi\n",
+            kind_name(j->kind));
+    fputs("# The shard's database is on node-local disk: SQLite's WAL and locks do not\n"
           "# work over NFS. One name per job, array and task. TMPDIR comes from the\n"
           "# submit host and may not exist here: then /tmp, for SQLite's files too.\n"
           "tmp=${TMPDIR:-/tmp}\n"

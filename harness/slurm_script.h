@@ -4,7 +4,8 @@
  * scheduler, no output (harness/cmd_slurm.c writes and prints).
  *
  * Three scripts per job:
- *   - the array job: task I of N runs `precgate run|eval … --shard I/N --job
+ *   - the array job: refuses to run (exit 1) once the job is merged
+ *     (merge.done: new results need new scripts, a new job); task I of N runs `precgate run|eval … --shard I/N --job
  *     KEY --db LOCAL` with LOCAL on node-local disk (${TMPDIR:-/tmp}: SQLite's
  *     WAL and locks do not work over NFS), and only when that succeeded
  *     copies LOCAL into the results directory (a temporary name, then mv)
@@ -53,7 +54,7 @@ typedef struct slurm_job {
     const char *account;      /* #SBATCH --account, NULL: none */
     int gpus_per_shard;       /* #SBATCH --gres=gpu:G on the array job, 0: none */
     const char *precgate;     /* the binary the jobs run */
-    const char *results;      /* results directory: shard DBs, markers, logs */
+    const char *results;      /* results directory: shard DBs, markers, logs; one job's */
     const char *into;         /* the database the merge writes */
     const char *array_script, *merge_script, *resubmit_script;  /* the three files */
     char key[SLURM_KEY_MAX];  /* --job KEY of every shard */
@@ -69,10 +70,13 @@ const char *slurm_kind_command(slurm_kind kind);
  * of memory; the caller frees. */
 char *slurm_shell_quote(const char *s);
 
-/* Sets j->key to shard_job_key of the shard count and the command line a
- * shard runs (kind, j->options sorted, values shell-quoted), so that the same
- * options in another order give the same key; PG_ERR_NOMEM. */
-pg_status slurm_job_key(slurm_job *j, pg_err *err);
+/* Sets j->key to shard_job_key of the shard count, the command line a shard
+ * runs (kind, j->options sorted, values shell-quoted) and nonce, so that the
+ * same options in another order give the same key, and another nonce another
+ * key. `precgate slurm` gives each generation a nonce of its own (each is one
+ * job: a new night's results must not be taken for an old night's, already
+ * merged); NULL: none. PG_ERR_NOMEM. */
+pg_status slurm_job_key(slurm_job *j, const char *nonce, pg_err *err);
 
 /* Whether a results directory can be named in #SBATCH --output: 0, with
  * *why set, when it holds a '"', a '%' (Slurm expands %a, %j, …) or a

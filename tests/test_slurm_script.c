@@ -29,7 +29,7 @@ static slurm_job sweep_job(void)
     j.options[j.n_options++] = (slurm_option){"capture", "/data/" ODD_NAME};
     j.options[j.n_options++] = (slurm_option){"variants", "bf16,fp8kv"};
     j.options[j.n_options++] = (slurm_option){"check-spec", NULL};
-    cr_assert_eq(slurm_job_key(&j, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&j, NULL, NULL), PG_OK);
     return j;
 }
 
@@ -98,6 +98,13 @@ Test(slurm_script, array_script_runs_shard_i_of_n_on_local_disk)
     snprintf(line, sizeof line, "\njob=%s\n", j.key);
     cr_assert(strstr(s, line) != NULL, "%s", s);
     cr_assert(strstr(s, "\ntmp=${TMPDIR:-/tmp}\n") != NULL, "%s", s);
+    /* A merged job's array refuses to run before it touches anything. */
+    cr_assert(strstr(s, "\ninto=/shared/p.db\n") != NULL, "%s", s);
+    const char *merged = strstr(s, "\nif [ -e \"$results/merge.done\" ]; then\n"
+                                   "  echo \"precgate slurm: job $job is already merged into $into; "
+                                   "a new run needs new scripts: precgate slurm sweep … "
+                                   "($results/merge.done)\" >&2\n  exit 1\nfi\n");
+    cr_assert(merged != NULL && merged < strstr(s, "\nclean "), "%s", s);
     cr_assert(strstr(s, "\nif [ ! -d \"$tmp\" ] || [ ! -w \"$tmp\" ]; then\n") != NULL, "%s", s);
     cr_assert(strstr(s, "\ndb=\"$tmp/precgate-$job-") != NULL, "%s", s);
     cr_assert(strstr(s, "\"$precgate\" run --no-progress") != NULL, "%s", s);
@@ -161,17 +168,25 @@ Test(slurm_script, job_key_ignores_option_order)
     slurm_job a = sweep_job(), b = sweep_job();
     b.options[0] = a.options[2];
     b.options[2] = a.options[0];
-    cr_assert_eq(slurm_job_key(&b, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&b, NULL, NULL), PG_OK);
     cr_assert_str_eq(a.key, b.key);
     cr_assert(a.key[0] == 'j' && strlen(a.key) == 33, "shard_job_key's form: %s", a.key);
     slurm_job c = sweep_job();
     c.shards = 3;
-    cr_assert_eq(slurm_job_key(&c, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&c, NULL, NULL), PG_OK);
     cr_assert_str_neq(a.key, c.key, "another shard count is another job");
     slurm_job d = sweep_job();
     d.options[1].value = "bf16";
-    cr_assert_eq(slurm_job_key(&d, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&d, NULL, NULL), PG_OK);
     cr_assert_str_neq(a.key, d.key, "other variants are another job");
+    /* Each generation's nonce makes it a job of its own. */
+    slurm_job e = sweep_job(), f = sweep_job();
+    cr_assert_eq(slurm_job_key(&e, "2026-12-04T18:00:00.000000001Z-00", NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&f, "2026-12-04T18:00:00.000000002Z-00", NULL), PG_OK);
+    cr_assert_str_neq(a.key, e.key, "a nonce changes the key");
+    cr_assert_str_neq(e.key, f.key, "another nonce, another job");
+    cr_assert_eq(slurm_job_key(&f, "2026-12-04T18:00:00.000000001Z-00", NULL), PG_OK);
+    cr_assert_str_eq(e.key, f.key);
 }
 
 Test(slurm_script, merge_script_is_guarded_and_lists_every_shard)
@@ -260,22 +275,29 @@ static int run_script(const char *script, const char *env, char **out)
     return sh(cmd, out);
 }
 
-/* generate("") that must succeed. */
+/* generate() with --results job.results, that must succeed. */
 static void generate_ok(void)
 {
-    char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
+    char *out = NULL, results[1024];
+    snprintf(results, sizeof results, "--results '%s/job.results'", tu_dir);
+    cr_assert_eq(generate(results, &out), 0, "%s", out);
     free(out);
 }
 
-/* Runs job.sbatch as array task env says (SLURM_* variables), after
- * generate_ok; asserts its exit status is want. */
-static void run_shard(const char *env, int want)
+/* Runs job.sbatch as array task env says (SLURM_* variables); asserts its
+ * exit status is want. */
+static void run_task(const char *env, int want)
 {
     char *out = NULL;
-    generate_ok();
     cr_assert_eq(run_script("job.sbatch", env, &out), want, "%s", out);
     free(out);
+}
+
+/* run_task after generate_ok. */
+static void run_shard(const char *env, int want)
+{
+    generate_ok();
+    run_task(env, want);
 }
 
 /* What the node-local disk and the results directory hold (ls -A of both),
@@ -313,21 +335,60 @@ Test(slurm_script, command_writes_three_scripts_and_says_how_to_submit)
     struct stat st;
     cr_assert_eq(stat(tu_in_dir("job.results"), &st), 0, "the results directory is made");
     cr_assert(S_ISDIR(st.st_mode));
-    /* Options in another order: the same job key. */
-    char *text = tu_slurp("job.sbatch");
-    char *again = NULL;
-    cr_assert_eq(tu_run_precgatef(&again,
-                                  "slurm sweep --shards 4 --variants bf16,fp8kv -o '%s/job2.sbatch' "
-                                  "--capture \"%s/%s\" --precgate '%s/stub-precgate'",
-                                  tu_dir, tu_dir, ODD_NAME, tu_dir),
-                 0, "%s", again);
-    char *text2 = tu_slurp("job2.sbatch");
+    /* The same options again, another generation: another job, with a
+     * results directory of its own that names it. */
+    char *text = tu_slurp("job.sbatch"), *again = NULL;
+    cr_assert_eq(generate("", &again), 0, "%s", again);
+    char *text2 = tu_slurp("job.sbatch");
     const char *k1 = strstr(text, "\njob="), *k2 = strstr(text2, "\njob=");
     cr_assert(k1 != NULL && k2 != NULL);
-    cr_assert(strncmp(k1, k2, strcspn(k1 + 1, "\n") + 1) == 0, "%s\n%s", text, text2);
+    char key1[SLURM_KEY_MAX], key2[SLURM_KEY_MAX];
+    snprintf(key1, sizeof key1, "%.*s", (int)strcspn(k1 + 5, "\n"), k1 + 5);
+    snprintf(key2, sizeof key2, "%.*s", (int)strcspn(k2 + 5, "\n"), k2 + 5);
+    cr_assert_str_neq(key1, key2, "two generations are two jobs");
+    const char *keys[] = {key1, key2};
+    for (int i = 0; i < 2; i++) {
+        char dir[1024], name[1024], want[SLURM_KEY_MAX + 1];
+        snprintf(dir, sizeof dir, "%s/job.results/%s", tu_dir, keys[i]);
+        snprintf(name, sizeof name, "job.results/%s/job", keys[i]);
+        cr_assert_eq(stat(dir, &st), 0, "the results directory %s is made", dir);
+        cr_assert(S_ISDIR(st.st_mode));
+        char *held = tu_slurp(name);
+        snprintf(want, sizeof want, "%s\n", keys[i]);
+        cr_assert_str_eq(held, want);
+        free(held);
+        cr_assert(strstr(i == 0 ? text : text2, dir) != NULL, "%s", i == 0 ? text : text2);
+    }
+    cr_assert(strstr(again, key2) != NULL, "%s", again);
     free(text);
     free(text2);
     free(again);
+}
+
+Test(slurm_script, results_of_another_job_are_refused)
+{
+    char *out = NULL, results[1024];
+    generate_ok();
+    char *text = tu_slurp("job.sbatch");
+    char *held = tu_slurp("job.results/job");
+    held[strcspn(held, "\n")] = '\0';
+    /* A new generation (a new job) into the same --results DIR. */
+    snprintf(results, sizeof results, "--results '%s/job.results'", tu_dir);
+    cr_assert_eq(generate(results, &out), 2, "%s", out);
+    char want[2048];
+    snprintf(want, sizeof want, "--results %s/job.results holds job %s (%s/job.results/job), "
+                                "not this job j", tu_dir, held, tu_dir);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    free(out);
+    char *text2 = tu_slurp("job.sbatch");
+    cr_assert_str_eq(text, text2, "the refused job's scripts are not written");
+    free(text2);
+    /* The same job again (--job KEY) may rewrite its scripts. */
+    snprintf(results, sizeof results, "--results '%s/job.results' --job %s", tu_dir, held);
+    cr_assert_eq(generate(results, &out), 0, "%s", out);
+    free(out);
+    free(held);
+    free(text);
 }
 
 Test(slurm_script, a_shard_that_succeeds_is_copied_then_marked)
@@ -367,7 +428,7 @@ Test(slurm_script, a_rerun_that_fails_removes_the_old_marker)
      * again) fails: its old marker and copy must not outlive the failure. */
     run_shard("SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=7 SLURM_JOB_ID=8", 0);
     cr_assert_eq(access(tu_in_dir("job.results/shard-1.done"), F_OK), 0);
-    run_shard("STUB_RC=3 SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=11 SLURM_JOB_ID=12", 3);
+    run_task("STUB_RC=3 SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=11 SLURM_JOB_ID=12", 3);
     char *out = leftovers();
     cr_assert(strstr(out, "shard-1") == NULL, "no old marker, no old copy: %s", out);
     free(out);
@@ -460,6 +521,25 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
     log = tu_slurp("log");
     cr_assert_str_eq(log, want, "merge ran once");
     free(log);
+}
+
+Test(slurm_script, a_merged_jobs_array_refuses_to_run)
+{
+    /* The array script submitted again after its job was merged (last
+     * night's scripts): it fails loudly, touching nothing. */
+    generate_ok();
+    for (int i = 0; i < 4; i++) mark_done(i);
+    tu_write_file(tu_in_dir("job.results/merge.done"), "", 0);
+    char *out = NULL;
+    cr_assert_eq(run_script("job.sbatch", "SLURM_ARRAY_TASK_ID=2 SLURM_ARRAY_JOB_ID=7 "
+                                          "SLURM_JOB_ID=9", &out), 1, "%s", out);
+    char want[1024];
+    snprintf(want, sizeof want, "is already merged into %s/merged.db; a new run needs new "
+                                "scripts: precgate slurm sweep …", tu_dir);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    free(out);
+    cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no shard ran");
+    cr_assert_eq(access(tu_in_dir("job.results/shard-2.done"), F_OK), 0, "markers kept");
 }
 
 Test(slurm_script, merge_under_a_held_lock_does_nothing)
