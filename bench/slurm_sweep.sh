@@ -46,7 +46,7 @@ for ((r = 1; r <= reps; r++)); do
   one+=("$(since "$t0")")
 
   "$precgate" slurm sweep --capture "$w/cap.safetensors" --backend cpu --shards $shards \
-    --into "$w/sharded-$r.db" -o "$w/job-$r.sbatch" >/dev/null
+    --into "$w/sharded-$r.db" --results "$w/job-$r.results" -o "$w/job-$r.sbatch" >/dev/null
   t0=$(now)
   jid=$(sbatch --parsable "$w/job-$r.sbatch")
   mid=$(sbatch --parsable --dependency=afterok:"$jid" "$w/job-$r.merge.sbatch")

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -24,6 +26,10 @@
 #define SLURM_MERGE_SUFFIX ".merge.sbatch"
 #define SLURM_RESUBMIT_SUFFIX ".resubmit.sh"
 #define SLURM_RESULTS_SUFFIX ".results"
+/* The file in a results directory that names the job it belongs to. */
+#define SLURM_JOB_FILE "job"
+/* Random bytes in a generation's nonce. */
+#define SLURM_NONCE_RANDOM 8
 /* Mode of the written scripts and of a created results directory. */
 #define SLURM_SCRIPT_MODE 0755
 #define SLURM_DIR_MODE 0777
@@ -33,7 +39,8 @@ const char cmd_slurm_usage[] =
     "       precgate slurm eval [eval options] --shards N -o JOB.sbatch [options]\n\n"
     "Writes the Slurm scripts of one sweep (precgate run) or eval cut into N shards,\n"
     "and prints how to submit them. precgate never submits, waits or polls itself.\n"
-    "  JOB.sbatch           an array job (--array=0-(N-1)): task I runs shard I/N of the\n"
+    "  JOB.sbatch           an array job (--array=0-(N-1)), refused (exit 1) once the\n"
+    "                       job is merged: task I runs shard I/N of the\n"
     "                       run or eval with a database on node-local disk\n"
     "                       (${TMPDIR:-/tmp}: SQLite's WAL and locks do not work over\n"
     "                       NFS); only when it succeeded, the database is copied into\n"
@@ -41,16 +48,18 @@ const char cmd_slurm_usage[] =
     "                       marked done (shard-I.done)\n"
     "  JOB.merge.sbatch     the merge, to submit with --dependency=afterok:ARRAY: names\n"
     "                       the shards without a done marker (exit 1), runs once\n"
-    "                       (merge.lock, merge.done: a second run says so and does\n"
-    "                       nothing), precgate merge --into DB of every shard database\n"
+    "                       (merge.done: a second run says so and does nothing),\n"
+    "                       holding DB.merge.lock (one merge into DB at a time),\n"
+    "                       precgate merge --into DB of every shard database\n"
     "  JOB.resubmit.sh      resubmits the shards without a done marker and a merge after\n"
     "                       them; says so and does nothing when none is missing\n\n"
     "  --shards N           number of shards, array tasks 0 .. N-1 (required)\n"
     "  -o FILE              the array job script; the others are written beside it\n"
     "                       (FILE without .sbatch, then .merge.sbatch, .resubmit.sh)\n"
-    "  --results DIR        shard databases, done markers and job logs (default: FILE\n"
-    "                       without .sbatch, then .results; created). On a filesystem\n"
-    "                       every node and the merge can reach\n"
+    "  --results DIR        shard databases, done markers and job logs of this job\n"
+    "                       (default: FILE without .sbatch, then .results/KEY; created;\n"
+    "                       DIR/job names the job, and a DIR of another job is\n"
+    "                       refused). On a filesystem every node and the merge can reach\n"
     "  --into DB            the database the merge writes (default $PRECGATE_DB, else\n"
     "                       ./precgate.db)\n"
     "  --partition P        #SBATCH --partition of every job\n"
@@ -58,7 +67,9 @@ const char cmd_slurm_usage[] =
     "  --time T             #SBATCH --time of every job (Slurm's formats: 30, 4:00:00)\n"
     "  --account A          #SBATCH --account of every job\n"
     "  --job KEY            the job key every shard stores (default: a digest of the\n"
-    "                       kind, N and the run/eval options, in any order)\n"
+    "                       kind, N, the run/eval options and this generation's time\n"
+    "                       and random bytes: each generation is a job of its own, so\n"
+    "                       run precgate slurm again for each night's run)\n"
     "  --precgate PATH      the binary the jobs run (default: this one)\n\n"
     "Every other option is the run's (sweep) or the eval's, passed to each shard and\n"
     "checked here as those commands check them; --capture or --traces is required.\n"
@@ -284,9 +295,42 @@ static char *stem_with(slurm_owned *owned, const char *stem, const char *suffix)
     return own(owned, s);
 }
 
+/* This generation's nonce into out: the UTC time to the nanosecond and
+ * SLURM_NONCE_RANDOM bytes of getrandom(2), in hex; PG_ERR_IO. */
+static pg_status generation_nonce(const char *cmd, char *out, size_t size, pg_err *err)
+{
+    struct timespec now;
+    unsigned char rnd[SLURM_NONCE_RANDOM];
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0 ||
+        getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return pg_fail(err, PG_ERR_IO, "%s: no job key: %s (give --job KEY)", cmd,
+                       strerror(errno));
+    struct tm tm;
+    gmtime_r(&now.tv_sec, &tm);
+    size_t n = strftime(out, size, "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(out + n, size - n, ".%09ldZ-", now.tv_nsec);
+    for (size_t i = 0; i < sizeof rnd && n + 3 <= size; i++)
+        n += (size_t)snprintf(out + n, size - n, "%02x", rnd[i]);
+    return PG_OK;
+}
+
+/* Sets a->job.key: --job KEY, else slurm_job_key with a nonce of this
+ * generation. */
+static pg_status set_key(slurm_args *a, pg_err *err)
+{
+    if (a->key != NULL) {
+        snprintf(a->job.key, sizeof a->job.key, "%s", a->key);
+        return PG_OK;
+    }
+    char nonce[64];
+    if (generation_nonce(a->cmd, nonce, sizeof nonce, err) != PG_OK) return err->code;
+    return slurm_job_key(&a->job, nonce, err);
+}
+
 /* Makes every path of a->job absolute (the jobs run elsewhere): the
- * capture or traces (which must exist), the scripts, the results directory,
- * the merged database and the binary. */
+ * capture or traces (which must exist), the scripts, the results directory
+ * (by default named by the job key, which is set here), the merged database
+ * and the binary. */
 static pg_status resolve_paths(slurm_args *a, slurm_owned *owned, pg_err *err)
 {
     const char *cmd = a->cmd;
@@ -309,8 +353,10 @@ static pg_status resolve_paths(slurm_args *a, slurm_owned *owned, pg_err *err)
     a->job.array_script = out;
     a->job.merge_script = stem_with(owned, stem, SLURM_MERGE_SUFFIX);
     a->job.resubmit_script = stem_with(owned, stem, SLURM_RESUBMIT_SUFFIX);
+    if (set_key(a, err) != PG_OK) return err->code;
+    char *results_base = stem_with(owned, stem, SLURM_RESULTS_SUFFIX "/");
     a->job.results = a->results != NULL ? own(owned, absolute(a->results))
-                                        : stem_with(owned, stem, SLURM_RESULTS_SUFFIX);
+                     : results_base != NULL ? stem_with(owned, results_base, a->job.key) : NULL;
     a->job.into = own(owned, absolute(cli_db_path(a->into)));
     if (a->precgate != NULL) {
         a->job.precgate = own(owned, absolute(a->precgate));
@@ -377,6 +423,46 @@ static pg_status make_dirs(const char *cmd, const char *dir, pg_err *err)
     return PG_OK;
 }
 
+/* DIR/job, the file naming the job a results directory belongs to, into
+ * path; PG_ERR_USAGE when too long. */
+static pg_status job_file(const char *cmd, const char *dir, char path[PATH_MAX], pg_err *err)
+{
+    if (snprintf(path, PATH_MAX, "%s/%s", dir, SLURM_JOB_FILE) >= PATH_MAX)
+        return pg_fail(err, PG_ERR_USAGE, "%s: --results '%s' is too long", cmd, dir);
+    return PG_OK;
+}
+
+/* Refuses (PG_ERR_USAGE naming both keys) a results directory whose job
+ * file names another job than key: two jobs must not mix their shards and
+ * markers. */
+static pg_status check_results(const char *cmd, const char *dir, const char *key, pg_err *err)
+{
+    char path[PATH_MAX], held[SLURM_KEY_MAX + 2] = "";
+    if (job_file(cmd, dir, path, err) != PG_OK) return err->code;
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return PG_OK;
+    if (fgets(held, sizeof held, f) == NULL) held[0] = '\0';
+    fclose(f);
+    held[strcspn(held, "\n")] = '\0';
+    if (held[0] != '\0' && strcmp(held, key) != 0)
+        return pg_fail(err, PG_ERR_USAGE, "%s: --results %s holds job %s (%s), not this job "
+                       "%s: give each job a results directory of its own", cmd, dir, held,
+                       path, key);
+    return PG_OK;
+}
+
+/* Writes key into dir's job file; PG_ERR_IO. */
+static pg_status claim_results(const char *cmd, const char *dir, const char *key, pg_err *err)
+{
+    char path[PATH_MAX];
+    if (job_file(cmd, dir, path, err) != PG_OK) return err->code;
+    FILE *f = fopen(path, "w");
+    const int wrote = f != NULL && fprintf(f, "%s\n", key) > 0;
+    if (f == NULL || fclose(f) != 0 || !wrote)
+        return pg_fail(err, PG_ERR_IO, "%s: writing %s: %s", cmd, path, strerror(errno));
+    return PG_OK;
+}
+
 /* Writes text to path whole (a temporary name beside it, then renamed),
  * executable. An -o that cannot be written is a usage error naming it. */
 static pg_status write_script(const char *cmd, const char *path, const char *text, pg_err *err)
@@ -407,6 +493,7 @@ static pg_status slurm_write(const slurm_args *a, pg_err *err)
     pg_status (*const writers[])(const slurm_job *, char **, pg_err *) = {
         slurm_array_script, slurm_merge_script, slurm_resubmit_script};
     const char *paths[] = {j->array_script, j->merge_script, j->resubmit_script};
+    if (check_results(a->cmd, j->results, j->key, err) != PG_OK) return err->code;
     for (size_t i = 0; i < sizeof writers / sizeof writers[0]; i++) {
         char *text = NULL;
         if (writers[i](j, &text, err) != PG_OK) return err->code;
@@ -414,7 +501,9 @@ static pg_status slurm_write(const slurm_args *a, pg_err *err)
         free(text);
         if (st != PG_OK) return st;
     }
-    if (make_dirs(a->cmd, j->results, err) != PG_OK) return err->code;
+    if (make_dirs(a->cmd, j->results, err) != PG_OK ||
+        claim_results(a->cmd, j->results, j->key, err) != PG_OK)
+        return err->code;
     char *hint = NULL;
     if (slurm_submit_hint(j, &hint, err) != PG_OK) return err->code;
     printf("wrote %s (%d shards of %s job %s), %s and %s\nshard databases and done markers go "
@@ -433,11 +522,7 @@ int cmd_slurm(int argc, char **argv)
     pg_status st = a != NULL ? slurm_parse(argc, argv, a, &err)
                              : pg_fail(&err, PG_ERR_NOMEM, "slurm: out of memory");
     if (st == PG_OK) st = resolve_paths(a, &owned, &err);
-    if (st == PG_OK) {
-        if (a->key != NULL) snprintf(a->job.key, sizeof a->job.key, "%s", a->key);
-        else st = slurm_job_key(&a->job, &err);
-        if (st == PG_OK) st = slurm_write(a, &err);
-    }
+    if (st == PG_OK) st = slurm_write(a, &err);
     for (int i = 0; i < owned.n; i++) free(owned.strings[i]);
     free(a);
     return st == PG_OK ? 0 : cli_report(&err);

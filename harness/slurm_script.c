@@ -59,7 +59,7 @@ static int option_cmp(const void *a, const void *b)
     return strcmp(x->value, y->value);
 }
 
-pg_status slurm_job_key(slurm_job *j, pg_err *err)
+pg_status slurm_job_key(slurm_job *j, const char *nonce, pg_err *err)
 {
     slurm_option sorted[SLURM_MAX_OPTIONS];
     memcpy(sorted, j->options, (size_t)j->n_options * sizeof *sorted);
@@ -79,6 +79,7 @@ pg_status slurm_job_key(slurm_job *j, pg_err *err)
         else fprintf(f, " %s", q);
         free(q);
     }
+    if (f != NULL && nonce != NULL) fprintf(f, "\n# generation %s", nonce);
     if (f != NULL && fclose(f) != 0) nomem = 1;
     if (!nomem) shard_job_key(text, j->shards, j->key);
     free(text);
@@ -191,18 +192,38 @@ pg_status slurm_array_script(const slurm_job *j, char **text, pg_err *err)
     if (j->gpus_per_shard > 0) fprintf(f, "#SBATCH --gres=gpu:%d\n", j->gpus_per_shard);
     fputs("set -euo pipefail\n\n", f);
     put_common_vars(&s, j);
-    fputs(": \"${SLURM_ARRAY_TASK_ID:?this is a Slurm array job: submit it with sbatch}\"\n"
-          "shard=$SLURM_ARRAY_TASK_ID\n"
-          "# The shard's database is on node-local disk: SQLite's WAL and locks do not\n"
-          "# work over NFS. One name per job, array and task.\n"
-          "db=\"${TMPDIR:-/tmp}/precgate-$job-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}-$shard.db\"\n"
+    put_var(&s, "into", j->into);
+    fprintf(f, ": \"${SLURM_ARRAY_TASK_ID:?this is a Slurm array job: submit it with sbatch}\"\n"
+               "shard=$SLURM_ARRAY_TASK_ID\n"
+               "# A merged job is over: a new run under its key would never reach the\n"
+               "# database (its merge finds merge.done and stops).\n"
+               "if [ -e \"$results/merge.done\" ]; then\n"
+               "  echo \"precgate slurm: job $job is already merged into $into; a new run needs"
+               " new scripts: precgate slurm %s … ($results/merge.done)\" >&2\n"
+               "  exit 1\n"
+               "fi\n",
+            kind_name(j->kind));
+    fputs("# The shard's database is on node-local disk: SQLite's WAL and locks do not\n"
+          "# work over NFS. One name per job, array and task. TMPDIR comes from the\n"
+          "# submit host and may not exist here: then /tmp, for SQLite's files too.\n"
+          "tmp=${TMPDIR:-/tmp}\n"
+          "if [ ! -d \"$tmp\" ] || [ ! -w \"$tmp\" ]; then\n"
+          "  echo \"precgate slurm: TMPDIR $tmp is not a writable directory on $(hostname);"
+          " using /tmp\" >&2\n"
+          "  tmp=/tmp\n"
+          "  export TMPDIR=/tmp\n"
+          "fi\n"
+          "db=\"$tmp/precgate-$job-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}-$shard.db\"\n"
           "part=\"$results/.shard-$shard.db.part-$SLURM_JOB_ID\"\n"
           "clean() { rm -f -- \"$db\" \"$db-wal\" \"$db-shm\" \"$db-journal\" \"$part\"; }\n"
           "trap clean EXIT\n"
           "trap 'exit 143' TERM\n"
           "trap 'exit 130' INT\n"
           "clean  # a stale database of an earlier attempt\n"
-          "mkdir -p -- \"$results\"\n\n",
+          "mkdir -p -- \"$results\"\n"
+          "# An earlier attempt's marker and copy go before this one starts: a shard\n"
+          "# that fails now must not be taken for done.\n"
+          "rm -f -- \"$results/shard-$shard.done\" \"$results/shard-$shard.db\"\n\n",
           f);
     fprintf(f, "\"$precgate\" %s --no-progress \\\n", slurm_kind_command(j->kind));
     for (int i = 0; i < j->n_options; i++) {
@@ -255,16 +276,23 @@ pg_status slurm_merge_script(const slurm_job *j, char **text, pg_err *err)
           " marker in $results: resubmit them with $resubmit\" >&2\n"
           "  exit 1\n"
           "fi\n"
-          "# One merge at a time: mkdir is atomic, so a second merge stops here, and one\n"
+          "# One merge into $into at a time, of this job or any other: the lock is\n"
+          "# beside the database. mkdir is atomic, so a second merge stops here, and one\n"
           "# that took the lock after the first finished finds merge.done.\n"
-          "if ! mkdir -- \"$results/merge.lock\" 2>/dev/null; then\n"
-          "  echo \"precgate slurm: $results/merge.lock exists: another merge of job $job is"
-          " running (if none is, remove the lock and submit this script again)\" >&2\n"
+          "lock=\"$into.merge.lock\"\n"
+          "if ! mkdir -- \"$lock\" 2>/dev/null; then\n"
+          "  [ -d \"$lock\" ] || mkdir -- \"$lock\"  # not held: mkdir says why it cannot\n"
+          "  hjob=unknown hhost=unknown\n"
+          "  read -r hjob hhost 2>/dev/null <\"$lock/holder\" || true\n"
+          "  echo \"precgate slurm: $lock is held by Slurm job $hjob on $hhost: another merge"
+          " into $into is running. If job $hjob is no longer running (squeue -j $hjob), the"
+          " lock is stale: rm -r -- '$lock', then submit this script again\" >&2\n"
           "  exit 1\n"
           "fi\n"
-          "trap 'rmdir -- \"$results/merge.lock\"' EXIT\n"
+          "trap 'rm -f -- \"$lock/holder\"; rmdir -- \"$lock\"' EXIT\n"
           "trap 'exit 143' TERM\n"
           "trap 'exit 130' INT\n"
+          "echo \"${SLURM_JOB_ID:-none} $(hostname)\" >\"$lock/holder\"\n"
           "already_merged && exit 0\n"
           "shard_dbs=()\n"
           "for ((i = 0; i < shards; i++)); do shard_dbs+=(\"$results/shard-$i.db\"); done\n"

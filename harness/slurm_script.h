@@ -4,16 +4,18 @@
  * scheduler, no output (harness/cmd_slurm.c writes and prints).
  *
  * Three scripts per job:
- *   - the array job: task I of N runs `precgate run|eval … --shard I/N --job
+ *   - the array job: refuses to run (exit 1) once the job is merged
+ *     (merge.done: new results need new scripts, a new job); task I of N runs `precgate run|eval … --shard I/N --job
  *     KEY --db LOCAL` with LOCAL on node-local disk (${TMPDIR:-/tmp}: SQLite's
  *     WAL and locks do not work over NFS), and only when that succeeded
  *     copies LOCAL into the results directory (a temporary name, then mv)
  *     and then writes the done marker shard-I.done;
  *   - the merge job (submitted --dependency=afterok:ARRAY): refuses, naming
  *     them, shards without a done marker; is a no-op that says so once
- *     merge.done exists; holds merge.lock (mkdir, atomic) while it runs
- *     `precgate merge --into DB shard-0.db … shard-(N-1).db`; writes
- *     merge.done;
+ *     merge.done exists; holds DB.merge.lock beside the database (mkdir,
+ *     atomic; so one merge into DB at a time, of any job; the holder's job id
+ *     and host inside) while it runs `precgate merge --into DB shard-0.db …
+ *     shard-(N-1).db`; writes merge.done;
  *   - the resubmission script: sbatch --array=<the shards without a marker>
  *     of the array job, and a merge after them.
  */
@@ -52,7 +54,7 @@ typedef struct slurm_job {
     const char *account;      /* #SBATCH --account, NULL: none */
     int gpus_per_shard;       /* #SBATCH --gres=gpu:G on the array job, 0: none */
     const char *precgate;     /* the binary the jobs run */
-    const char *results;      /* results directory: shard DBs, markers, logs */
+    const char *results;      /* results directory: shard DBs, markers, logs; one job's */
     const char *into;         /* the database the merge writes */
     const char *array_script, *merge_script, *resubmit_script;  /* the three files */
     char key[SLURM_KEY_MAX];  /* --job KEY of every shard */
@@ -68,10 +70,13 @@ const char *slurm_kind_command(slurm_kind kind);
  * of memory; the caller frees. */
 char *slurm_shell_quote(const char *s);
 
-/* Sets j->key to shard_job_key of the shard count and the command line a
- * shard runs (kind, j->options sorted, values shell-quoted), so that the same
- * options in another order give the same key; PG_ERR_NOMEM. */
-pg_status slurm_job_key(slurm_job *j, pg_err *err);
+/* Sets j->key to shard_job_key of the shard count, the command line a shard
+ * runs (kind, j->options sorted, values shell-quoted) and nonce, so that the
+ * same options in another order give the same key, and another nonce another
+ * key. `precgate slurm` gives each generation a nonce of its own (each is one
+ * job: a new night's results must not be taken for an old night's, already
+ * merged); NULL: none. PG_ERR_NOMEM. */
+pg_status slurm_job_key(slurm_job *j, const char *nonce, pg_err *err);
 
 /* Whether a results directory can be named in #SBATCH --output: 0, with
  * *why set, when it holds a '"', a '%' (Slurm expands %a, %j, …) or a

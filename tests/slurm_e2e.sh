@@ -9,7 +9,8 @@
 #   3. waits for them (squeue, bounded: a job left queued fails the test);
 #   4. checks each merged run equals an unsharded run of the same options,
 #      row for row in every table (run ids, times, hosts, pids, config and
-#      latencies aside), and that a second merge is a no-op;
+#      latencies aside), that a second merge is a no-op and that the merged
+#      job's array submitted again fails (a new run needs new scripts);
 #   5. submits the sweep again, cancels one running shard (scancel), checks
 #      that the merge was cancelled (kill_invalid_depend) and left no
 #      marker or partial database, runs the resubmission script and checks
@@ -95,6 +96,10 @@ grep -q '^#SBATCH --array=0-3$' "$w/jobs/sweep.sbatch" || fail "sweep: not an ar
 grep -q '^#SBATCH --partition=debug$' "$w/jobs/eval.sbatch" || fail "eval: no partition line"
 grep -q '^#SBATCH --array=0-2$' "$w/jobs/eval.sbatch" || fail "eval: not an array of 3"
 
+# The results directory of jobs/$1.sbatch: by default JOB.results/KEY.
+rd() { echo "$w/jobs/$1.results/$(sed -n 's/^job=//p' "$w/jobs/$1.sbatch")"; }
+[ -d "$(rd sweep)" ] && [ -d "$(rd eval)" ] || fail "no per-job results directories: $(ls -R "$w/jobs")"
+
 # Submits an array script and its merge the way the printed hint says;
 # sets aj and mj.
 submit() {
@@ -118,16 +123,16 @@ step "waiting for the arrays and merges"
 slurm_node_wait $WAIT_S "$sweep_aj" "$sweep_mj" "$eval_aj" "$eval_mj" || fail "jobs still queued"
 for j in "$sweep_mj" "$eval_mj"; do
   st=$(slurm_job_state "$j")
-  [ "$st" = COMPLETED ] || fail "merge job $j is $st: $(cat "$w"/jobs/*.results/merge.*.out 2>/dev/null)"
+  [ "$st" = COMPLETED ] || fail "merge job $j is $st: $(cat "$w"/jobs/*.results/*/merge.*.out 2>/dev/null)"
 done
 for r in sweep eval; do
-  [ -e "$w/jobs/$r.results/merge.done" ] || fail "$r: no merge.done"
-  [ ! -e "$w/jobs/$r.results/merge.lock" ] || fail "$r: merge.lock left behind"
+  [ -e "$(rd $r)/merge.done" ] || fail "$r: no merge.done"
+  [ ! -e "$w/$r.db.merge.lock" ] || fail "$r: $r.db.merge.lock left behind"
 done
 # Each shard wrote its database on node-local disk ($TMPDIR), and removed it.
 for i in 0 1 2 3; do
-  grep -q "complete: $w/node-tmp/precgate-" "$w/jobs/sweep.results/shard-$i".*.out ||
-    fail "shard $i did not write its database under \$TMPDIR: $(cat "$w/jobs/sweep.results/shard-$i".*.out)"
+  grep -q "complete: $w/node-tmp/precgate-" "$(rd sweep)/shard-$i".*.out ||
+    fail "shard $i did not write its database under \$TMPDIR: $(cat "$(rd sweep)/shard-$i".*.out)"
 done
 [ -z "$(ls -A "$w/node-tmp")" ] || fail "shard databases left on node-local disk: $(ls -A "$w/node-tmp")"
 
@@ -164,9 +169,16 @@ again=$(sbatch --parsable "$w/jobs/sweep.merge.sbatch")
 slurm_node_wait $WAIT_S "$again" || fail "second merge still queued"
 # (the script's own guard, before precgate merge, which would be a no-op too)
 grep -q "^precgate slurm: job .* is already merged into .*; nothing to do$" \
-  "$w/jobs/sweep.results/merge.$again.out" ||
-  fail "second merge did not stop at merge.done: $(cat "$w/jobs/sweep.results/merge.$again.out")"
+  "$(rd sweep)/merge.$again.out" ||
+  fail "second merge did not stop at merge.done: $(cat "$(rd sweep)/merge.$again.out")"
 rows "$w/sweep.db" | cmp -s - "$w/sweep.db.rows" || fail "a second merge changed sweep.db"
+# The merged job's array submitted again fails loudly (a new run needs new
+# scripts) instead of leaving results no merge would take.
+again=$(sbatch --parsable --array=0 "$w/jobs/sweep.sbatch")
+slurm_node_wait $WAIT_S "$again" || fail "the re-submitted array still queued"
+[ "$(slurm_job_state "${again}_0")" = FAILED ] || fail "a merged job's array ran: $(slurm_job_state "${again}_0")"
+grep -q "is already merged into $w/sweep.db; a new run needs new scripts: precgate slurm sweep" \
+  "$(rd sweep)/shard-0.$again.out" || fail "re-submitted array: $(cat "$(rd sweep)/shard-0.$again.out")"
 
 # --- 5. a shard cancelled once, then resubmitted ---
 step "cancelling one shard of a new sweep submission"
@@ -185,7 +197,7 @@ touch "$w/hold"
 "$PRECGATE" slurm sweep "${sweep_opts[@]}" --shards 4 --into "$w/sweep2.db" \
   --precgate "$w/hold-precgate" -o "$w/jobs/sweep2.sbatch" >/dev/null
 submit "$w/jobs/sweep2"
-r2=$w/jobs/sweep2.results
+r2=$(rd sweep2)
 deadline=$((SECONDS + WAIT_S))
 until [ -e "$r2/shard-0.done" ] && [ -e "$r2/shard-2.done" ] && [ -e "$r2/shard-3.done" ] &&
       [ "$(squeue -h -j "${aj}_1" -o %T 2>/dev/null)" = RUNNING ]; do

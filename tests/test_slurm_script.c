@@ -29,7 +29,7 @@ static slurm_job sweep_job(void)
     j.options[j.n_options++] = (slurm_option){"capture", "/data/" ODD_NAME};
     j.options[j.n_options++] = (slurm_option){"variants", "bf16,fp8kv"};
     j.options[j.n_options++] = (slurm_option){"check-spec", NULL};
-    cr_assert_eq(slurm_job_key(&j, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&j, NULL, NULL), PG_OK);
     return j;
 }
 
@@ -97,7 +97,16 @@ Test(slurm_script, array_script_runs_shard_i_of_n_on_local_disk)
     char line[SLURM_KEY_MAX + 16];
     snprintf(line, sizeof line, "\njob=%s\n", j.key);
     cr_assert(strstr(s, line) != NULL, "%s", s);
-    cr_assert(strstr(s, "db=\"${TMPDIR:-/tmp}/precgate-$job-") != NULL, "%s", s);
+    cr_assert(strstr(s, "\ntmp=${TMPDIR:-/tmp}\n") != NULL, "%s", s);
+    /* A merged job's array refuses to run before it touches anything. */
+    cr_assert(strstr(s, "\ninto=/shared/p.db\n") != NULL, "%s", s);
+    const char *merged = strstr(s, "\nif [ -e \"$results/merge.done\" ]; then\n"
+                                   "  echo \"precgate slurm: job $job is already merged into $into; "
+                                   "a new run needs new scripts: precgate slurm sweep … "
+                                   "($results/merge.done)\" >&2\n  exit 1\nfi\n");
+    cr_assert(merged != NULL && merged < strstr(s, "\nclean "), "%s", s);
+    cr_assert(strstr(s, "\nif [ ! -d \"$tmp\" ] || [ ! -w \"$tmp\" ]; then\n") != NULL, "%s", s);
+    cr_assert(strstr(s, "\ndb=\"$tmp/precgate-$job-") != NULL, "%s", s);
     cr_assert(strstr(s, "\"$precgate\" run --no-progress") != NULL, "%s", s);
     cr_assert(strstr(s, "--capture '/data/my cap'\\''s.safetensors'") != NULL, "%s", s);
     cr_assert(strstr(s, "--check-spec \\\n") != NULL, "a flag has no value: %s", s);
@@ -109,6 +118,10 @@ Test(slurm_script, array_script_runs_shard_i_of_n_on_local_disk)
     const char *done = strstr(s, "touch -- \"$results/shard-$shard.done\"");
     cr_assert(run != NULL && cp != NULL && mv != NULL && done != NULL, "%s", s);
     cr_assert(run < cp && cp < mv && mv < done, "run, copy, rename, mark: %s", s);
+    /* An earlier attempt's marker and copy are removed before the run. */
+    const char *stale = strstr(s, "\nrm -f -- \"$results/shard-$shard.done\" "
+                                  "\"$results/shard-$shard.db\"\n");
+    cr_assert(stale != NULL && stale < run, "%s", s);
     free(s);
     /* A 1-shard job is an array of one. */
     j.shards = 1;
@@ -155,17 +168,25 @@ Test(slurm_script, job_key_ignores_option_order)
     slurm_job a = sweep_job(), b = sweep_job();
     b.options[0] = a.options[2];
     b.options[2] = a.options[0];
-    cr_assert_eq(slurm_job_key(&b, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&b, NULL, NULL), PG_OK);
     cr_assert_str_eq(a.key, b.key);
     cr_assert(a.key[0] == 'j' && strlen(a.key) == 33, "shard_job_key's form: %s", a.key);
     slurm_job c = sweep_job();
     c.shards = 3;
-    cr_assert_eq(slurm_job_key(&c, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&c, NULL, NULL), PG_OK);
     cr_assert_str_neq(a.key, c.key, "another shard count is another job");
     slurm_job d = sweep_job();
     d.options[1].value = "bf16";
-    cr_assert_eq(slurm_job_key(&d, NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&d, NULL, NULL), PG_OK);
     cr_assert_str_neq(a.key, d.key, "other variants are another job");
+    /* Each generation's nonce makes it a job of its own. */
+    slurm_job e = sweep_job(), f = sweep_job();
+    cr_assert_eq(slurm_job_key(&e, "2026-12-04T18:00:00.000000001Z-00", NULL), PG_OK);
+    cr_assert_eq(slurm_job_key(&f, "2026-12-04T18:00:00.000000002Z-00", NULL), PG_OK);
+    cr_assert_str_neq(a.key, e.key, "a nonce changes the key");
+    cr_assert_str_neq(e.key, f.key, "another nonce, another job");
+    cr_assert_eq(slurm_job_key(&f, "2026-12-04T18:00:00.000000001Z-00", NULL), PG_OK);
+    cr_assert_str_eq(e.key, f.key);
 }
 
 Test(slurm_script, merge_script_is_guarded_and_lists_every_shard)
@@ -175,7 +196,13 @@ Test(slurm_script, merge_script_is_guarded_and_lists_every_shard)
     cr_assert(strstr(m, "\"$precgate\" merge --into \"$into\" \"${shard_dbs[@]}\"") != NULL, "%s",
               m);
     cr_assert(strstr(m, "\ninto=/shared/p.db\n") != NULL, "%s", m);
-    cr_assert(strstr(m, "mkdir -- \"$results/merge.lock\"") != NULL, "%s", m);
+    /* The lock is beside the merged database (any job merging into it waits),
+     * merge.done in the job's results. */
+    cr_assert(strstr(m, "\nlock=\"$into.merge.lock\"\nif ! mkdir -- \"$lock\" 2>/dev/null; "
+                        "then\n") != NULL, "%s", m);
+    cr_assert(strstr(m, "\necho \"${SLURM_JOB_ID:-none} $(hostname)\" >\"$lock/holder\"\n") !=
+              NULL, "%s", m);
+    cr_assert(strstr(m, "\"$results/merge.done\"") != NULL, "%s", m);
     cr_assert(strstr(m, "merge.done") != NULL, "%s", m);
     cr_assert(strstr(m, "#SBATCH --array") == NULL, "%s", m);
     free(m);
@@ -206,14 +233,15 @@ static void write_exe(const char *path, const char *text)
 }
 
 /* A stub precgate: logs each argument on a line of its own to $STUB_LOG
- * ("--" between calls); run/eval write a database to --db; every command
- * exits $STUB_RC. */
+ * ("--" between calls); run/eval write a database to --db; merge (--into DB
+ * first) logs the holder of DB's merge lock; every command exits $STUB_RC. */
 static const char stub_precgate[] =
     "#!/bin/bash\n"
     "printf '%s\\n' \"$@\" -- >>\"$STUB_LOG\"\n"
-    "cmd=$1; db=\n"
+    "cmd=$1; into=${3:-}; db=\n"
     "while [ $# -gt 0 ]; do [ \"$1\" = --db ] && db=$2; shift; done\n"
-    "[ \"$cmd\" = merge ] || echo rows >\"$db\"\n"
+    "if [ \"$cmd\" = merge ]; then cat -- \"$into.merge.lock/holder\" >>\"$STUB_LOG\";\n"
+    "else echo rows >\"$db\"; fi\n"
     "exit \"${STUB_RC:-0}\"\n";
 
 /* A stub sbatch: logs its arguments to $STUB_LOG and prints a job id. */
@@ -247,22 +275,29 @@ static int run_script(const char *script, const char *env, char **out)
     return sh(cmd, out);
 }
 
-/* generate("") that must succeed. */
+/* generate() with --results job.results, that must succeed. */
 static void generate_ok(void)
 {
-    char *out = NULL;
-    cr_assert_eq(generate("", &out), 0, "%s", out);
+    char *out = NULL, results[1024];
+    snprintf(results, sizeof results, "--results '%s/job.results'", tu_dir);
+    cr_assert_eq(generate(results, &out), 0, "%s", out);
     free(out);
 }
 
-/* Runs job.sbatch as array task env says (SLURM_* variables), after
- * generate_ok; asserts its exit status is want. */
-static void run_shard(const char *env, int want)
+/* Runs job.sbatch as array task env says (SLURM_* variables); asserts its
+ * exit status is want. */
+static void run_task(const char *env, int want)
 {
     char *out = NULL;
-    generate_ok();
     cr_assert_eq(run_script("job.sbatch", env, &out), want, "%s", out);
     free(out);
+}
+
+/* run_task after generate_ok. */
+static void run_shard(const char *env, int want)
+{
+    generate_ok();
+    run_task(env, want);
 }
 
 /* What the node-local disk and the results directory hold (ls -A of both),
@@ -300,21 +335,60 @@ Test(slurm_script, command_writes_three_scripts_and_says_how_to_submit)
     struct stat st;
     cr_assert_eq(stat(tu_in_dir("job.results"), &st), 0, "the results directory is made");
     cr_assert(S_ISDIR(st.st_mode));
-    /* Options in another order: the same job key. */
-    char *text = tu_slurp("job.sbatch");
-    char *again = NULL;
-    cr_assert_eq(tu_run_precgatef(&again,
-                                  "slurm sweep --shards 4 --variants bf16,fp8kv -o '%s/job2.sbatch' "
-                                  "--capture \"%s/%s\" --precgate '%s/stub-precgate'",
-                                  tu_dir, tu_dir, ODD_NAME, tu_dir),
-                 0, "%s", again);
-    char *text2 = tu_slurp("job2.sbatch");
+    /* The same options again, another generation: another job, with a
+     * results directory of its own that names it. */
+    char *text = tu_slurp("job.sbatch"), *again = NULL;
+    cr_assert_eq(generate("", &again), 0, "%s", again);
+    char *text2 = tu_slurp("job.sbatch");
     const char *k1 = strstr(text, "\njob="), *k2 = strstr(text2, "\njob=");
     cr_assert(k1 != NULL && k2 != NULL);
-    cr_assert(strncmp(k1, k2, strcspn(k1 + 1, "\n") + 1) == 0, "%s\n%s", text, text2);
+    char key1[SLURM_KEY_MAX], key2[SLURM_KEY_MAX];
+    snprintf(key1, sizeof key1, "%.*s", (int)strcspn(k1 + 5, "\n"), k1 + 5);
+    snprintf(key2, sizeof key2, "%.*s", (int)strcspn(k2 + 5, "\n"), k2 + 5);
+    cr_assert_str_neq(key1, key2, "two generations are two jobs");
+    const char *keys[] = {key1, key2};
+    for (int i = 0; i < 2; i++) {
+        char dir[1024], name[1024], want[SLURM_KEY_MAX + 1];
+        snprintf(dir, sizeof dir, "%s/job.results/%s", tu_dir, keys[i]);
+        snprintf(name, sizeof name, "job.results/%s/job", keys[i]);
+        cr_assert_eq(stat(dir, &st), 0, "the results directory %s is made", dir);
+        cr_assert(S_ISDIR(st.st_mode));
+        char *held = tu_slurp(name);
+        snprintf(want, sizeof want, "%s\n", keys[i]);
+        cr_assert_str_eq(held, want);
+        free(held);
+        cr_assert(strstr(i == 0 ? text : text2, dir) != NULL, "%s", i == 0 ? text : text2);
+    }
+    cr_assert(strstr(again, key2) != NULL, "%s", again);
     free(text);
     free(text2);
     free(again);
+}
+
+Test(slurm_script, results_of_another_job_are_refused)
+{
+    char *out = NULL, results[1024];
+    generate_ok();
+    char *text = tu_slurp("job.sbatch");
+    char *held = tu_slurp("job.results/job");
+    held[strcspn(held, "\n")] = '\0';
+    /* A new generation (a new job) into the same --results DIR. */
+    snprintf(results, sizeof results, "--results '%s/job.results'", tu_dir);
+    cr_assert_eq(generate(results, &out), 2, "%s", out);
+    char want[2048];
+    snprintf(want, sizeof want, "--results %s/job.results holds job %s (%s/job.results/job), "
+                                "not this job j", tu_dir, held, tu_dir);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    free(out);
+    char *text2 = tu_slurp("job.sbatch");
+    cr_assert_str_eq(text, text2, "the refused job's scripts are not written");
+    free(text2);
+    /* The same job again (--job KEY) may rewrite its scripts. */
+    snprintf(results, sizeof results, "--results '%s/job.results' --job %s", tu_dir, held);
+    cr_assert_eq(generate(results, &out), 0, "%s", out);
+    free(out);
+    free(held);
+    free(text);
 }
 
 Test(slurm_script, a_shard_that_succeeds_is_copied_then_marked)
@@ -346,6 +420,36 @@ Test(slurm_script, a_shard_that_fails_leaves_no_marker_and_no_database)
     cr_assert(strstr(out, "shard-1") == NULL, "no marker, no copy: %s", out);
     cr_assert(strstr(out, "precgate-") == NULL, "no local database left: %s", out);
     free(out);
+}
+
+Test(slurm_script, a_rerun_that_fails_removes_the_old_marker)
+{
+    /* Shard 1 succeeded once; a rerun of it (the same array task submitted
+     * again) fails: its old marker and copy must not outlive the failure. */
+    run_shard("SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=7 SLURM_JOB_ID=8", 0);
+    cr_assert_eq(access(tu_in_dir("job.results/shard-1.done"), F_OK), 0);
+    run_task("STUB_RC=3 SLURM_ARRAY_TASK_ID=1 SLURM_ARRAY_JOB_ID=11 SLURM_JOB_ID=12", 3);
+    char *out = leftovers();
+    cr_assert(strstr(out, "shard-1") == NULL, "no old marker, no old copy: %s", out);
+    free(out);
+}
+
+Test(slurm_script, a_tmpdir_missing_on_the_node_falls_back_to_tmp)
+{
+    /* The submit host's TMPDIR does not exist on the node. */
+    char *out = NULL;
+    generate_ok();
+    cr_assert_eq(run_script("job.sbatch", "TMPDIR=/nonexistent/pg-tmp SLURM_ARRAY_TASK_ID=0 "
+                                          "SLURM_ARRAY_JOB_ID=7 SLURM_JOB_ID=13", &out),
+                 0, "%s", out);
+    cr_assert(strstr(out, "TMPDIR /nonexistent/pg-tmp is not a writable directory") != NULL,
+              "%s", out);
+    cr_assert(strstr(out, "using /tmp") != NULL, "%s", out);
+    free(out);
+    char *log = tu_slurp("log");
+    cr_assert(strstr(log, "\n--db\n/tmp/precgate-") != NULL, "%s", log);
+    free(log);
+    cr_assert_eq(access(tu_in_dir("job.results/shard-0.done"), F_OK), 0);
 }
 
 Test(slurm_script, a_copy_that_fails_leaves_no_marker)
@@ -398,18 +502,20 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
     cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no merge ran");
     mark_done(1);
     mark_done(3);
-    cr_assert_eq(run_script("job.merge.sbatch", "", &out), 0, "%s", out);
+    cr_assert_eq(run_script("job.merge.sbatch", "SLURM_JOB_ID=55", &out), 0, "%s", out);
     free(out);
     char *log = tu_slurp("log");
-    char want[2048];
+    char want[2048], host[256] = "";
+    cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+    /* precgate merge ran holding the lock beside merged.db, which names it. */
     snprintf(want, sizeof want, "merge\n--into\n%s/merged.db\n%s/job.results/shard-0.db\n"
                                 "%s/job.results/shard-1.db\n%s/job.results/shard-2.db\n"
-                                "%s/job.results/shard-3.db\n--\n",
-             tu_dir, tu_dir, tu_dir, tu_dir, tu_dir);
+                                "%s/job.results/shard-3.db\n--\n55 %s\n",
+             tu_dir, tu_dir, tu_dir, tu_dir, tu_dir, host);
     cr_assert_str_eq(log, want);
     free(log);
     cr_assert_eq(access(tu_in_dir("job.results/merge.done"), F_OK), 0);
-    cr_assert_neq(access(tu_in_dir("job.results/merge.lock"), F_OK), 0, "the lock is let go");
+    cr_assert_neq(access(tu_in_dir("merged.db.merge.lock"), F_OK), 0, "the lock is let go");
     /* A second merge says so and merges nothing. */
     expect_script("job.merge.sbatch", 0, "already merged");
     log = tu_slurp("log");
@@ -417,14 +523,39 @@ Test(slurm_script, merge_names_missing_shards_and_runs_once)
     free(log);
 }
 
-Test(slurm_script, merge_under_a_held_lock_does_nothing)
+Test(slurm_script, a_merged_jobs_array_refuses_to_run)
 {
+    /* The array script submitted again after its job was merged (last
+     * night's scripts): it fails loudly, touching nothing. */
     generate_ok();
     for (int i = 0; i < 4; i++) mark_done(i);
-    cr_assert_eq(mkdir(tu_in_dir("job.results/merge.lock"), 0755), 0);
-    expect_script("job.merge.sbatch", 1, "merge.lock exists");
+    tu_write_file(tu_in_dir("job.results/merge.done"), "", 0);
+    char *out = NULL;
+    cr_assert_eq(run_script("job.sbatch", "SLURM_ARRAY_TASK_ID=2 SLURM_ARRAY_JOB_ID=7 "
+                                          "SLURM_JOB_ID=9", &out), 1, "%s", out);
+    char want[1024];
+    snprintf(want, sizeof want, "is already merged into %s/merged.db; a new run needs new "
+                                "scripts: precgate slurm sweep …", tu_dir);
+    cr_assert(strstr(out, want) != NULL, "%s", out);
+    free(out);
+    cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no shard ran");
+    cr_assert_eq(access(tu_in_dir("job.results/shard-2.done"), F_OK), 0, "markers kept");
+}
+
+Test(slurm_script, merge_under_a_held_lock_does_nothing)
+{
+    /* A merge of another job (its own results directory) into the same
+     * merged.db holds the lock: this job's merge must not run beside it. */
+    generate_ok();
+    for (int i = 0; i < 4; i++) mark_done(i);
+    cr_assert_eq(mkdir(tu_in_dir("merged.db.merge.lock"), 0755), 0);
+    tu_write_file(tu_in_dir("merged.db.merge.lock/holder"), "77 node-a\n", 10);
+    expect_script("job.merge.sbatch", 1, "merged.db.merge.lock is held by Slurm job 77 on node-a");
+    expect_script("job.merge.sbatch", 1, "If job 77 is no longer running (squeue -j 77), the "
+                                         "lock is stale: rm -r -- '");
     cr_assert_neq(access(tu_in_dir("log"), F_OK), 0, "no merge ran");
-    cr_assert_eq(access(tu_in_dir("job.results/merge.lock"), F_OK), 0, "another's lock is kept");
+    cr_assert_eq(access(tu_in_dir("merged.db.merge.lock/holder"), F_OK), 0,
+                 "another's lock is kept");
 }
 
 Test(slurm_script, resubmit_sends_only_the_missing_shards)
