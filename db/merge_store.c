@@ -24,11 +24,15 @@ const char *const merge_data_tables[] = {
     "eval_samples",  NULL,
 };
 
-/* The parts of one shard database: runs that name a job. */
+/* The parts of one shard database: runs that name a job; ?1 is the
+ * database's path, read back as each part's source (PART_FIELDS' order). */
 static const char SQL_PARTS[] =
-    "SELECT id, kind, status, label, git_rev, device, started_at, finished_at, config_json,"
-    " json_extract(config_json, '$.job'), json_extract(config_json, '$.shard.index'),"
-    " json_extract(config_json, '$.shard.count'), error"
+    "SELECT ?1, id, kind, status, label, git_rev, device, started_at, finished_at, config_json,"
+    " json_extract(config_json, '$.job'),"
+    " CASE json_type(config_json, '$.shard.index') WHEN 'integer'"
+    "   THEN json_extract(config_json, '$.shard.index') END,"
+    " CASE json_type(config_json, '$.shard.count') WHEN 'integer'"
+    "   THEN json_extract(config_json, '$.shard.count') END, error"
     " FROM runs WHERE json_valid(config_json) AND json_type(config_json, '$.job') = 'text'"
     " ORDER BY id";
 static const char SQL_RECORDED[] =
@@ -173,9 +177,12 @@ static pg_status part_rows(sqlite3 *db, int64_t run_id, sqlite3 *to, int64_t to_
     return ps;
 }
 
-/* Opens the shard database path read-only and checks it is whole and of
- * this precgate's schema. */
-static pg_status shard_open(const char *path, sqlite3 **out, pg_err *err)
+/* Opens the shard database path read-only; with check, also checks that it
+ * is whole (quick_check, a pass over the file) and of this precgate's
+ * schema: done when the parts are read, not again for the copy inside the
+ * central database's write transaction, whose digest check finds any change
+ * since. */
+static pg_status shard_open(const char *path, int check, sqlite3 **out, pg_err *err)
 {
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
@@ -185,6 +192,7 @@ static pg_status shard_open(const char *path, sqlite3 **out, pg_err *err)
     }
     *out = db;
     sqlite3_busy_timeout(db, STORE_BUSY_TIMEOUT_MS);
+    if (!check) return PG_OK;
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare(db, "PRAGMA quick_check", &st, err);
     int rc = ps == PG_OK ? sqlite3_step(st) : SQLITE_ERROR;
@@ -206,65 +214,53 @@ static pg_status shard_open(const char *path, sqlite3 **out, pg_err *err)
     return ps;
 }
 
+/* SQL_PARTS' columns; an index or count that is no number reads as -1. */
+static const sql_field PART_FIELDS[] = {
+    SQL_FIELD(TEXT, merge_part, source),      SQL_FIELD(INT64, merge_part, run_id),
+    SQL_FIELD(TEXT, merge_part, kind),        SQL_FIELD(TEXT, merge_part, status),
+    SQL_FIELD(TEXT, merge_part, label),       SQL_FIELD(TEXT, merge_part, git_rev),
+    SQL_FIELD(TEXT, merge_part, device),      SQL_FIELD(TEXT, merge_part, started_at),
+    SQL_FIELD(TEXT, merge_part, finished_at), SQL_FIELD(TEXT, merge_part, config_json),
+    SQL_FIELD(TEXT, merge_part, job),         SQL_FIELD_OR(INT64, merge_part, index, -1),
+    SQL_FIELD_OR(INT64, merge_part, count, -1), SQL_FIELD(TEXT, merge_part, error),
+};
+static const sql_row_type PART_ROW = SQL_ROW_TYPE(merge_part, PART_FIELDS, NULL);
+
 pg_status merge_store_read_parts(const char *path, merge_part **parts, size_t *n, pg_err *err)
 {
     sqlite3 *db = NULL;
-    pg_status ps = shard_open(path, &db, err);
-    sqlite3_stmt *st = NULL;
-    if (ps == PG_OK) ps = sql_prepare(db, SQL_PARTS, &st, err);
-    int rc = SQLITE_ROW;
-    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        merge_part *grown = realloc(*parts, (*n + 1) * sizeof *grown);
-        if (grown == NULL) {
-            ps = pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
-            break;
-        }
-        *parts = grown;
-        merge_part *p = &grown[(*n)++];
-        memset(p, 0, sizeof *p);
-        int oom = 0;
-        p->source = strdup(path);
-        oom |= p->source == NULL;
-        p->run_id = sqlite3_column_int64(st, 0);
-        char **text[] = {&p->kind, &p->status, &p->label, &p->git_rev, &p->device,
-                         &p->started_at, &p->finished_at, &p->config_json, &p->job};
-        for (int i = 0; i < (int)(sizeof text / sizeof text[0]); i++)
-            *text[i] = sql_col_dup(st, i + 1, &oom);
-        p->index = sqlite3_column_type(st, 10) == SQLITE_INTEGER ? sqlite3_column_int64(st, 10)
-                                                                 : -1;
-        p->count = sqlite3_column_type(st, 11) == SQLITE_INTEGER ? sqlite3_column_int64(st, 11)
-                                                                 : -1;
-        p->error = sql_col_dup(st, 12, &oom);
-        if (oom) ps = pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
-        if (ps == PG_OK) ps = part_rows(db, p->run_id, NULL, 0, p->digest, &p->rows, err);
-    }
-    if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "read the runs");
-    sqlite3_finalize(st);
+    pg_status ps = shard_open(path, 1, &db, err);
+    void *got = NULL;
+    size_t n_got = 0;
+    const sql_param params[] = {SQL_TEXT(path)};
+    if (ps == PG_OK)
+        ps = sql_read_all_db(db, SQL_PARTS, SQL_PARAMS(params), &PART_ROW, &got, &n_got,
+                             "read the runs", err);
+    merge_part *read = got;
+    for (size_t i = 0; ps == PG_OK && i < n_got; i++)
+        ps = part_rows(db, read[i].run_id, NULL, 0, read[i].digest, &read[i].rows, err);
     sqlite3_close(db);
+    merge_part *grown = n_got > 0 ? realloc(*parts, (*n + n_got) * sizeof *grown) : *parts;
+    if (grown == NULL) {
+        sql_rows_free(&PART_ROW, read, n_got);
+        return ps != PG_OK ? ps : pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    }
+    if (n_got > 0) memcpy(grown + *n, read, n_got * sizeof *read);
+    free(read);
+    *parts = grown;
+    *n += n_got;
     return ps;
 }
 
 void merge_part_clear(merge_part *p)
 {
-    if (p == NULL) return;
-    free(p->source);
-    free(p->kind);
-    free(p->status);
-    free(p->label);
-    free(p->git_rev);
-    free(p->device);
-    free(p->started_at);
-    free(p->finished_at);
-    free(p->config_json);
-    free(p->job);
-    free(p->error);
-    memset(p, 0, sizeof *p);
+    sql_row_clear(&PART_ROW, p);
+    if (p != NULL) memset(p, 0, sizeof *p);
 }
 
 void merge_parts_free(merge_part *parts, size_t n)
 {
-    for (size_t i = 0; parts != NULL && i < n; i++) merge_part_clear(&parts[i]);
-    free(parts);
+    sql_rows_free(&PART_ROW, parts, n);
 }
 
 static const sql_field recorded_fields[] = {
@@ -312,7 +308,7 @@ pg_status merge_store_copy_part(pg_store *s, const merge_part *part, int64_t run
     sqlite3 *to = sql_handle_or_fail(s, "merge_store_copy_part", err);
     if (to == NULL) return PG_ERR_INTERNAL;
     sqlite3 *db = NULL;
-    pg_status ps = shard_open(part->source, &db, err);
+    pg_status ps = shard_open(part->source, 0, &db, err);
     int64_t rows = 0;
     char digest[MERGE_DIGEST_MAX];
     if (ps == PG_OK) ps = part_rows(db, part->run_id, to, run_id, digest, &rows, err);

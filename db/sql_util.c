@@ -226,6 +226,15 @@ pg_status sql_read_all(pg_store *s, const char *fn, const char *sql, const sql_p
     *n = 0;
     sqlite3 *db = sql_handle_or_fail(s, fn, err);
     if (db == NULL) return PG_ERR_INTERNAL;
+    return sql_read_all_db(db, sql, params, n_params, type, rows, n, what, err);
+}
+
+pg_status sql_read_all_db(sqlite3 *db, const char *sql, const sql_param *params, size_t n_params,
+                          const sql_row_type *type, void **rows, size_t *n, const char *what,
+                          pg_err *err)
+{
+    *rows = NULL;
+    *n = 0;
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare_bound(db, sql, params, n_params, &st, what, err);
     if (ps == PG_OK) ps = read_rows(db, st, type, rows, n, what, err);

@@ -197,6 +197,12 @@ pg_status sql_read_all(pg_store *s, const char *fn, const char *sql, const sql_p
                        size_t n_params, const sql_row_type *type, void **rows, size_t *n,
                        const char *what, pg_err *err);
 
+/* sql_read_all on a connection of its own (a database that is no pg_store:
+ * a shard database merge reads, db/merge_store.c). */
+pg_status sql_read_all_db(sqlite3 *db, const char *sql, const sql_param *params, size_t n_params,
+                          const sql_row_type *type, void **rows, size_t *n, const char *what,
+                          pg_err *err);
+
 /* Frees the SQL_FIELD_TEXT members of one row of type (not the row); NULL
  * is a no-op. */
 void sql_row_clear(const sql_row_type *type, void *row);
