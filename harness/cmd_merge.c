@@ -359,23 +359,26 @@ static int same_file(const char *a, const char *b)
 static void drop_superseded(merge_part *parts, size_t *n)
 {
     size_t kept = 0;
-    for (size_t i = 0; i < *n; i++) {
-        int superseded = 0;
-        for (size_t j = 0; !part_finished(&parts[i]) && j < *n && !superseded; j++)
-            superseded = j != i && part_finished(&parts[j]) &&
-                         strcmp(parts[j].job, parts[i].job) == 0 &&
-                         parts[j].index == parts[i].index &&
-                         strcmp(parts[j].source, parts[i].source) == 0;
-        if (superseded) {
+    for (size_t g = 0, end; g < *n; g = end) {
+        /* [g, end): the runs of one shard in one file, adjacent once sorted. */
+        int finished = 0;
+        for (end = g; end < *n && strcmp(parts[end].job, parts[g].job) == 0 &&
+                      parts[end].index == parts[g].index &&
+                      strcmp(parts[end].source, parts[g].source) == 0;
+             end++)
+            finished |= part_finished(&parts[end]);
+        for (size_t i = g; i < end; i++) {
+            if (!finished || part_finished(&parts[i])) {
+                parts[kept++] = parts[i];
+                continue;
+            }
             fprintf(stderr, "precgate: merge: %s: run %lld (job %s, shard %lld/%lld) is %s; a "
                             "finished run of that shard in the same file is taken instead\n",
                     parts[i].source, (long long)parts[i].run_id, parts[i].job,
                     (long long)parts[i].index, (long long)parts[i].count,
                     parts[i].status ? parts[i].status : "(no status)");
             merge_part_clear(&parts[i]);
-            continue;
         }
-        parts[kept++] = parts[i];
     }
     *n = kept;
 }
