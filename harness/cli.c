@@ -205,6 +205,13 @@ pg_status cli_parse_options_worded(const char *cmd, int argc, char **argv,
     return PG_OK;
 }
 
+const cli_option *cli_option_find(const cli_option *opts, const char *name)
+{
+    for (const cli_option *o = opts; o->name != NULL; o++)
+        if (strcmp(o->name, name) == 0) return o;
+    return NULL;
+}
+
 pg_status cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *opts,
                             int *rest, pg_err *err)
 {

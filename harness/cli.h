@@ -88,6 +88,9 @@ typedef struct cli_option {
     char short_name;       /* a one-letter alias ('o': -o FILE), 0 for none */
 } cli_option;
 
+/* The row of the table opts for option --name, or NULL. */
+const cli_option *cli_option_find(const cli_option *opts, const char *name);
+
 /* The usage error of an option getopt_long refused (cli_getopt_fail's contract). */
 typedef pg_status (*cli_refusal)(const char *cmd, int c, const char *arg, pg_err *err);
 
@@ -202,6 +205,12 @@ int cmd_slurm(int argc, char **argv);
  * options on to every shard). argv is permuted and its strings may be split. */
 pg_status cmd_run_check(int argc, char **argv, pg_err *err);
 pg_status cmd_eval_check(int argc, char **argv, pg_err *err);
+
+/* run's (eval's) own spelling of option --name, static text, with
+ * *takes_value 1 when it takes a value, 0 for a flag; NULL when the command
+ * has no such option. From the table the command parses by. */
+const char *cmd_run_option(const char *name, int *takes_value);
+const char *cmd_eval_option(const char *name, int *takes_value);
 
 /* The store commands (each in its own cmd_*.c). */
 extern const cli_store_command cmd_runs_store;

@@ -187,26 +187,21 @@ static pg_status parse_extractor(char *value, void *to, pg_err *err)
     return PG_OK;
 }
 
-/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or inconsistent. */
-static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
+/* Rows of eval's option table, its end row included. */
+#define EVAL_OPTION_ROWS 30
+
+/* eval's option table into opts, its values going into a, *effort, *seed
+ * and *no_progress: what eval_parse parses by, and what
+ * cmd_eval_option_arity answers from. */
+static void eval_option_table(eval_args *a, const char **effort, unsigned long long *seed,
+                              int *no_progress, cli_option opts[EVAL_OPTION_ROWS])
 {
-    memset(a, 0, sizeof *a);
-    a->resume = -1;
-    a->o.samples = EVAL_DEFAULT_SAMPLES;
-    a->o.ready_deadline_s = EVAL_DEFAULT_READY_S;
-    a->o.client.max_in_flight = EVAL_DEFAULT_CONCURRENCY;
-    a->o.sampling = oa_sampling_default();
-    a->progress = 1;
-    a->o.extractor = GRADE_DEFAULT;
-    const char *effort = EVAL_DEFAULT_EFFORT;
-    unsigned long long seed = 0;
-    int no_progress = 0;
-    const cli_option opts[] = {
+    const cli_option t[] = {
         {"traces", CLI_TEXT, .to = &a->traces},
         {"endpoint", CLI_CALL, .to = &a->o, .parse = parse_endpoint},
         {"replay", CLI_FLAG, .to = &a->replay},
         {"samples", CLI_INT, .to = &a->o.samples, .min = 1, .max = EVAL_MAX_SAMPLES},
-        {"effort", CLI_TEXT, .to = &effort},
+        {"effort", CLI_TEXT, .to = effort},
         {"concurrency", CLI_INT, .to = &a->o.client.max_in_flight, .min = 1,
          .max = EVAL_MAX_CONCURRENCY},
         {"server-backoff", CLI_DOUBLE, .to = &a->o.client.server_backoff_base_s,
@@ -217,7 +212,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"temperature", CLI_DOUBLE, .to = &a->o.sampling.temperature, .lo = 0,
          .hi = EVAL_MAX_TEMPERATURE},
         {"top-p", CLI_DOUBLE, .to = &a->o.sampling.top_p, .lo = 0, .hi = 1},
-        {"seed", CLI_U64, .to = &seed},
+        {"seed", CLI_U64, .to = seed},
         {"api-key-env", CLI_TEXT, .to = &a->o.api_key_env},
         {"timeout", CLI_DOUBLE, .to = &a->o.client.timeout_s, .lo = 1, .hi = EVAL_MAX_WAIT_S},
         {"stall-timeout", CLI_DOUBLE, .to = &a->o.client.stall_s, .lo = EVAL_MIN_STALL_S,
@@ -233,7 +228,7 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"resume", CLI_LONG, .to = &a->resume, .min = 1, .max = CLI_RESUME_MAX},
         {"db", CLI_TEXT, .to = &a->db},
         {"label", CLI_TEXT, .to = &a->label},
-        {"no-progress", CLI_FLAG, .to = &no_progress},
+        {"no-progress", CLI_FLAG, .to = no_progress},
         {"force", CLI_FLAG, .to = &a->force},
         {"limit", CLI_LONG, .to = &a->limit, .min = 1, .max = INT_MAX},
         {"output", CLI_TEXT, .to = &a->output},
@@ -241,6 +236,26 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
         {"job", CLI_TEXT, .to = &a->job},
         {NULL},
     };
+    _Static_assert(sizeof t / sizeof t[0] == EVAL_OPTION_ROWS, "EVAL_OPTION_ROWS");
+    memcpy(opts, t, sizeof t);
+}
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown, missing or inconsistent. */
+static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
+{
+    memset(a, 0, sizeof *a);
+    a->resume = -1;
+    a->o.samples = EVAL_DEFAULT_SAMPLES;
+    a->o.ready_deadline_s = EVAL_DEFAULT_READY_S;
+    a->o.client.max_in_flight = EVAL_DEFAULT_CONCURRENCY;
+    a->o.sampling = oa_sampling_default();
+    a->progress = 1;
+    a->o.extractor = GRADE_DEFAULT;
+    const char *effort = EVAL_DEFAULT_EFFORT;
+    unsigned long long seed = 0;
+    int no_progress = 0;
+    cli_option opts[EVAL_OPTION_ROWS];
+    eval_option_table(a, &effort, &seed, &no_progress, opts);
     if (cli_parse_options("eval", argc, argv, opts, NULL, err) != PG_OK) return err->code;
     a->o.api_key = cli_env_value(a->o.api_key_env);
     snprintf(a->efforts_buf, sizeof a->efforts_buf, "%s", effort);
@@ -635,4 +650,17 @@ pg_status cmd_eval_check(int argc, char **argv, pg_err *err)
 {
     eval_args a;
     return eval_parse(argc, argv, &a, err);
+}
+
+const char *cmd_eval_option(const char *name, int *takes_value)
+{
+    eval_args a = {0};
+    const char *effort = NULL;
+    unsigned long long seed = 0;
+    int no_progress = 0;
+    cli_option opts[EVAL_OPTION_ROWS];
+    eval_option_table(&a, &effort, &seed, &no_progress, opts);
+    const cli_option *o = cli_option_find(opts, name);
+    if (o != NULL) *takes_value = o->type != CLI_FLAG;
+    return o != NULL ? o->name : NULL;
 }

@@ -134,15 +134,14 @@ static pg_status parse_shard(char *value, void *to, pg_err *err)
     return shard_parse("run", value, to, err);
 }
 
-/* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
-static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
+/* Rows of run's option table, its end row included. */
+#define RUN_OPTION_ROWS 16
+
+/* run's option table into opts, its values going into a and *no_progress:
+ * what run_parse parses by, and what cmd_run_option_arity answers from. */
+static void run_option_table(run_args *a, int *no_progress, cli_option opts[RUN_OPTION_ROWS])
 {
-    *a = (run_args){.backend = "auto", .threads = cli_default_threads(),
-                    .seed = RUN_DEFAULT_PAGE_SEED, .progress = 1, .resume = -1};
-    pg_status st = sweep_variants_parse(SWEEP_DEFAULT_VARIANTS, &a->variants, err);
-    if (st != PG_OK) return st;
-    int no_progress = 0;
-    const cli_option opts[] = {
+    const cli_option t[] = {
         {"capture", CLI_TEXT, .to = &a->capture},
         {"variants", CLI_CALL, .to = &a->variants, .parse = parse_variants,
          .given = &a->given_variants},
@@ -151,7 +150,7 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"label", CLI_TEXT, .to = &a->label},
         {"threads", CLI_LONG, .to = &a->threads, .min = 1, .max = PARALLEL_MAX_THREADS},
         {"seed", CLI_U64, .to = &a->seed, .given = &a->given_seed},
-        {"no-progress", CLI_FLAG, .to = &no_progress},
+        {"no-progress", CLI_FLAG, .to = no_progress},
         {"check-spec", CLI_FLAG, .to = &a->check_spec, .given = &a->given_check_spec},
         {"resume", CLI_LONG, .to = &a->resume, .min = 1, .max = CLI_RESUME_MAX},
         {"force", CLI_FLAG, .to = &a->force},
@@ -161,6 +160,20 @@ static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
         {"job", CLI_TEXT, .to = &a->job},
         {NULL},
     };
+    _Static_assert(sizeof t / sizeof t[0] == RUN_OPTION_ROWS, "RUN_OPTION_ROWS");
+    memcpy(opts, t, sizeof t);
+}
+
+/* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
+static pg_status run_parse(int argc, char **argv, run_args *a, pg_err *err)
+{
+    *a = (run_args){.backend = "auto", .threads = cli_default_threads(),
+                    .seed = RUN_DEFAULT_PAGE_SEED, .progress = 1, .resume = -1};
+    pg_status st = sweep_variants_parse(SWEEP_DEFAULT_VARIANTS, &a->variants, err);
+    if (st != PG_OK) return st;
+    int no_progress = 0;
+    cli_option opts[RUN_OPTION_ROWS];
+    run_option_table(a, &no_progress, opts);
     st = cli_parse_options("run", argc, argv, opts, NULL, err);
     if (st != PG_OK) return st;
     if (no_progress) a->progress = 0;
@@ -900,4 +913,15 @@ pg_status cmd_run_check(int argc, char **argv, pg_err *err)
 {
     run_args a;
     return run_parse(argc, argv, &a, err);
+}
+
+const char *cmd_run_option(const char *name, int *takes_value)
+{
+    run_args a = {0};
+    int no_progress = 0;
+    cli_option opts[RUN_OPTION_ROWS];
+    run_option_table(&a, &no_progress, opts);
+    const cli_option *o = cli_option_find(opts, name);
+    if (o != NULL) *takes_value = o->type != CLI_FLAG;
+    return o != NULL ? o->name : NULL;
 }

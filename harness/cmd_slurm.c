@@ -78,44 +78,51 @@ const char cmd_slurm_usage[] =
     "exit status: 0 written; 1 failure; 2 usage error (also an -o that cannot be\n"
     "written).\n";
 
-/* A run or eval option `slurm` passes to the shards: a flag or one taking a
- * value; refused: why it is not taken. */
-typedef struct pass_option {
+/* A run or eval option `slurm` does not pass to the shards, and why. */
+typedef struct refused_option {
     const char *name;
-    int flag;
-    const char *refused;
-} pass_option;
+    const char *why;
+} refused_option;
 
-/* The options each shard is given are checked by run's or eval's own parser
- * (cmd_run_check, cmd_eval_check); these tables only say which take a value,
- * so that an option's value is never read as an option of slurm's. */
 #define PASS_DB_REFUSED "each shard writes a database of its own on node-local disk; --into DB " \
                         "names the merged one"
 #define PASS_RESUME_REFUSED "a sharded job is resumed by resubmitting its failed shards " \
                             "(JOB.resubmit.sh)"
 #define PASS_SHARD_REFUSED "each array task is given its own --shard I/N"
-static const pass_option run_options[] = {
-    {"capture", 0, NULL},     {"variants", 0, NULL}, {"backend", 0, NULL},
-    {"label", 0, NULL},       {"threads", 0, NULL},  {"seed", 0, NULL},
-    {"scales", 0, NULL},      {"check-spec", 1, NULL}, {"attribute", 1, NULL},
-    {"no-progress", 1, NULL}, {"db", 0, PASS_DB_REFUSED}, {"resume", 0, PASS_RESUME_REFUSED},
-    {"force", 1, PASS_RESUME_REFUSED}, {"shard", 0, PASS_SHARD_REFUSED},
-    {NULL, 0, NULL},
+static const refused_option refused_options[] = {
+    {"db", PASS_DB_REFUSED},        {"resume", PASS_RESUME_REFUSED},
+    {"force", PASS_RESUME_REFUSED}, {"shard", PASS_SHARD_REFUSED},
+    {NULL, NULL},
 };
-static const pass_option eval_options[] = {
-    {"traces", 0, NULL},        {"endpoint", 0, NULL},     {"replay", 1, NULL},
-    {"samples", 0, NULL},       {"effort", 0, NULL},       {"concurrency", 0, NULL},
-    {"model", 0, NULL},         {"max-tokens", 0, NULL},   {"temperature", 0, NULL},
-    {"top-p", 0, NULL},         {"seed", 0, NULL},         {"api-key-env", 0, NULL},
-    {"timeout", 0, NULL},       {"stall-timeout", 0, NULL}, {"max-attempts", 0, NULL},
-    {"backoff", 0, NULL},       {"ready-timeout", 0, NULL}, {"extractor", 0, NULL},
-    {"server-backoff", 0, NULL},
-    {"eval", 0, NULL},          {"label", 0, NULL},        {"limit", 0, NULL},
-    {"no-progress", 1, NULL},   {"db", 0, PASS_DB_REFUSED}, {"resume", 0, PASS_RESUME_REFUSED},
-    {"force", 1, PASS_RESUME_REFUSED}, {"shard", 0, PASS_SHARD_REFUSED},
-    {"output", 0, "it would write one shard's scores; write them from the merged run"},
-    {NULL, 0, NULL},
+static const refused_option refused_eval_options[] = {
+    {"output", "it would write one shard's scores; write them from the merged run"},
+    {NULL, NULL},
 };
+
+/* Why name is not passed to the shards of kind, or NULL when it is. */
+static const char *refused_why(slurm_kind kind, const char *name)
+{
+    for (const refused_option *r = refused_options; r->name != NULL; r++)
+        if (strcmp(r->name, name) == 0) return r->why;
+    for (const refused_option *r = refused_eval_options; kind == SLURM_EVAL && r->name != NULL;
+         r++)
+        if (strcmp(r->name, name) == 0) return r->why;
+    return NULL;
+}
+
+/* slurm's own options, all taking a value (take_own). */
+static const char *const own_options[] = {
+    "shards", "gpus-per-shard", "partition", "time", "account", "job", "results", "into",
+    "precgate", NULL,
+};
+
+/* Whether name is one of slurm's own options. */
+static int is_own(const char *name)
+{
+    for (int i = 0; own_options[i] != NULL; i++)
+        if (strcmp(own_options[i], name) == 0) return 1;
+    return 0;
+}
 
 /* slurm's own options, with where their values go. */
 typedef struct slurm_args {
@@ -123,14 +130,6 @@ typedef struct slurm_args {
     const char *out, *results, *into, *precgate, *key;
     const char *cmd;  /* "slurm sweep" or "slurm eval", for messages */
 } slurm_args;
-
-/* The row of table for name, or NULL. */
-static const pass_option *pass_find(const pass_option *table, const char *name)
-{
-    for (const pass_option *p = table; p->name != NULL; p++)
-        if (strcmp(p->name, name) == 0) return p;
-    return NULL;
-}
 
 /* A value of slurm's own that goes into an #SBATCH line as is: not empty,
  * no whitespace or quote. PG_ERR_USAGE naming opt. */
@@ -179,9 +178,12 @@ static int take_own(slurm_args *a, const char *name, const char *value, pg_err *
 }
 
 /* Splits argv[0..argc) (after the kind) into slurm's own options and the
- * run/eval options of table, which go to a->job.options in order. */
-static pg_status split_args(slurm_args *a, const pass_option *table, int argc, char **argv,
-                            pg_err *err)
+ * run/eval options, which go to a->job.options in order. Which of those
+ * take a value is the run's or eval's own option table's to say
+ * (cmd_run_option_arity, cmd_eval_option_arity), so an option's value is
+ * never read as an option of slurm's; their values are checked by those
+ * commands' parsers (check_options). */
+static pg_status split_args(slurm_args *a, int argc, char **argv, pg_err *err)
 {
     const char *cmd = a->cmd;
     for (int i = 0; i < argc; i++) {
@@ -203,30 +205,33 @@ static pg_status split_args(slurm_args *a, const pass_option *table, int argc, c
                            "--help)", cmd, arg);
         memcpy(name, arg + 2, len);
         name[len] = '\0';
-        const pass_option *p = pass_find(table, name);
-        const int flag = p != NULL && p->flag;
+        const int own = is_own(name);
+        int arity = 1;
+        const char *passed = own ? NULL
+                             : a->job.kind == SLURM_EVAL ? cmd_eval_option(name, &arity)
+                                                         : cmd_run_option(name, &arity);
+        if (!own && passed == NULL)
+            return pg_fail(err, PG_ERR_USAGE, "%s: unknown option '%s' (see precgate slurm "
+                           "--help)", cmd, arg);
         const char *value = eq != NULL ? eq + 1 : NULL;
-        if (flag && value != NULL)
+        if (arity == 0 && value != NULL)
             return pg_fail(err, PG_ERR_USAGE, "%s: --%s takes no value", cmd, name);
-        if (!flag && value == NULL) {
+        if (arity == 1 && value == NULL) {
             if (i + 1 == argc)
                 return pg_fail(err, PG_ERR_USAGE, "%s: --%s requires a value", cmd, name);
             value = argv[++i];
         }
-        const int own = p == NULL ? take_own(a, name, value, err) : 0;
-        if (own < 0) return err->code;
-        if (own > 0) continue;
-        if (p == NULL)
-            return pg_fail(err, PG_ERR_USAGE, "%s: unknown option '%s' (see precgate slurm "
-                           "--help)", cmd, arg);
-        if (p->refused != NULL)
-            return pg_fail(err, PG_ERR_USAGE, "%s: --%s is not taken: %s", cmd, name,
-                           p->refused);
+        if (own) {
+            if (take_own(a, name, value, err) < 0) return err->code;
+            continue;
+        }
+        const char *why = refused_why(a->job.kind, name);
+        if (why != NULL) return pg_fail(err, PG_ERR_USAGE, "%s: --%s is not taken: %s", cmd, name, why);
         if (strcmp(name, "no-progress") == 0) continue;  /* every shard has it */
         if (a->job.n_options == SLURM_MAX_OPTIONS)
             return pg_fail(err, PG_ERR_USAGE, "%s: more than %d run/eval options", cmd,
                            SLURM_MAX_OPTIONS);
-        a->job.options[a->job.n_options++] = (slurm_option){p->name, value};
+        a->job.options[a->job.n_options++] = (slurm_option){passed, value};
     }
     return PG_OK;
 }
@@ -394,8 +399,7 @@ static pg_status slurm_parse(int argc, char **argv, slurm_args *a, pg_err *err)
         return pg_fail(err, PG_ERR_USAGE, "slurm: '%s' is not sweep or eval (see precgate slurm "
                                           "--help)", argv[1]);
     }
-    const pass_option *table = a->job.kind == SLURM_EVAL ? eval_options : run_options;
-    if (split_args(a, table, argc - 2, argv + 2, err) != PG_OK) return err->code;
+    if (split_args(a, argc - 2, argv + 2, err) != PG_OK) return err->code;
     if (a->job.shards == 0)
         return pg_fail(err, PG_ERR_USAGE, "%s: --shards N is required", a->cmd);
     if (a->out == NULL || a->out[0] == '\0')

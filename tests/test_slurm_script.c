@@ -365,6 +365,24 @@ Test(slurm_script, command_writes_three_scripts_and_says_how_to_submit)
     free(again);
 }
 
+/* Which run options take a value is run's own table's to say: a flag
+ * followed by another option passes as a flag, a value as its value. */
+Test(slurm_script, run_flags_and_values_pass_as_run_parses_them)
+{
+    char *out = NULL;
+    cr_assert_eq(generate("--attribute --seed 7 --check-spec --scales=amax", &out), 0, "%s",
+                 out);
+    free(out);
+    char *text = tu_slurp("job.sbatch");
+    const char *want[] = {" --attribute", " --seed 7", " --check-spec", " --scales amax"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(text, want[i]) != NULL, "%s in:\n%s", want[i], text);
+    free(text);
+    cr_assert_eq(generate("--attribute=yes", &out), 2, "%s", out);
+    cr_assert(strstr(out, "--attribute takes no value") != NULL, "%s", out);
+    free(out);
+}
+
 Test(slurm_script, results_of_another_job_are_refused)
 {
     char *out = NULL, results[1024];
