@@ -971,14 +971,22 @@ static int servers_out(const run *r, double now)
     return n;
 }
 
+/* Whether group g has a server other than k in service at now; with
+ * healthy, one that is also not on probation. */
+static bool group_has_other(const run *r, int g, int k, double now, bool healthy)
+{
+    for (int j = 0; j < r->n_s; j++)
+        if (j != k && r->s[j].group == g && !srv_out(&r->s[j], now) &&
+            !(healthy && r->s[j].probing))
+            return true;
+    return false;
+}
+
 /* Whether group g has a server other than k in service and not on
  * probation. */
 static bool group_has_healthy(const run *r, int g, int k, double now)
 {
-    for (int j = 0; j < r->n_s; j++)
-        if (j != k && r->s[j].group == g && !srv_out(&r->s[j], now) && !r->s[j].probing)
-            return true;
-    return false;
+    return group_has_other(r, g, k, now, true);
 }
 
 /* Requests server k may hold at now: none while out; one while back on
@@ -992,14 +1000,6 @@ static int srv_cap(const run *r, int k, double now)
     return v->ep->opt.max_in_flight;
 }
 
-/* Whether group g has a server other than k in service at now. */
-static bool group_has_other(const run *r, int g, int k, double now)
-{
-    for (int j = 0; j < r->n_s; j++)
-        if (j != k && r->s[j].group == g && !srv_out(&r->s[j], now)) return true;
-    return false;
-}
-
 /* The server of group g that takes a request at now: of those with a free
  * slot, the one with the least outstanding requests (slots held plus the
  * retries that failed there and wait), the lowest index on a tie; -1 when
@@ -1010,7 +1010,7 @@ static bool group_has_other(const run *r, int g, int k, double now)
 static int pick_server(const run *r, int g, const xfer *x, double now)
 {
     const int avoid = x != NULL && x->failed_on >= 0 &&
-                              group_has_other(r, g, x->failed_on, now)
+                              group_has_other(r, g, x->failed_on, now, false)
                           ? x->failed_on
                           : -1;
     int best = -1, best_load = 0;
