@@ -32,6 +32,7 @@ const char *pg_status_str(pg_status code)
     case PG_ERR_HTTP: return "HTTP error";
     case PG_ERR_INTERNAL: return "internal error";
     case PG_ERR_INTERRUPTED: return "interrupted";
+    case PG_ERR_UNSUPPORTED: return "unsupported by the kernel profile";
     }
     return "unknown error";
 }

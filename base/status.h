@@ -30,7 +30,10 @@ typedef enum pg_status {
     PG_ERR_DEVICE,    /* a GPU or driver call failed, or no GPU was usable */
     PG_ERR_HTTP,      /* a server could not be reached or answered with an error */
     PG_ERR_INTERNAL,  /* a broken invariant inside precgate (a bug) */
-    PG_ERR_INTERRUPTED /* SIGINT or SIGTERM stopped the work (harness/interrupt.h) */
+    PG_ERR_INTERRUPTED, /* SIGINT or SIGTERM stopped the work (harness/interrupt.h) */
+    PG_ERR_UNSUPPORTED /* a kernel profile cannot run this input as the profile states (e.g.
+                        * a kernel without attention sinks on a layer that has them): the
+                        * input and the profile are each valid, only not together */
 } pg_status;
 
 /* Longest detail message kept, including the terminating NUL. */

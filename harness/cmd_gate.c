@@ -14,7 +14,8 @@
 #include "regress.h"
 
 const char cmd_gate_usage[] =
-    "usage: precgate gate --run N [--baseline B] [--config FILE] [--junit FILE] [--db PATH]\n\n"
+    "usage: precgate gate --run N [--baseline B] [--require-baseline] [--config FILE]\n"
+    "                     [--junit FILE] [--db PATH]\n\n"
     "Compares run N with a baseline run and stores every verdict in the flags table\n"
     "(gating a run again replaces its flags):\n"
     "  layer      each (capture, layer, variant) against the baseline run: a metric\n"
@@ -39,7 +40,9 @@ const char cmd_gate_usage[] =
     "             (a paired regression or improvement also needs sign-test p <= 0.05),\n"
     "             with the MDE stated; an error when a mode has no correct answer, more\n"
     "             than half its samples truncated, or <= 5 problems (no p < 0.05 possible)\n"
-    "Regressions are printed first, then the counts.\n\n"
+    "Regressions are printed first, then the counts. A PASS without a baseline run\n"
+    "(a first run) says so on its own line, and the JUnit file has a skipped\n"
+    "testcase \"baseline comparison\" saying it.\n\n"
     "  --run N          the run to gate (required; it must be complete)\n"
     "  --baseline B     a baseline name (precgate baseline list) or a run id; default:\n"
     "                   the newest older complete run of the same kind, label and content\n"
@@ -50,18 +53,22 @@ const char cmd_gate_usage[] =
     "                   2); one of other profiles is compared, and each variant it\n"
     "                   lacks is an error. A sweep of a capture recorded again is\n"
     "                   compared, with a note\n"
+    "  --require-baseline  no baseline run is an error verdict (exit 2; for CI), of\n"
+    "                   a sweep and of an eval; the checks that need none are still made\n"
     "  --config FILE    thresholds as JSON (harness/gate_config.h documents the keys\n"
     "                   and every default); absolute budgets (layer.abs, mode_pair.abs,\n"
     "                   mode_pair.ratio) exist only here, none is built in\n"
     "  --junit FILE     also write the verdicts as JUnit XML (one testsuite per scope)\n"
     "  --db PATH        database (default $PRECGATE_DB, else ./precgate.db)\n\n"
-    "exit status: 0 pass (inconclusive and no change included); 1 regression; 2 an error\n"
-    "verdict (e.g. a layer missing from the run, a degenerate eval), a run that is\n"
-    "running, failed or incomplete, or any other error.\n";
+    "exit status: 0 pass (inconclusive and no change included; also without a baseline\n"
+    "run unless --require-baseline); 1 regression; 2 an error verdict (e.g. a layer\n"
+    "missing from the run, a degenerate eval, no baseline under --require-baseline), a\n"
+    "run that is running, failed or incomplete, or any other error.\n";
 
 typedef struct gate_args {
     long run;
     const char *baseline, *config, *junit, *db;
+    int require_baseline;  /* no baseline run is an error verdict (CI) */
 } gate_args;
 
 /* Parses argv into a; PG_ERR_USAGE on anything unknown or missing. */
@@ -75,6 +82,7 @@ static pg_status gate_parse(int argc, char **argv, gate_args *a, pg_err *err)
         {"config", CLI_TEXT, .to = &a->config},
         {"junit", CLI_TEXT, .to = &a->junit},
         {"db", CLI_TEXT, .to = &a->db},
+        {"require-baseline", CLI_FLAG, .to = &a->require_baseline},
         {NULL},
     };
     if (cli_parse_options("gate", argc, argv, opts, NULL, err) != PG_OK) return err->code;
@@ -279,6 +287,19 @@ static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base
     return st;
 }
 
+/* What a PASS without a baseline run checked, for the terminal and the
+ * JUnit file of a run of kind (regress.h: what each scope does without one). */
+static const char *pass_without_baseline(const char *kind)
+{
+    if (strcmp(kind, "eval") == 0)
+        return "PASS without a baseline: nothing was compared against an earlier run; only "
+               "each mode against bf16 in the same run and the degenerate-eval checks were made "
+               "(--require-baseline makes this an error)";
+    return "PASS without a baseline: nothing was compared against an earlier run; only NaN/Inf, "
+           "rel_l2 >= 1, the scale diagnosis and configured bounds were checked "
+           "(--require-baseline makes this an error)";
+}
+
 /* What gate_job works from and decides. */
 typedef struct gate_job_ctx {
     const gate_args *a;
@@ -319,23 +340,30 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
 
     gate_rows rows = {0}, base = {0};
     gate_flags flags = {0};
+    const gate_scope base_scope = run.kind != NULL && strcmp(run.kind, "eval") == 0
+                                      ? GATE_SCOPE_EVAL : GATE_SCOPE_LAYER;
+    /* For CI: a first run's PASS compares nothing with an earlier run. */
+    if (st == PG_OK && base_id < 0 && a->require_baseline)
+        st = regress_no_baseline(base_scope, run.kind, run.id, &flags, err);
     if (st == PG_OK && mismatch.field != NULL) {
         /* Different traces, source or --limit (a comparison would be of other
          * problems) or a sweep's other scale policy (of another
          * quantization): one error verdict instead. */
-        st = regress_content_mismatch(strcmp(run.kind, "eval") == 0 ? GATE_SCOPE_EVAL
-                                                                     : GATE_SCOPE_LAYER,
-                                      mismatch.field, mismatch.run_value, mismatch.other_value,
+        st = regress_content_mismatch(base_scope, mismatch.field, mismatch.run_value, mismatch.other_value,
                                       run.id, base_id, a->baseline, &flags, err);
     } else if (st == PG_OK) {
         st = gate_compare(store, &run, base_id, job->cfg, &rows, &base, &flags, err);
     }
     if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, err);
-    if (st == PG_OK && a->junit != NULL) st = junit_write(a->junit, run.id, base_id, &flags, err);
+    const int rc = regress_exit_status(&flags);
+    const char *unbaselined = st == PG_OK && rc == GATE_EXIT_PASS && base_id < 0
+                                  ? pass_without_baseline(run.kind) : NULL;
+    if (st == PG_OK && a->junit != NULL)
+        st = junit_write_skipped(a->junit, run.id, base_id, &flags, base_scope,
+                                 "baseline comparison", unbaselined, err);
 
     if (st == PG_OK) {
         print_summary(&flags);
-        const int rc = regress_exit_status(&flags);
         size_t c[GATE_VERDICT_COUNT];
         regress_count(&flags, c);
         printf("gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags stored%s%s)\n",
@@ -347,6 +375,7 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
         if (flags.n == 0)
             printf("gate run %" PRId64 ": nothing was compared (no baseline, no mode pair, no "
                    "eval pair); a later gate will not take it as a baseline that passed\n", run.id);
+        if (unbaselined != NULL) printf("gate run %" PRId64 ": %s\n", run.id, unbaselined);
         job->rc = rc;
     }
     gate_flags_free(&flags);

@@ -92,8 +92,9 @@ const char cmd_run_usage[] =
     "SIGINT or SIGTERM stops the sweep after the layer computing and the one being\n"
     "written; the run is marked interrupted and the command prints how to resume it.\n\n"
     "exit status: 0 on success; 1 on failure (the run is marked failed, rows already\n"
-    "stored are kept); 2 on a usage error or a refused --resume; 130 (SIGINT) or 143\n"
-    "(SIGTERM) when interrupted.\n";
+    "stored are kept), a variant its kernel cannot run on a layer included (sinks on\n"
+    "fp8qkv@flashinfer-fa3); 2 on a usage error or a refused --resume; 130 (SIGINT) or\n"
+    "143 (SIGTERM) when interrupted.\n";
 
 /* Parsed command line. */
 typedef struct run_args {

@@ -790,6 +790,23 @@ pg_status regress_content_mismatch(gate_scope scope, const char *field, const ch
                 base_value, (long long)run_id, run_value, field);
 }
 
+pg_status regress_no_baseline(gate_scope scope, const char *kind, int64_t run_id, gate_flags *out,
+                              pg_err *err)
+{
+    if (kind == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_no_baseline: NULL argument");
+    const int is_eval = scope == GATE_SCOPE_EVAL;
+    const flag_spec s = {.scope = scope, .layer = -1, .capture = is_eval ? NULL : "baseline",
+                         .variant = is_eval ? NULL : "none", .eval = is_eval ? "baseline" : NULL,
+                         .mode = is_eval ? "none" : NULL, .effort = is_eval ? "-" : NULL,
+                         .metric = GATE_METRIC_BASELINE, .value = NAN, .baseline_value = NAN,
+                         .threshold = NAN, .verdict = GATE_VERDICT_ERROR};
+    return push(out, &s, err, "--require-baseline: run %lld has no baseline run (no older complete "
+                "%s run of its label and content; the 'baseline:' line says why), so nothing was "
+                "compared against an earlier run (name one with --baseline B, or precgate "
+                "baseline set RUN)", (long long)run_id, kind);
+}
+
 /* The gate verdict of a diagnosis verdict (regress.h). */
 static gate_verdict diagnosis_verdict(diag_verdict v)
 {

@@ -231,6 +231,15 @@ pg_status regress_content_mismatch(gate_scope scope, const char *field, const ch
                                    int64_t baseline_run_id, const char *spec, gate_flags *out,
                                    pg_err *err);
 
+/* Appends the one flag of a run gated with --require-baseline that has no
+ * baseline run (none automatic; an explicit one always resolves or the
+ * gate refuses): verdict error, metric "baseline", in scope (eval for eval
+ * runs, layer otherwise: the scopes that compare with a baseline run; key
+ * strings "baseline" / "none"). The comparisons that need no baseline run
+ * are made beside it. PG_ERR_NOMEM; PG_ERR_INTERNAL for a NULL argument. */
+pg_status regress_no_baseline(gate_scope scope, const char *kind, int64_t run_id, gate_flags *out,
+                              pg_err *err);
+
 /* Appends the layer-scope "scale_bug" flags (the top of this file) of the
  * diagnosis spans[0..n_spans) (diag_spans of the run's ext_diagnosis rows)
  * and the error flags of run[0..n_run)'s ext:NAME whole-layer rows that no

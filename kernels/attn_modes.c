@@ -539,7 +539,7 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
     if (st != PG_OK) return st;
     if (rep != NULL) memset(rep, 0, sizeof *rep);
     if (p->no_sinks && b->sinks != NULL)
-        return pg_fail(err, PG_ERR_USAGE,
+        return pg_fail(err, PG_ERR_UNSUPPORTED,
                        "variant %s: the kernel has no attention sinks, and this layer has them",
                        attn_profile_variant(p));
     if (attn_profile_mode(p) == PG_MODE_FP8KV) {

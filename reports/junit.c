@@ -181,10 +181,30 @@ static suite_counts walk_suite(FILE *out, const gate_flag *const *p, size_t lo, 
     return c;
 }
 
-/* Writes the document for sorted flags p[0..n) to out. */
-static void write_document(FILE *out, const gate_flag *const *p, size_t n, int64_t run_id,
-                           int64_t base_id)
+/* The testcase junit_write_skipped adds: NULL message for none. */
+typedef struct junit_skip {
+    gate_scope scope;
+    const char *name, *message;
+} junit_skip;
+
+/* Writes the skipped testcase of skip (message non-NULL). */
+static void write_skipped(FILE *out, const junit_skip *skip)
 {
+    fprintf(out, "    <testcase classname=\"precgate.%s\" name=\"", gate_scope_name(skip->scope));
+    junit_escape(out, skip->name, 1);
+    fputs("\">\n      <skipped message=\"", out);
+    junit_escape(out, skip->message, 1);
+    fputs("\"/>\n      <system-out>skipped: ", out);
+    junit_escape(out, skip->message, 0);
+    fputs("\n</system-out>\n    </testcase>\n", out);
+}
+
+/* Writes the document for sorted flags p[0..n) (and skip's testcase, when
+ * it has a message) to out. */
+static void write_document(FILE *out, const gate_flag *const *p, size_t n, int64_t run_id,
+                           int64_t base_id, const junit_skip *skip)
+{
+    const int has_skip = skip->message != NULL;
     size_t lo[GATE_SCOPE_COUNT + 1];
     suite_counts sc[GATE_SCOPE_COUNT], total = {0, 0, 0};
     size_t i = 0;
@@ -199,17 +219,24 @@ static void write_document(FILE *out, const gate_flag *const *p, size_t n, int64
     lo[GATE_SCOPE_COUNT] = i;
     fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", out);
     fprintf(out, "<testsuites name=\"precgate gate run %" PRId64 "\" tests=\"%zu\" failures=\"%zu\""
-                 " errors=\"%zu\">\n", run_id, total.tests, total.failures, total.errors);
+                 " errors=\"%zu\"", run_id, total.tests + (size_t)has_skip, total.failures,
+            total.errors);
+    if (has_skip) fputs(" skipped=\"1\"", out);
+    fputs(">\n", out);
     for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
+        const int skip_here = has_skip && (int)skip->scope == s;
         fprintf(out, "  <testsuite name=\"%s\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\""
-                     " skipped=\"0\">\n", gate_scope_name((gate_scope)s), sc[s].tests,
-                sc[s].failures, sc[s].errors);
+                     " skipped=\"%d\">\n", gate_scope_name((gate_scope)s),
+                sc[s].tests + (size_t)skip_here, sc[s].failures, sc[s].errors, skip_here);
         fprintf(out, "    <properties>\n      <property name=\"run_id\" value=\"%" PRId64 "\"/>\n",
                 run_id);
         if (base_id >= 0)
             fprintf(out, "      <property name=\"baseline_run_id\" value=\"%" PRId64 "\"/>\n",
                     base_id);
+        else
+            fputs("      <property name=\"baseline\" value=\"none\"/>\n", out);
         fputs("    </properties>\n", out);
+        if (skip_here) write_skipped(out, skip);
         walk_suite(out, p, lo[s], lo[s + 1]);
         fputs("  </testsuite>\n", out);
     }
@@ -221,6 +248,7 @@ typedef struct junit_job {
     const gate_flag *const *p;
     size_t n;
     int64_t run_id, baseline_run_id;
+    junit_skip skip;
 } junit_job;
 
 /* atomic_file_writer: the document of a junit_job. */
@@ -228,15 +256,26 @@ static pg_status write_junit(void *ctx, FILE *out, pg_err *err)
 {
     (void)err;
     const junit_job *j = ctx;
-    write_document(out, j->p, j->n, j->run_id, j->baseline_run_id);
+    write_document(out, j->p, j->n, j->run_id, j->baseline_run_id, &j->skip);
     return PG_OK;
 }
 
 pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
                       const gate_flags *f, pg_err *err)
 {
-    if (path == NULL || f == NULL)
+    return junit_write_skipped(path, run_id, baseline_run_id, f, GATE_SCOPE_LAYER, NULL, NULL,
+                               err);
+}
+
+pg_status junit_write_skipped(const char *path, int64_t run_id, int64_t baseline_run_id,
+                              const gate_flags *f, gate_scope skip_scope, const char *skip_name,
+                              const char *skip_message, pg_err *err)
+{
+    if (path == NULL || f == NULL || (skip_message != NULL && skip_name == NULL))
         return pg_fail(err, PG_ERR_INTERNAL, "junit_write: NULL argument");
+    if (skip_message != NULL && (unsigned)skip_scope >= GATE_SCOPE_COUNT)
+        return pg_fail(err, PG_ERR_INTERNAL, "junit_write: skipped testcase of scope %d",
+                       (int)skip_scope);
     for (size_t i = 0; i < f->n; i++)
         if ((unsigned)f->v[i].scope >= GATE_SCOPE_COUNT)
             return pg_fail(err, PG_ERR_INTERNAL, "junit_write: flag %zu has scope %d", i,
@@ -246,7 +285,8 @@ pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
         return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory writing the JUnit report", path);
     for (size_t i = 0; i < f->n; i++) p[i] = &f->v[i];
     if (f->n > 0) qsort(p, f->n, sizeof *p, flag_ptr_cmp);
-    junit_job job = {(const gate_flag *const *)p, f->n, run_id, baseline_run_id};
+    junit_job job = {(const gate_flag *const *)p, f->n, run_id, baseline_run_id,
+                     {skip_scope, skip_name, skip_message}};
     const pg_status st = atomic_file_write(path, JUNIT_FILE_MODE, write_junit, &job, err);
     free(p);
     return st;

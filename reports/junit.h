@@ -13,7 +13,10 @@
  * spans, leads over the others of its testcase) and its
  * text lists every failing flag. <system-out> lists every flag of the
  * testcase as "verdict: message". Counts (tests, failures, errors) are
- * per testcase.
+ * per testcase. Without a baseline run every suite has the property
+ * baseline = none (else baseline_run_id); junit_write_skipped adds one
+ * testcase carrying <skipped message="..."/> (what CI systems list as
+ * skipped, with the message), e.g. a PASS reached without a baseline.
  *
  * Text: &, <, >, " and ' are escaped everywhere; bytes that are not valid
  * UTF-8, and control characters XML 1.0 does not allow, are written as '?'
@@ -42,5 +45,15 @@ void junit_escape(FILE *out, const char *s, int in_attribute);
  * NULL argument. */
 pg_status junit_write(const char *path, int64_t run_id, int64_t baseline_run_id,
                       const gate_flags *f, pg_err *err);
+
+/* junit_write, plus one testcase first in suite skip_scope, classname
+ * "precgate.SCOPE", name skip_name, that holds <skipped message=skip_message/>
+ * and the message as system-out, counted in tests and skipped (the suite's
+ * and the document's). skip_message NULL: junit_write's document.
+ * PG_ERR_INTERNAL also for a NULL skip_name with a message, or a scope
+ * outside the enum. */
+pg_status junit_write_skipped(const char *path, int64_t run_id, int64_t baseline_run_id,
+                              const gate_flags *f, gate_scope skip_scope, const char *skip_name,
+                              const char *skip_message, pg_err *err);
 
 #endif /* PG_JUNIT_H */

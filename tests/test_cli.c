@@ -24,6 +24,7 @@
 #include "reports/sweep_table.h"
 #include "kernels/attn_profile.h"
 #include "harness/capture.h"
+#include "harness/safetensors.h"
 #include "kernels/numerics.h"
 #include "testutil.h"
 
@@ -789,6 +790,73 @@ Test(cli, missing_capture_path_fails_naming_it)
     cr_assert_str_eq(s, "failed");
     free(s);
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), 0);
+    sqlite3_close(db);
+    proc_free(&p);
+}
+
+/* Copies capture src to dst (both in the scratch directory) without tensor
+ * `drop`: e.g. one layer's sinks, so that only the other layers have them. */
+static void copy_capture_without(const char *src, const char *dst, const char *drop)
+{
+    st_file *f = NULL;
+    st_writer *w = NULL;
+    pg_err err = {0};
+    cr_assert_eq(st_open(tu_in_dir(src), &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_not_null(st_find(f, drop), "%s has no tensor %s", src, drop);
+    cr_assert_eq(st_writer_create(&w, &err), PG_OK, "%s", err.msg);
+    for (int i = 0; i < f->n_meta; i++)
+        cr_assert_eq(st_writer_add_meta(w, f->meta[i].key, f->meta[i].value, &err), PG_OK, "%s",
+                     err.msg);
+    /* The mapping may leave a tensor unaligned: each is handed over as a copy. */
+    void **copies = calloc((size_t)f->n_tensors, sizeof *copies);
+    cr_assert_not_null(copies);
+    for (int i = 0; i < f->n_tensors; i++) {
+        const st_tensor *t = &f->tensors[i];
+        if (strcmp(t->name, drop) == 0) continue;
+        copies[i] = malloc(t->nbytes > 0 ? t->nbytes : 1);
+        cr_assert_not_null(copies[i]);
+        memcpy(copies[i], t->data, t->nbytes);
+        cr_assert_eq(st_writer_add_tensor(w, t->name, t->dtype, t->ndim, t->shape, copies[i], &err),
+                     PG_OK, "%s", err.msg);
+    }
+    cr_assert_eq(st_writer_write(w, tu_in_dir(dst), &err), PG_OK, "%s", err.msg);
+    st_writer_free(w);
+    for (int i = 0; i < f->n_tensors; i++) free(copies[i]);
+    free(copies);
+    st_close(f);
+}
+
+/* A variant the kernel cannot run on a layer (fp8qkv@flashinfer-fa3 has no
+ * attention sinks; layer 1 has them, layer 0 not) fails the run like any
+ * other failure: exit 1 (the README's "failed run"), not 2 (a usage error),
+ * the run marked failed with the reason, and layer 0's rows kept. */
+Test(cli, a_variant_unsupported_on_a_layer_fails_the_run_with_exit_1_and_keeps_its_layers)
+{
+    synth_small("s.safetensors", "");
+    copy_capture_without("s.safetensors", "c.safetensors", "layers.0.sinks");
+    proc p = PG_IN_DIR("run --capture c.safetensors --variants bf16,fp8qkv@flashinfer-fa3 "
+                       "--backend cpu --db d.db --no-progress");
+    cr_assert_eq(p.rc, 1, "exit %d (%s)", p.rc, p.err);
+    cr_assert_not_null(strstr(p.err, "precgate: error: layer 1: variant fp8qkv@flashinfer-fa3: "
+                                     "the kernel has no attention sinks, and this layer has them"),
+                       "%s", p.err);
+    cr_assert_not_null(strstr(p.err, "run 1 marked failed in d.db"), "%s", p.err);
+    sqlite3 *db = db_open(tu_in_dir("d.db"));
+    char *status = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
+    cr_assert_str_eq(status, "failed");
+    free(status);
+    char *why = tu_sql_text(db, "SELECT error FROM runs WHERE id = 1");
+    cr_assert_not_null(why);
+    cr_assert_not_null(strstr(why, "fp8qkv@flashinfer-fa3: the kernel has no attention sinks"),
+                       "%s", why);
+    free(why);
+    /* layer 0 (no sinks): both variants, whole layer and every head, stored and kept */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1 AND layer = 0"),
+                 2 * (SMALL_HQ + 1));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1 AND layer = 0 "
+                                "AND variant = 'fp8qkv@flashinfer-fa3' AND head = -1 AND "
+                                "rel_l2 > 0"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 1"), 0);
     sqlite3_close(db);
     proc_free(&p);
 }

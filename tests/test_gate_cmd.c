@@ -916,3 +916,142 @@ Test(gate_cmd, runs_of_different_profiles_report_the_missing_variant)
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'layer' AND "
                         "variant = 'bf16' AND verdict = 'pass' AND baseline_run_id = 1"), 6);
 }
+
+/* What gate prints (and JUnit carries) when a sweep passes with nothing to
+ * compare with: the documented first-run default, said as such. */
+#define PASS_WITHOUT_BASELINE_SWEEP                                                              \
+    "PASS without a baseline: nothing was compared against an earlier run; only NaN/Inf, "     \
+    "rel_l2 &gt;= 1, the scale diagnosis and configured bounds were checked "                   \
+    "(--require-baseline makes this an error)"
+
+/* Issue 27 section 4: a first sweep passes (the documented default), and the
+ * terminal and the JUnit file say the PASS was reached without a baseline;
+ * a run gated against one says nothing of the kind. */
+Test(gate_cmd, a_pass_without_a_baseline_says_so_in_the_terminal_and_the_junit)
+{
+    synth();
+    sweep("first");
+    char junit[600];
+    snprintf(junit, sizeof junit, "%s/first.xml", tu_dir);
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --junit '%s'", g_db, junit);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "\ngate run 1: PASS without a baseline: nothing was compared against an "
+                          "earlier run; only NaN/Inf, rel_l2 >= 1, the scale diagnosis and "
+                          "configured bounds were checked (--require-baseline makes this an "
+                          "error)\n") != NULL, "%s", out);
+    free(out);
+    char *xml = tu_slurp("first.xml");
+    cr_expect(strstr(xml, "<testsuites name=\"precgate gate run 1\" tests=\"13\" failures=\"0\" "
+                          "errors=\"0\" skipped=\"1\">") != NULL, "%s", xml);
+    cr_expect(strstr(xml, "<testsuite name=\"layer\" tests=\"7\" failures=\"0\" errors=\"0\" "
+                          "skipped=\"1\">") != NULL, "%s", xml);
+    cr_expect(strstr(xml, "<property name=\"baseline\" value=\"none\"/>") != NULL, "%s", xml);
+    cr_expect(strstr(xml, "<testcase classname=\"precgate.layer\" name=\"baseline comparison\">\n"
+                          "      <skipped message=\"" PASS_WITHOUT_BASELINE_SWEEP "\"/>\n"
+                          "      <system-out>skipped: " PASS_WITHOUT_BASELINE_SWEEP) != NULL,
+              "%s", xml);
+    free(xml);
+    char *sum = junit_summary(junit);
+    if (sum != NULL) {
+        cr_expect(strstr(sum, "layer=7/0/0 mode_pair=6/0/0 eval=0/0/0") != NULL, "%s", sum);
+        free(sum);
+    }
+    /* Nothing of it is stored: the flags are the verdicts alone. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND metric = 'baseline'"), 0);
+
+    /* Against a baseline: no such line, no skipped testcase. */
+    sweep("first");
+    snprintf(junit, sizeof junit, "%s/second.xml", tu_dir);
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --junit '%s'", g_db, junit);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "gate run 2: PASS (") != NULL, "%s", out);
+    cr_expect(strstr(out, "without a baseline") == NULL, "%s", out);
+    free(out);
+    xml = tu_slurp("second.xml");
+    cr_expect(strstr(xml, "skipped=\"1\"") == NULL, "%s", xml);
+    cr_expect(strstr(xml, "<skipped") == NULL, "%s", xml);
+    cr_expect(strstr(xml, "<property name=\"baseline_run_id\" value=\"1\"/>") != NULL, "%s", xml);
+    free(xml);
+
+    /* A first run that fails says why, not that it passed without a baseline. */
+    write_config("{\"mode_pair\": {\"abs\": {\"fp8kv\": 0.01}}}");
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s' --junit '%s'", g_db, g_cfg,
+                          junit);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "without a baseline") == NULL, "%s", out);
+    free(out);
+    xml = tu_slurp("second.xml");
+    cr_expect(strstr(xml, "<skipped") == NULL, "%s", xml);
+    free(xml);
+}
+
+/* Issue 27 section 4, for CI: --require-baseline makes "no baseline run" one
+ * error verdict (stored, printed, in JUnit, exit 2) for a sweep and for an
+ * eval; the checks that need no baseline are still made beside it, and a
+ * run that has a baseline is gated as without the option. */
+Test(gate_cmd, require_baseline_makes_a_missing_baseline_an_error_of_every_kind)
+{
+    synth();
+    sweep("ci");
+    char junit[600];
+    snprintf(junit, sizeof junit, "%s/ci.xml", tu_dir);
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 1 --require-baseline --db '%s' --junit '%s'", g_db,
+                              junit);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "ERROR      layer     --require-baseline: run 1 has no baseline run (no "
+                          "older complete sweep run of its label and content; the 'baseline:' line "
+                          "says why), so nothing was compared against an earlier run") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "gate run 1: ERROR (0 regressions, 1 error;") != NULL, "%s", out);
+    cr_expect(strstr(out, "without a baseline") == NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND scope = 'layer' AND "
+                        "metric = 'baseline' AND verdict = 'error' AND baseline_run_id IS NULL AND "
+                        "message LIKE '--require-baseline: run 1 has no baseline run%'"), 1);
+    /* The NaN/Inf checks and the gaps are still there: 6 + 6 flags, and the error. */
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1"), 13);
+    char *xml = tu_slurp("ci.xml");
+    cr_expect(strstr(xml, "<error type=\"error\" message=\"--require-baseline: run 1 has no "
+                          "baseline run") != NULL, "%s", xml);
+    cr_expect(strstr(xml, "<skipped") == NULL, "%s", xml);
+    free(xml);
+    char *sum = junit_summary(junit);
+    if (sum != NULL) {
+        cr_expect(strstr(sum, "layer=7/0/1 mode_pair=6/0/0 eval=0/0/0") != NULL, "%s", sum);
+        free(sum);
+    }
+
+    /* With a baseline the option changes nothing. */
+    sweep("ci");
+    rc = tu_run_precgatef(&out, "gate --run 2 --require-baseline --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'baseline'"), 0);
+    /* An explicit --baseline of other content stays its own error. */
+    db_exec("UPDATE runs SET config_json = json_set(config_json, '$.scales', 'unit') WHERE id = 1");
+    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --require-baseline --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'content' AND "
+                        "verdict = 'error'"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'baseline'"), 0);
+
+    /* An eval: the error is in the eval scope. */
+    demo_eval("");
+    rc = tu_run_precgatef(&out, "gate --run 3 --require-baseline --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "ERROR      eval      --require-baseline: run 3 has no baseline run (no "
+                          "older complete eval run of its label and content;") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND scope = 'eval' AND "
+                        "metric = 'baseline' AND verdict = 'error'"), 1);
+    demo_eval("");
+    rc = tu_run_precgatef(&out, "gate --run 4 --require-baseline --db '%s'", g_db);
+    /* Run 3 is its baseline; the demo's fp8qkv drop against bf16 is a regression. */
+    cr_expect_eq(rc, 1, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 4 AND metric = 'baseline'"), 0);
+}

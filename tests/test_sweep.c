@@ -19,6 +19,7 @@
 
 #include "kernels/attn.h"
 #include "harness/capture.h"
+#include "harness/cli.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
 #include "harness/safetensors.h"
@@ -653,6 +654,26 @@ Test(sweep, capture_scales_without_metadata_are_refused)
     cr_assert_not_null(strstr(err.msg, "capture 'cal.safetensors' has no q_scale"), "%s", err.msg);
     cr_assert_eq(tu_sql_int(store_handle(s), "SELECT (SELECT count(*) FROM quant_stats) +"
                                              " (SELECT count(*) FROM layer_metrics)"), 0);
+    store_close(s);
+    capture_close(cap);
+}
+
+/* A profile whose kernel cannot take a layer (fp8qkv@flashinfer-fa3 has no
+ * attention sinks; this capture has them) is PG_ERR_UNSUPPORTED naming the
+ * layer and the variant: a failed run (exit 1), not a usage error (exit 2). */
+Test(sweep, a_profile_its_kernel_cannot_run_on_a_layer_is_unsupported_not_a_usage_error)
+{
+    capture *cap = small_capture(2, 1, 12, 3);
+    pg_store *s = open_store("unsupported.db");
+    const int64_t run = begin_run(s);
+    const sweep_options so = options("bf16,fp8qkv@flashinfer-fa3");
+    pg_err err = {0};
+    cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_ERR_UNSUPPORTED, "%d: %s",
+                 err.code, err.msg);
+    cr_assert_str_eq(err.msg, "layer 0: variant fp8qkv@flashinfer-fa3: the kernel has no "
+                              "attention sinks, and this layer has them");
+    cr_assert_eq(cli_exit_code(err.code), 1);
+    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
     store_close(s);
     capture_close(cap);
 }
