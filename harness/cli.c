@@ -91,8 +91,9 @@ int cli_exit_code(pg_status code)
 
 int cli_report(const pg_err *err)
 {
-    fprintf(stderr, "precgate: error: %s\n",
-            err->msg[0] != '\0' ? err->msg : pg_status_str(err->code));
+    /* The detail may embed stored text (labels, paths, names): escaped. */
+    term_printf(stderr, "precgate: error: %s\n",
+                err->msg[0] != '\0' ? err->msg : pg_status_str(err->code));
     return cli_exit_code(err->code);
 }
 

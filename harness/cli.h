@@ -43,7 +43,8 @@ void cli_print_overview(FILE *out);
  * 143 for SIGTERM; 130 when none was caught), 1 otherwise. */
 int cli_exit_code(pg_status code);
 
-/* Prints `precgate: error: <detail>` to stderr and returns the exit status
+/* Prints `precgate: error: <detail>` to stderr, the detail escaped
+ * (term_printf: it may embed stored text), and returns the exit status
  * for err->code (falls back to pg_status_str when the detail is empty). */
 int cli_report(const pg_err *err);
 

@@ -560,8 +560,12 @@ static void print_run(FILE *out, const char *side_name, const diff_run *run, con
         term_fit(m, sizeof m, mode, DIFF_VARIANT_WIDTH, 0);
         fprintf(out, " mode %s%s", m, is_base ? " (base)" : "");
     }
-    fprintf(out, "  %s %s  started %s UTC  git %s  label %s\n", run->kind, run->status, when,
-            run->git_rev[0] != '\0' ? run->git_rev : "-", label);
+    char kind[DIFF_CELL_MAX], status[DIFF_CELL_MAX], git[DIFF_CELL_MAX], at[DIFF_CELL_MAX];
+    term_fit(kind, sizeof kind, run->kind, 0, 0); /* stored text: escaped */
+    term_fit(status, sizeof status, run->status, 0, 0);
+    term_fit(git, sizeof git, run->git_rev[0] != '\0' ? run->git_rev : "-", 0, 0);
+    term_fit(at, sizeof at, when, 0, 0);
+    fprintf(out, "  %s %s  started %s UTC  git %s  label %s\n", kind, status, at, git, label);
     if (strcmp(run->status, "complete") != 0)
         fprintf(out, "   note: run %lld is %s; only what it stored is compared\n",
                 (long long)run->id, run->status);

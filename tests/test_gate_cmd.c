@@ -916,3 +916,81 @@ Test(gate_cmd, runs_of_different_profiles_report_the_missing_variant)
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND scope = 'layer' AND "
                         "variant = 'bf16' AND verdict = 'pass' AND baseline_run_id = 1"), 6);
 }
+
+/* A label of every kind of text a terminal would act on: OSC (set the
+ * window title) ended by BEL, CSI "clear screen" by ESC [ and by the C1
+ * control U+009B, a byte that is not UTF-8 (0xff) and a backslash. */
+#define HOSTILE_LABEL_SQL                                                                     \
+    "'x' || char(27) || ']0;OWNED' || char(7) || char(27) || '[2J' || char(155) || '1m' ||"   \
+    " CAST(x'ff' AS TEXT) || '\\end'"
+/* The same label as the terminal shows it (reports/term.h's escapes). */
+#define HOSTILE_LABEL_TERM "x\\x1b]0;OWNED\\x07\\x1b[2J\\u{9b}1m\\xff\\\\end"
+/* ... and as HTML shows it (as JUnit: '?' for each control and bad byte). */
+#define HOSTILE_LABEL_HTML "x?]0;OWNED??[2J?1m?\\end"
+
+/* Expects no raw ESC, BEL, C1 CSI (0xc2 0x9b) or 0xff byte in out (what). */
+static void expect_no_raw_controls(const char *out, const char *what)
+{
+    cr_expect_null(strchr(out, '\033'), "%s: a raw ESC reached the output: %s", what, out);
+    cr_expect_null(strchr(out, '\a'), "%s: a raw BEL reached the output: %s", what, out);
+    cr_expect_null(strstr(out, "\xc2\x9b"), "%s: a raw CSI reached the output: %s", what, out);
+    cr_expect_null(strchr(out, '\xff'), "%s: a raw 0xff byte reached the output: %s", what, out);
+}
+
+/* Writes run 1's report to name in the scratch directory (its format by the
+ * extension) and returns the file's content, malloc'd. */
+static char *report_of_run_1(const char *name)
+{
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "report --run 1 --db '%s' -o '%s'", g_db,
+                                    tu_in_dir(name));
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    return tu_slurp(name);
+}
+
+Test(gate_cmd, stored_text_reaches_the_terminal_and_html_escaped)
+{
+    synth();
+    sweep("plain");
+    db_exec("UPDATE runs SET label = " HOSTILE_LABEL_SQL " WHERE id = 1");
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "gate");
+    cr_expect(strstr(out, "gate run 1 (sweep, label '" HOSTILE_LABEL_TERM "')") != NULL, "%s",
+              out);
+    free(out);
+    rc = tu_run_precgatef(&out, "baseline set 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "baseline set");
+    cr_expect(strstr(out, "baseline '" HOSTILE_LABEL_TERM "' -> run 1") != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "baseline list --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "baseline list");
+    cr_expect(strstr(out, "\n" HOSTILE_LABEL_TERM " ") != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "runs --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "runs");
+    /* The label column is cut at a whole escape. */
+    cr_expect(strstr(out, "  x\\x1b]0;OWNED\\x07\\x1b[2J...") != NULL, "%s", out);
+    free(out);
+    /* An error message through main's printer (here the name given, not stored). */
+    rc = tu_run_precgatef(&out, "gate --run 1 --baseline \"$(printf 'n\\033]0;X\\007')\" --db '%s'",
+                          g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    expect_no_raw_controls(out, "gate --baseline");
+    cr_expect(strstr(out, "precgate: error: ") != NULL && strstr(out, "n\\x1b]0;X\\x07") != NULL,
+              "%s", out);
+    free(out);
+    char *html = report_of_run_1("r.html");
+    expect_no_raw_controls(html, "report (HTML)");
+    cr_expect(strstr(html, HOSTILE_LABEL_HTML) != NULL, "the label is not in the report");
+    free(html);
+    char *md = report_of_run_1("r.md");
+    expect_no_raw_controls(md, "report (Markdown)");
+    cr_expect(strstr(md, "x\\x1b\\]0;OWNED\\x07\\x1b\\[2J\\u{9b}1m\\xff\\\\end") != NULL, "%s", md);
+    free(md);
+}
