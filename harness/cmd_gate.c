@@ -331,7 +331,10 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     } else if (st == PG_OK) {
         st = gate_compare(store, &run, base_id, job->cfg, &rows, &base, &flags, err);
     }
-    if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, err);
+    /* A read-only database (cli_with_store said so) keeps its flags: the
+     * verdicts are printed and decide the exit status, but are not stored. */
+    const int store_flags = store_access_mode(store) == STORE_READ_WRITE;
+    if (st == PG_OK && store_flags) st = gate_store_put_flags(store, run.id, base_id, &flags, err);
     if (st == PG_OK && a->junit != NULL) st = junit_write(a->junit, run.id, base_id, &flags, err);
 
     if (st == PG_OK) {
@@ -339,11 +342,13 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
         const int rc = regress_exit_status(&flags);
         size_t c[GATE_VERDICT_COUNT];
         regress_count(&flags, c);
-        term_printf(stdout, "gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags stored%s%s)\n",
+        term_printf(stdout, "gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags %s%s%s)\n",
                run.id, rc == GATE_EXIT_PASS ? "PASS" : rc == GATE_EXIT_REGRESSION ? "REGRESSION"
                                                                                   : "ERROR",
                c[GATE_VERDICT_REGRESSION], c[GATE_VERDICT_REGRESSION] == 1 ? "" : "s", c[GATE_VERDICT_ERROR],
-               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n, a->junit ? ", JUnit: " : "",
+               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n,
+               store_flags ? "stored" : "not stored: the database is read-only",
+               a->junit ? ", JUnit: " : "",
                a->junit ? a->junit : "");
         if (flags.n == 0)
             term_printf(stdout, "gate run %" PRId64 ": nothing was compared (no baseline, no mode pair, no "

@@ -71,7 +71,7 @@ pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *e
     if (path == NULL || stat(path, &sb) != 0)
         return pg_fail(err, PG_ERR_IO, "database '%s' does not exist (--db PATH or $%s)",
                        path != NULL ? path : "", STORE_PATH_ENV);
-    return store_open(path, out, err);
+    return store_open_reader(path, out, err);
 }
 
 /* Grows *arr (elements of size bytes, *cap of them) to hold n + 1; 0 when out of memory. */

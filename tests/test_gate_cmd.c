@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/numerics.h"
 #include "harness/safetensors.h"
@@ -993,4 +995,115 @@ Test(gate_cmd, stored_text_reaches_the_terminal_and_html_escaped)
     expect_no_raw_controls(md, "report (Markdown)");
     cr_expect(strstr(md, "x\\x1b\\]0;OWNED\\x07\\x1b\\[2J\\u{9b}1m\\xff\\\\end") != NULL, "%s", md);
     free(md);
+}
+
+/* Runs precgate args (printf-style) under prefix (tu_run_precgate_as). */
+__attribute__((format(printf, 3, 4)))
+static int run_as(const char *prefix, char **out, const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return tu_run_precgate_as(prefix, args, out);
+}
+
+/* Makes the scratch directory and the database read-only (ro non-zero) or
+ * writable again; the directory stays open to every user (nobody reads it). */
+static void set_read_only(int ro)
+{
+    cr_assert_eq(chmod(tu_dir, ro ? 0555 : 0755), 0);
+    cr_assert_eq(chmod(g_db, ro ? 0444 : 0644), 0);
+}
+
+/* #27 5b: a WAL database in a read-only directory (as a user the permissions
+ * bind: nobody, when the test runs as root) is read by every reading
+ * command, which says it was opened read-only; gate prints its verdicts
+ * without storing them; a write fails naming the database; an older schema
+ * is refused, not migrated; a writer's uncheckpointed commit is seen. */
+Test(gate_cmd, a_read_only_database_is_read_and_said_so)
+{
+    const char *as = tu_unprivileged_prefix();
+    if (as == NULL) cr_skip_test("root without setpriv: cannot read as an unprivileged user");
+    synth();
+    sweep("ro");
+    sweep("ro");
+    char wal[600], reports[600];
+    snprintf(wal, sizeof wal, "%s-wal", g_db);
+    cr_assert_neq(access(wal, F_OK), 0, "the sweeps left %s", wal);
+    snprintf(reports, sizeof reports, "%s/out", tu_dir);
+    cr_assert_eq(mkdir(reports, 0777), 0);
+    cr_assert_eq(chmod(reports, 0777), 0);
+    set_read_only(1);
+    char *out = NULL;
+    int rc = run_as(as, &out, "runs --db '%s'", g_db);
+    if (as[0] == '\0' && access(tu_dir, W_OK) == 0) {
+        set_read_only(0);
+        free(out);
+        cr_skip_test("a read-only directory is writable to this user: nothing to reproduce");
+    }
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "is opened read-only (it or its directory is not writable)") != NULL &&
+              strstr(out, "as immutable") != NULL, "%s", out);
+    cr_expect(strstr(out, "  ro\n") != NULL, "%s", out);
+    free(out);
+    rc = run_as(as, &out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1") != NULL, "%s", out);
+    cr_expect(strstr(out, "gate run 2: PASS (0 regressions, 0 errors; 24 flags not stored: the "
+                          "database is read-only)") != NULL, "%s", out);
+    free(out);
+    static const char *const readers[] = {"history --variant fp8kv@fixed", "diff 1 2",
+                                          "baseline list"};
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++) {
+        rc = run_as(as, &out, "%s --db '%s'", readers[i], g_db);
+        cr_expect_eq(rc, 0, "%s: %s", readers[i], out);
+        cr_expect(strstr(out, "is opened read-only") != NULL, "%s: %s", readers[i], out);
+        free(out);
+    }
+    rc = run_as(as, &out, "report --run 2 --db '%s' -o '%s/r.html'", g_db, reports);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(out);
+    /* A write fails, naming the database. */
+    rc = run_as(as, &out, "baseline set 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "attempt to write a readonly database") != NULL, "%s", out);
+    free(out);
+    set_read_only(0);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags"), 0);
+    cr_expect_eq(db_num("SELECT count(*) FROM baselines"), 0);
+
+    /* A writer's commit still in its WAL (the -wal and -shm files exist): a
+     * read-only open sees it, not as immutable. */
+    sqlite3 *writer = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &writer), SQLITE_OK);
+    tu_sql_exec(writer, "UPDATE runs SET label = 'fresh' WHERE id = 2");
+    cr_assert_eq(access(wal, F_OK), 0);
+    set_read_only(1);
+    rc = run_as(as, &out, "runs --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "is opened read-only") != NULL && strstr(out, "immutable") == NULL,
+              "%s", out);
+    cr_expect(strstr(out, "  fresh\n") != NULL, "%s", out);
+    free(out);
+    set_read_only(0);
+    sqlite3_close(writer);
+
+    /* An older schema is refused read-only, not migrated. */
+    char sql[64];
+    const int older = (int)db_num("PRAGMA user_version") - 1;
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", older);  /* test setup only */
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    tu_sql_exec(db, sql);
+    sqlite3_close(db);
+    set_read_only(1);
+    rc = run_as(as, &out, "runs --db '%s'", g_db);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "is older than this precgate's") != NULL &&
+              strstr(out, "cannot be migrated") != NULL, "%s", out);
+    free(out);
+    set_read_only(0);
+    cr_expect_eq(db_num("PRAGMA user_version"), older);
 }
