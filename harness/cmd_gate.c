@@ -55,7 +55,9 @@ const char cmd_gate_usage[] =
     "                   and every default); absolute budgets (layer.abs, mode_pair.abs,\n"
     "                   mode_pair.ratio) exist only here, none is built in\n"
     "  --junit FILE     also write the verdicts as JUnit XML (one testsuite per scope)\n"
-    "  --db PATH        database (default $PRECGATE_DB, else ./precgate.db)\n\n"
+    "  --db PATH        database (default $PRECGATE_DB, else ./precgate.db); one this\n"
+    "                   user cannot write is read-only: the verdicts are printed and\n"
+    "                   set the exit status, but not stored (a note says so)\n\n"
     "exit status: 0 pass (inconclusive and no change included); 1 regression; 2 an error\n"
     "verdict (e.g. a layer missing from the run, a degenerate eval), a run that is\n"
     "running, failed or incomplete, or any other error.\n";
