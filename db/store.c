@@ -289,6 +289,27 @@ static pg_status prepare_all(pg_store *s, pg_err *err)
     return PG_OK;
 }
 
+/* 1 when path names a file (not "", ":memory:" or a "file:" URI, which are
+ * left to SQLite). */
+static int is_file_name(const char *path)
+{
+    return path[0] != '\0' && strcmp(path, ":memory:") != 0 && strncmp(path, "file:", 5) != 0;
+}
+
+/* The directory of path into *d: "." without a slash, "/" for a file in the
+ * root, else the text before the last slash (in *dir, malloc'd: the caller
+ * frees it). PG_ERR_NOMEM. */
+static pg_status db_directory(const char *path, char **dir, const char **d, pg_err *err)
+{
+    *dir = strdup(path);
+    if (*dir == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory opening the database", path);
+    char *slash = strrchr(*dir, '/');
+    *d = slash == NULL ? "." : slash == *dir ? "/" : *dir;
+    if (slash != NULL && slash != *dir) *slash = '\0';
+    return PG_OK;
+}
+
 /* Where a database that does not exist yet would be created: PG_OK when path
  * exists or its directory does and is writable; else PG_ERR_IO naming the
  * directory and what is wrong with it, which SQLite's own "unable to open
@@ -296,14 +317,10 @@ static pg_status prepare_all(pg_store *s, pg_err *err)
 static pg_status check_db_directory(const char *path, pg_err *err)
 {
     struct stat st;
-    if (path[0] == '\0' || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0 ||
-        stat(path, &st) == 0)
-        return PG_OK;
-    char *dir = strdup(path);
-    if (dir == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory opening the database", path);
-    char *slash = strrchr(dir, '/');
-    const char *d = slash == NULL ? "." : slash == dir ? "/" : dir;
-    if (slash != NULL && slash != dir) *slash = '\0';
+    if (!is_file_name(path) || stat(path, &st) == 0) return PG_OK;
+    char *dir = NULL;
+    const char *d = NULL;
+    if (db_directory(path, &dir, &d, err) != PG_OK) return err->code;
     pg_status ps = PG_OK;
     if (stat(d, &st) != 0)
         ps = pg_fail(err, PG_ERR_IO, "%s: cannot create the database: the directory '%s' does not "
@@ -320,14 +337,31 @@ static pg_status check_db_directory(const char *path, pg_err *err)
     return ps;
 }
 
-pg_status store_open(const char *path, pg_store **out, pg_err *err)
+/* A read-only connection's set-up: refuses a too-new database, and an older
+ * one (it cannot be migrated without writing; the queries of this binary
+ * need the newest schema), then foreign keys on. Nothing is written. */
+static pg_status configure_read_only(pg_store *s, pg_err *err)
 {
-    if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: out is NULL");
-    *out = NULL;
-    if (path == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: path is NULL");
-    const pg_status dir_ok = check_db_directory(path, err);
-    if (dir_ok != PG_OK) return dir_ok;
+    int version = 0;
+    pg_status ps = query_int(s, "PRAGMA user_version", &version, "read the schema version", err);
+    if (ps == PG_OK) ps = check_version_known(s, version, err);
+    if (ps == PG_OK && version < schema_migration_count)
+        ps = pg_fail(err, PG_ERR_DB,
+                     "%s: database schema version %d is older than this precgate's %d, and it "
+                     "can only be opened read-only (it or its directory is not writable), so it "
+                     "cannot be migrated: run a precgate command on it once where it is "
+                     "writable (database left unchanged)",
+                     s->path, version, schema_migration_count);
+    if (ps == PG_OK) ps = exec_const(s, "PRAGMA foreign_keys = ON", err, "turn foreign keys on");
+    return ps;
+}
 
+/* Opens name (path itself, or a URI naming it) with the sqlite3_open_v2
+ * flags, set up as access says (configure, or configure_read_only), its
+ * statements prepared. path names it in messages. */
+static pg_status open_as(const char *path, const char *name, int flags, store_access access,
+                         pg_store **out, pg_err *err)
+{
     pg_store *s = calloc(1, sizeof *s);
     if (s == NULL || (s->path = strdup(path)) == NULL ||
         (s->stmt = calloc(ST_COUNT, sizeof *s->stmt)) == NULL) {
@@ -335,14 +369,14 @@ pg_status store_open(const char *path, pg_store **out, pg_err *err)
         free(s);
         return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory opening the database", path);
     }
+    s->access = access;
     pg_status ps = PG_OK;
-    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL)
-        != SQLITE_OK) {
+    if (sqlite3_open_v2(name, &s->db, flags, NULL) != SQLITE_OK) {
         ps = sql_fail_open(path, s->db, err);
     } else {
         sqlite3_extended_result_codes(s->db, 1);
         sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
-        ps = configure(s, err);
+        ps = access == STORE_READ_WRITE ? configure(s, err) : configure_read_only(s, err);
         if (ps == PG_OK) ps = prepare_all(s, err);
     }
     if (ps != PG_OK) {
@@ -351,6 +385,116 @@ pg_status store_open(const char *path, pg_store **out, pg_err *err)
     }
     *out = s;
     return PG_OK;
+}
+
+pg_status store_open(const char *path, pg_store **out, pg_err *err)
+{
+    if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: out is NULL");
+    *out = NULL;
+    if (path == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open: path is NULL");
+    const pg_status dir_ok = check_db_directory(path, err);
+    if (dir_ok != PG_OK) return dir_ok;
+    return open_as(path, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, STORE_READ_WRITE, out,
+                   err);
+}
+
+/* 1 when the existing file path could be written as SQLite writes a WAL
+ * database: the file itself, and its directory (the -wal and -shm files are
+ * created there). access(2) answers for the real user, and says EROFS on a
+ * read-only file system. */
+static int writable_in_place(const char *path, pg_err *err, pg_status *ps)
+{
+    char *dir = NULL;
+    const char *d = NULL;
+    if ((*ps = db_directory(path, &dir, &d, err)) != PG_OK) return 0;
+    const int ok = access(path, W_OK) == 0 && access(d, W_OK | X_OK) == 0;
+    free(dir);
+    return ok;
+}
+
+/* The SQLite URI of file path with the query query ("mode=ro"): "file:"
+ * and the path with '%', '?' and '#' percent-encoded (an absolute path
+ * after an empty authority, "file:///..."), malloc'd; NULL when out of
+ * memory. https://www.sqlite.org/uri.html */
+static char *file_uri(const char *path, const char *query)
+{
+    const size_t n = strlen(path);
+    /* "file://" + each byte as at most "%XX" + "?" + query + NUL. */
+    char *uri = malloc(strlen("file://") + 3 * n + 1 + strlen(query) + 1);
+    if (uri == NULL) return NULL;
+    char *o = uri + sprintf(uri, "%s", path[0] == '/' ? "file://" : "file:");
+    for (const char *p = path; *p != '\0'; p++)
+        o += *p == '%' || *p == '?' || *p == '#' ? sprintf(o, "%%%02X", (unsigned char)*p)
+                                                 : (*o = *p, 1);
+    sprintf(o, "?%s", query);
+    return uri;
+}
+
+/* Opens the existing file path read-only through a URI with query, as
+ * access says. */
+static pg_status open_read_only(const char *path, const char *query, store_access access,
+                                pg_store **out, pg_err *err)
+{
+    char *uri = file_uri(path, query);
+    if (uri == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory opening the database", path);
+    const pg_status ps =
+        open_as(path, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, access, out, err);
+    free(uri);
+    return ps;
+}
+
+/* The size of path's WAL file ("PATH-wal"), 0 when there is none; -1 when
+ * it cannot be told (a stat failure other than ENOENT, or no memory). */
+static long long wal_size(const char *path)
+{
+    const size_t n = strlen(path);
+    char *wal = malloc(n + sizeof "-wal");
+    if (wal == NULL) return -1;
+    memcpy(wal, path, n);
+    memcpy(wal + n, "-wal", sizeof "-wal");
+    struct stat st;
+    const int rc = stat(wal, &st);
+    const int e = errno;
+    free(wal);
+    if (rc != 0) return e == ENOENT ? 0 : -1;
+    return (long long)st.st_size;
+}
+
+pg_status store_open_reader(const char *path, pg_store **out, pg_err *err)
+{
+    if (out == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open_reader: out is NULL");
+    *out = NULL;
+    if (path == NULL) return pg_fail(err, PG_ERR_INTERNAL, "store_open_reader: path is NULL");
+    struct stat st;
+    pg_status ps = PG_OK;
+    if (!is_file_name(path) || stat(path, &st) != 0 || writable_in_place(path, err, &ps))
+        return store_open(path, out, err);
+    if (ps != PG_OK) return ps;
+    /* Read-only WAL (https://www.sqlite.org/wal.html#readonly): works when
+     * the -shm and -wal files exist or can be created. */
+    ps = open_read_only(path, "mode=ro", STORE_READ_ONLY, out, err);
+    if (ps != PG_OK && ps != PG_ERR_NOMEM) {
+        /* No -shm, and none can be made: immutable=1 reads the database file
+         * alone, which is all of it only while its WAL holds nothing. */
+        const long long wal = wal_size(path);
+        pg_err why = *err;
+        pg_err_clear(err);
+        if (wal != 0)
+            return pg_fail(err, PG_ERR_DB,
+                           "%s: cannot be opened read-only (%s), and its -wal file holds "
+                           "changes not yet in the database (%lld bytes) that a read without "
+                           "the -shm file would miss: open it once where its directory is "
+                           "writable",
+                           path, why.msg, wal);
+        ps = open_read_only(path, "immutable=1", STORE_IMMUTABLE, out, err);
+    }
+    return ps;
+}
+
+store_access store_access_mode(const pg_store *s)
+{
+    return s != NULL ? s->access : STORE_READ_WRITE;
 }
 
 void store_close(pg_store *s)

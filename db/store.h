@@ -44,6 +44,29 @@ typedef struct pg_store pg_store;
  * NULL and a failed migration leaves the database at its last whole version. */
 pg_status store_open(const char *path, pg_store **out, pg_err *err);
 
+/* How a store was opened. */
+typedef enum store_access {
+    STORE_READ_WRITE = 0, /* store_open: read, write, migrate */
+    STORE_READ_ONLY,      /* SQLITE_OPEN_READONLY with mode=ro: a concurrent writer's commits
+                           * are seen; every write fails (SQLITE_READONLY) */
+    STORE_IMMUTABLE,      /* immutable=1 as well (no -shm could be made): the file is read as
+                           * it was; changes a concurrent writer makes are not seen */
+} store_access;
+
+/* Opens path for a command that can do its work reading: store_open when
+ * path does not exist, is not a plain file name, or it and its directory
+ * are writable; else (a read-only file or directory, a read-only file
+ * system) read-only, without migrating: mode=ro, and when that fails (no
+ * -shm file, and none can be created) immutable=1, but only while the -wal
+ * file is absent or empty (else PG_ERR_DB saying the WAL's changes would be
+ * missed). A read-only open refuses a database older than this binary's
+ * schema (it cannot be migrated: PG_ERR_DB naming both versions) as well
+ * as a newer one. store_access_mode tells which open it was. */
+pg_status store_open_reader(const char *path, pg_store **out, pg_err *err);
+
+/* How s was opened; STORE_READ_WRITE for NULL. */
+store_access store_access_mode(const pg_store *s);
+
 /* Finalizes statements and closes the database; NULL is a no-op. An open
  * transaction is rolled back. */
 void store_close(pg_store *s);

@@ -20,6 +20,7 @@
 struct pg_store {
     sqlite3 *db;
     char *path;                     /* as given to store_open, for messages */
+    store_access access;            /* how it was opened (store_open_reader) */
     sqlite3_stmt **stmt;            /* store.c's statements, prepared at open and
                                      * reset after every use ([its ST_COUNT]) */
     /* sql_cached(): the table modules' statements, prepared on first use,

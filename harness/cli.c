@@ -91,8 +91,9 @@ int cli_exit_code(pg_status code)
 
 int cli_report(const pg_err *err)
 {
-    fprintf(stderr, "precgate: error: %s\n",
-            err->msg[0] != '\0' ? err->msg : pg_status_str(err->code));
+    /* The detail may embed stored text (labels, paths, names): escaped. */
+    term_printf(stderr, "precgate: error: %s\n",
+                err->msg[0] != '\0' ? err->msg : pg_status_str(err->code));
     return cli_exit_code(err->code);
 }
 
@@ -302,7 +303,19 @@ static pg_status store_open_as(const char *cmd, const char *db_path, cli_store_m
         break;
     case CLI_STORE_EXISTING_HINT: return report_store_open_existing(db_path, out, err);
     }
-    return store_open(db_path, out, err);
+    return store_open_reader(db_path, out, err);
+}
+
+/* Says on stderr how store was opened when it is not for writing. */
+static void say_read_only(const char *cmd, const char *db_path, const pg_store *store)
+{
+    const store_access how = store_access_mode(store);
+    if (how == STORE_READ_WRITE) return;
+    term_printf(stderr, "precgate: %s: note: %s is opened read-only (it or its directory is not "
+                        "writable): nothing is stored in it%s\n", cmd, db_path,
+                how == STORE_IMMUTABLE ? "; and as immutable (no -shm file could be made): "
+                                         "changes another process makes while this one reads "
+                                         "are not seen" : "");
 }
 
 int cli_with_store(const char *cmd, const char *db_option, cli_store_mode mode, cli_store_job job,
@@ -312,6 +325,7 @@ int cli_with_store(const char *cmd, const char *db_option, cli_store_mode mode, 
     const char *db_path = cli_db_path(db_option);
     pg_store *store = NULL;
     pg_status st = store_open_as(cmd, db_path, mode, &store, &err);
+    if (st == PG_OK) say_read_only(cmd, db_path, store);
     if (st == PG_OK) st = job(store, db_path, ctx, &err);
     store_close(store);
     return st == PG_OK ? 0 : cli_report(&err);

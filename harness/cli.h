@@ -43,7 +43,8 @@ void cli_print_overview(FILE *out);
  * 143 for SIGTERM; 130 when none was caught), 1 otherwise. */
 int cli_exit_code(pg_status code);
 
-/* Prints `precgate: error: <detail>` to stderr and returns the exit status
+/* Prints `precgate: error: <detail>` to stderr, the detail escaped
+ * (term_printf: it may embed stored text), and returns the exit status
  * for err->code (falls back to pg_status_str when the detail is empty). */
 int cli_report(const pg_err *err);
 
@@ -144,7 +145,7 @@ struct pg_store;
 
 /* How a command opens its database. */
 typedef enum cli_store_mode {
-    CLI_STORE_CREATE,         /* store_open: a missing file becomes a new database */
+    CLI_STORE_CREATE,         /* a missing file becomes a new database (store_open) */
     CLI_STORE_EXISTING_CMD,   /* a reader never creates one: no file there is PG_ERR_IO
                                * "CMD: database PATH: <strerror>" */
     CLI_STORE_EXISTING_HINT,  /* the same, worded by report_store_open_existing:
@@ -155,8 +156,11 @@ typedef enum cli_store_mode {
 typedef pg_status (*cli_store_job)(struct pg_store *store, const char *db_path, void *ctx,
                                    pg_err *err);
 
-/* Opens the database cli_db_path(db_option) for cmd as mode says (other
- * failures as store_open), runs job on it with ctx and closes it; returns 0
+/* Opens the database cli_db_path(db_option) for cmd as mode says, through
+ * store_open_reader: an existing database that it or its directory does not
+ * let this user write is opened read-only, and a note on stderr says so
+ * (and what an immutable open misses); a job's write then fails (other
+ * failures as store_open_reader). Runs job on it with ctx and closes it; returns 0
  * when both succeeded, else the exit status cli_report gives the first
  * failure (after printing it). */
 int cli_with_store(const char *cmd, const char *db_option, cli_store_mode mode, cli_store_job job,

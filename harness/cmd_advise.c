@@ -12,6 +12,7 @@
 #include "advise.h"
 #include "advise_evidence.h"
 #include "cli.h"
+#include "reports/term.h"
 #include "gate_config.h"
 #include "base/variant.h"
 
@@ -165,42 +166,42 @@ static void advice_text(FILE *out, const advise_args *a, const advise_result *r,
 {
     const char *m = pg_metric_name(a->metric);
     const int higher = pg_metric_higher_is_worse(a->metric);
-    fprintf(out, "advise: run %ld, %s, budget %s %s %.6g (%s is worse), %zu capture%s, %zu "
+    term_printf(out, "advise: run %ld, %s, budget %s %s %.6g (%s is worse), %zu capture%s, %zu "
                  "layers\n", a->run, a->variant.full, m, higher ? "<=" : ">=", a->budget,
            higher ? "higher" : "lower", r->n_captures, r->n_captures == 1 ? "" : "s",
            r->n_layers);
     if (r->n_keep == 0) {
-        fprintf(out, "keep in bf16: none: every layer is within the budget in every capture\n");
-        fprintf(out, "vLLM: no %s needed: every layer can keep the fp8 cache\n", ADVISE_VLLM_FLAG);
+        term_printf(out, "keep in bf16: none: every layer is within the budget in every capture\n");
+        term_printf(out, "vLLM: no %s needed: every layer can keep the fp8 cache\n", ADVISE_VLLM_FLAG);
     } else {
-        fprintf(out, "keep in bf16: %zu of %zu layers\n", r->n_keep, r->n_layers);
+        term_printf(out, "keep in bf16: %zu of %zu layers\n", r->n_keep, r->n_layers);
         for (size_t i = 0; i < r->n_layers; i++) {
             const advise_layer *L = &r->layers[i];
             if (L->reason == ADVISE_FP8) continue;
-            fprintf(out, "  layer %d: ", L->layer);
+            term_printf(out, "  layer %d: ", L->layer);
             if (L->reason == ADVISE_OVER_BUDGET)
-                fprintf(out, "%s %.4g in '%s': worse than the budget\n", m, L->value, L->capture);
+                term_printf(out, "%s %.4g in '%s': worse than the budget\n", m, L->value, L->capture);
             else
-                fprintf(out, "%s in '%s': kept, since nothing shows it is within the budget\n",
+                term_printf(out, "%s in '%s': kept, since nothing shows it is within the budget\n",
                         advise_reason_text(L->reason), L->capture);
         }
-        fprintf(out, "vLLM: --kv-cache-dtype fp8 %s%s\n", flag,
+        term_printf(out, "vLLM: --kv-cache-dtype fp8 %s%s\n", flag,
                 r->sliding_window ? "  (the kept layers are exactly the sliding-window layers)"
                                   : "");
     }
-    fprintf(out, "KV cache saved against all-bf16: %.1f%% (fraction %.6g: %" PRId64 " of %" PRId64
+    term_printf(out, "KV cache saved against all-bf16: %.1f%% (fraction %.6g: %" PRId64 " of %" PRId64
                  " bytes per token)\n",
             100.0 * r->kv_bytes_saved_fraction, r->kv_bytes_saved_fraction,
             r->kv_bytes_bf16 - r->kv_bytes_mixed, r->kv_bytes_bf16);
-    fprintf(out, "  counted: K and V, 2 x hkv x d elements per layer and token, 2 bytes in bf16, "
+    term_printf(out, "  counted: K and V, 2 x hkv x d elements per layer and token, 2 bytes in bf16, "
                  "1 in fp8 e4m3; not counted: the fp8 scales, block padding, and vLLM keeping "
                  "only the window's tokens of a sliding-window layer\n");
     if (r->worst_fp8 >= 0) {
         const advise_layer *w = &r->layers[r->worst_fp8];
-        fprintf(out, "worst layer left in fp8: layer %d, %s %.4g in '%s'\n", w->layer, m,
+        term_printf(out, "worst layer left in fp8: layer %d, %s %.4g in '%s'\n", w->layer, m,
                 w->value, w->capture);
     } else {
-        fprintf(out, "worst layer left in fp8: none: every layer keeps bf16\n");
+        term_printf(out, "worst layer left in fp8: none: every layer keeps bf16\n");
     }
 }
 

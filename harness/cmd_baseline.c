@@ -8,6 +8,7 @@
 #include "db/gate_store.h"
 #include "db/store.h"
 #include "cli.h"
+#include "reports/term.h"
 
 /* The name `baseline set` gives a run that has no label. */
 #define BASELINE_DEFAULT_NAME "default"
@@ -74,7 +75,7 @@ static pg_status do_set(pg_store *s, const baseline_args *a, pg_err *err)
                        : r.label != NULL && r.label[0] != '\0' ? r.label : BASELINE_DEFAULT_NAME;
     st = gate_store_baseline_set(s, name, a->run, err);
     if (st == PG_OK)
-        printf("baseline '%s' -> run %ld (%s%s%s)\n", name, a->run, r.kind,
+        term_printf(stdout, "baseline '%s' -> run %ld (%s%s%s)\n", name, a->run, r.kind,
                r.label != NULL ? ", label " : "", r.label != NULL ? r.label : "");
     gate_run_free(&r);
     return st;
@@ -86,11 +87,11 @@ static pg_status do_list(pg_store *s, pg_err *err)
     gate_baseline *b = NULL;
     size_t n = 0;
     pg_status st = gate_store_baseline_list(s, &b, &n, err);
-    if (st == PG_OK && n == 0) printf("no baselines (precgate baseline set RUN names one)\n");
+    if (st == PG_OK && n == 0) term_printf(stdout, "no baselines (precgate baseline set RUN names one)\n");
     if (st == PG_OK && n > 0)
-        printf("%-24s %8s  %-8s %-24s %s\n", "name", "run", "kind", "set at", "label");
+        term_printf(stdout, "%-24s %8s  %-8s %-24s %s\n", "name", "run", "kind", "set at", "label");
     for (size_t i = 0; st == PG_OK && i < n; i++)
-        printf("%-24s %8" PRId64 "  %-8s %-24s %s\n", b[i].name, b[i].run_id, b[i].kind,
+        term_printf(stdout, "%-24s %8" PRId64 "  %-8s %-24s %s\n", b[i].name, b[i].run_id, b[i].kind,
                b[i].set_at, b[i].label != NULL ? b[i].label : "-");
     gate_baselines_free(b, n);
     return st;

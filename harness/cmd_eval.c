@@ -11,6 +11,7 @@
 #include "evals/eval_run.h"
 #include "reports/eval_results.h"
 #include "cli.h"
+#include "reports/term.h"
 #include "eval_resume.h"
 #include "interrupt.h"
 #include "progress.h"
@@ -557,9 +558,9 @@ int cmd_eval(int argc, char **argv)
         if (n_planned < n_in_file)
             snprintf(limited, sizeof limited, " (first %d of %d)", n_planned, n_in_file);
         if (a.shard.count > 0)
-            printf("run %lld: shard %d/%d of job %s: %d of the %d problems\n",
+            term_printf(stdout, "run %lld: shard %d/%d of job %s: %d of the %d problems\n",
                    (long long)es.run_id, a.shard.index, a.shard.count, a.job, t->n, n_planned);
-        printf("run %lld: eval %s, %d problems%s, %s\n", (long long)es.run_id, a.o.eval_name, t->n,
+        term_printf(stdout, "run %lld: eval %s, %d problems%s, %s\n", (long long)es.run_id, a.o.eval_name, t->n,
                limited, a.replay ? "replay of recorded completions" : "live");
         fflush(stdout);
         const int empty_part = a.shard.count > 0 && t->n == 0;
@@ -596,31 +597,31 @@ int cmd_eval(int argc, char **argv)
             st = fin.code;
         }
         if (fst != PG_OK) {
-            fprintf(stderr, "precgate: run %lld could not be marked %s: %s\n",
+            term_printf(stderr, "precgate: run %lld could not be marked %s: %s\n",
                     (long long)es.run_id, status, fin.msg);
         } else if (st == PG_ERR_INTERRUPTED && a.replay) {
-            fprintf(stderr, "precgate: run %lld %s: nothing was stored (a replay is one "
+            term_printf(stderr, "precgate: run %lld %s: nothing was stored (a replay is one "
                             "transaction); run the replay again\n",
                     (long long)es.run_id, why);
         } else if (st == PG_ERR_INTERRUPTED) {
-            fprintf(stderr, "precgate: run %lld %s: %lld samples stored now, %lld were there "
+            term_printf(stderr, "precgate: run %lld %s: %lld samples stored now, %lld were there "
                             "already; the requests in flight were dropped. precgate eval "
                             "--resume %lld with the same options continues it\n",
                     (long long)es.run_id, why, (long long)c.stored, (long long)c.skipped,
                     (long long)es.run_id);
         } else if (st == PG_OK && stored_errors > 0 && a.replay) {
-            printf("run %lld incomplete: %lld recorded completions have no answer to grade "
+            term_printf(stdout, "run %lld incomplete: %lld recorded completions have no answer to grade "
                    "(excluded from the scores; eval_samples.error says which)\n",
                    (long long)es.run_id, (long long)stored_errors);
         } else if (st == PG_OK && stored_errors > 0) {
-            printf("run %lld incomplete: %lld samples failed after every retry (excluded from the "
+            term_printf(stdout, "run %lld incomplete: %lld samples failed after every retry (excluded from the "
                    "scores); precgate eval --resume %lld retries them\n",
                    (long long)es.run_id, (long long)stored_errors, (long long)es.run_id);
         } else if (st == PG_OK) {
-            printf("run %lld complete: %s (%lld samples stored, %lld already there)\n",
+            term_printf(stdout, "run %lld complete: %s (%lld samples stored, %lld already there)\n",
                    (long long)es.run_id, db_path, (long long)c.stored, (long long)c.skipped);
         } else {
-            fprintf(stderr, "precgate: run %lld marked %s in %s\n", (long long)es.run_id, status,
+            term_printf(stderr, "precgate: run %lld marked %s in %s\n", (long long)es.run_id, status,
                     db_path);
         }
         /* The results file says what the store says once the run is finished;
@@ -632,10 +633,10 @@ int cmd_eval(int argc, char **argv)
                                 : pg_fail(&err, PG_ERR_NOMEM, "eval: out of memory");
             free(config);
             if (st == PG_OK)
-                printf("results: wrote %s (run %lld, %s)\n", a.output, (long long)es.run_id, status);
+                term_printf(stdout, "results: wrote %s (run %lld, %s)\n", a.output, (long long)es.run_id, status);
         }
     } else if (a.resume > 0 && st != PG_OK) {
-        fprintf(stderr, "precgate: run %lld left as it was (nothing sent to it)\n",
+        term_printf(stderr, "precgate: run %lld left as it was (nothing sent to it)\n",
                 (long long)a.resume);
     }
     cJSON_Delete(now);

@@ -10,6 +10,7 @@
 #include "db/store.h"
 #include "reports/junit.h"
 #include "cli.h"
+#include "reports/term.h"
 #include "gate_config.h"
 #include "regress.h"
 
@@ -59,7 +60,9 @@ const char cmd_gate_usage[] =
     "                   and every default); absolute budgets (layer.abs, mode_pair.abs,\n"
     "                   mode_pair.ratio) exist only here, none is built in\n"
     "  --junit FILE     also write the verdicts as JUnit XML (one testsuite per scope)\n"
-    "  --db PATH        database (default $PRECGATE_DB, else ./precgate.db)\n\n"
+    "  --db PATH        database (default $PRECGATE_DB, else ./precgate.db); one this\n"
+    "                   user cannot write is read-only: the verdicts are printed and\n"
+    "                   set the exit status, but not stored (a note says so)\n\n"
     "exit status: 0 pass (inconclusive and no change included; also without a baseline\n"
     "run unless --require-baseline); 1 regression; 2 an error verdict (e.g. a layer\n"
     "missing from the run, a degenerate eval, no baseline under --require-baseline), a\n"
@@ -114,18 +117,18 @@ static void print_no_content_match(const gate_run *run, int64_t newest,
                                    const gate_content_diff *d, const char *label,
                                    const char *no_label)
 {
-    printf("baseline: none (no older complete %s run labelled '%s'%s with the same content: ",
+    term_printf(stdout, "baseline: none (no older complete %s run labelled '%s'%s with the same content: ",
            run->kind, label, no_label);
     const char *suffix = strrchr(d->field, '_');
     const int is_digest = suffix != NULL && strcmp(suffix, "_digest") == 0;
     if (is_digest && strcmp(d->other_value, GATE_CONTENT_NONE) == 0)
-        printf("the newest, run %" PRId64 ", has no %s in its config (recorded before content "
+        term_printf(stdout, "the newest, run %" PRId64 ", has no %s in its config (recorded before content "
                "digests), so it cannot be an automatic baseline for run %" PRId64 " (%s %s)",
                newest, d->field, run->id, d->field, d->run_value);
     else
-        printf("the newest, run %" PRId64 ", has %s %s, run %" PRId64 " has %s", newest, d->field,
+        term_printf(stdout, "the newest, run %" PRId64 ", has %s %s, run %" PRId64 " has %s", newest, d->field,
                d->other_value, run->id, d->run_value);
-    printf("); the layer scope checks NaN/Inf and configured bounds only, mode_pair records "
+    term_printf(stdout, "); the layer scope checks NaN/Inf and configured bounds only, mode_pair records "
            "each mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
            "comparison with a baseline is skipped\n");
 }
@@ -155,16 +158,16 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
         if (*base_id < 0 && d.field != NULL)
             print_no_content_match(run, newest, &d, label, no_label);
         else if (*base_id < 0)
-            printf("baseline: none (no older complete %s run labelled '%s'%s); the layer "
+            term_printf(stdout, "baseline: none (no older complete %s run labelled '%s'%s); the layer "
                    "scope checks NaN/Inf and configured bounds only, mode_pair records each "
                    "mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
                    "comparison with a baseline is skipped\n", run->kind, label, no_label);
         else if (passed)
-            printf("baseline: run %" PRId64 " (automatic: the newest older complete %s run "
+            term_printf(stdout, "baseline: run %" PRId64 " (automatic: the newest older complete %s run "
                    "labelled '%s'%s that passed its gate)\n", *base_id,
                    run->kind, label, no_label);
         else
-            printf("baseline: run %" PRId64 " (automatic: no older %s run labelled '%s'%s "
+            term_printf(stdout, "baseline: run %" PRId64 " (automatic: no older %s run labelled '%s'%s "
                    "passed a gate, so the newest older complete one; it is not known good)\n", *base_id, run->kind, label, no_label);
         return PG_OK;
     }
@@ -185,7 +188,7 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
         st = gate_store_content_diff(s, run->id, *base_id, gate_content_fields,
                                      GATE_CONTENT_FIELD_COUNT, mismatch, err);
     if (st == PG_OK)
-        printf("baseline: run %" PRId64 " (--baseline %s%s)%s\n", *base_id, a->baseline,
+        term_printf(stdout, "baseline: run %" PRId64 " (--baseline %s%s)%s\n", *base_id, a->baseline,
                by_name ? ", by name" : "",
                mismatch->field != NULL ? ": its content differs, nothing is compared" : "");
     gate_run_free(&b);
@@ -215,19 +218,19 @@ static void print_summary(const gate_flags *f)
     for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
         for (size_t i = 0; i < f->n; i++)
             if (f->v[i].verdict == order[o])
-                printf("%-10s %-9s %s\n", loud(f->v[i].verdict),
+                term_printf(stdout, "%-10s %-9s %s\n", loud(f->v[i].verdict),
                        gate_scope_name(f->v[i].scope), f->v[i].message);
     for (size_t i = 0; i < f->n; i++)
         if (f->v[i].scope == GATE_SCOPE_EVAL && f->v[i].verdict != GATE_VERDICT_REGRESSION &&
             f->v[i].verdict != GATE_VERDICT_ERROR &&
             !(f->v[i].verdict == GATE_VERDICT_PASS &&
               strcmp(f->v[i].metric, GATE_METRIC_SAMPLES) == 0))
-            printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "eval", f->v[i].message);
+            term_printf(stdout, "%-10s %-9s %s\n", loud(f->v[i].verdict), "eval", f->v[i].message);
     /* The diagnosis's inconclusive verdicts say why no bug was named. */
     for (size_t i = 0; i < f->n; i++)
         if (f->v[i].verdict == GATE_VERDICT_INCONCLUSIVE &&
             strcmp(f->v[i].metric, GATE_METRIC_SCALE_BUG) == 0)
-            printf("%-10s %-9s %s\n", loud(f->v[i].verdict), "layer", f->v[i].message);
+            term_printf(stdout, "%-10s %-9s %s\n", loud(f->v[i].verdict), "layer", f->v[i].message);
     for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
         size_t c[GATE_VERDICT_COUNT] = {0}, total = 0;
         for (size_t i = 0; i < f->n; i++)
@@ -235,12 +238,12 @@ static void print_summary(const gate_flags *f)
                 c[f->v[i].verdict]++;
                 total++;
             }
-        printf("%-10s", gate_scope_name((gate_scope)s));
-        if (total == 0) printf(" nothing compared");
+        term_printf(stdout, "%-10s", gate_scope_name((gate_scope)s));
+        if (total == 0) term_printf(stdout, " nothing compared");
         const char *sep = " ";
         for (int v = 0; v < GATE_VERDICT_COUNT; v++)
             if (c[v] > 0) {
-                printf("%s%zu %s", sep, c[v], gate_verdict_name((gate_verdict)v));
+                term_printf(stdout, "%s%zu %s", sep, c[v], gate_verdict_name((gate_verdict)v));
                 sep = ", ";
             }
         fputc('\n', stdout);
@@ -317,7 +320,7 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     pg_status st = gate_store_run(store, a->run, &run, err);
     if (st == PG_OK) st = require_complete(&run, err);
     if (st == PG_OK) {
-        printf("gate run %" PRId64 " (%s, label %s%s%s) in %s, thresholds: %s\n", run.id,
+        term_printf(stdout, "gate run %" PRId64 " (%s, label %s%s%s) in %s, thresholds: %s\n", run.id,
                run.kind, run.label ? "'" : "", run.label ? run.label : "none",
                run.label ? "'" : "", db_path, a->config != NULL ? a->config : "defaults");
         fflush(stdout);
@@ -333,7 +336,7 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
         gate_content_diff data = {0};
         st = gate_store_content_diff(store, run.id, base_id, data_field, 1, &data, err);
         if (st == PG_OK && data.field != NULL)
-            printf("note: baseline run %" PRId64 " swept other capture content (%s %s, run %"
+            term_printf(stdout, "note: baseline run %" PRId64 " swept other capture content (%s %s, run %"
                    PRId64 " has %s): the same layers are compared on other recorded data or "
                    "scales\n", base_id, data.field, data.other_value, run.id, data.run_value);
     }
@@ -354,7 +357,10 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     } else if (st == PG_OK) {
         st = gate_compare(store, &run, base_id, job->cfg, &rows, &base, &flags, err);
     }
-    if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, err);
+    /* A read-only database (cli_with_store said so) keeps its flags: the
+     * verdicts are printed and decide the exit status, but are not stored. */
+    const int store_flags = store_access_mode(store) == STORE_READ_WRITE;
+    if (st == PG_OK && store_flags) st = gate_store_put_flags(store, run.id, base_id, &flags, err);
     const int rc = regress_exit_status(&flags);
     const char *unbaselined = st == PG_OK && rc == GATE_EXIT_PASS && base_id < 0
                                   ? pass_without_baseline(run.kind) : NULL;
@@ -366,14 +372,16 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
         print_summary(&flags);
         size_t c[GATE_VERDICT_COUNT];
         regress_count(&flags, c);
-        printf("gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags stored%s%s)\n",
+        term_printf(stdout, "gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags %s%s%s)\n",
                run.id, rc == GATE_EXIT_PASS ? "PASS" : rc == GATE_EXIT_REGRESSION ? "REGRESSION"
                                                                                   : "ERROR",
                c[GATE_VERDICT_REGRESSION], c[GATE_VERDICT_REGRESSION] == 1 ? "" : "s", c[GATE_VERDICT_ERROR],
-               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n, a->junit ? ", JUnit: " : "",
+               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n,
+               store_flags ? "stored" : "not stored: the database is read-only",
+               a->junit ? ", JUnit: " : "",
                a->junit ? a->junit : "");
         if (flags.n == 0)
-            printf("gate run %" PRId64 ": nothing was compared (no baseline, no mode pair, no "
+            term_printf(stdout, "gate run %" PRId64 ": nothing was compared (no baseline, no mode pair, no "
                    "eval pair); a later gate will not take it as a baseline that passed\n", run.id);
         if (unbaselined != NULL) printf("gate run %" PRId64 ": %s\n", run.id, unbaselined);
         job->rc = rc;

@@ -160,7 +160,9 @@ static void print_point(const history_args *a, const history_point *p, FILE *out
 {
     char when[HISTORY_FIELD_MAX], git[HISTORY_CELL_MAX], w[HISTORY_CELL_MAX],
         mean[HISTORY_CELL_MAX];
-    snprintf(when, sizeof when, "%.*s", HISTORY_TIME_CHARS, p->started_at);
+    char raw[HISTORY_FIELD_MAX];
+    snprintf(raw, sizeof raw, "%.*s", HISTORY_TIME_CHARS, p->started_at);
+    term_fit(when, sizeof when, raw, 0, 0); /* stored text: escaped */
     char *t = strchr(when, 'T');
     if (t != NULL) *t = ' ';
     term_fit(git, sizeof git, p->git_rev[0] != '\0' ? p->git_rev : "-", HISTORY_GIT_WIDTH, 0);

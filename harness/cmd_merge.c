@@ -8,6 +8,7 @@
 #include "db/store.h"
 #include "evals/eval_run.h"
 #include "cli.h"
+#include "reports/term.h"
 #include "shard.h"
 
 /* Most missing or given-twice parts one refusal lists before "...". */
@@ -335,7 +336,7 @@ static pg_status merge_job(pg_store *s, const merge_part *p, size_t n, FILE *out
         free(eval);
     }
     if (st == PG_OK)
-        fprintf(out, "run %lld: job %s, %zu shards merged (%s, %lld rows, %s)\n",
+        term_printf(out, "run %lld: job %s, %zu shards merged (%s, %lld rows, %s)\n",
                 (long long)*run_id, p[0].job, n, p[0].kind, (long long)rows, info.status);
     free(config);
     return st;
@@ -372,7 +373,7 @@ static void drop_superseded(merge_part *parts, size_t *n)
                 parts[kept++] = parts[i];
                 continue;
             }
-            fprintf(stderr, "precgate: merge: %s: run %lld (job %s, shard %lld/%lld) is %s; a "
+            term_printf(stderr, "precgate: merge: %s: run %lld (job %s, shard %lld/%lld) is %s; a "
                             "finished run of that shard in the same file is taken instead\n",
                     parts[i].source, (long long)parts[i].run_id, parts[i].job,
                     (long long)parts[i].index, (long long)parts[i].count,
@@ -441,14 +442,14 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
         if (js == PG_OK) js = check_set(p, np, before[j], &job_err);
         if (js == PG_OK && before[j]) js = check_merged(p, np, r, nr, &job_err);
         if (js == PG_OK && before[j])
-            printf("job %s: already merged as run %lld (every part given is the one merged "
+            term_printf(stdout, "job %s: already merged as run %lld (every part given is the one merged "
                    "then); nothing changed\n", p->job, (long long)r[0].run_id);
         merge_recorded_free(r, nr);
         if (js != PG_OK && st == PG_OK) {
             *err = job_err;
             st = js;
         } else if (js != PG_OK) {
-            fprintf(stderr, "precgate: also %s\n", job_err.msg);
+            term_printf(stderr, "precgate: also %s\n", job_err.msg);
         }
     }
     /* Everything checked: the writes, all or nothing. The summaries wait
@@ -467,13 +468,13 @@ static pg_status merge_run(pg_store *s, const char *db_path, void *ctx, pg_err *
     if (out != NULL) fclose(out);
     if (st == PG_OK && text != NULL) fputs(text, stdout);
     if (st != PG_OK)
-        fprintf(stderr, "precgate: merge: %s left as it was\n", db_path);
+        term_printf(stderr, "precgate: merge: %s left as it was\n", db_path);
     /* A part of another job among the databases makes that job incomplete:
      * say which jobs they hold. */
     if (st != PG_OK && n_jobs > 1)
-        fprintf(stderr, "precgate: merge: the databases hold parts of %zu jobs:\n", n_jobs);
+        term_printf(stderr, "precgate: merge: the databases hold parts of %zu jobs:\n", n_jobs);
     for (size_t j = 0; st != PG_OK && n_jobs > 1 && j < n_jobs; j++)
-        fprintf(stderr, "  job %s: %zu of %lld parts, the first in %s\n", parts[starts[j]].job,
+        term_printf(stderr, "  job %s: %zu of %lld parts, the first in %s\n", parts[starts[j]].job,
                 starts[j + 1] - starts[j], (long long)parts[starts[j]].count,
                 parts[starts[j]].source);
     free(text);

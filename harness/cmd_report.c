@@ -15,6 +15,7 @@
 #include "advise.h"
 #include "advise_evidence.h"
 #include "cli.h"
+#include "reports/term.h"
 #include "diag_verdict.h"
 #include "gate_config.h"
 #include "base/variant.h"
@@ -315,7 +316,7 @@ static pg_status report_job_run(pg_store *store, const char *db_path, void *ctx,
     report_job job = {a->write, &d};
     if (st == PG_OK) st = atomic_file_write(a->output, REPORT_FILE_MODE, write_report, &job, err);
     if (st == PG_OK)
-        printf("report: wrote %s (%s, run %ld from %s)\n", a->output, a->format, a->run, db_path);
+        term_printf(stdout, "report: wrote %s (%s, run %ld from %s)\n", a->output, a->format, a->run, db_path);
     report_data_free(&d);
     return st;
 }

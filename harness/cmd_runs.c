@@ -141,7 +141,9 @@ static void print_row(FILE *out, const run_list_row *r)
     char when[RUNS_CELL_MAX], dur[RUNS_CELL_MAX], git[RUNS_CELL_MAX], label[RUNS_CELL_MAX],
         kind[RUNS_CELL_MAX], status[RUNS_CELL_MAX];
     const char *started = r->run.started_at;
-    snprintf(when, sizeof when, "%.*s", RUNS_TIME_CHARS, started != NULL ? started : "-");
+    char raw[RUNS_CELL_MAX];
+    snprintf(raw, sizeof raw, "%.*s", RUNS_TIME_CHARS, started != NULL ? started : "-");
+    term_fit(when, sizeof when, raw, 0, 0); /* stored text: escaped */
     char *t = strchr(when, 'T');
     if (t != NULL) *t = ' ';
     fmt_duration(dur, sizeof dur, r->duration_s);
@@ -169,12 +171,13 @@ static void print_row(FILE *out, const run_list_row *r)
     const store_process p = row_process(r);
     if (p == STORE_PROCESS_GONE || p == STORE_PROCESS_UNKNOWN) {
         const char *host = r->run.host, *beat = r->heartbeat_at;
-        char h[RUNS_CELL_MAX];
+        char h[RUNS_CELL_MAX], b[RUNS_CELL_MAX];
         term_fit(h, sizeof h, host != NULL ? host : "unknown", RUNS_LABEL_WIDTH, 0);
+        term_fit(b, sizeof b, beat != NULL ? beat : "never", RUNS_LABEL_WIDTH, 0);
         fprintf(out, "%*s  %s (host %s, pid %lld, last heartbeat %s)\n", RUNS_ID_WIDTH, "",
                 p == STORE_PROCESS_GONE ? "process gone; --resume continues it"
                                         : "running elsewhere or unprobeable; --resume needs --force",
-                h, (long long)r->pid, beat != NULL ? beat : "never");
+                h, (long long)r->pid, b);
     }
 }
 

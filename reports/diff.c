@@ -71,7 +71,7 @@ pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *e
     if (path == NULL || stat(path, &sb) != 0)
         return pg_fail(err, PG_ERR_IO, "database '%s' does not exist (--db PATH or $%s)",
                        path != NULL ? path : "", STORE_PATH_ENV);
-    return store_open(path, out, err);
+    return store_open_reader(path, out, err);
 }
 
 /* Grows *arr (elements of size bytes, *cap of them) to hold n + 1; 0 when out of memory. */
@@ -560,8 +560,12 @@ static void print_run(FILE *out, const char *side_name, const diff_run *run, con
         term_fit(m, sizeof m, mode, DIFF_VARIANT_WIDTH, 0);
         fprintf(out, " mode %s%s", m, is_base ? " (base)" : "");
     }
-    fprintf(out, "  %s %s  started %s UTC  git %s  label %s\n", run->kind, run->status, when,
-            run->git_rev[0] != '\0' ? run->git_rev : "-", label);
+    char kind[DIFF_CELL_MAX], status[DIFF_CELL_MAX], git[DIFF_CELL_MAX], at[DIFF_CELL_MAX];
+    term_fit(kind, sizeof kind, run->kind, 0, 0); /* stored text: escaped */
+    term_fit(status, sizeof status, run->status, 0, 0);
+    term_fit(git, sizeof git, run->git_rev[0] != '\0' ? run->git_rev : "-", 0, 0);
+    term_fit(at, sizeof at, when, 0, 0);
+    fprintf(out, "  %s %s  started %s UTC  git %s  label %s\n", kind, status, at, git, label);
     if (strcmp(run->status, "complete") != 0)
         fprintf(out, "   note: run %lld is %s; only what it stored is compared\n",
                 (long long)run->id, run->status);

@@ -2,6 +2,7 @@
 #include "junit.h"
 
 #include "atomic_file.h"
+#include "utf8.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -10,38 +11,16 @@
 /* Mode of the written file: readable by the CI user, like a plain fopen. */
 #define JUNIT_FILE_MODE 0644
 
-/* Length of the valid UTF-8 sequence XML 1.0 allows that starts at s (1..4),
- * or 0 when it is not one (bad or overlong encoding, a surrogate, U+FFFE,
- * U+FFFF, or a control character other than tab, newline, return). */
-static size_t xml_char_len(const unsigned char *s)
-{
-    const unsigned c = s[0];
-    if (c < 0x80) return c >= 0x20 || c == '\t' || c == '\n' || c == '\r' ? 1 : 0;
-    size_t n;
-    unsigned cp, min;
-    if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; min = 0x10000; }
-    else return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;  /* also stops at the NUL */
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE ||
-        cp == 0xFFFF)
-        return 0;
-    return n;
-}
-
 void junit_escape(FILE *out, const char *s, int in_attribute)
 {
     if (s == NULL) return;
-    const unsigned char *p = (const unsigned char *)s;
+    const char *p = s;
     while (*p != '\0') {
-        const size_t n = xml_char_len(p);
+        size_t span = 1;
+        const size_t n = utf8_markup_len(p, &span);
         if (n == 0) {
             fputc('?', out);
-            p++;
+            p += span;
             continue;
         }
         if (n > 1) {

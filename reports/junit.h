@@ -19,8 +19,9 @@
  * skipped, with the message), e.g. a PASS reached without a baseline.
  *
  * Text: &, <, >, " and ' are escaped everywhere; bytes that are not valid
- * UTF-8, and control characters XML 1.0 does not allow, are written as '?'
- * (so capture paths of any bytes still give a well-formed document).
+ * UTF-8, and control characters other than tab, newline and carriage return
+ * (C0, DEL, C1: utf8_markup_len), are written as '?' (so capture paths of
+ * any bytes still give a well-formed document).
  */
 #ifndef PG_JUNIT_H
 #define PG_JUNIT_H

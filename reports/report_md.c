@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "svg.h"
+#include "term.h"
+#include "utf8.h"
 
 /* Verdicts the gate writes, in the order the summary counts them. */
 static const char *const VERDICTS[] = {"regression", "error",   "inconclusive",
@@ -21,6 +23,17 @@ void report_md_put_escaped(FILE *out, const char *s)
         return;
     }
     for (; *s != '\0'; s++) {
+        unsigned long cp = 0;
+        const size_t n = utf8_decode(s, &cp);
+        if ((n == 0 || utf8_is_control(cp)) && *s != '\n' && *s != '\r') {
+            s += term_put_char(out, s) - 1; /* as on a terminal: \x1b, \u{9b}, \xff */
+            continue;
+        }
+        if (n > 1) { /* a whole multi-byte character */
+            fwrite(s, 1, n, out);
+            s += n - 1;
+            continue;
+        }
         switch (*s) {
         case '&': fputs("&amp;", out); break;
         case '<': fputs("&lt;", out); break;

@@ -21,8 +21,9 @@
 #include "report_data.h"
 
 /* Writes s to out escaped for Markdown text and table cells: & < > as HTML
- * entities, \ ` * _ [ ] | ~ # backslash-escaped, line breaks as spaces;
- * NULL writes "-". */
+ * entities, \ ` * _ [ ] | ~ # backslash-escaped, line breaks as spaces,
+ * other control characters and bytes that are not valid UTF-8 as term.h's
+ * escapes (\x1b, \u{9b}, \xff); NULL writes "-". */
 void report_md_put_escaped(FILE *out, const char *s);
 
 /* Writes d's report to out. PG_ERR_IO when out reports a write error

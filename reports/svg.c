@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "utf8.h"
+
 /* ---- geometry (SVG user units = CSS pixels) ----------------------------- */
 
 /* Line chart: overall size and the margins around the plot area. */
@@ -99,7 +101,15 @@ const char *svg_fmt_num(char *buf, size_t len, double v)
 void svg_put_escaped(FILE *out, const char *s)
 {
     if (s == NULL) return;
-    for (; *s != '\0'; s++) {
+    for (size_t n; *s != '\0'; s += n) {
+        if (utf8_markup_len(s, &n) == 0) {
+            fputc('?', out);  /* as junit_escape: the document stays well-formed */
+            continue;
+        }
+        if (n > 1) {
+            fwrite(s, 1, n, out);
+            continue;
+        }
         switch (*s) {
         case '&': fputs("&amp;", out); break;
         case '<': fputs("&lt;", out); break;

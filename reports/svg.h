@@ -26,7 +26,10 @@
 const char *svg_fmt_num(char *buf, size_t len, double v);
 
 /* Writes s to out with & < > " ' replaced by &amp; &lt; &gt; &quot; &#39;
- * (safe in element content and in quoted attributes); NULL writes nothing. */
+ * (safe in element content and in quoted attributes), and each byte that is
+ * not valid UTF-8 and each control character other than tab, newline and
+ * carriage return as '?' (utf8_markup_len, as the JUnit report does); NULL
+ * writes nothing. */
 void svg_put_escaped(FILE *out, const char *s);
 
 /* How a y axis (or a colour scale) maps values. */

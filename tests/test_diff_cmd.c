@@ -575,7 +575,7 @@ Test(diff_cmd, runs_lists_newest_last_with_duration_and_error)
     cr_expect_lt(strstr(out, "    1  sweep"), strstr(out, "    2  sweep"));
     cr_expect_lt(strstr(out, "    2  sweep"), strstr(out, "    3  eval"));
     /* The error: one line, the newline made a blank, cut at 100 characters. */
-    const char *e = strstr(out, "error: capture x: layers.1.q: bad shape eee");
+    const char *e = strstr(out, "error: capture x: layers.1.q: bad\\x0ashape eee");
     cr_assert_not_null(e, "%s", out);
     const char *end = strchr(e, '\n');
     cr_expect_eq(end - (e + strlen("error: ")), 100, "%s", out);
@@ -655,7 +655,15 @@ Test(diff_cmd, term_fit_cleans_and_cuts_text)
 {
     char buf[64];
     term_fit(buf, sizeof buf, "a\nb\033[31mc", 0, 0);
-    cr_expect_str_eq(buf, "a b [31mc");
+    cr_expect_str_eq(buf, "a\\x0ab\\x1b[31mc");
+    /* C1 controls (CSI U+009B), DEL, BEL and a backslash: each unambiguous. */
+    term_fit(buf, sizeof buf, "\xc2\x9b" "2J\x7f\a\\", 0, 0);
+    cr_expect_str_eq(buf, "\\u{9b}2J\\x7f\\x07\\\\");
+    /* An escape counts its characters and is never split by a cut. */
+    term_fit(buf, sizeof buf, "ab\033cdef", 8, 0);
+    cr_expect_str_eq(buf, "ab...");
+    term_fit(buf, sizeof buf, "ab\033cdef", 9, 0);
+    cr_expect_str_eq(buf, "ab\\x1b...");
     term_fit(buf, sizeof buf, "abcdefghij", 6, 0);
     cr_expect_str_eq(buf, "abc...");
     term_fit(buf, sizeof buf, "/long/path/cap.safetensors", 10, 1);
@@ -664,7 +672,7 @@ Test(diff_cmd, term_fit_cleans_and_cuts_text)
     cr_expect_str_eq(buf, "h\xc3\xa9ll...");
     cr_expect_eq(term_width(buf), 7);
     term_fit(buf, sizeof buf, "bad \xff byte", 0, 0);
-    cr_expect_str_eq(buf, "bad ? byte");
+    cr_expect_str_eq(buf, "bad \\xff byte");
     term_fit(buf, sizeof buf, NULL, 5, 0);
     cr_expect_str_eq(buf, "-");
     term_fit(buf, 4, "\xc3\xa9\xc3\xa9\xc3\xa9", 0, 0); /* too small: whole code points only */

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/numerics.h"
 #include "harness/safetensors.h"
@@ -1054,4 +1056,193 @@ Test(gate_cmd, require_baseline_makes_a_missing_baseline_an_error_of_every_kind)
     cr_expect_eq(rc, 1, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 4 AND metric = 'baseline'"), 0);
+}
+
+/* A label of every kind of text a terminal would act on: OSC (set the
+ * window title) ended by BEL, CSI "clear screen" by ESC [ and by the C1
+ * control U+009B, a byte that is not UTF-8 (0xff) and a backslash. */
+#define HOSTILE_LABEL_SQL                                                                     \
+    "'x' || char(27) || ']0;OWNED' || char(7) || char(27) || '[2J' || char(155) || '1m' ||"   \
+    " CAST(x'ff' AS TEXT) || '\\end'"
+/* The same label as the terminal shows it (reports/term.h's escapes). */
+#define HOSTILE_LABEL_TERM "x\\x1b]0;OWNED\\x07\\x1b[2J\\u{9b}1m\\xff\\\\end"
+/* ... and as HTML shows it (as JUnit: '?' for each control and bad byte). */
+#define HOSTILE_LABEL_HTML "x?]0;OWNED??[2J?1m?\\end"
+
+/* Expects no raw ESC, BEL, C1 CSI (0xc2 0x9b) or 0xff byte in out (what). */
+static void expect_no_raw_controls(const char *out, const char *what)
+{
+    cr_expect_null(strchr(out, '\033'), "%s: a raw ESC reached the output: %s", what, out);
+    cr_expect_null(strchr(out, '\a'), "%s: a raw BEL reached the output: %s", what, out);
+    cr_expect_null(strstr(out, "\xc2\x9b"), "%s: a raw CSI reached the output: %s", what, out);
+    cr_expect_null(strchr(out, '\xff'), "%s: a raw 0xff byte reached the output: %s", what, out);
+}
+
+/* Writes run 1's report to name in the scratch directory (its format by the
+ * extension) and returns the file's content, malloc'd. */
+static char *report_of_run_1(const char *name)
+{
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "report --run 1 --db '%s' -o '%s'", g_db,
+                                    tu_in_dir(name));
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    return tu_slurp(name);
+}
+
+Test(gate_cmd, stored_text_reaches_the_terminal_and_html_escaped)
+{
+    synth();
+    sweep("plain");
+    db_exec("UPDATE runs SET label = " HOSTILE_LABEL_SQL " WHERE id = 1");
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "gate");
+    cr_expect(strstr(out, "gate run 1 (sweep, label '" HOSTILE_LABEL_TERM "')") != NULL, "%s",
+              out);
+    free(out);
+    rc = tu_run_precgatef(&out, "baseline set 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "baseline set");
+    cr_expect(strstr(out, "baseline '" HOSTILE_LABEL_TERM "' -> run 1") != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "baseline list --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "baseline list");
+    cr_expect(strstr(out, "\n" HOSTILE_LABEL_TERM " ") != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "runs --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    expect_no_raw_controls(out, "runs");
+    /* The label column is cut at a whole escape. */
+    cr_expect(strstr(out, "  x\\x1b]0;OWNED\\x07\\x1b[2J...") != NULL, "%s", out);
+    free(out);
+    /* An error message through main's printer (here the name given, not stored). */
+    rc = tu_run_precgatef(&out, "gate --run 1 --baseline \"$(printf 'n\\033]0;X\\007')\" --db '%s'",
+                          g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    expect_no_raw_controls(out, "gate --baseline");
+    cr_expect(strstr(out, "precgate: error: ") != NULL && strstr(out, "n\\x1b]0;X\\x07") != NULL,
+              "%s", out);
+    free(out);
+    char *html = report_of_run_1("r.html");
+    expect_no_raw_controls(html, "report (HTML)");
+    cr_expect(strstr(html, HOSTILE_LABEL_HTML) != NULL, "the label is not in the report");
+    free(html);
+    char *md = report_of_run_1("r.md");
+    expect_no_raw_controls(md, "report (Markdown)");
+    cr_expect(strstr(md, "x\\x1b\\]0;OWNED\\x07\\x1b\\[2J\\u{9b}1m\\xff\\\\end") != NULL, "%s", md);
+    free(md);
+}
+
+/* Runs precgate args (printf-style) under prefix (tu_run_precgate_as). */
+__attribute__((format(printf, 3, 4)))
+static int run_as(const char *prefix, char **out, const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return tu_run_precgate_as(prefix, args, out);
+}
+
+/* Makes the scratch directory and the database read-only (ro non-zero) or
+ * writable again; the directory stays open to every user (nobody reads it). */
+static void set_read_only(int ro)
+{
+    cr_assert_eq(chmod(tu_dir, ro ? 0555 : 0755), 0);
+    cr_assert_eq(chmod(g_db, ro ? 0444 : 0644), 0);
+}
+
+/* #27 5b: a WAL database in a read-only directory (as a user the permissions
+ * bind: nobody, when the test runs as root) is read by every reading
+ * command, which says it was opened read-only; gate prints its verdicts
+ * without storing them; a write fails naming the database; an older schema
+ * is refused, not migrated; a writer's uncheckpointed commit is seen. */
+Test(gate_cmd, a_read_only_database_is_read_and_said_so)
+{
+    const char *as = tu_unprivileged_prefix();
+    if (as == NULL) cr_skip_test("root without setpriv: cannot read as an unprivileged user");
+    synth();
+    sweep("ro");
+    sweep("ro");
+    char wal[600], reports[600];
+    snprintf(wal, sizeof wal, "%s-wal", g_db);
+    cr_assert_neq(access(wal, F_OK), 0, "the sweeps left %s", wal);
+    snprintf(reports, sizeof reports, "%s/out", tu_dir);
+    cr_assert_eq(mkdir(reports, 0777), 0);
+    cr_assert_eq(chmod(reports, 0777), 0);
+    set_read_only(1);
+    char *out = NULL;
+    int rc = run_as(as, &out, "runs --db '%s'", g_db);
+    if (as[0] == '\0' && access(tu_dir, W_OK) == 0) {
+        set_read_only(0);
+        free(out);
+        cr_skip_test("a read-only directory is writable to this user: nothing to reproduce");
+    }
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "is opened read-only (it or its directory is not writable)") != NULL &&
+              strstr(out, "as immutable") != NULL, "%s", out);
+    cr_expect(strstr(out, "  ro\n") != NULL, "%s", out);
+    free(out);
+    rc = run_as(as, &out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1") != NULL, "%s", out);
+    cr_expect(strstr(out, "gate run 2: PASS (0 regressions, 0 errors; 24 flags not stored: the "
+                          "database is read-only)") != NULL, "%s", out);
+    free(out);
+    static const char *const readers[] = {"history --variant fp8kv@fixed", "diff 1 2",
+                                          "baseline list"};
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++) {
+        rc = run_as(as, &out, "%s --db '%s'", readers[i], g_db);
+        cr_expect_eq(rc, 0, "%s: %s", readers[i], out);
+        cr_expect(strstr(out, "is opened read-only") != NULL, "%s: %s", readers[i], out);
+        free(out);
+    }
+    rc = run_as(as, &out, "report --run 2 --db '%s' -o '%s/r.html'", g_db, reports);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(out);
+    /* A write fails, naming the database. */
+    rc = run_as(as, &out, "baseline set 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "attempt to write a readonly database") != NULL, "%s", out);
+    free(out);
+    set_read_only(0);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags"), 0);
+    cr_expect_eq(db_num("SELECT count(*) FROM baselines"), 0);
+
+    /* A writer's commit still in its WAL (the -wal and -shm files exist): a
+     * read-only open sees it, not as immutable. */
+    sqlite3 *writer = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &writer), SQLITE_OK);
+    tu_sql_exec(writer, "UPDATE runs SET label = 'fresh' WHERE id = 2");
+    cr_assert_eq(access(wal, F_OK), 0);
+    set_read_only(1);
+    rc = run_as(as, &out, "runs --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "is opened read-only") != NULL && strstr(out, "immutable") == NULL,
+              "%s", out);
+    cr_expect(strstr(out, "  fresh\n") != NULL, "%s", out);
+    free(out);
+    set_read_only(0);
+    sqlite3_close(writer);
+
+    /* An older schema is refused read-only, not migrated. */
+    char sql[64];
+    const int older = (int)db_num("PRAGMA user_version") - 1;
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", older);  /* test setup only */
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(g_db, &db), SQLITE_OK);
+    tu_sql_exec(db, sql);
+    sqlite3_close(db);
+    set_read_only(1);
+    rc = run_as(as, &out, "runs --db '%s'", g_db);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "is older than this precgate's") != NULL &&
+              strstr(out, "cannot be migrated") != NULL, "%s", out);
+    free(out);
+    set_read_only(0);
+    cr_expect_eq(db_num("PRAGMA user_version"), older);
 }

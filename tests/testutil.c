@@ -105,12 +105,27 @@ void tu_write_file(const char *path, const void *data, size_t len)
     cr_assert_eq(fclose(f), 0);
 }
 
+/* The unprivileged user tu_unprivileged_prefix runs as: nobody. */
+#define TU_NOBODY_ID "65534"
+
+const char *tu_unprivileged_prefix(void)
+{
+    if (geteuid() != 0) return "";
+    if (system("command -v setpriv >/dev/null 2>&1") != 0) return NULL;
+    return "setpriv --reuid=" TU_NOBODY_ID " --regid=" TU_NOBODY_ID " --clear-groups ";
+}
+
 int tu_run_precgate(const char *args, char **output)
 {
-    size_t cap = strlen(PRECGATE_BIN) + strlen(args) + 16;
+    return tu_run_precgate_as("", args, output);
+}
+
+int tu_run_precgate_as(const char *prefix, const char *args, char **output)
+{
+    size_t cap = strlen(prefix) + strlen(PRECGATE_BIN) + strlen(args) + 16;
     char *cmd = malloc(cap);
     cr_assert_not_null(cmd);
-    snprintf(cmd, cap, "'%s' %s 2>&1", PRECGATE_BIN, args);
+    snprintf(cmd, cap, "%s'%s' %s 2>&1", prefix, PRECGATE_BIN, args);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     size_t len = 0, size = 4096;

@@ -44,6 +44,15 @@ const char *tu_write_sevens(int n);
  * stdout+stderr into a malloc'd string *output; returns the exit status. */
 int tu_run_precgate(const char *args, char **output);
 
+/* tu_run_precgate with the command prefix in front of the binary (a
+ * program that runs it, e.g. tu_unprivileged_prefix's; "" for none). */
+int tu_run_precgate_as(const char *prefix, const char *args, char **output);
+
+/* A prefix for tu_run_precgate_as under which file permissions bind: ""
+ * when the test is not root; as root, setpriv as the user nobody (uid and
+ * gid 65534, no groups); NULL when root and setpriv is missing. */
+const char *tu_unprivileged_prefix(void);
+
 /* Starts the precgate binary with args (a shell-quoted string) in the
  * background, stdout to out and stderr to err (err NULL: to out as well);
  * exec'd by the shell, so the pid returned is precgate's own. */
