@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "base/utf8.h"
+
 /* Lowest byte of a C0 control character range's end (exclusive): 0x00-0x1f. */
 #define TERM_C0_END 0x20
 /* DEL. */
@@ -10,46 +12,15 @@
 /* The C1 control characters U+0080-U+009F. */
 #define TERM_C1_FIRST 0x80
 #define TERM_C1_LAST 0x9f
-/* Longest UTF-8 sequence. */
-#define TERM_UTF8_MAX 4
 
 int term_colour_wanted(int is_tty, const char *no_color)
 {
     return is_tty != 0 && no_color == NULL;
 }
 
-/* The length (1-4) of the valid UTF-8 sequence at s, with its code point in
- * *cp; 0 when s does not start one (a stray continuation byte, an overlong
- * form, a surrogate, a value above U+10FFFF or a cut sequence). */
-static size_t utf8_decode(const unsigned char *s, unsigned long *cp)
-{
-    const unsigned char c = s[0];
-    size_t n;
-    unsigned long v, min;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-        n = 2, v = c & 0x1fu, min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3, v = c & 0x0fu, min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4, v = c & 0x07u, min = 0x10000;
-    } else {
-        return 0;
-    }
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0u) != 0x80u) return 0; /* also stops at the NUL */
-        v = (v << 6) | (s[i] & 0x3fu);
-    }
-    if (v < min || v > 0x10ffffUL || (v >= 0xd800UL && v <= 0xdfffUL)) return 0;
-    *cp = v;
-    return n;
-}
-
 /* One code point of the cleaned text: its bytes (not NUL-terminated). */
 typedef struct term_glyph {
-    char bytes[TERM_UTF8_MAX];
+    char bytes[UTF8_SEQ_MAX];
     unsigned char len;
 } term_glyph;
 
