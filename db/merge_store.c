@@ -3,7 +3,13 @@
 
 #include "sql_util.h"
 
+#include "base/utf8.h"
+#include "base/variant.h"
+
+#include <float.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +30,26 @@ const char *const merge_data_tables[] = {
     "eval_samples",  NULL,
 };
 
-/* The parts of one shard database: runs that name a job; ?1 is the
- * database's path, read back as each part's source (PART_FIELDS' order). */
+/* The parts of one shard database: runs whose config_json names a "job" or
+ * a "shard", and runs whose config_json no precgate wrote (not JSON, not a
+ * JSON object, or NULL in a run that did not fail: only a run that failed
+ * before its work began, on an input that did not validate, has none), so
+ * that the merge refuses them instead of passing over them; ?1 is the
+ * database's path, read back as each part's source (PART_FIELDS' order).
+ * cfg is config_json when it is JSON (json_type fails on other text). */
 static const char SQL_PARTS[] =
-    "SELECT ?1, id, kind, status, label, git_rev, device, started_at, finished_at, config_json,"
-    " json_extract(config_json, '$.job'),"
-    " CASE json_type(config_json, '$.shard.index') WHEN 'integer'"
-    "   THEN json_extract(config_json, '$.shard.index') END,"
-    " CASE json_type(config_json, '$.shard.count') WHEN 'integer'"
-    "   THEN json_extract(config_json, '$.shard.count') END, error"
-    " FROM runs WHERE json_valid(config_json) AND json_type(config_json, '$.job') = 'text'"
+    "WITH r AS (SELECT *, CASE WHEN json_valid(config_json) THEN config_json END AS cfg"
+    "           FROM runs)"
+    " SELECT ?1, id, kind, status, label, git_rev, device, started_at, finished_at, config_json,"
+    " CASE json_type(cfg, '$.job') WHEN 'text' THEN json_extract(cfg, '$.job') END,"
+    " CASE json_type(cfg, '$.shard.index') WHEN 'integer'"
+    "   THEN json_extract(cfg, '$.shard.index') END,"
+    " CASE json_type(cfg, '$.shard.count') WHEN 'integer'"
+    "   THEN json_extract(cfg, '$.shard.count') END, error"
+    " FROM r WHERE CASE WHEN config_json IS NULL THEN status IS NOT 'failed'"
+    "                   WHEN cfg IS NULL OR json_type(cfg) <> 'object' THEN 1"
+    "                   ELSE json_type(cfg, '$.job') IS NOT NULL"
+    "                        OR json_type(cfg, '$.shard') IS NOT NULL END"
     " ORDER BY id";
 static const char SQL_RECORDED[] =
     "SELECT run_id, shard_index, shard_count, source, digest FROM merged_shards"
@@ -214,6 +230,304 @@ static pg_status shard_open(const char *path, int check, sqlite3 **out, pg_err *
     return ps;
 }
 
+/* ---- the values of a part's rows ---------------------------------------- */
+
+/* What a column of a part's rows must hold, beyond what the central
+ * database's CHECKs refuse when the rows are copied (schema.c): SQLite's
+ * column affinity keeps a text that is no number as text in an INTEGER or
+ * REAL column (and 'x' >= 0 is true there), stores NaN as NULL, and takes
+ * any bytes as TEXT, so only these checks keep such values out. */
+typedef enum value_kind {
+    VALUE_INT,      /* an INTEGER (storage class) in [lo, hi] */
+    VALUE_REAL,     /* a REAL in [lo, hi]; an infinite bound admits that infinity */
+    VALUE_NAME,     /* TEXT of valid UTF-8 (a name, a label, a key) */
+    VALUE_VARIANT,  /* a VALUE_NAME the variant grammar takes as a full name (base/variant.h) */
+    VALUE_TIME,     /* TEXT 'YYYY-MM-DDTHH:MM:SS.sssZ' (STORE_NOW_SQL's form) */
+    VALUE_TEXT      /* TEXT, any bytes (what a server or an error said) */
+} value_kind;
+
+/* One column's rule: NULL allowed or not (a NULL REAL is a NaN: sql_util.h). */
+typedef struct column_rule {
+    const char *table, *column;
+    value_kind kind;
+    int nullable;
+    double lo, hi;   /* VALUE_INT and VALUE_REAL only */
+} column_rule;
+
+/* cos_sim's slack beyond [-1, 1]: kernels/metrics.c divides the dot product
+ * by one square root of the product of the two sums of squares, whose
+ * rounding over the ~10^7 elements of a layer stays below 1e-9. */
+#define COS_SIM_SLACK 1e-6
+/* Bounds: a count, a layer/head/sample index (read back as int), any integer. */
+#define R_COUNT 0, (double)INT64_MAX
+#define R_INDEX 0, (double)INT_MAX
+#define R_ANY_INT -(double)INT64_MAX, (double)INT64_MAX
+/* A metric >= 0 that is +inf when the output had NaN/Inf (kernels/metrics.c). */
+#define R_ERROR 0, INFINITY
+/* A fraction of elements; a finite number; a finite number > 0. */
+#define R_FRACTION 0, 1
+#define R_FINITE -DBL_MAX, DBL_MAX
+#define R_POSITIVE DBL_TRUE_MIN, DBL_MAX
+/* Kinds without bounds. */
+#define R_NONE 0, 0
+
+/* Every column of the runs row of a part and of merge_data_tables but the
+ * key (runs.id, run_id), as schema.c defines and db/ writes them: a column
+ * missing here is refused (merge_store_check_values), so a migration that
+ * adds one must add its rule. */
+static const column_rule column_rules[] = {
+    {"runs", "kind", VALUE_NAME, 0, R_NONE},
+    {"runs", "label", VALUE_NAME, 1, R_NONE},
+    {"runs", "status", VALUE_NAME, 0, R_NONE},
+    {"runs", "started_at", VALUE_TIME, 0, R_NONE},
+    {"runs", "finished_at", VALUE_TIME, 1, R_NONE},
+    {"runs", "git_rev", VALUE_NAME, 1, R_NONE},
+    {"runs", "host", VALUE_NAME, 1, R_NONE},
+    {"runs", "device", VALUE_NAME, 1, R_NONE},
+    /* read and checked as JSON by the merge (harness/cmd_merge.c) */
+    {"runs", "config_json", VALUE_TEXT, 1, R_NONE},
+    {"runs", "error", VALUE_TEXT, 1, R_NONE},
+    {"runs", "pid", VALUE_INT, 1, R_COUNT},
+    {"runs", "heartbeat_at", VALUE_TIME, 1, R_NONE},
+
+    {"layer_metrics", "capture", VALUE_NAME, 0, R_NONE},
+    {"layer_metrics", "layer", VALUE_INT, 0, R_INDEX},
+    {"layer_metrics", "head", VALUE_INT, 0, -1, INT_MAX},
+    {"layer_metrics", "variant", VALUE_VARIANT, 0, R_NONE},
+    {"layer_metrics", "backend", VALUE_NAME, 0, R_NONE},
+    /* store_put_layer_metrics refuses NaN but in cos_sim (stored NULL) */
+    {"layer_metrics", "rel_l2", VALUE_REAL, 0, R_ERROR},
+    {"layer_metrics", "max_abs", VALUE_REAL, 0, R_ERROR},
+    {"layer_metrics", "mean_abs", VALUE_REAL, 0, R_ERROR},
+    {"layer_metrics", "p99_abs", VALUE_REAL, 0, R_ERROR},
+    {"layer_metrics", "cos_sim", VALUE_REAL, 1, -1 - COS_SIM_SLACK, 1 + COS_SIM_SLACK},
+    {"layer_metrics", "sqnr_db", VALUE_REAL, 0, -INFINITY, INFINITY},
+    {"layer_metrics", "nan_count", VALUE_INT, 0, R_COUNT},
+    {"layer_metrics", "inf_count", VALUE_INT, 0, R_COUNT},
+
+    {"quant_stats", "capture", VALUE_NAME, 0, R_NONE},
+    {"quant_stats", "layer", VALUE_INT, 0, R_INDEX},
+    {"quant_stats", "tensor", VALUE_NAME, 0, R_NONE},
+    /* every --scales policy gives a finite scale > 0 (harness/sweep.c) */
+    {"quant_stats", "scale", VALUE_REAL, 0, R_POSITIVE},
+    {"quant_stats", "scale_source", VALUE_NAME, 0, R_NONE},
+    {"quant_stats", "saturated_frac", VALUE_REAL, 1, R_FRACTION},
+    {"quant_stats", "underflow_frac", VALUE_REAL, 1, R_FRACTION},
+
+    {"layer_shapes", "capture", VALUE_NAME, 0, R_NONE},
+    {"layer_shapes", "layer", VALUE_INT, 0, R_INDEX},
+    {"layer_shapes", "hq", VALUE_INT, 0, 1, INT_MAX},
+    {"layer_shapes", "hkv", VALUE_INT, 0, 1, INT_MAX},
+    {"layer_shapes", "d", VALUE_INT, 0, 1, INT_MAX},
+    {"layer_shapes", "window", VALUE_INT, 0, R_INDEX},
+    {"layer_shapes", "has_sinks", VALUE_INT, 0, 0, 1},
+
+    {"attribution", "capture", VALUE_NAME, 0, R_NONE},
+    {"attribution", "layer", VALUE_INT, 0, R_INDEX},
+    {"attribution", "variant", VALUE_VARIANT, 0, R_NONE},
+    {"attribution", "tensor", VALUE_NAME, 0, R_NONE},
+    {"attribution", "rel_l2", VALUE_REAL, 0, R_ERROR},
+
+    {"ext_diagnosis", "capture", VALUE_NAME, 0, R_NONE},
+    {"ext_diagnosis", "layer", VALUE_INT, 0, R_INDEX},
+    {"ext_diagnosis", "ext_name", VALUE_NAME, 0, R_NONE},
+    {"ext_diagnosis", "hypothesis", VALUE_NAME, 0, R_NONE},
+    {"ext_diagnosis", "rel_l2", VALUE_REAL, 1, R_ERROR},
+    {"ext_diagnosis", "not_run", VALUE_TEXT, 1, R_NONE},
+
+    {"eval_samples", "eval", VALUE_NAME, 0, R_NONE},
+    {"eval_samples", "mode", VALUE_NAME, 0, R_NONE},
+    {"eval_samples", "effort", VALUE_NAME, 0, R_NONE},
+    {"eval_samples", "problem_id", VALUE_NAME, 0, R_NONE},
+    {"eval_samples", "sample", VALUE_INT, 0, R_INDEX},
+    {"eval_samples", "status", VALUE_NAME, 0, R_NONE},
+    {"eval_samples", "attempts", VALUE_INT, 1, R_COUNT},
+    /* eval_store_put_sample refuses an infinite latency; NaN is stored NULL */
+    {"eval_samples", "latency_ms", VALUE_REAL, 1, 0, DBL_MAX},
+    {"eval_samples", "finish_reason", VALUE_NAME, 1, R_NONE},
+    {"eval_samples", "prompt_tokens", VALUE_INT, 1, R_COUNT},
+    {"eval_samples", "completion_tokens", VALUE_INT, 1, R_COUNT},
+    {"eval_samples", "content", VALUE_TEXT, 1, R_NONE},
+    {"eval_samples", "extracted", VALUE_INT, 1, R_ANY_INT},
+    {"eval_samples", "correct", VALUE_INT, 1, 0, 1},
+    {"eval_samples", "error", VALUE_TEXT, 1, R_NONE},
+    {"eval_samples", "server", VALUE_NAME, 1, R_NONE},
+};
+#define N_COLUMN_RULES (sizeof column_rules / sizeof column_rules[0])
+
+/* Longest value quoted in a message, in bytes. */
+#define VALUE_QUOTE_MAX 40
+/* Room for a quoted value: each byte as \xNN at worst, quotes, "...". */
+#define VALUE_TEXT_MAX (VALUE_QUOTE_MAX * 4 + 16)
+/* Room for a rule's domain in words. */
+#define DOMAIN_TEXT_MAX 96
+/* The form of a stored time: d a digit, every other byte itself. */
+static const char TIME_FORM[] = "dddd-dd-ddTdd:dd:dd.dddZ";
+
+/* v as a message shows it (its storage class and a cut, escaped copy) into out. */
+static void value_text(sqlite3_value *v, char *out, size_t len)
+{
+    const int type = sqlite3_value_type(v);
+    if (type == SQLITE_NULL) {
+        snprintf(out, len, "NULL");
+    } else if (type == SQLITE_INTEGER) {
+        snprintf(out, len, "INTEGER %lld", (long long)sqlite3_value_int64(v));
+    } else if (type == SQLITE_FLOAT) {
+        snprintf(out, len, "REAL %.17g", sqlite3_value_double(v));
+    } else {
+        const unsigned char *p = type == SQLITE_TEXT ? sqlite3_value_text(v) : sqlite3_value_blob(v);
+        const int n = sqlite3_value_bytes(v);
+        size_t at = (size_t)snprintf(out, len, "%s '", type == SQLITE_TEXT ? "TEXT" : "BLOB");
+        for (int i = 0; p != NULL && i < n && i < VALUE_QUOTE_MAX && at < len; i++)
+            at += (size_t)(p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\'
+                               ? snprintf(out + at, len - at, "%c", p[i])
+                               : snprintf(out + at, len - at, "\\x%02x", p[i]));
+        if (at < len) snprintf(out + at, len - at, "'%s", n > VALUE_QUOTE_MAX ? "..." : "");
+    }
+}
+
+/* What rule r admits, in words, into out. */
+static void domain_text(const column_rule *r, char *out, size_t len)
+{
+    const char *null = r->nullable ? " or NULL" : "";
+    switch (r->kind) {
+    case VALUE_INT:
+        if (r->hi >= (double)INT64_MAX)
+            snprintf(out, len, "an INTEGER >= %.0f%s", r->lo, null);
+        else
+            snprintf(out, len, "an INTEGER in [%.0f, %.0f]%s", r->lo, r->hi, null);
+        break;
+    case VALUE_REAL:
+        snprintf(out, len, "a REAL in [%g, %g]%s", r->lo, r->hi,
+                 r->nullable ? " or NULL (NaN)" : " (not NULL: no NaN)");
+        break;
+    case VALUE_NAME: snprintf(out, len, "TEXT of valid UTF-8%s", null); break;
+    case VALUE_VARIANT: snprintf(out, len, "a variant's full name (precgate help profiles)"); break;
+    case VALUE_TIME: snprintf(out, len, "TEXT 'YYYY-MM-DDTHH:MM:SS.sssZ'%s", null); break;
+    case VALUE_TEXT: snprintf(out, len, "TEXT%s", null); break;
+    }
+}
+
+/* Whether text is a time of TIME_FORM. */
+static int is_time(const unsigned char *text, int n)
+{
+    if (n != (int)sizeof TIME_FORM - 1) return 0;
+    for (int i = 0; i < n; i++)
+        if (TIME_FORM[i] == 'd' ? text[i] < '0' || text[i] > '9' : text[i] != TIME_FORM[i])
+            return 0;
+    return 1;
+}
+
+/* Whether v is a value rule r admits. */
+static int value_ok(const column_rule *r, sqlite3_value *v)
+{
+    const int type = sqlite3_value_type(v);
+    if (type == SQLITE_NULL) return r->nullable && r->kind != VALUE_VARIANT;
+    if (r->kind == VALUE_INT) {
+        const double x = (double)sqlite3_value_int64(v);
+        return type == SQLITE_INTEGER && x >= r->lo && x <= r->hi;
+    }
+    if (r->kind == VALUE_REAL) {
+        const double x = sqlite3_value_double(v);
+        return type == SQLITE_FLOAT && !isnan(x) && x >= r->lo && x <= r->hi;
+    }
+    if (type != SQLITE_TEXT) return 0;
+    const unsigned char *text = sqlite3_value_text(v);
+    const int n = sqlite3_value_bytes(v);
+    if (r->kind == VALUE_TEXT) return 1;
+    if (r->kind == VALUE_TIME) return is_time(text, n);
+    if (utf8_invalid_at(text, (size_t)n) != (size_t)n) return 0;
+    if (r->kind == VALUE_NAME) return 1;
+    variant_name name;
+    pg_err ignored = {0};
+    return variant_name_parse("variant", (const char *)text, &name, &ignored) == PG_OK &&
+           strcmp(name.full, (const char *)text) == 0;
+}
+
+/* Refuses a column of table in db that has no rule in column_rules (but
+ * the key): its values would be copied unchecked. */
+static pg_status check_rules_cover(sqlite3 *db, const char *path, const char *table,
+                                   const char *key, pg_err *err)
+{
+    char *sql = sqlite3_mprintf("SELECT name FROM pragma_table_info(%Q) ORDER BY cid", table);
+    if (sql == NULL) return pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_prepare(db, sql, &st, err);
+    sqlite3_free(sql);
+    int rc = SQLITE_ROW;
+    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *col = (const char *)sqlite3_column_text(st, 0);
+        int known = col != NULL && strcmp(col, key) == 0;
+        for (size_t i = 0; !known && col != NULL && i < N_COLUMN_RULES; i++)
+            known = strcmp(column_rules[i].table, table) == 0 &&
+                    strcmp(column_rules[i].column, col) == 0;
+        if (!known)
+            ps = pg_fail(err, PG_ERR_FORMAT, "%s: table %s has a column %s that this precgate's "
+                         "schema does not define (an altered shard database)", path, table,
+                         col != NULL ? col : "(NULL)");
+    }
+    if (ps == PG_OK && rc != SQLITE_DONE) ps = sql_fail(db, err, "read the columns of %s", table);
+    sqlite3_finalize(st);
+    return ps;
+}
+
+/* Checks every value of run_id's rows of table in db (key: the column that
+ * holds the run's id) against table's rules; PG_ERR_FORMAT naming path,
+ * the run, the table, the row, the column, the value and what it must be. */
+static pg_status check_table_values(sqlite3 *db, const char *path, const char *table,
+                                    const char *key, int64_t run_id, pg_err *err)
+{
+    pg_status ps = check_rules_cover(db, path, table, key, err);
+    const column_rule *rules[N_COLUMN_RULES];
+    int n = 0;
+    for (size_t i = 0; i < N_COLUMN_RULES; i++)
+        if (strcmp(column_rules[i].table, table) == 0) rules[n++] = &column_rules[i];
+    char *cols = sqlite3_mprintf("rowid");
+    for (int i = 0; cols != NULL && i < n; i++) {
+        char *more = sqlite3_mprintf("%s, \"%w\"", cols, rules[i]->column);
+        sqlite3_free(cols);
+        cols = more;
+    }
+    char *sql = cols != NULL ? sqlite3_mprintf("SELECT %s FROM \"%w\" WHERE \"%w\" = ?1 "
+                                               "ORDER BY rowid", cols, table, key)
+                             : NULL;
+    sqlite3_free(cols);
+    if (ps == PG_OK && sql == NULL) ps = pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
+    sqlite3_stmt *st = NULL;
+    if (ps == PG_OK) ps = sql_prepare(db, sql, &st, err);
+    sqlite3_free(sql);
+    if (ps == PG_OK && sqlite3_bind_int64(st, 1, run_id) != SQLITE_OK)
+        ps = sql_fail(db, err, "bind the run of %s", table);
+    int rc = SQLITE_ROW;
+    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        for (int i = 0; ps == PG_OK && i < n; i++) {
+            sqlite3_value *v = sqlite3_column_value(st, i + 1);
+            if (value_ok(rules[i], v)) continue;
+            char got[VALUE_TEXT_MAX], want[DOMAIN_TEXT_MAX];
+            value_text(v, got, sizeof got);
+            domain_text(rules[i], want, sizeof want);
+            ps = pg_fail(err, PG_ERR_FORMAT, "%s: run %" PRId64 ": %s row (rowid %lld): column "
+                         "%s holds %s, not %s: a damaged shard database (run the shard again)",
+                         path, run_id, table, (long long)sqlite3_column_int64(st, 0),
+                         rules[i]->column, got, want);
+        }
+    }
+    if (ps == PG_OK && rc != SQLITE_DONE)
+        ps = sql_fail(db, err, "read the %s rows of run %" PRId64, table, run_id);
+    sqlite3_finalize(st);
+    return ps;
+}
+
+/* Checks the values of run_id's runs row and of its rows in every data
+ * table of db (check_table_values). */
+static pg_status check_part_values(sqlite3 *db, const char *path, int64_t run_id, pg_err *err)
+{
+    pg_status ps = check_table_values(db, path, "runs", "id", run_id, err);
+    for (int t = 0; ps == PG_OK && merge_data_tables[t] != NULL; t++)
+        ps = check_table_values(db, path, merge_data_tables[t], "run_id", run_id, err);
+    return ps;
+}
+
 /* SQL_PARTS' columns; an index or count that is no number reads as -1. */
 static const sql_field PART_FIELDS[] = {
     SQL_FIELD(TEXT, merge_part, source),      SQL_FIELD(INT64, merge_part, run_id),
@@ -237,8 +551,11 @@ pg_status merge_store_read_parts(const char *path, merge_part **parts, size_t *n
         ps = sql_read_all_db(db, SQL_PARTS, SQL_PARAMS(params), &PART_ROW, &got, &n_got,
                              "read the runs", err);
     merge_part *read = got;
-    for (size_t i = 0; ps == PG_OK && i < n_got; i++)
-        ps = part_rows(db, read[i].run_id, NULL, 0, read[i].digest, &read[i].rows, err);
+    for (size_t i = 0; ps == PG_OK && i < n_got; i++) {
+        ps = check_part_values(db, path, read[i].run_id, err);
+        if (ps == PG_OK)
+            ps = part_rows(db, read[i].run_id, NULL, 0, read[i].digest, &read[i].rows, err);
+    }
     sqlite3_close(db);
     merge_part *grown = n_got > 0 ? realloc(*parts, (*n + n_got) * sizeof *grown) : *parts;
     if (grown == NULL) {

@@ -5,7 +5,11 @@
  * (schema version 15).
  *
  * A part is a run whose config_json carries "job" and "shard" {"index",
- * "count"} (run/eval --shard I/N). Its rows are those of the data tables
+ * "count"} (run/eval --shard I/N). A run whose config_json has either key,
+ * or is no JSON object, or is NULL in a run that did not fail, is read as a
+ * part too, for the merge to refuse (harness/cmd_merge.c): its job, index
+ * or count then reads NULL or -1. Every value of a part's runs row and rows
+ * is checked against what its column may hold (merge_store_read_parts). Its rows are those of the data tables
  * (merge_data_tables) under its run id; the derived tables (eval_scores,
  * eval_pairs) are not copied: the caller recomputes them from the merged
  * rows. A part's digest is XXH3-128 over its rows, every column but run_id,
@@ -36,9 +40,9 @@ typedef struct merge_part {
     int64_t run_id;      /* the part's run id there */
     char *kind, *status, *label, *git_rev, *device, *started_at, *finished_at;
     char *config_json;
-    char *job;           /* config_json "job" */
-    int64_t index;       /* config_json "shard"."index" */
-    int64_t count;       /* config_json "shard"."count" */
+    char *job;           /* config_json "job"; NULL when it is no string */
+    int64_t index;       /* config_json "shard"."index"; -1 when it is no integer */
+    int64_t count;       /* config_json "shard"."count"; -1 when it is no integer */
     char *error;         /* runs.error: why it failed or stopped; NULL when it finished */
     int64_t rows;        /* its rows in the data tables */
     char digest[MERGE_DIGEST_MAX];
@@ -46,11 +50,18 @@ typedef struct merge_part {
 
 /* Opens the shard database at path read-only, checks it (PRAGMA
  * quick_check; its schema version must be store_latest_schema_version()),
- * and appends each of its parts (runs whose config_json has a "job") to
- * *parts (grown with realloc; *n counts them), with its digest. Failures
- * name path: PG_ERR_DB for a file SQLite cannot open or read ("file is not
- * a database"), one quick_check finds damaged, or of another schema
- * version; PG_ERR_NOMEM. On failure the parts appended so far stay in
+ * and appends each of its parts (see above) to *parts (grown with realloc;
+ * *n counts them), with its digest, once every value of the part's runs
+ * row and of its rows in merge_data_tables is one its column may hold: of
+ * the column's storage class (typeof: a text in an INTEGER or REAL column is
+ * refused), in its range (metrics >= 0 or +inf, counts >= 0, fractions in
+ * [0, 1], NULL only where it means NaN or nothing), names valid UTF-8, a
+ * variant a full name of base/variant.h's grammar, and no column this
+ * precgate's schema lacks. Failures name path: PG_ERR_DB for a file SQLite
+ * cannot open or read ("file is not a database"), one quick_check finds
+ * damaged, or of another schema version; PG_ERR_FORMAT for a value, naming
+ * the run, the table, the row (rowid), the column, the value and what it
+ * must be; PG_ERR_NOMEM. On failure the parts appended so far stay in
  * *parts (merge_parts_free them). */
 pg_status merge_store_read_parts(const char *path, merge_part **parts, size_t *n, pg_err *err);
 

@@ -38,7 +38,11 @@ const char cmd_merge_usage[] =
     "  - a job merged into DB before, unless every part given is the one merged then\n"
     "    (same rows): that merge changes nothing (adding parts to a merged job is refused).\n"
     "A shard database that cannot be read, is damaged or of another schema version is an\n"
-    "error (exit 1), also with DB unchanged: the whole merge is one transaction.\n\n"
+    "error (exit 1), also with DB unchanged: the whole merge is one transaction. Damaged\n"
+    "includes a value its column cannot hold (a text in a numeric column, a metric or count\n"
+    "below 0, a NULL (NaN) where none may be, a name not valid UTF-8, a variant outside the\n"
+    "grammar), named by file, run, table, rowid and column, and a part whose config_json is\n"
+    "NULL, not a JSON object, or has \"job\" or \"shard\" missing or of the wrong type.\n\n"
     "  --into DB   the database that receives the merged runs (created if missing)\n\n"
     "Shards never write a shared database: SQLite's WAL does not work over a network\n"
     "filesystem. Each writes one on node-local disk; one merge writes the central one.\n\n"
@@ -384,6 +388,75 @@ static void drop_superseded(merge_part *parts, size_t *n)
     *n = kept;
 }
 
+/* What kind of JSON value x is, for messages ("a string", "missing", ...). */
+static const char *json_kind(const cJSON *x)
+{
+    if (x == NULL) return "missing";
+    if (cJSON_IsString(x)) return "a string";
+    if (cJSON_IsNumber(x)) return "a number";
+    if (cJSON_IsObject(x)) return "an object";
+    if (cJSON_IsArray(x)) return "an array";
+    if (cJSON_IsBool(x)) return "a boolean";
+    return "null";
+}
+
+/* Refuses "shard"."key" of shard (a parsed object) unless it is the integer
+ * merge_store_read_parts read as stored (-1: it read none). */
+static pg_status check_shard_number(const merge_part *p, const cJSON *shard, const char *key,
+                                    int64_t stored, pg_err *err)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(shard, key);
+    if (cJSON_IsNumber(x) && stored != -1 && x->valuedouble == (double)stored) return PG_OK;
+    return pg_fail(err, PG_ERR_FORMAT, "merge: %s: run %lld: config_json \"shard\".\"%s\" is %s, "
+                   "not an integer: not a part precgate wrote (a damaged shard database)",
+                   p->source, (long long)p->run_id, key,
+                   cJSON_IsNumber(x) ? "a number that is no integer" : json_kind(x));
+}
+
+/* Refuses a part whose config_json does not say which part of which job it
+ * is: NULL, not JSON, not an object, "job" missing, no string or no job key
+ * (shard_job_check), "shard" missing or no object, its "index" or "count"
+ * no integer. PG_ERR_FORMAT naming the file, the run and the field: precgate
+ * writes none of these (a damaged shard database, exit 1). */
+static pg_status check_part_config(const merge_part *p, pg_err *err)
+{
+    if (p->config_json == NULL)
+        return pg_fail(err, PG_ERR_FORMAT, "merge: %s: run %lld (%s, %s): config_json is NULL: "
+                       "not a part precgate wrote (a damaged shard database)", p->source,
+                       (long long)p->run_id, p->kind ? p->kind : "(no kind)",
+                       p->status ? p->status : "(no status)");
+    /* Nothing may follow the value (cJSON_Parse would ignore it). */
+    cJSON *cfg = cJSON_ParseWithOpts(p->config_json, NULL, 1);
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(cfg, "job");
+    const cJSON *shard = cJSON_GetObjectItemCaseSensitive(cfg, "shard");
+    pg_err job_err = {0};
+    pg_status st = PG_OK;
+    if (cfg == NULL || !cJSON_IsObject(cfg))
+        st = pg_fail(err, PG_ERR_FORMAT, "merge: %s: run %lld: config_json is %s: not a part "
+                     "precgate wrote (a damaged shard database)", p->source,
+                     (long long)p->run_id, cfg == NULL ? "not JSON" : "no JSON object");
+    else if (cJSON_IsString(job) && p->job == NULL)
+        /* e.g. a raw control character in a string: cJSON takes it, SQLite does not */
+        st = pg_fail(err, PG_ERR_FORMAT, "merge: %s: run %lld: config_json is not JSON that "
+                     "SQLite reads (json_valid): not a part precgate wrote (a damaged shard "
+                     "database)", p->source, (long long)p->run_id);
+    else if (!cJSON_IsString(job))
+        st = pg_fail(err, PG_ERR_FORMAT, "merge: %s: run %lld: config_json \"job\" is %s, not a "
+                     "string: not a part precgate wrote (a damaged shard database)", p->source,
+                     (long long)p->run_id, json_kind(job));
+    else if (shard_job_check("merge", p->job, &job_err) != PG_OK)
+        st = pg_fail(err, PG_ERR_FORMAT, "merge: %s: run %lld: config_json \"job\" is no job "
+                     "key (%s)", p->source, (long long)p->run_id, job_err.msg);
+    else if (!cJSON_IsObject(shard))
+        st = pg_fail(err, PG_ERR_FORMAT, "merge: %s: run %lld: config_json \"shard\" is %s, not "
+                     "an object: not a part precgate wrote (a damaged shard database)",
+                     p->source, (long long)p->run_id, json_kind(shard));
+    if (st == PG_OK) st = check_shard_number(p, shard, "index", p->index, err);
+    if (st == PG_OK) st = check_shard_number(p, shard, "count", p->count, err);
+    cJSON_Delete(cfg);
+    return st;
+}
+
 /* Reads every part of the files named in a into *parts, sorted; a file
  * holding no part, or the database merged into, is PG_ERR_USAGE naming it. */
 static pg_status read_all(const merge_args *a, const char *db_path, merge_part **parts,
@@ -396,6 +469,7 @@ static pg_status read_all(const merge_args *a, const char *db_path, merge_part *
                            "not a shard database", a->files[f]);
         const size_t before = *n;
         st = merge_store_read_parts(a->files[f], parts, n, err);
+        for (size_t i = before; st == PG_OK && i < *n; i++) st = check_part_config(&(*parts)[i], err);
         if (st == PG_OK && *n == before)
             st = pg_fail(err, PG_ERR_USAGE, "merge: %s holds no part of a sharded job (no run "
                          "of precgate run or eval --shard I/N)", a->files[f]);

@@ -2,7 +2,7 @@
 #include "junit.h"
 
 #include "atomic_file.h"
-#include "utf8.h"
+#include "base/utf8.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 
 #include "svg.h"
 #include "term.h"
-#include "utf8.h"
+#include "base/utf8.h"
 
 /* Verdicts the gate writes, in the order the summary counts them. */
 static const char *const VERDICTS[] = {"regression", "error",   "inconclusive",

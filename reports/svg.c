@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "base/utf8.h"
 
 /* ---- geometry (SVG user units = CSS pixels) ----------------------------- */
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "base/utf8.h"
 
 /* Longest glyph: a C1 control's "\u{9f}". */
 #define TERM_GLYPH_MAX 6

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "harness/shard.h"
 #include "fake_openai_server.h"
 #include "testutil.h"
@@ -214,19 +215,27 @@ static unsigned char *file_bytes(const char *name, size_t *len)
     return b;
 }
 
-/* Asserts that merging args into B.db exits with want, prints a message
- * holding needle, and leaves B.db byte for byte as it was. */
-static void expect_refused(int want, const char *needle, const char *args)
+/* Asserts that merging args into B.db exits with want and leaves B.db byte
+ * for byte as it was; returns what it printed (caller frees). */
+static char *refused_output(int want, const char *args)
 {
     size_t n0 = 0, n1 = 0;
     unsigned char *before = file_bytes("B.db", &n0);
     char *out = precgate_expect(want, "merge --into '%s' %s", tu_in_dir("B.db"), args);
-    cr_assert(strstr(out, needle) != NULL, "the refusal should name '%s':\n%s", needle, out);
     unsigned char *after = file_bytes("B.db", &n1);
     cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "B.db changed:\n%s", out);
-    free(out);
     free(before);
     free(after);
+    return out;
+}
+
+/* Asserts that merging args into B.db exits with want, prints a message
+ * holding needle, and leaves B.db byte for byte as it was. */
+static void expect_refused(int want, const char *needle, const char *args)
+{
+    char *out = refused_output(want, args);
+    cr_assert(strstr(out, needle) != NULL, "the refusal should name '%s':\n%s", needle, out);
+    free(out);
 }
 
 /* Copies scratch file from to scratch file to. */
@@ -640,4 +649,228 @@ Test(shard, a_part_of_another_count_is_refused_before_and_after_the_merge)
     free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(3)));
     snprintf(args, sizeof args, "'%s'", tu_in_dir("four.db"));
     expect_refused(2, "a merged job takes no parts later", args);
+}
+
+/* ---- a part's config and values ---------------------------------------- */
+
+/* Copies scratch file from to to and runs sql on the copy with the CHECK
+ * constraints off (a shard damaged or edited by hand need not obey them). */
+static void corrupt_copy(const char *from, const char *to, const char *sql)
+{
+    copy_file(from, to);
+    sqlite3 *db = tu_db_open(to);
+    tu_sql_exec(db, "PRAGMA ignore_check_constraints = ON");
+    tu_sql_exec(db, sql);
+    sqlite3_close(db);
+}
+
+Test(shard, a_part_whose_config_cannot_be_read_is_refused_naming_file_run_and_field)
+{
+    sweep_parts(3, "");
+    copy_file("A.db", "B.db");   /* B.db holds an unrelated run */
+    static const struct { const char *sql, *says; } bad[] = {
+        {"UPDATE runs SET config_json = NULL", "run 1 (sweep, complete): config_json is NULL"},
+        {"UPDATE runs SET config_json = 'not json {'", "run 1: config_json is not JSON"},
+        {"UPDATE runs SET config_json = config_json || 'x'", "run 1: config_json is not JSON"},
+        {"UPDATE runs SET config_json = '[1, 2]'", "run 1: config_json is no JSON object"},
+        {"UPDATE runs SET config_json = json_remove(config_json, '$.job')",
+         "run 1: config_json \"job\" is missing, not a string"},
+        {"UPDATE runs SET config_json = json_set(config_json, '$.job', 5)",
+         "run 1: config_json \"job\" is a number, not a string"},
+        {"UPDATE runs SET config_json = json_set(config_json, '$.job', 'a b')",
+         "run 1: config_json \"job\" is no job key"},
+        {"UPDATE runs SET config_json = json_remove(config_json, '$.shard')",
+         "run 1: config_json \"shard\" is missing, not an object"},
+        {"UPDATE runs SET config_json = json_set(config_json, '$.shard', 1)",
+         "run 1: config_json \"shard\" is a number, not an object"},
+        {"UPDATE runs SET config_json = json_remove(config_json, '$.shard.index')",
+         "run 1: config_json \"shard\".\"index\" is missing, not an integer"},
+        {"UPDATE runs SET config_json = json_set(config_json, '$.shard.index', '1')",
+         "run 1: config_json \"shard\".\"index\" is a string, not an integer"},
+        {"UPDATE runs SET config_json = json_set(config_json, '$.shard.count', 1.5)",
+         "run 1: config_json \"shard\".\"count\" is a number that is no integer"},
+    };
+    char args[8192], says[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        corrupt_copy("s1.db", "bad.db", bad[i].sql);
+        snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("bad.db"),
+                 tu_in_dir("s2.db"));
+        snprintf(says, sizeof says, "%s: %s", tu_in_dir("bad.db"), bad[i].says);
+        expect_refused(1, says, args);
+    }
+    /* A run that failed before its config was written (cmd_run records one
+     * for a capture that does not validate) is no part: its file still
+     * gives the part run again into it. */
+    corrupt_copy("s1.db", "rerun.db", "INSERT INTO runs (kind, status, started_at, finished_at, "
+                                      "error) VALUES ('sweep', 'failed', "
+                                      "'2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z', "
+                                      "'bad capture')");
+    snprintf(args, sizeof args, "'%s' '%s' '%s'", tu_in_dir("s0.db"), tu_in_dir("rerun.db"),
+             tu_in_dir("s2.db"));
+    char *out = precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), args);
+    expect_same_rows("A.db", 1, "B.db", merged_run(out), N_LAYERS * (3 * 65 + 3 + 1));
+    free(out);
+}
+
+/* Merges bad.db (a corrupted copy of a one-part job) into B.db and asserts
+ * a refusal (exit 1, B.db unchanged) naming the file, the run, the table
+ * and the column. */
+static void expect_value_refused(const char *table, const char *column, const char *what)
+{
+    char args[4096], needle[1024];
+    snprintf(args, sizeof args, "'%s'", tu_in_dir("bad.db"));
+    char *out = refused_output(1, args);
+    snprintf(needle, sizeof needle, "%s: run 1: %s row (rowid ", tu_in_dir("bad.db"), table);
+    cr_assert(strstr(out, needle) != NULL, "%s: the refusal should name '%s':\n%s", what, needle,
+              out);
+    snprintf(needle, sizeof needle, "): column %s holds ", column);
+    cr_assert(strstr(out, needle) != NULL, "%s: the refusal should name '%s':\n%s", what, needle,
+              out);
+    free(out);
+}
+
+/* One-part jobs: a sweep into f0.db and a replayed eval into f1.db; B.db
+ * holds an unrelated run. Both parts merge as they are (into ok.db). */
+static void one_part_jobs(void)
+{
+    free(precgate_expect(0, "synth -o '%s' " SYNTH_OPTS, tu_in_dir("cap.safetensors")));
+    free(precgate_expect(0, "run --capture '%s' --db '%s' --shard 0/1 " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("f0.db")));
+    free(precgate_expect(0, "eval --traces '%s' --replay --no-progress --db '%s' --shard 0/1",
+                         DEMO_TRACES, tu_in_dir("f1.db")));
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("B.db")));
+    free(precgate_expect(0, "merge --into '%s' '%s' '%s'", tu_in_dir("ok.db"), tu_in_dir("f0.db"),
+                         tu_in_dir("f1.db")));
+}
+
+Test(shard, a_value_its_column_cannot_hold_is_refused)
+{
+    one_part_jobs();
+    static const struct { const char *file, *table, *column, *sql; } bad[] = {
+        /* a text in a numeric column ('x' >= 0 passes the CHECK) */
+        {"f0.db", "layer_metrics", "layer", "UPDATE layer_metrics SET layer = 'x3' WHERE rowid = 5"},
+        {"f0.db", "layer_metrics", "rel_l2", "UPDATE layer_metrics SET rel_l2 = 'abc' WHERE rowid = 7"},
+        /* NaN as text, and NaN as SQLite stores it (NULL) where none may be */
+        {"f0.db", "layer_metrics", "max_abs", "UPDATE layer_metrics SET max_abs = 'NaN' WHERE rowid = 2"},
+        {"f0.db", "layer_metrics", "rel_l2", "UPDATE layer_metrics SET rel_l2 = NULL WHERE rowid = 3"},
+        /* out of range */
+        {"f0.db", "layer_metrics", "rel_l2", "UPDATE layer_metrics SET rel_l2 = -0.5 WHERE rowid = 9"},
+        {"f0.db", "quant_stats", "saturated_frac",
+         "UPDATE quant_stats SET saturated_frac = 1.5 WHERE rowid = 1"},
+        {"f0.db", "layer_shapes", "hq", "UPDATE layer_shapes SET hq = 0 WHERE rowid = 1"},
+        {"f1.db", "eval_samples", "sample", "UPDATE eval_samples SET sample = -1 WHERE rowid = 4"},
+        /* invalid UTF-8 in a name, a label; a variant outside the grammar */
+        {"f0.db", "quant_stats", "capture",
+         "UPDATE quant_stats SET capture = CAST(X'6361FF70' AS TEXT) WHERE rowid = 2"},
+        {"f0.db", "runs", "label", "UPDATE runs SET label = CAST(X'C0AF' AS TEXT)"},
+        {"f1.db", "eval_samples", "problem_id",
+         "UPDATE eval_samples SET problem_id = CAST(X'EDA080' AS TEXT) WHERE rowid = 6"},
+        {"f0.db", "layer_metrics", "variant",
+         "UPDATE layer_metrics SET variant = 'fp8kv@nope' WHERE rowid = 1"},
+        {"f1.db", "eval_samples", "correct", "UPDATE eval_samples SET correct = 0.5 WHERE rowid = 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        corrupt_copy(bad[i].file, "bad.db", bad[i].sql);
+        expect_value_refused(bad[i].table, bad[i].column, bad[i].sql);
+    }
+    /* The whole message for one. */
+    corrupt_copy("f0.db", "bad.db", "UPDATE layer_metrics SET rel_l2 = -0.5 WHERE rowid = 9");
+    char args[4096], needle[1024];
+    snprintf(args, sizeof args, "'%s'", tu_in_dir("bad.db"));
+    snprintf(needle, sizeof needle, "%s: run 1: layer_metrics row (rowid 9): column rel_l2 holds "
+             "REAL -0.5, not a REAL in [0, inf] (not NULL: no NaN)", tu_in_dir("bad.db"));
+    expect_refused(1, needle, args);
+}
+
+/* Seeds and count of the corruptions, and the one-part files they start from. */
+#define FUZZ_SEED 27
+#define FUZZ_CASES 300
+static const char *const fuzz_files[] = {"f0.db", "f1.db"};
+
+/* A value column (table, its declared type) of a part. */
+typedef struct fuzz_column {
+    char table[32], column[32], type[16];
+    int not_null;   /* NOT NULL declared: SQLite refuses a NULL even so */
+} fuzz_column;
+
+/* Whether the test's corruption value (SQL) is one column c may hold, so
+ * that it would be no corruption (the few columns whose domain takes it),
+ * or one SQLite itself refuses to store (NULL in a NOT NULL column). */
+static int fuzz_value_is_valid(const fuzz_column *c, const char *value)
+{
+    const int nan_ok = strcmp(c->column, "cos_sim") == 0 || strstr(c->column, "_frac") != NULL ||
+                       strcmp(c->column, "latency_ms") == 0;
+    if (strcmp(value, "NULL") == 0) return nan_ok || c->not_null;
+    if (strcmp(value, "-2.5") == 0) return strcmp(c->column, "sqnr_db") == 0;
+    if (strcmp(value, "-2") == 0) return strcmp(c->column, "extracted") == 0;
+    return 0;
+}
+
+Test(shard, randomly_corrupted_values_are_never_merged_as_they_are)
+{
+    one_part_jobs();
+    /* Invalid for a column of each declared type (fuzz_value_is_valid drops
+     * the few a column's domain takes); declared TEXT columns that hold any
+     * bytes (error, content, not_run, config_json) get only a blob. */
+    static const char *const for_integer[] = {"'x7'", "0.5", "-2", "X'0102'"};
+    static const char *const for_real[] = {"'NaN'", "'abc'", "X'01'", "NULL", "-2.5"};
+    static const char *const for_name[] = {"CAST(X'61FF62' AS TEXT)", "CAST(X'C0AF' AS TEXT)",
+                                           "CAST(X'EDA080' AS TEXT)", "CAST(X'F4908080' AS TEXT)",
+                                           "X'6162'"};
+    static const char *const for_any_text[] = {"X'6162'"};
+    uint64_t rng = FUZZ_SEED;
+    int refused = 0;
+    for (int k = 0; k < FUZZ_CASES; k++) {
+        const char *file = fuzz_files[rng_below(&rng, 2)];
+        sqlite3 *db = tu_db_open(file);
+        /* Every column of the runs row and the data tables that has rows. */
+        fuzz_column cols[128];
+        int n = 0;
+        sqlite3_stmt *st = NULL;
+        const int prc = sqlite3_prepare_v2(
+            db, "SELECT m.name, p.name, p.type, p.\"notnull\" FROM sqlite_schema m, pragma_table_info(m.name) p"
+                " WHERE m.type = 'table' AND m.name IN ('runs', 'layer_metrics', 'quant_stats',"
+                " 'layer_shapes', 'attribution', 'ext_diagnosis', 'eval_samples')"
+                " AND p.name NOT IN ('id', 'run_id') ORDER BY m.name, p.cid", -1, &st, NULL);
+        cr_assert_eq(prc, SQLITE_OK, "%s", sqlite3_errmsg(db));
+        while (sqlite3_step(st) == SQLITE_ROW && n < 128) {
+            fuzz_column *c = &cols[n];
+            snprintf(c->table, sizeof c->table, "%s", sqlite3_column_text(st, 0));
+            snprintf(c->column, sizeof c->column, "%s", sqlite3_column_text(st, 1));
+            snprintf(c->type, sizeof c->type, "%s", sqlite3_column_text(st, 2));
+            c->not_null = sqlite3_column_int(st, 3);
+            if (tu_sql_int(db, "SELECT count(*) FROM %s", c->table) > 0) n++;
+        }
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        cr_assert_gt(n, 10, "%s: only %d columns with rows", file, n);
+        const fuzz_column *c = &cols[rng_below(&rng, (uint64_t)n)];
+        const int any_text = strcmp(c->column, "error") == 0 || strcmp(c->column, "content") == 0 ||
+                             strcmp(c->column, "not_run") == 0 ||
+                             strcmp(c->column, "config_json") == 0;
+        const char *const *values = for_name;
+        size_t n_values = sizeof for_name / sizeof for_name[0];
+        if (strcmp(c->type, "INTEGER") == 0) {
+            values = for_integer;
+            n_values = sizeof for_integer / sizeof for_integer[0];
+        } else if (strcmp(c->type, "REAL") == 0) {
+            values = for_real;
+            n_values = sizeof for_real / sizeof for_real[0];
+        } else if (any_text) {
+            values = for_any_text;
+            n_values = 1;
+        }
+        const char *value = values[rng_below(&rng, n_values)];
+        if (fuzz_value_is_valid(c, value)) value = values[0];
+        char sql[1024];
+        snprintf(sql, sizeof sql, "UPDATE %s SET \"%s\" = %s WHERE rowid = (SELECT rowid FROM %s "
+                 "ORDER BY rowid LIMIT 1 OFFSET %llu %% (SELECT count(*) FROM %s))",
+                 c->table, c->column, value, c->table,
+                 (unsigned long long)rng_below(&rng, 1u << 20), c->table);
+        corrupt_copy(file, "bad.db", sql);
+        expect_value_refused(c->table, c->column, sql);
+        refused++;
+    }
+    cr_assert_eq(refused, FUZZ_CASES);
 }

@@ -1,4 +1,4 @@
-/* utf8.c: the UTF-8 reader of the text writers (see utf8.h). */
+/* utf8.c: the one UTF-8 decoder, and what text writers and checkers ask of it (see utf8.h). */
 #include "utf8.h"
 
 /* End (exclusive) of the C0 control characters U+0000-U+001F. */
@@ -57,4 +57,24 @@ size_t utf8_markup_len(const char *s, size_t *span)
     if (n == 0 || cp == UTF8_NONCHAR_FFFE || cp == UTF8_NONCHAR_FFFF) return 0;
     if (utf8_is_control(cp) && cp != '\t' && cp != '\n' && cp != '\r') return 0;
     return n;
+}
+
+size_t utf8_invalid_at(const unsigned char *s, size_t len)
+{
+    size_t at = 0;
+    while (at < len) {
+        unsigned long cp = 0;
+        /* A sequence cut by the end of s: utf8_decode reads at most up to a
+         * NUL, which s need not have; copy the tail so it is never read past. */
+        unsigned char tail[UTF8_SEQ_MAX + 1] = {0};
+        const unsigned char *p = s + at;
+        if (len - at < UTF8_SEQ_MAX) {
+            for (size_t i = 0; i < len - at; i++) tail[i] = s[at + i];
+            p = tail;
+        }
+        const size_t n = s[at] == '\0' ? 0 : utf8_decode((const char *)p, &cp);
+        if (n == 0 || n > len - at) return at;
+        at += n;
+    }
+    return len;
 }
