@@ -52,6 +52,7 @@ extern "C" {
 #define GATE_METRIC_SAMPLES "samples"
 #define GATE_METRIC_CONTENT "content"
 #define GATE_METRIC_SCALE_BUG "scale_bug"
+#define GATE_METRIC_COMPLETE "complete"   /* a run lacking rows its config implies */
 
 /* What a flag compares (the flags.scope values, in this order). */
 typedef enum gate_scope {

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "gate_config.h"
 #include "regress.h"
+#include "run_complete.h"
 
 const char cmd_gate_usage[] =
     "usage: precgate gate --run N [--baseline B] [--config FILE] [--junit FILE] [--db PATH]\n\n"
@@ -256,6 +257,31 @@ static pg_status gate_diagnosis(pg_store *store, int64_t run_id, const gate_rows
     return st;
 }
 
+/* Appends the "complete" error flag (regress_incomplete) when run lacks
+ * rows its config implies, or its config cannot say (run_complete.h). */
+static pg_status gate_completeness(pg_store *store, const char *db_path, const gate_run *run,
+                                   gate_flags *flags, pg_err *err)
+{
+    store_run_state rs = {0};
+    run_missing miss;
+    pg_status st = store_run_read(store, run->id, &rs, err);
+    if (st == PG_OK) st = run_complete_check(store, run->id, run->kind, rs.config_json, &miss, err);
+    if (st == PG_OK && (miss.unverifiable || miss.n_units > 0)) {
+        const int is_eval = strcmp(run->kind, "eval") == 0;
+        char cmd[RUN_COMPLETE_RESUME_MAX], remedy[RUN_COMPLETE_RESUME_MAX + 96];
+        const int resumes = run_complete_resume(run->kind, run->id, rs.config_json, db_path,
+                                                cmd, sizeof cmd);
+        snprintf(remedy, sizeof remedy, "%s%s, or %s again",
+                 !resumes ? "" : miss.unverifiable ? "records it: " : "resume it: ", cmd,
+                 is_eval ? "run the eval" : "sweep the capture");
+        st = regress_incomplete(is_eval ? GATE_SCOPE_EVAL : GATE_SCOPE_LAYER, run->id,
+                                miss.unverifiable, miss.n_units, miss.n_expected,
+                                is_eval ? "samples" : "layers", miss.list, remedy, flags, err);
+    }
+    store_run_state_free(&rs);
+    return st;
+}
+
 /* Loads run's rows (and base_id's, when >= 0) into *rows and *base and
  * appends every scope's verdicts to flags. */
 static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
@@ -330,6 +356,7 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     } else if (st == PG_OK) {
         st = gate_compare(store, &run, base_id, job->cfg, &rows, &base, &flags, err);
     }
+    if (st == PG_OK) st = gate_completeness(store, db_path, &run, &flags, err);
     if (st == PG_OK) st = gate_store_put_flags(store, run.id, base_id, &flags, err);
     if (st == PG_OK && a->junit != NULL) st = junit_write(a->junit, run.id, base_id, &flags, err);
 

@@ -231,6 +231,17 @@ pg_status regress_content_mismatch(gate_scope scope, const char *field, const ch
                                    int64_t baseline_run_id, const char *spec, gate_flags *out,
                                    pg_err *err);
 
+/* Appends the one flag of a run that lacks rows its config implies
+ * (harness/run_complete.h; whatever made the run, and also when its config
+ * does not record them: unverifiable): verdict error, metric "complete", in
+ * scope (eval for eval runs, layer otherwise; key strings "run" and "rows"),
+ * value n_missing of n_expected units (layers or samples, named by unit),
+ * the message naming the missing units (list) and remedy. PG_ERR_NOMEM. */
+pg_status regress_incomplete(gate_scope scope, int64_t run_id, int unverifiable,
+                             int64_t n_missing, int64_t n_expected, const char *unit,
+                             const char *list, const char *remedy, gate_flags *out,
+                             pg_err *err);
+
 /* Appends the layer-scope "scale_bug" flags (the top of this file) of the
  * diagnosis spans[0..n_spans) (diag_spans of the run's ext_diagnosis rows)
  * and the error flags of run[0..n_run)'s ext:NAME whole-layer rows that no

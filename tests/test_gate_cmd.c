@@ -257,10 +257,15 @@ Test(gate_cmd, a_layer_missing_from_the_run_is_an_error)
     cr_expect(strstr(out, "ERROR      layer     ") != NULL, "%s", out);
     cr_expect(strstr(out, "layer 0 fp8kv@fixed: in baseline run 1, missing from this run") != NULL,
               "%s", out);
+    /* The run's own config says so too, baseline or not (run_complete.h). */
+    cr_expect(strstr(out, "run 2 lacks 1 of the 2 layers its config implies: layer 0 "
+                          "(layer_metrics 130 of 195)") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' "
                         "AND layer = 0 AND variant = 'fp8kv@fixed' AND metric = 'present'"), 1);
-    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' "
+                        "AND metric = 'complete' AND value = 1 AND baseline_value = 2"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 2);
 }
 
 Test(gate_cmd, a_first_run_passes_on_the_defaults_and_is_held_to_a_configs_budgets)

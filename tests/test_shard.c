@@ -529,8 +529,9 @@ Test(shard, eval_job_needs_shard)
 Test(shard, a_failure_after_some_writes_leaves_the_database_as_it_was)
 {
     /* Two jobs in one merge: a sweep and an eval whose parts name no eval
-     * (config "eval" removed), so its rescoring fails after its rows and
-     * maybe the sweep's were written: the transaction must take all back. */
+     * (config "eval" removed), so the check of their rows (run_complete.h)
+     * fails after their rows and maybe the sweep's were written: the
+     * transaction must take all back. */
     sweep_parts(2, "");
     for (int i = 0; i < 2; i++) {
         char name[32];
@@ -546,7 +547,8 @@ Test(shard, a_failure_after_some_writes_leaves_the_database_as_it_was)
     char args[8192];
     snprintf(args, sizeof args, "%s '%s' '%s'", parts_list(2), tu_in_dir("e0.db"),
              tu_in_dir("e1.db"));
-    expect_refused(2, "names no \"eval\"", args);
+    expect_refused(2, "e0.db: run 1 (job ", args);
+    expect_refused(2, "its config_json records no plan (problems, modes, efforts, samples)", args);
 }
 
 Test(shard, layer_cost_counts_the_keys_each_query_sees)
