@@ -32,6 +32,8 @@ const char cmd_merge_usage[] =
     "  - parts of one job whose config differs (a field other than the part's own place,\n"
     "    threads, the traces' path and the servers' URLs), or whose shard count differs;\n"
     "  - a job with missing parts, or a part given twice;\n"
+    "  - a part lacking a row its own layers or problems imply (its config's layer_rows\n"
+    "    or plan; harness/run_complete.h), naming the units and the resume command;\n"
     "  - a part that did not finish (running, failed or interrupted: resume it); an\n"
     "    eval part that finished with failed samples (incomplete) is taken, and makes the\n"
     "    merged run incomplete;\n"

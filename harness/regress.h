@@ -30,6 +30,12 @@
  *     message: set a baseline run that has the key, or bound it in the
  *     config), since a baseline run exists and nothing judges the key.
  *
+ * completeness (every run, with or without a baseline run, whatever the
+ *   config says): one error flag, metric "complete" (regress_incomplete),
+ *   when the run lacks a row its config implies (harness/run_complete.h:
+ *   a sweep's layer_rows per owned layer, an eval's plan), or its config
+ *   records neither (a run made before them): never a pass.
+ *
  * layer without a baseline run (the first run): the "nonfinite" flag of
  *   every key, and each metric that has an absolute bound in the config;
  *   a metric without one gets no flag (nothing was compared).
