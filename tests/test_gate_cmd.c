@@ -969,3 +969,25 @@ Test(gate_cmd, a_run_lacking_rows_its_config_implies_is_an_error)
                         "AND scope = 'eval' AND metric = 'complete' AND value = 10 "
                         "AND baseline_value = 108"), 1);
 }
+
+/* A sweep whose config predates layer_rows is an error until `run --resume`
+ * records them from the capture (run_complete.h); then it passes. */
+Test(gate_cmd, run_resume_records_the_layer_rows_of_an_older_run)
+{
+    synth();
+    sweep("x");
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.layer_rows') WHERE id = 1");
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress", g_cap,
+                          g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT json_extract(config_json, '$.layer_rows.layer_metrics[1]') "
+                        "FROM runs WHERE id = 1"), 195);
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+}
