@@ -15,6 +15,7 @@
 #include "eval_resume.h"
 #include "interrupt.h"
 #include "progress.h"
+#include "run_complete.h"
 #include "shard.h"
 
 #ifndef PRECGATE_GIT_REV
@@ -435,6 +436,7 @@ typedef struct eval_session {
     const eval_args *a;
     cJSON *config;   /* new run: this command's; resume: the run's stored config */
     int taken;       /* the run is this process's (begun, or reopened) */
+    int plan_added;  /* resume: the run's config lacked "plan", added from this command's */
 } eval_session;
 
 /* Stores es->config as the run's config_json. */
@@ -484,7 +486,7 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
             moved = 1;
         }
     }
-    if (st == PG_OK && (added || moved)) st = store_config(es, err);
+    if (st == PG_OK && (added || moved || es->plan_added)) st = store_config(es, err);
     return st;
 }
 
@@ -502,6 +504,14 @@ static pg_status check_resume(eval_session *es, const cJSON *now, pg_err *err)
     if (st == PG_OK)
         st = resume_check_fields("eval", es->run_id, es->config, now, eval_shard_fields,
                                  sizeof eval_shard_fields / sizeof eval_shard_fields[0], err);
+    /* A run started before runs recorded their plan gets this command's: the
+     * checks above proved the same traces and grid (run_complete.h). */
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(now, "plan");
+    if (st == PG_OK && plan != NULL && !cJSON_HasObjectItem(es->config, "plan")) {
+        if (!cJSON_AddItemToObject(es->config, "plan", cJSON_Duplicate(plan, 1)))
+            st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+        es->plan_added = st == PG_OK;
+    }
     store_run_state_free(&rs);
     return st;
 }
@@ -528,10 +538,12 @@ int cmd_eval(int argc, char **argv)
     const pg_notes notes = progress_notes(&bar, a.progress);
     a.o.notes = &notes;
     const char *db_path = cli_db_path(a.db);
-    eval_session es = {NULL, -1, &a, NULL, 0};
+    eval_session es = {NULL, -1, &a, NULL, 0, 0};
     if (st == PG_OK) st = store_open(db_path, &es.store, &err);
     cJSON *now = st == PG_OK ? eval_config_json(&a, digest) : NULL;
     if (st == PG_OK && now == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "eval: out of memory");
+    /* What the run must hold when whole (run_complete.h), over every problem. */
+    if (st == PG_OK) st = run_complete_add_eval_plan(now, t, &err);
     const int n_planned = t->n;  /* before a part keeps its own problems */
     if (st == PG_OK && a.shard.count > 0) st = eval_shard(&a, t, now, &err);
     if (st == PG_OK && a.resume > 0) {

@@ -13,6 +13,7 @@
 #include "reports/term.h"
 #include "gate_config.h"
 #include "regress.h"
+#include "run_complete.h"
 
 const char cmd_gate_usage[] =
     "usage: precgate gate --run N [--baseline B] [--require-baseline] [--config FILE]\n"
@@ -41,6 +42,10 @@ const char cmd_gate_usage[] =
     "             (a paired regression or improvement also needs sign-test p <= 0.05),\n"
     "             with the MDE stated; an error when a mode has no correct answer, more\n"
     "             than half its samples truncated, or <= 5 problems (no p < 0.05 possible)\n"
+    "  complete   every run: a sweep must hold each layer's rows as its config's\n"
+    "             layer_rows records them, an eval every (problem, mode, effort, sample)\n"
+    "             of its plan; a missing row, or a config that records neither (an older\n"
+    "             run), is one error naming the missing units and the resume command\n"
     "Regressions are printed first, then the counts. A PASS without a baseline run\n"
     "(a first run) says so on its own line, and the JUnit file has a skipped\n"
     "testcase \"baseline comparison\" saying it.\n\n"
@@ -267,6 +272,31 @@ static pg_status gate_diagnosis(pg_store *store, int64_t run_id, const gate_rows
     return st;
 }
 
+/* Appends the "complete" error flag (regress_incomplete) when run lacks
+ * rows its config implies, or its config cannot say (run_complete.h). */
+static pg_status gate_completeness(pg_store *store, const char *db_path, const gate_run *run,
+                                   gate_flags *flags, pg_err *err)
+{
+    store_run_state rs = {0};
+    run_missing miss;
+    pg_status st = store_run_read(store, run->id, &rs, err);
+    if (st == PG_OK) st = run_complete_check(store, run->id, run->kind, rs.config_json, &miss, err);
+    if (st == PG_OK && (miss.unverifiable || miss.n_units > 0)) {
+        const int is_eval = strcmp(run->kind, "eval") == 0;
+        char cmd[RUN_COMPLETE_RESUME_MAX], remedy[RUN_COMPLETE_RESUME_MAX + 96];
+        const int resumes = run_complete_resume(run->kind, run->id, rs.config_json, db_path,
+                                                cmd, sizeof cmd);
+        snprintf(remedy, sizeof remedy, "%s%s, or %s again",
+                 !resumes ? "" : miss.unverifiable ? "records it: " : "resume it: ", cmd,
+                 is_eval ? "run the eval" : "sweep the capture");
+        st = regress_incomplete(is_eval ? GATE_SCOPE_EVAL : GATE_SCOPE_LAYER, run->id,
+                                miss.unverifiable, miss.n_units, miss.n_expected,
+                                is_eval ? "samples" : "layers", miss.list, remedy, flags, err);
+    }
+    store_run_state_free(&rs);
+    return st;
+}
+
 /* Loads run's rows (and base_id's, when >= 0) into *rows and *base and
  * appends every scope's verdicts to flags. */
 static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
@@ -357,6 +387,7 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     } else if (st == PG_OK) {
         st = gate_compare(store, &run, base_id, job->cfg, &rows, &base, &flags, err);
     }
+    if (st == PG_OK) st = gate_completeness(store, db_path, &run, &flags, err);
     /* A read-only database (cli_with_store said so) keeps its flags: the
      * verdicts are printed and decide the exit status, but are not stored. */
     const int store_flags = store_access_mode(store) == STORE_READ_WRITE;

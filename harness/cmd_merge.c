@@ -9,6 +9,7 @@
 #include "evals/eval_run.h"
 #include "cli.h"
 #include "reports/term.h"
+#include "run_complete.h"
 #include "shard.h"
 
 /* Most missing or given-twice parts one refusal lists before "...". */
@@ -32,6 +33,8 @@ const char cmd_merge_usage[] =
     "  - parts of one job whose config differs (a field other than the part's own place,\n"
     "    threads, the traces' path and the servers' URLs), or whose shard count differs;\n"
     "  - a job with missing parts, or a part given twice;\n"
+    "  - a part lacking a row its own layers or problems imply (its config's layer_rows\n"
+    "    or plan; harness/run_complete.h), naming the units and the resume command;\n"
     "  - a part that did not finish (running, failed or interrupted: resume it); an\n"
     "    eval part that finished with failed samples (incomplete) is taken, and makes the\n"
     "    merged run incomplete;\n"
@@ -284,6 +287,32 @@ static char *merged_config(const merge_part *first)
     return text;
 }
 
+/* Refuses part p when run_id of s (the merged run, p's rows copied into
+ * it) lacks a row that p's own layers or problems imply (run_complete.h),
+ * or p's config cannot say which: naming p, the missing units and the
+ * command that resumes p. */
+static pg_status check_part_complete(pg_store *s, const merge_part *p, int64_t run_id,
+                                     pg_err *err)
+{
+    run_missing miss;
+    pg_status st = run_complete_check(s, run_id, p->kind, p->config_json, &miss, err);
+    if (st != PG_OK || (!miss.unverifiable && miss.n_units == 0)) return st;
+    const int is_eval = strcmp(p->kind, "eval") == 0;
+    char cmd[RUN_COMPLETE_RESUME_MAX];
+    run_complete_resume(p->kind, p->run_id, p->config_json, p->source, cmd, sizeof cmd);
+    if (miss.unverifiable)
+        return pg_fail(err, PG_ERR_USAGE, "merge: %s: run %lld (job %s, shard %lld/%lld): %s: "
+                       "run the shard again with this precgate into a fresh database (or "
+                       "resume it, which records it: %s)", p->source, (long long)p->run_id,
+                       p->job, (long long)p->index, (long long)p->count, miss.list, cmd);
+    return pg_fail(err, PG_ERR_USAGE, "merge: %s: run %lld (job %s, shard %lld/%lld) lacks rows "
+                   "that its own %s imply (%lld of its %lld %s): %s; resume it (%s) or run the "
+                   "shard again into a fresh database", p->source, (long long)p->run_id, p->job,
+                   (long long)p->index, (long long)p->count, is_eval ? "problems" : "layers",
+                   (long long)miss.n_units, (long long)miss.n_expected,
+                   is_eval ? "samples" : "layers", miss.list, cmd);
+}
+
 /* The string member key of the JSON text json (a malloc'd copy), or NULL. */
 static char *config_string(const char *json, const char *key)
 {
@@ -332,6 +361,7 @@ static pg_status merge_job(pg_store *s, const merge_part *p, size_t n, FILE *out
                                  .config_json = config};
     pg_status st = merge_store_add_run(s, &info, run_id, err);
     for (size_t i = 0; st == PG_OK && i < n; i++) st = merge_store_copy_part(s, &p[i], *run_id, err);
+    for (size_t i = 0; st == PG_OK && i < n; i++) st = check_part_complete(s, &p[i], *run_id, err);
     if (st == PG_OK && strcmp(p[0].kind, "eval") == 0) {
         char *eval = config_string(config, "eval");
         st = eval != NULL ? eval_score_all(s, *run_id, eval, out, err)

@@ -16,6 +16,7 @@
 #include "eval_resume.h"
 #include "interrupt.h"
 #include "progress.h"
+#include "run_complete.h"
 #include "shard.h"
 #include "sweep.h"
 #include "base/variant.h"
@@ -243,9 +244,10 @@ static cJSON *variants_json(const sweep_variants *v)
  * a double), the scale policy (a->scales, resolved), --attribute and the
  * precgate build. A part of a sharded job (--shard) adds "job", "shard"
  * ({"index", "count"}) and "shard_layers", the layers it owns: those not
- * marked in skip[]. */
+ * marked in skip[]. "layer_rows" records what each layer of cap holds when
+ * whole under so (run_complete.h: what merge and gate hold the run to). */
 static char *run_config_json(const run_args *a, const capture *cap, const char *backend,
-                             const unsigned char *skip)
+                             const sweep_options *so, const unsigned char *skip)
 {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
@@ -269,6 +271,11 @@ static char *run_config_json(const run_args *a, const capture *cap, const char *
     cJSON_AddNumberToObject(o, "tokens_q", (double)cap->tq);
     cJSON_AddNumberToObject(o, "tokens_kv", (double)cap->tkv);
     cJSON_AddNumberToObject(o, "block_size", cap->block_size);
+    pg_err ignored = {0};  /* out of memory: NULL below */
+    if (run_complete_add_layer_rows(o, cap, so, &ignored) != PG_OK) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     if (a->shard.count > 0) {
         shard_config_add(o, a->job, a->shard);
         cJSON *layers = cJSON_AddArrayToObject(o, "shard_layers");
@@ -658,6 +665,21 @@ static pg_status resume_record_shapes(pg_store *store, int64_t run_id, const cha
     return st;
 }
 
+/* Adds "layer_rows" (run_complete.h) to the config of a run started before
+ * runs recorded it, and stores it: the capture --resume checked holds the
+ * run's content, so what its layers hold when whole is known again. */
+static pg_status resume_record_layer_rows(pg_store *store, int64_t run_id, resume_ctx *r,
+                                          const capture *cap, const sweep_options *so,
+                                          pg_err *err)
+{
+    pg_status st = run_complete_add_layer_rows(r->cfg, cap, so, err);
+    char *text = st == PG_OK ? cJSON_PrintUnformatted(r->cfg) : NULL;
+    if (st == PG_OK && text == NULL) st = pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
+    if (st == PG_OK) st = store_run_set_config(store, run_id, text, err);
+    free(text);
+    return st;
+}
+
 /* Writes text to f as one shell word: as it is when it holds only
  * characters no shell treats specially, else in single quotes. */
 static void put_shell_word(FILE *f, const char *text)
@@ -798,6 +820,8 @@ int cmd_run(int argc, char **argv)
             st = resume_record_shapes(store, run_id, resume.capture_name, cap, no_shape,
                                       &n_shapes, &err);
         free(no_shape);
+        if (st == PG_OK && !cJSON_HasObjectItem(resume.cfg, "layer_rows"))
+            st = resume_record_layer_rows(store, run_id, &resume, cap, &so, &err);
         if (st == PG_OK && n_shapes > 0)
             fprintf(stderr, "precgate: recorded the shapes of %d layers stored before schema "
                             "version 12 (layer_shapes, for precgate advise)\n", n_shapes);
@@ -829,7 +853,7 @@ int cmd_run(int argc, char **argv)
             }
             so.stored = stored;
         }
-        config = st == PG_OK ? run_config_json(&a, cap, backend, stored) : NULL;
+        config = st == PG_OK ? run_config_json(&a, cap, backend, &so, stored) : NULL;
         char host[RUN_DESC_MAX], cpu[RUN_DESC_MAX], device[RUN_DESC_MAX + 32];
         store_this_host(host, sizeof host);
         cpu_model(cpu, sizeof cpu);

@@ -807,6 +807,29 @@ pg_status regress_no_baseline(gate_scope scope, const char *kind, int64_t run_id
                 "baseline set RUN)", (long long)run_id, kind);
 }
 
+pg_status regress_incomplete(gate_scope scope, int64_t run_id, int unverifiable,
+                             int64_t n_missing, int64_t n_expected, const char *unit,
+                             const char *list, const char *remedy, gate_flags *out,
+                             pg_err *err)
+{
+    if (unit == NULL || list == NULL || remedy == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_incomplete: NULL argument");
+    const int is_eval = scope == GATE_SCOPE_EVAL;
+    const flag_spec s = {.scope = scope, .layer = -1, .capture = is_eval ? NULL : "run",
+                         .variant = is_eval ? NULL : "rows", .eval = is_eval ? "run" : NULL,
+                         .mode = is_eval ? "rows" : NULL, .effort = is_eval ? "-" : NULL,
+                         .metric = GATE_METRIC_COMPLETE,
+                         .value = unverifiable ? NAN : (double)n_missing,
+                         .baseline_value = unverifiable ? NAN : (double)n_expected,
+                         .threshold = 0, .verdict = GATE_VERDICT_ERROR};
+    if (unverifiable)
+        return push(out, &s, err, "run %lld: %s: an error, never a pass (%s)",
+                    (long long)run_id, list, remedy);
+    return push(out, &s, err, "run %lld lacks %lld of the %lld %s its config implies: %s; "
+                "no verdict passes on missing rows (%s)", (long long)run_id,
+                (long long)n_missing, (long long)n_expected, unit, list, remedy);
+}
+
 /* The gate verdict of a diagnosis verdict (regress.h). */
 static gate_verdict diagnosis_verdict(diag_verdict v)
 {

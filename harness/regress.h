@@ -30,6 +30,12 @@
  *     message: set a baseline run that has the key, or bound it in the
  *     config), since a baseline run exists and nothing judges the key.
  *
+ * completeness (every run, with or without a baseline run, whatever the
+ *   config says): one error flag, metric "complete" (regress_incomplete),
+ *   when the run lacks a row its config implies (harness/run_complete.h:
+ *   a sweep's layer_rows per owned layer, an eval's plan), or its config
+ *   records neither (a run made before them): never a pass.
+ *
  * layer without a baseline run (the first run): the "nonfinite" flag of
  *   every key, and each metric that has an absolute bound in the config;
  *   a metric without one gets no flag (nothing was compared).
@@ -239,6 +245,17 @@ pg_status regress_content_mismatch(gate_scope scope, const char *field, const ch
  * are made beside it. PG_ERR_NOMEM; PG_ERR_INTERNAL for a NULL argument. */
 pg_status regress_no_baseline(gate_scope scope, const char *kind, int64_t run_id, gate_flags *out,
                               pg_err *err);
+
+/* Appends the one flag of a run that lacks rows its config implies
+ * (harness/run_complete.h; whatever made the run, and also when its config
+ * does not record them: unverifiable): verdict error, metric "complete", in
+ * scope (eval for eval runs, layer otherwise; key strings "run" and "rows"),
+ * value n_missing of n_expected units (layers or samples, named by unit),
+ * the message naming the missing units (list) and remedy. PG_ERR_NOMEM. */
+pg_status regress_incomplete(gate_scope scope, int64_t run_id, int unverifiable,
+                             int64_t n_missing, int64_t n_expected, const char *unit,
+                             const char *list, const char *remedy, gate_flags *out,
+                             pg_err *err);
 
 /* Appends the layer-scope "scale_bug" flags (the top of this file) of the
  * diagnosis spans[0..n_spans) (diag_spans of the run's ext_diagnosis rows)

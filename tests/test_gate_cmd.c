@@ -259,10 +259,15 @@ Test(gate_cmd, a_layer_missing_from_the_run_is_an_error)
     cr_expect(strstr(out, "ERROR      layer     ") != NULL, "%s", out);
     cr_expect(strstr(out, "layer 0 fp8kv@fixed: in baseline run 1, missing from this run") != NULL,
               "%s", out);
+    /* The run's own config says so too, baseline or not (run_complete.h). */
+    cr_expect(strstr(out, "run 2 lacks 1 of the 2 layers its config implies: layer 0 "
+                          "(layer_metrics 130 of 195)") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' "
                         "AND layer = 0 AND variant = 'fp8kv@fixed' AND metric = 'present'"), 1);
-    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' "
+                        "AND metric = 'complete' AND value = 1 AND baseline_value = 2"), 1);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 2);
 }
 
 Test(gate_cmd, a_first_run_passes_on_the_defaults_and_is_held_to_a_configs_budgets)
@@ -1245,4 +1250,74 @@ Test(gate_cmd, a_read_only_database_is_read_and_said_so)
     free(out);
     set_read_only(0);
     cr_expect_eq(db_num("PRAGMA user_version"), older);
+}
+
+/* Issue #27: the gate checks the rows a run's config implies itself,
+ * whatever made the run (run_complete.h): a sweep lacking a quant row, an
+ * eval lacking a problem or a sample, and a run whose config cannot say. */
+Test(gate_cmd, a_run_lacking_rows_its_config_implies_is_an_error)
+{
+    synth();
+    sweep("x");
+    db_exec("DELETE FROM quant_stats WHERE run_id = 1 AND layer = 1 AND tensor = 'k'");
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "ERROR      layer     run 1 lacks 1 of the 2 layers its config implies: "
+                          "layer 1 (quant_stats 2 of 3)") != NULL, "%s", out);
+    cr_expect(strstr(out, "resume it: precgate run --resume 1 --capture ") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'error' "
+                        "AND scope = 'layer' AND metric = 'complete'"), 1);
+    /* A config without layer_rows (an older run): an error, never a pass. */
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.layer_rows') WHERE id = 1");
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "run 1: its config_json records no layer_rows") != NULL, "%s", out);
+    free(out);
+
+    const char *traces = PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl";
+    rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --no-progress", traces,
+                          g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    db_exec("DELETE FROM eval_samples WHERE run_id = 2 AND problem_id = 'demo-03'");
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "ERROR      eval      run 2 lacks 9 of the 108 samples its config "
+                          "implies: 1 of the plan's 12 problems holds no sample") != NULL,
+              "%s", out);
+    free(out);
+    db_exec("DELETE FROM eval_samples WHERE run_id = 2 AND problem_id = 'demo-04' AND "
+            "mode = 'bf16' AND sample = 2");
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "lacks 10 of the 108 samples its config implies: problem demo-04 "
+                          "(bf16, medium): sample 2 of 3;") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' "
+                        "AND scope = 'eval' AND metric = 'complete' AND value = 10 "
+                        "AND baseline_value = 108"), 1);
+}
+
+/* A sweep whose config predates layer_rows is an error until `run --resume`
+ * records them from the capture (run_complete.h); then it passes. */
+Test(gate_cmd, run_resume_records_the_layer_rows_of_an_older_run)
+{
+    synth();
+    sweep("x");
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.layer_rows') WHERE id = 1");
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress", g_cap,
+                          g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT json_extract(config_json, '$.layer_rows.layer_metrics[1]') "
+                        "FROM runs WHERE id = 1"), 195);
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
 }

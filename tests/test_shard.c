@@ -538,8 +538,9 @@ Test(shard, eval_job_needs_shard)
 Test(shard, a_failure_after_some_writes_leaves_the_database_as_it_was)
 {
     /* Two jobs in one merge: a sweep and an eval whose parts name no eval
-     * (config "eval" removed), so its rescoring fails after its rows and
-     * maybe the sweep's were written: the transaction must take all back. */
+     * (config "eval" removed), so the check of their rows (run_complete.h)
+     * fails after their rows and maybe the sweep's were written: the
+     * transaction must take all back. */
     sweep_parts(2, "");
     for (int i = 0; i < 2; i++) {
         char name[32];
@@ -555,7 +556,8 @@ Test(shard, a_failure_after_some_writes_leaves_the_database_as_it_was)
     char args[8192];
     snprintf(args, sizeof args, "%s '%s' '%s'", parts_list(2), tu_in_dir("e0.db"),
              tu_in_dir("e1.db"));
-    expect_refused(2, "names no \"eval\"", args);
+    expect_refused(2, "e0.db: run 1 (job ", args);
+    expect_refused(2, "its config_json records no plan (problems, modes, efforts, samples)", args);
 }
 
 Test(shard, layer_cost_counts_the_keys_each_query_sees)
@@ -873,4 +875,86 @@ Test(shard, randomly_corrupted_values_are_never_merged_as_they_are)
         refused++;
     }
     cr_assert_eq(refused, FUZZ_CASES);
+}
+
+/* ---- completeness (issue #27) ------------------------------------------- */
+
+/* Copies s0.db to bad.db, runs sql on it, and asserts that merging bad.db
+ * with s1.db .. s{count-1}.db is refused naming bad.db's part, needle (the
+ * missing units) and the command that resumes it, B.db unchanged. */
+static void expect_part_refused(int count, const char *sql, const char *needle,
+                                const char *resume)
+{
+    copy_file("s0.db", "bad.db");
+    sqlite3 *b = tu_db_open("bad.db");
+    tu_sql_exec(b, sql);
+    cr_assert_gt(sqlite3_changes(b), 0, "%s changed nothing", sql);
+    sqlite3_close(b);
+    char args[8192];
+    size_t at = (size_t)snprintf(args, sizeof args, "'%s'", tu_in_dir("bad.db"));
+    for (int i = 1; i < count; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "s%d.db", i);
+        at += (size_t)snprintf(args + at, sizeof args - at, " '%s'", tu_in_dir(name));
+    }
+    char part[600];
+    snprintf(part, sizeof part, "%s: run 1 (job ", tu_in_dir("bad.db"));
+    expect_refused(2, part, args);
+    expect_refused(2, needle, args);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "%s --db %s", resume, tu_in_dir("bad.db"));
+    expect_refused(2, cmd, args);
+}
+
+Test(shard, a_sweep_part_lacking_rows_of_its_own_layers_is_refused)
+{
+    sweep_parts(2, "");
+    free(precgate_expect(0, "run --capture '%s' --db '%s' " RUN_OPTS,
+                         tu_in_dir("cap.safetensors"), tu_in_dir("B.db")));
+    char resume[600];
+    snprintf(resume, sizeof resume, "precgate run --resume 1 --capture %s",
+             tu_in_dir("cap.safetensors"));
+    /* The reproduction of the issue: the part's first layer deleted. */
+    sqlite3 *s0 = tu_db_open("s0.db");
+    const long long first = tu_sql_int(s0, "SELECT min(layer) FROM layer_metrics");
+    sqlite3_close(s0);
+    char sql[300], needle[300];
+    snprintf(sql, sizeof sql, "DELETE FROM layer_metrics WHERE layer = %lld", first);
+    snprintf(needle, sizeof needle, "lacks rows that its own layers imply (1 of its 3 layers): "
+                                    "layer %lld (layer_metrics 0 of 195)", first);
+    expect_part_refused(2, sql, needle, resume);
+    /* One variant of one layer. */
+    snprintf(sql, sizeof sql, "DELETE FROM layer_metrics WHERE layer = %lld AND variant = "
+                              "'fp8kv@fixed'", first);
+    snprintf(needle, sizeof needle, "layer %lld (layer_metrics 130 of 195)", first);
+    expect_part_refused(2, sql, needle, resume);
+    /* One head row. */
+    snprintf(sql, sizeof sql, "DELETE FROM layer_metrics WHERE layer = %lld AND variant = "
+                              "'bf16' AND head = 3", first);
+    snprintf(needle, sizeof needle, "layer %lld (layer_metrics 194 of 195)", first);
+    expect_part_refused(2, sql, needle, resume);
+    /* One quant row. */
+    snprintf(sql, sizeof sql, "DELETE FROM quant_stats WHERE layer = %lld AND tensor = 'q'",
+             first);
+    snprintf(needle, sizeof needle, "layer %lld (quant_stats 2 of 3)", first);
+    expect_part_refused(2, sql, needle, resume);
+    /* The whole set still merges. */
+    free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(2)));
+}
+
+Test(shard, an_eval_part_lacking_samples_of_its_own_problems_is_refused)
+{
+    eval_parts(2);
+    copy_file("eA.db", "B.db");   /* B.db holds an unrelated run */
+    const char *resume = "precgate eval --resume 1";
+    /* The issue's second reproduction: one problem's samples deleted. */
+    expect_part_refused(2, "DELETE FROM eval_samples WHERE problem_id = 'demo-01'",
+                        "(9 of its 54 samples): problem demo-01 (bf16, medium): no sample",
+                        resume);
+    /* One sample. */
+    expect_part_refused(2, "DELETE FROM eval_samples WHERE problem_id = 'demo-02' AND "
+                           "mode = 'fp8kv' AND sample = 1",
+                        "(1 of its 54 samples): problem demo-02 (fp8kv, medium): sample 1 of 3",
+                        resume);
+    free(precgate_expect(0, "merge --into '%s' %s", tu_in_dir("B.db"), parts_list(2)));
 }
