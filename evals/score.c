@@ -46,6 +46,11 @@
  *    Statistician 52(2) (1998): (c + z^2/2)/(N + z^2), z = 1.96 (about two
  *    successes and two failures added), which keeps p(1-p) > 0 when every
  *    sample was wrong (or right) instead of reporting an MDE of 0.
+ *  - The MDE floor of a design without variation (eval_mde_floor): the rule
+ *    of three, Hanley & Lippman-Hand, "If nothing goes wrong, is everything
+ *    all right? Interpreting zero numerators", JAMA 249(13):1743-1745
+ *    (1983): with 0 events in n trials, 3/n is the one-sided 95% upper
+ *    bound on the rate (exactly 1 - 0.05^(1/n), about 3/n).
  *  - Smallest reachable sign-test p: with n untied problems the most extreme
  *    outcome (all won or all lost) has two-sided p = 2 * 0.5^n (Conover,
  *    as above); for n <= 5 that is >= 0.0625 > 0.05.
@@ -189,6 +194,14 @@ double eval_design_mde(size_t correct, size_t valid, double inv_sum, size_t n_pr
     if (n_problems == 0 || !(inv_sum > 0.0) || correct > valid) return NAN;
     const double p = eval_adjusted_proportion(correct, valid);
     return (EVAL_Z_975 + EVAL_Z_80) * sqrt(p * (1.0 - p) * inv_sum) / (double)n_problems;
+}
+
+double eval_mde_floor(size_t correct, size_t valid, size_t n_problems)
+{
+    if (n_problems == 0 || correct > valid) return NAN;
+    if (valid > 0 && (correct == 0 || correct == valid))
+        return EVAL_MDE_RULE_OF_THREE / (double)n_problems;
+    return 0.0;
 }
 
 void eval_wilson(size_t successes, size_t n, double z, double *lo, double *hi)
@@ -419,6 +432,9 @@ pg_status eval_pair_compute(const eval_table *a, const eval_table *b, eval_pair 
         const double observed = eval_mde(out->sd, used);
         if (observed > out->mde) out->mde = observed;
     }
+    /* No variation at all: the design MDE alone would shrink towards 0. */
+    const double floor = eval_mde_floor(out->pooled_correct, out->pooled_valid, used);
+    if (floor > out->mde) out->mde = floor;
     out->sign_p = eval_sign_test_p(out->wins, out->losses);
     out->min_sign_p = eval_sign_test_min_p(used);
     ps = eval_bootstrap_ci(d, used, EVAL_BOOTSTRAP_B, EVAL_BOOTSTRAP_SEED, EVAL_CI_LEVEL,

@@ -37,7 +37,14 @@
  *   Var(d_i) <= p~(1-p~) (1/n_A,i + 1/n_B,i)   two independent means of
  *        n_A,i and n_B,i Bernoulli samples with no mode effect (omega^2 = 0)
  *   design mde = (z_0.975 + z_0.80) sqrt(p~(1-p~) sum_i (1/n_A,i + 1/n_B,i)) / n
- *   mde = max(design mde, (z_0.975 + z_0.80) sd / sqrt(n))
+ *   mde = max(design mde, (z_0.975 + z_0.80) sd / sqrt(n), floor)
+ *   floor = EVAL_MDE_RULE_OF_THREE / n when the pooled variance is 0 (every
+ *        graded sample of both modes correct, or every one wrong), else 0
+ *        (eval_mde_floor): the rule of three, 3/n, the one-sided 95% bound
+ *        on a rate never observed in n trials. Agresti & Coull's p~ keeps
+ *        the design MDE above 0 there, but it shrinks with the samples (200
+ *        problems x 8 all correct gave 0.002); a design that saw no
+ *        variation at all cannot claim to resolve a change below 3/n.
  * and min_sign_p = 2 * 0.5^n, the smallest p the sign test can give with n
  * problems (eval_sign_test_min_p): above EVAL_ALPHA (n <= 5) the design
  * cannot reach significance at all.
@@ -73,6 +80,11 @@ extern "C" {
 #define EVAL_Z_80 0.8416212335729143
 /* Two-sided significance level every verdict is taken at (z_0.975 above). */
 #define EVAL_ALPHA 0.05
+/* The rule of three: with no event in n trials the one-sided 95% upper
+ * bound on its rate is about 3/n (-ln 0.05 = 2.996; Hanley & Lippman-Hand,
+ * "If nothing goes wrong, is everything all right?", JAMA 249(13), 1983).
+ * The floor of the MDE of a design with no variation (eval_mde_floor). */
+#define EVAL_MDE_RULE_OF_THREE 3.0
 
 
 
@@ -117,6 +129,12 @@ double eval_adjusted_proportion(size_t c, size_t n);
  * problems of 1/n_A,i + 1/n_B,i. NaN for n_problems = 0, inv_sum not > 0
  * or correct > valid. */
 double eval_design_mde(size_t correct, size_t valid, double inv_sum, size_t n_problems);
+
+/* The MDE floor of a pair over n_problems problems whose both modes'
+ * valid graded samples hold correct right answers: EVAL_MDE_RULE_OF_THREE /
+ * n_problems when the pooled variance is 0 (correct = 0 or correct =
+ * valid, valid > 0), else 0; NaN for n_problems = 0 or correct > valid. */
+double eval_mde_floor(size_t correct, size_t valid, size_t n_problems);
 
 /* Wilson score interval of successes/n at normal quantile z into *lo, *hi
  * (NaN both for n = 0 or successes > n). */

@@ -660,6 +660,27 @@ static double design_se(const eval_score_stored *x, const eval_score_stored *y)
     return sqrt(p * (1.0 - p) * (1.0 / nx + 1.0 / ny));
 }
 
+/* The rule-of-three MDE floor (evals/score.h, eval_mde_floor) of scores x
+ * and y over n problems: 3/n when every graded sample of both was correct
+ * (or every one wrong), else 0; 0 when either has nothing graded. */
+static double scores_mde_floor(const eval_score_stored *x, const eval_score_stored *y, int64_t n)
+{
+    if (x == NULL || y == NULL || n <= 0 || x->n_valid <= 0 || y->n_valid <= 0) return 0.0;
+    const int all_right = x->accuracy == 1.0 && y->accuracy == 1.0;
+    const int all_wrong = x->accuracy == 0.0 && y->accuracy == 0.0;
+    if (!all_right && !all_wrong) return 0.0;
+    const size_t valid = (size_t)(x->n_valid + y->n_valid);
+    return eval_mde_floor(all_right ? valid : 0, valid, (size_t)n);
+}
+
+/* Adds to why, when mde is floor (> 0), that the MDE is the rule of three's. */
+static void add_floor_note(char *why, size_t len, double floor, double mde)
+{
+    if (floor > 0.0 && mde == floor)
+        add_reason(why, len, "the MDE is the rule-of-three floor 3/n (no sample varied in either "
+                   "side, so the observed variance is 0 and says nothing about the power)");
+}
+
 pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
                         const eval_score_stored *run, size_t n_run,
                         const eval_score_stored *base, size_t n_base, int64_t baseline_run_id,
@@ -706,8 +727,14 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
         if (pair_degenerate(p, run, n_run, reasons + strlen(reasons),
                             sizeof reasons - strlen(reasons)))
             snprintf(why, sizeof why, "%s", reasons);
-        else
+        else {
             v = pair_verdict(p, e, why, sizeof why);
+            add_floor_note(why, sizeof why,
+                           scores_mde_floor(find_score(run, n_run, p->eval, p->mode_a, p->effort),
+                                            find_score(run, n_run, p->eval, p->mode_b, p->effort),
+                                            p->n_problems),
+                           p->mde);
+        }
         const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = p->eval,
                              .mode = p->mode_a, .effort = p->effort, .metric = metric,
                              .value = p->mean_diff, .baseline_value = NAN, .threshold = e,
@@ -732,7 +759,10 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
         const double se_design = design_se(x, y);
         const double se = se_obs > se_design ? se_obs : se_design;  /* NaN design: NaN */
         const double lo = d - EVAL_Z_975 * se, hi = d + EVAL_Z_975 * se;
-        const double mde = (EVAL_Z_975 + EVAL_Z_80) * se;
+        const double floor = scores_mde_floor(
+            x, y, x->n_problems < y->n_problems ? x->n_problems : y->n_problems);
+        const double mde_se = (EVAL_Z_975 + EVAL_Z_80) * se;
+        const double mde = floor > mde_se ? floor : mde_se;  /* NaN se: NaN */
         char reasons[REGRESS_MSG_MAX / 2] = "error: ";
         char *r = reasons + strlen(reasons);
         const size_t rlen = sizeof reasons - strlen(reasons);
@@ -745,7 +775,10 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
         bad |= unreachable_design(x->n_problems < y->n_problems ? x->n_problems : y->n_problems,
                                   r, rlen);
         if (bad) snprintf(why, sizeof why, "%s", reasons);
-        else v = eval_verdict(d, lo, hi, mde, e, why, sizeof why);
+        else {
+            v = eval_verdict(d, lo, hi, mde, e, why, sizeof why);
+            add_floor_note(why, sizeof why, floor, mde);
+        }
         const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = x->eval,
                              .mode = x->mode, .effort = x->effort,
                              .metric = GATE_METRIC_ACCURACY, .value = x->accuracy,

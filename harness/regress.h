@@ -139,7 +139,10 @@
  *     1/N_base)), p~ the adjusted pooled accuracy of both runs' N graded
  *     samples (two-sample: the runs are treated as independent, as only
  *     their clustered SEs are stored), interval d -+ z_0.975 se, MDE =
- *     (z_0.975 + z_0.80) se. A key the baseline has and the run lacks is an
+ *     (z_0.975 + z_0.80) se, raised to the rule-of-three floor 3/n
+ *     (evals/score.h, eval_mde_floor) when both scores are all correct or
+ *     both all wrong (no variation: the SEs say nothing about power). Every
+ *     message whose MDE is that floor says so (pairs included). A key the baseline has and the run lacks is an
  *     error.
  *   Every eval message states the MDE, so "no change" reads as "no change
  *   larger than min_effect, which this design could have seen", never as

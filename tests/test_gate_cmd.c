@@ -635,8 +635,9 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label d3 "
                                     "--no-progress", traces, g_db);
     cr_assert_eq(rc, 0, "%s", out);
-    /* The table prints the design MDE, not 0.000, and says p < 0.05 is out of reach. */
-    cr_expect(strstr(out, "MDE 0.907  (3 problems)  cannot reach p < 0.05: the smallest "
+    /* The table prints the MDE floored by the rule of three (3/3: no
+     * sample varied), not 0.000, and says p < 0.05 is out of reach. */
+    cr_expect(strstr(out, "MDE 1.000  (3 problems)  cannot reach p < 0.05: the smallest "
                           "sign-test p with 3 problems is 0.25") != NULL, "%s", out);
     free(out);
     rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
@@ -646,7 +647,7 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'error' "
                         "AND metric = 'diff_vs_bf16'"), 1);
-    cr_expect_eq(db_num("SELECT round(mde, 6) FROM eval_pairs WHERE run_id = 1"), 0.906597);
+    cr_expect_eq(db_num("SELECT round(mde, 6) FROM eval_pairs WHERE run_id = 1"), 1.0);
 
     /* 30 problems x 2 samples, all truncated at the token limit: both 0%. */
     snprintf(traces, sizeof traces, "%s/trunc.jsonl", tu_dir);
@@ -654,7 +655,7 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label dt "
                                 "--no-progress", traces, g_db);
     cr_assert_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "MDE 0.063  (30 problems)") != NULL, "%s", out);
+    cr_expect(strstr(out, "MDE 0.100  (30 problems)") != NULL, "%s", out);  /* 3/30 */
     free(out);
     rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, cfg);
     cr_assert_eq(rc, 2, "%s", out);

@@ -812,3 +812,41 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
     free(dir);
 }
+
+/* Issue 27: an all-correct run against an all-correct baseline has observed
+ * variance 0; its MDE is the rule of three, 3/n, never the shrinking design
+ * MDE (30 x 8 all correct: 0.016, which called it "no change"). */
+Test(regress, an_eval_without_variation_gets_the_rule_of_three_mde)
+{
+    gate_config c;
+    gate_config_default(&c);
+    const eval_score_stored run30[1] = {SCORE("e", "bf16", "m", 30, 1.0, 0.0, 240, 0)};
+    gate_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_evals(NULL, 0, run30, 1, run30, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(f.n, 2);
+    cr_expect_str_eq(f.v[1].metric, GATE_METRIC_ACCURACY);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "drop of 0.100 or more") != NULL, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "rule-of-three floor") != NULL, "%s", f.v[1].message);
+    gate_flags_free(&f);
+    /* 200 problems: 3/200 = 0.015 <= min_effect, "no change" with that MDE, said so. */
+    const eval_score_stored run200[2] = {SCORE("e", "bf16", "m", 200, 1.0, 0.0, 1600, 0),
+                                          SCORE("e", "fp8kv", "m", 200, 1.0, 0.0, 1600, 0)};
+    cr_assert_eq(regress_evals(NULL, 0, run200, 1, run200, 1, 7, &c, &f, &err), PG_OK, "%s",
+                 err.msg);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_NO_CHANGE, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "MDE 0.015") != NULL, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "rule-of-three floor") != NULL, "%s", f.v[1].message);
+    gate_flags_free(&f);
+    /* The pair of the run carries the floored MDE eval_pair_compute stored. */
+    const eval_pair_stored pair[1] = {PAIR("e", "m", "fp8kv", "bf16", 200, 0.0, 0.0, 0.0,
+                                           3.0 / 200, 0, 0, 1.0)};
+    cr_assert_eq(regress_evals(pair, 1, run200, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(f.n, 3);
+    cr_expect_eq(f.v[2].verdict, GATE_VERDICT_NO_CHANGE, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "MDE 0.015") != NULL, "%s", f.v[2].message);
+    cr_expect(strstr(f.v[2].message, "rule-of-three floor") != NULL, "%s", f.v[2].message);
+    gate_flags_free(&f);
+}

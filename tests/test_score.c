@@ -405,7 +405,8 @@ Test(score, design_mde_and_smallest_sign_p_by_hand)
 }
 
 /* The degenerate pairs of issue 14: no sample differs, so the observed SD
- * is 0; the MDE comes from the design instead. */
+ * is 0; the MDE comes from the design, floored by the rule of three (issue
+ * 27: no variation at all, so never below 3/n). */
 Test(score, degenerate_pairs_get_the_design_mde_not_zero)
 {
     eval_cell right[] = {OK1, OK1, OK1}, wrong[] = {OK0, OK0, OK0};
@@ -416,19 +417,23 @@ Test(score, degenerate_pairs_get_the_design_mde_not_zero)
     cr_assert_eq(eval_pair_compute(&a, &b, &p, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(p.sd, 0.0);
     cr_expect_eq(p.ties, 3);
-    /* 6 of 6: p~ = 0.80483, sum 1/n_i = 6, n = 3: 2.8016 sqrt(p~(1-p~) 6)/3. */
-    expect_close(p.mde, 0.9065972761244595, 1e-13, "3 x 1, all right");
+    /* 6 of 6: p~ = 0.80483, sum 1/n_i = 6, n = 3: 2.8016 sqrt(p~(1-p~) 6)/3
+     * = 0.9066 is the design MDE; the floor 3/3 = 1 is larger. */
+    expect_close(p.design_mde, 0.9065972761244595, 1e-13, "3 x 1, all right");
+    expect_close(p.mde, 1.0, TIGHT, "3 x 1, all right: floor 3/3");
     expect_close(p.min_sign_p, 0.25, TIGHT, "2 x 0.5^3");
     a.cells = b.cells = wrong;
     cr_assert_eq(eval_pair_compute(&a, &b, &p, &err), PG_OK, "%s", err.msg);
-    expect_close(p.mde, 0.9065972761244595, 1e-13, "3 x 1, all wrong (p~ mirrored)");
+    expect_close(p.design_mde, 0.9065972761244595, 1e-13, "3 x 1, all wrong (p~ mirrored)");
+    expect_close(p.mde, 1.0, TIGHT, "3 x 1, all wrong: floor 3/3");
 
     /* 30 problems x 2 samples, every one truncated and wrong, in both modes. */
     eval_cell trunc[60];
     for (size_t i = 0; i < 60; i++) trunc[i] = (eval_cell)TR0;
     eval_table ta = {.n_problems = 30, .k = 2, .cells = trunc};
     cr_assert_eq(eval_pair_compute(&ta, &ta, &p, &err), PG_OK, "%s", err.msg);
-    expect_close(p.mde, 0.06320464843714475, 1e-13, "30 x 2 truncated");
+    expect_close(p.design_mde, 0.06320464843714475, 1e-13, "30 x 2 truncated");
+    expect_close(p.mde, 0.1, TIGHT, "30 x 2 truncated: floor 3/30");
     cr_expect_eq(p.pooled_correct, 0);
     cr_expect_eq(p.pooled_valid, 120);
 
@@ -440,6 +445,32 @@ Test(score, degenerate_pairs_get_the_design_mde_not_zero)
     cr_expect_eq(p.n_problems, 0);
     cr_expect(isnan(p.mde) && isnan(p.mean_diff));
     cr_expect_eq(p.min_sign_p, 1.0);
+}
+
+/* Issue 27: 200 problems x 8 samples, all correct in both modes. The
+ * design MDE is 0.0024 (p~ = 0.9994 from 3200 samples), which the gate
+ * read as "no change, MDE 0.002"; the rule of three floors it at 3/200. */
+Test(score, mde_of_a_design_without_variation_is_the_rule_of_three)
+{
+    enum { N = 200, K = 8 };
+    static eval_cell all_right[N * K];
+    for (size_t i = 0; i < N * K; i++) all_right[i] = (eval_cell)OK1;
+    eval_table a = {.n_problems = N, .k = K, .cells = all_right};
+    eval_pair p;
+    pg_err err = {0};
+    cr_assert_eq(eval_pair_compute(&a, &a, &p, &err), PG_OK, "%s", err.msg);
+    cr_expect(p.design_mde < 0.003, "design mde %g", p.design_mde);
+    expect_close(p.mde, 3.0 / N, TIGHT, "200 x 8 all right: 3/200");
+    expect_close(eval_mde_floor(1600 * 2, 1600 * 2, N), 0.015, TIGHT, "all right");
+    expect_close(eval_mde_floor(0, 10, 5), 0.6, TIGHT, "all wrong");
+    expect_close(eval_mde_floor(9, 10, 5), 0.0, 0, "variation: no floor");
+    expect_close(eval_mde_floor(0, 0, 5), 0.0, 0, "nothing graded: no floor");
+    cr_expect(isnan(eval_mde_floor(0, 0, 0)));
+    cr_expect(isnan(eval_mde_floor(3, 2, 1)));
+    /* One wrong sample among 3200: variation, the design MDE stands. */
+    all_right[0] = (eval_cell)OK0;
+    cr_assert_eq(eval_pair_compute(&a, &a, &p, &err), PG_OK, "%s", err.msg);
+    cr_expect(p.mde < 0.01, "mde %g with one wrong sample", p.mde);
 }
 
 Test(score, invalid_cells_are_refused)
