@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "db/diagnosis_store.h"
+#include "db/eval_store.h"
+#include "evals/score.h"
 #include "db/gate_store.h"
 #include "db/store.h"
 #include "reports/junit.h"
@@ -37,9 +41,12 @@ const char cmd_gate_usage[] =
     "             when the hypotheses coincide (unit scales) or none matches; an error\n"
     "             when an ext:NAME output has no diagnosis rows (sweep it again)\n"
     "  eval       end-task accuracy: each mode against bf16 (paired) and each\n"
-    "             (mode, effort) against the baseline run: regression, improvement,\n"
-    "             no change (only if the design's MDE <= min_effect) or inconclusive\n"
-    "             (a paired regression or improvement also needs sign-test p <= 0.05),\n"
+    "             (mode, effort) against the baseline run, paired problem by problem\n"
+    "             when both ran the same problems (same traces digest and --limit, the\n"
+    "             same problem ids), else two-sample with the message saying why:\n"
+    "             regression, improvement, no change (only if the design's MDE <=\n"
+    "             min_effect) or inconclusive (a paired regression or improvement\n"
+    "             also needs sign-test p <= 0.05),\n"
     "             with the MDE stated; an error when a mode has no correct answer, more\n"
     "             than half its samples truncated, or <= 5 problems (no p < 0.05 possible)\n"
     "  complete   every run: a sweep must hold each layer's rows as its config's\n"
@@ -297,6 +304,100 @@ static pg_status gate_completeness(pg_store *store, const char *db_path, const g
     return st;
 }
 
+/* The config field that records an eval's --traces content (after --limit). */
+#define GATE_TRACES_DIGEST_FIELD "traces_digest"
+/* Longest problem id a reason quotes. */
+#define GATE_ID_QUOTE_MAX 40
+
+/* 1 when run_id's config records a traces digest (a string), else 0. */
+static pg_status has_traces_digest(pg_store *store, int64_t run_id, int *has, pg_err *err)
+{
+    store_run_state rs = {0};
+    *has = 0;
+    pg_status st = store_run_read(store, run_id, &rs, err);
+    if (st == PG_OK && rs.config_json != NULL) {
+        cJSON *cfg = cJSON_Parse(rs.config_json);
+        *has = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cfg, GATE_TRACES_DIGEST_FIELD));
+        cJSON_Delete(cfg);
+    }
+    store_run_state_free(&rs);
+    return st;
+}
+
+/* Compares the problems of tables t (run run_id) and b (baseline base_id):
+ * 1 when they are the same problem ids in the same order, else 0 with why
+ * in buf. */
+static int same_problems(const eval_table *t, const eval_table *b, int64_t base_id, char *buf,
+                         size_t len)
+{
+    if (t->n_problems != b->n_problems) {
+        snprintf(buf, len, "this run stored samples of %zu problems, baseline run %" PRId64
+                 " of %zu", t->n_problems, base_id, b->n_problems);
+        return 0;
+    }
+    for (size_t i = 0; i < t->n_problems; i++) {
+        const char *x = t->problem_ids[i], *y = b->problem_ids[i];
+        if (x == NULL || y == NULL || strcmp(x, y) != 0) {
+            snprintf(buf, len, "their problems differ: problem %zu is '%.*s' in this run, "
+                     "'%.*s' in baseline run %" PRId64, i + 1, GATE_ID_QUOTE_MAX,
+                     x != NULL ? x : "", GATE_ID_QUOTE_MAX, y != NULL ? y : "", base_id);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The problem-level comparison (regress_base_pair; regress.h says when it
+ * is paired) of every score of run run_id that base_id scored too, from
+ * both runs' samples, into *out (malloc'd, *n entries, keys borrowed from
+ * rows; free() it, also after a failure). PG_ERR_NOMEM; the store's errors. */
+static pg_status gate_base_pairs(pg_store *store, int64_t run_id, int64_t base_id,
+                                 const gate_rows *rows, const gate_rows *base,
+                                 regress_base_pair **out, size_t *n, pg_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (rows->n_scores == 0 || base->n_scores == 0) return PG_OK;
+    regress_base_pair *bp = calloc(rows->n_scores, sizeof *bp);
+    if (bp == NULL) return pg_fail(err, PG_ERR_NOMEM, "gate: out of memory for eval pairs");
+    *out = bp;
+    int run_digest = 0, base_digest = 0;
+    pg_status st = has_traces_digest(store, run_id, &run_digest, err);
+    if (st == PG_OK) st = has_traces_digest(store, base_id, &base_digest, err);
+    for (size_t i = 0; st == PG_OK && i < rows->n_scores; i++) {
+        const eval_score_stored *x = &rows->scores[i];
+        int in_base = 0;
+        for (size_t j = 0; j < base->n_scores && !in_base; j++)
+            in_base = strcmp(base->scores[j].eval, x->eval) == 0 &&
+                      strcmp(base->scores[j].mode, x->mode) == 0 &&
+                      strcmp(base->scores[j].effort, x->effort) == 0;
+        if (!in_base) continue;
+        regress_base_pair *p = &bp[(*n)++];
+        p->eval = x->eval;
+        p->mode = x->mode;
+        p->effort = x->effort;
+        if (!run_digest || !base_digest) {
+            /* Same ids need not be the same problems without the content digest. */
+            snprintf(p->unpaired, sizeof p->unpaired, "%s %" PRId64 "'s config records no %s "
+                     "(recorded before content digests), so the same problem ids need not be "
+                     "the same problems", !run_digest ? "run" : "baseline run",
+                     !run_digest ? run_id : base_id, GATE_TRACES_DIGEST_FIELD);
+            continue;
+        }
+        eval_table t = {0}, b = {0};
+        st = eval_store_load(store, run_id, x->eval, x->mode, x->effort, 0, &t, err);
+        if (st == PG_OK)
+            st = eval_store_load(store, base_id, x->eval, x->mode, x->effort, 0, &b, err);
+        if (st == PG_OK && same_problems(&t, &b, base_id, p->unpaired, sizeof p->unpaired)) {
+            st = eval_pair_compute(&t, &b, &p->pair, err);
+            p->paired = st == PG_OK;
+        }
+        eval_table_free(&t);
+        eval_table_free(&b);
+    }
+    return st;
+}
+
 /* Loads run's rows (and base_id's, when >= 0) into *rows and *base and
  * appends every scope's verdicts to flags. */
 static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
@@ -313,10 +414,15 @@ static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base
         st = regress_mode_pairs(rows->layers, rows->n_layers, base->layers, base->n_layers,
                                 base_id, cfg, flags, err);
     if (st == PG_OK) st = gate_diagnosis(store, run->id, rows, flags, err);
+    regress_base_pair *bp = NULL;
+    size_t n_bp = 0;
+    if (st == PG_OK && base_id >= 0)
+        st = gate_base_pairs(store, run->id, base_id, rows, base, &bp, &n_bp, err);
     if (st == PG_OK)
         st = regress_evals(rows->pairs, rows->n_pairs, rows->scores, rows->n_scores,
                            base_id >= 0 ? base->scores : NULL, base_id >= 0 ? base->n_scores : 0,
-                           base_id, cfg, flags, err);
+                           bp, n_bp, base_id, cfg, flags, err);
+    free(bp);
     return st;
 }
 

@@ -14,6 +14,8 @@
 #define REGRESS_WHERE_MAX 320
 /* Longest pair variant name: "MODE-bf16". */
 #define REGRESS_PAIR_MAX (GATE_VARIANT_MAX + 8)
+/* Why a comparison with the baseline run without a regress_base_pair is unpaired. */
+#define REGRESS_NO_BASE_PAIR "no problem-level comparison of the two runs' samples was made"
 
 /* strdup that keeps NULL; sets *oom when a copy fails. */
 static char *dup_or_null(const char *s, int *oom)
@@ -628,22 +630,29 @@ static const eval_score_stored *find_score(const eval_score_stored *s, size_t n,
     return NULL;
 }
 
-/* The reasons a pair of the run cannot support a verdict into buf; 1 when any. */
-static int pair_degenerate(const eval_pair_stored *p, const eval_score_stored *run,
-                           size_t n_run, char *buf, size_t len)
+/* Adds to buf why scores a (of mode_a) and b (of mode_b; the baseline
+ * run's when b_in_baseline) of effort, compared over n problems, cannot
+ * support a verdict: a missing score (NULL), regress_eval_degenerate of
+ * each, a design of n problems that cannot reach significance (the top of
+ * regress.h); 1 when any. */
+static int sides_degenerate(const eval_score_stored *a, const char *mode_a,
+                            const eval_score_stored *b, const char *mode_b, int b_in_baseline,
+                            const char *effort, int64_t n, char *buf, size_t len)
 {
     int bad = 0;
-    const char *modes[2] = {p->mode_a, p->mode_b};
+    const eval_score_stored *side[2] = {a, b};
+    const char *modes[2] = {mode_a, mode_b};
     for (int k = 0; k < 2; k++) {
-        const eval_score_stored *x = find_score(run, n_run, p->eval, modes[k], p->effort);
-        if (x == NULL) {
-            add_reason(buf, len, "%s %s: no eval_scores row", modes[k], p->effort);
+        if (side[k] == NULL) {
+            add_reason(buf, len, "%s %s: no eval_scores row", modes[k], effort);
             bad = 1;
-        } else {
-            bad |= regress_eval_degenerate(x, buf, len);
+        } else if (regress_eval_degenerate(side[k], buf, len)) {
+            if (k == 1 && b_in_baseline)
+                add_reason(buf, len, "(the baseline run's %s %s)", modes[k], effort);
+            bad = 1;
         }
     }
-    bad |= unreachable_design(p->n_problems, buf, len);
+    bad |= unreachable_design(n, buf, len);
     return bad;
 }
 
@@ -681,14 +690,127 @@ static void add_floor_note(char *why, size_t len, double floor, double mde)
                    "side, so the observed variance is 0 and says nothing about the power)");
 }
 
+/* The verdict of paired comparison p (side A minus side B) at min_effect e
+ * into why, a and b the scores of its sides (sides_degenerate): an error
+ * ("error: " and every reason) when a side or the design cannot support a
+ * verdict, else pair_verdict with the rule-of-three note. The run's mode
+ * pairs and its paired comparison with the baseline run both take it. */
+static gate_verdict judge_pair(const eval_pair_stored *p, const char *effort,
+                               const eval_score_stored *a, const char *mode_a,
+                               const eval_score_stored *b, const char *mode_b, int b_in_baseline,
+                               double e, char *why, size_t len)
+{
+    char reasons[REGRESS_MSG_MAX / 2] = "error: ";
+    const size_t at = strlen(reasons);
+    if (sides_degenerate(a, mode_a, b, mode_b, b_in_baseline, effort, p->n_problems,
+                         reasons + at, sizeof reasons - at)) {
+        snprintf(why, len, "%s", reasons);
+        return GATE_VERDICT_ERROR;
+    }
+    const gate_verdict v = pair_verdict(p, e, why, len);
+    add_floor_note(why, len, scores_mde_floor(a, b, p->n_problems), p->mde);
+    return v;
+}
+
+/* The numbers of computed pair p as pair_verdict reads them (the key
+ * strings NULL), as eval_store_put_pair would store them. */
+static eval_pair_stored pair_numbers(const eval_pair *p)
+{
+    return (eval_pair_stored){
+        .n_problems = (int64_t)p->n_problems, .wins = (int64_t)p->wins,
+        .losses = (int64_t)p->losses, .ties = (int64_t)p->ties, .mean_diff = p->mean_diff,
+        .stderr_ = p->se, .ci_low = p->ci_low, .ci_high = p->ci_high, .sign_p = p->sign_p,
+        .mde = p->mde,
+    };
+}
+
+/* The entry of x's key in bp[0..n), or NULL. */
+static const regress_base_pair *find_base_pair(const regress_base_pair *bp, size_t n,
+                                               const eval_score_stored *x)
+{
+    for (size_t i = 0; i < n; i++)
+        if (score_has_key(x, bp[i].eval, bp[i].mode, bp[i].effort)) return &bp[i];
+    return NULL;
+}
+
+/* Appends the two-sample "accuracy" flag of run score x against baseline
+ * score y (the top of regress.h), the message saying it is unpaired and
+ * why (unpaired). */
+static pg_status two_sample_flag(const eval_score_stored *x, const eval_score_stored *y,
+                                 const char *unpaired, int64_t baseline_run_id, double e,
+                                 gate_flags *out, pg_err *err)
+{
+    const double d = x->accuracy - y->accuracy;
+    const double se_obs = sqrt(x->stderr_ * x->stderr_ + y->stderr_ * y->stderr_);
+    const double se_design = design_se(x, y);
+    const double se = se_obs > se_design ? se_obs : se_design;  /* NaN design: NaN */
+    const double lo = d - EVAL_Z_975 * se, hi = d + EVAL_Z_975 * se;
+    const int64_t n = x->n_problems < y->n_problems ? x->n_problems : y->n_problems;
+    const double floor = scores_mde_floor(x, y, n);
+    const double mde_se = (EVAL_Z_975 + EVAL_Z_80) * se;
+    const double mde = floor > mde_se ? floor : mde_se;  /* NaN se: NaN */
+    char reasons[REGRESS_MSG_MAX / 2] = "error: ", why[REGRESS_MSG_MAX / 2];
+    const size_t at = strlen(reasons);
+    gate_verdict v = GATE_VERDICT_ERROR;
+    if (sides_degenerate(x, x->mode, y, y->mode, 1, x->effort, n, reasons + at,
+                         sizeof reasons - at))
+        snprintf(why, sizeof why, "%s", reasons);
+    else {
+        v = eval_verdict(d, lo, hi, mde, e, why, sizeof why);
+        add_floor_note(why, sizeof why, floor, mde);
+    }
+    const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = x->eval,
+                         .mode = x->mode, .effort = x->effort, .metric = GATE_METRIC_ACCURACY,
+                         .value = x->accuracy, .baseline_value = y->accuracy, .threshold = e,
+                         .verdict = v};
+    return push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld, unpaired "
+                "(%s): difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and "
+                "%.3f, design SE %.3f); %s", x->eval, x->effort, x->mode, x->accuracy,
+                y->accuracy, (long long)baseline_run_id, unpaired, d, lo, hi, x->stderr_,
+                y->stderr_, se_design, why);
+}
+
+/* Appends the paired "accuracy" flag of run score x against baseline score
+ * y from their pair bp (run minus baseline; the top of regress.h). */
+static pg_status paired_flag(const eval_score_stored *x, const eval_score_stored *y,
+                             const eval_pair *bp, int64_t baseline_run_id, double e,
+                             gate_flags *out, pg_err *err)
+{
+    const eval_pair_stored p = pair_numbers(bp);
+    char why[REGRESS_MSG_MAX / 2];
+    const gate_verdict v = judge_pair(&p, x->effort, x, x->mode, y, y->mode, 1, e, why,
+                                      sizeof why);
+    const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = x->eval,
+                         .mode = x->mode, .effort = x->effort, .metric = GATE_METRIC_ACCURACY,
+                         .value = x->accuracy, .baseline_value = y->accuracy, .threshold = e,
+                         .verdict = v};
+    if (p.n_problems == 0)
+        return push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld, "
+                    "paired: no pairs (no problem scored in both runs); %s", x->eval, x->effort,
+                    x->mode, x->accuracy, y->accuracy, (long long)baseline_run_id, why);
+    return push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld, paired "
+                "over %lld problems: %lld won, %lld lost, %lld tied, sign test p=%.2g; mean "
+                "paired difference %+.3f, 95%% CI [%+.3f, %+.3f]; %s", x->eval, x->effort,
+                x->mode, x->accuracy, y->accuracy, (long long)baseline_run_id,
+                (long long)p.n_problems, (long long)p.wins, (long long)p.losses,
+                (long long)p.ties, p.sign_p, p.mean_diff, p.ci_low, p.ci_high, why);
+}
+
 pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
                         const eval_score_stored *run, size_t n_run,
-                        const eval_score_stored *base, size_t n_base, int64_t baseline_run_id,
-                        const gate_config *c, gate_flags *out, pg_err *err)
+                        const eval_score_stored *base, size_t n_base,
+                        const regress_base_pair *base_pairs, size_t n_base_pairs,
+                        int64_t baseline_run_id, const gate_config *c, gate_flags *out,
+                        pg_err *err)
 {
     if ((pairs == NULL && n_pairs > 0) || (run == NULL && n_run > 0) ||
-        (base == NULL && n_base > 0) || c == NULL || out == NULL)
+        (base == NULL && n_base > 0) || (base_pairs == NULL && n_base_pairs > 0) ||
+        c == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_evals: NULL argument");
+    for (size_t i = 0; i < n_base_pairs; i++)
+        if (!base_pairs[i].eval || !base_pairs[i].mode || !base_pairs[i].effort)
+            return pg_fail(err, PG_ERR_INTERNAL, "regress_evals: baseline pair %zu has a NULL "
+                           "key", i);
     for (size_t i = 0; i < n_pairs + n_run + n_base; i++) {
         const eval_pair_stored *p = i < n_pairs ? &pairs[i] : NULL;
         const eval_score_stored *x = !p && i < n_pairs + n_run ? &run[i - n_pairs] : NULL;
@@ -722,19 +844,10 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
         const eval_pair_stored *p = &pairs[i];
         char metric[REGRESS_PAIR_MAX + 16];
         snprintf(metric, sizeof metric, "%s%s", GATE_METRIC_DIFF_PREFIX, p->mode_b);
-        char reasons[REGRESS_MSG_MAX / 2] = "error: ";
-        gate_verdict v = GATE_VERDICT_ERROR;
-        if (pair_degenerate(p, run, n_run, reasons + strlen(reasons),
-                            sizeof reasons - strlen(reasons)))
-            snprintf(why, sizeof why, "%s", reasons);
-        else {
-            v = pair_verdict(p, e, why, sizeof why);
-            add_floor_note(why, sizeof why,
-                           scores_mde_floor(find_score(run, n_run, p->eval, p->mode_a, p->effort),
-                                            find_score(run, n_run, p->eval, p->mode_b, p->effort),
-                                            p->n_problems),
-                           p->mde);
-        }
+        const gate_verdict v =
+            judge_pair(p, p->effort, find_score(run, n_run, p->eval, p->mode_a, p->effort),
+                       p->mode_a, find_score(run, n_run, p->eval, p->mode_b, p->effort),
+                       p->mode_b, 0, e, why, sizeof why);
         const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = p->eval,
                              .mode = p->mode_a, .effort = p->effort, .metric = metric,
                              .value = p->mean_diff, .baseline_value = NAN, .threshold = e,
@@ -754,39 +867,12 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
         for (size_t j = 0; j < n_base && y == NULL; j++)
             if (same_score_key(x, &base[j])) y = &base[j];
         if (y == NULL) continue;
-        const double d = x->accuracy - y->accuracy;
-        const double se_obs = sqrt(x->stderr_ * x->stderr_ + y->stderr_ * y->stderr_);
-        const double se_design = design_se(x, y);
-        const double se = se_obs > se_design ? se_obs : se_design;  /* NaN design: NaN */
-        const double lo = d - EVAL_Z_975 * se, hi = d + EVAL_Z_975 * se;
-        const double floor = scores_mde_floor(
-            x, y, x->n_problems < y->n_problems ? x->n_problems : y->n_problems);
-        const double mde_se = (EVAL_Z_975 + EVAL_Z_80) * se;
-        const double mde = floor > mde_se ? floor : mde_se;  /* NaN se: NaN */
-        char reasons[REGRESS_MSG_MAX / 2] = "error: ";
-        char *r = reasons + strlen(reasons);
-        const size_t rlen = sizeof reasons - strlen(reasons);
-        gate_verdict v = GATE_VERDICT_ERROR;
-        int bad = regress_eval_degenerate(x, r, rlen);
-        if (regress_eval_degenerate(y, r, rlen)) {
-            add_reason(r, rlen, "(the baseline run's %s %s)", y->mode, y->effort);
-            bad = 1;
-        }
-        bad |= unreachable_design(x->n_problems < y->n_problems ? x->n_problems : y->n_problems,
-                                  r, rlen);
-        if (bad) snprintf(why, sizeof why, "%s", reasons);
-        else {
-            v = eval_verdict(d, lo, hi, mde, e, why, sizeof why);
-            add_floor_note(why, sizeof why, floor, mde);
-        }
-        const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = x->eval,
-                             .mode = x->mode, .effort = x->effort,
-                             .metric = GATE_METRIC_ACCURACY, .value = x->accuracy,
-                             .baseline_value = y->accuracy, .threshold = e, .verdict = v};
-        st = push(out, &s, err, "%s %s %s: accuracy %.3f vs %.3f in baseline run %lld: "
-                  "difference %+.3f, 95%% CI [%+.3f, %+.3f] (two-sample, SEs %.3f and %.3f, "
-                  "design SE %.3f); %s", x->eval, x->effort, x->mode, x->accuracy, y->accuracy,
-                  (long long)baseline_run_id, d, lo, hi, x->stderr_, y->stderr_, se_design, why);
+        const regress_base_pair *bp = find_base_pair(base_pairs, n_base_pairs, x);
+        if (bp != NULL && bp->paired)
+            st = paired_flag(x, y, &bp->pair, baseline_run_id, e, out, err);
+        else
+            st = two_sample_flag(x, y, bp != NULL ? bp->unpaired : REGRESS_NO_BASE_PAIR,
+                                 baseline_run_id, e, out, err);
     }
     for (size_t j = 0; st == PG_OK && j < n_base; j++) {
         const eval_score_stored *y = &base[j];

@@ -95,7 +95,7 @@
  *   existed, schema < 12) is an error per span of such layers (never a pass
  *   on missing evidence), the message saying to sweep again.
  *
-
+ * eval: per (eval, mode, effort), with e = gate_config.eval.min_effect, d a
  *   difference of accuracies (0..1), [lo, hi] its 95% interval and mde the
  *   smallest drop the design detects at 80% power (evals/score.h):
  *        regression    hi < 0 and d <= -e
@@ -133,17 +133,35 @@
  *     (two independent binomials), so it ignores that both modes answer
  *     the same problems and would call the shipped demo's fp8qkv drop
  *     (12 problems: 6 lost, 0 won, p = 0.031) inconclusive.
- *   - metric "accuracy" against the baseline run's eval_scores of the same
- *     (eval, mode, effort): d = acc_run - acc_base, se = max(sqrt(se_run^2 +
- *     se_base^2), design se) with design se = sqrt(p~(1-p~) (1/N_run +
- *     1/N_base)), p~ the adjusted pooled accuracy of both runs' N graded
- *     samples (two-sample: the runs are treated as independent, as only
- *     their clustered SEs are stored), interval d -+ z_0.975 se, MDE =
- *     (z_0.975 + z_0.80) se, raised to the rule-of-three floor 3/n
- *     (evals/score.h, eval_mde_floor) when both scores are all correct or
- *     both all wrong (no variation: the SEs say nothing about power). Every
- *     message whose MDE is that floor says so (pairs included). A key the baseline has and the run lacks is an
- *     error.
+ *   - metric "accuracy" against the baseline run's score of the same
+ *     (eval, mode, effort), value = acc_run and baseline_value = acc_base
+ *     of the eval_scores rows. Paired when both runs ran the same problems
+ *     (regress_base_pair, made by the gate from both runs' samples: both
+ *     configs record the traces digest, equal by the baseline's content
+ *     rule with --limit and the source, and the samples' problem ids are
+ *     the same): the run is mode A and the baseline mode B of a pair as
+ *     above (evals/score.h, eval_pair_compute: mean paired difference,
+ *     paired bootstrap interval, exact sign test, the design MDE and its
+ *     rule-of-three floor; K may differ), judged by exactly the rules of
+ *     "diff_vs_B" (degenerate checks of both scores, the baseline's
+ *     named as such, n the problems scored in both; the sign test; the
+ *     floor note), and the message says "paired over n problems: W won, L
+ *     lost, T tied, sign test p=..." (won: better in this run). The same
+ *     answers in both runs (a replay of the same traces) tie every
+ *     problem: d = 0 and interval [0, 0], "no change" only when the MDE
+ *     <= e. Otherwise (a run recorded before digests, samples of other
+ *     problems, no regress_base_pair for the key) two-sample, the message
+ *     saying "unpaired" and why: se = max(sqrt(se_run^2 + se_base^2),
+ *     design se) with design se = sqrt(p~(1-p~) (1/N_run + 1/N_base)), p~
+ *     the adjusted pooled accuracy of both runs' N graded samples (the
+ *     runs are treated as independent, as only their clustered SEs are
+ *     stored), interval d -+ z_0.975 se, MDE = (z_0.975 + z_0.80) se,
+ *     raised to the rule-of-three floor 3/n (evals/score.h,
+ *     eval_mde_floor) when both scores are all correct or both all wrong
+ *     (no variation: the SEs say nothing about power), n the fewer
+ *     problems of the two, with the degenerate checks at that n. Every
+ *     message whose MDE is that floor says so (pairs included). A key the
+ *     baseline has and the run lacks is an error.
  *   Every eval message states the MDE, so "no change" reads as "no change
  *   larger than min_effect, which this design could have seen", never as
  *   proven equality.
@@ -220,15 +238,33 @@ pg_status regress_mode_pairs(const layer_metric_row *run, size_t n,
  * after what buf holds; returns 1 when x is degenerate, else 0 (buf kept). */
 int regress_eval_degenerate(const eval_score_stored *x, char *buf, size_t len);
 
+/* Longest reason a comparison with the baseline run is unpaired, NUL included. */
+#define REGRESS_UNPAIRED_MAX 240
+
+/* How one (eval, mode, effort) of a run compares with the same key of its
+ * baseline run problem by problem (the gate makes it from both runs'
+ * samples; the top of this file says when it is paired). */
+typedef struct regress_base_pair {
+    const char *eval, *mode, *effort;     /* the key (borrowed) */
+    int paired;                            /* 1: pair holds the comparison */
+    eval_pair pair;                        /* paired: eval_pair_compute(run's table, baseline's) */
+    char unpaired[REGRESS_UNPAIRED_MAX];   /* not paired: why, for the message */
+} regress_base_pair;
+
 /* Appends the eval flags to out: per score of the run ("samples"), per pair
  * of the run, then per score of the run with a baseline score of the same
- * key, then an error per baseline score the run lacks. base may be NULL (no baseline run:
- * baseline_run_id -1). PG_ERR_INTERNAL for a NULL argument with a count
- * > 0; PG_ERR_NOMEM. */
+ * key (paired where base_pairs[0..n_base_pairs) holds the key with paired
+ * 1, else two-sample saying why: its unpaired text, or that no problem-level
+ * comparison was given), then an error per baseline score the run lacks.
+ * base may be NULL (no baseline run: baseline_run_id -1), base_pairs NULL
+ * with n_base_pairs 0. PG_ERR_INTERNAL for a NULL argument with a count
+ * > 0 or a NULL key string; PG_ERR_NOMEM. */
 pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
                         const eval_score_stored *run, size_t n_run,
-                        const eval_score_stored *base, size_t n_base, int64_t baseline_run_id,
-                        const gate_config *c, gate_flags *out, pg_err *err);
+                        const eval_score_stored *base, size_t n_base,
+                        const regress_base_pair *base_pairs, size_t n_base_pairs,
+                        int64_t baseline_run_id, const gate_config *c, gate_flags *out,
+                        pg_err *err);
 
 /* Appends the one flag of a run whose explicit baseline measured other
  * content (field differs: run_value in run run_id, base_value in

@@ -8,7 +8,9 @@
  * ones, NaN and all-zero external outputs fail a first run, named baselines
  * round-trip, bad configs and runs that are not complete are refused
  * (exit 2), and the shipped eval demo and degenerate evals get the verdicts
- * regress.h defines.
+ * regress.h defines, the accuracy against the baseline run paired over the
+ * same problems (live runs against loopback servers) and unpaired, saying
+ * why, when the runs cannot show they are the same problems.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -21,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fake_openai_server.h"
 #include "kernels/numerics.h"
 #include "harness/safetensors.h"
 #include "testutil.h"
@@ -547,9 +550,10 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
         free(sum);
     }
 
-    /* A second replay: run 1 failed its gate, so it is the fallback baseline;
-     * each mode's accuracy is unchanged, and with two runs' SEs the interval
-     * (about +-0.12) is too wide to call "no change" at 0.05. */
+    /* A second replay: run 1 failed its gate, so it is the fallback baseline.
+     * The same traces digest and problems: paired, every problem tied, d = 0
+     * in [0, 0]; but the design's MDE (bf16: 0.202) is above 0.05, so it
+     * cannot call that "no change" (inconclusive). */
     rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label demo --no-progress",
                           traces, g_db);
     cr_assert_eq(rc, 0, "%s", out);
@@ -558,6 +562,13 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic: no older eval run labelled 'demo' passed "
                           "a gate") != NULL, "%s", out);
+    cr_expect(strstr(out, "inconclusive eval      aime-style-demo medium bf16: accuracy 0.917 vs "
+                          "0.917 in baseline run 1, paired over 12 problems: 0 won, 0 lost, 12 "
+                          "tied, sign test p=1; mean paired difference +0.000, 95% CI [+0.000, "
+                          "+0.000]; inconclusive: the interval lies within +-0.050, but this "
+                          "design lacks the power to call it no change: it could only have seen "
+                          "a drop of 0.202 or more") != NULL, "%s", out);
+    cr_expect(strstr(out, "unpaired") == NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'accuracy' "
                         "AND verdict = 'inconclusive' AND baseline_run_id = 1 "
@@ -1321,4 +1332,93 @@ Test(gate_cmd, run_resume_records_the_layer_rows_of_an_older_run)
     rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
+}
+
+/* Problems of the live paired-baseline test, and how many each run gets right. */
+#define LIVE_PROBLEMS 30
+#define LIVE_BASE_RIGHT 15
+#define LIVE_RUN_RIGHT 9
+
+/* A chat completion answering text. */
+#define CHAT_REPLY(text)                                                                \
+    "{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"" text \
+    "\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}"
+
+/* Runs a live bf16 eval of traces (every answer 7) with label paired against
+ * a loopback server that answers the first n_right requests right and the
+ * rest wrong (one request at a time: in problem order). */
+static void live_eval(const char *traces, int n_right)
+{
+    static const fs_reply right = {200, CHAT_REPLY("so \\\\boxed{7}"), NULL, NULL, 0, 0};
+    static const fs_reply wrong = {200, CHAT_REPLY("so \\\\boxed{3}"), NULL, NULL, 0, 0};
+    fs_reply replies[FS_MAX_REPLIES];
+    cr_assert_lt(n_right, FS_MAX_REPLIES);
+    for (int i = 0; i < n_right; i++) replies[i] = right;
+    replies[n_right] = wrong;  /* repeated for every later request */
+    fake_server s;
+    fs_init(&s);
+    fs_route_openai(&s, replies, n_right + 1);
+    cr_assert(fs_start(&s));
+    char url[128];
+    fs_url(&s, url, sizeof url);
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "eval --traces '%s' --endpoint bf16=%s --samples 1 "
+                                          "--concurrency 1 --label paired --db '%s' "
+                                          "--no-progress --ready-timeout 10", traces, url, g_db);
+    fs_stop(&s);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+}
+
+/* Issue 27: two live runs of the same problems (same traces digest, no
+ * --limit) are compared problem by problem. The baseline answered the first
+ * 15 of 30 right, the run the first 9: 6 lost, none won, sign test p =
+ * 2 x 0.5^6 = 0.031, a regression. The same scores compared as two
+ * independent samples are inconclusive (interval [-0.449, +0.049]: see
+ * tests/test_regress.c), which the gate falls back to, saying why, once the
+ * runs' configs no longer record the digest (runs recorded before digests). */
+Test(gate_cmd, the_accuracy_against_the_baseline_is_paired_over_the_same_problems)
+{
+    char traces[600];
+    snprintf(traces, sizeof traces, "%s/live.jsonl", tu_dir);
+    FILE *f = fopen(traces, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < LIVE_PROBLEMS; i++)
+        fprintf(f, "{\"id\": \"q%02d\", \"problem\": \"%d + 7 - %d?\", \"answer\": 7}\n", i,
+                i, i);
+    fclose(f);
+    live_eval(traces, LIVE_BASE_RIGHT);  /* run 1 */
+    live_eval(traces, LIVE_RUN_RIGHT);   /* run 2 */
+    cr_assert_eq(db_num("SELECT count(*) FROM eval_samples WHERE run_id = 1 AND correct = 1"),
+                 LIVE_BASE_RIGHT);
+    cr_assert_eq(db_num("SELECT count(*) FROM eval_samples WHERE run_id = 2 AND correct = 1 AND "
+                        "problem_id < 'q09'"), LIVE_RUN_RIGHT);
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1 (automatic:") != NULL, "%s", out);
+    cr_expect(strstr(out, "REGRESSION eval      ") != NULL, "%s", out);
+    cr_expect(strstr(out, " medium bf16: accuracy 0.300 vs 0.500 in baseline run 1, paired over "
+                          "30 problems: 0 won, 6 lost, 24 tied, sign test p=0.031; mean paired "
+                          "difference -0.200, 95% CI [") != NULL, "%s", out);
+    cr_expect(strstr(out, "regression: the interval is below 0 and the drop is at least "
+                          "min_effect 0.050 (MDE 0.355 at 80% power)") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'accuracy' AND "
+                        "verdict = 'regression' AND baseline_run_id = 1 AND value = 0.3 AND "
+                        "baseline_value = 0.5 AND message LIKE '%paired over 30 problems%'"), 1);
+
+    /* Without the digest the same ids need not be the same problems. */
+    db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.traces_digest')");
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "baseline: run 1 (automatic:") != NULL, "%s", out);
+    cr_expect(strstr(out, " medium bf16: accuracy 0.300 vs 0.500 in baseline run 1, unpaired (run "
+                          "2's config records no traces_digest (recorded before content digests), "
+                          "so the same problem ids need not be the same problems): difference "
+                          "-0.200, 95% CI [-0.449, +0.049] (two-sample") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'accuracy' AND "
+                        "verdict = 'inconclusive' AND message LIKE '%unpaired (run 2''s config%'"),
+                 1);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "evals/score.h"
 #include "harness/gate_config.h"
 #include "reports/junit.h"
 #include "harness/regress.h"
@@ -480,7 +481,7 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
                                         SCORE("aime", "fp8kv", "medium", 12, 0.80, 0.05, 36, 0)};
     gate_flags f = {0};
     pg_err err = {0};
-    cr_assert_eq(regress_evals(pairs, 1, run, 2, base, 3, 4, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(pairs, 1, run, 2, base, 3, NULL, 0, 4, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 6);
     /* One "samples" check per score of the run, both fine. */
     cr_expect_str_eq(f.v[0].metric, GATE_METRIC_SAMPLES);
@@ -514,14 +515,14 @@ Test(regress, evals_pairs_baseline_two_sample_interval_and_missing_modes)
     const eval_score_stored low[2] = {SCORE("aime", "bf16", "low", 400, 0.5, 0.02, 3200, 0),
                                        SCORE("aime", "fp8kv", "low", 400, 0.5, 0.02, 3200, 0)};
     eval_pair_stored tight[1] = {PAIR("aime", "low", "fp8kv", "bf16", 400, 0.0, -0.01, 0.01, 0.02, 10, 10, 1.0)};
-    cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 3);
     cr_expect_eq(f.v[2].verdict, GATE_VERDICT_NO_CHANGE, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "not proof of equality") != NULL, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "MDE 0.020") != NULL, "%s", f.v[2].message);
     gate_flags_free(&f);
     tight[0].mde = 0.08;
-    cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(tight, 1, low, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "lacks the power") != NULL, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "could only have seen a drop of 0.080 or more") != NULL,
@@ -543,7 +544,7 @@ Test(regress, a_pair_drop_or_gain_needs_a_significant_sign_test)
                                0.25)};
     gate_flags f = {0};
     pg_err err = {0};
-    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 3);
     cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
     cr_expect_str_eq(f.v[2].message, "e m fp8kv - bf16: mean paired difference -0.500, 95% CI "
@@ -556,20 +557,20 @@ Test(regress, a_pair_drop_or_gain_needs_a_significant_sign_test)
     /* All 6 lost: p = 2 x 0.5^6 = 0.03125 <= 0.05, a regression. */
     p[0].losses = 6;
     p[0].sign_p = 0.03125;
-    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.v[2].verdict, GATE_VERDICT_REGRESSION, "%s", f.v[2].message);
     gate_flags_free(&f);
     /* The mirror image: 3 won, none lost, p 0.25: no improvement either. */
     p[0] = (eval_pair_stored)PAIR("e", "m", "fp8kv", "bf16", 6, 0.5, 1.0 / 6, 5.0 / 6, 0.75, 3, 0,
                                0.25);
-    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "interval is above 0, but the exact sign test gives p 0.25 "
                      "> 0.05 (3 problems better, 0 worse") != NULL, "%s", f.v[2].message);
     gate_flags_free(&f);
     /* An unknown p (a zeroed row) never lets a drop through as significant. */
     p[0].sign_p = 0;
-    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(p, 1, six, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(f.v[2].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[2].message);
     gate_flags_free(&f);
 }
@@ -588,7 +589,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         const eval_score_stored three[2] = {SCORE("e", "bf16", "m", 3, 1.0, 0.0, 3, 0),
                                              SCORE("e", "fp8kv", "m", 3, 1.0, 0.0, 3, 0)};
         const eval_pair_stored p3[1] = {PAIR("e", "m", "fp8kv", "bf16", 3, 0.0, 0.0, 0.0, 0.9066, 0, 0, 1.0)};
-        cr_assert_eq(regress_evals(p3, 1, three, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_assert_eq(regress_evals(p3, 1, three, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
         cr_expect_eq(f.v[0].verdict, GATE_VERDICT_PASS, "%s", f.v[0].message);
         cr_expect_eq(f.v[2].verdict, GATE_VERDICT_ERROR, "e=%g: %s", effects[k], f.v[2].message);
@@ -601,7 +602,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         const eval_score_stored six[2] = {SCORE("e", "bf16", "m", 6, 0.5, 0.2, 6, 0),
                                            SCORE("e", "fp8kv", "m", 6, 0.5, 0.2, 6, 0)};
         const eval_pair_stored p6[1] = {PAIR("e", "m", "fp8kv", "bf16", 6, 0.0, -0.3, 0.3, 0.9, 0, 0, 1.0)};
-        cr_assert_eq(regress_evals(p6, 1, six, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_assert_eq(regress_evals(p6, 1, six, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_expect_neq(f.v[2].verdict, GATE_VERDICT_ERROR, "%s", f.v[2].message);
         gate_flags_free(&f);
 
@@ -609,7 +610,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         const eval_score_stored trunc[2] = {SCORE("e", "bf16", "m", 30, 0.0, 0.0, 60, 60),
                                              SCORE("e", "fp8kv", "m", 30, 0.0, 0.0, 60, 60)};
         const eval_pair_stored pt[1] = {PAIR("e", "m", "fp8kv", "bf16", 30, 0.0, 0.0, 0.0, 0.0632, 0, 0, 1.0)};
-        cr_assert_eq(regress_evals(pt, 1, trunc, 2, trunc, 2, 7, &c, &f, &err), PG_OK);
+        cr_assert_eq(regress_evals(pt, 1, trunc, 2, trunc, 2, NULL, 0, 7, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 5);
         for (size_t i = 0; i < f.n; i++)
             cr_expect_eq(f.v[i].verdict, GATE_VERDICT_ERROR, "flag %zu: %s", i, f.v[i].message);
@@ -625,7 +626,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         /* Right answers, but 31 of 60 samples truncated: more than half. */
         const eval_score_stored half[2] = {SCORE("e", "bf16", "m", 30, 0.5, 0.05, 60, 30),
                                             SCORE("e", "fp8kv", "m", 30, 0.5, 0.05, 60, 31)};
-        cr_assert_eq(regress_evals(NULL, 0, half, 2, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_assert_eq(regress_evals(NULL, 0, half, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_expect_eq(f.v[0].verdict, GATE_VERDICT_PASS, "%s", f.v[0].message);
         cr_expect_eq(f.v[1].verdict, GATE_VERDICT_ERROR, "%s", f.v[1].message);
         cr_expect(strstr(f.v[1].message, "fp8kv m: 60 graded samples, 31 truncated") != NULL,
@@ -635,7 +636,7 @@ Test(regress, degenerate_evals_are_errors_that_no_config_turns_into_a_pass)
         /* A pair with no problem in common, and one whose mode was never scored. */
         const eval_pair_stored none[2] = {PAIR("e", "m", "fp8kv", "bf16", 0, NAN, NAN, NAN, NAN, 0, 0, 1.0),
                                            PAIR("e", "m", "fp8qkv", "bf16", 30, 0, -0.1, 0.1, 0.1, 0, 0, 1.0)};
-        cr_assert_eq(regress_evals(none, 2, half, 1, NULL, 0, -1, &c, &f, &err), PG_OK);
+        cr_assert_eq(regress_evals(none, 2, half, 1, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK);
         cr_assert_eq(f.n, 3);
         cr_expect_eq(f.v[1].verdict, GATE_VERDICT_ERROR, "%s", f.v[1].message);
         cr_expect(strstr(f.v[1].message, "no pairs (no problem scored in both modes)") != NULL,
@@ -775,7 +776,7 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     const eval_pair_stored pairs[1] = {PAIR("e<1>", "hi", "fp8kv", "bf16", 12, -0.1, -0.2, -0.06, 0.1, 0, 6, 0.03125)};
     const eval_score_stored scores[2] = {SCORE("e<1>", "bf16", "hi", 12, 0.5, 0.1, 12, 0),
                                           SCORE("e<1>", "fp8kv", "hi", 12, 0.4, 0.1, 12, 0)};
-    cr_assert_eq(regress_evals(pairs, 1, scores, 2, NULL, 0, 1, &c, &f, &err), PG_OK, "%s",
+    cr_assert_eq(regress_evals(pairs, 1, scores, 2, NULL, 0, NULL, 0, 1, &c, &f, &err), PG_OK, "%s",
                  err.msg);
     cr_assert_eq(junit_write(path, 2, 1, &f, &err), PG_OK, "%s", err.msg);
 
@@ -823,7 +824,7 @@ Test(regress, an_eval_without_variation_gets_the_rule_of_three_mde)
     const eval_score_stored run30[1] = {SCORE("e", "bf16", "m", 30, 1.0, 0.0, 240, 0)};
     gate_flags f = {0};
     pg_err err = {0};
-    cr_assert_eq(regress_evals(NULL, 0, run30, 1, run30, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_evals(NULL, 0, run30, 1, run30, 1, NULL, 0, 7, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(f.n, 2);
     cr_expect_str_eq(f.v[1].metric, GATE_METRIC_ACCURACY);
     cr_expect_eq(f.v[1].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[1].message);
@@ -833,7 +834,7 @@ Test(regress, an_eval_without_variation_gets_the_rule_of_three_mde)
     /* 200 problems: 3/200 = 0.015 <= min_effect, "no change" with that MDE, said so. */
     const eval_score_stored run200[2] = {SCORE("e", "bf16", "m", 200, 1.0, 0.0, 1600, 0),
                                           SCORE("e", "fp8kv", "m", 200, 1.0, 0.0, 1600, 0)};
-    cr_assert_eq(regress_evals(NULL, 0, run200, 1, run200, 1, 7, &c, &f, &err), PG_OK, "%s",
+    cr_assert_eq(regress_evals(NULL, 0, run200, 1, run200, 1, NULL, 0, 7, &c, &f, &err), PG_OK, "%s",
                  err.msg);
     cr_expect_eq(f.v[1].verdict, GATE_VERDICT_NO_CHANGE, "%s", f.v[1].message);
     cr_expect(strstr(f.v[1].message, "MDE 0.015") != NULL, "%s", f.v[1].message);
@@ -842,11 +843,107 @@ Test(regress, an_eval_without_variation_gets_the_rule_of_three_mde)
     /* The pair of the run carries the floored MDE eval_pair_compute stored. */
     const eval_pair_stored pair[1] = {PAIR("e", "m", "fp8kv", "bf16", 200, 0.0, 0.0, 0.0,
                                            3.0 / 200, 0, 0, 1.0)};
-    cr_assert_eq(regress_evals(pair, 1, run200, 2, NULL, 0, -1, &c, &f, &err), PG_OK, "%s",
+    cr_assert_eq(regress_evals(pair, 1, run200, 2, NULL, 0, NULL, 0, -1, &c, &f, &err), PG_OK, "%s",
                  err.msg);
     cr_assert_eq(f.n, 3);
     cr_expect_eq(f.v[2].verdict, GATE_VERDICT_NO_CHANGE, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "MDE 0.015") != NULL, "%s", f.v[2].message);
     cr_expect(strstr(f.v[2].message, "rule-of-three floor") != NULL, "%s", f.v[2].message);
+    gate_flags_free(&f);
+}
+
+/* Problems of the paired-baseline test below. */
+#define PAIRED_N 30
+
+/* Issue 27: the accuracy against the baseline run is paired when both runs
+ * ran the same problems. 30 problems x 1 sample: the baseline right on the
+ * first 15, the run on the first 9, so the run lost 6 problems and won none.
+ * Paired: d = -0.2, the exact sign test p = 2 x 0.5^6 = 0.03125, a
+ * regression. Two-sample, the same scores are inconclusive: se = max(
+ * sqrt(0.085096^2 + 0.092848^2) = 0.125945, design se sqrt(p~(1-p~) 2/30)
+ * = 0.126798 with p~ = (24 + z^2/2)/(60 + z^2)), interval -0.2 -+ 1.96 x
+ * 0.126798 = [-0.449, +0.049]. The MDE is the same design's in both:
+ * 2.8016 x 0.126798 = 0.355 (the paired observed 2.8016 sd/sqrt(30) =
+ * 0.208 is lower). */
+Test(regress, the_baseline_comparison_is_paired_over_the_same_problems)
+{
+    gate_config c;
+    gate_config_default(&c);
+    eval_cell run_cells[PAIRED_N], base_cells[PAIRED_N];
+    char ids[PAIRED_N][8];
+    char *id_ptr[PAIRED_N];
+    for (int i = 0; i < PAIRED_N; i++) {
+        run_cells[i] = (eval_cell){EVAL_SAMPLE_OK, i < 9};
+        base_cells[i] = (eval_cell){EVAL_SAMPLE_OK, i < 15};
+        snprintf(ids[i], sizeof ids[i], "p%02d", i);
+        id_ptr[i] = ids[i];
+    }
+    const eval_table run_t = {PAIRED_N, 1, run_cells, id_ptr};
+    const eval_table base_t = {PAIRED_N, 1, base_cells, id_ptr};
+    regress_base_pair bp = {.eval = "e", .mode = "fp8kv", .effort = "m", .paired = 1};
+    pg_err err = {0};
+    cr_assert_eq(eval_pair_compute(&run_t, &base_t, &bp.pair, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(bp.pair.losses, 6);
+    cr_assert_eq(bp.pair.wins, 0);
+    cr_assert_lt(bp.pair.ci_high, 0.0);
+    const eval_score_stored run[1] = {SCORE("e", "fp8kv", "m", PAIRED_N, 0.3, 0.0850963, 30, 0)};
+    const eval_score_stored base[1] = {SCORE("e", "fp8kv", "m", PAIRED_N, 0.5, 0.0928477, 30, 0)};
+    gate_flags f = {0};
+    cr_assert_eq(regress_evals(NULL, 0, run, 1, base, 1, &bp, 1, 3, &c, &f, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(f.n, 2);
+    cr_expect_str_eq(f.v[1].metric, GATE_METRIC_ACCURACY);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_REGRESSION, "%s", f.v[1].message);
+    cr_expect_eq(f.v[1].value, 0.3);
+    cr_expect_eq(f.v[1].baseline_value, 0.5);
+    char expect[REGRESS_MSG_MAX];
+    snprintf(expect, sizeof expect, "e m fp8kv: accuracy 0.300 vs 0.500 in baseline run 3, paired "
+             "over 30 problems: 0 won, 6 lost, 24 tied, sign test p=0.031; mean paired "
+             "difference -0.200, 95%% CI [%+.3f, %+.3f]; regression: the interval is below 0 and "
+             "the drop is at least min_effect 0.050 (MDE 0.355 at 80%% power)", bp.pair.ci_low,
+             bp.pair.ci_high);
+    cr_expect_str_eq(f.v[1].message, expect);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_REGRESSION);
+    gate_flags_free(&f);
+
+    /* The pair's rules are the in-run pairs': 3 lost of 30, p = 0.25, is no
+     * regression whatever the interval says. */
+    regress_base_pair weak = bp;
+    weak.pair.losses = 3;
+    weak.pair.sign_p = 0.25;
+    cr_assert_eq(regress_evals(NULL, 0, run, 1, base, 1, &weak, 1, 3, &c, &f, &err), PG_OK);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "the exact sign test gives p 0.25 > 0.05 (0 problems "
+                     "better, 3 worse") != NULL, "%s", f.v[1].message);
+    gate_flags_free(&f);
+
+    /* Unpaired (other problems, say), the same scores are two-sample and
+     * inconclusive, the message saying so and why. */
+    regress_base_pair other = {.eval = "e", .mode = "fp8kv", .effort = "m", .paired = 0};
+    snprintf(other.unpaired, sizeof other.unpaired, "their problems differ");
+    cr_assert_eq(regress_evals(NULL, 0, run, 1, base, 1, &other, 1, 3, &c, &f, &err), PG_OK);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[1].message);
+    cr_expect_str_eq(f.v[1].message, "e m fp8kv: accuracy 0.300 vs 0.500 in baseline run 3, "
+                     "unpaired (their problems differ): difference -0.200, 95% CI [-0.449, "
+                     "+0.049] (two-sample, SEs 0.085 and 0.093, design SE 0.127); inconclusive "
+                     "at min_effect 0.050: the interval is neither clear of 0 by that much nor "
+                     "within +-0.050 (MDE 0.355 at 80% power)");
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
+    gate_flags_free(&f);
+    /* No entry for the key is no silent pairing either: unpaired, said so. */
+    cr_assert_eq(regress_evals(NULL, 0, run, 1, base, 1, NULL, 0, 3, &c, &f, &err), PG_OK);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_INCONCLUSIVE, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "unpaired (no problem-level comparison of the two runs' "
+                     "samples was made)") != NULL, "%s", f.v[1].message);
+    gate_flags_free(&f);
+
+    /* A degenerate baseline score is an error of the paired comparison too,
+     * named as the baseline's (no correct answer). */
+    const eval_score_stored none[1] = {SCORE("e", "fp8kv", "m", PAIRED_N, 0.0, 0.0, 30, 0)};
+    cr_assert_eq(regress_evals(NULL, 0, run, 1, none, 1, &bp, 1, 3, &c, &f, &err), PG_OK);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_ERROR, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "paired over 30 problems") != NULL, "%s", f.v[1].message);
+    cr_expect(strstr(f.v[1].message, "error: fp8kv m: no correct answer in 30 graded samples; "
+                     "(the baseline run's fp8kv m)") != NULL, "%s", f.v[1].message);
     gate_flags_free(&f);
 }
