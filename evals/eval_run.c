@@ -2,6 +2,7 @@
 #include "eval_run.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +203,56 @@ static pg_status distinct_modes(const eval_run_options *o, const char **modes, i
     return PG_OK;
 }
 
+/* Room for what two servers' identities share, in a warning. */
+#define EVAL_MATCH_MAX 2048
+
+/* Says through o->notes, once per two servers of different modes given the
+ * same base URL once normalised (oa_url_normalise), that the comparison
+ * would be of a server with itself; marks each such pair in same_url. */
+static void warn_same_url(const eval_run_options *o,
+                          bool same_url[EVAL_MAX_SERVERS][EVAL_MAX_SERVERS])
+{
+    char norm[EVAL_MAX_SERVERS][OA_URL_MAX];
+    for (int i = 0; i < o->n_endpoints; i++)
+        if (oa_url_normalise(o->urls[i], norm[i], sizeof norm[i]) != 0) norm[i][0] = '\0';
+    for (int i = 0; i < o->n_endpoints; i++)
+        for (int j = i + 1; j < o->n_endpoints; j++) {
+            same_url[i][j] = norm[i][0] != '\0' && strcmp(o->modes[i], o->modes[j]) != 0 &&
+                             strcmp(norm[i], norm[j]) == 0;
+            if (same_url[i][j])
+                pg_note_warning(o->notes,
+                                "modes %s (%s) and %s (%s) are given the same server URL (%s); "
+                                "the comparison is of a server with itself",
+                                o->modes[i], o->urls[i], o->modes[j], o->urls[j], norm[i]);
+        }
+}
+
+/* Says through o->notes, once per two contacted servers of different modes
+ * not already warned of in same_url, that they report the same model and
+ * server identity (oa_identity_match). Asks each server's /version once
+ * (oa_server_identity). PG_ERR_NOMEM only. */
+static pg_status warn_same_identity(const eval_run_options *o, oa_endpoint **eps,
+                                    bool same_url[EVAL_MAX_SERVERS][EVAL_MAX_SERVERS],
+                                    pg_err *err)
+{
+    oa_identity id[EVAL_MAX_SERVERS] = {{0}};
+    pg_status st = PG_OK;
+    for (int i = 0; st == PG_OK && i < o->n_endpoints; i++)
+        if (eps[i] != NULL) st = oa_server_identity(eps[i], &id[i], err);
+    char what[EVAL_MATCH_MAX];
+    for (int i = 0; st == PG_OK && i < o->n_endpoints; i++)
+        for (int j = i + 1; j < o->n_endpoints; j++)
+            if (eps[i] != NULL && eps[j] != NULL && !same_url[i][j] &&
+                strcmp(o->modes[i], o->modes[j]) != 0 &&
+                oa_identity_match(&id[i], &id[j], what, sizeof what))
+                pg_note_warning(o->notes,
+                                "modes %s (%s) and %s (%s) report the same model and server "
+                                "identity (%s); if they are one server the comparison is of a "
+                                "server with itself",
+                                o->modes[i], o->urls[i], o->modes[j], o->urls[j], what);
+    return st;
+}
+
 /* Opens, awaits and asks the model of every server of a needed mode, all
  * within one shared ready deadline; the model of each (NULL: not contacted)
  * into models, and the opened ones into live[*n_live]. Every server of a
@@ -270,8 +321,15 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
     if (client.notes == NULL) client.notes = o->notes;
     oa_endpoint *live[EVAL_MAX_SERVERS];
     int n_live = 0;
+    /* A copy-paste slip (one server for two modes) is said at once, before
+     * the wait for the servers; one under two names once they answered. A
+     * warning only: the run goes on. */
+    bool same_url[EVAL_MAX_SERVERS][EVAL_MAX_SERVERS];
+    memset(same_url, 0, sizeof same_url);
+    if (st == PG_OK) warn_same_url(o, same_url);
     if (st == PG_OK)
         st = open_servers(o, &client, mode_of, needed, eps, models, live, &n_live, err);
+    if (st == PG_OK) st = warn_same_identity(o, eps, same_url, err);
     if (st == PG_OK && o->before_send != NULL)
         st = o->before_send(o->before_send_ctx, (const char *const *)models, err);
     /* Each mode's model, for its request bodies: that of its first server. */

@@ -15,6 +15,7 @@
 #include "base/rng.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <math.h>
 #include <pthread.h>
@@ -35,6 +36,16 @@
 #define OA_MSG_SNIPPET 300
 /* Room for a formatted error message. */
 #define OA_ERR_MAX 1024
+/* Longest Server header or /version string kept for an identity: far above
+ * "uvicorn" or a vLLM version, small enough for one line of a warning. */
+#define OA_IDENTITY_FIELD_MAX 256
+/* Default ports of the schemes (RFC 9110 sections 4.2.1 and 4.2.2). */
+#define OA_HTTP_DEFAULT_PORT 80L
+#define OA_HTTPS_DEFAULT_PORT 443L
+/* Statuses that say a server has no /version route: 404 Not Found and 405
+ * Method Not Allowed (RFC 9110 sections 15.5.5, 15.5.6). */
+#define OA_HTTP_NOT_FOUND 404L
+#define OA_HTTP_METHOD_NOT_ALLOWED 405L
 /* Timeout of one /health or /v1/models request (oa_wait_ready, oa_model_name). */
 #define OA_PROBE_TIMEOUT_S 10.0
 /* Shortest timeout of a probe, so one is made even at the deadline. */
@@ -171,8 +182,15 @@ static void server_message(const char *body, size_t len, char *out, size_t size)
 struct oa_endpoint {
     char *mode;
     char *base_url;                  /* as given to oa_endpoint_open */
-    char *url_chat, *url_health, *url_models;
+    char *url_chat, *url_health, *url_models, *url_version;
     char *model;                     /* the options' or the discovered name */
+    char *id_models;                 /* oa_identity.models, from the readiness probe */
+    int id_beyond_ids;               /* oa_identity.models_beyond_ids */
+    char *id_server;                 /* oa_identity.server (NULL: none sent) */
+    oa_version_state id_version_state;
+    char *id_version;
+    char *id_canonical;
+    bool id_version_asked;           /* GET /version made (once) */
     char *api_key;                   /* NULL when none; kept only for scrub() */
     struct curl_slist *post_headers; /* JSON body, no Expect, Authorization */
     struct curl_slist *get_headers;  /* Authorization only */
@@ -207,7 +225,12 @@ void oa_endpoint_close(oa_endpoint *ep)
     free(ep->url_chat);
     free(ep->url_health);
     free(ep->url_models);
+    free(ep->url_version);
     free(ep->model);
+    free(ep->id_models);
+    free(ep->id_server);
+    free(ep->id_version);
+    free(ep->id_canonical);
     free(ep);
 }
 
@@ -308,6 +331,7 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
               join_url(base_url, n, "/v1/chat/completions", &ep->url_chat) == PG_OK &&
               join_url(base_url, n, "/health", &ep->url_health) == PG_OK &&
               join_url(base_url, n, "/v1/models", &ep->url_models) == PG_OK &&
+              join_url(base_url, n, "/version", &ep->url_version) == PG_OK &&
               (o.model == NULL || (ep->model = strdup(o.model)) != NULL) &&
               (key == NULL || (ep->api_key = strdup(key)) != NULL);
     struct curl_slist *l;
@@ -350,10 +374,37 @@ static size_t collect_body(char *ptr, size_t size, size_t nmemb, void *userdata)
     return buf_add(userdata, ptr, size * nmemb) ? size * nmemb : 0;
 }
 
+/* libcurl header callback keeping the Server header of the last response
+ * (a status line starts a new one: interim 1xx replies have their own) in
+ * the buf userdata, at most OA_IDENTITY_FIELD_MAX bytes, trimmed. */
+static size_t collect_server_header(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    buf *server = userdata;
+    const size_t n = size * nmemb;
+    static const char name[] = "server:";
+    if (n >= 5 && memcmp(ptr, "HTTP/", 5) == 0) {
+        buf_free(server);
+    } else if (n >= sizeof name - 1 && strncasecmp(ptr, name, sizeof name - 1) == 0) {
+        size_t at = sizeof name - 1, end = n;
+        while (at < end && (ptr[at] == ' ' || ptr[at] == '\t')) at++;
+        while (end > at && (ptr[end - 1] == '\r' || ptr[end - 1] == '\n' || ptr[end - 1] == ' ' ||
+                            ptr[end - 1] == '\t'))
+            end--;
+        if (end - at > OA_IDENTITY_FIELD_MAX) end = at + OA_IDENTITY_FIELD_MAX;
+        buf_free(server);
+        /* An empty value is still a header sent: buf_add("") gives "". */
+        if (!buf_add(server, ptr + at, end - at)) return 0;
+        if (server->p == NULL && !buf_add(server, "", 0)) return 0;
+    }
+    return n;
+}
+
 /* GET url with ep's headers within timeout_s. On a completed transfer
- * returns true with *code and body; else false with the reason in why. */
+ * returns true with *code and body, and (server not NULL) the reply's
+ * Server header in *server (p NULL when none was sent); else false with the
+ * reason in why. */
 static bool http_get(const oa_endpoint *ep, const char *url, double timeout_s, long *code,
-                     buf *body, char *why, size_t why_size)
+                     buf *body, buf *server, char *why, size_t why_size)
 {
     char errbuf[CURL_ERROR_SIZE] = "";
     *code = 0;
@@ -372,6 +423,10 @@ static bool http_get(const oa_endpoint *ep, const char *url, double timeout_s, l
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms > 0 ? ms : 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)ceil(ep->opt.connect_timeout_s * 1000.0));
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (server != NULL) {
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, collect_server_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, server);
+    }
     CURLcode rc = curl_easy_perform(h);
     if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
     else snprintf(why, why_size, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
@@ -420,6 +475,68 @@ static void http_status_why(const oa_endpoint *ep, long code, const buf *body, c
     scrub(why, ep->api_key);
 }
 
+/* Fields of a /v1/models entry an identity keeps besides its id: what a
+ * server's launch sets (vLLM's ModelCard in vllm/entrypoints/openai/
+ * protocol.py: owned_by, root, parent, max_model_len; llama-server's meta:
+ * the model file's n_params, size, n_ctx_train). created and permission are
+ * not: vLLM makes them anew for each request. */
+static const char *const k_identity_fields[] = {"owned_by", "root", "parent", "max_model_len",
+                                                "meta"};
+
+/* qsort order of C strings. */
+static int by_text(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Keeps in ep what the ready /v1/models reply (body, with its Server
+ * header) says of the server: the canonical model list (oa_identity) and
+ * the header. PG_ERR_NOMEM only; a body parse_models accepted is a list. */
+static pg_status keep_identity(oa_endpoint *ep, const buf *body, const buf *server, pg_err *err)
+{
+    cJSON *root = cJSON_ParseWithLength(body->p, body->len);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    const int n = cJSON_GetArraySize(data);
+    char **entries = calloc((size_t)n + 1, sizeof *entries);
+    bool ok = entries != NULL, beyond = false;
+    int k = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, data)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "id");
+        if (!ok || !cJSON_IsString(id)) continue;
+        cJSON *e = cJSON_CreateObject();
+        ok = e != NULL && cJSON_AddStringToObject(e, "id", id->valuestring) != NULL;
+        for (size_t f = 0; ok && f < sizeof k_identity_fields / sizeof *k_identity_fields; f++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, k_identity_fields[f]);
+            if (v == NULL || cJSON_IsNull(v)) continue;
+            ok = cJSON_AddItemToObject(e, k_identity_fields[f], cJSON_Duplicate(v, 1));
+            beyond = true;
+        }
+        if (ok) ok = (entries[k++] = cJSON_PrintUnformatted(e)) != NULL;
+        cJSON_Delete(e);
+    }
+    cJSON_Delete(root);
+    buf list = {0};
+    if (ok) qsort(entries, (size_t)k, sizeof *entries, by_text);
+    ok = ok && buf_add(&list, "[", 1);
+    for (int i = 0; ok && i < k; i++)
+        ok = (i == 0 || buf_add(&list, ",", 1)) && buf_add(&list, entries[i], strlen(entries[i]));
+    ok = ok && buf_add(&list, "]", 1);
+    for (int i = 0; entries != NULL && i < k; i++) free(entries[i]);
+    free(entries);
+    free(ep->id_models);
+    free(ep->id_server);
+    ep->id_models = ok ? list.p : NULL;
+    ep->id_server = NULL;
+    if (!ok) buf_free(&list);
+    if (ok && server->p != NULL) ok = (ep->id_server = strdup(server->p)) != NULL;
+    ep->id_beyond_ids = beyond;
+    if (!ok) return pg_fail(err, PG_ERR_NOMEM, "out of memory keeping the identity of %s",
+                            ep->base_url);
+    return PG_OK;
+}
+
 /* Whether o's stop flag is set. */
 static bool stop_requested(const oa_options *o)
 {
@@ -438,13 +555,14 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
         buf body = {0};
         long code;
         url = ep->url_health;
-        if (http_get(ep, url, to, &code, &body, why, sizeof why)) {
+        if (http_get(ep, url, to, &code, &body, NULL, why, sizeof why)) {
             if (code != 200) {
                 http_status_why(ep, code, &body, why, sizeof why);
             } else {
                 buf_free(&body);
                 url = ep->url_models;
-                if (http_get(ep, url, to, &code, &body, why, sizeof why)) {
+                buf server = {0};
+                if (http_get(ep, url, to, &code, &body, &server, why, sizeof why)) {
                     char *first;
                     bool found;
                     pg_err e = {0};
@@ -453,12 +571,14 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
                     } else if (parse_models(&body, ep->model, &first, &found, &e) != PG_OK) {
                         snprintf(why, sizeof why, "%s", e.msg);
                     } else {
+                        pg_status st = keep_identity(ep, &body, &server, err);
                         buf_free(&body);
-                        if (ep->model != NULL && !found) {
-                            pg_status st =
-                                pg_fail(err, PG_ERR_HTTP,
-                                        "%s: model '%s' is not served (it serves '%s', ...)", url,
-                                        ep->model, first);
+                        buf_free(&server);
+                        if (st == PG_OK && ep->model != NULL && !found)
+                            st = pg_fail(err, PG_ERR_HTTP,
+                                         "%s: model '%s' is not served (it serves '%s', ...)", url,
+                                         ep->model, first);
+                        if (st != PG_OK) {
                             free(first);
                             return st;
                         }
@@ -467,6 +587,7 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
                         return PG_OK;
                     }
                 }
+                buf_free(&server);
             }
         }
         buf_free(&body);
@@ -489,7 +610,8 @@ pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err)
         buf body = {0};
         long code;
         bool found;
-        bool ok = http_get(ep, ep->url_models, OA_PROBE_TIMEOUT_S, &code, &body, why, sizeof why);
+        bool ok = http_get(ep, ep->url_models, OA_PROBE_TIMEOUT_S, &code, &body, NULL, why,
+                           sizeof why);
         if (ok && code != 200) {
             http_status_why(ep, code, &body, why, sizeof why);
             ok = false;
@@ -505,6 +627,140 @@ pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err)
     if ((*model = strdup(ep->model)) == NULL)
         return pg_fail(err, PG_ERR_NOMEM, "out of memory copying a model name");
     return PG_OK;
+}
+
+/* Asks GET /version once (OA_VERSION_TIMEOUT_S) and keeps what it said in
+ * ep: the version, ABSENT for a 404 or 405, UNKNOWN for anything else.
+ * PG_ERR_NOMEM only. */
+static pg_status ask_version(oa_endpoint *ep, pg_err *err)
+{
+    ep->id_version_asked = true;
+    ep->id_version_state = OA_VERSION_UNKNOWN;
+    char why[OA_ERR_MAX] = "";
+    buf body = {0};
+    long code = 0;
+    pg_status st = PG_OK;
+    if (http_get(ep, ep->url_version, OA_VERSION_TIMEOUT_S, &code, &body, NULL, why, sizeof why)) {
+        if (code == OA_HTTP_NOT_FOUND || code == OA_HTTP_METHOD_NOT_ALLOWED) {
+            ep->id_version_state = OA_VERSION_ABSENT;
+        } else if (code == 200) {
+            cJSON *root = body.p ? cJSON_ParseWithLength(body.p, body.len) : NULL;
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "version");
+            if (cJSON_IsString(v)) {
+                ep->id_version = strndup(v->valuestring, OA_IDENTITY_FIELD_MAX);
+                if (ep->id_version == NULL) st = pg_fail(err, PG_ERR_NOMEM, "out of memory");
+                else ep->id_version_state = OA_VERSION_ANSWERED;
+            }
+            cJSON_Delete(root);
+        }
+    }
+    buf_free(&body);
+    return st;
+}
+
+pg_status oa_server_identity(oa_endpoint *ep, oa_identity *id, pg_err *err)
+{
+    *id = (oa_identity){0};
+    if (ep->id_models == NULL) return PG_OK;
+    pg_status st = PG_OK;
+    if (!ep->id_version_asked) st = ask_version(ep, err);
+    if (st == PG_OK && ep->id_canonical == NULL) {
+        const char *v = ep->id_version_state == OA_VERSION_ANSWERED ? ep->id_version
+                        : ep->id_version_state == OA_VERSION_ABSENT ? "absent"
+                                                                     : "unknown";
+        const char *srv = ep->id_server ? ep->id_server : "-";
+        const size_t n = strlen(ep->id_models) + strlen(srv) + strlen(v) + sizeof
+                         "models= server= version=";
+        if ((ep->id_canonical = malloc(n)) == NULL)
+            st = pg_fail(err, PG_ERR_NOMEM, "out of memory");
+        else snprintf(ep->id_canonical, n, "models=%s server=%s version=%s", ep->id_models, srv, v);
+    }
+    if (st != PG_OK) return st;
+    *id = (oa_identity){ep->id_models, ep->id_beyond_ids, ep->id_server, ep->id_version_state,
+                        ep->id_version, ep->id_canonical};
+    return PG_OK;
+}
+
+int oa_identity_match(const oa_identity *a, const oa_identity *b, char *what, size_t size)
+{
+    if (size > 0) what[0] = '\0';
+    if (a->models == NULL || b->models == NULL || strcmp(a->models, b->models) != 0) return 0;
+    if ((a->server == NULL) != (b->server == NULL)) return 0;
+    const bool same_server = a->server != NULL;
+    if (same_server && strcmp(a->server, b->server) != 0) return 0;
+    const oa_version_state va = a->version_state, vb = b->version_state;
+    const bool both_versions = va == OA_VERSION_ANSWERED && vb == OA_VERSION_ANSWERED;
+    if (both_versions && strcmp(a->version, b->version) != 0) return 0;
+    /* One has the route, the other has none: different software. */
+    if ((va == OA_VERSION_ANSWERED && vb == OA_VERSION_ABSENT) ||
+        (va == OA_VERSION_ABSENT && vb == OA_VERSION_ANSWERED))
+        return 0;
+    if (!a->models_beyond_ids && !same_server && !both_versions) return 0;
+    int n = snprintf(what, size, "models %s", a->models);
+    if (same_server && n >= 0 && (size_t)n < size)
+        n += snprintf(what + n, size - (size_t)n, ", Server header '%s'", a->server);
+    if (n >= 0 && (size_t)n < size) {
+        if (both_versions)
+            snprintf(what + n, size - (size_t)n, ", /version '%s'", a->version);
+        else if (va == OA_VERSION_ABSENT && vb == OA_VERSION_ABSENT)
+            snprintf(what + n, size - (size_t)n, ", neither has /version");
+        else
+            snprintf(what + n, size - (size_t)n, ", /version not compared (no usable answer)");
+    }
+    return 1;
+}
+
+int oa_url_normalise(const char *base_url, char *out, size_t size)
+{
+    if (size == 0) return -1;
+    snprintf(out, size, "%s", base_url ? base_url : "");
+    if (base_url == NULL) return -1;
+    long default_port;
+    size_t scheme_len;
+    if (strncasecmp(base_url, "http://", 7) == 0) {
+        default_port = OA_HTTP_DEFAULT_PORT;
+        scheme_len = 7;
+    } else if (strncasecmp(base_url, "https://", 8) == 0) {
+        default_port = OA_HTTPS_DEFAULT_PORT;
+        scheme_len = 8;
+    } else {
+        return -1;
+    }
+    const char *host = base_url + scheme_len;
+    const size_t host_len = strcspn(host, "/?#");
+    if (host_len == 0) return -1;
+    /* The port: after the last ':' that is not inside an IPv6 literal's []. */
+    const char *close = memchr(host, ']', host_len);
+    const char *from = close ? close : host;
+    const char *colon = NULL;
+    for (const char *p = from; p < host + host_len; p++)
+        if (*p == ':') colon = p;
+    size_t name_len = colon ? (size_t)(colon - host) : host_len;
+    long port = default_port;
+    if (colon != NULL && colon + 1 < host + host_len) {
+        char *end = NULL;
+        port = strtol(colon + 1, &end, 10);
+        if (end != host + host_len || port < 0) return -1;
+    }
+    /* The path, without trailing slashes and one trailing "/v1". */
+    const char *path = host + host_len;
+    size_t path_len = strlen(path);
+    while (path_len > 0 && path[path_len - 1] == '/') path_len--;
+    if (path_len >= 3 && memcmp(path + path_len - 3, "/v1", 3) == 0) path_len -= 3;
+    while (path_len > 0 && path[path_len - 1] == '/') path_len--;
+    char port_text[24] = "";
+    if (port != default_port) snprintf(port_text, sizeof port_text, ":%ld", port);
+    const size_t need = scheme_len + name_len + strlen(port_text) + path_len + 1;
+    if (need > size) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < scheme_len; i++) out[k++] = (char)tolower((unsigned char)base_url[i]);
+    for (size_t i = 0; i < name_len; i++) out[k++] = (char)tolower((unsigned char)host[i]);
+    memcpy(out + k, port_text, strlen(port_text));
+    k += strlen(port_text);
+    memcpy(out + k, path, path_len);
+    k += path_len;
+    out[k] = '\0';
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */

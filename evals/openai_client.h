@@ -42,6 +42,7 @@
 #define PG_OPENAI_CLIENT_H
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/note.h"
@@ -248,6 +249,73 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
 
 /* The base URL ep was opened with, as given (what oa_response.server says). */
 const char *oa_endpoint_url(const oa_endpoint *ep);
+
+/* Largest normalised base URL (oa_url_normalise), NUL included. */
+#define OA_URL_MAX 2048
+
+/* base_url as one server is named once spelt one way, into out (size
+ * bytes): scheme and host lower-cased, the scheme's default port (http 80,
+ * https 443) dropped, trailing slashes and one trailing "/v1" removed (the
+ * client adds it), the path's case kept. Host names are not resolved:
+ * "localhost", "127.0.0.1" and a machine's name stay different (the
+ * identity below catches one server under two names). 0 on success; -1 when
+ * base_url is no http(s) URL with a host or out is too small (out then
+ * holds base_url as given, cut to fit). Pure. */
+int oa_url_normalise(const char *base_url, char *out, size_t size);
+
+/* Whether a server's GET /version answered (oa_server_identity). */
+typedef enum oa_version_state {
+    OA_VERSION_UNKNOWN = 0, /* not asked yet, or no usable answer: a transport
+                               failure, a timeout, a 5xx, a body without a
+                               "version" string. Never taken as a match. */
+    OA_VERSION_ABSENT,      /* a 4xx (404 on llama-server and most servers):
+                               the server has no such route */
+    OA_VERSION_ANSWERED     /* 200 {"version": "..."} (vLLM) */
+} oa_version_state;
+
+/* What a server says about itself: enough to notice that two endpoints are
+ * one server, never enough to prove it (two servers of one model, software
+ * version and launch configuration answer alike). Strings belong to the
+ * endpoint and live until oa_endpoint_close; they are the server's bytes,
+ * unescaped. */
+typedef struct oa_identity {
+    const char *models;     /* GET /v1/models of the readiness probe, as a
+                               canonical compact JSON array sorted by id: per
+                               model its id and, where listed, owned_by, root,
+                               parent, max_model_len (vLLM) and meta
+                               (llama-server); created and permission are left
+                               out (vLLM fills them per request). NULL before
+                               oa_wait_ready succeeded. */
+    int models_beyond_ids;  /* some model carries a field besides its id */
+    const char *server;     /* the Server header of that reply ("uvicorn" for
+                               vLLM, "llama.cpp"), NULL when none was sent */
+    oa_version_state version_state;
+    const char *version;    /* OA_VERSION_ANSWERED only, else NULL */
+    const char *canonical;  /* all of the above as one line:
+                               "models=JSON server=TEXT|- version=TEXT|absent|unknown" */
+} oa_identity;
+
+/* Timeout of the one GET /version oa_server_identity makes: a route of a
+ * local server answers in milliseconds, and the probe must not hold the
+ * eval up (a server without the route answers 404 at once). */
+#define OA_VERSION_TIMEOUT_S 2.0
+
+/* Fills *id for ep, which oa_wait_ready has found ready (else id->models is
+ * NULL). The first call makes one GET /version (OA_VERSION_TIMEOUT_S, no
+ * retry) and remembers its outcome; its failure is no error, only
+ * OA_VERSION_UNKNOWN. PG_ERR_NOMEM only. */
+pg_status oa_server_identity(oa_endpoint *ep, oa_identity *id, pg_err *err);
+
+/* Whether a and b (oa_server_identity of two endpoints) look like one
+ * server: the same models, the same Server header (or both none), and the
+ * same /version where both answered (one answered and the other has no
+ * such route: different), and at least one thing beyond the model ids
+ * agrees: a listed field, a Server header both sent, or a version both
+ * answered. A list of ids alone names the model, not the server, so it
+ * never matches by itself. What agreed goes into what (size bytes, the
+ * server's text unescaped, may be cut): "models [...], Server header
+ * 'uvicorn', /version '0.11.0'". 1 or 0; pure. */
+int oa_identity_match(const oa_identity *a, const oa_identity *b, char *what, size_t size);
 
 /* Frees ep (wiping its copy of the key); NULL is a no-op. */
 void oa_endpoint_close(oa_endpoint *ep);

@@ -5,15 +5,20 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "reports/term.h"
 
 /* Characters of the bar itself. */
 #define PROGRESS_WIDTH 30
 
-/* A warning: one "precgate: " line on stderr. */
+/* A warning: one "precgate: " line on stderr, its text escaped
+ * (reports/term.h): it may quote what a server sent (a Server header, an
+ * error message), which must not reach the terminal as control codes. */
 static void say_warning(void *ctx, const char *text)
 {
     (void)ctx;
-    fprintf(stderr, "precgate: %s\n", text);
+    fputs("precgate: ", stderr);
+    term_put(stderr, text);
+    fputc('\n', stderr);
 }
 
 /* Starts a bar of total steps. */
