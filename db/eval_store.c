@@ -740,3 +740,48 @@ void eval_store_server_counts_free(eval_server_count *rows, size_t n)
 {
     sql_rows_free(&SERVER_COUNT_ROW, rows, n);
 }
+
+/* Pairs of modes per (eval, effort) first (m, p), then the samples of both
+ * joined on the UNIQUE key, so each side is an index lookup. */
+static const char SQL_MODE_AGREEMENT[] =
+    "WITH m AS (SELECT DISTINCT eval, effort, mode FROM eval_samples"
+    "           WHERE run_id = ?1 AND (?2 IS NULL OR eval = ?2)),"
+    " p AS (SELECT x.eval, x.effort, x.mode AS ma, y.mode AS mb FROM m x JOIN m y"
+    "       ON x.eval = y.eval AND x.effort = y.effort AND x.mode < y.mode)"
+    " SELECT p.eval, p.effort, p.ma, p.mb, count(*),"
+    "  sum(a.correct IS b.correct AND a.content IS b.content),"
+    "  sum(a.content IS NULL AND b.content IS NULL), count(DISTINCT a.problem_id)"
+    " FROM p JOIN eval_samples a ON a.run_id = ?1 AND a.eval = p.eval AND a.mode = p.ma"
+    "  AND a.effort = p.effort"
+    " JOIN eval_samples b ON b.run_id = ?1 AND b.eval = p.eval AND b.mode = p.mb"
+    "  AND b.effort = p.effort AND b.problem_id = a.problem_id AND b.sample = a.sample"
+    " WHERE a.status IN ('ok', 'truncated') AND b.status IN ('ok', 'truncated')"
+    " GROUP BY p.eval, p.effort, p.ma, p.mb ORDER BY p.eval, p.effort, p.ma, p.mb";
+
+/* SQL_MODE_AGREEMENT's columns. */
+static const sql_field AGREEMENT_FIELDS[] = {
+    SQL_FIELD(TEXT, eval_mode_agreement, eval), SQL_FIELD(TEXT, eval_mode_agreement, effort),
+    SQL_FIELD(TEXT, eval_mode_agreement, mode_a), SQL_FIELD(TEXT, eval_mode_agreement, mode_b),
+    SQL_FIELD(INT64, eval_mode_agreement, n_shared),
+    SQL_FIELD(INT64, eval_mode_agreement, n_same),
+    SQL_FIELD(INT64, eval_mode_agreement, n_no_text),
+    SQL_FIELD(INT64, eval_mode_agreement, n_problems)};
+static const sql_row_type AGREEMENT_ROW =
+    SQL_ROW_TYPE(eval_mode_agreement, AGREEMENT_FIELDS, NULL);
+
+pg_status eval_store_read_mode_agreement(pg_store *s, int64_t run_id, const char *eval,
+                                         eval_mode_agreement **rows, size_t *n, pg_err *err)
+{
+    if (rows == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "eval_store_read_mode_agreement: rows or n is NULL");
+    void *v = NULL;
+    const pg_status ps = read_rows(s, "eval_store_read_mode_agreement", SQL_MODE_AGREEMENT,
+                                   run_id, eval, &AGREEMENT_ROW, &v, n, err);
+    *rows = v;
+    return ps;
+}
+
+void eval_store_mode_agreement_free(eval_mode_agreement *rows, size_t n)
+{
+    sql_rows_free(&AGREEMENT_ROW, rows, n);
+}

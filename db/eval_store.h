@@ -244,6 +244,28 @@ pg_status eval_store_read_server_counts(pg_store *s, int64_t run_id, const char 
 /* Frees what eval_store_read_server_counts made; NULL is a no-op. */
 void eval_store_server_counts_free(eval_server_count *rows, size_t n);
 
+/* How alike two modes' samples of one (eval, effort) are (issue #27: modes
+ * that answer identically are almost surely one server). */
+typedef struct eval_mode_agreement {
+    char *eval, *effort, *mode_a, *mode_b;   /* mode_a < mode_b (BINARY) */
+    int64_t n_shared;     /* samples graded (ok/truncated) in both modes, by (problem, sample) */
+    int64_t n_same;       /* of those, the same correct and the same content (NULL = NULL) */
+    int64_t n_no_text;    /* of those, the ones with content NULL in both (outcome only) */
+    int64_t n_problems;   /* distinct problems of the n_shared samples */
+} eval_mode_agreement;
+
+/* For every pair of modes of (run_id, eval) stored at one effort (eval
+ * NULL: every eval of the run), ordered by eval, effort, mode_a, mode_b,
+ * the agreement of their samples into *rows (*n of them, NULL when none;
+ * free with eval_store_mode_agreement_free, also after a failure). A pair
+ * with no shared graded sample is left out. Reads only; what counts as
+ * identical is the caller's (harness/regress.h). */
+pg_status eval_store_read_mode_agreement(pg_store *s, int64_t run_id, const char *eval,
+                                         eval_mode_agreement **rows, size_t *n, pg_err *err);
+
+/* Frees what eval_store_read_mode_agreement made; NULL is a no-op. */
+void eval_store_mode_agreement_free(eval_mode_agreement *rows, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,6 +54,7 @@ extern "C" {
 #define GATE_METRIC_SCALE_BUG "scale_bug"
 #define GATE_METRIC_BASELINE "baseline"  /* gate --require-baseline: none was found */
 #define GATE_METRIC_COMPLETE "complete"   /* a run lacking rows its config implies */
+#define GATE_METRIC_IDENTICAL_PREFIX "identical_to_"  /* + mode_b: two modes answered alike */
 
 /* What a flag compares (the flags.scope values, in this order). */
 typedef enum gate_scope {

@@ -48,7 +48,10 @@ const char cmd_gate_usage[] =
     "             min_effect) or inconclusive (a paired regression or improvement\n"
     "             also needs sign-test p <= 0.05),\n"
     "             with the MDE stated; an error when a mode has no correct answer, more\n"
-    "             than half its samples truncated, or <= 5 problems (no p < 0.05 possible)\n"
+    "             than half its samples truncated, or <= 5 problems (no p < 0.05 possible),\n"
+    "             and when two modes' samples are identical (same outcomes, byte-identical\n"
+    "             completions: one server or one recording; the message names the\n"
+    "             endpoints or traces), unless eval.identical_modes in --config lists them\n"
     "  complete   every run: a sweep must hold each layer's rows as its config's\n"
     "             layer_rows records them, an eval every (problem, mode, effort, sample)\n"
     "             of its plan; a missing row, or a config that records neither (an older\n"
@@ -398,6 +401,64 @@ static pg_status gate_base_pairs(pg_store *store, int64_t run_id, int64_t base_i
     return st;
 }
 
+/* The eval config fields that say where a run's samples came from
+ * (harness/cmd_eval.c, eval_config_json). */
+#define GATE_SOURCE_FIELD "source"
+#define GATE_SOURCE_REPLAY "replay"
+#define GATE_TRACES_FIELD "traces"
+#define GATE_ENDPOINTS_FIELD "endpoints"
+/* Longest list of one mode's endpoint URLs a message quotes. */
+#define GATE_SERVED_MAX 256
+
+/* Appends the "identical_to_B" flags (regress_identical_modes) of run_id's
+ * pairs of modes that answered alike, naming where the samples came from
+ * as its config records it: the replayed traces, or each mode's endpoints. */
+static pg_status gate_identical(pg_store *store, int64_t run_id, const gate_config *cfg,
+                                gate_flags *flags, pg_err *err)
+{
+    eval_mode_agreement *rows = NULL;
+    size_t n = 0;
+    pg_status st = eval_store_read_mode_agreement(store, run_id, NULL, &rows, &n, err);
+    store_run_state rs = {0};
+    if (st == PG_OK && n > 0) st = store_run_read(store, run_id, &rs, err);
+    cJSON *config = st == PG_OK && rs.config_json != NULL ? cJSON_Parse(rs.config_json) : NULL;
+    const cJSON *source = cJSON_GetObjectItemCaseSensitive(config, GATE_SOURCE_FIELD);
+    const cJSON *traces = cJSON_GetObjectItemCaseSensitive(config, GATE_TRACES_FIELD);
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(config, GATE_ENDPOINTS_FIELD);
+    const char *replayed = NULL;
+    if (cJSON_IsString(source) && strcmp(source->valuestring, GATE_SOURCE_REPLAY) == 0)
+        replayed = cJSON_IsString(traces) ? traces->valuestring : "(path not recorded)";
+    const size_t n_eps = cJSON_IsObject(eps) ? (size_t)cJSON_GetArraySize(eps) : 0;
+    regress_mode_source *src = n_eps > 0 ? calloc(n_eps, sizeof *src) : NULL;
+    char (*served)[GATE_SERVED_MAX] = n_eps > 0 ? calloc(n_eps, sizeof *served) : NULL;
+    if (st == PG_OK && n_eps > 0 && (src == NULL || served == NULL))
+        st = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory for the modes' endpoints");
+    size_t n_src = 0;
+    for (const cJSON *e = st == PG_OK && n_eps > 0 ? eps->child : NULL; e != NULL; e = e->next) {
+        size_t len = 0;
+        if (cJSON_IsString(e)) {
+            snprintf(served[n_src], GATE_SERVED_MAX, "%s", e->valuestring);
+        } else {
+            for (const cJSON *u = cJSON_IsArray(e) ? e->child : NULL; u != NULL; u = u->next) {
+                if (!cJSON_IsString(u) || len >= GATE_SERVED_MAX) continue;
+                const int w = snprintf(served[n_src] + len, GATE_SERVED_MAX - len, "%s%s",
+                                       len > 0 ? "+" : "", u->valuestring);
+                len += w > 0 ? (size_t)w : 0;
+            }
+        }
+        src[n_src].mode = e->string;
+        src[n_src].served = served[n_src][0] != '\0' ? served[n_src] : NULL;
+        n_src++;
+    }
+    if (st == PG_OK) st = regress_identical_modes(rows, n, replayed, src, n_src, cfg, flags, err);
+    free(served);
+    free(src);
+    cJSON_Delete(config);
+    store_run_state_free(&rs);
+    eval_store_mode_agreement_free(rows, n);
+    return st;
+}
+
 /* Loads run's rows (and base_id's, when >= 0) into *rows and *base and
  * appends every scope's verdicts to flags. */
 static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
@@ -422,6 +483,7 @@ static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base
         st = regress_evals(rows->pairs, rows->n_pairs, rows->scores, rows->n_scores,
                            base_id >= 0 ? base->scores : NULL, base_id >= 0 ? base->n_scores : 0,
                            bp, n_bp, base_id, cfg, flags, err);
+    if (st == PG_OK && rows->n_scores > 0) st = gate_identical(store, run->id, cfg, flags, err);
     free(bp);
     return st;
 }

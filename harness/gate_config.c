@@ -231,14 +231,63 @@ static pg_status apply_mode_pair(const parse_ctx *p, const cJSON *o, gate_config
     return st;
 }
 
+int gate_config_expects_identical(const gate_config *c, const char *a, const char *b)
+{
+    if (c == NULL || a == NULL || b == NULL || strcmp(a, b) == 0) return 0;
+    int ga = -1, gb = -1;
+    for (size_t i = 0; i < c->eval.n_identical; i++) {
+        if (strcmp(c->eval.identical[i].mode, a) == 0) ga = c->eval.identical[i].group;
+        if (strcmp(c->eval.identical[i].mode, b) == 0) gb = c->eval.identical[i].group;
+    }
+    return ga >= 0 && ga == gb;
+}
+
+/* The "eval.identical_modes" array (replacing any groups set before). */
+static pg_status apply_identical(const parse_ctx *p, const cJSON *v, gate_config *c)
+{
+    static const char path[] = "eval.identical_modes";
+    if (!cJSON_IsArray(v)) return bad(p, path, "expected an array of groups of mode names");
+    c->eval.n_identical = 0;
+    int g = 0;
+    for (const cJSON *grp = v->child; grp != NULL; grp = grp->next, g++) {
+        char gp[GATE_PATH_MAX];
+        snprintf(gp, sizeof gp, "%s[%d]", path, g);
+        if (!cJSON_IsArray(grp) || cJSON_GetArraySize(grp) < 2)
+            return bad(p, gp, "expected an array of at least 2 mode names");
+        int j = 0;
+        for (const cJSON *e = grp->child; e != NULL; e = e->next, j++) {
+            char ep[GATE_PATH_MAX];
+            snprintf(ep, sizeof ep, "%s[%d][%d]", path, g, j);
+            if (!cJSON_IsString(e) || e->valuestring[0] == '\0')
+                return bad(p, ep, "expected a non-empty mode name");
+            if (strlen(e->valuestring) >= GATE_VARIANT_MAX)
+                return bad(p, ep, "a mode name longer than %d characters", GATE_VARIANT_MAX - 1);
+            for (size_t i = 0; i < c->eval.n_identical; i++)
+                if (strcmp(c->eval.identical[i].mode, e->valuestring) == 0)
+                    return bad(p, ep, c->eval.identical[i].group == g
+                                          ? "'%s' twice in one group"
+                                          : "'%s' is in an earlier group already (a mode "
+                                            "belongs to one group)", e->valuestring);
+            if (c->eval.n_identical == GATE_MAX_IDENTICAL)
+                return bad(p, ep, "more than %d modes in all", GATE_MAX_IDENTICAL);
+            snprintf(c->eval.identical[c->eval.n_identical].mode, GATE_VARIANT_MAX, "%s",
+                     e->valuestring);
+            c->eval.identical[c->eval.n_identical++].group = g;
+        }
+    }
+    return PG_OK;
+}
+
 /* The "eval" object. */
 static pg_status apply_eval(const parse_ctx *p, const cJSON *o, gate_config *c)
 {
-    static const char *const keys[] = {"min_effect", NULL};
-    pg_status st = check_object(p, o, "eval", keys, "min_effect");
+    static const char *const keys[] = {"min_effect", "identical_modes", NULL};
+    pg_status st = check_object(p, o, "eval", keys, "min_effect, identical_modes");
     const cJSON *v;
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "min_effect")) != NULL)
         st = get_number(p, v, "eval.min_effect", 0, 1, &c->eval.min_effect);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "identical_modes")) != NULL)
+        st = apply_identical(p, v, c);
     return st;
 }
 

@@ -23,7 +23,17 @@
  *       "abs":   {"fp8kv": 0.08},        rel_l2 vs fp64 reference (none by default)
  *       "ratio": {"fp8kv": 16}           x bf16's rel_l2 (none by default)
  *     },
- *     "eval": {"min_effect": 0.05}       GATE_DEFAULT_MIN_EFFECT
+ *     "eval": {
+ *       "min_effect": 0.05,              GATE_DEFAULT_MIN_EFFECT
+ *       "identical_modes": [["bf16", "bf16-replica"]]
+ *                                        groups of modes whose samples are expected
+ *                                        to be the same (none by default): each group
+ *                                        an array of >= 2 distinct mode names, a mode
+ *                                        in one group only, GATE_MAX_IDENTICAL modes
+ *                                        in all; identical samples of two modes of
+ *                                        one group pass, of any other two modes are
+ *                                        an error (harness/regress.h)
+ *     }
  *   }
  *
  * Bound maps ("abs", "metric_abs.M", "ratio") start empty and merge key by
@@ -92,6 +102,9 @@ extern "C" {
 /* Largest config file read. */
 #define GATE_CONFIG_MAX_BYTES (1u << 20)
 
+/* Most modes eval.identical_modes lists, over all its groups. */
+#define GATE_MAX_IDENTICAL 16
+
 /* One variant's bound. */
 typedef struct gate_bound {
     char variant[GATE_VARIANT_MAX];
@@ -118,6 +131,11 @@ typedef struct gate_config {
     } mode_pair;
     struct {
         double min_effect;  /* in [0, 1] */
+        struct {
+            char mode[GATE_VARIANT_MAX];
+            int group;      /* the index of its group in identical_modes */
+        } identical[GATE_MAX_IDENTICAL];
+        size_t n_identical; /* modes listed (each once) */
     } eval;
 } gate_config;
 
@@ -134,6 +152,10 @@ pg_status gate_config_parse(const char *text, const char *source, gate_config *c
  * gate_config_parse with source = path. PG_ERR_IO when it cannot be read or
  * is larger. */
 pg_status gate_config_load(const char *path, gate_config *c, pg_err *err);
+
+/* 1 when c's eval.identical_modes puts modes a and b (distinct) in one
+ * group, else 0 (also for a NULL argument). */
+int gate_config_expects_identical(const gate_config *c, const char *a, const char *b);
 
 /* The bound of variant in b, or NaN when b has none. */
 double gate_bound_find(const gate_bounds *b, const char *variant);

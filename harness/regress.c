@@ -890,6 +890,67 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
     return st;
 }
 
+/* The servers sources records for mode, or NULL. */
+static const char *mode_served(const regress_mode_source *sources, size_t n, const char *mode)
+{
+    for (size_t i = 0; i < n; i++)
+        if (sources[i].mode != NULL && strcmp(sources[i].mode, mode) == 0) return sources[i].served;
+    return NULL;
+}
+
+pg_status regress_identical_modes(const eval_mode_agreement *rows, size_t n,
+                                  const char *replayed, const regress_mode_source *sources,
+                                  size_t n_sources, const gate_config *c, gate_flags *out,
+                                  pg_err *err)
+{
+    if ((rows == NULL && n > 0) || (sources == NULL && n_sources > 0) || c == NULL ||
+        out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_identical_modes: NULL argument");
+    pg_status st = PG_OK;
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        const eval_mode_agreement *r = &rows[i];
+        if (!r->eval || !r->effort || !r->mode_a || !r->mode_b)
+            return pg_fail(err, PG_ERR_INTERNAL, "regress_identical_modes: row %zu has a NULL "
+                           "key", i);
+        if (r->n_shared <= 0 || r->n_same != r->n_shared) continue;
+        char metric[GATE_VARIANT_MAX + 32];
+        snprintf(metric, sizeof metric, "%s%s", GATE_METRIC_IDENTICAL_PREFIX, r->mode_b);
+        const int expected = gate_config_expects_identical(c, r->mode_a, r->mode_b);
+        const flag_spec s = {.scope = GATE_SCOPE_EVAL, .layer = -1, .eval = r->eval,
+                             .mode = r->mode_a, .effort = r->effort, .metric = metric,
+                             .value = (double)r->n_same, .baseline_value = NAN,
+                             .threshold = NAN,
+                             .verdict = expected ? GATE_VERDICT_PASS : GATE_VERDICT_ERROR};
+        char where[REGRESS_MSG_MAX / 2];
+        if (replayed != NULL) {
+            snprintf(where, sizeof where, "replayed from traces %s", replayed);
+        } else {
+            const char *sa = mode_served(sources, n_sources, r->mode_a);
+            const char *sb = mode_served(sources, n_sources, r->mode_b);
+            snprintf(where, sizeof where, "endpoints %s=%s, %s=%s", r->mode_a,
+                     sa ? sa : "(not recorded)", r->mode_b, sb ? sb : "(not recorded)");
+        }
+        char text[96] = "";
+        if (r->n_no_text > 0)
+            snprintf(text, sizeof text, "; %lld of them without completion text, so only their "
+                     "outcomes were compared", (long long)r->n_no_text);
+        if (expected)
+            st = push(out, &s, err, "%s %s %s = %s: all %lld graded samples over %lld problems "
+                      "identical%s (%s), as the gate config's eval.identical_modes expects",
+                      r->eval, r->effort, r->mode_a, r->mode_b, (long long)r->n_shared,
+                      (long long)r->n_problems, text, where);
+        else
+            st = push(out, &s, err, "%s %s %s = %s: all %lld graded samples over %lld problems "
+                      "identical (same outcome, byte-identical completion%s) (%s): one server "
+                      "or one recording under two names, not two precision modes, so no "
+                      "comparison of them is evidence (give each mode its own server, or list "
+                      "both in the gate config's eval.identical_modes if they are meant to be "
+                      "one)", r->eval, r->effort, r->mode_a, r->mode_b, (long long)r->n_shared,
+                      (long long)r->n_problems, text, where);
+    }
+    return st;
+}
+
 pg_status regress_content_mismatch(gate_scope scope, const char *field, const char *run_value,
                                    const char *base_value, int64_t run_id,
                                    int64_t baseline_run_id, const char *spec, gate_flags *out,

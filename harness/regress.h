@@ -165,6 +165,28 @@
  *   Every eval message states the MDE, so "no change" reads as "no change
  *   larger than min_effect, which this design could have seen", never as
  *   proven equality.
+ *   - metric "identical_to_B" (regress_identical_modes), per pair of modes
+ *     A < B of one (eval, effort) of the run whose samples are identical:
+ *     every sample graded in both modes (same problem, same sample index)
+ *     has the same outcome and a byte-identical completion (both without
+ *     text counts as identical; the message says only outcomes could be
+ *     compared). Two precision modes do not write the same reasoning trace
+ *     over every problem and sample: such modes are one server (three
+ *     modes pointed at one URL, a seeded or temperature-0 server answering
+ *     each mode alike) or one recording replayed under several names, and
+ *     nothing they are compared on is evidence. Verdict error, naming the
+ *     modes and where their samples came from (the endpoints each mode was
+ *     given, or the replayed traces), whatever min_effect says; pass when
+ *     the config's eval.identical_modes puts both in one group (meant to
+ *     be one server, e.g. a replica check). value = n_same samples. A pair
+ *     with any differing sample gets no flag. The rule needs identical
+ *     text, not only identical outcomes, on purpose: a strong model can
+ *     be right on all of 200 problems in both modes (a legitimate "no
+ *     change" whose MDE is the rule-of-three floor), and outcomes alone
+ *     would call that one server. One server answering each mode with
+ *     different text (sampling unseeded) is not caught here; eval's
+ *     same-server warning (/v1/models and the server identity) catches it
+ *     when the run is made.
  */
 #ifndef PG_REGRESS_H
 #define PG_REGRESS_H
@@ -192,7 +214,7 @@ extern "C" {
 #define REGRESS_ZERO_OUTPUT_REL_L2 1.0
 
 /* Longest flag message, NUL included. */
-#define REGRESS_MSG_MAX 640
+#define REGRESS_MSG_MAX 1024
 
 
 
@@ -265,6 +287,25 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
                         const regress_base_pair *base_pairs, size_t n_base_pairs,
                         int64_t baseline_run_id, const gate_config *c, gate_flags *out,
                         pg_err *err);
+
+/* Where one mode's samples of a run came from, for the messages of
+ * regress_identical_modes (strings borrowed). */
+typedef struct regress_mode_source {
+    const char *mode;
+    const char *served;   /* e.g. its endpoint URLs, ", "-joined */
+} regress_mode_source;
+
+/* Appends the "identical_to_B" flags (the top of this file) of the pairs
+ * rows[0..n) (eval_store_read_mode_agreement of the run) whose n_shared > 0
+ * samples are all the same (n_same == n_shared). replayed: the traces file
+ * the run replayed (NULL for a live run, whose modes' servers are looked up
+ * in sources[0..n_sources); a mode without one is said to be unrecorded).
+ * PG_ERR_INTERNAL for a NULL argument with a count > 0 or a NULL key
+ * string; PG_ERR_NOMEM. */
+pg_status regress_identical_modes(const eval_mode_agreement *rows, size_t n,
+                                  const char *replayed, const regress_mode_source *sources,
+                                  size_t n_sources, const gate_config *c, gate_flags *out,
+                                  pg_err *err);
 
 /* Appends the one flag of a run whose explicit baseline measured other
  * content (field differs: run_value in run run_id, base_value in

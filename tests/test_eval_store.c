@@ -683,3 +683,83 @@ Test(eval_store, errors_counted_and_groups_listed_by_effort_then_mode)
     eval_store_groups_free(NULL, 0);
     store_close(s);
 }
+
+/* Stores an ok sample of (eval aime25, effort) with content text (NULL: none). */
+static void put_text(pg_store *s, int64_t run, const char *mode, const char *effort,
+                     const char *problem, int sample, int correct, const char *text)
+{
+    eval_sample_row r = row(mode, problem, sample, EVAL_SAMPLE_OK, correct);
+    r.effort = effort;
+    r.content = text;
+    put_ok(s, run, r);
+}
+
+/* Issue 27: per pair of modes of one effort, the samples graded in both,
+ * how many have the same outcome and text (NULL = NULL), how many have no
+ * text, and over how many problems. */
+Test(eval_store, mode_agreement_counts_shared_and_identical_samples)
+{
+    pg_store *s = open_ok();
+    pg_err err = {0};
+    const int64_t run = begin_run(s);
+    for (int p = 0; p < 3; p++)
+        for (int k = 0; k < 2; k++) {
+            char id[8];
+            snprintf(id, sizeof id, "p%d", p);
+            put_text(s, run, "bf16", "high", id, k, 1, "x");
+            put_text(s, run, "fp8kv", "high", id, k, 1, "x");
+            /* fp8qkv: one sample of text y, one wrong answer of text x */
+            put_text(s, run, "fp8qkv", "high", id, k, !(p == 2 && k == 1),
+                     p == 0 && k == 0 ? "y" : "x");
+        }
+    /* an error sample is not shared; a sample of bf16 alone is not either */
+    eval_sample_row e = row("fp8kv", "p3", 0, EVAL_SAMPLE_ERROR, 0);
+    e.error = "timeout";
+    put_ok(s, run, e);
+    put_text(s, run, "bf16", "high", "p3", 0, 1, "x");
+    /* effort low: no text in either mode, and one sample only in bf16 */
+    put_text(s, run, "bf16", "low", "p0", 0, 0, NULL);
+    put_text(s, run, "fp8kv", "low", "p0", 0, 0, NULL);
+    put_text(s, run, "bf16", "low", "p1", 0, 0, NULL);
+    /* another run is never mixed in */
+    const int64_t other = begin_run(s);
+    put_text(s, other, "bf16", "high", "p0", 0, 0, "z");
+
+    eval_mode_agreement *a = NULL;
+    size_t n = 0;
+    cr_assert_eq(eval_store_read_mode_agreement(s, run, "aime25", &a, &n, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(n, 4);
+    static const struct {
+        const char *effort, *ma, *mb;
+        int64_t shared, same, no_text, problems;
+    } want[] = {{"high", "bf16", "fp8kv", 6, 6, 0, 3},
+                {"high", "bf16", "fp8qkv", 6, 4, 0, 3},
+                {"high", "fp8kv", "fp8qkv", 6, 4, 0, 3},
+                {"low", "bf16", "fp8kv", 1, 1, 1, 1}};
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_str_eq(a[i].eval, "aime25", "row %zu", i);
+        cr_expect_str_eq(a[i].effort, want[i].effort, "row %zu", i);
+        cr_expect_str_eq(a[i].mode_a, want[i].ma, "row %zu", i);
+        cr_expect_str_eq(a[i].mode_b, want[i].mb, "row %zu", i);
+        cr_expect_eq(a[i].n_shared, want[i].shared, "row %zu", i);
+        cr_expect_eq(a[i].n_same, want[i].same, "row %zu", i);
+        cr_expect_eq(a[i].n_no_text, want[i].no_text, "row %zu", i);
+        cr_expect_eq(a[i].n_problems, want[i].problems, "row %zu", i);
+    }
+    eval_store_mode_agreement_free(a, n);
+    /* NULL eval: every eval of the run (here the same rows) */
+    cr_assert_eq(eval_store_read_mode_agreement(s, run, NULL, &a, &n, &err), PG_OK, "%s",
+                 err.msg);
+    cr_expect_eq(n, 4);
+    eval_store_mode_agreement_free(a, n);
+    cr_assert_eq(eval_store_read_mode_agreement(s, other, NULL, &a, &n, &err), PG_OK, "%s",
+                 err.msg);
+    cr_expect_eq(n, 0);
+    cr_expect_null(a);
+    cr_expect_eq(eval_store_read_mode_agreement(s, run, NULL, NULL, &n, &err), PG_ERR_INTERNAL);
+    cr_expect_eq(eval_store_read_mode_agreement(NULL, run, NULL, &a, &n, &err), PG_ERR_INTERNAL);
+    eval_store_mode_agreement_free(NULL, 0);
+    store_close(s);
+}
+

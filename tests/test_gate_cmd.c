@@ -608,10 +608,13 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
                         "AND verdict = 'inconclusive'"), 1);
 }
 
-/* Writes n problems x k samples of bf16 and fp8kv replay traces to path:
- * every sample's content and finish_reason as given (content NULL: null). */
+/* Writes n problems x k samples of bf16 and fp8kv replay traces to path,
+ * every sample right with finish_reason as given: content NULL writes null
+ * content; else each sample's text is "\boxed{answer}", followed in fp8kv's
+ * samples of problems >= differ_from by " (fp8kv)" (differ_from 0: the two
+ * modes' texts all differ; n: the modes answer identically). */
 static void write_traces(const char *path, int n, int k, const char *content,
-                         const char *finish_reason)
+                         const char *finish_reason, int differ_from)
 {
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
@@ -624,7 +627,8 @@ static void write_traces(const char *path, int n, int k, const char *content,
                 fprintf(f, "%s{\"mode\": \"%s\", \"effort\": \"medium\", \"sample\": %d, ",
                         m || s ? ", " : "", modes[m], s);
                 if (content == NULL) fprintf(f, "\"content\": null, ");
-                else fprintf(f, "\"content\": \"\\\\boxed{%d}\", ", i + 1);
+                else fprintf(f, "\"content\": \"\\\\boxed{%d}%s\", ", i + 1,
+                             m == 1 && i >= differ_from ? " (fp8kv)" : "");
                 fprintf(f, "\"finish_reason\": \"%s\"}", finish_reason);
             }
         fprintf(f, "]}\n");
@@ -641,7 +645,7 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     static const char lenient[] = "{\"eval\": {\"min_effect\": 1}}";
     tu_write_file(cfg, lenient, strlen(lenient));
     /* 3 problems x 1 sample, every answer right in both modes. */
-    write_traces(traces, 3, 1, "right", "stop");
+    write_traces(traces, 3, 1, "right", "stop", 0);
     char *out = NULL;
     int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label d3 "
                                     "--no-progress", traces, g_db);
@@ -662,7 +666,7 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
 
     /* 30 problems x 2 samples, all truncated at the token limit: both 0%. */
     snprintf(traces, sizeof traces, "%s/trunc.jsonl", tu_dir);
-    write_traces(traces, 30, 2, NULL, "length");
+    write_traces(traces, 30, 2, NULL, "length", 30);
     rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label dt "
                                 "--no-progress", traces, g_db);
     cr_assert_eq(rc, 0, "%s", out);
@@ -672,8 +676,13 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "bf16 medium: no correct answer in 60 graded samples, 60 truncated at "
                           "the token limit (over half") != NULL, "%s", out);
+    /* Both modes' samples alike (no text to tell them apart): also an error. */
+    cr_expect(strstr(out, "trunc medium bf16 = fp8kv: all 60 graded samples over 30 problems "
+                          "identical (same outcome, byte-identical completion; 60 of them "
+                          "without completion text, so only their outcomes were compared)")
+              != NULL, "%s", out);
     free(out);
-    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 3);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 4);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict <> 'error'"), 0);
 
     /* bf16 answered only p0 and fp8kv only p1: no problem in common. */
@@ -1421,4 +1430,102 @@ Test(gate_cmd, the_accuracy_against_the_baseline_is_paired_over_the_same_problem
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'accuracy' AND "
                         "verdict = 'inconclusive' AND message LIKE '%unpaired (run 2''s config%'"),
                  1);
+}
+
+/* Issue 27 section 3: replayed identical recordings of two modes, at 6
+ * problems and at 200 (where the pair alone would read "no change"), are an
+ * error naming the modes and the traces; the config's eval.identical_modes
+ * makes them a pass; one differing completion (same outcomes) is evidence
+ * enough that they are two modes. */
+Test(gate_cmd, identical_replayed_modes_are_an_error_unless_the_config_expects_them)
+{
+    char t6[600], t200[600], tdiff[600], cfg[600];
+    snprintf(t6, sizeof t6, "%s/same6.jsonl", tu_dir);
+    snprintf(t200, sizeof t200, "%s/same200.jsonl", tu_dir);
+    snprintf(tdiff, sizeof tdiff, "%s/onediff.jsonl", tu_dir);
+    snprintf(cfg, sizeof cfg, "%s/replica.json", tu_dir);
+    write_traces(t6, 6, 1, "right", "stop", 6);
+    write_traces(t200, 200, 1, "right", "stop", 200);
+    write_traces(tdiff, 200, 1, "right", "stop", 199);
+    char *out = NULL;
+    const char *const files[] = {t6, t200, tdiff};
+    for (int i = 0; i < 3; i++) {
+        const int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' "
+                                              "--label same%d --no-progress", files[i], g_db, i);
+        cr_assert_eq(rc, 0, "%s", out);
+        free(out);
+    }
+    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    char want[1400];
+    snprintf(want, sizeof want, "ERROR      eval      same6 medium bf16 = fp8kv: all 6 graded "
+             "samples over 6 problems identical (same outcome, byte-identical completion) "
+             "(replayed from traces %s): one server or one recording under two names, not two "
+             "precision modes", t6);
+    cr_expect(strstr(out, want) != NULL, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "same200 medium bf16 = fp8kv: all 200 graded samples over 200 "
+                          "problems identical") != NULL, "%s", out);
+    cr_expect(strstr(out, "gate run 2: ERROR (0 regressions, 1 error") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error' AND "
+                        "metric = 'identical_to_fp8kv' AND mode = 'bf16' AND value = 200"), 1);
+
+    /* Expected by the config (a replica check): a pass that says why. */
+    static const char replica[] = "{\"eval\": {\"identical_modes\": [[\"fp8kv\", \"bf16\"]]}}";
+    tu_write_file(cfg, replica, strlen(replica));
+    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, cfg);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "pass       eval      same200 medium bf16 = fp8kv: all 200 graded "
+                          "samples over 200 problems identical (replayed from traces") != NULL,
+              "%s", out);
+    cr_expect(strstr(out, "as the gate config's eval.identical_modes expects") != NULL, "%s", out);
+    free(out);
+
+    /* One of 200 completions differs in text: two modes, no identical flag. */
+    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, " = fp8kv") == NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND metric LIKE "
+                        "'identical_to_%'"), 0);
+}
+
+/* Issue 27 section 3: three modes pointed at one live server answer alike;
+ * the gate's error names the modes and the endpoints each was given. */
+Test(gate_cmd, three_modes_on_one_live_server_are_an_error_naming_the_endpoints)
+{
+    char traces[600];
+    snprintf(traces, sizeof traces, "%s/one.jsonl", tu_dir);
+    FILE *f = fopen(traces, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 8; i++)
+        fprintf(f, "{\"id\": \"q%d\", \"problem\": \"%d + 7 - %d?\", \"answer\": 7}\n", i, i, i);
+    fclose(f);
+    static const fs_reply right = {200, CHAT_REPLY("so \\\\boxed{7}"), NULL, NULL, 0, 0};
+    fake_server s;
+    fs_init(&s);
+    fs_route_openai(&s, &right, 1);
+    cr_assert(fs_start(&s));
+    char url[128];
+    fs_url(&s, url, sizeof url);
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "eval --traces '%s' --endpoint bf16=%s --endpoint fp8kv=%s "
+                                    "--endpoint fp8qkv=%s --samples 1 --db '%s' --no-progress "
+                                    "--ready-timeout 10", traces, url, url, url, g_db);
+    fs_stop(&s);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    cr_expect_eq(rc, 2, "%s", out);
+    char want[600];
+    snprintf(want, sizeof want, "one medium fp8kv = fp8qkv: all 8 graded samples over 8 problems "
+             "identical (same outcome, byte-identical completion) (endpoints fp8kv=%s, "
+             "fp8qkv=%s)", url, url);
+    cr_expect(strstr(out, want) != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'error' AND "
+                        "metric LIKE 'identical_to_%'"), 3);
 }

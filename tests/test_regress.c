@@ -687,6 +687,20 @@ Test(regress, config_defaults_merge_and_removal)
     cr_expect_eq(gate_bound_find(&c.mode_pair.ratio, "fp8kv@fixed"), 5);
     cr_expect_eq(c.mode_pair.rel_tol, 0.3);
     cr_expect_eq(c.eval.min_effect, 0.0);
+    cr_expect_eq(c.eval.n_identical, 0);
+    cr_expect_not(gate_config_expects_identical(&c, "bf16", "fp8kv"));
+    /* Groups of modes expected to answer alike; a mode is in one group. */
+    cr_assert_eq(parse("{\"eval\": {\"identical_modes\": [[\"bf16\", \"bf16-b\", \"bf16-c\"],"
+                       " [\"fp8kv\", \"fp8kv-b\"]]}}", &c, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(c.eval.n_identical, 5);
+    cr_expect(gate_config_expects_identical(&c, "bf16", "bf16-c"));
+    cr_expect(gate_config_expects_identical(&c, "bf16-c", "bf16-b"));
+    cr_expect(gate_config_expects_identical(&c, "fp8kv-b", "fp8kv"));
+    cr_expect_not(gate_config_expects_identical(&c, "bf16", "fp8kv"));
+    cr_expect_not(gate_config_expects_identical(&c, "bf16", "bf16"));
+    cr_expect_not(gate_config_expects_identical(&c, "bf16", "fp8qkv"));
+    cr_expect_not(gate_config_expects_identical(&c, "fp8qkv", "fp8qkv-b"));
+    cr_expect_not(gate_config_expects_identical(NULL, "bf16", "bf16-b"));
 }
 
 Test(regress, config_errors_name_the_key_or_path)
@@ -723,6 +737,22 @@ Test(regress, config_errors_name_the_key_or_path)
          "mode_pair.ratio.fp8qkv@fa3~spec: a ~spec"},
         {"{\"eval\": {\"min_effect\": 2}}", "eval.min_effect: expected a number in [0, 1]"},
         {"{\"eval\": {\"min_effect\": 0.1, \"min_effect\": 0.2}}", "eval.min_effect: duplicate key"},
+        {"{\"eval\": {\"identical_modes\": {}}}",
+         "g.json: eval.identical_modes: expected an array of groups of mode names"},
+        {"{\"eval\": {\"identical_modes\": [[\"bf16\"]]}}",
+         "eval.identical_modes[0]: expected an array of at least 2 mode names"},
+        {"{\"eval\": {\"identical_modes\": [\"bf16\", \"fp8kv\"]}}",
+         "eval.identical_modes[0]: expected an array of at least 2 mode names"},
+        {"{\"eval\": {\"identical_modes\": [[\"bf16\", \"\"]]}}",
+         "eval.identical_modes[0][1]: expected a non-empty mode name"},
+        {"{\"eval\": {\"identical_modes\": [[\"bf16\", 3]]}}",
+         "eval.identical_modes[0][1]: expected a non-empty mode name"},
+        {"{\"eval\": {\"identical_modes\": [[\"a\", \"b\", \"a\"]]}}",
+         "eval.identical_modes[0][2]: 'a' twice in one group"},
+        {"{\"eval\": {\"identical_modes\": [[\"a\", \"b\"], [\"c\", \"b\"]]}}",
+         "eval.identical_modes[1][1]: 'b' is in an earlier group already"},
+        {"{\"eval\": {\"identical\": []}}",
+         "eval.identical: unknown key (expected min_effect, identical_modes)"},
         {"[1]", "g.json: (top level): expected an object"},
         {"{\"layer\": {}", "g.json: not valid JSON"},
         {"{} {}", "g.json: not valid JSON"},
@@ -945,5 +975,67 @@ Test(regress, the_baseline_comparison_is_paired_over_the_same_problems)
     cr_expect(strstr(f.v[1].message, "paired over 30 problems") != NULL, "%s", f.v[1].message);
     cr_expect(strstr(f.v[1].message, "error: fp8kv m: no correct answer in 30 graded samples; "
                      "(the baseline run's fp8kv m)") != NULL, "%s", f.v[1].message);
+    gate_flags_free(&f);
+}
+
+/* Issue 27 section 3: two modes whose every shared sample has the same
+ * outcome and text are one server or one recording: an error naming both
+ * modes and where their samples came from, unless the config's
+ * eval.identical_modes expects it; a pair with one differing sample, or
+ * none shared, gets no flag. */
+Test(regress, identical_modes_are_an_error_unless_the_config_expects_them)
+{
+    eval_mode_agreement rows[] = {
+        {.eval = "aime", .effort = "high", .mode_a = "bf16", .mode_b = "fp8kv", .n_shared = 400,
+         .n_same = 400, .n_no_text = 0, .n_problems = 200},
+        {.eval = "aime", .effort = "high", .mode_a = "bf16", .mode_b = "fp8qkv", .n_shared = 400,
+         .n_same = 399, .n_no_text = 0, .n_problems = 200},
+        {.eval = "aime", .effort = "high", .mode_a = "fp8kv", .mode_b = "fp8qkv", .n_shared = 0,
+         .n_same = 0, .n_no_text = 0, .n_problems = 0},
+        {.eval = "aime", .effort = "low", .mode_a = "bf16", .mode_b = "fp8kv", .n_shared = 6,
+         .n_same = 6, .n_no_text = 6, .n_problems = 6},
+    };
+    const regress_mode_source src[] = {{"bf16", "http://h:1"}, {"fp8qkv", "http://h:2"}};
+    gate_config c;
+    gate_config_default(&c);
+    gate_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_identical_modes(rows, 4, NULL, src, 2, &c, &f, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(f.n, 2);
+    cr_expect_eq(f.v[0].verdict, GATE_VERDICT_ERROR);
+    cr_expect_eq(f.v[0].scope, GATE_SCOPE_EVAL);
+    cr_expect_str_eq(f.v[0].metric, "identical_to_fp8kv");
+    cr_expect_str_eq(f.v[0].mode, "bf16");
+    cr_expect_str_eq(f.v[0].effort, "high");
+    cr_expect_eq(f.v[0].value, 400);
+    cr_expect(strstr(f.v[0].message, "aime high bf16 = fp8kv: all 400 graded samples over 200 "
+                     "problems identical (same outcome, byte-identical completion) (endpoints "
+                     "bf16=http://h:1, fp8kv=(not recorded)): one server or one recording under "
+                     "two names") != NULL, "%s", f.v[0].message);
+    cr_expect(strstr(f.v[0].message, "eval.identical_modes") != NULL, "%s", f.v[0].message);
+    cr_expect_eq(f.v[1].verdict, GATE_VERDICT_ERROR);
+    cr_expect_str_eq(f.v[1].effort, "low");
+    cr_expect(strstr(f.v[1].message, "6 of them without completion text, so only their "
+                     "outcomes were compared") != NULL, "%s", f.v[1].message);
+    gate_flags_free(&f);
+
+    /* A replay names its traces; the config's group makes it a pass. */
+    cr_assert_eq(parse("{\"eval\": {\"identical_modes\": [[\"fp8kv\", \"bf16\"]]}}", &c, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_identical_modes(rows, 1, "t.jsonl", NULL, 0, &c, &f, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(f.n, 1);
+    cr_expect_eq(f.v[0].verdict, GATE_VERDICT_PASS);
+    cr_expect(strstr(f.v[0].message, "all 400 graded samples over 200 problems identical "
+                     "(replayed from traces t.jsonl), as the gate config's eval.identical_modes "
+                     "expects") != NULL, "%s", f.v[0].message);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
+    gate_flags_free(&f);
+
+    cr_expect_eq(regress_identical_modes(NULL, 1, NULL, NULL, 0, &c, &f, &err), PG_ERR_INTERNAL);
+    eval_mode_agreement nokey = {.eval = "aime", .n_shared = 1, .n_same = 1};
+    cr_expect_eq(regress_identical_modes(&nokey, 1, NULL, NULL, 0, &c, &f, &err),
+                 PG_ERR_INTERNAL);
     gate_flags_free(&f);
 }
