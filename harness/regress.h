@@ -292,7 +292,7 @@ pg_status regress_evals(const eval_pair_stored *pairs, size_t n_pairs,
  * regress_identical_modes (strings borrowed). */
 typedef struct regress_mode_source {
     const char *mode;
-    const char *served;   /* e.g. its endpoint URLs, ", "-joined */
+    const char *served;   /* e.g. its endpoint URLs, "+"-joined (NULL: not recorded) */
 } regress_mode_source;
 
 /* Appends the "identical_to_B" flags (the top of this file) of the pairs
