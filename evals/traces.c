@@ -2,7 +2,7 @@
  * traces.c: the eval problem-set JSONL format and the AIME converter (see
  * traces.h).
  *
- * Both readers go through one line reader (getline, so any line length;
+ * Both readers go through jsonl.h's line reader (getline, so any line length;
  * blank lines skipped; each other line parsed whole as one JSON object) and
  * one duplicate-id set (open addressing, so a large file stays linear). The
  * loader builds every problem completely before appending it, and frees all
@@ -10,6 +10,7 @@
  * that replaces the target only once it is complete and synced.
  */
 #include "traces.h"
+#include "jsonl.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -23,9 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Largest magnitude accepted for a JSON integer: cJSON holds numbers as
- * doubles, which represent every integer up to 2^53 - 1 exactly. */
-#define TR_JSON_INT_MAX 9007199254740991.0
 /* Suffix of the converter's temporary file (as harness/safetensors.c uses). */
 #define TR_TMP_SUFFIX ".tmp"
 /* Prefix of the ids the converter makes for problems that have none. */
@@ -36,119 +34,37 @@
 #define TR_FIELD_MAX 64
 /* Most characters of an offending string value quoted in a message. */
 #define TR_QUOTE_MAX 40
-/* Slots of the id set when it first grows (a power of two). */
-#define TR_SET_INIT 64
 
-/* ------------------------------------------------------------------------ */
-/* error messages                                                           */
-/* ------------------------------------------------------------------------ */
-
-/* Where a field lives: the file, its line, and the enclosing element such as
- * "completions[2]" (NULL at the top level). */
-typedef struct tr_loc {
-    const char *path;
-    int line;
-    const char *ctx;
-} tr_loc;
-
-/* Records PG_ERR_FORMAT "path:line: 'ctx.key' <detail>" (or
- * "path:line: <detail>" when key is NULL). */
-static pg_status field_err(pg_err *err, const tr_loc *at, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static pg_status field_err(pg_err *err, const tr_loc *at, const char *key, const char *fmt, ...)
-{
-    char detail[PG_ERR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    if (key == NULL)
-        return pg_fail(err, PG_ERR_FORMAT, "%s:%d: %s", at->path, at->line, detail);
-    return pg_fail(err, PG_ERR_FORMAT, "%s:%d: '%s%s%s' %s", at->path, at->line,
-                   at->ctx ? at->ctx : "", at->ctx ? "." : "", key, detail);
-}
-
-/* Describes a JSON value's type for error messages. */
-static const char *json_kind(const cJSON *x)
-{
-    if (cJSON_IsNumber(x)) return "a number";
-    if (cJSON_IsString(x)) return "a string";
-    if (cJSON_IsArray(x)) return "an array";
-    if (cJSON_IsObject(x)) return "an object";
-    if (cJSON_IsBool(x)) return "a boolean";
-    if (cJSON_IsNull(x)) return "null";
-    return "missing";
-}
-
-/* ------------------------------------------------------------------------ */
-/* field access                                                             */
-/* ------------------------------------------------------------------------ */
-
-/* obj's member named key in *out (NULL when absent); PG_ERR_FORMAT when the
- * key occurs more than once (cJSON keeps both; which one counts would be a
- * guess). */
-static pg_status member(pg_err *err, const tr_loc *at, const cJSON *obj, const char *key,
-                        const cJSON **out)
-{
-    const cJSON *found = NULL;
-    *out = NULL;
-    for (const cJSON *c = obj->child; c != NULL; c = c->next) {
-        if (c->string == NULL || strcmp(c->string, key) != 0) continue;
-        if (found != NULL) return field_err(err, at, key, "appears more than once");
-        found = c;
-    }
-    *out = found;
-    return PG_OK;
-}
-
-/* True when x is a JSON integer in [lo, hi]; stores it in *out. */
-static bool json_int(const cJSON *x, double lo, double hi, long long *out)
-{
-    if (!cJSON_IsNumber(x)) return false;
-    double v = x->valuedouble;
-    if (!isfinite(v) || v < lo || v > hi || floor(v) != v) return false;
-    *out = (long long)v;
-    return true;
-}
-
-/* A malloc'd copy of s, or NULL with PG_ERR_NOMEM recorded. */
-static char *dup_or_fail(pg_err *err, const tr_loc *at, const char *s)
-{
-    char *p = strdup(s);
-    if (p == NULL) pg_fail(err, PG_ERR_NOMEM, "%s:%d: out of memory", at->path, at->line);
-    return p;
-}
 
 /* Copies the string member key into *out. required: absence is an error;
  * nullable: null gives NULL; non_empty: "" is an error. */
-static pg_status get_string(pg_err *err, const tr_loc *at, const cJSON *obj, const char *key,
+static pg_status get_string(pg_err *err, const jsonl_loc *at, const cJSON *obj, const char *key,
                             bool required, bool nullable, bool non_empty, char **out)
 {
     const cJSON *x;
-    pg_status st = member(err, at, obj, key, &x);
+    pg_status st = jsonl_member(err, at, obj, key, &x);
     if (st != PG_OK) return st;
     *out = NULL;
-    if (x == NULL) return required ? field_err(err, at, key, "is missing") : PG_OK;
+    if (x == NULL) return required ? jsonl_field_err(err, at, key, "is missing") : PG_OK;
     if (nullable && cJSON_IsNull(x)) return PG_OK;
     if (!cJSON_IsString(x))
-        return field_err(err, at, key, "is %s, expected a string%s", json_kind(x),
+        return jsonl_field_err(err, at, key, "is %s, expected a string%s", jsonl_kind(x),
                          nullable ? " or null" : "");
-    if (non_empty && x->valuestring[0] == '\0') return field_err(err, at, key, "is empty");
-    *out = dup_or_fail(err, at, x->valuestring);
+    if (non_empty && x->valuestring[0] == '\0') return jsonl_field_err(err, at, key, "is empty");
+    *out = jsonl_dup(err, at, x->valuestring);
     return *out ? PG_OK : PG_ERR_NOMEM;
 }
 
 /* Parses an answer (the value x of member key, NULL when absent): a JSON
  * integer or a string of ASCII digits, in TRACES_ANSWER_MIN..MAX. */
-static pg_status parse_answer(pg_err *err, const tr_loc *at, const char *key, const cJSON *x,
+static pg_status parse_answer(pg_err *err, const jsonl_loc *at, const char *key, const cJSON *x,
                               int *out)
 {
     long long v = 0;
-    if (x == NULL) return field_err(err, at, key, "is missing");
+    if (x == NULL) return jsonl_field_err(err, at, key, "is missing");
     if (cJSON_IsNumber(x)) {
-        if (!json_int(x, TRACES_ANSWER_MIN, TRACES_ANSWER_MAX, &v))
-            return field_err(err, at, key, "is %.17g, expected an integer in %d..%d",
+        if (!jsonl_int(x, TRACES_ANSWER_MIN, TRACES_ANSWER_MAX, &v))
+            return jsonl_field_err(err, at, key, "is %.17g, expected an integer in %d..%d",
                              x->valuedouble, TRACES_ANSWER_MIN, TRACES_ANSWER_MAX);
     } else if (cJSON_IsString(x)) {
         const char *s = x->valuestring;
@@ -156,11 +72,11 @@ static pg_status parse_answer(pg_err *err, const tr_loc *at, const char *key, co
         for (; s[i] >= '0' && s[i] <= '9'; i++)
             if (v <= TRACES_ANSWER_MAX) v = v * 10 + (s[i] - '0');
         if (i == 0 || s[i] != '\0' || v > TRACES_ANSWER_MAX)
-            return field_err(err, at, key, "is \"%.*s%s\", expected an integer in %d..%d",
+            return jsonl_field_err(err, at, key, "is \"%.*s%s\", expected an integer in %d..%d",
                              TR_QUOTE_MAX, s, strlen(s) > TR_QUOTE_MAX ? "..." : "",
                              TRACES_ANSWER_MIN, TRACES_ANSWER_MAX);
     } else {
-        return field_err(err, at, key, "is %s, expected an integer in %d..%d", json_kind(x),
+        return jsonl_field_err(err, at, key, "is %s, expected an integer in %d..%d", jsonl_kind(x),
                          TRACES_ANSWER_MIN, TRACES_ANSWER_MAX);
     }
     *out = (int)v;
@@ -169,22 +85,22 @@ static pg_status parse_answer(pg_err *err, const tr_loc *at, const char *key, co
 
 /* Parses an id (the value x of member key): a non-empty string, or an
  * integer written in decimal. */
-static pg_status parse_id(pg_err *err, const tr_loc *at, const char *key, const cJSON *x,
+static pg_status parse_id(pg_err *err, const jsonl_loc *at, const char *key, const cJSON *x,
                           char **out)
 {
     char num[TR_GEN_ID_MAX];
     long long v;
     *out = NULL;
-    if (x == NULL) return field_err(err, at, key, "is missing");
+    if (x == NULL) return jsonl_field_err(err, at, key, "is missing");
     if (cJSON_IsString(x)) {
-        if (x->valuestring[0] == '\0') return field_err(err, at, key, "is empty");
-        *out = dup_or_fail(err, at, x->valuestring);
-    } else if (json_int(x, -TR_JSON_INT_MAX, TR_JSON_INT_MAX, &v)) {
+        if (x->valuestring[0] == '\0') return jsonl_field_err(err, at, key, "is empty");
+        *out = jsonl_dup(err, at, x->valuestring);
+    } else if (jsonl_int(x, -JSONL_INT_MAX, JSONL_INT_MAX, &v)) {
         snprintf(num, sizeof num, "%lld", v);
-        *out = dup_or_fail(err, at, num);
+        *out = jsonl_dup(err, at, num);
     } else {
-        return field_err(err, at, key, "is %s, expected a string or an integer",
-                         cJSON_IsNumber(x) ? "a non-integer number" : json_kind(x));
+        return jsonl_field_err(err, at, key, "is %s, expected a string or an integer",
+                         cJSON_IsNumber(x) ? "a non-integer number" : jsonl_kind(x));
     }
     return *out ? PG_OK : PG_ERR_NOMEM;
 }
@@ -214,41 +130,41 @@ static void problem_free(eval_problem *p)
 }
 
 /* Records that member key's value v is not an int in 0..INT_MAX. */
-static pg_status bad_count(pg_err *err, const tr_loc *at, const char *key, const cJSON *v)
+static pg_status bad_count(pg_err *err, const jsonl_loc *at, const char *key, const cJSON *v)
 {
     if (cJSON_IsNumber(v))
-        return field_err(err, at, key, "is %.17g, expected an integer in 0..%d", v->valuedouble,
+        return jsonl_field_err(err, at, key, "is %.17g, expected an integer in 0..%d", v->valuedouble,
                          INT_MAX);
-    return field_err(err, at, key, "is %s, expected an integer >= 0", json_kind(v));
+    return jsonl_field_err(err, at, key, "is %s, expected an integer >= 0", jsonl_kind(v));
 }
 
 /* Fills c from the completion object x (at->ctx names it); on failure c
  * holds what was copied so far, for completion_free. */
-static pg_status parse_completion(pg_err *err, const tr_loc *at, const cJSON *x,
+static pg_status parse_completion(pg_err *err, const jsonl_loc *at, const cJSON *x,
                                   eval_completion *c)
 {
     const cJSON *v;
     long long n;
     c->completion_tokens = -1;
     if (!cJSON_IsObject(x))
-        return field_err(err, &(tr_loc){at->path, at->line, NULL}, at->ctx,
-                         "is %s, expected an object", json_kind(x));
+        return jsonl_field_err(err, &(jsonl_loc){at->path, at->line, NULL}, at->ctx,
+                         "is %s, expected an object", jsonl_kind(x));
     pg_status st;
     if ((st = get_string(err, at, x, "mode", true, false, true, &c->mode)) != PG_OK ||
         (st = get_string(err, at, x, "effort", true, false, true, &c->effort)) != PG_OK)
         return st;
-    if ((st = member(err, at, x, "sample", &v)) != PG_OK) return st;
-    if (v == NULL) return field_err(err, at, "sample", "is missing");
-    if (!json_int(v, 0, INT_MAX, &n)) return bad_count(err, at, "sample", v);
+    if ((st = jsonl_member(err, at, x, "sample", &v)) != PG_OK) return st;
+    if (v == NULL) return jsonl_field_err(err, at, "sample", "is missing");
+    if (!jsonl_int(v, 0, INT_MAX, &n)) return bad_count(err, at, "sample", v);
     c->sample = (int)n;
     if ((st = get_string(err, at, x, "content", true, true, false, &c->content)) != PG_OK ||
         (st = get_string(err, at, x, "reasoning", false, true, false, &c->reasoning)) != PG_OK ||
         (st = get_string(err, at, x, "finish_reason", false, true, false, &c->finish_reason)) !=
             PG_OK)
         return st;
-    if ((st = member(err, at, x, "completion_tokens", &v)) != PG_OK) return st;
+    if ((st = jsonl_member(err, at, x, "completion_tokens", &v)) != PG_OK) return st;
     if (v != NULL && !cJSON_IsNull(v)) {
-        if (!json_int(v, 0, INT_MAX, &n)) return bad_count(err, at, "completion_tokens", v);
+        if (!jsonl_int(v, 0, INT_MAX, &n)) return bad_count(err, at, "completion_tokens", v);
         c->completion_tokens = (int)n;
     }
     return PG_OK;
@@ -256,10 +172,10 @@ static pg_status parse_completion(pg_err *err, const tr_loc *at, const cJSON *x,
 
 /* Parses the completions array x into p, rejecting a repeated
  * (mode, effort, sample). */
-static pg_status parse_completions(pg_err *err, const tr_loc *at, const cJSON *x, eval_problem *p)
+static pg_status parse_completions(pg_err *err, const jsonl_loc *at, const cJSON *x, eval_problem *p)
 {
-    if (!cJSON_IsArray(x)) return field_err(err, at, "completions", "is %s, expected an array",
-                                            json_kind(x));
+    if (!cJSON_IsArray(x)) return jsonl_field_err(err, at, "completions", "is %s, expected an array",
+                                            jsonl_kind(x));
     int n = cJSON_GetArraySize(x);
     if (n == 0) return PG_OK;
     p->completions = calloc((size_t)n, sizeof *p->completions);
@@ -269,7 +185,7 @@ static pg_status parse_completions(pg_err *err, const tr_loc *at, const cJSON *x
     for (const cJSON *e = x->child; e != NULL; e = e->next, i++) {
         char ctx[TR_FIELD_MAX];
         snprintf(ctx, sizeof ctx, "completions[%d]", i);
-        tr_loc here = {at->path, at->line, ctx};
+        jsonl_loc here = {at->path, at->line, ctx};
         eval_completion *c = &p->completions[i];
         p->n_completions = i + 1; /* so that problem_free sees what was copied */
         pg_status st = parse_completion(err, &here, e, c);
@@ -278,7 +194,7 @@ static pg_status parse_completions(pg_err *err, const tr_loc *at, const cJSON *x
             const eval_completion *o = &p->completions[j];
             if (o->sample == c->sample && strcmp(o->mode, c->mode) == 0 &&
                 strcmp(o->effort, c->effort) == 0)
-                return field_err(err, at, NULL,
+                return jsonl_field_err(err, at, NULL,
                                  "'%s' repeats completions[%d]: mode '%s', effort '%s', "
                                  "sample %d",
                                  ctx, j, c->mode, c->effort, c->sample);
@@ -288,18 +204,18 @@ static pg_status parse_completions(pg_err *err, const tr_loc *at, const cJSON *x
 }
 
 /* Validates the messages array x and keeps it as compact JSON in p. */
-static pg_status parse_messages(pg_err *err, const tr_loc *at, const cJSON *x, eval_problem *p)
+static pg_status parse_messages(pg_err *err, const jsonl_loc *at, const cJSON *x, eval_problem *p)
 {
-    if (!cJSON_IsArray(x)) return field_err(err, at, "messages", "is %s, expected an array",
-                                            json_kind(x));
-    if (x->child == NULL) return field_err(err, at, "messages", "is empty");
+    if (!cJSON_IsArray(x)) return jsonl_field_err(err, at, "messages", "is %s, expected an array",
+                                            jsonl_kind(x));
+    if (x->child == NULL) return jsonl_field_err(err, at, "messages", "is empty");
     int i = 0;
     for (const cJSON *e = x->child; e != NULL; e = e->next, i++) {
         char ctx[TR_FIELD_MAX];
         snprintf(ctx, sizeof ctx, "messages[%d]", i);
-        tr_loc here = {at->path, at->line, ctx};
+        jsonl_loc here = {at->path, at->line, ctx};
         if (!cJSON_IsObject(e))
-            return field_err(err, at, ctx, "is %s, expected an object", json_kind(e));
+            return jsonl_field_err(err, at, ctx, "is %s, expected an object", jsonl_kind(e));
         char *role = NULL, *content = NULL;
         pg_status st = get_string(err, &here, e, "role", true, false, true, &role);
         if (st == PG_OK) st = get_string(err, &here, e, "content", true, false, false, &content);
@@ -317,20 +233,20 @@ static pg_status parse_messages(pg_err *err, const tr_loc *at, const cJSON *x, e
 
 /* Fills p from the line's object; on failure p holds what was copied so far,
  * for problem_free. */
-static pg_status parse_problem(pg_err *err, const tr_loc *at, const cJSON *obj, eval_problem *p)
+static pg_status parse_problem(pg_err *err, const jsonl_loc *at, const cJSON *obj, eval_problem *p)
 {
     const cJSON *id, *problem, *prompt, *answer, *messages, *completions;
     pg_status st;
-    if ((st = member(err, at, obj, "id", &id)) != PG_OK ||
-        (st = member(err, at, obj, "problem", &problem)) != PG_OK ||
-        (st = member(err, at, obj, "prompt", &prompt)) != PG_OK ||
-        (st = member(err, at, obj, "answer", &answer)) != PG_OK ||
-        (st = member(err, at, obj, "messages", &messages)) != PG_OK ||
-        (st = member(err, at, obj, "completions", &completions)) != PG_OK)
+    if ((st = jsonl_member(err, at, obj, "id", &id)) != PG_OK ||
+        (st = jsonl_member(err, at, obj, "problem", &problem)) != PG_OK ||
+        (st = jsonl_member(err, at, obj, "prompt", &prompt)) != PG_OK ||
+        (st = jsonl_member(err, at, obj, "answer", &answer)) != PG_OK ||
+        (st = jsonl_member(err, at, obj, "messages", &messages)) != PG_OK ||
+        (st = jsonl_member(err, at, obj, "completions", &completions)) != PG_OK)
         return st;
     if ((st = parse_id(err, at, "id", id, &p->id)) != PG_OK) return st;
     if (problem != NULL && prompt != NULL)
-        return field_err(err, at, "problem", "and 'prompt' are both given; give one");
+        return jsonl_field_err(err, at, "problem", "and 'prompt' are both given; give one");
     const char *text_key = prompt != NULL ? "prompt" : "problem";
     if ((st = get_string(err, at, obj, text_key, true, false, true, &p->problem)) != PG_OK)
         return st;
@@ -341,157 +257,6 @@ static pg_status parse_problem(pg_err *err, const tr_loc *at, const cJSON *obj, 
     return PG_OK;
 }
 
-/* ------------------------------------------------------------------------ */
-/* duplicate-id set                                                         */
-/* ------------------------------------------------------------------------ */
-
-/* One slot: an owned copy of an id and the line it was first seen on. */
-typedef struct id_slot {
-    char *id;
-    int line;
-} id_slot;
-
-/* Open-addressing hash set of ids (linear probing, at most half full). */
-typedef struct id_set {
-    id_slot *slots;
-    size_t cap; /* 0 or a power of two */
-    size_t n;
-} id_set;
-
-/* FNV-1a, 64-bit (http://www.isthe.com/chongo/tech/comp/fnv/): offset basis and prime. */
-#define TR_FNV_OFFSET 14695981039346656037ULL
-#define TR_FNV_PRIME 1099511628211ULL
-
-/* FNV-1a of n bytes at p, continuing from h. */
-static uint64_t fnv1a_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * TR_FNV_PRIME;
-    return h;
-}
-
-/* FNV-1a of the string s. */
-static uint64_t hash_str(const char *s)
-{
-    return fnv1a_bytes(TR_FNV_OFFSET, s, strlen(s));
-}
-
-/* The slot holding id, or the empty slot where it would go (cap > 0). */
-static id_slot *id_set_slot(const id_set *s, const char *id)
-{
-    size_t i = (size_t)hash_str(id) & (s->cap - 1);
-    while (s->slots[i].id != NULL && strcmp(s->slots[i].id, id) != 0) i = (i + 1) & (s->cap - 1);
-    return &s->slots[i];
-}
-
-/* The line id was first seen on, or 0 when it is new. */
-static int id_set_find(const id_set *s, const char *id)
-{
-    return s->cap == 0 ? 0 : id_set_slot(s, id)->line;
-}
-
-/* Adds id (not yet present) seen on line; false when out of memory. */
-static bool id_set_add(id_set *s, const char *id, int line)
-{
-    if (2 * (s->n + 1) > s->cap) {
-        id_set bigger = {calloc(s->cap ? 2 * s->cap : TR_SET_INIT, sizeof(id_slot)),
-                         s->cap ? 2 * s->cap : TR_SET_INIT, s->n};
-        if (bigger.slots == NULL) return false;
-        for (size_t i = 0; i < s->cap; i++)
-            if (s->slots[i].id != NULL) *id_set_slot(&bigger, s->slots[i].id) = s->slots[i];
-        free(s->slots);
-        *s = bigger;
-    }
-    char *copy = strdup(id);
-    if (copy == NULL) return false;
-    id_slot *slot = id_set_slot(s, id);
-    slot->id = copy; /* owned by the set from here on */
-    slot->line = line;
-    s->n++;
-    return true;
-}
-
-/* Frees the set's copies and slots and empties it. */
-static void id_set_free(id_set *s)
-{
-    for (size_t i = 0; i < s->cap; i++) free(s->slots[i].id);
-    free(s->slots);
-    *s = (id_set){0};
-}
-
-/* Records a repeated id as an error, else adds it. */
-static pg_status check_id(pg_err *err, const tr_loc *at, id_set *ids, const char *key,
-                          const char *id)
-{
-    int first = id_set_find(ids, id);
-    if (first != 0)
-        return field_err(err, at, key, "'%s' repeats the id of line %d", id, first);
-    if (!id_set_add(ids, id, at->line))
-        return pg_fail(err, PG_ERR_NOMEM, "%s:%d: out of memory", at->path, at->line);
-    return PG_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* line reader                                                              */
-/* ------------------------------------------------------------------------ */
-
-/* Reads a JSONL file line by line. */
-typedef struct tr_reader {
-    FILE *f;
-    const char *path;
-    char *buf;
-    size_t cap;
-    int line; /* 1-based number of the line last read */
-} tr_reader;
-
-/* True when the n bytes at s are all JSON white space (or there are none). */
-static bool blank(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return false;
-    return true;
-}
-
-/* The next non-blank line's JSON object in *obj (the caller deletes it), or
- * NULL at the end of the file. */
-static pg_status next_object(tr_reader *r, cJSON **obj, pg_err *err)
-{
-    *obj = NULL;
-    for (;;) {
-        errno = 0;
-        ssize_t got = getline(&r->buf, &r->cap, r->f);
-        if (got < 0) {
-            if (ferror(r->f) || errno == ENOMEM || errno == EOVERFLOW)
-                return pg_fail(err, errno == ENOMEM ? PG_ERR_NOMEM : PG_ERR_IO,
-                               "%s:%d: cannot read: %s", r->path, r->line + 1,
-                               strerror(errno ? errno : EIO));
-            return PG_OK;
-        }
-        if (r->line == INT_MAX)
-            return pg_fail(err, PG_ERR_FORMAT, "%s: more than %d lines", r->path, INT_MAX);
-        r->line++;
-        tr_loc at = {r->path, r->line, NULL};
-        const char *s = r->buf;
-        size_t n = (size_t)got;
-        if (memchr(s, '\0', n) != NULL) return field_err(err, &at, NULL, "contains a NUL byte");
-        if (blank(s, n)) continue;
-        /* The whole line must be one value (cJSON also skips a leading
-         * UTF-8 byte-order mark, as a file written on Windows may have). */
-        const char *end = NULL;
-        cJSON *x = cJSON_ParseWithOpts(s, &end, true);
-        if (x == NULL)
-            return field_err(err, &at, NULL, "invalid JSON at column %zu",
-                             (size_t)((end ? end : s) - s) + 1);
-        if (!cJSON_IsObject(x)) {
-            pg_status st = field_err(err, &at, NULL, "the line is %s, expected a JSON object",
-                                     json_kind(x));
-            cJSON_Delete(x);
-            return st;
-        }
-        *obj = x;
-        return PG_OK;
-    }
-}
 
 /* ------------------------------------------------------------------------ */
 /* loader                                                                   */
@@ -547,24 +312,24 @@ pg_status traces_load(const char *path, eval_traces **out, pg_err *err)
         free(t);
         return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", path);
     }
-    tr_reader r = {fopen(path, "r"), path, NULL, 0, 0};
+    jsonl_reader r = {fopen(path, "r"), path, NULL, 0, 0};
     if (r.f == NULL) {
         pg_status st = pg_fail(err, PG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         traces_free(t);
         return st;
     }
-    id_set ids = {0};
+    jsonl_id_set ids = {0};
     int cap = 0;
     pg_status st;
     for (;;) {
         cJSON *obj;
-        if ((st = next_object(&r, &obj, err)) != PG_OK || obj == NULL) break;
-        tr_loc at = {path, r.line, NULL};
+        if ((st = jsonl_next_object(&r, &obj, err)) != PG_OK || obj == NULL) break;
+        jsonl_loc at = {path, r.line, NULL};
         eval_problem p = {0};
         p.line = r.line;
         st = parse_problem(err, &at, obj, &p);
         cJSON_Delete(obj);
-        if (st == PG_OK) st = check_id(err, &at, &ids, "id", p.id);
+        if (st == PG_OK) st = jsonl_check_id(err, &at, &ids, "id", p.id);
         if (st == PG_OK && !append_problem(t, &cap, &p))
             st = pg_fail(err, PG_ERR_NOMEM, "%s:%d: out of memory", path, r.line);
         if (st != PG_OK) {
@@ -574,7 +339,7 @@ pg_status traces_load(const char *path, eval_traces **out, pg_err *err)
     }
     fclose(r.f);
     free(r.buf);
-    id_set_free(&ids);
+    jsonl_id_set_free(&ids);
     if (st != PG_OK) {
         traces_free(t);
         return st;
@@ -589,18 +354,18 @@ pg_status traces_load(const char *path, eval_traces **out, pg_err *err)
 
 /* The one present member among keys[0..n) in *out (NULL when none; then
  * *key is keys[0]); an error when two are present. */
-static pg_status one_of(pg_err *err, const tr_loc *at, const cJSON *obj, const char *const *keys,
+static pg_status one_of(pg_err *err, const jsonl_loc *at, const cJSON *obj, const char *const *keys,
                         int n, const cJSON **out, const char **key)
 {
     *out = NULL;
     *key = keys[0];
     for (int i = 0; i < n; i++) {
         const cJSON *x;
-        pg_status st = member(err, at, obj, keys[i], &x);
+        pg_status st = jsonl_member(err, at, obj, keys[i], &x);
         if (st != PG_OK) return st;
         if (x == NULL) continue;
         if (*out != NULL)
-            return field_err(err, at, keys[i], "and '%s' are both given; expected one", *key);
+            return jsonl_field_err(err, at, keys[i], "and '%s' are both given; expected one", *key);
         *out = x;
         *key = keys[i];
     }
@@ -616,8 +381,8 @@ static const char *const k_aime_id_keys[] = {"id", "ID"};
 
 /* Converts one public AIME object (the ordinal-th problem of the file) into
  * a line of our format in *json (cJSON-allocated). */
-static pg_status convert_one(pg_err *err, const tr_loc *at, const cJSON *obj, int ordinal,
-                             id_set *ids, char **json)
+static pg_status convert_one(pg_err *err, const jsonl_loc *at, const cJSON *obj, int ordinal,
+                             jsonl_id_set *ids, char **json)
 {
     const cJSON *text, *answer, *id, *url;
     const char *text_key, *answer_key, *id_key;
@@ -629,12 +394,12 @@ static pg_status convert_one(pg_err *err, const tr_loc *at, const cJSON *obj, in
                      &answer_key)) != PG_OK ||
         (st = one_of(err, at, obj, k_aime_id_keys, N_KEYS(k_aime_id_keys), &id, &id_key)) !=
             PG_OK ||
-        (st = member(err, at, obj, "url", &url)) != PG_OK)
+        (st = jsonl_member(err, at, obj, "url", &url)) != PG_OK)
         return st;
-    if (text == NULL) return field_err(err, at, NULL, "'question' (or 'problem') is missing");
+    if (text == NULL) return jsonl_field_err(err, at, NULL, "'question' (or 'problem') is missing");
     if (!cJSON_IsString(text) || text->valuestring[0] == '\0')
-        return field_err(err, at, text_key, "is %s, expected a non-empty string",
-                         cJSON_IsString(text) ? "empty" : json_kind(text));
+        return jsonl_field_err(err, at, text_key, "is %s, expected a non-empty string",
+                         cJSON_IsString(text) ? "empty" : jsonl_kind(text));
     int value;
     if ((st = parse_answer(err, at, answer_key, answer, &value)) != PG_OK) return st;
     char *id_str = NULL;
@@ -643,10 +408,10 @@ static pg_status convert_one(pg_err *err, const tr_loc *at, const cJSON *obj, in
     } else {
         char gen[TR_GEN_ID_MAX];
         snprintf(gen, sizeof gen, TR_GEN_ID_PREFIX "%d", ordinal);
-        id_str = dup_or_fail(err, at, gen);
+        id_str = jsonl_dup(err, at, gen);
         st = id_str ? PG_OK : PG_ERR_NOMEM;
     }
-    if (st == PG_OK) st = check_id(err, at, ids, id ? id_key : "id", id_str);
+    if (st == PG_OK) st = jsonl_check_id(err, at, ids, id ? id_key : "id", id_str);
     if (st != PG_OK) {
         free(id_str);
         return st;
@@ -665,15 +430,15 @@ static pg_status convert_one(pg_err *err, const tr_loc *at, const cJSON *obj, in
 }
 
 /* Converts every line of r into f. */
-static pg_status convert_lines(tr_reader *r, FILE *f, const char *tmp, pg_err *err)
+static pg_status convert_lines(jsonl_reader *r, FILE *f, const char *tmp, pg_err *err)
 {
-    id_set ids = {0};
+    jsonl_id_set ids = {0};
     pg_status st;
     int ordinal = 0;
     for (;;) {
         cJSON *obj;
-        if ((st = next_object(r, &obj, err)) != PG_OK || obj == NULL) break;
-        tr_loc at = {r->path, r->line, NULL};
+        if ((st = jsonl_next_object(r, &obj, err)) != PG_OK || obj == NULL) break;
+        jsonl_loc at = {r->path, r->line, NULL};
         char *json;
         st = convert_one(err, &at, obj, ++ordinal, &ids, &json);
         cJSON_Delete(obj);
@@ -685,13 +450,13 @@ static pg_status convert_lines(tr_reader *r, FILE *f, const char *tmp, pg_err *e
             break;
         }
     }
-    id_set_free(&ids);
+    jsonl_id_set_free(&ids);
     return st;
 }
 
 pg_status traces_convert_aime(const char *in_path, const char *out_path, pg_err *err)
 {
-    tr_reader r = {fopen(in_path, "r"), in_path, NULL, 0, 0};
+    jsonl_reader r = {fopen(in_path, "r"), in_path, NULL, 0, 0};
     if (r.f == NULL) return pg_fail(err, PG_ERR_IO, "%s: cannot open: %s", in_path,
                                     strerror(errno));
     size_t tmp_len = strlen(out_path) + sizeof TR_TMP_SUFFIX;
@@ -729,8 +494,8 @@ static uint64_t digest_field(uint64_t h, const char *v)
     const uint64_t n = v != NULL ? (uint64_t)strlen(v) : UINT64_MAX;
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
-    h = fnv1a_bytes(h, len, sizeof len);
-    return v != NULL ? fnv1a_bytes(h, v, (size_t)n) : h;
+    h = jsonl_fnv1a(h, len, sizeof len);
+    return v != NULL ? jsonl_fnv1a(h, v, (size_t)n) : h;
 }
 
 /* qsort order of problem pointers: by id (ids are unique). */
@@ -748,7 +513,7 @@ pg_status traces_digest(const eval_traces *t, char *out, size_t len, pg_err *err
     if (order == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory for the digest", t->path);
     for (int i = 0; i < t->n; i++) order[i] = &t->problems[i];
     qsort(order, (size_t)t->n, sizeof *order, by_id);
-    uint64_t h = digest_field(TR_FNV_OFFSET, TRACES_DIGEST_SCHEME);
+    uint64_t h = digest_field(JSONL_FNV_OFFSET, TRACES_DIGEST_SCHEME);
     for (int i = 0; i < t->n; i++) {
         char answer[TR_GEN_ID_MAX];
         snprintf(answer, sizeof answer, "%d", order[i]->answer);
