@@ -475,6 +475,53 @@ const schema_migration schema_migrations[] = {
         "    merged_at     TEXT    NOT NULL,   -- UTC, 'YYYY-MM-DDTHH:MM:SS.sssZ'\n"
         "    UNIQUE (job, shard_index)\n"
         ");\n"),
+    /* Issue #28: teacher-forced divergence between servers (evals/divergence.h,
+     * db/divergence_store.h). The sequences every server scored, each mode's
+     * per-position values against the reference as one packed blob per
+     * (mode, sequence) (a 30k-token sequence is one row, not 30k), and each
+     * mode's summary. role 'mode' compares a mode with the reference;
+     * 'floor' is the reference against itself scored again (the noise
+     * floor of batched serving). */
+    SCHEMA_MIGRATION(16,
+        "CREATE TABLE div_sequences (\n"
+        "    run_id     INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    seq_id     TEXT    NOT NULL CHECK (seq_id <> ''),\n"
+        "    source     TEXT    NOT NULL CHECK (source <> ''),  -- the file, or the eval run and sample\n"
+        "    n_tokens   INTEGER NOT NULL CHECK (n_tokens >= 2),\n"
+        "    score_from INTEGER NOT NULL CHECK (score_from >= 1 AND score_from < n_tokens),\n"
+        "    tokens     BLOB    NOT NULL CHECK (length(tokens) = 4 * n_tokens),  -- int32, little-endian\n"
+        "    UNIQUE (run_id, seq_id)\n"
+        ");\n"
+        "\n"
+        "CREATE TABLE div_positions (\n"
+        "    run_id      INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    mode        TEXT    NOT NULL CHECK (mode <> ''),\n"
+        "    role        TEXT    NOT NULL CHECK (role IN ('mode', 'floor')),\n"
+        "    seq_id      TEXT    NOT NULL CHECK (seq_id <> ''),\n"
+        "    n_positions INTEGER NOT NULL CHECK (n_positions >= 1),\n"
+        "    -- per scored position, little-endian: kld_lb, tail_p, lp, lq, dlogprob, dp\n"
+        "    -- (float64; the last four NaN when a server did not report the given\n"
+        "    -- token), top_p, top_q (int32): DIV_POSITION_BYTES = 56 each\n"
+        "    packed      BLOB    NOT NULL CHECK (length(packed) = 56 * n_positions),\n"
+        "    UNIQUE (run_id, mode, role, seq_id)\n"
+        ");\n"
+        "\n"
+        "CREATE TABLE div_summaries (\n"
+        "    run_id           INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    mode             TEXT    NOT NULL CHECK (mode <> ''),\n"
+        "    role             TEXT    NOT NULL CHECK (role IN ('mode', 'floor')),\n"
+        "    reference        TEXT    NOT NULL CHECK (reference <> ''),\n"
+        "    top_k            INTEGER NOT NULL CHECK (top_k >= 1),\n"
+        "    n_sequences      INTEGER NOT NULL CHECK (n_sequences >= 0),\n"
+        "    n_positions      INTEGER NOT NULL CHECK (n_positions >= 0),\n"
+        "    n_given          INTEGER NOT NULL CHECK (n_given >= 0 AND n_given <= n_positions),\n"
+        "    -- NULL: undefined (no position; an SE of fewer than 2 sequences)\n"
+        "    kld_mean REAL, kld_mean_se REAL, kld_ci_low REAL, kld_ci_high REAL,\n"
+        "    kld_p50 REAL, kld_p90 REAL, kld_p95 REAL, kld_p99 REAL, kld_p999 REAL, kld_max REAL,\n"
+        "    same_top REAL, same_top_se REAL, mean_dp REAL, rms_dp REAL, mean_dlogprob REAL,\n"
+        "    ppl_ratio REAL, tail_mass_median REAL,\n"
+        "    UNIQUE (run_id, mode, role)\n"
+        ");\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -78,6 +78,14 @@ void sql_bind_null(sql_binder *b)
     b->next++;
 }
 
+void sql_bind_blob(sql_binder *b, const void *v, size_t n)
+{
+    if (b->rc == SQLITE_OK)
+        b->rc = n == 0 ? sqlite3_bind_zeroblob(b->st, b->next, 0)
+                       : sqlite3_bind_blob64(b->st, b->next, v, (sqlite3_uint64)n, SQLITE_STATIC);
+    b->next++;
+}
+
 pg_status sql_step_write(sqlite3 *db, sql_binder *b, const char *what, pg_err *err)
 {
     pg_status ps = PG_OK;

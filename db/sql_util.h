@@ -85,6 +85,8 @@ void sql_bind_int64(sql_binder *b, int64_t v);
 void sql_bind_double(sql_binder *b, double v);
 /* Binds SQL NULL to the next parameter. */
 void sql_bind_null(sql_binder *b);
+/* Binds n bytes at v (SQLITE_STATIC, as text; n 0 binds an empty blob) to the next parameter. */
+void sql_bind_blob(sql_binder *b, const void *v, size_t n);
 
 /* Steps b's statement (a sql_cached one) once expecting no rows; PG_ERR_DB
  * described by what when a bind or the step fails, PG_ERR_INTERNAL when the

@@ -1,0 +1,426 @@
+/* divergence_store.c: the divergence tables' SQL (see divergence_store.h). */
+#include "divergence_store.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sql_util.h"
+
+/* Bytes of one stored token (int32, little-endian). */
+#define DIV_TOKEN_BYTES 4
+
+const char *div_role_name(div_role r)
+{
+    switch (r) {
+    case DIV_ROLE_MODE: return "mode";
+    case DIV_ROLE_FLOOR: return "floor";
+    }
+    return "?";
+}
+
+/* ---- little-endian packing, whatever the host ----------------------- */
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static void put_f64(unsigned char *p, double d)
+{
+    uint64_t v;
+    memcpy(&v, &d, sizeof v);
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static double get_f64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+static void put_i32(unsigned char *p, int32_t v) { put_u32(p, (uint32_t)v); }
+
+static int32_t get_i32(const unsigned char *p)
+{
+    uint32_t u = get_u32(p);
+    int32_t v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* The offsets of a position's fields in its DIV_POSITION_BYTES. */
+enum { OFF_KLD = 0, OFF_TAIL = 8, OFF_LP = 16, OFF_LQ = 24, OFF_DLOGPROB = 32, OFF_DP = 40,
+       OFF_TOP_P = 48, OFF_TOP_Q = 52 };
+
+static void pack_position(unsigned char *p, const div_position *d)
+{
+    put_f64(p + OFF_KLD, d->kld_lb);
+    put_f64(p + OFF_TAIL, d->tail_p);
+    put_f64(p + OFF_LP, d->lp);
+    put_f64(p + OFF_LQ, d->lq);
+    put_f64(p + OFF_DLOGPROB, d->dlogprob);
+    put_f64(p + OFF_DP, d->dp);
+    put_i32(p + OFF_TOP_P, d->top_p);
+    put_i32(p + OFF_TOP_Q, d->top_q);
+}
+
+static void unpack_position(const unsigned char *p, div_position *d)
+{
+    d->kld_lb = get_f64(p + OFF_KLD);
+    d->tail_p = get_f64(p + OFF_TAIL);
+    d->lp = get_f64(p + OFF_LP);
+    d->lq = get_f64(p + OFF_LQ);
+    d->dlogprob = get_f64(p + OFF_DLOGPROB);
+    d->dp = get_f64(p + OFF_DP);
+    d->top_p = get_i32(p + OFF_TOP_P);
+    d->top_q = get_i32(p + OFF_TOP_Q);
+    d->same_top = d->top_p == d->top_q;
+}
+
+/* ---- sequences -------------------------------------------------------- */
+
+static const char SQL_PUT_SEQUENCE[] =
+    "INSERT INTO div_sequences (run_id, seq_id, source, n_tokens, score_from, tokens) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+    "ON CONFLICT (run_id, seq_id) DO UPDATE SET source = excluded.source, "
+    "n_tokens = excluded.n_tokens, score_from = excluded.score_from, tokens = excluded.tokens";
+
+static const char SQL_READ_SEQUENCES[] =
+    "SELECT seq_id, source, n_tokens, score_from, tokens FROM div_sequences WHERE run_id = ?1 "
+    "ORDER BY seq_id";
+
+pg_status divergence_store_put_sequence(pg_store *s, int64_t run_id, const char *seq_id,
+                                        const char *source, const int32_t *tokens, size_t n,
+                                        size_t score_from, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_put_sequence", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (seq_id == NULL || *seq_id == '\0' || source == NULL || *source == '\0' || tokens == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_put_sequence: seq_id, source or "
+                                             "tokens is NULL or empty");
+    if (n < 2 || n > (size_t)INT32_MAX || score_from < 1 || score_from >= n)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_put_sequence: sequence '%s': %zu "
+                       "tokens scored from %zu (need 2 or more, scored from 1 .. n-1)", seq_id, n,
+                       score_from);
+    unsigned char *blob = malloc(n * DIV_TOKEN_BYTES);
+    if (blob == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: sequence '%s': out of memory", sql_db_path(db),
+                       seq_id);
+    for (size_t i = 0; i < n; i++) put_i32(blob + i * DIV_TOKEN_BYTES, tokens[i]);
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_PUT_SEQUENCE, &st, err);
+    if (ps == PG_OK) {
+        sql_binder b = sql_bind_start(st);
+        sql_bind_int64(&b, run_id);
+        sql_bind_text(&b, seq_id);
+        sql_bind_text(&b, source);
+        sql_bind_int64(&b, (int64_t)n);
+        sql_bind_int64(&b, (int64_t)score_from);
+        sql_bind_blob(&b, blob, n * DIV_TOKEN_BYTES);
+        char what[SQL_WHAT_MAX];
+        snprintf(what, sizeof what, "store sequence '%.200s' of run %" PRId64, seq_id, run_id);
+        ps = sql_step_write(db, &b, what, err);
+    }
+    free(blob);
+    return ps;
+}
+
+void divergence_store_sequences_free(div_sequence_stored *rows, size_t n)
+{
+    if (rows == NULL) return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].seq_id);
+        free(rows[i].source);
+        free(rows[i].tokens);
+    }
+    free(rows);
+}
+
+/* Reads the current row of SQL_READ_SEQUENCES into r. */
+static pg_status read_sequence_row(sqlite3_stmt *st, div_sequence_stored *r, pg_err *err)
+{
+    sqlite3 *db = sqlite3_db_handle(st);
+    int oom = 0;
+    r->seq_id = sql_col_dup(st, 0, &oom);
+    r->source = sql_col_dup(st, 1, &oom);
+    if (oom) return pg_fail(err, PG_ERR_NOMEM, "%s: read sequences: out of memory",
+                            sql_db_path(db));
+    sqlite3_int64 n = sqlite3_column_int64(st, 2);
+    r->score_from = (size_t)sqlite3_column_int64(st, 3);
+    const unsigned char *blob = sqlite3_column_blob(st, 4);
+    size_t bytes = (size_t)sqlite3_column_bytes(st, 4);
+    if (n < 2 || bytes != (size_t)n * DIV_TOKEN_BYTES)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: div_sequences '%s': tokens blob has %zu bytes, "
+                       "not %d x n_tokens %lld (a damaged file)", sql_db_path(db),
+                       r->seq_id ? r->seq_id : "?", bytes, DIV_TOKEN_BYTES, (long long)n);
+    r->n_tokens = (size_t)n;
+    r->tokens = malloc(r->n_tokens * sizeof *r->tokens);
+    if (r->tokens == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: read sequence '%s': out of memory",
+                       sql_db_path(db), r->seq_id);
+    for (size_t i = 0; i < r->n_tokens; i++) r->tokens[i] = get_i32(blob + i * DIV_TOKEN_BYTES);
+    return PG_OK;
+}
+
+pg_status divergence_store_read_sequences(pg_store *s, int64_t run_id,
+                                          div_sequence_stored **rows, size_t *n, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_read_sequences", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (rows == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_read_sequences: rows or n is NULL");
+    *rows = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_READ_SEQUENCES, &st, err);
+    if (ps != PG_OK) return ps;
+    size_t cap = 0;
+    int rc;
+    sqlite3_bind_int64(st, 1, run_id);
+    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            div_sequence_stored *g = realloc(*rows, nc * sizeof *g);
+            if (g == NULL) {
+                ps = pg_fail(err, PG_ERR_NOMEM, "%s: read sequences: out of memory",
+                             sql_db_path(db));
+                break;
+            }
+            *rows = g;
+            cap = nc;
+        }
+        div_sequence_stored *r = &(*rows)[(*n)++];
+        *r = (div_sequence_stored){0};
+        ps = read_sequence_row(st, r, err);
+    }
+    if (ps == PG_OK && rc != SQLITE_DONE)
+        ps = sql_fail(db, err, "read the sequences of run %" PRId64, run_id);
+    sql_release(st);
+    return ps;
+}
+
+/* ---- positions -------------------------------------------------------- */
+
+static const char SQL_PUT_POSITIONS[] =
+    "INSERT INTO div_positions (run_id, mode, role, seq_id, n_positions, packed) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+    "ON CONFLICT (run_id, mode, role, seq_id) DO UPDATE SET "
+    "n_positions = excluded.n_positions, packed = excluded.packed";
+
+static const char SQL_READ_POSITIONS[] =
+    "SELECT n_positions, packed FROM div_positions "
+    "WHERE run_id = ?1 AND mode = ?2 AND role = ?3 AND seq_id = ?4";
+
+pg_status divergence_store_put_positions(pg_store *s, int64_t run_id, const char *mode,
+                                         div_role role, const char *seq_id,
+                                         const div_position *pos, size_t n, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_put_positions", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (mode == NULL || *mode == '\0' || seq_id == NULL || *seq_id == '\0' || pos == NULL ||
+        n == 0 || n > (size_t)INT32_MAX || (role != DIV_ROLE_MODE && role != DIV_ROLE_FLOOR))
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_put_positions: mode, seq_id or "
+                       "positions missing, or role %d unknown", (int)role);
+    unsigned char *blob = malloc(n * DIV_POSITION_BYTES);
+    if (blob == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: positions of '%s': out of memory",
+                       sql_db_path(db), seq_id);
+    for (size_t i = 0; i < n; i++) pack_position(blob + i * DIV_POSITION_BYTES, &pos[i]);
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_PUT_POSITIONS, &st, err);
+    if (ps == PG_OK) {
+        sql_binder b = sql_bind_start(st);
+        sql_bind_int64(&b, run_id);
+        sql_bind_text(&b, mode);
+        sql_bind_text(&b, div_role_name(role));
+        sql_bind_text(&b, seq_id);
+        sql_bind_int64(&b, (int64_t)n);
+        sql_bind_blob(&b, blob, n * DIV_POSITION_BYTES);
+        char what[SQL_WHAT_MAX];
+        snprintf(what, sizeof what, "store the %s positions of mode '%.80s' on sequence '%.160s' "
+                 "of run %" PRId64, div_role_name(role), mode, seq_id, run_id);
+        ps = sql_step_write(db, &b, what, err);
+    }
+    free(blob);
+    return ps;
+}
+
+pg_status divergence_store_read_positions(pg_store *s, int64_t run_id, const char *mode,
+                                          div_role role, const char *seq_id, div_position **pos,
+                                          size_t *n, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_read_positions", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (mode == NULL || seq_id == NULL || pos == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_read_positions: an argument is "
+                                             "NULL");
+    *pos = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_READ_POSITIONS, &st, err);
+    if (ps != PG_OK) return ps;
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, mode);
+    sql_bind_text(&b, div_role_name(role));
+    sql_bind_text(&b, seq_id);
+    int rc = b.rc == SQLITE_OK ? sqlite3_step(st) : b.rc;
+    if (rc == SQLITE_ROW) {
+        sqlite3_int64 count = sqlite3_column_int64(st, 0);
+        const unsigned char *blob = sqlite3_column_blob(st, 1);
+        size_t bytes = (size_t)sqlite3_column_bytes(st, 1);
+        if (count < 1 || bytes != (size_t)count * DIV_POSITION_BYTES) {
+            ps = pg_fail(err, PG_ERR_FORMAT, "%s: div_positions (mode '%s', %s, sequence '%s'): "
+                         "packed blob has %zu bytes, not %d x n_positions %lld (a damaged file)",
+                         sql_db_path(db), mode, div_role_name(role), seq_id, bytes,
+                         DIV_POSITION_BYTES, (long long)count);
+        } else if ((*pos = malloc((size_t)count * sizeof **pos)) == NULL) {
+            ps = pg_fail(err, PG_ERR_NOMEM, "%s: positions of '%s': out of memory",
+                         sql_db_path(db), seq_id);
+        } else {
+            for (size_t i = 0; i < (size_t)count; i++)
+                unpack_position(blob + i * DIV_POSITION_BYTES, &(*pos)[i]);
+            *n = (size_t)count;
+        }
+    } else if (rc != SQLITE_DONE) {
+        ps = sql_fail(db, err, "read the %s positions of mode '%s' on sequence '%s' of run %"
+                      PRId64, div_role_name(role), mode, seq_id, run_id);
+    }
+    sql_release(st);
+    return ps;
+}
+
+/* ---- summaries -------------------------------------------------------- */
+
+static const char SQL_PUT_SUMMARY[] =
+    "INSERT INTO div_summaries (run_id, mode, role, reference, top_k, n_sequences, n_positions, "
+    "n_given, kld_mean, kld_mean_se, kld_ci_low, kld_ci_high, kld_p50, kld_p90, kld_p95, "
+    "kld_p99, kld_p999, kld_max, same_top, same_top_se, mean_dp, rms_dp, mean_dlogprob, "
+    "ppl_ratio, tail_mass_median) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+    "?19, ?20, ?21, ?22, ?23, ?24, ?25) "
+    "ON CONFLICT (run_id, mode, role) DO UPDATE SET reference = excluded.reference, "
+    "top_k = excluded.top_k, n_sequences = excluded.n_sequences, "
+    "n_positions = excluded.n_positions, n_given = excluded.n_given, "
+    "kld_mean = excluded.kld_mean, kld_mean_se = excluded.kld_mean_se, "
+    "kld_ci_low = excluded.kld_ci_low, kld_ci_high = excluded.kld_ci_high, "
+    "kld_p50 = excluded.kld_p50, kld_p90 = excluded.kld_p90, kld_p95 = excluded.kld_p95, "
+    "kld_p99 = excluded.kld_p99, kld_p999 = excluded.kld_p999, kld_max = excluded.kld_max, "
+    "same_top = excluded.same_top, same_top_se = excluded.same_top_se, "
+    "mean_dp = excluded.mean_dp, rms_dp = excluded.rms_dp, "
+    "mean_dlogprob = excluded.mean_dlogprob, ppl_ratio = excluded.ppl_ratio, "
+    "tail_mass_median = excluded.tail_mass_median";
+
+/* The statistics in column order from kld_mean on: div_summary's doubles. */
+#define SUMMARY_STAT_FIELDS(X)                                                              \
+    X(kld_mean) X(kld_mean_se) X(kld_ci_low) X(kld_ci_high) X(kld_percentile[0])            \
+    X(kld_percentile[1]) X(kld_percentile[2]) X(kld_percentile[3]) X(kld_percentile[4])     \
+    X(kld_percentile[5]) X(same_top) X(same_top_se) X(mean_dp) X(rms_dp) X(mean_dlogprob)   \
+    X(ppl_ratio) X(tail_mass_median)
+
+pg_status divergence_store_put_summary(pg_store *s, int64_t run_id, const char *mode,
+                                       div_role role, const char *reference, int64_t top_k,
+                                       const div_summary *sm, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_put_summary", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (mode == NULL || reference == NULL || sm == NULL ||
+        (role != DIV_ROLE_MODE && role != DIV_ROLE_FLOOR))
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_put_summary: mode, reference or "
+                       "summary is NULL, or role %d unknown", (int)role);
+#define CHECK_FINITE(f)                                                                     \
+    if (isinf(sm->f))                                                                       \
+        return pg_fail(err, PG_ERR_NUMERIC, "%s: summary of mode '%s' (%s) in run %" PRId64 \
+                       ": " #f " is infinite", sql_db_path(db), mode, div_role_name(role),  \
+                       run_id);
+    SUMMARY_STAT_FIELDS(CHECK_FINITE)
+#undef CHECK_FINITE
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_PUT_SUMMARY, &st, err);
+    if (ps != PG_OK) return ps;
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, mode);
+    sql_bind_text(&b, div_role_name(role));
+    sql_bind_text(&b, reference);
+    sql_bind_int64(&b, top_k);
+    sql_bind_int64(&b, (int64_t)sm->n_sequences);
+    sql_bind_int64(&b, (int64_t)sm->n_positions);
+    sql_bind_int64(&b, (int64_t)sm->n_given);
+#define BIND_STAT(f) sql_bind_double(&b, sm->f);
+    SUMMARY_STAT_FIELDS(BIND_STAT)
+#undef BIND_STAT
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "store the %s summary of mode '%.200s' in run %" PRId64,
+             div_role_name(role), mode, run_id);
+    return sql_step_write(db, &b, what, err);
+}
+
+static const char SQL_READ_SUMMARIES[] =
+    "SELECT mode, role, reference, top_k, kld_mean, kld_mean_se, kld_ci_low, kld_ci_high, "
+    "kld_p50, kld_p90, kld_p95, kld_p99, kld_p999, kld_max, same_top, same_top_se, mean_dp, "
+    "rms_dp, mean_dlogprob, ppl_ratio, tail_mass_median, n_sequences, n_positions, n_given "
+    "FROM div_summaries WHERE run_id = ?1 ORDER BY role, mode";
+
+/* The counts, size_t in div_summary, come after the fields: finish_summary reads them. */
+#define SUMMARY_COUNT_COLUMN 21
+
+#define SUMMARY_REAL_FIELD(f) SQL_FIELD(REAL, div_summary_stored, s.f),
+static const sql_field SUMMARY_FIELDS[] = {
+    SQL_FIELD(TEXT, div_summary_stored, mode),
+    SQL_FIELD(TEXT, div_summary_stored, role),
+    SQL_FIELD(TEXT, div_summary_stored, reference),
+    SQL_FIELD(INT64, div_summary_stored, top_k),
+    SUMMARY_STAT_FIELDS(SUMMARY_REAL_FIELD)
+};
+#undef SUMMARY_REAL_FIELD
+
+/* The counts (SUMMARY_COUNT_COLUMN on). */
+static pg_status finish_summary(sqlite3_stmt *st, void *row, const char *what, pg_err *err)
+{
+    (void)what;
+    (void)err;
+    div_summary_stored *r = row;
+    r->s.n_sequences = (size_t)sqlite3_column_int64(st, SUMMARY_COUNT_COLUMN);
+    r->s.n_positions = (size_t)sqlite3_column_int64(st, SUMMARY_COUNT_COLUMN + 1);
+    r->s.n_given = (size_t)sqlite3_column_int64(st, SUMMARY_COUNT_COLUMN + 2);
+    return PG_OK;
+}
+
+static const sql_row_type SUMMARY_ROW_TYPE =
+    SQL_ROW_TYPE(div_summary_stored, SUMMARY_FIELDS, finish_summary);
+
+pg_status divergence_store_read_summaries(pg_store *s, int64_t run_id, div_summary_stored **rows,
+                                          size_t *n, pg_err *err)
+{
+    if (rows == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_read_summaries: rows or n is NULL");
+    *rows = NULL;
+    *n = 0;
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "read the divergence summaries of run %" PRId64, run_id);
+    const sql_param params[] = {SQL_INT64(run_id)};
+    void *v = NULL;
+    pg_status ps = sql_read_all(s, "divergence_store_read_summaries", SQL_READ_SUMMARIES,
+                                SQL_PARAMS(params), &SUMMARY_ROW_TYPE, &v, n, what, err);
+    *rows = v;
+    return ps;
+}
+
+void divergence_store_summaries_free(div_summary_stored *rows, size_t n)
+{
+    sql_rows_free(&SUMMARY_ROW_TYPE, rows, n);
+}
