@@ -1,0 +1,495 @@
+/* prompt_logprobs.c: streaming parser of vLLM's prompt-logprobs reply (see prompt_logprobs.h). */
+#include "prompt_logprobs.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <yajl/yajl_parse.h>
+
+/* The nesting depths of the reply's fields (1 = the top-level object). */
+enum {
+    DEPTH_ROOT = 1,      /* {"choices": ...} */
+    DEPTH_CHOICES = 2,   /* [choice, ...] */
+    DEPTH_CHOICE = 3,    /* {"prompt_logprobs": ..., "prompt_token_ids": ...} */
+    DEPTH_LIST = 4,      /* [null, position, ...] or [id, ...] */
+    DEPTH_POSITION = 5,  /* {"id": entry, ...} */
+    DEPTH_ENTRY = 6      /* {"logprob": x, "rank": r, "decoded_token": s} */
+};
+
+/* Positions of up to this many keys are checked for a key twice pairwise
+ * (at most 528 comparisons), longer ones by sorting. */
+#define PL_SMALL_POSITION 32
+
+/* One key of the open position. */
+typedef struct pl_key {
+    int32_t id;
+    double logprob;   /* NaN until read */
+    long long rank;   /* 0 until read */
+} pl_key;
+
+/* Which list of choice 0 is open. */
+typedef enum pl_list { LIST_NONE, LIST_LOGPROBS, LIST_TOKEN_IDS } pl_list;
+
+struct pl_parser {
+    yajl_handle h;
+    const int32_t *ids;
+    size_t n_ids, top_k;
+    int64_t n_vocab;
+    char what[PL_WHAT_MAX];
+    pl_position_fn on_position;
+    void *ctx;
+    int depth;
+    int key_choices;       /* the root's current key is "choices" */
+    int choices_open;      /* inside the choices array */
+    long choice;           /* index of the open choice (-1 before the first) */
+    int choice_key;        /* the current key of choice 0: a pl_list value */
+    pl_list open;          /* the list of choice 0 being read */
+    int saw_logprobs, saw_token_ids;
+    size_t n_entries;      /* entries of prompt_logprobs read */
+    size_t n_token_ids;    /* ids of prompt_token_ids read */
+    pl_key *keys;          /* the open position's keys (top_k + 1 at most) */
+    size_t n_keys;
+    int entry_key;         /* 1: "logprob", 2: "rank", 0: another key */
+    div_entry *top;        /* what the caller is handed */
+    pg_status st;
+    pg_err err;
+};
+
+/* Records a failure (the parser's message prefixed with its `what`) and
+ * returns 0 (yajl: stop). */
+__attribute__((format(printf, 3, 4)))
+static int fail(pl_parser *p, pg_status code, const char *fmt, ...)
+{
+    char msg[PG_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (p->st == PG_OK) p->st = pg_fail(&p->err, code, "%s: %s", p->what, msg);
+    return 0;
+}
+
+/* In choice 0's map, i.e. where its keys and lists are. */
+static int in_choice0(const pl_parser *p)
+{
+    return p->choices_open && p->choice == 0;
+}
+
+/* The position index entries are read at (the entry now open). */
+static size_t position(const pl_parser *p)
+{
+    return p->n_entries;
+}
+
+/* A scalar in prompt_logprobs itself (not null): refused. */
+static int scalar_in_list(pl_parser *p, const char *kind)
+{
+    return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu is %s, not a map of token ids or "
+                "null", position(p), kind);
+}
+
+/* A numeric value v (integer when is_int) at the current depth. */
+static int on_number(pl_parser *p, double v, long long iv, int is_int)
+{
+    if (p->open == LIST_TOKEN_IDS && p->depth == DEPTH_LIST) {
+        const size_t i = p->n_token_ids++;
+        if (!is_int || i >= p->n_ids || iv != p->ids[i])
+            return fail(p, PG_ERR_FORMAT, "prompt_token_ids[%zu] is %g, but the request sent %s",
+                        i, v, i < p->n_ids ? "another id" : "fewer ids");
+        return 1;
+    }
+    if (p->open != LIST_LOGPROBS) return 1;
+    if (p->depth == DEPTH_LIST) return scalar_in_list(p, "a number");
+    if (p->depth == DEPTH_POSITION)
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d's value is a number, "
+                    "not an object", position(p), (int)p->keys[p->n_keys - 1].id);
+    if (p->depth != DEPTH_ENTRY) return 1;
+    pl_key *k = &p->keys[p->n_keys - 1];
+    if (p->entry_key == 1) {
+        if (isnan(v) || v > DIV_MASS_TOL) {
+            p->st = pg_fail(&p->err, PG_ERR_NUMERIC, "%s: prompt_logprobs entry %zu: token %d "
+                            "has logprob %g (not a log-probability)", p->what, position(p),
+                            (int)k->id, v);
+            return 0;
+        }
+        k->logprob = v;
+    } else if (p->entry_key == 2) {
+        if (!is_int || iv < 1)
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d has rank %g "
+                        "(expected an integer >= 1)", position(p), (int)k->id, v);
+        k->rank = iv;
+    }
+    return 1;
+}
+
+static int cb_integer(void *ctx, long long v)
+{
+    return on_number(ctx, (double)v, v, 1);
+}
+
+static int cb_double(void *ctx, double v)
+{
+    return on_number(ctx, v, 0, 0);
+}
+
+static int cb_null(void *ctx)
+{
+    pl_parser *p = ctx;
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_LIST) {
+        if (p->n_entries != 0)
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu is null (only entry 0, the "
+                        "first token, has nothing to score)", p->n_entries);
+        p->n_entries++;
+        return 1;
+    }
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_ENTRY && p->entry_key == 1)
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d has logprob null",
+                    position(p), (int)p->keys[p->n_keys - 1].id);
+    if (p->open == LIST_TOKEN_IDS && p->depth == DEPTH_LIST)
+        return fail(p, PG_ERR_FORMAT, "prompt_token_ids[%zu] is null", p->n_token_ids);
+    return 1;
+}
+
+static int cb_boolean(void *ctx, int v)
+{
+    pl_parser *p = ctx;
+    (void)v;
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_LIST) return scalar_in_list(p, "a boolean");
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_ENTRY && p->entry_key == 1)
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d has a boolean "
+                    "logprob", position(p), (int)p->keys[p->n_keys - 1].id);
+    return 1;
+}
+
+static int cb_string(void *ctx, const unsigned char *s, size_t len)
+{
+    pl_parser *p = ctx;
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_LIST) return scalar_in_list(p, "a string");
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_ENTRY && p->entry_key == 1) {
+        p->st = pg_fail(&p->err, PG_ERR_NUMERIC, "%s: prompt_logprobs entry %zu: token %d has "
+                        "logprob \"%.*s\" (a string: NaN or Infinity is not a log-probability)",
+                        p->what, position(p), (int)p->keys[p->n_keys - 1].id,
+                        (int)(len < 32 ? len : 32), (const char *)s);
+        return 0;
+    }
+    return 1;
+}
+
+/* qsort order of keys by id. */
+static int key_id_cmp(const void *a, const void *b)
+{
+    const int32_t x = ((const pl_key *)a)->id, y = ((const pl_key *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* Checks the closed position t and hands it to the caller. */
+static int finish_position(pl_parser *p)
+{
+    const size_t t = position(p);
+    const int32_t given = p->ids[t];
+    const int small = p->n_keys <= PL_SMALL_POSITION;
+    if (!small) qsort(p->keys, p->n_keys, sizeof *p->keys, key_id_cmp);
+    const pl_key *g = NULL;
+    size_t n_top = 0;
+    for (size_t i = 0; i < p->n_keys; i++) {
+        const pl_key *k = &p->keys[i];
+        int twice = !small && i > 0 && k->id == p->keys[i - 1].id;
+        for (size_t j = 0; small && j < i && !twice; j++) twice = p->keys[j].id == k->id;
+        if (twice)
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu lists token %d twice", t,
+                        (int)k->id);
+        if (k->rank == 0)
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d has no rank", t,
+                        (int)k->id);
+        if (isnan(k->logprob))
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d has no logprob",
+                        t, (int)k->id);
+        if (k->id == given) g = k;
+        if ((size_t)k->rank <= p->top_k) p->top[n_top++] = (div_entry){k->id, k->logprob};
+    }
+    if (g == NULL)
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu lacks the given token %d (not "
+                    "a prompt-logprobs reply for these ids)", t, (int)given);
+    const size_t want = p->n_vocab > 0 && (uint64_t)p->n_vocab < p->top_k ? (size_t)p->n_vocab
+                                                                            : p->top_k;
+    if (n_top != want || p->n_keys > n_top + 1 || (p->n_keys == n_top + 1 &&
+                                                    (size_t)g->rank <= p->top_k))
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu has %zu tokens ranked within "
+                    "the top %zu and %zu in all (expected %zu, plus the given token when it "
+                    "ranks below)", t, n_top, p->top_k, p->n_keys, want);
+    const div_side side = {p->top, n_top, given, g->logprob};
+    pg_err why = {0};
+    const pg_status st = p->on_position(p->ctx, t, &side, &why);
+    if (st != PG_OK) {
+        p->st = pg_fail(&p->err, st, "%s: position %zu: %s", p->what, t, why.msg);
+        return 0;
+    }
+    p->n_entries++;
+    return 1;
+}
+
+static int cb_start_map(void *ctx)
+{
+    pl_parser *p = ctx;
+    if (p->choices_open && p->depth == DEPTH_CHOICES) p->choice++;
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_LIST) {
+        if (p->n_entries == 0)
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry 0 is not null (the first "
+                        "token has nothing before it to be scored on)");
+        if (p->n_entries >= p->n_ids)
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs has more entries than the %zu ids "
+                        "sent", p->n_ids);
+        p->n_keys = 0;
+    }
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_POSITION) p->entry_key = 0;
+    if (p->open == LIST_TOKEN_IDS && p->depth == DEPTH_LIST)
+        return fail(p, PG_ERR_FORMAT, "prompt_token_ids[%zu] is an object", p->n_token_ids);
+    p->depth++;
+    return 1;
+}
+
+static int cb_end_map(void *ctx)
+{
+    pl_parser *p = ctx;
+    p->depth--;
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_POSITION) {
+        const pl_key *k = &p->keys[p->n_keys - 1];
+        if (isnan(k->logprob))
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d has no logprob",
+                        position(p), (int)k->id);
+    }
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_LIST) return finish_position(p);
+    if (p->choices_open && p->depth == DEPTH_CHOICES) p->choice_key = LIST_NONE;
+    return 1;
+}
+
+/* Parses a token id key (a decimal string) into *id; 0 when it is none. */
+static int parse_id(const unsigned char *s, size_t len, int64_t n_vocab, int32_t *id)
+{
+    if (len == 0 || len > 10) return 0;
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > INT32_MAX || (n_vocab > 0 && v >= n_vocab)) return 0;
+    *id = (int32_t)v;
+    return 1;
+}
+
+/* key == literal (len bytes). */
+static int key_is(const unsigned char *key, size_t len, const char *literal)
+{
+    return strlen(literal) == len && memcmp(key, literal, len) == 0;
+}
+
+static int cb_map_key(void *ctx, const unsigned char *key, size_t len)
+{
+    pl_parser *p = ctx;
+    if (p->depth == DEPTH_ROOT) p->key_choices = key_is(key, len, "choices");
+    if (in_choice0(p) && p->depth == DEPTH_CHOICE)
+        p->choice_key = key_is(key, len, "prompt_logprobs")    ? LIST_LOGPROBS
+                        : key_is(key, len, "prompt_token_ids") ? LIST_TOKEN_IDS
+                                                               : LIST_NONE;
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_POSITION) {
+        int32_t id = 0;
+        if (!parse_id(key, len, p->n_vocab, &id))
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: key \"%.*s\" is no token "
+                        "id of the vocabulary (0 <= id < %lld)", position(p),
+                        (int)(len < 32 ? len : 32), (const char *)key, (long long)p->n_vocab);
+        if (p->n_keys == p->top_k + 1)
+            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu has more than %zu tokens "
+                        "(top %zu plus the given one)", position(p), p->top_k + 1, p->top_k);
+        p->keys[p->n_keys++] = (pl_key){id, NAN, 0};
+    }
+    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_ENTRY)
+        p->entry_key = key_is(key, len, "logprob") ? 1 : key_is(key, len, "rank") ? 2 : 0;
+    return 1;
+}
+
+static int cb_start_array(void *ctx)
+{
+    pl_parser *p = ctx;
+    if (p->depth == DEPTH_ROOT && p->key_choices) {
+        p->choices_open = 1;
+        p->choice = -1;
+    }
+    if (in_choice0(p) && p->depth == DEPTH_CHOICE && p->choice_key != LIST_NONE) {
+        p->open = (pl_list)p->choice_key;
+        if (p->open == LIST_LOGPROBS) p->saw_logprobs = 1;
+        else p->saw_token_ids = 1;
+    } else if (p->open == LIST_LOGPROBS && p->depth == DEPTH_LIST) {
+        return scalar_in_list(p, "an array");
+    } else if (p->open == LIST_LOGPROBS && p->depth == DEPTH_POSITION) {
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d's value is an array, "
+                    "not an object", position(p), (int)p->keys[p->n_keys - 1].id);
+    }
+    p->depth++;
+    return 1;
+}
+
+static int cb_end_array(void *ctx)
+{
+    pl_parser *p = ctx;
+    p->depth--;
+    if (p->open != LIST_NONE && p->depth == DEPTH_CHOICE) p->open = LIST_NONE;
+    if (p->choices_open && p->depth == DEPTH_ROOT) p->choices_open = 0;
+    return 1;
+}
+
+static const yajl_callbacks PL_CALLBACKS = {
+    .yajl_null = cb_null,
+    .yajl_boolean = cb_boolean,
+    .yajl_integer = cb_integer,
+    .yajl_double = cb_double,
+    .yajl_string = cb_string,
+    .yajl_start_map = cb_start_map,
+    .yajl_map_key = cb_map_key,
+    .yajl_end_map = cb_end_map,
+    .yajl_start_array = cb_start_array,
+    .yajl_end_array = cb_end_array,
+};
+
+pl_parser *pl_parser_new(const int32_t *ids, size_t n_ids, size_t top_k, int64_t n_vocab,
+                         const char *what, pl_position_fn on_position, void *ctx)
+{
+    if (ids == NULL || n_ids < 1 || top_k < 1 || top_k > PL_MAX_TOP_K || what == NULL ||
+        on_position == NULL)
+        return NULL;
+    pl_parser *p = calloc(1, sizeof *p);
+    if (p == NULL) return NULL;
+    p->ids = ids;
+    p->n_ids = n_ids;
+    p->top_k = top_k;
+    p->n_vocab = n_vocab;
+    snprintf(p->what, sizeof p->what, "%s", what);
+    p->on_position = on_position;
+    p->ctx = ctx;
+    p->choice = -1;
+    p->keys = malloc((top_k + 1) * sizeof *p->keys);
+    p->top = malloc((top_k + 1) * sizeof *p->top);
+    p->h = yajl_alloc(&PL_CALLBACKS, NULL, p);
+    if (p->keys == NULL || p->top == NULL || p->h == NULL) {
+        pl_parser_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* The parser's failure into err, or yajl's own (not JSON) when it has none. */
+static pg_status parse_failure(pl_parser *p, const char *data, size_t len, pg_err *err)
+{
+    if (p->st == PG_OK) {
+        unsigned char *why = yajl_get_error(p->h, 0, (const unsigned char *)data, len);
+        char msg[PG_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", why != NULL ? (const char *)why : "parse error");
+        if (why != NULL) yajl_free_error(p->h, why);
+        msg[strcspn(msg, "\n")] = '\0';
+        p->st = pg_fail(&p->err, PG_ERR_FORMAT, "%s: the reply is not JSON (%s)", p->what, msg);
+    }
+    return pg_fail(err, p->st, "%s", p->err.msg);
+}
+
+pg_status pl_parser_feed(pl_parser *p, const char *data, size_t len, pg_err *err)
+{
+    if (p == NULL || (data == NULL && len > 0))
+        return pg_fail(err, PG_ERR_INTERNAL, "pl_parser_feed: NULL argument");
+    if (p->st != PG_OK) return pg_fail(err, p->st, "%s", p->err.msg);
+    if (yajl_parse(p->h, (const unsigned char *)data, len) != yajl_status_ok)
+        return parse_failure(p, data, len, err);
+    return PG_OK;
+}
+
+pg_status pl_parser_finish(pl_parser *p, pg_err *err)
+{
+    if (p == NULL) return pg_fail(err, PG_ERR_INTERNAL, "pl_parser_finish: NULL argument");
+    if (p->st != PG_OK) return pg_fail(err, p->st, "%s", p->err.msg);
+    if (yajl_complete_parse(p->h) != yajl_status_ok) return parse_failure(p, NULL, 0, err);
+    if (!p->saw_logprobs)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: the reply has no choices[0].prompt_logprobs (a "
+                       "server that scores only the generated token, or no prompt-logprobs "
+                       "support)", p->what);
+    if (p->n_entries != p->n_ids)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: prompt_logprobs has %zu entries for the %zu ids "
+                       "sent", p->what, p->n_entries, p->n_ids);
+    if (p->saw_token_ids && p->n_token_ids != p->n_ids)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: prompt_token_ids has %zu ids, the request sent "
+                       "%zu", p->what, p->n_token_ids, p->n_ids);
+    return PG_OK;
+}
+
+void pl_parser_free(pl_parser *p)
+{
+    if (p == NULL) return;
+    if (p->h != NULL) yajl_free(p->h);
+    free(p->keys);
+    free(p->top);
+    free(p);
+}
+
+pg_status pl_llama_position(const char *body, size_t len, int32_t given, size_t top_k,
+                            int64_t n_vocab, const char *what, div_entry *top, size_t *n_top,
+                            double *given_lp, pg_err *err)
+{
+    if (body == NULL || what == NULL || top == NULL || n_top == NULL || given_lp == NULL ||
+        top_k < 1 || top_k > PL_MAX_TOP_K)
+        return pg_fail(err, PG_ERR_INTERNAL, "pl_llama_position: bad argument");
+    *n_top = 0;
+    *given_lp = NAN;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (root == NULL) return pg_fail(err, PG_ERR_FORMAT, "%s: the reply is not JSON", what);
+    const cJSON *probs = cJSON_GetObjectItemCaseSensitive(root, "completion_probabilities");
+    const cJSON *first = cJSON_IsArray(probs) ? cJSON_GetArrayItem(probs, 0) : NULL;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(first, "top_logprobs");
+    pg_status st = PG_OK;
+    const size_t want = n_vocab > 0 && (uint64_t)n_vocab < top_k ? (size_t)n_vocab : top_k;
+    if (!cJSON_IsArray(list))
+        st = pg_fail(err, PG_ERR_FORMAT, "%s: the reply has no completion_probabilities[0]."
+                     "top_logprobs%s", what,
+                     cJSON_GetObjectItemCaseSensitive(first, "probs") != NULL
+                         ? " (it answers \"probs\": a llama-server older than the logprob "
+                           "API, not supported)"
+                         : " (no n_probs support)");
+    else if ((size_t)cJSON_GetArraySize(list) != want)
+        st = pg_fail(err, PG_ERR_FORMAT, "%s: top_logprobs has %d entries, expected %zu (n_probs "
+                     "%zu)", what, cJSON_GetArraySize(list), want, top_k);
+    int i = 0;
+    for (const cJSON *e = st == PG_OK ? list->child : NULL; e != NULL && st == PG_OK;
+         e = e->next, i++) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *lp = cJSON_GetObjectItemCaseSensitive(e, "logprob");
+        const double v = cJSON_IsNumber(id) ? id->valuedouble : -1;
+        if (!cJSON_IsNumber(id) || v < 0 || v > INT32_MAX || v != floor(v) ||
+            (n_vocab > 0 && v >= (double)n_vocab)) {
+            st = pg_fail(err, PG_ERR_FORMAT, "%s: top_logprobs[%d] has no token id of the "
+                         "vocabulary (0 <= id < %lld)", what, i, (long long)n_vocab);
+            break;
+        }
+        if (!cJSON_IsNumber(lp)) {
+            st = pg_fail(err, PG_ERR_FORMAT, "%s: top_logprobs[%d] (token %d) has no numeric "
+                         "logprob", what, i, (int)v);
+            break;
+        }
+        if (isnan(lp->valuedouble) || lp->valuedouble > DIV_MASS_TOL) {
+            st = pg_fail(err, PG_ERR_NUMERIC, "%s: top_logprobs[%d] (token %d) has logprob %g "
+                         "(not a log-probability)", what, i, (int)v, lp->valuedouble);
+            break;
+        }
+        for (size_t j = 0; j < *n_top; j++)
+            if (top[j].id == (int32_t)v)
+                st = pg_fail(err, PG_ERR_FORMAT, "%s: top_logprobs lists token %d twice", what,
+                             (int)v);
+        top[(*n_top)++] = (div_entry){(int32_t)v, lp->valuedouble};
+        if ((int32_t)v == given) *given_lp = lp->valuedouble;
+    }
+    cJSON_Delete(root);
+    if (st != PG_OK) {
+        *n_top = 0;
+        *given_lp = NAN;
+    }
+    return st;
+}

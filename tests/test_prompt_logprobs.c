@@ -1,0 +1,288 @@
+/* test_prompt_logprobs.c: the streaming parser of vLLM's prompt-logprobs
+ * reply (evals/prompt_logprobs.h), on the exact reply shape fed whole and
+ * in pieces, and on each bad reply it must refuse. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evals/prompt_logprobs.h"
+
+/* Positions, K and vocabulary of the generated reply. */
+#define T_LEN 200
+#define T_K 20
+#define T_VOCAB 1000
+
+/* What the callback saw. */
+typedef struct seen {
+    size_t n, last_t;
+    double sum_given, sum_top;
+    int32_t top1[T_LEN];
+    size_t n_top[T_LEN];
+    int fail_at;   /* > 0: fail at this position */
+} seen;
+
+static pg_status on_pos(void *ctx, size_t t, const div_side *side, pg_err *err)
+{
+    seen *s = ctx;
+    if (s->fail_at > 0 && (int)t == s->fail_at)
+        return pg_fail(err, PG_ERR_DB, "stop here");
+    cr_assert_eq(t, s->n + 1, "positions out of order");
+    s->n++;
+    s->last_t = t;
+    s->sum_given += side->given_logprob;
+    s->n_top[t] = side->n_top;
+    double best = -INFINITY;
+    for (size_t i = 0; i < side->n_top; i++) {
+        s->sum_top += side->top[i].logprob;
+        if (side->top[i].logprob > best) {
+            best = side->top[i].logprob;
+            s->top1[t] = side->top[i].id;
+        }
+    }
+    return PG_OK;
+}
+
+/* The logprob of rank r (1-based) at position t: decreasing in r. */
+static double lp_of(size_t t, size_t r)
+{
+    return -0.5 - 0.25 * (double)r - 0.001 * (double)(t % 7);
+}
+
+/* The id of rank r at position t. */
+static int32_t id_of(size_t t, size_t r)
+{
+    return (int32_t)((t * 31 + r * 17) % T_VOCAB);
+}
+
+/* A vLLM reply for ids (every third position's given token ranks below K,
+ * the others are in the top K) into a malloc'd string, with
+ * prompt_token_ids and unrelated fields around it. */
+static char *make_reply(int32_t *ids)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *b = malloc(cap);
+    cr_assert_not_null(b);
+#define PUT(...) (len += (size_t)snprintf(b + len, cap - len, __VA_ARGS__))
+    PUT("{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"model\":\"m\",\"choices\":[{"
+        "\"index\":0,\"text\":\"x\",\"logprobs\":null,\"finish_reason\":\"length\","
+        "\"prompt_logprobs\":[null");
+    for (size_t t = 1; t < T_LEN; t++) {
+        const int below = t % 3 == 0;
+        ids[t] = id_of(t, 1 + t % T_K);
+        if (below) {  /* an id outside this position's top K */
+            ids[t] = (int32_t)(T_VOCAB - 1 - (t % 5));
+            for (size_t r = 1; r <= T_K; r++)
+                if (id_of(t, r) == ids[t]) {
+                    ids[t]--;
+                    r = 0;
+                }
+        }
+        PUT(",{");
+        for (size_t r = 1; r <= T_K; r++)
+            PUT("%s\"%d\":{\"logprob\":%.17g,\"rank\":%zu,\"decoded_token\":\"t\\u00e9\"}",
+                r > 1 ? "," : "", (int)id_of(t, r), lp_of(t, r), r);
+        if (below) PUT(",\"%d\":{\"logprob\":-9999.0,\"rank\":%d,\"decoded_token\":\"\"}",
+                       (int)ids[t], 500);
+        PUT("}");
+    }
+    ids[0] = 7;
+    PUT("],\"prompt_token_ids\":[");
+    for (size_t t = 0; t < T_LEN; t++) PUT("%s%d", t ? "," : "", (int)ids[t]);
+    PUT("]}],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":1}}", T_LEN);
+#undef PUT
+    cr_assert_lt(len, cap);
+    return b;
+}
+
+/* Parses reply fed in pieces of chunk bytes (0: whole) into *s; returns the status. */
+static pg_status parse_in(const char *reply, size_t chunk, const int32_t *ids, size_t n_ids,
+                          size_t k, seen *s, pg_err *err)
+{
+    pl_parser *p = pl_parser_new(ids, n_ids, k, T_VOCAB, "http://h:1 sequence 'q1'", on_pos, s);
+    cr_assert_not_null(p);
+    const size_t n = strlen(reply);
+    pg_status st = PG_OK;
+    for (size_t at = 0; st == PG_OK && at < n;) {
+        const size_t take = chunk == 0 || n - at < chunk ? n - at : chunk;
+        st = pl_parser_feed(p, reply + at, take, err);
+        at += take;
+    }
+    if (st == PG_OK) st = pl_parser_finish(p, err);
+    pl_parser_free(p);
+    return st;
+}
+
+Test(prompt_logprobs, the_exact_reply_shape_whole_and_in_pieces)
+{
+    int32_t ids[T_LEN];
+    char *reply = make_reply(ids);
+    double want_given = 0, want_top = 0;
+    for (size_t t = 1; t < T_LEN; t++) {
+        want_given += t % 3 == 0 ? -9999.0 : lp_of(t, 1 + t % T_K);
+        for (size_t r = 1; r <= T_K; r++) want_top += lp_of(t, r);
+    }
+    static const size_t chunks[] = {0, 1, 7, 4096};
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        seen s = {0};
+        pg_err err = {0};
+        cr_assert_eq(parse_in(reply, chunks[c], ids, T_LEN, T_K, &s, &err), PG_OK,
+                     "chunk %zu: %s", chunks[c], err.msg);
+        cr_expect_eq(s.n, T_LEN - 1, "chunk %zu", chunks[c]);
+        cr_expect_float_eq(s.sum_given, want_given, 1e-9, "chunk %zu", chunks[c]);
+        cr_expect_float_eq(s.sum_top, want_top, 1e-9, "chunk %zu", chunks[c]);
+        for (size_t t = 1; t < T_LEN; t++) {
+            cr_expect_eq(s.n_top[t], T_K, "t=%zu", t);      /* the given token below K is not top */
+            cr_expect_eq(s.top1[t], id_of(t, 1), "t=%zu", t);
+        }
+    }
+    /* A failure of the caller stops the parse with its message. */
+    seen s = {.fail_at = 5};
+    pg_err err = {0};
+    cr_expect_eq(parse_in(reply, 0, ids, T_LEN, T_K, &s, &err), PG_ERR_DB);
+    cr_expect(strstr(err.msg, "http://h:1 sequence 'q1': position 5: stop here") != NULL, "%s",
+              err.msg);
+    cr_expect_eq(s.n, 4);
+    free(reply);
+}
+
+/* ids (3, 4, 5) at K = 2: entries 1 and 2 score tokens 4 and 5. */
+#define OK1 "{\"4\":{\"logprob\":-0.1,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}}"
+#define OK2 "{\"8\":{\"logprob\":-0.2,\"rank\":1},\"5\":{\"logprob\":-2.5,\"rank\":2}}"
+#define WRAP(list) "{\"choices\":[{\"prompt_logprobs\":[" list "]}]}"
+
+Test(prompt_logprobs, bad_replies_are_refused_naming_the_server_and_sequence)
+{
+    static const int32_t ids[] = {3, 4, 5};
+    static const struct {
+        const char *reply;
+        pg_status want;
+        const char *msg;
+    } cases[] = {
+        {WRAP("null," OK1 "," OK2), PG_OK, ""},
+        {"{\"choices\":[{\"prompt_logprobs\":[null,", PG_ERR_FORMAT, "the reply is not JSON"},
+        {"<html>502</html>", PG_ERR_FORMAT, "the reply is not JSON"},
+        {"{\"choices\":[{\"text\":\"x\",\"logprobs\":{\"token_logprobs\":[-0.1],"
+         "\"top_logprobs\":[{\"a\":-0.1}]}}]}", PG_ERR_FORMAT,
+         "no choices[0].prompt_logprobs (a server that scores only the generated token"},
+        {"{\"choices\":[]}", PG_ERR_FORMAT, "no choices[0].prompt_logprobs"},
+        {WRAP(OK1 "," OK1 "," OK2), PG_ERR_FORMAT, "entry 0 is not null"},
+        {WRAP("null," OK1), PG_ERR_FORMAT, "prompt_logprobs has 2 entries for the 3 ids sent"},
+        {WRAP("null," OK1 "," OK2 "," OK2), PG_ERR_FORMAT, "more entries than the 3 ids"},
+        {WRAP("null,null," OK2), PG_ERR_FORMAT, "entry 1 is null"},
+        {WRAP("null," OK2 "," OK2), PG_ERR_FORMAT, "entry 1 lacks the given token 4"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":1}}," OK2), PG_ERR_FORMAT,
+         "entry 1 has 1 tokens ranked within the top 2 and 1 in all (expected 2"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2},"
+              "\"6\":{\"logprob\":-4,\"rank\":3}}," OK2), PG_ERR_FORMAT,
+         "entry 1 has 2 tokens ranked within the top 2 and 3 in all"},
+        {WRAP("null,{\"4\":{\"logprob\":\"NaN\",\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), PG_ERR_NUMERIC, "token 4 has logprob \"NaN\""},
+        {WRAP("null,{\"4\":{\"logprob\":0.5,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), PG_ERR_NUMERIC, "token 4 has logprob 0.5"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":1},\"1000\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), PG_ERR_FORMAT, "key \"1000\" is no token id of the vocabulary"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":1},\"-9\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), PG_ERR_FORMAT, "key \"-9\" is no token id"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":1},\"4\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), PG_ERR_FORMAT, "lists token 4 twice"},
+        {WRAP("null,{\"4\":{\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}}," OK2),
+         PG_ERR_FORMAT, "token 4 has no logprob"},
+        {WRAP("null,{\"4\":-0.1,\"9\":{\"logprob\":-3,\"rank\":2}}," OK2), PG_ERR_FORMAT,
+         "token 4's value is a number, not an object"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":0},\"9\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), PG_ERR_FORMAT, "token 4 has rank 0"},
+        {WRAP("null,7," OK2), PG_ERR_FORMAT, "entry 1 is a number"},
+        {"{\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "],"
+         "\"prompt_token_ids\":[3,4,6]}]}", PG_ERR_FORMAT,
+         "prompt_token_ids[2] is 6, but the request sent another id"},
+        {"{\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "],"
+         "\"prompt_token_ids\":[3,4]}]}", PG_ERR_FORMAT, "prompt_token_ids has 2 ids"},
+        /* choice 1 and other fields are never read */
+        {"{\"x\":{\"prompt_logprobs\":[1]},\"choices\":[{\"prompt_logprobs\":[null," OK1 ","
+         OK2 "]},{\"prompt_logprobs\":[7]}]}", PG_OK, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t chunk = 0; chunk <= 3; chunk += 3) {
+            seen s = {0};
+            pg_err err = {0};
+            const pg_status st = parse_in(cases[i].reply, chunk, ids, 3, 2, &s, &err);
+            cr_expect_eq(st, cases[i].want, "case %zu (chunk %zu): %s", i, chunk, err.msg);
+            if (cases[i].want == PG_OK) {
+                cr_expect_eq(s.n, 2, "case %zu", i);
+                continue;
+            }
+            cr_expect(strstr(err.msg, "http://h:1 sequence 'q1': ") == err.msg, "case %zu: %s",
+                      i, err.msg);
+            cr_expect(strstr(err.msg, cases[i].msg) != NULL, "case %zu (chunk %zu): '%s' lacks "
+                      "'%s'", i, chunk, err.msg, cases[i].msg);
+        }
+    }
+    cr_expect_null(pl_parser_new(ids, 0, 2, 10, "x", on_pos, NULL));
+    cr_expect_null(pl_parser_new(ids, 3, 0, 10, "x", on_pos, NULL));
+    cr_expect_null(pl_parser_new(ids, 3, PL_MAX_TOP_K + 1, 10, "x", on_pos, NULL));
+    cr_expect_null(pl_parser_new(ids, 3, 2, 10, "x", NULL, NULL));
+}
+
+/* llama-server's /completion reply: one position, its top K; the given
+ * token's logprob only when listed. */
+#define LL_ENTRY(id, lp) "{\"id\":" #id ",\"token\":\"t\",\"bytes\":[116],\"logprob\":" #lp "}"
+#define LL_REPLY(list)                                                                      \
+    "{\"content\":\"t\",\"tokens\":[],\"id_slot\":0,\"stop\":true,\"completion_probabilities\":" \
+    "[{\"id\":5,\"token\":\"t\",\"bytes\":[116],\"logprob\":-0.1,\"top_logprobs\":[" list     \
+    "]}],\"timings\":{}}"
+
+Test(prompt_logprobs, llama_server_positions_and_their_bad_replies)
+{
+    div_entry top[3];
+    size_t n = 0;
+    double g = 0;
+    pg_err err = {0};
+    static const char ok[] = LL_REPLY(LL_ENTRY(5, -0.1) "," LL_ENTRY(9, -2.5) "," LL_ENTRY(2, -3));
+    cr_assert_eq(pl_llama_position(ok, strlen(ok), 9, 3, 10, "http://l:1 sequence 's'", top, &n,
+                                   &g, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(n, 3);
+    cr_expect_eq(top[1].id, 9);
+    cr_expect_eq(top[2].logprob, -3.0);
+    cr_expect_eq(g, -2.5);
+    /* The given token not in the list: unknown, not guessed. */
+    cr_assert_eq(pl_llama_position(ok, strlen(ok), 7, 3, 10, "x", top, &n, &g, &err), PG_OK,
+                 "%s", err.msg);
+    cr_expect(isnan(g));
+    /* A vocabulary smaller than K lists every token. */
+    cr_assert_eq(pl_llama_position(ok, strlen(ok), 2, 20, 3, "x", top, &n, &g, &err), PG_ERR_FORMAT);
+    static const struct {
+        const char *body;
+        pg_status want;
+        const char *msg;
+    } cases[] = {
+        {"<html>", PG_ERR_FORMAT, "the reply is not JSON"},
+        {"{\"content\":\"t\"}", PG_ERR_FORMAT, "no completion_probabilities[0].top_logprobs (no "
+                                              "n_probs support)"},
+        {"{\"completion_probabilities\":[{\"content\":\"t\",\"probs\":[{\"tok_str\":\"t\","
+         "\"prob\":0.5}]}]}", PG_ERR_FORMAT, "it answers \"probs\""},
+        {LL_REPLY(LL_ENTRY(5, -0.1) "," LL_ENTRY(9, -2.5)), PG_ERR_FORMAT,
+         "top_logprobs has 2 entries, expected 3"},
+        {LL_REPLY(LL_ENTRY(5, -0.1) "," LL_ENTRY(10, -2.5) "," LL_ENTRY(2, -3)), PG_ERR_FORMAT,
+         "top_logprobs[1] has no token id of the vocabulary"},
+        {LL_REPLY(LL_ENTRY(5, -0.1) "," LL_ENTRY(1.5, -2.5) "," LL_ENTRY(2, -3)), PG_ERR_FORMAT,
+         "top_logprobs[1] has no token id"},
+        {LL_REPLY(LL_ENTRY(5, -0.1) "," LL_ENTRY(5, -2.5) "," LL_ENTRY(2, -3)), PG_ERR_FORMAT,
+         "lists token 5 twice"},
+        {LL_REPLY(LL_ENTRY(5, -0.1) "," LL_ENTRY(9, "x") "," LL_ENTRY(2, -3)), PG_ERR_FORMAT,
+         "top_logprobs[1] (token 9) has no numeric logprob"},
+        {LL_REPLY(LL_ENTRY(5, -0.1) "," LL_ENTRY(9, 0.7) "," LL_ENTRY(2, -3)), PG_ERR_NUMERIC,
+         "top_logprobs[1] (token 9) has logprob 0.7"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pg_err e = {0};
+        cr_expect_eq(pl_llama_position(cases[i].body, strlen(cases[i].body), 9, 3, 10,
+                                       "http://l:1 sequence 's'", top, &n, &g, &e),
+                     cases[i].want, "case %zu: %s", i, e.msg);
+        cr_expect(strstr(e.msg, "http://l:1 sequence 's': ") == e.msg, "case %zu: %s", i, e.msg);
+        cr_expect(strstr(e.msg, cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, e.msg,
+                  cases[i].msg);
+        cr_expect_eq(n, 0, "case %zu", i);
+    }
+}
