@@ -1,0 +1,157 @@
+/* sequences.c: the teacher-forcing sequences file (see sequences.h). */
+#include "sequences.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonl.h"
+
+/* A non-empty (non_empty) string member key of obj into *out (malloc'd);
+ * absent leaves *out NULL. */
+static pg_status get_text(pg_err *err, const jsonl_loc *at, const cJSON *obj, const char *key,
+                          int non_empty, char **out)
+{
+    const cJSON *v = NULL;
+    *out = NULL;
+    pg_status st = jsonl_member(err, at, obj, key, &v);
+    if (st != PG_OK || v == NULL) return st;
+    if (!cJSON_IsString(v))
+        return jsonl_field_err(err, at, key, "is %s, expected a string", jsonl_kind(v));
+    if (non_empty && v->valuestring[0] == '\0')
+        return jsonl_field_err(err, at, key, "is empty");
+    *out = jsonl_dup(err, at, v->valuestring);
+    return *out != NULL ? PG_OK : PG_ERR_NOMEM;
+}
+
+/* The "tokens" array v into q. */
+static pg_status get_tokens(pg_err *err, const jsonl_loc *at, const cJSON *v, div_sequence *q)
+{
+    if (!cJSON_IsArray(v))
+        return jsonl_field_err(err, at, "tokens", "is %s, expected an array of token ids",
+                               jsonl_kind(v));
+    const int n = cJSON_GetArraySize(v);
+    if (n < 2)
+        return jsonl_field_err(err, at, "tokens", "has %d ids; at least 2 are needed (the "
+                               "first is context only)", n);
+    q->tokens = malloc((size_t)n * sizeof *q->tokens);
+    if (q->tokens == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s:%d: out of memory", at->path, at->line);
+    int i = 0;
+    for (const cJSON *e = v->child; e != NULL; e = e->next, i++) {
+        long long id = 0;
+        if (!jsonl_int(e, 0, SEQ_TOKEN_MAX, &id)) {
+            char field[32];
+            snprintf(field, sizeof field, "tokens[%d]", i);
+            return jsonl_field_err(err, at, field, "is %s, expected a token id in 0..%d",
+                                   cJSON_IsNumber(e) ? "another number" : jsonl_kind(e),
+                                   SEQ_TOKEN_MAX);
+        }
+        q->tokens[i] = (int32_t)id;
+    }
+    q->n_tokens = (size_t)n;
+    return PG_OK;
+}
+
+/* One line's object into q. */
+static pg_status parse_sequence(pg_err *err, const jsonl_loc *at, const cJSON *obj,
+                                div_sequence *q)
+{
+    const cJSON *tokens = NULL, *from = NULL, *prompt = NULL, *completion = NULL;
+    pg_status st = get_text(err, at, obj, "id", 1, &q->id);
+    if (st == PG_OK && q->id == NULL) st = jsonl_field_err(err, at, "id", "is missing");
+    if (st == PG_OK) st = jsonl_member(err, at, obj, "tokens", &tokens);
+    if (st == PG_OK) st = jsonl_member(err, at, obj, "score_from", &from);
+    if (st == PG_OK) st = jsonl_member(err, at, obj, "prompt", &prompt);
+    if (st == PG_OK) st = jsonl_member(err, at, obj, "completion", &completion);
+    if (st != PG_OK) return st;
+    const int text = prompt != NULL || completion != NULL;
+    if (tokens != NULL && text)
+        return jsonl_field_err(err, at, prompt != NULL ? "prompt" : "completion",
+                               "given with tokens: a line is one form, tokens or text");
+    if (tokens == NULL && !text)
+        return jsonl_field_err(err, at, NULL, "has neither tokens nor prompt and completion");
+    if (text) {
+        if (from != NULL)
+            return jsonl_field_err(err, at, "score_from", "is not allowed with prompt and "
+                                   "completion (the completion is scored)");
+        if (prompt == NULL) return jsonl_field_err(err, at, "prompt", "is missing");
+        if (completion == NULL) return jsonl_field_err(err, at, "completion", "is missing");
+        st = get_text(err, at, obj, "prompt", 0, &q->prompt);
+        if (st == PG_OK) st = get_text(err, at, obj, "completion", 1, &q->completion);
+        return st;
+    }
+    st = get_tokens(err, at, tokens, q);
+    q->score_from = 1;
+    long long n = 0;
+    if (st == PG_OK && from != NULL) {
+        if (!jsonl_int(from, 1, (double)q->n_tokens - 1, &n))
+            return jsonl_field_err(err, at, "score_from", "is %s, expected an integer in "
+                                   "1..%zu (the tokens before it are context)",
+                                   cJSON_IsNumber(from) ? "out of range" : jsonl_kind(from),
+                                   q->n_tokens - 1);
+        q->score_from = (size_t)n;
+    }
+    return st;
+}
+
+/* Frees one sequence's fields. */
+static void sequence_free(div_sequence *q)
+{
+    free(q->id);
+    free(q->tokens);
+    free(q->prompt);
+    free(q->completion);
+    memset(q, 0, sizeof *q);
+}
+
+void div_sequences_free(div_sequences *s)
+{
+    if (s == NULL) return;
+    for (size_t i = 0; i < s->n; i++) sequence_free(&s->v[i]);
+    free(s->v);
+    s->v = NULL;
+    s->n = 0;
+}
+
+pg_status div_sequences_load(const char *path, div_sequences *out, pg_err *err)
+{
+    if (path == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "div_sequences_load: NULL argument");
+    memset(out, 0, sizeof *out);
+    jsonl_reader r = {fopen(path, "r"), path, NULL, 0, 0};
+    if (r.f == NULL) return pg_fail(err, PG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    jsonl_id_set ids = {0};
+    size_t cap = 0;
+    pg_status st;
+    for (;;) {
+        cJSON *obj = NULL;
+        if ((st = jsonl_next_object(&r, &obj, err)) != PG_OK || obj == NULL) break;
+        const jsonl_loc at = {path, r.line, NULL};
+        div_sequence q = {.line = r.line};
+        st = parse_sequence(err, &at, obj, &q);
+        cJSON_Delete(obj);
+        if (st == PG_OK) st = jsonl_check_id(err, &at, &ids, "id", q.id);
+        if (st == PG_OK && out->n == cap) {
+            const size_t grown = cap ? 2 * cap : 16;
+            div_sequence *v = realloc(out->v, grown * sizeof *v);
+            if (v == NULL) st = pg_fail(err, PG_ERR_NOMEM, "%s:%d: out of memory", path, r.line);
+            else {
+                out->v = v;
+                cap = grown;
+            }
+        }
+        if (st != PG_OK) {
+            sequence_free(&q);
+            break;
+        }
+        out->v[out->n++] = q;
+    }
+    if (st == PG_OK && out->n == 0)
+        st = pg_fail(err, PG_ERR_FORMAT, "%s: holds no sequence", path);
+    fclose(r.f);
+    free(r.buf);
+    jsonl_id_set_free(&ids);
+    if (st != PG_OK) div_sequences_free(out);
+    return st;
+}

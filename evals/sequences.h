@@ -1,0 +1,65 @@
+/*
+ * sequences.h: the token sequences teacher-forced divergence scores
+ * (`precgate diverge --sequences FILE.jsonl`, issue #28).
+ *
+ * One JSON object per line (jsonl.h: any length, blank lines skipped, a key
+ * given twice refused); any key not named here is ignored. Two forms:
+ *   {"id": "s1", "tokens": [int, ...], "score_from": N}
+ *       ids as the servers' tokenizer gives them, at least 2, each in
+ *       0 .. SEQ_TOKEN_MAX; positions N .. len-1 are scored, the tokens
+ *       before N are context; score_from is optional (default 1: every
+ *       token after the first), an integer in 1 .. len-1.
+ *   {"id": "s2", "prompt": "...", "completion": "..."}
+ *       text, tokenized once by the reference server's /tokenize (the
+ *       caller's: tokens stay NULL here); the completion is scored. The
+ *       completion must not be empty; score_from is not allowed (it is the
+ *       prompt's token count).
+ * id is a non-empty string, unique within the file. A line with both forms,
+ * or neither, is refused. Every error is PG_ERR_FORMAT "<path>:<line>:
+ * '<field>' ..." and a load that fails returns nothing; PG_ERR_IO when the
+ * file cannot be read; a file without a sequence is PG_ERR_FORMAT.
+ */
+#ifndef PG_SEQUENCES_H
+#define PG_SEQUENCES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest token id a sequence may hold (ids are int32 on the wire and in the store). */
+#define SEQ_TOKEN_MAX INT32_MAX
+
+/* One sequence; strings and arrays are owned by the set. */
+typedef struct div_sequence {
+    char *id;
+    int32_t *tokens;      /* n_tokens ids; NULL for the text form until tokenized */
+    size_t n_tokens;
+    size_t score_from;    /* first scored position (>= 1); 0 for the text form */
+    char *prompt;         /* the text form's, else NULL */
+    char *completion;
+    int line;             /* 1-based line of the file */
+} div_sequence;
+
+/* A loaded file. */
+typedef struct div_sequences {
+    div_sequence *v;
+    size_t n;
+} div_sequences;
+
+/* Loads path into *out (emptied first; free with div_sequences_free, also
+ * after a failure). Errors as the top of this file. */
+pg_status div_sequences_load(const char *path, div_sequences *out, pg_err *err);
+
+/* Frees what s holds and empties it; NULL is a no-op. */
+void div_sequences_free(div_sequences *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_SEQUENCES_H */
