@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,4 +424,232 @@ pg_status divergence_store_read_summaries(pg_store *s, int64_t run_id, div_summa
 void divergence_store_summaries_free(div_summary_stored *rows, size_t n)
 {
     sql_rows_free(&SUMMARY_ROW_TYPE, rows, n);
+}
+
+/* ---- scores: what a server reported ----------------------------------- */
+
+/* Bytes of a position's head in div_scores.packed (given, n_top, given_lp)
+ * and of each of its entries (id, logprob). */
+#define SCORE_HEAD_BYTES 16
+#define SCORE_ENTRY_BYTES 12
+
+/* Room in sc for extra more entries; false when out of memory. */
+static bool reserve_entries(div_scored *sc, size_t extra)
+{
+    if (sc->n_entries + extra <= sc->cap_entries) return true;
+    size_t nc = sc->cap_entries ? 2 * sc->cap_entries : 1024;
+    while (nc < sc->n_entries + extra) nc *= 2;
+    div_entry *e = realloc(sc->entries, nc * sizeof *e);
+    if (e == NULL) return false;
+    sc->entries = e;
+    sc->cap_entries = nc;
+    return true;
+}
+
+/* Room in sc for one more position; false when out of memory. */
+static bool reserve_position(div_scored *sc)
+{
+    if (sc->n + 1 < sc->cap) return true;
+    size_t nc = sc->cap ? 2 * sc->cap : 64;
+    int32_t *g = realloc(sc->given, nc * sizeof *g);
+    if (g) sc->given = g;
+    double *l = realloc(sc->given_lp, nc * sizeof *l);
+    if (l) sc->given_lp = l;
+    size_t *a = realloc(sc->top_at, (nc + 1) * sizeof *a);
+    if (a) sc->top_at = a;
+    if (!g || !l || !a) return false;
+    if (sc->cap == 0) sc->top_at[0] = 0;
+    sc->cap = nc;
+    return true;
+}
+
+pg_status div_scored_append(div_scored *sc, int32_t given, double given_lp, const div_entry *top,
+                            size_t n_top, pg_err *err)
+{
+    if (sc == NULL || (top == NULL && n_top > 0))
+        return pg_fail(err, PG_ERR_INTERNAL, "div_scored_append: sc or top is NULL");
+    if (!reserve_position(sc) || !reserve_entries(sc, n_top))
+        return pg_fail(err, PG_ERR_NOMEM, "out of memory for scores");
+    if (n_top) memcpy(sc->entries + sc->n_entries, top, n_top * sizeof *top);
+    sc->n_entries += n_top;
+    sc->given[sc->n] = given;
+    sc->given_lp[sc->n] = given_lp;
+    sc->top_at[++sc->n] = sc->n_entries;
+    return PG_OK;
+}
+
+void div_scored_free(div_scored *sc)
+{
+    if (sc == NULL) return;
+    free(sc->given);
+    free(sc->given_lp);
+    free(sc->top_at);
+    free(sc->entries);
+    *sc = (div_scored){0};
+}
+
+static const char SQL_PUT_SCORES[] =
+    "INSERT INTO div_scores (run_id, mode, pass, seq_id, server, top_k, n_positions, packed) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    "ON CONFLICT (run_id, mode, pass, seq_id) DO UPDATE SET server = excluded.server, "
+    "top_k = excluded.top_k, n_positions = excluded.n_positions, packed = excluded.packed";
+
+static const char SQL_READ_SCORES[] =
+    "SELECT n_positions, packed, server FROM div_scores "
+    "WHERE run_id = ?1 AND mode = ?2 AND pass = ?3 AND seq_id = ?4";
+
+static const char SQL_HAS_SCORES[] =
+    "SELECT count(*) FROM div_scores WHERE run_id = ?1 AND mode = ?2 AND pass = ?3 "
+    "AND seq_id = ?4";
+
+pg_status divergence_store_put_scores(pg_store *s, int64_t run_id, const char *mode, int pass,
+                                      const char *seq_id, const char *server, int64_t top_k,
+                                      const div_scored *sc, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_put_scores", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (mode == NULL || seq_id == NULL || server == NULL || sc == NULL || sc->n == 0 ||
+        (pass != DIV_PASS_MAIN && pass != DIV_PASS_FLOOR) || top_k < 1)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_put_scores: an argument is NULL, "
+                       "no position, pass %d or top_k %" PRId64 " out of range", pass, top_k);
+    const size_t bytes = sc->n * SCORE_HEAD_BYTES + sc->n_entries * SCORE_ENTRY_BYTES;
+    unsigned char *blob = malloc(bytes), *p = blob;
+    if (blob == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: scores of '%s': out of memory", sql_db_path(db),
+                       seq_id);
+    for (size_t i = 0; i < sc->n; i++) {
+        const size_t n_top = sc->top_at[i + 1] - sc->top_at[i];
+        put_i32(p, sc->given[i]);
+        put_u32(p + 4, (uint32_t)n_top);
+        put_f64(p + 8, sc->given_lp[i]);
+        p += SCORE_HEAD_BYTES;
+        for (size_t k = sc->top_at[i]; k < sc->top_at[i + 1]; k++) {
+            put_i32(p, sc->entries[k].id);
+            put_f64(p + 4, sc->entries[k].logprob);
+            p += SCORE_ENTRY_BYTES;
+        }
+    }
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_PUT_SCORES, &st, err);
+    if (ps == PG_OK) {
+        sql_binder b = sql_bind_start(st);
+        sql_bind_int64(&b, run_id);
+        sql_bind_text(&b, mode);
+        sql_bind_int64(&b, pass);
+        sql_bind_text(&b, seq_id);
+        sql_bind_text(&b, server);
+        sql_bind_int64(&b, top_k);
+        sql_bind_int64(&b, (int64_t)sc->n);
+        sql_bind_blob(&b, blob, bytes);
+        char what[SQL_WHAT_MAX];
+        snprintf(what, sizeof what, "store the scores of mode '%.80s' (pass %d) on sequence "
+                 "'%.160s' of run %" PRId64, mode, pass, seq_id, run_id);
+        ps = sql_step_write(db, &b, what, err);
+    }
+    free(blob);
+    return ps;
+}
+
+/* Walks blob[0..bytes) of count positions into sc; PG_ERR_FORMAT naming
+ * the row when it does not end exactly at count positions. */
+static pg_status unpack_scores(sqlite3 *db, const unsigned char *blob, size_t bytes, int64_t count,
+                               const char *mode, int pass, const char *seq_id, div_scored *sc,
+                               pg_err *err)
+{
+    size_t at = 0;
+    pg_status ps = PG_OK;
+    for (int64_t i = 0; i < count && ps == PG_OK; i++) {
+        if (bytes - at < SCORE_HEAD_BYTES) break;
+        const int32_t given = get_i32(blob + at);
+        const size_t n_top = get_u32(blob + at + 4);
+        const double lp = get_f64(blob + at + 8);
+        at += SCORE_HEAD_BYTES;
+        if (n_top > (bytes - at) / SCORE_ENTRY_BYTES) {
+            at = bytes + 1;  /* past the end: damaged */
+            break;
+        }
+        if (!reserve_position(sc) || !reserve_entries(sc, n_top)) {
+            ps = pg_fail(err, PG_ERR_NOMEM, "out of memory for scores");
+            break;
+        }
+        for (size_t k = 0; k < n_top; k++, at += SCORE_ENTRY_BYTES)
+            sc->entries[sc->n_entries++] = (div_entry){get_i32(blob + at), get_f64(blob + at + 4)};
+        sc->given[sc->n] = given;
+        sc->given_lp[sc->n] = lp;
+        sc->top_at[++sc->n] = sc->n_entries;
+    }
+    if (ps == PG_OK && (count < 1 || sc->n != (size_t)count || at != bytes))
+        ps = pg_fail(err, PG_ERR_FORMAT, "%s: div_scores (mode '%s', pass %d, sequence '%s'): "
+                     "packed blob of %zu bytes does not hold its %lld positions exactly (a "
+                     "damaged file)", sql_db_path(db), mode, pass, seq_id, bytes,
+                     (long long)count);
+    return ps;
+}
+
+/* The cached statement sql with (run_id, mode, pass, seq_id) bound to ?1 .. ?4. */
+static pg_status scores_key_bound(pg_store *s, const char *sql, int64_t run_id, const char *mode,
+                                  int pass, const char *seq_id, sql_binder *b, pg_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, sql, &st, err);
+    if (ps != PG_OK) return ps;
+    *b = sql_bind_start(st);
+    sql_bind_int64(b, run_id);
+    sql_bind_text(b, mode);
+    sql_bind_int64(b, pass);
+    sql_bind_text(b, seq_id);
+    return PG_OK;
+}
+
+pg_status divergence_store_read_scores(pg_store *s, int64_t run_id, const char *mode, int pass,
+                                       const char *seq_id, div_scored *sc, char *server,
+                                       size_t size, int *found, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_read_scores", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (mode == NULL || seq_id == NULL || sc == NULL || found == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_read_scores: an argument is NULL");
+    div_scored_free(sc);
+    *found = 0;
+    if (server != NULL && size > 0) server[0] = '\0';
+    sql_binder b;
+    pg_status ps = scores_key_bound(s, SQL_READ_SCORES, run_id, mode, pass, seq_id, &b, err);
+    if (ps != PG_OK) return ps;
+    sqlite3_stmt *st = b.st;
+    int rc = b.rc == SQLITE_OK ? sqlite3_step(st) : b.rc;
+    if (rc == SQLITE_ROW) {
+        *found = 1;
+        const int64_t count = sqlite3_column_int64(st, 0);
+        const unsigned char *blob = sqlite3_column_blob(st, 1);
+        const size_t bytes = (size_t)sqlite3_column_bytes(st, 1);
+        const unsigned char *srv = sqlite3_column_text(st, 2);
+        if (server != NULL && size > 0) snprintf(server, size, "%s", srv ? (const char *)srv : "");
+        ps = unpack_scores(db, blob, bytes, count, mode, pass, seq_id, sc, err);
+    } else if (rc != SQLITE_DONE) {
+        ps = sql_fail(db, err, "read the scores of mode '%s' (pass %d) on sequence '%s' of run %"
+                      PRId64, mode, pass, seq_id, run_id);
+    }
+    sql_release(st);
+    return ps;
+}
+
+pg_status divergence_store_has_scores(pg_store *s, int64_t run_id, const char *mode, int pass,
+                                      const char *seq_id, int *has, pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_has_scores", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (mode == NULL || seq_id == NULL || has == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_has_scores: an argument is NULL");
+    sql_binder b;
+    pg_status ps = scores_key_bound(s, SQL_HAS_SCORES, run_id, mode, pass, seq_id, &b, err);
+    if (ps != PG_OK) return ps;
+    sqlite3_stmt *st = b.st;
+    int64_t n = 0;
+    char what[SQL_WHAT_MAX];
+    snprintf(what, sizeof what, "count the scores of mode '%.80s' on sequence '%.160s'", mode,
+             seq_id);
+    ps = sql_read_int64(db, &b, what, &n, err);
+    sql_release(st);
+    *has = n > 0;
+    return ps;
 }

@@ -30,6 +30,59 @@ extern "C" {
 #define DIV_N_PERCENTILES 6
 #define DIV_PERCENTILES {50.0, 90.0, 95.0, 99.0, 99.9, 100.0}
 
+/* One reported (token id, logprob). */
+typedef struct div_entry {
+    int32_t id;
+    double logprob;
+} div_entry;
+
+/* What one server reported over one sequence's scored positions (a
+ * div_scores row): position i's given token given[i], its logprob
+ * given_lp[i] (NaN: not reported) and its top list entries[top_at[i] ..
+ * top_at[i + 1]). Build it with div_scored_append; free with
+ * div_scored_free. */
+typedef struct div_scored {
+    size_t n;            /* positions */
+    int32_t *given;
+    double *given_lp;
+    size_t *top_at;      /* n + 1 offsets into entries (top_at[0] = 0) */
+    div_entry *entries;
+    size_t n_entries;
+    size_t cap, cap_entries;  /* allocated */
+} div_scored;
+
+/* Appends one position to sc (given, its logprob or NaN, top[0..n_top)).
+ * PG_ERR_NOMEM; PG_ERR_INTERNAL for a NULL sc, or top NULL with n_top > 0. */
+pg_status div_scored_append(div_scored *sc, int32_t given, double given_lp, const div_entry *top,
+                            size_t n_top, pg_err *err);
+
+/* Empties sc and frees what it holds; NULL is a no-op. */
+void div_scored_free(div_scored *sc);
+
+/* Stores sc (sc->n >= 1 positions, each with a top list) as (run_id, mode,
+ * pass, seq_id)'s scores, answered by server at top_k; pass 0 or 1
+ * (DIV_PASS_FLOOR). Replaces an earlier row of the key. */
+pg_status divergence_store_put_scores(pg_store *s, int64_t run_id, const char *mode, int pass,
+                                      const char *seq_id, const char *server, int64_t top_k,
+                                      const div_scored *sc, pg_err *err);
+
+/* Reads (run_id, mode, pass, seq_id)'s scores into *sc (emptied first;
+ * div_scored_free it, also after a failure) and, when not NULL, the server
+ * into server (size bytes, cut to fit); *found 0 (sc empty) when none is
+ * stored. PG_ERR_FORMAT for a blob that does not walk to its n_positions
+ * exactly (a damaged file); PG_ERR_NOMEM. */
+pg_status divergence_store_read_scores(pg_store *s, int64_t run_id, const char *mode, int pass,
+                                       const char *seq_id, div_scored *sc, char *server,
+                                       size_t size, int *found, pg_err *err);
+
+/* The pass of a mode's first scoring, and of the reference's second (the noise floor). */
+#define DIV_PASS_MAIN 0
+#define DIV_PASS_FLOOR 1
+
+/* Whether (run_id, mode, pass, seq_id) has scores stored, into *has (resume). */
+pg_status divergence_store_has_scores(pg_store *s, int64_t run_id, const char *mode, int pass,
+                                      const char *seq_id, int *has, pg_err *err);
+
 /* What one position gives (evals/divergence.h, div_position_compute). */
 typedef struct div_position {
     double kld_lb;      /* >= 0 */

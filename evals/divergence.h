@@ -70,11 +70,6 @@ extern "C" {
 /* Standard normal quantile z_0.975 of the 95% intervals (as evals/score.h). */
 #define DIV_Z_975 1.959963984540054
 
-/* One reported (token id, logprob). */
-typedef struct div_entry {
-    int32_t id;
-    double logprob;
-} div_entry;
 
 /* One side's report at one position. */
 typedef struct div_side {

@@ -352,7 +352,8 @@ pg_status eval_live(pg_store *s, int64_t run_id, const eval_traces *t,
         sp.has_seed = 1;
         sp.seed = eval_sample_seed(o->seed_base, t->problems[p].id, k);
         const eval_problem *pr = &t->problems[p];
-        reqs[r] = (oa_request){modes[m], o->efforts[e], pr->id, k, NULL, (void *)pr};
+        reqs[r] = (oa_request){.mode = modes[m], .effort = o->efforts[e], .problem_id = pr->id,
+                               .sample = k, .user = (void *)pr};
         st = oa_build_chat_body(mode_model[m], pr->messages_json, pr->problem, &sp,
                                 &reqs[r].body_json, err);
     }

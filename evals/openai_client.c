@@ -36,6 +36,8 @@
 #define OA_MSG_SNIPPET 300
 /* Room for a formatted error message. */
 #define OA_ERR_MAX 1024
+/* Room for the "HTTP <status>: " an error message starts with. */
+#define OA_STATUS_PREFIX_MAX 32
 /* Longest Server header or /version string kept for an identity: far above
  * "uvicorn" or a vLLM version, small enough for one line of a warning. */
 #define OA_IDENTITY_FIELD_MAX 256
@@ -183,6 +185,7 @@ struct oa_endpoint {
     char *mode;
     char *base_url;                  /* as given to oa_endpoint_open */
     char *url_chat, *url_health, *url_models, *url_version;
+    size_t base_len;                 /* base_url's bytes before the paths (no "/v1", no "/") */
     char *model;                     /* the options' or the discovered name */
     char *id_models;                 /* oa_identity.models, from the readiness probe */
     int id_beyond_ids;               /* oa_identity.models_beyond_ids */
@@ -327,6 +330,7 @@ pg_status oa_endpoint_open(const char *mode, const char *base_url, const char *a
     if (ep == NULL) return pg_fail(err, PG_ERR_NOMEM, "out of memory opening endpoint %s", mode);
     ep->opt = o;
     ep->opt.model = NULL;
+    ep->base_len = n;
     bool ok = (ep->mode = strdup(mode)) != NULL && (ep->base_url = strdup(base_url)) != NULL &&
               join_url(base_url, n, "/v1/chat/completions", &ep->url_chat) == PG_OK &&
               join_url(base_url, n, "/health", &ep->url_health) == PG_OK &&
@@ -403,8 +407,9 @@ static size_t collect_server_header(char *ptr, size_t size, size_t nmemb, void *
  * returns true with *code and body, and (server not NULL) the reply's
  * Server header in *server (p NULL when none was sent); else false with the
  * reason in why. */
-static bool http_get(const oa_endpoint *ep, const char *url, double timeout_s, long *code,
-                     buf *body, buf *server, char *why, size_t why_size)
+static bool http_call(const oa_endpoint *ep, const char *url, const char *post_body,
+                      double timeout_s, long *code, buf *body, buf *server, char *why,
+                      size_t why_size)
 {
     char errbuf[CURL_ERROR_SIZE] = "";
     *code = 0;
@@ -415,7 +420,12 @@ static bool http_get(const oa_endpoint *ep, const char *url, double timeout_s, l
     }
     long ms = (long)ceil(timeout_s * 1000.0);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, ep->get_headers);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, post_body ? ep->post_headers : ep->get_headers);
+    if (post_body != NULL) {
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, post_body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(post_body));
+    }
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
@@ -433,6 +443,39 @@ static bool http_get(const oa_endpoint *ep, const char *url, double timeout_s, l
     curl_easy_cleanup(h);
     scrub(why, ep->api_key);
     return rc == CURLE_OK;
+}
+
+pg_status oa_call(oa_endpoint *ep, const char *method, const char *path, const char *body_json,
+                  double timeout_s, long *code, char **reply, size_t *reply_len, pg_err *err)
+{
+    if (ep == NULL || method == NULL || path == NULL || code == NULL || reply == NULL ||
+        reply_len == NULL || !(timeout_s > 0))
+        return pg_fail(err, PG_ERR_USAGE, "oa_call: an argument is NULL or the timeout not > 0");
+    const bool post = strcmp(method, "POST") == 0;
+    if (!post && strcmp(method, "GET") != 0)
+        return pg_fail(err, PG_ERR_USAGE, "oa_call: method %s is neither GET nor POST", method);
+    if (post != (body_json != NULL))
+        return pg_fail(err, PG_ERR_USAGE, "oa_call: %s %s: a POST needs a body, a GET has none",
+                       method, path);
+    *reply = NULL;
+    *reply_len = 0;
+    char *url = NULL;
+    if (join_url(ep->base_url, ep->base_len, path, &url) != PG_OK)
+        return pg_fail(err, PG_ERR_NOMEM, "out of memory for %s %s", method, path);
+    buf body = {0};
+    char why[OA_ERR_MAX] = "";
+    pg_status st = PG_OK;
+    if (!http_call(ep, url, body_json, timeout_s, code, &body, NULL, why, sizeof why)) {
+        st = pg_fail(err, PG_ERR_HTTP, "%s %s: %s", method, url, why);
+        buf_free(&body);
+    } else if (body.p == NULL && !buf_add(&body, "", 0)) {
+        st = pg_fail(err, PG_ERR_NOMEM, "out of memory for %s %s", method, url);
+    } else {
+        *reply = body.p;
+        *reply_len = body.len;
+    }
+    free(url);
+    return st;
 }
 
 /* Reads a ModelList body ({"data":[{"id":...},...]}): the first id into
@@ -555,14 +598,14 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err)
         buf body = {0};
         long code;
         url = ep->url_health;
-        if (http_get(ep, url, to, &code, &body, NULL, why, sizeof why)) {
+        if (http_call(ep, url, NULL, to, &code, &body, NULL, why, sizeof why)) {
             if (code != 200) {
                 http_status_why(ep, code, &body, why, sizeof why);
             } else {
                 buf_free(&body);
                 url = ep->url_models;
                 buf server = {0};
-                if (http_get(ep, url, to, &code, &body, &server, why, sizeof why)) {
+                if (http_call(ep, url, NULL, to, &code, &body, &server, why, sizeof why)) {
                     char *first;
                     bool found;
                     pg_err e = {0};
@@ -610,7 +653,7 @@ pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err)
         buf body = {0};
         long code;
         bool found;
-        bool ok = http_get(ep, ep->url_models, OA_PROBE_TIMEOUT_S, &code, &body, NULL, why,
+        bool ok = http_call(ep, ep->url_models, NULL, OA_PROBE_TIMEOUT_S, &code, &body, NULL, why,
                            sizeof why);
         if (ok && code != 200) {
             http_status_why(ep, code, &body, why, sizeof why);
@@ -640,7 +683,7 @@ static pg_status ask_version(oa_endpoint *ep, pg_err *err)
     buf body = {0};
     long code = 0;
     pg_status st = PG_OK;
-    if (http_get(ep, ep->url_version, OA_VERSION_TIMEOUT_S, &code, &body, NULL, why, sizeof why)) {
+    if (http_call(ep, ep->url_version, NULL, OA_VERSION_TIMEOUT_S, &code, &body, NULL, why, sizeof why)) {
         if (code == OA_HTTP_NOT_FOUND || code == OA_HTTP_METHOD_NOT_ALLOWED) {
             ep->id_version_state = OA_VERSION_ABSENT;
         } else if (code == 200) {
@@ -867,7 +910,7 @@ pg_status oa_build_chat_body(const char *model, const char *messages_json, const
 
 typedef enum xf_state { XF_QUEUED, XF_ACTIVE, XF_WAITING, XF_DONE } xf_state;
 /* How the current attempt's reply body is read. */
-typedef enum rx_mode { RX_UNDECIDED, RX_SSE, RX_WHOLE } rx_mode;
+typedef enum rx_mode { RX_UNDECIDED, RX_SSE, RX_WHOLE, RX_READER } rx_mode;
 
 /* One request across its attempts. */
 typedef struct xfer {
@@ -879,6 +922,9 @@ typedef struct xfer {
     int waits_on;           /* several servers per mode: the server whose
                                load counts this retry's wait, or -1 */
     bool stream;            /* the body asks for a streamed reply */
+    char *url;              /* the current attempt's URL (a reader's path on its
+                               server), or NULL: the server's chat URL */
+    bool reader_stopped;    /* RX_READER: feed refused the body */
     xf_state state;
     CURL *easy;
     int attempts;
@@ -917,7 +963,7 @@ static void reply_reset(xfer *x)
     x->finish_reason = x->stream_error = NULL;
     x->rx = RX_UNDECIDED;
     x->prompt_tokens = x->completion_tokens = -1;
-    x->sse_done = x->too_big = x->bad_event = x->got_choice = false;
+    x->sse_done = x->too_big = x->bad_event = x->got_choice = x->reader_stopped = false;
     x->headers_done = x->body_started = false;
     x->sent = 0;
     x->stream_error_code = 0;
@@ -1074,8 +1120,15 @@ static size_t on_chat_body(char *ptr, size_t size, size_t nmemb, void *userdata)
         char *ct = NULL;
         curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
         curl_easy_getinfo(x->easy, CURLINFO_CONTENT_TYPE, &ct);
-        x->rx = (code / 100 == 2 && ct && strncasecmp(ct, "text/event-stream", 17) == 0) ? RX_SSE
-                                                                                       : RX_WHOLE;
+        const oa_reply_reader *rd = x->req->reader;
+        x->rx = (rd != NULL && code / 100 == 2)                                        ? RX_READER
+                : (code / 100 == 2 && ct && strncasecmp(ct, "text/event-stream", 17) == 0) ? RX_SSE
+                                                                                           : RX_WHOLE;
+    }
+    if (x->rx == RX_READER) {
+        if (x->req->reader->feed(x->req->reader_ctx, ptr, n)) return n;
+        x->reader_stopped = true;
+        return 0;
     }
     if (!buf_add(&x->body, ptr, n)) {
         x->too_big = true;
@@ -1178,7 +1231,15 @@ static pg_status start_attempt(run *r, xfer *x, pg_err *err)
         curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     }
     /* Every attempt: a retry may go to another server of the mode. */
-    curl_easy_setopt(x->easy, CURLOPT_URL, x->ep->url_chat);
+    const oa_reply_reader *rd = x->req->reader;
+    if (rd != NULL) {
+        free(x->url);
+        x->url = NULL;
+        if (join_url(x->ep->base_url, x->ep->base_len, rd->path, &x->url) != PG_OK)
+            return pg_fail(err, PG_ERR_NOMEM, "out of memory for a request URL");
+        if (rd->begin) rd->begin(x->req->reader_ctx);
+    }
+    curl_easy_setopt(x->easy, CURLOPT_URL, x->url ? x->url : x->ep->url_chat);
     curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->ep->post_headers);
     curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, (long)ceil(o->timeout_s * 1000.0));
     curl_easy_setopt(x->easy, CURLOPT_CONNECTTIMEOUT_MS,
@@ -1345,6 +1406,8 @@ static void release(run *r, xfer *x)
         x->easy = NULL;
     }
     reply_reset(x);
+    free(x->url);
+    x->url = NULL;
     for (int i = 0; i < r->n_held; i++)
         if (r->held[i] == x) {
             r->held[i] = r->held[--r->n_held];
@@ -1370,7 +1433,7 @@ static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const ch
         .server = x->ep->base_url,
     };
     if (outcome == OA_ERROR) {
-        int k = snprintf(msg, sizeof msg, "POST %s: %s", x->ep->url_chat, why);
+        int k = snprintf(msg, sizeof msg, "POST %s: %s", x->url ? x->url : x->ep->url_chat, why);
         if (x->attempts > 1 && k > 0 && (size_t)k < sizeof msg)
             snprintf(msg + k, sizeof msg - (size_t)k, " (after %d attempts)", x->attempts);
         scrub(msg, x->ep->api_key);
@@ -1413,6 +1476,15 @@ static bool answer_missing(const xfer *x, long code, char *why, size_t size)
     return true;
 }
 
+/* A reader's attempt whose transfer failed (rc) after its 2xx body began:
+ * the reader is told the reply is not whole, and why is libcurl's reason. */
+static void rd_finish_broken(xfer *x, CURLcode rc, char *why, size_t size)
+{
+    char ignored[OA_ERR_MAX];
+    (void)x->req->reader->finish(x->req->reader_ctx, false, ignored, sizeof ignored);
+    snprintf(why, size, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
+}
+
 /* Classifies the attempt of x that libcurl finished with rc: reports it,
  * or schedules another attempt with full-jitter backoff. */
 static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
@@ -1424,7 +1496,22 @@ static pg_status attempt_done(run *r, xfer *x, CURLcode rc, pg_err *err)
     curl_multi_remove_handle(r->multi, x->easy);
     x->state = XF_WAITING;
 
-    if (rc != CURLE_OK && x->too_big) {
+    if (x->rx == RX_READER && (rc == CURLE_OK || x->reader_stopped)) {
+        const oa_reply_reader *rd = x->req->reader;
+        why[0] = '\0';
+        const oa_read_verdict v = rd->finish(x->req->reader_ctx, rc == CURLE_OK, why, sizeof why);
+        if (v == OA_READ_OK) {
+            srv_success(r, x->srv);
+            return report(r, x, OA_OK, code, NULL, err);
+        }
+        char said[OA_ERR_MAX - OA_STATUS_PREFIX_MAX];
+        snprintf(said, sizeof said, "%s", why[0] ? why : "the reader refused the reply");
+        snprintf(why, sizeof why, "HTTP %ld: %s", code, said);
+        retry = v == OA_READ_RETRY;
+    } else if (x->rx == RX_READER) {  /* the transfer broke off mid-reply */
+        rd_finish_broken(x, rc, why, sizeof why);
+        retry = curl_retryable(rc);
+    } else if (rc != CURLE_OK && x->too_big) {
         snprintf(why, sizeof why, "reply larger than %zu MiB", OA_MAX_BODY_BYTES >> 20);
     } else if (rc != CURLE_OK) {
         snprintf(why, sizeof why, "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));

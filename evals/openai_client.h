@@ -42,6 +42,7 @@
 #define PG_OPENAI_CLIENT_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -162,6 +163,34 @@ typedef struct oa_sampling {
     int stream;                    /* 1 (default): SSE with usage; 0: one JSON reply */
 } oa_sampling;
 
+/* What a reader makes of a reply (oa_reply_reader.finish). */
+typedef enum oa_read_verdict {
+    OA_READ_OK = 0,   /* the reply is whole and usable */
+    OA_READ_RETRY,    /* unusable, and another attempt may do better (cut short) */
+    OA_READ_FAIL      /* unusable, and would be again (a reply of the wrong shape) */
+} oa_read_verdict;
+
+/* How a request that is no chat completion is sent and its 2xx reply read
+ * (teacher-forced scoring: vLLM's /v1/completions with prompt_logprobs,
+ * llama-server's /completion). The body is handed over as it arrives, never
+ * buffered here, so a reader that parses as it goes (prompt_logprobs.h)
+ * keeps its memory whatever the reply's size; a reply of another status is
+ * read and judged as for a chat completion (its message quoted, 408, 429
+ * and 5xx retried). Every routing, retry, timeout and health rule of
+ * oa_run holds as for chat requests. */
+typedef struct oa_reply_reader {
+    const char *path;  /* after the endpoint's base URL: "/v1/completions", "/completion" */
+    /* An attempt starts (a retry starts the reply over). */
+    void (*begin)(void *ctx);
+    /* The next n bytes of a 2xx body; false stops the attempt (the reader
+     * keeps why, finish says it). */
+    bool (*feed)(void *ctx, const char *p, size_t n);
+    /* The 2xx body has ended (whole is false when feed stopped it or the
+     * transfer broke off): the verdict, and when it is not OA_READ_OK the
+     * reason in why (size bytes, no URL: oa_run adds it). */
+    oa_read_verdict (*finish)(void *ctx, bool whole, char *why, size_t size);
+} oa_reply_reader;
+
 /* One request. The caller owns every field; body_json must stay valid for
  * the whole oa_run() (it is sent as is). mode routes the request to the
  * endpoint opened with the same mode; effort, problem_id, sample and user are
@@ -171,8 +200,10 @@ typedef struct oa_request {
     const char *effort;
     const char *problem_id;
     int sample;
-    char *body_json;   /* from oa_build_chat_body() */
+    char *body_json;   /* from oa_build_chat_body(), or the reader's request */
     void *user;
+    const oa_reply_reader *reader;  /* NULL: a chat completion (POST /v1/chat/completions) */
+    void *reader_ctx;               /* the reader's ctx for this request */
 } oa_request;
 
 typedef enum oa_outcome {
@@ -331,7 +362,17 @@ pg_status oa_wait_ready(oa_endpoint *ep, double deadline_s, pg_err *err);
  * model when set, else the first id of GET /v1/models (remembered). */
 pg_status oa_model_name(oa_endpoint *ep, char **model, pg_err *err);
 
-/* Sends every request to a server of its mode (POST /v1/chat/completions;
+/* One blocking request to ep outside oa_run (a probe: /tokenize, /props):
+ * method "GET" or "POST" (body_json NULL for GET), path after the base URL,
+ * within timeout_s, no retry. On a completed transfer PG_OK with the status
+ * in *code and the body in *reply (malloc'd, NUL-terminated, *reply_len
+ * bytes; caller frees), whatever the status; PG_ERR_HTTP "<METHOD> <URL>:
+ * <reason>" when no reply came; PG_ERR_USAGE for a bad argument. */
+pg_status oa_call(oa_endpoint *ep, const char *method, const char *path, const char *body_json,
+                  double timeout_s, long *code, char **reply, size_t *reply_len, pg_err *err);
+
+/* Sends every request to a server of its mode (POST /v1/chat/completions,
+ * or the reader's path;
  * several endpoints may share a mode: the routing and health rules at the
  * top of this file) and calls on_done for each as it finishes, in completion order. Returns
  * PG_OK once all are reported, whatever their outcomes; PG_ERR_USAGE (before

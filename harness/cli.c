@@ -30,6 +30,8 @@ const cli_command cli_commands[] = {
      cmd_synth, NULL},
     {"eval", "end-task accuracy per precision mode (live servers or recorded)", cmd_eval_usage,
      cmd_eval, NULL},
+    {"diverge", "teacher-forced divergence between the servers of precision modes",
+     cmd_diverge_usage, cmd_diverge, NULL},
     {"convert-aime", "convert public AIME 2024/2025 JSONL into eval traces",
      cmd_convert_aime_usage, cmd_convert_aime, NULL},
     {"runs", "list the runs in the database, newest last", cmd_runs_usage, NULL,
@@ -54,6 +56,19 @@ const cli_command cli_commands[] = {
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
+
+pg_status cli_split_endpoint(const char *cmd, char *value, const char **modes, const char **urls,
+                             int *n, int max, pg_err *err)
+{
+    char *eq = strchr(value, '=');
+    if (eq == NULL || eq == value || eq[1] == '\0')
+        return pg_fail(err, PG_ERR_USAGE, "%s: --endpoint '%s' is not MODE=URL", cmd, value);
+    if (*n >= max) return pg_fail(err, PG_ERR_USAGE, "%s: more than %d --endpoint", cmd, max);
+    *eq = '\0';
+    modes[*n] = value;
+    urls[(*n)++] = eq + 1;
+    return PG_OK;
+}
 
 const cli_command *cli_find(const char *name)
 {

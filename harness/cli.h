@@ -61,6 +61,12 @@ pg_status cli_parse_u64(const char *opt, const char *value, unsigned long long *
  * arg is the offending argument (argv[optind - 1]). Returns PG_ERR_USAGE. */
 pg_status cli_getopt_fail(const char *cmd, int c, const char *arg, pg_err *err);
 
+/* --endpoint MODE=URL of command cmd: splits value in place and appends
+ * its mode and URL to modes[*n], urls[*n] (*n below max); PG_ERR_USAGE
+ * "CMD: --endpoint 'V' is not MODE=URL", or naming max when full. */
+pg_status cli_split_endpoint(const char *cmd, char *value, const char **modes, const char **urls,
+                             int *n, int max, pg_err *err);
+
 /* Largest run id `--resume RUN` takes. */
 #define CLI_RESUME_MAX (1L << 62)
 
@@ -182,6 +188,7 @@ typedef struct cli_store_command {
 extern const char cmd_run_usage[];
 extern const char cmd_synth_usage[];
 extern const char cmd_eval_usage[];
+extern const char cmd_diverge_usage[];
 extern const char cmd_convert_aime_usage[];
 extern const char cmd_runs_usage[];
 extern const char cmd_history_usage[];
@@ -198,6 +205,7 @@ extern const char cmd_slurm_usage[];
 int cmd_run(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_diverge(int argc, char **argv);
 int cmd_convert_aime(int argc, char **argv);
 int cmd_gate(int argc, char **argv);
 int cmd_help(int argc, char **argv);

@@ -175,15 +175,7 @@ static int duplicate_name(const char *const *names, int n)
 static pg_status parse_endpoint(char *value, void *to, pg_err *err)
 {
     eval_run_options *o = to;
-    char *eq = strchr(value, '=');
-    if (eq == NULL || eq == value || eq[1] == '\0')
-        return pg_fail(err, PG_ERR_USAGE, "eval: --endpoint '%s' is not MODE=URL", value);
-    if (o->n_endpoints == EVAL_MAX_SERVERS)
-        return pg_fail(err, PG_ERR_USAGE, "eval: more than %d --endpoint", EVAL_MAX_SERVERS);
-    *eq = '\0';
-    o->modes[o->n_endpoints] = value;
-    o->urls[o->n_endpoints++] = eq + 1;
-    return PG_OK;
+    return cli_split_endpoint("eval", value, o->modes, o->urls, &o->n_endpoints, EVAL_MAX_SERVERS, err);
 }
 
 /* --extractor NAME into the grade extractor to (a cli_option parse). */
