@@ -1,0 +1,543 @@
+/* test_diverge_run.c: Criterion tests of teacher-forced divergence (evals/diverge_run.h)
+ * against loopback servers that speak vLLM's and llama-server's exact reply
+ * shapes, computing each reply from the request: a known model whose
+ * distributions the test also computes itself, so the KL precgate reports
+ * is checked against the exact one (K = the vocabulary: the bound is the
+ * KL). Bad replies of each kind are refused naming the server and the
+ * sequence, and never stored. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/divergence_store.h"
+#include "db/store.h"
+#include "evals/diverge_run.h"
+#include "evals/divergence.h"
+#include "fake_openai_server.h"
+#include "testutil.h"
+
+/* The fake model's vocabulary; K = V makes the top-K bound exact. */
+#define V 40
+
+static char g_db[PATH_MAX + 16];
+static char g_seqs[PATH_MAX + 16];
+
+static void setup(void)
+{
+    tu_scratch_setup();
+    snprintf(g_db, sizeof g_db, "%s/precgate.db", tu_dir);
+    snprintf(g_seqs, sizeof g_seqs, "%s/seqs.jsonl", tu_dir);
+}
+
+TestSuite(diverge_run, .init = setup, .fini = tu_scratch_teardown);
+
+/* The fake model: next-token logprobs after prev at position t, a mode
+ * being the shift of its logits' perturbation (0: the reference). */
+static void model_logprobs(double shift, int prev, size_t t, double lp[V])
+{
+    double mx = -HUGE_VAL, z = 0;
+    for (int i = 0; i < V; i++) {
+        lp[i] = 3.0 * sin(0.37 * i + 1.3 * prev + 0.11 * (double)t) + shift * cos(0.7 * i + t);
+        if (lp[i] > mx) mx = lp[i];
+    }
+    for (int i = 0; i < V; i++) z += exp(lp[i] - mx);
+    for (int i = 0; i < V; i++) lp[i] -= mx + log(z);
+}
+
+/* How a fake server misbehaves. */
+typedef enum fault {
+    FAULT_NONE = 0,
+    FAULT_SHORT,        /* one prompt_logprobs entry fewer than the prompt */
+    FAULT_GENERATED,    /* only the generated token's logprobs (no prompt_logprobs) */
+    FAULT_NAN,          /* a logprob NaN (as Python's json writes it) */
+    FAULT_NEG_ID,       /* a key that is no token id */
+    FAULT_TOKENIZER,    /* tokenizes differently */
+    FAULT_BIG_ID        /* llama-server: an id past n_vocab */
+} fault;
+
+typedef struct fake_model {
+    double shift;
+    fault fault;
+    int llama;          /* speak llama-server */
+} fake_model;
+
+/* "Tokenizes" text: one id per byte, mod V (FAULT_TOKENIZER: shifted by one). */
+static char *tokenize_reply(const fake_model *m, const char *body, size_t len)
+{
+    cJSON *req = cJSON_ParseWithLength(body, len);
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(req, m->llama ? "content" : "prompt");
+    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens");
+    for (const char *p = cJSON_IsString(text) ? text->valuestring : ""; *p; p++)
+        cJSON_AddItemToArray(toks, cJSON_CreateNumber(((unsigned char)*p +
+                                                      (m->fault == FAULT_TOKENIZER)) % V));
+    if (!m->llama) cJSON_AddNumberToObject(o, "max_model_len", 4096);
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_Delete(req);
+    return out;
+}
+
+/* Appends to buf (grown) printf-style. */
+static void cat(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[256];
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (*len + (size_t)n + 1 > *cap) {
+        *cap = (*cap + (size_t)n + 1) * 2;
+        *buf = realloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, tmp, (size_t)n + 1);
+    *len += (size_t)n;
+}
+
+/* The ranks of lp: rank[i] = 1 + #{j: lp[j] > lp[i]}. */
+static void ranks(const double lp[V], int rank[V])
+{
+    for (int i = 0; i < V; i++) {
+        rank[i] = 1;
+        for (int j = 0; j < V; j++) rank[i] += lp[j] > lp[i];
+    }
+}
+
+/* vLLM's /v1/completions reply to a prompt_logprobs request. */
+static char *vllm_reply(const fake_model *m, const cJSON *req)
+{
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(req, "prompt");
+    const int k = cJSON_GetObjectItemCaseSensitive(req, "prompt_logprobs")->valueint;
+    const int n = cJSON_GetArraySize(prompt);
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    cat(&b, &len, &cap, "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{"
+                        "\"index\":0,\"text\":\"x\",\"logprobs\":null,\"finish_reason\":\"length\"");
+    if (m->fault != FAULT_GENERATED) {
+        cat(&b, &len, &cap, ",\"prompt_logprobs\":[null");
+        const int last = m->fault == FAULT_SHORT ? n - 1 : n;
+        for (int t = 1; t < last; t++) {
+            const int prev = cJSON_GetArrayItem(prompt, t - 1)->valueint;
+            const int given = cJSON_GetArrayItem(prompt, t)->valueint;
+            double lp[V];
+            int rank[V];
+            model_logprobs(m->shift, prev, (size_t)t, lp);
+            ranks(lp, rank);
+            cat(&b, &len, &cap, ",{");
+            int first = 1;
+            for (int i = 0; i < V; i++) {
+                if (rank[i] > k && i != given) continue;
+                if (m->fault == FAULT_NAN && t == 2 && i == given)
+                    cat(&b, &len, &cap, "%s\"%d\":{\"logprob\":NaN,\"rank\":%d}", first ? "" : ",",
+                        i, rank[i]);
+                else
+                    cat(&b, &len, &cap, "%s\"%d\":{\"logprob\":%.17g,\"rank\":%d,"
+                        "\"decoded_token\":\"t%d\"}", first ? "" : ",",
+                        m->fault == FAULT_NEG_ID && t == 1 && i == given ? -5 : i, lp[i], rank[i],
+                        i);
+                first = 0;
+            }
+            cat(&b, &len, &cap, "}");
+        }
+        cat(&b, &len, &cap, "]");
+    }
+    cat(&b, &len, &cap, "}],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":1}}", n);
+    return b;
+}
+
+/* llama-server's /completion reply: the top n_probs after the prompt. */
+static char *llama_reply(const fake_model *m, const cJSON *req)
+{
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(req, "prompt");
+    const int k = cJSON_GetObjectItemCaseSensitive(req, "n_probs")->valueint;
+    const int t = cJSON_GetArraySize(prompt);
+    const int prev = cJSON_GetArrayItem(prompt, t - 1)->valueint;
+    double lp[V];
+    int rank[V];
+    model_logprobs(m->shift, prev, (size_t)t, lp);
+    ranks(lp, rank);
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    cat(&b, &len, &cap, "{\"content\":\"x\",\"completion_probabilities\":[{\"id\":0,\"token\":"
+                        "\"x\",\"logprob\":-1,\"top_logprobs\":[");
+    for (int r = 1, first = 1; r <= k && r <= V; r++)
+        for (int i = 0; i < V; i++)
+            if (rank[i] == r) {
+                cat(&b, &len, &cap, "%s{\"id\":%d,\"token\":\"t\",\"bytes\":[116],"
+                    "\"logprob\":%.17g}", first ? "" : ",",
+                    m->fault == FAULT_BIG_ID && r == 1 ? V + 7 : i, lp[i]);
+                first = 0;
+            }
+    cat(&b, &len, &cap, "]}],\"tokens_evaluated\":%d}", t);
+    return b;
+}
+
+static char *handle(void *ctx, const char *path, const char *body, size_t len, int *status)
+{
+    const fake_model *m = ctx;
+    if (strcmp(path, "/tokenize") == 0) return tokenize_reply(m, body, len);
+    cJSON *req = cJSON_ParseWithLength(body, len);
+    char *out = NULL;
+    if (req == NULL) {
+        *status = 400;
+        out = strdup("{\"error\":{\"message\":\"bad json\"}}");
+    } else {
+        out = m->llama ? llama_reply(m, req) : vllm_reply(m, req);
+    }
+    cJSON_Delete(req);
+    return out;
+}
+
+/* A fake server of model m. */
+static void serve(fake_server *s, fake_model *m)
+{
+    fs_init(s);
+    fs_route(s, "/health", (fs_reply[]){{200, "{}", NULL, NULL, 0, 0}}, 1);
+    fs_route(s, "/v1/models",
+             (fs_reply[]){{200,
+                           m->llama ? "{\"data\":[{\"id\":\"m\",\"meta\":{\"n_vocab\":40}}]}"
+                                    : "{\"data\":[{\"id\":\"m\"}]}",
+                           NULL, NULL, 0, 0}},
+             1);
+    if (m->llama)
+        fs_route(s, "/props",
+                 (fs_reply[]){{200, "{\"default_generation_settings\":{}}", NULL, NULL, 0, 0}}, 1);
+    fs_handle(s, "/tokenize", handle, m);
+    fs_handle(s, m->llama ? "/completion" : "/v1/completions", handle, m);
+    cr_assert(fs_start(s), "no loopback server");
+}
+
+/* Writes the sequences file: three token sequences of lengths 12, 9, 20. */
+static void write_sequences(void)
+{
+    const char *text =
+        "{\"id\":\"s1\",\"tokens\":[1,5,9,13,2,30,7,7,21,0,39,4],\"score_from\":3}\n"
+        "{\"id\":\"s2\",\"tokens\":[3,3,8,1,17,25,6,11,2]}\n"
+        "{\"id\":\"s3\",\"tokens\":[10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29],"
+        "\"score_from\":10}\n";
+    tu_write_file(g_seqs, text, strlen(text));
+}
+
+/* The exact KL(P||Q) of the fake model over the scored positions of the
+ * sequences above, and their count: what precgate must report at K = V. */
+static double exact_mean_kl(double shift_q, size_t *n_out)
+{
+    static const int s1[] = {1, 5, 9, 13, 2, 30, 7, 7, 21, 0, 39, 4};
+    static const int s2[] = {3, 3, 8, 1, 17, 25, 6, 11, 2};
+    int s3[20];
+    for (int i = 0; i < 20; i++) s3[i] = 10 + i;
+    const struct { const int *t; size_t n, from; } seqs[] = {{s1, 12, 3}, {s2, 9, 1}, {s3, 20, 10}};
+    double sum = 0;
+    size_t n = 0;
+    for (size_t q = 0; q < 3; q++)
+        for (size_t t = seqs[q].from; t < seqs[q].n; t++) {
+            double p[V], r[V];
+            model_logprobs(0, seqs[q].t[t - 1], t, p);
+            model_logprobs(shift_q, seqs[q].t[t - 1], t, r);
+            double kl = 0;
+            for (int i = 0; i < V; i++) kl += exp(p[i]) * (p[i] - r[i]);
+            sum += kl;
+            n++;
+        }
+    *n_out = n;
+    return sum / (double)n;
+}
+
+static diverge_options opts_for(const char *ref_url, const char *mode_url, int top_k)
+{
+    diverge_options o = {.n_endpoints = 2, .reference = "bf16", .top_k = top_k,
+                         .noise_floor = 1, .ready_deadline_s = 5, .sequences_path = g_seqs};
+    o.modes[0] = "bf16";
+    o.urls[0] = ref_url;
+    o.modes[1] = "fp8kv";
+    o.urls[1] = mode_url;
+    o.client.max_in_flight = 2;
+    o.client.max_attempts = 2;
+    o.client.backoff_base_s = 0.01;
+    o.client.timeout_s = 10;
+    return o;
+}
+
+/* Runs prepare, score and compare; the status of the first that fails. */
+static pg_status run_all(pg_store *s, int64_t run, diverge_options *o, diverge_counts *c,
+                         pg_err *err)
+{
+    div_sequences seqs = {0};
+    pg_status st = div_sequences_load(g_seqs, &seqs, err);
+    diverge_session *ds = NULL;
+    if (st == PG_OK) st = diverge_prepare(s, run, &seqs, o, &ds, err);
+    if (st == PG_OK) st = diverge_score(ds, s, run, c, err);
+    if (st == PG_OK && c->errors == 0) {
+        int n = 0;
+        const char *const *modes = diverge_session_modes(ds, &n);
+        st = diverge_compare(s, run, o->reference, modes, n, o->top_k, err);
+    }
+    diverge_session_free(ds);
+    div_sequences_free(&seqs);
+    return st;
+}
+
+static int64_t begin_run(pg_store *s)
+{
+    store_run_info info = {.kind = "diverge"};
+    int64_t id = -1;
+    pg_err err = {0};
+    cr_assert_eq(store_run_begin(s, &info, &id, &err), PG_OK, "%s", err.msg);
+    return id;
+}
+
+static pg_store *open_ok(void)
+{
+    pg_store *s = NULL;
+    pg_err err = {0};
+    cr_assert_eq(store_open(g_db, &s, &err), PG_OK, "%s", err.msg);
+    return s;
+}
+
+/* The summary of (mode, role) in run. */
+static div_summary summary_of(pg_store *s, int64_t run, const char *mode, const char *role)
+{
+    div_summary_stored *rows = NULL;
+    size_t n = 0;
+    pg_err err = {0};
+    cr_assert_eq(divergence_store_read_summaries(s, run, &rows, &n, &err), PG_OK, "%s", err.msg);
+    div_summary out = {0};
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].mode, mode) == 0 && strcmp(rows[i].role, role) == 0) {
+            out = rows[i].s;
+            found = 1;
+        }
+    divergence_store_summaries_free(rows, n);
+    cr_assert(found, "no %s summary of %s", role, mode);
+    return out;
+}
+
+/* Both kinds of server, K = V: the bound is the exact KL the test computes. */
+static void exact_kl_case(int llama)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.8, .llama = llama};
+    fake_server a, b;
+    serve(&a, &ref);
+    serve(&b, &mode);
+    char ua[64], ub[64];
+    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
+    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    pg_store *s = open_ok();
+    const int64_t run = begin_run(s);
+    diverge_options o = opts_for(ua, ub, V);
+    diverge_counts c = {0};
+    pg_err err = {0};
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c.errors, 0);
+    cr_assert_eq(c.scored, 9, "3 sequences x (bf16, fp8kv, floor): %lld", (long long)c.scored);
+    size_t n = 0;
+    const double want = exact_mean_kl(0.8, &n);
+    const div_summary m = summary_of(s, run, "fp8kv", "mode");
+    cr_assert_eq(m.n_positions, n);
+    cr_assert_eq(m.n_sequences, 3);
+    cr_assert(want > 0.05, "the shift makes a real divergence: %g", want);
+    cr_assert(fabs(m.kld_mean - want) < 1e-9 * want, "KLD %.12g, exact %.12g", m.kld_mean, want);
+    cr_assert(m.tail_mass_median < 1e-12, "K = V leaves no tail: %g", m.tail_mass_median);
+    /* The reference against itself: exactly 0, every top the same. */
+    const div_summary f = summary_of(s, run, "bf16", "floor");
+    cr_assert_eq(f.kld_mean, 0.0);
+    cr_assert_eq(f.same_top, 1.0);
+    /* llama-server: the given token is in a top-V list, so dp is known too. */
+    cr_assert_eq(m.n_given, n);
+    store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
+}
+
+Test(diverge_run, vllm_prompt_logprobs_give_the_exact_kl_at_k_equal_vocab)
+{
+    exact_kl_case(0);
+}
+
+Test(diverge_run, llama_server_positions_give_the_exact_kl_at_k_equal_vocab)
+{
+    exact_kl_case(1);
+}
+
+/* A mode server whose tokenizer differs: the run is an error naming both
+ * servers before anything is scored, and nothing is stored. */
+static void tokenizer_case(int llama, fault f, const char *needle)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.5, .fault = f, .llama = llama};
+    fake_server a, b;
+    serve(&a, &ref);
+    serve(&b, &mode);
+    char ua[64], ub[64];
+    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
+    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    pg_store *s = open_ok();
+    const int64_t run = begin_run(s);
+    diverge_options o = opts_for(ua, ub, 5);
+    diverge_counts c = {0};
+    pg_err err = {0};
+    const pg_status st = run_all(s, run, &o, &c, &err);
+    cr_assert_eq(st, PG_ERR_FORMAT);
+    cr_assert(strstr(err.msg, needle) && strstr(err.msg, ua) && strstr(err.msg, ub), "%s",
+              err.msg);
+    cr_assert_eq(c.scored, 0);
+    sqlite3 *db = tu_db_open("precgate.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_scores WHERE mode = 'fp8kv'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_summaries"), 0);
+    sqlite3_close(db);
+    store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
+}
+
+/* The notes of a run, collected. */
+typedef struct collected_notes {
+    char text[8192];
+} collected_notes;
+
+static void collect_warning(void *ctx, const char *text)
+{
+    collected_notes *c = ctx;
+    const size_t at = strlen(c->text);
+    snprintf(c->text + at, sizeof c->text - at, "%s\n", text);
+}
+
+/* fault_case, and the failure said for each sequence names the mode, the
+ * sequence and what was wrong. */
+static void fault_said(int llama, fault f, const char *needle)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.5, .fault = f, .llama = llama};
+    fake_server a, b;
+    serve(&a, &ref);
+    serve(&b, &mode);
+    char ua[64], ub[64];
+    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
+    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    pg_store *s = open_ok();
+    const int64_t run = begin_run(s);
+    diverge_options o = opts_for(ua, ub, 5);
+    collected_notes cn = {{0}};
+    pg_notes notes = {.warning = collect_warning, .ctx = &cn};
+    o.notes = &notes;
+    diverge_counts c = {0};
+    pg_err err = {0};
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c.errors, 3, "%s", cn.text);
+    cr_assert(strstr(cn.text, "mode fp8kv, sequence 's1' not scored") != NULL, "%s", cn.text);
+    cr_assert(strstr(cn.text, needle) != NULL, "want '%s' in: %s", needle, cn.text);
+    cr_assert(strstr(cn.text, ub) != NULL, "names the server: %s", cn.text);
+    /* Retried? A shape error is not worth a second attempt. */
+    cr_assert(strstr(cn.text, "after 2 attempts") == NULL, "%s", cn.text);
+    sqlite3 *db = tu_db_open("precgate.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_scores WHERE mode = 'fp8kv'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_scores WHERE mode = 'bf16'"), 6);
+    sqlite3_close(db);
+    store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
+}
+
+Test(diverge_run, vllm_shorter_list_is_refused_by_name)
+{
+    fault_said(0, FAULT_SHORT, "entries");
+}
+
+Test(diverge_run, vllm_generated_token_logprobs_only_is_refused)
+{
+    fault_said(0, FAULT_GENERATED, "prompt_logprobs");
+}
+
+Test(diverge_run, vllm_nan_logprob_is_refused)
+{
+    fault_said(0, FAULT_NAN, "sequence 's1'");
+}
+
+Test(diverge_run, vllm_key_that_is_no_token_id_is_refused)
+{
+    fault_said(0, FAULT_NEG_ID, "sequence 's1'");
+}
+
+Test(diverge_run, llama_id_outside_the_vocabulary_is_refused)
+{
+    fault_said(1, FAULT_BIG_ID, "vocabulary");
+}
+
+Test(diverge_run, different_tokenizers_score_nothing)
+{
+    tokenizer_case(0, FAULT_TOKENIZER, "tokenize the probe string differently");
+}
+
+Test(diverge_run, a_resume_sends_only_what_is_missing)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0}, mode = {.shift = 0.8};
+    fake_server a, b;
+    serve(&a, &ref);
+    serve(&b, &mode);
+    char ua[64], ub[64];
+    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
+    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    pg_store *s = open_ok();
+    const int64_t run = begin_run(s);
+    diverge_options o = opts_for(ua, ub, V);
+    diverge_counts c = {0};
+    pg_err err = {0};
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_OK, "%s", err.msg);
+    size_t n = 0;
+    const double want = exact_mean_kl(0.8, &n);
+    /* Lose two scorings, as a kill would; the resume sends those two only. */
+    sqlite3 *db = tu_db_open("precgate.db");
+    tu_sql_exec(db, "DELETE FROM div_scores WHERE (mode = 'fp8kv' AND seq_id = 's2') OR "
+                    "(mode = 'bf16' AND pass = 1 AND seq_id = 's3')");
+    tu_sql_exec(db, "DELETE FROM div_summaries");
+    sqlite3_close(db);
+    const int hits_a = a.routes[3].hits, hits_b = b.routes[3].hits;
+    diverge_counts c2 = {0};
+    cr_assert_eq(run_all(s, run, &o, &c2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c2.scored, 2);
+    cr_assert_eq(c2.skipped, 7);
+    cr_assert_eq(a.routes[3].hits - hits_a, 1, "one reference request (the floor of s3)");
+    cr_assert_eq(b.routes[3].hits - hits_b, 1, "one fp8kv request (s2)");
+    const div_summary m = summary_of(s, run, "fp8kv", "mode");
+    cr_assert(fabs(m.kld_mean - want) < 1e-9 * want, "KLD %.12g, exact %.12g", m.kld_mean, want);
+    db = tu_db_open("precgate.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_scores"), 9);
+    sqlite3_close(db);
+    store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
+}
+
+Test(diverge_run, a_mode_without_a_sequence_cannot_be_compared)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0}, mode = {.shift = 0.8};
+    fake_server a, b;
+    serve(&a, &ref);
+    serve(&b, &mode);
+    char ua[64], ub[64];
+    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
+    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    pg_store *s = open_ok();
+    const int64_t run = begin_run(s);
+    diverge_options o = opts_for(ua, ub, V);
+    diverge_counts c = {0};
+    pg_err err = {0};
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_OK, "%s", err.msg);
+    sqlite3 *db = tu_db_open("precgate.db");
+    tu_sql_exec(db, "DELETE FROM div_scores WHERE mode = 'fp8kv' AND seq_id = 's2'");
+    sqlite3_close(db);
+    const char *modes[] = {"bf16", "fp8kv"};
+    cr_assert_eq(diverge_compare(s, run, "bf16", modes, 2, V, &err), PG_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "mode fp8kv has no scores of sequence 's2'"), "%s", err.msg);
+    store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
+}
