@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# PRECGATE_REAL_SERVER=1: build the real llama-server first (scripts/real_server.sh),
+# so that the real-server tests run instead of being skipped.
+if [ "${PRECGATE_REAL_SERVER:-0}" = 1 ]; then scripts/real_server.sh >/dev/null; fi
 dir=build
 flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
 if [ "${SANITIZE:-0}" = 1 ]; then
