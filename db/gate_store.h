@@ -55,12 +55,20 @@ extern "C" {
 #define GATE_METRIC_BASELINE "baseline"  /* gate --require-baseline: none was found */
 #define GATE_METRIC_COMPLETE "complete"   /* a run lacking rows its config implies */
 #define GATE_METRIC_IDENTICAL_PREFIX "identical_to_"  /* + mode_b: two modes answered alike */
+/* The divergence scope's metrics (harness/regress.h, regress_divergence). */
+#define GATE_METRIC_KLD_MEAN "kld_mean"
+#define GATE_METRIC_SAME_TOP "same_top"
+#define GATE_METRIC_TAIL_MASS "tail_mass"
+#define GATE_METRIC_SEQUENCES "sequences"
+#define GATE_METRIC_NOISE_FLOOR "noise_floor"
+#define GATE_METRIC_BUDGET "budget"
 
 /* What a flag compares (the flags.scope values, in this order). */
 typedef enum gate_scope {
     GATE_SCOPE_LAYER = 0,
     GATE_SCOPE_MODE_PAIR,
     GATE_SCOPE_EVAL,
+    GATE_SCOPE_DIVERGENCE,   /* schema version 16 */
     GATE_SCOPE_COUNT
 } gate_scope;
 
@@ -75,7 +83,7 @@ typedef enum gate_verdict {
     GATE_VERDICT_COUNT
 } gate_verdict;
 
-/* "layer", "mode_pair", "eval" (the flags.scope values); "?" outside the enum. */
+/* "layer", "mode_pair", "eval", "divergence" (the flags.scope values); "?" outside the enum. */
 const char *gate_scope_name(gate_scope s);
 
 /* "pass", "regression", "improvement", "no change", "inconclusive", "error"

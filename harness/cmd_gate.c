@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "db/diagnosis_store.h"
+#include "db/divergence_store.h"
 #include "db/eval_store.h"
 #include "evals/score.h"
 #include "db/gate_store.h"
@@ -52,6 +53,11 @@ const char cmd_gate_usage[] =
     "             and when two modes' samples are identical (same outcomes, byte-identical\n"
     "             completions: one server or one recording; the message names the\n"
     "             endpoints or traces), unless eval.identical_modes in --config lists them\n"
+    "  divergence a diverge run: each mode's mean KLD and same-top against the\n"
+    "             budgets of --config's \"divergence\" (by their 95% intervals, the MDE\n"
+    "             stated); no budget, too few sequences, a median tail mass above\n"
+    "             max_tail_mass, or a noise floor missing or not below the budget is an\n"
+    "             error\n"
     "  complete   every run: a sweep must hold each layer's rows as its config's\n"
     "             layer_rows records them, an eval every (problem, mode, effort, sample)\n"
     "             of its plan; a missing row, or a config that records neither (an older\n"
@@ -224,6 +230,9 @@ static const char *loud(gate_verdict v)
     }
 }
 
+/* The runs.kind of `precgate diverge` (harness/cmd_diverge.c). */
+#define GATE_KIND_DIVERGE "diverge"
+
 /* Prints regressions, then errors, then the eval verdicts (few, and each states
  * its MDE; a "samples" check that passed is only counted), then the counts
  * per scope. */
@@ -241,6 +250,11 @@ static void print_summary(const gate_flags *f)
             !(f->v[i].verdict == GATE_VERDICT_PASS &&
               strcmp(f->v[i].metric, GATE_METRIC_SAMPLES) == 0))
             term_printf(stdout, "%-10s %-9s %s\n", loud(f->v[i].verdict), "eval", f->v[i].message);
+    for (size_t i = 0; i < f->n; i++)
+        if (f->v[i].scope == GATE_SCOPE_DIVERGENCE && f->v[i].verdict != GATE_VERDICT_REGRESSION &&
+            f->v[i].verdict != GATE_VERDICT_ERROR)
+            term_printf(stdout, "%-10s %-9s %s\n", loud(f->v[i].verdict), "divergence",
+                        f->v[i].message);
     /* The diagnosis's inconclusive verdicts say why no bug was named. */
     for (size_t i = 0; i < f->n; i++)
         if (f->v[i].verdict == GATE_VERDICT_INCONCLUSIVE &&
@@ -293,15 +307,19 @@ static pg_status gate_completeness(pg_store *store, const char *db_path, const g
     if (st == PG_OK) st = run_complete_check(store, run->id, run->kind, rs.config_json, &miss, err);
     if (st == PG_OK && (miss.unverifiable || miss.n_units > 0)) {
         const int is_eval = strcmp(run->kind, "eval") == 0;
+        const int is_diverge = strcmp(run->kind, GATE_KIND_DIVERGE) == 0;
         char cmd[RUN_COMPLETE_RESUME_MAX], remedy[RUN_COMPLETE_RESUME_MAX + 96];
         const int resumes = run_complete_resume(run->kind, run->id, rs.config_json, db_path,
                                                 cmd, sizeof cmd);
         snprintf(remedy, sizeof remedy, "%s%s, or %s again",
                  !resumes ? "" : miss.unverifiable ? "records it: " : "resume it: ", cmd,
-                 is_eval ? "run the eval" : "sweep the capture");
-        st = regress_incomplete(is_eval ? GATE_SCOPE_EVAL : GATE_SCOPE_LAYER, run->id,
-                                miss.unverifiable, miss.n_units, miss.n_expected,
-                                is_eval ? "samples" : "layers", miss.list, remedy, flags, err);
+                 is_eval ? "run the eval" : is_diverge ? "run diverge" : "sweep the capture");
+        st = regress_incomplete(is_eval ? GATE_SCOPE_EVAL
+                                : is_diverge ? GATE_SCOPE_DIVERGENCE
+                                             : GATE_SCOPE_LAYER,
+                                run->id, miss.unverifiable, miss.n_units, miss.n_expected,
+                                is_eval ? "samples" : is_diverge ? "scorings" : "layers", miss.list,
+                                remedy, flags, err);
     }
     store_run_state_free(&rs);
     return st;
@@ -465,6 +483,14 @@ static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base
                               const gate_config *cfg, gate_rows *rows, gate_rows *base,
                               gate_flags *flags, pg_err *err)
 {
+    if (strcmp(run->kind, GATE_KIND_DIVERGE) == 0) {
+        div_summary_stored *sm = NULL;
+        size_t n = 0;
+        pg_status st = divergence_store_read_summaries(store, run->id, &sm, &n, err);
+        if (st == PG_OK) st = regress_divergence(sm, n, cfg, flags, err);
+        divergence_store_summaries_free(sm, n);
+        return st;
+    }
     pg_status st = gate_store_load(store, run->id, rows, err);
     if (st == PG_OK && base_id >= 0) st = gate_store_load(store, base_id, base, err);
     /* Without a baseline run, base stays empty and base_id -1 (regress.h). */
@@ -525,7 +551,15 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     }
     int64_t base_id = -1;
     gate_content_diff mismatch = {0};
-    if (st == PG_OK) st = choose_baseline(store, a, &run, &base_id, &mismatch, err);
+    const int is_diverge = run.kind != NULL && strcmp(run.kind, GATE_KIND_DIVERGE) == 0;
+    if (st == PG_OK && is_diverge && a->baseline != NULL)
+        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline: run %" PRId64 " is a divergence run, "
+                     "and the comparison of divergence runs with a baseline run is not made yet; "
+                     "its budgets (the gate config's \"divergence\") judge it", run.id);
+    if (st == PG_OK && is_diverge)
+        term_printf(stdout, "baseline: none (divergence runs are judged by the gate config's "
+                    "budgets; their comparison with a baseline run is not made yet)\n");
+    else if (st == PG_OK) st = choose_baseline(store, a, &run, &base_id, &mismatch, err);
     if (st == PG_OK && base_id >= 0 && mismatch.field == NULL) {
         /* A sweep of the same capture name recorded again (new activations or
          * scales) is compared, and said so: that is how a scale regression
@@ -542,7 +576,9 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     gate_rows rows = {0}, base = {0};
     gate_flags flags = {0};
     const gate_scope base_scope = run.kind != NULL && strcmp(run.kind, "eval") == 0
-                                      ? GATE_SCOPE_EVAL : GATE_SCOPE_LAYER;
+                                      ? GATE_SCOPE_EVAL
+                                  : is_diverge ? GATE_SCOPE_DIVERGENCE
+                                               : GATE_SCOPE_LAYER;
     /* For CI: a first run's PASS compares nothing with an earlier run. */
     if (st == PG_OK && base_id < 0 && a->require_baseline)
         st = regress_no_baseline(base_scope, run.kind, run.id, &flags, err);

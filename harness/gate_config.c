@@ -16,7 +16,8 @@
 typedef enum bound_keys {
     KEYS_ANY_VARIANT,   /* layer scope: profiles, PROFILE~spec, ext:NAME */
     KEYS_VS_REFERENCE,  /* mode_pair abs: profiles and ext:NAME (no ~spec) */
-    KEYS_PAIRED_MODE    /* mode_pair ratio: as above, bf16 excluded */
+    KEYS_PAIRED_MODE,   /* mode_pair ratio: as above, bf16 excluded */
+    KEYS_SERVED_MODE    /* divergence: the mode names of --endpoint MODE=URL, as given */
 } bound_keys;
 
 
@@ -64,6 +65,8 @@ void gate_config_default(gate_config *c)
     c->layer.metrics = GATE_DEFAULT_LAYER_METRICS;
     c->mode_pair.rel_tol = GATE_DEFAULT_REL_TOL;
     c->eval.min_effect = GATE_DEFAULT_MIN_EFFECT;
+    c->divergence.max_tail_mass = GATE_DEFAULT_MAX_TAIL_MASS;
+    c->divergence.min_sequences = GATE_DEFAULT_MIN_SEQUENCES;
 }
 
 /* Parsing context: where messages say the error is. */
@@ -140,6 +143,21 @@ static pg_status apply_bounds(const parse_ctx *p, const cJSON *obj, const char *
     for (const cJSON *k = st == PG_OK ? obj->child : NULL; k != NULL && st == PG_OK; k = k->next) {
         char kp[GATE_PATH_MAX];
         join(kp, sizeof kp, path, k->string);
+        if (keys == KEYS_SERVED_MODE) {
+            /* A served mode is a server's name for itself, not a kernel profile. */
+            if (k->string[0] == '\0' || strlen(k->string) >= GATE_VARIANT_MAX)
+                return bad(p, kp, "a mode name of 1 to %d characters", GATE_VARIANT_MAX - 1);
+            if (cJSON_IsNull(k)) {
+                gate_bound_remove(b, k->string);
+                continue;
+            }
+            if (!cJSON_IsNumber(k) || !isfinite(k->valuedouble) || k->valuedouble < 0)
+                return bad(p, kp, "expected a number >= 0 or null");
+            if (b->n == GATE_MAX_BOUNDS && isnan(gate_bound_find(b, k->string)))
+                return bad(p, kp, "more than %d modes in one map", GATE_MAX_BOUNDS);
+            st = gate_bound_set(b, k->string, k->valuedouble, p->err);
+            continue;
+        }
         variant_name vn;
         pg_err why = {0};
         if (variant_name_parse(kp, k->string, &vn, &why) != PG_OK)
@@ -291,6 +309,36 @@ static pg_status apply_eval(const parse_ctx *p, const cJSON *o, gate_config *c)
     return st;
 }
 
+/* The "divergence" object. */
+static pg_status apply_divergence(const parse_ctx *p, const cJSON *o, gate_config *c)
+{
+    static const char *const keys[] = {"kld_mean", "same_top_min", "max_tail_mass",
+                                       "min_sequences", NULL};
+    pg_status st = check_object(p, o, "divergence", keys,
+                                "kld_mean, same_top_min, max_tail_mass, min_sequences");
+    const cJSON *v;
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "kld_mean")) != NULL)
+        st = apply_bounds(p, v, "divergence.kld_mean", KEYS_SERVED_MODE, &c->divergence.kld_mean);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "same_top_min")) != NULL)
+        st = apply_bounds(p, v, "divergence.same_top_min", KEYS_SERVED_MODE,
+                          &c->divergence.same_top_min);
+    for (size_t i = 0; st == PG_OK && i < c->divergence.same_top_min.n; i++)
+        if (c->divergence.same_top_min.b[i].value > 1)
+            return bad(p, "divergence.same_top_min", "'%s': a fraction in [0, 1]",
+                       c->divergence.same_top_min.b[i].variant);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "max_tail_mass")) != NULL)
+        st = get_number(p, v, "divergence.max_tail_mass", 0, 1, &c->divergence.max_tail_mass);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "min_sequences")) != NULL) {
+        double d = 0;
+        st = get_number(p, v, "divergence.min_sequences", GATE_DEFAULT_MIN_SEQUENCES,
+                        GATE_MAX_MIN_SEQUENCES, &d);
+        if (st == PG_OK && floor(d) != d)
+            return bad(p, "divergence.min_sequences", "expected an integer");
+        c->divergence.min_sequences = (int)d;
+    }
+    return st;
+}
+
 pg_status gate_config_parse(const char *text, const char *source, gate_config *c, pg_err *err)
 {
     if (text == NULL || source == NULL || c == NULL)
@@ -303,8 +351,8 @@ pg_status gate_config_parse(const char *text, const char *source, gate_config *c
         return pg_fail(err, PG_ERR_FORMAT, "%s: not valid JSON (at byte %zu)", source, at);
     }
     const parse_ctx p = {source, err};
-    static const char *const keys[] = {"layer", "mode_pair", "eval", NULL};
-    pg_status st = check_object(&p, root, "", keys, "layer, mode_pair, eval");
+    static const char *const keys[] = {"layer", "mode_pair", "eval", "divergence", NULL};
+    pg_status st = check_object(&p, root, "", keys, "layer, mode_pair, eval, divergence");
     const cJSON *v;
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(root, "layer")) != NULL)
         st = apply_layer(&p, v, c);
@@ -312,6 +360,8 @@ pg_status gate_config_parse(const char *text, const char *source, gate_config *c
         st = apply_mode_pair(&p, v, c);
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(root, "eval")) != NULL)
         st = apply_eval(&p, v, c);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(root, "divergence")) != NULL)
+        st = apply_divergence(&p, v, c);
     cJSON_Delete(root);
     return st;
 }

@@ -33,6 +33,13 @@
  *                                        in all; identical samples of two modes of
  *                                        one group pass, of any other two modes are
  *                                        an error (harness/regress.h)
+ *     },
+ *     "divergence": {                    a `precgate diverge` run (harness/regress.h)
+ *       "kld_mean": {"fp8kv": 0.01},     per served mode: budget on the mean KLD
+ *                                        against the reference (none by default)
+ *       "same_top_min": {"fp8kv": 0.95}, per served mode: least same-top fraction
+ *       "max_tail_mass": 0.05,           GATE_DEFAULT_MAX_TAIL_MASS
+ *       "min_sequences": 2               GATE_DEFAULT_MIN_SEQUENCES
  *     }
  *   }
  *
@@ -95,6 +102,19 @@ extern "C" {
  * points, one problem in 20. */
 #define GATE_DEFAULT_MIN_EFFECT 0.05
 
+/* Largest median tail mass (1 - top-K mass of the reference) at which the
+ * top-K KL bound still measures the KL: in a synthetic check the bound
+ * recovered 98.7-99% of the KL at a tail of 0.4-0.6% and 79-90% at 5-10%
+ * (../shared/reference/notes-divergence.md, "KL from top-K logprobs"); past
+ * 5% most of what is missed may be in the tail, and the verdict is an
+ * error naming --top-k. */
+#define GATE_DEFAULT_MAX_TAIL_MASS 0.05
+/* Fewest sequences a divergence verdict is drawn from: the SE is clustered
+ * by sequence (positions within one are not independent), and it needs two. */
+#define GATE_DEFAULT_MIN_SEQUENCES 2
+/* Largest divergence.min_sequences taken (a typo beyond it). */
+#define GATE_MAX_MIN_SEQUENCES 1000000
+
 /* Longest variant name kept, NUL included (layer_metrics allows ext:NAME). */
 #define GATE_VARIANT_MAX 64
 /* Most variants one bound map holds. */
@@ -137,6 +157,12 @@ typedef struct gate_config {
         } identical[GATE_MAX_IDENTICAL];
         size_t n_identical; /* modes listed (each once) */
     } eval;
+    struct {
+        gate_bounds kld_mean;       /* per served mode: budget on the mean KLD */
+        gate_bounds same_top_min;   /* per served mode: least same-top, in [0, 1] */
+        double max_tail_mass;       /* in [0, 1] */
+        int min_sequences;          /* >= GATE_DEFAULT_MIN_SEQUENCES */
+    } divergence;
 } gate_config;
 
 /* Fills c with the defaults above (tolerances; no bound in any map). */

@@ -1113,3 +1113,131 @@ int regress_exit_status(const gate_flags *f)
     if (counts[GATE_VERDICT_REGRESSION] > 0) return GATE_EXIT_REGRESSION;
     return GATE_EXIT_PASS;
 }
+
+/* The MDE of a one-sample comparison with standard error se: the smallest
+ * true exceedance found at 80% power, alpha .05 two-sided (evals/score.h). */
+static double mde_of(double se)
+{
+    return (EVAL_Z_975 + EVAL_Z_80) * se;
+}
+
+/* The budget flags of one mode m against floor (NULL: none measured). */
+static pg_status divergence_budgets(const div_summary_stored *m, const div_summary_stored *floor,
+                                    const gate_config *cfg, gate_flags *out, pg_err *err)
+{
+    const div_summary *d = &m->s;
+    const double b = gate_bound_find(&cfg->divergence.kld_mean, m->mode);
+    const double st_min = gate_bound_find(&cfg->divergence.same_top_min, m->mode);
+    flag_spec s = {.scope = GATE_SCOPE_DIVERGENCE, .layer = -1, .variant = m->mode,
+                   .mode = m->mode, .value = NAN, .baseline_value = NAN, .threshold = NAN};
+    pg_status st = PG_OK;
+    if (isnan(b) && isnan(st_min)) {
+        s.metric = GATE_METRIC_BUDGET;
+        s.verdict = GATE_VERDICT_ERROR;
+        return push(out, &s, err, "%s against %s: no budget in the gate config (divergence."
+                    "kld_mean.%s, divergence.same_top_min.%s) and no comparison with a baseline "
+                    "run for divergence runs yet, so nothing judges its mean KLD %.6g: an "
+                    "error, never a pass", m->mode, m->reference, m->mode, m->mode, d->kld_mean);
+    }
+    if (!isnan(b)) {
+        s.metric = GATE_METRIC_KLD_MEAN;
+        s.value = d->kld_mean;
+        s.threshold = b;
+        s.baseline_value = floor ? floor->s.kld_mean : NAN;
+        const double mde = mde_of(d->kld_mean_se);
+        if (floor == NULL || !(floor->s.kld_mean < b)) {
+            s.verdict = GATE_VERDICT_ERROR;
+            st = floor == NULL
+                     ? push(out, &s, err, "%s against %s: mean KLD %.6g against budget %.6g, but "
+                            "no noise floor was measured (diverge --no-noise-floor): the budget "
+                            "cannot be told from serving noise", m->mode, m->reference,
+                            d->kld_mean, b)
+                     : push(out, &s, err, "%s against %s: the noise floor (%s scored again: mean "
+                            "KLD %.6g) is not below the budget %.6g: at this budget the gate "
+                            "cannot tell %s from batching noise (equal server flags, "
+                            "--no-enable-prefix-caching, or a larger budget)", m->mode,
+                            m->reference, floor->mode, floor->s.kld_mean, b, m->mode);
+        } else if (isnan(d->kld_ci_low)) {
+            s.verdict = GATE_VERDICT_ERROR;
+            st = push(out, &s, err, "%s against %s: mean KLD %.6g has no interval (%zu "
+                      "sequences): no verdict against budget %.6g", m->mode, m->reference,
+                      d->kld_mean, d->n_sequences, b);
+        } else {
+            s.verdict = d->kld_ci_low > b    ? GATE_VERDICT_REGRESSION
+                        : d->kld_ci_high <= b ? GATE_VERDICT_PASS
+                                              : GATE_VERDICT_INCONCLUSIVE;
+            st = push(out, &s, err, "%s against %s: mean KLD %.6g, 95%% CI [%.6g, %.6g] over "
+                      "%zu sequences, %s the budget %.6g (MDE %.3g; noise floor %.3g)", m->mode,
+                      m->reference, d->kld_mean, d->kld_ci_low, d->kld_ci_high, d->n_sequences,
+                      s.verdict == GATE_VERDICT_REGRESSION ? "above"
+                      : s.verdict == GATE_VERDICT_PASS     ? "within"
+                                                           : "straddling",
+                      b, mde, floor->s.kld_mean);
+        }
+    }
+    if (st == PG_OK && !isnan(st_min)) {
+        s.metric = GATE_METRIC_SAME_TOP;
+        s.value = d->same_top;
+        s.threshold = st_min;
+        s.baseline_value = floor ? floor->s.same_top : NAN;
+        const double se = isnan(d->same_top_se) ? NAN : d->same_top_se;
+        if (isnan(se) || isnan(d->same_top)) {
+            s.verdict = GATE_VERDICT_ERROR;
+            st = push(out, &s, err, "%s against %s: same top %.4g has no SE (%zu sequences): no "
+                      "verdict against its least %.4g", m->mode, m->reference, d->same_top,
+                      d->n_sequences, st_min);
+        } else {
+            s.verdict = d->same_top + EVAL_Z_975 * se < st_min    ? GATE_VERDICT_REGRESSION
+                        : d->same_top - EVAL_Z_975 * se >= st_min ? GATE_VERDICT_PASS
+                                                                  : GATE_VERDICT_INCONCLUSIVE;
+            st = push(out, &s, err, "%s against %s: same top %.4f ± %.4f (SE) %s the least "
+                      "%.4f (MDE %.3g)", m->mode, m->reference, d->same_top, se,
+                      s.verdict == GATE_VERDICT_REGRESSION ? "below"
+                      : s.verdict == GATE_VERDICT_PASS     ? "at or above"
+                                                           : "straddling",
+                      st_min, mde_of(se));
+        }
+    }
+    return st;
+}
+
+pg_status regress_divergence(const div_summary_stored *sm, size_t n, const gate_config *cfg,
+                             gate_flags *out, pg_err *err)
+{
+    if ((sm == NULL && n > 0) || cfg == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_divergence: NULL argument");
+    const div_summary_stored *floor = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(sm[i].role, div_role_name(DIV_ROLE_FLOOR)) == 0) floor = &sm[i];
+    pg_status st = PG_OK;
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        const div_summary_stored *m = &sm[i];
+        if (m == floor) continue;
+        flag_spec s = {.scope = GATE_SCOPE_DIVERGENCE, .layer = -1, .variant = m->mode,
+                       .mode = m->mode, .value = NAN, .baseline_value = NAN, .threshold = NAN};
+        if ((int64_t)m->s.n_sequences < cfg->divergence.min_sequences) {
+            s.metric = GATE_METRIC_SEQUENCES;
+            s.value = (double)m->s.n_sequences;
+            s.threshold = cfg->divergence.min_sequences;
+            s.verdict = GATE_VERDICT_ERROR;
+            st = push(out, &s, err, "%s against %s: %zu sequences, fewer than the %d a verdict "
+                      "needs (divergence.min_sequences; the SE is clustered by sequence)",
+                      m->mode, m->reference, m->s.n_sequences, cfg->divergence.min_sequences);
+            continue;
+        }
+        if (!(m->s.tail_mass_median <= cfg->divergence.max_tail_mass)) {
+            s.metric = GATE_METRIC_TAIL_MASS;
+            s.value = m->s.tail_mass_median;
+            s.threshold = cfg->divergence.max_tail_mass;
+            s.verdict = GATE_VERDICT_ERROR;
+            st = push(out, &s, err, "%s against %s: median tail mass %.4g is above %.4g "
+                      "(divergence.max_tail_mass): the top-%lld KL bound may miss most of the "
+                      "KL, so it judges nothing (score again with a larger --top-k)", m->mode,
+                      m->reference, m->s.tail_mass_median, cfg->divergence.max_tail_mass,
+                      (long long)m->top_k);
+            continue;
+        }
+        st = divergence_budgets(m, floor, cfg, out, err);
+    }
+    return st;
+}

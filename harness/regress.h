@@ -196,6 +196,7 @@
 
 #include "diag_verdict.h"
 #include "gate_config.h"
+#include "db/divergence_store.h"
 #include "db/eval_store.h"
 #include "db/gate_store.h"
 #include "base/status.h"
@@ -336,6 +337,27 @@ pg_status regress_incomplete(gate_scope scope, int64_t run_id, int unverifiable,
                              int64_t n_missing, int64_t n_expected, const char *unit,
                              const char *list, const char *remedy, gate_flags *out,
                              pg_err *err);
+
+/* Appends the divergence-scope flags of a `precgate diverge` run (its
+ * div_summaries rows sm[0..n): role "mode" rows are judged, the "floor"
+ * row is the noise floor), per mode M, key (variant = mode = M), against
+ * cfg->divergence:
+ *   - "sequences": error when M's summary holds fewer than min_sequences
+ *     sequences (the SE is clustered by sequence);
+ *   - "tail_mass": error when M's median tail mass is above max_tail_mass
+ *     (the top-K bound no longer measures the KL: raise --top-k);
+ *   - "kld_mean" with a budget b (kld_mean.M): regression when the 95%
+ *     interval's low end is above b, pass when its high end is at most b,
+ *     else inconclusive; each message states the MDE, 2.80 SE (80% power at
+ *     alpha .05); an error when the noise floor is missing or not below b
+ *     (the gate cannot tell M from serving noise at that budget);
+ *   - "same_top" with a least fraction m (same_top_min.M): regression when
+ *     same_top + z SE < m, pass when same_top - z SE >= m, else inconclusive;
+ *   - "budget": error when M has neither budget (nothing judges it: the
+ *     comparison with a baseline run is not made for divergence runs yet).
+ * PG_ERR_INTERNAL for a NULL argument; PG_ERR_NOMEM. */
+pg_status regress_divergence(const div_summary_stored *sm, size_t n, const gate_config *cfg,
+                             gate_flags *out, pg_err *err);
 
 /* Appends the layer-scope "scale_bug" flags (the top of this file) of the
  * diagnosis spans[0..n_spans) (diag_spans of the run's ext_diagnosis rows)

@@ -1,6 +1,8 @@
 /* run_complete.c: the rows a run's config implies and those it lacks (see run_complete.h). */
 #include "run_complete.h"
 
+#include "db/divergence_store.h"
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -271,6 +273,48 @@ static pg_status check_eval(pg_store *s, int64_t run_id, const cJSON *cfg, run_m
     return st;
 }
 
+/* A diverge run (harness/cmd_diverge.c's config: "reference", "modes",
+ * "noise_floor"): every stored sequence scored by every mode (pass 0) and,
+ * with the floor, by the reference again (pass 1); a unit is one (mode,
+ * pass, sequence). A run that stored no sequence lacks them all. */
+static pg_status check_diverge(pg_store *s, int64_t run_id, const cJSON *cfg, run_missing *out,
+                               pg_err *err)
+{
+    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(cfg, "modes");
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(cfg, "reference");
+    const cJSON *floor_on = cJSON_GetObjectItemCaseSensitive(cfg, "noise_floor");
+    if (!cJSON_IsArray(modes) || !cJSON_IsString(ref) || !cJSON_IsBool(floor_on))
+        return unverifiable(out, "\"modes\", \"reference\" and \"noise_floor\"");
+    div_sequence_stored *seqs = NULL;
+    size_t n_seq = 0;
+    pg_status st = divergence_store_read_sequences(s, run_id, &seqs, &n_seq, err);
+    int listed = 0;
+    if (st == PG_OK && n_seq == 0) {
+        out->n_units = out->n_expected = 1;
+        list_unit(out, &listed, "no sequence stored (the run stopped before scoring)");
+    }
+    for (size_t i = 0; st == PG_OK && i < n_seq; i++) {
+        for (const cJSON *m = modes->child; st == PG_OK && m != NULL; m = m->next) {
+            if (!cJSON_IsString(m)) continue;
+            const int passes = cJSON_IsTrue(floor_on) && strcmp(m->valuestring, ref->valuestring) == 0
+                                   ? 2 : 1;
+            for (int pass = 0; st == PG_OK && pass < passes; pass++) {
+                int has = 0;
+                st = divergence_store_has_scores(s, run_id, m->valuestring, pass, seqs[i].seq_id,
+                                                 &has, err);
+                out->n_expected++;
+                if (st == PG_OK && !has) {
+                    out->n_units++;
+                    list_unit(out, &listed, "%s%s of sequence '%s'", m->valuestring,
+                              pass ? " (noise floor)" : "", seqs[i].seq_id);
+                }
+            }
+        }
+    }
+    divergence_store_sequences_free(seqs, n_seq);
+    return st;
+}
+
 pg_status run_complete_check(pg_store *s, int64_t run_id, const char *kind,
                              const char *config_json, run_missing *out, pg_err *err)
 {
@@ -279,6 +323,8 @@ pg_status run_complete_check(pg_store *s, int64_t run_id, const char *kind,
     pg_status st;
     if (!cJSON_IsObject(cfg)) st = unverifiable(out, "readable object");
     else if (kind != NULL && strcmp(kind, "eval") == 0) st = check_eval(s, run_id, cfg, out, err);
+    else if (kind != NULL && strcmp(kind, "diverge") == 0)
+        st = check_diverge(s, run_id, cfg, out, err);
     else st = check_sweep(s, run_id, cfg, out, err);
     cJSON_Delete(cfg);
     return st;
@@ -297,6 +343,11 @@ int run_complete_resume(const char *kind, int64_t run_id, const char *config_jso
                  "in its shard database and merge the parts again into a fresh database",
                  (long long)run_id, db);
         return 0;
+    }
+    if (kind != NULL && strcmp(kind, "diverge") == 0) {
+        snprintf(buf, len, "precgate diverge --resume %lld --db %s, with its --endpoint and "
+                 "--sequences", (long long)run_id, db);
+        return 1;
     }
     if (kind != NULL && strcmp(kind, "eval") == 0) {
         snprintf(buf, len, "precgate eval --resume %lld --db %s, with its options: "

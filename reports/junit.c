@@ -101,7 +101,9 @@ static void write_testcase(FILE *out, const gate_flag *const *g, size_t n)
 {
     const gate_flag *k = g[0];
     fprintf(out, "    <testcase classname=\"precgate.%s\" name=\"", gate_scope_name(k->scope));
-    if (k->scope == GATE_SCOPE_EVAL) {
+    if (k->scope == GATE_SCOPE_DIVERGENCE) {
+        junit_escape(out, k->mode, 1);
+    } else if (k->scope == GATE_SCOPE_EVAL) {
         junit_escape(out, k->eval, 1);
         fputc(' ', out);
         junit_escape(out, k->effort, 1);

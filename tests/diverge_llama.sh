@@ -4,7 +4,8 @@
 # modes of a real server. precgate's mean KLD and same-top are checked
 # against an independent computation (tests/py/kl_from_llama.py: the same
 # positions asked of the same servers, the partition bound computed there),
-# and a q4_0 KV cache must diverge more than the f16 server's noise floor.
+# a q4_0 KV cache must diverge more than the f16 server's noise floor, and the
+# gate must fail a tight kld_mean budget for it and pass an identical pair.
 #
 #   diverge_llama.sh PRECGATE SOURCE_DIR
 #
@@ -50,7 +51,22 @@ U2=http://127.0.0.1:$P2
 # are in the top K and dp and the PPL ratio are defined.
 python3 "$SRC/tests/py/kl_from_llama.py" sequences "$U1" >"$WORK/seqs.jsonl"
 
-"$PRECGATE" diverge --endpoint "bf16=$U1" --endpoint "q4kv=$U2" --sequences "$WORK/seqs.jsonl" \
+# "same" is the f16 server again under another name: an identical pair.
+"$PRECGATE" diverge --endpoint "bf16=$U1" --endpoint "q4kv=$U2" --endpoint "same=$U1" --sequences "$WORK/seqs.jsonl" \
   --db "$WORK/d.db" --no-progress --output "$WORK/out.json" --concurrency 2
 
 python3 "$SRC/tests/py/kl_from_llama.py" check "$U1" "$U2" "$WORK/seqs.jsonl" "$WORK/out.json"
+
+# The gate: a tight kld_mean budget fails q4_0 KV (exit 1) and passes the identical pair.
+echo '{"divergence": {"kld_mean": {"q4kv": 0.001, "same": 0.001}}}' >"$WORK/gate.json"
+set +e
+"$PRECGATE" gate --run 1 --db "$WORK/d.db" --config "$WORK/gate.json" >"$WORK/gate.out" 2>&1
+rc=$?
+set -e
+cat "$WORK/gate.out"
+[ "$rc" = 1 ] || { echo "FAIL: gate exit $rc, want 1 (q4_0 KV over a 0.001 budget)"; exit 1; }
+grep -q "^REGRESSION divergence q4kv against bf16" "$WORK/gate.out" ||
+  { echo "FAIL: no q4kv regression"; exit 1; }
+grep -q "^pass       divergence same against bf16" "$WORK/gate.out" ||
+  { echo "FAIL: the identical pair did not pass"; exit 1; }
+echo "diverge_llama: ok"

@@ -708,7 +708,7 @@ Test(regress, config_errors_name_the_key_or_path)
     static const struct {
         const char *json, *want;
     } cases[] = {
-        {"{\"layr\": {}}", "g.json: layr: unknown key (expected layer, mode_pair, eval)"},
+        {"{\"layr\": {}}", "g.json: layr: unknown key (expected layer, mode_pair, eval, divergence)"},
         {"{\"layer\": {\"tolerance\": 1}}", "g.json: layer.tolerance: unknown key"},
         {"{\"layer\": {\"abs\": {\"fp8kv\": \"4e-2\"}}}",
          "g.json: layer.abs.fp8kv: expected a number >= 0 or null"},
