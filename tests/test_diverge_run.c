@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "db/divergence_store.h"
 #include "db/store.h"
@@ -64,6 +68,7 @@ typedef struct fake_model {
     double shift;
     fault fault;
     int llama;          /* speak llama-server */
+    int delay_ms;       /* before each scoring reply (a slow server) */
 } fake_model;
 
 /* "Tokenizes" text: one id per byte, mod V (FAULT_TOKENIZER: shifted by one). */
@@ -180,6 +185,7 @@ static char *handle(void *ctx, const char *path, const char *body, size_t len, i
 {
     const fake_model *m = ctx;
     if (strcmp(path, "/tokenize") == 0) return tokenize_reply(m, body, len);
+    if (m->delay_ms > 0) usleep((useconds_t)m->delay_ms * 1000);
     cJSON *req = cJSON_ParseWithLength(body, len);
     char *out = NULL;
     if (req == NULL) {
@@ -538,6 +544,75 @@ Test(diverge_run, a_mode_without_a_sequence_cannot_be_compared)
     cr_assert_eq(diverge_compare(s, run, "bf16", modes, 2, V, &err), PG_ERR_FORMAT);
     cr_assert(strstr(err.msg, "mode fp8kv has no scores of sequence 's2'"), "%s", err.msg);
     store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
+}
+
+/* The integer sql gives on the database (-1 when it cannot be read yet). */
+static long long db_count(const char *sql)
+{
+    sqlite3 *db = NULL;
+    long long v = -1;
+    if (sqlite3_open_v2(g_db, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+            v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return v;
+}
+
+/* Sequences of the kill test: more than a second of slow scoring. */
+#define KILL_SEQUENCES 24
+/* Scorings of the kill test: every sequence by bf16, fp8kv and the floor. */
+#define KILL_SCORINGS (3 * KILL_SEQUENCES)
+
+Test(diverge_run, kill_9_during_scoring_then_resume_loses_nothing_and_scores_nothing_twice)
+{
+    FILE *f = fopen(g_seqs, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < KILL_SEQUENCES; i++)
+        fprintf(f, "{\"id\":\"k%02d\",\"tokens\":[%d,%d,%d,%d,%d,%d]}\n", i, i % V, (i + 3) % V,
+                (i * 7) % V, 5, (i + 11) % V, 2);
+    fclose(f);
+    fake_model ref = {.shift = 0, .delay_ms = 40}, mode = {.shift = 0.8, .delay_ms = 40};
+    fake_server a, b;
+    serve(&a, &ref);
+    serve(&b, &mode);
+    char args[3 * PATH_MAX];
+    snprintf(args, sizeof args, "diverge --endpoint bf16=http://127.0.0.1:%d --endpoint "
+             "fp8kv=http://127.0.0.1:%d --sequences '%s' --db '%s' --no-progress --top-k %d "
+             "--concurrency 1 --ready-timeout 5", a.port, b.port, g_seqs, g_db, V);
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof log, "%s/diverge.log", tu_dir);
+    const int pid = tu_spawn_precgate(args, log, NULL);
+    cr_assert(pid > 0);
+    /* Kill -9 once some, not all, scorings are stored. */
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    long long stored = -1;
+    for (int k = 0; k < 500 && (stored = db_count("SELECT count(*) FROM div_scores")) < 10; k++)
+        nanosleep(&nap, NULL);
+    cr_assert_geq(stored, 10, "scoring did not start");
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    stored = db_count("SELECT count(*) FROM div_scores");
+    cr_assert(stored >= 10 && stored < KILL_SCORINGS, "stored %lld of %d at the kill", stored,
+              KILL_SCORINGS);
+    const int hits = a.routes[3].hits + b.routes[3].hits;
+    char *out = NULL;
+    char resume[3 * PATH_MAX + 32];
+    snprintf(resume, sizeof resume, "%s --resume 1", args);
+    const int rc = tu_run_precgate(resume, &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    /* The resume sent exactly what was missing: nothing lost, nothing twice. */
+    const int sent = a.routes[3].hits + b.routes[3].hits - hits;
+    cr_assert_eq(sent, KILL_SCORINGS - stored, "resume sent %d, %lld were missing: %s", sent,
+                 KILL_SCORINGS - stored, out);
+    cr_assert_eq(db_count("SELECT count(*) FROM div_scores"), KILL_SCORINGS);
+    cr_assert_eq(db_count("SELECT count(*) FROM div_summaries"), 2);
+    cr_assert(strstr(out, "run 1 complete") != NULL, "%s", out);
+    free(out);
     fs_stop(&a);
     fs_stop(&b);
 }
