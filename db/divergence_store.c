@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le_pack.h"
 #include "sql_util.h"
 
 /* Bytes of one stored token (int32, little-endian). */
@@ -22,72 +23,32 @@ const char *div_role_name(div_role r)
     return "?";
 }
 
-/* ---- little-endian packing, whatever the host ----------------------- */
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static void put_f64(unsigned char *p, double d)
-{
-    uint64_t v;
-    memcpy(&v, &d, sizeof v);
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static double get_f64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    double d;
-    memcpy(&d, &v, sizeof d);
-    return d;
-}
-
-static void put_i32(unsigned char *p, int32_t v) { put_u32(p, (uint32_t)v); }
-
-static int32_t get_i32(const unsigned char *p)
-{
-    uint32_t u = get_u32(p);
-    int32_t v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-
 /* The offsets of a position's fields in its DIV_POSITION_BYTES. */
 enum { OFF_KLD = 0, OFF_TAIL = 8, OFF_LP = 16, OFF_LQ = 24, OFF_DLOGPROB = 32, OFF_DP = 40,
        OFF_TOP_P = 48, OFF_TOP_Q = 52 };
 
 static void pack_position(unsigned char *p, const div_position *d)
 {
-    put_f64(p + OFF_KLD, d->kld_lb);
-    put_f64(p + OFF_TAIL, d->tail_p);
-    put_f64(p + OFF_LP, d->lp);
-    put_f64(p + OFF_LQ, d->lq);
-    put_f64(p + OFF_DLOGPROB, d->dlogprob);
-    put_f64(p + OFF_DP, d->dp);
-    put_i32(p + OFF_TOP_P, d->top_p);
-    put_i32(p + OFF_TOP_Q, d->top_q);
+    le_put_f64(p + OFF_KLD, d->kld_lb);
+    le_put_f64(p + OFF_TAIL, d->tail_p);
+    le_put_f64(p + OFF_LP, d->lp);
+    le_put_f64(p + OFF_LQ, d->lq);
+    le_put_f64(p + OFF_DLOGPROB, d->dlogprob);
+    le_put_f64(p + OFF_DP, d->dp);
+    le_put_i32(p + OFF_TOP_P, d->top_p);
+    le_put_i32(p + OFF_TOP_Q, d->top_q);
 }
 
 static void unpack_position(const unsigned char *p, div_position *d)
 {
-    d->kld_lb = get_f64(p + OFF_KLD);
-    d->tail_p = get_f64(p + OFF_TAIL);
-    d->lp = get_f64(p + OFF_LP);
-    d->lq = get_f64(p + OFF_LQ);
-    d->dlogprob = get_f64(p + OFF_DLOGPROB);
-    d->dp = get_f64(p + OFF_DP);
-    d->top_p = get_i32(p + OFF_TOP_P);
-    d->top_q = get_i32(p + OFF_TOP_Q);
+    d->kld_lb = le_get_f64(p + OFF_KLD);
+    d->tail_p = le_get_f64(p + OFF_TAIL);
+    d->lp = le_get_f64(p + OFF_LP);
+    d->lq = le_get_f64(p + OFF_LQ);
+    d->dlogprob = le_get_f64(p + OFF_DLOGPROB);
+    d->dp = le_get_f64(p + OFF_DP);
+    d->top_p = le_get_i32(p + OFF_TOP_P);
+    d->top_q = le_get_i32(p + OFF_TOP_Q);
     d->same_top = d->top_p == d->top_q;
 }
 
@@ -120,7 +81,7 @@ pg_status divergence_store_put_sequence(pg_store *s, int64_t run_id, const char 
     if (blob == NULL)
         return pg_fail(err, PG_ERR_NOMEM, "%s: sequence '%s': out of memory", sql_db_path(db),
                        seq_id);
-    for (size_t i = 0; i < n; i++) put_i32(blob + i * DIV_TOKEN_BYTES, tokens[i]);
+    for (size_t i = 0; i < n; i++) le_put_i32(blob + i * DIV_TOKEN_BYTES, tokens[i]);
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_cached(s, SQL_PUT_SEQUENCE, &st, err);
     if (ps == PG_OK) {
@@ -172,7 +133,7 @@ static pg_status read_sequence_row(sqlite3_stmt *st, div_sequence_stored *r, pg_
     if (r->tokens == NULL)
         return pg_fail(err, PG_ERR_NOMEM, "%s: read sequence '%s': out of memory",
                        sql_db_path(db), r->seq_id);
-    for (size_t i = 0; i < r->n_tokens; i++) r->tokens[i] = get_i32(blob + i * DIV_TOKEN_BYTES);
+    for (size_t i = 0; i < r->n_tokens; i++) r->tokens[i] = le_get_i32(blob + i * DIV_TOKEN_BYTES);
     return PG_OK;
 }
 
@@ -519,13 +480,13 @@ pg_status divergence_store_put_scores(pg_store *s, int64_t run_id, const char *m
                        seq_id);
     for (size_t i = 0; i < sc->n; i++) {
         const size_t n_top = sc->top_at[i + 1] - sc->top_at[i];
-        put_i32(p, sc->given[i]);
-        put_u32(p + 4, (uint32_t)n_top);
-        put_f64(p + 8, sc->given_lp[i]);
+        le_put_i32(p, sc->given[i]);
+        le_put_u32(p + 4, (uint32_t)n_top);
+        le_put_f64(p + 8, sc->given_lp[i]);
         p += SCORE_HEAD_BYTES;
         for (size_t k = sc->top_at[i]; k < sc->top_at[i + 1]; k++) {
-            put_i32(p, sc->entries[k].id);
-            put_f64(p + 4, sc->entries[k].logprob);
+            le_put_i32(p, sc->entries[k].id);
+            le_put_f64(p + 4, sc->entries[k].logprob);
             p += SCORE_ENTRY_BYTES;
         }
     }
@@ -560,9 +521,9 @@ static pg_status unpack_scores(sqlite3 *db, const unsigned char *blob, size_t by
     pg_status ps = PG_OK;
     for (int64_t i = 0; i < count && ps == PG_OK; i++) {
         if (bytes - at < SCORE_HEAD_BYTES) break;
-        const int32_t given = get_i32(blob + at);
-        const size_t n_top = get_u32(blob + at + 4);
-        const double lp = get_f64(blob + at + 8);
+        const int32_t given = le_get_i32(blob + at);
+        const size_t n_top = le_get_u32(blob + at + 4);
+        const double lp = le_get_f64(blob + at + 8);
         at += SCORE_HEAD_BYTES;
         if (n_top > (bytes - at) / SCORE_ENTRY_BYTES) {
             at = bytes + 1;  /* past the end: damaged */
@@ -573,7 +534,7 @@ static pg_status unpack_scores(sqlite3 *db, const unsigned char *blob, size_t by
             break;
         }
         for (size_t k = 0; k < n_top; k++, at += SCORE_ENTRY_BYTES)
-            sc->entries[sc->n_entries++] = (div_entry){get_i32(blob + at), get_f64(blob + at + 4)};
+            sc->entries[sc->n_entries++] = (div_entry){le_get_i32(blob + at), le_get_f64(blob + at + 4)};
         sc->given[sc->n] = given;
         sc->given_lp[sc->n] = lp;
         sc->top_at[++sc->n] = sc->n_entries;

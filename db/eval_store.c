@@ -1,6 +1,7 @@
 /* eval_store.c: eval_samples, eval_scores and eval_pairs in the store (see eval_store.h). */
 #include "eval_store.h"
 
+#include "le_pack.h"
 #include "sql_util.h"
 
 #include <inttypes.h>
@@ -20,15 +21,21 @@
 static const char SQL_SAMPLE_UPSERT[] =
     "INSERT INTO eval_samples (run_id, eval, mode, effort, problem_id, sample, status,"
     " attempts, latency_ms, finish_reason, prompt_tokens, completion_tokens, content,"
-    " extracted, correct, error, server)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+    " extracted, correct, error, server, prompt_token_ids, token_ids, token_ids_error)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
+    " ?18, ?19, ?20)"
     " ON CONFLICT (run_id, eval, mode, effort, problem_id, sample) DO UPDATE SET"
     " status = excluded.status, attempts = excluded.attempts,"
     " latency_ms = excluded.latency_ms, finish_reason = excluded.finish_reason,"
     " prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,"
     " content = excluded.content, extracted = excluded.extracted,"
-    " correct = excluded.correct, error = excluded.error, server = excluded.server"
+    " correct = excluded.correct, error = excluded.error, server = excluded.server,"
+    " prompt_token_ids = excluded.prompt_token_ids, token_ids = excluded.token_ids,"
+    " token_ids_error = excluded.token_ids_error"
     " WHERE eval_samples.status = 'error'";
+
+/* Bytes of one stored token id (int32, little-endian). */
+#define TOKEN_ID_BYTES 4
 
 static const char SQL_SAMPLE_STATUS[] =
     "SELECT status FROM eval_samples WHERE run_id = ?1 AND eval = ?2 AND mode = ?3"
@@ -194,9 +201,25 @@ pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_r
                        sql_db_path(db), what, status, r->correct);
     }
 
+    unsigned char *ids_blob[2] = {NULL, NULL};
+    const int32_t *const ids[2] = {r->prompt_token_ids, r->token_ids};
+    const size_t n_ids[2] = {r->n_prompt_token_ids, r->n_token_ids};
+    for (int k = 0; k < 2; k++) {
+        if (ids[k] == NULL) continue;
+        ids_blob[k] = malloc(n_ids[k] * TOKEN_ID_BYTES + 1);
+        if (ids_blob[k] == NULL) {
+            free(ids_blob[0]);
+            return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory for token ids", sql_db_path(db));
+        }
+        for (size_t i = 0; i < n_ids[k]; i++) le_put_i32(ids_blob[k] + i * TOKEN_ID_BYTES, ids[k][i]);
+    }
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_cached(s, SQL_SAMPLE_UPSERT, &st, err);
-    if (ps != PG_OK) return ps;
+    if (ps != PG_OK) {
+        free(ids_blob[0]);
+        free(ids_blob[1]);
+        return ps;
+    }
     sql_binder b = sql_bind_start(st);
     bind_key(&b, run_id, r->eval, r->mode, r->effort, r->problem_id, r->sample);
     sql_bind_text(&b, status);
@@ -212,8 +235,17 @@ pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_r
     else sql_bind_null(&b);
     sql_bind_text(&b, r->error);
     sql_bind_text(&b, r->server);
+    for (int k = 0; k < 2; k++) {
+        if (ids_blob[k] != NULL) sql_bind_blob(&b, ids_blob[k], n_ids[k] * TOKEN_ID_BYTES);
+        else sql_bind_null(&b);
+    }
+    sql_bind_text(&b, r->token_ids_error);
     const int all_bound = b.next - 1 == sqlite3_bind_parameter_count(st);
     const int rc = b.rc == SQLITE_OK && all_bound ? sqlite3_step(st) : b.rc;
+    /* SQLITE_STATIC blobs: bound until the step; the statement is reset below. */
+    sqlite3_clear_bindings(st);
+    free(ids_blob[0]);
+    free(ids_blob[1]);
     if (rc == SQLITE_DONE) {
         sql_release(st);
         /* The upsert's WHERE keeps an ok/truncated row: no error, no change. */
@@ -784,4 +816,93 @@ pg_status eval_store_read_mode_agreement(pg_store *s, int64_t run_id, const char
 void eval_store_mode_agreement_free(eval_mode_agreement *rows, size_t n)
 {
     sql_rows_free(&AGREEMENT_ROW, rows, n);
+}
+
+static const char SQL_READ_TOKEN_IDS[] =
+    "SELECT eval, mode, effort, problem_id, sample, status, prompt_token_ids, token_ids, "
+    "token_ids_error FROM eval_samples WHERE run_id = ?1 "
+    "ORDER BY eval, mode, effort, problem_id, sample";
+
+void eval_store_token_ids_free(eval_token_ids *rows, size_t n)
+{
+    if (rows == NULL) return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].eval);
+        free(rows[i].mode);
+        free(rows[i].effort);
+        free(rows[i].problem_id);
+        free(rows[i].status);
+        free(rows[i].prompt_token_ids);
+        free(rows[i].token_ids);
+        free(rows[i].token_ids_error);
+    }
+    free(rows);
+}
+
+/* Column col of st (a blob of int32 LE, or NULL) into *ids / *n. */
+static pg_status read_ids_column(sqlite3_stmt *st, int col, const eval_token_ids *r,
+                                 int32_t **ids, size_t *n, pg_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) return PG_OK;
+    const unsigned char *blob = sqlite3_column_blob(st, col);
+    const size_t bytes = (size_t)sqlite3_column_bytes(st, col);
+    sqlite3 *db = sqlite3_db_handle(st);
+    if (bytes % TOKEN_ID_BYTES != 0)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: eval_samples %s/%s/%s/%s#%d: %s of %zu bytes is "
+                       "no int32 array (a damaged file)", sql_db_path(db), r->eval, r->mode,
+                       r->effort, r->problem_id, r->sample, sqlite3_column_name(st, col), bytes);
+    *ids = malloc(bytes + 1);
+    if (*ids == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", sql_db_path(db));
+    *n = bytes / TOKEN_ID_BYTES;
+    for (size_t i = 0; i < *n; i++) (*ids)[i] = le_get_i32(blob + i * TOKEN_ID_BYTES);
+    return PG_OK;
+}
+
+pg_status eval_store_read_token_ids(pg_store *s, int64_t run_id, eval_token_ids **rows, size_t *n,
+                                    pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "eval_store_read_token_ids", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (rows == NULL || n == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "eval_store_read_token_ids: rows or n is NULL");
+    *rows = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_READ_TOKEN_IDS, &st, err);
+    if (ps != PG_OK) return ps;
+    sqlite3_bind_int64(st, 1, run_id);
+    size_t cap = 0;
+    int rc = SQLITE_DONE;
+    while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            const size_t nc = cap ? 2 * cap : 64;
+            eval_token_ids *g = realloc(*rows, nc * sizeof *g);
+            if (g == NULL) {
+                ps = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", sql_db_path(db));
+                break;
+            }
+            *rows = g;
+            cap = nc;
+        }
+        eval_token_ids *r = &(*rows)[(*n)++];
+        *r = (eval_token_ids){0};
+        int oom = 0;
+        r->eval = sql_col_dup(st, 0, &oom);
+        r->mode = sql_col_dup(st, 1, &oom);
+        r->effort = sql_col_dup(st, 2, &oom);
+        r->problem_id = sql_col_dup(st, 3, &oom);
+        r->sample = sqlite3_column_int(st, 4);
+        r->status = sql_col_dup(st, 5, &oom);
+        r->token_ids_error = sql_col_dup(st, 8, &oom);
+        if (oom) ps = pg_fail(err, PG_ERR_NOMEM, "%s: out of memory", sql_db_path(db));
+        if (ps == PG_OK)
+            ps = read_ids_column(st, 6, r, &r->prompt_token_ids, &r->n_prompt_token_ids, err);
+        if (ps == PG_OK) ps = read_ids_column(st, 7, r, &r->token_ids, &r->n_token_ids, err);
+    }
+    if (ps == PG_OK && rc != SQLITE_DONE)
+        ps = sql_fail(db, err, "read the token ids of run %lld", (long long)run_id);
+    sql_release(st);
+    return ps;
 }

@@ -119,6 +119,15 @@ typedef struct eval_sample_row {
     int correct;                   /* 0 or 1 for OK/TRUNCATED; ignored (NULL) for ERROR */
     const char *error;
     const char *server;            /* base URL of the server that answered; NULL: replay */
+    /* The token ids the server reported (vLLM "return_token_ids", schema
+     * version 16): the prompt's and the completion's, NULL when not
+     * reported; token_ids_error says why they are unusable (their counts
+     * disagree with usage), NULL when they are usable or absent. */
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
+    const int32_t *token_ids;
+    size_t n_token_ids;
+    const char *token_ids_error;
 } eval_sample_row;
 
 /* Stores one sample of run_id. A new key is inserted; a key already stored
@@ -129,6 +138,30 @@ typedef struct eval_sample_row {
  * PG_ERR_NUMERIC for an infinite latency; PG_ERR_DB for an unknown run. */
 pg_status eval_store_put_sample(pg_store *s, int64_t run_id, const eval_sample_row *row,
                                 pg_err *err);
+
+/* One stored sample's token ids (eval_store_read_token_ids); strings and
+ * arrays malloc'd (eval_store_token_ids_free). */
+typedef struct eval_token_ids {
+    char *eval, *mode, *effort, *problem_id;
+    int sample;
+    char *status;                /* "ok", "truncated" or "error" */
+    int32_t *prompt_token_ids;   /* NULL: not recorded */
+    size_t n_prompt_token_ids;
+    int32_t *token_ids;          /* NULL: not recorded */
+    size_t n_token_ids;
+    char *token_ids_error;       /* NULL: usable (or absent) */
+} eval_token_ids;
+
+/* Every sample of run_id with its token ids, ordered by eval, mode,
+ * effort, problem id, sample, into *rows (*n; NULL when none; free with
+ * eval_store_token_ids_free, also after a failure). A database older than
+ * schema version 16 has none recorded. PG_ERR_FORMAT for a blob whose
+ * length is no multiple of 4 (a damaged file); PG_ERR_NOMEM. */
+pg_status eval_store_read_token_ids(pg_store *s, int64_t run_id, eval_token_ids **rows, size_t *n,
+                                    pg_err *err);
+
+/* Frees what eval_store_read_token_ids made; NULL is a no-op. */
+void eval_store_token_ids_free(eval_token_ids *rows, size_t n);
 
 /* One planned sample. */
 typedef struct eval_key {

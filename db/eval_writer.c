@@ -72,14 +72,28 @@ static const char *copy_field(char **cursor, const char *s)
 static owned_row *copy_row(const eval_sample_row *r)
 {
     const char *const fields[] = {r->eval,          r->mode,    r->effort, r->problem_id,
-                                  r->finish_reason, r->content, r->error,   r->server};
-    size_t bytes = 0;
+                                  r->finish_reason, r->content, r->error,   r->server,
+                                  r->token_ids_error};
+    /* The token ids first: the block starts aligned (malloc), int32 arrays need it. */
+    const size_t id_bytes[2] = {r->prompt_token_ids ? r->n_prompt_token_ids * sizeof(int32_t) : 0,
+                                r->token_ids ? r->n_token_ids * sizeof(int32_t) : 0};
+    size_t bytes = id_bytes[0] + id_bytes[1];
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) bytes += field_bytes(fields[i]);
     owned_row *o = malloc(sizeof *o + bytes);
     if (o == NULL) return NULL;
     o->row = *r;
     o->text_bytes = bytes;
     char *cursor = o->text;
+    if (r->prompt_token_ids != NULL) {
+        memcpy(cursor, r->prompt_token_ids, id_bytes[0]);
+        o->row.prompt_token_ids = (const int32_t *)(void *)cursor;
+        cursor += id_bytes[0];
+    }
+    if (r->token_ids != NULL) {
+        memcpy(cursor, r->token_ids, id_bytes[1]);
+        o->row.token_ids = (const int32_t *)(void *)cursor;
+        cursor += id_bytes[1];
+    }
     o->row.eval = copy_field(&cursor, r->eval);
     o->row.mode = copy_field(&cursor, r->mode);
     o->row.effort = copy_field(&cursor, r->effort);
@@ -88,6 +102,7 @@ static owned_row *copy_row(const eval_sample_row *r)
     o->row.content = copy_field(&cursor, r->content);
     o->row.error = copy_field(&cursor, r->error);
     o->row.server = copy_field(&cursor, r->server);
+    o->row.token_ids_error = copy_field(&cursor, r->token_ids_error);
     return o;
 }
 

@@ -243,7 +243,8 @@ typedef enum value_kind {
     VALUE_NAME,     /* TEXT of valid UTF-8 (a name, a label, a key) */
     VALUE_VARIANT,  /* a VALUE_NAME the variant grammar takes as a full name (base/variant.h) */
     VALUE_TIME,     /* TEXT 'YYYY-MM-DDTHH:MM:SS.sssZ' (STORE_NOW_SQL's form) */
-    VALUE_TEXT      /* TEXT, any bytes (what a server or an error said) */
+    VALUE_TEXT,     /* TEXT, any bytes (what a server or an error said) */
+    VALUE_IDS       /* a BLOB of int32 token ids: a length that is a multiple of 4 */
 } value_kind;
 
 /* One column's rule: NULL allowed or not (a NULL REAL is a NaN: sql_util.h). */
@@ -352,6 +353,9 @@ static const column_rule column_rules[] = {
     {"eval_samples", "correct", VALUE_INT, 1, 0, 1},
     {"eval_samples", "error", VALUE_TEXT, 1, R_NONE},
     {"eval_samples", "server", VALUE_NAME, 1, R_NONE},
+    {"eval_samples", "prompt_token_ids", VALUE_IDS, 1, R_NONE},
+    {"eval_samples", "token_ids", VALUE_IDS, 1, R_NONE},
+    {"eval_samples", "token_ids_error", VALUE_TEXT, 1, R_NONE},
 };
 #define N_COLUMN_RULES (sizeof column_rules / sizeof column_rules[0])
 
@@ -405,6 +409,7 @@ static void domain_text(const column_rule *r, char *out, size_t len)
     case VALUE_VARIANT: snprintf(out, len, "a variant's full name (precgate help profiles)"); break;
     case VALUE_TIME: snprintf(out, len, "TEXT 'YYYY-MM-DDTHH:MM:SS.sssZ'%s", null); break;
     case VALUE_TEXT: snprintf(out, len, "TEXT%s", null); break;
+    case VALUE_IDS: snprintf(out, len, "a BLOB of int32 token ids%s", null); break;
     }
 }
 
@@ -431,6 +436,7 @@ static int value_ok(const column_rule *r, sqlite3_value *v)
         const double x = sqlite3_value_double(v);
         return type == SQLITE_FLOAT && !isnan(x) && x >= r->lo && x <= r->hi;
     }
+    if (r->kind == VALUE_IDS) return type == SQLITE_BLOB && sqlite3_value_bytes(v) % 4 == 0;
     if (type != SQLITE_TEXT) return 0;
     const unsigned char *text = sqlite3_value_text(v);
     const int n = sqlite3_value_bytes(v);

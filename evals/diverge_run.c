@@ -302,8 +302,11 @@ static pg_status store_sequences(diverge_session *ds, pg_store *s, int64_t run_i
             continue;
         }
         char source[PG_ERR_MSG_MAX];
-        snprintf(source, sizeof source, "%s:%d", ds->o.sequences_path ? ds->o.sequences_path : "?",
-                 q->line);
+        if (q->source != NULL)
+            snprintf(source, sizeof source, "%s", q->source);
+        else
+            snprintf(source, sizeof source, "%s:%d",
+                     ds->o.sequences_path ? ds->o.sequences_path : "?", q->line);
         st = divergence_store_put_sequence(s, run_id, q->id, source, q->tokens, q->n_tokens,
                                            q->score_from, err);
     }

@@ -116,6 +116,42 @@ typedef struct live_ctx {
     double started;        /* monotonic seconds: when the first request went out */
 } live_ctx;
 
+/* Room for why a sample's token ids are unusable. */
+#define EVAL_TOKEN_IDS_WHY_MAX 160
+
+/* Why the token ids of resp are unusable, written into why, or NULL when
+ * they are usable or absent (a server that does not return them). vLLM's
+ * ids must agree with its usage (notes-divergence.md): a count that does
+ * not is said, never guessed around. */
+static const char *token_ids_check(const oa_response *resp, char *why, size_t size)
+{
+    if (resp->token_ids_bad) {
+        snprintf(why, size, "a token id in the reply is no integer id");
+        return why;
+    }
+    if (resp->prompt_token_ids == NULL && resp->token_ids == NULL) return NULL;
+    if (resp->prompt_token_ids == NULL || resp->token_ids == NULL) {
+        snprintf(why, size, "the reply has %s but no %s", resp->token_ids ? "token_ids"
+                 : "prompt_token_ids", resp->token_ids ? "prompt_token_ids" : "token_ids");
+        return why;
+    }
+    if (resp->prompt_tokens < 0 || resp->completion_tokens < 0) {
+        snprintf(why, size, "the reply has no usage to check its token ids against");
+        return why;
+    }
+    if ((long)resp->n_prompt_token_ids != resp->prompt_tokens) {
+        snprintf(why, size, "prompt_token_ids has %zu ids, usage.prompt_tokens says %ld",
+                 resp->n_prompt_token_ids, resp->prompt_tokens);
+        return why;
+    }
+    if ((long)resp->n_token_ids != resp->completion_tokens) {
+        snprintf(why, size, "token_ids has %zu ids, usage.completion_tokens says %ld",
+                 resp->n_token_ids, resp->completion_tokens);
+        return why;
+    }
+    return NULL;
+}
+
 /* Grades one finished request and hands the sample to the writer thread
  * (which copies it: the response's strings die with this call); draws
  * progress. Runs on the network thread: nothing here waits on SQLite,
@@ -132,7 +168,16 @@ static pg_status live_done(void *ctx, const oa_request *req, const oa_response *
     r.prompt_tokens = resp->prompt_tokens;
     r.completion_tokens = resp->completion_tokens;
     r.server = resp->server;
+    char ids_why[EVAL_TOKEN_IDS_WHY_MAX];
+    r.token_ids_error = token_ids_check(resp, ids_why, sizeof ids_why);
+    if (r.token_ids_error == NULL && resp->outcome != OA_ERROR) {
+        r.prompt_token_ids = resp->prompt_token_ids;
+        r.n_prompt_token_ids = resp->n_prompt_token_ids;
+        r.token_ids = resp->token_ids;
+        r.n_token_ids = resp->n_token_ids;
+    }
     if (resp->outcome == OA_ERROR) {
+        r.token_ids_error = NULL;
         /* A failure after every retry is an error, never a wrong answer. */
         r.status = EVAL_SAMPLE_ERROR;
         r.has_extracted = 0;

@@ -893,6 +893,7 @@ pg_status oa_build_chat_body(const char *model, const char *messages_json, const
     if (ok && s->reasoning_effort)
         ok = cJSON_AddStringToObject(root, "reasoning_effort", s->reasoning_effort);
     if (ok) ok = cJSON_AddBoolToObject(root, "stream", s->stream != 0);
+    if (ok && s->return_token_ids) ok = cJSON_AddBoolToObject(root, "return_token_ids", true);
     if (ok && s->stream) {
         cJSON *so = cJSON_AddObjectToObject(root, "stream_options");
         ok = so && cJSON_AddTrueToObject(so, "include_usage");
@@ -946,6 +947,11 @@ typedef struct xfer {
     bool too_big;           /* a cap was hit: the attempt was aborted */
     bool bad_event;         /* an event was not JSON */
     bool got_choice;        /* some reply object or event carried a choices[0] */
+    int32_t *prompt_ids;    /* top-level prompt_token_ids, NULL: none */
+    size_t n_prompt_ids;
+    int32_t *ids;           /* choices[0].token_ids, joined over events; NULL: none */
+    size_t n_ids, cap_ids;
+    bool ids_bad;           /* an entry of either was no token id */
     bool headers_done;      /* the final (non-1xx) response headers are complete */
     bool body_started;      /* a body byte has arrived */
     curl_off_t sent;        /* request body bytes handed to the kernel, as last seen */
@@ -961,6 +967,11 @@ static void reply_reset(xfer *x)
     free(x->finish_reason);
     free(x->stream_error);
     x->finish_reason = x->stream_error = NULL;
+    free(x->prompt_ids);
+    free(x->ids);
+    x->prompt_ids = x->ids = NULL;
+    x->n_prompt_ids = x->n_ids = x->cap_ids = 0;
+    x->ids_bad = false;
     x->rx = RX_UNDECIDED;
     x->prompt_tokens = x->completion_tokens = -1;
     x->sse_done = x->too_big = x->bad_event = x->got_choice = x->reader_stopped = false;
@@ -992,6 +1003,33 @@ static long json_long_in(const cJSON *v, long lo, long hi, long absent)
     return (long)d;
 }
 
+/* Appends the token ids of array a (every entry an integer in 0 ..
+ * INT32_MAX, else ids_bad) to *v (*n of them, *cap allocated); false when
+ * out of memory. */
+static bool add_ids(xfer *x, const cJSON *a, int32_t **v, size_t *n, size_t *cap)
+{
+    if (!cJSON_IsArray(a)) {
+        x->ids_bad = true;
+        return true;
+    }
+    const size_t k = (size_t)cJSON_GetArraySize(a);
+    if (*n + k > *cap) {
+        size_t nc = *cap ? *cap : 256;
+        while (nc < *n + k) nc *= 2;
+        int32_t *g = realloc(*v, nc * sizeof *g);
+        if (g == NULL) return false;
+        *v = g;
+        *cap = nc;
+    }
+    for (const cJSON *e = a->child; e != NULL; e = e->next) {
+        const long id = json_long_in(e, 0, INT32_MAX, -1);
+        if (id < 0) x->ids_bad = true;
+        else (*v)[(*n)++] = (int32_t)id;
+    }
+    if (*v == NULL) *v = malloc(sizeof **v);  /* present and empty: not NULL */
+    return *v != NULL;
+}
+
 /* Takes what one reply object carries: an error, choices[0]'s message (or,
  * when delta, its delta) text and finish_reason, and usage. false when a cap
  * is hit. "reasoning" wins over the older "reasoning_content" when a server
@@ -1013,6 +1051,25 @@ static bool take_reply(xfer *x, const cJSON *root, bool delta)
     }
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
     const cJSON *c0 = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
+    const cJSON *pids = cJSON_GetObjectItemCaseSensitive(root, "prompt_token_ids");
+    if (pids != NULL && !cJSON_IsNull(pids)) {
+        free(x->prompt_ids);  /* a stream repeats it: the last one counts */
+        x->prompt_ids = NULL;
+        x->n_prompt_ids = 0;
+        size_t cap = 0;
+        if (!add_ids(x, pids, &x->prompt_ids, &x->n_prompt_ids, &cap)) {
+            x->too_big = true;
+            return false;
+        }
+    }
+    if (cJSON_IsObject(c0)) {
+        const cJSON *tids = cJSON_GetObjectItemCaseSensitive(c0, "token_ids");
+        if (tids != NULL && !cJSON_IsNull(tids) &&
+            !add_ids(x, tids, &x->ids, &x->n_ids, &x->cap_ids)) {
+            x->too_big = true;
+            return false;
+        }
+    }
     if (cJSON_IsObject(c0)) {  /* cJSON_GetArrayItem would take an object's first member too */
         x->got_choice = true;
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(c0, delta ? "delta" : "message");
@@ -1442,6 +1499,13 @@ static pg_status report(run *r, xfer *x, oa_outcome outcome, long code, const ch
     } else {
         resp.content = x->content.p;
         resp.reasoning = x->reasoning.p;
+        resp.token_ids_bad = x->ids_bad;
+        if (!x->ids_bad) {
+            resp.prompt_token_ids = x->prompt_ids;
+            resp.n_prompt_token_ids = x->n_prompt_ids;
+            resp.token_ids = x->ids;
+            resp.n_token_ids = x->n_ids;
+        }
         resp.finish_reason = x->finish_reason;
         if (outcome == OA_TRUNCATED) r->prog.truncated++;
         else r->prog.ok++;

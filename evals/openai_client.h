@@ -161,6 +161,8 @@ typedef struct oa_sampling {
     int64_t seed;
     const char *reasoning_effort;  /* NULL: not sent; else low, medium, high, ... */
     int stream;                    /* 1 (default): SSE with usage; 0: one JSON reply */
+    int return_token_ids;          /* 1: ask for the prompt's and the completion's token
+                                      ids ("return_token_ids": true, vLLM PR #22587) */
 } oa_sampling;
 
 /* What a reader makes of a reply (oa_reply_reader.finish). */
@@ -229,6 +231,15 @@ typedef struct oa_response {
     char *error;              /* OA_ERROR only: URL, status and the server's message */
     const char *server;       /* base URL (as opened) of the server of the last
                                  attempt: the one that answered */
+    /* The token ids the reply carried (vLLM with return_token_ids: the
+     * top-level prompt_token_ids, and choices[0].token_ids joined over a
+     * stream's events); NULL when it carried none. token_ids_bad: some
+     * entry was no integer id (the ids are then NULL). */
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
+    const int32_t *token_ids;
+    size_t n_token_ids;
+    int token_ids_bad;
 } oa_response;
 
 /* Counters for a progress display, current as of the on_done call. */

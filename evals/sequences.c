@@ -102,6 +102,7 @@ static void sequence_free(div_sequence *q)
     free(q->tokens);
     free(q->prompt);
     free(q->completion);
+    free(q->source);
     memset(q, 0, sizeof *q);
 }
 
@@ -152,6 +153,64 @@ pg_status div_sequences_load(const char *path, div_sequences *out, pg_err *err)
     fclose(r.f);
     free(r.buf);
     jsonl_id_set_free(&ids);
+    if (st != PG_OK) div_sequences_free(out);
+    return st;
+}
+
+/* Longest id and source of a sequence from an eval sample. */
+#define SEQ_EVAL_ID_MAX 512
+
+pg_status div_sequences_from_eval(const eval_token_ids *rows, size_t n, int64_t run_id,
+                                  div_sequences *out, int64_t *skipped, pg_err *err)
+{
+    if ((rows == NULL && n > 0) || out == NULL || skipped == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "div_sequences_from_eval: NULL argument");
+    memset(out, 0, sizeof *out);
+    *skipped = 0;
+    pg_status st = PG_OK;
+    if (n > 0 && (out->v = calloc(n, sizeof *out->v)) == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "out of memory for %zu sequences", n);
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        const eval_token_ids *r = &rows[i];
+        char id[SEQ_EVAL_ID_MAX];
+        snprintf(id, sizeof id, "%s/%s/%s/%s#%d", r->eval, r->mode, r->effort, r->problem_id,
+                 r->sample);
+        if (r->status != NULL && strcmp(r->status, "error") == 0) {
+            (*skipped)++;
+            continue;
+        }
+        if (r->token_ids_error != NULL)
+            st = pg_fail(err, PG_ERR_FORMAT, "eval run %lld, sample %s: its token ids are "
+                         "unusable (%s)", (long long)run_id, id, r->token_ids_error);
+        else if (r->prompt_token_ids == NULL || r->token_ids == NULL)
+            st = pg_fail(err, PG_ERR_FORMAT, "eval run %lld, sample %s: no token ids were stored "
+                         "(an eval made with --no-token-ids, before schema version 16, or "
+                         "against a server that does not return them); a sequence rebuilt from "
+                         "its text is not the one sampled (gpt-oss's prompt carries a date), so "
+                         "it is not scored", (long long)run_id, id);
+        else if (r->n_prompt_token_ids == 0 || r->n_token_ids == 0)
+            st = pg_fail(err, PG_ERR_FORMAT, "eval run %lld, sample %s: %s no token", (long long)run_id,
+                         id, r->n_prompt_token_ids == 0 ? "its prompt has" : "its completion has");
+        if (st != PG_OK) break;
+        div_sequence *q = &out->v[out->n];
+        char source[SEQ_EVAL_ID_MAX + 32];
+        snprintf(source, sizeof source, "eval run %lld: %s", (long long)run_id, id);
+        q->n_tokens = r->n_prompt_token_ids + r->n_token_ids;
+        q->score_from = r->n_prompt_token_ids;
+        q->id = strdup(id);
+        q->source = strdup(source);
+        q->tokens = malloc(q->n_tokens * sizeof *q->tokens);
+        out->n++;
+        if (q->id == NULL || q->source == NULL || q->tokens == NULL) {
+            st = pg_fail(err, PG_ERR_NOMEM, "out of memory for sample %s", id);
+            break;
+        }
+        memcpy(q->tokens, r->prompt_token_ids, r->n_prompt_token_ids * sizeof *q->tokens);
+        memcpy(q->tokens + r->n_prompt_token_ids, r->token_ids, r->n_token_ids * sizeof *q->tokens);
+    }
+    if (st == PG_OK && out->n == 0)
+        st = pg_fail(err, PG_ERR_FORMAT, "eval run %lld has no sample to score (%lld failed)",
+                     (long long)run_id, (long long)*skipped);
     if (st != PG_OK) div_sequences_free(out);
     return st;
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "db/eval_store.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,7 +43,8 @@ typedef struct div_sequence {
     size_t score_from;    /* first scored position (>= 1); 0 for the text form */
     char *prompt;         /* the text form's, else NULL */
     char *completion;
-    int line;             /* 1-based line of the file */
+    int line;             /* 1-based line of the file (0: from an eval run) */
+    char *source;         /* where it came from when not a line of a file, else NULL */
 } div_sequence;
 
 /* A loaded file. */
@@ -54,6 +56,19 @@ typedef struct div_sequences {
 /* Loads path into *out (emptied first; free with div_sequences_free, also
  * after a failure). Errors as the top of this file. */
 pg_status div_sequences_load(const char *path, div_sequences *out, pg_err *err);
+
+/* The sequences of eval run run_id's samples (rows[0..n), what
+ * eval_store_read_token_ids read) into *out (emptied first; free with
+ * div_sequences_free, also after a failure): per sample its prompt's ids
+ * then its completion's, the completion scored; id
+ * "EVAL/MODE/EFFORT/PROBLEM#SAMPLE". A sample that failed (status error:
+ * no completion) is left out and counted in *skipped. PG_ERR_FORMAT naming
+ * the sample for one whose ids were not recorded (a sequence rebuilt from
+ * text is not the one sampled: gpt-oss's Harmony prompt carries a date),
+ * whose ids are unusable (its stored token_ids_error says why), or with no
+ * prompt or no completion token; PG_ERR_FORMAT when no sample is left. */
+pg_status div_sequences_from_eval(const eval_token_ids *rows, size_t n, int64_t run_id,
+                                  div_sequences *out, int64_t *skipped, pg_err *err);
 
 /* Frees what s holds and empties it; NULL is a no-op. */
 void div_sequences_free(div_sequences *s);

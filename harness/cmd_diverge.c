@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "db/eval_store.h"
 #include "db/store.h"
 #include "evals/diverge_run.h"
 #include "evals/prompt_logprobs.h"
@@ -32,11 +33,11 @@
 #define DIVERGE_MIN_BACKOFF_S 0.001
 #define DIVERGE_HOST_MAX 256
 /* Rows of diverge's option table, its end row included. */
-#define DIVERGE_OPTION_ROWS 20
+#define DIVERGE_OPTION_ROWS 21
 
 const char cmd_diverge_usage[] =
-    "usage: precgate diverge --endpoint MODE=URL --endpoint MODE=URL ... --sequences FILE\n"
-    "                        [options]\n\n"
+    "usage: precgate diverge --endpoint MODE=URL --endpoint MODE=URL ...\n"
+    "                        (--sequences FILE | --from-eval RUN) [options]\n\n"
     "Teacher-forced divergence: every server scores the same token sequences (no sampling)\n"
     "and each mode's next-token distributions are compared with the reference mode's,\n"
     "position by position: KL divergence (a lower bound from the top K, never\n"
@@ -50,6 +51,12 @@ const char cmd_diverge_usage[] =
     "                       \"score_from\": N} (positions N.. are scored) or {\"id\",\n"
     "                       \"prompt\", \"completion\"} (tokenized once by the reference\n"
     "                       server; the completion is scored)\n"
+    "  --from-eval RUN      the samples of eval run RUN (in --db), one sequence each: the\n"
+    "                       prompt's and the completion's token ids that its servers\n"
+    "                       returned (eval asks for them), the completion scored. A sample\n"
+    "                       without stored ids, or whose ids disagree with its usage, is\n"
+    "                       refused by name (a sequence rebuilt from text is not the one\n"
+    "                       sampled); failed samples are left out\n"
     "  --reference MODE     the mode compared against (default bf16)\n"
     "  --top-k K            logprobs per position, one K for all servers (default 20,\n"
     "                       vLLM's default --max-logprobs)\n"
@@ -84,7 +91,7 @@ const char cmd_diverge_usage[] =
 typedef struct diverge_args {
     const char *sequences, *db, *label, *output, *kind;
     int force, no_floor, no_progress;
-    long resume;
+    long resume, from_eval;
     diverge_options o;
 } diverge_args;
 
@@ -99,6 +106,7 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
 {
     memset(a, 0, sizeof *a);
     a->resume = -1;
+    a->from_eval = -1;
     a->o.reference = DIV_DEFAULT_REFERENCE;
     a->o.top_k = DIV_DEFAULT_TOP_K;
     a->o.ready_deadline_s = DIVERGE_DEFAULT_READY_S;
@@ -107,6 +115,7 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
     const cli_option opts[] = {
         {"endpoint", CLI_CALL, .to = &a->o, .parse = parse_endpoint},
         {"sequences", CLI_TEXT, .to = &a->sequences},
+        {"from-eval", CLI_LONG, .to = &a->from_eval, .min = 1, .max = CLI_RESUME_MAX},
         {"reference", CLI_TEXT, .to = &a->o.reference},
         {"top-k", CLI_INT, .to = &a->o.top_k, .min = 1, .max = PL_MAX_TOP_K},
         {"server-kind", CLI_TEXT, .to = &a->kind},
@@ -136,8 +145,9 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
     a->o.sequences_path = a->sequences;
     if (a->kind != NULL && div_server_kind_parse(a->kind, &a->o.kind, err) != PG_OK)
         return pg_fail(err, PG_ERR_USAGE, "diverge: --server-kind: %s", err->msg);
-    if (a->sequences == NULL)
-        return pg_fail(err, PG_ERR_USAGE, "diverge: --sequences FILE is required");
+    if ((a->sequences == NULL) == (a->from_eval < 0))
+        return pg_fail(err, PG_ERR_USAGE, "diverge: give either --sequences FILE or --from-eval "
+                                          "RUN");
     if (a->o.n_endpoints < 2)
         return pg_fail(err, PG_ERR_USAGE, "diverge: give at least two --endpoint MODE=URL (the "
                                           "reference %s and a mode to compare)", a->o.reference);
@@ -150,6 +160,25 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
                 return pg_fail(err, PG_ERR_USAGE, "diverge: --endpoint %s=%s is given twice",
                                a->o.modes[i], a->o.urls[i]);
     return PG_OK;
+}
+
+/* The sequences of eval run id (in s) into *seqs: its samples' stored token ids. */
+static pg_status load_from_eval(pg_store *s, long id, div_sequences *seqs, int64_t *left_out,
+                                pg_err *err)
+{
+    store_run_state rs;
+    pg_status st = store_run_read(s, id, &rs, err);
+    if (st != PG_OK) return st;
+    if (strcmp(rs.kind, "eval") != 0)
+        st = pg_fail(err, PG_ERR_USAGE, "diverge: --from-eval %ld is a %s run, not an eval", id,
+                     rs.kind);
+    store_run_state_free(&rs);
+    eval_token_ids *rows = NULL;
+    size_t n = 0;
+    if (st == PG_OK) st = eval_store_read_token_ids(s, id, &rows, &n, err);
+    if (st == PG_OK) st = div_sequences_from_eval(rows, n, id, seqs, left_out, err);
+    eval_store_token_ids_free(rows, n);
+    return st;
 }
 
 /* What defines the run, as its config_json: reference, K, modes (sorted),
@@ -215,7 +244,9 @@ int cmd_diverge(int argc, char **argv)
     diverge_args a;
     if (diverge_parse(argc, argv, &a, &err) != PG_OK) return cli_report(&err);
     div_sequences seqs = {0};
-    pg_status st = div_sequences_load(a.sequences, &seqs, &err);
+    pg_status st = a.sequences != NULL ? div_sequences_load(a.sequences, &seqs, &err) : PG_OK;
+    char from[64] = "";
+    if (a.from_eval > 0) snprintf(from, sizeof from, "eval run %ld", a.from_eval);
     interrupt_install();
     a.o.client.stop = interrupt_flag();
     progress bar;
@@ -228,6 +259,8 @@ int cmd_diverge(int argc, char **argv)
     char *config = st == PG_OK ? diverge_config(&a) : NULL;
     if (st == PG_OK && config == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "diverge: out of memory");
     if (st == PG_OK) st = store_open(db_path, &s, &err);
+    int64_t left_out = 0;
+    if (st == PG_OK && a.from_eval > 0) st = load_from_eval(s, a.from_eval, &seqs, &left_out, &err);
     if (st == PG_OK && a.resume > 0) {
         run_id = a.resume;
         st = check_resume(s, run_id, config, a.force, &err);
@@ -243,7 +276,11 @@ int cmd_diverge(int argc, char **argv)
     diverge_counts c = {0};
     if (st == PG_OK) {
         term_printf(stdout, "run %lld: diverge, %zu sequences from %s, reference %s, K = %d\n",
-                    (long long)run_id, seqs.n, a.sequences, a.o.reference, a.o.top_k);
+                    (long long)run_id, seqs.n, a.sequences ? a.sequences : from, a.o.reference,
+                    a.o.top_k);
+        if (left_out > 0)
+            term_printf(stdout, "run %lld: %lld failed samples of %s left out (no completion)\n",
+                        (long long)run_id, (long long)left_out, from);
         fflush(stdout);
         st = diverge_prepare(s, run_id, &seqs, &a.o, &ds, &err);
     }

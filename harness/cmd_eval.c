@@ -101,6 +101,9 @@ const char cmd_eval_usage[] =
     "  --extractor NAME     answer extraction: default or gpt-oss\n"
     "  --eval NAME          name stored with the samples (default: the traces' file name)\n"
     "  --limit N            only the first N problems of the traces (smoke tests)\n"
+    "  --no-token-ids       do not ask for the token ids (\"return_token_ids\": true, vLLM;\n"
+    "                       stored with each sample for diverge --from-eval, and checked\n"
+    "                       against usage) from a server that refuses the field\n"
     "  --output FILE.json   also write the run's scores and pairs there (like lm-eval's\n"
     "                       results file; written whole or not at all)\n"
     "  --resume RUN         continue run RUN, sending only the samples it lacks (and\n"
@@ -188,13 +191,14 @@ static pg_status parse_extractor(char *value, void *to, pg_err *err)
 }
 
 /* Rows of eval's option table, its end row included. */
-#define EVAL_OPTION_ROWS 30
+#define EVAL_OPTION_ROWS 31
 
 /* eval's option table into opts, its values going into a, *effort, *seed
  * and *no_progress: what eval_parse parses by, and what
  * cmd_eval_option_arity answers from. */
 static void eval_option_table(eval_args *a, const char **effort, unsigned long long *seed,
-                              int *no_progress, cli_option opts[EVAL_OPTION_ROWS])
+                              int *no_progress, int *no_token_ids,
+                              cli_option opts[EVAL_OPTION_ROWS])
 {
     const cli_option t[] = {
         {"traces", CLI_TEXT, .to = &a->traces},
@@ -234,6 +238,7 @@ static void eval_option_table(eval_args *a, const char **effort, unsigned long l
         {"output", CLI_TEXT, .to = &a->output},
         {"shard", CLI_CALL, .to = &a->shard, .parse = parse_shard},
         {"job", CLI_TEXT, .to = &a->job},
+        {"no-token-ids", CLI_FLAG, .to = no_token_ids},
         {NULL},
     };
     _Static_assert(sizeof t / sizeof t[0] == EVAL_OPTION_ROWS, "EVAL_OPTION_ROWS");
@@ -249,14 +254,17 @@ static pg_status eval_parse(int argc, char **argv, eval_args *a, pg_err *err)
     a->o.ready_deadline_s = EVAL_DEFAULT_READY_S;
     a->o.client.max_in_flight = EVAL_DEFAULT_CONCURRENCY;
     a->o.sampling = oa_sampling_default();
+    /* The ids a teacher-forced divergence of the samples needs (diverge --from-eval). */
+    a->o.sampling.return_token_ids = 1;
     a->progress = 1;
     a->o.extractor = GRADE_DEFAULT;
     const char *effort = EVAL_DEFAULT_EFFORT;
     unsigned long long seed = 0;
-    int no_progress = 0;
+    int no_progress = 0, no_token_ids = 0;
     cli_option opts[EVAL_OPTION_ROWS];
-    eval_option_table(a, &effort, &seed, &no_progress, opts);
+    eval_option_table(a, &effort, &seed, &no_progress, &no_token_ids, opts);
     if (cli_parse_options("eval", argc, argv, opts, NULL, err) != PG_OK) return err->code;
+    if (no_token_ids) a->o.sampling.return_token_ids = 0;
     a->o.api_key = cli_env_value(a->o.api_key_env);
     snprintf(a->efforts_buf, sizeof a->efforts_buf, "%s", effort);
     a->o.seed_base = (int64_t)seed;
@@ -668,9 +676,9 @@ const char *cmd_eval_option(const char *name, int *takes_value)
     eval_args a = {0};
     const char *effort = NULL;
     unsigned long long seed = 0;
-    int no_progress = 0;
+    int no_progress = 0, no_token_ids = 0;
     cli_option opts[EVAL_OPTION_ROWS];
-    eval_option_table(&a, &effort, &seed, &no_progress, opts);
+    eval_option_table(&a, &effort, &seed, &no_progress, &no_token_ids, opts);
     const cli_option *o = cli_option_find(opts, name);
     if (o != NULL) *takes_value = o->type != CLI_FLAG;
     return o != NULL ? o->name : NULL;

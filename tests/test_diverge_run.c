@@ -616,3 +616,104 @@ Test(diverge_run, kill_9_during_scoring_then_resume_loses_nothing_and_scores_not
     fs_stop(&a);
     fs_stop(&b);
 }
+
+/* A vLLM chat reply streamed with return_token_ids: the prompt's ids in the
+ * first event, the completion's in each delta, usage at the end
+ * (PROMPT_TOKENS_SAID: the usage's prompt count, to make it disagree). */
+/* The same reply from a server that returns no token ids. */
+#define CHAT_STREAM_NO_IDS                                                                      \
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","        \
+    "\"content\":\"so \\\\boxed{3}\"},\"finish_reason\":\"stop\"}]}\n\n"                        \
+    "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":5}}\n\n" \
+    "data: [DONE]\n\n"
+
+#define CHAT_STREAM(PROMPT_TOKENS_SAID)                                                         \
+    "data: {\"id\":\"c\",\"prompt_token_ids\":[1,5,9,13],\"choices\":[{\"index\":0,"           \
+    "\"delta\":{\"role\":\"assistant\",\"content\":\"so \"},\"token_ids\":[7,2]}]}\n\n"          \
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\\\boxed{3}\"},"    \
+    "\"token_ids\":[30,4,11],\"finish_reason\":\"stop\"}]}\n\n"                                 \
+    "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":" #PROMPT_TOKENS_SAID     \
+    ",\"completion_tokens\":5}}\n\n"                                                           \
+    "data: [DONE]\n\n"
+
+/* Runs an eval of two problems against a (with the chat reply given) and
+ * then diverge --from-eval 1 against a and b; returns diverge's exit status
+ * and its output in *out. */
+static int eval_then_diverge(const char *chat, const char *eval_flags, char **out)
+{
+    const char *traces = "{\"id\":\"p1\",\"problem\":\"1+2?\",\"answer\":3}\n"
+                         "{\"id\":\"p2\",\"problem\":\"2+1?\",\"answer\":3}\n";
+    char tpath[PATH_MAX + 16];
+    snprintf(tpath, sizeof tpath, "%s/t.jsonl", tu_dir);
+    tu_write_file(tpath, traces, strlen(traces));
+    static fake_model ref = {.shift = 0}, mode = {.shift = 0.8};
+    static fake_server a, b;
+    serve(&a, &ref);
+    serve(&b, &mode);
+    fs_route(&a, "/v1/chat/completions",
+             (fs_reply[]){{200, chat, "text/event-stream", NULL, 0, 0}}, 1);
+    char *eout = NULL;
+    int rc = tu_run_precgatef(&eout, "eval --traces '%s' --endpoint bf16=http://127.0.0.1:%d "
+                              "--db '%s' --no-progress --ready-timeout 5 %s", tpath, a.port, g_db,
+                              eval_flags);
+    cr_assert_eq(rc, 0, "%s", eout);
+    free(eout);
+    rc = tu_run_precgatef(out, "diverge --from-eval 1 --endpoint bf16=http://127.0.0.1:%d "
+                          "--endpoint fp8kv=http://127.0.0.1:%d --db '%s' --no-progress "
+                          "--top-k %d --ready-timeout 5", a.port, b.port, g_db, V);
+    /* The chat request asked for the ids unless told not to. */
+    int asked = 0;
+    for (int i = 0; i < a.n_log; i++)
+        if (strcmp(a.log[i].path, "/v1/chat/completions") == 0)
+            asked += strstr(a.log[i].body, "\"return_token_ids\":true") != NULL;
+    cr_assert_eq(asked, strstr(eval_flags, "--no-token-ids") ? 0 : 2);
+    fs_stop(&a);
+    fs_stop(&b);
+    return rc;
+}
+
+Test(diverge_run, from_eval_scores_the_samples_by_their_recorded_ids)
+{
+    char *out = NULL;
+    const int rc = eval_then_diverge(CHAT_STREAM(4), "", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    sqlite3 *db = tu_db_open("precgate.db");
+    /* Two samples, each prompt [1,5,9,13] then completion [7,2,30,4,11], scored from 4. */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_sequences WHERE run_id = 2"), 2);
+    char *seq = tu_sql_text(db, "SELECT seq_id || ' ' || n_tokens || ' ' || score_from || ' ' || "
+                                "hex(tokens) FROM div_sequences WHERE run_id = 2 ORDER BY seq_id "
+                                "LIMIT 1");
+    cr_assert_str_eq(seq, "t/bf16/medium/p1#0 9 4 "
+                          "010000000500000009000000"
+                          "0D000000070000000200000"
+                          "01E000000040000000B000000");
+    free(seq);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_scores WHERE run_id = 2"), 6);
+    sqlite3_close(db);
+    cr_assert(strstr(out, "2 sequences from eval run 1") != NULL, "%s", out);
+    free(out);
+}
+
+Test(diverge_run, from_eval_refuses_ids_that_disagree_with_usage_by_name)
+{
+    char *out = NULL;
+    const int rc = eval_then_diverge(CHAT_STREAM(6), "", &out);
+    cr_assert_neq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "eval run 1, sample t/bf16/medium/p1#0: its token ids are unusable "
+                          "(prompt_token_ids has 4 ids, usage.prompt_tokens says 6)") != NULL,
+              "%s", out);
+    sqlite3 *db = tu_db_open("precgate.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM div_scores"), 0);
+    sqlite3_close(db);
+    free(out);
+}
+
+Test(diverge_run, from_eval_refuses_samples_without_ids_by_name)
+{
+    char *out = NULL;
+    const int rc = eval_then_diverge(CHAT_STREAM_NO_IDS, "--no-token-ids", &out);
+    cr_assert_neq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "sample t/bf16/medium/p1#0: no token ids were stored") != NULL, "%s",
+              out);
+    free(out);
+}

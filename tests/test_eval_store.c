@@ -115,7 +115,8 @@ static void check_eval_tables(sqlite3 *db)
     char *c = columns(db, "eval_samples");
     cr_expect_str_eq(c, "run_id,eval,mode,effort,problem_id,sample,status,attempts,latency_ms,"
                         "finish_reason,prompt_tokens,completion_tokens,content,extracted,"
-                        "correct,error,server");  /* server: migration 14 */
+                        "correct,error,server,prompt_token_ids,token_ids,token_ids_error");
+    /* server: migration 14; the token ids: migration 16 */
     free(c);
     c = columns(db, "eval_scores");
     cr_expect_str_eq(c, "run_id,eval,mode,effort,n_problems,k,accuracy,stderr,ci_low,ci_high,"

@@ -821,6 +821,8 @@ Test(shard, randomly_corrupted_values_are_never_merged_as_they_are)
                                            "CAST(X'EDA080' AS TEXT)", "CAST(X'F4908080' AS TEXT)",
                                            "X'6162'"};
     static const char *const for_any_text[] = {"X'6162'"};
+    /* Token id blobs (int32 arrays): text, a number, a length no multiple of 4. */
+    static const char *const for_ids[] = {"'abcd'", "7", "X'010203'"};
     uint64_t rng = FUZZ_SEED;
     int refused = 0;
     for (int k = 0; k < FUZZ_CASES; k++) {
@@ -850,7 +852,8 @@ Test(shard, randomly_corrupted_values_are_never_merged_as_they_are)
         const fuzz_column *c = &cols[rng_below(&rng, (uint64_t)n)];
         const int any_text = strcmp(c->column, "error") == 0 || strcmp(c->column, "content") == 0 ||
                              strcmp(c->column, "not_run") == 0 ||
-                             strcmp(c->column, "config_json") == 0;
+                             strcmp(c->column, "config_json") == 0 ||
+                             strcmp(c->column, "token_ids_error") == 0;
         const char *const *values = for_name;
         size_t n_values = sizeof for_name / sizeof for_name[0];
         if (strcmp(c->type, "INTEGER") == 0) {
@@ -859,6 +862,9 @@ Test(shard, randomly_corrupted_values_are_never_merged_as_they_are)
         } else if (strcmp(c->type, "REAL") == 0) {
             values = for_real;
             n_values = sizeof for_real / sizeof for_real[0];
+        } else if (strcmp(c->type, "BLOB") == 0) {
+            values = for_ids;
+            n_values = sizeof for_ids / sizeof for_ids[0];
         } else if (any_text) {
             values = for_any_text;
             n_values = 1;
