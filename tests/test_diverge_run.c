@@ -217,6 +217,16 @@ static void serve(fake_server *s, fake_model *m)
     cr_assert(fs_start(s), "no loopback server");
 }
 
+/* Serves ref on a and mode on b, their base URLs into ua and ub (64 bytes each). */
+static void serve_pair(fake_server *a, fake_model *ref, char *ua, fake_server *b,
+                       fake_model *mode, char *ub)
+{
+    serve(a, ref);
+    serve(b, mode);
+    snprintf(ua, 64, "http://127.0.0.1:%d", a->port);
+    snprintf(ub, 64, "http://127.0.0.1:%d", b->port);
+}
+
 /* Writes the sequences file: three token sequences of lengths 12, 9, 20. */
 static void write_sequences(void)
 {
@@ -329,11 +339,8 @@ static void exact_kl_case(int llama)
     write_sequences();
     fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.8, .llama = llama};
     fake_server a, b;
-    serve(&a, &ref);
-    serve(&b, &mode);
     char ua[64], ub[64];
-    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
-    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
     pg_store *s = open_ok();
     const int64_t run = begin_run(s);
     diverge_options o = opts_for(ua, ub, V);
@@ -378,11 +385,8 @@ static void tokenizer_case(int llama, fault f, const char *needle)
     write_sequences();
     fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.5, .fault = f, .llama = llama};
     fake_server a, b;
-    serve(&a, &ref);
-    serve(&b, &mode);
     char ua[64], ub[64];
-    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
-    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
     pg_store *s = open_ok();
     const int64_t run = begin_run(s);
     diverge_options o = opts_for(ua, ub, 5);
@@ -421,11 +425,8 @@ static void fault_said(int llama, fault f, const char *needle)
     write_sequences();
     fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.5, .fault = f, .llama = llama};
     fake_server a, b;
-    serve(&a, &ref);
-    serve(&b, &mode);
     char ua[64], ub[64];
-    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
-    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
     pg_store *s = open_ok();
     const int64_t run = begin_run(s);
     diverge_options o = opts_for(ua, ub, 5);
@@ -485,11 +486,8 @@ Test(diverge_run, a_resume_sends_only_what_is_missing)
     write_sequences();
     fake_model ref = {.shift = 0}, mode = {.shift = 0.8};
     fake_server a, b;
-    serve(&a, &ref);
-    serve(&b, &mode);
     char ua[64], ub[64];
-    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
-    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
     pg_store *s = open_ok();
     const int64_t run = begin_run(s);
     diverge_options o = opts_for(ua, ub, V);
@@ -526,11 +524,8 @@ Test(diverge_run, a_mode_without_a_sequence_cannot_be_compared)
     write_sequences();
     fake_model ref = {.shift = 0}, mode = {.shift = 0.8};
     fake_server a, b;
-    serve(&a, &ref);
-    serve(&b, &mode);
     char ua[64], ub[64];
-    snprintf(ua, sizeof ua, "http://127.0.0.1:%d", a.port);
-    snprintf(ub, sizeof ub, "http://127.0.0.1:%d", b.port);
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
     pg_store *s = open_ok();
     const int64_t run = begin_run(s);
     diverge_options o = opts_for(ua, ub, V);
