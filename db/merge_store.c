@@ -27,7 +27,7 @@
 
 const char *const merge_data_tables[] = {
     "layer_metrics", "quant_stats", "layer_shapes", "attribution", "ext_diagnosis",
-    "eval_samples",  NULL,
+    "eval_samples",  "div_sequences", "div_scores", NULL,
 };
 
 /* The parts of one shard database: runs whose config_json names a "job" or
@@ -244,7 +244,9 @@ typedef enum value_kind {
     VALUE_VARIANT,  /* a VALUE_NAME the variant grammar takes as a full name (base/variant.h) */
     VALUE_TIME,     /* TEXT 'YYYY-MM-DDTHH:MM:SS.sssZ' (STORE_NOW_SQL's form) */
     VALUE_TEXT,     /* TEXT, any bytes (what a server or an error said) */
-    VALUE_IDS       /* a BLOB of int32 token ids: a length that is a multiple of 4 */
+    VALUE_IDS,      /* a BLOB of int32 token ids: a length that is a multiple of 4 */
+    VALUE_PACKED    /* a BLOB of packed scores: its layout is checked where it is read
+                       (divergence_store_read_scores, when merge compares the run) */
 } value_kind;
 
 /* One column's rule: NULL allowed or not (a NULL REAL is a NaN: sql_util.h). */
@@ -356,6 +358,20 @@ static const column_rule column_rules[] = {
     {"eval_samples", "prompt_token_ids", VALUE_IDS, 1, R_NONE},
     {"eval_samples", "token_ids", VALUE_IDS, 1, R_NONE},
     {"eval_samples", "token_ids_error", VALUE_TEXT, 1, R_NONE},
+
+    {"div_sequences", "seq_id", VALUE_NAME, 0, R_NONE},
+    {"div_sequences", "source", VALUE_TEXT, 0, R_NONE},
+    {"div_sequences", "n_tokens", VALUE_INT, 0, 2, (double)INT64_MAX},
+    {"div_sequences", "score_from", VALUE_INT, 0, 1, (double)INT64_MAX},
+    {"div_sequences", "tokens", VALUE_IDS, 0, R_NONE},
+
+    {"div_scores", "mode", VALUE_NAME, 0, R_NONE},
+    {"div_scores", "pass", VALUE_INT, 0, 0, 1},
+    {"div_scores", "seq_id", VALUE_NAME, 0, R_NONE},
+    {"div_scores", "server", VALUE_NAME, 0, R_NONE},
+    {"div_scores", "top_k", VALUE_INT, 0, 1, INT_MAX},
+    {"div_scores", "n_positions", VALUE_INT, 0, 1, (double)INT64_MAX},
+    {"div_scores", "packed", VALUE_PACKED, 0, R_NONE},
 };
 #define N_COLUMN_RULES (sizeof column_rules / sizeof column_rules[0])
 
@@ -410,6 +426,7 @@ static void domain_text(const column_rule *r, char *out, size_t len)
     case VALUE_TIME: snprintf(out, len, "TEXT 'YYYY-MM-DDTHH:MM:SS.sssZ'%s", null); break;
     case VALUE_TEXT: snprintf(out, len, "TEXT%s", null); break;
     case VALUE_IDS: snprintf(out, len, "a BLOB of int32 token ids%s", null); break;
+    case VALUE_PACKED: snprintf(out, len, "a BLOB%s", null); break;
     }
 }
 
@@ -437,6 +454,7 @@ static int value_ok(const column_rule *r, sqlite3_value *v)
         return type == SQLITE_FLOAT && !isnan(x) && x >= r->lo && x <= r->hi;
     }
     if (r->kind == VALUE_IDS) return type == SQLITE_BLOB && sqlite3_value_bytes(v) % 4 == 0;
+    if (r->kind == VALUE_PACKED) return type == SQLITE_BLOB;
     if (type != SQLITE_TEXT) return 0;
     const unsigned char *text = sqlite3_value_text(v);
     const int n = sqlite3_value_bytes(v);

@@ -11,8 +11,8 @@
  * or count then reads NULL or -1. Every value of a part's runs row and rows
  * is checked against what its column may hold (merge_store_read_parts). Its rows are those of the data tables
  * (merge_data_tables) under its run id; the derived tables (eval_scores,
- * eval_pairs) are not copied: the caller recomputes them from the merged
- * rows. A part's digest is XXH3-128 over its rows, every column but run_id,
+ * eval_pairs, div_positions, div_summaries) are not copied: the caller
+ * recomputes them from the merged rows. A part's digest is XXH3-128 over its rows, every column but run_id,
  * in the order of those columns: two parts with equal rows have equal
  * digests wherever and whenever they were stored.
  *

@@ -92,6 +92,15 @@ uint64_t jsonl_fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+uint64_t jsonl_digest_field(uint64_t h, const char *v)
+{
+    const uint64_t n = v != NULL ? (uint64_t)strlen(v) : UINT64_MAX;
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
+    h = jsonl_fnv1a(h, len, sizeof len);
+    return v != NULL ? jsonl_fnv1a(h, v, (size_t)n) : h;
+}
+
 /* FNV-1a of the string s. */
 static uint64_t hash_str(const char *s)
 {

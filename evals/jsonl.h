@@ -60,6 +60,11 @@ char *jsonl_dup(pg_err *err, const jsonl_loc *at, const char *s);
 /* FNV-1a of n bytes at p, continuing from h (JSONL_FNV_OFFSET to start). */
 uint64_t jsonl_fnv1a(uint64_t h, const void *p, size_t n);
 
+/* FNV-1a of one field, continuing from h: its length (8 bytes, little
+ * endian) then its bytes, so field boundaries cannot shift; NULL hashes as
+ * length UINT64_MAX. */
+uint64_t jsonl_digest_field(uint64_t h, const char *v);
+
 /* One slot: an owned copy of an id and the line it was first seen on. */
 typedef struct jsonl_id_slot {
     char *id;

@@ -2,6 +2,7 @@
 #include "sequences.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,6 +114,63 @@ void div_sequences_free(div_sequences *s)
     free(s->v);
     s->v = NULL;
     s->n = 0;
+}
+
+/* qsort order of sequence pointers: by id (ids are unique). */
+static int by_id(const void *a, const void *b)
+{
+    return strcmp((*(const div_sequence *const *)a)->id, (*(const div_sequence *const *)b)->id);
+}
+
+/* Hashes the unsigned n as a decimal field. */
+static uint64_t digest_count(uint64_t h, size_t n)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%zu", n);
+    return jsonl_digest_field(h, text);
+}
+
+pg_status div_sequences_digest(const div_sequences *s, char *out, size_t len, pg_err *err)
+{
+    if (s == NULL || out == NULL || len < SEQ_DIGEST_MAX)
+        return pg_fail(err, PG_ERR_INTERNAL, "div_sequences_digest: sequences or a %d-byte buffer "
+                       "missing", SEQ_DIGEST_MAX);
+    const div_sequence **order = malloc((s->n > 0 ? s->n : 1) * sizeof *order);
+    if (order == NULL) return pg_fail(err, PG_ERR_NOMEM, "sequences: out of memory for the digest");
+    for (size_t i = 0; i < s->n; i++) order[i] = &s->v[i];
+    qsort(order, s->n, sizeof *order, by_id);
+    uint64_t h = jsonl_digest_field(JSONL_FNV_OFFSET, SEQ_DIGEST_SCHEME);
+    for (size_t i = 0; i < s->n; i++) {
+        const div_sequence *q = order[i];
+        h = jsonl_digest_field(h, q->id);
+        h = jsonl_digest_field(h, q->tokens != NULL ? "tokens" : "text");
+        if (q->tokens != NULL) {
+            h = digest_count(h, q->n_tokens);
+            for (size_t t = 0; t < q->n_tokens; t++) {
+                const uint32_t v = (uint32_t)q->tokens[t];
+                const unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8),
+                                             (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+                h = jsonl_fnv1a(h, le, sizeof le);
+            }
+            h = digest_count(h, q->score_from);
+        } else {
+            h = jsonl_digest_field(h, q->prompt);
+            h = jsonl_digest_field(h, q->completion);
+        }
+    }
+    free(order);
+    snprintf(out, len, "%s:%zu:%016llx", SEQ_DIGEST_SCHEME, s->n, (unsigned long long)h);
+    return PG_OK;
+}
+
+void div_sequences_keep(div_sequences *s, const unsigned char *keep)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (keep[i]) s->v[kept++] = s->v[i];
+        else sequence_free(&s->v[i]);
+    }
+    s->n = kept;
 }
 
 pg_status div_sequences_load(const char *path, div_sequences *out, pg_err *err)

@@ -70,6 +70,23 @@ pg_status div_sequences_load(const char *path, div_sequences *out, pg_err *err);
 pg_status div_sequences_from_eval(const eval_token_ids *rows, size_t n, int64_t run_id,
                                   div_sequences *out, int64_t *skipped, pg_err *err);
 
+/* How a sequence set's digest starts (the scheme that made it), and room
+ * for one: "SCHEME:N:" and 16 hex digits. */
+#define SEQ_DIGEST_SCHEME "div-sequences-fnv1a-v1"
+#define SEQ_DIGEST_MAX 64
+
+/* The content digest of s into out (at least SEQ_DIGEST_MAX bytes):
+ * "SCHEME:N:HASH", FNV-1a over every sequence in id order (strcmp): its
+ * id, its form, and its tokens (little-endian int32) and score_from, or
+ * its prompt and completion. Equal for the same sequences in any order of
+ * the file; what --shard splits and what merge checks the parts against.
+ * PG_ERR_NOMEM, PG_ERR_INTERNAL for a short buffer. */
+pg_status div_sequences_digest(const div_sequences *s, char *out, size_t len, pg_err *err);
+
+/* Keeps the sequences i of s for which keep[i] is set, in their order, and
+ * frees the others. */
+void div_sequences_keep(div_sequences *s, const unsigned char *keep);
+
 /* Frees what s holds and empties it; NULL is a no-op. */
 void div_sequences_free(div_sequences *s);
 

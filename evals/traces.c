@@ -487,17 +487,6 @@ pg_status traces_convert_aime(const char *in_path, const char *out_path, pg_err 
     return st;
 }
 
-/* Hashes one field as its length (8 bytes, little endian) then its bytes,
- * so field boundaries cannot shift; NULL hashes as length UINT64_MAX. */
-static uint64_t digest_field(uint64_t h, const char *v)
-{
-    const uint64_t n = v != NULL ? (uint64_t)strlen(v) : UINT64_MAX;
-    unsigned char len[8];
-    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
-    h = jsonl_fnv1a(h, len, sizeof len);
-    return v != NULL ? jsonl_fnv1a(h, v, (size_t)n) : h;
-}
-
 /* qsort order of problem pointers: by id (ids are unique). */
 static int by_id(const void *a, const void *b)
 {
@@ -513,14 +502,14 @@ pg_status traces_digest(const eval_traces *t, char *out, size_t len, pg_err *err
     if (order == NULL) return pg_fail(err, PG_ERR_NOMEM, "%s: out of memory for the digest", t->path);
     for (int i = 0; i < t->n; i++) order[i] = &t->problems[i];
     qsort(order, (size_t)t->n, sizeof *order, by_id);
-    uint64_t h = digest_field(JSONL_FNV_OFFSET, TRACES_DIGEST_SCHEME);
+    uint64_t h = jsonl_digest_field(JSONL_FNV_OFFSET, TRACES_DIGEST_SCHEME);
     for (int i = 0; i < t->n; i++) {
         char answer[TR_GEN_ID_MAX];
         snprintf(answer, sizeof answer, "%d", order[i]->answer);
-        h = digest_field(h, order[i]->id);
-        h = digest_field(h, order[i]->problem);
-        h = digest_field(h, answer);
-        h = digest_field(h, order[i]->messages_json);
+        h = jsonl_digest_field(h, order[i]->id);
+        h = jsonl_digest_field(h, order[i]->problem);
+        h = jsonl_digest_field(h, answer);
+        h = jsonl_digest_field(h, order[i]->messages_json);
     }
     free(order);
     snprintf(out, len, "%s:%d:%016llx", TRACES_DIGEST_SCHEME, t->n, (unsigned long long)h);

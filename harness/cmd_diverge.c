@@ -14,6 +14,7 @@
 #include "progress.h"
 #include "reports/divergence_results.h"
 #include "reports/term.h"
+#include "shard.h"
 
 #ifndef PRECGATE_GIT_REV
 #define PRECGATE_GIT_REV "unknown"
@@ -33,7 +34,7 @@
 #define DIVERGE_MIN_BACKOFF_S 0.001
 #define DIVERGE_HOST_MAX 256
 /* Rows of diverge's option table, its end row included. */
-#define DIVERGE_OPTION_ROWS 21
+#define DIVERGE_OPTION_ROWS 23
 
 const char cmd_diverge_usage[] =
     "usage: precgate diverge --endpoint MODE=URL --endpoint MODE=URL ...\n"
@@ -80,7 +81,15 @@ const char cmd_diverge_usage[] =
     "  --force              with --resume: take a run still marked running\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n"
     "  --label TEXT         free text stored with the run\n"
-    "  --no-progress        never draw the progress bar\n\n"
+    "  --no-progress        never draw the progress bar\n"
+    "  --shard I/N          score only part I (0 .. N-1) of N: the sequences sorted by id,\n"
+    "                       in N runs of consecutive ids as equal in count as can be (the\n"
+    "                       noise floor too); `precgate merge` of the parts gives the\n"
+    "                       numbers of an unsharded run. A --resume of a part repeats its\n"
+    "                       --shard\n"
+    "  --job KEY            with --shard: the job the part belongs to (default: a digest\n"
+    "                       of what defines the run, the sequences' content among it, and\n"
+    "                       N)\n\n"
     "For comparable sides, start every vLLM server with --no-enable-prefix-caching\n"
     "(vLLM #42019), one --logprobs-mode and one --max-num-batched-tokens. Teacher forcing\n"
     "measures the prefill kernels (vLLM #54035: fp8 KV prefill and decode differ).\n\n"
@@ -92,8 +101,17 @@ typedef struct diverge_args {
     const char *sequences, *db, *label, *output, *kind;
     int force, no_floor, no_progress;
     long resume, from_eval;
+    shard_spec shard;                /* --shard I/N; count 0 without */
+    const char *job;                 /* --job KEY, or job_buf's default */
+    char job_buf[SHARD_JOB_MAX];
     diverge_options o;
 } diverge_args;
+
+/* --shard I/N into the shard_spec to (a cli_option parse). */
+static pg_status parse_shard(char *value, void *to, pg_err *err)
+{
+    return shard_parse("diverge", value, to, err);
+}
 
 /* --endpoint MODE=URL into the diverge_options to (split in place). */
 static pg_status parse_endpoint(char *value, void *to, pg_err *err)
@@ -136,6 +154,8 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
         {"db", CLI_TEXT, .to = &a->db},
         {"label", CLI_TEXT, .to = &a->label},
         {"no-progress", CLI_FLAG, .to = &a->no_progress},
+        {"shard", CLI_CALL, .to = &a->shard, .parse = parse_shard},
+        {"job", CLI_TEXT, .to = &a->job},
         {NULL},
     };
     _Static_assert(sizeof opts / sizeof opts[0] <= DIVERGE_OPTION_ROWS, "DIVERGE_OPTION_ROWS");
@@ -151,6 +171,9 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
     if (a->o.n_endpoints < 2)
         return pg_fail(err, PG_ERR_USAGE, "diverge: give at least two --endpoint MODE=URL (the "
                                           "reference %s and a mode to compare)", a->o.reference);
+    if (a->job != NULL && a->shard.count == 0)
+        return pg_fail(err, PG_ERR_USAGE, "diverge: --job KEY only goes with --shard I/N");
+    if (a->job != NULL && shard_job_check("diverge", a->job, err) != PG_OK) return err->code;
     if (a->force && a->resume <= 0)
         return pg_fail(err, PG_ERR_USAGE, "diverge: --force only goes with --resume RUN");
     for (int i = 0; i < a->o.n_endpoints; i++)
@@ -182,8 +205,9 @@ static pg_status load_from_eval(pg_store *s, long id, div_sequences *seqs, int64
 }
 
 /* What defines the run, as its config_json: reference, K, modes (sorted),
- * the noise floor. A resume must match it. */
-static char *diverge_config(const diverge_args *a)
+ * the noise floor and the sequences' digest (before any --shard). A resume
+ * must match it. NULL when out of memory. */
+static cJSON *diverge_config(const diverge_args *a, const char *sequences_digest)
 {
     cJSON *c = cJSON_CreateObject();
     cJSON *modes = cJSON_CreateArray();
@@ -206,11 +230,43 @@ static char *diverge_config(const diverge_args *a)
          cJSON_AddStringToObject(c, "reference", a->o.reference) &&
          cJSON_AddNumberToObject(c, "top_k", a->o.top_k) &&
          cJSON_AddBoolToObject(c, "noise_floor", a->o.noise_floor) &&
-         cJSON_AddItemToObject(c, "modes", modes);
+         cJSON_AddStringToObject(c, "sequences_digest", sequences_digest);
+    ok = ok && cJSON_AddItemToObject(c, "modes", modes);
     if (!ok && modes && cJSON_GetObjectItemCaseSensitive(c, "modes") != modes) cJSON_Delete(modes);
-    char *text = ok ? cJSON_PrintUnformatted(c) : NULL;
-    cJSON_Delete(c);
-    return text;
+    if (!ok) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Makes seqs the sequences of part a->shard (shard_problems over their
+ * ids) and records the part in config: "job" (a->job, else the default key
+ * over config's defining fields), "shard" and "shard_sequences", the ids
+ * it owns. */
+static pg_status diverge_shard(diverge_args *a, div_sequences *seqs, cJSON *config, pg_err *err)
+{
+    if (a->job == NULL) {
+        if (shard_default_job(config, a->shard.count, a->job_buf, err) != PG_OK) return err->code;
+        a->job = a->job_buf;
+    }
+    const char **ids = calloc(seqs->n + 1, sizeof *ids);
+    unsigned char *keep = calloc(seqs->n + 1, 1);
+    pg_status st = ids != NULL && keep != NULL && seqs->n <= INT_MAX
+                       ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "diverge: out of memory");
+    for (size_t i = 0; st == PG_OK && i < seqs->n; i++) ids[i] = seqs->v[i].id;
+    if (st == PG_OK) st = shard_problems(ids, (int)seqs->n, a->shard, keep, err);
+    if (st == PG_OK) {
+        shard_config_add(config, a->job, a->shard);
+        cJSON *owned = cJSON_AddArrayToObject(config, "shard_sequences");
+        for (size_t i = 0; owned != NULL && i < seqs->n; i++)
+            if (keep[i]) cJSON_AddItemToArray(owned, cJSON_CreateString(ids[i]));
+        if (owned == NULL) st = pg_fail(err, PG_ERR_NOMEM, "diverge: out of memory");
+    }
+    if (st == PG_OK) div_sequences_keep(seqs, keep);
+    free(ids);
+    free(keep);
+    return st;
 }
 
 /* A resumed run's config must be config. */
@@ -224,9 +280,16 @@ static pg_status check_resume(pg_store *s, int64_t run_id, const char *config, i
     cJSON *now = cJSON_Parse(config);
     if (had == NULL || strcmp(rs.kind, "diverge") != 0)
         st = pg_fail(err, PG_ERR_USAGE, "diverge: run %lld is no divergence run", (long long)run_id);
-    static const char *const fields[] = {"reference", "top_k", "noise_floor", "modes"};
+    /* What defines the run, and the part's place in a sharded job. A run
+     * stored before the sequences had a digest is held to its stored
+     * sequences alone (diverge_prepare compares them). */
+    static const char *const fields[] = {"reference", "top_k", "noise_floor", "modes",
+                                         "sequences_digest", "job", "shard"};
     for (size_t i = 0; st == PG_OK && i < sizeof fields / sizeof fields[0]; i++)
-        if (!cJSON_Compare(cJSON_GetObjectItemCaseSensitive(had, fields[i]),
+        if (!(strcmp(fields[i], "sequences_digest") == 0 &&
+              !cJSON_HasObjectItem(had, fields[i])) &&
+            (cJSON_HasObjectItem(had, fields[i]) || cJSON_HasObjectItem(now, fields[i])) &&
+            !cJSON_Compare(cJSON_GetObjectItemCaseSensitive(had, fields[i]),
                            cJSON_GetObjectItemCaseSensitive(now, fields[i]), 1))
             st = pg_fail(err, PG_ERR_USAGE, "diverge: --resume %lld: '%s' differs from the run's "
                          "(a resume scores what defines the run the same way)",
@@ -256,11 +319,18 @@ int cmd_diverge(int argc, char **argv)
     pg_store *s = NULL;
     int64_t run_id = -1;
     int taken = 0;
-    char *config = st == PG_OK ? diverge_config(&a) : NULL;
-    if (st == PG_OK && config == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "diverge: out of memory");
     if (st == PG_OK) st = store_open(db_path, &s, &err);
     int64_t left_out = 0;
     if (st == PG_OK && a.from_eval > 0) st = load_from_eval(s, a.from_eval, &seqs, &left_out, &err);
+    char digest[SEQ_DIGEST_MAX];
+    if (st == PG_OK) st = div_sequences_digest(&seqs, digest, sizeof digest, &err);
+    const size_t n_all = seqs.n;
+    cJSON *cfg = st == PG_OK ? diverge_config(&a, digest) : NULL;
+    if (st == PG_OK && cfg == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "diverge: out of memory");
+    if (st == PG_OK && a.shard.count > 0) st = diverge_shard(&a, &seqs, cfg, &err);
+    char *config = st == PG_OK ? cJSON_PrintUnformatted(cfg) : NULL;
+    cJSON_Delete(cfg);
+    if (st == PG_OK && config == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "diverge: out of memory");
     if (st == PG_OK && a.resume > 0) {
         run_id = a.resume;
         st = check_resume(s, run_id, config, a.force, &err);
@@ -281,16 +351,23 @@ int cmd_diverge(int argc, char **argv)
         if (left_out > 0)
             term_printf(stdout, "run %lld: %lld failed samples of %s left out (no completion)\n",
                         (long long)run_id, (long long)left_out, from);
+        if (a.shard.count > 0)
+            term_printf(stdout, "run %lld: shard %d/%d of job %s: %zu of the %zu sequences\n",
+                        (long long)run_id, a.shard.index, a.shard.count, a.job, seqs.n, n_all);
         fflush(stdout);
-        st = diverge_prepare(s, run_id, &seqs, &a.o, &ds, &err);
     }
-    if (st == PG_OK) st = diverge_score(ds, s, run_id, &c, &err);
-    if (st == PG_OK && c.errors == 0) {
+    /* A part that owns no sequence (more parts than sequences) is complete
+     * as it is: it scores nothing and contacts no server. */
+    const int empty_part = a.shard.count > 0 && seqs.n == 0;
+    if (st == PG_OK && !empty_part) st = diverge_prepare(s, run_id, &seqs, &a.o, &ds, &err);
+    if (st == PG_OK && !empty_part) st = diverge_score(ds, s, run_id, &c, &err);
+    if (st == PG_OK && !empty_part && c.errors == 0) {
         int n_modes = 0;
         const char *const *modes = diverge_session_modes(ds, &n_modes);
         st = diverge_compare(s, run_id, a.o.reference, modes, n_modes, a.o.top_k, &err);
     }
-    if (st == PG_OK && c.errors == 0) st = divergence_results_print(s, run_id, stdout, &err);
+    if (st == PG_OK && !empty_part && c.errors == 0)
+        st = divergence_results_print(s, run_id, stdout, &err);
     if (taken) {
         const char *status = st == PG_ERR_INTERRUPTED ? "interrupted"
                              : st != PG_OK            ? (a.resume > 0 ? "incomplete" : "failed")
@@ -321,7 +398,10 @@ int cmd_diverge(int argc, char **argv)
         else
             term_printf(stderr, "precgate: run %lld marked %s in %s\n", (long long)run_id, status,
                         db_path);
-        if (st == PG_OK && c.errors == 0 && a.output != NULL) {
+        if (st == PG_OK && empty_part && a.output != NULL)
+            term_printf(stdout, "results: %s not written: shard %d/%d owns no sequence\n",
+                        a.output, a.shard.index, a.shard.count);
+        else if (st == PG_OK && c.errors == 0 && a.output != NULL) {
             st = divergence_results_write_json(s, run_id, a.output, &err);
             if (st == PG_OK) term_printf(stdout, "results: wrote %s (run %lld)\n", a.output,
                                          (long long)run_id);

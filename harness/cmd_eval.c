@@ -401,14 +401,7 @@ static cJSON *eval_config_json(const eval_args *a, const char *traces_digest)
 static pg_status eval_shard(eval_args *a, eval_traces *t, cJSON *now, pg_err *err)
 {
     if (a->job == NULL) {
-        cJSON *defining = cJSON_Duplicate(now, 1);
-        for (int i = 0; defining != NULL && shard_config_local_keys[i] != NULL; i++)
-            cJSON_DeleteItemFromObjectCaseSensitive(defining, shard_config_local_keys[i]);
-        char *text = defining != NULL ? cJSON_PrintUnformatted(defining) : NULL;
-        cJSON_Delete(defining);
-        if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
-        shard_job_key(text, a->shard.count, a->job_buf);
-        free(text);
+        if (shard_default_job(now, a->shard.count, a->job_buf, err) != PG_OK) return err->code;
         a->job = a->job_buf;
     }
     const char **ids = calloc((size_t)t->n + 1, sizeof *ids);

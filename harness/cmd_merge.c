@@ -6,8 +6,11 @@
 
 #include "db/merge_store.h"
 #include "db/store.h"
+#include "evals/diverge_run.h"
 #include "evals/eval_run.h"
+#include "evals/prompt_logprobs.h"
 #include "cli.h"
+#include "reports/divergence_results.h"
 #include "reports/term.h"
 #include "run_complete.h"
 #include "shard.h"
@@ -21,20 +24,22 @@
 
 const char cmd_merge_usage[] =
     "usage: precgate merge --into DB SHARD.db ...\n\n"
-    "Folds the parts of sharded jobs (precgate run/eval --shard I/N, each written to a\n"
-    "database of its own) into one run per job key in DB. The merged run gets a new id\n"
-    "in DB; its rows are the parts' rows, and an eval's scores and paired statistics are\n"
-    "computed again from the merged samples, equal to those of a run that was never\n"
-    "sharded. Its runs row: the parts' kind, status complete (an eval with failed samples:\n"
-    "incomplete), the earliest start and the latest finish, and the parts' common\n"
-    "config_json with \"shard\" replaced by {\"count\": N} (no shard_layers or\n"
-    "shard_problems). Every part merged is recorded in merged_shards.\n\n"
+    "Folds the parts of sharded jobs (precgate run/eval/diverge --shard I/N, each written\n"
+    "to a database of its own) into one run per job key in DB. The merged run gets a new\n"
+    "id in DB; its rows are the parts' rows, and an eval's scores and paired statistics\n"
+    "(a diverge run's positions and summaries) are computed again from the merged samples\n"
+    "(scores), equal to those of a run that was never sharded. Its runs row: the parts'\n"
+    "kind, status complete (an eval with failed samples: incomplete), the earliest start\n"
+    "and the latest finish, and the parts' common config_json with \"shard\" replaced by\n"
+    "{\"count\": N} (no shard_layers, shard_problems or shard_sequences). Every part\n"
+    "merged is recorded in merged_shards.\n\n"
     "Refused, naming what differs, with DB left as it was (exit 2):\n"
     "  - parts of one job whose config differs (a field other than the part's own place,\n"
     "    threads, the traces' path and the servers' URLs), or whose shard count differs;\n"
     "  - a job with missing parts, or a part given twice;\n"
-    "  - a part lacking a row its own layers or problems imply (its config's layer_rows\n"
-    "    or plan; harness/run_complete.h), naming the units and the resume command;\n"
+    "  - a part lacking a row its own layers, problems or sequences imply (its config's\n"
+    "    layer_rows, plan or shard_sequences; harness/run_complete.h), naming the units\n"
+    "    and the resume command;\n"
     "  - a part that did not finish (running, failed or interrupted: resume it); an\n"
     "    eval part that finished with failed samples (incomplete) is taken, and makes the\n"
     "    merged run incomplete;\n"
@@ -167,7 +172,10 @@ static pg_status check_finished(const merge_part *p, pg_err *err)
                    (long long)p->run_id, p->job, (long long)p->index, (long long)p->count,
                    p->status ? p->status : "(no status)", p->error ? " (its last run stopped: " : "",
                    p->error ? p->error : "", p->error ? ")" : "",
-                   is_eval ? "eval" : "run", (long long)p->run_id, p->source);
+                   p->kind != NULL && strcmp(p->kind, "diverge") == 0 ? "diverge"
+                   : is_eval                                          ? "eval"
+                                                                      : "run",
+                   (long long)p->run_id, p->source);
 }
 
 /* Whether p is a part merge takes (check_finished would pass it). */
@@ -279,6 +287,7 @@ static char *merged_config(const merge_part *first)
     if (cfg == NULL) return NULL;
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_layers");
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_problems");
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_sequences");
     cJSON *shard = cJSON_CreateObject();
     if (shard != NULL) cJSON_AddNumberToObject(shard, "count", (double)first->count);
     if (shard != NULL) cJSON_ReplaceItemInObjectCaseSensitive(cfg, "shard", shard);
@@ -298,6 +307,8 @@ static pg_status check_part_complete(pg_store *s, const merge_part *p, int64_t r
     pg_status st = run_complete_check(s, run_id, p->kind, p->config_json, &miss, err);
     if (st != PG_OK || (!miss.unverifiable && miss.n_units == 0)) return st;
     const int is_eval = strcmp(p->kind, "eval") == 0;
+    const int is_diverge = strcmp(p->kind, "diverge") == 0;
+    const char *units = is_eval ? "problems" : is_diverge ? "sequences" : "layers";
     char cmd[RUN_COMPLETE_RESUME_MAX];
     run_complete_resume(p->kind, p->run_id, p->config_json, p->source, cmd, sizeof cmd);
     if (miss.unverifiable)
@@ -308,9 +319,9 @@ static pg_status check_part_complete(pg_store *s, const merge_part *p, int64_t r
     return pg_fail(err, PG_ERR_USAGE, "merge: %s: run %lld (job %s, shard %lld/%lld) lacks rows "
                    "that its own %s imply (%lld of its %lld %s): %s; resume it (%s) or run the "
                    "shard again into a fresh database", p->source, (long long)p->run_id, p->job,
-                   (long long)p->index, (long long)p->count, is_eval ? "problems" : "layers",
+                   (long long)p->index, (long long)p->count, units,
                    (long long)miss.n_units, (long long)miss.n_expected,
-                   is_eval ? "samples" : "layers", miss.list, cmd);
+                   is_eval ? "samples" : is_diverge ? "scorings" : "layers", miss.list, cmd);
 }
 
 /* The string member key of the JSON text json (a malloc'd copy), or NULL. */
@@ -321,6 +332,33 @@ static char *config_string(const char *json, const char *key)
     char *v = cJSON_IsString(x) ? strdup(x->valuestring) : NULL;
     cJSON_Delete(o);
     return v;
+}
+
+/* Computes the merged diverge run run_id of s (config its config_json:
+ * "reference", "modes", "top_k") from its copied sequences and scores, as
+ * an unsharded run is, and prints its results to out. */
+static pg_status compare_diverge(pg_store *s, int64_t run_id, const char *config, FILE *out,
+                                 pg_err *err)
+{
+    cJSON *cfg = cJSON_Parse(config);
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(cfg, "reference");
+    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(cfg, "modes");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(cfg, "top_k");
+    const char *names[DIV_MAX_MODES];
+    int n = 0, ok = cJSON_IsString(ref) && cJSON_IsArray(modes) && cJSON_IsNumber(k) &&
+                    k->valuedouble >= 1 && k->valuedouble <= PL_MAX_TOP_K &&
+                    k->valuedouble == (int)k->valuedouble;
+    for (const cJSON *m = ok ? modes->child : NULL; ok && m != NULL; m = m->next) {
+        ok = cJSON_IsString(m) && n < DIV_MAX_MODES;
+        if (ok) names[n++] = m->valuestring;
+    }
+    pg_status st = ok ? diverge_compare(s, run_id, ref->valuestring, names, n, k->valueint, err)
+                      : pg_fail(err, PG_ERR_USAGE, "merge: diverge run %lld: the parts' config "
+                                "lacks a \"reference\", \"modes\" or \"top_k\" it can read",
+                                (long long)run_id);
+    if (st == PG_OK) st = divergence_results_print(s, run_id, out, err);
+    cJSON_Delete(cfg);
+    return st;
 }
 
 /* Writes one job's parts p[0 .. n-1] into a new run of s (inside the
@@ -369,6 +407,8 @@ static pg_status merge_job(pg_store *s, const merge_part *p, size_t n, FILE *out
                                     "names no \"eval\"", p[0].job);
         free(eval);
     }
+    if (st == PG_OK && strcmp(p[0].kind, "diverge") == 0)
+        st = compare_diverge(s, *run_id, config, out, err);
     if (st == PG_OK)
         term_printf(out, "run %lld: job %s, %zu shards merged (%s, %lld rows, %s)\n",
                 (long long)*run_id, p[0].job, n, p[0].kind, (long long)rows, info.status);

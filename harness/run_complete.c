@@ -273,10 +273,19 @@ static pg_status check_eval(pg_store *s, int64_t run_id, const cJSON *cfg, run_m
     return st;
 }
 
+/* bsearch order of stored sequences: by seq_id. */
+static int by_seq_id(const void *a, const void *b)
+{
+    return strcmp(((const div_sequence_stored *)a)->seq_id,
+                  ((const div_sequence_stored *)b)->seq_id);
+}
+
 /* A diverge run (harness/cmd_diverge.c's config: "reference", "modes",
  * "noise_floor"): every stored sequence scored by every mode (pass 0) and,
  * with the floor, by the reference again (pass 1); a unit is one (mode,
- * pass, sequence). A run that stored no sequence lacks them all. */
+ * pass, sequence). A part of a sharded job ("shard_sequences": the ids it
+ * owns) lacks each owned sequence it did not store; any other run that
+ * stored no sequence lacks them all. */
 static pg_status check_diverge(pg_store *s, int64_t run_id, const cJSON *cfg, run_missing *out,
                                pg_err *err)
 {
@@ -289,7 +298,21 @@ static pg_status check_diverge(pg_store *s, int64_t run_id, const cJSON *cfg, ru
     size_t n_seq = 0;
     pg_status st = divergence_store_read_sequences(s, run_id, &seqs, &n_seq, err);
     int listed = 0;
-    if (st == PG_OK && n_seq == 0) {
+    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, "shard_sequences");
+    for (const cJSON *o = cJSON_IsArray(owned) ? owned->child : NULL; st == PG_OK && o != NULL;
+         o = o->next) {
+        /* seqs come sorted by seq_id (SQLite's BINARY order: strcmp's). */
+        const div_sequence_stored key = {.seq_id = cJSON_IsString(o) ? o->valuestring : NULL};
+        const int found = key.seq_id != NULL &&
+                          bsearch(&key, seqs, n_seq, sizeof *seqs, by_seq_id) != NULL;
+        out->n_expected++;
+        if (!found) {
+            out->n_units++;
+            list_unit(out, &listed, "owned sequence '%s' not stored",
+                      cJSON_IsString(o) ? o->valuestring : "(not a string)");
+        }
+    }
+    if (st == PG_OK && n_seq == 0 && !cJSON_IsArray(owned)) {
         out->n_units = out->n_expected = 1;
         list_unit(out, &listed, "no sequence stored (the run stopped before scoring)");
     }

@@ -19,6 +19,7 @@ const char *const shard_config_local_keys[] = {
     "shard",         /* this part's index (the count is in the job key) */
     "shard_layers",  /* the layers this sweep part owns */
     "shard_problems",/* the problems this eval part owns */
+    "shard_sequences",/* the sequences this diverge part owns */
     "threads",       /* CPU threads: speed only */
     "traces",        /* the traces' path: their content is traces_digest */
     "endpoints",     /* server URLs: a mode's server may move (eval --resume) */
@@ -173,4 +174,17 @@ void shard_config_add(cJSON *o, const char *job, shard_spec s)
     cJSON *sh = cJSON_AddObjectToObject(o, "shard");
     cJSON_AddNumberToObject(sh, "index", s.index);
     cJSON_AddNumberToObject(sh, "count", s.count);
+}
+
+pg_status shard_default_job(const cJSON *config, int count, char out[SHARD_JOB_MAX], pg_err *err)
+{
+    cJSON *defining = cJSON_Duplicate(config, 1);
+    for (int i = 0; defining != NULL && shard_config_local_keys[i] != NULL; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(defining, shard_config_local_keys[i]);
+    char *text = defining != NULL ? cJSON_PrintUnformatted(defining) : NULL;
+    cJSON_Delete(defining);
+    if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "shard: out of memory for the job key");
+    shard_job_key(text, count, out);
+    free(text);
+    return PG_OK;
 }

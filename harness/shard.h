@@ -74,6 +74,11 @@ pg_status shard_problems(const char *const *ids, int n, shard_spec s, unsigned c
  * options that define the job's numbers, as canonical JSON) and count. */
 void shard_job_key(const char *text, int count, char out[SHARD_JOB_MAX]);
 
+/* The default job key of a part whose run config is config: shard_job_key
+ * over config's defining fields (every key but shard_config_local_keys) as
+ * unformatted JSON, and count. PG_ERR_NOMEM. */
+pg_status shard_default_job(const cJSON *config, int count, char out[SHARD_JOB_MAX], pg_err *err);
+
 /* Keys of a shard's config_json that differ between the parts of one job
  * by design (the shard's own place, threads, paths and URLs that do not
  * define the numbers); merge compares every other key. NULL-terminated. */

@@ -712,3 +712,155 @@ Test(diverge_run, from_eval_refuses_samples_without_ids_by_name)
               out);
     free(out);
 }
+
+/* Every row of sql on the database at path, one line per row, each value
+ * exact (a REAL as %a, a BLOB in hex): what two databases must hold alike
+ * (malloc'd). */
+static char *db_rows(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    cat(&buf, &len, &cap, "%s", "");
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(st); c++) {
+            switch (sqlite3_column_type(st, c)) {
+            case SQLITE_INTEGER: cat(&buf, &len, &cap, "%lld|", sqlite3_column_int64(st, c)); break;
+            case SQLITE_FLOAT: cat(&buf, &len, &cap, "%a|", sqlite3_column_double(st, c)); break;
+            case SQLITE_TEXT: cat(&buf, &len, &cap, "'%s'|", sqlite3_column_text(st, c)); break;
+            case SQLITE_BLOB: {
+                const unsigned char *b = sqlite3_column_blob(st, c);
+                for (int i = 0; i < sqlite3_column_bytes(st, c); i++)
+                    cat(&buf, &len, &cap, "%02x", b[i]);
+                cat(&buf, &len, &cap, "|");
+                break;
+            }
+            default: cat(&buf, &len, &cap, "NULL|");
+            }
+        }
+        cat(&buf, &len, &cap, "\n");
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return buf;
+}
+
+/* What a diverge run computed, run id aside: its summaries and positions. */
+#define DIVERGE_SUMMARY_ROWS                                                                    \
+    "SELECT mode, role, reference, top_k, n_sequences, n_positions, n_given, kld_mean, "        \
+    "kld_mean_se, kld_ci_low, kld_ci_high, kld_p50, kld_p90, kld_p95, kld_p99, kld_p999, "     \
+    "kld_max, same_top, same_top_se, mean_dp, rms_dp, mean_dlogprob, ppl_ratio, "              \
+    "tail_mass_median FROM div_summaries WHERE run_id = %d ORDER BY mode, role"
+#define DIVERGE_POSITION_ROWS                                                                   \
+    "SELECT mode, role, seq_id, n_positions, packed FROM div_positions WHERE run_id = %d "    \
+    "ORDER BY mode, role, seq_id"
+
+/* The summaries and positions of run run_id in path, as db_rows gives them. */
+static char *diverge_computed(const char *path, int run_id)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql, DIVERGE_SUMMARY_ROWS, run_id);
+    char *sums = db_rows(path, sql);
+    snprintf(sql, sizeof sql, DIVERGE_POSITION_ROWS, run_id);
+    char *pos = db_rows(path, sql);
+    char *both = NULL;
+    size_t len = 0, cap = 0;
+    cat(&both, &len, &cap, "%s--\n%s", sums, pos);
+    free(sums);
+    free(pos);
+    return both;
+}
+
+/* Scores the sequences file in n_parts parts (a database each), merges
+ * them into a fresh database, and checks the merged run computed exactly
+ * what the unsharded run `whole` (run 1 of g_db) did. */
+static void shards_merge_to(const char *servers, const char *whole, int n_parts)
+{
+    char into[PATH_MAX + 32], parts[8 * (PATH_MAX + 32)] = "";
+    snprintf(into, sizeof into, "%s/merged%d.db", tu_dir, n_parts);
+    for (int i = 0; i < n_parts; i++) {
+        char part[PATH_MAX + 32];
+        snprintf(part, sizeof part, "%s/part%d_of_%d.db", tu_dir, i, n_parts);
+        char *out = NULL;
+        const int rc = tu_run_precgatef(&out, "diverge %s --sequences '%s' --db '%s' --shard %d/%d",
+                                        servers, g_seqs, part, i, n_parts);
+        cr_assert_eq(rc, 0, "part %d/%d: %s", i, n_parts, out);
+        cr_assert(strstr(out, "complete") != NULL, "%s", out);
+        free(out);
+        strcat(parts, " '");
+        strcat(parts, part);
+        strcat(parts, "'");
+    }
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "merge --into '%s'%s", into, parts);
+    cr_assert_eq(rc, 0, "merge: %s", out);
+    cr_assert(strstr(out, "shards merged (diverge") != NULL, "%s", out);
+    free(out);
+    char *merged = diverge_computed(into, 1);
+    cr_assert_str_eq(merged, whole, "%d shards merged differ from the unsharded run", n_parts);
+    free(merged);
+}
+
+Test(diverge_run, shards_merged_equal_an_unsharded_run)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0}, mode = {.shift = 0.8};
+    fake_server a, b;
+    char ua[64], ub[64];
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
+    char servers[512];
+    snprintf(servers, sizeof servers, "--endpoint bf16=%s --endpoint fp8kv=%s --no-progress "
+             "--top-k 8 --ready-timeout 5", ua, ub);
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "diverge %s --sequences '%s' --db '%s'", servers, g_seqs, g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *whole = diverge_computed(g_db, 1);
+    cr_assert(strstr(whole, "'fp8kv'|'mode'|'bf16'|8|3|") != NULL, "%s", whole);
+    cr_assert(strstr(whole, "'bf16'|'floor'|'bf16'|8|3|") != NULL, "%s", whole);
+    /* 2 parts of 2 and 1 sequences; 4 parts, one owning none. */
+    shards_merge_to(servers, whole, 2);
+    shards_merge_to(servers, whole, 4);
+    free(whole);
+    fs_stop(&a);
+    fs_stop(&b);
+}
+
+Test(diverge_run, a_part_that_lacks_an_owned_sequence_is_refused_by_merge)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0}, mode = {.shift = 0.8};
+    fake_server a, b;
+    char ua[64], ub[64];
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
+    char p0[PATH_MAX + 32], p1[PATH_MAX + 32], into[PATH_MAX + 32];
+    snprintf(p0, sizeof p0, "%s/p0.db", tu_dir);
+    snprintf(p1, sizeof p1, "%s/p1.db", tu_dir);
+    snprintf(into, sizeof into, "%s/into.db", tu_dir);
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL;
+        const int rc = tu_run_precgatef(&out, "diverge --endpoint bf16=%s --endpoint fp8kv=%s "
+                                        "--no-progress --top-k 8 --ready-timeout 5 --sequences "
+                                        "'%s' --db '%s' --shard %d/2", ua, ub, g_seqs,
+                                        i ? p1 : p0, i);
+        cr_assert_eq(rc, 0, "%s", out);
+        free(out);
+    }
+    /* Part 0 owns s1 (ids sorted, the first run of them): lose its scores and sequence. */
+    sqlite3 *db = tu_db_open("p0.db");
+    tu_sql_exec(db, "DELETE FROM div_scores WHERE seq_id = 's1'");
+    tu_sql_exec(db, "DELETE FROM div_positions WHERE seq_id = 's1'");
+    tu_sql_exec(db, "DELETE FROM div_sequences WHERE seq_id = 's1'");
+    sqlite3_close(db);
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "merge --into '%s' '%s' '%s'", into, p0, p1);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "owned sequence 's1' not stored") != NULL, "%s", out);
+    cr_assert(strstr(out, "precgate diverge --resume 1") != NULL, "%s", out);
+    free(out);
+    fs_stop(&a);
+    fs_stop(&b);
+}
