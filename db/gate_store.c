@@ -26,7 +26,9 @@ static const char SQL_RUN[] = "SELECT kind, label, status, error FROM runs WHERE
     " AND " CONFIG_FIELD("r", "'$." f "'") " IS " CONFIG_FIELD("me", "'$." f "'")
 #define SAME_CONTENT                                                                        \
     SAME_CONTENT_FIELD("traces_digest") SAME_CONTENT_FIELD("source") SAME_CONTENT_FIELD("limit") \
-    SAME_CONTENT_FIELD("scales") SAME_CONTENT_FIELD("variants")
+    SAME_CONTENT_FIELD("scales") SAME_CONTENT_FIELD("variants")                              \
+    SAME_CONTENT_FIELD("sequences_digest") SAME_CONTENT_FIELD("reference")                   \
+    SAME_CONTENT_FIELD("top_k")
 
 /* Older complete runs of the same kind and label (?1, ?2) than run ?3. */
 #define OLDER_SAME_KIND_LABEL                                                               \
@@ -154,10 +156,11 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
 }
 
 /* --limit first: it changes the digest, and is the cause to name. */
-const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {"limit", "source",
-                                                                   "traces_digest", "scales"};
-const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT] = {"limit", "source", "traces_digest",
-                                                             "scales", "variants"};
+const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {
+    "limit", "source", "traces_digest", "scales", "sequences_digest", "reference", "top_k"};
+const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT] = {
+    "limit", "source", "traces_digest", "scales", "variants", "sequences_digest", "reference",
+    "top_k"};
 
 /* Column i's text into buf ("none" for SQL NULL, cut to fit). */
 static void col_text_or_none(sqlite3_stmt *st, int i, char *buf, size_t len)

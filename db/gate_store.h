@@ -16,7 +16,8 @@
  * of the same kind, label (NULL labels match each other) and defining
  * content (the runs.config_json fields of gate_auto_fields: the traces'
  * content digest, replay or live, --limit, a sweep's --scales and its
- * variants, the full profile names; each equal or absent in both, so
+ * variants, the full profile names; a diverge run's sequences_digest,
+ * reference and top_k; each equal or absent in both, so
  * an eval recorded before digests never baselines one with a digest, and
  * a sweep of other profiles never baselines one) that is older
  * than the run (a smaller id: runs are numbered as they start) and passed
@@ -62,6 +63,8 @@ extern "C" {
 #define GATE_METRIC_SEQUENCES "sequences"
 #define GATE_METRIC_NOISE_FLOOR "noise_floor"
 #define GATE_METRIC_BUDGET "budget"
+#define GATE_METRIC_KLD_VS_BASELINE "kld_mean_vs_baseline"      /* a mode against its baseline run */
+#define GATE_METRIC_SAME_TOP_VS_BASELINE "same_top_vs_baseline"
 
 /* What a flag compares (the flags.scope values, in this order). */
 typedef enum gate_scope {
@@ -154,14 +157,16 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
  * capture it names, and a capture recorded again (new activations, new
  * scales from the serving stack) against the last one is exactly the
  * comparison that catches a scale regression; the gate prints a note when
- * the baseline swept other content (GATE_DATA_FIELD). */
-#define GATE_CONTENT_FIELD_COUNT 4
+ * the baseline swept other content (GATE_DATA_FIELD). sequences_digest,
+ * reference, top_k: a diverge run's sequences, the mode its KLD is against,
+ * and K (the top-K bound grows with K): another of any is another measure. */
+#define GATE_CONTENT_FIELD_COUNT 7
 extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
 /* What the automatic baseline must share besides: gate_content_fields and
  * a sweep's "variants" (its kernel profiles, full names in the table's
  * order). An explicit --baseline of other profiles is compared: each
  * variant it lacks is the layer scope's error (harness/regress.h). */
-#define GATE_AUTO_FIELD_COUNT 5
+#define GATE_AUTO_FIELD_COUNT 8
 extern const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT];
 /* The config_json field of a sweep's capture content digest. */
 #define GATE_DATA_FIELD "capture_digest"

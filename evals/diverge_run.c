@@ -911,3 +911,75 @@ pg_status diverge_compare(pg_store *s, int64_t run_id, const char *reference,
     divergence_store_sequences_free(seqs, n_seq);
     return st;
 }
+
+/* Whether stored sequences a and b are the same sequence (tokens and score_from). */
+static int same_sequence(const div_sequence_stored *a, const div_sequence_stored *b)
+{
+    return a->n_tokens == b->n_tokens && a->score_from == b->score_from &&
+           memcmp(a->tokens, b->tokens, a->n_tokens * sizeof *a->tokens) == 0;
+}
+
+/* The totals of (run_id, mode, role mode)'s positions of sequence seq_id into *t. */
+static pg_status seq_total(pg_store *s, int64_t run_id, const char *mode, const char *seq_id,
+                           div_seq_total *t, pg_err *err)
+{
+    div_position *pos = NULL;
+    size_t n = 0;
+    pg_status st = divergence_store_read_positions(s, run_id, mode, DIV_ROLE_MODE, seq_id, &pos,
+                                                   &n, err);
+    if (st == PG_OK && n == 0)
+        st = pg_fail(err, PG_ERR_FORMAT, "run %" PRId64 ": mode %s has no positions of sequence "
+                     "'%s' (the run was not compared whole)", run_id, mode, seq_id);
+    if (st == PG_OK) *t = div_seq_total_of(pos, n);
+    free(pos);
+    return st;
+}
+
+pg_status diverge_pair_runs(pg_store *s, int64_t run_id, int64_t base_id, const char *mode,
+                            div_paired *out, char unpaired[DIV_UNPAIRED_MAX], pg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    unpaired[0] = '\0';
+    div_sequence_stored *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    pg_status st = divergence_store_read_sequences(s, run_id, &a, &na, err);
+    if (st == PG_OK) st = divergence_store_read_sequences(s, base_id, &b, &nb, err);
+    /* Both come sorted by seq_id, so one walk pairs them. */
+    for (size_t i = 0; st == PG_OK && unpaired[0] == '\0' && i < (na > nb ? na : nb); i++) {
+        if (i >= na || i >= nb || strcmp(a[i].seq_id, b[i].seq_id) != 0)
+            snprintf(unpaired, DIV_UNPAIRED_MAX, "the sequences differ: run %" PRId64 " has %zu, "
+                     "baseline run %" PRId64 " %zu, the first differing '%.40s'", run_id, na,
+                     base_id, nb, i < na ? a[i].seq_id : b[i].seq_id);
+        else if (!same_sequence(&a[i], &b[i]))
+            snprintf(unpaired, DIV_UNPAIRED_MAX, "sequence '%.40s' has other tokens in baseline "
+                     "run %" PRId64 " (a tokenizer that changed tokenizes its text otherwise)",
+                     a[i].seq_id, base_id);
+    }
+    div_summary_stored *sm = NULL;
+    size_t n_sm = 0;
+    int base_has = 0;
+    if (st == PG_OK && unpaired[0] == '\0')
+        st = divergence_store_read_summaries(s, base_id, &sm, &n_sm, err);
+    for (size_t i = 0; i < n_sm; i++)
+        base_has |= strcmp(sm[i].mode, mode) == 0 && strcmp(sm[i].role, div_role_name(DIV_ROLE_MODE)) == 0;
+    divergence_store_summaries_free(sm, n_sm);
+    if (st == PG_OK && unpaired[0] == '\0' && !base_has)
+        snprintf(unpaired, DIV_UNPAIRED_MAX, "baseline run %" PRId64 " did not compare mode %s",
+                 base_id, mode);
+    div_seq_total *tr = NULL, *tb = NULL;
+    if (st == PG_OK && unpaired[0] == '\0') {
+        tr = calloc(na + 1, sizeof *tr);
+        tb = calloc(na + 1, sizeof *tb);
+        if (tr == NULL || tb == NULL) st = pg_fail(err, PG_ERR_NOMEM, "diverge: out of memory");
+        for (size_t i = 0; st == PG_OK && i < na; i++) {
+            st = seq_total(s, run_id, mode, a[i].seq_id, &tr[i], err);
+            if (st == PG_OK) st = seq_total(s, base_id, mode, a[i].seq_id, &tb[i], err);
+        }
+        if (st == PG_OK) st = div_paired_compute(tr, tb, na, out, err);
+    }
+    free(tr);
+    free(tb);
+    divergence_store_sequences_free(a, na);
+    divergence_store_sequences_free(b, nb);
+    return st;
+}

@@ -35,6 +35,7 @@
 #include "base/note.h"
 #include "base/status.h"
 #include "db/store.h"
+#include "divergence.h"
 #include "openai_client.h"
 #include "sequences.h"
 
@@ -127,6 +128,20 @@ const char *const *diverge_session_modes(const diverge_session *ds, int *n);
  * a position (naming the mode, sequence and position). */
 pg_status diverge_compare(pg_store *s, int64_t run_id, const char *reference,
                           const char *const *modes, int n_modes, int top_k, pg_err *err);
+
+/* Longest reason diverge_pair_runs gives for a pair it cannot make. */
+#define DIV_UNPAIRED_MAX 256
+
+/* Pairs mode's positions (role mode) in run run_id with those of baseline
+ * run base_id over the same sequences, into *out (div_paired_compute):
+ * every sequence of run_id must be in base_id with the same tokens and
+ * score_from, and the other way round. When they cannot be paired, *out is
+ * left zero and why is said in unpaired (else unpaired is ""): the
+ * baseline lacks the mode, a sequence, or has it with other tokens (a
+ * tokenizer that changed). The store's errors; PG_ERR_FORMAT when a
+ * sequence's positions are missing in either run (naming it). */
+pg_status diverge_pair_runs(pg_store *s, int64_t run_id, int64_t base_id, const char *mode,
+                            div_paired *out, char unpaired[DIV_UNPAIRED_MAX], pg_err *err);
 
 #ifdef __cplusplus
 }

@@ -286,3 +286,78 @@ pg_status div_summary_compute(const div_position *pos, const size_t *seq, size_t
     free(count);
     return st;
 }
+
+div_seq_total div_seq_total_of(const div_position *pos, size_t n)
+{
+    div_seq_total t = {.n = n};
+    for (size_t i = 0; i < n; i++) {
+        t.kld_sum += pos[i].kld_lb;
+        t.same_top += pos[i].same_top;
+    }
+    return t;
+}
+
+pg_status div_paired_compute(const div_seq_total *run, const div_seq_total *base, size_t n,
+                             div_paired *out, pg_err *err)
+{
+    if (out == NULL || (n > 0 && (run == NULL || base == NULL)))
+        return pg_fail(err, PG_ERR_INTERNAL, "div_paired_compute: NULL argument");
+    memset(out, 0, sizeof *out);
+    const size_t slots = n > 0 ? n : 1;
+    double *dk = malloc(slots * sizeof *dk), *dt = malloc(slots * sizeof *dt);
+    size_t *count = malloc(slots * sizeof *count);
+    pg_status st = dk && dt && count ? PG_OK
+                                     : pg_fail(err, PG_ERR_NOMEM, "divergence: out of memory "
+                                               "for %zu sequence pairs", n);
+    double kr = 0, kb = 0, tr = 0, tb = 0;
+    size_t total = 0;
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        if (run[i].n != base[i].n) {
+            st = pg_fail(err, PG_ERR_FORMAT, "divergence: pair %zu: %zu scored positions in the "
+                         "run, %zu in the baseline: not the same sequence", i, run[i].n,
+                         base[i].n);
+            break;
+        }
+        dk[i] = run[i].kld_sum - base[i].kld_sum;
+        dt[i] = run[i].same_top - base[i].same_top;
+        count[i] = run[i].n;
+        kr += run[i].kld_sum;
+        kb += base[i].kld_sum;
+        tr += run[i].same_top;
+        tb += base[i].same_top;
+        total += run[i].n;
+        out->n_sequences += run[i].n > 0;
+    }
+    const double undefined = NAN;
+    out->kld_run = out->kld_base = out->kld_diff = out->kld_diff_se = undefined;
+    out->kld_diff_low = out->kld_diff_high = undefined;
+    out->same_top_run = out->same_top_base = out->same_top_diff = undefined;
+    out->same_top_diff_se = out->same_top_diff_low = out->same_top_diff_high = undefined;
+    out->n_positions = total;
+    if (st == PG_OK && total > 0) {
+        const double N = (double)total;
+        out->kld_run = kr / N;
+        out->kld_base = kb / N;
+        /* The difference of the sums, not of the rounded means: an identical
+         * run differs by exactly 0. */
+        double d = 0, e = 0;
+        for (size_t i = 0; i < n; i++) {
+            d += dk[i];
+            e += dt[i];
+        }
+        out->kld_diff = d / N;
+        out->kld_diff_se = clustered_se(dk, count, n, out->kld_diff, total);
+        out->kld_diff_low = out->kld_diff - DIV_Z_975 * out->kld_diff_se;
+        out->kld_diff_high = out->kld_diff + DIV_Z_975 * out->kld_diff_se;
+        out->same_top_run = tr / N;
+        out->same_top_base = tb / N;
+        out->same_top_diff = e / N;
+        out->same_top_diff_se = clustered_se(dt, count, n, out->same_top_diff, total);
+        out->same_top_diff_low = out->same_top_diff - DIV_Z_975 * out->same_top_diff_se;
+        out->same_top_diff_high = out->same_top_diff + DIV_Z_975 * out->same_top_diff_se;
+    }
+    free(dk);
+    free(dt);
+    free(count);
+    return st;
+}

@@ -95,6 +95,37 @@ pg_status div_position_compute(const div_side *p, const div_side *q, div_positio
 pg_status div_summary_compute(const div_position *pos, const size_t *seq, size_t n,
                               div_summary *out, pg_err *err);
 
+/* One sequence's totals over one mode's scored positions. */
+typedef struct div_seq_total {
+    size_t n;          /* scored positions */
+    double kld_sum;    /* sum of kld_lb */
+    double same_top;   /* positions whose top-1 ids agree */
+} div_seq_total;
+
+/* The totals of one sequence's positions pos[0..n). */
+div_seq_total div_seq_total_of(const div_position *pos, size_t n);
+
+/* One mode's change from a baseline run to a run over the same sequences
+ * (div_paired_compute). Differences are run - baseline. */
+typedef struct div_paired {
+    size_t n_sequences, n_positions;
+    double kld_run, kld_base;           /* each run's mean KLD over these positions */
+    double kld_diff, kld_diff_se;       /* their difference and its SE, clustered by sequence */
+    double kld_diff_low, kld_diff_high; /* its 95% interval */
+    double same_top_run, same_top_base;
+    double same_top_diff, same_top_diff_se, same_top_diff_low, same_top_diff_high;
+} div_paired;
+
+/* Pairs run[i] with base[i] (the same sequence in both runs) for
+ * i in 0..n into *out: each run's position-weighted means, and their
+ * difference with the SE of the ratio estimator clustered by sequence
+ * (the top of this file) over the per-sequence differences, so what the
+ * sequences share (their difficulty) cancels. SEs and intervals NaN for
+ * n < 2. PG_ERR_INTERNAL for a NULL argument with n > 0; PG_ERR_FORMAT
+ * when a pair's position counts differ (naming i: not the same sequence). */
+pg_status div_paired_compute(const div_seq_total *run, const div_seq_total *base, size_t n,
+                             div_paired *out, pg_err *err);
+
 /* The value at fraction f in [0, 1] of sorted[0..n) by linear
  * interpolation at f (n - 1) (llama-perplexity's percentiles); NaN for n = 0. */
 double div_interpolate(const double *sorted, size_t n, double f);

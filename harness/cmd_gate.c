@@ -55,9 +55,12 @@ const char cmd_gate_usage[] =
     "             endpoints or traces), unless eval.identical_modes in --config lists them\n"
     "  divergence a diverge run: each mode's mean KLD and same-top against the\n"
     "             budgets of --config's \"divergence\" (by their 95% intervals, the MDE\n"
-    "             stated); no budget, too few sequences, a median tail mass above\n"
-    "             max_tail_mass, or a noise floor missing or not below the budget is an\n"
-    "             error\n"
+    "             stated), and against the baseline run (same sequences, reference and\n"
+    "             K), paired over the sequences, at min effect kld_rel_effect (0.25) x the\n"
+    "             baseline's KLD (never below the noise floor) and same_top_effect (0.01);\n"
+    "             neither budget nor baseline, too few sequences, a median tail mass\n"
+    "             above max_tail_mass, a mode the baseline lacks, or a noise floor\n"
+    "             missing or not below the budget is an error\n"
     "  complete   every run: a sweep must hold each layer's rows as its config's\n"
     "             layer_rows records them, an eval every (problem, mode, effort, sample)\n"
     "             of its plan; a missing row, or a config that records neither (an older\n"
@@ -69,7 +72,8 @@ const char cmd_gate_usage[] =
     "  --baseline B     a baseline name (precgate baseline list) or a run id; default:\n"
     "                   the newest older complete run of the same kind, label and content\n"
     "                   (an eval's traces digest, replay/live, --limit; a sweep's run\n"
-    "                   --scales policy and its variants, the full profile names) that\n"
+    "                   --scales policy and its variants, the full profile names; a\n"
+    "                   diverge run's sequences digest, reference and K) that\n"
     "                   passed its gate, else the newest older complete one of that\n"
     "                   content. A baseline of other content is an error verdict (exit\n"
     "                   2); one of other profiles is compared, and each variant it\n"
@@ -132,6 +136,20 @@ static pg_status require_complete(const gate_run *r, pg_err *err)
                    "run can be gated", r->id, r->status);
 }
 
+/* The runs.kind of `precgate diverge` (harness/cmd_diverge.c). */
+#define GATE_KIND_DIVERGE "diverge"
+
+/* What the gate of a run of kind checks without a baseline run. */
+static const char *without_baseline(const char *kind)
+{
+    if (strcmp(kind, GATE_KIND_DIVERGE) == 0)
+        return "each mode is judged by the gate config's divergence budgets only (a mode "
+               "without one is an error)";
+    return "the layer scope checks NaN/Inf and configured bounds only, mode_pair records each "
+           "mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
+           "comparison with a baseline is skipped";
+}
+
 /* Says why there is no automatic baseline: runs of the kind and label
  * exist, but none with run's content (the newest differs as d says). */
 static void print_no_content_match(const gate_run *run, int64_t newest,
@@ -149,9 +167,7 @@ static void print_no_content_match(const gate_run *run, int64_t newest,
     else
         term_printf(stdout, "the newest, run %" PRId64 ", has %s %s, run %" PRId64 " has %s", newest, d->field,
                d->other_value, run->id, d->run_value);
-    term_printf(stdout, "); the layer scope checks NaN/Inf and configured bounds only, mode_pair records "
-           "each mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
-           "comparison with a baseline is skipped\n");
+    term_printf(stdout, "); %s\n", without_baseline(run->kind));
 }
 
 /* Picks the baseline (explicit or automatic) into *base_id (-1: none) and
@@ -179,10 +195,8 @@ static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run
         if (*base_id < 0 && d.field != NULL)
             print_no_content_match(run, newest, &d, label, no_label);
         else if (*base_id < 0)
-            term_printf(stdout, "baseline: none (no older complete %s run labelled '%s'%s); the layer "
-                   "scope checks NaN/Inf and configured bounds only, mode_pair records each "
-                   "mode's gap to bf16 (inconclusive unless --config bounds it), and the eval "
-                   "comparison with a baseline is skipped\n", run->kind, label, no_label);
+            term_printf(stdout, "baseline: none (no older complete %s run labelled '%s'%s); %s\n",
+                        run->kind, label, no_label, without_baseline(run->kind));
         else if (passed)
             term_printf(stdout, "baseline: run %" PRId64 " (automatic: the newest older complete %s run "
                    "labelled '%s'%s that passed its gate)\n", *base_id,
@@ -230,8 +244,6 @@ static const char *loud(gate_verdict v)
     }
 }
 
-/* The runs.kind of `precgate diverge` (harness/cmd_diverge.c). */
-#define GATE_KIND_DIVERGE "diverge"
 
 /* Prints regressions, then errors, then the eval verdicts (few, and each states
  * its MDE; a "samples" check that passed is only counted), then the counts
@@ -477,20 +489,41 @@ static pg_status gate_identical(pg_store *store, int64_t run_id, const gate_conf
     return st;
 }
 
+/* Appends the divergence-scope flags of diverge run run_id: its summaries,
+ * and with baseline run base_id >= 0 each mode paired with it over the
+ * same sequences (diverge_pair_runs). */
+static pg_status gate_divergence(pg_store *store, int64_t run_id, int64_t base_id,
+                                 const gate_config *cfg, gate_flags *flags, pg_err *err)
+{
+    div_summary_stored *sm = NULL;
+    size_t n = 0;
+    pg_status st = divergence_store_read_summaries(store, run_id, &sm, &n, err);
+    regress_div_pair *pairs = NULL;
+    size_t n_pairs = 0;
+    if (st == PG_OK && base_id >= 0 && n > 0) {
+        pairs = calloc(n, sizeof *pairs);
+        if (pairs == NULL) st = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory");
+    }
+    for (size_t i = 0; st == PG_OK && pairs != NULL && i < n; i++) {
+        if (strcmp(sm[i].role, div_role_name(DIV_ROLE_MODE)) != 0) continue;
+        regress_div_pair *p = &pairs[n_pairs++];
+        p->mode = sm[i].mode;
+        st = diverge_pair_runs(store, run_id, base_id, sm[i].mode, &p->p, p->unpaired, err);
+    }
+    if (st == PG_OK) st = regress_divergence(sm, n, pairs, n_pairs, base_id, cfg, flags, err);
+    free(pairs);
+    divergence_store_summaries_free(sm, n);
+    return st;
+}
+
 /* Loads run's rows (and base_id's, when >= 0) into *rows and *base and
  * appends every scope's verdicts to flags. */
 static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base_id,
                               const gate_config *cfg, gate_rows *rows, gate_rows *base,
                               gate_flags *flags, pg_err *err)
 {
-    if (strcmp(run->kind, GATE_KIND_DIVERGE) == 0) {
-        div_summary_stored *sm = NULL;
-        size_t n = 0;
-        pg_status st = divergence_store_read_summaries(store, run->id, &sm, &n, err);
-        if (st == PG_OK) st = regress_divergence(sm, n, cfg, flags, err);
-        divergence_store_summaries_free(sm, n);
-        return st;
-    }
+    if (strcmp(run->kind, GATE_KIND_DIVERGE) == 0)
+        return gate_divergence(store, run->id, base_id, cfg, flags, err);
     pg_status st = gate_store_load(store, run->id, rows, err);
     if (st == PG_OK && base_id >= 0) st = gate_store_load(store, base_id, base, err);
     /* Without a baseline run, base stays empty and base_id -1 (regress.h). */
@@ -522,6 +555,10 @@ static const char *pass_without_baseline(const char *kind)
         return "PASS without a baseline: nothing was compared against an earlier run; only "
                "each mode against bf16 in the same run and the degenerate-eval checks were made "
                "(--require-baseline makes this an error)";
+    if (strcmp(kind, GATE_KIND_DIVERGE) == 0)
+        return "PASS without a baseline: nothing was compared against an earlier run; each "
+               "mode met its divergence budgets in this run (--require-baseline makes this an "
+               "error)";
     return "PASS without a baseline: nothing was compared against an earlier run; only NaN/Inf, "
            "rel_l2 >= 1, the scale diagnosis and configured bounds were checked "
            "(--require-baseline makes this an error)";
@@ -552,14 +589,7 @@ static pg_status gate_job(pg_store *store, const char *db_path, void *ctx, pg_er
     int64_t base_id = -1;
     gate_content_diff mismatch = {0};
     const int is_diverge = run.kind != NULL && strcmp(run.kind, GATE_KIND_DIVERGE) == 0;
-    if (st == PG_OK && is_diverge && a->baseline != NULL)
-        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline: run %" PRId64 " is a divergence run, "
-                     "and the comparison of divergence runs with a baseline run is not made yet; "
-                     "its budgets (the gate config's \"divergence\") judge it", run.id);
-    if (st == PG_OK && is_diverge)
-        term_printf(stdout, "baseline: none (divergence runs are judged by the gate config's "
-                    "budgets; their comparison with a baseline run is not made yet)\n");
-    else if (st == PG_OK) st = choose_baseline(store, a, &run, &base_id, &mismatch, err);
+    if (st == PG_OK) st = choose_baseline(store, a, &run, &base_id, &mismatch, err);
     if (st == PG_OK && base_id >= 0 && mismatch.field == NULL) {
         /* A sweep of the same capture name recorded again (new activations or
          * scales) is compared, and said so: that is how a scale regression

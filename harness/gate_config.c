@@ -67,6 +67,8 @@ void gate_config_default(gate_config *c)
     c->eval.min_effect = GATE_DEFAULT_MIN_EFFECT;
     c->divergence.max_tail_mass = GATE_DEFAULT_MAX_TAIL_MASS;
     c->divergence.min_sequences = GATE_DEFAULT_MIN_SEQUENCES;
+    c->divergence.kld_rel_effect = GATE_DEFAULT_KLD_REL_EFFECT;
+    c->divergence.same_top_effect = GATE_DEFAULT_SAME_TOP_EFFECT;
 }
 
 /* Parsing context: where messages say the error is. */
@@ -312,10 +314,12 @@ static pg_status apply_eval(const parse_ctx *p, const cJSON *o, gate_config *c)
 /* The "divergence" object. */
 static pg_status apply_divergence(const parse_ctx *p, const cJSON *o, gate_config *c)
 {
-    static const char *const keys[] = {"kld_mean", "same_top_min", "max_tail_mass",
-                                       "min_sequences", NULL};
+    static const char *const keys[] = {"kld_mean",       "same_top_min",    "max_tail_mass",
+                                       "min_sequences",  "kld_rel_effect",  "same_top_effect",
+                                       NULL};
     pg_status st = check_object(p, o, "divergence", keys,
-                                "kld_mean, same_top_min, max_tail_mass, min_sequences");
+                                "kld_mean, same_top_min, max_tail_mass, min_sequences, "
+                                "kld_rel_effect, same_top_effect");
     const cJSON *v;
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "kld_mean")) != NULL)
         st = apply_bounds(p, v, "divergence.kld_mean", KEYS_SERVED_MODE, &c->divergence.kld_mean);
@@ -328,6 +332,12 @@ static pg_status apply_divergence(const parse_ctx *p, const cJSON *o, gate_confi
                        c->divergence.same_top_min.b[i].variant);
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "max_tail_mass")) != NULL)
         st = get_number(p, v, "divergence.max_tail_mass", 0, 1, &c->divergence.max_tail_mass);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "kld_rel_effect")) != NULL)
+        st = get_number(p, v, "divergence.kld_rel_effect", 0, GATE_MAX_KLD_REL_EFFECT,
+                        &c->divergence.kld_rel_effect);
+    if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "same_top_effect")) != NULL)
+        st = get_number(p, v, "divergence.same_top_effect", 0, 1,
+                        &c->divergence.same_top_effect);
     if (st == PG_OK && (v = cJSON_GetObjectItemCaseSensitive(o, "min_sequences")) != NULL) {
         double d = 0;
         st = get_number(p, v, "divergence.min_sequences", GATE_DEFAULT_MIN_SEQUENCES,

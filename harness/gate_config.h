@@ -39,7 +39,9 @@
  *                                        against the reference (none by default)
  *       "same_top_min": {"fp8kv": 0.95}, per served mode: least same-top fraction
  *       "max_tail_mass": 0.05,           GATE_DEFAULT_MAX_TAIL_MASS
- *       "min_sequences": 2               GATE_DEFAULT_MIN_SEQUENCES
+ *       "min_sequences": 2,              GATE_DEFAULT_MIN_SEQUENCES
+ *       "kld_rel_effect": 0.25,          GATE_DEFAULT_KLD_REL_EFFECT (baseline run)
+ *       "same_top_effect": 0.01          GATE_DEFAULT_SAME_TOP_EFFECT (baseline run)
  *     }
  *   }
  *
@@ -112,6 +114,18 @@ extern "C" {
 /* Fewest sequences a divergence verdict is drawn from: the SE is clustered
  * by sequence (positions within one are not independent), and it needs two. */
 #define GATE_DEFAULT_MIN_SEQUENCES 2
+/* Against a baseline run: the smallest change in a mode's mean KLD that
+ * counts, as a fraction of the baseline's (never below the run's noise
+ * floor, harness/regress.h). A policy, not a measurement: a quarter of the
+ * mode's own divergence is a change an engineer would act on, and is
+ * configurable. */
+#define GATE_DEFAULT_KLD_REL_EFFECT 0.25
+/* Against a baseline run: the smallest change in a mode's same-top
+ * fraction that counts (one point of top-1 agreement; a policy, as eval's
+ * min_effect is). */
+#define GATE_DEFAULT_SAME_TOP_EFFECT 0.01
+/* Largest divergence.kld_rel_effect taken: 100x the baseline's KLD (a typo beyond it). */
+#define GATE_MAX_KLD_REL_EFFECT 100.0
 /* Largest divergence.min_sequences taken (a typo beyond it). */
 #define GATE_MAX_MIN_SEQUENCES 1000000
 
@@ -162,6 +176,8 @@ typedef struct gate_config {
         gate_bounds same_top_min;   /* per served mode: least same-top, in [0, 1] */
         double max_tail_mass;       /* in [0, 1] */
         int min_sequences;          /* >= GATE_DEFAULT_MIN_SEQUENCES */
+        double kld_rel_effect;      /* >= 0: against a baseline run, x its mean KLD */
+        double same_top_effect;     /* in [0, 1]: against a baseline run */
     } divergence;
 } gate_config;
 

@@ -1,6 +1,7 @@
 /* regress.c: the regression gate's verdicts (see regress.h). */
 #include "regress.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1121,9 +1122,90 @@ static double mde_of(double se)
     return (EVAL_Z_975 + EVAL_Z_80) * se;
 }
 
+/* The verdict of a change d (run - baseline, higher is worse when
+ * worse_up) with interval [lo, hi] at min effect e, "no change" only when
+ * the design's MDE (of se) is at most e; why says which and why. */
+static gate_verdict change_verdict(double d, double lo, double hi, double se, double e,
+                                   int worse_up, char *why, size_t len)
+{
+    const double mde = mde_of(se);
+    /* regress_effect_verdict reads a negative difference as the worse one. */
+    gate_verdict v = worse_up ? regress_effect_verdict(-d, -hi, -lo, e)
+                              : regress_effect_verdict(d, lo, hi, e);
+    if (v == GATE_VERDICT_NO_CHANGE && !(mde <= e)) v = GATE_VERDICT_INCONCLUSIVE;
+    const char *dir = worse_up ? "increase" : "drop";
+    switch (v) {
+    case GATE_VERDICT_REGRESSION:
+        snprintf(why, len, "a regression: the interval excludes 0 and the %s is at least the "
+                 "min effect %.3g (MDE %.3g)", dir, e, mde);
+        break;
+    case GATE_VERDICT_IMPROVEMENT:
+        snprintf(why, len, "an improvement: the interval excludes 0 and the change is at least "
+                 "the min effect %.3g (MDE %.3g)", e, mde);
+        break;
+    case GATE_VERDICT_NO_CHANGE:
+        snprintf(why, len, "no change larger than the min effect %.3g: the interval lies within "
+                 "+-%.3g (MDE %.3g; not proof of equality)", e, e, mde);
+        break;
+    default:
+        snprintf(why, len, "inconclusive at the min effect %.3g (MDE %.3g%s)", e, mde,
+                 isnan(mde) ? ": no SE" : mde > e ? ": too few sequences to see that change"
+                                                  : "");
+        break;
+    }
+    return v;
+}
+
+/* The flags of mode m against its baseline run base_id (pair p; NULL:
+ * none made), with the run's noise floor (NULL: none measured). */
+static pg_status divergence_vs_baseline(const div_summary_stored *m,
+                                        const div_summary_stored *floor,
+                                        const regress_div_pair *p, int64_t base_id,
+                                        const gate_config *cfg, gate_flags *out, pg_err *err)
+{
+    flag_spec s = {.scope = GATE_SCOPE_DIVERGENCE, .layer = -1, .variant = m->mode,
+                   .mode = m->mode, .value = NAN, .baseline_value = NAN, .threshold = NAN,
+                   .metric = GATE_METRIC_KLD_VS_BASELINE};
+    if (p == NULL || p->unpaired[0] != '\0') {
+        s.verdict = GATE_VERDICT_ERROR;
+        return push(out, &s, err, "%s against baseline run %" PRId64 ": not compared (%s): an "
+                    "error, never a pass", m->mode, base_id,
+                    p != NULL ? p->unpaired : "no pair was made");
+    }
+    const div_paired *d = &p->p;
+    /* The min effect: a fraction of the baseline's divergence, and never
+     * below the serving noise this run measured. */
+    double e = cfg->divergence.kld_rel_effect * d->kld_base;
+    if (floor != NULL && floor->s.kld_mean > e) e = floor->s.kld_mean;
+    char why[REGRESS_MSG_MAX / 2];
+    s.verdict = change_verdict(d->kld_diff, d->kld_diff_low, d->kld_diff_high, d->kld_diff_se, e,
+                               1, why, sizeof why);
+    s.value = d->kld_run;
+    s.baseline_value = d->kld_base;
+    s.threshold = e;
+    pg_status st = push(out, &s, err, "%s against baseline run %" PRId64 ": mean KLD %.6g vs "
+                        "%.6g, change %+.4g, 95%% CI [%+.4g, %+.4g] paired over %zu sequences "
+                        "(%zu positions): %s", m->mode, base_id, d->kld_run, d->kld_base,
+                        d->kld_diff, d->kld_diff_low, d->kld_diff_high, d->n_sequences,
+                        d->n_positions, why);
+    if (st != PG_OK) return st;
+    const double et = cfg->divergence.same_top_effect;
+    s.metric = GATE_METRIC_SAME_TOP_VS_BASELINE;
+    s.verdict = change_verdict(d->same_top_diff, d->same_top_diff_low, d->same_top_diff_high,
+                               d->same_top_diff_se, et, 0, why, sizeof why);
+    s.value = d->same_top_run;
+    s.baseline_value = d->same_top_base;
+    s.threshold = et;
+    return push(out, &s, err, "%s against baseline run %" PRId64 ": same top %.4f vs %.4f, "
+                "change %+.4f, 95%% CI [%+.4f, %+.4f] paired over %zu sequences: %s", m->mode,
+                base_id, d->same_top_run, d->same_top_base, d->same_top_diff,
+                d->same_top_diff_low, d->same_top_diff_high, d->n_sequences, why);
+}
+
 /* The budget flags of one mode m against floor (NULL: none measured). */
 static pg_status divergence_budgets(const div_summary_stored *m, const div_summary_stored *floor,
-                                    const gate_config *cfg, gate_flags *out, pg_err *err)
+                                    int has_baseline, const gate_config *cfg, gate_flags *out,
+                                    pg_err *err)
 {
     const div_summary *d = &m->s;
     const double b = gate_bound_find(&cfg->divergence.kld_mean, m->mode);
@@ -1131,13 +1213,14 @@ static pg_status divergence_budgets(const div_summary_stored *m, const div_summa
     flag_spec s = {.scope = GATE_SCOPE_DIVERGENCE, .layer = -1, .variant = m->mode,
                    .mode = m->mode, .value = NAN, .baseline_value = NAN, .threshold = NAN};
     pg_status st = PG_OK;
-    if (isnan(b) && isnan(st_min)) {
+    if (isnan(b) && isnan(st_min) && !has_baseline) {
         s.metric = GATE_METRIC_BUDGET;
         s.verdict = GATE_VERDICT_ERROR;
         return push(out, &s, err, "%s against %s: no budget in the gate config (divergence."
-                    "kld_mean.%s, divergence.same_top_min.%s) and no comparison with a baseline "
-                    "run for divergence runs yet, so nothing judges its mean KLD %.6g: an "
-                    "error, never a pass", m->mode, m->reference, m->mode, m->mode, d->kld_mean);
+                    "kld_mean.%s, divergence.same_top_min.%s) and no baseline run, so nothing "
+                    "judges its mean KLD %.6g: an error, never a pass (bound it, or gate "
+                    "against an earlier diverge run of the same sequences)", m->mode,
+                    m->reference, m->mode, m->mode, d->kld_mean);
     }
     if (!isnan(b)) {
         s.metric = GATE_METRIC_KLD_MEAN;
@@ -1201,10 +1284,11 @@ static pg_status divergence_budgets(const div_summary_stored *m, const div_summa
     return st;
 }
 
-pg_status regress_divergence(const div_summary_stored *sm, size_t n, const gate_config *cfg,
-                             gate_flags *out, pg_err *err)
+pg_status regress_divergence(const div_summary_stored *sm, size_t n,
+                             const regress_div_pair *pairs, size_t n_pairs, int64_t base_id,
+                             const gate_config *cfg, gate_flags *out, pg_err *err)
 {
-    if ((sm == NULL && n > 0) || cfg == NULL || out == NULL)
+    if ((sm == NULL && n > 0) || (pairs == NULL && n_pairs > 0) || cfg == NULL || out == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "regress_divergence: NULL argument");
     const div_summary_stored *floor = NULL;
     for (size_t i = 0; i < n; i++)
@@ -1237,7 +1321,12 @@ pg_status regress_divergence(const div_summary_stored *sm, size_t n, const gate_
                       (long long)m->top_k);
             continue;
         }
-        st = divergence_budgets(m, floor, cfg, out, err);
+        st = divergence_budgets(m, floor, base_id >= 0, cfg, out, err);
+        const regress_div_pair *p = NULL;
+        for (size_t j = 0; j < n_pairs && p == NULL; j++)
+            if (strcmp(pairs[j].mode, m->mode) == 0) p = &pairs[j];
+        if (st == PG_OK && base_id >= 0)
+            st = divergence_vs_baseline(m, floor, p, base_id, cfg, out, err);
     }
     return st;
 }

@@ -197,6 +197,7 @@
 #include "diag_verdict.h"
 #include "gate_config.h"
 #include "db/divergence_store.h"
+#include "evals/diverge_run.h"
 #include "db/eval_store.h"
 #include "db/gate_store.h"
 #include "base/status.h"
@@ -353,11 +354,35 @@ pg_status regress_incomplete(gate_scope scope, int64_t run_id, int unverifiable,
  *     (the gate cannot tell M from serving noise at that budget);
  *   - "same_top" with a least fraction m (same_top_min.M): regression when
  *     same_top + z SE < m, pass when same_top - z SE >= m, else inconclusive;
- *   - "budget": error when M has neither budget (nothing judges it: the
- *     comparison with a baseline run is not made for divergence runs yet).
+ *   - "budget": error when M has neither budget and there is no baseline
+ *     run (nothing judges it);
+ *   - with a baseline run base_id >= 0 (pairs[0..n_pairs): one per mode,
+ *     diverge_pair_runs' result), paired over the same sequences, d the
+ *     change run - baseline with its 95% interval [lo, hi] and SE (both
+ *     clustered by sequence):
+ *     "kld_mean_vs_baseline": min effect e = kld_rel_effect x the
+ *       baseline's mean KLD, raised to the run's noise floor when that is
+ *       larger (a change below serving noise is none); regression when
+ *       lo > 0 and d >= e, improvement when hi < 0 and d <= -e, no change
+ *       when [lo, hi] lies in [-e, e] and the MDE (2.80 SE) is at most e,
+ *       else inconclusive; an error when the pair was not made (its reason:
+ *       the baseline lacks the mode or a sequence, or tokenized one
+ *       otherwise), never a pass;
+ *     "same_top_vs_baseline": the same at min effect same_top_effect,
+ *       lower being worse.
  * PG_ERR_INTERNAL for a NULL argument; PG_ERR_NOMEM. */
-pg_status regress_divergence(const div_summary_stored *sm, size_t n, const gate_config *cfg,
-                             gate_flags *out, pg_err *err);
+
+/* One mode's comparison with the baseline run (harness/cmd_gate.c makes
+ * it with diverge_pair_runs). */
+typedef struct regress_div_pair {
+    const char *mode;                   /* borrowed */
+    char unpaired[DIV_UNPAIRED_MAX];    /* "" when p holds the pair, else why not */
+    div_paired p;
+} regress_div_pair;
+
+pg_status regress_divergence(const div_summary_stored *sm, size_t n,
+                             const regress_div_pair *pairs, size_t n_pairs, int64_t base_id,
+                             const gate_config *cfg, gate_flags *out, pg_err *err);
 
 /* Appends the layer-scope "scale_bug" flags (the top of this file) of the
  * diagnosis spans[0..n_spans) (diag_spans of the run's ext_diagnosis rows)

@@ -864,3 +864,57 @@ Test(diverge_run, a_part_that_lacks_an_owned_sequence_is_refused_by_merge)
     fs_stop(&a);
     fs_stop(&b);
 }
+
+/* Runs diverge of the sequences file against ua (bf16) and ub (fp8kv) into g_db. */
+static void diverge_into_db(const char *ua, const char *ub)
+{
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "diverge --endpoint bf16=%s --endpoint fp8kv=%s "
+                                    "--no-progress --top-k %d --ready-timeout 5 --sequences '%s' "
+                                    "--db '%s'", ua, ub, V, g_seqs, g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+}
+
+Test(diverge_run, the_gate_judges_a_run_against_a_baseline_run_of_the_same_sequences)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0}, mode = {.shift = 0.8}, worse = {.shift = 1.6};
+    fake_server a, b, w;
+    char ua[64], ub[64], uw[64];
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
+    serve(&w, &worse);
+    snprintf(uw, sizeof uw, "http://127.0.0.1:%d", w.port);
+    diverge_into_db(ua, ub);  /* run 1 */
+    diverge_into_db(ua, uw);  /* run 2: the mode's KLD grew */
+    diverge_into_db(ua, ub);  /* run 3: run 1 again */
+    /* No budget is configured: the baseline run alone judges. Run 2 against run 1 (automatic). */
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
+    cr_assert(strstr(out, "fp8kv against baseline run 1: mean KLD") != NULL, "%s", out);
+    cr_assert(strstr(out, "paired over 3 sequences") != NULL, "%s", out);
+    free(out);
+    cr_assert_eq(db_count("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = "
+                          "'kld_mean_vs_baseline' AND verdict = 'regression' AND "
+                          "baseline_run_id = 1"), 1);
+    /* Run 3 against run 1: the same servers, an exact rerun: no change. */
+    rc = tu_run_precgatef(&out, "gate --run 3 --baseline 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert_eq(db_count("SELECT count(*) FROM flags WHERE run_id = 3 AND metric LIKE "
+                          "'%_vs_baseline' AND verdict = 'no change'"), 2);
+    free(out);
+    /* Other sequences: nothing is compared, an error. */
+    const char *other = "{\"id\":\"s1\",\"tokens\":[1,5,9,13,2,30,7,7,21,0,39,4],"
+                        "\"score_from\":3}\n{\"id\":\"s9\",\"tokens\":[3,3,8,1,17,25,6,11,2]}\n";
+    tu_write_file(g_seqs, other, strlen(other));
+    diverge_into_db(ua, ub);  /* run 4 */
+    rc = tu_run_precgatef(&out, "gate --run 4 --baseline 1 --db '%s'", g_db);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "sequences_digest") != NULL, "%s", out);
+    free(out);
+    fs_stop(&a);
+    fs_stop(&b);
+    fs_stop(&w);
+}

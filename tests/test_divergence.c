@@ -237,3 +237,38 @@ Test(divergence, the_summary_is_clustered_by_sequence)
     const size_t far[] = {0, 7, 0};
     cr_expect_eq(div_summary_compute(pos, far, 3, &s, &err), PG_ERR_INTERNAL);
 }
+
+Test(divergence, the_paired_change_cancels_what_sequences_share)
+{
+    /* Three sequences of 10, 20 and 10 positions; the run adds 0.1, 0.2
+     * and 0.3 KLD per sequence and loses one top-1 agreement in the first. */
+    const div_seq_total base[] = {{10, 1.0, 9}, {20, 4.0, 20}, {10, 0.5, 10}};
+    const div_seq_total run[] = {{10, 1.1, 8}, {20, 4.2, 20}, {10, 0.8, 10}};
+    div_paired p;
+    pg_err err = {0};
+    cr_assert_eq(div_paired_compute(run, base, 3, &p, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(p.n_sequences, 3);
+    cr_assert_eq(p.n_positions, 40);
+    cr_assert_float_eq(p.kld_base, 5.5 / 40, 1e-15);
+    cr_assert_float_eq(p.kld_run, 6.1 / 40, 1e-15);
+    const double d = 0.6 / 40;
+    cr_assert_float_eq(p.kld_diff, d, 1e-15);
+    /* Clustered SE of the ratio estimator over D_s = 0.1, 0.2, 0.3 with n_s = 10, 20, 10. */
+    const double r1 = 0.1 - d * 10, r2 = 0.2 - d * 20, r3 = 0.3 - d * 10;
+    const double se = sqrt(3.0 / 2.0 * (r1 * r1 + r2 * r2 + r3 * r3)) / 40;
+    cr_assert_float_eq(p.kld_diff_se, se, 1e-15);
+    cr_assert_float_eq(p.kld_diff_low, d - DIV_Z_975 * se, 1e-15);
+    cr_assert_float_eq(p.same_top_diff, -1.0 / 40, 1e-15);
+    cr_assert_float_eq(p.same_top_base, 39.0 / 40, 1e-15);
+    /* A run equal to its baseline changes by exactly 0, with SE 0. */
+    cr_assert_eq(div_paired_compute(base, base, 3, &p, &err), PG_OK);
+    cr_assert_eq(p.kld_diff, 0.0);
+    cr_assert_eq(p.kld_diff_se, 0.0);
+    cr_assert_eq(p.same_top_diff, 0.0);
+    /* One sequence: no SE. Other position counts: not the same sequence. */
+    cr_assert_eq(div_paired_compute(run, base, 1, &p, &err), PG_OK);
+    cr_assert(isnan(p.kld_diff_se) && isnan(p.kld_diff_low));
+    const div_seq_total other[] = {{11, 1.0, 9}};
+    cr_assert_eq(div_paired_compute(other, base, 1, &p, &err), PG_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "not the same sequence"), "%s", err.msg);
+}

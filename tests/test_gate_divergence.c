@@ -3,6 +3,7 @@
  * "divergence"). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "harness/gate_config.h"
@@ -57,8 +58,42 @@ static gate_flags judge(const div_summary_stored *rows, size_t n, const gate_con
 {
     gate_flags f = {0};
     pg_err err = {0};
-    cr_assert_eq(regress_divergence(rows, n, c, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(regress_divergence(rows, n, NULL, 0, -1, c, &f, &err), PG_OK, "%s", err.msg);
     return f;
+}
+
+/* The gate of rows against baseline run 7 by pairs[0..n_pairs). */
+static gate_flags judge_vs(const div_summary_stored *rows, size_t n, const regress_div_pair *pairs,
+                           size_t n_pairs, const gate_config *c)
+{
+    gate_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_divergence(rows, n, pairs, n_pairs, 7, c, &f, &err), PG_OK, "%s",
+                 err.msg);
+    return f;
+}
+
+/* A pair of mode whose mean KLD went from base to base + d with SE se
+ * over 8 sequences, same top from 0.95 by dt with SE tse. */
+static regress_div_pair pair_of(const char *mode, double base, double d, double se, double dt,
+                                double tse)
+{
+    regress_div_pair p = {.mode = mode};
+    p.p.n_sequences = 8;
+    p.p.n_positions = 800;
+    p.p.kld_base = base;
+    p.p.kld_run = base + d;
+    p.p.kld_diff = d;
+    p.p.kld_diff_se = se;
+    p.p.kld_diff_low = d - 1.959963984540054 * se;
+    p.p.kld_diff_high = d + 1.959963984540054 * se;
+    p.p.same_top_base = 0.95;
+    p.p.same_top_run = 0.95 + dt;
+    p.p.same_top_diff = dt;
+    p.p.same_top_diff_se = tse;
+    p.p.same_top_diff_low = dt - 1.959963984540054 * tse;
+    p.p.same_top_diff_high = dt + 1.959963984540054 * tse;
+    return p;
 }
 
 Test(gate_divergence, kld_budget_passes_fails_and_straddles_by_the_interval)
@@ -158,4 +193,76 @@ Test(gate_divergence, the_config_is_validated_by_name)
     gate_config_default(&c);
     cr_assert_eq(c.divergence.max_tail_mass, GATE_DEFAULT_MAX_TAIL_MASS);
     cr_assert_eq(c.divergence.min_sequences, GATE_DEFAULT_MIN_SEQUENCES);
+}
+
+Test(gate_divergence, each_mode_against_the_baseline_run_paired_over_sequences)
+{
+    gate_config c;
+    gate_config_default(&c);  /* no budget: the baseline run judges */
+    const div_summary_stored rows[] = {
+        floor_row(1e-6),
+        mode_row("worse", 0.015, 0.001, 8, 0.9, 0.01, 0.01),
+        mode_row("same", 0.010, 0.001, 8, 0.95, 0.01, 0.01),
+        mode_row("noisy", 0.011, 0.004, 8, 0.95, 0.01, 0.01),
+        mode_row("better", 0.005, 0.001, 8, 0.97, 0.01, 0.01),
+        mode_row("gone", 0.010, 0.001, 8, 0.95, 0.01, 0.01),
+    };
+    regress_div_pair pairs[] = {
+        /* +0.005 on 0.01, CI [0.0045, 0.0055]: above 0 and past e = 0.0025 */
+        pair_of("worse", 0.010, 0.005, 0.00025, -0.05, 0.005),
+        /* an identical rerun: exactly 0 with SE 0 */
+        pair_of("same", 0.010, 0.0, 0.0, 0.0, 0.0),
+        /* +0.001 with SE 0.002: MDE 0.0056 > e, interval straddles */
+        pair_of("noisy", 0.010, 0.001, 0.002, 0.0, 0.001),
+        pair_of("better", 0.010, -0.005, 0.00025, 0.02, 0.002),
+        {.mode = "gone"},
+    };
+    snprintf(pairs[4].unpaired, sizeof pairs[4].unpaired, "baseline run 7 did not compare mode gone");
+    gate_flags f = judge_vs(rows, 6, pairs, 5, &c);
+    cr_assert_eq(verdict_of(&f, "worse", GATE_METRIC_KLD_VS_BASELINE), GATE_VERDICT_REGRESSION);
+    cr_assert_eq(verdict_of(&f, "worse", GATE_METRIC_SAME_TOP_VS_BASELINE),
+                 GATE_VERDICT_REGRESSION);
+    cr_assert_eq(verdict_of(&f, "same", GATE_METRIC_KLD_VS_BASELINE), GATE_VERDICT_NO_CHANGE);
+    cr_assert_eq(verdict_of(&f, "same", GATE_METRIC_SAME_TOP_VS_BASELINE), GATE_VERDICT_NO_CHANGE);
+    cr_assert_eq(verdict_of(&f, "noisy", GATE_METRIC_KLD_VS_BASELINE), GATE_VERDICT_INCONCLUSIVE);
+    cr_assert_eq(verdict_of(&f, "better", GATE_METRIC_KLD_VS_BASELINE), GATE_VERDICT_IMPROVEMENT);
+    cr_assert_eq(verdict_of(&f, "better", GATE_METRIC_SAME_TOP_VS_BASELINE),
+                 GATE_VERDICT_IMPROVEMENT);
+    cr_assert_eq(verdict_of(&f, "gone", GATE_METRIC_KLD_VS_BASELINE), GATE_VERDICT_ERROR);
+    /* With a baseline run, a mode without a budget is judged by it: no budget error. */
+    for (size_t i = 0; i < f.n; i++) {
+        cr_assert_str_neq(f.v[i].metric, GATE_METRIC_BUDGET, "%s", f.v[i].message);
+        if (strcmp(f.v[i].mode, "worse") == 0 &&
+            strcmp(f.v[i].metric, GATE_METRIC_KLD_VS_BASELINE) == 0) {
+            cr_assert_float_eq(f.v[i].threshold, 0.0025, 1e-15, "e = 0.25 x the baseline's");
+            cr_assert(strstr(f.v[i].message, "paired over 8 sequences"), "%s", f.v[i].message);
+        }
+    }
+    cr_assert_eq(regress_exit_status(&f), GATE_EXIT_ERROR);
+    gate_flags_free(&f);
+}
+
+Test(gate_divergence, the_min_effect_is_never_below_the_noise_floor)
+{
+    gate_config c = config("{\"divergence\":{\"kld_rel_effect\":0.1}}");
+    /* +0.0015 on 0.01 is past 0.1 x 0.01, but within a floor of 0.002. */
+    const div_summary_stored rows[] = {floor_row(0.002),
+                                       mode_row("m", 0.0115, 0.0001, 8, 0.95, 0.01, 0.01)};
+    const regress_div_pair pairs[] = {pair_of("m", 0.010, 0.0015, 0.0001, 0.0, 0.0)};
+    gate_flags f = judge_vs(rows, 2, pairs, 1, &c);
+    cr_assert_eq(verdict_of(&f, "m", GATE_METRIC_KLD_VS_BASELINE), GATE_VERDICT_NO_CHANGE);
+    gate_flags_free(&f);
+    c = config("{\"divergence\":{\"kld_rel_effect\":0.1}}");
+    const div_summary_stored low_floor[] = {floor_row(1e-6), rows[1]};
+    f = judge_vs(low_floor, 2, pairs, 1, &c);
+    cr_assert_eq(verdict_of(&f, "m", GATE_METRIC_KLD_VS_BASELINE), GATE_VERDICT_REGRESSION);
+    gate_flags_free(&f);
+    cr_assert_eq(c.divergence.kld_rel_effect, 0.1);
+    gate_config_default(&c);
+    cr_assert_eq(c.divergence.kld_rel_effect, GATE_DEFAULT_KLD_REL_EFFECT);
+    cr_assert_eq(c.divergence.same_top_effect, GATE_DEFAULT_SAME_TOP_EFFECT);
+    pg_err err = {0};
+    cr_assert_eq(gate_config_parse("{\"divergence\":{\"same_top_effect\":2}}", "g.json", &c,
+                                   &err), PG_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "same_top_effect"), "%s", err.msg);
 }
