@@ -12,6 +12,7 @@
 #include "db/divergence_store.h"
 #include "divergence.h"
 #include "prompt_logprobs.h"
+#include "sglang_logprobs.h"
 
 /* The string every server must tokenize alike: ASCII words, digits,
  * punctuation, a run of spaces, accented Latin, CJK and an emoji, so that
@@ -37,18 +38,19 @@ const char *div_server_kind_name(div_server_kind k)
     case DIV_KIND_AUTO: return "auto";
     case DIV_KIND_VLLM: return "vllm";
     case DIV_KIND_LLAMA: return "llama-server";
+    case DIV_KIND_SGLANG: return "sglang";
     }
     return "?";
 }
 
 pg_status div_server_kind_parse(const char *s, div_server_kind *out, pg_err *err)
 {
-    for (int k = DIV_KIND_AUTO; k <= DIV_KIND_LLAMA; k++)
+    for (int k = DIV_KIND_AUTO; k <= DIV_KIND_SGLANG; k++)
         if (s != NULL && strcmp(s, div_server_kind_name((div_server_kind)k)) == 0) {
             *out = (div_server_kind)k;
             return PG_OK;
         }
-    return pg_fail(err, PG_ERR_USAGE, "server kind '%s' is none of auto, vllm, llama-server",
+    return pg_fail(err, PG_ERR_USAGE, "server kind '%s' is none of auto, vllm, llama-server, sglang",
                    s ? s : "(null)");
 }
 
@@ -127,25 +129,46 @@ static pg_status probe_json(div_server *v, const char *method, const char *path,
     return st;
 }
 
-/* The server's kind: llama-server answers GET /props with its
- * default_generation_settings (tools/server/server.cpp); anything else is
- * taken as vLLM, which the tokenizer probe then confirms (its /tokenize
- * answers max_model_len). */
-static pg_status probe_kind(div_server *v, pg_err *err)
+/* Whether GET path on v answers 200 with a JSON object holding key (any
+ * other answer, a 404 included, is no). */
+static pg_status probe_has(div_server *v, const char *path, const char *key, bool *has,
+                           pg_err *err)
 {
     long code = 0;
     char *reply = NULL;
     size_t len = 0;
-    pg_status st = oa_call(v->ep, "GET", "/props", NULL, DIV_PROBE_TIMEOUT_S, &code, &reply, &len,
-                           err);
+    *has = false;
+    pg_status st = oa_call(v->ep, "GET", path, NULL, DIV_PROBE_TIMEOUT_S, &code, &reply, &len, err);
     if (st != PG_OK) return st;
     cJSON *root = code == 200 ? cJSON_ParseWithLength(reply, len) : NULL;
-    v->kind = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "default_generation_settings"))
-                  ? DIV_KIND_LLAMA
-                  : DIV_KIND_VLLM;
+    *has = cJSON_IsObject(root) && cJSON_GetObjectItemCaseSensitive(root, key) != NULL;
     cJSON_Delete(root);
     free(reply);
     return PG_OK;
+}
+
+/* The server's kind: llama-server answers GET /props with its
+ * default_generation_settings (tools/server/server.cpp); SGLang answers
+ * GET /get_model_info with its model_path (python/sglang/srt/entrypoints/
+ * http_server.py); anything else is taken as vLLM, which the tokenizer
+ * probe then confirms (its /tokenize answers max_model_len). How it was
+ * found into *how. */
+static pg_status probe_kind(div_server *v, const char **how, pg_err *err)
+{
+    bool has = false;
+    pg_status st = probe_has(v, "/props", "default_generation_settings", &has, err);
+    if (st == PG_OK && has) {
+        v->kind = DIV_KIND_LLAMA;
+        *how = " (GET /props answered)";
+        return PG_OK;
+    }
+    if (st == PG_OK) st = probe_has(v, "/get_model_info", "model_path", &has, err);
+    if (st == PG_OK) {
+        v->kind = has ? DIV_KIND_SGLANG : DIV_KIND_VLLM;
+        *how = has ? " (GET /get_model_info answered)"
+                   : " (neither llama-server's /props nor SGLang's /get_model_info)";
+    }
+    return st;
 }
 
 /* llama-server's vocabulary size: GET /v1/models data[0].meta.n_vocab. */
@@ -178,7 +201,8 @@ static pg_status tokenize(div_server *v, const char *text, bool add_special, int
     *n = 0;
     cJSON *req = cJSON_CreateObject();
     bool ok = req != NULL;
-    if (v->kind == DIV_KIND_VLLM) {
+    if (v->kind != DIV_KIND_LLAMA) {
+        /* SGLang's /tokenize takes vLLM's request (its TokenizeRequest). */
         ok = ok && cJSON_AddStringToObject(req, "model", v->model) &&
              cJSON_AddStringToObject(req, "prompt", text) &&
              cJSON_AddBoolToObject(req, "add_special_tokens", add_special);
@@ -354,20 +378,20 @@ pg_status diverge_prepare(pg_store *s, int64_t run_id, div_sequences *seqs,
     for (int i = 0; st == PG_OK && i < ds->n_srv; i++) {
         div_server *v = &ds->srv[i];
         st = oa_wait_ready(v->ep, o->ready_deadline_s, err);
-        if (st == PG_OK && o->kind == DIV_KIND_AUTO) st = probe_kind(v, err);
+        const char *how = " (--server-kind)";
+        if (st == PG_OK && o->kind == DIV_KIND_AUTO) st = probe_kind(v, &how, err);
         else v->kind = o->kind;
         if (st == PG_OK) st = oa_model_name(v->ep, &v->model, err);
         if (st == PG_OK && v->kind == DIV_KIND_LLAMA) st = probe_llama_vocab(v, err);
         if (st == PG_OK)
             pg_note_warning(o->notes, "diverge: %s at %s is %s%s: %s", v->mode, v->url,
-                            div_server_kind_name(v->kind),
-                            o->kind == DIV_KIND_AUTO ? (v->kind == DIV_KIND_LLAMA
-                                                            ? " (GET /props answered)"
-                                                            : " (no llama-server /props)")
-                                                     : " (--server-kind)",
+                            div_server_kind_name(v->kind), how,
                             v->kind == DIV_KIND_LLAMA
                                 ? "one position per request at /completion (n_probs, "
                                   "cache_prompt)"
+                            : v->kind == DIV_KIND_SGLANG
+                                ? "a sequence per request at /generate (input logprobs, "
+                                  "top_logprobs_num)"
                                 : "a sequence per request at /v1/completions (prompt_logprobs)");
     }
     if (st == PG_OK) st = check_tokenizers(ds, err);
@@ -392,7 +416,9 @@ typedef struct score_req {
     int pass;
     div_scored sc;          /* vLLM: this request's; llama: the sequence's so far */
     div_scored *into;       /* where positions go: &sc, or the sequence's (llama) */
+    div_server_kind kind;   /* the mode's servers' */
     pl_parser *parser;      /* vLLM */
+    sg_parser *sg;          /* SGLang */
     char *body;             /* llama: the reply so far */
     size_t body_len, body_cap;
     int32_t given;          /* llama: the token scored */
@@ -403,8 +429,9 @@ typedef struct score_req {
     pg_err perr;
 } score_req;
 
-/* The vLLM parser's position t: kept when it is scored (t >= score_from). */
-static pg_status on_vllm_position(void *ctx, size_t t, const div_side *side, pg_err *err)
+/* A whole-sequence parser's position t (vLLM, SGLang): kept when it is
+ * scored (t >= score_from). */
+static pg_status on_whole_position(void *ctx, size_t t, const div_side *side, pg_err *err)
 {
     score_req *r = ctx;
     if (t < r->q->score_from) return PG_OK;
@@ -412,27 +439,42 @@ static pg_status on_vllm_position(void *ctx, size_t t, const div_side *side, pg_
                              err);
 }
 
+/* Frees r's whole-sequence parser. */
+static void whole_parser_free(score_req *r)
+{
+    pl_parser_free(r->parser);
+    sg_parser_free(r->sg);
+    r->parser = NULL;
+    r->sg = NULL;
+}
+
 static void vllm_begin(void *ctx)
 {
     score_req *r = ctx;
-    pl_parser_free(r->parser);
+    whole_parser_free(r);
     div_scored_free(&r->sc);
     r->why[0] = '\0';
     r->perr = (pg_err){0};
     char what[PL_WHAT_MAX];
     snprintf(what, sizeof what, "mode %s, sequence '%s'", r->mode, r->q->id);
-    r->parser = pl_parser_new(r->q->tokens, r->q->n_tokens, (size_t)r->ds->o.top_k, r->n_vocab,
-                              what, on_vllm_position, r);
+    if (r->kind == DIV_KIND_SGLANG)
+        r->sg = sg_parser_new(r->q->tokens, r->q->n_tokens, (size_t)r->ds->o.top_k, r->n_vocab,
+                              what, on_whole_position, r);
+    else
+        r->parser = pl_parser_new(r->q->tokens, r->q->n_tokens, (size_t)r->ds->o.top_k,
+                                  r->n_vocab, what, on_whole_position, r);
 }
 
 static bool vllm_feed(void *ctx, const char *p, size_t n)
 {
     score_req *r = ctx;
-    if (r->parser == NULL) {
+    if (r->parser == NULL && r->sg == NULL) {
         snprintf(r->why, sizeof r->why, "out of memory for a parser");
         return false;
     }
-    if (pl_parser_feed(r->parser, p, n, &r->perr) == PG_OK) return true;
+    const pg_status st = r->sg != NULL ? sg_parser_feed(r->sg, p, n, &r->perr)
+                                       : pl_parser_feed(r->parser, p, n, &r->perr);
+    if (st == PG_OK) return true;
     snprintf(r->why, sizeof r->why, "%s", r->perr.msg);
     return false;
 }
@@ -445,8 +487,10 @@ static oa_read_verdict vllm_finish(void *ctx, bool whole, char *why, size_t size
         return OA_READ_FAIL;
     }
     if (!whole) return OA_READ_RETRY;
-    if (r->parser == NULL || pl_parser_finish(r->parser, &r->perr) != PG_OK) {
-        snprintf(why, size, "%s", r->parser ? r->perr.msg : "out of memory for a parser");
+    const bool have = r->parser != NULL || r->sg != NULL;
+    if (!have || (r->sg != NULL ? sg_parser_finish(r->sg, &r->perr)
+                                : pl_parser_finish(r->parser, &r->perr)) != PG_OK) {
+        snprintf(why, size, "%s", have ? r->perr.msg : "out of memory for a parser");
         return OA_READ_FAIL;
     }
     return OA_READ_OK;
@@ -454,6 +498,7 @@ static oa_read_verdict vllm_finish(void *ctx, bool whole, char *why, size_t size
 
 static const oa_reply_reader VLLM_READER = {"/v1/completions", vllm_begin, vllm_feed,
                                             vllm_finish};
+static const oa_reply_reader SGLANG_READER = {"/generate", vllm_begin, vllm_feed, vllm_finish};
 
 static void llama_begin(void *ctx)
 {
@@ -518,8 +563,8 @@ static oa_read_verdict llama_finish(void *ctx, bool whole, char *why, size_t siz
 static const oa_reply_reader LLAMA_READER = {"/completion", llama_begin, llama_feed,
                                              llama_finish};
 
-/* The body of r's request: vLLM the whole sequence, llama-server its
- * tokens before position t. */
+/* The body of r's request: vLLM and SGLang the whole sequence,
+ * llama-server its tokens before position t. */
 static char *request_body(const score_req *r, const div_server *v, size_t t)
 {
     cJSON *o = cJSON_CreateObject();
@@ -530,7 +575,20 @@ static char *request_body(const score_req *r, const div_server *v, size_t t)
         cJSON *x = cJSON_CreateNumber(r->q->tokens[i]);
         ok = x != NULL && cJSON_AddItemToArray(ids, x);
     }
-    if (v->kind == DIV_KIND_VLLM) {
+    if (v->kind == DIV_KIND_SGLANG) {
+        cJSON *sp = cJSON_CreateObject();
+        ok = ok && sp != NULL && cJSON_AddNumberToObject(sp, "max_new_tokens", 0) &&
+             cJSON_AddNumberToObject(sp, "temperature", 1) &&
+             cJSON_AddNumberToObject(sp, "top_p", 1);
+        if (!ok) cJSON_Delete(sp);
+        ok = ok && cJSON_AddItemToObject(o, "sampling_params", sp) &&
+             cJSON_AddItemToObject(o, "input_ids", ids) &&
+             cJSON_AddBoolToObject(o, "return_logprob", true) &&
+             cJSON_AddNumberToObject(o, "logprob_start_len", 0) &&
+             cJSON_AddNumberToObject(o, "top_logprobs_num", r->ds->o.top_k);
+        if (!ok && ids != NULL && cJSON_GetObjectItemCaseSensitive(o, "input_ids") == ids)
+            ids = NULL;  /* owned by o now */
+    } else if (v->kind == DIV_KIND_VLLM) {
         ok = ok && cJSON_AddStringToObject(o, "model", v->model) &&
              cJSON_AddItemToObject(o, "prompt", ids) &&
              cJSON_AddNumberToObject(o, "prompt_logprobs", r->ds->o.top_k) &&
@@ -571,8 +629,8 @@ static void note_failure(score_ctx *x, const score_req *r, const oa_response *re
     x->c->errors++;
 }
 
-/* vLLM: a sequence's request finished: stored, or said. */
-static pg_status on_vllm_done(void *ctx, const oa_request *req, const oa_response *resp,
+/* vLLM, SGLang: a sequence's request finished: stored, or said. */
+static pg_status on_whole_done(void *ctx, const oa_request *req, const oa_response *resp,
                               const oa_progress *prog, pg_err *err)
 {
     (void)prog;
@@ -587,8 +645,7 @@ static pg_status on_vllm_done(void *ctx, const oa_request *req, const oa_respons
         note_failure(x, r, resp);
     }
     div_scored_free(&r->sc);
-    pl_parser_free(r->parser);
-    r->parser = NULL;
+    whole_parser_free(r);
     pg_note_progress_step(x->ds->o.notes, ++x->done, r->q->id);
     return st;
 }
@@ -640,8 +697,9 @@ static pg_status open_floor_endpoints(diverge_session *ds, const char *mode, oa_
     return st;
 }
 
-/* Sends the vLLM requests of reqs[0..n) (of one mode and pass) to eps. */
-static pg_status score_vllm(score_ctx *x, oa_endpoint **eps, int n_eps, score_req *reqs,
+/* Sends the whole-sequence requests (vLLM, SGLang) of reqs[0..n) (of one
+ * mode and pass) to eps. */
+static pg_status score_whole(score_ctx *x, oa_endpoint **eps, int n_eps, score_req *reqs,
                             size_t n, pg_err *err)
 {
     oa_request *oq = calloc(n ? n : 1, sizeof *oq);
@@ -652,17 +710,18 @@ static pg_status score_vllm(score_ctx *x, oa_endpoint **eps, int n_eps, score_re
         r->into = &r->sc;
         div_server *v = first_server(x->ds, r->mode);
         r->n_vocab = v->n_vocab;
+        r->kind = v->kind;
         oq[i] = (oa_request){.mode = r->mode, .problem_id = r->q->id, .user = r,
-                             .reader = &VLLM_READER, .reader_ctx = r,
+                             .reader = v->kind == DIV_KIND_SGLANG ? &SGLANG_READER : &VLLM_READER,
+                             .reader_ctx = r,
                              .body_json = request_body(r, v, 0)};
         if (oq[i].body_json == NULL) st = pg_fail(err, PG_ERR_NOMEM, "diverge: out of memory");
     }
-    if (st == PG_OK) st = oa_run(eps, n_eps, oq, (int)n, on_vllm_done, x, err);
+    if (st == PG_OK) st = oa_run(eps, n_eps, oq, (int)n, on_whole_done, x, err);
     for (size_t i = 0; i < n; i++) {
         free(oq[i].body_json);
         div_scored_free(&reqs[i].sc);
-        pl_parser_free(reqs[i].parser);
-        reqs[i].parser = NULL;
+        whole_parser_free(&reqs[i]);
     }
     free(oq);
     return st;
@@ -776,7 +835,7 @@ pg_status diverge_score(diverge_session *ds, pg_store *s, int64_t run_id, diverg
         if (st == PG_OK && v->kind == DIV_KIND_LLAMA)
             st = score_llama(&x, eps, n_eps, reqs, n, own ? 1 : ds->o.client.max_in_flight, err);
         else if (st == PG_OK)
-            st = score_vllm(&x, eps, n_eps, reqs, n, err);
+            st = score_whole(&x, eps, n_eps, reqs, n, err);
         if (own)
             for (int i = 0; i < n_eps; i++) oa_endpoint_close(eps[i]);
     }

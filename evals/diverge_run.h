@@ -5,7 +5,7 @@
  * position (evals/divergence.h).
  *
  * Flow: diverge_prepare() waits for every server, finds each one's kind
- * (vLLM, llama.cpp's llama-server; probed once and said through the notes,
+ * (vLLM, llama.cpp's llama-server, SGLang; probed once and said through the notes,
  * or given), checks that every server tokenizes a probe string to the same
  * ids (else nothing is scored), tokenizes the text-form sequences once on
  * the reference server and stores the sequences with the run.
@@ -20,6 +20,10 @@
  * - vLLM: one POST /v1/completions per sequence, {"prompt": [ids],
  *   "prompt_logprobs": K, "max_tokens": 1}, its reply parsed as it streams
  *   in (prompt_logprobs.h);
+ * - SGLang: one POST /generate per sequence, {"input_ids": [ids],
+ *   "sampling_params": {"max_new_tokens": 0, "temperature": 1, "top_p": 1},
+ *   "return_logprob": true, "logprob_start_len": 0, "top_logprobs_num": K},
+ *   its reply parsed as it streams in (sglang_logprobs.h);
  * - llama-server: one POST /completion per position, {"prompt": ids[0..t),
  *   "n_predict": 1, "n_probs": K, "cache_prompt": true}, a sequence's
  *   positions in order (its slot's prompt cache makes each cost one token),
@@ -56,13 +60,14 @@ extern "C" {
 typedef enum div_server_kind {
     DIV_KIND_AUTO = 0,  /* probe it (diverge_prepare) */
     DIV_KIND_VLLM,      /* /v1/completions with prompt_logprobs */
-    DIV_KIND_LLAMA      /* llama.cpp's llama-server: /completion, one position per request */
+    DIV_KIND_LLAMA,     /* llama.cpp's llama-server: /completion, one position per request */
+    DIV_KIND_SGLANG     /* SGLang: /generate with input logprobs */
 } div_server_kind;
 
-/* "auto", "vllm", "llama-server"; "?" outside the enum. */
+/* "auto", "vllm", "llama-server", "sglang"; "?" outside the enum. */
 const char *div_server_kind_name(div_server_kind k);
 
-/* The kind named s ("auto", "vllm", "llama-server") into *out;
+/* The kind named s ("auto", "vllm", "llama-server", "sglang") into *out;
  * PG_ERR_USAGE naming the choices otherwise. */
 pg_status div_server_kind_parse(const char *s, div_server_kind *out, pg_err *err);
 

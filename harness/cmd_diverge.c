@@ -61,7 +61,7 @@ const char cmd_diverge_usage[] =
     "  --reference MODE     the mode compared against (default bf16)\n"
     "  --top-k K            logprobs per position, one K for all servers (default 20,\n"
     "                       vLLM's default --max-logprobs)\n"
-    "  --server-kind KIND   auto (default), vllm or llama-server\n"
+    "  --server-kind KIND   auto (default), vllm, llama-server or sglang\n"
     "  --no-noise-floor     do not score the reference twice (by default it scores every\n"
     "                       sequence again, in reverse order and one request at a time:\n"
     "                       batched serving is not bit-deterministic, and each mode is\n"

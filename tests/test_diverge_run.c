@@ -1,5 +1,5 @@
 /* test_diverge_run.c: Criterion tests of teacher-forced divergence (evals/diverge_run.h)
- * against loopback servers that speak vLLM's and llama-server's exact reply
+ * against loopback servers that speak vLLM's, SGLang's and llama-server's exact reply
  * shapes, computing each reply from the request: a known model whose
  * distributions the test also computes itself, so the KL precgate reports
  * is checked against the exact one (K = the vocabulary: the bound is the
@@ -64,10 +64,13 @@ typedef enum fault {
     FAULT_BIG_ID        /* llama-server: an id past n_vocab */
 } fault;
 
+/* Which server a fake one speaks like. */
+typedef enum speaks { SPEAKS_VLLM = 0, SPEAKS_LLAMA, SPEAKS_SGLANG } speaks;
+
 typedef struct fake_model {
     double shift;
     fault fault;
-    int llama;          /* speak llama-server */
+    speaks llama;       /* SPEAKS_LLAMA: llama-server; SPEAKS_SGLANG; else vLLM */
     int delay_ms;       /* before each scoring reply (a slow server) */
 } fake_model;
 
@@ -75,12 +78,13 @@ typedef struct fake_model {
 static char *tokenize_reply(const fake_model *m, const char *body, size_t len)
 {
     cJSON *req = cJSON_ParseWithLength(body, len);
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(req, m->llama ? "content" : "prompt");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(req, m->llama == SPEAKS_LLAMA ? "content"
+                                                                                   : "prompt");
     cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens");
     for (const char *p = cJSON_IsString(text) ? text->valuestring : ""; *p; p++)
         cJSON_AddItemToArray(toks, cJSON_CreateNumber(((unsigned char)*p +
                                                       (m->fault == FAULT_TOKENIZER)) % V));
-    if (!m->llama) cJSON_AddNumberToObject(o, "max_model_len", 4096);
+    if (m->llama != SPEAKS_LLAMA) cJSON_AddNumberToObject(o, "max_model_len", 4096);
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     cJSON_Delete(req);
@@ -154,6 +158,77 @@ static char *vllm_reply(const fake_model *m, const cJSON *req)
     return b;
 }
 
+/* Appends SGLang's input_token_logprobs of prompt (n ids) to b. */
+static void sglang_tokens(const fake_model *m, const cJSON *prompt, int n, char **b, size_t *len,
+                          size_t *cap)
+{
+    cat(b, len, cap, "\"input_token_logprobs\":[[null,%d,null]",
+        cJSON_GetArrayItem(prompt, 0)->valueint);
+    for (int t = 1; t < n; t++) {
+        const int prev = cJSON_GetArrayItem(prompt, t - 1)->valueint;
+        const int given = cJSON_GetArrayItem(prompt, t)->valueint;
+        double lp[V];
+        model_logprobs(m->shift, prev, (size_t)t, lp);
+        cat(b, len, cap, ",[%.17g,%d,null]", lp[given], given);
+    }
+    cat(b, len, cap, "]");
+}
+
+/* Appends SGLang's input_top_logprobs of prompt (n ids) at top k to b. */
+static void sglang_tops(const fake_model *m, const cJSON *prompt, int n, int k, char **b,
+                        size_t *len, size_t *cap)
+{
+    cat(b, len, cap, "\"input_top_logprobs\":[null");
+    const int last = m->fault == FAULT_SHORT ? n - 1 : n;
+    for (int t = 1; t < last; t++) {
+        const int prev = cJSON_GetArrayItem(prompt, t - 1)->valueint;
+        double lp[V];
+        int rank[V];
+        model_logprobs(m->shift, prev, (size_t)t, lp);
+        ranks(lp, rank);
+        cat(b, len, cap, ",[");
+        for (int r = 1, first = 1; r <= k && r <= V; r++)
+            for (int i = 0; i < V; i++)
+                if (rank[i] == r) {
+                    if (m->fault == FAULT_NAN && t == 2 && r == 1)
+                        cat(b, len, cap, "%s[NaN,%d,null]", first ? "" : ",", i);
+                    else
+                        cat(b, len, cap, "%s[%.17g,%d,null]", first ? "" : ",", lp[i],
+                            m->fault == FAULT_NEG_ID && t == 1 && r == 1 ? -5 : i);
+                    first = 0;
+                }
+        cat(b, len, cap, "]");
+    }
+    cat(b, len, cap, "]");
+}
+
+/* SGLang's /generate reply with input logprobs. The reference's fake gives
+ * the token logprobs first, the others the top lists first: both orders. */
+static char *sglang_reply(const fake_model *m, const cJSON *req)
+{
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(req, "input_ids");
+    const int k = cJSON_GetObjectItemCaseSensitive(req, "top_logprobs_num")->valueint;
+    const int n = cJSON_GetArraySize(prompt);
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    cat(&b, &len, &cap, "{\"text\":\"\",\"output_ids\":[],\"meta_info\":{\"id\":\"r1\","
+        "\"finish_reason\":{\"type\":\"length\",\"length\":0},\"prompt_tokens\":%d,", n);
+    if (m->fault == FAULT_GENERATED) {
+        sglang_tokens(m, prompt, n, &b, &len, &cap);
+        cat(&b, &len, &cap, ",\"output_top_logprobs\":[]");
+    } else if (m->shift == 0) {
+        sglang_tokens(m, prompt, n, &b, &len, &cap);
+        cat(&b, &len, &cap, ",\"output_token_logprobs\":[],");
+        sglang_tops(m, prompt, n, k, &b, &len, &cap);
+    } else {
+        sglang_tops(m, prompt, n, k, &b, &len, &cap);
+        cat(&b, &len, &cap, ",\"output_top_logprobs\":[],");
+        sglang_tokens(m, prompt, n, &b, &len, &cap);
+    }
+    cat(&b, &len, &cap, ",\"completion_tokens\":0}}");
+    return b;
+}
+
 /* llama-server's /completion reply: the top n_probs after the prompt. */
 static char *llama_reply(const fake_model *m, const cJSON *req)
 {
@@ -192,7 +267,9 @@ static char *handle(void *ctx, const char *path, const char *body, size_t len, i
         *status = 400;
         out = strdup("{\"error\":{\"message\":\"bad json\"}}");
     } else {
-        out = m->llama ? llama_reply(m, req) : vllm_reply(m, req);
+        out = m->llama == SPEAKS_LLAMA    ? llama_reply(m, req)
+              : m->llama == SPEAKS_SGLANG ? sglang_reply(m, req)
+                                          : vllm_reply(m, req);
     }
     cJSON_Delete(req);
     return out;
@@ -205,15 +282,24 @@ static void serve(fake_server *s, fake_model *m)
     fs_route(s, "/health", (fs_reply[]){{200, "{}", NULL, NULL, 0, 0}}, 1);
     fs_route(s, "/v1/models",
              (fs_reply[]){{200,
-                           m->llama ? "{\"data\":[{\"id\":\"m\",\"meta\":{\"n_vocab\":40}}]}"
+                           m->llama == SPEAKS_LLAMA
+                               ? "{\"data\":[{\"id\":\"m\",\"meta\":{\"n_vocab\":40}}]}"
                                     : "{\"data\":[{\"id\":\"m\"}]}",
                            NULL, NULL, 0, 0}},
              1);
-    if (m->llama)
+    if (m->llama == SPEAKS_SGLANG)
+        fs_route(s, "/get_model_info",
+                 (fs_reply[]){{200, "{\"model_path\":\"m\",\"is_generation\":true}", NULL, NULL, 0,
+                               0}},
+                 1);
+    if (m->llama == SPEAKS_LLAMA)
         fs_route(s, "/props",
                  (fs_reply[]){{200, "{\"default_generation_settings\":{}}", NULL, NULL, 0, 0}}, 1);
     fs_handle(s, "/tokenize", handle, m);
-    fs_handle(s, m->llama ? "/completion" : "/v1/completions", handle, m);
+    fs_handle(s, m->llama == SPEAKS_LLAMA    ? "/completion"
+                 : m->llama == SPEAKS_SGLANG ? "/generate"
+                                             : "/v1/completions",
+              handle, m);
     cr_assert(fs_start(s), "no loopback server");
 }
 
@@ -334,7 +420,7 @@ static div_summary summary_of(pg_store *s, int64_t run, const char *mode, const 
 }
 
 /* Both kinds of server, K = V: the bound is the exact KL the test computes. */
-static void exact_kl_case(int llama)
+static void exact_kl_case(speaks llama)
 {
     write_sequences();
     fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.8, .llama = llama};
@@ -375,12 +461,17 @@ Test(diverge_run, vllm_prompt_logprobs_give_the_exact_kl_at_k_equal_vocab)
 
 Test(diverge_run, llama_server_positions_give_the_exact_kl_at_k_equal_vocab)
 {
-    exact_kl_case(1);
+    exact_kl_case(SPEAKS_LLAMA);
+}
+
+Test(diverge_run, sglang_input_logprobs_give_the_exact_kl_at_k_equal_vocab)
+{
+    exact_kl_case(SPEAKS_SGLANG);
 }
 
 /* A mode server whose tokenizer differs: the run is an error naming both
  * servers before anything is scored, and nothing is stored. */
-static void tokenizer_case(int llama, fault f, const char *needle)
+static void tokenizer_case(speaks llama, fault f, const char *needle)
 {
     write_sequences();
     fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.5, .fault = f, .llama = llama};
@@ -420,7 +511,7 @@ static void collect_warning(void *ctx, const char *text)
 
 /* fault_case, and the failure said for each sequence names the mode, the
  * sequence and what was wrong. */
-static void fault_said(int llama, fault f, const char *needle)
+static void fault_said(speaks llama, fault f, const char *needle)
 {
     write_sequences();
     fake_model ref = {.shift = 0, .llama = llama}, mode = {.shift = 0.5, .fault = f, .llama = llama};
@@ -474,6 +565,26 @@ Test(diverge_run, vllm_key_that_is_no_token_id_is_refused)
 Test(diverge_run, llama_id_outside_the_vocabulary_is_refused)
 {
     fault_said(1, FAULT_BIG_ID, "vocabulary");
+}
+
+Test(diverge_run, sglang_shorter_list_is_refused_by_name)
+{
+    fault_said(SPEAKS_SGLANG, FAULT_SHORT, "entries and input_top_logprobs");
+}
+
+Test(diverge_run, sglang_without_input_top_logprobs_is_refused)
+{
+    fault_said(SPEAKS_SGLANG, FAULT_GENERATED, "no meta_info.input_top_logprobs");
+}
+
+Test(diverge_run, sglang_nan_logprob_is_refused)
+{
+    fault_said(SPEAKS_SGLANG, FAULT_NAN, "not JSON");
+}
+
+Test(diverge_run, sglang_id_outside_the_vocabulary_is_refused)
+{
+    fault_said(SPEAKS_SGLANG, FAULT_NEG_ID, "not a token id of the vocabulary");
 }
 
 Test(diverge_run, different_tokenizers_score_nothing)
