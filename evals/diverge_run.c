@@ -302,6 +302,39 @@ static pg_status tokenize_texts(diverge_session *ds, pg_err *err)
     return st;
 }
 
+/* v's vocabulary size from --vocab-size when given (a llama-server that
+ * says another is PG_ERR_USAGE), and a note when it stays unknown. */
+static pg_status settle_vocabulary(div_server *v, const diverge_options *o, pg_err *err)
+{
+    if (o->vocab_size > 0 && v->n_vocab > 0 && v->n_vocab != o->vocab_size)
+        return pg_fail(err, PG_ERR_USAGE, "diverge: --vocab-size %lld, but %s at %s (mode %s) "
+                       "says its vocabulary has %lld tokens", (long long)o->vocab_size,
+                       div_server_kind_name(v->kind), v->url, v->mode, (long long)v->n_vocab);
+    if (o->vocab_size > 0) v->n_vocab = o->vocab_size;
+    if (v->n_vocab == 0)
+        pg_note_warning(o->notes, "diverge: %s at %s does not say its vocabulary size: its ids "
+                        "are checked to be >= 0 only (--vocab-size N checks them against N)",
+                        v->url, div_server_kind_name(v->kind));
+    return PG_OK;
+}
+
+/* Every sequence's tokens are ids of every server's vocabulary, where known. */
+static pg_status check_vocabulary(diverge_session *ds, pg_err *err)
+{
+    for (int k = 0; k < ds->n_srv; k++) {
+        const div_server *v = &ds->srv[k];
+        for (size_t i = 0; v->n_vocab > 0 && i < ds->seqs->n; i++) {
+            const div_sequence *q = &ds->seqs->v[i];
+            for (size_t t = 0; t < q->n_tokens; t++)
+                if (q->tokens[t] >= v->n_vocab)
+                    return pg_fail(err, PG_ERR_FORMAT, "sequence '%s': token %zu is %d, outside "
+                                   "the %lld-token vocabulary of %s (mode %s)", q->id, t,
+                                   (int)q->tokens[t], (long long)v->n_vocab, v->url, v->mode);
+        }
+    }
+    return PG_OK;
+}
+
 /* Stores the sequences with the run; a run that has some already (a
  * resume) must have exactly these. */
 static pg_status store_sequences(diverge_session *ds, pg_store *s, int64_t run_id, pg_err *err)
@@ -383,6 +416,7 @@ pg_status diverge_prepare(pg_store *s, int64_t run_id, div_sequences *seqs,
         else v->kind = o->kind;
         if (st == PG_OK) st = oa_model_name(v->ep, &v->model, err);
         if (st == PG_OK && v->kind == DIV_KIND_LLAMA) st = probe_llama_vocab(v, err);
+        if (st == PG_OK) st = settle_vocabulary(v, o, err);
         if (st == PG_OK)
             pg_note_warning(o->notes, "diverge: %s at %s is %s%s: %s", v->mode, v->url,
                             div_server_kind_name(v->kind), how,
@@ -396,6 +430,7 @@ pg_status diverge_prepare(pg_store *s, int64_t run_id, div_sequences *seqs,
     }
     if (st == PG_OK) st = check_tokenizers(ds, err);
     if (st == PG_OK) st = tokenize_texts(ds, err);
+    if (st == PG_OK) st = check_vocabulary(ds, err);
     if (st == PG_OK) st = store_sequences(ds, s, run_id, err);
     if (st != PG_OK) {
         diverge_session_free(ds);

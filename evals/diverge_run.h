@@ -85,6 +85,9 @@ typedef struct diverge_options {
     oa_options client;                   /* max_in_flight per server, retries, timeouts */
     const pg_notes *notes;               /* the chosen strategies, progress */
     const char *sequences_path;          /* named as each stored sequence's source */
+    int64_t vocab_size;                  /* > 0: every id is checked against it (vLLM and
+                                            SGLang do not say theirs; a llama-server that
+                                            says another is an error); 0: the server's */
 } diverge_options;
 
 /* The servers of a run once prepared. */
@@ -97,7 +100,9 @@ typedef struct diverge_session diverge_session;
  * options that do not hold (no server of the reference, K out of range,
  * one URL twice for a mode), PG_ERR_HTTP for a server that is not ready or
  * refuses a probe, PG_ERR_FORMAT for a tokenizer that differs (naming both
- * servers and the first id that differs) or a reply of the wrong shape.
+ * servers and the first id that differs), a reply of the wrong shape, or
+ * a sequence token outside a known vocabulary (naming the sequence); a
+ * server whose vocabulary size is unknown is said through the notes.
  * *out NULL on failure. */
 pg_status diverge_prepare(pg_store *s, int64_t run_id, div_sequences *seqs,
                           const diverge_options *o, diverge_session **out, pg_err *err);

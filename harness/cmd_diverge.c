@@ -34,7 +34,7 @@
 #define DIVERGE_MIN_BACKOFF_S 0.001
 #define DIVERGE_HOST_MAX 256
 /* Rows of diverge's option table, its end row included. */
-#define DIVERGE_OPTION_ROWS 23
+#define DIVERGE_OPTION_ROWS 24
 
 const char cmd_diverge_usage[] =
     "usage: precgate diverge --endpoint MODE=URL --endpoint MODE=URL ...\n"
@@ -62,6 +62,10 @@ const char cmd_diverge_usage[] =
     "  --top-k K            logprobs per position, one K for all servers (default 20,\n"
     "                       vLLM's default --max-logprobs)\n"
     "  --server-kind KIND   auto (default), vllm, llama-server or sglang\n"
+    "  --vocab-size N       the model's vocabulary: every id sent or replied must be below\n"
+    "                       it (vLLM and SGLang do not say theirs, so without it their ids\n"
+    "                       are checked >= 0 only, and stderr says so; llama-server says\n"
+    "                       its own, and one that differs from N is an error)\n"
     "  --no-noise-floor     do not score the reference twice (by default it scores every\n"
     "                       sequence again, in reverse order and one request at a time:\n"
     "                       batched serving is not bit-deterministic, and each mode is\n"
@@ -100,7 +104,7 @@ const char cmd_diverge_usage[] =
 typedef struct diverge_args {
     const char *sequences, *db, *label, *output, *kind;
     int force, no_floor, no_progress;
-    long resume, from_eval;
+    long resume, from_eval, vocab_size;
     shard_spec shard;                /* --shard I/N; count 0 without */
     const char *job;                 /* --job KEY, or job_buf's default */
     char job_buf[SHARD_JOB_MAX];
@@ -137,6 +141,7 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
         {"reference", CLI_TEXT, .to = &a->o.reference},
         {"top-k", CLI_INT, .to = &a->o.top_k, .min = 1, .max = PL_MAX_TOP_K},
         {"server-kind", CLI_TEXT, .to = &a->kind},
+        {"vocab-size", CLI_LONG, .to = &a->vocab_size, .min = 1, .max = SEQ_TOKEN_MAX},
         {"no-noise-floor", CLI_FLAG, .to = &a->no_floor},
         {"concurrency", CLI_INT, .to = &a->o.client.max_in_flight, .min = 1,
          .max = DIVERGE_MAX_CONCURRENCY},
@@ -163,6 +168,7 @@ static pg_status diverge_parse(int argc, char **argv, diverge_args *a, pg_err *e
     a->o.api_key = cli_env_value(a->o.api_key_env);
     a->o.noise_floor = !a->no_floor;
     a->o.sequences_path = a->sequences;
+    a->o.vocab_size = a->vocab_size;
     if (a->kind != NULL && div_server_kind_parse(a->kind, &a->o.kind, err) != PG_OK)
         return pg_fail(err, PG_ERR_USAGE, "diverge: --server-kind: %s", err->msg);
     if ((a->sequences == NULL) == (a->from_eval < 0))

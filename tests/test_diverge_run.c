@@ -72,9 +72,10 @@ typedef struct fake_model {
     fault fault;
     speaks llama;       /* SPEAKS_LLAMA: llama-server; SPEAKS_SGLANG; else vLLM */
     int delay_ms;       /* before each scoring reply (a slow server) */
+    int tok_mod;        /* > 0: /tokenize's ids are bytes mod this, not mod V (a small vocabulary) */
 } fake_model;
 
-/* "Tokenizes" text: one id per byte, mod V (FAULT_TOKENIZER: shifted by one). */
+/* "Tokenizes" text: one id per byte, mod V or tok_mod (FAULT_TOKENIZER: shifted by one). */
 static char *tokenize_reply(const fake_model *m, const char *body, size_t len)
 {
     cJSON *req = cJSON_ParseWithLength(body, len);
@@ -83,7 +84,8 @@ static char *tokenize_reply(const fake_model *m, const char *body, size_t len)
     cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens");
     for (const char *p = cJSON_IsString(text) ? text->valuestring : ""; *p; p++)
         cJSON_AddItemToArray(toks, cJSON_CreateNumber(((unsigned char)*p +
-                                                      (m->fault == FAULT_TOKENIZER)) % V));
+                                                      (m->fault == FAULT_TOKENIZER)) %
+                                                     (m->tok_mod > 0 ? m->tok_mod : V)));
     if (m->llama != SPEAKS_LLAMA) cJSON_AddNumberToObject(o, "max_model_len", 4096);
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -1028,4 +1030,70 @@ Test(diverge_run, the_gate_judges_a_run_against_a_baseline_run_of_the_same_seque
     fs_stop(&a);
     fs_stop(&b);
     fs_stop(&w);
+}
+
+Test(diverge_run, a_stated_vocabulary_bounds_every_id_sent_and_replied)
+{
+    write_sequences();
+    /* Their tokenizer's ids stay below 10, inside the vocabularies stated below. */
+    fake_model ref = {.shift = 0, .tok_mod = 10}, mode = {.shift = 0.8, .tok_mod = 10};
+    fake_server a, b;
+    char ua[64], ub[64];
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
+    pg_store *s = open_ok();
+    /* A sequence token outside it: nothing is scored. */
+    int64_t run = begin_run(s);
+    diverge_options o = opts_for(ua, ub, 5);
+    o.vocab_size = 30;
+    diverge_counts c = {0};
+    pg_err err = {0};
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "sequence 's1': token 5 is 30, outside the 30-token vocabulary"),
+              "%s", err.msg);
+    cr_assert_eq(c.scored, 0);
+    /* Sequences inside it, but the servers reply with ids past it: refused by name. */
+    const char *low = "{\"id\":\"q1\",\"tokens\":[1,2,3,4,5,6]}\n{\"id\":\"q2\",\"tokens\":[7,8,9]}\n";
+    tu_write_file(g_seqs, low, strlen(low));
+    run = begin_run(s);
+    o = opts_for(ua, ub, 5);
+    o.vocab_size = 30;
+    collected_notes cn = {{0}};
+    pg_notes notes = {.warning = collect_warning, .ctx = &cn};
+    o.notes = &notes;
+    c = (diverge_counts){0};
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(c.scored, 0, "%s", cn.text);
+    cr_assert(c.errors >= 2, "%s", cn.text);
+    cr_assert(strstr(cn.text, "sequence 'q1' not scored") != NULL, "%s", cn.text);
+    cr_assert(strstr(cn.text, "does not say its vocabulary") == NULL, "stated: %s", cn.text);
+    /* Without it, stderr says the ids are checked >= 0 only. */
+    run = begin_run(s);
+    o = opts_for(ua, ub, 5);
+    cn = (collected_notes){{0}};
+    o.notes = &notes;
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_OK, "%s", err.msg);
+    cr_assert(strstr(cn.text, "does not say its vocabulary size") != NULL, "%s", cn.text);
+    store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
+}
+
+Test(diverge_run, a_llama_server_of_another_vocabulary_than_stated_is_refused)
+{
+    write_sequences();
+    fake_model ref = {.shift = 0, .llama = SPEAKS_LLAMA}, mode = {.shift = 0.8, .llama = SPEAKS_LLAMA};
+    fake_server a, b;
+    char ua[64], ub[64];
+    serve_pair(&a, &ref, ua, &b, &mode, ub);
+    pg_store *s = open_ok();
+    const int64_t run = begin_run(s);
+    diverge_options o = opts_for(ua, ub, 5);
+    o.vocab_size = V + 1;
+    diverge_counts c = {0};
+    pg_err err = {0};
+    cr_assert_eq(run_all(s, run, &o, &c, &err), PG_ERR_USAGE);
+    cr_assert(strstr(err.msg, "--vocab-size 41") && strstr(err.msg, "40 tokens"), "%s", err.msg);
+    store_close(s);
+    fs_stop(&a);
+    fs_stop(&b);
 }
