@@ -41,14 +41,15 @@
 #define RUNS_GIT_WIDTH 12
 
 const char cmd_runs_usage[] =
-    "usage: precgate runs [--kind sweep|eval] [--label TEXT] [--limit N] [--db PATH] [--json]\n\n"
+    "usage: precgate runs [--kind sweep|eval|diverge] [--label TEXT] [--limit N] [--db PATH]\n"
+    "                     [--json]\n\n"
     "Lists the runs in the database, oldest first and newest last (the newest N with\n"
     "--limit): id, kind, status, start time (UTC), duration, git revision and label, and\n"
     "for a failed or interrupted run the first " RUNS_STR(RUNS_ERROR_WIDTH) " characters of its error\n"
     "on the next line. A run still marked running whose process is gone (this host, no\n"
     "such pid: killed -9, crashed) shows as interrupted; one from another host shows as\n"
     "running, with its host, pid and last heartbeat on the next line.\n\n"
-    "  --kind KIND    only sweep or eval runs\n"
+    "  --kind KIND    only sweep, eval or diverge runs\n"
     "  --label TEXT   only runs with exactly this label\n"
     "  --limit N      the N newest runs (default " RUNS_STR(RUNS_DEFAULT_LIMIT)
     "; 0 lists every run)\n"
@@ -59,7 +60,7 @@ const char cmd_runs_usage[] =
     "exit status: 0 success (also when no run matches); 1 failure; 2 usage error.\n";
 
 /* Kinds a run may have (runs.kind). */
-static const char *const runs_kinds[] = {"sweep", "eval", NULL};
+static const char *const runs_kinds[] = {"sweep", "eval", "diverge", NULL};
 
 /* Parsed command line. */
 typedef struct runs_args {
@@ -87,7 +88,8 @@ static pg_status runs_parse(int argc, char **argv, void *args, const char **db_o
         const char *const *k = runs_kinds;
         while (*k != NULL && strcmp(*k, a->kind) != 0) k++;
         if (*k == NULL)
-            return pg_fail(err, PG_ERR_USAGE, "runs: --kind '%s' is not sweep or eval", a->kind);
+            return pg_fail(err, PG_ERR_USAGE, "runs: --kind '%s' is not sweep, eval or diverge",
+                           a->kind);
     }
     return PG_OK;
 }

@@ -1027,6 +1027,13 @@ Test(diverge_run, the_gate_judges_a_run_against_a_baseline_run_of_the_same_seque
     cr_assert_eq(rc, 2, "%s", out);
     cr_assert(strstr(out, "sequences_digest") != NULL, "%s", out);
     free(out);
+    /* runs lists them by their kind. */
+    rc = tu_run_precgatef(&out, "runs --kind diverge --json --db '%s'", g_db);
+    cr_assert_eq(rc, 0, "%s", out);
+    cJSON *list = cJSON_Parse(out);
+    cr_assert_eq(cJSON_GetArraySize(list), 4, "%s", out);
+    cJSON_Delete(list);
+    free(out);
     fs_stop(&a);
     fs_stop(&b);
     fs_stop(&w);
