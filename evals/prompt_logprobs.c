@@ -140,8 +140,8 @@ static int on_number(pl_parser *p, double v, long long iv, int is_int)
  */
 
 /* Where a long double is x87's 80-bit format (64-bit significand, the low
- * 8 bytes of its storage; x86-64 System V ABI, 3.1.2), the exact path
- * runs; elsewhere every number goes to strtod. */
+ * 8 bytes of its storage; x86-64 System V ABI, 3.1.2), the long double
+ * path runs; elsewhere only Clinger's (below) and strtod. */
 #if defined(__x86_64__) && LDBL_MANT_DIG == 64
 #define PL_EXACT_DECIMAL 1
 #else
@@ -167,6 +167,26 @@ static int on_number(pl_parser *p, double v, long long iv, int is_int)
  * (JSON allows any length) are copied to the heap. */
 #define PL_NUMBER_COPY 64
 
+/* Clinger's fast path (W. D. Clinger, "How to read floating point numbers
+ * accurately", PLDI 1990): w <= 2^53 and 10^k for k <= 22 (5^22 < 2^53)
+ * are exact doubles, so one double multiply or divide is the correctly
+ * rounded value; only where double arithmetic is done in double
+ * (FLT_EVAL_METHOD 0: SSE2 on x86-64, not x87's extended registers). */
+#if FLT_EVAL_METHOD == 0
+#define PL_CLINGER 1
+#else
+#define PL_CLINGER 0
+#endif
+#define PL_CLINGER_W_MAX (1ull << 53)
+#define PL_CLINGER_POW10_MAX 22
+
+#if PL_CLINGER
+/* 10^0 .. 10^PL_CLINGER_POW10_MAX, each exact. */
+static const double PL_POW10_DOUBLE[PL_CLINGER_POW10_MAX + 1] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+#endif
+
 #if PL_EXACT_DECIMAL
 /* 10^0 .. 10^PL_EXACT_POW10_MAX, each exact (the literal is the value). */
 static const long double PL_POW10[PL_EXACT_POW10_MAX + 1] = {
@@ -174,6 +194,10 @@ static const long double PL_POW10[PL_EXACT_POW10_MAX + 1] = {
     1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
     1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
 #endif
+
+/* The number reader's steps, inlined into the callback (a call each cost
+ * more than the step: bench/RESULTS.md). */
+#define PL_INLINE __attribute__((always_inline)) inline
 
 /* Eight ASCII digits at a time (SWAR: one word, no loop over the bytes;
  * the constants are the bytes' patterns). */
@@ -210,7 +234,7 @@ static uint64_t eight_digits_value(uint64_t v)
 
 /* The digits at *c (before end) appended to *w, counting them in *nd;
  * 0 when that would pass PL_EXACT_DIGITS_MAX significant digits. */
-static int append_digits(const char **c, const char *end, uint64_t *w, int *nd)
+PL_INLINE static int append_digits(const char **c, const char *end, uint64_t *w, int *nd)
 {
     const char *q = *c;
     for (; end - q >= 8 && eight_digits(load8(q)); q += 8) {
@@ -225,66 +249,95 @@ static int append_digits(const char **c, const char *end, uint64_t *w, int *nd)
     return 1;
 }
 
-/* The JSON number s[0..len) into *out by exact arithmetic, 1; 0 when that
- * cannot be shown to equal strtod's reading (then *out is unset). The
- * value is w 10^e10 with w < 10^18: w and 10^|e10| <= 10^27 are exact in a
- * long double, so w * 10^e10 (or w / 10^-e10) is the exact value rounded
- * once to 64 bits; rounded again to 53 bits it is the correctly rounded
- * double unless the 64-bit result lies exactly halfway between two doubles
- * (then the first rounding may have made the tie: strtod decides). */
-static int exact_decimal(const char *s, size_t len, double *out)
+/* A JSON number's text taken apart: (-1)^neg w 10^e10. */
+typedef struct pl_decimal {
+    uint64_t w;   /* its significant digits: at most PL_EXACT_DIGITS_MAX of them */
+    int e10;
+    int neg;
+    int is_int;   /* no fraction, no exponent: an integer (then e10 = 0) */
+} pl_decimal;
+
+/* Takes the number s[0..len) apart into *d in one pass: 1; 0 when it has
+ * more than PL_EXACT_DIGITS_MAX significant digits or is not JSON's
+ * grammar (both left to the slow path). */
+PL_INLINE static int scan_decimal(const char *s, size_t len, pl_decimal *d)
 {
-#if PL_EXACT_DECIMAL
     const char *c = s, *end = s + len;
-    const int neg = c < end && *c == '-';
-    c += neg;
-    uint64_t w = 0;
-    int nd = 0, e10 = 0;
+    d->neg = c < end && *c == '-';
+    c += d->neg;
+    d->w = 0;
+    d->e10 = 0;
+    int nd = 0;
+    if (c == end || *c < '0' || *c > '9') return 0;  /* "-", ".5": strtod judges */
     while (c < end && *c == '0') c++;  /* JSON: at most one, "0.5" */
-    if (!append_digits(&c, end, &w, &nd)) return 0;
+    if (!append_digits(&c, end, &d->w, &nd)) return 0;
+    d->is_int = c == end;
     if (c < end && *c == '.') {
         const char *frac = ++c;
-        if (w == 0)
+        if (d->w == 0)
             while (c < end && *c == '0') c++;  /* 0.000123: no significant digit yet */
-        if (!append_digits(&c, end, &w, &nd)) return 0;
-        e10 -= (int)(c - frac);
+        if (!append_digits(&c, end, &d->w, &nd)) return 0;
+        if (c == frac) return 0;  /* "1." */
+        d->e10 -= (int)(c - frac);
     }
     if (c < end && (*c == 'e' || *c == 'E')) {
         c++;
         const int eneg = c < end && *c == '-';
         if (c < end && (*c == '-' || *c == '+')) c++;
+        if (c == end) return 0;  /* "1e" */
         int x = 0;
         for (; c < end && *c >= '0' && *c <= '9'; c++)
             if (x < PL_EXPONENT_CAP) x = x * 10 + (*c - '0');
-        e10 += eneg ? -x : x;
+        d->e10 += eneg ? -x : x;
     }
-    if (c != end) return 0;  /* not the grammar yajl checked: strtod says */
-    if (w == 0) {
-        *out = neg ? -0.0 : 0.0;
+    return c == end;
+}
+
+/* d's value into *out by exact arithmetic, 1; 0 when that cannot be shown
+ * to equal strtod's reading (then *out is unset). Clinger's path first
+ * (PL_CLINGER); else w < 10^18 and 10^|e10| <= 10^27 are exact in a long
+ * double, so w * 10^e10 (or w / 10^-e10) is the exact value rounded once
+ * to 64 bits; rounded again to 53 bits it is the correctly rounded double
+ * unless the 64-bit result lies exactly halfway between two doubles (then
+ * the first rounding may have made the tie: strtod decides). The result
+ * is normal: 1e-27 <= |w 10^e10| < 1e46. */
+PL_INLINE static int exact_value(const pl_decimal *d, double *out)
+{
+    if (d->w == 0) {
+        *out = d->neg ? -0.0 : 0.0;
         return 1;
     }
-    if (e10 < -PL_EXACT_POW10_MAX || e10 > PL_EXACT_POW10_MAX) return 0;
-    const long double wl = (long double)(int64_t)w;
-    const long double x = e10 >= 0 ? wl * PL_POW10[e10] : wl / PL_POW10[-e10];
+#if PL_CLINGER
+    if (d->w <= PL_CLINGER_W_MAX && d->e10 >= -PL_CLINGER_POW10_MAX &&
+        d->e10 <= PL_CLINGER_POW10_MAX) {
+        const double w = (double)d->w;
+        const double v = d->e10 >= 0 ? w * PL_POW10_DOUBLE[d->e10]
+                                     : w / PL_POW10_DOUBLE[-d->e10];
+        *out = d->neg ? -v : v;
+        return 1;
+    }
+#endif
+#if PL_EXACT_DECIMAL
+    if (d->e10 < -PL_EXACT_POW10_MAX || d->e10 > PL_EXACT_POW10_MAX) return 0;
+    const long double w = (long double)(int64_t)d->w;
+    const long double x = d->e10 >= 0 ? w * PL_POW10[d->e10] : w / PL_POW10[-d->e10];
     uint64_t significand;
     memcpy(&significand, &x, sizeof significand);
     if ((significand & PL_X87_EXTRA_BITS) == PL_X87_HALFWAY) return 0;
-    const double d = (double)x;
-    *out = neg ? -d : d;
+    const double v = (double)x;
+    *out = d->neg ? -v : v;
     return 1;
 #else
-    (void)s;
-    (void)len;
-    (void)out;
     return 0;
 #endif
 }
 
-/* pl_json_double without a message (the parser's hot path): PG_OK,
+/* pl_json_double without a message (the parser's slow path): PG_OK,
  * PG_ERR_FORMAT or PG_ERR_NOMEM. */
 static pg_status json_double(const char *s, size_t len, double *out, int *exact)
 {
-    const int fast = exact_decimal(s, len, out);
+    pl_decimal d;
+    const int fast = scan_decimal(s, len, &d) && exact_value(&d, out);
     if (exact != NULL) *exact = fast;
     if (fast) return PG_OK;
     char small[PL_NUMBER_COPY];
@@ -333,13 +386,11 @@ static int read_integer(const char *s, size_t len, long long *v)
     return 1;
 }
 
-/* yajl's number callback (set, it replaces the integer and double ones):
- * the token's text s[0..len). Read as yajl would have read it, with its
- * refusals (an integer beyond long long, a double beyond DBL_MAX), then
- * handed to on_number. */
-static int cb_number(void *ctx, const char *s, size_t len)
+/* A number scan_decimal or exact_value could not take (19 or more digits,
+ * a tie, an exponent past 27): read as yajl would have read it, refusing
+ * what it refused (an integer beyond long long, a double beyond DBL_MAX). */
+static int slow_number(pl_parser *p, const char *s, size_t len)
 {
-    pl_parser *p = ctx;
     long long iv = 0;
     const int is_int = read_integer(s, len, &iv);
     if (is_int == 0)
@@ -355,6 +406,25 @@ static int cb_number(void *ctx, const char *s, size_t len)
         return fail(p, PG_ERR_FORMAT, "the reply is not JSON (parse error: numeric (floating "
                     "point) overflow)");
     return on_number(p, v, 0, 0);
+}
+
+/* yajl's number callback (set, it replaces the integer and double ones):
+ * the token's text s[0..len), taken apart once; an integer of up to 18
+ * digits or a double exact_value reads is handed to on_number at once,
+ * anything else goes to slow_number. */
+static int cb_number(void *ctx, const char *s, size_t len)
+{
+    pl_parser *p = ctx;
+    pl_decimal d;
+    if (scan_decimal(s, len, &d)) {
+        if (d.is_int) {
+            const long long iv = d.neg ? -(long long)d.w : (long long)d.w;
+            return on_number(p, (double)iv, iv, 1);
+        }
+        double v;
+        if (exact_value(&d, &v)) return on_number(p, v, 0, 0);
+    }
+    return slow_number(p, s, len);
 }
 
 static int cb_null(void *ctx)
@@ -443,7 +513,8 @@ static int finish_position(pl_parser *p)
                     "the top %zu and %zu in all (expected %zu, plus the given token when it "
                     "ranks below)", t, n_top, p->top_k, p->n_keys, want);
     const div_side side = {p->top, n_top, given, g->logprob};
-    pg_err why = {0};
+    pg_err why;
+    pg_err_clear(&why);  /* not = {0}: that writes all PG_ERR_MSG_MAX bytes, per position */
     const pg_status st = p->on_position(p->ctx, t, &side, &why);
     if (st != PG_OK) {
         p->st = pg_fail(&p->err, st, "%s: position %zu: %s", p->what, t, why.msg);
