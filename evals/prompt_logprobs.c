@@ -22,9 +22,21 @@ enum {
     DEPTH_ENTRY = 6      /* {"logprob": x, "rank": r, "decoded_token": s} */
 };
 
-/* Positions of up to this many keys are checked for a key twice pairwise
- * (at most 528 comparisons), longer ones by sorting. */
-#define PL_SMALL_POSITION 32
+/* A key twice is caught as it arrives, in a hash set of the open
+ * position's ids: open addressing with linear probing in a power-of-two
+ * table at least PL_ID_LOAD times the most keys (load <= 1/2, so about 1.5
+ * probes a key), each slot stamped with the position it belongs to, so
+ * that nothing is cleared between positions. */
+#define PL_ID_LOAD 2
+/* Fibonacci hashing: 2^32 / the golden ratio, the multiplier's high bits
+ * the slot (Knuth, TAOCP vol. 3, 6.4). */
+#define PL_FIB_HASH 2654435769u
+
+/* One slot of the id set: empty unless stamp is the open position's. */
+typedef struct pl_slot {
+    int32_t id;
+    uint32_t stamp;
+} pl_slot;
 
 /* One key of the open position. */
 typedef struct pl_key {
@@ -55,6 +67,10 @@ struct pl_parser {
     size_t n_token_ids;    /* ids of prompt_token_ids read */
     pl_key *keys;          /* the open position's keys (top_k + 1 at most) */
     size_t n_keys;
+    pl_slot *slots;        /* the open position's ids (see PL_ID_LOAD) */
+    uint32_t slot_mask;    /* table size - 1 */
+    int slot_shift;        /* 32 - log2(table size) */
+    uint32_t stamp;        /* the open position's stamp (never 0) */
     int entry_key;         /* 1: "logprob", 2: "rank", 0: another key */
     div_entry *top;        /* what the caller is handed */
     pg_status st;
@@ -470,11 +486,28 @@ static int cb_string(void *ctx, const unsigned char *s, size_t len)
     return 1;
 }
 
-/* qsort order of keys by id. */
-static int key_id_cmp(const void *a, const void *b)
+/* Starts the id set of a new position (a fresh stamp; the table is
+ * cleared only when the stamps wrap around). */
+static void ids_reset(pl_parser *p)
 {
-    const int32_t x = ((const pl_key *)a)->id, y = ((const pl_key *)b)->id;
-    return (x > y) - (x < y);
+    if (++p->stamp == 0) {
+        memset(p->slots, 0, ((size_t)p->slot_mask + 1) * sizeof *p->slots);
+        p->stamp = 1;
+    }
+}
+
+/* Adds id to the open position's set: 1; 0 when it is there already. */
+static int ids_add(pl_parser *p, int32_t id)
+{
+    uint32_t i = ((uint32_t)id * PL_FIB_HASH) >> p->slot_shift;
+    for (;; i = (i + 1) & p->slot_mask) {
+        pl_slot *sl = &p->slots[i];
+        if (sl->stamp != p->stamp) {
+            *sl = (pl_slot){id, p->stamp};
+            return 1;
+        }
+        if (sl->id == id) return 0;
+    }
 }
 
 /* Checks the closed position t and hands it to the caller. */
@@ -482,17 +515,10 @@ static int finish_position(pl_parser *p)
 {
     const size_t t = position(p);
     const int32_t given = p->ids[t];
-    const int small = p->n_keys <= PL_SMALL_POSITION;
-    if (!small) qsort(p->keys, p->n_keys, sizeof *p->keys, key_id_cmp);
     const pl_key *g = NULL;
     size_t n_top = 0;
-    for (size_t i = 0; i < p->n_keys; i++) {
+    for (size_t i = 0; i < p->n_keys; i++) {  /* no key twice: cb_map_key checked */
         const pl_key *k = &p->keys[i];
-        int twice = !small && i > 0 && k->id == p->keys[i - 1].id;
-        for (size_t j = 0; small && j < i && !twice; j++) twice = p->keys[j].id == k->id;
-        if (twice)
-            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu lists token %d twice", t,
-                        (int)k->id);
         if (k->rank == 0)
             return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: token %d has no rank", t,
                         (int)k->id);
@@ -536,6 +562,7 @@ static int cb_start_map(void *ctx)
             return fail(p, PG_ERR_FORMAT, "prompt_logprobs has more entries than the %zu ids "
                         "sent", p->n_ids);
         p->n_keys = 0;
+        ids_reset(p);
     }
     if (p->open == LIST_LOGPROBS && p->depth == DEPTH_POSITION) p->entry_key = 0;
     if (p->open == LIST_TOKEN_IDS && p->depth == DEPTH_LIST)
@@ -579,27 +606,43 @@ static int key_is(const unsigned char *key, size_t len, const char *literal)
     return strlen(literal) == len && memcmp(key, literal, len) == 0;
 }
 
+/* A key of the open position: a token id, new in the position and one
+ * more than it may hold at most. */
+static int position_key(pl_parser *p, const unsigned char *key, size_t len)
+{
+    int32_t id = 0;
+    if (!parse_id(key, len, p->n_vocab, &id))
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: key \"%.*s\" is no token "
+                    "id of the vocabulary (0 <= id < %lld)", position(p),
+                    (int)(len < 32 ? len : 32), (const char *)key, (long long)p->n_vocab);
+    if (p->n_keys == p->top_k + 1)
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu has more than %zu tokens "
+                    "(top %zu plus the given one)", position(p), p->top_k + 1, p->top_k);
+    if (!ids_add(p, id))
+        return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu lists token %d twice",
+                    position(p), (int)id);
+    p->keys[p->n_keys++] = (pl_key){id, NAN, 0};
+    return 1;
+}
+
+/* yajl's map key callback: in prompt_logprobs (the keys of positions and
+ * their entries, nearly every key of a reply: tested first), else the
+ * keys that lead there. */
 static int cb_map_key(void *ctx, const unsigned char *key, size_t len)
 {
     pl_parser *p = ctx;
+    if (p->open == LIST_LOGPROBS) {  /* depth >= DEPTH_LIST: none of the keys below */
+        if (p->depth == DEPTH_ENTRY)
+            p->entry_key = key_is(key, len, "logprob") ? 1 : key_is(key, len, "rank") ? 2 : 0;
+        else if (p->depth == DEPTH_POSITION)
+            return position_key(p, key, len);
+        return 1;
+    }
     if (p->depth == DEPTH_ROOT) p->key_choices = key_is(key, len, "choices");
     if (in_choice0(p) && p->depth == DEPTH_CHOICE)
         p->choice_key = key_is(key, len, "prompt_logprobs")    ? LIST_LOGPROBS
                         : key_is(key, len, "prompt_token_ids") ? LIST_TOKEN_IDS
                                                                : LIST_NONE;
-    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_POSITION) {
-        int32_t id = 0;
-        if (!parse_id(key, len, p->n_vocab, &id))
-            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu: key \"%.*s\" is no token "
-                        "id of the vocabulary (0 <= id < %lld)", position(p),
-                        (int)(len < 32 ? len : 32), (const char *)key, (long long)p->n_vocab);
-        if (p->n_keys == p->top_k + 1)
-            return fail(p, PG_ERR_FORMAT, "prompt_logprobs entry %zu has more than %zu tokens "
-                        "(top %zu plus the given one)", position(p), p->top_k + 1, p->top_k);
-        p->keys[p->n_keys++] = (pl_key){id, NAN, 0};
-    }
-    if (p->open == LIST_LOGPROBS && p->depth == DEPTH_ENTRY)
-        p->entry_key = key_is(key, len, "logprob") ? 1 : key_is(key, len, "rank") ? 2 : 0;
     return 1;
 }
 
@@ -663,8 +706,12 @@ pl_parser *pl_parser_new(const int32_t *ids, size_t n_ids, size_t top_k, int64_t
     p->choice = -1;
     p->keys = malloc((top_k + 1) * sizeof *p->keys);
     p->top = malloc((top_k + 1) * sizeof *p->top);
+    size_t n_slots = 1;
+    for (p->slot_shift = 32; n_slots < PL_ID_LOAD * (top_k + 1); n_slots *= 2) p->slot_shift--;
+    p->slot_mask = (uint32_t)(n_slots - 1);
+    p->slots = calloc(n_slots, sizeof *p->slots);
     p->h = yajl_alloc(&PL_CALLBACKS, NULL, p);
-    if (p->keys == NULL || p->top == NULL || p->h == NULL) {
+    if (p->keys == NULL || p->top == NULL || p->slots == NULL || p->h == NULL) {
         pl_parser_free(p);
         return NULL;
     }
@@ -718,6 +765,7 @@ void pl_parser_free(pl_parser *p)
     if (p == NULL) return;
     if (p->h != NULL) yajl_free(p->h);
     free(p->keys);
+    free(p->slots);
     free(p->top);
     free(p);
 }

@@ -444,3 +444,38 @@ Test(prompt_logprobs, numbers_beyond_range_are_refused)
                           "{\"logprob\":-2.5,\"rank\":2}}]}]}", 0, ids, 3, 2, &s, &err),
                  PG_OK, "%s", err.msg);
 }
+
+/* A key twice is caught in a position of many keys (no pairwise check),
+ * and the same ids at the next position are no repeat. */
+Test(prompt_logprobs, a_key_twice_in_a_long_position)
+{
+    enum { K = 40, N = 4 };
+    const int32_t ids[N] = {1, 2, 3, 4};
+    for (int dup = 0; dup <= 1; dup++) {
+        char *b = malloc(1 << 16);
+        cr_assert_not_null(b);
+        size_t len = (size_t)sprintf(b, "{\"choices\":[{\"prompt_logprobs\":[null");
+        for (int t = 1; t < N; t++) {
+            len += (size_t)sprintf(b + len, ",{");
+            for (int r = 1; r <= K; r++) {
+                const int id = dup && t == 2 && r == K ? 7 : (r + t) % K;  /* 7: seen at r 7 - t */
+                len += (size_t)sprintf(b + len, "%s\"%d\":{\"logprob\":-%d.5,\"rank\":%d}",
+                                       r > 1 ? "," : "", id, r, r);
+            }
+            len += (size_t)sprintf(b + len, "}");
+        }
+        sprintf(b + len, "]}]}");
+        seen s = {0};
+        pg_err err = {0};
+        const pg_status st = parse_in(b, 0, ids, N, K, &s, &err);
+        if (dup) {
+            cr_expect_eq(st, PG_ERR_FORMAT);
+            cr_expect(strstr(err.msg, "prompt_logprobs entry 2 lists token 7 twice") != NULL,
+                      "%s", err.msg);
+        } else {
+            cr_expect_eq(st, PG_OK, "%s", err.msg);
+            cr_expect_eq(s.n, N - 1);
+        }
+        free(b);
+    }
+}
