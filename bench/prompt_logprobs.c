@@ -17,7 +17,12 @@
  *           so the peak memory is the parser's and the reference side's (L
  *           x 20 entries of 16 bytes plus L given logprobs, kept for scoring).
  *
- * usage: prompt_logprobs_bench L [reps | stream]   (prints one line)
+ * The logprobs are short decimals (%.8g of -1 - 0.4 rank, "-1.4"), or with
+ * "repr" float32 values printed as vLLM prints them (a float32 logprob made
+ * a Python float, its repr: the shortest round-trip text, mostly 16 or 17
+ * significant digits, "-1.4120000600814819"), 1,466 bytes a position.
+ *
+ * usage: prompt_logprobs_bench L [reps | stream] [repr]   (prints one line)
  */
 #include <math.h>
 #include <stdio.h>
@@ -69,16 +74,40 @@ static int32_t id_of(size_t t, size_t r)
     return (int32_t)((t * 7919 + r * 104729) % B_VOCAB);
 }
 
-/* Position t's JSON (shift perturbs the logprobs: 0 for the reference). */
-static size_t position_json(char *b, size_t cap, size_t t, double shift, int32_t given)
+/* Most significant digits of a double's shortest round-trip text (a
+ * Python float's repr). */
+#define B_REPR_DIGITS 17
+/* The "repr" logprobs' spread within a rank (below its 0.4 steps: the
+ * ranks stay in order), in steps of 1e-3 over 97 values. */
+#define B_REPR_STEP 1e-3
+#define B_REPR_SPREAD 97
+
+/* x's shortest round-trip text into b[0..cap), as Python's repr. */
+static void repr_of(char *b, size_t cap, double x)
+{
+    for (int d = 1; d <= B_REPR_DIGITS; d++) {
+        snprintf(b, cap, "%.*g", d, x);
+        if (strtod(b, NULL) == x) return;
+    }
+}
+
+/* Position t's JSON (shift perturbs the logprobs: 0 for the reference;
+ * repr: vLLM's digits, see the top of this file). */
+static size_t position_json(char *b, size_t cap, size_t t, double shift, int repr, int32_t given)
 {
     size_t len = (size_t)snprintf(b, cap, ",{");
     int in_top = 0;
     for (size_t r = 1; r <= B_K; r++) {
         const double lp = -1.0 - 0.4 * (double)r - shift * (double)((t + r) % 3);
-        len += (size_t)snprintf(b + len, cap - len, "%s\"%d\":{\"logprob\":%.8g,\"rank\":%zu,"
+        char num[32];
+        if (repr)
+            repr_of(num, sizeof num, (double)(float)(lp - B_REPR_STEP *
+                                                     (double)((t * 31 + r * 7) % B_REPR_SPREAD)));
+        else
+            snprintf(num, sizeof num, "%.8g", lp);
+        len += (size_t)snprintf(b + len, cap - len, "%s\"%d\":{\"logprob\":%s,\"rank\":%zu,"
                                 "\"decoded_token\":\"tok\"}", r > 1 ? "," : "",
-                                (int)id_of(t, r), lp, r);
+                                (int)id_of(t, r), num, r);
         in_top |= id_of(t, r) == given;
     }
     if (!in_top)
@@ -88,16 +117,16 @@ static size_t position_json(char *b, size_t cap, size_t t, double shift, int32_t
     return len;
 }
 
-/* The reply for ids[0..n) (shift as position_json) into a malloc'd string
- * (*len bytes). */
-static char *make_reply(const int32_t *ids, size_t n, double shift, size_t *len)
+/* The reply for ids[0..n) (shift and repr as position_json) into a
+ * malloc'd string (*len bytes). */
+static char *make_reply(const int32_t *ids, size_t n, double shift, int repr, size_t *len)
 {
     size_t cap = 4096 + n * 2048, at = 0;
     char *b = malloc(cap);
     if (b == NULL) return NULL;
     at += (size_t)snprintf(b, cap, "{\"id\":\"cmpl\",\"choices\":[{\"index\":0,\"text\":\"\","
                            "\"prompt_logprobs\":[null");
-    for (size_t t = 1; t < n; t++) at += position_json(b + at, cap - at, t, shift, ids[t]);
+    for (size_t t = 1; t < n; t++) at += position_json(b + at, cap - at, t, shift, repr, ids[t]);
     at += (size_t)snprintf(b + at, cap - at, "]}]}");
     *len = at;
     return b;
@@ -122,7 +151,7 @@ static int parse_reply(const char *reply, size_t len, const int32_t *ids, size_t
 
 /* Streams the reply for ids[0..n) position by position through a parser,
  * never holding it whole (the memory mode); 0 on success. */
-static int stream_reply(const int32_t *ids, size_t n, double shift, bench_ctx *b)
+static int stream_reply(const int32_t *ids, size_t n, double shift, int repr, bench_ctx *b)
 {
     pl_parser *p = pl_parser_new(ids, n, B_K, B_VOCAB, "bench", on_pos, b);
     if (p == NULL) return 1;
@@ -133,7 +162,7 @@ static int stream_reply(const int32_t *ids, size_t n, double shift, bench_ctx *b
     pg_err err = {0};
     pg_status st = PG_OK;
     for (size_t t = 1; st == PG_OK && t <= n; t++) {
-        if (t < n) len += position_json(piece + len, sizeof piece - len, t, shift, ids[t]);
+        if (t < n) len += position_json(piece + len, sizeof piece - len, t, shift, repr, ids[t]);
         else len += (size_t)snprintf(piece + len, sizeof piece - len, "]}]}");
         if (len >= B_PIECE || t == n) {
             st = pl_parser_feed(p, piece, len, &err);
@@ -157,12 +186,13 @@ static double cpu_seconds(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: prompt_logprobs_bench L [reps | stream]\n");
+        fprintf(stderr, "usage: prompt_logprobs_bench L [reps | stream] [repr]\n");
         return 2;
     }
     const size_t n = (size_t)strtoull(argv[1], NULL, 10);
     const int stream = argc > 2 && strcmp(argv[2], "stream") == 0;
     const int reps = argc > 2 && !stream ? atoi(argv[2]) : 3;
+    const int repr = argc > 3 && strcmp(argv[3], "repr") == 0;
     if (n < 2 || reps < 1) return 2;
     int32_t *ids = malloc(n * sizeof *ids);
     bench_ctx b = {0};
@@ -174,12 +204,13 @@ int main(int argc, char **argv)
     double best = NAN;
     size_t bytes = 0;
     if (stream) {  /* memory: nothing holds a whole reply */
-        if (stream_reply(ids, n, 0, &b)) return 1;
+        if (stream_reply(ids, n, 0, repr, &b)) return 1;
         b.scoring = 1;
-        if (stream_reply(ids, n, 0.01, &b)) return 1;
+        if (stream_reply(ids, n, 0.01, repr, &b)) return 1;
     } else {  /* time: parse and score a reply held in memory */
         size_t ref_bytes = 0;
-        char *ref = make_reply(ids, n, 0, &ref_bytes), *q = make_reply(ids, n, 0.01, &bytes);
+        char *ref = make_reply(ids, n, 0, repr, &ref_bytes),
+             *q = make_reply(ids, n, 0.01, repr, &bytes);
         if (ref == NULL || q == NULL || parse_reply(ref, ref_bytes, ids, n, &b)) return 1;
         b.scoring = 1;
         best = INFINITY;
@@ -196,9 +227,10 @@ int main(int argc, char **argv)
     }
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
-    printf("L=%zu K=%d mode=%s positions=%zu reply_bytes_per_position=%.0f cpu_s=%.4f "
-           "positions_per_s=%.0f us_per_position=%.3f mean_kld=%.6g peak_rss_kib=%ld\n", n, B_K,
-           stream ? "stream" : "time", b.n_scored, (double)bytes / (double)(n - 1), best,
+    printf("L=%zu K=%d mode=%s digits=%s positions=%zu reply_bytes_per_position=%.0f "
+           "cpu_s=%.4f positions_per_s=%.0f us_per_position=%.3f mean_kld=%.6g "
+           "peak_rss_kib=%ld\n", n, B_K, stream ? "stream" : "time", repr ? "repr" : "short",
+           b.n_scored, (double)bytes / (double)(n - 1), best,
            (double)b.n_scored / best, 1e6 * best / (double)b.n_scored,
            b.kld_sum / (double)b.n_scored, u.ru_maxrss);
     free(ids);

@@ -5,10 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One reported token: its id, logprob and probability exp(logprob),
+ * computed once (a position's terms use each probability up to three
+ * times: the mass, the shared sum, the KL term). */
+typedef struct view_entry {
+    int32_t id;
+    double lp, p;
+} view_entry;
+
 /* qsort order of entries by id. */
 static int entry_id_cmp(const void *a, const void *b)
 {
-    const int32_t x = ((const div_entry *)a)->id, y = ((const div_entry *)b)->id;
+    const int32_t x = ((const view_entry *)a)->id, y = ((const view_entry *)b)->id;
     return (x > y) - (x < y);
 }
 
@@ -33,14 +41,14 @@ static pg_status check_logprob(double lp, char side, const char *what, pg_err *e
 #define DIV_SMALL_LIST 64
 
 /* Sorts e[0..n) by id: insertion for short lists, qsort otherwise. */
-static void sort_by_id(div_entry *e, size_t n)
+static void sort_by_id(view_entry *e, size_t n)
 {
     if (n > DIV_SMALL_LIST) {
         qsort(e, n, sizeof *e, entry_id_cmp);
         return;
     }
     for (size_t i = 1; i < n; i++) {
-        const div_entry x = e[i];
+        const view_entry x = e[i];
         size_t j = i;
         for (; j > 0 && e[j - 1].id > x.id; j--) e[j] = e[j - 1];
         e[j] = x;
@@ -48,21 +56,26 @@ static void sort_by_id(div_entry *e, size_t n)
 }
 
 /* One side sorted by id, checked, with its top-1, top-K mass and the given
- * token's logprob (NaN when not reported). */
+ * token's logprob (NaN when not reported) and probability. */
 typedef struct side_view {
-    div_entry *sorted;     /* small or malloc'd */
-    div_entry small[DIV_SMALL_LIST];
+    view_entry *sorted;     /* small or malloc'd */
+    view_entry small[DIV_SMALL_LIST];
     size_t n;
     int32_t top1;
     double mass;     /* sum of the top-K probabilities */
-    double given_lp;
+    double given_lp, given_p;
 } side_view;
 
-/* The entry of id in v, or NULL. */
-static const div_entry *find_id(const side_view *v, int32_t id)
+/* The entry of id in v, or NULL (binary search: v is sorted by id). */
+static const view_entry *find_id(const side_view *v, int32_t id)
 {
-    const div_entry key = {id, 0};
-    return bsearch(&key, v->sorted, v->n, sizeof key, entry_id_cmp);
+    size_t lo = 0, hi = v->n;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (v->sorted[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < v->n && v->sorted[lo].id == id ? &v->sorted[lo] : NULL;
 }
 
 /* Frees what view_side allocated. */
@@ -82,47 +95,53 @@ static pg_status view_side(const div_side *s, char name, side_view *v, pg_err *e
         return pg_fail(err, PG_ERR_INTERNAL, "divergence: side %c has an empty top-K list", name);
     v->sorted = s->n_top <= DIV_SMALL_LIST ? v->small : malloc(s->n_top * sizeof *v->sorted);
     if (v->sorted == NULL) return pg_fail(err, PG_ERR_NOMEM, "divergence: out of memory");
-    memcpy(v->sorted, s->top, s->n_top * sizeof *v->sorted);
     v->n = s->n_top;
+    for (size_t i = 0; i < v->n; i++) {
+        const double lp = s->top[i].logprob;
+        pg_status st = check_logprob(lp, name, "a top-K", err);
+        if (st != PG_OK) return st;
+        v->sorted[i] = (view_entry){s->top[i].id, lp, exp(lp)};
+    }
     sort_by_id(v->sorted, v->n);
     double best = -INFINITY;
     v->top1 = v->sorted[0].id;
     for (size_t i = 0; i < v->n; i++) {
-        const div_entry *e = &v->sorted[i];
-        pg_status st = check_logprob(e->logprob, name, "a top-K", err);
-        if (st != PG_OK) return st;
+        const view_entry *e = &v->sorted[i];
         if (i > 0 && e->id == v->sorted[i - 1].id)
             return pg_fail(err, PG_ERR_FORMAT, "divergence: side %c lists token %d twice", name,
                            (int)e->id);
-        if (e->logprob > best) {  /* ascending ids: the first of equal logprobs wins */
-            best = e->logprob;
+        if (e->lp > best) {  /* ascending ids: the first of equal logprobs wins */
+            best = e->lp;
             v->top1 = e->id;
         }
-        v->mass += exp(e->logprob);
+        v->mass += e->p;
     }
-    const div_entry *g = find_id(v, s->given);
+    const view_entry *g = find_id(v, s->given);
     v->given_lp = s->given_logprob;
+    v->given_p = NAN;
     if (!isnan(v->given_lp)) {
         pg_status st = check_logprob(v->given_lp, name, "the given token's", err);
         if (st != PG_OK) return st;
-        if (g != NULL && fabs(g->logprob - v->given_lp) > DIV_MASS_TOL)
+        if (g != NULL && fabs(g->lp - v->given_lp) > DIV_MASS_TOL)
             return pg_fail(err, PG_ERR_FORMAT, "divergence: side %c reports token %d at logprob "
                            "%g in its list and %g as the given token", name, (int)s->given,
-                           g->logprob, v->given_lp);
+                           g->lp, v->given_lp);
+        v->given_p = g != NULL && g->lp == v->given_lp ? g->p : exp(v->given_lp);
     } else if (g != NULL) {
-        v->given_lp = g->logprob;
+        v->given_lp = g->lp;
+        v->given_p = g->p;
     }
-    const double total = v->mass + (g == NULL && !isnan(v->given_lp) ? exp(v->given_lp) : 0);
+    const double total = v->mass + (g == NULL && !isnan(v->given_lp) ? v->given_p : 0);
     if (total > 1 + DIV_MASS_TOL)
         return pg_fail(err, PG_ERR_NUMERIC, "divergence: side %c's reported probabilities sum "
                        "to %.9g, over 1 (not a softmax)", name, total);
     return PG_OK;
 }
 
-/* p ln(p/q) in logprobs, 0 when p = 0. */
-static double kl_term(double lp, double lq)
+/* p ln(p/q) from logprobs lp, lq and p = exp(lp); 0 when p = 0. */
+static double kl_term(double lp, double p, double lq)
 {
-    return lp == -INFINITY ? 0 : exp(lp) * (lp - lq);
+    return lp == -INFINITY ? 0 : p * (lp - lq);
 }
 
 /* The bucket term r_P ln(r_P/r_Q) (divergence.h), or PG_ERR_NUMERIC. */
@@ -156,21 +175,21 @@ pg_status div_position_compute(const div_side *p, const div_side *q, div_positio
     int given_in_both_lists = 0;
     /* The ids in both lists, by merging the id-sorted copies. */
     for (size_t i = 0, j = 0; st == PG_OK && i < vp.n && j < vq.n;) {
-        const div_entry *a = &vp.sorted[i], *b = &vq.sorted[j];
+        const view_entry *a = &vp.sorted[i], *b = &vq.sorted[j];
         if (a->id < b->id) { i++; continue; }
         if (b->id < a->id) { j++; continue; }
-        kl += kl_term(a->logprob, b->logprob);
-        sum_p += exp(a->logprob);
-        sum_q += exp(b->logprob);
+        kl += kl_term(a->lp, a->p, b->lp);
+        sum_p += a->p;
+        sum_q += b->p;
         given_in_both_lists |= a->id == p->given;
         i++;
         j++;
     }
     const int given_known = !isnan(vp.given_lp) && !isnan(vq.given_lp);
     if (st == PG_OK && given_known && !given_in_both_lists) {
-        kl += kl_term(vp.given_lp, vq.given_lp);
-        sum_p += exp(vp.given_lp);
-        sum_q += exp(vq.given_lp);
+        kl += kl_term(vp.given_lp, vp.given_p, vq.given_lp);
+        sum_p += vp.given_p;
+        sum_q += vq.given_p;
     }
     double bucket = 0;
     if (st == PG_OK) st = bucket_term(1 - sum_p, 1 - sum_q, &bucket, err);
@@ -181,7 +200,7 @@ pg_status div_position_compute(const div_side *p, const div_side *q, div_positio
         out->lp = vp.given_lp;
         out->lq = vq.given_lp;
         out->dlogprob = given_known ? vq.given_lp - vp.given_lp : NAN;
-        out->dp = given_known ? exp(vq.given_lp) - exp(vp.given_lp) : NAN;
+        out->dp = given_known ? vq.given_p - vp.given_p : NAN;
         out->top_p = vp.top1;
         out->top_q = vq.top1;
         out->same_top = vp.top1 == vq.top1;

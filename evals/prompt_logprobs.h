@@ -75,6 +75,18 @@ pg_status pl_parser_finish(pl_parser *p, pg_err *err);
 /* Frees p; NULL is a no-op. */
 void pl_parser_free(pl_parser *p);
 
+/* Reads the JSON number s[0..len) (not NUL-terminated; the grammar yajl's
+ * lexer checks) into *out, bit for bit the double strtod reads (the nearest,
+ * ties to even; +-HUGE_VAL past DBL_MAX): by one correctly rounded
+ * operation where that provably gives it, by strtod otherwise. With s =
+ * w 10^e: a double one when w <= 2^53 and |e| <= 22 (Clinger); on x86-64 a
+ * long double one when w has at most 18 significant digits, |e| <= 27 and
+ * the result is no tie between two doubles (nearly every logprob vLLM
+ * prints). *exact (when not NULL) is 1 when the exact path read
+ * it, else 0. PG_ERR_FORMAT when strtod does not read all of s,
+ * PG_ERR_NOMEM, PG_ERR_INTERNAL for a NULL s or out. */
+pg_status pl_json_double(const char *s, size_t len, double *out, int *exact, pg_err *err);
+
 /* ---- llama.cpp's llama-server: one position per request ---------------- */
 /*
  * llama-server has no prompt logprobs (its /v1/completions refuses echo, or

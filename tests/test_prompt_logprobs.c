@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "evals/prompt_logprobs.h"
 
 /* Positions, K and vocabulary of the generated reply. */
@@ -284,5 +285,197 @@ Test(prompt_logprobs, llama_server_positions_and_their_bad_replies)
         cr_expect(strstr(e.msg, cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i, e.msg,
                   cases[i].msg);
         cr_expect_eq(n, 0, "case %zu", i);
+    }
+}
+
+/* ---- pl_json_double: bit for bit strtod's reading ------------------------ */
+
+/* Random strings per kind of the bit-identity test (a few seconds in all). */
+#define T_NUM_REPRS 40000
+#define T_NUM_DIGITS 400000
+/* Longest number text the tests make. */
+#define T_NUM_MAX 64
+/* A Python float's repr has at most 17 significant digits (shortest
+ * round-trip; Python's float_repr_style 'short'). */
+#define T_REPR_DIGITS 17
+
+/* Checks that pl_json_double reads s as strtod does, bit for bit; returns
+ * whether the exact path read it (the test fails on any difference). */
+static int same_as_strtod(const char *s)
+{
+    double got = 0;
+    int exact = -1;
+    pg_err err = {0};
+    cr_assert_eq(pl_json_double(s, strlen(s), &got, &exact, &err), PG_OK, "%s: %s", s, err.msg);
+    const double want = strtod(s, NULL);
+    uint64_t gb, wb;
+    memcpy(&gb, &got, sizeof gb);
+    memcpy(&wb, &want, sizeof wb);
+    cr_assert_eq(gb, wb, "\"%s\": %a (exact path: %d), strtod %a", s, got, exact, want);
+    return exact;
+}
+
+/* x's shortest round-trip text into b, as Python's repr writes it (a "%g"
+ * form; ".0" appended to an integer). */
+static void python_repr(char *b, size_t cap, double x)
+{
+    for (int d = 1; d <= T_REPR_DIGITS; d++) {
+        snprintf(b, cap, "%.*g", d, x);
+        if (strtod(b, NULL) == x) break;
+    }
+    if (strpbrk(b, ".e") == NULL) strncat(b, ".0", cap - strlen(b) - 1);
+}
+
+Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
+{
+    /* vLLM's logprobs as its JSON prints them, and edges of the exact path. */
+    static const char *const exact[] = {
+        "-0.0001234567890123", "-9999.0", "-1e-05", "-1.3984992504119873", "-0.0", "0.0",
+        "0e-7", "-0.693147182464599", "-8.158935546875", "1E+5", "-123456789012345678e-27",
+        "999999999999999999e27", "-1e27", "0.5", "-0.000000000000000000000000001",
+        "-6.103515625e-05", "-3.4028234663852886e+38", "-12.3456789012345678", "25e21"};
+    /* Where it must leave the number to strtod: more than 18 significant
+     * digits, a decimal exponent past 27, ties. */
+    static const char *const to_strtod[] = {
+        "-12.34567890123456789", "-1e-30", "1e28", "4503599627370497.5e0",
+        "3.14159265358979323846264338327950288", "1e308", "-2.2250738585072014e-308",
+        "4.9406564584124654e-324", "1e-400", "1e400", "-1e99999999999999999999",
+        "9007199254740993.0", "4503599627370496.5", "-9223372036854775807.0",
+        "0.1000000000000000000000000001", "1234567890123456789e-5"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        cr_expect(same_as_strtod(exact[i]), "\"%s\" went to strtod", exact[i]);
+    for (size_t i = 0; i < sizeof to_strtod / sizeof to_strtod[0]; i++)
+        cr_expect(!same_as_strtod(to_strtod[i]), "\"%s\" took the exact path", to_strtod[i]);
+
+    /* Text strtod does not read whole is refused, not guessed at. */
+    static const char *const no_number[] = {"", "-", "1e", "-1e+", "1x", "0.5.5", ".e1"};
+    for (size_t i = 0; i < sizeof no_number / sizeof no_number[0]; i++) {
+        double v = 0;
+        pg_err err = {0};
+        cr_expect_eq(pl_json_double(no_number[i], strlen(no_number[i]), &v, NULL, &err),
+                     PG_ERR_FORMAT, "\"%s\" read as %g", no_number[i], v);
+    }
+
+    uint64_t seed = 28;  /* issue #28 */
+    char s[T_NUM_MAX];
+    size_t n_exact = 0;
+    /* float32 logprobs (vLLM's dtype) and doubles of every magnitude, as reprs. */
+    for (int i = 0; i < T_NUM_REPRS; i++) {
+        const float f = -(float)((double)rng_below(&seed, 1ull << 53) * 0x1p-53 * 30.0);
+        python_repr(s, sizeof s, (double)f);
+        n_exact += (size_t)same_as_strtod(s);
+        uint64_t bits = rng_splitmix64(&seed) & ~(1ull << 63);  /* a finite double */
+        double x;
+        memcpy(&x, &bits, sizeof x);
+        if (isfinite(x)) {
+            python_repr(s, sizeof s, -x);
+            same_as_strtod(s);
+        }
+    }
+    cr_expect_gt(n_exact, T_NUM_REPRS * 9 / 10, "float32 reprs read exactly: %zu of %d",
+                 n_exact, T_NUM_REPRS);
+    /* Random digit strings: 1 to 20 digits (leading zeros and all) with the
+     * point anywhere or an exponent. Of the quotients w / 10^k past
+     * Clinger's range (w > 2^53) the exact path takes, about 1 in 2,048 is
+     * a tie it must hand to strtod (the 64-bit quotient's 11 extra bits are
+     * 0x400); products are ties more often (an exact odd 54-bit one is:
+     * 9007199254740993e0 = 2^53 + 1). */
+    size_t n_quotients = 0, n_ties = 0;
+    for (int i = 0; i < T_NUM_DIGITS; i++) {
+        const int nd = 1 + (int)rng_below(&seed, 20);
+        char digits[24];
+        for (int d = 0; d < nd; d++) digits[d] = (char)('0' + rng_below(&seed, 10));
+        digits[nd] = '\0';
+        const int point = (int)rng_below(&seed, (uint64_t)nd + 1);  /* nd: none */
+        const int e = (int)rng_below(&seed, 81) - 40;
+        const char *sign = rng_below(&seed, 2) ? "-" : "";
+        if (rng_below(&seed, 2))
+            snprintf(s, sizeof s, "%s%.*s.%s%s", sign, point > 0 ? point : 1,
+                     point > 0 ? digits : "0", digits + point, point == nd ? "0" : "");
+        else
+            snprintf(s, sizeof s, "%s%se%d", sign, digits, e);
+        const int exact_path = same_as_strtod(s);
+        /* w 10^e10 with at most 18 significant digits and -27 <= e10 < 0:
+         * only a tie leaves the exact path. */
+        const char *first = strpbrk(s, "123456789"), *stop = strchr(s, 'e');
+        size_t sig = 0;
+        for (const char *c = first; c != NULL && *c != '\0' && c != stop; c++)
+            sig += *c >= '0' && *c <= '9';
+        const char *dot = strchr(s, '.');
+        /* (the strings have a point or an exponent, never both) */
+        const int e10 = stop != NULL ? atoi(stop + 1) : dot != NULL ? -(int)strlen(dot + 1) : 0;
+        if (first != NULL && sig <= 18 && e10 >= -27 && e10 < 0) {
+            n_quotients++;
+            n_ties += !exact_path;
+        }
+    }
+    cr_expect_gt(n_ties, 0, "no tie among %zu quotients", n_quotients);
+    cr_expect_lt(n_ties, n_quotients / 1000, "%zu ties among %zu quotients", n_ties, n_quotients);
+}
+
+/* The parser refuses the numbers yajl refused, now that it reads them. */
+Test(prompt_logprobs, numbers_beyond_range_are_refused)
+{
+    static const int32_t ids[] = {3, 4, 5};
+    static const struct {
+        const char *reply;
+        const char *msg;
+    } cases[] = {
+        {WRAP("null,{\"4\":{\"logprob\":-1e400,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), "the reply is not JSON (parse error: numeric (floating point) overflow)"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":9223372036854775808},\"9\":{\"logprob\":"
+              "-3,\"rank\":2}}," OK2), "the reply is not JSON (parse error: integer overflow)"},
+        {"{\"created\":-9223372036854775809,\"choices\":[{\"prompt_logprobs\":[null," OK1 ","
+         OK2 "]}]}", "integer overflow"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        seen s = {0};
+        pg_err err = {0};
+        cr_expect_eq(parse_in(cases[i].reply, 0, ids, 3, 2, &s, &err), PG_ERR_FORMAT,
+                     "case %zu: %s", i, err.msg);
+        cr_expect(strstr(err.msg, cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i,
+                  err.msg, cases[i].msg);
+    }
+    /* The largest integer yajl read is still read, and a tiny logprob underflows to 0. */
+    seen s = {0};
+    pg_err err = {0};
+    cr_expect_eq(parse_in("{\"created\":-9223372036854775807,\"choices\":[{\"prompt_logprobs\":"
+                          "[null," OK1 ",{\"8\":{\"logprob\":-1e-400,\"rank\":1},\"5\":"
+                          "{\"logprob\":-2.5,\"rank\":2}}]}]}", 0, ids, 3, 2, &s, &err),
+                 PG_OK, "%s", err.msg);
+}
+
+/* A key twice is caught in a position of many keys (no pairwise check),
+ * and the same ids at the next position are no repeat. */
+Test(prompt_logprobs, a_key_twice_in_a_long_position)
+{
+    enum { K = 40, N = 4 };
+    const int32_t ids[N] = {1, 2, 3, 4};
+    for (int dup = 0; dup <= 1; dup++) {
+        char *b = malloc(1 << 16);
+        cr_assert_not_null(b);
+        size_t len = (size_t)sprintf(b, "{\"choices\":[{\"prompt_logprobs\":[null");
+        for (int t = 1; t < N; t++) {
+            len += (size_t)sprintf(b + len, ",{");
+            for (int r = 1; r <= K; r++) {
+                const int id = dup && t == 2 && r == K ? 7 : (r + t) % K;  /* 7: seen at r 7 - t */
+                len += (size_t)sprintf(b + len, "%s\"%d\":{\"logprob\":-%d.5,\"rank\":%d}",
+                                       r > 1 ? "," : "", id, r, r);
+            }
+            len += (size_t)sprintf(b + len, "}");
+        }
+        sprintf(b + len, "]}]}");
+        seen s = {0};
+        pg_err err = {0};
+        const pg_status st = parse_in(b, 0, ids, N, K, &s, &err);
+        if (dup) {
+            cr_expect_eq(st, PG_ERR_FORMAT);
+            cr_expect(strstr(err.msg, "prompt_logprobs entry 2 lists token 7 twice") != NULL,
+                      "%s", err.msg);
+        } else {
+            cr_expect_eq(st, PG_OK, "%s", err.msg);
+            cr_expect_eq(s.n, N - 1);
+        }
+        free(b);
     }
 }
