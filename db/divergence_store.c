@@ -13,6 +13,9 @@
 
 /* Bytes of one stored token (int32, little-endian). */
 #define DIV_TOKEN_BYTES 4
+/* First room for sequence offsets in divergence_store_read_mode_positions
+ * (doubled as needed; a run has a few to thousands of sequences). */
+#define DIV_MODE_POSITIONS_FIRST_SEQS 16
 
 const char *div_role_name(div_role r)
 {
@@ -220,6 +223,37 @@ pg_status divergence_store_put_positions(pg_store *s, int64_t run_id, const char
     return ps;
 }
 
+/* Decodes one div_positions row (count positions in blob[0..bytes)) into
+ * *pos (malloc'd); PG_ERR_FORMAT naming (mode, role, seq_id) for a blob of
+ * the wrong length; PG_ERR_NOMEM. */
+static pg_status unpack_positions_row(sqlite3 *db, const char *mode, div_role role,
+                                      const char *seq_id, sqlite3_int64 count,
+                                      const unsigned char *blob, size_t bytes,
+                                      div_position **pos, pg_err *err)
+{
+    if (count < 1 || bytes != (size_t)count * DIV_POSITION_BYTES)
+        return pg_fail(err, PG_ERR_FORMAT, "%s: div_positions (mode '%s', %s, sequence '%s'): "
+                       "packed blob has %zu bytes, not %d x n_positions %lld (a damaged file)",
+                       sql_db_path(db), mode, div_role_name(role), seq_id, bytes,
+                       DIV_POSITION_BYTES, (long long)count);
+    if ((*pos = malloc((size_t)count * sizeof **pos)) == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "%s: positions of '%s': out of memory",
+                       sql_db_path(db), seq_id);
+    for (size_t i = 0; i < (size_t)count; i++)
+        unpack_position(blob + i * DIV_POSITION_BYTES, &(*pos)[i]);
+    return PG_OK;
+}
+
+/* Binds ?1 run_id, ?2 mode, ?3 role of a div_positions read; the caller binds on. */
+static sql_binder bind_mode_key(sqlite3_stmt *st, int64_t run_id, const char *mode, div_role role)
+{
+    sql_binder b = sql_bind_start(st);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, mode);
+    sql_bind_text(&b, div_role_name(role));
+    return b;
+}
+
 pg_status divergence_store_read_positions(pg_store *s, int64_t run_id, const char *mode,
                                           div_role role, const char *seq_id, div_position **pos,
                                           size_t *n, pg_err *err)
@@ -234,34 +268,105 @@ pg_status divergence_store_read_positions(pg_store *s, int64_t run_id, const cha
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_cached(s, SQL_READ_POSITIONS, &st, err);
     if (ps != PG_OK) return ps;
-    sql_binder b = sql_bind_start(st);
-    sql_bind_int64(&b, run_id);
-    sql_bind_text(&b, mode);
-    sql_bind_text(&b, div_role_name(role));
+    sql_binder b = bind_mode_key(st, run_id, mode, role);
     sql_bind_text(&b, seq_id);
     int rc = b.rc == SQLITE_OK ? sqlite3_step(st) : b.rc;
     if (rc == SQLITE_ROW) {
-        sqlite3_int64 count = sqlite3_column_int64(st, 0);
-        const unsigned char *blob = sqlite3_column_blob(st, 1);
-        size_t bytes = (size_t)sqlite3_column_bytes(st, 1);
-        if (count < 1 || bytes != (size_t)count * DIV_POSITION_BYTES) {
-            ps = pg_fail(err, PG_ERR_FORMAT, "%s: div_positions (mode '%s', %s, sequence '%s'): "
-                         "packed blob has %zu bytes, not %d x n_positions %lld (a damaged file)",
-                         sql_db_path(db), mode, div_role_name(role), seq_id, bytes,
-                         DIV_POSITION_BYTES, (long long)count);
-        } else if ((*pos = malloc((size_t)count * sizeof **pos)) == NULL) {
-            ps = pg_fail(err, PG_ERR_NOMEM, "%s: positions of '%s': out of memory",
-                         sql_db_path(db), seq_id);
-        } else {
-            for (size_t i = 0; i < (size_t)count; i++)
-                unpack_position(blob + i * DIV_POSITION_BYTES, &(*pos)[i]);
-            *n = (size_t)count;
-        }
+        const sqlite3_int64 count = sqlite3_column_int64(st, 0);
+        ps = unpack_positions_row(db, mode, role, seq_id, count, sqlite3_column_blob(st, 1),
+                                  (size_t)sqlite3_column_bytes(st, 1), pos, err);
+        if (ps == PG_OK) *n = (size_t)count;
     } else if (rc != SQLITE_DONE) {
         ps = sql_fail(db, err, "read the %s positions of mode '%s' on sequence '%s' of run %"
                       PRId64, div_role_name(role), mode, seq_id, run_id);
     }
     sql_release(st);
+    return ps;
+}
+
+static const char SQL_READ_MODE_POSITIONS[] =
+    "SELECT seq_id, n_positions, packed FROM div_positions "
+    "WHERE run_id = ?1 AND mode = ?2 AND role = ?3 ORDER BY seq_id";
+
+void div_mode_positions_free(div_mode_positions *p)
+{
+    if (p == NULL) return;
+    free(p->pos);
+    free(p->seq_at);
+    *p = (div_mode_positions){0};
+}
+
+/* Appends one row's count positions (decoded from blob) to p as its next
+ * sequence; the growth doubles *cap_pos and *cap_seq. */
+static pg_status append_sequence(sqlite3 *db, const char *mode, div_role role,
+                                 const char *seq_id, sqlite3_int64 count,
+                                 const unsigned char *blob, size_t bytes, div_mode_positions *p,
+                                 size_t *cap_pos, size_t *cap_seq, pg_err *err)
+{
+    div_position *row = NULL;
+    pg_status ps = unpack_positions_row(db, mode, role, seq_id, count, blob, bytes, &row, err);
+    if (ps != PG_OK) return ps;
+    const size_t need = p->n + (size_t)count;
+    if (need > *cap_pos) {
+        size_t c = *cap_pos > 0 ? *cap_pos : (size_t)count;
+        while (c < need) c *= 2;
+        div_position *g = realloc(p->pos, c * sizeof *g);
+        if (g == NULL) {
+            ps = pg_fail(err, PG_ERR_NOMEM, "%s: positions of mode '%s': out of memory",
+                         sql_db_path(db), mode);
+        } else {
+            p->pos = g;
+            *cap_pos = c;
+        }
+    }
+    if (ps == PG_OK && p->n_seq + 2 > *cap_seq) {
+        const size_t c = *cap_seq > 0 ? 2 * *cap_seq : DIV_MODE_POSITIONS_FIRST_SEQS;
+        size_t *g = realloc(p->seq_at, c * sizeof *g);
+        if (g == NULL) {
+            ps = pg_fail(err, PG_ERR_NOMEM, "%s: positions of mode '%s': out of memory",
+                         sql_db_path(db), mode);
+        } else {
+            p->seq_at = g;
+            *cap_seq = c;
+        }
+    }
+    if (ps == PG_OK) {
+        memcpy(p->pos + p->n, row, (size_t)count * sizeof *row);
+        p->seq_at[p->n_seq] = p->n;
+        p->n = need;
+        p->seq_at[++p->n_seq] = p->n;
+    }
+    free(row);
+    return ps;
+}
+
+pg_status divergence_store_read_mode_positions(pg_store *s, int64_t run_id, const char *mode,
+                                               div_role role, div_mode_positions *out,
+                                               pg_err *err)
+{
+    sqlite3 *db = sql_handle_or_fail(s, "divergence_store_read_mode_positions", err);
+    if (db == NULL) return PG_ERR_INTERNAL;
+    if (mode == NULL || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "divergence_store_read_mode_positions: mode or "
+                                             "out is NULL");
+    *out = (div_mode_positions){0};
+    sqlite3_stmt *st = NULL;
+    pg_status ps = sql_cached(s, SQL_READ_MODE_POSITIONS, &st, err);
+    if (ps != PG_OK) return ps;
+    sql_binder b = bind_mode_key(st, run_id, mode, role);
+    size_t cap_pos = 0, cap_seq = 0;
+    int rc = b.rc == SQLITE_OK ? sqlite3_step(st) : b.rc;
+    for (; ps == PG_OK && rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        const char *seq_id = (const char *)sqlite3_column_text(st, 0);
+        ps = append_sequence(db, mode, role, seq_id != NULL ? seq_id : "?",
+                             sqlite3_column_int64(st, 1), sqlite3_column_blob(st, 2),
+                             (size_t)sqlite3_column_bytes(st, 2), out, &cap_pos, &cap_seq, err);
+    }
+    if (ps == PG_OK && rc != SQLITE_DONE)
+        ps = sql_fail(db, err, "read the %s positions of mode '%s' of run %" PRId64,
+                      div_role_name(role), mode, run_id);
+    sql_release(st);
+    if (ps != PG_OK) div_mode_positions_free(out);
     return ps;
 }
 

@@ -25,6 +25,9 @@
 extern "C" {
 #endif
 
+/* The runs.kind of a teacher-forced divergence run (precgate diverge). */
+#define DIV_RUN_KIND "diverge"
+
 /* The KLD percentiles reported, in percent (llama-perplexity's upper ones);
  * DIV_N_PERCENTILES of them, the maximum last. */
 #define DIV_N_PERCENTILES 6
@@ -154,6 +157,25 @@ pg_status divergence_store_put_positions(pg_store *s, int64_t run_id, const char
 pg_status divergence_store_read_positions(pg_store *s, int64_t run_id, const char *mode,
                                           div_role role, const char *seq_id, div_position **pos,
                                           size_t *n, pg_err *err);
+
+/* Every position of one (run, mode, role), sequence by sequence. */
+typedef struct div_mode_positions {
+    size_t n;            /* positions over all sequences */
+    div_position *pos;   /* n of them, the sequences in seq_id order */
+    size_t n_seq;        /* sequences with a row */
+    size_t *seq_at;      /* n_seq + 1 offsets: sequence q holds pos[seq_at[q] .. seq_at[q + 1]) */
+} div_mode_positions;
+
+/* Reads all positions of (run_id, mode, role) in seq_id order in one query
+ * into *out (zeroed first; div_mode_positions_free it, also after a
+ * failure); n 0 when none is stored. PG_ERR_FORMAT for a blob of the wrong
+ * length (naming the sequence); PG_ERR_NOMEM. */
+pg_status divergence_store_read_mode_positions(pg_store *s, int64_t run_id, const char *mode,
+                                               div_role role, div_mode_positions *out,
+                                               pg_err *err);
+
+/* Frees what divergence_store_read_mode_positions made and zeroes p; NULL is a no-op. */
+void div_mode_positions_free(div_mode_positions *p);
 
 /* Stores sm as (run_id, mode, role)'s summary against reference at top_k
  * (NaN statistics as NULL; +-inf refused with PG_ERR_NUMERIC). */

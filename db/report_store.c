@@ -58,6 +58,9 @@ static const char SQL_TREND_REL_L2[] =
 static const char SQL_TREND_ACCURACY[] =
     "SELECT run_id, eval, mode, effort, accuracy, 0 FROM eval_scores "
     "WHERE run_id IN (" TREND_RUNS ")";
+static const char SQL_TREND_DIV_KLD[] =
+    "SELECT run_id, mode, NULL, NULL, kld_mean, 0 FROM div_summaries "
+    "WHERE role = 'mode' AND run_id IN (" TREND_RUNS ")";
 
 /* ---- reading ---------------------------------------------------------------- */
 
@@ -339,12 +342,15 @@ static const sql_row_type TREND_VALUE_ROW =
 pg_status report_store_trend_values(pg_store *s, const trend_query *q, trend_source source,
                                     trend_value_row **rows, size_t *n, pg_err *err)
 {
-    const int rel = source == TREND_LAYER_REL_L2;
+    const char *sql = source == TREND_LAYER_REL_L2 ? SQL_TREND_REL_L2
+                      : source == TREND_DIV_KLD    ? SQL_TREND_DIV_KLD
+                                                   : SQL_TREND_ACCURACY;
+    const char *what = source == TREND_LAYER_REL_L2 ? "layer_metrics rows"
+                       : source == TREND_DIV_KLD    ? "div_summaries rows"
+                                                    : "eval_scores rows";
     void *v = NULL;
-    const pg_status ps =
-        read_trend_rows(s, "report_store_trend_values", rel ? SQL_TREND_REL_L2 : SQL_TREND_ACCURACY,
-                        q, &TREND_VALUE_ROW, &v, n,
-                        rel ? "layer_metrics rows" : "eval_scores rows", err);
+    const pg_status ps = read_trend_rows(s, "report_store_trend_values", sql, q,
+                                         &TREND_VALUE_ROW, &v, n, what, err);
     *rows = v;
     return ps;
 }

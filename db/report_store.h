@@ -167,15 +167,17 @@ void trend_run_rows_free(trend_run_row *rows, size_t n);
 /* What a trend follows. */
 typedef enum trend_source {
     TREND_LAYER_REL_L2,   /* the whole-layer layer_metrics rows' rel_l2 */
-    TREND_EVAL_ACCURACY   /* the eval_scores rows' accuracy */
+    TREND_EVAL_ACCURACY,  /* the eval_scores rows' accuracy */
+    TREND_DIV_KLD         /* the div_summaries rows' kld_mean of each mode (role mode) */
 } trend_source;
 
 /* One row behind a trend. Strings malloc'd (trend_value_rows_free). */
 typedef struct trend_value_row {
     int64_t run_id;
-    char *name;           /* the variant (TREND_LAYER_REL_L2) or the eval */
-    char *mode, *effort;  /* the eval's; NULL for TREND_LAYER_REL_L2 */
-    double value;         /* rel_l2 or accuracy; NaN where NULL */
+    char *name;           /* the variant (TREND_LAYER_REL_L2), the eval, or the mode
+                             (TREND_DIV_KLD) */
+    char *mode, *effort;  /* the eval's; NULL for TREND_LAYER_REL_L2 and TREND_DIV_KLD */
+    double value;         /* rel_l2, accuracy or mean KLD; NaN where NULL */
     int64_t nonfinite;    /* nan_count + inf_count of a layer row; 0 for an eval row */
 } trend_value_row;
 

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/gate_store.h"
+#include "evals/diverge_run.h"
 #include "reports/diff.h"
 #include "cli.h"
 #include "base/variant.h"
@@ -34,13 +36,23 @@ const char cmd_diff_usage[] =
     "rel_l2 with one tensor alone quantized (none, q, k, v, p, all), matched on capture,\n"
     "layer, variant and tensor (two modes: the two variants' rows of each tensor); the\n"
     "table gives the layer means of A and B and the layer with the largest B/A.\n\n"
+    "Divergence, when both runs are diverge runs (a diverge run against a run of\n"
+    "another kind is a usage error): per mode and the noise floor, mean KLD in A and B,\n"
+    "B-A and B/A, same top in A and B and B-A, PPL ratio in A and B; a mode in one run\n"
+    "only is listed as such. When both runs scored the same sequences (config\n"
+    "sequences_digest, reference and top_k equal, and the stored sequences' tokens),\n"
+    "each mode's change is paired over the sequences (the per-sequence differences, SE\n"
+    "clustered by sequence, as the gate's): its 95% interval of B-A for mean KLD and\n"
+    "same top; otherwise \"unpaired: <reason>\" and the summaries alone.\n\n"
     "  --metric NAME   rel_l2 (default), max_abs, mean_abs, p99_abs, cos_sim, sqnr_db,\n"
     "                  nan_count or inf_count\n"
     "  --run N         the run whose modes --modes compares\n"
     "  --modes M,BASE  the candidate mode and its baseline\n"
     "  --db PATH       database (default $PRECGATE_DB, else ./precgate.db); never created\n"
     "  --json          one JSON array of objects (\"type\": \"layer\", \"attribution\"\n"
-    "                  (one per matched row), \"eval\" or \"eval_pair\"); a NaN or\n"
+    "                  (one per matched row), \"eval\", \"eval_pair\" or \"divergence\"\n"
+    "                  (the table's numbers, \"paired\", \"unpaired\": the reason,\n"
+    "                  \"paired_kld_delta\", \"paired_kld_ci_low\"/\"_high\", ...)); a NaN or\n"
     "                  infinite number is null, with a sibling \"<field>_nonfinite\":\n"
     "                  \"nan\", \"inf\" or \"-inf\"\n\n"
     "exit status: 0 success; 1 failure (no such run, nothing to compare, database error);\n"
@@ -127,6 +139,44 @@ static pg_status diff_parse(int argc, char **argv, void *args, const char **db_o
     return PG_OK;
 }
 
+/* What two diverge runs must share for a mode to be paired over their
+ * sequences: the sequences' content, the mode the KLD is against and K
+ * (the gate's content rule for a diverge baseline, db/gate_store.h). */
+static const char *const PAIR_FIELDS[] = {"sequences_digest", "reference", "top_k"};
+#define N_PAIR_FIELDS ((int)(sizeof PAIR_FIELDS / sizeof PAIR_FIELDS[0]))
+
+/* Pairs each mode of r's two diverge runs that both hold over the same
+ * sequences (diverge_pair_runs, B against A), or says why not. */
+static pg_status pair_divergence(pg_store *store, diff_result *r, pg_err *err)
+{
+    gate_content_diff cd;
+    pg_status st = gate_store_content_diff(store, r->run_b.id, r->run_a.id, PAIR_FIELDS,
+                                           N_PAIR_FIELDS, &cd, err);
+    for (size_t i = 0; st == PG_OK && i < r->n_div; i++) {
+        diff_div *d = &r->div[i];
+        if (d->presence != DIFF_BOTH || d->floor) continue;
+        if (cd.field != NULL) {
+            snprintf(d->unpaired, sizeof d->unpaired, "%s differs (A %s, B %s): not the same "
+                     "sequences and measure", cd.field, cd.other_value, cd.run_value);
+            continue;
+        }
+        div_paired p;
+        char why[DIV_UNPAIRED_MAX] = "";
+        st = diverge_pair_runs(store, r->run_b.id, r->run_a.id, d->mode, &p, why, err);
+        if (st != PG_OK) break;
+        if (why[0] != '\0') {
+            snprintf(d->unpaired, sizeof d->unpaired, "%s", why);
+            continue;
+        }
+        d->paired = 1;
+        d->pair = (diff_div_paired){p.n_sequences,     p.n_positions,      p.kld_diff,
+                                    p.kld_diff_se,     p.kld_diff_low,     p.kld_diff_high,
+                                    p.same_top_diff,   p.same_top_diff_se, p.same_top_diff_low,
+                                    p.same_top_diff_high};
+    }
+    return st;
+}
+
 /* cli_store_job: the diff of the diff_args ctx, printed to stdout. */
 static pg_status diff_job(pg_store *store, const char *db_path, void *ctx, pg_err *err)
 {
@@ -137,15 +187,16 @@ static pg_status diff_job(pg_store *store, const char *db_path, void *ctx, pg_er
                               db_path};
     diff_result *r = NULL;
     pg_status st = diff_compute(store, &req, &r, err);
-    if (st == PG_OK && r->n_layers == 0 && r->n_evals == 0 && r->n_pairs == 0) {
+    if (st == PG_OK && r->divergence) st = pair_divergence(store, r, err);
+    if (st == PG_OK && r->n_layers == 0 && r->n_evals == 0 && r->n_pairs == 0 && r->n_div == 0) {
         if (a->have_modes)
             st = pg_fail(err, PG_ERR_DB,
                          "diff: nothing to compare: run %ld has no layer metrics or eval scores "
                          "for mode '%s' or '%s'", a->run, a->mode_b, a->mode_a);
         else
             st = pg_fail(err, PG_ERR_DB,
-                         "diff: nothing to compare: runs %ld and %ld have no layer metrics or "
-                         "eval scores", a->run_a, a->run_b);
+                         "diff: nothing to compare: runs %ld and %ld have no layer metrics, "
+                         "eval scores or divergence summaries", a->run_a, a->run_b);
     }
     if (st == PG_OK) {
         if (a->json) st = diff_print_json(r, stdout, err);

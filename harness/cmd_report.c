@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "reports/term.h"
 #include "diag_verdict.h"
+#include "div_curves.h"
 #include "gate_config.h"
 #include "base/variant.h"
 
@@ -31,7 +32,12 @@ const char cmd_report_usage[] =
     "It shows the gate's regressions first (\"not gated\" when none were recorded),\n"
     "rel_l2 per layer and mode (log scale), a per-head heatmap of the worst 3 layers of\n"
     "the worst fp8 mode, fp8 saturation and underflow, end-task accuracy with 95%\n"
-    "intervals (eval runs), and the trend over earlier runs of the same kind and label.\n\n"
+    "intervals (eval runs), and the trend over earlier runs of the same kind and label.\n"
+    "A diverge run gets a divergence section: per mode and the noise floor, mean KLD\n"
+    "with its SE and 95% interval, percentiles, same top, delta p, PPL ratio, median\n"
+    "tail mass (KLD is a top-K lower bound); in HTML, KLD along the sequence (at most\n"
+    "64 bins of positions), the KLD percentile curve and same top along the sequence,\n"
+    "the noise floor a grey dashed line; its trend follows mean KLD per mode.\n\n"
     "  --run N              the run to report (required)\n"
     "  -o, --output FILE    where to write (required); written to a temporary file\n"
     "                       beside FILE, then renamed over it\n"
@@ -313,6 +319,7 @@ static pg_status report_job_run(pg_store *store, const char *db_path, void *ctx,
                                     &d, err);
     if (st == PG_OK) st = fill_diagnosis(store, &d, err);
     if (st == PG_OK) st = fill_advice(store, a->config, &d, err);
+    if (st == PG_OK) st = div_curves_fill(store, &d, err);
     report_job job = {a->write, &d};
     if (st == PG_OK) st = atomic_file_write(a->output, REPORT_FILE_MODE, write_report, &job, err);
     if (st == PG_OK)

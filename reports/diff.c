@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "db/divergence_store.h"
 #include "db/report_store.h"
 #include "term.h"
 
@@ -460,6 +461,26 @@ static pg_status read_pairs(pg_store *s, diff_result *r, pg_err *err)
     return rc;
 }
 
+/* Sets r->divergence when both runs are diverge runs; PG_ERR_USAGE naming
+ * both kinds when only one is, and for a modes diff of a diverge run. */
+static pg_status check_kinds(diff_result *r, pg_err *err)
+{
+    const int da = strcmp(r->run_a.kind, DIV_RUN_KIND) == 0;
+    const int db = strcmp(r->run_b.kind, DIV_RUN_KIND) == 0;
+    if (da != db)
+        return pg_fail(err, PG_ERR_USAGE, "diff: run %lld is of kind %s and run %lld of kind %s: a "
+                       DIV_RUN_KIND " run is compared only with another " DIV_RUN_KIND " run",
+                       (long long)r->run_a.id, r->run_a.kind, (long long)r->run_b.id,
+                       r->run_b.kind);
+    if (da && r->modes)
+        return pg_fail(err, PG_ERR_USAGE, "diff: --modes compares two modes of a sweep or eval "
+                       "run; run %lld is a " DIV_RUN_KIND " run, whose modes are each against its "
+                       "reference (precgate report --run %lld, or diff it with another "
+                       DIV_RUN_KIND " run)", (long long)r->run_a.id, (long long)r->run_a.id);
+    r->divergence = da;
+    return PG_OK;
+}
+
 pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, pg_err *err)
 {
     *out = NULL;
@@ -480,6 +501,7 @@ pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, 
         rc = pg_fail(err, PG_ERR_NOMEM, "diff: out of memory");
     if (rc == PG_OK) rc = diff_run_read(s, "diff", req->db_path, req->run_a, &r->run_a, err);
     if (rc == PG_OK) rc = diff_run_read(s, "diff", req->db_path, req->run_b, &r->run_b, err);
+    if (rc == PG_OK) rc = check_kinds(r, err);
     if (rc == PG_OK) rc = read_layers(s, req->run_a, r->variant_a, req->metric, &a, err);
     if (rc == PG_OK) rc = read_layers(s, req->run_b, r->variant_b, req->metric, &b, err);
     if (rc == PG_OK) rc = read_scores(s, req->run_a, req->mode_a, &a, err);
@@ -488,6 +510,7 @@ pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, 
     if (rc == PG_OK) rc = match_scores(r, &a, &b, err);
     if (rc == PG_OK && r->modes) rc = read_pairs(s, r, err);
     if (rc == PG_OK) rc = diff_attribution_match(s, req, r, err);
+    if (rc == PG_OK && r->divergence) rc = diff_divergence_match(s, r, err);
     if (rc == PG_OK && r->n_evals > 1) qsort(r->evals, r->n_evals, sizeof r->evals[0], eval_order);
     side_free(&a);
     side_free(&b);
@@ -519,6 +542,7 @@ void diff_result_free(diff_result *r)
     }
     eval_store_pairs_free(r->pairs, r->n_pairs);
     diff_attribution_free(r);
+    diff_divergence_free(r);
     free(r->layers);
     free(r->evals);
     free(r->run_a.label);
@@ -768,17 +792,19 @@ static void print_evals(const diff_result *r, FILE *out, int colour)
 
 void diff_print_table(const diff_result *r, FILE *out, int colour)
 {
-    fprintf(out, "diff %s: A is the baseline, B the candidate\n", pg_metric_name(r->metric));
+    fprintf(out, "diff %s: A is the baseline, B the candidate\n",
+            r->divergence ? "divergence" : pg_metric_name(r->metric));
     print_run(out, "A", &r->run_a, r->mode_a, 1);
     print_run(out, "B", &r->run_b, r->mode_b, 0);
-    print_layers(r, out, colour);
+    if (!r->divergence) print_layers(r, out, colour);  /* a diverge run has no layers */
     diff_attribution_print(r, out);
     print_evals(r, out, colour);
+    diff_divergence_print(r, out);
 }
 
 /* ---- JSON ---- */
 
-static const char *presence_name(diff_presence p)
+const char *diff_presence_name(diff_presence p)
 {
     return p == DIFF_BOTH ? "both" : p == DIFF_ONLY_A ? "only_a" : "only_b";
 }
@@ -801,18 +827,6 @@ static const char *interval_name(diff_interval i)
                                           : "none";
 }
 
-/* Adds s, or null for NULL; 0 when out of memory. */
-static int json_str(cJSON *o, const char *key, const char *s)
-{
-    return (s != NULL ? cJSON_AddStringToObject(o, key, s) : cJSON_AddNullToObject(o, key)) != NULL;
-}
-
-/* Adds v when the side is present (report_json_number), plain null when not. */
-static int json_side_num(cJSON *o, const char *key, double v, int present)
-{
-    return present ? report_json_number(o, key, v) : cJSON_AddNullToObject(o, key) != NULL;
-}
-
 /* o when ok, else NULL with o freed (a row object whose fields did not all fit). */
 static cJSON *json_row_done(cJSON *o, int ok)
 {
@@ -827,18 +841,18 @@ static cJSON *layer_json(const diff_result *r, const diff_layer *l)
     cJSON *o = report_json_row("layer", r->run_a.id, r->run_b.id);
     const int both = l->presence == DIFF_BOTH;
     int ok = o != NULL &&
-             json_str(o, "metric", pg_metric_name(r->metric)) && json_str(o, "capture", l->capture);
-    if (ok && l->capture_b != NULL) ok = json_str(o, "capture_b", l->capture_b);
+             report_json_string(o, "metric", pg_metric_name(r->metric)) && report_json_string(o, "capture", l->capture);
+    if (ok && l->capture_b != NULL) ok = report_json_string(o, "capture_b", l->capture_b);
     ok = ok && cJSON_AddNumberToObject(o, "layer", l->layer) != NULL &&
-         json_str(o, "variant_a", r->modes ? r->variant_a : l->variant_a) &&
-         json_str(o, "variant_b", r->modes ? r->variant_b : l->variant_b) &&
-         json_str(o, "backend_a", l->backend_a) && json_str(o, "backend_b", l->backend_b) &&
-         json_str(o, "presence", presence_name(l->presence)) &&
-         json_side_num(o, "a", l->a, l->presence != DIFF_ONLY_B) &&
-         json_side_num(o, "b", l->b, l->presence != DIFF_ONLY_A) &&
-         json_side_num(o, "delta", l->delta, both) && json_side_num(o, "ratio", l->ratio, both) &&
-         json_side_num(o, "worsening", l->worsening, both) &&
-         json_str(o, "change", both ? change_name(l->change) : NULL);
+         report_json_string(o, "variant_a", r->modes ? r->variant_a : l->variant_a) &&
+         report_json_string(o, "variant_b", r->modes ? r->variant_b : l->variant_b) &&
+         report_json_string(o, "backend_a", l->backend_a) && report_json_string(o, "backend_b", l->backend_b) &&
+         report_json_string(o, "presence", diff_presence_name(l->presence)) &&
+         report_json_side_number(o, "a", l->a, l->presence != DIFF_ONLY_B) &&
+         report_json_side_number(o, "b", l->b, l->presence != DIFF_ONLY_A) &&
+         report_json_side_number(o, "delta", l->delta, both) && report_json_side_number(o, "ratio", l->ratio, both) &&
+         report_json_side_number(o, "worsening", l->worsening, both) &&
+         report_json_string(o, "change", both ? change_name(l->change) : NULL);
     return json_row_done(o, ok);
 }
 
@@ -848,20 +862,20 @@ static cJSON *eval_json(const diff_result *r, const diff_eval *e)
     cJSON *o = report_json_row("eval", r->run_a.id, r->run_b.id);
     const int has_a = e->presence != DIFF_ONLY_B, has_b = e->presence != DIFF_ONLY_A;
     const int iv = e->interval != DIFF_INTERVAL_NONE;
-    int ok = o != NULL && json_str(o, "eval", e->eval) && json_str(o, "effort", e->effort) &&
-             json_str(o, "mode_a", r->modes ? r->mode_a : e->mode_a) &&
-             json_str(o, "mode_b", r->modes ? r->mode_b : e->mode_b) &&
-             json_str(o, "presence", presence_name(e->presence)) &&
-             json_side_num(o, "accuracy_a", e->acc_a, has_a) &&
-             json_side_num(o, "accuracy_b", e->acc_b, has_b) &&
-             json_side_num(o, "stderr_a", e->se_a, has_a) &&
-             json_side_num(o, "stderr_b", e->se_b, has_b) &&
-             json_side_num(o, "n_problems_a", (double)e->n_a, has_a) &&
-             json_side_num(o, "n_problems_b", (double)e->n_b, has_b) &&
-             json_side_num(o, "delta", e->delta, has_a && has_b) &&
-             json_side_num(o, "ci_low", e->ci_low, iv) &&
-             json_side_num(o, "ci_high", e->ci_high, iv) &&
-             json_str(o, "interval", interval_name(e->interval));
+    int ok = o != NULL && report_json_string(o, "eval", e->eval) && report_json_string(o, "effort", e->effort) &&
+             report_json_string(o, "mode_a", r->modes ? r->mode_a : e->mode_a) &&
+             report_json_string(o, "mode_b", r->modes ? r->mode_b : e->mode_b) &&
+             report_json_string(o, "presence", diff_presence_name(e->presence)) &&
+             report_json_side_number(o, "accuracy_a", e->acc_a, has_a) &&
+             report_json_side_number(o, "accuracy_b", e->acc_b, has_b) &&
+             report_json_side_number(o, "stderr_a", e->se_a, has_a) &&
+             report_json_side_number(o, "stderr_b", e->se_b, has_b) &&
+             report_json_side_number(o, "n_problems_a", (double)e->n_a, has_a) &&
+             report_json_side_number(o, "n_problems_b", (double)e->n_b, has_b) &&
+             report_json_side_number(o, "delta", e->delta, has_a && has_b) &&
+             report_json_side_number(o, "ci_low", e->ci_low, iv) &&
+             report_json_side_number(o, "ci_high", e->ci_high, iv) &&
+             report_json_string(o, "interval", interval_name(e->interval));
     return json_row_done(o, ok);
 }
 
@@ -869,10 +883,10 @@ static cJSON *eval_json(const diff_result *r, const diff_eval *e)
 static cJSON *pair_json(const diff_result *r, const eval_pair_stored *p)
 {
     cJSON *o = cJSON_CreateObject();
-    int ok = o != NULL && json_str(o, "type", "eval_pair") &&
+    int ok = o != NULL && report_json_string(o, "type", "eval_pair") &&
              cJSON_AddNumberToObject(o, "run", (double)r->run_a.id) != NULL &&
-             json_str(o, "eval", p->eval) && json_str(o, "effort", p->effort) &&
-             json_str(o, "mode_a", p->mode_a) && json_str(o, "mode_b", p->mode_b) &&
+             report_json_string(o, "eval", p->eval) && report_json_string(o, "effort", p->effort) &&
+             report_json_string(o, "mode_a", p->mode_a) && report_json_string(o, "mode_b", p->mode_b) &&
              cJSON_AddNumberToObject(o, "n_problems", (double)p->n_problems) != NULL &&
              report_json_number(o, "mean_diff", p->mean_diff) &&
              report_json_number(o, "stderr", p->stderr_) &&
@@ -908,6 +922,7 @@ pg_status diff_print_json(const diff_result *r, FILE *out, pg_err *err)
     for (size_t i = 0; ok && i < r->n_pairs; i++) {
         ok = add_item(arr, pair_json(r, &r->pairs[i]));
     }
+    if (ok) ok = diff_divergence_json(r, arr);
     char *text = ok ? cJSON_Print(arr) : NULL;
     cJSON_Delete(arr);
     if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "diff: out of memory building JSON");

@@ -16,8 +16,15 @@
  * same way, with a 95% interval; a modes diff also carries the stored
  * eval_pairs rows.
  *
+ * Two diverge runs compare each mode's divergence summary (and the noise
+ * floor's): mean KLD, same top and PPL ratio in A and B, B - A and B / A,
+ * and, when the caller pairs a mode over the same sequences, its paired
+ * interval (diff_div_paired). A diverge run is never diffed against a run
+ * of another kind.
+ *
  * The rows come from the store's readers (db/report_store.h: runs and
- * whole-layer rows; db/eval_store.h: scores and pairs; db/attribution_store.h).
+ * whole-layer rows; db/eval_store.h: scores and pairs; db/attribution_store.h;
+ * db/divergence_store.h).
  */
 #ifndef PG_DIFF_H
 #define PG_DIFF_H
@@ -76,6 +83,9 @@ pg_status diff_run_read(pg_store *s, const char *cmd, const char *db_path, int64
 
 /* Where a compared row was found. */
 typedef enum diff_presence { DIFF_BOTH, DIFF_ONLY_A, DIFF_ONLY_B } diff_presence;
+
+/* The JSON name of p: "both", "only_a" or "only_b". */
+const char *diff_presence_name(diff_presence p);
 
 /* Which way a layer's metric moved from A to B. */
 typedef enum diff_change {
@@ -137,6 +147,35 @@ typedef struct diff_attribution {
     double delta, ratio;    /* b - a, b / a */
 } diff_attribution;
 
+/* Longest reason kept why a mode of two diverge runs is not paired: room
+ * for a config field's two values (db/gate_store.h keeps up to 256
+ * characters of each) and the words around them. */
+#define DIFF_UNPAIRED_MAX 640
+
+/* One mode's change from A to B paired over the same sequences, B - A: a
+ * plain copy of evals/divergence.h's div_paired (which reports/ may not
+ * include), filled by the caller (harness/cmd_diff.c, diverge_pair_runs). */
+typedef struct diff_div_paired {
+    size_t n_sequences, n_positions;
+    double kld_diff, kld_diff_se, kld_diff_low, kld_diff_high;
+    double same_top_diff, same_top_diff_se, same_top_diff_low, same_top_diff_high;
+} diff_div_paired;
+
+/* One mode against its run's reference (or the noise floor) in two diverge
+ * runs (div_summaries). mode is malloc'd, owned by the diff_result. */
+typedef struct diff_div {
+    char *mode;
+    int floor;                  /* the noise floor: the reference scored again */
+    diff_presence presence;
+    double kld_a, kld_b;        /* mean KLD; NaN where missing or NULL */
+    double kld_delta, kld_ratio;    /* b - a, b / a */
+    double same_top_a, same_top_b, same_top_delta;
+    double ppl_a, ppl_b;        /* PPL(mode) / PPL(reference) of each run */
+    int paired;                 /* 1: pair holds the paired change (the caller's) */
+    diff_div_paired pair;
+    char unpaired[DIFF_UNPAIRED_MAX];  /* why not paired; "" when paired or one-sided */
+} diff_div;
+
 /* What to compare. For two runs mode_a and mode_b are NULL; for two modes
  * run_a == run_b, mode_a is the base (A) and mode_b the mode (B). */
 typedef struct diff_request {
@@ -166,11 +205,19 @@ typedef struct diff_result {
     size_t dup_a, dup_b;       /* rows skipped: a layer stored for both backends */
     diff_attribution *attribution; /* in A's row order (capture, layer, variant, tensor) */
     size_t n_attribution;
+    int divergence;            /* both runs are diverge runs (div rows follow) */
+    diff_div *div;             /* the modes by name, then the noise floor; A's then B-only */
+    size_t n_div;
+    char *reference_a, *reference_b;   /* each run's reference mode; NULL: no summary */
+    int64_t top_k_a, top_k_b;          /* each run's K; 0: no summary */
 } diff_result;
 
 /* Reads both sides from the store and computes the diff into *out (NULL on
- * failure). PG_ERR_DB naming the run when a run does not exist, or when a
- * query fails; PG_ERR_INTERNAL for a malformed request; PG_ERR_NOMEM. */
+ * failure); two diverge runs also get their divergence rows (unpaired: the
+ * caller pairs them). PG_ERR_DB naming the run when a run does not exist,
+ * or when a query fails; PG_ERR_USAGE naming both kinds when one run is a
+ * diverge run and the other is not, or for --modes of a diverge run;
+ * PG_ERR_INTERNAL for a malformed request; PG_ERR_NOMEM. */
 pg_status diff_compute(pg_store *s, const diff_request *req, diff_result **out, pg_err *err);
 
 /* Frees r; NULL is a no-op. */
@@ -206,5 +253,26 @@ void diff_attribution_print(const diff_result *r, FILE *out);
  * "attribution", with run_a, run_b, capture, layer, variant_a, variant_b,
  * tensor, a, b, delta, ratio); 0 when out of memory. */
 int diff_attribution_json(const diff_result *r, struct cJSON *arr);
+
+/* The divergence rows of two diverge runs (div_summaries of r's runs)
+ * matched on (mode, role) into r->div, each unpaired ("" reason) until the
+ * caller pairs it, with each run's reference and K. PG_ERR_DB /
+ * PG_ERR_NOMEM as divergence_store_read_summaries. */
+pg_status diff_divergence_match(pg_store *s, diff_result *r, pg_err *err);
+
+/* Frees r's divergence rows and references. */
+void diff_divergence_free(diff_result *r);
+
+/* Prints r's divergence rows: per mode and the noise floor A and B mean
+ * KLD, B-A, B/A, same top A, B and B-A, PPL ratio A and B, then per mode
+ * its paired interval of B-A or "unpaired: <reason>"; nothing when r is no
+ * divergence diff. */
+void diff_divergence_print(const diff_result *r, FILE *out);
+
+/* Appends one JSON object per divergence row to arr ("type": "divergence",
+ * run_a, run_b, mode, role, presence, the numbers of the table, "paired"
+ * and "unpaired", and the paired change's fields, null when not paired);
+ * 0 when out of memory. */
+int diff_divergence_json(const diff_result *r, struct cJSON *arr);
 
 #endif /* PG_DIFF_H */

@@ -18,6 +18,17 @@ int report_json_number(struct cJSON *obj, const char *key, double v)
     return cJSON_AddStringToObject(obj, flag, what) != NULL;
 }
 
+int report_json_string(struct cJSON *obj, const char *key, const char *s)
+{
+    return (s != NULL ? cJSON_AddStringToObject(obj, key, s) : cJSON_AddNullToObject(obj, key)) !=
+           NULL;
+}
+
+int report_json_side_number(struct cJSON *obj, const char *key, double v, int present)
+{
+    return present ? report_json_number(obj, key, v) : cJSON_AddNullToObject(obj, key) != NULL;
+}
+
 struct cJSON *report_json_row(const char *type, int64_t run_a, int64_t run_b)
 {
     cJSON *o = cJSON_CreateObject();

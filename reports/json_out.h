@@ -16,6 +16,13 @@ struct cJSON;
  * (JSON has no such numbers). Returns 0 when an allocation failed. */
 int report_json_number(struct cJSON *obj, const char *key, double v);
 
+/* Adds string s under key, or null for a NULL s; 0 when out of memory. */
+int report_json_string(struct cJSON *obj, const char *key, const char *s);
+
+/* Adds v (report_json_number) when present, a plain null when not (a side
+ * or a statistic a row lacks); 0 when out of memory. */
+int report_json_side_number(struct cJSON *obj, const char *key, double v, int present);
+
 /* A new JSON object for one row of a comparison of two runs: "type": type,
  * then "run_a" and "run_b"; the caller adds the row's fields and owns it.
  * NULL when out of memory. */

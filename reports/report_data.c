@@ -297,14 +297,16 @@ static long trend_run(const report_trend *t, int64_t id)
     return -1;
 }
 
-/* The series name of a trend row: the variant (rel_l2), or "mode effort",
- * prefixed with the eval when the trend holds several evals. */
-static void trend_name(char *buf, size_t len, int rel, int several_evals, const trend_value_row *r)
+/* The series name of a trend row: the variant (rel_l2) or mode (KLD) when
+ * by_name, or "mode effort", prefixed with the eval when the trend holds
+ * several evals. */
+static void trend_name(char *buf, size_t len, int by_name, int several_evals,
+                       const trend_value_row *r)
 {
     const char *a = r->name != NULL ? r->name : "";
     const char *mode = r->mode != NULL ? r->mode : "";
     const char *effort = r->effort != NULL ? r->effort : "";
-    if (rel) snprintf(buf, len, "%s", a);
+    if (by_name) snprintf(buf, len, "%s", a);
     else if (several_evals) snprintf(buf, len, "%s %s %s", a, mode, effort);
     else snprintf(buf, len, "%s %s", mode, effort);
 }
@@ -332,7 +334,8 @@ static pg_status load_trend(pg_store *s, int trend_n, report_data *d, pg_err *er
     report_trend *t = &d->trend;
     /* What the run holds decides; a run that holds nothing (failed early) follows its kind. */
     const int eval_kind = d->run.kind != NULL && strcmp(d->run.kind, "eval") == 0;
-    t->metric = d->n_layers > 0 ? REPORT_TREND_REL_L2
+    t->metric = report_is_diverge(d) ? REPORT_TREND_KLD
+                : d->n_layers > 0    ? REPORT_TREND_REL_L2
                 : d->n_scores > 0 || eval_kind ? REPORT_TREND_ACCURACY : REPORT_TREND_REL_L2;
     const trend_query q = {.kind = d->run.kind, .label = d->run.label, .last_id = d->run.id,
                            .n_runs = trend_n};
@@ -340,15 +343,18 @@ static pg_status load_trend(pg_store *s, int trend_n, report_data *d, pg_err *er
     if (st != PG_OK || t->n_runs == 0) return st;
 
     const int rel = t->metric == REPORT_TREND_REL_L2;
+    const int by_name = t->metric != REPORT_TREND_ACCURACY;
     trend_value_row *rows = NULL;
     size_t n_rows = 0;
-    st = report_store_trend_values(s, &q, rel ? TREND_LAYER_REL_L2 : TREND_EVAL_ACCURACY, &rows,
-                                   &n_rows, err);
-    const int several_evals = !rel && several_names(rows, n_rows);
+    const trend_source source = rel ? TREND_LAYER_REL_L2
+                                : t->metric == REPORT_TREND_KLD ? TREND_DIV_KLD
+                                                                : TREND_EVAL_ACCURACY;
+    st = report_store_trend_values(s, &q, source, &rows, &n_rows, err);
+    const int several_evals = !by_name && several_names(rows, n_rows);
     char name[TREND_NAME_MAX];
     size_t scap = 0;
     for (size_t i = 0; st == PG_OK && i < n_rows; i++) {
-        trend_name(name, sizeof name, rel, several_evals, &rows[i]);
+        trend_name(name, sizeof name, by_name, several_evals, &rows[i]);
         if (trend_series(t, &scap, name, err) < 0) st = err->code;
     }
     if (st == PG_OK && t->n_series > 1) qsort(t->series, t->n_series, sizeof(char *), name_ptr_cmp);
@@ -365,11 +371,12 @@ static pg_status load_trend(pg_store *s, int trend_n, report_data *d, pg_err *er
         st = err->code;
     for (size_t i = 0; st == PG_OK && i < n_rows; i++) {
         const trend_value_row *row = &rows[i];
-        trend_name(name, sizeof name, rel, several_evals, row);
+        trend_name(name, sizeof name, by_name, several_evals, row);
         const long r = trend_run(t, row->run_id);
         const long si = find_name(t->series, t->n_series, name);
         const double v = row->value;
-        /* An accuracy that is NULL means nothing was scored: no data, not a failure. */
+        /* An accuracy or a mean KLD that is NULL means nothing was scored: no
+         * data, not a failure. */
         if (r < 0 || si < 0 || (!rel && isnan(v))) continue;
         const size_t k = (size_t)si * t->n_runs + (size_t)r;
         if (!isfinite(v) || row->nonfinite > 0) bad[k] = 1;
@@ -432,7 +439,36 @@ static pg_status load_attribution(pg_store *store, int64_t run_id, report_data *
     return s;
 }
 
+const double report_div_percentiles[REPORT_DIV_N_PERCENTILES] = {
+    1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9, 100};
+
+/* Orders divergence summaries: the modes (by mode), then the noise floor. */
+static int div_row_cmp(const void *a, const void *b)
+{
+    const div_summary_stored *x = a, *y = b;
+    const int fx = strcmp(x->role, div_role_name(DIV_ROLE_FLOOR)) == 0;
+    const int fy = strcmp(y->role, div_role_name(DIV_ROLE_FLOOR)) == 0;
+    return fx != fy ? fx - fy : mode_cmp(x->mode, y->mode);
+}
+
+/* A diverge run's summaries into d->div (the curves are the caller's). */
+static pg_status load_divergence(pg_store *s, int64_t run_id, report_data *d, pg_err *err)
+{
+    if (!report_is_diverge(d)) return PG_OK;
+    report_divergence *v = &d->div;
+    const pg_status st = divergence_store_read_summaries(s, run_id, &v->rows, &v->n_rows, err);
+    if (st != PG_OK || v->n_rows == 0) return st;
+    qsort(v->rows, v->n_rows, sizeof *v->rows, div_row_cmp);
+    v->has_floor = strcmp(v->rows[v->n_rows - 1].role, div_role_name(DIV_ROLE_FLOOR)) == 0;
+    return PG_OK;
+}
+
 /* ---- public --------------------------------------------------------------- */
+
+int report_is_diverge(const report_data *d)
+{
+    return d->run.kind != NULL && strcmp(d->run.kind, DIV_RUN_KIND) == 0;
+}
 
 int report_cell_nonfinite(const report_cell *c)
 {
@@ -465,6 +501,7 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
     if (s == PG_OK) s = load_metrics(db, db_name, run_id, out, &local);
     if (s == PG_OK) s = load_quant(db, run_id, out, &local);
     if (s == PG_OK) s = load_evals(db, run_id, out, &local);
+    if (s == PG_OK) s = load_divergence(db, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, run_id, out, &local);
     if (s == PG_OK) s = load_trend(db, trend_n, out, &local);
     if (s == PG_OK) s = load_attribution(db, run_id, out, &local);
@@ -518,6 +555,13 @@ void report_data_free(report_data *d)
     free(d->advice);
     free(d->advice_note);
     free(d->advice_config);
+    report_divergence *v = &d->div;
+    divergence_store_summaries_free(v->rows, v->n_rows);
+    free(v->bin_first);
+    free(v->bin_last);
+    free(v->kld_bin);
+    free(v->same_top_bin);
+    free(v->kld_percentile);
     memset(d, 0, sizeof *d);
 }
 

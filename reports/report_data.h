@@ -3,7 +3,8 @@
  * plain structs for the report writers (reports/report_html.h,
  * reports/report_md.h): the run row, whole-layer and per-head error metrics,
  * fp8 quantization statistics, end-task eval scores and paired differences,
- * the regression gate's flags, and the trend over earlier runs like it.
+ * a diverge run's divergence summaries, the regression gate's flags, and
+ * the trend over earlier runs like it.
  *
  * Loading only reads, through the store's readers (db/report_store.h,
  * db/eval_store.h, db/attribution_store.h); the rows that are shown as
@@ -25,6 +26,7 @@
 
 #include "base/status.h"
 #include "db/attribution_store.h"
+#include "db/divergence_store.h"
 #include "db/eval_store.h"
 #include "db/report_store.h"
 #include "db/store.h"
@@ -73,9 +75,12 @@ void report_flag_where(FILE *out, const flag_row *f,
 typedef enum report_trend_metric {
     REPORT_TREND_NONE,       /* nothing loaded (not set by report_data_load) */
     REPORT_TREND_REL_L2,     /* layer-mean rel_l2 per variant: a run with layer metrics,
-                                or one with neither layers nor scores whose kind is not eval */
-    REPORT_TREND_ACCURACY    /* accuracy per eval mode and effort: a run with eval scores
+                                or one with neither layers nor scores whose kind is not
+                                eval or diverge */
+    REPORT_TREND_ACCURACY,   /* accuracy per eval mode and effort: a run with eval scores
                                 and no layer metrics, or an empty run of kind eval */
+    REPORT_TREND_KLD         /* mean KLD per mode against the reference: a run of kind
+                                diverge (its div_summaries, role mode) */
 } report_trend_metric;
 
 /* The last complete runs of the same kind and label, up to this run's id. */
@@ -154,6 +159,38 @@ typedef struct report_diagnosis {
                                 r's layers; NaN: it did not run there */
 } report_diagnosis;
 
+/* Most bins of the charts along the sequence: a long sequence's scored
+ * positions are grouped so that a chart stays readable (a point per bin). */
+#define REPORT_DIV_MAX_BINS 64
+/* Points of the KLD percentile curve, at report_div_percentiles. */
+#define REPORT_DIV_N_PERCENTILES 17
+
+/* The percentiles (in percent, ascending, 100 last) of the KLD percentile
+ * curve: evenly spread over the body, dense in the upper tail where modes
+ * differ (llama-perplexity's 90, 95, 99, 99.9 among them). */
+extern const double report_div_percentiles[REPORT_DIV_N_PERCENTILES];
+
+/* A diverge run's section: its summaries (report_data_load), and the
+ * curves from its per-position values, which the caller fills
+ * (harness/div_curves.h: the percentiles interpolate as the summaries'
+ * do, evals/divergence.h) into arrays owned here (report_data_free). */
+typedef struct report_divergence {
+    size_t n_rows;
+    div_summary_stored *rows;   /* the modes against the reference (by mode), then the
+                                   noise floor (role floor) when measured */
+    int has_floor;              /* the last row is the noise floor */
+    /* Along the sequence: bin b holds the scored positions first[b] .. last[b]
+     * (0 = a sequence's first scored position) of every sequence. n_bins 0:
+     * not filled. */
+    size_t n_bins;
+    size_t *bin_first, *bin_last;
+    double *kld_bin;            /* [r * n_bins + b]: row r's mean KLD in bin b; NaN: none */
+    double *same_top_bin;       /* [r * n_bins + b]: its fraction of the same top-1 */
+    /* The percentile curve: [r * REPORT_DIV_N_PERCENTILES + k], row r's KLD at
+     * report_div_percentiles[k]; NULL: not filled. */
+    double *kld_percentile;
+} report_divergence;
+
 /* Everything a report shows. Zero-initialise, load, free. */
 typedef struct report_data {
     char *db_name;                 /* the database path, for the footer */
@@ -188,6 +225,8 @@ typedef struct report_data {
     report_advice *advice;
     /* The scale-plumbing diagnosis (filled by the caller, not report_data_load). */
     report_diagnosis diag;
+    /* A diverge run's divergence (the summaries loaded, the curves filled by the caller). */
+    report_divergence div;
 } report_data;
 
 /* Loads run_id from s into *out (zero-initialised by the call; free with
@@ -200,6 +239,9 @@ typedef struct report_data {
  * PG_ERR_NOMEM. */
 pg_status report_data_load(pg_store *s, const char *db_name, int64_t run_id, int trend_n,
                            report_data *out, pg_err *err);
+
+/* Whether d's run is a diverge run (it then has a divergence section). */
+int report_is_diverge(const report_data *d);
 
 /* Frees everything d owns and zeroes it; safe on a zeroed or partly loaded d. */
 void report_data_free(report_data *d);

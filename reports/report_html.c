@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "report_divergence.h"
 #include "svg.h"
 
 /* Longest x label of a chart (a layer number, "#run id", a mode and effort). */
@@ -37,6 +38,7 @@ static const char CSS[] =
     ".v-inconclusive{background:#fff3d6;color:#7a5600}.v-other{background:#eee}"
     ".st-complete{color:#1d6b1d}.st-failed,.st-incomplete{color:#a40000}"
     "svg.chart{display:block;max-width:100%;height:auto;margin:8px 0}"
+    ".scroll{overflow-x:auto}"
     "details{margin:8px 0}summary{cursor:pointer}";
 
 /* ---- small writers ------------------------------------------------------- */
@@ -184,7 +186,9 @@ static void put_header(FILE *out, const report_data *d)
         esc(out, r->error, "");
         fputs("</td></tr>\n", out);
     }
-    fputs("</table>\n<nav><a href=\"#regressions\">regressions</a><a href=\"#layers\">layers</a>"
+    fputs("</table>\n<nav><a href=\"#regressions\">regressions</a>", out);
+    if (report_is_diverge(d)) fputs("<a href=\"#divergence\">divergence</a>", out);
+    fputs("<a href=\"#layers\">layers</a>"
           "<a href=\"#heads\">heads</a><a href=\"#quant\">fp8 saturation</a>"
           "<a href=\"#evals\">accuracy</a><a href=\"#trend\">trend</a></nav>\n</header>\n",
           out);
@@ -336,7 +340,7 @@ static pg_status put_layers(FILE *out, const report_data *d, pg_err *err)
             ys[v * d->n_layers + l] = c->nan_count + c->inf_count > 0 ? INFINITY : c->rel_l2;
         }
         series[v] = (svg_series){d->variants[v], report_colour(d->variants[v]),
-                                 ys + v * d->n_layers, pres + v * d->n_layers};
+                                 ys + v * d->n_layers, pres + v * d->n_layers, 0};
     }
     fputs("<p class=\"note\">Relative L2 error of each layer's attention output against the "
           "fp64 reference (whole layer), log scale.</p>\n",
@@ -755,9 +759,12 @@ static pg_status put_trend(FILE *out, const report_data *d, pg_err *err)
         fputs("No complete runs of this kind and label to follow.</p>\n</section>\n", out);
         return PG_OK;
     }
-    const int rel = t->metric == REPORT_TREND_REL_L2;
+    const int rel = t->metric == REPORT_TREND_REL_L2, kld = t->metric == REPORT_TREND_KLD;
+    const int log_y = rel || kld;  /* errors and divergences span decades */
     fprintf(out, "%s over the last %zu complete runs of kind ",
-            rel ? "Layer-mean rel_l2 per mode (log scale)" : "Accuracy per mode and effort",
+            rel ? "Layer-mean rel_l2 per mode (log scale)"
+            : kld ? "Mean KLD per mode against the reference (log scale)"
+                  : "Accuracy per mode and effort",
             t->n_runs);
     esc(out, d->run.kind, "-");
     fputs(" with label ", out);
@@ -787,16 +794,21 @@ static pg_status put_trend(FILE *out, const report_data *d, pg_err *err)
         char first[LABEL_LEN];
         /* An eval series is "mode effort": colour by the mode. */
         snprintf(first, sizeof first, "%s", mode);
-        if (!rel) first[strcspn(first, " ")] = '\0';
-        series[s] = (svg_series){t->series[s], report_colour(rel ? mode : first),
-                                 t->values + s * t->n_runs, t->present + s * t->n_runs};
+        if (t->metric == REPORT_TREND_ACCURACY) first[strcspn(first, " ")] = '\0';
+        series[s] = (svg_series){t->series[s], report_colour(first),
+                                 t->values + s * t->n_runs, t->present + s * t->n_runs, 0};
     }
-    const svg_line_chart chart = {rel ? "layer-mean rel_l2 per run (log scale)" : "accuracy per run",
-                                  "run", rel ? "layer-mean rel_l2 (log10)" : "accuracy",
+    const svg_line_chart chart = {rel   ? "layer-mean rel_l2 per run (log scale)"
+                                  : kld ? "mean KLD per run (log scale)"
+                                        : "accuracy per run",
+                                  "run",
+                                  rel   ? "layer-mean rel_l2 (log10)"
+                                  : kld ? "mean KLD (log10)"
+                                        : "accuracy",
                                   t->n_runs, (const char *const *)labels, series, t->n_series,
-                                  rel ? SVG_SCALE_LOG10 : SVG_SCALE_LINEAR, rel ? NAN : 0.0,
-                                  rel ? NAN : 1.0};
-    skipped_note(out, svg_write_line_chart(out, &chart), "point", "points", rel);
+                                  log_y ? SVG_SCALE_LOG10 : SVG_SCALE_LINEAR, log_y ? NAN : 0.0,
+                                  log_y ? NAN : 1.0};
+    skipped_note(out, svg_write_line_chart(out, &chart), "point", "points", log_y);
     free(storage);
     free(labels);
     free(series);
@@ -837,7 +849,8 @@ pg_status report_html_write(const report_data *d, FILE *out, pg_err *err)
     put_header(out, d);
     put_regressions(out, d);
     put_diagnosis(out, d);
-    pg_status s = put_layers(out, d, err);
+    pg_status s = report_divergence_html(out, d, err);
+    if (s == PG_OK) s = put_layers(out, d, err);
     if (s == PG_OK) s = put_heads(out, d, err);
     if (s == PG_OK) put_quant(out, d);
     if (s == PG_OK) s = put_attribution(out, d, err);

@@ -6,11 +6,15 @@
  * Sections, in order, each a <section> with a fixed id and an <h2>:
  *   header#run          id, kind, label, status, times, git rev, host, device
  *   #regressions        the gate's failing flags first ("not gated" without any)
+ *   #divergence         a diverge run's: the table per mode and the noise floor, KLD
+ *                       along the sequence, the percentile curve, same-top along the
+ *                       sequence (reports/report_divergence.h)
  *   #layers             rel_l2 per layer and variant: log-scale line chart + table
  *   #heads              per-head rel_l2 heatmap of the worst 3 layers of the worst fp8 mode
  *   #quant              fp8 saturation and underflow per layer and tensor (table)
  *   #evals              end-task accuracy with 95% intervals per mode and effort
- *   #trend              layer-mean rel_l2 (or accuracy) over the last runs alike
+ *   #trend              layer-mean rel_l2 (accuracy, a diverge run's mean KLD) over the
+ *                       last runs alike
  * Every string from the database is HTML-escaped; numbers are "%.3g" with
  * NaN/inf written as text; a value a log chart cannot place is skipped and
  * the section says how many were.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "report_divergence.h"
 #include "svg.h"
 #include "term.h"
 #include "base/utf8.h"
@@ -527,7 +528,9 @@ static void put_trend(FILE *out, const report_data *d)
         return;
     }
     fprintf(out, "%s over the last %zu complete runs of kind ",
-            t->metric == REPORT_TREND_REL_L2 ? "Layer-mean rel_l2 per mode" : "Accuracy per mode and effort",
+            t->metric == REPORT_TREND_REL_L2 ? "Layer-mean rel_l2 per mode"
+            : t->metric == REPORT_TREND_KLD  ? "Mean KLD per mode against the reference"
+                                             : "Accuracy per mode and effort",
             t->n_runs);
     report_md_put_escaped(out, d->run.kind);
     fputs(" with label ", out);
@@ -556,6 +559,7 @@ pg_status report_md_write(const report_data *d, FILE *out, pg_err *err)
     put_header(out, d);
     put_regressions(out, d);
     put_diagnosis(out, d);
+    report_divergence_md(out, d);
     put_layers(out, d);
     pg_status s = put_heads(out, d, err);
     if (s != PG_OK) return s;

@@ -5,7 +5,8 @@
  *
  * Order: a heading and the gate's one-line verdict, the run table, then
  * "Regressions" (failing flags first, every check in a <details> block;
- * "not gated" without flags), "Per-layer rel_l2" (one row per layer), "Per-head
+ * "not gated" without flags), a diverge run's "Teacher-forced divergence"
+ * (reports/report_divergence.h), "Per-layer rel_l2" (one row per layer), "Per-head
  * error" (worst, median and best head of the worst 3 layers of the worst fp8
  * mode), "fp8 saturation and underflow", "End-task accuracy" (scores and
  * paired differences) and "Trend". Database text is escaped for Markdown

@@ -15,6 +15,8 @@
 #define LINE_MARGIN_RIGHT 190.0   /* the legend lives here */
 #define LINE_MARGIN_TOP 16.0
 #define LINE_MARGIN_BOTTOM 58.0
+/* The dash pattern of a dashed series (svg_series.dashed): dash, gap. */
+#define LINE_DASH "6 4"
 /* Inset of the first and last x position from the plot edges. */
 #define LINE_X_PAD 14.0
 /* Legend: row pitch, swatch length, gap between plot and legend. */
@@ -315,7 +317,8 @@ static void put_segment(FILE *out, const svg_series *s, const axis *ax, size_t f
                         size_t n, double x0, double x1)
 {
     if (to - from < 2) return;
-    fprintf(out, "<polyline fill=\"none\" stroke-width=\"1.8\" stroke=\"%s\" points=\"", s->colour);
+    fprintf(out, "<polyline fill=\"none\" stroke-width=\"1.8\" stroke=\"%s\"%s points=\"",
+            s->colour, s->dashed ? " stroke-dasharray=\"" LINE_DASH "\"" : "");
     for (size_t i = from; i < to; i++)
         fprintf(out, "%s%.1f,%.1f", i == from ? "" : " ", line_x(i, n, x0, x1), axis_y(ax, s->y[i]));
     fputs("\"/>\n", out);
@@ -387,8 +390,9 @@ size_t svg_write_line_chart(FILE *out, const svg_line_chart *c)
         const double ly = y_top + 8 + LEGEND_ROW * (double)s, lx = x1 + LEGEND_GAP;
         fprintf(out,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"2.5\" "
-                "stroke=\"%s\"/>\n",
-                lx, ly, lx + LEGEND_SWATCH, ly, se->colour);
+                "stroke=\"%s\"%s/>\n",
+                lx, ly, lx + LEGEND_SWATCH, ly, se->colour,
+                se->dashed ? " stroke-dasharray=\"" LINE_DASH "\"" : "");
         put_text(out, lx + LEGEND_SWATCH + 6, ly + 4, "start", FONT_TICK, se->name);
     }
     fputs("</svg>\n", out);

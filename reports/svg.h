@@ -45,6 +45,8 @@ typedef struct svg_series {
     const double *y;               /* n_x values, one per x position */
     const unsigned char *present;  /* n_x flags, 0 = no data there (not counted as
                                       skipped); NULL = every value present */
+    int dashed;                    /* 1: a dashed line (a reference such as a noise
+                                      floor), in the legend too; 0: solid */
 } svg_series;
 
 /* A line chart over categorical x positions (layers, runs). */

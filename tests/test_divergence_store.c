@@ -215,6 +215,50 @@ Test(divergence_store, positions_round_trip_bit_exact_with_nan)
     store_close(s);
 }
 
+Test(divergence_store, mode_positions_read_every_sequence_in_seq_id_order_in_one_query)
+{
+    pg_store *s = open_ok();
+    int64_t run = begin_run(s);
+    pg_err err = {0};
+    div_position in[7];
+    for (int i = 0; i < 7; i++) in[i] = pos_at(i);
+    /* Stored out of order, and another role and mode beside them. */
+    cr_assert_eq(divergence_store_put_positions(s, run, "fp8kv", DIV_ROLE_MODE, "s3", in + 4, 3,
+                                                &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(divergence_store_put_positions(s, run, "fp8kv", DIV_ROLE_MODE, "s1", in, 4, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(divergence_store_put_positions(s, run, "fp8kv", DIV_ROLE_FLOOR, "s2", in, 1, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(divergence_store_put_positions(s, run, "bf16", DIV_ROLE_MODE, "s2", in, 2, &err),
+                 PG_OK, "%s", err.msg);
+    div_mode_positions p;
+    cr_assert_eq(divergence_store_read_mode_positions(s, run, "fp8kv", DIV_ROLE_MODE, &p, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(p.n, 7);
+    cr_assert_eq(p.n_seq, 2);
+    cr_assert_eq(p.seq_at[0], 0);
+    cr_assert_eq(p.seq_at[1], 4, "s1 first: its 4 positions");
+    cr_assert_eq(p.seq_at[2], 7);
+    for (int i = 0; i < 7; i++) {
+        cr_assert_eq(memcmp(&p.pos[i].kld_lb, &in[i].kld_lb, sizeof(double)), 0, "kld %d", i);
+        cr_assert_eq(p.pos[i].top_q, in[i].top_q, "top_q %d", i);
+    }
+    div_mode_positions_free(&p);
+    cr_assert_eq(divergence_store_read_mode_positions(s, run, "fp8qkv", DIV_ROLE_MODE, &p, &err),
+                 PG_OK, "%s", err.msg);
+    cr_assert_eq(p.n, 0);
+    cr_assert_eq(p.n_seq, 0);
+    /* A damaged blob is refused naming its sequence, nothing kept. */
+    exec_ok(s, "PRAGMA ignore_check_constraints = ON");
+    exec_ok(s, "UPDATE div_positions SET packed = substr(packed, 1, 100) WHERE seq_id = 's3'");
+    cr_assert_eq(divergence_store_read_mode_positions(s, run, "fp8kv", DIV_ROLE_MODE, &p, &err),
+                 PG_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "sequence 's3'") != NULL, "%s", err.msg);
+    cr_assert_null(p.pos);
+    cr_assert_eq(p.n, 0);
+    store_close(s);
+}
+
 Test(divergence_store, summaries_round_trip_with_null_statistics)
 {
     pg_store *s = open_ok();
