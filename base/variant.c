@@ -7,10 +7,6 @@
 /* The separator of MODE@PROFILE. */
 #define VARIANT_SEP '@'
 
-static const char *const mode_names[PG_MODE_COUNT] = {
-    [PG_MODE_BF16] = PG_MODE_BASELINE_NAME, [PG_MODE_FP8KV] = "fp8kv",
-    [PG_MODE_FP8QKV] = "fp8qkv"};
-
 /* One profile's name, mode and whether its mode's bare name means it. */
 typedef struct profile_name {
     const char *name;
@@ -28,12 +24,10 @@ static const profile_name profile_names[VARIANT_PROFILE_COUNT] = {
     [VARIANT_FP8QKV_TRTLLM] = {"fp8qkv@trtllm", PG_MODE_FP8QKV, 0},
     [VARIANT_FP8QKV_FLASHINFER_FA3] = {"fp8qkv@flashinfer-fa3", PG_MODE_FP8QKV, 0},
     [VARIANT_FP8QKV_IDEAL] = {"fp8qkv@ideal", PG_MODE_FP8QKV, 0},
+    [VARIANT_FP8KV_E5M2_FIXED] = {"fp8kv_e5m2@fixed", PG_MODE_FP8KV_E5M2, 1},
+    [VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON] = {"fp8kv_per_token_head@triton",
+                                              PG_MODE_FP8KV_PER_TOKEN_HEAD, 1},
 };
-
-const char *pg_mode_name(pg_mode m)
-{
-    return (unsigned)m < PG_MODE_COUNT ? mode_names[m] : "?";
-}
 
 const char *variant_profile_name(variant_profile_id id)
 {
@@ -56,7 +50,7 @@ pg_status variant_profile_find(const char *name, variant_profile_id *out, pg_err
     for (int i = 0; i < VARIANT_PROFILE_COUNT; i++) {
         const profile_name *p = &profile_names[i];
         if (strcmp(name, p->name) == 0 ||
-            (at == NULL && p->is_default && strcmp(name, mode_names[p->mode]) == 0)) {
+            (at == NULL && p->is_default && strcmp(name, pg_mode_name(p->mode)) == 0)) {
             *out = (variant_profile_id)i;
             return PG_OK;
         }
@@ -68,9 +62,15 @@ pg_status variant_profile_find(const char *name, variant_profile_id *out, pg_err
                          profile_names[i].name);
         if (w > 0) used += (size_t)w;
     }
-    return pg_fail(err, PG_ERR_USAGE,
-                   "variant '%s' is not one of %s (or bf16, fp8kv, fp8qkv for the defaults)",
-                   name, choices);
+    char modes[VARIANT_CHOICES_MAX / 2];
+    size_t mused = 0;
+    for (int m = 0; m < PG_MODE_COUNT && mused < sizeof modes; m++) {
+        int w = snprintf(modes + mused, sizeof modes - mused, "%s%s", m ? ", " : "",
+                         pg_mode_name((pg_mode)m));
+        if (w > 0) mused += (size_t)w;
+    }
+    return pg_fail(err, PG_ERR_USAGE, "variant '%s' is not one of %s (or %s for the defaults)",
+                   name, choices, modes);
 }
 
 /* Whether v (len bytes) ends in the ~spec suffix, leaving room for a name. */

@@ -26,21 +26,12 @@
 
 #include <stddef.h>
 
+#include "base/mode.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The precision modes: the serving stack's switch, and what a profile runs. */
-typedef enum pg_mode { PG_MODE_BF16, PG_MODE_FP8KV, PG_MODE_FP8QKV } pg_mode;
-/* How many modes there are. */
-#define PG_MODE_COUNT 3
-/* The baseline mode's name: the one every fp8 mode is measured against. */
-#define PG_MODE_BASELINE_NAME "bf16"
-
-/* The mode's name ("bf16", "fp8kv", "fp8qkv"); "?" out of range. */
-const char *pg_mode_name(pg_mode m);
 
 /* The kernel profiles, in table order (bf16 first). Their full names are
  * MODE@PROFILE (bf16 alone has none); each mode has one default profile,
@@ -54,6 +45,8 @@ typedef enum variant_profile_id {
     VARIANT_FP8QKV_TRTLLM,
     VARIANT_FP8QKV_FLASHINFER_FA3,
     VARIANT_FP8QKV_IDEAL,
+    VARIANT_FP8KV_E5M2_FIXED,
+    VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
 } variant_profile_id;
 

@@ -29,6 +29,8 @@
 
 /* Most profiles the table holds (attn_profile_count checked against it). */
 #define MAX_PROFILES 16
+/* Every mode's bit: the diagnosis asks every hypothesis. */
+#define ALL_MODES ((1u << PG_MODE_COUNT) - 1u)
 
 static double now(void)
 {
@@ -82,7 +84,7 @@ int main(int argc, char **argv)
             pg_err why = {0};
             const pg_status st = attn_variant_run(pr, &b, L->q, L->k, L->v, &fo, out[p], NULL,
                                                   threads, &why);
-            if (st == PG_ERR_USAGE) {  /* refuses the layer (no sinks) */
+            if (st == PG_ERR_UNSUPPORTED) {  /* refuses the layer (no sinks) */
                 free(out[p]);
                 out[p] = NULL;
             } else if (st != PG_OK) {
@@ -106,9 +108,9 @@ int main(int argc, char **argv)
             }
         /* The diagnosis of one external output (the first profile's output). */
         const capture_ext_output ext = {"bench", out[0]};
-        diag_layer dl;
+        diag_layer dl = {0};
         const double t0 = now();
-        if (rc == 0 && diag_layer_run(&b, L->q, L->k, L->v, &fo, 1, &ext, threads, &dl, &err) !=
+        if (rc == 0 && diag_layer_run(&b, L->q, L->k, L->v, &fo, ALL_MODES, 1, &ext, threads, &dl, &err) !=
                            PG_OK) {
             fprintf(stderr, "diag_match: layer %d diagnosis: %s\n", li, err.msg);
             rc = 1;

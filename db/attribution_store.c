@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sql_util.h"
+#include "base/variant.h"
 
 const char *const attribution_tensors[ATTRIBUTION_N_TENSORS] = {"none", "q", "k", "v", "p",
                                                                 "all"};
@@ -42,6 +43,15 @@ pg_status attribution_store_put(pg_store *s, int64_t run_id, const char *capture
     if (capture == NULL || variant == NULL || tensor == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "attribution_store_put: capture, variant or tensor "
                                              "is NULL");
+    /* A quantizing profile's full name (base/variant.h), as the schema's
+     * CHECK required before migration 17. */
+    const variant_profile_id prof = variant_name_profile(variant);
+    if (prof == VARIANT_PROFILE_COUNT || strcmp(variant_profile_name(prof), variant) != 0 ||
+        !pg_mode_quantizes(variant_profile_mode(prof)))
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "%s: attribution (run %" PRId64 ", capture '%s', layer %d): variant '%s' "
+                       "is no quantizing profile's full name", sql_db_path(db), run_id, capture,
+                       layer, variant);
     if (isnan(rel_l2))
         return pg_fail(err, PG_ERR_NUMERIC,
                        "%s: attribution (run %" PRId64 ", capture '%s', layer %d, variant '%s', "

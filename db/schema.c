@@ -580,6 +580,56 @@ const schema_migration schema_migrations[] = {
         "DROP TABLE flags;\n"
         "ALTER TABLE flags_v16 RENAME TO flags;\n"
         "CREATE INDEX flags_run ON flags (run_id, verdict);\n"),
+    /* Mode names leave the schema (issue #29): a precision mode is a row of
+     * the mode table (base/mode.h) and its profiles are base/variant.h's,
+     * which validate every name before it is stored; the CHECKs that froze
+     * 'fp8kv@' and 'fp8qkv@' (migrations 10 and 11) would refuse a new
+     * format's rows. layer_metrics and attribution are rebuilt as in
+     * migration 3, their rows copied as they are. */
+    SCHEMA_MIGRATION(17,
+        "CREATE TABLE layer_metrics_v17 (\n"
+        "    run_id    INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture   TEXT    NOT NULL,\n"
+        "    layer     INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    head      INTEGER NOT NULL CHECK (head >= -1),  -- -1: the whole layer\n"
+        "    -- A kernel profile against the fp64 reference ('bf16', 'fp8kv@fixed',\n"
+        "    -- 'fp8qkv@fa3', ...: `precgate help profiles`), an external output\n"
+        "    -- (ext:NAME), or a GPU profile against the CPU specification's output\n"
+        "    -- (PROFILE~spec): base/variant.h's grammar, checked before it is stored.\n"
+        "    variant   TEXT    NOT NULL CHECK (variant <> ''),\n"
+        "    backend   TEXT    NOT NULL CHECK (backend IN ('cpu', 'cuda')),\n"
+        "    -- Error metrics (harness/metrics.h); +inf when the output had NaN/Inf.\n"
+        "    rel_l2    REAL,\n"
+        "    max_abs   REAL,\n"
+        "    mean_abs  REAL,\n"
+        "    p99_abs   REAL,\n"
+        "    cos_sim   REAL,    -- NULL: the cosine was NaN (zero or non-finite output)\n"
+        "    sqnr_db   REAL,    -- +inf: identical output; -inf: non-finite output\n"
+        "    nan_count INTEGER NOT NULL CHECK (nan_count >= 0),\n"
+        "    inf_count INTEGER NOT NULL CHECK (inf_count >= 0),\n"
+        "    UNIQUE (run_id, capture, layer, head, variant, backend)\n"
+        ");\n"
+        "INSERT INTO layer_metrics_v17 SELECT * FROM layer_metrics;\n"
+        "DROP TABLE layer_metrics;\n"
+        "ALTER TABLE layer_metrics_v17 RENAME TO layer_metrics;\n"
+        "CREATE INDEX layer_metrics_run_variant ON layer_metrics (run_id, variant);\n"
+        "CREATE TABLE attribution_v17 (\n"
+        "    run_id  INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture TEXT    NOT NULL,\n"
+        "    layer   INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    -- the quantizing profile attributed (its layer_metrics variant)\n"
+        "    variant TEXT    NOT NULL CHECK (variant <> ''),\n"
+        "    -- the one tensor quantized ('q', 'k', 'v', 'p'), 'none' (every tensor bf16:\n"
+        "    -- the profile's arithmetic alone) or 'all' (the variant itself: the joint error)\n"
+        "    tensor  TEXT    NOT NULL CHECK (tensor IN ('none', 'q', 'k', 'v', 'p', 'all')),\n"
+        "    -- whole layer against the fp64 reference (harness/metrics.h); +inf when\n"
+        "    -- the output had NaN/Inf\n"
+        "    rel_l2  REAL    NOT NULL,\n"
+        "    UNIQUE (run_id, capture, layer, variant, tensor)\n"
+        ");\n"
+        "INSERT INTO attribution_v17 SELECT * FROM attribution;\n"
+        "DROP TABLE attribution;\n"
+        "ALTER TABLE attribution_v17 RENAME TO attribution;\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -22,6 +22,7 @@
 #include "attribution_store.h"
 #include "diagnosis_store.h"
 #include "schema.h"
+#include "base/variant.h"
 
 /* Longest journal_mode name read back from the PRAGMA, NUL included. */
 #define STORE_JOURNAL_MODE_MAX 16
@@ -790,6 +791,17 @@ pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *captu
 {
     if (s == NULL || m == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "store_put_layer_metrics: store or metrics is NULL");
+    /* The name is the grammar's, as stored (base/variant.h): the schema no
+     * longer lists the modes (migration 17). */
+    variant_name vn;
+    pg_err why = {0};
+    if (variant == NULL || variant_name_parse("variant", variant, &vn, &why) != PG_OK ||
+        strcmp(vn.full, variant) != 0)
+        return pg_fail(err, PG_ERR_INTERNAL,
+                       "%s: layer_metrics (run %" PRId64 ", capture '%s', layer %d): variant "
+                       "'%s' is no stored variant name (%s)", s->path, run_id,
+                       str_or_null(capture), layer, str_or_null(variant),
+                       why.msg[0] ? why.msg : "a bare mode is stored by its full profile name");
     /* cos_sim is left out: NaN is one of its documented values (stored NULL). */
     const struct { const char *name; double value; } must_be_numbers[] = {
         {"rel_l2", m->rel_l2}, {"max_abs", m->max_abs}, {"mean_abs", m->mean_abs},

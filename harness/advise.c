@@ -6,13 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/variant.h"
+
 /* Longest list of the run's variants a message names. */
 #define ADVISE_VARIANTS_MSG_MAX 256
 
-/* Elements per token a layer's KV cache holds: K and V, hkv heads of d. */
-static int64_t kv_elements(int hkv, int d)
+/* Bytes per token a layer's KV cache holds in mode m: K and V, hkv heads
+ * of d elements, and the mode's inline scales per (token, KV head). */
+static int64_t kv_bytes_per_token(pg_mode m, int hkv, int d)
 {
-    return 2 * (int64_t)hkv * (int64_t)d;
+    const pg_mode_traits *t = pg_mode_traits_of(m);
+    return 2 * (int64_t)hkv * ((int64_t)d * t->kv_element_bytes + t->kv_scale_bytes_per_token_head);
 }
 
 /* Whether capture c holds a row of variant among rows[0..n). */
@@ -144,14 +148,16 @@ static void summarise(const advise_request *rq, advise_result *out)
 {
     int kept_is_windowed = 1;
     out->worst_fp8 = -1;
+    /* the advised variant's mode (check_request: a profile of the table) */
+    const pg_mode rq_mode = variant_profile_mode(variant_name_profile(rq->variant));
     for (size_t i = 0; i < out->n_layers; i++) {
         const advise_layer *L = &out->layers[i];
         const int keep = L->reason != ADVISE_FP8;
-        const int64_t elems = kv_elements(L->hkv, L->d);
+        const int64_t base = kv_bytes_per_token(pg_mode_baseline(), L->hkv, L->d);
         out->n_keep += (size_t)keep;
         kept_is_windowed &= keep == (L->window > 0);
-        out->kv_bytes_bf16 += elems * ADVISE_BF16_BYTES;
-        out->kv_bytes_mixed += elems * (keep ? ADVISE_BF16_BYTES : ADVISE_FP8_BYTES);
+        out->kv_bytes_bf16 += base;
+        out->kv_bytes_mixed += keep ? base : kv_bytes_per_token(rq_mode, L->hkv, L->d);
         if (!keep && (out->worst_fp8 < 0 ||
                       regress_worse(rq->metric, L->value, out->layers[out->worst_fp8].value)))
             out->worst_fp8 = (long)i;

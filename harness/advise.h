@@ -36,10 +36,14 @@
  * indices.
  *
  * KV memory (advise_result.kv_bytes_*): per token and layer the cache holds
- * K and V, 2 x hkv x d elements: 2 bytes each in bf16, 1 in fp8 (e4m3).
+ * K and V, 2 x hkv x d elements, each of the bytes its mode's row gives
+ * (base/mode.h kv_element_bytes: 2 in bf16, 1 in fp8), plus, for a mode
+ * with per-token-head scales, 2 x hkv inline scales of
+ * kv_scale_bytes_per_token_head each (vLLM carves them from the page:
+ * fp8_per_token_head, 4 bytes a float32 scale).
  * kv_bytes_saved_fraction = (all_bf16 - mixed) / all_bf16 over the
- * layers of the run. Not counted: the fp8 scales (one per tensor and layer,
- * or per head, none per token), block padding, and that vLLM's hybrid KV
+ * layers of the run. Not counted: per-tensor scales (one per tensor and
+ * layer), block padding, and that vLLM's hybrid KV
  * cache manager keeps only the window's tokens for a sliding-window layer:
  * at a context longer than the window those layers hold less than the per
  * token count says, so the fraction is that of the full-attention layout.
@@ -60,9 +64,6 @@ extern "C" {
 /* The vLLM option, and its value for the sliding-window layers. */
 #define ADVISE_VLLM_FLAG "--kv-cache-dtype-skip-layers"
 #define ADVISE_VLLM_SLIDING_WINDOW "sliding_window"
-/* Bytes per K or V element in the cache: bf16, and fp8 e4m3. */
-#define ADVISE_BF16_BYTES 2
-#define ADVISE_FP8_BYTES 1
 
 /* One layer's shape in one capture (a layer_shapes row). Strings borrowed. */
 typedef struct advise_shape {

@@ -12,13 +12,12 @@
 static const unsigned tensor_bit[ATTRIBUTION_N_TENSORS] = {0, ATTN_TENSOR_Q, ATTN_TENSOR_K,
                                                            ATTN_TENSOR_V, ATTN_TENSOR_P, 0};
 
-/* Whether mode m quantizes the tensor of attribution index t (attn.h: fp8kv
- * writes K and V into the e4m3 cache; fp8qkv also casts Q and rounds P). */
+/* Whether mode m quantizes the tensor of attribution index t (its row of
+ * the mode table: base/mode.h). */
 static int mode_quantizes(pg_mode m, int t)
 {
-    if (t == ATTRIBUTION_NONE || t == ATTRIBUTION_ALL) return m != PG_MODE_BF16;
-    if (m == PG_MODE_FP8QKV) return 1;
-    return m == PG_MODE_FP8KV && (tensor_bit[t] == ATTN_TENSOR_K || tensor_bit[t] == ATTN_TENSOR_V);
+    if (t == ATTRIBUTION_NONE || t == ATTRIBUTION_ALL) return pg_mode_quantizes(m);
+    return (pg_mode_traits_of(m)->quantized & tensor_bit[t]) != 0;
 }
 
 /* Prefixes err's message (the failure of profile p's row t) with what ran. */

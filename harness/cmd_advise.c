@@ -121,7 +121,7 @@ static pg_status advise_parse(int argc, char **argv, void *args, const char **db
     if (variant_name_parse("--variant", a->variant_text, &a->variant, err) != PG_OK)
         return err->code;
     if (a->variant.kind != VARIANT_PROFILE ||
-        variant_profile_mode(a->variant.profile) == PG_MODE_BF16)
+        !pg_mode_quantizes(variant_profile_mode(a->variant.profile)))
         return pg_fail(err, PG_ERR_USAGE, "--variant: '%s' is not an fp8 kernel profile (the "
                        "advice is which layers keep bf16 instead of fp8; one of %s)",
                        a->variant_text, variant_name_profile_choices());

@@ -28,13 +28,17 @@ static void put_indented(FILE *out, const char *text, int indent)
 static void help_profiles(FILE *out)
 {
     fputs("Kernel profiles: where one real kernel rounds. A variant is written MODE@PROFILE;\n"
-          "a mode alone (fp8kv, fp8qkv) is its default profile. The store, diff, gate,\n"
+          "a mode alone (fp8kv, fp8qkv, ...) is its default profile. The store, diff, gate,\n"
           "history, baselines and reports always carry the full name.\n", out);
     for (size_t i = 0; i < attn_profile_count(); i++) {
         const attn_profile *p = attn_profile_at(i);
         fprintf(out, "\n%s%s\n", attn_profile_variant(p),
                 attn_profile_is_default(p) ? " (default)" : "");
         put_indented(out, attn_profile_summary(p), 2);
+        const pg_mode_traits *t = pg_mode_traits_of(attn_profile_mode(p));
+        fprintf(out, "  mode %s: vLLM --kv-cache-dtype %s; KV %s, %s scales\n", t->name,
+                t->vllm_kv_cache_dtype, pg_number_format_name(t->kv_format),
+                pg_scale_granularity_name(t->kv_scales));
         put_indented(out, attn_profile_rules(p), 4);
     }
 }

@@ -175,7 +175,7 @@ static pg_status fill_advice(pg_store *store, const char *config_path, report_da
     size_t n_fp8 = 0;
     for (size_t i = 0; i < d->n_variants; i++) {
         const variant_profile_id p = variant_name_profile(d->variants[i]);
-        n_fp8 += p != VARIANT_PROFILE_COUNT && variant_profile_mode(p) != PG_MODE_BF16;
+        n_fp8 += p != VARIANT_PROFILE_COUNT && pg_mode_quantizes(variant_profile_mode(p));
     }
     if (n_fp8 == 0) return PG_OK;
     d->advice_shown = 1;
@@ -202,7 +202,7 @@ static pg_status fill_advice(pg_store *store, const char *config_path, report_da
     for (size_t i = 0; !oom && i < d->n_variants; i++) {
         const char *v = d->variants[i];
         const variant_profile_id p = variant_name_profile(v);
-        if (p == VARIANT_PROFILE_COUNT || variant_profile_mode(p) == PG_MODE_BF16) continue;
+        if (p == VARIANT_PROFILE_COUNT || !pg_mode_quantizes(variant_profile_mode(p))) continue;
         size_t bounded = 0;
         for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) {
             const double b = advise_config_budget(&cfg, v, (pg_metric)m);
@@ -260,14 +260,20 @@ static pg_status fill_diagnosis(pg_store *store, report_data *d, pg_err *err)
     if (st == PG_OK && n_spans > 0) {
         g->match_rel_l2 = DIAG_MATCH_REL_L2;
         g->margin = DIAG_MARGIN;
-        const size_t n_hyp = attn_hypothesis_count();
-        g->hypotheses = calloc(n_hyp, sizeof *g->hypotheses);
+        /* The columns: the hypotheses every diagnosis asks, and those this
+         * run asked (they have rows; diag_verdict.h judges the same set). */
+        const size_t n_table = attn_hypothesis_count();
+        g->hypotheses = calloc(n_table, sizeof *g->hypotheses);
         g->rows = calloc(n_spans, sizeof *g->rows);
-        g->dist = malloc(n_spans * n_hyp * sizeof *g->dist);
+        g->dist = malloc(n_spans * n_table * sizeof *g->dist);
         oom = g->hypotheses == NULL || g->rows == NULL || g->dist == NULL;
-        if (g->hypotheses != NULL) g->n_hyp = n_hyp;
-        for (size_t h = 0; h < g->n_hyp; h++)
-            g->hypotheses[h] = dup_or_flag(attn_hypothesis_name(attn_hypothesis_at(h)), &oom);
+        for (size_t h = 0; !oom && h < n_table; h++) {
+            const attn_hypothesis *hy = attn_hypothesis_at(h);
+            int asked = attn_hypothesis_is_asked(hy, 0);
+            for (size_t i = 0; i < n && !asked; i++)
+                asked = strcmp(rows[i].hypothesis, attn_hypothesis_name(hy)) == 0;
+            if (asked) g->hypotheses[g->n_hyp++] = dup_or_flag(attn_hypothesis_name(hy), &oom);
+        }
         if (g->rows != NULL) g->n_rows = n_spans;
         for (size_t k = 0; k < g->n_rows; k++) {
             diag_row_from_span(&spans[k], &g->rows[k], &oom);

@@ -532,10 +532,11 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
     sweep_variants variants;
     st = cfg_variants(r->cfg, a->resume, &variants, err);
     if (st != PG_OK) return st;
-    int has_fp8qkv = 0;
+    int rounds_p = 0; /* a variant whose mode quantizes P (what --p-rounding chose) */
     for (int i = 0; i < variants.n; i++)
-        has_fp8qkv |= attn_profile_mode(variants.p[i]) == PG_MODE_FP8QKV;
-    if (p_rounding != NULL && has_fp8qkv && strcmp(p_rounding, RUN_OLD_P_ROUNDING) != 0)
+        rounds_p |= (pg_mode_traits_of(attn_profile_mode(variants.p[i]))->quantized &
+                     PG_TENSOR_P) != 0;
+    if (p_rounding != NULL && rounds_p && strcmp(p_rounding, RUN_OLD_P_ROUNDING) != 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run rounded fp8qkv's P to %s "
                        "(--p-rounding, which kernel profiles replaced); no profile does: start "
                        "a new run", (long long)a->resume, p_rounding);

@@ -165,9 +165,17 @@ static pg_status judge_layer(const diagnosis_row *r, size_t m, layer_judged *x, 
                            "hypothesis '%s', which this precgate does not know (written by "
                            "a newer one?)", r[i].capture, r[i].layer, r[i].ext_name,
                            r[i].hypothesis);
+    /* The hypotheses judged: every one an always-diagnosed mode's (a missing
+     * row is named, never skipped), and the others' that the run asked for
+     * (they have stored rows: attn_hypothesis_is_asked). */
+    size_t n_judged = 0;
     for (size_t h = 0; h < x->n; h++) {
         const attn_hypothesis *hy = attn_hypothesis_at(h);
-        diag_entry *e = &x->e[h];
+        int stored = 0;
+        for (size_t i = 0; i < m && !stored; i++)
+            stored = strcmp(r[i].hypothesis, attn_hypothesis_name(hy)) == 0;
+        if (!stored && !attn_hypothesis_is_asked(hy, 0)) continue;
+        diag_entry *e = &x->e[n_judged++];
         *e = (diag_entry){attn_hypothesis_name(hy), attn_hypothesis_is_intended(hy), NAN,
                           "no stored row"};
         for (size_t i = 0; i < m; i++)
@@ -177,6 +185,7 @@ static pg_status judge_layer(const diagnosis_row *r, size_t m, layer_judged *x, 
                 if (isnan(e->rel_l2) && e->not_run == NULL) e->not_run = "no distance stored";
             }
     }
+    x->n = n_judged;
     x->j = diag_judge(x->e, x->n);
     for (size_t h = 0; h < x->n; h++) {
         if (x->j.within & (1u << h))

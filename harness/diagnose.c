@@ -11,9 +11,12 @@
 #include "diag_verdict.h"
 #include "kernels/metrics.h"
 
-int64_t diag_layer_rows(int n_ext)
+int64_t diag_layer_rows(int n_ext, unsigned swept_modes)
 {
-    return n_ext > 0 ? (int64_t)n_ext * (int64_t)attn_hypothesis_count() : 0;
+    int64_t asked = 0;
+    for (size_t h = 0; h < attn_hypothesis_count(); h++)
+        asked += attn_hypothesis_is_asked(attn_hypothesis_at(h), swept_modes);
+    return n_ext > 0 ? (int64_t)n_ext * asked : 0;
 }
 
 void diag_layer_free(diag_layer *d)
@@ -21,6 +24,7 @@ void diag_layer_free(diag_layer *d)
     if (d == NULL) return;
     free(d->rel_l2);
     free(d->why);
+    free(d->asked);
     memset(d, 0, sizeof *d);
 }
 
@@ -38,9 +42,9 @@ double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n)
 }
 
 pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, const attn_fp8_options *fo, int n_ext,
-                         const capture_ext_output *ext, int n_threads, diag_layer *out,
-                         pg_err *err)
+                         const uint16_t *v, const attn_fp8_options *fo, unsigned swept_modes,
+                         int n_ext, const capture_ext_output *ext, int n_threads,
+                         diag_layer *out, pg_err *err)
 {
     memset(out, 0, sizeof *out);
     if (n_ext <= 0) return PG_OK;
@@ -57,16 +61,22 @@ pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t 
     out->n_hyp = n_hyp;
     out->rel_l2 = malloc((size_t)n_ext * (size_t)n_hyp * sizeof *out->rel_l2);
     out->why = calloc((size_t)n_hyp, sizeof *out->why);
+    out->asked = calloc((size_t)n_hyp, sizeof *out->asked);
     uint16_t *h_out = malloc(nq * sizeof *h_out);
     pg_status st = PG_OK;
-    if (out->rel_l2 == NULL || out->why == NULL || h_out == NULL)
+    if (out->rel_l2 == NULL || out->why == NULL || out->asked == NULL || h_out == NULL)
         st = pg_fail(err, PG_ERR_NOMEM, "diagnosis: cannot allocate a hypothesis output of %zu "
                      "elements", nq);
     for (int h = 0; st == PG_OK && h < n_hyp; h++) {
         const attn_hypothesis *hy = attn_hypothesis_at((size_t)h);
+        out->asked[h] = (unsigned char)attn_hypothesis_is_asked(hy, swept_modes);
+        if (!out->asked[h]) {
+            for (int e = 0; e < n_ext; e++) out->rel_l2[(size_t)e * n_hyp + h] = NAN;
+            continue;
+        }
         pg_err why = {0};
         const pg_status hs = attn_hypothesis_run(hy, b, q, k, v, fo, h_out, n_threads, &why);
-        if (hs == PG_ERR_USAGE) {
+        if (hs == PG_ERR_USAGE || hs == PG_ERR_UNSUPPORTED) {
             /* It refuses this layer: said in the row, never skipped. */
             snprintf(out->why[h], sizeof out->why[h], "%.*s", DIAG_WHY_MAX - 1, why.msg);
             for (int e = 0; e < n_ext; e++) out->rel_l2[(size_t)e * n_hyp + h] = NAN;
@@ -90,6 +100,7 @@ pg_status diag_layer_store(pg_store *s, int64_t run_id, const char *capture_name
     pg_status st = PG_OK;
     for (int e = 0; st == PG_OK && e < d->n_ext; e++)
         for (int h = 0; st == PG_OK && h < d->n_hyp; h++) {
+            if (!d->asked[h]) continue;
             const char *why = d->why[h][0] != '\0' ? d->why[h] : NULL;
             st = diagnosis_store_put(s, run_id, capture_name, layer, ext[e].name,
                                      attn_hypothesis_name(attn_hypothesis_at((size_t)h)),

@@ -33,6 +33,8 @@ typedef struct diag_layer {
     int n_hyp;
     double *rel_l2;
     char (*why)[DIAG_WHY_MAX];
+    unsigned char *asked;   /* [n_hyp] 1 where h ran or refused (attn_hypothesis_is_asked);
+                             * 0: not asked for this run, nothing stored */
 } diag_layer;
 
 /* rel_l2 of output x against reference h (n bf16 each), with
@@ -40,22 +42,24 @@ typedef struct diag_layer {
  * +inf too when h itself is not finite (no output is near it). */
 double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n);
 
-/* The ext_diagnosis rows a layer with n_ext external outputs holds
- * (n_ext x the hypothesis count; 0 without external outputs). */
-int64_t diag_layer_rows(int n_ext);
+/* The ext_diagnosis rows a layer with n_ext external outputs holds in a run
+ * sweeping the modes of swept_modes (bits 1u << pg_mode): n_ext x the
+ * hypotheses asked (attn_hypothesis_is_asked); 0 without external outputs. */
+int64_t diag_layer_rows(int n_ext, unsigned swept_modes);
 
-/* Runs every hypothesis on layer b (q, k, v; fo the sweep's fp8 options
- * for it) and measures ext[0..n_ext)'s outputs ([Tq,hq,d] bf16 each) against each,
+/* Runs every hypothesis asked for a run sweeping swept_modes
+ * (attn_hypothesis_is_asked; the others are marked not asked) on layer b
+ * (q, k, v; fo the sweep's fp8 options for it) and measures ext[0..n_ext)'s outputs ([Tq,hq,d] bf16 each) against each,
  * into *out (zeroed first; free with diag_layer_free, also after a failure).
- * A hypothesis that refuses the layer (attn_hypothesis_run's PG_ERR_USAGE,
- * e.g. a kernel without sinks on a layer with them) is recorded in why[h],
+ * A hypothesis that refuses the layer (attn_hypothesis_run's PG_ERR_USAGE or
+ * PG_ERR_UNSUPPORTED, e.g. a kernel without sinks on a layer with them) is recorded in why[h],
  * never skipped silently; any other failure is returned. A hypothesis output
  * or an external output with NaN/Inf gives +inf. n_ext 0: nothing runs.
  * fo NULL, not quantizing or with a keep_bf16 mask is PG_ERR_INTERNAL. */
 pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, const attn_fp8_options *fo, int n_ext,
-                         const capture_ext_output *ext, int n_threads, diag_layer *out,
-                         pg_err *err);
+                         const uint16_t *v, const attn_fp8_options *fo, unsigned swept_modes,
+                         int n_ext, const capture_ext_output *ext, int n_threads,
+                         diag_layer *out, pg_err *err);
 
 /* Frees what diag_layer_run allocated in d; NULL-safe. */
 void diag_layer_free(diag_layer *d);

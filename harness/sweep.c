@@ -35,6 +35,14 @@ static attn_batch layer_batch(const capture *cap, int li)
                         L->sm_scale, L->sinks};
 }
 
+/* The modes of the sweep's variants, as bits 1u << pg_mode. */
+static unsigned sweep_modes(const sweep_options *opt)
+{
+    unsigned modes = 0;
+    for (int i = 0; i < opt->variants.n; i++) modes |= 1u << attn_profile_mode(opt->variants.p[i]);
+    return modes;
+}
+
 pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err)
 {
     if (attn_profile_count() > SWEEP_MAX_VARIANTS)
@@ -745,8 +753,8 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
         snprintf(what, sizeof what, "layer %d diagnosis", li);
         pg_note_progress_step(notes, *step, what);
         const double t0 = pg_clock_mono_s();
-        st = diag_layer_run(&c->b, L->q, L->k, L->v, &c->fo, L->n_ext, L->ext, opt->n_threads,
-                            &c->diag, err);
+        st = diag_layer_run(&c->b, L->q, L->k, L->v, &c->fo, sweep_modes(opt), L->n_ext,
+                            L->ext, opt->n_threads, &c->diag, err);
         if (opt->stats != NULL) opt->stats->diagnose_s += pg_clock_mono_s() - t0;
     }
     return st;
@@ -778,21 +786,20 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     const int64_t whole_and_heads = (int64_t)L->hq + 1;
     want->metrics = (opt->variants.n + L->n_ext) * whole_and_heads;
     const attn_batch b = layer_batch(cap, li);
-    int fp8 = 0, fp8qkv = 0, on_gpu = 0;
+    int fold_kv = 0, fold_q = 0, on_gpu = 0;
     for (int i = 0; i < opt->variants.n; i++) {
-        const pg_mode m = attn_profile_mode(opt->variants.p[i]);
-        fp8 |= m != PG_MODE_BF16;
-        fp8qkv |= m == PG_MODE_FP8QKV;
+        fold_kv |= attn_quant_fold_takes_kv(opt->variants.p[i]);
+        fold_q |= attn_quant_fold_takes_q(opt->variants.p[i]);
         on_gpu += sweep_offloads(opt) &&
                   attn_backend_supports(opt->backend, opt->variants.p[i], &b, NULL);
     }
     if (sweep_offloads(opt) && opt->check_spec)  /* spec_check: one GQA group of heads */
         want->metrics += on_gpu * ((int64_t)(L->hq / L->hkv) + 1);
-    /* note_quant: k and v for any fp8 profile, q for an fp8qkv one. */
-    want->quant = (fp8 ? 2 : 0) + (fp8qkv ? 1 : 0);
+    /* note_quant: the rows the fold keeps (attn_quant_fold_takes_kv / _q). */
+    want->quant = (fold_kv ? 2 : 0) + (fold_q ? 1 : 0);
     want->attribution = layer_attribution_rows(opt);
     /* ext_diagnosis: every hypothesis against every external output. */
-    want->diagnosis = diag_layer_rows(L->n_ext);
+    want->diagnosis = diag_layer_rows(L->n_ext, sweep_modes(opt));
     want->shapes = 1;  /* store_layer: the layer's shape */
 }
 

@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "numerics.h"
+#include "base/mode.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -66,10 +67,10 @@ typedef struct attn_batch {
 
 /* The tensors an fp8 mode may quantize, as bits of attn_fp8_options.keep_bf16. */
 typedef enum attn_tensor {
-    ATTN_TENSOR_Q = 1,
-    ATTN_TENSOR_K = 2,
-    ATTN_TENSOR_V = 4,
-    ATTN_TENSOR_P = 8
+    ATTN_TENSOR_Q = PG_TENSOR_Q,
+    ATTN_TENSOR_K = PG_TENSOR_K,
+    ATTN_TENSOR_V = PG_TENSOR_V,
+    ATTN_TENSOR_P = PG_TENSOR_P
 } attn_tensor;
 /* Every bit of attn_tensor. */
 #define ATTN_TENSORS_ALL 15u

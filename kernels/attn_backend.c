@@ -73,16 +73,29 @@ static pg_status cpu_run_variant(attn_backend *be, const attn_profile *p, const 
     return attn_variant_run(p, b, q, k, v, opt, out, rep, be->n_threads, err);
 }
 
+int attn_quant_fold_takes_kv(const attn_profile *p)
+{
+    const pg_mode_traits *t = pg_mode_traits_of(attn_profile_mode(p));
+    return (t->quantized & (ATTN_TENSOR_K | ATTN_TENSOR_V)) && t->kv_format == PG_FORMAT_E4M3 &&
+           t->kv_scales == PG_SCALES_PER_TENSOR;
+}
+
+int attn_quant_fold_takes_q(const attn_profile *p)
+{
+    const pg_mode_traits *t = pg_mode_traits_of(attn_profile_mode(p));
+    return attn_quant_fold_takes_kv(p) && (t->quantized & ATTN_TENSOR_Q) &&
+           t->q_format == PG_FORMAT_E4M3;
+}
+
 void attn_quant_fold_add(attn_quant_fold *f, const attn_profile *p, const attn_quant_report *r)
 {
-    const pg_mode m = attn_profile_mode(p);
-    if (m == PG_MODE_BF16) return;
+    if (!attn_quant_fold_takes_kv(p)) return;
     if (!f->have_kv) {
         f->rep.k = r->k;
         f->rep.v = r->v;
         f->have_kv = 1;
     }
-    if (m == PG_MODE_FP8QKV && !f->have_q) {
+    if (attn_quant_fold_takes_q(p) && !f->have_q) {
         f->rep.q = r->q;
         f->have_q = 1;
     }

@@ -46,15 +46,24 @@ typedef struct attn_layer_job {
 } attn_layer_job;
 
 /* Quantization reports folded by the rule the stored rows follow: k and v of
- * the first fp8 variant folded, q of the first fp8qkv one (every fp8 profile
- * writes the same e4m3 cache; Q's quantization differs between profiles,
- * attn_profile.h, so the fold order decides whose q is kept). */
+ * the first variant whose mode writes an e4m3 cache with the run's
+ * per-tensor scales, q of the first such one that quantizes Q too (every
+ * such profile writes the same e4m3 cache; Q's quantization differs between
+ * profiles, attn_profile.h, so the fold order decides whose q is kept). The
+ * other formats' caches (e5m2, per-token-head scales) are not what the
+ * stored rows describe and are not folded. */
 typedef struct attn_quant_fold {
     attn_quant_report rep;
     int have_kv, have_q;
 } attn_quant_fold;
 
-/* Folds variant p's report r into f (a bf16 variant adds nothing). */
+/* 1 when the fold takes variant p's k and v counters (the rule above). */
+int attn_quant_fold_takes_kv(const attn_profile *p);
+
+/* 1 when the fold takes variant p's q counters (the rule above). */
+int attn_quant_fold_takes_q(const attn_profile *p);
+
+/* Folds variant p's report r into f (a variant the rule above skips adds nothing). */
 void attn_quant_fold_add(attn_quant_fold *f, const attn_profile *p, const attn_quant_report *r);
 
 /* Opens backend name ("cpu" or "cuda") with n_threads CPU threads for its

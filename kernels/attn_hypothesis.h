@@ -21,6 +21,13 @@
  *                      (vLLM #47847)
  *   q-cast-unscaled    the default fp8qkv profile with Q cast to e4m3
  *                      unscaled, q_scale taken as 1.0 (sglang PR #28144)
+ *   intended-fp8kv_e5m2  fp8kv_e5m2@fixed
+ *   e5m2-kv-scales-twice, e5m2-kv-scales-missing  the two fp8kv scale bugs
+ *                      on an e5m2 cache
+ *   intended-fp8kv_pth fp8kv_per_token_head@triton
+ *   pth-scales-missing the per-token-head codes taken as values
+ *   pth-scales-twice   the codes dequantized on load and the row scales
+ *                      applied on S and P again
  */
 #ifndef PG_ATTN_HYPOTHESIS_H
 #define PG_ATTN_HYPOTHESIS_H
@@ -53,6 +60,14 @@ const attn_hypothesis *attn_hypothesis_find(const char *name);
 
 /* Its name ("intended-fp8kv", "kv-scales-twice", ...). */
 const char *attn_hypothesis_name(const attn_hypothesis *h);
+
+/* The precision mode whose computation (intended or misapplied) it emulates. */
+pg_mode attn_hypothesis_mode(const attn_hypothesis *h);
+
+/* 1 when a diagnosis runs h for a run that sweeps the modes whose bits
+ * (1u << pg_mode) swept_modes holds: its mode is always diagnosed
+ * (base/mode.h always_diagnosed) or swept. */
+int attn_hypothesis_is_asked(const attn_hypothesis *h, unsigned swept_modes);
 
 /* 1 for the intended-* hypotheses (what a correct stack computes), 0 for the bugs. */
 int attn_hypothesis_is_intended(const attn_hypothesis *h);

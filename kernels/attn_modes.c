@@ -45,6 +45,8 @@ typedef struct core_params {
     float p_scale;            /* FlashInfer: P * p_scale before the cast */
     float v_descale;          /* O's final scale: FA3 v_descale, TRT-LLM bmm2_scale,
                                * FlashInfer pv_scale = v_scale / p_scale */
+    /* ATTN_SOFTMAX_TRITON: how the per-token-head row scales are used. */
+    attn_row_scaling row_scaling;
 } core_params;
 
 /* Everything a work item needs; scratch is per thread. */
@@ -55,14 +57,18 @@ typedef struct core_job {
     const core_kv *kv;
     const core_params *par;
     uint16_t *out;
-    float **scratch;          /* [n_threads] blocks of kt, v, s, qrow, acc, part */
+    float **scratch;          /* [n_threads] blocks of kt, v, s, qrow, acc, part, ks, vs */
 } core_job;
 
-/* Exact fp32 value of element i of a bf16 or e4m3 array. */
+/* Exact fp32 value of element i of a bf16, e4m3 or e5m2 array. */
 static inline float elem_load(const void *base, size_t i, kv_elem e)
 {
-    return e == KV_ELEM_E4M3 ? fp8_e4m3_decode(((const uint8_t *)base)[i])
-                             : bf16_to_f32(((const uint16_t *)base)[i]);
+    switch (e) {
+    case KV_ELEM_E4M3: return fp8_e4m3_decode(((const uint8_t *)base)[i]);
+    case KV_ELEM_E5M2: return fp8_e5m2_decode(((const uint8_t *)base)[i]);
+    case KV_ELEM_BF16: break;
+    }
+    return bf16_to_f32(((const uint16_t *)base)[i]);
 }
 
 /* P rounded for the P.V product: e4m3 (nearest even, saturating) or bf16. */
@@ -87,8 +93,19 @@ static inline const void *kv_row(const kv_paged *c, const uint16_t *flat, int wh
     return kv_paged_row(c, page, which, g, t % c->block_size);
 }
 
-/* Decodes sequence s, kv head g into kt [d][n] (transposed) and vv [n][d]. */
-static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv)
+/* Key t's row scale in cache c (1 without a per-token-head cache). */
+static inline float kv_row_scale(const kv_paged *c, int which, int s, int g, int t)
+{
+    if (c == NULL || c->scales == NULL) return 1.0f;
+    const int64_t page = c->block_table[(size_t)s * (size_t)c->pages_per_seq +
+                                        (size_t)(t / c->block_size)];
+    return *kv_paged_scale_at(c, page, which, g, t % c->block_size);
+}
+
+/* Decodes sequence s, kv head g into kt [d][n] (transposed) and vv [n][d],
+ * and each key's K and V row scales into ks [n] and vs [n]. */
+static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv, float *ks,
+                      float *vs)
 {
     const attn_batch *b = job->b;
     const int n = b->seq_kv[s], d = b->d;
@@ -99,9 +116,18 @@ static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv)
         kv_elem ek, ev;
         const void *kr = kv_row(kv->paged_k, kv->k, 0, s, g, t, packed, &ek);
         const void *vr = kv_row(kv->paged_v, kv->v, 1, s, g, t, packed, &ev);
+        const attn_row_scaling use = job->par->row_scaling;
+        ks[t] = use == ATTN_ROW_SCALES_IGNORED ? 1.0f : kv_row_scale(kv->paged_k, 0, s, g, t);
+        vs[t] = use == ATTN_ROW_SCALES_IGNORED ? 1.0f : kv_row_scale(kv->paged_v, 1, s, g, t);
+        /* ATTN_ROW_SCALES_TWICE: the codes dequantized too, bf16(code * scale) */
+        const float kc = use == ATTN_ROW_SCALES_TWICE ? ks[t] : 1.0f,
+                    vc = use == ATTN_ROW_SCALES_TWICE ? vs[t] : 1.0f;
         for (int i = 0; i < d; i++) {
-            kt[(size_t)i * (size_t)n + (size_t)t] = elem_load(kr, (size_t)i, ek);
-            vv[(size_t)t * (size_t)d + (size_t)i] = elem_load(vr, (size_t)i, ev);
+            float kx = elem_load(kr, (size_t)i, ek), vx = elem_load(vr, (size_t)i, ev);
+            if (kc != 1.0f) kx = bf16_to_f32(bf16_from_f32(kx * kc));
+            if (vc != 1.0f) vx = bf16_to_f32(bf16_from_f32(vx * vc));
+            kt[(size_t)i * (size_t)n + (size_t)t] = kx;
+            vv[(size_t)t * (size_t)d + (size_t)i] = vx;
         }
     }
 }
@@ -116,6 +142,8 @@ typedef struct core_row {
     float *sc;                /* [n] scores, then P */
     float *acc;               /* [d] the O accumulator */
     float *part;              /* [d] a tile's P.V partial (two-level) */
+    const float *kscale;      /* [n] each key's K scale (per-token-head caches; else 1) */
+    const float *vscale;      /* [n] each key's V scale (per-token-head caches; else 1) */
 } core_row;
 
 /* sc[t] = sum_d q_d k_td for t in [lo, hi]: exact fp32 products summed in d
@@ -295,6 +323,55 @@ static void row_tiled(const core_row *r, const core_params *par, uint16_t *o)
     for (int i = 0; i < d; i++) o[i] = bf16_from_f32(acc[i] * scale);
 }
 
+/* exp as Triton takes it in fp32: ex2.approx.f32(x * log2e), the product
+ * rounded to fp32 (triton ElementwiseOpToLLVM ExpOpConversionApprox), the
+ * ex2 modelled by the C library's exp2f as for the other tiled profiles. */
+static inline float triton_exp(float x) { return exp2f(x * LOG2E_F32); }
+
+/*
+ * The row as vLLM's Triton unified attention takes it with per-token-head
+ * scales (vllm/v1/attention/ops/triton_unified_attention.py
+ * kernel_unified_attention, KV_QUANT_MODE 3; softmax_step in
+ * triton_attention_helpers.py): S_t = (q . k_t in fp32) * fp32(sm_scale *
+ * ks_t); tiles of block_n keys aligned at key 0, first to last; M starts at
+ * the sink (or -inf), L at 1; per tile m = max(M, tile max) (0 when -inf),
+ * P = exp(S - m), l = sum P, alpha = exp(M - m), L = L * alpha + l, O = O *
+ * alpha + sum_t bf16(P_t * vs_t) v_t in fp32; out = bf16(O / L). The sums
+ * are in key order here (tl.sum and tl.dot order theirs inside a tile).
+ */
+static void row_triton(const core_row *r, const core_params *par, uint16_t *o)
+{
+    const int d = r->d, N = par->block_n;
+    float *sc = r->sc, *acc = r->acc;
+    row_scores(r, ATTN_ACCUM_EXACT);
+    for (int t = r->lo; t <= r->hi; t++) sc[t] *= par->qk_scale * r->kscale[t];
+    float m_run = r->sink != NULL ? *r->sink : -INFINITY, l_run = 1.0f;
+    for (int i = 0; i < d; i++) acc[i] = 0.0f;
+    for (int tile = r->lo / N; tile <= r->hi / N; tile++) {
+        const int start = tile * N;
+        const int t0 = start > r->lo ? start : r->lo;
+        const int t1 = start + N - 1 < r->hi ? start + N - 1 : r->hi;
+        float m = m_run;
+        for (int t = t0; t <= t1; t++) m = fmaxf(m, sc[t]);
+        if (m == -INFINITY) m = 0.0f; /* a row masked so far: softmax_step's clamp */
+        float l = 0.0f;
+        for (int t = t0; t <= t1; t++) {
+            sc[t] = triton_exp(sc[t] - m);
+            l += sc[t];
+        }
+        const float alpha = triton_exp(m_run - m);
+        l_run = l_run * alpha + l;
+        for (int i = 0; i < d; i++) acc[i] *= alpha;
+        for (int t = t0; t <= t1; t++) {
+            const float p = bf16_to_f32(bf16_from_f32(sc[t] * r->vscale[t]));
+            const float *vrow = r->vv + (size_t)t * (size_t)d;
+            for (int i = 0; i < d; i++) acc[i] += p * vrow[i];
+        }
+        m_run = m;
+    }
+    for (int i = 0; i < d; i++) o[i] = bf16_from_f32(acc[i] / l_run);
+}
+
 /* One work item: sequence s = item / hkv, kv head g = item % hkv, all its
  * query heads and query rows. */
 static void core_item(void *ctx, int item, int thread)
@@ -310,7 +387,9 @@ static void core_item(void *ctx, int item, int thread)
     float *qrow = sc + job->lay->max_kv;
     float *acc = qrow + d;
     float *part = acc + d;
-    gather_kv(job, s, g, kt, vv);
+    float *ks = part + d;
+    float *vs = ks + job->lay->max_kv;
+    gather_kv(job, s, g, kt, vv, ks, vs);
 
     for (int hh = 0; hh < group; hh++) {
         const int h = g * group + hh;
@@ -319,9 +398,11 @@ static void core_item(void *ctx, int item, int thread)
                               (size_t)d;
             for (int i = 0; i < d; i++) qrow[i] = elem_load(job->q, qi + (size_t)i, par->q_elem);
             core_row r = {qrow, kt, vv, n, 0, 0, d, b->sinks != NULL ? &b->sinks[h] : NULL,
-                          sc, acc, part};
+                          sc, acc, part, ks, vs};
             attn_key_range(b, s, j, &r.lo, &r.hi);
-            if (par->softmax != ATTN_SOFTMAX_FINAL_MAX)
+            if (par->softmax == ATTN_SOFTMAX_TRITON)
+                row_triton(&r, par, job->out + qi);
+            else if (par->softmax != ATTN_SOFTMAX_FINAL_MAX)
                 row_tiled(&r, par, job->out + qi);
             else
                 row_final_max(&r, par, job->out + qi);
@@ -340,7 +421,7 @@ static pg_status core_run(const attn_batch *b, const void *q, const core_kv *kv,
     if (n_threads > items) n_threads = items;
     if (n_threads < 1) n_threads = 1;
     float **scratch = calloc((size_t)n_threads, sizeof *scratch);
-    const size_t per = (size_t)lay.max_kv * (size_t)(2 * b->d + 1) + (size_t)(3 * b->d);
+    const size_t per = (size_t)lay.max_kv * (size_t)(2 * b->d + 3) + (size_t)(3 * b->d);
     if (scratch == NULL) {
         st = pg_fail(err, PG_ERR_NOMEM, "attention: out of memory");
     } else {
@@ -412,18 +493,24 @@ static core_kv kv_sources(unsigned kept, const kv_paged *e4m3, const uint16_t *k
                      k, v};
 }
 
-/* The paged e4m3 cache of k and v with their scales (fp8 profiles), or
- * nothing (e4m3->block_table NULL) when kept leaves both bf16; the
- * counters of a kept tensor stay zero. */
+/* The paged fp8 cache of k and v (fp8 profiles): elem codes with the
+ * per-tensor scales of opt, or (per_token_head) e4m3 codes with each row's
+ * own scale; nothing (cache->block_table NULL) when kept leaves both bf16;
+ * the counters of a kept tensor stay zero. */
 static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
-                                 const attn_fp8_options *opt, unsigned kept, kv_paged *e4m3,
-                                 attn_quant_report *rep, pg_err *err)
+                                 const attn_fp8_options *opt, unsigned kept, kv_elem elem,
+                                 int per_token_head, kv_paged *cache, attn_quant_report *rep,
+                                 pg_err *err)
 {
-    memset(e4m3, 0, sizeof *e4m3);
+    memset(cache, 0, sizeof *cache);
     if ((kept & (ATTN_TENSOR_K | ATTN_TENSOR_V)) == (ATTN_TENSOR_K | ATTN_TENSOR_V)) return PG_OK;
-    pg_status st = kv_paged_write(b, k, v, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
-                                  opt->page_seed, opt->block_size, e4m3, rep ? &rep->k : NULL,
-                                  rep ? &rep->v : NULL, err);
+    fp8_quant_stats *ks = rep ? &rep->k : NULL, *vs = rep ? &rep->v : NULL;
+    pg_status st =
+        per_token_head
+            ? kv_paged_write_per_token_head(b, k, v, opt->page_seed, opt->block_size, cache,
+                                            ks, vs, err)
+            : kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
+                             opt->block_size, cache, ks, vs, err);
     if (st == PG_OK && rep != NULL) {
         if (kept & ATTN_TENSOR_K) memset(&rep->k, 0, sizeof rep->k);
         if (kept & ATTN_TENSOR_V) memset(&rep->v, 0, sizeof rep->v);
@@ -437,11 +524,14 @@ attn_kv_plumbing attn_kv_plumbing_of(const attn_profile *p)
     return (attn_kv_plumbing){1, 0, 0, 0};
 }
 
-pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, const attn_batch *b,
-                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                 const attn_fp8_options *opt, uint16_t *out,
+pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv_format,
+                                 const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                                 const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
                                  attn_quant_report *rep, int n_threads, pg_err *err)
 {
+    if (kv_format != PG_FORMAT_E4M3 && kv_format != PG_FORMAT_E5M2)
+        return pg_fail(err, PG_ERR_INTERNAL, "fp8kv plumbing: no paged cache of %s",
+                       pg_number_format_name(kv_format));
     pg_status st = attn_batch_check(b, err);
     if (st == PG_OK) st = attn_fp8_options_check(opt, err);
     if (st != PG_OK) return st;
@@ -450,7 +540,9 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, const attn_batch *b
     const attn_kv_plumbing fixed = {1, 0, 0, 0};
     const attn_kv_plumbing *use = opt->quantize ? pl : &fixed;
     kv_paged cache, compact = {0};
-    st = fp8_cache_write(b, k, v, opt, kept, &cache, rep, err);
+    st = fp8_cache_write(b, k, v, opt, kept,
+                         kv_format == PG_FORMAT_E5M2 ? KV_ELEM_E5M2 : KV_ELEM_E4M3, 0, &cache,
+                         rep, err);
     if (st != PG_OK) return st;
     if (cache.block_table != NULL) {
         const float dk = use->dequant_scaled ? opt->k_scale : 1.0f,
@@ -507,6 +599,9 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
         par.p_scale = p->p_scale;
         par.v_descale = vs / p->p_scale;
         break;
+    case ATTN_SOFTMAX_TRITON:
+        return pg_fail(err, PG_ERR_INTERNAL, "variant %s: the Triton row takes a bf16 Q "
+                       "(attn_kv_per_token_head_run), not fp8 matmuls", attn_profile_variant(p));
     }
     par.block_n = attn_profile_block_n(p, b->d, b->window);
     const void *qin = q;
@@ -519,7 +614,7 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
         par.q_elem = KV_ELEM_E4M3;
     }
     kv_paged cache;
-    pg_status st = fp8_cache_write(b, k, v, opt, kept, &cache, rep, err);
+    pg_status st = fp8_cache_write(b, k, v, opt, kept, KV_ELEM_E4M3, 0, &cache, rep, err);
     if (st == PG_OK) {
         const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
         st = core_run(b, qin, &kv, &par, out, n_threads, err);
@@ -529,11 +624,36 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
     return st;
 }
 
+pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch *b,
+                                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                     const attn_fp8_options *opt, uint16_t *out,
+                                     attn_quant_report *rep, int n_threads, pg_err *err)
+{
+    pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
+    if (st != PG_OK) return st;
+    if (rep != NULL) memset(rep, 0, sizeof *rep);
+    const unsigned kept = kept_bf16(opt);
+    kv_paged cache;
+    st = fp8_cache_write(b, k, v, opt, kept, KV_ELEM_E4M3, 1, &cache, rep, err);
+    if (st != PG_OK) return st;
+    const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
+    core_params par = bf16_params(b);
+    par.softmax = ATTN_SOFTMAX_TRITON;
+    par.block_n = ATTN_TRITON_PREFILL_TILE;
+    par.row_scaling = opt->quantize ? scaling : ATTN_ROW_SCALES_ON_S_AND_P;
+    st = core_run(b, q, &kv, &par, out, n_threads, err);
+    if (cache.block_table != NULL) kv_paged_free(&cache);
+    return st;
+}
+
 pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
                            uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    if (attn_profile_mode(p) == PG_MODE_BF16) return attn_variant_bf16(b, q, k, v, out, n_threads, err);
+    const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
+    if (mt->kv_consumption == PG_KV_READ_AS_BF16)
+        return attn_variant_bf16(b, q, k, v, out, n_threads, err);
     pg_status st = attn_batch_check(b, err);
     if (st == PG_OK) st = attn_fp8_options_check(opt, err);
     if (st != PG_OK) return st;
@@ -542,7 +662,8 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
         return pg_fail(err, PG_ERR_UNSUPPORTED,
                        "variant %s: the kernel has no attention sinks, and this layer has them",
                        attn_profile_variant(p));
-    if (attn_profile_mode(p) == PG_MODE_FP8KV) {
+    switch (mt->kv_consumption) {
+    case PG_KV_DEQUANT_TO_BF16_COPY: {
         /* A kept tensor has its scale unused everywhere, the bmm scales of
          * @vllm-24197 included (there Q's bit drops q_scale from bmm1; P's
          * bit changes nothing: fp8kv's P is bf16). */
@@ -551,9 +672,17 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
         if (o.keep_bf16 & ATTN_TENSOR_Q) o.q_scale = 1.0f;
         if (o.keep_bf16 & ATTN_TENSOR_K) o.k_scale = 1.0f;
         if (o.keep_bf16 & ATTN_TENSOR_V) o.v_scale = 1.0f;
-        return attn_fp8kv_plumbed_run(&pl, b, q, k, v, &o, out, rep, n_threads, err);
+        return attn_fp8kv_plumbed_run(&pl, mt->kv_format, b, q, k, v, &o, out, rep, n_threads,
+                                      err);
     }
-    return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
+    case PG_KV_DEQUANT_IN_REGISTERS:
+        return attn_kv_per_token_head_run(ATTN_ROW_SCALES_ON_S_AND_P, b, q, k, v, opt, out, rep,
+                                          n_threads, err);
+    case PG_KV_FP8_MATMULS: return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
+    case PG_KV_READ_AS_BF16: break;
+    }
+    return pg_fail(err, PG_ERR_INTERNAL, "variant %s: mode %s has no computation",
+                   attn_profile_variant(p), pg_mode_name(attn_profile_mode(p)));
 }
 
 float attn_vllm_bmm1_scale(float q_scale, float k_scale, float sm_scale)

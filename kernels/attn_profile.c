@@ -146,6 +146,48 @@ static const char rules_fp8qkv_ideal[] =
     "Softmax with the final row max; P = expf(S - m) rounded to e4m3 unscaled.\n"
     "O = bf16((sum_t p8 v8 in fp32, t ascending) * v_scale / l): exact fp32 accumulation.\n";
 
+static const char rules_fp8kv_e5m2_fixed[] =
+    "vLLM --kv-cache-dtype fp8_e5m2 (vllm/config/cache.py CacheDType). The per-tensor scales\n"
+    "  are applied as for e4m3: the cache write divides, e5m2(x / scale) in fp32, nearest even,\n"
+    "  saturating at 57344 (csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh scaled_convert,\n"
+    "  kFp8E5M2: __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E5M2)).\n"
+    "FlashInfer views the cache as float8_e5m2 (vllm/v1/attention/backends/flashinfer.py\n"
+    "  get_fp8_dtype_for_flashinfer). This profile is the path of fp8kv@fixed on that view:\n"
+    "  PR #24197's dequant loads the fp8 view, multiplies by the scale in fp32 and writes a\n"
+    "  compact bf16 copy, bf16(fp8 * scale); then bf16 attention (rules of bf16) given sm_scale\n"
+    "  alone. That the trtllm-gen prefill (sm100, closed cubins) takes an e5m2 cache was not\n"
+    "  read from source; on Hopper FlashInfer's own prefill casts the e5m2 codes in registers,\n"
+    "  folds k_scale into sm_scale and multiplies the bf16 output by v_scale\n"
+    "  (flashinfer/prefill.py run): a profile not modelled yet.\n"
+    "Backends: FLASHINFER and TRITON_ATTN list fp8_e5m2; FLASH_ATTN (FA3) takes fp8 e4m3 only.\n"
+    "  TRITON_ATTN views every fp8* cache as current_platform.fp8_dtype(), float8_e4m3fn on\n"
+    "  CUDA (vllm/v1/attention/backends/triton_attn.py TritonAttentionImpl.forward, and\n"
+    "  triton_reshape_and_cache_flash): there fp8_e5m2 stores e4m3 codes, which is fp8kv, not\n"
+    "  this mode (diagnosis: an output nearest intended-fp8kv).\n";
+
+static const char rules_fp8kv_per_token_head_triton[] =
+    "vLLM --kv-cache-dtype fp8_per_token_head (KVQuantMode.FP8_PER_TOKEN_HEAD,\n"
+    "  vllm/v1/kv_cache_interface.py), served by TRITON_ATTN (Triton unified attention).\n"
+    "Cache write, per (token, KV head) row of d values in fp32 (vllm/v1/attention/ops/\n"
+    "  triton_quant_kv/_per_token_head_core.py _reshape_cache_per_token_head_kernel):\n"
+    "  scale = max(absmax / 448, 1e-6) in fp32, stored as float32 beside the codes;\n"
+    "  codes = e4m3(clamp(x * fp32(1 / scale), -448, 448)) (Triton's fp32 -> fp8e4nv store,\n"
+    "  cvt.rn.satfinite). Triton lowers an fp32 '/' to div.full.f32 (up to 2 ulp); the\n"
+    "  specification divides correctly rounded: only the GPU can hold the two together.\n"
+    "Attention (vllm/v1/attention/ops/triton_unified_attention.py kernel_unified_attention,\n"
+    "  KV_QUANT_MODE 3): Q stays bf16; K and V codes cast to bf16 as loaded (exact, no scale:\n"
+    "  _cast_kv_tile); S = (q . k in fp32) * fp32(sm_scale * k_scale of the key's row).\n"
+    "Online softmax over tiles of 32 keys (TILE_SIZE of a prefill, _get_tile_size) aligned at\n"
+    "  key 0, first to last (triton_attention_helpers.py softmax_step): M starts at the sink\n"
+    "  logit (unscaled) or -inf, L at 1; m = max(M, tile max) (0 when still -inf);\n"
+    "  P = exp(S - m), alpha = exp(M - m), L = L * alpha + sum P, O = O * alpha +\n"
+    "  bf16(P * v_scale of the key's row) . V in fp32.\n"
+    "exp: Triton's fp32 exp is ex2.approx.f32(x * log2e), the product in fp32\n"
+    "  (ExpOpConversionApprox), modelled by the C library's exp2f.\n"
+    "O = bf16(acc / L) (the 2D kernel of a prefill). Sums within a tile are in key order here;\n"
+    "  tl.sum and tl.dot choose theirs. A q block whose first tiles are fully masked for a row\n"
+    "  without sinks starts that row's running max at 0 (the clamp), not modelled per block.\n";
+
 /* The table, in the order attn_profile_at lists it. */
 static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
     [VARIANT_BF16] = {
@@ -180,6 +222,18 @@ static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
     [VARIANT_FP8QKV_IDEAL] = {
      .summary = "ideal bound: final row max, P unscaled e4m3, exact fp32 sums",
      .rules = rules_fp8qkv_ideal, .softmax = ATTN_SOFTMAX_FINAL_MAX, .accum = ATTN_ACCUM_EXACT},
+    [VARIANT_FP8KV_E5M2_FIXED] = {
+     .summary = "e5m2 paged KV cache, dequant to bf16 once, bf16 attention with sm_scale",
+     .rules = rules_fp8kv_e5m2_fixed, .kv_scales = ATTN_KV_SCALES_FIXED},
+    [VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON] = {
+     .summary = "e4m3 KV with a scale per (token, KV head), Triton: scales on S and P",
+     .rules = rules_fp8kv_per_token_head_triton, .softmax = ATTN_SOFTMAX_TRITON,
+     .accum = ATTN_ACCUM_EXACT,
+     .tiles = {{64, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
+               {96, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
+               {128, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
+               {192, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
+               {256, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE}}},
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])

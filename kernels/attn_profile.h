@@ -18,6 +18,10 @@
  *   fp8qkv@flashinfer-fa3  FlashInfer's FA3 fp8 prefill (P x 448; no sinks)
  *   fp8qkv@ideal       final row max, P unscaled e4m3, exact fp32 sums (the
  *                      fp8qkv of precgate before issue #15: an ideal bound)
+ *   fp8kv_e5m2@fixed   default: vLLM's fp8_e5m2 cache, dequant once, bf16
+ *                      attention with sm_scale (issue #29)
+ *   fp8kv_per_token_head@triton  default: vLLM's fp8_per_token_head cache, a
+ *                      scale per (token, KV head), Triton unified attention
  * The profiles' knobs are private to kernels/ (attn_profile_impl.h).
  */
 #ifndef PG_ATTN_PROFILE_H

@@ -44,16 +44,43 @@ typedef struct attn_kv_plumbing {
 attn_kv_plumbing attn_kv_plumbing_of(const attn_profile *p);
 
 /* The fp8kv computation with plumbing pl: K and V (those opt->keep_bf16 leaves
- * out excepted: read as the bf16 given) through the paged e4m3 cache and its
+ * out excepted: read as the bf16 given) through the paged cache of kv_format
+ * (e4m3 or e5m2, per-tensor scales) and its
  * dequant gather, then bf16 attention with pl's bmm1/bmm2 scales taken from
  * opt as they are (kept tensors included: attn_variant_run sets a kept
  * one's scale to 1.0 before it calls this; the hypotheses do not); as
  * attn_variant_run otherwise (opt required and checked; opt->quantize = 0
  * takes pl as {1, 0, 0, 0}). */
-pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, const attn_batch *b,
+pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv_format,
+                                 const attn_batch *b,
                                  const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                  const attn_fp8_options *opt, uint16_t *out,
                                  attn_quant_report *rep, int n_threads, pg_err *err);
+
+/* How a per-token-head computation uses each cached row's scale. */
+typedef enum attn_row_scaling {
+    ATTN_ROW_SCALES_ON_S_AND_P, /* intended: S x (sm_scale * ks), P x vs (Triton unified
+                                 * attention, KV_QUANT_MODE 3) */
+    ATTN_ROW_SCALES_IGNORED,    /* the codes taken as values, no scale anywhere */
+    ATTN_ROW_SCALES_TWICE       /* the codes also dequantized on load, bf16(code * scale),
+                                 * and the scales applied on S and P again */
+} attn_row_scaling;
+
+/* Keys per tile of vLLM's Triton unified attention in a prefill: TILE_SIZE
+ * 32 (vllm/v1/attention/ops/triton_unified_attention.py _get_tile_size,
+ * is_prefill; Gemma3's special case is 32 too). */
+#define ATTN_TRITON_PREFILL_TILE 32
+
+/* The per-token-head mode's computation (fp8kv_per_token_head@triton, rules
+ * in attn_profile.c) with scaling: the cache write of vLLM's per-token-head
+ * kernel (kv_cache.h), then the Triton row with bf16 Q and sm_scale; the
+ * tensors opt->keep_bf16 names stay bf16 with scale 1 (opt's per-tensor
+ * scales are never used: the scales are the rows' own); opt->quantize = 0
+ * keeps everything bf16 (attn.h). Checks as attn_variant_run. */
+pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch *b,
+                                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                     const attn_fp8_options *opt, uint16_t *out,
+                                     attn_quant_report *rep, int n_threads, pg_err *err);
 
 /* How the softmax is taken. */
 typedef enum attn_softmax {
@@ -62,8 +89,10 @@ typedef enum attn_softmax {
                               * to first, exp2f with Max_offset (hopper/softmax.h) */
     ATTN_SOFTMAX_TRTLLM,     /* TensorRT-LLM fmha_v2 sm90 e4m3: tiles first to last,
                               * fma.rz then exp2 with the 256 offset (warpspec/epilogue.h) */
-    ATTN_SOFTMAX_FLASHINFER  /* FlashInfer's FA3 fp8: tiles last to first, P in [0, 1]
+    ATTN_SOFTMAX_FLASHINFER, /* FlashInfer's FA3 fp8: tiles last to first, P in [0, 1]
                               * then x p_scale (hopper/variants.cuh StandardFP8Attention) */
+    ATTN_SOFTMAX_TRITON      /* vLLM's Triton unified attention: tiles first to last, the
+                              * per-key k/v scales on S and on P (softmax_step) */
 } attn_softmax;
 
 /* How the fp8 products of Q.K^T and P.V are summed. */

@@ -247,7 +247,7 @@ pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg
 
 size_t elem_bytes(kv_elem e)
 {
-    return e == KV_ELEM_E4M3 ? 1 : 2;
+    return e == KV_ELEM_BF16 ? 2 : 1;
 }
 
 // A NaN-filled device paged cache with the host's block table (uploaded).
@@ -514,15 +514,24 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
 {
     const char *no = nullptr;
     gpu_kind k = GK_NONE;
+    const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
     if (b->d != 64 && b->d != 128) {
         no = "the GPU kernels take head dims 64 and 128";
+    } else if (mt->kv_consumption != PG_KV_READ_AS_BF16 &&
+               (mt->kv_format != PG_FORMAT_E4M3 || mt->kv_scales != PG_SCALES_PER_TENSOR)) {
+        // cuda_kv_cache.cu writes e4m3 codes with per-tensor scales only (issue #31)
+        no = "the GPU has no kernel for this mode's KV cache format (e5m2 or per-token-head "
+             "scales): the CPU specification runs it";
     } else {
-        switch (attn_profile_mode(p)) {
-        case PG_MODE_BF16: k = GK_BF16; break;
-        case PG_MODE_FP8KV:
+        switch (mt->kv_consumption) {
+        case PG_KV_READ_AS_BF16: k = GK_BF16; break;
+        case PG_KV_DEQUANT_TO_BF16_COPY:
             k = p->kv_scales == ATTN_KV_SCALES_TWICE ? GK_FP8KV_TWICE : GK_FP8KV_FIXED;
             break;
-        case PG_MODE_FP8QKV:
+        case PG_KV_DEQUANT_IN_REGISTERS:
+            no = "the GPU has no kernel that dequantizes the cache in registers";
+            break;
+        case PG_KV_FP8_MATMULS:
             // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles
             if (p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL &&
                 p->p_exp_offset == ATTN_FA3_FP8_MAX_OFFSET &&

@@ -8,13 +8,15 @@
 
 /* bf16 bits of a quiet NaN: what unwritten cache slots hold. */
 #define KV_BF16_NAN_BITS 0x7FC0u
+/* binary32 bits of a quiet NaN: what unwritten per-token-head scales hold. */
+#define KV_F32_NAN_BITS 0x7FC00000u
 /* Spare pages beyond those the batch needs, as a fraction of them, so that
  * page ids are sparse as in a cache shared with other requests. */
 #define KV_SPARE_PAGE_FRACTION 4
 
 size_t kv_elem_size(kv_elem e)
 {
-    return e == KV_ELEM_E4M3 ? 1 : 2;
+    return e == KV_ELEM_BF16 ? 2 : 1;
 }
 
 /* Elements in one page (K and V). */
@@ -34,26 +36,30 @@ const void *kv_paged_row(const kv_paged *c, int64_t page, int which, int head, i
 /* Fills n elements at p with the NaN of elem. */
 static void fill_nan(void *p, size_t n, kv_elem elem)
 {
-    if (elem == KV_ELEM_E4M3) {
-        memset(p, FP8_NAN_BITS, n);
+    if (elem != KV_ELEM_BF16) {
+        memset(p, FP8_NAN_BITS, n); /* a NaN in e4m3 and in e5m2 (0x7F) */
     } else {
         uint16_t *h = p;
         for (size_t i = 0; i < n; i++) h[i] = KV_BF16_NAN_BITS;
     }
 }
 
-/* Allocates c's page buffer (NaN-filled) and a zeroed block table. */
-static pg_status kv_paged_alloc(kv_paged *c, pg_err *err)
+/* Allocates c's page buffer (NaN-filled), a zeroed block table and, when
+ * per_token_head, one scale per row (NaN-filled). */
+static pg_status kv_paged_alloc(kv_paged *c, int per_token_head, pg_err *err)
 {
     size_t n = (size_t)c->n_pages * page_elems(c);
     c->data = malloc(n * kv_elem_size(c->elem) + 1);
     c->block_table = calloc((size_t)c->n_seqs * (size_t)c->pages_per_seq + 1, sizeof(int32_t));
-    if (c->data == NULL || c->block_table == NULL) {
+    if (per_token_head) c->scales = malloc(n / (size_t)c->d * sizeof(float) + 1);
+    if (c->data == NULL || c->block_table == NULL || (per_token_head && c->scales == NULL)) {
         kv_paged_free(c);
         return pg_fail(err, PG_ERR_NOMEM, "paged KV cache: cannot allocate %lld pages",
                        (long long)c->n_pages);
     }
     fill_nan(c->data, n, c->elem);
+    if (c->scales != NULL) /* slots never written read a NaN scale */
+        for (size_t i = 0; i < n / (size_t)c->d; i++) c->scales[i] = f32_from_bits(KV_F32_NAN_BITS);
     return PG_OK;
 }
 
@@ -105,10 +111,29 @@ pg_status kv_block_table_build(const attn_batch *b, int block_size, uint64_t pag
     return PG_OK;
 }
 
-pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
-                         float k_scale, float v_scale, uint64_t page_seed, int block_size,
-                         kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
-                         pg_err *err)
+/* Writes one (token, KV head) row of d bf16 values src into the cache row
+ * dst: bits copied (bf16), the per-tensor scale's codes (e4m3, e5m2), or,
+ * with scale_out != NULL, the per-token-head codes and *scale_out. */
+static void write_row(kv_elem elem, const uint16_t *src, size_t d, float scale, void *dst,
+                      float *scale_out, fp8_quant_stats *stats)
+{
+    if (scale_out != NULL) {
+        *scale_out = fp8_e4m3_quantize_bf16_per_token_head(src, d, dst, stats);
+        return;
+    }
+    switch (elem) {
+    case KV_ELEM_E4M3: fp8_e4m3_quantize_bf16(src, d, scale, dst, stats); break;
+    case KV_ELEM_E5M2: fp8_e5m2_quantize_bf16(src, d, scale, dst, stats); break;
+    case KV_ELEM_BF16: memcpy(dst, src, d * sizeof(uint16_t)); break;
+    }
+}
+
+/* kv_paged_write and kv_paged_write_per_token_head (per_token_head: the
+ * scales are the rows' own, k_scale and v_scale unused). */
+static pg_status paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                             kv_elem elem, int per_token_head, float k_scale, float v_scale,
+                             uint64_t page_seed, int block_size, kv_paged *out,
+                             fp8_quant_stats *kstats, fp8_quant_stats *vstats, pg_err *err)
 {
     memset(out, 0, sizeof *out);
     int64_t n_pages;
@@ -118,7 +143,7 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
     if (st != PG_OK) return st;
     *out = (kv_paged){.elem = elem, .n_seqs = b->n_seqs, .hkv = b->hkv, .d = b->d,
                       .block_size = block_size, .n_pages = n_pages, .pages_per_seq = width};
-    st = kv_paged_alloc(out, err);
+    st = kv_paged_alloc(out, per_token_head, err);
     if (st != PG_OK) {
         free(table);
         return st;
@@ -137,13 +162,12 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
                 size_t src = ((size_t)(kv_base + t) * (size_t)b->hkv + (size_t)h) * d;
                 void *kd = (void *)kv_paged_row(out, page, 0, h, slot);
                 void *vd = (void *)kv_paged_row(out, page, 1, h, slot);
-                if (elem == KV_ELEM_E4M3) {
-                    fp8_e4m3_quantize_bf16(k + src, d, k_scale, kd, kstats);
-                    fp8_e4m3_quantize_bf16(v + src, d, v_scale, vd, vstats);
-                } else {
-                    memcpy(kd, k + src, d * sizeof(uint16_t));
-                    memcpy(vd, v + src, d * sizeof(uint16_t));
-                }
+                write_row(elem, k + src, d, k_scale, kd,
+                          per_token_head ? kv_paged_scale_at(out, page, 0, h, slot) : NULL,
+                          kstats);
+                write_row(elem, v + src, d, v_scale, vd,
+                          per_token_head ? kv_paged_scale_at(out, page, 1, h, slot) : NULL,
+                          vstats);
             }
         }
         kv_base += b->seq_kv[s];
@@ -151,14 +175,43 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
     return PG_OK;
 }
 
+pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
+                         float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                         kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
+                         pg_err *err)
+{
+    return paged_write(b, k, v, elem, 0, k_scale, v_scale, page_seed, block_size, out, kstats,
+                       vstats, err);
+}
+
+pg_status kv_paged_write_per_token_head(const attn_batch *b, const uint16_t *k,
+                                        const uint16_t *v, uint64_t page_seed, int block_size,
+                                        kv_paged *out, fp8_quant_stats *kstats,
+                                        fp8_quant_stats *vstats, pg_err *err)
+{
+    return paged_write(b, k, v, KV_ELEM_E4M3, 1, 1.0f, 1.0f, page_seed, block_size, out, kstats,
+                       vstats, err);
+}
+
+float *kv_paged_scale_at(const kv_paged *c, int64_t page, int which, int head, int slot)
+{
+    if (c->scales == NULL) return NULL;
+    const size_t per_page = (size_t)2 * (size_t)c->hkv * (size_t)c->block_size;
+    return c->scales + (size_t)page * per_page +
+           ((size_t)which * (size_t)c->hkv + (size_t)head) * (size_t)c->block_size + (size_t)slot;
+}
+
 pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, kv_paged *out,
                             pg_err *err)
 {
+    if (src->scales != NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "dequant gather: a per-token-head cache is read "
+                       "in registers, never gathered (kv_cache.h)");
     const int B = src->n_seqs, P = src->pages_per_seq;
     *out = (kv_paged){.elem = KV_ELEM_BF16, .n_seqs = B, .hkv = src->hkv, .d = src->d,
                       .block_size = src->block_size, .n_pages = (int64_t)B * P + 1,
                       .pages_per_seq = P};
-    pg_status st = kv_paged_alloc(out, err);
+    pg_status st = kv_paged_alloc(out, 0, err);
     if (st != PG_OK) return st;
     const size_t half = page_elems(src) / 2; /* K or V part of one page */
     for (int b = 0; b < B; b++) {
@@ -171,12 +224,17 @@ pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, k
                 const float scale = which == 0 ? k_scale : v_scale;
                 uint16_t *dst = (uint16_t *)kv_paged_row(out, mock, which, 0, 0);
                 const void *from = kv_paged_row(src, orig, which, 0, 0);
-                if (src->elem == KV_ELEM_E4M3) {
-                    const uint8_t *f8 = from;
+                const uint8_t *f8 = from;
+                switch (src->elem) {
+                case KV_ELEM_E4M3:
                     for (size_t i = 0; i < half; i++)
                         dst[i] = bf16_from_f32(fp8_e4m3_decode(f8[i]) * scale);
-                } else {
-                    memcpy(dst, from, half * sizeof(uint16_t));
+                    break;
+                case KV_ELEM_E5M2:
+                    for (size_t i = 0; i < half; i++)
+                        dst[i] = bf16_from_f32(fp8_e5m2_decode(f8[i]) * scale);
+                    break;
+                case KV_ELEM_BF16: memcpy(dst, from, half * sizeof(uint16_t)); break;
                 }
             }
         }
@@ -188,6 +246,8 @@ void kv_paged_free(kv_paged *c)
 {
     free(c->data);
     free(c->block_table);
+    free(c->scales);
     c->data = NULL;
     c->block_table = NULL;
+    c->scales = NULL;
 }

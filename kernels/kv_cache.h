@@ -23,7 +23,8 @@ extern "C" {
 /* What one cache element is. */
 typedef enum kv_elem {
     KV_ELEM_BF16,  /* uint16_t bf16 bits */
-    KV_ELEM_E4M3   /* uint8_t e4m3fn byte */
+    KV_ELEM_E4M3,  /* uint8_t e4m3fn byte */
+    KV_ELEM_E5M2   /* uint8_t e5m2 byte */
 } kv_elem;
 
 /* A paged cache and its block table. */
@@ -34,6 +35,9 @@ typedef struct kv_paged {
     int pages_per_seq;        /* block-table width */
     void *data;               /* [n_pages, 2, hkv, block_size, d] */
     int32_t *block_table;     /* [n_seqs, pages_per_seq] */
+    float *scales;            /* per-token-head caches: one fp32 scale per (page, K or V,
+                               * head, slot), [n_pages, 2, hkv, block_size] (NaN where
+                               * unwritten); NULL for per-tensor scales */
 } kv_paged;
 
 /* Bytes of one element. */
@@ -50,7 +54,7 @@ pg_status kv_block_table_build(const attn_batch *b, int block_size, uint64_t pag
                                pg_err *err);
 
 /* Writes packed bf16 k/v [Tkv, hkv, d] into a new paged cache of element
- * type elem (e4m3: x / scale, saturating; bf16: bits copied, scales unused).
+ * type elem (e4m3, e5m2: x / scale, saturating; bf16: bits copied, scales unused).
  * Pages come from a seeded permutation of 1..n_pages-1 so neighbours are not
  * adjacent; slots past a sequence's end and page 0 hold NaN so that a read
  * outside the batch shows in the output. Adds to kstats/vstats (may be NULL). */
@@ -59,7 +63,19 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
                          kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
                          pg_err *err);
 
-/* vLLM PR #24197's dequant: from src (e4m3 or bf16) build a compact bf16
+/* The same for vLLM's fp8_per_token_head cache: e4m3 codes, each (token,
+ * KV head) row with its own scale (fp8_e4m3_quantize_bf16_per_token_head)
+ * in out->scales. */
+pg_status kv_paged_write_per_token_head(const attn_batch *b, const uint16_t *k,
+                                        const uint16_t *v, uint64_t page_seed, int block_size,
+                                        kv_paged *out, fp8_quant_stats *kstats,
+                                        fp8_quant_stats *vstats, pg_err *err);
+
+/* The scale of row (page, which = 0 K / 1 V, head, slot) of a per-token-head
+ * cache; NULL when c has per-tensor scales. */
+float *kv_paged_scale_at(const kv_paged *c, int64_t page, int which, int head, int slot);
+
+/* vLLM PR #24197's dequant: from src (e4m3, e5m2 or bf16; per-tensor scales) build a compact bf16
  * cache of n_seqs*pages_per_seq + 1 pages, block table arange(1, B*P+1);
  * page b*P+p+1 = bf16(decode(src page) * scale) when src id > 0, else left
  * unwritten (NaN here; uninitialised torch.empty there). */

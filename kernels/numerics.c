@@ -206,21 +206,23 @@ uint8_t fp8_e4m3_encode_scaled(float x, float scale)
  *                0x7F, so it never counts; n_underflow <= n_nonzero.
  * The counters are added to, never reset, so one stats can span tensors.
  */
-/* The loop of both quantizers: y = x / scale, or x * scale when by_inverse
- * (scale is then the inverse). */
-static void quantize_bf16(const uint16_t *x, size_t n, float scale, int by_inverse,
+/* The loop of the quantizers: y = x / scale, or x * scale when by_inverse
+ * (scale is then the inverse), encoded to e5m2 when e5m2 (its largest finite
+ * value's bits are the saturation bound), else to e4m3. */
+static void quantize_bf16(const uint16_t *x, size_t n, float scale, int by_inverse, int e5m2,
                           uint8_t *out, fp8_quant_stats *stats)
 {
     uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
+    const uint32_t max_bits = e5m2 ? E5M2_MAX_F32_BITS : E4M3_MAX_F32_BITS;
     for (size_t i = 0; i < n; i++) {
         const float xf = bf16_to_f32(x[i]);
         const float y = by_inverse ? xf * scale : xf / scale;
-        const uint8_t b = fp8_e4m3_encode(y);
+        const uint8_t b = e5m2 ? fp8_e5m2_encode(y) : fp8_e4m3_encode(y);
         if (out != NULL) out[i] = b;
-        /* |y| > 448 on the bit pattern: NaN patterns exceed inf's and are
-         * excluded by the upper bound. */
+        /* |y| > the format's max on the bit pattern: NaN patterns exceed
+         * inf's and are excluded by the upper bound. */
         const uint32_t ay = f32_bits(y) & F32_ABS_MASK;
-        n_sat += (ay > E4M3_MAX_F32_BITS && ay <= F32_INF_BITS);
+        n_sat += (ay > max_bits && ay <= F32_INF_BITS);
         const int nz = (xf != 0.0f);
         n_nz += (uint64_t)nz;
         n_uf += (uint64_t)(nz && (b & FP8_ABS_MASK) == 0u);
@@ -236,7 +238,13 @@ static void quantize_bf16(const uint16_t *x, size_t n, float scale, int by_inver
 void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
                             uint8_t *out, fp8_quant_stats *stats)
 {
-    quantize_bf16(x, n, scale, 0, out, stats);
+    quantize_bf16(x, n, scale, 0, 0, out, stats);
+}
+
+void fp8_e5m2_quantize_bf16(const uint16_t *x, size_t n, float scale,
+                            uint8_t *out, fp8_quant_stats *stats)
+{
+    quantize_bf16(x, n, scale, 0, 1, out, stats);
 }
 
 /*
@@ -247,7 +255,30 @@ void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
 void fp8_e4m3_quantize_bf16_inverse(const uint16_t *x, size_t n, float scale,
                                     uint8_t *out, fp8_quant_stats *stats)
 {
-    quantize_bf16(x, n, 1.0f / scale, 1, out, stats);
+    quantize_bf16(x, n, 1.0f / scale, 1, 0, out, stats);
+}
+
+/*
+ * vLLM's per-token-head cache write, one (token, KV head) row
+ * (vllm/v1/attention/ops/triton_quant_kv/_per_token_head_core.py
+ * _reshape_cache_per_token_head_kernel, QUANT_MAX 448 for float8_e4m3fn):
+ *   x in fp32; scale = tl.maximum(tl.max(tl.abs(x)) / QUANT_MAX, 1e-6);
+ *   q = tl.clamp(x * (1.0 / scale), -448, 448), stored to the e4m3 cache
+ *   (Triton's fp32 -> fp8e4nv store: cvt.rn.satfinite.e4m3x2.f32).
+ * The two divisions are binary32 divisions here, correctly rounded; Triton
+ * lowers an fp32 '/' to div.full.f32 (at most 2 ulp off), which only the
+ * GPU check can hold to this (issue #31). The clamp changes nothing the
+ * saturating encode would not: it is the statistic's y that it bounds, and
+ * y is counted before it, as for the other quantizers.
+ */
+float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
+                                            fp8_quant_stats *stats)
+{
+    const float amax = bf16_amax(x, n);
+    float scale = amax / FP8_E4M3_MAX;
+    if (!(scale >= FP8_PER_TOKEN_HEAD_MIN_SCALE)) scale = FP8_PER_TOKEN_HEAD_MIN_SCALE;
+    quantize_bf16(x, n, 1.0f / scale, 1, 0, out, stats);
+    return scale;
 }
 
 /*

@@ -73,10 +73,11 @@ float fp8_e5m2_decode(uint8_t b);
  * fp32 (csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh). */
 uint8_t fp8_e4m3_encode_scaled(float x, float scale);
 
-/* Counters that describe one tensor's quantization to e4m3 with a scale. */
+/* Counters that describe one tensor's quantization to an fp8 format with a scale. */
 typedef struct fp8_quant_stats {
     uint64_t n;            /* values seen */
-    uint64_t n_saturated;  /* |x / scale| > FP8_E4M3_MAX in fp32, inf included, NaN not */
+    uint64_t n_saturated;  /* |x / scale| > the format's max (FP8_E4M3_MAX, FP8_E5M2_MAX)
+                            * in fp32, inf included, NaN not */
     uint64_t n_nonzero;    /* x != 0 as an IEEE compare: a NaN counts, +-0 does not */
     uint64_t n_underflow;  /* x != 0 but encoded to +-0 (a NaN encodes to 0x7F: never) */
 } fp8_quant_stats;
@@ -92,6 +93,23 @@ void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
  * the statistics are of y = x * fp32(1 / scale). */
 void fp8_e4m3_quantize_bf16_inverse(const uint16_t *x, size_t n, float scale,
                                     uint8_t *out, fp8_quant_stats *stats);
+
+/* The same into e5m2 (vLLM's fp8_e5m2 cache write: e5m2(x / scale) in fp32,
+ * saturating; csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh
+ * scaled_vec_conversion with __NV_E5M2). */
+void fp8_e5m2_quantize_bf16(const uint16_t *x, size_t n, float scale,
+                            uint8_t *out, fp8_quant_stats *stats);
+
+/* The least per-token-head scale vLLM's cache write gives (its tl.maximum
+ * with 1e-6, as binary32), so an all-zero row has a positive scale. */
+#define FP8_PER_TOKEN_HEAD_MIN_SCALE 1e-6f
+
+/* vLLM's fp8_per_token_head cache write of one (token, KV head) row of n
+ * bf16 values: scale = max(absmax / 448, 1e-6) in fp32, codes e4m3(x *
+ * fp32(1 / scale)) into out (may be NULL); adds to *stats (may be NULL);
+ * returns the scale (numerics.c gives the source). */
+float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
+                                            fp8_quant_stats *stats);
 
 /* Largest |x| over n bf16 values, NaN ignored, an inf gives inf; 0 when n is 0
  * or every value is NaN or +-0. */

@@ -591,7 +591,7 @@ int report_worst_fp8_variant(const report_data *d)
     double worst_mean = -INFINITY;
     for (size_t v = 0; v < d->n_variants; v++) {
         const variant_profile_id p = variant_name_profile(d->variants[v]);
-        if (p == VARIANT_PROFILE_COUNT || variant_profile_mode(p) == PG_MODE_BF16) continue;
+        if (p == VARIANT_PROFILE_COUNT || !pg_mode_quantizes(variant_profile_mode(p))) continue;
         const double m = report_variant_mean(d, v);
         if (isnan(m)) continue;
         if (worst < 0 || m > worst_mean) {
@@ -631,10 +631,15 @@ const char *report_colour(const char *name)
 {
     if (name == NULL) return PALETTE[0];
     const variant_profile_id prof = variant_name_profile(name);
+    /* The colours of the first modes' default profiles (the baseline's
+     * alone is its mode); the other names hash into the palette. */
+    static const char *const mode_colour[PG_MODE_COUNT] = {
+        [PG_MODE_BF16] = COLOUR_BF16, [PG_MODE_FP8KV] = COLOUR_FP8KV,
+        [PG_MODE_FP8QKV] = COLOUR_FP8QKV};
     const pg_mode mode = variant_profile_mode(prof);
-    if (prof != VARIANT_PROFILE_COUNT && (mode == PG_MODE_BF16 || variant_profile_is_default(prof)))
-        return mode == PG_MODE_BF16 ? COLOUR_BF16 : mode == PG_MODE_FP8KV ? COLOUR_FP8KV
-                                                                              : COLOUR_FP8QKV;
+    if (prof != VARIANT_PROFILE_COUNT && variant_profile_is_default(prof) &&
+        mode_colour[mode] != NULL)
+        return mode_colour[mode];
     unsigned h = FNV_OFFSET;
     for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) h = (h ^ *p) * FNV_PRIME;
     return PALETTE[h % PALETTE_N];

@@ -60,7 +60,8 @@ step bad2 "$bin/precgate" gate --run 1 --baseline nosuch
 step bad3 "$bin/precgate" diff 1 77
 for f in e3.json g1.xml g2.xml r1.html r1.md r2.md r3.md r4.html; do cp "$work/$f" "$out/file-$f" 2>/dev/null; done
 sqlite3 "$work/p.db" .dump > "$out/db.sql"
-# The masks: ISO times, epoch seconds, durations, pids, hosts, the revision.
+# The masks: ISO times, epoch seconds, durations, pids, hosts, the revision,
+# the checkout's own path (two checkouts of two builds compare).
 host=$(hostname)
 rev=$(sqlite3 "$work/p.db" "SELECT git_rev FROM runs WHERE id = 1")
 sed -i -E \
@@ -69,6 +70,6 @@ sed -i -E \
   -e 's/"(pid|duration_s)":(\s*)[0-9.e+-]+/"\1":\2<n>/g' \
   -e "s/$rev/<rev>/g" \
   -e "s/,NULL,[0-9]+,'<time>'\);/,NULL,<pid>,'<time>');/" \
-  -e "s#$work#<work>#g" -e "s#$host#<host>#g" \
+  -e "s#$work#<work>#g" -e "s#$host#<host>#g" -e "s#$root#<root>#g" \
   "$out"/*
 echo "snapshot: $out"

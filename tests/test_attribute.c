@@ -196,7 +196,12 @@ Test(attribute, the_store_refuses_nan_an_unknown_tensor_and_a_bf16_variant)
     err = (pg_err){0};
     cr_assert_eq(attribution_store_put(s, run, "c", 0, "fp8kv@fixed", "x", 0.5, &err), PG_ERR_DB);
     err = (pg_err){0};
-    cr_assert_eq(attribution_store_put(s, run, "c", 0, "bf16", "k", 0.5, &err), PG_ERR_DB);
+    cr_assert_eq(attribution_store_put(s, run, "c", 0, "bf16", "k", 0.5, &err), PG_ERR_INTERNAL);
+    cr_assert_not_null(strstr(err.msg, "no quantizing profile"), "%s", err.msg);
+    err = (pg_err){0};
+    cr_assert_eq(attribution_store_put(s, run, "c", 0, "fp8kv", "k", 0.5, &err), PG_ERR_INTERNAL,
+                 "a bare mode is no stored name");
+
     err = (pg_err){0};
     cr_assert_eq(attribution_store_put(s, run, "c", 1, "fp8qkv@fa3", "all", INFINITY, &err),
                  PG_OK, "%s", err.msg);

@@ -198,7 +198,7 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
     for (size_t i = 0; i < sizeof h / 2; i++) twice[i] = bf16_from_f32(2 * bf16_to_f32(h[i]));
     const capture_ext_output ext = {(char *)"x", twice};
     diag_layer d;
-    cr_assert_eq(diag_layer_run(&b, q, k, v, &fo, 1, &ext, 1, &d, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(diag_layer_run(&b, q, k, v, &fo, 0, 1, &ext, 1, &d, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(d.n_hyp, (int)attn_hypothesis_count());
     cr_expect_eq(d.rel_l2[0], 1.0);  /* intended-bf16 is the table's first */
     cr_expect_str_eq(d.why[0], "");
@@ -207,7 +207,7 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
     /* options no stack quantizes with are a caller's bug, never a hypothesis "not run" */
     attn_fp8_options bad = fo;
     bad.keep_bf16 = ATTN_TENSOR_Q;
-    cr_expect_eq(diag_layer_run(&b, q, k, v, &bad, 1, &ext, 1, &d, &err), PG_ERR_INTERNAL);
+    cr_expect_eq(diag_layer_run(&b, q, k, v, &bad, 0, 1, &ext, 1, &d, &err), PG_ERR_INTERNAL);
     diag_layer_free(&d);
 }
 
@@ -349,10 +349,18 @@ static void make_capture(const char *dir, sweep_scales scales, const ext_spec *e
 
 /* Runs `precgate run` on capture dir into db under scales ("amax", "unit");
  * returns the run's output. */
+/* The variants the diagnosis sweeps run: bf16 and one profile of each mode
+ * whose hypotheses only a sweep of it asks (base/mode.h always_diagnosed),
+ * so that every hypothesis of the table runs; T_SWEPT_MODES their bits. */
+#define T_SWEPT_VARIANTS "bf16,fp8kv_e5m2,fp8kv_per_token_head"
+#define T_SWEPT_MODES \
+    ((1u << PG_MODE_BF16) | (1u << PG_MODE_FP8KV_E5M2) | (1u << PG_MODE_FP8KV_PER_TOKEN_HEAD))
+
 static char *sweep_cli(const char *dir, const char *db, const char *scales)
 {
     char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --variants bf16 "
+    const int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --variants "
+                                    T_SWEPT_VARIANTS " "
                                     "--threads 1 --scales %s", dir, db, scales);
     cr_assert_eq(rc, 0, "run: %s", out);
     return out;
@@ -368,7 +376,7 @@ static void one_span(const char *db_path, diag_span **s, char *line, size_t len)
     diagnosis_row *rows = NULL;
     size_t n = 0, ns = 0;
     cr_assert_eq(diagnosis_store_load(db, 1, &rows, &n, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(n, (size_t)diag_layer_rows(1) * T_LAYERS);
+    cr_assert_eq(n, (size_t)diag_layer_rows(1, T_SWEPT_MODES) * T_LAYERS);
     cr_assert_eq(diag_spans(rows, n, s, &ns, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(ns, 1, "%zu spans", ns);
     cr_assert_eq((*s)[0].first_layer, 0);
@@ -662,7 +670,12 @@ Test(diagnose, the_sweep_stores_every_hypothesis_once_per_output_and_resume_coun
     so.stats = &stats;
     cr_assert_eq(sweep_run(s, run, cap, "two", &so, &err), PG_OK, "%s", err.msg);
     cr_expect_gt(stats.diagnose_s, 0);
-    const int64_t nh = (int64_t)attn_hypothesis_count();
+    /* A bf16 sweep asks the hypotheses of the always-diagnosed modes
+     * (bf16, fp8kv, fp8qkv: eight), not those of the modes added since. */
+    int64_t nh = 0;
+    for (size_t i = 0; i < attn_hypothesis_count(); i++)
+        nh += attn_hypothesis_is_asked(attn_hypothesis_at(i), 1u << PG_MODE_BF16);
+    cr_assert_eq(nh, 8);
     store_layer_rows rows[T_LAYERS];
     cr_assert_eq(store_sweep_layer_rows(s, run, "two", T_LAYERS, rows, &err), PG_OK, "%s",
                  err.msg);
@@ -699,6 +712,9 @@ Test(diagnose, the_sweep_stores_every_hypothesis_once_per_output_and_resume_coun
     sqlite3_close(h2);
     cr_expect_neq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s'", dir, db),
                   0, "%s", out);
-    cr_expect(strstr(out, "0 of its 16 ext_diagnosis rows") != NULL, "%s", out);
+    char want_rows[64]; /* two outputs x the hypotheses the sweep asked */
+    snprintf(want_rows, sizeof want_rows, "0 of its %lld ext_diagnosis rows",
+             (long long)diag_layer_rows(2, T_SWEPT_MODES));
+    cr_expect(strstr(out, want_rows) != NULL, "%s: %s", want_rows, out);
     free(out);
 }

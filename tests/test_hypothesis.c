@@ -74,7 +74,10 @@ Test(hypothesis, table_names_intended_and_sources)
     static const char *const want[] = {"intended-bf16",     "intended-fp8kv",  "intended-fp8qkv",
                                        "kv-scales-twice",   "kv-scales-missing",
                                        "k-scale-on-bf16",   "q-scale-on-bf16-q",
-                                       "q-cast-unscaled"};
+                                       "q-cast-unscaled",   "intended-fp8kv_e5m2",
+                                       "e5m2-kv-scales-twice", "e5m2-kv-scales-missing",
+                                       "intended-fp8kv_pth", "pth-scales-missing",
+                                       "pth-scales-twice"};
     cr_assert_eq(attn_hypothesis_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < attn_hypothesis_count(); i++) {
         const attn_hypothesis *h = attn_hypothesis_at(i);

@@ -1,0 +1,125 @@
+/*
+ * mode.c: the table of precision modes (see mode.h), each row with the
+ * source its traits were read from.
+ *
+ * Sources (vllm-project/vllm):
+ *   CACHE  vllm/config/cache.py CacheDType: the --kv-cache-dtype values.
+ *   KVI    vllm/v1/kv_cache_interface.py KVQuantMode and the page size: the
+ *          per-token-head modes keep one float32 scale per (token, KV head)
+ *          for K and one for V inline in the page.
+ *   WRITE  csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh scaled_convert:
+ *          e4m3 / e5m2 (x / scale), __NV_SATFINITE, for fp8 and fp8_e5m2;
+ *          vllm/v1/attention/ops/triton_reshape_and_cache_flash.py (and its
+ *          per-token-head kernel) for the dynamic scales.
+ *   FI     vllm/v1/attention/backends/flashinfer.py: get_fp8_dtype_for_flashinfer
+ *          views the cache as float8_e5m2 for fp8_e5m2; the trtllm prefill
+ *          path with a bf16 Q gathers the cache into a bf16 copy (PR #24197).
+ *   TRITON vllm/v1/attention/ops/triton_unified_attention.py KV_QUANT_MODE 3:
+ *          codes cast to Q's dtype in registers, scales on S and on P.
+ *   FA3    vllm/v1/attention/backends/flash_attn.py: an fp8 cache runs
+ *          FlashAttention-3 with Q quantized too.
+ */
+#include "mode.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Bytes of a bf16 element and of an fp8 code. */
+#define BF16_BYTES 2
+#define FP8_BYTES 1
+/* The per-token-head modes' scale: one float32 per (token, KV head) (KVI). */
+#define PER_TOKEN_HEAD_SCALE_BYTES 4
+
+static const pg_mode_traits modes[PG_MODE_COUNT] = {
+    [PG_MODE_BF16] = {
+        .name = PG_MODE_BASELINE_NAME, .quantized = 0, .q_format = PG_FORMAT_BF16,
+        .kv_format = PG_FORMAT_BF16, .p_format = PG_FORMAT_BF16, .kv_scales = PG_SCALES_NONE,
+        .kv_scale_source = PG_SCALES_FROM_NOWHERE, .kv_consumption = PG_KV_READ_AS_BF16,
+        .vllm_kv_cache_dtype = "auto", .kv_element_bytes = BF16_BYTES, .is_baseline = 1,
+        .always_diagnosed = 1},
+    /* CACHE fp8 = fp8_e4m3; WRITE; FI: the dequant gather of PR #24197. */
+    [PG_MODE_FP8KV] = {
+        .name = "fp8kv", .quantized = PG_TENSOR_K | PG_TENSOR_V, .q_format = PG_FORMAT_BF16,
+        .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
+        .kv_consumption = PG_KV_DEQUANT_TO_BF16_COPY, .vllm_kv_cache_dtype = "fp8",
+        .kv_element_bytes = FP8_BYTES, .always_diagnosed = 1},
+    /* FA3: Q, K, V and P in e4m3, the matmuls in fp8. */
+    [PG_MODE_FP8QKV] = {
+        .name = "fp8qkv", .quantized = PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P,
+        .q_format = PG_FORMAT_E4M3, .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_E4M3,
+        .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
+        .kv_consumption = PG_KV_FP8_MATMULS, .vllm_kv_cache_dtype = "fp8",
+        .kv_element_bytes = FP8_BYTES, .always_diagnosed = 1},
+    /* CACHE fp8_e5m2; WRITE: the per-tensor scale divides as for e4m3; FI. */
+    [PG_MODE_FP8KV_E5M2] = {
+        .name = "fp8kv_e5m2", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_E5M2, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
+        .kv_consumption = PG_KV_DEQUANT_TO_BF16_COPY, .vllm_kv_cache_dtype = "fp8_e5m2",
+        .kv_element_bytes = FP8_BYTES},
+    /* CACHE fp8_per_token_head; KVI; WRITE (per-token-head kernel); TRITON. */
+    [PG_MODE_FP8KV_PER_TOKEN_HEAD] = {
+        .name = "fp8kv_per_token_head", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
+        .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS,
+        .vllm_kv_cache_dtype = "fp8_per_token_head", .kv_element_bytes = FP8_BYTES,
+        .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
+};
+
+const pg_mode_traits *pg_mode_traits_of(pg_mode m)
+{
+    return &modes[(unsigned)m < PG_MODE_COUNT ? m : PG_MODE_BF16];
+}
+
+pg_mode pg_mode_baseline(void)
+{
+    for (int m = 0; m < PG_MODE_COUNT; m++)
+        if (modes[m].is_baseline) return (pg_mode)m;
+    return PG_MODE_BF16; /* the table has one (test_kv_formats holds it) */
+}
+
+const char *pg_mode_name(pg_mode m)
+{
+    return (unsigned)m < PG_MODE_COUNT ? modes[m].name : "?";
+}
+
+pg_status pg_mode_find(const char *name, pg_mode *out, pg_err *err)
+{
+    char choices[256];
+    size_t used = 0;
+    for (int i = 0; i < PG_MODE_COUNT; i++) {
+        if (name != NULL && strcmp(name, modes[i].name) == 0) {
+            *out = (pg_mode)i;
+            return PG_OK;
+        }
+        const int w = snprintf(choices + used, sizeof choices - used, "%s%s", i ? ", " : "",
+                               modes[i].name);
+        if (w > 0 && (size_t)w < sizeof choices - used) used += (size_t)w;
+    }
+    return pg_fail(err, PG_ERR_USAGE, "'%s' is not a precision mode (%s)",
+                   name != NULL ? name : "(null)", choices);
+}
+
+int pg_mode_quantizes(pg_mode m) { return pg_mode_traits_of(m)->quantized != 0; }
+
+const char *pg_scale_granularity_name(pg_scale_granularity g)
+{
+    switch (g) {
+    case PG_SCALES_NONE: return "no";
+    case PG_SCALES_PER_TENSOR: return "per-tensor";
+    case PG_SCALES_PER_TOKEN_HEAD: return "per (token, KV head)";
+    }
+    return "?";
+}
+
+const char *pg_number_format_name(pg_number_format f)
+{
+    switch (f) {
+    case PG_FORMAT_BF16: return "bf16";
+    case PG_FORMAT_E4M3: return "e4m3";
+    case PG_FORMAT_E5M2: return "e5m2";
+    }
+    return "?";
+}

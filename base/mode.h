@@ -1,0 +1,127 @@
+/*
+ * mode.h: the precision modes as data (issue #29). A mode is one row of the
+ * table in mode.c; every path that must know what a mode does (the CPU
+ * specification's dispatch, the GPU's support test, attribution, the quant
+ * counters, advise's memory, the reports' baseline) reads the row's traits,
+ * never the mode's name.
+ *
+ * The row says which tensors are quantized and to what number format, the
+ * granularity of the KV scales and where they come from, how the attention
+ * kernel consumes the cache, the vLLM --kv-cache-dtype value the mode
+ * models, the bytes a cached element and its inline scales take, and whether
+ * it is the baseline every other mode is measured against. Its profiles (the
+ * kernels that run it, MODE@PROFILE) are base/variant.h's table.
+ */
+#ifndef PG_MODE_H
+#define PG_MODE_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The precision modes, in table order (the baseline first). Only mode.c's
+ * table gives them meaning; code reads pg_mode_traits_of, not the values. */
+typedef enum pg_mode {
+    PG_MODE_BF16,
+    PG_MODE_FP8KV,
+    PG_MODE_FP8QKV,
+    PG_MODE_FP8KV_E5M2,
+    PG_MODE_FP8KV_PER_TOKEN_HEAD
+} pg_mode;
+/* How many modes there are. */
+#define PG_MODE_COUNT 5
+/* The baseline mode's name: the one every other mode is measured against. */
+#define PG_MODE_BASELINE_NAME "bf16"
+
+/* The tensors of one attention a mode may quantize, as bits (the values of
+ * kernels/attn.h's attn_tensor). */
+typedef enum pg_tensor_bit {
+    PG_TENSOR_Q = 1,
+    PG_TENSOR_K = 2,
+    PG_TENSOR_V = 4,
+    PG_TENSOR_P = 8
+} pg_tensor_bit;
+
+/* A number format a quantized tensor is stored in. */
+typedef enum pg_number_format {
+    PG_FORMAT_BF16,   /* not quantized */
+    PG_FORMAT_E4M3,   /* OCP e4m3fn, max 448 (kernels/numerics.h) */
+    PG_FORMAT_E5M2    /* OCP e5m2, max 57344 */
+} pg_number_format;
+
+/* The granularity of the KV cache's scales. */
+typedef enum pg_scale_granularity {
+    PG_SCALES_NONE,            /* no scales (bf16 cache) */
+    PG_SCALES_PER_TENSOR,      /* one k_scale and one v_scale per layer */
+    PG_SCALES_PER_TOKEN_HEAD   /* one per (token, KV head), for K and for V */
+} pg_scale_granularity;
+
+/* Where the KV scales come from. */
+typedef enum pg_scale_source {
+    PG_SCALES_FROM_NOWHERE,     /* no scales */
+    PG_SCALES_FROM_RUN_POLICY,  /* per tensor, as run --scales says: the capture's, a
+                                 * calibration's, or vLLM's defaults */
+    PG_SCALES_AT_CACHE_WRITE    /* dynamic: computed from each written row's absmax */
+} pg_scale_source;
+
+/* How the attention kernel consumes the KV cache. */
+typedef enum pg_kv_consumption {
+    PG_KV_READ_AS_BF16,          /* a bf16 cache, read as it is */
+    PG_KV_DEQUANT_TO_BF16_COPY,  /* a dequant gather writes a compact bf16 copy (vLLM PR
+                                  * #24197), then bf16 attention reads it */
+    PG_KV_DEQUANT_IN_REGISTERS,  /* the attention kernel casts the codes as it loads them
+                                  * and applies the scales itself */
+    PG_KV_FP8_MATMULS            /* the codes enter fp8 matmuls, Q quantized too */
+} pg_kv_consumption;
+
+/* One mode's row. */
+typedef struct pg_mode_traits {
+    const char *name;                 /* "bf16", "fp8kv", ... (stored, parsed, in configs) */
+    unsigned quantized;               /* pg_tensor_bit bits the mode quantizes */
+    pg_number_format q_format;        /* Q's format (BF16 unless Q is quantized) */
+    pg_number_format kv_format;       /* K's and V's format in the cache */
+    pg_number_format p_format;        /* P's format for P.V (BF16 unless P is quantized) */
+    pg_scale_granularity kv_scales;
+    pg_scale_source kv_scale_source;
+    pg_kv_consumption kv_consumption;
+    const char *vllm_kv_cache_dtype;  /* the vLLM --kv-cache-dtype value it models */
+    int kv_element_bytes;             /* bytes of one cached K or V element */
+    int kv_scale_bytes_per_token_head; /* inline scale bytes per (token, KV head) for K and
+                                        * again for V, carved from the page (0: none) */
+    int is_baseline;                  /* 1 for the mode every other is measured against */
+    int always_diagnosed;             /* 1: every diagnosis of an external output runs this
+                                       * mode's hypotheses (the serving switch's first three
+                                       * modes, diagnosed since issue #16); 0: only a run
+                                       * that sweeps the mode runs them */
+} pg_mode_traits;
+
+/* The row of mode m; the baseline's row for a value out of range. */
+const pg_mode_traits *pg_mode_traits_of(pg_mode m);
+
+/* The baseline mode (the row with is_baseline). */
+pg_mode pg_mode_baseline(void);
+
+/* The mode's name ("bf16", "fp8kv", ...); "?" out of range. */
+const char *pg_mode_name(pg_mode m);
+
+/* The mode named name; PG_ERR_USAGE naming it and the modes otherwise. */
+pg_status pg_mode_find(const char *name, pg_mode *out, pg_err *err);
+
+/* 1 when mode m quantizes any tensor (every mode but the baseline's kind). */
+int pg_mode_quantizes(pg_mode m);
+
+/* The format's name ("bf16", "e4m3", "e5m2"). */
+const char *pg_number_format_name(pg_number_format f);
+
+/* The granularity's words ("no", "per-tensor", "per (token, KV head)"). */
+const char *pg_scale_granularity_name(pg_scale_granularity g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PG_MODE_H */

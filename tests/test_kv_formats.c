@@ -1,0 +1,442 @@
+/*
+ * test_kv_formats.c: the mode table (base/mode.h) and the two KV formats it
+ * added (issue #29): vLLM's fp8_e5m2 cache (fp8kv_e5m2@fixed) and its
+ * fp8_per_token_head cache (fp8kv_per_token_head@triton), by known answers.
+ *
+ * Expected values are derived here from the rules the profiles cite
+ * (kernels/attn_profile.c), with inputs chosen so that the answer is exact
+ * (power-of-two scales, equal scores), or computed by brute force (the
+ * nearest e5m2 code over all 256), never copied from the code's output.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mode.h"
+#include "base/variant.h"
+#include "db/attribution_store.h"
+#include "db/store.h"
+#include "harness/advise.h"
+#include "kernels/attn.h"
+#include "kernels/attn_backend.h"
+#include "kernels/attn_hypothesis.h"
+#include "kernels/attn_profile.h"
+#include "kernels/kv_cache.h"
+#include "kernels/numerics.h"
+#include "testutil.h"
+
+#define D 64
+/* Room for a path in the scratch directory. */
+#define PATH_MAX_T 512
+/* e4m3's and e5m2's largest finite values (OCP spec), written out. */
+#define E4M3_MAX 448.0
+#define E5M2_MAX 57344.0
+/* vLLM's per-token-head floor on the scale (its tl.maximum with 1e-6). */
+#define PTH_MIN_SCALE 1e-6f
+/* Bytes of one fp32 scale, and of bf16 and fp8 elements (known answers). */
+#define F32_BYTES 4
+#define BF16_BYTES 2
+#define FP8_BYTES 1
+
+TestSuite(kv_formats, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
+
+/* ------------------------------------------------------------ the table */
+
+Test(kv_formats, the_mode_table_says_what_each_mode_is)
+{
+    struct want {
+        const char *name, *vllm;
+        unsigned quantized;
+        pg_number_format kv;
+        pg_scale_granularity scales;
+        pg_kv_consumption use;
+        int elem_bytes, scale_bytes, baseline;
+    } want[] = {
+        {"bf16", "auto", 0, PG_FORMAT_BF16, PG_SCALES_NONE, PG_KV_READ_AS_BF16, BF16_BYTES, 0, 1},
+        {"fp8kv", "fp8", PG_TENSOR_K | PG_TENSOR_V, PG_FORMAT_E4M3, PG_SCALES_PER_TENSOR,
+         PG_KV_DEQUANT_TO_BF16_COPY, FP8_BYTES, 0, 0},
+        {"fp8qkv", "fp8", PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P, PG_FORMAT_E4M3,
+         PG_SCALES_PER_TENSOR, PG_KV_FP8_MATMULS, FP8_BYTES, 0, 0},
+        {"fp8kv_e5m2", "fp8_e5m2", PG_TENSOR_K | PG_TENSOR_V, PG_FORMAT_E5M2,
+         PG_SCALES_PER_TENSOR, PG_KV_DEQUANT_TO_BF16_COPY, FP8_BYTES, 0, 0},
+        {"fp8kv_per_token_head", "fp8_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
+         PG_FORMAT_E4M3, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, FP8_BYTES,
+         F32_BYTES, 0},
+    };
+    cr_assert_eq(PG_MODE_COUNT, sizeof want / sizeof want[0]);
+    cr_expect_eq(pg_mode_baseline(), PG_MODE_BF16);
+    for (int m = 0; m < PG_MODE_COUNT; m++) {
+        const pg_mode_traits *t = pg_mode_traits_of((pg_mode)m);
+        cr_expect_str_eq(t->name, want[m].name);
+        cr_expect_str_eq(t->vllm_kv_cache_dtype, want[m].vllm, "%s", t->name);
+        cr_expect_eq(t->quantized, want[m].quantized, "%s", t->name);
+        cr_expect_eq(t->kv_format, want[m].kv, "%s", t->name);
+        cr_expect_eq(t->kv_scales, want[m].scales, "%s", t->name);
+        cr_expect_eq(t->kv_consumption, want[m].use, "%s", t->name);
+        cr_expect_eq(t->kv_element_bytes, want[m].elem_bytes, "%s", t->name);
+        cr_expect_eq(t->kv_scale_bytes_per_token_head, want[m].scale_bytes, "%s", t->name);
+        cr_expect_eq(t->is_baseline, want[m].baseline, "%s", t->name);
+        pg_mode found;
+        pg_err err = {0};
+        cr_expect_eq(pg_mode_find(want[m].name, &found, &err), PG_OK, "%s", err.msg);
+        cr_expect_eq(found, (pg_mode)m);
+    }
+    pg_mode found;
+    pg_err err = {0};
+    cr_expect_eq(pg_mode_find("fp8_e5m2", &found, &err), PG_ERR_USAGE);
+    cr_expect(strstr(err.msg, "fp8kv_per_token_head") != NULL, "the choices: %s", err.msg);
+    /* each new mode's bare name is its one profile */
+    variant_profile_id id;
+    cr_expect_eq(variant_profile_find("fp8kv_e5m2", &id, &err), PG_OK);
+    cr_expect_str_eq(variant_profile_name(id), "fp8kv_e5m2@fixed");
+    cr_expect_eq(variant_profile_find("fp8kv_per_token_head", &id, &err), PG_OK);
+    cr_expect_str_eq(variant_profile_name(id), "fp8kv_per_token_head@triton");
+}
+
+/* ------------------------------------------------------------ e5m2 */
+
+/* The nearest finite e5m2 code to y by brute force over the magnitude codes
+ * of y's sign, ties to the even code, |y| past the largest saturating to it
+ * (__NV_SATFINITE); NaN gives 0x7F. */
+static uint8_t nearest_e5m2(float y)
+{
+    if (y != y) return FP8_NAN_BITS;
+    const double mag = fabs((double)y);
+    if (mag >= E5M2_MAX) return (uint8_t)(0x7B | (signbit(y) ? 0x80 : 0));
+    uint8_t best = 0;
+    double best_d = INFINITY;
+    for (int c = 0; c <= 0x7B; c++) { /* 0x7B: the largest finite, 57344 */
+        const double dd = fabs((double)fp8_e5m2_decode((uint8_t)c) - mag);
+        if (dd < best_d || (dd == best_d && (c & 1) == 0)) {
+            best = (uint8_t)c;
+            best_d = dd;
+        }
+    }
+    return (uint8_t)(best | (signbit(y) ? 0x80 : 0));
+}
+
+Test(kv_formats, the_e5m2_cache_write_divides_by_the_scale_and_saturates, .timeout = 120)
+{
+    /* Every finite bf16 value, with a scale that is no power of two: the code
+     * is the nearest e5m2 to fp32(x / scale), and the saturation counter
+     * counts |x / scale| > 57344. */
+    const float scale = 0.3f;
+    uint64_t want_sat = 0, n = 0;
+    fp8_quant_stats st = {0};
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        const uint16_t x = (uint16_t)h;
+        const float xf = bf16_to_f32(x);
+        if (!isfinite(xf)) continue;
+        uint8_t code;
+        fp8_e5m2_quantize_bf16(&x, 1, scale, &code, &st);
+        const float y = xf / scale;
+        cr_assert_eq(code, nearest_e5m2(y), "x %a: code 0x%02x, want 0x%02x", (double)xf, code,
+                     nearest_e5m2(y));
+        want_sat += fabsf(y) > (float)E5M2_MAX;
+        n++;
+    }
+    cr_expect_eq(st.n, n);
+    cr_expect_eq(st.n_saturated, want_sat);
+    cr_expect_gt(want_sat, 0);
+}
+
+/* One sequence of n tokens, one head of D, q/k/v filled by the caller. */
+typedef struct kcase {
+    attn_batch b;
+    int32_t sq, skv;
+    float sink;
+    uint16_t q[D], *k, *v;
+} kcase;
+
+static void kcase_init(kcase *c, int n, int with_sink)
+{
+    memset(c, 0, sizeof *c);
+    c->sq = 1;
+    c->skv = n;
+    c->k = calloc((size_t)n * D, 2);
+    c->v = calloc((size_t)n * D, 2);
+    c->b = (attn_batch){1, &c->sq, &c->skv, 1, 1, D, 0, 0.125f, with_sink ? &c->sink : NULL};
+}
+
+static void kcase_free(kcase *c)
+{
+    free(c->k);
+    free(c->v);
+}
+
+static const attn_profile *profile(const char *name)
+{
+    const attn_profile *p = NULL;
+    pg_err err = {0};
+    cr_assert_eq(attn_profile_find(name, &p, &err), PG_OK, "%s", err.msg);
+    return p;
+}
+
+static void run(const char *name, const kcase *c, const attn_fp8_options *o, uint16_t *out)
+{
+    pg_err err = {0};
+    cr_assert_eq(attn_variant_run(profile(name), &c->b, c->q, c->k, c->v, o, out, NULL, 1, &err),
+                 PG_OK, "%s: %s", name, err.msg);
+}
+
+Test(kv_formats, one_key_through_the_e5m2_cache_is_its_rounded_value_times_the_scale)
+{
+    /* O = bf16(e5m2(v / v_scale) * v_scale) for one key: with v_scale 0.75
+     * (no power of two) the e5m2 rounding shows; e4m3 (fp8kv) rounds
+     * differently, so the two modes' outputs differ. */
+    kcase c;
+    kcase_init(&c, 1, 0);
+    for (int i = 0; i < D; i++) {
+        c.q[i] = bf16_from_f32(0.25f * (float)(i % 3));
+        c.k[i] = bf16_from_f32(0.5f);
+        c.v[i] = bf16_from_f32(0.37f * (float)(i - 31));
+    }
+    const attn_fp8_options o = {1, 1.0f, 1.25f, 0.75f, 16, 3, 0};
+    uint16_t e5[D], e4[D];
+    run("fp8kv_e5m2", &c, &o, e5);
+    run("fp8kv", &c, &o, e4);
+    int differ = 0;
+    for (int i = 0; i < D; i++) {
+        const float y = bf16_to_f32(c.v[i]) / 0.75f;
+        const uint16_t want = bf16_from_f32(fp8_e5m2_decode(nearest_e5m2(y)) * 0.75f);
+        cr_assert_eq(e5[i], want, "dim %d: %a for %a", i, (double)bf16_to_f32(e5[i]),
+                     (double)bf16_to_f32(want));
+        differ += e5[i] != e4[i];
+    }
+    cr_expect_gt(differ, 0, "e5m2 and e4m3 round alike everywhere: the format is not used");
+    kcase_free(&c);
+}
+
+/* ------------------------------------------------------------ per token head */
+
+Test(kv_formats, the_per_token_head_scale_is_each_rows_absmax_over_448)
+{
+    /* Two KV heads of different absmax, two tokens: each (token, head) row has
+     * its own scale fp32(absmax / 448), floored at 1e-6 (the zero row). */
+    static const int32_t sq[1] = {2};
+    const attn_batch b = {1, sq, sq, 2, 2, D, 0, 0.125f, NULL};
+    uint16_t k[2 * 2 * D], v[2 * 2 * D];
+    const float amax[2][2] = {{3.5f, 1.0f}, {0.0f, 200.0f}}; /* [token][head] */
+    for (int t = 0; t < 2; t++)
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < D; i++) {
+                const float frac = (float)(i + 1) / (float)D; /* the last is 1: the absmax */
+                k[(t * 2 + h) * D + i] = bf16_from_f32(amax[t][h] * frac * (i % 2 ? -1 : 1));
+                v[(t * 2 + h) * D + i] = bf16_from_f32(0.5f * amax[t][h] * frac);
+            }
+    kv_paged c;
+    fp8_quant_stats ks = {0}, vs = {0};
+    pg_err err = {0};
+    cr_assert_eq(kv_paged_write_per_token_head(&b, k, v, 7, 16, &c, &ks, &vs, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_not_null(c.scales);
+    for (int t = 0; t < 2; t++)
+        for (int h = 0; h < 2; h++) {
+            const int64_t page = c.block_table[0];
+            float want_k = amax[t][h] / (float)E4M3_MAX, want_v = 0.5f * amax[t][h] / (float)E4M3_MAX;
+            if (want_k < PTH_MIN_SCALE) want_k = PTH_MIN_SCALE;
+            if (want_v < PTH_MIN_SCALE) want_v = PTH_MIN_SCALE;
+            cr_expect_eq(*kv_paged_scale_at(&c, page, 0, h, t), want_k, "k token %d head %d", t, h);
+            cr_expect_eq(*kv_paged_scale_at(&c, page, 1, h, t), want_v, "v token %d head %d", t, h);
+            /* the codes: e4m3(x * fp32(1 / scale)) */
+            const uint8_t *kc = kv_paged_row(&c, page, 0, h, t);
+            const float inv = 1.0f / want_k;
+            for (int i = 0; i < D; i++)
+                cr_assert_eq(kc[i], fp8_e4m3_encode(bf16_to_f32(k[(t * 2 + h) * D + i]) * inv),
+                             "token %d head %d dim %d", t, h, i);
+        }
+    /* 3.5 / 448 = 2^-7 exactly: the row's absmax (-3.5) encodes to -448 exactly (0xFE) */
+    cr_expect_eq(((const uint8_t *)kv_paged_row(&c, c.block_table[0], 0, 0, 0))[D - 1], 0xFE);
+    cr_expect_eq(ks.n, (uint64_t)(4 * D));
+    kv_paged_free(&c);
+}
+
+Test(kv_formats, one_key_per_token_head_gives_bf16_of_bf16_p_times_scale_times_code)
+{
+    /* One key, no sink: m = S, P = exp(0) = 1, L = 1 * exp(-inf) + 1 = 1, so
+     * O = bf16(bf16(1 * v_scale) * code). With the V row's absmax 1.0 the
+     * scale fp32(1 / 448) is no bf16: bf16(P * v_scale) rounds it, which a
+     * kernel scaling V (not P) would not. */
+    kcase c;
+    kcase_init(&c, 1, 0);
+    for (int i = 0; i < D; i++) {
+        c.q[i] = bf16_from_f32(0.125f * (float)(i % 4));
+        c.k[i] = bf16_from_f32(0.25f);
+        c.v[i] = bf16_from_f32((float)(i - 31) / 32.0f); /* absmax 1.0 at i = 63 */
+    }
+    const attn_fp8_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
+    uint16_t out[D];
+    run("fp8kv_per_token_head", &c, &o, out);
+    const float vs = 1.0f / (float)E4M3_MAX;
+    const float p_v = bf16_to_f32(bf16_from_f32(1.0f * vs));
+    cr_assert_neq(p_v, vs, "the case needs a scale that bf16 rounds");
+    int differs_from_v_scaled = 0;
+    for (int i = 0; i < D; i++) {
+        const float code = fp8_e4m3_decode(fp8_e4m3_encode(bf16_to_f32(c.v[i]) * (1.0f / vs)));
+        const uint16_t want = bf16_from_f32(p_v * code);
+        cr_assert_eq(out[i], want, "dim %d: %a for %a", i, (double)bf16_to_f32(out[i]),
+                     (double)bf16_to_f32(want));
+        differs_from_v_scaled += want != bf16_from_f32(code * vs);
+    }
+    cr_expect_gt(differs_from_v_scaled, 0, "the case cannot tell P x v_scale from V x v_scale");
+    kcase_free(&c);
+}
+
+Test(kv_formats, equal_scores_over_two_tiles_average_the_values_and_a_sink_is_one_more_key)
+{
+    /* 33 keys with one K row (equal scores S) fill Triton's 32-key tile and
+     * one more: P = 1 everywhere, alpha = 1 at the second tile, so L = 32 + 1
+     * and O = bf16(sum v / 33). A sink equal to S adds exactly one to L. The
+     * V rows are the scale's multiples (absmax 3.5: scale 2^-7, exact). */
+    enum { N = 33 };
+    for (int with_sink = 0; with_sink < 2; with_sink++) {
+        kcase c;
+        kcase_init(&c, N, with_sink);
+        for (int i = 0; i < D; i++) c.q[i] = bf16_from_f32(i == 0 ? 1.0f : 0.0f);
+        double sum[D] = {0};
+        for (int t = 0; t < N; t++)
+            for (int i = 0; i < D; i++) {
+                c.k[t * D + i] = bf16_from_f32(i == 0 ? 2.0f : 0.0f);
+                /* e4m3 values / 128, the row's absmax 448 / 128 = 3.5 (at i = 0):
+                 * the scale is 3.5 / 448 = 2^-7 exactly and every code exact */
+                const uint8_t code = i == 0 ? 0x7E : (uint8_t)(((t * 7 + i * 3) % 0x7E) |
+                                                               ((t + i) % 2 ? 0x80 : 0));
+                const float x = fp8_e4m3_decode(code) / 128.0f;
+                c.v[t * D + i] = bf16_from_f32(x);
+                sum[i] += x;
+            }
+        /* Every key has the same S = q . code * fp32(sm_scale * k_scale): K's
+         * row absmax 2 gives k_scale fp32(2 / 448), its code e4m3(2 * fp32(1 /
+         * k_scale)); the sink is set to that S, so every P is exp(0) = 1. */
+        const float ks = 2.0f / (float)E4M3_MAX;
+        const float k_code = fp8_e4m3_decode(fp8_e4m3_encode(2.0f * (1.0f / ks)));
+        c.sink = k_code * (0.125f * ks);
+        const attn_fp8_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
+        uint16_t out[D];
+        run("fp8kv_per_token_head", &c, &o, out);
+        const double l = N + with_sink;
+        for (int i = 0; i < D; i++) {
+            /* the sum of exact multiples of 2^-7 below 2^24 units is exact in fp32 */
+            const uint16_t want = bf16_from_f32((float)sum[i] / (float)l);
+            cr_assert_eq(out[i], want, "sink %d dim %d: %a for %a", with_sink, i,
+                         (double)bf16_to_f32(out[i]), (double)bf16_to_f32(want));
+        }
+        kcase_free(&c);
+    }
+}
+
+Test(kv_formats, the_per_token_head_hypotheses_miss_and_double_the_row_scales)
+{
+    tu_layer L;
+    tu_layer_init(&L, 11, 1.0);
+    const attn_fp8_options o = {1, 1.0f, 1.0f, 1.0f, 16, 5, 0};
+    uint16_t *intended = malloc(L.nq * 2), *prof = malloc(L.nq * 2), *missing = malloc(L.nq * 2),
+             *twice = malloc(L.nq * 2);
+    pg_err err = {0};
+    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("intended-fp8kv_pth"), &L.b, L.q, L.k,
+                                     L.v, &o, intended, 2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_variant_run(profile("fp8kv_per_token_head@triton"), &L.b, L.q, L.k, L.v,
+                                  &o, prof, NULL, 2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("pth-scales-missing"), &L.b, L.q, L.k,
+                                     L.v, &o, missing, 2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("pth-scales-twice"), &L.b, L.q, L.k,
+                                     L.v, &o, twice, 2, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(intended, prof, L.nq * 2), 0, "intended is the profile bit for bit");
+    cr_expect_neq(memcmp(intended, missing, L.nq * 2), 0);
+    cr_expect_neq(memcmp(intended, twice, L.nq * 2), 0);
+    cr_expect_neq(memcmp(missing, twice, L.nq * 2), 0);
+    free(intended);
+    free(prof);
+    free(missing);
+    free(twice);
+    tu_layer_free(&L);
+}
+
+Test(kv_formats, quantize_0_keeps_the_new_formats_equal_to_bf16_bit_for_bit)
+{
+    tu_layer L;
+    tu_layer_init(&L, 3, 1.0);
+    const attn_fp8_options off = {0, 1.0f, 1.0f, 1.0f, 16, 5, 0};
+    uint16_t *ref = malloc(L.nq * 2), *out = malloc(L.nq * 2);
+    pg_err err = {0};
+    cr_assert_eq(attn_variant_bf16(&L.b, L.q, L.k, L.v, ref, 2, &err), PG_OK, "%s", err.msg);
+    /* the e5m2 dequant path is bf16 attention: equal. The Triton row is not
+     * the final-max bf16 rule (tiles, exp2): only the e5m2 one is equal. */
+    cr_assert_eq(attn_variant_run(profile("fp8kv_e5m2"), &L.b, L.q, L.k, L.v, &off, out, NULL, 2,
+                                  &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(ref, out, L.nq * 2), 0);
+    free(ref);
+    free(out);
+    tu_layer_free(&L);
+}
+
+/* ------------------------------------------------------------ the other paths */
+
+Test(kv_formats, the_stored_quant_rows_fold_only_the_e4m3_per_tensor_caches)
+{
+    cr_expect(attn_quant_fold_takes_kv(profile("fp8kv")));
+    cr_expect(attn_quant_fold_takes_kv(profile("fp8qkv")));
+    cr_expect(attn_quant_fold_takes_q(profile("fp8qkv")));
+    cr_expect(!attn_quant_fold_takes_q(profile("fp8kv")));
+    cr_expect(!attn_quant_fold_takes_kv(profile("bf16")));
+    cr_expect(!attn_quant_fold_takes_kv(profile("fp8kv_e5m2")));
+    cr_expect(!attn_quant_fold_takes_kv(profile("fp8kv_per_token_head")));
+}
+
+Test(kv_formats, advise_counts_the_per_token_head_scales_carved_from_the_page)
+{
+    /* Two full-attention layers of hkv 8, d 64, both left in fp8: per token
+     * 2 x 8 x 64 bf16 elements against 2 x 8 x (64 codes + 4 scale bytes). */
+    enum { HKV = 8, DD = 64 };
+    const advise_shape s[2] = {{"c", 0, HKV, DD, 0}, {"c", 1, HKV, DD, 0}};
+    layer_metric_row rows[2];
+    for (int l = 0; l < 2; l++) {
+        rows[l] = (layer_metric_row){.capture = "c", .layer = l,
+                                     .variant = "fp8kv_per_token_head@triton"};
+        for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) rows[l].m[m] = 0.01;
+    }
+    const advise_request rq = {"fp8kv_per_token_head@triton", PG_METRIC_REL_L2, 0.5};
+    advise_result r;
+    pg_err err = {0};
+    cr_assert_eq(advise_compute(&rq, rows, 2, s, 2, &r, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(r.n_keep, 0);
+    cr_expect_eq(r.kv_bytes_bf16, 2 * (2 * HKV * DD * BF16_BYTES));
+    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * (DD * FP8_BYTES + F32_BYTES)));
+    advise_result_free(&r);
+    /* the e5m2 cache has no inline scales: half the bf16 bytes */
+    for (int l = 0; l < 2; l++) rows[l].variant = "fp8kv_e5m2@fixed";
+    const advise_request rq5 = {"fp8kv_e5m2@fixed", PG_METRIC_REL_L2, 0.5};
+    cr_assert_eq(advise_compute(&rq5, rows, 2, s, 2, &r, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * DD * FP8_BYTES));
+    advise_result_free(&r);
+}
+
+Test(kv_formats, a_sweep_stores_the_new_formats_and_says_where_they_ran, .timeout = 120)
+{
+    char cap[PATH_MAX_T], db[PATH_MAX_T];
+    snprintf(cap, sizeof cap, "%s/c.safetensors", tu_dir);
+    snprintf(db, sizeof db, "%s/p.db", tu_dir);
+    char *out = NULL;
+    cr_assert_eq(tu_run_precgatef(&out, "synth -o '%s' --preset gpt-oss-120b --layers 1 --seqs 1 "
+                                        "--seq-len 64 --context 16", cap), 0, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --attribute "
+                                        "--variants bf16,fp8kv_e5m2,fp8kv_per_token_head "
+                                        "--no-progress", cap, db), 0, "%s", out);
+    free(out);
+    sqlite3 *h = tu_db_open("p.db");
+    cr_expect_eq(tu_sql_int(h, "SELECT count(DISTINCT variant) FROM layer_metrics WHERE head = -1"),
+                 3);
+    cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM layer_metrics WHERE head = -1 AND variant = "
+                               "'fp8kv_per_token_head@triton' AND rel_l2 > 0"), 1);
+    /* attribution: K and V of each new format, and its floor (none) and joint (all) */
+    cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM attribution WHERE variant = "
+                               "'fp8kv_e5m2@fixed'"), 4);
+    cr_expect_gt(tu_sql_double(h, "SELECT rel_l2 FROM attribution WHERE variant = "
+                                  "'fp8kv_per_token_head@triton' AND tensor = 'k'"), 0.0);
+    /* no stored quant rows: they describe the e4m3 per-tensor cache */
+    cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM quant_stats"), 0);
+    sqlite3_close(h);
+}
