@@ -53,6 +53,11 @@ static pg_status check_request(const advise_request *rq, const layer_metric_row 
     if ((int)rq->metric < 0 || rq->metric >= PG_METRIC_VALUE_COUNT || !isfinite(rq->budget))
         return pg_fail(err, PG_ERR_INTERNAL, "advise_compute: metric %d, budget %g",
                        (int)rq->metric, rq->budget);
+    /* summarise counts the bytes of the variant's mode: it must be a profile that quantizes */
+    const variant_profile_id prof = variant_name_profile(rq->variant);
+    if (prof == VARIANT_PROFILE_COUNT || !pg_mode_quantizes(variant_profile_mode(prof)))
+        return pg_fail(err, PG_ERR_USAGE, "advise: '%s' is not a quantizing kernel profile",
+                       rq->variant);
     size_t n_var = 0;
     for (size_t i = 0; i < n_rows; i++) n_var += strcmp(rows[i].variant, rq->variant) == 0;
     if (n_var == 0) {
@@ -148,7 +153,7 @@ static void summarise(const advise_request *rq, advise_result *out)
 {
     int kept_is_windowed = 1;
     out->worst_fp8 = -1;
-    /* the advised variant's mode (check_request: a profile of the table) */
+    /* the advised variant's mode (check_request: a quantizing profile) */
     const pg_mode rq_mode = variant_profile_mode(variant_name_profile(rq->variant));
     for (size_t i = 0; i < out->n_layers; i++) {
         const advise_layer *L = &out->layers[i];

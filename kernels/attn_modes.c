@@ -116,18 +116,22 @@ static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv, f
         kv_elem ek, ev;
         const void *kr = kv_row(kv->paged_k, kv->k, 0, s, g, t, packed, &ek);
         const void *vr = kv_row(kv->paged_v, kv->v, 1, s, g, t, packed, &ev);
-        const attn_row_scaling use = job->par->row_scaling;
+        for (int i = 0; i < d; i++) {
+            kt[(size_t)i * (size_t)n + (size_t)t] = elem_load(kr, (size_t)i, ek);
+            vv[(size_t)t * (size_t)d + (size_t)i] = elem_load(vr, (size_t)i, ev);
+        }
+    }
+    if (job->par->softmax != ATTN_SOFTMAX_TRITON) return; /* only its row reads ks, vs */
+    const attn_row_scaling use = job->par->row_scaling;
+    for (int t = 0; t < n; t++) {
         ks[t] = use == ATTN_ROW_SCALES_IGNORED ? 1.0f : kv_row_scale(kv->paged_k, 0, s, g, t);
         vs[t] = use == ATTN_ROW_SCALES_IGNORED ? 1.0f : kv_row_scale(kv->paged_v, 1, s, g, t);
-        /* ATTN_ROW_SCALES_TWICE: the codes dequantized too, bf16(code * scale) */
-        const float kc = use == ATTN_ROW_SCALES_TWICE ? ks[t] : 1.0f,
-                    vc = use == ATTN_ROW_SCALES_TWICE ? vs[t] : 1.0f;
+        if (use != ATTN_ROW_SCALES_TWICE) continue;
+        /* the codes dequantized on load too, bf16(code * scale) */
         for (int i = 0; i < d; i++) {
-            float kx = elem_load(kr, (size_t)i, ek), vx = elem_load(vr, (size_t)i, ev);
-            if (kc != 1.0f) kx = bf16_to_f32(bf16_from_f32(kx * kc));
-            if (vc != 1.0f) vx = bf16_to_f32(bf16_from_f32(vx * vc));
-            kt[(size_t)i * (size_t)n + (size_t)t] = kx;
-            vv[(size_t)t * (size_t)d + (size_t)i] = vx;
+            float *kx = &kt[(size_t)i * (size_t)n + (size_t)t], *vx = &vv[(size_t)t * (size_t)d + (size_t)i];
+            *kx = bf16_to_f32(bf16_from_f32(*kx * ks[t]));
+            *vx = bf16_to_f32(bf16_from_f32(*vx * vs[t]));
         }
     }
 }
@@ -529,8 +533,8 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
                                  const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
                                  attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    if (kv_format != PG_FORMAT_E4M3 && kv_format != PG_FORMAT_E5M2)
-        return pg_fail(err, PG_ERR_INTERNAL, "fp8kv plumbing: no paged cache of %s",
+    if (kv_elem_of_format(kv_format) == KV_ELEM_BF16)
+        return pg_fail(err, PG_ERR_INTERNAL, "fp8kv plumbing: no fp8 paged cache of %s",
                        pg_number_format_name(kv_format));
     pg_status st = attn_batch_check(b, err);
     if (st == PG_OK) st = attn_fp8_options_check(opt, err);
@@ -540,9 +544,8 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
     const attn_kv_plumbing fixed = {1, 0, 0, 0};
     const attn_kv_plumbing *use = opt->quantize ? pl : &fixed;
     kv_paged cache, compact = {0};
-    st = fp8_cache_write(b, k, v, opt, kept,
-                         kv_format == PG_FORMAT_E5M2 ? KV_ELEM_E5M2 : KV_ELEM_E4M3, 0, &cache,
-                         rep, err);
+    st = fp8_cache_write(b, k, v, opt, kept, kv_elem_of_format(kv_format), 0, &cache, rep,
+                         err);
     if (st != PG_OK) return st;
     if (cache.block_table != NULL) {
         const float dk = use->dequant_scaled ? opt->k_scale : 1.0f,

@@ -228,12 +228,7 @@ static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
     [VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON] = {
      .summary = "e4m3 KV with a scale per (token, KV head), Triton: scales on S and P",
      .rules = rules_fp8kv_per_token_head_triton, .softmax = ATTN_SOFTMAX_TRITON,
-     .accum = ATTN_ACCUM_EXACT,
-     .tiles = {{64, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
-               {96, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
-               {128, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
-               {192, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE},
-               {256, ATTN_TRITON_PREFILL_TILE, ATTN_TRITON_PREFILL_TILE}}},
+     .accum = ATTN_ACCUM_EXACT}, /* tiles: ATTN_TRITON_PREFILL_TILE at every head dim */
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])

@@ -14,6 +14,16 @@
  * page ids are sparse as in a cache shared with other requests. */
 #define KV_SPARE_PAGE_FRACTION 4
 
+kv_elem kv_elem_of_format(pg_number_format f)
+{
+    switch (f) {
+    case PG_FORMAT_E4M3: return KV_ELEM_E4M3;
+    case PG_FORMAT_E5M2: return KV_ELEM_E5M2;
+    case PG_FORMAT_BF16: break;
+    }
+    return KV_ELEM_BF16;
+}
+
 size_t kv_elem_size(kv_elem e)
 {
     return e == KV_ELEM_BF16 ? 2 : 1;

@@ -40,6 +40,10 @@ typedef struct kv_paged {
                                * unwritten); NULL for per-tensor scales */
 } kv_paged;
 
+/* The element of a cache in number format f (base/mode.h); KV_ELEM_BF16
+ * for bf16 and for a format no cache element holds. */
+kv_elem kv_elem_of_format(pg_number_format f);
+
 /* Bytes of one element. */
 size_t kv_elem_size(kv_elem e);
 
