@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "evals/json_stream.h"
 #include "evals/prompt_logprobs.h"
 
 /* Positions, K and vocabulary of the generated reply. */
@@ -288,7 +289,7 @@ Test(prompt_logprobs, llama_server_positions_and_their_bad_replies)
     }
 }
 
-/* ---- pl_json_double: bit for bit strtod's reading ------------------------ */
+/* ---- js_double: bit for bit strtod's reading ---------------------------- */
 
 /* Random strings per kind of the bit-identity test (a few seconds in all). */
 #define T_NUM_REPRS 40000
@@ -299,14 +300,14 @@ Test(prompt_logprobs, llama_server_positions_and_their_bad_replies)
  * round-trip; Python's float_repr_style 'short'). */
 #define T_REPR_DIGITS 17
 
-/* Checks that pl_json_double reads s as strtod does, bit for bit; returns
+/* Checks that js_double reads s as strtod does, bit for bit; returns
  * whether the exact path read it (the test fails on any difference). */
 static int same_as_strtod(const char *s)
 {
     double got = 0;
     int exact = -1;
     pg_err err = {0};
-    cr_assert_eq(pl_json_double(s, strlen(s), &got, &exact, &err), PG_OK, "%s: %s", s, err.msg);
+    cr_assert_eq(js_double(s, strlen(s), &got, &exact, &err), PG_OK, "%s: %s", s, err.msg);
     const double want = strtod(s, NULL);
     uint64_t gb, wb;
     memcpy(&gb, &got, sizeof gb);
@@ -324,6 +325,16 @@ static void python_repr(char *b, size_t cap, double x)
         if (strtod(b, NULL) == x) break;
     }
     if (strpbrk(b, ".e") == NULL) strncat(b, ".0", cap - strlen(b) - 1);
+}
+
+/* Drops the zeros JSON allows no number to begin with ("007.5" -> "7.5",
+ * "-00e3" -> "-0e3"), in place. */
+static void drop_leading_zeros(char *s)
+{
+    char *c = s + (*s == '-');
+    size_t n = 0;
+    while (c[n] == '0' && c[n + 1] >= '0' && c[n + 1] <= '9') n++;
+    memmove(c, c + n, strlen(c + n) + 1);
 }
 
 Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
@@ -347,12 +358,15 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
     for (size_t i = 0; i < sizeof to_strtod / sizeof to_strtod[0]; i++)
         cr_expect(!same_as_strtod(to_strtod[i]), "\"%s\" took the exact path", to_strtod[i]);
 
-    /* Text strtod does not read whole is refused, not guessed at. */
-    static const char *const no_number[] = {"", "-", "1e", "-1e+", "1x", "0.5.5", ".e1"};
+    /* Text that is no JSON number is refused, not guessed at. */
+    static const char *const no_number[] = {"", "-", "1e", "-1e+", "1x", "0.5.5", ".e1",
+                                            /* strtod reads these; JSON does not */
+                                            "01", "-00.5", "+1", "1.", ".5", "0x10", "inf",
+                                            "NaN", " 1", "1 ", "1.e5", "1e+-5"};
     for (size_t i = 0; i < sizeof no_number / sizeof no_number[0]; i++) {
         double v = 0;
         pg_err err = {0};
-        cr_expect_eq(pl_json_double(no_number[i], strlen(no_number[i]), &v, NULL, &err),
+        cr_expect_eq(js_double(no_number[i], strlen(no_number[i]), &v, NULL, &err),
                      PG_ERR_FORMAT, "\"%s\" read as %g", no_number[i], v);
     }
 
@@ -374,8 +388,9 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
     }
     cr_expect_gt(n_exact, T_NUM_REPRS * 9 / 10, "float32 reprs read exactly: %zu of %d",
                  n_exact, T_NUM_REPRS);
-    /* Random digit strings: 1 to 20 digits (leading zeros and all) with the
-     * point anywhere or an exponent. Of the quotients w / 10^k past
+    /* Random digit strings: 1 to 20 digits (leading zeros and all, but JSON
+     * allows none before the point: dropped there) with the point anywhere
+     * or an exponent. Of the quotients w / 10^k past
      * Clinger's range (w > 2^53) the exact path takes, about 1 in 2,048 is
      * a tie it must hand to strtod (the 64-bit quotient's 11 extra bits are
      * 0x400); products are ties more often (an exact odd 54-bit one is:
@@ -394,6 +409,7 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
                      point > 0 ? digits : "0", digits + point, point == nd ? "0" : "");
         else
             snprintf(s, sizeof s, "%s%se%d", sign, digits, e);
+        drop_leading_zeros(s);
         const int exact_path = same_as_strtod(s);
         /* w 10^e10 with at most 18 significant digits and -27 <= e10 < 0:
          * only a tie leaves the exact path. */
