@@ -23,7 +23,22 @@ typedef struct seen {
     int32_t top1[T_LEN];
     size_t n_top[T_LEN];
     int fail_at;   /* > 0: fail at this position */
+    uint64_t digest;  /* of every position's entries, bit for bit (digest_mix) */
 } seen;
+
+/* Mixes v into the digest h (FNV-1a's prime over 64-bit words). */
+static uint64_t digest_mix(uint64_t h, uint64_t v)
+{
+    return (h ^ v) * 0x100000001b3ull;
+}
+
+/* A double's bits. */
+static uint64_t bits_of(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
 
 static pg_status on_pos(void *ctx, size_t t, const div_side *side, pg_err *err)
 {
@@ -35,8 +50,12 @@ static pg_status on_pos(void *ctx, size_t t, const div_side *side, pg_err *err)
     s->last_t = t;
     s->sum_given += side->given_logprob;
     s->n_top[t] = side->n_top;
+    s->digest = digest_mix(digest_mix(digest_mix(s->digest, t), (uint64_t)side->given),
+                           bits_of(side->given_logprob));
     double best = -INFINITY;
     for (size_t i = 0; i < side->n_top; i++) {
+        s->digest = digest_mix(digest_mix(s->digest, (uint64_t)side->top[i].id),
+                               bits_of(side->top[i].logprob));
         s->sum_top += side->top[i].logprob;
         if (side->top[i].logprob > best) {
             best = side->top[i].logprob;
@@ -493,5 +512,185 @@ Test(prompt_logprobs, a_key_twice_in_a_long_position)
             cr_expect_eq(s.n, N - 1);
         }
         free(b);
+    }
+}
+
+/* ---- a real JSON parser: any valid reply, cut anywhere ------------------ */
+
+/* Positions and K of the reply cut at every byte (a few KB, so that every
+ * cut is parsed). */
+#define T_CUT_LEN 4
+#define T_CUT_K 5
+/* Levels of the unknown value the reply carries (skipped whole). */
+#define T_NEST 64
+
+/* Tokens' texts as a vocabulary decodes them, JSON-escaped as servers
+ * write them: a \u escape (GPT-2's byte-level space), a line break, a
+ * quote, a backslash, raw UTF-8, a surrogate pair, U+FFFD of a partial byte. */
+static const char *const T_DECODED[] = {
+    "\\u0120the", "\\n", "\\\"", "\\\\", "caf\xc3\xa9", "\xe4\xb8\xad", "\\ud83d\\ude00",
+    "\\ufffd", " don't", "\\t\\r"};
+
+/* A vLLM reply for ids[0..n) at K = k with all a JSON text may hold
+ * around the fields read: whitespace of each kind (pretty) or none,
+ * unknown keys before and after (one of T_NEST levels, strings with
+ * escapes, numbers of every form, literals), keys spelt with escapes
+ * ("\u0070rompt_logprobs" is "prompt_logprobs", "\u00348" token 48). */
+static char *make_any_reply(int32_t *ids, size_t n, size_t k, int pretty)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *b = malloc(cap);
+    cr_assert_not_null(b);
+    const char *sp = pretty ? " \r\n\t" : "";
+#define PUT(...) (len += (size_t)snprintf(b + len, cap - len, __VA_ARGS__))
+    PUT("%s{%s\"id\"%s:%s\"cmpl-\\u00e9\\\"x\\\\\"%s,\"nest\":", sp, sp, sp, sp, sp);
+    for (int d = 0; d < T_NEST; d++) PUT(d % 2 ? "[" : "{\"k%d\":", d);
+    PUT("[1.5e-3,-0,true,false,null,\"\\ud83d\\ude00\",{}]");
+    for (int d = T_NEST - 1; d >= 0; d--) PUT(d % 2 ? "]" : "}");
+    PUT(",\"created\":1751234567,\"ch\\u006fices\"%s:%s[%s{\"index\":0,\"text\":\"\\n\","
+        "\"logprobs\":null,\"\\u0070rompt_logprobs\"%s:%s[%snull", sp, sp, sp, sp, sp, sp);
+    ids[0] = 7;
+    for (size_t t = 1; t < n; t++) {
+        ids[t] = t % 2 ? id_of(t, 1 + t % k) : (int32_t)(T_VOCAB - 1 - t);
+        for (size_t r = 1; t % 2 == 0 && r <= k; r++)  /* below K: none of the top K */
+            if (id_of(t, r) == ids[t]) {
+                ids[t]--;
+                r = 0;
+            }
+        PUT(",%s{", sp);
+        for (size_t r = 1; r <= k + (t % 2 == 0); r++) {
+            const int32_t id = r <= k ? id_of(t, r) : ids[t];
+            const double lp = r <= k ? lp_of(t, r) : -9999.0;
+            char key[16];
+            snprintf(key, sizeof key, "%d", (int)id);
+            if (r == 2) PUT(",\"\\u003%c%s\"", key[0], key + 1);  /* its first digit escaped */
+            else PUT("%s\"%s\"", r > 1 ? "," : "", key);
+            PUT("%s:%s{\"decoded_token\":\"%s\",%s\"logprob\"%s:%s%.17g%s,\"rank\":%zu,"
+                "\"x\":[{\"y\":\"\\u0000\"}]}", sp, sp, T_DECODED[(t + r) % 10], sp, sp, sp, lp,
+                sp, r <= k ? r : (size_t)900);
+        }
+        PUT("%s}", sp);
+    }
+    PUT("%s],\"prompt_token_ids\":[", sp);
+    for (size_t t = 0; t < n; t++) PUT("%s%s%d", t ? "," : "", sp, (int)ids[t]);
+    PUT("]}%s]%s,\"usage\":{\"prompt_tokens\":%zu,\"x\":-1.0E+2}}%s", sp, sp, n, sp);
+#undef PUT
+    cr_assert_lt(len, cap);
+    return b;
+}
+
+/* Parses reply[0..n) cut at cuts[0..n_cuts) into *s; the status. */
+static pg_status parse_cuts(const char *reply, size_t n, const size_t *cuts, size_t n_cuts,
+                            const int32_t *ids, size_t n_ids, size_t k, seen *s, pg_err *err)
+{
+    pl_parser *p = pl_parser_new(ids, n_ids, k, T_VOCAB, "http://h:1 sequence 'q1'", on_pos, s);
+    cr_assert_not_null(p);
+    pg_status st = PG_OK;
+    size_t at = 0;
+    for (size_t i = 0; i <= n_cuts && st == PG_OK; i++) {
+        const size_t to = i < n_cuts ? cuts[i] : n;
+        st = pl_parser_feed(p, reply + at, to - at, err);
+        at = to;
+    }
+    if (st == PG_OK) st = pl_parser_finish(p, err);
+    pl_parser_free(p);
+    return st;
+}
+
+Test(prompt_logprobs, any_valid_reply_cut_at_every_byte)
+{
+    int32_t ids[T_CUT_LEN];
+    for (int pretty = 0; pretty <= 1; pretty++) {
+        char *reply = make_any_reply(ids, T_CUT_LEN, T_CUT_K, pretty);
+        const size_t n = strlen(reply);
+        seen whole = {0};
+        pg_err err = {0};
+        cr_assert_eq(parse_cuts(reply, n, NULL, 0, ids, T_CUT_LEN, T_CUT_K, &whole, &err), PG_OK,
+                     "%s", err.msg);
+        cr_assert_eq(whole.n, T_CUT_LEN - 1);
+        for (size_t t = 1; t < T_CUT_LEN; t++) cr_expect_eq(whole.top1[t], id_of(t, 1));
+        for (size_t cut = 0; cut <= n; cut++) {
+            seen s = {0};
+            cr_assert_eq(parse_cuts(reply, n, &cut, 1, ids, T_CUT_LEN, T_CUT_K, &s, &err), PG_OK,
+                         "pretty %d, cut at %zu of %zu: %s", pretty, cut, n, err.msg);
+            cr_assert_eq(s.n, whole.n, "cut at %zu", cut);
+            cr_assert_eq(s.digest, whole.digest, "cut at %zu: other positions", cut);
+        }
+        free(reply);
+    }
+}
+
+Test(prompt_logprobs, the_full_reply_in_random_pieces_of_1_to_7_bytes)
+{
+    int32_t ids[T_LEN];
+    char *replies[] = {make_reply(ids), NULL};
+    int32_t any_ids[T_LEN];
+    replies[1] = make_any_reply(any_ids, T_LEN, T_K, 1);
+    const int32_t *const id_sets[] = {ids, any_ids};
+    uint64_t seed = 28;
+    for (int r = 0; r < 2; r++) {
+        const size_t n = strlen(replies[r]);
+        seen whole = {0};
+        pg_err err = {0};
+        cr_assert_eq(parse_cuts(replies[r], n, NULL, 0, id_sets[r], T_LEN, T_K, &whole, &err),
+                     PG_OK, "%s", err.msg);
+        size_t *cuts = malloc(n * sizeof *cuts);
+        cr_assert_not_null(cuts);
+        for (int round = 0; round < 4; round++) {
+            size_t n_cuts = 0;
+            for (size_t at = 1 + rng_below(&seed, 7); at < n; at += 1 + rng_below(&seed, 7))
+                cuts[n_cuts++] = at;
+            seen s = {0};
+            cr_assert_eq(parse_cuts(replies[r], n, cuts, n_cuts, id_sets[r], T_LEN, T_K, &s,
+                                    &err), PG_OK, "reply %d round %d: %s", r, round, err.msg);
+            cr_assert_eq(s.n, T_LEN - 1);
+            cr_assert_eq(s.digest, whole.digest, "reply %d round %d: other positions", r, round);
+        }
+        free(cuts);
+        free(replies[r]);
+    }
+}
+
+/* Invalid JSON anywhere in a reply (in the fields read or skipped) is
+ * refused as not JSON, whatever the chunks, naming the server. */
+Test(prompt_logprobs, invalid_json_anywhere_is_refused)
+{
+    static const int32_t ids[] = {3, 4, 5};
+    static const struct {
+        const char *reply;
+        const char *why;
+    } cases[] = {
+        {WRAP("null," OK1 "," OK2) " x", "trailing garbage"},
+        {WRAP("null," OK1 "," OK2) "{}", "trailing garbage"},
+        {"{\"x\":nul,\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "invalid literal (not null)"},
+        {"{\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}],\"x\":\"abc",
+         "the reply ends inside a string"},
+        {"{\"x\":\"a\tb\",\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "control character 0x09"},
+        {"{\"x\":\"\\q\",\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "invalid escape"},
+        {"{\"x\":01,\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "'1' where ',' or '}' after a value is due"},
+        {WRAP("null,{\"4\":{\"logprob\":-.1,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}}," OK2),
+         "invalid number"},
+        {WRAP("null,{\"4\":{\"logprob\":NaN,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}}," OK2),
+         "'N' where a value is due"},
+        {WRAP("null," OK1 "," OK2 ","), "']' where a value is due"},
+        {"{\"x\":\"\xc0\xaf\",\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "invalid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t n = strlen(cases[i].reply);
+        for (size_t cut = 0; cut <= n; cut++) {
+            seen s = {0};
+            pg_err err = {0};
+            cr_expect_eq(parse_cuts(cases[i].reply, n, &cut, 1, ids, 3, 2, &s, &err),
+                         PG_ERR_FORMAT, "case %zu cut %zu: %s", i, cut, err.msg);
+            cr_expect(strstr(err.msg, "http://h:1 sequence 'q1': the reply is not JSON (parse "
+                             "error: ") == err.msg, "case %zu: %s", i, err.msg);
+            cr_expect(strstr(err.msg, cases[i].why) != NULL, "case %zu cut %zu: '%s' lacks '%s'",
+                      i, cut, err.msg, cases[i].why);
+        }
     }
 }
