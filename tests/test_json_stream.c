@@ -10,6 +10,7 @@
 
 #include "base/rng.h"
 #include "evals/json_stream.h"
+#include "testutil.h"
 
 /* The prefix of the parser's messages in these tests. */
 #define T_WHAT "http://h:1 sequence 'q'"
@@ -56,6 +57,12 @@ static pg_status on_token(void *ctx, const js_token *tok, pg_err *err)
     return PG_OK;
 }
 
+/* js_parser_feed on a void *parser (tu_feed_cut). */
+static pg_status feed(void *parser, const char *data, size_t len, pg_err *err)
+{
+    return js_parser_feed(parser, data, len, err);
+}
+
 /* Parses doc[0..n) cut at the offsets cuts[0..n_cuts) (increasing) into
  * *l (its text reset); returns the status, the message in *err. */
 static pg_status parse_cut(const char *doc, size_t n, const size_t *cuts, size_t n_cuts,
@@ -66,13 +73,7 @@ static pg_status parse_cut(const char *doc, size_t n, const size_t *cuts, size_t
     l->text[0] = '\0';
     js_parser *p = js_parser_new(T_WHAT, on_token, l);
     cr_assert_not_null(p);
-    pg_status st = PG_OK;
-    size_t at = 0;
-    for (size_t i = 0; i <= n_cuts && st == PG_OK; i++) {
-        const size_t to = i < n_cuts ? cuts[i] : n;
-        st = js_parser_feed(p, doc + at, to - at, err);
-        at = to;
-    }
+    pg_status st = tu_feed_cut(feed, p, doc, n, cuts, n_cuts, err);
     if (st == PG_OK) st = js_parser_finish(p, err);
     /* A failure is sticky. */
     if (st != PG_OK) {
@@ -106,9 +107,7 @@ static pg_status parse_every_way(const char *doc, size_t n, token_log *whole, pg
     size_t *cuts = malloc((n + 1) * sizeof *cuts);
     cr_assert_not_null(cuts);
     for (int round = 0; round < 8; round++) {
-        size_t n_cuts = 0;
-        for (size_t at = 1 + rng_below(&seed, 7); at < n; at += 1 + rng_below(&seed, 7))
-            cuts[n_cuts++] = at;
+        const size_t n_cuts = tu_random_cuts(&seed, n, cuts);
         pg_err e = {0};
         const pg_status st = parse_cut(doc, n, cuts, n_cuts, &l, &e);
         cr_assert_eq(st, want, "round %d: %s (whole: %s)", round, e.msg, err->msg);

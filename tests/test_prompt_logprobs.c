@@ -10,6 +10,7 @@
 #include "base/rng.h"
 #include "evals/json_stream.h"
 #include "evals/prompt_logprobs.h"
+#include "testutil.h"
 
 /* Positions, K and vocabulary of the generated reply. */
 #define T_LEN 200
@@ -448,30 +449,12 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
     cr_expect_lt(n_ties, n_quotients / 1000, "%zu ties among %zu quotients", n_ties, n_quotients);
 }
 
-/* The parser refuses the numbers yajl refused, now that it reads them. */
-Test(prompt_logprobs, numbers_beyond_range_are_refused)
+/* The largest integer yajl read is still read, and a tiny logprob
+ * underflows to 0 (the numbers beyond range are refused as yajl refused
+ * them: invalid_json_anywhere_is_refused). */
+Test(prompt_logprobs, numbers_at_the_edge_of_range_are_read)
 {
     static const int32_t ids[] = {3, 4, 5};
-    static const struct {
-        const char *reply;
-        const char *msg;
-    } cases[] = {
-        {WRAP("null,{\"4\":{\"logprob\":-1e400,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}},"
-              OK2), "the reply is not JSON (parse error: numeric (floating point) overflow)"},
-        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":9223372036854775808},\"9\":{\"logprob\":"
-              "-3,\"rank\":2}}," OK2), "the reply is not JSON (parse error: integer overflow)"},
-        {"{\"created\":-9223372036854775809,\"choices\":[{\"prompt_logprobs\":[null," OK1 ","
-         OK2 "]}]}", "integer overflow"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        seen s = {0};
-        pg_err err = {0};
-        cr_expect_eq(parse_in(cases[i].reply, 0, ids, 3, 2, &s, &err), PG_ERR_FORMAT,
-                     "case %zu: %s", i, err.msg);
-        cr_expect(strstr(err.msg, cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i,
-                  err.msg, cases[i].msg);
-    }
-    /* The largest integer yajl read is still read, and a tiny logprob underflows to 0. */
     seen s = {0};
     pg_err err = {0};
     cr_expect_eq(parse_in("{\"created\":-9223372036854775807,\"choices\":[{\"prompt_logprobs\":"
@@ -579,19 +562,19 @@ static char *make_any_reply(int32_t *ids, size_t n, size_t k, int pretty)
     return b;
 }
 
+/* pl_parser_feed on a void *parser (tu_feed_cut). */
+static pg_status feed(void *parser, const char *data, size_t len, pg_err *err)
+{
+    return pl_parser_feed(parser, data, len, err);
+}
+
 /* Parses reply[0..n) cut at cuts[0..n_cuts) into *s; the status. */
 static pg_status parse_cuts(const char *reply, size_t n, const size_t *cuts, size_t n_cuts,
                             const int32_t *ids, size_t n_ids, size_t k, seen *s, pg_err *err)
 {
     pl_parser *p = pl_parser_new(ids, n_ids, k, T_VOCAB, "http://h:1 sequence 'q1'", on_pos, s);
     cr_assert_not_null(p);
-    pg_status st = PG_OK;
-    size_t at = 0;
-    for (size_t i = 0; i <= n_cuts && st == PG_OK; i++) {
-        const size_t to = i < n_cuts ? cuts[i] : n;
-        st = pl_parser_feed(p, reply + at, to - at, err);
-        at = to;
-    }
+    pg_status st = tu_feed_cut(feed, p, reply, n, cuts, n_cuts, err);
     if (st == PG_OK) st = pl_parser_finish(p, err);
     pl_parser_free(p);
     return st;
@@ -637,9 +620,7 @@ Test(prompt_logprobs, the_full_reply_in_random_pieces_of_1_to_7_bytes)
         size_t *cuts = malloc(n * sizeof *cuts);
         cr_assert_not_null(cuts);
         for (int round = 0; round < 4; round++) {
-            size_t n_cuts = 0;
-            for (size_t at = 1 + rng_below(&seed, 7); at < n; at += 1 + rng_below(&seed, 7))
-                cuts[n_cuts++] = at;
+            const size_t n_cuts = tu_random_cuts(&seed, n, cuts);
             seen s = {0};
             cr_assert_eq(parse_cuts(replies[r], n, cuts, n_cuts, id_sets[r], T_LEN, T_K, &s,
                                     &err), PG_OK, "reply %d round %d: %s", r, round, err.msg);
@@ -679,6 +660,13 @@ Test(prompt_logprobs, invalid_json_anywhere_is_refused)
         {WRAP("null," OK1 "," OK2 ","), "']' where a value is due"},
         {"{\"x\":\"\xc0\xaf\",\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
          "invalid UTF-8"},
+        /* numbers beyond range, refused as yajl refused them */
+        {WRAP("null,{\"4\":{\"logprob\":-1e400,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), "the reply is not JSON (parse error: numeric (floating point) overflow)"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":9223372036854775808},\"9\":{\"logprob\":"
+              "-3,\"rank\":2}}," OK2), "the reply is not JSON (parse error: integer overflow)"},
+        {"{\"created\":-9223372036854775809,\"choices\":[{\"prompt_logprobs\":[null," OK1 ","
+         OK2 "]}]}", "integer overflow"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const size_t n = strlen(cases[i].reply);
