@@ -87,13 +87,21 @@ static const long double JS_POW10[JS_EXACT_POW10_MAX + 1] = {
 #define JS_SWAR_SIX 0x0606060606060606u     /* + 6 carries a byte above '9' */
 #define JS_SWAR_THREES 0x3333333333333333u  /* '0'..'9' and their + 6: 0x3_ */
 
-/* The 8 bytes at s as a little-endian word (byte 0 lowest). */
+/* The 8 bytes at s as a little-endian word (byte 0 lowest): one load where
+ * the machine is little-endian (GCC's and Clang's __BYTE_ORDER__), else
+ * byte by byte (a loop of byte loads GCC does not fold into one). */
 JS_INLINE static uint64_t load8(const char *s)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, s, sizeof v);
+    return v;
+#else
     const unsigned char *u = (const unsigned char *)s;
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = v << 8 | u[i];
     return v;
+#endif
 }
 
 /* Whether all 8 bytes of v are ASCII digits. */
@@ -320,6 +328,39 @@ static const js_utf8_lead JS_UTF8_LEADS[] = {
 #define JS_UTF8_FOLLOW_LO 0x80
 #define JS_UTF8_FOLLOW_HI 0xBF
 
+/* Eight string bytes at a time (SWAR): a byte below 0x20, at or above 0x80,
+ * a quote or a backslash ends a plain run. x - 0x20.. & ~x & 0x80.. marks
+ * the bytes below 0x20 (Warren, Hacker's Delight, 6-1; a borrow can mark
+ * a byte above a marked one, never below it, so the lowest mark is exact);
+ * a quote or a backslash is a zero byte of x ^ 0x22.. or x ^ 0x5C... */
+#define JS_SWAR_ONES 0x0101010101010101u
+#define JS_SWAR_HIGH_BITS 0x8080808080808080u
+#define JS_SWAR_SPACES 0x2020202020202020u
+#define JS_SWAR_QUOTES 0x2222222222222222u
+#define JS_SWAR_BACKSLASHES 0x5C5C5C5C5C5C5C5Cu
+
+/* The marks of v's bytes that end a plain run (each byte's high bit). */
+JS_INLINE static uint64_t unplain_marks(uint64_t v)
+{
+    const uint64_t q = v ^ JS_SWAR_QUOTES, bs = v ^ JS_SWAR_BACKSLASHES;
+    return (((v - JS_SWAR_SPACES) & ~v) | ((q - JS_SWAR_ONES) & ~q) |
+            ((bs - JS_SWAR_ONES) & ~bs) | v) & JS_SWAR_HIGH_BITS;
+}
+
+/* The end of the plain run at c (before end): its first byte that is no
+ * plain one, or end. */
+JS_INLINE static const unsigned char *plain_run(const unsigned char *c, const unsigned char *end)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; end - c >= 8; c += 8) {
+        const uint64_t m = unplain_marks(load8((const char *)c));
+        if (m != 0) return c + (__builtin_ctzll(m) >> 3);
+    }
+#endif
+    while (c < end && JS_PLAIN[*c]) c++;
+    return c;
+}
+
 /* UTF-16 surrogates (a \u escape's code unit) and what a lone one decodes to. */
 #define JS_HIGH_SURROGATE_LO 0xD800u
 #define JS_HIGH_SURROGATE_HI 0xDBFFu
@@ -463,7 +504,7 @@ static const unsigned char *unexpected(js_parser *p, const unsigned char *base,
 
 /* The number s[0..len) (its grammar checked, taken apart into d) handed
  * over, read as yajl read it; false when refused or stopped. */
-static bool number_token(js_parser *p, const unsigned char *base, const unsigned char *at,
+JS_INLINE static bool number_token(js_parser *p, const unsigned char *base, const unsigned char *at,
                          const char *s, size_t len, const js_decimal *d)
 {
     js_token tok = {.type = JS_NUMBER, .text = s, .len = len, .is_int = d->is_int};
@@ -623,8 +664,12 @@ static const unsigned char *string_rest(js_parser *p, const unsigned char *base,
             if ((c = escape_byte(p, base, c)) == NULL) return NULL;
         } else if (JS_PLAIN[b]) {
             flush_high(p);
-            put(p, b);
-            c++;
+            const unsigned char *run = plain_run(c, end);
+            const size_t n = (size_t)(run - c), room = JS_TEXT_MAX - p->text_len;
+            memcpy(p->text + p->text_len, c, n < room ? n : room);
+            p->text_len += n < room ? n : room;
+            p->truncated |= n > room;
+            c = run;
         } else if (b == '"') {
             flush_high(p);
             p->partial = PART_NONE;
@@ -659,8 +704,7 @@ JS_INLINE static const unsigned char *string_from(js_parser *p, const unsigned c
                                                   const unsigned char *s,
                                                   const unsigned char *end, bool key)
 {
-    const unsigned char *c = s;
-    while (c < end && JS_PLAIN[*c]) c++;
+    const unsigned char *c = plain_run(s, end);
     const size_t n = (size_t)(c - s);
     if (c < end && *c == '"') {
         const js_token tok = {.type = key ? JS_KEY : JS_STRING, .text = (const char *)s,

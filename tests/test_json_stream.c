@@ -275,6 +275,50 @@ Test(json_stream, invalid_json_is_refused_however_it_is_cut)
     free(l.text);
 }
 
+/* Strings are scanned eight bytes at a time: each byte that ends a plain
+ * run is found at every position of a long string, and the plain bytes
+ * next to them in value pass at every position. */
+Test(json_stream, every_byte_class_at_every_position_of_a_long_string)
+{
+    enum { LEN = 24 };
+    static const struct {
+        unsigned char byte;
+        const char *why;   /* NULL: valid */
+    } bytes[] = {
+        {0x01, "control character 0x01"}, {0x1F, "control character 0x1F"},
+        {'"', "where nothing (trailing garbage"}, {'\\', "invalid escape '\\a'"},
+        {0x80, "invalid UTF-8 (byte 0x80)"}, {0xFF, "invalid UTF-8 (byte 0xFF)"},
+        {0x20, NULL}, {0x21, NULL}, {0x23, NULL}, {0x5B, NULL}, {0x5D, NULL}, {0x7F, NULL}};
+    token_log l = {.text = malloc(T_LOG_MAX)};
+    cr_assert_not_null(l.text);
+    for (size_t b = 0; b < sizeof bytes / sizeof bytes[0]; b++)
+        for (size_t at = 0; at < LEN; at++) {
+            char doc[LEN + 3];
+            doc[0] = '"';
+            memset(doc + 1, 'a', LEN);
+            doc[1 + at] = (char)bytes[b].byte;
+            doc[LEN + 1] = '"';
+            doc[LEN + 2] = '\0';
+            pg_err err = {0};
+            const pg_status st = parse_cut(doc, LEN + 2, NULL, 0, &l, &err);
+            if (bytes[b].why == NULL) {
+                cr_expect_eq(st, PG_OK, "byte 0x%02X at %zu: %s", bytes[b].byte, at, err.msg);
+                char want[16];
+                snprintf(want, sizeof want, "%02x", bytes[b].byte);
+                cr_expect(strncmp(l.text + strlen("string 24 ") + 2 * at, want, 2) == 0,
+                          "byte 0x%02X at %zu: %s", bytes[b].byte, at, l.text);
+            } else {
+                /* (a backslash last escapes the closing quote) */
+                const char *why = bytes[b].byte == '\\' && at == LEN - 1
+                                      ? "the reply ends inside a string" : bytes[b].why;
+                cr_expect_eq(st, PG_ERR_FORMAT, "byte 0x%02X at %zu accepted", bytes[b].byte, at);
+                cr_expect(strstr(err.msg, why) != NULL, "byte 0x%02X at %zu: %s", bytes[b].byte,
+                          at, err.msg);
+            }
+        }
+    free(l.text);
+}
+
 /* Nesting: JS_DEPTH_MAX levels are read, one more is refused. */
 Test(json_stream, nesting_up_to_the_depth_limit)
 {
