@@ -13,8 +13,9 @@
  * clamped to -9999.0). "return_token_ids": true adds
  * choices[0].prompt_token_ids, checked against ids when present.
  *
- * The reply is fed in chunks as it arrives (yajl, Debian's libyajl-dev:
- * a 30k-token reply at K = 20 is about 45 MB of JSON); each position is
+ * The reply is fed in chunks as it arrives (evals/json_stream.h, a strict
+ * streaming JSON parser: a 30k-token reply at K = 20 is about 45 MB of
+ * JSON, and a chunk may end anywhere); each position is
  * handed to the caller as soon as its object closes, so the parser's
  * memory is one position's entries whatever the sequence length. Every
  * other key of the reply, at any depth, is skipped.
@@ -28,8 +29,9 @@
  * vocabulary has fewer tokens), with a key twice, a key that is no id of
  * the vocabulary (0 <= id < n_vocab when n_vocab > 0), a rank < 1, two keys
  * ranked <= K beyond K of them, or an entry without a numeric logprob;
- * PG_ERR_NUMERIC for a logprob that is NaN or above 0 (yajl reads no NaN
- * literal, so a NaN arrives as a string and is refused as such).
+ * PG_ERR_NUMERIC for a logprob that is NaN or above 0 (JSON has no NaN:
+ * a bare NaN or Infinity is not JSON, and one sent as a string is refused
+ * as such).
  */
 #ifndef PG_PROMPT_LOGPROBS_H
 #define PG_PROMPT_LOGPROBS_H
@@ -39,13 +41,14 @@
 
 #include "base/status.h"
 #include "divergence.h"
+#include "json_stream.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Longest prefix of the parser's messages (the caller's `what`), NUL included. */
-#define PL_WHAT_MAX 256
+#define PL_WHAT_MAX JS_WHAT_MAX
 /* Most keys one position may hold: K + 1 (K <= PL_MAX_TOP_K). */
 #define PL_MAX_TOP_K 4096
 
@@ -74,18 +77,6 @@ pg_status pl_parser_finish(pl_parser *p, pg_err *err);
 
 /* Frees p; NULL is a no-op. */
 void pl_parser_free(pl_parser *p);
-
-/* Reads the JSON number s[0..len) (not NUL-terminated; the grammar yajl's
- * lexer checks) into *out, bit for bit the double strtod reads (the nearest,
- * ties to even; +-HUGE_VAL past DBL_MAX): by one correctly rounded
- * operation where that provably gives it, by strtod otherwise. With s =
- * w 10^e: a double one when w <= 2^53 and |e| <= 22 (Clinger); on x86-64 a
- * long double one when w has at most 18 significant digits, |e| <= 27 and
- * the result is no tie between two doubles (nearly every logprob vLLM
- * prints). *exact (when not NULL) is 1 when the exact path read
- * it, else 0. PG_ERR_FORMAT when strtod does not read all of s,
- * PG_ERR_NOMEM, PG_ERR_INTERNAL for a NULL s or out. */
-pg_status pl_json_double(const char *s, size_t len, double *out, int *exact, pg_err *err);
 
 /* ---- llama.cpp's llama-server: one position per request ---------------- */
 /*

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yajl/yajl_parse.h>
 
 #include "divergence.h"
+#include "json_stream.h"
 
 /* Container depths of the reply: the root object, meta_info, one of its
  * two arrays, an entry of it, a triple of a top list. */
@@ -36,7 +36,7 @@ struct sg_parser {
     char what[PL_WHAT_MAX];
     pl_position_fn on_position;
     void *ctx;
-    yajl_handle h;
+    js_parser *json;
     int depth;                  /* open containers */
     bool key_meta;              /* the root's last key was "meta_info" */
     bool in_meta;               /* meta_info's object is open */
@@ -150,37 +150,9 @@ static int scalar(sg_parser *p, bool is_number, bool is_null, double v, const ch
     return misplaced(p, kind);
 }
 
-static int cb_null(void *ctx)
+/* A key: meta_info at the root, one of its two arrays inside it. */
+static int cb_map_key(sg_parser *p, const char *key, size_t len)
 {
-    return scalar(ctx, false, true, NAN, "null");
-}
-
-static int cb_boolean(void *ctx, int b)
-{
-    (void)b;
-    return scalar(ctx, false, false, NAN, "a boolean");
-}
-
-static int cb_integer(void *ctx, long long v)
-{
-    return scalar(ctx, true, false, (double)v, "a number");
-}
-
-static int cb_double(void *ctx, double v)
-{
-    return scalar(ctx, true, false, v, "a number");
-}
-
-static int cb_string(void *ctx, const unsigned char *s, size_t len)
-{
-    (void)s;
-    (void)len;
-    return scalar(ctx, false, false, NAN, "a string");
-}
-
-static int cb_map_key(void *ctx, const unsigned char *key, size_t len)
-{
-    sg_parser *p = ctx;
 #define KEY_IS(k) (len == sizeof(k) - 1 && memcmp(key, k, len) == 0)
     if (p->depth == DEPTH_ROOT) p->key_meta = KEY_IS("meta_info");
     if (p->depth == DEPTH_META && p->in_meta)
@@ -191,9 +163,9 @@ static int cb_map_key(void *ctx, const unsigned char *key, size_t len)
     return 1;
 }
 
-static int cb_start_map(void *ctx)
+/* An object opens: meta_info's; refused inside the arrays read. */
+static int cb_start_map(sg_parser *p)
 {
-    sg_parser *p = ctx;
     p->depth++;
     if (p->depth == DEPTH_META && p->key_meta) p->in_meta = true;
     if (p->open != LIST_NONE && p->depth > DEPTH_LIST)
@@ -204,18 +176,19 @@ static int cb_start_map(void *ctx)
     return 1;
 }
 
-static int cb_end_map(void *ctx)
+/* An object closes. */
+static int cb_end_map(sg_parser *p)
 {
-    sg_parser *p = ctx;
     if (p->depth == DEPTH_META && p->in_meta) p->in_meta = false;
     p->depth--;
     if (p->depth == DEPTH_ROOT - 1) p->key_meta = false;
     return 1;
 }
 
-static int cb_start_array(void *ctx)
+/* An array opens: one of meta_info's two, an entry or a top list's
+ * triple; refused elsewhere inside them. */
+static int cb_start_array(sg_parser *p)
 {
-    sg_parser *p = ctx;
     p->depth++;
     if (p->depth == DEPTH_LIST && p->in_meta && p->pending != LIST_NONE) {
         if (p->saw[p->pending])
@@ -301,9 +274,10 @@ static int end_top_list(sg_parser *p)
     return 1;
 }
 
-static int cb_end_array(void *ctx)
+/* An array closes: an entry, a triple or a top list checked, or one of
+ * meta_info's arrays read whole. */
+static int cb_end_array(sg_parser *p)
 {
-    sg_parser *p = ctx;
     int ok = 1;
     if (p->open == LIST_TOKENS && p->depth == DEPTH_ENTRY) ok = end_token_entry(p);
     else if (p->open == LIST_TOP && p->depth == DEPTH_TRIPLE) ok = end_top_triple(p);
@@ -316,18 +290,26 @@ static int cb_end_array(void *ctx)
     return ok;
 }
 
-static const yajl_callbacks SG_CALLBACKS = {
-    .yajl_null = cb_null,
-    .yajl_boolean = cb_boolean,
-    .yajl_integer = cb_integer,
-    .yajl_double = cb_double,
-    .yajl_string = cb_string,
-    .yajl_start_map = cb_start_map,
-    .yajl_map_key = cb_map_key,
-    .yajl_end_map = cb_end_map,
-    .yajl_start_array = cb_start_array,
-    .yajl_end_array = cb_end_array,
-};
+/* The JSON parser's token callback: scalars to scalar(), the rest to their
+ * handlers above; a refusal (recorded in p) returned as the parse's status. */
+static pg_status on_token(void *ctx, const js_token *tok, pg_err *err)
+{
+    sg_parser *p = ctx;
+    int ok = 1;
+    switch (tok->type) {
+    case JS_KEY: ok = cb_map_key(p, tok->text, tok->len); break;
+    case JS_NUMBER: ok = scalar(p, true, false, tok->value, "a number"); break;
+    case JS_STRING: ok = scalar(p, false, false, NAN, "a string"); break;
+    case JS_NULL: ok = scalar(p, false, true, NAN, "null"); break;
+    case JS_TRUE:
+    case JS_FALSE: ok = scalar(p, false, false, NAN, "a boolean"); break;
+    case JS_OBJECT_START: ok = cb_start_map(p); break;
+    case JS_OBJECT_END: ok = cb_end_map(p); break;
+    case JS_ARRAY_START: ok = cb_start_array(p); break;
+    case JS_ARRAY_END: ok = cb_end_array(p); break;
+    }
+    return ok ? PG_OK : pg_fail(err, p->st, "%s", p->err.msg);
+}
 
 sg_parser *sg_parser_new(const int32_t *ids, size_t n_ids, size_t top_k, int64_t n_vocab,
                          const char *what, pl_position_fn on_position, void *ctx)
@@ -349,8 +331,8 @@ sg_parser *sg_parser_new(const int32_t *ids, size_t n_ids, size_t top_k, int64_t
     p->top = malloc(n_ids * top_k * sizeof *p->top);
     p->n_top = calloc(n_ids, sizeof *p->n_top);
     p->scratch = malloc(top_k * sizeof *p->scratch);
-    p->h = yajl_alloc(&SG_CALLBACKS, NULL, p);
-    if (!p->given_lp || !p->top || !p->n_top || !p->scratch || !p->h) {
+    p->json = js_parser_new(p->what, on_token, p);
+    if (!p->given_lp || !p->top || !p->n_top || !p->scratch || !p->json) {
         sg_parser_free(p);
         return NULL;
     }
@@ -358,35 +340,17 @@ sg_parser *sg_parser_new(const int32_t *ids, size_t n_ids, size_t top_k, int64_t
     return p;
 }
 
-/* The parser's failure into err, or yajl's own (not JSON) when it has none. */
-static pg_status parse_failure(sg_parser *p, const char *data, size_t len, pg_err *err)
-{
-    if (p->st == PG_OK) {
-        unsigned char *why = yajl_get_error(p->h, 0, (const unsigned char *)data, len);
-        char msg[PG_ERR_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", why != NULL ? (const char *)why : "parse error");
-        if (why != NULL) yajl_free_error(p->h, why);
-        msg[strcspn(msg, "\n")] = '\0';
-        p->st = pg_fail(&p->err, PG_ERR_FORMAT, "%s: the reply is not JSON (%s)", p->what, msg);
-    }
-    return pg_fail(err, p->st, "%s", p->err.msg);
-}
-
 pg_status sg_parser_feed(sg_parser *p, const char *data, size_t len, pg_err *err)
 {
-    if (p == NULL || (data == NULL && len > 0))
-        return pg_fail(err, PG_ERR_INTERNAL, "sg_parser_feed: NULL argument");
-    if (p->st != PG_OK) return pg_fail(err, p->st, "%s", p->err.msg);
-    if (yajl_parse(p->h, (const unsigned char *)data, len) != yajl_status_ok)
-        return parse_failure(p, data, len, err);
-    return PG_OK;
+    if (p == NULL) return pg_fail(err, PG_ERR_INTERNAL, "sg_parser_feed: NULL argument");
+    return js_parser_feed(p->json, data, len, err);
 }
 
 pg_status sg_parser_finish(sg_parser *p, pg_err *err)
 {
     if (p == NULL) return pg_fail(err, PG_ERR_INTERNAL, "sg_parser_finish: NULL argument");
-    if (p->st != PG_OK) return pg_fail(err, p->st, "%s", p->err.msg);
-    if (yajl_complete_parse(p->h) != yajl_status_ok) return parse_failure(p, NULL, 0, err);
+    const pg_status done = js_parser_finish(p->json, err);
+    if (done != PG_OK) return done;
     for (int l = LIST_TOKENS; l <= LIST_TOP; l++)
         if (!p->saw[l])
             return pg_fail(err, PG_ERR_FORMAT, "%s: the reply has no meta_info.%s (a server that "
@@ -409,7 +373,7 @@ pg_status sg_parser_finish(sg_parser *p, pg_err *err)
 void sg_parser_free(sg_parser *p)
 {
     if (p == NULL) return;
-    if (p->h != NULL) yajl_free(p->h);
+    js_parser_free(p->json);
     free(p->given_lp);
     free(p->top);
     free(p->n_top);

@@ -17,10 +17,11 @@
  *       [logprob, id, text|null]: the top K of position t's distribution.
  * Either array may come first; every other key, at any depth, is skipped.
  *
- * The reply is fed in chunks as it arrives (yajl); the parser keeps each
- * position's K entries and the given logprob (16 K + 8 bytes a position,
- * what the caller stores anyway, about 40x less than the JSON) and hands
- * the positions over in order once both arrays are whole (sg_parser_finish).
+ * The reply is fed in chunks as it arrives (evals/json_stream.h); the
+ * parser keeps each position's K entries and the given logprob (16 K + 8
+ * bytes a position, what the caller stores anyway, about 40x less than the
+ * JSON) and hands the positions over in order once both arrays are whole
+ * (sg_parser_finish).
  *
  * Trust nothing: a reply is refused (PG_ERR_FORMAT, the message starting
  * with the caller's `what`) when it is not JSON, lacks meta_info's

@@ -5,7 +5,6 @@
 set -euo pipefail
 
 packages=(cmake gcc make pkg-config libsqlite3-dev libcurl4-openssl-dev libcjson-dev
-          libyajl-dev     # streaming JSON: prompt-logprobs replies (evals/prompt_logprobs.h)
           libxxhash-dev   # header only: the capture's content digest (harness/capture.c)
           libcriterion-dev sqlite3
           chromium    # test dependency: tests/test_report.c renders the HTML report headless

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "evals/json_stream.h"
 #include "evals/prompt_logprobs.h"
+#include "testutil.h"
 
 /* Positions, K and vocabulary of the generated reply. */
 #define T_LEN 200
@@ -22,7 +24,22 @@ typedef struct seen {
     int32_t top1[T_LEN];
     size_t n_top[T_LEN];
     int fail_at;   /* > 0: fail at this position */
+    uint64_t digest;  /* of every position's entries, bit for bit (digest_mix) */
 } seen;
+
+/* Mixes v into the digest h (FNV-1a's prime over 64-bit words). */
+static uint64_t digest_mix(uint64_t h, uint64_t v)
+{
+    return (h ^ v) * 0x100000001b3ull;
+}
+
+/* A double's bits. */
+static uint64_t bits_of(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
 
 static pg_status on_pos(void *ctx, size_t t, const div_side *side, pg_err *err)
 {
@@ -34,8 +51,12 @@ static pg_status on_pos(void *ctx, size_t t, const div_side *side, pg_err *err)
     s->last_t = t;
     s->sum_given += side->given_logprob;
     s->n_top[t] = side->n_top;
+    s->digest = digest_mix(digest_mix(digest_mix(s->digest, t), (uint64_t)side->given),
+                           bits_of(side->given_logprob));
     double best = -INFINITY;
     for (size_t i = 0; i < side->n_top; i++) {
+        s->digest = digest_mix(digest_mix(s->digest, (uint64_t)side->top[i].id),
+                               bits_of(side->top[i].logprob));
         s->sum_top += side->top[i].logprob;
         if (side->top[i].logprob > best) {
             best = side->top[i].logprob;
@@ -288,7 +309,7 @@ Test(prompt_logprobs, llama_server_positions_and_their_bad_replies)
     }
 }
 
-/* ---- pl_json_double: bit for bit strtod's reading ------------------------ */
+/* ---- js_double: bit for bit strtod's reading ---------------------------- */
 
 /* Random strings per kind of the bit-identity test (a few seconds in all). */
 #define T_NUM_REPRS 40000
@@ -299,14 +320,14 @@ Test(prompt_logprobs, llama_server_positions_and_their_bad_replies)
  * round-trip; Python's float_repr_style 'short'). */
 #define T_REPR_DIGITS 17
 
-/* Checks that pl_json_double reads s as strtod does, bit for bit; returns
+/* Checks that js_double reads s as strtod does, bit for bit; returns
  * whether the exact path read it (the test fails on any difference). */
 static int same_as_strtod(const char *s)
 {
     double got = 0;
     int exact = -1;
     pg_err err = {0};
-    cr_assert_eq(pl_json_double(s, strlen(s), &got, &exact, &err), PG_OK, "%s: %s", s, err.msg);
+    cr_assert_eq(js_double(s, strlen(s), &got, &exact, &err), PG_OK, "%s: %s", s, err.msg);
     const double want = strtod(s, NULL);
     uint64_t gb, wb;
     memcpy(&gb, &got, sizeof gb);
@@ -324,6 +345,16 @@ static void python_repr(char *b, size_t cap, double x)
         if (strtod(b, NULL) == x) break;
     }
     if (strpbrk(b, ".e") == NULL) strncat(b, ".0", cap - strlen(b) - 1);
+}
+
+/* Drops the zeros JSON allows no number to begin with ("007.5" -> "7.5",
+ * "-00e3" -> "-0e3"), in place. */
+static void drop_leading_zeros(char *s)
+{
+    char *c = s + (*s == '-');
+    size_t n = 0;
+    while (c[n] == '0' && c[n + 1] >= '0' && c[n + 1] <= '9') n++;
+    memmove(c, c + n, strlen(c + n) + 1);
 }
 
 Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
@@ -347,12 +378,15 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
     for (size_t i = 0; i < sizeof to_strtod / sizeof to_strtod[0]; i++)
         cr_expect(!same_as_strtod(to_strtod[i]), "\"%s\" took the exact path", to_strtod[i]);
 
-    /* Text strtod does not read whole is refused, not guessed at. */
-    static const char *const no_number[] = {"", "-", "1e", "-1e+", "1x", "0.5.5", ".e1"};
+    /* Text that is no JSON number is refused, not guessed at. */
+    static const char *const no_number[] = {"", "-", "1e", "-1e+", "1x", "0.5.5", ".e1",
+                                            /* strtod reads these; JSON does not */
+                                            "01", "-00.5", "+1", "1.", ".5", "0x10", "inf",
+                                            "NaN", " 1", "1 ", "1.e5", "1e+-5"};
     for (size_t i = 0; i < sizeof no_number / sizeof no_number[0]; i++) {
         double v = 0;
         pg_err err = {0};
-        cr_expect_eq(pl_json_double(no_number[i], strlen(no_number[i]), &v, NULL, &err),
+        cr_expect_eq(js_double(no_number[i], strlen(no_number[i]), &v, NULL, &err),
                      PG_ERR_FORMAT, "\"%s\" read as %g", no_number[i], v);
     }
 
@@ -374,8 +408,9 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
     }
     cr_expect_gt(n_exact, T_NUM_REPRS * 9 / 10, "float32 reprs read exactly: %zu of %d",
                  n_exact, T_NUM_REPRS);
-    /* Random digit strings: 1 to 20 digits (leading zeros and all) with the
-     * point anywhere or an exponent. Of the quotients w / 10^k past
+    /* Random digit strings: 1 to 20 digits (leading zeros and all, but JSON
+     * allows none before the point: dropped there) with the point anywhere
+     * or an exponent. Of the quotients w / 10^k past
      * Clinger's range (w > 2^53) the exact path takes, about 1 in 2,048 is
      * a tie it must hand to strtod (the 64-bit quotient's 11 extra bits are
      * 0x400); products are ties more often (an exact odd 54-bit one is:
@@ -394,6 +429,7 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
                      point > 0 ? digits : "0", digits + point, point == nd ? "0" : "");
         else
             snprintf(s, sizeof s, "%s%se%d", sign, digits, e);
+        drop_leading_zeros(s);
         const int exact_path = same_as_strtod(s);
         /* w 10^e10 with at most 18 significant digits and -27 <= e10 < 0:
          * only a tie leaves the exact path. */
@@ -413,30 +449,12 @@ Test(prompt_logprobs, numbers_are_read_bit_for_bit_as_strtod_reads_them)
     cr_expect_lt(n_ties, n_quotients / 1000, "%zu ties among %zu quotients", n_ties, n_quotients);
 }
 
-/* The parser refuses the numbers yajl refused, now that it reads them. */
-Test(prompt_logprobs, numbers_beyond_range_are_refused)
+/* The largest integer yajl read is still read, and a tiny logprob
+ * underflows to 0 (the numbers beyond range are refused as yajl refused
+ * them: invalid_json_anywhere_is_refused). */
+Test(prompt_logprobs, numbers_at_the_edge_of_range_are_read)
 {
     static const int32_t ids[] = {3, 4, 5};
-    static const struct {
-        const char *reply;
-        const char *msg;
-    } cases[] = {
-        {WRAP("null,{\"4\":{\"logprob\":-1e400,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}},"
-              OK2), "the reply is not JSON (parse error: numeric (floating point) overflow)"},
-        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":9223372036854775808},\"9\":{\"logprob\":"
-              "-3,\"rank\":2}}," OK2), "the reply is not JSON (parse error: integer overflow)"},
-        {"{\"created\":-9223372036854775809,\"choices\":[{\"prompt_logprobs\":[null," OK1 ","
-         OK2 "]}]}", "integer overflow"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        seen s = {0};
-        pg_err err = {0};
-        cr_expect_eq(parse_in(cases[i].reply, 0, ids, 3, 2, &s, &err), PG_ERR_FORMAT,
-                     "case %zu: %s", i, err.msg);
-        cr_expect(strstr(err.msg, cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i,
-                  err.msg, cases[i].msg);
-    }
-    /* The largest integer yajl read is still read, and a tiny logprob underflows to 0. */
     seen s = {0};
     pg_err err = {0};
     cr_expect_eq(parse_in("{\"created\":-9223372036854775807,\"choices\":[{\"prompt_logprobs\":"
@@ -477,5 +495,190 @@ Test(prompt_logprobs, a_key_twice_in_a_long_position)
             cr_expect_eq(s.n, N - 1);
         }
         free(b);
+    }
+}
+
+/* ---- a real JSON parser: any valid reply, cut anywhere ------------------ */
+
+/* Positions and K of the reply cut at every byte (a few KB, so that every
+ * cut is parsed). */
+#define T_CUT_LEN 4
+#define T_CUT_K 5
+/* Levels of the unknown value the reply carries (skipped whole). */
+#define T_NEST 64
+
+/* Tokens' texts as a vocabulary decodes them, JSON-escaped as servers
+ * write them: a \u escape (GPT-2's byte-level space), a line break, a
+ * quote, a backslash, raw UTF-8, a surrogate pair, U+FFFD of a partial byte. */
+static const char *const T_DECODED[] = {
+    "\\u0120the", "\\n", "\\\"", "\\\\", "caf\xc3\xa9", "\xe4\xb8\xad", "\\ud83d\\ude00",
+    "\\ufffd", " don't", "\\t\\r"};
+
+/* A vLLM reply for ids[0..n) at K = k with all a JSON text may hold
+ * around the fields read: whitespace of each kind (pretty) or none,
+ * unknown keys before and after (one of T_NEST levels, strings with
+ * escapes, numbers of every form, literals), keys spelt with escapes
+ * ("\u0070rompt_logprobs" is "prompt_logprobs", "\u00348" token 48). */
+static char *make_any_reply(int32_t *ids, size_t n, size_t k, int pretty)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *b = malloc(cap);
+    cr_assert_not_null(b);
+    const char *sp = pretty ? " \r\n\t" : "";
+#define PUT(...) (len += (size_t)snprintf(b + len, cap - len, __VA_ARGS__))
+    PUT("%s{%s\"id\"%s:%s\"cmpl-\\u00e9\\\"x\\\\\"%s,\"nest\":", sp, sp, sp, sp, sp);
+    for (int d = 0; d < T_NEST; d++) PUT(d % 2 ? "[" : "{\"k%d\":", d);
+    PUT("[1.5e-3,-0,true,false,null,\"\\ud83d\\ude00\",{}]");
+    for (int d = T_NEST - 1; d >= 0; d--) PUT(d % 2 ? "]" : "}");
+    PUT(",\"created\":1751234567,\"ch\\u006fices\"%s:%s[%s{\"index\":0,\"text\":\"\\n\","
+        "\"logprobs\":null,\"\\u0070rompt_logprobs\"%s:%s[%snull", sp, sp, sp, sp, sp, sp);
+    ids[0] = 7;
+    for (size_t t = 1; t < n; t++) {
+        ids[t] = t % 2 ? id_of(t, 1 + t % k) : (int32_t)(T_VOCAB - 1 - t);
+        for (size_t r = 1; t % 2 == 0 && r <= k; r++)  /* below K: none of the top K */
+            if (id_of(t, r) == ids[t]) {
+                ids[t]--;
+                r = 0;
+            }
+        PUT(",%s{", sp);
+        for (size_t r = 1; r <= k + (t % 2 == 0); r++) {
+            const int32_t id = r <= k ? id_of(t, r) : ids[t];
+            const double lp = r <= k ? lp_of(t, r) : -9999.0;
+            char key[16];
+            snprintf(key, sizeof key, "%d", (int)id);
+            if (r == 2) PUT(",\"\\u003%c%s\"", key[0], key + 1);  /* its first digit escaped */
+            else PUT("%s\"%s\"", r > 1 ? "," : "", key);
+            PUT("%s:%s{\"decoded_token\":\"%s\",%s\"logprob\"%s:%s%.17g%s,\"rank\":%zu,"
+                "\"x\":[{\"y\":\"\\u0000\"}]}", sp, sp, T_DECODED[(t + r) % 10], sp, sp, sp, lp,
+                sp, r <= k ? r : (size_t)900);
+        }
+        PUT("%s}", sp);
+    }
+    PUT("%s],\"prompt_token_ids\":[", sp);
+    for (size_t t = 0; t < n; t++) PUT("%s%s%d", t ? "," : "", sp, (int)ids[t]);
+    PUT("]}%s]%s,\"usage\":{\"prompt_tokens\":%zu,\"x\":-1.0E+2}}%s", sp, sp, n, sp);
+#undef PUT
+    cr_assert_lt(len, cap);
+    return b;
+}
+
+/* pl_parser_feed on a void *parser (tu_feed_cut). */
+static pg_status feed(void *parser, const char *data, size_t len, pg_err *err)
+{
+    return pl_parser_feed(parser, data, len, err);
+}
+
+/* Parses reply[0..n) cut at cuts[0..n_cuts) into *s; the status. */
+static pg_status parse_cuts(const char *reply, size_t n, const size_t *cuts, size_t n_cuts,
+                            const int32_t *ids, size_t n_ids, size_t k, seen *s, pg_err *err)
+{
+    pl_parser *p = pl_parser_new(ids, n_ids, k, T_VOCAB, "http://h:1 sequence 'q1'", on_pos, s);
+    cr_assert_not_null(p);
+    pg_status st = tu_feed_cut(feed, p, reply, n, cuts, n_cuts, err);
+    if (st == PG_OK) st = pl_parser_finish(p, err);
+    pl_parser_free(p);
+    return st;
+}
+
+Test(prompt_logprobs, any_valid_reply_cut_at_every_byte)
+{
+    int32_t ids[T_CUT_LEN];
+    for (int pretty = 0; pretty <= 1; pretty++) {
+        char *reply = make_any_reply(ids, T_CUT_LEN, T_CUT_K, pretty);
+        const size_t n = strlen(reply);
+        seen whole = {0};
+        pg_err err = {0};
+        cr_assert_eq(parse_cuts(reply, n, NULL, 0, ids, T_CUT_LEN, T_CUT_K, &whole, &err), PG_OK,
+                     "%s", err.msg);
+        cr_assert_eq(whole.n, T_CUT_LEN - 1);
+        for (size_t t = 1; t < T_CUT_LEN; t++) cr_expect_eq(whole.top1[t], id_of(t, 1));
+        for (size_t cut = 0; cut <= n; cut++) {
+            seen s = {0};
+            cr_assert_eq(parse_cuts(reply, n, &cut, 1, ids, T_CUT_LEN, T_CUT_K, &s, &err), PG_OK,
+                         "pretty %d, cut at %zu of %zu: %s", pretty, cut, n, err.msg);
+            cr_assert_eq(s.n, whole.n, "cut at %zu", cut);
+            cr_assert_eq(s.digest, whole.digest, "cut at %zu: other positions", cut);
+        }
+        free(reply);
+    }
+}
+
+Test(prompt_logprobs, the_full_reply_in_random_pieces_of_1_to_7_bytes)
+{
+    int32_t ids[T_LEN];
+    char *replies[] = {make_reply(ids), NULL};
+    int32_t any_ids[T_LEN];
+    replies[1] = make_any_reply(any_ids, T_LEN, T_K, 1);
+    const int32_t *const id_sets[] = {ids, any_ids};
+    uint64_t seed = 28;
+    for (int r = 0; r < 2; r++) {
+        const size_t n = strlen(replies[r]);
+        seen whole = {0};
+        pg_err err = {0};
+        cr_assert_eq(parse_cuts(replies[r], n, NULL, 0, id_sets[r], T_LEN, T_K, &whole, &err),
+                     PG_OK, "%s", err.msg);
+        size_t *cuts = malloc(n * sizeof *cuts);
+        cr_assert_not_null(cuts);
+        for (int round = 0; round < 4; round++) {
+            const size_t n_cuts = tu_random_cuts(&seed, n, cuts);
+            seen s = {0};
+            cr_assert_eq(parse_cuts(replies[r], n, cuts, n_cuts, id_sets[r], T_LEN, T_K, &s,
+                                    &err), PG_OK, "reply %d round %d: %s", r, round, err.msg);
+            cr_assert_eq(s.n, T_LEN - 1);
+            cr_assert_eq(s.digest, whole.digest, "reply %d round %d: other positions", r, round);
+        }
+        free(cuts);
+        free(replies[r]);
+    }
+}
+
+/* Invalid JSON anywhere in a reply (in the fields read or skipped) is
+ * refused as not JSON, whatever the chunks, naming the server. */
+Test(prompt_logprobs, invalid_json_anywhere_is_refused)
+{
+    static const int32_t ids[] = {3, 4, 5};
+    static const struct {
+        const char *reply;
+        const char *why;
+    } cases[] = {
+        {WRAP("null," OK1 "," OK2) " x", "trailing garbage"},
+        {WRAP("null," OK1 "," OK2) "{}", "trailing garbage"},
+        {"{\"x\":nul,\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "invalid literal (not null)"},
+        {"{\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}],\"x\":\"abc",
+         "the reply ends inside a string"},
+        {"{\"x\":\"a\tb\",\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "control character 0x09"},
+        {"{\"x\":\"\\q\",\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "invalid escape"},
+        {"{\"x\":01,\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "'1' where ',' or '}' after a value is due"},
+        {WRAP("null,{\"4\":{\"logprob\":-.1,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}}," OK2),
+         "invalid number"},
+        {WRAP("null,{\"4\":{\"logprob\":NaN,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}}," OK2),
+         "'N' where a value is due"},
+        {WRAP("null," OK1 "," OK2 ","), "']' where a value is due"},
+        {"{\"x\":\"\xc0\xaf\",\"choices\":[{\"prompt_logprobs\":[null," OK1 "," OK2 "]}]}",
+         "invalid UTF-8"},
+        /* numbers beyond range, refused as yajl refused them */
+        {WRAP("null,{\"4\":{\"logprob\":-1e400,\"rank\":1},\"9\":{\"logprob\":-3,\"rank\":2}},"
+              OK2), "the reply is not JSON (parse error: numeric (floating point) overflow)"},
+        {WRAP("null,{\"4\":{\"logprob\":-0.1,\"rank\":9223372036854775808},\"9\":{\"logprob\":"
+              "-3,\"rank\":2}}," OK2), "the reply is not JSON (parse error: integer overflow)"},
+        {"{\"created\":-9223372036854775809,\"choices\":[{\"prompt_logprobs\":[null," OK1 ","
+         OK2 "]}]}", "integer overflow"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t n = strlen(cases[i].reply);
+        for (size_t cut = 0; cut <= n; cut++) {
+            seen s = {0};
+            pg_err err = {0};
+            cr_expect_eq(parse_cuts(cases[i].reply, n, &cut, 1, ids, 3, 2, &s, &err),
+                         PG_ERR_FORMAT, "case %zu cut %zu: %s", i, cut, err.msg);
+            cr_expect(strstr(err.msg, "http://h:1 sequence 'q1': the reply is not JSON (parse "
+                             "error: ") == err.msg, "case %zu: %s", i, err.msg);
+            cr_expect(strstr(err.msg, cases[i].why) != NULL, "case %zu cut %zu: '%s' lacks '%s'",
+                      i, cut, err.msg, cases[i].why);
+        }
     }
 }

@@ -259,6 +259,27 @@ sqlite3 *tu_db_open(const char *name)
     return db;
 }
 
+pg_status tu_feed_cut(tu_feed_fn feed, void *parser, const char *data, size_t n,
+                      const size_t *cuts, size_t n_cuts, pg_err *err)
+{
+    pg_status st = PG_OK;
+    size_t at = 0;
+    for (size_t i = 0; i <= n_cuts && st == PG_OK; i++) {
+        const size_t to = i < n_cuts ? cuts[i] : n;
+        st = feed(parser, data + at, to - at, err);
+        at = to;
+    }
+    return st;
+}
+
+size_t tu_random_cuts(uint64_t *seed, size_t n, size_t *cuts)
+{
+    size_t n_cuts = 0;
+    for (size_t at = 1 + rng_below(seed, 7); at < n; at += 1 + rng_below(seed, 7))
+        cuts[n_cuts++] = at;
+    return n_cuts;
+}
+
 char *tu_slurp(const char *name)
 {
     FILE *f = fopen(tu_in_dir(name), "rb");

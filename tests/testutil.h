@@ -9,6 +9,7 @@
 
 #include "kernels/attn.h"
 #include "base/rng.h"
+#include "base/status.h"
 
 /* The current test's scratch directory (made by tu_scratch_setup). */
 extern char tu_dir[];
@@ -92,6 +93,20 @@ sqlite3 *tu_db_open(const char *name);
 /* The whole content of file name in the scratch directory, malloc'd and
  * NUL-terminated; aborts the test on failure. */
 char *tu_slurp(const char *name);
+
+/* A streaming parser's feed (js_parser_feed, pl_parser_feed, ...) on a
+ * parser passed as void *. */
+typedef pg_status (*tu_feed_fn)(void *parser, const char *data, size_t len, pg_err *err);
+
+/* Feeds data[0..n) to feed(parser, ...) in the pieces that the increasing
+ * offsets cuts[0..n_cuts) cut it into (cuts NULL: whole), stopping at the
+ * first failure: PG_OK or its status. */
+pg_status tu_feed_cut(tu_feed_fn feed, void *parser, const char *data, size_t n,
+                      const size_t *cuts, size_t n_cuts, pg_err *err);
+
+/* Offsets that cut n bytes into random pieces of 1 to 7 bytes, into
+ * cuts[0..) (room for n); returns their count. */
+size_t tu_random_cuts(uint64_t *seed, size_t n, size_t *cuts);
 
 /* A roughly gaussian draw of unit spread (the sum of four uniforms, centred). */
 double tu_gauss(rng_xoshiro256 *r);
