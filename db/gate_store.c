@@ -1,6 +1,7 @@
 /* gate_store.c: baselines, the rows a gate compares and the flags it writes (see gate_store.h). */
 #include "gate_store.h"
 
+#include "run_config.h"
 #include "sql_util.h"
 
 #include <errno.h>
@@ -23,12 +24,12 @@ static const char SQL_RUN[] = "SELECT kind, label, status, error FROM runs WHERE
  * each field equal, or absent in both (IS: NULL IS NULL). A run without a
  * digest therefore never matches one with a digest. */
 #define SAME_CONTENT_FIELD(f) \
-    " AND " CONFIG_FIELD("r", "'$." f "'") " IS " CONFIG_FIELD("me", "'$." f "'")
+    " AND " CONFIG_FIELD("r", RUN_CONFIG_SQL_PATH(f)) " IS " CONFIG_FIELD("me", RUN_CONFIG_SQL_PATH(f))
 #define SAME_CONTENT                                                                        \
-    SAME_CONTENT_FIELD("traces_digest") SAME_CONTENT_FIELD("source") SAME_CONTENT_FIELD("limit") \
-    SAME_CONTENT_FIELD("scales") SAME_CONTENT_FIELD("variants")                              \
-    SAME_CONTENT_FIELD("sequences_digest") SAME_CONTENT_FIELD("reference")                   \
-    SAME_CONTENT_FIELD("top_k")
+    SAME_CONTENT_FIELD(RUN_CONFIG_TRACES_DIGEST) SAME_CONTENT_FIELD(RUN_CONFIG_SOURCE)       \
+    SAME_CONTENT_FIELD(RUN_CONFIG_LIMIT) SAME_CONTENT_FIELD(RUN_CONFIG_SCALES)              \
+    SAME_CONTENT_FIELD(RUN_CONFIG_VARIANTS) SAME_CONTENT_FIELD(RUN_CONFIG_SEQUENCES_DIGEST)  \
+    SAME_CONTENT_FIELD(RUN_CONFIG_REFERENCE) SAME_CONTENT_FIELD(RUN_CONFIG_TOP_K)
 
 /* Older complete runs of the same kind and label (?1, ?2) than run ?3. */
 #define OLDER_SAME_KIND_LABEL                                                               \
@@ -157,10 +158,12 @@ pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id,
 
 /* --limit first: it changes the digest, and is the cause to name. */
 const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {
-    "limit", "source", "traces_digest", "scales", "sequences_digest", "reference", "top_k"};
+    RUN_CONFIG_LIMIT,  RUN_CONFIG_SOURCE,           RUN_CONFIG_TRACES_DIGEST, RUN_CONFIG_SCALES,
+    RUN_CONFIG_SEQUENCES_DIGEST, RUN_CONFIG_REFERENCE, RUN_CONFIG_TOP_K};
 const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT] = {
-    "limit", "source", "traces_digest", "scales", "variants", "sequences_digest", "reference",
-    "top_k"};
+    RUN_CONFIG_LIMIT,    RUN_CONFIG_SOURCE,           RUN_CONFIG_TRACES_DIGEST,
+    RUN_CONFIG_SCALES,   RUN_CONFIG_VARIANTS,         RUN_CONFIG_SEQUENCES_DIGEST,
+    RUN_CONFIG_REFERENCE, RUN_CONFIG_TOP_K};
 
 /* Column i's text into buf ("none" for SQL NULL, cut to fit). */
 static void col_text_or_none(sqlite3_stmt *st, int i, char *buf, size_t len)
@@ -180,8 +183,9 @@ pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare(db, SQL_CONTENT_FIELD, &st, err);
     for (int f = 0; ps == PG_OK && f < n && out->field == NULL; f++) {
-        char path[64];
-        snprintf(path, sizeof path, "$.%s", fields[f]);
+        char path[RUN_CONFIG_PATH_MAX];
+        ps = run_config_path(fields[f], path, err);
+        if (ps != PG_OK) break;
         sqlite3_reset(st);
         int rc = sqlite3_bind_int64(st, 1, run_id);
         if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, other_id);

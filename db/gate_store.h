@@ -37,6 +37,7 @@
 #include "base/status.h"
 #include "eval_store.h"
 #include "report_store.h"
+#include "run_config.h"
 #include "store.h"
 
 #ifdef __cplusplus
@@ -169,7 +170,7 @@ extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
 #define GATE_AUTO_FIELD_COUNT 8
 extern const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT];
 /* The config_json field of a sweep's capture content digest. */
-#define GATE_DATA_FIELD "capture_digest"
+#define GATE_DATA_FIELD RUN_CONFIG_CAPTURE_DIGEST
 
 /* What a field's value reads as when a run's config lacks it. */
 #define GATE_CONTENT_NONE "none"
