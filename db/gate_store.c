@@ -1,6 +1,7 @@
 /* gate_store.c: baselines, the rows a gate compares and the flags it writes (see gate_store.h). */
 #include "gate_store.h"
 
+#include "run_config.h"
 #include "sql_util.h"
 
 #include <errno.h>
@@ -19,34 +20,25 @@ static const char SQL_RUN[] = "SELECT kind, label, status, error FROM runs WHERE
 #define CONFIG_FIELD(t, path) \
     "json_extract(CASE WHEN json_valid(" t ".config_json) THEN " t ".config_json END, " path ")"
 
-/* The same defining content as run ?3 (GATE_CONTENT_FIELDS, gate_store.h):
- * each field equal, or absent in both (IS: NULL IS NULL). A run without a
- * digest therefore never matches one with a digest. */
-#define SAME_CONTENT_FIELD(f) \
-    " AND " CONFIG_FIELD("r", "'$." f "'") " IS " CONFIG_FIELD("me", "'$." f "'")
-#define SAME_CONTENT                                                                        \
-    SAME_CONTENT_FIELD("traces_digest") SAME_CONTENT_FIELD("source") SAME_CONTENT_FIELD("limit") \
-    SAME_CONTENT_FIELD("scales") SAME_CONTENT_FIELD("variants")                              \
-    SAME_CONTENT_FIELD("sequences_digest") SAME_CONTENT_FIELD("reference")                   \
-    SAME_CONTENT_FIELD("top_k")
+/* Room for the candidate query's text. */
+#define GATE_CANDIDATE_SQL_MAX 4096
 
-/* Older complete runs of the same kind and label (?1, ?2) than run ?3. */
-#define OLDER_SAME_KIND_LABEL                                                               \
-    "SELECT r.id FROM runs r, runs me WHERE me.id = ?3 AND r.kind = ?1 AND r.label IS ?2"   \
-    " AND r.status = 'complete' AND r.id < ?3"
-
-/* Passed its gate: has flags, none of them a regression or an error. */
-static const char SQL_AUTO_PASSED[] =
-    OLDER_SAME_KIND_LABEL SAME_CONTENT
-    " AND EXISTS (SELECT 1 FROM flags f WHERE f.run_id = r.id)"
+/* The older complete runs of kind ?1 and label ?2 (IS: NULL labels match)
+ * than run ?3, newest first; then, per run, whether it passed its gate
+ * (has flags, none of them a regression or an error) and whether each
+ * content field (the JSON paths ?4 on, joined in by candidate_sql) equals
+ * run ?3's (IS: absent in both counts as equal). */
+static const char SQL_CANDIDATES_HEAD[] =
+    "SELECT r.id,"
+    " EXISTS (SELECT 1 FROM flags f WHERE f.run_id = r.id)"
     " AND NOT EXISTS (SELECT 1 FROM flags f WHERE f.run_id = r.id"
-    "                 AND f.verdict IN ('regression', 'error'))"
-    " ORDER BY r.id DESC LIMIT 1";
-
-static const char SQL_AUTO_ANY[] = OLDER_SAME_KIND_LABEL SAME_CONTENT " ORDER BY r.id DESC LIMIT 1";
-
-/* The newest older run of the kind and label, whatever its content. */
-static const char SQL_NEWEST_OLDER[] = OLDER_SAME_KIND_LABEL " ORDER BY r.id DESC LIMIT 1";
+    "                 AND f.verdict IN ('regression', 'error')),"
+    " 1";
+static const char SQL_CANDIDATES_FIELD[] =
+    " AND " CONFIG_FIELD("r", "?%d") " IS " CONFIG_FIELD("me", "?%d");
+static const char SQL_CANDIDATES_TAIL[] =
+    " FROM runs r, runs me WHERE me.id = ?3 AND r.kind = ?1 AND r.label IS ?2"
+    " AND r.status = 'complete' AND r.id < ?3 ORDER BY r.id DESC";
 
 /* One content field (?3, a JSON path) of runs ?1 and ?2, and whether they
  * are the same (absent in both counts as the same). */
@@ -112,55 +104,53 @@ pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err)
     return ps;
 }
 
-/* Binds (kind, label, id) as ?1..?3 and steps an auto-baseline query. */
-static pg_status auto_query(sqlite3 *db, const char *sql, const gate_run *run, int64_t *id,
-                            int *found, pg_err *err)
+static const sql_field CANDIDATE_FIELDS[] = {SQL_FIELD(INT64, gate_candidate, id),
+                                             SQL_FIELD(INT, gate_candidate, passed),
+                                             SQL_FIELD(INT, gate_candidate, same_content)};
+static const sql_row_type CANDIDATE_ROW = SQL_ROW_TYPE(gate_candidate, CANDIDATE_FIELDS, NULL);
+
+/* The candidate query comparing n_fields content fields, into sql. */
+static void candidate_sql(int n_fields, char sql[GATE_CANDIDATE_SQL_MAX])
 {
+    size_t at = (size_t)snprintf(sql, GATE_CANDIDATE_SQL_MAX, "%s", SQL_CANDIDATES_HEAD);
+    for (int f = 0; f < n_fields; f++) {
+        const int param = 4 + f;  /* after kind, label and the run's id */
+        at += (size_t)snprintf(sql + at, GATE_CANDIDATE_SQL_MAX - at, SQL_CANDIDATES_FIELD,
+                               param, param);
+    }
+    snprintf(sql + at, GATE_CANDIDATE_SQL_MAX - at, "%s", SQL_CANDIDATES_TAIL);
+}
+
+pg_status gate_store_baseline_candidates(pg_store *s, const gate_run *run,
+                                         const char *const *fields, int n_fields,
+                                         gate_candidate **out, size_t *n, pg_err *err)
+{
+    if (run == NULL || run->kind == NULL || out == NULL || n == NULL ||
+        (fields == NULL && n_fields > 0))
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_store_baseline_candidates: NULL argument");
+    *out = NULL;
+    *n = 0;
+    if (n_fields < 0 || n_fields > GATE_CANDIDATE_FIELDS_MAX)
+        return pg_fail(err, PG_ERR_INTERNAL, "gate_store_baseline_candidates: %d fields, at "
+                       "most %d", n_fields, GATE_CANDIDATE_FIELDS_MAX);
+    char paths[GATE_CANDIDATE_FIELDS_MAX][RUN_CONFIG_PATH_MAX];
+    sql_param params[3 + GATE_CANDIDATE_FIELDS_MAX] = {
+        SQL_TEXT(run->kind), SQL_TEXT(run->label), SQL_INT64(run->id)};
+    for (int f = 0; f < n_fields; f++) {
+        const pg_status ps = run_config_path(fields[f], paths[f], err);
+        if (ps != PG_OK) return ps;
+        params[3 + f] = SQL_TEXT(paths[f]);
+    }
+    char sql[GATE_CANDIDATE_SQL_MAX];
+    candidate_sql(n_fields, sql);
     char what[SQL_WHAT_MAX];
     snprintf(what, sizeof what, "find the baseline of run %" PRId64, run->id);
-    const sql_param params[] = {SQL_TEXT(run->kind), SQL_TEXT(run->label), SQL_INT64(run->id)};
-    return sql_query_int64(db, sql, SQL_PARAMS(params), what, id, found, err);
-}
-
-pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *base_id,
-                                   int *passed, pg_err *err)
-{
-    if (run == NULL || run->kind == NULL || base_id == NULL || passed == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "gate_store_auto_baseline: NULL argument");
-    *base_id = -1;
-    *passed = 0;
-    sqlite3 *db = sql_handle_or_fail(s, "gate_store_auto_baseline", err);
-    if (db == NULL) return PG_ERR_INTERNAL;
-    int found = 0;
-    pg_status ps = auto_query(db, SQL_AUTO_PASSED, run, base_id, &found, err);
-    if (ps == PG_OK && found) {
-        *passed = 1;
-        return PG_OK;
-    }
-    if (ps == PG_OK) ps = auto_query(db, SQL_AUTO_ANY, run, base_id, &found, err);
-    if (ps != PG_OK || !found) *base_id = -1;
+    void *v = NULL;
+    const pg_status ps = sql_read_all(s, "gate_store_baseline_candidates", sql, params,
+                                      (size_t)(3 + n_fields), &CANDIDATE_ROW, &v, n, what, err);
+    *out = v;
     return ps;
 }
-
-pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id, pg_err *err)
-{
-    if (run == NULL || run->kind == NULL || id == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "gate_store_newest_older: NULL argument");
-    *id = -1;
-    sqlite3 *db = sql_handle_or_fail(s, "gate_store_newest_older", err);
-    if (db == NULL) return PG_ERR_INTERNAL;
-    int found = 0;
-    pg_status ps = auto_query(db, SQL_NEWEST_OLDER, run, id, &found, err);
-    if (ps != PG_OK || !found) *id = -1;
-    return ps;
-}
-
-/* --limit first: it changes the digest, and is the cause to name. */
-const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT] = {
-    "limit", "source", "traces_digest", "scales", "sequences_digest", "reference", "top_k"};
-const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT] = {
-    "limit", "source", "traces_digest", "scales", "variants", "sequences_digest", "reference",
-    "top_k"};
 
 /* Column i's text into buf ("none" for SQL NULL, cut to fit). */
 static void col_text_or_none(sqlite3_stmt *st, int i, char *buf, size_t len)
@@ -180,8 +170,9 @@ pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,
     sqlite3_stmt *st = NULL;
     pg_status ps = sql_prepare(db, SQL_CONTENT_FIELD, &st, err);
     for (int f = 0; ps == PG_OK && f < n && out->field == NULL; f++) {
-        char path[64];
-        snprintf(path, sizeof path, "$.%s", fields[f]);
+        char path[RUN_CONFIG_PATH_MAX];
+        ps = run_config_path(fields[f], path, err);
+        if (ps != PG_OK) break;
         sqlite3_reset(st);
         int rc = sqlite3_bind_int64(st, 1, run_id);
         if (rc == SQLITE_OK) rc = sqlite3_bind_int64(st, 2, other_id);

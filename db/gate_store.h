@@ -12,20 +12,9 @@
  * Reads see the committed state; the only write that spans several rows
  * (gate_store_put_flags) is one transaction.
  *
- * Baseline selection (gate_store_auto_baseline): the newest complete run
- * of the same kind, label (NULL labels match each other) and defining
- * content (the runs.config_json fields of gate_auto_fields: the traces'
- * content digest, replay or live, --limit, a sweep's --scales and its
- * variants, the full profile names; a diverge run's sequences_digest,
- * reference and top_k; each equal or absent in both, so
- * an eval recorded before digests never baselines one with a digest, and
- * a sweep of other profiles never baselines one) that is older
- * than the run (a smaller id: runs are numbered as they start) and passed
- * its gate (it has flags and none with verdict regression or error). When
- * no such run passed, the newest complete run of the same kind, label and
- * content that is older: a first gate after runs that were never gated still has
- * something to compare with, and the choice is printed as "not gated" so
- * that a baseline that itself never passed is visible.
+ * The store decides nothing about baselines: it lists the candidates of a
+ * run (gate_store_baseline_candidates) with what is stored about each, and
+ * the gate's lifecycle (harness/gate_baseline.h) chooses among them.
  */
 #ifndef PG_GATE_STORE_H
 #define PG_GATE_STORE_H
@@ -134,42 +123,28 @@ void gate_run_free(gate_run *r);
  * when there is no such run; PG_ERR_NOMEM. */
 pg_status gate_store_run(pg_store *s, int64_t id, gate_run *out, pg_err *err);
 
-/* The automatic baseline of run (the top of this file) into *base_id (-1
- * when none) and *passed (1 when it passed its gate, 0 when it is the
- * fallback). Reads only. */
-pg_status gate_store_auto_baseline(pg_store *s, const gate_run *run, int64_t *base_id,
-                                   int *passed, pg_err *err);
+/* One candidate for a run's automatic baseline: an older complete run of
+ * its kind and label. */
+typedef struct gate_candidate {
+    int64_t id;
+    int passed;        /* it has flags and none of them is a regression or an error */
+    int same_content;  /* each config_json field compared is equal in both, or absent in both */
+} gate_candidate;
 
-/* The newest complete run of run's kind and label older than run, whatever
- * its content, into *id (-1 when none): what the automatic baseline would
- * have been without the content rule, for saying why there is none. */
-pg_status gate_store_newest_older(pg_store *s, const gate_run *run, int64_t *id, pg_err *err);
+/* Most content fields gate_store_baseline_candidates compares (bound as
+ * parameters ?4 on, a handful above the gate's 8). */
+#define GATE_CANDIDATE_FIELDS_MAX 16
 
-/* The runs.config_json fields that define what a run measured: runs that
- * differ in one are not compared, named in this order (limit: eval --limit
- * N, the first N problems, which also changes the digest; source: replay
- * or live; traces_digest: eval runs' --traces content after --limit).
- * Accuracy over other problems says nothing about a change. scales: a
- * sweep's run --scales policy (capture, amax, vllm-dynamic, unit): errors
- * under unit scales against a baseline under amax scales measure the policy,
- * not a change. A sweep's
- * capture_digest is not among them: a sweep is judged per layer of the
- * capture it names, and a capture recorded again (new activations, new
- * scales from the serving stack) against the last one is exactly the
- * comparison that catches a scale regression; the gate prints a note when
- * the baseline swept other content (GATE_DATA_FIELD). sequences_digest,
- * reference, top_k: a diverge run's sequences, the mode its KLD is against,
- * and K (the top-K bound grows with K): another of any is another measure. */
-#define GATE_CONTENT_FIELD_COUNT 7
-extern const char *const gate_content_fields[GATE_CONTENT_FIELD_COUNT];
-/* What the automatic baseline must share besides: gate_content_fields and
- * a sweep's "variants" (its kernel profiles, full names in the table's
- * order). An explicit --baseline of other profiles is compared: each
- * variant it lacks is the layer scope's error (harness/regress.h). */
-#define GATE_AUTO_FIELD_COUNT 8
-extern const char *const gate_auto_fields[GATE_AUTO_FIELD_COUNT];
-/* The config_json field of a sweep's capture content digest. */
-#define GATE_DATA_FIELD "capture_digest"
+/* The complete runs of run's kind and label (NULL labels match each other)
+ * older than run (a smaller id: runs are numbered as they start), newest
+ * first, into *out (*n of them; free() the array; NULL when none), each
+ * with whether it passed its gate and whether its config_json fields
+ * fields[0 .. n_fields-1] (run_config.h keys, at most
+ * GATE_CANDIDATE_FIELDS_MAX) equal run's.
+ * Reads only. */
+pg_status gate_store_baseline_candidates(pg_store *s, const gate_run *run,
+                                         const char *const *fields, int n_fields,
+                                         gate_candidate **out, size_t *n, pg_err *err);
 
 /* What a field's value reads as when a run's config lacks it. */
 #define GATE_CONTENT_NONE "none"
@@ -185,7 +160,7 @@ typedef struct gate_content_diff {
 } gate_content_diff;
 
 /* Compares the n config_json fields of runs run_id and other_id (in that
- * order; gate_content_fields for the defining content) into *out (zeroed
+ * order; e.g. the gate's defining content, harness/gate_baseline.h) into *out (zeroed
  * first; field: the first that differs). PG_ERR_USAGE when either run does
  * not exist. */
 pg_status gate_store_content_diff(pg_store *s, int64_t run_id, int64_t other_id,

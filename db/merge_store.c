@@ -1,6 +1,7 @@
 /* merge_store.c: shard databases read and folded into one run (see merge_store.h). */
 #include "merge_store.h"
 
+#include "run_config.h"
 #include "sql_util.h"
 
 #include "base/utf8.h"
@@ -37,19 +38,22 @@ const char *const merge_data_tables[] = {
  * that the merge refuses them instead of passing over them; ?1 is the
  * database's path, read back as each part's source (PART_FIELDS' order).
  * cfg is config_json when it is JSON (json_type fails on other text). */
+#define JOB_PATH RUN_CONFIG_SQL_PATH(RUN_CONFIG_JOB)
+#define INDEX_PATH RUN_CONFIG_SQL_SUBPATH(RUN_CONFIG_SHARD, RUN_CONFIG_SHARD_INDEX)
+#define COUNT_PATH RUN_CONFIG_SQL_SUBPATH(RUN_CONFIG_SHARD, RUN_CONFIG_SHARD_COUNT)
 static const char SQL_PARTS[] =
     "WITH r AS (SELECT *, CASE WHEN json_valid(config_json) THEN config_json END AS cfg"
     "           FROM runs)"
     " SELECT ?1, id, kind, status, label, git_rev, device, started_at, finished_at, config_json,"
-    " CASE json_type(cfg, '$.job') WHEN 'text' THEN json_extract(cfg, '$.job') END,"
-    " CASE json_type(cfg, '$.shard.index') WHEN 'integer'"
-    "   THEN json_extract(cfg, '$.shard.index') END,"
-    " CASE json_type(cfg, '$.shard.count') WHEN 'integer'"
-    "   THEN json_extract(cfg, '$.shard.count') END, error"
+    " CASE json_type(cfg, " JOB_PATH ") WHEN 'text' THEN json_extract(cfg, " JOB_PATH ") END,"
+    " CASE json_type(cfg, " INDEX_PATH ") WHEN 'integer'"
+    "   THEN json_extract(cfg, " INDEX_PATH ") END,"
+    " CASE json_type(cfg, " COUNT_PATH ") WHEN 'integer'"
+    "   THEN json_extract(cfg, " COUNT_PATH ") END, error"
     " FROM r WHERE CASE WHEN config_json IS NULL THEN status IS NOT 'failed'"
     "                   WHEN cfg IS NULL OR json_type(cfg) <> 'object' THEN 1"
-    "                   ELSE json_type(cfg, '$.job') IS NOT NULL"
-    "                        OR json_type(cfg, '$.shard') IS NOT NULL END"
+    "                   ELSE json_type(cfg, " JOB_PATH ") IS NOT NULL"
+    "                        OR json_type(cfg, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_SHARD) ") IS NOT NULL END"
     " ORDER BY id";
 static const char SQL_RECORDED[] =
     "SELECT run_id, shard_index, shard_count, source, digest FROM merged_shards"

@@ -1,6 +1,8 @@
 /* schema.c: the SQL of precgate's schema migrations (see schema.h); version N is entry N-1. */
 #include "schema.h"
 
+#include "run_config.h"
+
 /* A migration entry whose recorded version is spelled from the same literal. */
 #define SCHEMA_MIGRATION(v, body) { (v), (body), "PRAGMA user_version = " #v }
 
@@ -299,11 +301,11 @@ const schema_migration schema_migrations[] = {
         "           saturated_frac, underflow_frac FROM quant_stats;\n"
         "DROP TABLE quant_stats;\n"
         "ALTER TABLE quant_stats_v9 RENAME TO quant_stats;\n"
-        "UPDATE runs SET config_json = json_set(config_json, '$.scales',\n"
+        "UPDATE runs SET config_json = json_set(config_json, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_SCALES) ",\n"
         "        (SELECT min(q.scale_source) FROM quant_stats q WHERE q.run_id = runs.id))\n"
         "    WHERE kind = 'sweep' AND json_valid(config_json)\n"
         "      AND json_type(config_json) = 'object'\n"
-        "      AND json_extract(config_json, '$.scales') IS NULL\n"
+        "      AND json_extract(config_json, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_SCALES) ") IS NULL\n"
         "      AND (SELECT count(DISTINCT q.scale_source) FROM quant_stats q\n"
         "           WHERE q.run_id = runs.id) = 1;\n"),
     /* Kernel profiles (harness/variant_name.h): a variant is stored under its
@@ -325,10 +327,10 @@ const schema_migration schema_migrations[] = {
         "INSERT INTO fp8qkv_v10\n"
         "    SELECT id, CASE coalesce(CASE WHEN json_valid(config_json)\n"
         "                                  AND json_type(config_json) = 'object'\n"
-        "                             THEN json_extract(config_json, '$.p_rounding') END,\n"
+        "                             THEN json_extract(config_json, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_P_ROUNDING) ") END,\n"
         "                             'e4m3')\n"
         "               WHEN 'e4m3' THEN 'fp8qkv@ideal'\n"
-        "               ELSE 'fp8qkv@ideal-p-' || json_extract(config_json, '$.p_rounding') END\n"
+        "               ELSE 'fp8qkv@ideal-p-' || json_extract(config_json, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_P_ROUNDING) ") END\n"
         "    FROM runs;\n"
         "CREATE TABLE layer_metrics_v10 (\n"
         "    run_id    INTEGER NOT NULL REFERENCES runs (id),\n"
@@ -380,16 +382,16 @@ const schema_migration schema_migrations[] = {
         "    WHERE scope IN ('layer', 'mode_pair')\n"
         "      AND variant IN ('fp8kv', 'fp8kv~spec', 'fp8kv-bf16', 'fp8qkv', 'fp8qkv~spec',\n"
         "                      'fp8qkv-bf16');\n"
-        "UPDATE runs SET config_json = json_set(config_json, '$.variants', json(\n"
+        "UPDATE runs SET config_json = json_set(config_json, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_VARIANTS) ", json(\n"
         "        (SELECT json_group_array(name) FROM (\n"
         "             SELECT CASE e.value WHEN 'fp8kv' THEN 'fp8kv@fixed'\n"
         "                                 WHEN 'fp8qkv' THEN q.name\n"
         "                                 ELSE e.value END AS name\n"
-        "             FROM json_each(runs.config_json, '$.variants') e, fp8qkv_v10 q\n"
+        "             FROM json_each(runs.config_json, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_VARIANTS) ") e, fp8qkv_v10 q\n"
         "             WHERE q.run_id = runs.id ORDER BY e.key))))\n"
         "    WHERE kind = 'sweep' AND json_valid(config_json)\n"
         "      AND json_type(config_json) = 'object'\n"
-        "      AND json_type(config_json, '$.variants') = 'array';\n"
+        "      AND json_type(config_json, " RUN_CONFIG_SQL_PATH(RUN_CONFIG_VARIANTS) ") = 'array';\n"
         "DROP TABLE fp8qkv_v10;\n"),
     /* Attribution per quantized tensor (run --attribute, harness/attribute.h):
      * each fp8 variant of a sweep run again with one tensor alone quantized,

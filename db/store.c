@@ -493,6 +493,16 @@ pg_status store_open_reader(const char *path, pg_store **out, pg_err *err)
     return ps;
 }
 
+pg_status store_open_existing(const char *path, pg_store **out, pg_err *err)
+{
+    *out = NULL;
+    struct stat sb;
+    if (path == NULL || stat(path, &sb) != 0)
+        return pg_fail(err, PG_ERR_IO, "database '%s' does not exist (--db PATH or $%s)",
+                       path != NULL ? path : "", STORE_PATH_ENV);
+    return store_open_reader(path, out, err);
+}
+
 store_access store_access_mode(const pg_store *s)
 {
     return s != NULL ? s->access : STORE_READ_WRITE;

@@ -64,6 +64,12 @@ typedef enum store_access {
  * as a newer one. store_access_mode tells which open it was. */
 pg_status store_open_reader(const char *path, pg_store **out, pg_err *err);
 
+/* Opens the database at path with store_open_reader (read-only when it or
+ * its directory is not writable), but only when the file exists: a
+ * read-only command must not create an empty database out of a mistyped
+ * path (PG_ERR_IO naming the path). Other failures as store_open_reader. */
+pg_status store_open_existing(const char *path, pg_store **out, pg_err *err);
+
 /* How s was opened; STORE_READ_WRITE for NULL. */
 store_access store_access_mode(const pg_store *s);
 

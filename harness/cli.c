@@ -316,7 +316,7 @@ static pg_status store_open_as(const char *cmd, const char *db_path, cli_store_m
         if (access(db_path, F_OK) != 0)
             return pg_fail(err, PG_ERR_IO, "%s: database %s: %s", cmd, db_path, strerror(errno));
         break;
-    case CLI_STORE_EXISTING_HINT: return report_store_open_existing(db_path, out, err);
+    case CLI_STORE_EXISTING_HINT: return store_open_existing(db_path, out, err);
     }
     return store_open_reader(db_path, out, err);
 }

@@ -154,7 +154,7 @@ typedef enum cli_store_mode {
     CLI_STORE_CREATE,         /* a missing file becomes a new database (store_open) */
     CLI_STORE_EXISTING_CMD,   /* a reader never creates one: no file there is PG_ERR_IO
                                * "CMD: database PATH: <strerror>" */
-    CLI_STORE_EXISTING_HINT,  /* the same, worded by report_store_open_existing:
+    CLI_STORE_EXISTING_HINT,  /* the same, worded by store_open_existing:
                                * "database 'PATH' does not exist (--db PATH or $PRECGATE_DB)" */
 } cli_store_mode;
 

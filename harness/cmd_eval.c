@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db/run_config.h"
 #include "db/eval_store.h"
 #include "db/store.h"
 #include "evals/eval_run.h"
@@ -362,35 +363,35 @@ static cJSON *eval_config_json(const eval_args *a, const char *traces_digest)
 {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL) return NULL;
-    cJSON_AddNumberToObject(o, "config_version", EVAL_CONFIG_VERSION);
-    cJSON_AddStringToObject(o, "traces", a->traces);
-    cJSON_AddStringToObject(o, "traces_digest", traces_digest);
-    cJSON_AddStringToObject(o, "eval", a->o.eval_name);
-    cJSON_AddStringToObject(o, "source", a->replay ? "replay" : "live");
-    cJSON_AddStringToObject(o, "extractor", grade_extractor_name(a->o.extractor));
-    if (a->limit > 0) cJSON_AddNumberToObject(o, "limit", (double)a->limit);
+    cJSON_AddNumberToObject(o, RUN_CONFIG_CONFIG_VERSION, EVAL_CONFIG_VERSION);
+    cJSON_AddStringToObject(o, RUN_CONFIG_TRACES, a->traces);
+    cJSON_AddStringToObject(o, RUN_CONFIG_TRACES_DIGEST, traces_digest);
+    cJSON_AddStringToObject(o, RUN_CONFIG_EVAL, a->o.eval_name);
+    cJSON_AddStringToObject(o, RUN_CONFIG_SOURCE, a->replay ? "replay" : "live");
+    cJSON_AddStringToObject(o, RUN_CONFIG_EXTRACTOR, grade_extractor_name(a->o.extractor));
+    if (a->limit > 0) cJSON_AddNumberToObject(o, RUN_CONFIG_LIMIT, (double)a->limit);
     if (!a->replay) {
-        cJSON_AddStringToObject(o, "prompt_template", oa_prompt_template());
-        add_sorted_names(o, "modes", a->o.modes, a->o.n_endpoints);
-        cJSON *eps = cJSON_AddObjectToObject(o, "endpoints");
+        cJSON_AddStringToObject(o, RUN_CONFIG_PROMPT_TEMPLATE, oa_prompt_template());
+        add_sorted_names(o, RUN_CONFIG_MODES, a->o.modes, a->o.n_endpoints);
+        cJSON *eps = cJSON_AddObjectToObject(o, RUN_CONFIG_ENDPOINTS);
         for (int i = 0; i < a->o.n_endpoints; i++)
             if (!cJSON_HasObjectItem(eps, a->o.modes[i]))
                 cJSON_AddItemToObject(eps, a->o.modes[i], mode_endpoints(&a->o, a->o.modes[i]));
-        cJSON_AddObjectToObject(o, "models");
-        add_sorted_names(o, "efforts", a->o.efforts, a->o.n_efforts);
-        cJSON_AddNumberToObject(o, "samples", a->o.samples);
-        cJSON_AddNumberToObject(o, "temperature", a->o.sampling.temperature);
-        if (a->o.sampling.top_p >= 0) cJSON_AddNumberToObject(o, "top_p", a->o.sampling.top_p);
-        else cJSON_AddNullToObject(o, "top_p");  /* the server's default */
+        cJSON_AddObjectToObject(o, RUN_CONFIG_MODELS);
+        add_sorted_names(o, RUN_CONFIG_EFFORTS, a->o.efforts, a->o.n_efforts);
+        cJSON_AddNumberToObject(o, RUN_CONFIG_SAMPLES, a->o.samples);
+        cJSON_AddNumberToObject(o, RUN_CONFIG_TEMPERATURE, a->o.sampling.temperature);
+        if (a->o.sampling.top_p >= 0) cJSON_AddNumberToObject(o, RUN_CONFIG_TOP_P, a->o.sampling.top_p);
+        else cJSON_AddNullToObject(o, RUN_CONFIG_TOP_P);  /* the server's default */
         /* A string: a 64-bit seed does not fit a JSON number (a double) exactly. */
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->o.seed_base);
-        cJSON_AddStringToObject(o, "seed", seed);
+        cJSON_AddStringToObject(o, RUN_CONFIG_SEED, seed);
         if (a->o.sampling.max_tokens > 0)
-            cJSON_AddNumberToObject(o, "max_tokens", (double)a->o.sampling.max_tokens);
-        else cJSON_AddNullToObject(o, "max_tokens");  /* the server's default */
-        if (a->o.client.model) cJSON_AddStringToObject(o, "model", a->o.client.model);
-        if (a->o.api_key_env) cJSON_AddStringToObject(o, "api_key_env", a->o.api_key_env);
+            cJSON_AddNumberToObject(o, RUN_CONFIG_MAX_TOKENS, (double)a->o.sampling.max_tokens);
+        else cJSON_AddNullToObject(o, RUN_CONFIG_MAX_TOKENS);  /* the server's default */
+        if (a->o.client.model) cJSON_AddStringToObject(o, RUN_CONFIG_EVAL_MODEL, a->o.client.model);
+        if (a->o.api_key_env) cJSON_AddStringToObject(o, RUN_CONFIG_API_KEY_ENV, a->o.api_key_env);
     }
     return o;
 }
@@ -412,7 +413,7 @@ static pg_status eval_shard(eval_args *a, eval_traces *t, cJSON *now, pg_err *er
     if (st == PG_OK) st = shard_problems(ids, t->n, a->shard, keep, err);
     if (st == PG_OK) {
         shard_config_add(now, a->job, a->shard);
-        cJSON *owned = cJSON_AddArrayToObject(now, "shard_problems");
+        cJSON *owned = cJSON_AddArrayToObject(now, RUN_CONFIG_SHARD_PROBLEMS);
         for (int i = 0; owned != NULL && i < t->n; i++)
             if (keep[i]) cJSON_AddItemToArray(owned, cJSON_CreateString(ids[i]));
         traces_keep_marked(t, keep);
@@ -458,7 +459,7 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
     /* A signal while the servers were awaited: a resume leaves the run alone. */
     if (o->client.stop != NULL && *o->client.stop != 0)
         return pg_fail(err, PG_ERR_INTERRUPTED, "eval: interrupted before anything was sent");
-    cJSON *stored_models = cJSON_GetObjectItemCaseSensitive(es->config, "models");
+    cJSON *stored_models = cJSON_GetObjectItemCaseSensitive(es->config, RUN_CONFIG_MODELS);
     int added = 0;
     pg_status st = eval_resume_check_models(es->run_id, stored_models, o->n_endpoints, o->modes,
                                             models, &added, err);
@@ -471,7 +472,7 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
      * was served last, so --output and `runs --json` say where this resume
      * sent. */
     int moved = 0;
-    cJSON *eps = cJSON_GetObjectItemCaseSensitive(es->config, "endpoints");
+    cJSON *eps = cJSON_GetObjectItemCaseSensitive(es->config, RUN_CONFIG_ENDPOINTS);
     for (int m = 0; st == PG_OK && cJSON_IsObject(eps) && m < o->n_endpoints; m++) {
         const cJSON *was = cJSON_GetObjectItemCaseSensitive(eps, o->modes[m]);
         cJSON *now = mode_endpoints(o, o->modes[m]);
@@ -505,8 +506,8 @@ static pg_status check_resume(eval_session *es, const cJSON *now, pg_err *err)
                                  sizeof eval_shard_fields / sizeof eval_shard_fields[0], err);
     /* A run started before runs recorded their plan gets this command's: the
      * checks above proved the same traces and grid (run_complete.h). */
-    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(now, "plan");
-    if (st == PG_OK && plan != NULL && !cJSON_HasObjectItem(es->config, "plan")) {
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(now, RUN_CONFIG_PLAN);
+    if (st == PG_OK && plan != NULL && !cJSON_HasObjectItem(es->config, RUN_CONFIG_PLAN)) {
         if (!cJSON_AddItemToObject(es->config, "plan", cJSON_Duplicate(plan, 1)))
             st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
         es->plan_added = st == PG_OK;

@@ -16,6 +16,7 @@
 #include "reports/junit.h"
 #include "cli.h"
 #include "reports/term.h"
+#include "gate_baseline.h"
 #include "gate_config.h"
 #include "regress.h"
 #include "run_complete.h"
@@ -170,65 +171,39 @@ static void print_no_content_match(const gate_run *run, int64_t newest,
     term_printf(stdout, "); %s\n", without_baseline(run->kind));
 }
 
-/* Picks the baseline (explicit or automatic) into *base_id (-1: none) and
- * prints which and why. An explicit baseline whose content differs from
- * run's (gate_store.h) is kept in *base_id with the difference in
+/* Picks the baseline (explicit or automatic, gate_baseline.h) into
+ * *base_id (-1: none) and prints which and why. An explicit baseline whose
+ * content differs from run's is kept in *base_id with the difference in
  * *mismatch (field NULL when the contents match), for an error verdict. */
 static pg_status choose_baseline(pg_store *s, const gate_args *a, const gate_run *run,
                                  int64_t *base_id, gate_content_diff *mismatch, pg_err *err)
 {
     const char *label = run->label != NULL ? run->label : "";
     const char *no_label = run->label != NULL ? "" : " (no label)";
-    *base_id = -1;
+    gate_baseline_choice c;
+    const pg_status st = gate_baseline_choose(s, run, a->baseline, &c, err);
+    *base_id = c.base_id;
     memset(mismatch, 0, sizeof *mismatch);
-    if (a->baseline == NULL) {
-        int passed = 0;
-        pg_status st = gate_store_auto_baseline(s, run, base_id, &passed, err);
-        if (st != PG_OK) return st;
-        int64_t newest = -1;
-        gate_content_diff d = {0};
-        if (*base_id < 0) st = gate_store_newest_older(s, run, &newest, err);
-        if (st == PG_OK && newest >= 0)
-            st = gate_store_content_diff(s, run->id, newest, gate_auto_fields,
-                                         GATE_AUTO_FIELD_COUNT, &d, err);
-        if (st != PG_OK) return st;
-        if (*base_id < 0 && d.field != NULL)
-            print_no_content_match(run, newest, &d, label, no_label);
-        else if (*base_id < 0)
-            term_printf(stdout, "baseline: none (no older complete %s run labelled '%s'%s); %s\n",
-                        run->kind, label, no_label, without_baseline(run->kind));
-        else if (passed)
-            term_printf(stdout, "baseline: run %" PRId64 " (automatic: the newest older complete %s run "
-                   "labelled '%s'%s that passed its gate)\n", *base_id,
-                   run->kind, label, no_label);
-        else
-            term_printf(stdout, "baseline: run %" PRId64 " (automatic: no older %s run labelled '%s'%s "
-                   "passed a gate, so the newest older complete one; it is not known good)\n", *base_id, run->kind, label, no_label);
-        return PG_OK;
+    if (st != PG_OK) return st;
+    if (!c.automatic) {
+        *mismatch = c.differs;
+        term_printf(stdout, "baseline: run %" PRId64 " (--baseline %s%s)%s\n", c.base_id,
+                    a->baseline, c.by_name ? ", by name" : "",
+                    c.differs.field != NULL ? ": its content differs, nothing is compared" : "");
+    } else if (c.base_id < 0 && c.differs.field != NULL) {
+        print_no_content_match(run, c.newest, &c.differs, label, no_label);
+    } else if (c.base_id < 0) {
+        term_printf(stdout, "baseline: none (no older complete %s run labelled '%s'%s); %s\n",
+                    run->kind, label, no_label, without_baseline(run->kind));
+    } else if (c.passed) {
+        term_printf(stdout, "baseline: run %" PRId64 " (automatic: the newest older complete %s run "
+               "labelled '%s'%s that passed its gate)\n", c.base_id, run->kind, label, no_label);
+    } else {
+        term_printf(stdout, "baseline: run %" PRId64 " (automatic: no older %s run labelled '%s'%s "
+               "passed a gate, so the newest older complete one; it is not known good)\n",
+               c.base_id, run->kind, label, no_label);
     }
-    int by_name = 0;
-    pg_status st = gate_store_resolve_baseline(s, a->baseline, base_id, &by_name, err);
-    gate_run b = {0};
-    if (st == PG_OK) st = gate_store_run(s, *base_id, &b, err);
-    if (st == PG_OK && *base_id == run->id)
-        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 " itself",
-                     a->baseline, run->id);
-    if (st == PG_OK && strcmp(b.kind, run->kind) != 0)
-        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 " of kind %s; run "
-                     "%" PRId64 " is %s", a->baseline, *base_id, b.kind, run->id, run->kind);
-    if (st == PG_OK && strcmp(b.status, "complete") != 0)
-        st = pg_fail(err, PG_ERR_USAGE, "gate: --baseline %s is run %" PRId64 ", which is %s; a "
-                     "baseline must be complete", a->baseline, *base_id, b.status);
-    if (st == PG_OK)
-        st = gate_store_content_diff(s, run->id, *base_id, gate_content_fields,
-                                     GATE_CONTENT_FIELD_COUNT, mismatch, err);
-    if (st == PG_OK)
-        term_printf(stdout, "baseline: run %" PRId64 " (--baseline %s%s)%s\n", *base_id, a->baseline,
-               by_name ? ", by name" : "",
-               mismatch->field != NULL ? ": its content differs, nothing is compared" : "");
-    gate_run_free(&b);
-    if (st != PG_OK) *base_id = -1;
-    return st;
+    return PG_OK;
 }
 
 /* Upper-case verdict for the terminal. */

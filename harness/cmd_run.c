@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db/run_config.h"
 #include "db/store.h"
 #include "kernels/attn_backend.h"
 #include "kernels/parallel.h"
@@ -237,53 +238,40 @@ static cJSON *variants_json(const sweep_variants *v)
     return list;
 }
 
-/* The run's configuration as JSON text (caller frees). Everything that
- * defines its numbers is here, for --resume to compare: the capture's
- * content digest, the variants (full profile names), the backend that ran,
- * --check-spec, the page seed (also as exact decimal text: a JSON number is
- * a double), the scale policy (a->scales, resolved), --attribute and the
- * precgate build. A part of a sharded job (--shard) adds "job", "shard"
- * ({"index", "count"}) and "shard_layers", the layers it owns: those not
- * marked in skip[]. "layer_rows" records what each layer of cap holds when
- * whole under so (run_complete.h: what merge and gate hold the run to). */
+/* The run's configuration as JSON text (caller frees), written by
+ * run_config_write (db/run_config.h): everything that defines its numbers,
+ * for --resume to compare, with the layers a part owns (those not marked in
+ * skip[]) and what each layer of cap holds when whole under so. NULL when
+ * out of memory. */
 static char *run_config_json(const run_args *a, const capture *cap, const char *backend,
                              const sweep_options *so, const unsigned char *skip)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (o == NULL) return NULL;
-    cJSON_AddStringToObject(o, "capture", a->capture);
-    cJSON_AddStringToObject(o, "capture_digest", cap->digest);
-    cJSON_AddStringToObject(o, "model", cap->model);
-    cJSON_AddItemToObject(o, "variants", variants_json(&a->variants));
-    cJSON_AddStringToObject(o, "backend_requested", a->backend);
-    cJSON_AddStringToObject(o, "backend", backend);
-    cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
-    cJSON_AddStringToObject(o, "scales", sweep_scales_name(a->scales));
-    cJSON_AddBoolToObject(o, "attribute", a->attribute);
-    cJSON_AddNumberToObject(o, "threads", (double)a->threads);
-    cJSON_AddNumberToObject(o, "page_seed", (double)a->seed);
-    char seed[RUN_U64_TEXT_MAX];
-    snprintf(seed, sizeof seed, "%llu", a->seed);
-    cJSON_AddStringToObject(o, "page_seed_decimal", seed);
-    cJSON_AddStringToObject(o, "git_rev", PRECGATE_GIT_REV);
-    cJSON_AddNumberToObject(o, "layers", cap->n_layers);
-    cJSON_AddNumberToObject(o, "sequences", cap->n_seqs);
-    cJSON_AddNumberToObject(o, "tokens_q", (double)cap->tq);
-    cJSON_AddNumberToObject(o, "tokens_kv", (double)cap->tkv);
-    cJSON_AddNumberToObject(o, "block_size", cap->block_size);
+    const char *names[SWEEP_MAX_VARIANTS];
+    for (int i = 0; i < a->variants.n; i++) names[i] = attn_profile_variant(a->variants.p[i]);
+    store_layer_rows *rows = NULL;
+    int *owned = calloc((size_t)cap->n_layers, sizeof *owned);
     pg_err ignored = {0};  /* out of memory: NULL below */
-    if (run_complete_add_layer_rows(o, cap, so, &ignored) != PG_OK) {
+    char *text = NULL;
+    if (owned != NULL && run_complete_layer_rows(cap, so, &rows, &ignored) == PG_OK) {
+        int n_owned = 0;
+        for (int l = 0; a->shard.count > 0 && l < cap->n_layers; l++)
+            if (!skip[l]) owned[n_owned++] = l;
+        const run_config c = {
+            .capture = a->capture, .capture_digest = cap->digest, .model = cap->model,
+            .variants = names, .n_variants = a->variants.n, .backend_requested = a->backend,
+            .backend = backend, .check_spec = a->check_spec,
+            .scales = sweep_scales_name(a->scales), .attribute = a->attribute,
+            .threads = a->threads, .page_seed = a->seed, .git_rev = PRECGATE_GIT_REV,
+            .layers = cap->n_layers, .sequences = cap->n_seqs, .tokens_q = (long long)cap->tq,
+            .tokens_kv = (long long)cap->tkv, .block_size = cap->block_size,
+            .layer_rows = rows, .job = a->job, .shard_index = a->shard.index,
+            .shard_count = a->shard.count, .shard_layers = owned, .n_shard_layers = n_owned};
+        cJSON *o = run_config_write(&c);
+        text = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
         cJSON_Delete(o);
-        return NULL;
     }
-    if (a->shard.count > 0) {
-        shard_config_add(o, a->job, a->shard);
-        cJSON *layers = cJSON_AddArrayToObject(o, "shard_layers");
-        for (int l = 0; layers != NULL && l < cap->n_layers; l++)
-            if (!skip[l]) cJSON_AddItemToArray(layers, cJSON_CreateNumber(l));
-    }
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    free(rows);
+    free(owned);
     return text;
 }
 
@@ -299,14 +287,14 @@ static pg_status run_default_job(const run_args *a, const capture *cap, char out
     char seed[RUN_U64_TEXT_MAX];
     snprintf(seed, sizeof seed, "%llu", a->seed);
     if (o != NULL) {
-        cJSON_AddStringToObject(o, "capture_digest", cap->digest);
-        cJSON_AddItemToObject(o, "variants", variants_json(&a->variants));
-        cJSON_AddStringToObject(o, "backend_requested", a->backend);
-        cJSON_AddBoolToObject(o, "check_spec", a->check_spec);
-        cJSON_AddStringToObject(o, "scales", sweep_scales_name(a->scales));
-        cJSON_AddBoolToObject(o, "attribute", a->attribute);
-        cJSON_AddStringToObject(o, "page_seed_decimal", seed);
-        cJSON_AddStringToObject(o, "git_rev", PRECGATE_GIT_REV);
+        cJSON_AddStringToObject(o, RUN_CONFIG_CAPTURE_DIGEST, cap->digest);
+        cJSON_AddItemToObject(o, RUN_CONFIG_VARIANTS, variants_json(&a->variants));
+        cJSON_AddStringToObject(o, RUN_CONFIG_BACKEND_REQUESTED, a->backend);
+        cJSON_AddBoolToObject(o, RUN_CONFIG_CHECK_SPEC, a->check_spec);
+        cJSON_AddStringToObject(o, RUN_CONFIG_SCALES, sweep_scales_name(a->scales));
+        cJSON_AddBoolToObject(o, RUN_CONFIG_ATTRIBUTE, a->attribute);
+        cJSON_AddStringToObject(o, RUN_CONFIG_PAGE_SEED_DECIMAL, seed);
+        cJSON_AddStringToObject(o, RUN_CONFIG_GIT_REV, PRECGATE_GIT_REV);
     }
     char *text = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
@@ -366,34 +354,26 @@ static void *backend_start_run(void *arg)
 /* A sweep run being continued (--resume) and what it recorded. */
 typedef struct resume_ctx {
     int64_t run_id;
-    cJSON *cfg;               /* its config_json */
+    run_config_doc cfg;       /* its config_json (db/run_config.h) */
     const char *capture_name; /* its "capture": the capture name of its rows */
     const char *digest;       /* its "capture_digest" */
     const char *backend;      /* its "backend": the one that ran */
 } resume_ctx;
 
-/* String member name of the run's config, or NULL (missing or no string). */
-static const char *cfg_string(const cJSON *cfg, const char *name)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(cfg, name);
-    return cJSON_IsString(x) ? x->valuestring : NULL;
-}
-
 /* The run's stored "variants" (full profile names; db/schema.c migration
  * 10 renamed older runs' modes) into *out; PG_ERR_USAGE naming the run when
  * the list is missing, empty, or names no profile of this precgate (the
  * message of sweep_variants_parse). */
-static pg_status cfg_variants(const cJSON *cfg, int64_t run_id, sweep_variants *out, pg_err *err)
+static pg_status cfg_variants(const run_config *cfg, int64_t run_id, sweep_variants *out,
+                              pg_err *err)
 {
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(cfg, "variants");
     char joined[SWEEP_MAX_VARIANTS * VARIANT_NAME_MAX] = "";
     size_t at = 0;
-    const cJSON *x;
-    int ok = cJSON_IsArray(list) && cJSON_GetArraySize(list) > 0;
-    cJSON_ArrayForEach(x, list) {
-        if (!cJSON_IsString(x) || at >= sizeof joined) ok = 0;
+    int ok = cfg->n_variants > 0;
+    for (int i = 0; ok && i < cfg->n_variants; i++) {
+        if (at >= sizeof joined) ok = 0;
         else at += (size_t)snprintf(joined + at, sizeof joined - at, "%s%s", at ? "," : "",
-                                    x->valuestring);
+                                    cfg->variants[i]);
     }
     if (!ok || at >= sizeof joined)
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's config_json has no "
@@ -424,18 +404,18 @@ static void json_set(cJSON *o, const char *key, cJSON *v)
 /* The options that define a sweep's numbers and can be given on the command
  * line, with config_json's keys (resume_check_fields). */
 static const resume_field run_option_fields[] = {
-    {"git_rev", "the precgate build that computed the run"},
-    {"variants", "--variants"},
-    {"backend", "--backend"},
-    {"check_spec", "--check-spec"},
-    {"page_seed_decimal", "--seed"},
-    {"scales", "--scales"},
-    {"attribute", "--attribute"},
+    {RUN_CONFIG_GIT_REV, "the precgate build that computed the run"},
+    {RUN_CONFIG_VARIANTS, "--variants"},
+    {RUN_CONFIG_BACKEND, "--backend"},
+    {RUN_CONFIG_CHECK_SPEC, "--check-spec"},
+    {RUN_CONFIG_PAGE_SEED_DECIMAL, "--seed"},
+    {RUN_CONFIG_SCALES, "--scales"},
+    {RUN_CONFIG_ATTRIBUTE, "--attribute"},
 };
 /* What is compared once the capture is loaded and the backend started. */
 static const resume_field run_capture_fields[] = {
-    {"capture_digest", "--capture's content digest"},
-    {"backend", "the backend that would run"},
+    {RUN_CONFIG_CAPTURE_DIGEST, "--capture's content digest"},
+    {RUN_CONFIG_BACKEND, "the backend that would run"},
 };
 
 /* A resumed run's place in a sharded job: a part resumes as the part it is
@@ -444,32 +424,28 @@ static const resume_field run_capture_fields[] = {
  * that is no part is refused. */
 static pg_status resume_shard(run_args *a, const resume_ctx *r, pg_err *err)
 {
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(r->cfg, "shard");
-    const cJSON *index = cJSON_GetObjectItemCaseSensitive(sh, "index");
-    const cJSON *count = cJSON_GetObjectItemCaseSensitive(sh, "count");
-    const char *job = cfg_string(r->cfg, "job");
-    if (sh == NULL) {
+    const run_config *c = &r->cfg.c;
+    if (!c->shard_known) {
         if (a->shard.count > 0 || a->job != NULL)
             return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run is no part of a "
                            "sharded job: --shard and --job do not go with its resume",
                            (long long)r->run_id);
         return PG_OK;
     }
-    if (!cJSON_IsNumber(index) || !cJSON_IsNumber(count) || job == NULL ||
-        !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(r->cfg, "shard_layers")))
+    if (!c->shard_readable)
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's config_json has no "
                        "readable job, shard and shard_layers: start a new run",
                        (long long)r->run_id);
-    const shard_spec run = {.index = index->valueint, .count = count->valueint};
+    const shard_spec run = {.index = c->shard_index, .count = c->shard_count};
     if (a->shard.count > 0 && (a->shard.index != run.index || a->shard.count != run.count))
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: shard (--shard) differs: the run "
                        "has %d/%d, this command gives %d/%d", (long long)r->run_id, run.index,
                        run.count, a->shard.index, a->shard.count);
-    if (a->job != NULL && strcmp(a->job, job) != 0)
+    if (a->job != NULL && strcmp(a->job, c->job) != 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: job (--job) differs: the run has "
-                       "%s, this command gives %s", (long long)r->run_id, job, a->job);
+                       "%s, this command gives %s", (long long)r->run_id, c->job, a->job);
     a->shard = run;
-    snprintf(a->job_buf, sizeof a->job_buf, "%s", job);
+    snprintf(a->job_buf, sizeof a->job_buf, "%s", c->job);
     a->job = a->job_buf;
     return PG_OK;
 }
@@ -482,16 +458,16 @@ static pg_status resume_skip_unowned(const resume_ctx *r, const capture *cap,
 {
     unsigned char *owned = calloc((size_t)cap->n_layers, 1);
     if (owned == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
-    const cJSON *x;
     pg_status st = PG_OK;
-    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(r->cfg, "shard_layers")) {
-        if (!cJSON_IsNumber(x) || x->valueint < 0 || x->valueint >= cap->n_layers) {
+    for (int i = 0; i < r->cfg.c.n_shard_layers; i++) {
+        const int layer = r->cfg.c.shard_layers[i];  /* -1: no number */
+        if (layer < 0 || layer >= cap->n_layers) {
             st = pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's shard_layers name a "
                          "layer the capture (%d layers) does not have", (long long)r->run_id,
                          cap->n_layers);
             break;
         }
-        owned[x->valueint] = 1;
+        owned[layer] = 1;
     }
     for (int l = 0; st == PG_OK && l < cap->n_layers; l++) skip[l] |= !owned[l];
     free(owned);
@@ -516,21 +492,22 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
      * running), before the capture is loaded and the GPU started; the
      * reopen after the checks takes it atomically. */
     if (st == PG_OK) st = store_run_resumable(store, &rs, "sweep", a->force, err);
-    if (st == PG_OK && (rs.config_json == NULL || (r->cfg = cJSON_Parse(rs.config_json)) == NULL))
+    pg_err unreadable = {0};  /* replaced by the message below */
+    if (st == PG_OK && run_config_read(rs.config_json, &r->cfg, &unreadable) != PG_OK)
         st = pg_fail(err, PG_ERR_USAGE,
                      "run: --resume %lld: the run has no readable config_json (it failed before "
                      "its sweep started): start a new run", (long long)a->resume);
     store_run_state_free(&rs);
     if (st != PG_OK) return st;
-    const cJSON *check_spec = cJSON_GetObjectItemCaseSensitive(r->cfg, "check_spec");
-    const char *p_rounding = cfg_string(r->cfg, "p_rounding");  /* older runs only */
-    const char *seed = cfg_string(r->cfg, "page_seed_decimal");
+    const run_config *c = &r->cfg.c;
+    const char *p_rounding = c->p_rounding;  /* older runs only */
+    const char *seed = c->page_seed_decimal;
     /* Absent in runs before --scales (their policy was the default, which
      * the capture resolves again); present, it must be a policy. */
-    const char *scales = cfg_string(r->cfg, "scales");
+    const char *scales = c->scales;
     sweep_scales run_scales = SWEEP_SCALES_DEFAULT;
     sweep_variants variants;
-    st = cfg_variants(r->cfg, a->resume, &variants, err);
+    st = cfg_variants(c, a->resume, &variants, err);
     if (st != PG_OK) return st;
     int rounds_p = 0; /* a variant whose mode quantizes P (what --p-rounding chose) */
     for (int i = 0; i < variants.n; i++)
@@ -540,13 +517,13 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run rounded fp8qkv's P to %s "
                        "(--p-rounding, which kernel profiles replaced); no profile does: start "
                        "a new run", (long long)a->resume, p_rounding);
-    r->capture_name = cfg_string(r->cfg, "capture");
-    r->digest = cfg_string(r->cfg, "capture_digest");
-    r->backend = cfg_string(r->cfg, "backend");
+    r->capture_name = c->capture;
+    r->digest = c->capture_digest;
+    r->backend = c->backend;
     unsigned long long page_seed = 0;
     pg_err ignored = {0};
     if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL || seed == NULL ||
-        cfg_string(r->cfg, "git_rev") == NULL || !cJSON_IsBool(check_spec) ||
+        c->git_rev == NULL || !c->check_spec_known ||
         cli_parse_u64("page_seed_decimal", seed, &page_seed, &ignored) != PG_OK ||
         (scales != NULL && sweep_scales_parse(scales, &run_scales, &ignored) != PG_OK))
         return pg_fail(err, PG_ERR_USAGE,
@@ -555,31 +532,32 @@ static pg_status resume_open(pg_store *store, run_args *a, resume_ctx *r, pg_err
                        "git_rev (a run from an older precgate): start a new run",
                        (long long)a->resume);
     /* This command's values: the run's, with what was given instead. */
-    cJSON *now = cJSON_Duplicate(r->cfg, 1);
+    cJSON *now = cJSON_Duplicate(r->cfg.tree, 1);
     if (now == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
-    json_set(now, "git_rev", cJSON_CreateString(PRECGATE_GIT_REV));
-    if (a->given_variants) json_set(now, "variants", variants_json(&a->variants));
+    json_set(now, RUN_CONFIG_GIT_REV, cJSON_CreateString(PRECGATE_GIT_REV));
+    if (a->given_variants) json_set(now, RUN_CONFIG_VARIANTS, variants_json(&a->variants));
     if (a->given_backend && strcmp(a->backend, "auto") != 0)
-        json_set(now, "backend", cJSON_CreateString(a->backend));
-    if (a->given_check_spec) json_set(now, "check_spec", cJSON_CreateBool(a->check_spec));
+        json_set(now, RUN_CONFIG_BACKEND, cJSON_CreateString(a->backend));
+    if (a->given_check_spec) json_set(now, RUN_CONFIG_CHECK_SPEC, cJSON_CreateBool(a->check_spec));
     char seed_now[RUN_U64_TEXT_MAX];
     snprintf(seed_now, sizeof seed_now, "%llu", a->seed);
-    if (a->given_seed) json_set(now, "page_seed_decimal", cJSON_CreateString(seed_now));
-    if (a->given_scales) json_set(now, "scales", cJSON_CreateString(sweep_scales_name(a->scales)));
-    /* A run from before --attribute has no "attribute": it did not attribute. */
-    const cJSON *attribute = cJSON_GetObjectItemCaseSensitive(r->cfg, "attribute");
-    if (a->given_attribute && attribute == NULL)
-        json_set(r->cfg, "attribute", cJSON_CreateBool(0));
-    if (a->given_attribute) json_set(now, "attribute", cJSON_CreateBool(a->attribute));
-    st = resume_check_fields("run", a->resume, r->cfg, now, run_option_fields,
+    if (a->given_seed) json_set(now, RUN_CONFIG_PAGE_SEED_DECIMAL, cJSON_CreateString(seed_now));
+    if (a->given_scales)
+        json_set(now, RUN_CONFIG_SCALES, cJSON_CreateString(sweep_scales_name(a->scales)));
+    /* A run from before --attribute has no "attribute": it did not attribute
+     * (recorded so in the tree, which a resume from before "layer_rows" stores). */
+    if (a->given_attribute && !c->attribute_known)
+        json_set(r->cfg.tree, RUN_CONFIG_ATTRIBUTE, cJSON_CreateBool(0));
+    if (a->given_attribute) json_set(now, RUN_CONFIG_ATTRIBUTE, cJSON_CreateBool(a->attribute));
+    st = resume_check_fields("run", a->resume, r->cfg.tree, now, run_option_fields,
                              sizeof run_option_fields / sizeof run_option_fields[0], err);
     cJSON_Delete(now);
     a->variants = variants;
     if (!a->given_backend) a->backend = r->backend;
-    a->check_spec = cJSON_IsTrue(check_spec);
+    a->check_spec = c->check_spec;
     a->seed = page_seed;
     if (!a->given_scales) a->scales = run_scales;
-    a->attribute = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r->cfg, "attribute"));
+    a->attribute = c->attribute;
     if (st == PG_OK) st = resume_shard(a, r, err);
     return st;
 }
@@ -592,10 +570,10 @@ static pg_status resume_check_capture(const resume_ctx *r, const capture *cap, c
 {
     cJSON *now = cJSON_CreateObject();
     if (now == NULL) return pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
-    json_set(now, "capture_digest", cJSON_CreateString(cap->digest));
-    json_set(now, "backend", cJSON_CreateString(backend));
+    json_set(now, RUN_CONFIG_CAPTURE_DIGEST, cJSON_CreateString(cap->digest));
+    json_set(now, RUN_CONFIG_BACKEND, cJSON_CreateString(backend));
     const pg_status st =
-        resume_check_fields("run", r->run_id, r->cfg, now, run_capture_fields,
+        resume_check_fields("run", r->run_id, r->cfg.tree, now, run_capture_fields,
                             sizeof run_capture_fields / sizeof run_capture_fields[0], err);
     cJSON_Delete(now);
     return st;
@@ -673,8 +651,8 @@ static pg_status resume_record_layer_rows(pg_store *store, int64_t run_id, resum
                                           const capture *cap, const sweep_options *so,
                                           pg_err *err)
 {
-    pg_status st = run_complete_add_layer_rows(r->cfg, cap, so, err);
-    char *text = st == PG_OK ? cJSON_PrintUnformatted(r->cfg) : NULL;
+    pg_status st = run_complete_add_layer_rows(r->cfg.tree, cap, so, err);
+    char *text = st == PG_OK ? cJSON_PrintUnformatted(r->cfg.tree) : NULL;
     if (st == PG_OK && text == NULL) st = pg_fail(err, PG_ERR_NOMEM, "run --resume: out of memory");
     if (st == PG_OK) st = store_run_set_config(store, run_id, text, err);
     free(text);
@@ -735,7 +713,7 @@ int cmd_run(int argc, char **argv)
         pg_status rst = store_open(db_path, &store, &err);
         if (rst == PG_OK) rst = resume_open(store, &a, &resume, &err);
         if (rst != PG_OK) {
-            cJSON_Delete(resume.cfg);
+            run_config_doc_free(&resume.cfg);
             store_close(store);
             return cli_report(&err);
         }
@@ -768,7 +746,7 @@ int cmd_run(int argc, char **argv)
         bs.st = pg_fail(&bs.err, PG_ERR_DEVICE, "run: --check-spec needs a GPU, and none is usable");
     if (bs.st != PG_OK) {
         capture_close(cap);
-        cJSON_Delete(resume.cfg);
+        run_config_doc_free(&resume.cfg);
         store_close(store);
         if (a.resume > 0 && !a.given_backend)
             fprintf(stderr, "precgate: run %ld ran on %s, which --resume keeps\n", a.resume,
@@ -821,7 +799,7 @@ int cmd_run(int argc, char **argv)
             st = resume_record_shapes(store, run_id, resume.capture_name, cap, no_shape,
                                       &n_shapes, &err);
         free(no_shape);
-        if (st == PG_OK && !cJSON_HasObjectItem(resume.cfg, "layer_rows"))
+        if (st == PG_OK && !resume.cfg.c.layer_rows_known)
             st = resume_record_layer_rows(store, run_id, &resume, cap, &so, &err);
         if (st == PG_OK && n_shapes > 0)
             fprintf(stderr, "precgate: recorded the shapes of %d layers stored before schema "
@@ -903,7 +881,7 @@ int cmd_run(int argc, char **argv)
     }
     free(config);
     free(stored);
-    cJSON_Delete(resume.cfg);
+    run_config_doc_free(&resume.cfg);
     /* Unmapping the capture and closing the GPU context are timed too: with
      * the phases they account for the command's whole wall time. */
     const double t_close = pg_clock_mono_s();

@@ -2,6 +2,7 @@
 #include "run_complete.h"
 
 #include "db/divergence_store.h"
+#include "db/run_config.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,40 +12,29 @@
 
 #include "db/eval_store.h"
 
-/* The tables of "layer_rows", and where each count lands in a store_layer_rows. */
-static const struct {
-    const char *table;
-    size_t offset;
-} layer_tables[] = {
-    {"layer_metrics", offsetof(store_layer_rows, metrics)},
-    {"quant_stats", offsetof(store_layer_rows, quant)},
-    {"layer_shapes", offsetof(store_layer_rows, shapes)},
-    {"attribution", offsetof(store_layer_rows, attribution)},
-    {"ext_diagnosis", offsetof(store_layer_rows, diagnosis)},
-};
-#define LAYER_TABLES (sizeof layer_tables / sizeof layer_tables[0])
-
-/* The count of table t in r. */
+/* The count of table t (run_config_layer_tables) in r. */
 static int64_t *table_count(store_layer_rows *r, size_t t)
 {
-    return (int64_t *)((char *)r + layer_tables[t].offset);
+    return (int64_t *)((char *)r + run_config_layer_tables[t].offset);
+}
+
+pg_status run_complete_layer_rows(const capture *cap, const sweep_options *so,
+                                  store_layer_rows **out, pg_err *err)
+{
+    *out = calloc((size_t)cap->n_layers, sizeof **out);
+    if (*out == NULL) return pg_fail(err, PG_ERR_NOMEM, "run: out of memory");
+    for (int l = 0; l < cap->n_layers; l++) sweep_layer_rows(cap, l, so, &(*out)[l]);
+    return PG_OK;
 }
 
 pg_status run_complete_add_layer_rows(cJSON *o, const capture *cap, const sweep_options *so,
                                       pg_err *err)
 {
-    cJSON *rows = cJSON_AddObjectToObject(o, "layer_rows");
-    cJSON *arr[LAYER_TABLES];
-    for (size_t t = 0; rows != NULL && t < LAYER_TABLES; t++)
-        if ((arr[t] = cJSON_AddArrayToObject(rows, layer_tables[t].table)) == NULL) rows = NULL;
-    for (int l = 0; rows != NULL && l < cap->n_layers; l++) {
-        store_layer_rows want;
-        sweep_layer_rows(cap, l, so, &want);
-        for (size_t t = 0; t < LAYER_TABLES; t++)
-            if (!cJSON_AddItemToArray(arr[t], cJSON_CreateNumber((double)*table_count(&want, t))))
-                rows = NULL;
-    }
-    return rows != NULL ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "run: out of memory");
+    store_layer_rows *rows = NULL;
+    pg_status st = run_complete_layer_rows(cap, so, &rows, err);
+    if (st == PG_OK) st = run_config_add_layer_rows(o, rows, cap->n_layers, err);
+    free(rows);
+    return st;
 }
 
 /* Adds name to the sorted array of distinct strings a (NULL a: no-op); 0 when out of memory. */
@@ -69,20 +59,20 @@ static int add_distinct(cJSON *a, const char *name)
 
 pg_status run_complete_add_eval_plan(cJSON *o, const eval_traces *t, pg_err *err)
 {
-    cJSON *plan = cJSON_AddObjectToObject(o, "plan");
-    int ok = plan != NULL && cJSON_AddNumberToObject(plan, "problems", t->n) != NULL;
-    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(o, "modes");
-    const cJSON *efforts = cJSON_GetObjectItemCaseSensitive(o, "efforts");
-    const cJSON *samples = cJSON_GetObjectItemCaseSensitive(o, "samples");
+    cJSON *plan = cJSON_AddObjectToObject(o, RUN_CONFIG_PLAN);
+    int ok = plan != NULL && cJSON_AddNumberToObject(plan, RUN_CONFIG_PLAN_PROBLEMS, t->n) != NULL;
+    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_MODES);
+    const cJSON *efforts = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_EFFORTS);
+    const cJSON *samples = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_SAMPLES);
     if (ok && modes != NULL && efforts != NULL && cJSON_IsNumber(samples)) {
         /* Live: the command's grid. */
-        ok = cJSON_AddItemToObject(plan, "modes", cJSON_Duplicate(modes, 1)) &&
-             cJSON_AddItemToObject(plan, "efforts", cJSON_Duplicate(efforts, 1)) &&
-             cJSON_AddNumberToObject(plan, "samples", samples->valuedouble) != NULL;
+        ok = cJSON_AddItemToObject(plan, RUN_CONFIG_MODES, cJSON_Duplicate(modes, 1)) &&
+             cJSON_AddItemToObject(plan, RUN_CONFIG_EFFORTS, cJSON_Duplicate(efforts, 1)) &&
+             cJSON_AddNumberToObject(plan, RUN_CONFIG_SAMPLES, samples->valuedouble) != NULL;
     } else if (ok) {
         /* Replay: the grid of the recorded completions. */
-        cJSON *m = cJSON_AddArrayToObject(plan, "modes");
-        cJSON *e = cJSON_AddArrayToObject(plan, "efforts");
+        cJSON *m = cJSON_AddArrayToObject(plan, RUN_CONFIG_MODES);
+        cJSON *e = cJSON_AddArrayToObject(plan, RUN_CONFIG_EFFORTS);
         int k = 0;
         ok = m != NULL && e != NULL;
         for (int p = 0; ok && p < t->n; p++)
@@ -91,7 +81,7 @@ pg_status run_complete_add_eval_plan(cJSON *o, const eval_traces *t, pg_err *err
                 ok = add_distinct(m, c->mode) && add_distinct(e, c->effort);
                 if (c->sample + 1 > k) k = c->sample + 1;
             }
-        ok = ok && cJSON_AddNumberToObject(plan, "samples", k) != NULL;
+        ok = ok && cJSON_AddNumberToObject(plan, RUN_CONFIG_SAMPLES, k) != NULL;
     }
     return ok ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
 }
@@ -140,15 +130,15 @@ static int config_int(const cJSON *o, const char *key, int min, int *v)
 static pg_status check_sweep(pg_store *s, int64_t run_id, const cJSON *cfg, run_missing *out,
                              pg_err *err)
 {
-    const cJSON *cap_name = cJSON_GetObjectItemCaseSensitive(cfg, "capture");
-    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(cfg, "layer_rows");
-    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, "shard_layers");
+    const cJSON *cap_name = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_CAPTURE);
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_LAYER_ROWS);
+    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_SHARD_LAYERS);
     int n_layers = 0;
-    if (!cJSON_IsString(cap_name) || !config_int(cfg, "layers", 1, &n_layers))
+    if (!cJSON_IsString(cap_name) || !config_int(cfg, RUN_CONFIG_LAYERS, 1, &n_layers))
         return unverifiable(out, "capture and layers");
-    const cJSON *want[LAYER_TABLES];
-    for (size_t t = 0; t < LAYER_TABLES; t++) {
-        want[t] = cJSON_GetObjectItemCaseSensitive(lr, layer_tables[t].table);
+    const cJSON *want[RUN_CONFIG_LAYER_TABLES];
+    for (size_t t = 0; t < RUN_CONFIG_LAYER_TABLES; t++) {
+        want[t] = cJSON_GetObjectItemCaseSensitive(lr, run_config_layer_tables[t].table);
         if (!cJSON_IsArray(want[t]) || cJSON_GetArraySize(want[t]) != n_layers)
             return unverifiable(out, "layer_rows for each of its layers");
     }
@@ -171,13 +161,13 @@ static pg_status check_sweep(pg_store *s, int64_t run_id, const cJSON *cfg, run_
         }
         out->n_expected++;
         char detail[RUN_COMPLETE_LIST_MAX] = "";
-        for (size_t t = 0; t < LAYER_TABLES; t++) {
+        for (size_t t = 0; t < RUN_CONFIG_LAYER_TABLES; t++) {
             const int64_t w = (int64_t)cJSON_GetArrayItem(want[t], l)->valuedouble;
             const int64_t have = *table_count(&rows[l], t);
             const size_t at = strlen(detail);
             if (have != w)
                 snprintf(detail + at, sizeof detail - at, "%s%s %lld of %lld", at ? ", " : "",
-                         layer_tables[t].table, (long long)have, (long long)w);
+                         run_config_layer_tables[t].table, (long long)have, (long long)w);
         }
         if (detail[0] == '\0') continue;
         out->n_units++;
@@ -223,14 +213,14 @@ static void check_problem(const eval_table *t, const size_t *r, const char *id,
 static pg_status check_eval(pg_store *s, int64_t run_id, const cJSON *cfg, run_missing *out,
                             pg_err *err)
 {
-    const cJSON *eval = cJSON_GetObjectItemCaseSensitive(cfg, "eval");
-    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(cfg, "plan");
-    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(plan, "modes");
-    const cJSON *efforts = cJSON_GetObjectItemCaseSensitive(plan, "efforts");
-    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, "shard_problems");
+    const cJSON *eval = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_EVAL);
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_PLAN);
+    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(plan, RUN_CONFIG_MODES);
+    const cJSON *efforts = cJSON_GetObjectItemCaseSensitive(plan, RUN_CONFIG_EFFORTS);
+    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_SHARD_PROBLEMS);
     int n_problems = 0, k = 0;
     if (!cJSON_IsString(eval) || !cJSON_IsArray(modes) || !cJSON_IsArray(efforts) ||
-        !config_int(plan, "problems", 0, &n_problems) || !config_int(plan, "samples", 1, &k))
+        !config_int(plan, RUN_CONFIG_PLAN_PROBLEMS, 0, &n_problems) || !config_int(plan, RUN_CONFIG_SAMPLES, 1, &k))
         return unverifiable(out, "plan (problems, modes, efforts, samples)");
     if (owned != NULL && !cJSON_IsArray(owned))
         return unverifiable(out, "readable shard_problems");
@@ -289,16 +279,16 @@ static int by_seq_id(const void *a, const void *b)
 static pg_status check_diverge(pg_store *s, int64_t run_id, const cJSON *cfg, run_missing *out,
                                pg_err *err)
 {
-    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(cfg, "modes");
-    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(cfg, "reference");
-    const cJSON *floor_on = cJSON_GetObjectItemCaseSensitive(cfg, "noise_floor");
+    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_MODES);
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_REFERENCE);
+    const cJSON *floor_on = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_NOISE_FLOOR);
     if (!cJSON_IsArray(modes) || !cJSON_IsString(ref) || !cJSON_IsBool(floor_on))
         return unverifiable(out, "\"modes\", \"reference\" and \"noise_floor\"");
     div_sequence_stored *seqs = NULL;
     size_t n_seq = 0;
     pg_status st = divergence_store_read_sequences(s, run_id, &seqs, &n_seq, err);
     int listed = 0;
-    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, "shard_sequences");
+    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_SHARD_SEQUENCES);
     for (const cJSON *o = cJSON_IsArray(owned) ? owned->child : NULL; st == PG_OK && o != NULL;
          o = o->next) {
         /* seqs come sorted by seq_id (SQLite's BINARY order: strcmp's). */
@@ -378,7 +368,7 @@ int run_complete_resume(const char *kind, int64_t run_id, const char *config_jso
         return 1;
     }
     cfg = config_json != NULL ? cJSON_Parse(config_json) : NULL;
-    const cJSON *cap_name = cJSON_GetObjectItemCaseSensitive(cfg, "capture");
+    const cJSON *cap_name = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_CAPTURE);
     snprintf(buf, len, "precgate run --resume %lld --capture %s --db %s", (long long)run_id,
              cJSON_IsString(cap_name) ? cap_name->valuestring : "CAPTURE", db);
     cJSON_Delete(cfg);

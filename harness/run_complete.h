@@ -50,8 +50,13 @@ typedef struct run_missing {
     char list[RUN_COMPLETE_LIST_MAX];  /* the missing units, capped with "..." */
 } run_missing;
 
-/* Adds "layer_rows" (the top of this file) to the sweep config o, from
- * sweep_layer_rows over every layer of cap under so. PG_ERR_NOMEM. */
+/* What each layer of cap holds when whole under so (sweep_layer_rows), as a
+ * new array of cap->n_layers entries into *out (caller frees); PG_ERR_NOMEM. */
+pg_status run_complete_layer_rows(const capture *cap, const sweep_options *so,
+                                  store_layer_rows **out, pg_err *err);
+
+/* Adds "layer_rows" (db/run_config.h) to the sweep config o, from
+ * run_complete_layer_rows. PG_ERR_NOMEM. */
 pg_status run_complete_add_layer_rows(cJSON *o, const capture *cap, const sweep_options *so,
                                       pg_err *err);
 

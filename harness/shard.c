@@ -1,6 +1,8 @@
 /* shard.c: the parts of a sharded job and its job key (see shard.h). */
 #include "shard.h"
 
+#include "db/run_config.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,14 +18,14 @@
 #define SHARD_JOB_DOMAIN "precgate.job.v1 xxh3-128"
 
 const char *const shard_config_local_keys[] = {
-    "shard",         /* this part's index (the count is in the job key) */
-    "shard_layers",  /* the layers this sweep part owns */
-    "shard_problems",/* the problems this eval part owns */
-    "shard_sequences",/* the sequences this diverge part owns */
-    "threads",       /* CPU threads: speed only */
-    "traces",        /* the traces' path: their content is traces_digest */
-    "endpoints",     /* server URLs: a mode's server may move (eval --resume) */
-    "api_key_env",   /* the variable holding the key */
+    RUN_CONFIG_SHARD,          /* this part's index (the count is in the job key) */
+    RUN_CONFIG_SHARD_LAYERS,   /* the layers this sweep part owns */
+    RUN_CONFIG_SHARD_PROBLEMS, /* the problems this eval part owns */
+    RUN_CONFIG_SHARD_SEQUENCES,/* the sequences this diverge part owns */
+    RUN_CONFIG_THREADS,        /* CPU threads: speed only */
+    RUN_CONFIG_TRACES,         /* the traces' path: their content is traces_digest */
+    RUN_CONFIG_ENDPOINTS,      /* server URLs: a mode's server may move (eval --resume) */
+    RUN_CONFIG_API_KEY_ENV,    /* the variable holding the key */
     NULL,
 };
 
@@ -170,10 +172,10 @@ void shard_job_key(const char *text, int count, char out[SHARD_JOB_MAX])
 
 void shard_config_add(cJSON *o, const char *job, shard_spec s)
 {
-    cJSON_AddStringToObject(o, "job", job);
-    cJSON *sh = cJSON_AddObjectToObject(o, "shard");
-    cJSON_AddNumberToObject(sh, "index", s.index);
-    cJSON_AddNumberToObject(sh, "count", s.count);
+    cJSON_AddStringToObject(o, RUN_CONFIG_JOB, job);
+    cJSON *sh = cJSON_AddObjectToObject(o, RUN_CONFIG_SHARD);
+    cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_INDEX, s.index);
+    cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_COUNT, s.count);
 }
 
 pg_status shard_default_job(const cJSON *config, int count, char out[SHARD_JOB_MAX], pg_err *err)

@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "db/divergence_store.h"
 #include "db/report_store.h"
@@ -63,16 +62,6 @@ pg_status diff_metric_parse(const char *cmd, const char *name, pg_metric *out, p
     pg_metric_list(list, sizeof list, PG_METRIC_COUNT);
     return pg_fail(err, PG_ERR_USAGE, "%s: --metric '%s' is not a metric (one of: %s)", cmd,
                    name != NULL ? name : "", list);
-}
-
-pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *err)
-{
-    *out = NULL;
-    struct stat sb;
-    if (path == NULL || stat(path, &sb) != 0)
-        return pg_fail(err, PG_ERR_IO, "database '%s' does not exist (--db PATH or $%s)",
-                       path != NULL ? path : "", STORE_PATH_ENV);
-    return store_open_reader(path, out, err);
 }
 
 /* Grows *arr (elements of size bytes, *cap of them) to hold n + 1; 0 when out of memory. */

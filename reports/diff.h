@@ -54,12 +54,6 @@ const char *diff_metric_delta_fmt(pg_metric m);
  * metric (one of: rel_l2, ...)" when there is no such metric. */
 pg_status diff_metric_parse(const char *cmd, const char *name, pg_metric *out, pg_err *err);
 
-/* Opens the database at path with store_open_reader (read-only when it or
- * its directory is not writable), but only when the file exists: a
- * read-only command must not create an empty database out of a mistyped
- * path (PG_ERR_IO naming the path). Other failures as store_open_reader. */
-pg_status report_store_open_existing(const char *path, pg_store **out, pg_err *err);
-
 struct cJSON;
 
 /* Longest text kept of a run's short fields (kind, status, times, git rev). */
