@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "fake_openai_server.h"
-#include "harness/cli.h"
+#include "harness/cli/cli.h"
 #include "harness/interrupt.h"
 #include "evals/openai_client.h"
 #include "base/status.h"

@@ -19,7 +19,7 @@
 
 #include "kernels/attn.h"
 #include "harness/capture.h"
-#include "harness/cli.h"
+#include "harness/cli/cli.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
 #include "harness/safetensors.h"

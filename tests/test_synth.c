@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "harness/capture.h"
-#include "harness/cli.h"
+#include "harness/cli/cli.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
 #include "testutil.h"

@@ -9,11 +9,11 @@
 #include "evals/diverge_run.h"
 #include "evals/eval_run.h"
 #include "evals/prompt_logprobs.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 #include "reports/divergence_results.h"
 #include "reports/term.h"
-#include "run_complete.h"
-#include "shard.h"
+#include "harness/run_complete.h"
+#include "harness/shard.h"
 
 /* Most missing or given-twice parts one refusal lists before "...". */
 #define MERGE_LIST_MAX 20

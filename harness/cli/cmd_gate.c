@@ -14,12 +14,12 @@
 #include "db/gate_store.h"
 #include "db/store.h"
 #include "reports/junit.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 #include "reports/term.h"
-#include "gate_baseline.h"
-#include "gate_config.h"
-#include "regress.h"
-#include "run_complete.h"
+#include "harness/gate_baseline.h"
+#include "harness/gate_config.h"
+#include "harness/regress.h"
+#include "harness/run_complete.h"
 
 const char cmd_gate_usage[] =
     "usage: precgate gate --run N [--baseline B] [--require-baseline] [--config FILE]\n"

@@ -5,16 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "harness/cli/cli.h"
 #include "db/eval_store.h"
 #include "db/store.h"
 #include "evals/diverge_run.h"
 #include "evals/prompt_logprobs.h"
-#include "interrupt.h"
-#include "progress.h"
+#include "harness/interrupt.h"
+#include "harness/progress.h"
 #include "reports/divergence_results.h"
 #include "reports/term.h"
-#include "shard.h"
+#include "harness/shard.h"
 
 #ifndef PRECGATE_GIT_REV
 #define PRECGATE_GIT_REV "unknown"

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "harness/cli/cli.h"
 
 int main(int argc, char **argv)
 {

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "kernels/attn_profile.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 
 const char cmd_help_usage[] =
     "usage: precgate help [COMMAND | TOPIC]\n\n"

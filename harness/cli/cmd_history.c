@@ -10,7 +10,7 @@
 #include "reports/diff.h"
 #include "reports/json_out.h"
 #include "reports/term.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 #include "base/variant.h"
 
 /* The variant followed when --variant is not given: this mode's default

@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "shard.h"
-#include "slurm_script.h"
+#include "harness/cli/cli.h"
+#include "harness/shard.h"
+#include "harness/slurm_script.h"
 
 /* Most shards one job may have (an array index above Slurm's usual
  * MaxArraySize of 1001 is refused by the scheduler anyway). */

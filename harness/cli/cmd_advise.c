@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "db/store.h"
-#include "advise.h"
-#include "advise_evidence.h"
-#include "cli.h"
+#include "harness/advise.h"
+#include "harness/advise_evidence.h"
+#include "harness/cli/cli.h"
 #include "reports/term.h"
-#include "gate_config.h"
+#include "harness/gate_config.h"
 #include "base/variant.h"
 
 /* The --budget form that takes a gate config's bound. */

@@ -7,7 +7,7 @@
 
 #include "db/gate_store.h"
 #include "db/store.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 #include "reports/term.h"
 
 /* The name `baseline set` gives a run that has no label. */

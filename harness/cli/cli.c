@@ -1,6 +1,6 @@
 /* cli.c: the subcommand table, the option-table parser, the environment and
  * the database runner every subcommand shares (see cli.h). */
-#include "cli.h"
+#include "harness/cli/cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "db/store.h"
-#include "interrupt.h"
+#include "harness/interrupt.h"
 #include "kernels/parallel.h"
 #include "reports/diff.h"
 #include "reports/term.h"

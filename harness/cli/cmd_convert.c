@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "evals/traces.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 
 const char cmd_convert_aime_usage[] =
     "usage: precgate convert-aime IN.jsonl OUT.jsonl\n\n"

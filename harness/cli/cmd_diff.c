@@ -7,7 +7,7 @@
 #include "db/gate_store.h"
 #include "evals/diverge_run.h"
 #include "reports/diff.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 #include "base/variant.h"
 
 /* Longest --modes value kept (two mode names and a comma). */

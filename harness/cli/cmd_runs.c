@@ -10,7 +10,7 @@
 #include "reports/term.h"
 #include "db/run_list.h"
 #include "db/store.h"
-#include "cli.h"
+#include "harness/cli/cli.h"
 
 /* Runs listed unless --limit says otherwise (0 lists all). */
 #define RUNS_DEFAULT_LIMIT 50

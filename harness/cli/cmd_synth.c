@@ -4,8 +4,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
-#include "synth.h"
+#include "harness/cli/cli.h"
+#include "harness/synth.h"
 
 /* Preset used when --preset is not given. */
 #define SYNTH_DEFAULT_PRESET "gpt-oss-120b"
