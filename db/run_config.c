@@ -2,6 +2,7 @@
 #include "run_config.h"
 
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,19 @@ static pg_status read_shard(run_config_doc *d, pg_err *err)
     return PG_OK;
 }
 
+/* Whether text (NULL: absent) is an unsigned integer as --seed takes one
+ * (strtoull, base prefixes included, never negative), into *out. */
+static int read_u64_text(const char *text, unsigned long long *out)
+{
+    if (text == NULL || text[0] == '-') return 0;
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long v = strtoull(text, &end, 0);
+    if (errno != 0 || end == text || *end != '\0') return 0;
+    *out = v;
+    return 1;
+}
+
 pg_status run_config_read(const char *json, run_config_doc *out, pg_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -159,7 +173,8 @@ pg_status run_config_read(const char *json, run_config_doc *out, pg_err *err)
     const cJSON *attribute = cJSON_GetObjectItemCaseSensitive(t, RUN_CONFIG_ATTRIBUTE);
     c->attribute_known = attribute != NULL;
     c->attribute = cJSON_IsTrue(attribute);
-    c->page_seed_decimal = member_string(t, RUN_CONFIG_PAGE_SEED_DECIMAL);
+    c->page_seed_known = read_u64_text(member_string(t, RUN_CONFIG_PAGE_SEED_DECIMAL),
+                                       &c->page_seed);
     c->git_rev = member_string(t, RUN_CONFIG_GIT_REV);
     c->layer_rows_known = cJSON_HasObjectItem(t, RUN_CONFIG_LAYER_ROWS);
     c->p_rounding = member_string(t, RUN_CONFIG_P_ROUNDING);

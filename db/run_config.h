@@ -112,8 +112,9 @@ typedef struct run_config {
     int attribute, attribute_known;    /* known: "attribute" is recorded (runs before
                                           --attribute lack it) */
     long threads;
-    unsigned long long page_seed;      /* written as a number and as exact decimal text */
-    const char *page_seed_decimal;     /* read only: the exact text */
+    unsigned long long page_seed;      /* written as a number and as exact decimal text;
+                                          read from the text */
+    int page_seed_known;               /* read only: the text is an unsigned integer */
     const char *git_rev;
     int layers, sequences;
     long long tokens_q, tokens_kv;

@@ -1,6 +1,5 @@
 /* run_lifecycle.c: a sweep run created or resumed, swept and finished (run_lifecycle.h). */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,19 +24,6 @@
 
 /* Length of host and device descriptions. */
 #define RUN_DESC_MAX 256
-
-/* A stored "page_seed_decimal" as the number it is: decimal digits only
- * (what run_config_write writes), else PG_ERR_FORMAT. */
-static pg_status parse_page_seed(const char *text, unsigned long long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    if (text[0] < '0' || text[0] > '9') return PG_ERR_FORMAT;
-    const unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0 || *end != '\0') return PG_ERR_FORMAT;
-    *out = v;
-    return PG_OK;
-}
 
 static void cpu_model(char *buf, size_t len)
 {
@@ -335,7 +321,6 @@ static pg_status resume_open(pg_store *store, run_sweep_request *a, resume_ctx *
     if (st != PG_OK) return st;
     const run_config *c = &r->cfg.c;
     const char *p_rounding = c->p_rounding;  /* older runs only */
-    const char *seed = c->page_seed_decimal;
     /* Absent in runs before --scales (their policy was the default, which
      * the capture resolves again); present, it must be a policy. */
     const char *scales = c->scales;
@@ -354,11 +339,9 @@ static pg_status resume_open(pg_store *store, run_sweep_request *a, resume_ctx *
     r->capture_name = c->capture;
     r->digest = c->capture_digest;
     r->backend = c->backend;
-    unsigned long long page_seed = 0;
     pg_err ignored = {0};
-    if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL || seed == NULL ||
-        c->git_rev == NULL || !c->check_spec_known ||
-        parse_page_seed(seed, &page_seed) != PG_OK ||
+    if (r->capture_name == NULL || r->digest == NULL || r->backend == NULL ||
+        !c->page_seed_known || c->git_rev == NULL || !c->check_spec_known ||
         (scales != NULL && sweep_scales_parse(scales, &run_scales, &ignored) != PG_OK))
         return pg_fail(err, PG_ERR_USAGE,
                        "run: --resume %lld: the run's config_json does not record its capture "
@@ -387,9 +370,12 @@ static pg_status resume_open(pg_store *store, run_sweep_request *a, resume_ctx *
                              sizeof run_option_fields / sizeof run_option_fields[0], err);
     cJSON_Delete(now);
     a->variants = variants;
-    if (!a->given_backend) a->backend = r->backend;
+    if (!a->given_backend) {  /* a copy: the config's tree is freed when the run ends */
+        snprintf(a->backend_buf, sizeof a->backend_buf, "%s", r->backend);
+        a->backend = a->backend_buf;
+    }
     a->check_spec = c->check_spec;
-    a->seed = page_seed;
+    a->seed = c->page_seed;
     if (!a->given_scales) a->scales = run_scales;
     a->attribute = c->attribute;
     if (st == PG_OK) st = resume_shard(a, r, err);

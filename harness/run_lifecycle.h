@@ -27,6 +27,9 @@
 extern "C" {
 #endif
 
+/* Room for a backend's name ("cpu", "cuda"), its NUL included. */
+#define RUN_BACKEND_NAME_MAX 16
+
 /* A sweep run to make or continue. The fields below "defining the numbers"
  * are the run's own when resumed and not given (resume takes them from the
  * run's config_json, db/run_config.h), so run_lifecycle_sweep may rewrite them. */
@@ -49,6 +52,7 @@ typedef struct run_sweep_request {
     int given_variants, given_backend, given_seed, given_check_spec, given_scales,
         given_attribute;
     shard_spec shard;     /* count 0 for no shard (a resumed part takes the run's) */
+    char backend_buf[RUN_BACKEND_NAME_MAX];  /* a resumed run's backend, when not given */
     const char *job;      /* the sharded job's key; NULL for the default */
     char job_buf[SHARD_JOB_MAX];  /* the default key, or a resumed run's */
     /* The GPU's memory limit in bytes (0: none), read only when a GPU opens;

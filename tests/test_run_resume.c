@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness/run_lifecycle.h"
 #include "testutil.h"
 
 TestSuite(run_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 60);
@@ -189,6 +190,38 @@ Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run
     free(cap);
 }
 
+/* The lifecycle called directly (harness/run_lifecycle.h): a resume that
+ * gives no --seed takes the run's page seed, which the rows cannot show (the
+ * numbers do not depend on where pages lie). */
+Test(run_resume, the_lifecycle_resumes_with_the_runs_own_options)
+{
+    synth("c.safetensors", FAST_SYNTH);
+    char *cap = strdup(tu_in_dir("c.safetensors"));
+    sweep_into(cap, "ref.db", "--seed 7");
+    sweep_into(cap, "r.db", "--seed 7");
+    sqlite3 *db = db_open("r.db");
+    tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 4;"
+                    "DELETE FROM quant_stats WHERE layer >= 4;"
+                    "DELETE FROM layer_shapes WHERE layer >= 4;"
+                    "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
+    sqlite3_close(db);
+    run_sweep_request rq = {.capture = cap, .db_path = tu_in_dir("r.db"), .threads = 1,
+                            .scan_threads = 1, .resume = 1, .backend = "auto", .seed = 99};
+    cr_assert_eq(sweep_variants_parse(SWEEP_DEFAULT_VARIANTS, &rq.variants, NULL), PG_OK);
+    run_sweep_result res;
+    pg_err err = {0};
+    cr_assert_eq(run_lifecycle_sweep(&rq, &res, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(res.run_id, 1);
+    cr_assert(res.finished);
+    cr_assert_eq(res.n_layers, FAST_LAYERS);
+    cr_assert_eq(res.stats.layers_skipped, 4);
+    cr_assert_eq(res.stats.layers_stored, 2);
+    cr_assert_eq(rq.seed, 7ull, "the run's seed, not the request's default");
+    cr_assert_str_eq(rq.backend, "cpu", "the backend the run ran on");
+    expect_same_rows("ref.db", 1, "r.db", 1);
+    free(cap);
+}
+
 Test(run_resume, a_run_swept_before_layer_shapes_counts_its_layers_and_gets_their_shapes)
 {
     synth("c.safetensors", FAST_SYNTH);
@@ -242,7 +275,7 @@ static void run_with_missing_layers(void)
 
 /* Resumes run 1 of r.db with extra options; expects exit rc with an error
  * holding the needles, and the run exactly as it was. */
-static void expect_refused(int want_rc, const char *capture, const char *extra, const char *n1,
+static void expect_refused(int want_rc, const char *capture_file, const char *extra, const char *n1,
                            const char *n2, const char *n3)
 {
     sqlite3 *db = db_open("r.db");
@@ -252,7 +285,7 @@ static void expect_refused(int want_rc, const char *capture, const char *extra, 
     sqlite3_close(db);
     char *out = NULL;
     const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress %s",
-                                    tu_in_dir(capture), tu_in_dir("r.db"), extra);
+                                    tu_in_dir(capture_file), tu_in_dir("r.db"), extra);
     cr_assert_eq(rc, want_rc, "resume %s: exit %d, want %d: %s", extra, rc, want_rc, out);
     expect_has(out, "precgate: error: ");
     const char *needles[] = {n1, n2, n3};
