@@ -12,7 +12,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "harness/capture.h"
+#include "harness/capture/capture.h"
 
 static double now(void)
 {

@@ -11,7 +11,7 @@
 
 #include "kernels/attn.h"
 #include "kernels/attn_profile.h"
-#include "harness/capture.h"
+#include "harness/capture/capture.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
 #include "base/variant.h"

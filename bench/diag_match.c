@@ -20,10 +20,10 @@
 #include "kernels/attn.h"
 #include "kernels/attn_hypothesis.h"
 #include "kernels/attn_profile.h"
-#include "harness/capture.h"
+#include "harness/capture/capture.h"
 #include "harness/diagnose.h"
 #include "kernels/parallel.h"
-#include "harness/safetensors.h"
+#include "harness/capture/safetensors.h"
 #include "harness/sweep.h"
 #include "base/variant.h"
 

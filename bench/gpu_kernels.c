@@ -11,7 +11,7 @@
 
 #include "kernels/attn.h"
 #include "kernels/attn_cuda.h"
-#include "harness/capture.h"
+#include "harness/capture/capture.h"
 #include "kernels/numerics.h"
 
 int main(int argc, char **argv)

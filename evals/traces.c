@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Suffix of the converter's temporary file (as harness/safetensors.c uses). */
+/* Suffix of the converter's temporary file (as harness/capture/safetensors.c uses). */
 #define TR_TMP_SUFFIX ".tmp"
 /* Prefix of the ids the converter makes for problems that have none. */
 #define TR_GEN_ID_PREFIX "aime-"

@@ -19,7 +19,7 @@
 
 #include "db/store.h"
 #include "kernels/attn.h"
-#include "capture.h"
+#include "harness/capture/capture.h"
 #include "base/status.h"
 
 /* Longest reason a hypothesis could not run, NUL included. */

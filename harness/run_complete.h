@@ -34,7 +34,7 @@
 #include "base/status.h"
 #include "db/store.h"
 #include "evals/traces.h"
-#include "capture.h"
+#include "harness/capture/capture.h"
 #include "sweep.h"
 
 /* Most missing units a list names before "...". */

@@ -12,7 +12,7 @@
 #include "db/store.h"
 #include "kernels/attn_backend.h"
 #include "kernels/attn_profile.h"
-#include "harness/capture.h"
+#include "harness/capture/capture.h"
 #include "harness/eval_resume.h"
 #include "harness/interrupt.h"
 #include "harness/run_complete.h"

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "capture.h"
+#include "harness/capture/capture.h"
 
 /* Most parts one job may be split into (far above any cluster's array). */
 #define SHARD_MAX_COUNT 100000

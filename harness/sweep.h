@@ -13,7 +13,7 @@
 #include "kernels/attn.h"
 #include "kernels/attn_profile.h"
 #include "kernels/attn_backend.h"
-#include "capture.h"
+#include "harness/capture/capture.h"
 #include "base/note.h"
 #include "base/status.h"
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(cmake gcc make pkg-config libsqlite3-dev libcurl4-openssl-dev libcjson-dev
-          libxxhash-dev   # header only: the capture's content digest (harness/capture.c)
+          libxxhash-dev   # header only: the capture's content digest (harness/capture/capture.c)
           libcriterion-dev sqlite3
           chromium    # test dependency: tests/test_report.c renders the HTML report headless
           slurm-wlm munge)  # test dependency: tests/slurm_e2e.sh runs a private single-node Slurm

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness/capture.h"
-#include "harness/safetensors.h"
+#include "harness/capture/capture.h"
+#include "harness/capture/safetensors.h"
 #include "testutil.h"
 
 /* Most layers / metadata entries a test capture has. */

@@ -23,8 +23,8 @@
 
 #include "reports/sweep_table.h"
 #include "kernels/attn_profile.h"
-#include "harness/capture.h"
-#include "harness/safetensors.h"
+#include "harness/capture/capture.h"
+#include "harness/capture/safetensors.h"
 #include "kernels/numerics.h"
 #include "testutil.h"
 

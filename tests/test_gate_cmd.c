@@ -25,7 +25,7 @@
 
 #include "fake_openai_server.h"
 #include "kernels/numerics.h"
-#include "harness/safetensors.h"
+#include "harness/capture/safetensors.h"
 #include "testutil.h"
 
 static char g_db[512], g_cap[512], g_cfg[512];

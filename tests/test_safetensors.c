@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness/safetensors.h"
+#include "harness/capture/safetensors.h"
 #include "testutil.h"
 
 /* Bytes of the little-endian header length at the start of a file. */

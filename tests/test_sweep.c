@@ -18,14 +18,14 @@
 #include <unistd.h>
 
 #include "kernels/attn.h"
-#include "harness/capture.h"
+#include "harness/capture/capture.h"
 #include "harness/cli/cli.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
-#include "harness/safetensors.h"
+#include "harness/capture/safetensors.h"
 #include "db/sql_util.h"
 #include "db/store.h"
-#include "harness/synth.h"
+#include "harness/capture/synth.h"
 #include "testutil.h"
 
 /* Modes of a full sweep. */

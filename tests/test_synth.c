@@ -1,5 +1,5 @@
 /*
- * test_synth.c: harness/synth.c and `precgate synth`.
+ * test_synth.c: harness/capture/synth.c and `precgate synth`.
  *
  * The structure tests measure the written file (through capture_open) the
  * way one would measure a real capture, with thresholds set well inside what
@@ -7,7 +7,7 @@
  * Gaussian data would give, so that each of them fails when its property is
  * removed from the generator.
  */
-#include "harness/synth.h"
+#include "harness/capture/synth.h"
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness/capture.h"
+#include "harness/capture/capture.h"
 #include "harness/cli/cli.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness/safetensors.h"
+#include "harness/capture/safetensors.h"
 
 /* Size of the argument string tu_run_precgatef builds. */
 #define TU_ARGS_MAX 2048

@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "harness/cli/cli.h"
-#include "harness/synth.h"
+#include "harness/capture/synth.h"
 
 /* Preset used when --preset is not given. */
 #define SYNTH_DEFAULT_PRESET "gpt-oss-120b"
