@@ -1,0 +1,161 @@
+/*
+ * test_lifecycles.c: the eval, gate and merge lifecycles (harness/eval_lifecycle.h,
+ * gate_lifecycle.h, merge_lifecycle.h)
+ * called directly, without the binary: what they store, decide and say.
+ */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/store.h"
+#include "harness/eval_lifecycle.h"
+#include "harness/gate_config.h"
+#include "harness/gate_lifecycle.h"
+#include "harness/merge_lifecycle.h"
+#include "harness/regress.h"
+#include "testutil.h"
+
+TestSuite(lifecycles, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
+
+/* The shipped demo traces: 12 problems, 3 modes, 3 recorded samples each. */
+#define DEMO_TRACES PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl"
+#define DEMO_SAMPLES 108
+
+/* A replay of the demo traces into db_path, its narrative into *out_text. */
+static pg_status replay(const char *db_path, long resume, eval_lifecycle_result *res,
+                        char **out_text, pg_err *err)
+{
+    size_t len = 0, elen = 0;
+    char *errs_text = NULL;
+    FILE *out = open_memstream(out_text, &len), *errs = open_memstream(&errs_text, &elen);
+    eval_lifecycle_request rq = {.traces = DEMO_TRACES, .db_path = db_path, .replay = 1,
+                                 .resume = resume, .out = out, .errs = errs};
+    rq.o.samples = 1;
+    rq.o.extractor = GRADE_DEFAULT;
+    const pg_status st = eval_lifecycle_run(&rq, res, err);
+    fclose(out);
+    fclose(errs);
+    free(errs_text);
+    return st;
+}
+
+Test(lifecycles, an_eval_replay_stores_every_sample_and_says_its_run)
+{
+    const char *db_path = strdup(tu_in_dir("e.db"));
+    eval_lifecycle_result res;
+    pg_err err = {0};
+    char *out = NULL;
+    cr_assert_eq(replay(db_path, -1, &res, &out, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(res.run_id, 1);
+    cr_assert_str_eq(res.status, "complete");
+    cr_assert_eq(res.counts.stored, DEMO_SAMPLES);
+    cr_assert_eq(res.stored_errors, 0);
+    cr_assert(strstr(out, "run 1: eval aime-style-demo, 12 problems, replay of recorded "
+                          "completions\n") != NULL, "%s", out);
+    cr_assert(strstr(out, "run 1 complete: ") != NULL, "%s", out);
+    sqlite3 *db = tu_db_open("e.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM eval_samples WHERE run_id = 1"),
+                 DEMO_SAMPLES);
+    char *status = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
+    cr_assert_str_eq(status, "complete");
+    free(status);
+    sqlite3_close(db);
+    free(out);
+    free((char *)db_path);
+}
+
+Test(lifecycles, a_resume_of_a_run_that_does_not_exist_is_refused_and_creates_none)
+{
+    const char *db_path = strdup(tu_in_dir("e.db"));
+    eval_lifecycle_result res;
+    pg_err err = {0};
+    char *out = NULL;
+    cr_assert_eq(replay(db_path, -1, &res, &out, &err), PG_OK, "%s", err.msg);
+    free(out);
+    out = NULL;
+    cr_assert_eq(replay(db_path, 7, &res, &out, &err), PG_ERR_USAGE);
+    cr_assert_eq(res.run_id, -1, "no run was taken");
+    cr_assert_null(res.status);
+    sqlite3 *db = tu_db_open("e.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 1);
+    sqlite3_close(db);
+    free(out);
+    free((char *)db_path);
+}
+
+/* Gates run in db_path with the default thresholds, its report into *text. */
+static pg_status gate(const char *db_path, long run, int require_baseline, gate_result *res,
+                      char **text, pg_err *err)
+{
+    pg_store *s = NULL;
+    pg_status st = store_open(db_path, &s, err);
+    size_t len = 0;
+    FILE *out = open_memstream(text, &len);
+    gate_config cfg;
+    gate_config_default(&cfg);
+    const gate_request rq = {.run = run, .cfg = &cfg, .require_baseline = require_baseline,
+                             .out = out};
+    if (st == PG_OK) st = gate_lifecycle_run(s, db_path, &rq, res, err);
+    fclose(out);
+    store_close(s);
+    return st;
+}
+
+Test(lifecycles, the_gate_takes_the_older_run_as_baseline_and_requires_one_when_asked)
+{
+    const char *db_path = strdup(tu_in_dir("e.db"));
+    eval_lifecycle_result er;
+    gate_result gr;
+    pg_err err = {0};
+    char *text = NULL;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(replay(db_path, -1, &er, &text, &err), PG_OK, "%s", err.msg);
+        free(text);
+        text = NULL;
+    }
+    /* Run 1 has no older run: CI's --require-baseline makes that an error verdict. */
+    cr_assert_eq(gate(db_path, 1, 1, &gr, &text, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(gr.base_id, -1);
+    cr_assert_eq(gr.exit_status, GATE_EXIT_ERROR, "%s", text);
+    free(text);
+    text = NULL;
+    /* Run 2 is compared with run 1, the same replayed samples. */
+    cr_assert_eq(gate(db_path, 2, 1, &gr, &text, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(gr.base_id, 1, "%s", text);
+    cr_assert_gt(gr.n_flags, 0);
+    cr_assert(strstr(text, "baseline: run 1 (automatic") != NULL, "%s", text);
+    sqlite3 *db = tu_db_open("e.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM flags WHERE run_id = 2"), (long long)gr.n_flags);
+    sqlite3_close(db);
+    free(text);
+    /* A run that does not exist is refused. */
+    text = NULL;
+    cr_assert_eq(gate(db_path, 9, 0, &gr, &text, &err), PG_ERR_USAGE);
+    cr_assert_eq(gr.exit_status, GATE_EXIT_ERROR);
+    free(text);
+    free((char *)db_path);
+}
+
+Test(lifecycles, a_merge_refuses_the_database_it_merges_into_and_writes_nothing)
+{
+    const char *db_path = strdup(tu_in_dir("m.db"));
+    pg_store *s = NULL;
+    pg_err err = {0};
+    cr_assert_eq(store_open(db_path, &s, &err), PG_OK, "%s", err.msg);
+    const char *files[] = {db_path};
+    char *said = NULL;
+    size_t len = 0;
+    FILE *errs = open_memstream(&said, &len);
+    const merge_request rq = {.files = files, .n_files = 1, .out = stdout, .errs = errs};
+    cr_assert_eq(merge_lifecycle_run(s, db_path, &rq, &err), PG_ERR_USAGE);
+    fclose(errs);
+    cr_assert(strstr(err.msg, "is the database merged into (--into)") != NULL, "%s", err.msg);
+    free(said);
+    store_close(s);
+    sqlite3 *db = tu_db_open("m.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs"), 0);
+    sqlite3_close(db);
+    free((char *)db_path);
+}
