@@ -1,0 +1,116 @@
+/*
+ * test_metric_table.c: base/metric.c's accessor table against the members
+ * of pg_metric_values named here by hand.
+ *
+ *   Every member gets a value no other member has, set through the member
+ *   itself (not the table); each pg_metric must read back its own member's
+ *   value and name. A table row pointing at the wrong member (two rows
+ *   swapped) fails here.
+ */
+#include "base/metric.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* Each metric's name and the value the test gives its member (all distinct,
+ * none of them a value an out-of-range read could give). */
+static const struct {
+    pg_metric m;
+    const char *name;
+    double want;
+} expected[] = {
+    {PG_METRIC_REL_L2, "rel_l2", 0.125},   {PG_METRIC_MAX_ABS, "max_abs", 2.5},
+    {PG_METRIC_MEAN_ABS, "mean_abs", 0.375}, {PG_METRIC_P99_ABS, "p99_abs", 1.75},
+    {PG_METRIC_COS_SIM, "cos_sim", 0.96875}, {PG_METRIC_SQNR_DB, "sqnr_db", 41.5},
+    {PG_METRIC_NAN_COUNT, "nan_count", 7},  {PG_METRIC_INF_COUNT, "inf_count", 11},
+};
+#define N_EXPECTED (sizeof expected / sizeof expected[0])
+
+/* The values of expected, set member by member. */
+static pg_metric_values distinct_values(void)
+{
+    pg_metric_values v;
+    memset(&v, 0, sizeof v);
+    v.rel_l2 = 0.125;
+    v.max_abs = 2.5;
+    v.mean_abs = 0.375;
+    v.p99_abs = 1.75;
+    v.cos_sim = 0.96875;
+    v.sqnr_db = 41.5;
+    v.nan_count = 7;
+    v.inf_count = 11;
+    return v;
+}
+
+static void setup(void)
+{
+    tu_scratch_setup();
+}
+
+TestSuite(metric_table, .init = setup, .fini = tu_scratch_teardown);
+
+Test(metric_table, every_metric_reads_its_own_member)
+{
+    cr_assert_eq(N_EXPECTED, PG_METRIC_COUNT, "a metric the test does not know");
+    const pg_metric_values v = distinct_values();
+    for (size_t i = 0; i < N_EXPECTED; i++) {
+        const pg_metric m = expected[i].m;
+        cr_expect_str_eq(pg_metric_name(m), expected[i].name);
+        cr_expect_eq(pg_metric_value(&v, m), expected[i].want, "%s: got %g, want %g",
+                     expected[i].name, pg_metric_value(&v, m), expected[i].want);
+        if (pg_metric_is_count(m))
+            cr_expect_eq(pg_metric_count(&v, m), (int64_t)expected[i].want, "%s",
+                         expected[i].name);
+        else
+            cr_expect_eq(pg_metric_count(&v, m), 0, "%s is no count", expected[i].name);
+    }
+    cr_expect_eq(pg_metric_nonfinite(&v), 18);
+}
+
+Test(metric_table, the_setters_write_only_their_member)
+{
+    for (size_t i = 0; i < N_EXPECTED; i++) {
+        pg_metric_values v;
+        memset(&v, 0, sizeof v);
+        const pg_metric m = expected[i].m;
+        if (pg_metric_is_count(m)) {
+            pg_metric_set_count(&v, m, (int64_t)expected[i].want);
+            pg_metric_set_value(&v, m, 99.0);  /* a no-op on a count */
+        } else {
+            pg_metric_set_value(&v, m, expected[i].want);
+            pg_metric_set_count(&v, m, 99);    /* a no-op on a value */
+        }
+        /* Read back through the members themselves: only m's is set. */
+        const double got[] = {v.rel_l2,  v.max_abs, v.mean_abs,         v.p99_abs,
+                              v.cos_sim, v.sqnr_db, (double)v.nan_count, (double)v.inf_count};
+        for (size_t j = 0; j < N_EXPECTED; j++)
+            cr_expect_eq(got[j], j == i ? expected[i].want : 0.0, "set %s, member %s is %g",
+                         expected[i].name, expected[j].name, got[j]);
+    }
+}
+
+Test(metric_table, the_values_come_first_then_the_counts)
+{
+    for (int m = 0; m < PG_METRIC_COUNT; m++)
+        cr_expect_eq(pg_metric_is_count((pg_metric)m), m >= PG_METRIC_VALUE_COUNT, "%s",
+                     pg_metric_name((pg_metric)m));
+    cr_expect_eq(pg_metric_kind_of(PG_METRIC_COS_SIM), PG_METRIC_KIND_COSINE);
+    cr_expect_eq(pg_metric_kind_of(PG_METRIC_SQNR_DB), PG_METRIC_KIND_DB);
+}
+
+Test(metric_table, out_of_range_reads_nothing_and_writes_nothing)
+{
+    pg_metric_values v = distinct_values();
+    cr_expect(isnan(pg_metric_value(&v, PG_METRIC_COUNT)));
+    cr_expect(isnan(pg_metric_value(&v, (pg_metric)-1)));
+    cr_expect_eq(pg_metric_count(&v, PG_METRIC_COUNT), 0);
+    cr_expect_eq(pg_metric_is_count(PG_METRIC_COUNT), 0);
+    pg_metric_set_value(&v, PG_METRIC_COUNT, 5.0);
+    pg_metric_set_count(&v, (pg_metric)-1, 5);
+    const pg_metric_values same = distinct_values();
+    cr_expect_eq(memcmp(&v, &same, sizeof v), 0);
+}
