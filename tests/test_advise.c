@@ -268,8 +268,8 @@ static void make_run(const char *db, const double *rel, const double *cos)
     int64_t run = 0;
     cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
     for (int l = 0; l < N_LAYERS; l++) {
-        const store_layer_metrics fp8 = {rel[l], 0.5, 0.01, 0.1, cos[l], 20.0, 0, 0};
-        const store_layer_metrics bf16 = {0.002, 0.01, 0.001, 0.005, 0.99999, 50.0, 0, 0};
+        const pg_metric_values fp8 = {rel[l], 0.5, 0.01, 0.1, cos[l], 20.0, 0, 0};
+        const pg_metric_values bf16 = {0.002, 0.01, 0.001, 0.005, 0.99999, 50.0, 0, 0};
         cr_assert_eq(store_put_layer_metrics(s, run, "c.safetensors", l, -1, VARIANT, "cpu", &fp8,
                                              &err), PG_OK, "%s", err.msg);
         cr_assert_eq(store_put_layer_metrics(s, run, "c.safetensors", l, -1, "bf16", "cpu", &bf16,
