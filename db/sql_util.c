@@ -142,6 +142,16 @@ void sql_bind_metrics(sql_binder *b, const pg_metric_values *m)
     }
 }
 
+void sql_col_metrics(sqlite3_stmt *st, int first, pg_metric_values *m)
+{
+    for (int i = 0; i < PG_METRIC_COUNT; i++) {
+        if (pg_metric_is_count((pg_metric)i))
+            pg_metric_set_count(m, (pg_metric)i, sqlite3_column_int64(st, first + i));
+        else
+            pg_metric_set_value(m, (pg_metric)i, sql_col_real(st, first + i));
+    }
+}
+
 void sql_bind_params(sql_binder *b, const sql_param *params, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

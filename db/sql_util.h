@@ -113,6 +113,10 @@ pg_status sql_metric_columns(char *buf, size_t len, pg_err *err);
  * a count as an integer, a value as a double (NaN binds NULL). */
 void sql_bind_metrics(sql_binder *b, const pg_metric_values *m);
 
+/* Reads st's columns first .. first + PG_METRIC_COUNT - 1, in the enum's
+ * order, into m: a value NaN where NULL, a count 0 where NULL. */
+void sql_col_metrics(sqlite3_stmt *st, int first, pg_metric_values *m);
+
 /* ---- parameters: what a statement's ?1, ?2, ... are bound to ---------- */
 
 /* What one parameter holds. */

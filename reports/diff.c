@@ -124,20 +124,17 @@ static void side_free(side *sd)
     memset(sd, 0, sizeof *sd);
 }
 
-/* The value of metric m in row x (NaN where stored NULL). */
+/* The value of metric m in row x (NaN where stored NULL; a count widened). */
 static double metric_of(pg_metric m, const layer_metric_row *x)
 {
-    double v = NAN;
-    layer_metric_value(x, pg_metric_name(m), &v);
-    return v;
+    return pg_metric_value(&x->v, m);
 }
 
 /* Reads run's whole-layer rows (only variant, when not NULL) into sd. */
 static pg_status read_layers(pg_store *s, int64_t run, const char *variant, pg_metric m,
                              side *sd, pg_err *err)
 {
-    double unused;
-    if (!layer_metric_value(&(layer_metric_row){0}, pg_metric_name(m), &unused))
+    if ((unsigned)m >= PG_METRIC_COUNT)
         return pg_fail(err, PG_ERR_INTERNAL, "diff: '%s' is no layer_metrics column",
                        pg_metric_name(m));
     const pg_status rc = report_store_whole_layers(s, run, variant, &sd->rows, &sd->n_read, err);

@@ -1,6 +1,8 @@
 /*
  * test_metric_table.c: base/metric.c's accessor table against the members
- * of pg_metric_values named here by hand.
+ * of pg_metric_values named here by hand, and the store's writer and
+ * readers, which take their column lists from that table, against the
+ * layer_metrics columns read back by name.
  *
  *   Every member gets a value no other member has, set through the member
  *   itself (not the table); each pg_metric must read back its own member's
@@ -12,8 +14,12 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "db/report_store.h"
+#include "db/sql_util.h"
+#include "db/store.h"
 #include "testutil.h"
 
 /* Each metric's name and the value the test gives its member (all distinct,
@@ -113,4 +119,77 @@ Test(metric_table, out_of_range_reads_nothing_and_writes_nothing)
     pg_metric_set_count(&v, (pg_metric)-1, 5);
     const pg_metric_values same = distinct_values();
     cr_expect_eq(memcmp(&v, &same, sizeof v), 0);
+}
+
+Test(metric_table, the_store_round_trips_every_metric_column_by_name)
+{
+    pg_store *s = NULL;
+    pg_err err = {0};
+    cr_assert_eq(store_open(tu_in_dir("m.db"), &s, &err), PG_OK, "%s", err.msg);
+    const store_run_info info = {.kind = "sweep"};
+    int64_t run = 0;
+    cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
+    const pg_metric_values v = distinct_values();
+    cr_assert_eq(store_put_layer_metrics(s, run, "c", 3, -1, "bf16", "cpu", &v, &err), PG_OK,
+                 "%s", err.msg);
+
+    /* Every metric has a column of its name holding its value. */
+    sqlite3 *db = store_handle(s);
+    for (size_t i = 0; i < N_EXPECTED; i++) {
+        cr_expect_eq(tu_sql_int(db, "SELECT count(*) FROM pragma_table_info('layer_metrics') "
+                                    "WHERE name = '%s'", expected[i].name), 1,
+                     "layer_metrics has no column %s", expected[i].name);
+        cr_expect_eq(tu_sql_double(db, "SELECT %s FROM layer_metrics", expected[i].name),
+                     expected[i].want, "column %s", expected[i].name);
+        if (pg_metric_is_count(expected[i].m))
+            cr_expect_eq(tu_sql_int(db, "SELECT typeof(%s) = 'integer' FROM layer_metrics",
+                                    expected[i].name), 1, "%s is stored as an INTEGER",
+                         expected[i].name);
+    }
+
+    /* Both readers give every metric back by enum. */
+    layer_metric_row *rows = NULL;
+    size_t n = 0;
+    cr_assert_eq(report_store_layer_metrics(s, run, &rows, &n, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    for (size_t i = 0; i < N_EXPECTED; i++)
+        cr_expect_eq(pg_metric_value(&rows[0].v, expected[i].m), expected[i].want, "%s",
+                     expected[i].name);
+    cr_expect_str_eq(rows[0].capture, "c");
+    cr_expect_eq(rows[0].layer, 3);
+    cr_expect_eq(rows[0].head, -1);
+    layer_metric_rows_free(rows, n);
+    cr_assert_eq(report_store_whole_layers(s, run, "bf16", &rows, &n, &err), PG_OK, "%s",
+                 err.msg);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(memcmp(&rows[0].v, &v, sizeof v), 0);
+    layer_metric_rows_free(rows, n);
+    store_close(s);
+}
+
+Test(metric_table, the_store_refuses_a_nan_in_every_value_but_cos_sim)
+{
+    pg_store *s = NULL;
+    pg_err err = {0};
+    cr_assert_eq(store_open(tu_in_dir("n.db"), &s, &err), PG_OK, "%s", err.msg);
+    const store_run_info info = {.kind = "sweep"};
+    int64_t run = 0;
+    cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
+    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) {
+        pg_metric_values v = distinct_values();
+        pg_metric_set_value(&v, (pg_metric)m, NAN);
+        err = (pg_err){0};
+        const pg_status st = store_put_layer_metrics(s, run, "c", m, -1, "bf16", "cpu", &v, &err);
+        if (m == PG_METRIC_COS_SIM) {
+            cr_expect_eq(st, PG_OK, "%s", err.msg);
+            cr_expect_eq(tu_sql_int(store_handle(s), "SELECT cos_sim IS NULL FROM layer_metrics "
+                                                     "WHERE layer = %d", m), 1);
+        } else {
+            char said[64];
+            snprintf(said, sizeof said, "): %s is NaN", pg_metric_name((pg_metric)m));
+            cr_expect_eq(st, PG_ERR_NUMERIC, "%s", pg_metric_name((pg_metric)m));
+            cr_expect(strstr(err.msg, said) != NULL, "%s", err.msg);
+        }
+    }
+    store_close(s);
 }
