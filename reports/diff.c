@@ -35,24 +35,26 @@
 /* Initial capacity of a growing array. */
 #define DIFF_INITIAL_CAP 16
 
-/* Each metric's display formats: a value and a signed difference. */
-static const struct {
-    const char *value, *delta;
-} metric_fmt[PG_METRIC_COUNT] = {
-    [PG_METRIC_REL_L2] = {"%.4e", "%+.3e"},   [PG_METRIC_MAX_ABS] = {"%.4e", "%+.3e"},
-    [PG_METRIC_MEAN_ABS] = {"%.4e", "%+.3e"}, [PG_METRIC_P99_ABS] = {"%.4e", "%+.3e"},
-    [PG_METRIC_COS_SIM] = {"%.9f", "%+.3e"},  [PG_METRIC_SQNR_DB] = {"%.3f", "%+.3f"},
-    [PG_METRIC_NAN_COUNT] = {"%.0f", "%+.0f"}, [PG_METRIC_INF_COUNT] = {"%.0f", "%+.0f"},
-};
-
+/* The display formats of a value and of a signed difference, by what a
+ * metric's numbers are (base/metric.h): an error, a cosine, decibels, a
+ * count. A new metric of a known kind needs no entry here. */
 const char *diff_metric_value_fmt(pg_metric m)
 {
-    return (unsigned)m < PG_METRIC_COUNT ? metric_fmt[m].value : "%g";
+    if ((unsigned)m >= PG_METRIC_COUNT) return "%g";
+    if (pg_metric_is_count(m)) return "%.0f";
+    switch (pg_metric_kind_of(m)) {
+    case PG_METRIC_KIND_COSINE: return "%.9f";
+    case PG_METRIC_KIND_DB: return "%.3f";
+    case PG_METRIC_KIND_ERROR: break;
+    }
+    return "%.4e";
 }
 
 const char *diff_metric_delta_fmt(pg_metric m)
 {
-    return (unsigned)m < PG_METRIC_COUNT ? metric_fmt[m].delta : "%+g";
+    if ((unsigned)m >= PG_METRIC_COUNT) return "%+g";
+    if (pg_metric_is_count(m)) return "%+.0f";
+    return pg_metric_kind_of(m) == PG_METRIC_KIND_DB ? "%+.3f" : "%+.3e";
 }
 
 pg_status diff_metric_parse(const char *cmd, const char *name, pg_metric *out, pg_err *err)

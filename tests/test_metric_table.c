@@ -20,6 +20,7 @@
 #include "db/report_store.h"
 #include "db/sql_util.h"
 #include "db/store.h"
+#include "reports/diff.h"
 #include "testutil.h"
 
 /* Each metric's name and the value the test gives its member (all distinct,
@@ -192,4 +193,27 @@ Test(metric_table, the_store_refuses_a_nan_in_every_value_but_cos_sim)
         }
     }
     store_close(s);
+}
+
+Test(metric_table, the_diff_formats_follow_each_metric_s_kind)
+{
+    /* The formats each metric had when reports/diff.c listed them by hand. */
+    static const struct {
+        pg_metric m;
+        const char *value, *delta;
+    } want[] = {
+        {PG_METRIC_REL_L2, "%.4e", "%+.3e"},   {PG_METRIC_MAX_ABS, "%.4e", "%+.3e"},
+        {PG_METRIC_MEAN_ABS, "%.4e", "%+.3e"}, {PG_METRIC_P99_ABS, "%.4e", "%+.3e"},
+        {PG_METRIC_COS_SIM, "%.9f", "%+.3e"},  {PG_METRIC_SQNR_DB, "%.3f", "%+.3f"},
+        {PG_METRIC_NAN_COUNT, "%.0f", "%+.0f"}, {PG_METRIC_INF_COUNT, "%.0f", "%+.0f"},
+    };
+    cr_assert_eq(sizeof want / sizeof want[0], PG_METRIC_COUNT);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        cr_expect_str_eq(diff_metric_value_fmt(want[i].m), want[i].value, "%s",
+                         pg_metric_name(want[i].m));
+        cr_expect_str_eq(diff_metric_delta_fmt(want[i].m), want[i].delta, "%s",
+                         pg_metric_name(want[i].m));
+    }
+    cr_expect_str_eq(diff_metric_value_fmt(PG_METRIC_COUNT), "%g");
+    cr_expect_str_eq(diff_metric_delta_fmt(PG_METRIC_COUNT), "%+g");
 }
