@@ -3,6 +3,15 @@
  * their numbers mean and which way is worse: the one table the store's
  * readers, the gate, the diff, history, advise and the reports share.
  * kernels/metrics.h defines how each is computed.
+ *
+ * Adding a metric: an enum entry here (a value before the counts, moving
+ * PG_METRIC_VALUE_COUNT), its pg_metric_values member and its row in
+ * metric.c's table; its computation in kernels/metrics.c
+ * (metrics_from_sums); a schema migration adding its column in
+ * db/schema.c. The store's INSERT and readers, the shard merge's column
+ * rules and the diff's formats follow from the table; the tests that pin
+ * the table and the schema (tests/test_metric_table.c, tests/test_store.c)
+ * name it too.
  */
 #ifndef PG_METRIC_H
 #define PG_METRIC_H

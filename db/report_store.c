@@ -169,9 +169,8 @@ static const sql_field LAYER_METRIC_FIELDS[] = {
     SQL_FIELD(INT64, layer_metric_row, head),
 };
 #define LAYER_METRIC_FIRST ((int)(sizeof LAYER_METRIC_FIELDS / sizeof LAYER_METRIC_FIELDS[0]))
-/* Room for a reader's SQL and for its list of metric columns. */
+/* Room for a reader's SQL. */
 #define LAYER_METRIC_SQL_MAX 1024
-#define LAYER_METRIC_COLUMNS_MAX 512
 
 /* Reads the metric columns, which follow the key columns, into the row. */
 static pg_status finish_layer_metric(sqlite3_stmt *st, void *row, const char *what, pg_err *err)
@@ -190,7 +189,7 @@ static const sql_row_type LAYER_METRIC_ROW =
  * when it does not fit. */
 static pg_status layer_metric_sql(char *buf, size_t len, const char *where, pg_err *err)
 {
-    char cols[LAYER_METRIC_COLUMNS_MAX];
+    char cols[SQL_METRIC_COLUMNS_MAX];
     pg_status ps = sql_metric_columns(cols, sizeof cols, err);
     if (ps != PG_OK) return ps;
     const int w = snprintf(buf, len, "SELECT " LAYER_METRIC_KEYS ", %s FROM layer_metrics %s",

@@ -103,6 +103,9 @@ double sql_col_real(sqlite3_stmt *st, int i);
 
 /* ---- the metric columns: layer_metrics' columns of base/metric.h ------ */
 
+/* Room for sql_metric_columns' list, NUL included. */
+#define SQL_METRIC_COLUMNS_MAX 512
+
 /* Every pg_metric's column name, in the enum's order, joined by ", "
  * ("rel_l2, max_abs, ..."), into buf: the column list of a statement that
  * writes or reads a whole pg_metric_values. PG_ERR_INTERNAL when the list

@@ -279,16 +279,15 @@ static pg_status configure(pg_store *s, pg_err *err)
 /* The layer_metrics key columns ST_LAYER_INSERT binds before the metrics. */
 #define LAYER_KEY_COLUMNS "run_id, capture, layer, head, variant, backend"
 #define LAYER_KEY_COUNT 6
-/* Room for ST_LAYER_INSERT's SQL and for its list of metric columns. */
+/* Room for ST_LAYER_INSERT's SQL. */
 #define LAYER_INSERT_SQL_MAX 1024
-#define LAYER_METRIC_COLUMNS_MAX 512
 
 /* ST_LAYER_INSERT: the key columns, then every pg_metric's column by name
  * (sql_metric_columns), ?1 .. ?N in that order, into buf. PG_ERR_INTERNAL
  * when it does not fit. */
 static pg_status layer_insert_sql(char *buf, size_t len, pg_err *err)
 {
-    char cols[LAYER_METRIC_COLUMNS_MAX];
+    char cols[SQL_METRIC_COLUMNS_MAX];
     pg_status ps = sql_metric_columns(cols, sizeof cols, err);
     if (ps != PG_OK) return ps;
     size_t at = (size_t)snprintf(buf, len, "INSERT INTO layer_metrics (" LAYER_KEY_COLUMNS

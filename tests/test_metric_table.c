@@ -122,14 +122,23 @@ Test(metric_table, out_of_range_reads_nothing_and_writes_nothing)
     cr_expect_eq(memcmp(&v, &same, sizeof v), 0);
 }
 
+/* Opens a new store named name in the scratch directory into *s and begins
+ * a sweep run in it; returns the run's id. */
+static int64_t open_run(const char *name, pg_store **s)
+{
+    pg_err err = {0};
+    cr_assert_eq(store_open(tu_in_dir(name), s, &err), PG_OK, "%s", err.msg);
+    const store_run_info info = {.kind = "sweep"};
+    int64_t run = 0;
+    cr_assert_eq(store_run_begin(*s, &info, &run, &err), PG_OK, "%s", err.msg);
+    return run;
+}
+
 Test(metric_table, the_store_round_trips_every_metric_column_by_name)
 {
     pg_store *s = NULL;
     pg_err err = {0};
-    cr_assert_eq(store_open(tu_in_dir("m.db"), &s, &err), PG_OK, "%s", err.msg);
-    const store_run_info info = {.kind = "sweep"};
-    int64_t run = 0;
-    cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
+    const int64_t run = open_run("m.db", &s);
     const pg_metric_values v = distinct_values();
     cr_assert_eq(store_put_layer_metrics(s, run, "c", 3, -1, "bf16", "cpu", &v, &err), PG_OK,
                  "%s", err.msg);
@@ -172,10 +181,7 @@ Test(metric_table, the_store_refuses_a_nan_in_every_value_but_cos_sim)
 {
     pg_store *s = NULL;
     pg_err err = {0};
-    cr_assert_eq(store_open(tu_in_dir("n.db"), &s, &err), PG_OK, "%s", err.msg);
-    const store_run_info info = {.kind = "sweep"};
-    int64_t run = 0;
-    cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
+    const int64_t run = open_run("n.db", &s);
     for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) {
         pg_metric_values v = distinct_values();
         pg_metric_set_value(&v, (pg_metric)m, NAN);
