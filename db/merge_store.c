@@ -4,6 +4,7 @@
 #include "run_config.h"
 #include "sql_util.h"
 
+#include "base/metric.h"
 #include "base/utf8.h"
 #include "base/variant.h"
 
@@ -281,7 +282,9 @@ typedef struct column_rule {
 /* Every column of the runs row of a part and of merge_data_tables but the
  * key (runs.id, run_id), as schema.c defines and db/ writes them: a column
  * missing here is refused (merge_store_check_values), so a migration that
- * adds one must add its rule. */
+ * adds one must add its rule. The metric columns of layer_metrics are not
+ * listed: metric_rule derives theirs from base/metric.h, after the rules
+ * of layer_metrics' other columns (table_rules). */
 static const column_rule column_rules[] = {
     {"runs", "kind", VALUE_NAME, 0, R_NONE},
     {"runs", "label", VALUE_NAME, 1, R_NONE},
@@ -302,15 +305,6 @@ static const column_rule column_rules[] = {
     {"layer_metrics", "head", VALUE_INT, 0, -1, INT_MAX},
     {"layer_metrics", "variant", VALUE_VARIANT, 0, R_NONE},
     {"layer_metrics", "backend", VALUE_NAME, 0, R_NONE},
-    /* store_put_layer_metrics refuses NaN but in cos_sim (stored NULL) */
-    {"layer_metrics", "rel_l2", VALUE_REAL, 0, R_ERROR},
-    {"layer_metrics", "max_abs", VALUE_REAL, 0, R_ERROR},
-    {"layer_metrics", "mean_abs", VALUE_REAL, 0, R_ERROR},
-    {"layer_metrics", "p99_abs", VALUE_REAL, 0, R_ERROR},
-    {"layer_metrics", "cos_sim", VALUE_REAL, 1, -1 - COS_SIM_SLACK, 1 + COS_SIM_SLACK},
-    {"layer_metrics", "sqnr_db", VALUE_REAL, 0, -INFINITY, INFINITY},
-    {"layer_metrics", "nan_count", VALUE_INT, 0, R_COUNT},
-    {"layer_metrics", "inf_count", VALUE_INT, 0, R_COUNT},
 
     {"quant_stats", "capture", VALUE_NAME, 0, R_NONE},
     {"quant_stats", "layer", VALUE_INT, 0, R_INDEX},
@@ -378,6 +372,52 @@ static const column_rule column_rules[] = {
     {"div_scores", "packed", VALUE_PACKED, 0, R_NONE},
 };
 #define N_COLUMN_RULES (sizeof column_rules / sizeof column_rules[0])
+/* The table whose metric columns metric_rule gives. */
+#define METRIC_TABLE "layer_metrics"
+/* The most rules one table has: its listed ones and, for METRIC_TABLE, the metrics'. */
+#define TABLE_RULES_MAX (N_COLUMN_RULES + PG_METRIC_COUNT)
+
+/* The rule of metric m's layer_metrics column, from what its numbers are
+ * (base/metric.h; store_put_layer_metrics refuses NaN but in the cosine,
+ * stored NULL): a count an INTEGER >= 0; an error a REAL >= 0, +inf when
+ * the output had NaN/Inf (kernels/metrics.c); a cosine a REAL in [-1, 1]
+ * (with COS_SIM_SLACK) or NULL; decibels any REAL but NaN. */
+static column_rule metric_rule(pg_metric m)
+{
+    column_rule r = {METRIC_TABLE, pg_metric_name(m), VALUE_REAL, 0, R_ERROR};
+    if (pg_metric_is_count(m)) {
+        r.kind = VALUE_INT;
+        r.lo = 0;
+        r.hi = (double)INT64_MAX;
+        return r;
+    }
+    switch (pg_metric_kind_of(m)) {
+    case PG_METRIC_KIND_COSINE:
+        r.nullable = 1;
+        r.lo = -1 - COS_SIM_SLACK;
+        r.hi = 1 + COS_SIM_SLACK;
+        break;
+    case PG_METRIC_KIND_DB:
+        r.lo = -INFINITY;
+        r.hi = INFINITY;
+        break;
+    case PG_METRIC_KIND_ERROR: break;
+    }
+    return r;
+}
+
+/* The rules of table's columns into out (TABLE_RULES_MAX of them at most),
+ * in column_rules' order, METRIC_TABLE's metric columns last in the enum's
+ * order; returns how many. */
+static int table_rules(const char *table, column_rule *out)
+{
+    int n = 0;
+    for (size_t i = 0; i < N_COLUMN_RULES; i++)
+        if (strcmp(column_rules[i].table, table) == 0) out[n++] = column_rules[i];
+    if (strcmp(table, METRIC_TABLE) == 0)
+        for (int m = 0; m < PG_METRIC_COUNT; m++) out[n++] = metric_rule((pg_metric)m);
+    return n;
+}
 
 /* Longest value quoted in a message, in bytes. */
 #define VALUE_QUOTE_MAX 40
@@ -472,11 +512,13 @@ static int value_ok(const column_rule *r, sqlite3_value *v)
            strcmp(name.full, (const char *)text) == 0;
 }
 
-/* Refuses a column of table in db that has no rule in column_rules (but
- * the key): its values would be copied unchecked. */
+/* Refuses a column of table in db that has no rule (table_rules; but the
+ * key): its values would be copied unchecked. */
 static pg_status check_rules_cover(sqlite3 *db, const char *path, const char *table,
                                    const char *key, pg_err *err)
 {
+    column_rule rules[TABLE_RULES_MAX];
+    const int n_rules = table_rules(table, rules);
     char *sql = sqlite3_mprintf("SELECT name FROM pragma_table_info(%Q) ORDER BY cid", table);
     if (sql == NULL) return pg_fail(err, PG_ERR_NOMEM, "merge: out of memory");
     sqlite3_stmt *st = NULL;
@@ -486,9 +528,8 @@ static pg_status check_rules_cover(sqlite3 *db, const char *path, const char *ta
     while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *col = (const char *)sqlite3_column_text(st, 0);
         int known = col != NULL && strcmp(col, key) == 0;
-        for (size_t i = 0; !known && col != NULL && i < N_COLUMN_RULES; i++)
-            known = strcmp(column_rules[i].table, table) == 0 &&
-                    strcmp(column_rules[i].column, col) == 0;
+        for (int i = 0; !known && col != NULL && i < n_rules; i++)
+            known = strcmp(rules[i].column, col) == 0;
         if (!known)
             ps = pg_fail(err, PG_ERR_FORMAT, "%s: table %s has a column %s that this precgate's "
                          "schema does not define (an altered shard database)", path, table,
@@ -506,13 +547,11 @@ static pg_status check_table_values(sqlite3 *db, const char *path, const char *t
                                     const char *key, int64_t run_id, pg_err *err)
 {
     pg_status ps = check_rules_cover(db, path, table, key, err);
-    const column_rule *rules[N_COLUMN_RULES];
-    int n = 0;
-    for (size_t i = 0; i < N_COLUMN_RULES; i++)
-        if (strcmp(column_rules[i].table, table) == 0) rules[n++] = &column_rules[i];
+    column_rule rules[TABLE_RULES_MAX];
+    const int n = table_rules(table, rules);
     char *cols = sqlite3_mprintf("rowid");
     for (int i = 0; cols != NULL && i < n; i++) {
-        char *more = sqlite3_mprintf("%s, \"%w\"", cols, rules[i]->column);
+        char *more = sqlite3_mprintf("%s, \"%w\"", cols, rules[i].column);
         sqlite3_free(cols);
         cols = more;
     }
@@ -530,14 +569,14 @@ static pg_status check_table_values(sqlite3 *db, const char *path, const char *t
     while (ps == PG_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         for (int i = 0; ps == PG_OK && i < n; i++) {
             sqlite3_value *v = sqlite3_column_value(st, i + 1);
-            if (value_ok(rules[i], v)) continue;
+            if (value_ok(&rules[i], v)) continue;
             char got[VALUE_TEXT_MAX], want[DOMAIN_TEXT_MAX];
             value_text(v, got, sizeof got);
-            domain_text(rules[i], want, sizeof want);
+            domain_text(&rules[i], want, sizeof want);
             ps = pg_fail(err, PG_ERR_FORMAT, "%s: run %" PRId64 ": %s row (rowid %lld): column "
                          "%s holds %s, not %s: a damaged shard database (run the shard again)",
                          path, run_id, table, (long long)sqlite3_column_int64(st, 0),
-                         rules[i]->column, got, want);
+                         rules[i].column, got, want);
         }
     }
     if (ps == PG_OK && rc != SQLITE_DONE)

@@ -21,14 +21,11 @@ static const char SQL_LAYERS[] =
     "SELECT capture, layer FROM layer_metrics WHERE run_id = ?1 "
     "UNION SELECT capture, layer FROM quant_stats WHERE run_id = ?1";
 
-/* The columns of a layer_metric_row, in fill_layer_metric's order. */
-#define LAYER_METRIC_COLUMNS                                                               \
-    "SELECT capture, variant, backend, layer, head, rel_l2, max_abs, mean_abs, p99_abs, "   \
-    "cos_sim, sqnr_db, nan_count, inf_count FROM layer_metrics "
-
-static const char SQL_LAYER_METRICS[] = LAYER_METRIC_COLUMNS "WHERE run_id = ?1";
-static const char SQL_WHOLE_LAYERS[] =
-    LAYER_METRIC_COLUMNS "WHERE run_id = ?1 AND head = -1 AND (?2 IS NULL OR variant = ?2) "
+/* The readers of layer_metric_rows: "SELECT <LAYER_METRIC_KEYS>, <every
+ * metric column> FROM layer_metrics " and one of these (layer_metric_sql). */
+static const char SQL_LAYER_METRICS_WHERE[] = "WHERE run_id = ?1";
+static const char SQL_WHOLE_LAYERS_WHERE[] =
+    "WHERE run_id = ?1 AND head = -1 AND (?2 IS NULL OR variant = ?2) "
     "ORDER BY capture, layer, variant, backend";
 
 static const char SQL_QUANT[] =
@@ -163,62 +160,76 @@ void run_layer_rows_free(run_layer_row *rows, size_t n)
 
 /* ---- layer metrics ------------------------------------------------------------ */
 
-/* The metric values by pg_metric: m[i] is column 5 + i (LAYER_METRIC_COLUMNS). */
-#define METRIC_FIELD(i) {SQL_FIELD_REAL, offsetof(layer_metric_row, m) + (i) * sizeof(double), 0}
-
+/* The key columns of a layer_metric_row, in LAYER_METRIC_FIELDS' order; the
+ * metric columns follow them (read by finish_layer_metric). */
+#define LAYER_METRIC_KEYS "capture, variant, backend, layer, head"
 static const sql_field LAYER_METRIC_FIELDS[] = {
     SQL_FIELD(TEXT, layer_metric_row, capture), SQL_FIELD(TEXT, layer_metric_row, variant),
     SQL_FIELD(TEXT, layer_metric_row, backend), SQL_FIELD(INT, layer_metric_row, layer),
     SQL_FIELD(INT64, layer_metric_row, head),
-    METRIC_FIELD(PG_METRIC_REL_L2), METRIC_FIELD(PG_METRIC_MAX_ABS),
-    METRIC_FIELD(PG_METRIC_MEAN_ABS), METRIC_FIELD(PG_METRIC_P99_ABS),
-    METRIC_FIELD(PG_METRIC_COS_SIM), METRIC_FIELD(PG_METRIC_SQNR_DB),
-    SQL_FIELD(INT64, layer_metric_row, nan_count), SQL_FIELD(INT64, layer_metric_row, inf_count),
 };
+#define LAYER_METRIC_FIRST ((int)(sizeof LAYER_METRIC_FIELDS / sizeof LAYER_METRIC_FIELDS[0]))
+/* Room for a reader's SQL. */
+#define LAYER_METRIC_SQL_MAX 1024
 
-/* Derives nonfinite from the two counts. */
+/* Reads the metric columns, which follow the key columns, into the row. */
 static pg_status finish_layer_metric(sqlite3_stmt *st, void *row, const char *what, pg_err *err)
 {
-    (void)st, (void)what, (void)err;
+    (void)what, (void)err;
     layer_metric_row *r = row;
-    r->nonfinite = r->nan_count + r->inf_count;
+    sql_col_metrics(st, LAYER_METRIC_FIRST, &r->v);
     return PG_OK;
 }
 
 static const sql_row_type LAYER_METRIC_ROW =
     SQL_ROW_TYPE(layer_metric_row, LAYER_METRIC_FIELDS, finish_layer_metric);
 
+/* The SELECT of layer_metric_rows with where (its WHERE and ORDER BY) into
+ * buf: the key columns, then every metric column by name. PG_ERR_INTERNAL
+ * when it does not fit. */
+static pg_status layer_metric_sql(char *buf, size_t len, const char *where, pg_err *err)
+{
+    char cols[SQL_METRIC_COLUMNS_MAX];
+    pg_status ps = sql_metric_columns(cols, sizeof cols, err);
+    if (ps != PG_OK) return ps;
+    const int w = snprintf(buf, len, "SELECT " LAYER_METRIC_KEYS ", %s FROM layer_metrics %s",
+                           cols, where);
+    if (w < 0 || (size_t)w >= len)
+        return pg_fail(err, PG_ERR_INTERNAL, "report_store: a layer_metrics read needs more "
+                       "than %zu bytes", len);
+    return PG_OK;
+}
+
+/* read_run_rows of layer_metric_rows: the SELECT with where. */
+static pg_status read_layer_metric_rows(pg_store *s, const char *fn, const char *where,
+                                        int64_t run_id, int bind_variant, const char *variant,
+                                        layer_metric_row **rows, size_t *n, const char *what,
+                                        pg_err *err)
+{
+    char sql[LAYER_METRIC_SQL_MAX];
+    void *v = NULL;
+    *n = 0;
+    pg_status ps = layer_metric_sql(sql, sizeof sql, where, err);
+    if (ps == PG_OK)
+        ps = read_run_rows(s, fn, sql, run_id, bind_variant, variant, &LAYER_METRIC_ROW, &v, n,
+                           what, err);
+    *rows = v;
+    return ps;
+}
+
 pg_status report_store_layer_metrics(pg_store *s, int64_t run_id, layer_metric_row **rows,
                                      size_t *n, pg_err *err)
 {
-    void *v = NULL;
-    const pg_status ps = read_run_rows(s, "report_store_layer_metrics", SQL_LAYER_METRICS, run_id,
-                                       0, NULL, &LAYER_METRIC_ROW, &v, n, "layer_metrics rows",
-                                       err);
-    *rows = v;
-    return ps;
+    return read_layer_metric_rows(s, "report_store_layer_metrics", SQL_LAYER_METRICS_WHERE,
+                                  run_id, 0, NULL, rows, n, "layer_metrics rows", err);
 }
 
 pg_status report_store_whole_layers(pg_store *s, int64_t run_id, const char *variant,
                                     layer_metric_row **rows, size_t *n, pg_err *err)
 {
-    void *v = NULL;
-    const pg_status ps = read_run_rows(s, "report_store_whole_layers", SQL_WHOLE_LAYERS, run_id,
-                                       1, variant, &LAYER_METRIC_ROW, &v, n,
-                                       "whole-layer layer_metrics rows", err);
-    *rows = v;
-    return ps;
-}
-
-int layer_metric_value(const layer_metric_row *r, const char *column, double *out)
-{
-    pg_metric m;
-    if (pg_metric_parse("layer_metric_value", column, PG_METRIC_COUNT, &m, NULL) != PG_OK)
-        return 0;
-    if (m == PG_METRIC_NAN_COUNT) *out = (double)r->nan_count;
-    else if (m == PG_METRIC_INF_COUNT) *out = (double)r->inf_count;
-    else *out = r->m[m];
-    return 1;
+    return read_layer_metric_rows(s, "report_store_whole_layers", SQL_WHOLE_LAYERS_WHERE,
+                                  run_id, 1, variant, rows, n, "whole-layer layer_metrics rows",
+                                  err);
 }
 
 void layer_metric_row_clear(layer_metric_row *r)

@@ -78,11 +78,10 @@ typedef struct layer_metric_row {
     const char *capture;
     int layer;
     const char *variant;
-    double m[PG_METRIC_VALUE_COUNT];  /* rel_l2 .. sqnr_db, indexed by pg_metric; NaN where NULL */
-    int64_t nonfinite;                /* nan_count + inf_count (the readers derive it) */
     const char *backend;              /* "cpu" or "cuda" */
     int64_t head;                     /* -1: the whole layer */
-    int64_t nan_count, inf_count;     /* non-finite outputs of the variant */
+    pg_metric_values v;               /* every metric column (pg_metric_value reaches one by
+                                         enum); a value NaN where NULL */
 } layer_metric_row;
 
 /* Every layer_metrics row of run_id, per-head ones included, in the
@@ -97,11 +96,6 @@ pg_status report_store_layer_metrics(pg_store *s, int64_t run_id, layer_metric_r
  * layer_metric_rows_free). */
 pg_status report_store_whole_layers(pg_store *s, int64_t run_id, const char *variant,
                                     layer_metric_row **rows, size_t *n, pg_err *err);
-
-/* The value of r's metric column named column ("rel_l2", "max_abs",
- * "mean_abs", "p99_abs", "cos_sim", "sqnr_db", "nan_count", "inf_count";
- * a count as a double) into *out; 0 when column is none of them. */
-int layer_metric_value(const layer_metric_row *r, const char *column, double *out);
 
 /* Frees one row's strings (not r itself); NULL is a no-op. */
 void layer_metric_row_clear(layer_metric_row *r);

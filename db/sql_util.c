@@ -120,6 +120,38 @@ double sql_col_real(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
+pg_status sql_metric_columns(char *buf, size_t len, pg_err *err)
+{
+    size_t at = 0;
+    for (int m = 0; m < PG_METRIC_COUNT; m++) {
+        const int w = snprintf(buf + at, at < len ? len - at : 0, "%s%s", m ? ", " : "",
+                               pg_metric_name((pg_metric)m));
+        at += w > 0 ? (size_t)w : 0;
+        if (at >= len)
+            return pg_fail(err, PG_ERR_INTERNAL,
+                           "sql_metric_columns: the metric columns need more than %zu bytes", len);
+    }
+    return PG_OK;
+}
+
+void sql_bind_metrics(sql_binder *b, const pg_metric_values *m)
+{
+    for (int i = 0; i < PG_METRIC_COUNT; i++) {
+        if (pg_metric_is_count((pg_metric)i)) sql_bind_int64(b, pg_metric_count(m, (pg_metric)i));
+        else sql_bind_double(b, pg_metric_value(m, (pg_metric)i));
+    }
+}
+
+void sql_col_metrics(sqlite3_stmt *st, int first, pg_metric_values *m)
+{
+    for (int i = 0; i < PG_METRIC_COUNT; i++) {
+        if (pg_metric_is_count((pg_metric)i))
+            pg_metric_set_count(m, (pg_metric)i, sqlite3_column_int64(st, first + i));
+        else
+            pg_metric_set_value(m, (pg_metric)i, sql_col_real(st, first + i));
+    }
+}
+
 void sql_bind_params(sql_binder *b, const sql_param *params, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -101,6 +101,25 @@ char *sql_col_dup(sqlite3_stmt *st, int i, int *oom);
 /* Column i as a double, NaN for SQL NULL. */
 double sql_col_real(sqlite3_stmt *st, int i);
 
+/* ---- the metric columns: layer_metrics' columns of base/metric.h ------ */
+
+/* Room for sql_metric_columns' list, NUL included. */
+#define SQL_METRIC_COLUMNS_MAX 512
+
+/* Every pg_metric's column name, in the enum's order, joined by ", "
+ * ("rel_l2, max_abs, ..."), into buf: the column list of a statement that
+ * writes or reads a whole pg_metric_values. PG_ERR_INTERNAL when the list
+ * does not fit in len bytes. */
+pg_status sql_metric_columns(char *buf, size_t len, pg_err *err);
+
+/* Binds every member of m, in the enum's order, to b's next parameters:
+ * a count as an integer, a value as a double (NaN binds NULL). */
+void sql_bind_metrics(sql_binder *b, const pg_metric_values *m);
+
+/* Reads st's columns first .. first + PG_METRIC_COUNT - 1, in the enum's
+ * order, into m: a value NaN where NULL, a count 0 where NULL. */
+void sql_col_metrics(sqlite3_stmt *st, int first, pg_metric_values *m);
+
 /* ---- parameters: what a statement's ?1, ?2, ... are bound to ---------- */
 
 /* What one parameter holds. */

@@ -75,10 +75,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_RUN_READ] =
         "SELECT kind, status, host, pid, heartbeat_at, config_json FROM runs WHERE id = ?1",
     [ST_RUN_SET_CONFIG] = "UPDATE runs SET config_json = ?2 WHERE id = ?1",
-    [ST_LAYER_INSERT] =
-        "INSERT INTO layer_metrics (run_id, capture, layer, head, variant, backend,"
-        " rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db, nan_count, inf_count)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    /* ST_LAYER_INSERT is built from the metric table (layer_insert_sql). */
     [ST_QUANT_INSERT] =
         "INSERT INTO quant_stats (run_id, capture, layer, tensor, scale, scale_source,"
         " saturated_frac, underflow_frac) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -279,15 +276,43 @@ static pg_status configure(pg_store *s, pg_err *err)
     return ps;
 }
 
+/* The layer_metrics key columns ST_LAYER_INSERT binds before the metrics. */
+#define LAYER_KEY_COLUMNS "run_id, capture, layer, head, variant, backend"
+#define LAYER_KEY_COUNT 6
+/* Room for ST_LAYER_INSERT's SQL. */
+#define LAYER_INSERT_SQL_MAX 1024
+
+/* ST_LAYER_INSERT: the key columns, then every pg_metric's column by name
+ * (sql_metric_columns), ?1 .. ?N in that order, into buf. PG_ERR_INTERNAL
+ * when it does not fit. */
+static pg_status layer_insert_sql(char *buf, size_t len, pg_err *err)
+{
+    char cols[SQL_METRIC_COLUMNS_MAX];
+    pg_status ps = sql_metric_columns(cols, sizeof cols, err);
+    if (ps != PG_OK) return ps;
+    size_t at = (size_t)snprintf(buf, len, "INSERT INTO layer_metrics (" LAYER_KEY_COLUMNS
+                                           ", %s) VALUES (?1", cols);
+    for (int i = 2; at < len && i <= LAYER_KEY_COUNT + PG_METRIC_COUNT; i++)
+        at += (size_t)snprintf(buf + at, len - at, ", ?%d", i);
+    if (at < len) at += (size_t)snprintf(buf + at, len - at, ")");
+    if (at >= len)
+        return pg_fail(err, PG_ERR_INTERNAL, "store: the layer_metrics insert needs more than "
+                       "%zu bytes", len);
+    return PG_OK;
+}
+
 /* Prepares every cached statement (after migration: they name the tables). */
 static pg_status prepare_all(pg_store *s, pg_err *err)
 {
-    for (int i = 0; i < ST_COUNT; i++) {
-        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i],
+    char layer_insert[LAYER_INSERT_SQL_MAX];
+    pg_status ps = layer_insert_sql(layer_insert, sizeof layer_insert, err);
+    for (int i = 0; ps == PG_OK && i < ST_COUNT; i++) {
+        const char *sql = i == ST_LAYER_INSERT ? layer_insert : stmt_sql[i];
+        if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[i],
                                NULL) != SQLITE_OK)
-            return sql_fail(s->db, err, "prepare \"%s\"", stmt_sql[i]);
+            ps = sql_fail(s->db, err, "prepare \"%s\"", sql);
     }
-    return PG_OK;
+    return ps;
 }
 
 /* 1 when path names a file (not "", ":memory:" or a "file:" URI, which are
@@ -797,7 +822,7 @@ pg_status store_run_set_config(pg_store *s, int64_t run_id, const char *config_j
 
 pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *capture, int layer,
                                   int head, const char *variant, const char *backend,
-                                  const store_layer_metrics *m, pg_err *err)
+                                  const pg_metric_values *m, pg_err *err)
 {
     if (s == NULL || m == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "store_put_layer_metrics: store or metrics is NULL");
@@ -813,18 +838,14 @@ pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *captu
                        str_or_null(capture), layer, str_or_null(variant),
                        why.msg[0] ? why.msg : "a bare mode is stored by its full profile name");
     /* cos_sim is left out: NaN is one of its documented values (stored NULL). */
-    const struct { const char *name; double value; } must_be_numbers[] = {
-        {"rel_l2", m->rel_l2}, {"max_abs", m->max_abs}, {"mean_abs", m->mean_abs},
-        {"p99_abs", m->p99_abs}, {"sqnr_db", m->sqnr_db},
-    };
-    for (size_t i = 0; i < sizeof must_be_numbers / sizeof must_be_numbers[0]; i++) {
-        if (isnan(must_be_numbers[i].value))
+    for (int i = 0; i < PG_METRIC_COUNT; i++) {
+        const pg_metric k = (pg_metric)i;
+        if (pg_metric_kind_of(k) != PG_METRIC_KIND_COSINE && isnan(pg_metric_value(m, k)))
             return pg_fail(err, PG_ERR_NUMERIC,
                            "%s: layer_metrics (run %" PRId64 ", capture '%s', layer %d, head %d, "
                            "variant '%s', backend '%s'): %s is NaN (only cos_sim may be NaN)",
                            s->path, run_id, str_or_null(capture), layer, head,
-                           str_or_null(variant), str_or_null(backend),
-                           must_be_numbers[i].name);
+                           str_or_null(variant), str_or_null(backend), pg_metric_name(k));
     }
     sql_binder b = sql_bind_start(s->stmt[ST_LAYER_INSERT]);
     sql_bind_int64(&b, run_id);
@@ -833,14 +854,7 @@ pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *captu
     sql_bind_int64(&b, head);
     sql_bind_text(&b, variant);
     sql_bind_text(&b, backend);
-    sql_bind_double(&b, m->rel_l2);
-    sql_bind_double(&b, m->max_abs);
-    sql_bind_double(&b, m->mean_abs);
-    sql_bind_double(&b, m->p99_abs);
-    sql_bind_double(&b, m->cos_sim);
-    sql_bind_double(&b, m->sqnr_db);
-    sql_bind_int64(&b, m->nan_count);
-    sql_bind_int64(&b, m->inf_count);
+    sql_bind_metrics(&b, m);
     return finish_write(s, &b, err,
                         "insert layer_metrics (run %" PRId64 ", capture '%s', layer %d, head %d, "
                         "variant '%s', backend '%s')",

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/metric.h"
 #include "base/status.h"
 
 /* Default database file, in the working directory. */
@@ -209,19 +210,14 @@ pg_status store_run_reopen(pg_store *s, int64_t run_id, const char *kind, int fo
 pg_status store_run_set_config(pg_store *s, int64_t run_id, const char *config_json,
                                pg_err *err);
 
-/* The values of one layer_metrics row: how far a variant's output is from
- * the reference (kernels/metrics.h defines them; the harness copies them in). */
-typedef struct store_layer_metrics {
-    double rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db;
-    int64_t nan_count, inf_count;
-} store_layer_metrics;
-
-/* Inserts one layer_metrics row (head -1 = whole layer) from m. PG_ERR_DB when a CHECK, NOT NULL, UNIQUE or foreign-key constraint
- * fails (bad variant/backend, duplicate key, unknown run); PG_ERR_NUMERIC
- * when a metric other than cos_sim is NaN (nothing stored). */
+/* Inserts one layer_metrics row (head -1 = whole layer) from m, every
+ * pg_metric into the column of its name. PG_ERR_DB when a CHECK, NOT NULL,
+ * UNIQUE or foreign-key constraint fails (bad variant/backend, duplicate
+ * key, unknown run); PG_ERR_NUMERIC when a value other than cos_sim is NaN
+ * (nothing stored). */
 pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *capture, int layer,
                                   int head, const char *variant, const char *backend,
-                                  const store_layer_metrics *m, pg_err *err);
+                                  const pg_metric_values *m, pg_err *err);
 
 /* Inserts one quant_stats row; scale_source is a run --scales policy
  * ("capture", "amax", "vllm-dynamic" or "unit"), tensor "q", "k" or "v"

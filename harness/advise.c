@@ -95,8 +95,8 @@ static pg_status note_shape(advise_layer *L, unsigned char *have, const advise_s
 /* The reason one row gives to keep its layer in bf16 (ADVISE_FP8: none). */
 static advise_reason row_reason(const advise_request *rq, const layer_metric_row *r)
 {
-    const double v = r->m[rq->metric];
-    if (r->nonfinite > 0) return ADVISE_NONFINITE;
+    const double v = pg_metric_value(&r->v, rq->metric);
+    if (pg_metric_nonfinite(&r->v) > 0) return ADVISE_NONFINITE;
     if (isnan(v)) return ADVISE_UNDEFINED;
     return regress_worse(rq->metric, v, rq->budget) ? ADVISE_OVER_BUDGET : ADVISE_FP8;
 }
@@ -112,7 +112,7 @@ static void note_row(const advise_request *rq, advise_layer *L, const layer_metr
         L->reason = why > L->reason ? why : L->reason;
         *why_at = r->capture;
     }
-    const double v = r->m[rq->metric];
+    const double v = pg_metric_value(&r->v, rq->metric);
     if (!isnan(v) && (isnan(L->value) || regress_worse(rq->metric, v, L->value))) {
         L->value = v;
         L->capture = r->capture;

@@ -64,7 +64,7 @@ pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t
     const size_t nq = (size_t)tq * (size_t)b->hq * (size_t)b->d;
     double *ref = malloc(nq * sizeof *ref);
     uint16_t *out = malloc(nq * sizeof *out);
-    attn_error_metrics *m = malloc(((size_t)b->hq + 1) * sizeof *m);
+    pg_metric_values *m = malloc(((size_t)b->hq + 1) * sizeof *m);
     pg_status st = ref && out && m ? PG_OK
                                    : pg_fail(err, PG_ERR_NOMEM, "attribution: cannot allocate a "
                                              "layer of %zu values", nq);

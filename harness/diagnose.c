@@ -36,7 +36,7 @@ double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n)
         if (!isfinite(y)) return INFINITY;
         metrics_add_element(&s, bf16_to_f32(x[i]), y);
     }
-    attn_error_metrics m;
+    pg_metric_values m;
     metrics_from_sums(&s, (int64_t)n, 0, &m);
     return m.rel_l2;
 }

@@ -170,12 +170,13 @@ static pg_status layer_key(const layer_metric_row *r, const layer_metric_row *b,
     where(at, sizeof at, r, r->variant);
     flag_spec s = {.scope = GATE_SCOPE_LAYER, .capture = r->capture, .layer = r->layer,
                    .variant = r->variant, .metric = GATE_METRIC_NONFINITE,
-                   .value = (double)r->nonfinite,
-                   .baseline_value = b != NULL ? (double)b->nonfinite : NAN, .threshold = 0,
-                   .verdict = r->nonfinite > 0 ? GATE_VERDICT_REGRESSION : GATE_VERDICT_PASS};
+                   .value = (double)pg_metric_nonfinite(&r->v),
+                   .baseline_value = b != NULL ? (double)pg_metric_nonfinite(&b->v) : NAN,
+                   .threshold = 0,
+                   .verdict = pg_metric_nonfinite(&r->v) > 0 ? GATE_VERDICT_REGRESSION : GATE_VERDICT_PASS};
     pg_status st = push(out, &s, err, "%s: %lld NaN/Inf output elements%s", at,
-                        (long long)r->nonfinite,
-                        r->nonfinite > 0 ? " (any non-finite output is a regression)" : "");
+                        (long long)pg_metric_nonfinite(&r->v),
+                        pg_metric_nonfinite(&r->v) > 0 ? " (any non-finite output is a regression)" : "");
     /* A key the baseline run lacks is judged by the config's absolute bounds
      * alone; with none for any metric it has nothing to be judged by, and a
      * baseline run exists, so that gap is an error (never an exit-0
@@ -190,9 +191,9 @@ static pg_status layer_key(const layer_metric_row *r, const layer_metric_row *b,
         const char *name = pg_metric_name((pg_metric)m);
         const double a = gate_bound_find(&c->layer.abs[m], r->variant);
         if (base_id < 0 && isnan(a)) continue;  /* no baseline run, no bound: nothing to compare */
-        const double bv = b != NULL ? b->m[m] : NAN;
+        const double bv = b != NULL ? pg_metric_value(&b->v, (pg_metric)m) : NAN;
         const double t = regress_threshold((pg_metric)m, bv, a, c->layer.rel_tol);
-        const double v = r->m[m];
+        const double v = pg_metric_value(&r->v, (pg_metric)m);
         char terms[192];
         describe_threshold(terms, sizeof terms, (pg_metric)m, bv, a, c->layer.rel_tol);
         char base[64];
@@ -203,10 +204,10 @@ static pg_status layer_key(const layer_metric_row *r, const layer_metric_row *b,
         s.value = v;
         s.baseline_value = bv;
         s.threshold = t;
-        if (r->nonfinite > 0) {
+        if (pg_metric_nonfinite(&r->v) > 0) {
             s.verdict = GATE_VERDICT_REGRESSION;
             st = push(out, &s, err, "%s: %s %.4g: the output had %lld NaN/Inf elements (%s)", at,
-                      name, v, (long long)r->nonfinite, base);
+                      name, v, (long long)pg_metric_nonfinite(&r->v), base);
         } else if (unjudged) {
             s.verdict = GATE_VERDICT_ERROR;
             st = push(out, &s, err, "%s: %s %.4g: %s and no absolute bound for %s in the "
@@ -289,8 +290,8 @@ static const layer_metric_row *group_find(const layer_metric_row *const *p, size
  * in the output), else NaN; NaN for NULL. */
 static double usable_rel_l2(const layer_metric_row *x)
 {
-    return x != NULL && x->nonfinite == 0 && isfinite(x->m[PG_METRIC_REL_L2])
-               ? x->m[PG_METRIC_REL_L2] : NAN;
+    return x != NULL && pg_metric_nonfinite(&x->v) == 0 && isfinite(x->v.rel_l2) ? x->v.rel_l2
+                                                                              : NAN;
 }
 
 /* What the mode_pair check of one variant compares with. */
@@ -323,7 +324,7 @@ static void mode_pair_terms(const layer_metric_row *x, const layer_metric_row *r
     pt->own_term = NAN;
     pt->missing[0] = '\0';
     char gp[160] = "", ow[80] = "";
-    const double gap_run = x->m[PG_METRIC_REL_L2] - pt->ref_v;
+    const double gap_run = x->v.rel_l2 - pt->ref_v;
     if (is_ref) {
         snprintf(pt->missing, sizeof pt->missing, "bf16 is the reference of every pair; its "
                  "change against the baseline is the layer scope's check");
@@ -431,16 +432,16 @@ pg_status regress_mode_pairs(const layer_metric_row *run, size_t n,
             if (is_ref) snprintf(name, sizeof name, "%s", x->variant);
             else snprintf(name, sizeof name, "%s-%s", x->variant, PG_MODE_BASELINE_NAME);
             where(at, sizeof at, x, name);
-            const double v = x->m[PG_METRIC_REL_L2];
+            const double v = x->v.rel_l2;
             flag_spec s = {.scope = GATE_SCOPE_MODE_PAIR, .capture = x->capture,
                            .layer = x->layer, .variant = name,
                            .metric = pg_metric_name(PG_METRIC_REL_L2), .value = v,
                            .baseline_value = is_ref ? NAN : pt.ref_v, .threshold = pt.t};
-            if (x->nonfinite > 0) {
+            if (pg_metric_nonfinite(&x->v) > 0) {
                 s.verdict = GATE_VERDICT_REGRESSION;
                 st = push(out, &s, err, "%s: rel_l2 %.4g: the output had %lld NaN/Inf elements "
                           "(any non-finite output is a regression)", at, v,
-                          (long long)x->nonfinite);
+                          (long long)pg_metric_nonfinite(&x->v));
             } else if (isnan(v)) {
                 s.verdict = GATE_VERDICT_INCONCLUSIVE;
                 st = push(out, &s, err, "%s: rel_l2 undefined (stored NULL)", at);

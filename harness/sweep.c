@@ -186,7 +186,7 @@ static void layer_scales(const capture_layer *L, sweep_scales s, attn_fp8_option
 typedef struct variant_metrics {
     char name[VARIANT_NAME_MAX];
     const char *backend;      /* "cpu" or "cuda": where this variant ran */
-    attn_error_metrics *m;
+    pg_metric_values *m;
     int n_heads;              /* 0: all heads; else the sampled heads 0..n_heads-1 */
 } variant_metrics;
 
@@ -197,15 +197,6 @@ typedef struct tensor_quant {
     fp8_quant_stats st;
     int present;
 } tensor_quant;
-
-/* The layer_metrics row of m (its element count n is not stored). */
-static store_layer_metrics layer_metrics_row(const attn_error_metrics *m)
-{
-    return (store_layer_metrics){.rel_l2 = m->rel_l2, .max_abs = m->max_abs,
-                                 .mean_abs = m->mean_abs, .p99_abs = m->p99_abs,
-                                 .cos_sim = m->cos_sim, .sqnr_db = m->sqnr_db,
-                                 .nan_count = m->nan_count, .inf_count = m->inf_count};
-}
 
 /* Writes one layer's rows in one transaction; spec rows (vm[i].n_heads set)
  * cover only the sampled heads; ar: the n_ar attribution rows (run --attribute);
@@ -222,9 +213,8 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
     for (int i = 0; st == PG_OK && i < n_vm; i++) {
         const int heads = vm[i].n_heads > 0 ? vm[i].n_heads : hq;
         for (int h = -1; st == PG_OK && h < heads; h++) {
-            const store_layer_metrics row = layer_metrics_row(&vm[i].m[h + 1]);
             st = store_put_layer_metrics(store, run_id, capture_name, layer, h, vm[i].name,
-                                         vm[i].backend, &row, err);
+                                         vm[i].backend, &vm[i].m[h + 1], err);
         }
     }
     for (int i = 0; st == PG_OK && i < 3; i++) {
@@ -260,7 +250,7 @@ typedef struct layer_ctx {
     size_t nq;
     attn_fp8_options fo;
     variant_metrics *vm;     /* [SWEEP_MAX_VARIANTS * 2 + n_ext] */
-    attn_error_metrics *mbuf;
+    pg_metric_values *mbuf;
     int n_vm;
     tensor_quant tqs[3];
     const uint16_t *gq, *gk, *gv; /* what the GPU uploads: page-locked copies, or L's arrays */
@@ -324,7 +314,7 @@ static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t 
         for (size_t i = 0; i < nq; i++) od[i] = bf16_to_f32(o[i]);
         char name[VARIANT_NAME_MAX];
         variant_name_spec(attn_profile_id(p), name, sizeof name);
-        attn_error_metrics *m = next_vm(c, name, backend_name, G)->m;
+        pg_metric_values *m = next_vm(c, name, backend_name, G)->m;
         const size_t row = (size_t)L->hq * d;
         metrics_compare_bf16(gpu_out, row, od, (size_t)G * d, (size_t)tq, (size_t)G * d, scratch,
                              &m[0]);

@@ -31,7 +31,7 @@ typedef struct backend_ops {
     pg_status (*dequant_gather)(attn_backend *be, const kv_paged *src, float k_scale,
                                 float v_scale, kv_paged *out, pg_err *err);
     pg_status (*metrics)(attn_backend *be, const uint16_t *out, const double *ref, int64_t tq,
-                         int hq, int d, attn_error_metrics *m, pg_err *err);
+                         int hq, int d, pg_metric_values *m, pg_err *err);
     pg_status (*prefetch)(attn_backend *be, const attn_batch *b, const uint16_t *q,
                           const uint16_t *k, const uint16_t *v, pg_err *err); /* NULL: none */
     pg_status (*pin)(void *p, size_t bytes, pg_err *err);                    /* NULL: none */
@@ -158,7 +158,7 @@ static pg_status cpu_dequant_gather(attn_backend *be, const kv_paged *src, float
 }
 
 static pg_status cpu_metrics(attn_backend *be, const uint16_t *out, const double *ref,
-                             int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err)
+                             int64_t tq, int hq, int d, pg_metric_values *m, pg_err *err)
 {
     (void)be;
     double *scratch = malloc((size_t)tq * (size_t)hq * (size_t)d * sizeof *scratch);
@@ -225,7 +225,7 @@ static pg_status gpu_dequant_gather(attn_backend *be, const kv_paged *src, float
 }
 
 static pg_status gpu_metrics(attn_backend *be, const uint16_t *out, const double *ref,
-                             int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err)
+                             int64_t tq, int hq, int d, pg_metric_values *m, pg_err *err)
 {
     return cuda_metrics_host(be->gpu, out, ref, tq, hq, d, m, err);
 }
@@ -322,7 +322,7 @@ pg_status attn_backend_dequant_gather(attn_backend *be, const kv_paged *src, flo
 }
 
 pg_status attn_backend_metrics(attn_backend *be, const uint16_t *out, const double *ref,
-                               int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err)
+                               int64_t tq, int hq, int d, pg_metric_values *m, pg_err *err)
 {
     return be->ops->metrics(be, out, ref, tq, hq, d, m, err);
 }

@@ -35,7 +35,7 @@ typedef struct attn_layer_job {
     const attn_profile *const *var;
     int n_ext;                          /* outputs computed elsewhere (bf16 [Tq,hq,d]), */
     const uint16_t *const *ext;         /* compared with the same reference */
-    attn_error_metrics *metrics;        /* out: (n_var + n_ext) x (hq + 1), each [0] whole
+    pg_metric_values *metrics;          /* out: (n_var + n_ext) x (hq + 1), each [0] whole
                                          * layer and [1 + h] head h, against the fp64
                                          * reference */
     attn_quant_report *rep;             /* out (may be NULL): the variants' reports folded
@@ -116,7 +116,7 @@ pg_status attn_backend_dequant_gather(attn_backend *be, const kv_paged *src, flo
 /* The metrics of out (bf16) against ref (fp64), host arrays [tq,hq,d],
  * computed by the backend: m[0] whole layer, m[1 + h] head h (metrics.h). */
 pg_status attn_backend_metrics(attn_backend *be, const uint16_t *out, const double *ref,
-                               int64_t tq, int hq, int d, attn_error_metrics *m, pg_err *err);
+                               int64_t tq, int hq, int d, pg_metric_values *m, pg_err *err);
 
 /* Starts moving a coming layer's q, k, v (which must not change until its
  * run_layer) to the backend's memory while another layer computes; PG_OK and

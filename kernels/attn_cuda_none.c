@@ -87,7 +87,7 @@ pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t
 }
 
 pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double *ref, int64_t tq,
-                            int hq, int d, attn_error_metrics *m, pg_err *err)
+                            int hq, int d, pg_metric_values *m, pg_err *err)
 {
     (void)be, (void)out, (void)ref, (void)tq, (void)hq, (void)d, (void)m;
     return no_cuda(err);
@@ -96,7 +96,7 @@ pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double 
 pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
                            int n_var, const attn_profile *const *var, int n_ext,
-                           const uint16_t *const *ext, attn_error_metrics *metrics,
+                           const uint16_t *const *ext, pg_metric_values *metrics,
                            attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
                            double *ms_modes, double *ms_metrics, const pg_notes *notes,
                            pg_err *err)

@@ -747,7 +747,7 @@ extern "C" pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, 
 }
 
 extern "C" pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double *ref,
-                                       int64_t tq, int hq, int d, attn_error_metrics *m,
+                                       int64_t tq, int hq, int d, pg_metric_values *m,
                                        pg_err *err)
 {
     dev_pool pool = {be, {}, 0};
@@ -767,7 +767,7 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
                                    const attn_fp8_options *opt, int n_var,
                                    const attn_profile *const *var, const gpu_kind *kinds,
                                    int n_ext,
-                                   const uint16_t *const *ext, attn_error_metrics *metrics,
+                                   const uint16_t *const *ext, pg_metric_values *metrics,
                                    attn_quant_report *rep, uint16_t *const *mode_out,
                                    double *ms_ref, double *ms_modes, double *ms_metrics,
                                    pg_err *err)
@@ -944,7 +944,7 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
     const float scale_log2 = attn_fa3_scale_log2(b->sm_scale, opt->q_scale, opt->k_scale);
     TIME_STAGE(&t->attn_fp8, st = cuda_attn_fp8(&cb, dq8, &e4m3, scale_log2, opt->v_scale, dout,
                                                 be->stream, err));
-    attn_error_metrics *m = (attn_error_metrics *)calloc((size_t)b->hq + 1, sizeof *m);
+    pg_metric_values *m = (pg_metric_values *)calloc((size_t)b->hq + 1, sizeof *m);
     if (m == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "metrics");
     TIME_STAGE(&t->metrics, st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, m, be->stream, err));
     free(m);
@@ -1076,7 +1076,7 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
                              int n_var, const attn_profile *const *var, const gpu_kind *kinds,
                              int n_ext, const uint16_t *const *ext,
-                             attn_error_metrics *metrics, attn_quant_report *rep,
+                             pg_metric_values *metrics, attn_quant_report *rep,
                              uint16_t *const *mode_out, const piece *ps, int n_pieces,
                              pg_err *err)
 {
@@ -1181,7 +1181,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                                       const uint16_t *k, const uint16_t *v,
                                       const attn_fp8_options *opt, int n_var,
                                       const attn_profile *const *var, int n_ext,
-                                      const uint16_t *const *ext, attn_error_metrics *metrics,
+                                      const uint16_t *const *ext, pg_metric_values *metrics,
                                       attn_quant_report *rep, uint16_t *const *mode_out,
                                       double *ms_ref, double *ms_modes, double *ms_metrics,
                                       const pg_notes *notes, pg_err *err)

@@ -159,7 +159,7 @@ pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged
 // metrics.h; p99 is the exact nearest-rank percentile of |out - ref| rounded to
 // fp32. Synchronizes stream; scratch is allocated inside.
 pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
-                       attn_error_metrics *m, cudaStream_t stream, pg_err *err);
+                       pg_metric_values *m, cudaStream_t stream, pg_err *err);
 
 // The same in two steps, so that several comparisons share one wait:
 // cuda_metrics_enqueue puts one comparison on stream (its kernels in scratch,
@@ -175,7 +175,7 @@ size_t cuda_metrics_result_bytes(int hq);
 pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
                                void *scratch, void *results, cudaStream_t stream, pg_err *err);
 pg_status cuda_metrics_collect(const void *results, int64_t tq, int hq, int d,
-                               attn_error_metrics *m, pg_err *err);
+                               pg_metric_values *m, pg_err *err);
 
 }  // extern "C"
 

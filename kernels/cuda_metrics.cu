@@ -467,7 +467,7 @@ extern "C" pg_status cuda_metrics_enqueue(const uint16_t *out, const double *ref
 }
 
 extern "C" pg_status cuda_metrics_collect(const void *results, int64_t tq, int hq, int d,
-                                          attn_error_metrics *m, pg_err *err)
+                                          pg_metric_values *m, pg_err *err)
 {
     if (!m) return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: m is NULL");
     pg_status st = check_shape(tq, hq, d, err);
@@ -513,7 +513,7 @@ extern "C" pg_status cuda_metrics_collect(const void *results, int64_t tq, int h
 }
 
 extern "C" pg_status cuda_metrics(const uint16_t *out, const double *ref, int64_t tq, int hq,
-                                  int d, attn_error_metrics *m, cudaStream_t stream, pg_err *err)
+                                  int d, pg_metric_values *m, cudaStream_t stream, pg_err *err)
 {
     if (!m) return pg_fail(err, PG_ERR_INTERNAL, "cuda_metrics: m is NULL");
     pg_status st = check_shape(tq, hq, d, err);

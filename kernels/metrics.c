@@ -44,9 +44,8 @@ size_t metrics_p99_index(int64_t n)
     return rank - 1;
 }
 
-void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, attn_error_metrics *m)
+void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, pg_metric_values *m)
 {
-    m->n = n;
     m->nan_count = s->nan_count;
     m->inf_count = s->inf_count;
     if (s->nan_count + s->inf_count > 0) {
@@ -74,7 +73,7 @@ void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, attn_error_
 
 void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *ref,
                           size_t ref_stride, size_t n_rows, size_t row_len,
-                          double *scratch, attn_error_metrics *m)
+                          double *scratch, pg_metric_values *m)
 {
     metrics_sums s = {0, 0, 0, 0, 0, 0, 0, 0};
     size_t n = 0;
@@ -91,7 +90,7 @@ void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *
 }
 
 void metrics_compare_heads(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
-                           double *scratch, attn_error_metrics *m)
+                           double *scratch, pg_metric_values *m)
 {
     const size_t row = (size_t)hq * (size_t)d;
     metrics_compare_bf16(out, row, ref, row, (size_t)tq, row, scratch, &m[0]);

@@ -8,6 +8,8 @@
  *   nan_count, inf_count: non-finite elements of O.
  * Any non-finite O makes the error metrics +inf (sqnr -inf, cos_sim NaN):
  * a NaN output is never "close". Identical outputs give sqnr_db = +inf.
+ * The metrics land in a pg_metric_values (base/metric.h), the one row type
+ * the store and the reports share.
  */
 #ifndef PG_METRICS_H
 #define PG_METRICS_H
@@ -16,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/metric.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -24,12 +27,6 @@ extern "C" {
 
 /* The percentile that p99_abs reports. */
 #define METRICS_PERCENTILE 0.99
-
-typedef struct attn_error_metrics {
-    double rel_l2, max_abs, mean_abs, p99_abs, cos_sim, sqnr_db;
-    int64_t nan_count, inf_count;
-    int64_t n;               /* elements compared */
-} attn_error_metrics;
 
 /* The running sums metrics are made from (any summation order). */
 typedef struct metrics_sums {
@@ -68,20 +65,21 @@ METRICS_INLINE double metrics_add_element(metrics_sums *s, double x, double y)
 size_t metrics_p99_index(int64_t n);
 
 /* Fills m from the sums of n elements and their p99 |O-R|, applying the
- * non-finite and empty rules above; shared by every backend. */
-void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, attn_error_metrics *m);
+ * non-finite and empty rules above; shared by every backend (the GPU's
+ * sums come back to the host and are finished here). */
+void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, pg_metric_values *m);
 
 /* Metrics of n elements: out[i*out_stride + j], ref[i*ref_stride + j] for
  * rows i < n_rows and j < row_len (n = n_rows*row_len). scratch must hold n
  * doubles (for the exact percentile). */
 void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *ref,
                           size_t ref_stride, size_t n_rows, size_t row_len,
-                          double *scratch, attn_error_metrics *m);
+                          double *scratch, pg_metric_values *m);
 
 /* Metrics of a [tq, hq, d] output against its reference: m[0] the whole
  * layer, m[1 + h] head h. scratch must hold tq*hq*d doubles. */
 void metrics_compare_heads(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
-                           double *scratch, attn_error_metrics *m);
+                           double *scratch, pg_metric_values *m);
 
 #ifdef __cplusplus
 }

@@ -35,24 +35,26 @@
 /* Initial capacity of a growing array. */
 #define DIFF_INITIAL_CAP 16
 
-/* Each metric's display formats: a value and a signed difference. */
-static const struct {
-    const char *value, *delta;
-} metric_fmt[PG_METRIC_COUNT] = {
-    [PG_METRIC_REL_L2] = {"%.4e", "%+.3e"},   [PG_METRIC_MAX_ABS] = {"%.4e", "%+.3e"},
-    [PG_METRIC_MEAN_ABS] = {"%.4e", "%+.3e"}, [PG_METRIC_P99_ABS] = {"%.4e", "%+.3e"},
-    [PG_METRIC_COS_SIM] = {"%.9f", "%+.3e"},  [PG_METRIC_SQNR_DB] = {"%.3f", "%+.3f"},
-    [PG_METRIC_NAN_COUNT] = {"%.0f", "%+.0f"}, [PG_METRIC_INF_COUNT] = {"%.0f", "%+.0f"},
-};
-
+/* The display formats of a value and of a signed difference, by what a
+ * metric's numbers are (base/metric.h): an error, a cosine, decibels, a
+ * count. A new metric of a known kind needs no entry here. */
 const char *diff_metric_value_fmt(pg_metric m)
 {
-    return (unsigned)m < PG_METRIC_COUNT ? metric_fmt[m].value : "%g";
+    if ((unsigned)m >= PG_METRIC_COUNT) return "%g";
+    if (pg_metric_is_count(m)) return "%.0f";
+    switch (pg_metric_kind_of(m)) {
+    case PG_METRIC_KIND_COSINE: return "%.9f";
+    case PG_METRIC_KIND_DB: return "%.3f";
+    case PG_METRIC_KIND_ERROR: break;
+    }
+    return "%.4e";
 }
 
 const char *diff_metric_delta_fmt(pg_metric m)
 {
-    return (unsigned)m < PG_METRIC_COUNT ? metric_fmt[m].delta : "%+g";
+    if ((unsigned)m >= PG_METRIC_COUNT) return "%+g";
+    if (pg_metric_is_count(m)) return "%+.0f";
+    return pg_metric_kind_of(m) == PG_METRIC_KIND_DB ? "%+.3f" : "%+.3e";
 }
 
 pg_status diff_metric_parse(const char *cmd, const char *name, pg_metric *out, pg_err *err)
@@ -124,20 +126,17 @@ static void side_free(side *sd)
     memset(sd, 0, sizeof *sd);
 }
 
-/* The value of metric m in row x (NaN where stored NULL). */
+/* The value of metric m in row x (NaN where stored NULL; a count widened). */
 static double metric_of(pg_metric m, const layer_metric_row *x)
 {
-    double v = NAN;
-    layer_metric_value(x, pg_metric_name(m), &v);
-    return v;
+    return pg_metric_value(&x->v, m);
 }
 
 /* Reads run's whole-layer rows (only variant, when not NULL) into sd. */
 static pg_status read_layers(pg_store *s, int64_t run, const char *variant, pg_metric m,
                              side *sd, pg_err *err)
 {
-    double unused;
-    if (!layer_metric_value(&(layer_metric_row){0}, pg_metric_name(m), &unused))
+    if ((unsigned)m >= PG_METRIC_COUNT)
         return pg_fail(err, PG_ERR_INTERNAL, "diff: '%s' is no layer_metrics column",
                        pg_metric_name(m));
     const pg_status rc = report_store_whole_layers(s, run, variant, &sd->rows, &sd->n_read, err);

@@ -215,14 +215,14 @@ static pg_status load_metrics(pg_store *s, const char *dbn, int64_t run_id, repo
         if (m->head < 0) {
             report_cell *c = &d->cells[ci];
             c->present = 1;
-            c->rel_l2 = m->m[PG_METRIC_REL_L2];
-            c->max_abs = m->m[PG_METRIC_MAX_ABS];
-            c->cos_sim = m->m[PG_METRIC_COS_SIM];
-            c->sqnr_db = m->m[PG_METRIC_SQNR_DB];
-            c->nan_count = m->nan_count;
-            c->inf_count = m->inf_count;
+            c->rel_l2 = m->v.rel_l2;
+            c->max_abs = m->v.max_abs;
+            c->cos_sim = m->v.cos_sim;
+            c->sqnr_db = m->v.sqnr_db;
+            c->nan_count = m->v.nan_count;
+            c->inf_count = m->v.inf_count;
         } else if (m->head < d->n_heads) {
-            d->head_rel_l2[ci * (size_t)d->n_heads + (size_t)m->head] = m->m[PG_METRIC_REL_L2];
+            d->head_rel_l2[ci * (size_t)d->n_heads + (size_t)m->head] = m->v.rel_l2;
             d->head_present[ci * (size_t)d->n_heads + (size_t)m->head] = 1;
         }
     }

@@ -92,8 +92,8 @@ static void print_table(FILE *out, char *const *names, size_t n_names,
         for (int i = 0; i < nv; i++) {
             if (row->variant == NULL || strcmp(row->variant, variants[i]) != 0) continue;
             present[i] = 1;
-            val[i] = row->m[PG_METRIC_REL_L2];
-            bad[i] = row->nonfinite;
+            val[i] = row->v.rel_l2;
+            bad[i] = pg_metric_nonfinite(&row->v);
             const double w = bad[i] > 0 ? INFINITY : val[i];
             if (w > worst[i]) {
                 worst[i] = w;

@@ -157,7 +157,7 @@ static void check_metrics(attn_backend *be, const char *id, const uint16_t *out,
                           const double *ref, int64_t tq, int hq, int d)
 {
     const size_t n = (size_t)tq * hq * d;
-    attn_error_metrics *g = calloc((size_t)hq + 1, sizeof *g), c;
+    pg_metric_values *g = calloc((size_t)hq + 1, sizeof *g), c;
     double *scratch = malloc(n * sizeof(double));
     pg_err err = {0};
     if (attn_backend_metrics(be, out, ref, tq, hq, d, g, &err) != PG_OK) {
@@ -174,7 +174,7 @@ static void check_metrics(attn_backend *be, const char *id, const uint16_t *out,
         else
             metrics_compare_bf16(out + (size_t)h * d, (size_t)hq * d, ref + (size_t)h * d,
                                  (size_t)hq * d, (size_t)tq, (size_t)d, scratch, &c);
-        const attn_error_metrics *m = &g[h + 1];
+        const pg_metric_values *m = &g[h + 1];
         char what[64];
         snprintf(what, sizeof what, "metrics head %d rel_l2", h);
         check(rel_close(m->rel_l2, c.rel_l2, GPU_METRIC_TOL), id, what, m->rel_l2, c.rel_l2);
@@ -393,8 +393,8 @@ static void run_reference_edges(attn_backend *be)
 }
 
 /* rel_l2, p99_abs and max_abs of a[0..n) within the GPU tolerances of b's. */
-static void check_metrics_close(const char *id, const attn_error_metrics *a,
-                                const attn_error_metrics *b, int n)
+static void check_metrics_close(const char *id, const pg_metric_values *a,
+                                const pg_metric_values *b, int n)
 {
     for (int i = 0; i < n; i++) {
         check(rel_close(a[i].rel_l2, b[i].rel_l2, GPU_METRIC_TOL), id, "rel_l2", a[i].rel_l2, b[i].rel_l2);
@@ -410,7 +410,7 @@ static const attn_profile *sweep3[3];
  * outputs: metrics m, the report rep, the outputs outs (may be NULL). */
 static pg_status sweep_layer3(attn_backend *be, const attn_batch *b, const uint16_t *q,
                               const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
-                              int n_ext, const uint16_t *const *ext, attn_error_metrics *m,
+                              int n_ext, const uint16_t *const *ext, pg_metric_values *m,
                               attn_quant_report *rep, uint16_t *const *outs, pg_err *err)
 {
     const attn_layer_job job = {b, q, k, v, opt, 3, sweep3, n_ext, ext, m, rep, outs, NULL};
@@ -437,7 +437,7 @@ static void run_pieces_case(attn_backend *be)
                             fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
                             fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 7, 0};
     const int per = hq + 1;
-    attn_error_metrics *mw = calloc(3 * (size_t)per, sizeof *mw), *mp = calloc(3 * (size_t)per, sizeof *mp);
+    pg_metric_values *mw = calloc(3 * (size_t)per, sizeof *mw), *mp = calloc(3 * (size_t)per, sizeof *mp);
     attn_quant_report rw, rp;
     uint16_t *ow[3], *op[3];
     for (int i = 0; i < 3; i++) {
@@ -486,8 +486,8 @@ static void run_pieces_case(attn_backend *be)
             if (same) printf("ok   prefetch: outputs bit-identical to the upload's\n");
             /* q2's copies, made before q's layer ran, are taken by q2's
              * sweep now and must give what q2 uploaded gives. */
-            attn_error_metrics *ma = calloc(3 * (size_t)per, sizeof *ma);
-            attn_error_metrics *mu = calloc(3 * (size_t)per, sizeof *mu);
+            pg_metric_values *ma = calloc(3 * (size_t)per, sizeof *ma);
+            pg_metric_values *mu = calloc(3 * (size_t)per, sizeof *mu);
             attn_quant_report ra, ru;
             if (sweep_layer3(be, &b, q2, k, v, &opt, 0, NULL, ma, &ra, NULL, &err) != PG_OK ||
                 sweep_layer3(be, &b, q2, k, v, &opt, 0, NULL, mu, &ru, NULL, &err) != PG_OK) {
@@ -509,7 +509,7 @@ static void run_pieces_case(attn_backend *be)
          * (slot 0; the external one is slot 3). */
         cases++;
         const uint16_t *ext[1] = {ow[0]};
-        attn_error_metrics *me = calloc(4 * (size_t)per, sizeof *me);
+        pg_metric_values *me = calloc(4 * (size_t)per, sizeof *me);
         if (me == NULL) {
             failures++;
             printf("FAIL external output: out of memory\n");
@@ -575,7 +575,7 @@ static void run_keep_bf16_refused(attn_backend *be)
     const size_t nq = (size_t)sq * hq * d, nkv = (size_t)skv * hkv * d;
     uint16_t *q = calloc(nq, 2), *k = calloc(nkv, 2), *v = calloc(nkv, 2), *o = malloc(nq * 2);
     attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, 16, 1, ATTN_TENSOR_K};
-    attn_error_metrics m[2 * 3];
+    pg_metric_values m[2 * 3];
     pg_err e1 = {0}, e2 = {0};
     cases++;
     const pg_status s1 = attn_backend_run_variant(be, sweep3[2], &b, q, k, v, &opt, o, NULL, &e1);

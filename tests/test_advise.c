@@ -33,10 +33,8 @@ TestSuite(advise, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeou
 static layer_metric_row row(const char *c, int layer, double v, double cos)
 {
     layer_metric_row r = {.capture = c, .layer = layer, .variant = VARIANT};
-    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r.m[m] = 0.01;
-    r.m[PG_METRIC_REL_L2] = v;
-    r.m[PG_METRIC_COS_SIM] = cos;
-    r.m[PG_METRIC_SQNR_DB] = 30.0;
+    r.v = (pg_metric_values){.rel_l2 = v, .max_abs = 0.01, .mean_abs = 0.01, .p99_abs = 0.01,
+                             .cos_sim = cos, .sqnr_db = 30.0};
     return r;
 }
 
@@ -183,7 +181,7 @@ Test(advise, an_undefined_metric_or_a_nonfinite_output_keeps_bf16)
     gpt_oss_shapes("c", N_LAYERS, s);
     layer_metric_row rows[N_LAYERS] = {row("c", 0, 0.01, NAN), row("c", 1, NAN, 0.99),
                                         row("c", 2, 0.01, 0.99), row("c", 3, 0.01, 0.99)};
-    rows[2].nonfinite = 3;
+    rows[2].v.nan_count = 3;
     advise_result r = advise_ok(rows, N_LAYERS, s, N_LAYERS, PG_METRIC_REL_L2, BUDGET);
     const int want[N_LAYERS] = {0, 1, 1, 0};
     expect_kept(&r, want, N_LAYERS);
@@ -268,8 +266,8 @@ static void make_run(const char *db, const double *rel, const double *cos)
     int64_t run = 0;
     cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
     for (int l = 0; l < N_LAYERS; l++) {
-        const store_layer_metrics fp8 = {rel[l], 0.5, 0.01, 0.1, cos[l], 20.0, 0, 0};
-        const store_layer_metrics bf16 = {0.002, 0.01, 0.001, 0.005, 0.99999, 50.0, 0, 0};
+        const pg_metric_values fp8 = {rel[l], 0.5, 0.01, 0.1, cos[l], 20.0, 0, 0};
+        const pg_metric_values bf16 = {0.002, 0.01, 0.001, 0.005, 0.99999, 50.0, 0, 0};
         cr_assert_eq(store_put_layer_metrics(s, run, "c.safetensors", l, -1, VARIANT, "cpu", &fp8,
                                              &err), PG_OK, "%s", err.msg);
         cr_assert_eq(store_put_layer_metrics(s, run, "c.safetensors", l, -1, "bf16", "cpu", &bf16,

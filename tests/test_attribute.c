@@ -155,7 +155,7 @@ Test(attribute, all_computed_is_the_backends_layer_metric_bit_for_bit)
     pg_err err = {0};
     cr_assert_eq(attn_backend_open("cpu", 2, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
     const attn_profile *p[2] = {profile(names[0]), profile(names[1])};
-    attn_error_metrics *m = calloc(2 * ((size_t)L.b.hq + 1), sizeof *m);
+    pg_metric_values *m = calloc(2 * ((size_t)L.b.hq + 1), sizeof *m);
     const attn_layer_job job = {&L.b, L.q, L.k, L.v, &o, 2, p, 0, NULL, m, NULL, NULL, NULL};
     cr_assert_eq(attn_backend_run_layer(cpu, &job, &err), PG_OK, "%s", err.msg);
     for (int i = 0; i < 2; i++) {

@@ -89,7 +89,7 @@ Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
     double *ref = malloc(nq * sizeof *ref), *scratch = malloc(nq * sizeof *scratch);
     cr_assert_eq(attn_reference(&b, q, k, v, ref, 2, &err), PG_OK);
     uint16_t *want_out[3];
-    attn_error_metrics want[3][HQ + 1];
+    pg_metric_values want[3][HQ + 1];
     attn_quant_report want_rep[3];
     for (int i = 0; i < 3; i++) {
         want_out[i] = malloc(nq * 2);
@@ -100,7 +100,7 @@ Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
     /* the layer through the interface, the bf16 output given back as an external one */
     uint16_t *outs[3] = {malloc(nq * 2), NULL, malloc(nq * 2)};
     const uint16_t *ext[1] = {want_out[0]};
-    attn_error_metrics got[4][HQ + 1];
+    pg_metric_values got[4][HQ + 1];
     attn_quant_report rep;
     const attn_layer_job job = {&b, q, k, v, &opt, 3, var, 1, ext, &got[0][0], &rep, outs, NULL};
     cr_assert_eq(attn_backend_run_layer(be, &job, &err), PG_OK, "%s", err.msg);

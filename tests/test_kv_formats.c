@@ -395,7 +395,8 @@ Test(kv_formats, advise_counts_the_per_token_head_scales_carved_from_the_page)
     for (int l = 0; l < 2; l++) {
         rows[l] = (layer_metric_row){.capture = "c", .layer = l,
                                      .variant = "fp8kv_per_token_head@triton"};
-        for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) rows[l].m[m] = 0.01;
+        for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++)
+            pg_metric_set_value(&rows[l].v, (pg_metric)m, 0.01);
     }
     const advise_request rq = {"fp8kv_per_token_head@triton", PG_METRIC_REL_L2, 0.5};
     advise_result r;

@@ -31,8 +31,9 @@
 /* A row with every metric NaN except those set afterwards. */
 static layer_metric_row row(const char *capture, int layer, const char *variant)
 {
-    layer_metric_row r = {.capture = capture, .layer = layer, .variant = variant, .nonfinite = 0};
-    for (int m = 0; m < PG_METRIC_VALUE_COUNT; m++) r.m[m] = NAN;
+    layer_metric_row r = {.capture = capture, .layer = layer, .variant = variant};
+    r.v = (pg_metric_values){.rel_l2 = NAN, .max_abs = NAN, .mean_abs = NAN, .p99_abs = NAN,
+                             .cos_sim = NAN, .sqnr_db = NAN};
     return r;
 }
 
@@ -110,21 +111,21 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
     base[3] = row("a", 1, "fp8kv@fixed"); /* missing from the run */
     base[4] = row("a", 2, "bf16");  /* cosine drops */
     for (int i = 0; i < 5; i++) {
-        base[i].m[PG_METRIC_REL_L2] = 0.5;
-        base[i].m[PG_METRIC_COS_SIM] = 0.5;
+        base[i].v.rel_l2 = 0.5;
+        base[i].v.cos_sim = 0.5;
     }
     /* Given out of order: regress sorts by (capture, layer, variant). */
     run[0] = base[1];
-    run[0].m[PG_METRIC_REL_L2] = nextafter(0.625, 1.0);
+    run[0].v.rel_l2 = nextafter(0.625, 1.0);
     run[1] = base[0];
-    run[1].m[PG_METRIC_REL_L2] = 0.625;
+    run[1].v.rel_l2 = 0.625;
     run[2] = base[2];
-    run[2].m[PG_METRIC_REL_L2] = INFINITY;
-    run[2].m[PG_METRIC_COS_SIM] = NAN;
-    run[2].nonfinite = 3;
+    run[2].v.rel_l2 = INFINITY;
+    run[2].v.cos_sim = NAN;
+    run[2].v.nan_count = 3;
     run[3] = base[4];
-    run[3].m[PG_METRIC_REL_L2] = 0.5;
-    run[3].m[PG_METRIC_COS_SIM] = nextafter(0.375, 0.0);
+    run[3].v.rel_l2 = 0.5;
+    run[3].v.cos_sim = nextafter(0.375, 0.0);
     gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 4, base, 5, 7, &c, &f, &err), PG_OK, "%s", err.msg);
@@ -168,11 +169,11 @@ Test(regress, layers_boundary_direction_nonfinite_missing_and_new)
      * like the modes. */
     layer_metric_row nk[3] = {row("a", 0, "fp8qkv@fa3"), row("a", 0, "ext:trt"),
                                row("a", 0, "fp8kv@fixed~spec")};
-    nk[0].m[PG_METRIC_REL_L2] = 0.75;  /* exactly at its bound */
-    nk[1].m[PG_METRIC_REL_L2] = 0.1;
-    nk[2].m[PG_METRIC_REL_L2] = 0.1;
+    nk[0].v.rel_l2 = 0.75;  /* exactly at its bound */
+    nk[1].v.rel_l2 = 0.1;
+    nk[2].v.rel_l2 = 0.1;
     layer_metric_row nb[1] = {row("a", 0, "fp8kv@fixed~spec")};
-    nb[0].m[PG_METRIC_REL_L2] = 0.05;
+    nb[0].v.rel_l2 = 0.05;
     cr_assert_eq(regress_layers(nk, 3, nb, 1, 7, &c, &f, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(find(&f, GATE_SCOPE_LAYER, 0, "fp8qkv@fa3", "rel_l2")->verdict, GATE_VERDICT_PASS);
     /* fp8qkv is bounded on rel_l2, so its unbounded cos_sim is only unjudged. */
@@ -217,19 +218,19 @@ Test(regress, mode_pairs_judge_the_gap_to_bf16_against_the_baselines)
     gate_config_default(&c);  /* no bound in any map; mode_pair.rel_tol 0.10 */
     layer_metric_row base[4] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"),
                                 row("a", 3, "fp8qkv@fa3"), row("a", 3, "ext:x")};
-    base[0].m[PG_METRIC_REL_L2] = 0.002;
-    base[1].m[PG_METRIC_REL_L2] = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
-    base[2].m[PG_METRIC_REL_L2] = 0.072;   /* gap 0.07 */
-    base[3].m[PG_METRIC_REL_L2] = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
+    base[0].v.rel_l2 = 0.002;
+    base[1].v.rel_l2 = 0.062;   /* gap 0.06: allowance 0.1 x 0.06 = 0.006 */
+    base[2].v.rel_l2 = 0.072;   /* gap 0.07 */
+    base[3].v.rel_l2 = 0.0021;  /* gap 1e-4: allowance 0.1 x bf16's 0.002 */
     layer_metric_row r[6] = {row("a", 3, "bf16"), row("a", 3, "fp8kv@fixed"),
                              row("a", 3, "fp8qkv@fa3"), row("a", 3, "fp8kv@fixed~spec"),
                              row("a", 3, "ext:x"), row("a", 4, "fp8kv@fixed")};
-    r[0].m[PG_METRIC_REL_L2] = 0.003;               /* bf16 moved too: the gap is what counts */
-    r[1].m[PG_METRIC_REL_L2] = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
-    r[2].m[PG_METRIC_REL_L2] = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
-    r[3].m[PG_METRIC_REL_L2] = 0.9;                 /* not against the reference: skipped */
-    r[4].m[PG_METRIC_REL_L2] = 0.003 + 0.0001 + 0.00019;    /* within its floor allowance */
-    r[5].m[PG_METRIC_REL_L2] = 0.05;                /* layer 4: not in the baseline */
+    r[0].v.rel_l2 = 0.003;               /* bf16 moved too: the gap is what counts */
+    r[1].v.rel_l2 = 0.003 + 0.06 + 0.1 * 0.06;   /* exactly at the threshold */
+    r[2].v.rel_l2 = nextafter(0.003 + 0.07 + 0.1 * 0.07, 1.0);  /* one ulp above */
+    r[3].v.rel_l2 = 0.9;                 /* not against the reference: skipped */
+    r[4].v.rel_l2 = 0.003 + 0.0001 + 0.00019;    /* within its floor allowance */
+    r[5].v.rel_l2 = 0.05;                /* layer 4: not in the baseline */
     gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(r, 6, base, 4, 9, &c, &f, &err), PG_OK, "%s", err.msg);
@@ -329,8 +330,8 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
         base[2 * i + 1] = row("a", i, "fp8kv");
         /* bf16 1e-4..1e-2; the variant 0.01x..30x of it (log-uniform): an
          * ext:NAME below bf16 is where r + (B - R) rounds away from B. */
-        base[2 * i].m[PG_METRIC_REL_L2] = exp(uniform(&seed, log(1e-4), log(1e-2)));
-        base[2 * i + 1].m[PG_METRIC_REL_L2] = base[2 * i].m[PG_METRIC_REL_L2] *
+        base[2 * i].v.rel_l2 = exp(uniform(&seed, log(1e-4), log(1e-2)));
+        base[2 * i + 1].v.rel_l2 = base[2 * i].v.rel_l2 *
                                             exp(uniform(&seed, log(0.01), log(30.0)));
     }
     /* An identical rerun: v - r is B - R bit for bit. */
@@ -349,7 +350,7 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
      * did not grow, although a threshold on v says it did. */
     size_t tricky = 0;
     for (int i = 0; i < PAIR_LAYERS; i++) {
-        const double R = base[2 * i].m[PG_METRIC_REL_L2], B = base[2 * i + 1].m[PG_METRIC_REL_L2];
+        const double R = base[2 * i].v.rel_l2, B = base[2 * i + 1].v.rel_l2;
         const double gap = B - R, r = R * (1.0 + uniform(&seed, 0.05, 0.5));
         /* The largest v with v - r <= gap, as computed. */
         double v = r + gap;
@@ -357,9 +358,9 @@ Test(regress, a_gap_equal_to_the_baselines_passes_at_rel_tol_0)
         while (nextafter(v, 1.0) - r <= gap) v = nextafter(v, 1.0);
         tricky += v > r + gap;  /* a threshold on v would call it worse */
         run[2 * i] = base[2 * i];
-        run[2 * i].m[PG_METRIC_REL_L2] = r;
+        run[2 * i].v.rel_l2 = r;
         run[2 * i + 1] = base[2 * i + 1];
-        run[2 * i + 1].m[PG_METRIC_REL_L2] = v;
+        run[2 * i + 1].v.rel_l2 = v;
         cr_assert_gt(v, B * (1.0 + 1e-3), "layer %d: the variant's own error grew", i);
     }
     cr_assert_gt(tricky, PAIR_LAYERS / 100, "only %zu layers where the sum rounds", tricky);
@@ -379,10 +380,10 @@ Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
     gate_config c;
     gate_config_default(&c);  /* layer.rel_tol and mode_pair.rel_tol 0.10 */
     layer_metric_row base[2] = {row("a", 0, "bf16"), row("a", 0, "ext:flash")};
-    base[0].m[PG_METRIC_REL_L2] = 0.004;
-    base[1].m[PG_METRIC_REL_L2] = 0.003;
+    base[0].v.rel_l2 = 0.004;
+    base[1].v.rel_l2 = 0.003;
     layer_metric_row run[2] = {base[0], base[1]};
-    run[0].m[PG_METRIC_REL_L2] = 0.002;  /* the gap went from -0.001 to +0.001 */
+    run[0].v.rel_l2 = 0.002;  /* the gap went from -0.001 to +0.001 */
     gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
@@ -394,12 +395,12 @@ Test(regress, a_variant_that_did_not_change_passes_when_bf16_improves)
     cr_expect_eq(x->threshold, 0.003 + 0.003 * 0.1);
     gate_flags_free(&f);
     /* At its own bound it passes; one ulp above, with the gap grown, it fails. */
-    run[1].m[PG_METRIC_REL_L2] = 0.003 + 0.003 * 0.1;
+    run[1].v.rel_l2 = 0.003 + 0.003 * 0.1;
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
     x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
     cr_expect_eq(x->verdict, GATE_VERDICT_PASS, "%s", x->message);
     gate_flags_free(&f);
-    run[1].m[PG_METRIC_REL_L2] = nextafter(0.003 + 0.003 * 0.1, 1.0);
+    run[1].v.rel_l2 = nextafter(0.003 + 0.003 * 0.1, 1.0);
     cr_assert_eq(regress_mode_pairs(run, 2, base, 2, 5, &c, &f, &err), PG_OK, "%s", err.msg);
     x = find(&f, GATE_SCOPE_MODE_PAIR, 0, "ext:flash-bf16", "rel_l2");
     cr_expect_eq(x->verdict, GATE_VERDICT_REGRESSION, "%s", x->message);
@@ -412,12 +413,12 @@ Test(regress, mode_pairs_fail_nonfinite_and_all_zero_outputs_without_a_baseline)
     gate_config_default(&c);
     layer_metric_row r[5] = {row("a", 0, "bf16"), row("a", 0, "ext:nan"), row("a", 0, "ext:zeros"),
                               row("a", 0, "ext:far"), row("a", 0, "fp8kv@fixed~spec")};
-    r[0].m[PG_METRIC_REL_L2] = 0.002;
-    r[1].nonfinite = 1;
-    r[1].m[PG_METRIC_REL_L2] = INFINITY;
-    r[2].m[PG_METRIC_REL_L2] = 1.0;                  /* an all-zero output */
-    r[3].m[PG_METRIC_REL_L2] = nextafter(1.0, 0.0);  /* just closer than zeros */
-    r[4].nonfinite = 3;
+    r[0].v.rel_l2 = 0.002;
+    r[1].v.nan_count = 1;
+    r[1].v.rel_l2 = INFINITY;
+    r[2].v.rel_l2 = 1.0;                  /* an all-zero output */
+    r[3].v.rel_l2 = nextafter(1.0, 0.0);  /* just closer than zeros */
+    r[4].v.nan_count = 3;
     gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_mode_pairs(r, 5, NULL, 0, -1, &c, &f, &err), PG_OK, "%s", err.msg);
@@ -797,9 +798,9 @@ Test(regress, junit_escapes_everything_and_is_well_formed)
     /* A capture name with every XML special, a control byte and bad UTF-8. */
     const char *nasty = "c&<>\"'\x01\xff\xc3\xa9.st";
     layer_metric_row base[2] = {row(nasty, 0, "fp8kv"), row(nasty, 1, "fp8kv")};
-    base[0].m[PG_METRIC_REL_L2] = base[1].m[PG_METRIC_REL_L2] = 0.5;
+    base[0].v.rel_l2 = base[1].v.rel_l2 = 0.5;
     layer_metric_row run[1] = {base[0]};
-    run[0].m[PG_METRIC_REL_L2] = 0.7;
+    run[0].v.rel_l2 = 0.7;
     gate_flags f = {0};
     pg_err err = {0};
     cr_assert_eq(regress_layers(run, 1, base, 2, 1, &c, &f, &err), PG_OK, "%s", err.msg);

@@ -758,6 +758,11 @@ Test(shard, a_value_its_column_cannot_hold_is_refused)
         {"f0.db", "layer_metrics", "rel_l2", "UPDATE layer_metrics SET rel_l2 = NULL WHERE rowid = 3"},
         /* out of range */
         {"f0.db", "layer_metrics", "rel_l2", "UPDATE layer_metrics SET rel_l2 = -0.5 WHERE rowid = 9"},
+        /* each other kind of metric column (its rule comes from base/metric.h) */
+        {"f0.db", "layer_metrics", "cos_sim", "UPDATE layer_metrics SET cos_sim = 1.5 WHERE rowid = 4"},
+        {"f0.db", "layer_metrics", "sqnr_db", "UPDATE layer_metrics SET sqnr_db = NULL WHERE rowid = 6"},
+        {"f0.db", "layer_metrics", "inf_count",
+         "UPDATE layer_metrics SET inf_count = 0.5 WHERE rowid = 8"},
         {"f0.db", "quant_stats", "saturated_frac",
          "UPDATE quant_stats SET saturated_frac = 1.5 WHERE rowid = 1"},
         {"f0.db", "layer_shapes", "hq", "UPDATE layer_shapes SET hq = 0 WHERE rowid = 1"},

@@ -106,13 +106,13 @@ static int same_bits(double a, double b)
 }
 
 /* Metrics with every field set from the arguments. */
-static store_layer_metrics mk_metrics(double rel_l2, double max_abs, double mean_abs,
+static pg_metric_values mk_metrics(double rel_l2, double max_abs, double mean_abs,
                                      double p99_abs, double cos_sim, double sqnr_db,
                                      int64_t nan_count, int64_t inf_count)
 {
-    store_layer_metrics m = {.rel_l2 = rel_l2, .max_abs = max_abs, .mean_abs = mean_abs,
-                            .p99_abs = p99_abs, .cos_sim = cos_sim, .sqnr_db = sqnr_db,
-                            .nan_count = nan_count, .inf_count = inf_count};
+    pg_metric_values m = {.rel_l2 = rel_l2, .max_abs = max_abs, .mean_abs = mean_abs,
+                         .p99_abs = p99_abs, .cos_sim = cos_sim, .sqnr_db = sqnr_db,
+                         .nan_count = nan_count, .inf_count = inf_count};
     return m;
 }
 
@@ -130,7 +130,7 @@ static int64_t begin_run(pg_store *s)
 /* Inserts a plain finite bf16/cpu row for (run, "cap0", layer, head), asserting success. */
 static void put_plain(pg_store *s, int64_t run, int layer, int head)
 {
-    store_layer_metrics m = mk_metrics(1e-3, 2e-2, 3e-4, 1e-2, 0.999, 60.0, 0, 0);
+    pg_metric_values m = mk_metrics(1e-3, 2e-2, 3e-4, 1e-2, 0.999, 60.0, 0, 0);
     pg_err err = {0};
     cr_assert_eq(store_put_layer_metrics(s, run, "cap0", layer, head, "bf16", "cpu", &m, &err),
                  PG_OK, "%s", err.msg);
@@ -341,12 +341,12 @@ Test(store, round_trip_every_column)
     cr_assert_neq(run, run2);
 
     /* head -1 with a non-finite output: +inf errors, NaN cos_sim, -inf sqnr. */
-    store_layer_metrics bad = mk_metrics(INFINITY, INFINITY, INFINITY, INFINITY, NAN, -INFINITY,
+    pg_metric_values bad = mk_metrics(INFINITY, INFINITY, INFINITY, INFINITY, NAN, -INFINITY,
                                         3, 5);
     /* Awkward finite doubles: must come back bit for bit. */
-    store_layer_metrics odd = mk_metrics(0.1, DBL_MAX, 5e-324, 1.0 / 3.0, -0.999999999999,
+    pg_metric_values odd = mk_metrics(0.1, DBL_MAX, 5e-324, 1.0 / 3.0, -0.999999999999,
                                         INFINITY /* identical output */, 0, 0);
-    store_layer_metrics plain = mk_metrics(1.25e-3, 0.0625, 2.5e-4, 1e-2, 0.9999871, 57.125, 0, 0);
+    pg_metric_values plain = mk_metrics(1.25e-3, 0.0625, 2.5e-4, 1e-2, 0.9999871, 57.125, 0, 0);
 
     cr_assert_eq(store_begin(s, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(store_put_layer_metrics(s, run, "llama-8b/p0", 31, -1, "fp8qkv@fa3", "cuda", &bad, &err),
@@ -417,7 +417,7 @@ Test(store, round_trip_every_column)
         "SELECT run_id, capture, layer, head, variant, backend, rel_l2, max_abs, mean_abs,"
         " p99_abs, cos_sim, sqnr_db, nan_count, inf_count FROM layer_metrics"
         " ORDER BY layer DESC, variant DESC", -1, &st, NULL), SQLITE_OK);
-    const struct { int layer, head; const char *variant, *backend; const store_layer_metrics *m; }
+    const struct { int layer, head; const char *variant, *backend; const pg_metric_values *m; }
         want[] = {{31, -1, "fp8qkv@fa3", "cuda", &bad},
                   {0, 7, "ext:my_kernel-v2", "cpu", &odd},
                   {0, 7, "bf16", "cpu", &plain}};
@@ -542,7 +542,7 @@ Test(store, duplicate_key_rejected)
     pg_store *s = open_ok();
     int64_t run = begin_run(s);
     put_plain(s, run, 2, -1);
-    store_layer_metrics m = mk_metrics(0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0, 0);
+    pg_metric_values m = mk_metrics(0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0, 0);
     pg_err err = {0};
     cr_assert_eq(store_put_layer_metrics(s, run, "cap0", 2, -1, "bf16", "cpu", &m, &err), PG_ERR_DB);
     cr_assert_not_null(strstr(err.msg, "UNIQUE constraint failed"), "%s", err.msg);
@@ -573,7 +573,7 @@ Test(store, rollback_keeps_committed_rows)
     pg_err nested = {0};
     cr_assert_eq(store_begin(s, &nested), PG_ERR_DB, "BEGIN inside a transaction must fail");
     put_plain(s, run, 1, -1);
-    store_layer_metrics m = mk_metrics(9, 9, 9, 9, 9, 9, 0, 0);
+    pg_metric_values m = mk_metrics(9, 9, 9, 9, 9, 9, 0, 0);
     pg_err dup = {0};
     cr_assert_eq(store_put_layer_metrics(s, run, "cap0", 0, -1, "bf16", "cpu", &m, &dup), PG_ERR_DB);
     store_rollback(s);
@@ -617,7 +617,7 @@ Test(store, bad_strings_rejected_by_check)
 {
     pg_store *s = open_ok();
     int64_t run = begin_run(s);
-    store_layer_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
+    pg_metric_values m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
     /* Bare fp8 modes are no stored name since migration 10: the full name is;
      * since migration 17 the grammar (base/variant.h) refuses them, not a CHECK. */
     const char *bad_variants[] = {"fp16", "BF16", "ext:", "EXT:foo", "ext", " bf16", "",
@@ -666,7 +666,7 @@ Test(store, unknown_run_rejected_by_foreign_key)
 {
     pg_store *s = open_ok();
     int64_t run = begin_run(s);
-    store_layer_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
+    pg_metric_values m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
     pg_err err = {0};
     cr_assert_eq(store_put_layer_metrics(s, run + 1, "c", 0, 0, "bf16", "cpu", &m, &err), PG_ERR_DB);
     cr_assert_not_null(strstr(err.msg, "FOREIGN KEY"), "%s", err.msg);
@@ -680,7 +680,7 @@ Test(store, nan_rejected_where_it_would_be_lost)
     pg_store *s = open_ok();
     int64_t run = begin_run(s);
     for (int field = 0; field < 5; field++) {
-        store_layer_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
+        pg_metric_values m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
         double *slot[] = {&m.rel_l2, &m.max_abs, &m.mean_abs, &m.p99_abs, &m.sqnr_db};
         *slot[field] = NAN;
         pg_err err = {0};
@@ -1223,7 +1223,7 @@ Test(store, migration_10_renames_every_stored_variant_to_its_full_name)
                   SQLITE_OK);
     /* A bare fp8 mode is no stored name: the grammar refuses it since
      * migration 17 dropped the CHECK (store_put_layer_metrics). */
-    store_layer_metrics m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
+    pg_metric_values m = mk_metrics(0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0, 0);
     pg_err err = {0};
     cr_assert_eq(store_put_layer_metrics(s, 1, "a", 5, -1, "fp8kv", "cuda", &m, &err),
                  PG_ERR_INTERNAL, "a bare mode stored");
@@ -1311,7 +1311,7 @@ Test(store, run_list_counts_filters_and_lists_the_newest_oldest_first)
 static void put_whole_layer(pg_store *s, int64_t run, const char *capture, int layer,
                             const char *variant, double rel_l2, double cos_sim)
 {
-    store_layer_metrics m = mk_metrics(rel_l2, 2e-2, 3e-4, 1e-2, cos_sim, 60.0, 0, 0);
+    pg_metric_values m = mk_metrics(rel_l2, 2e-2, 3e-4, 1e-2, cos_sim, 60.0, 0, 0);
     pg_err err = {0};
     cr_assert_eq(store_put_layer_metrics(s, run, capture, layer, -1, variant, "cpu", &m, &err),
                  PG_OK, "%s", err.msg);
