@@ -89,16 +89,17 @@ static inline char *tokenize_reply(const fake_model *m, const char *body, size_t
 /* Appends to buf (grown) printf-style. */
 static inline void cat(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
 {
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    char tmp[256];
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_copy(again, ap);
+    const int n = vsnprintf(NULL, 0, fmt, ap);  /* the whole text, however long */
     va_end(ap);
     if (*len + (size_t)n + 1 > *cap) {
-        *cap = (*cap + (size_t)n + 1) * 2;
+        *cap = (*len + (size_t)n + 1) * 2;
         *buf = realloc(*buf, *cap);
     }
-    memcpy(*buf + *len, tmp, (size_t)n + 1);
+    vsnprintf(*buf + *len, (size_t)n + 1, fmt, again);
+    va_end(again);
     *len += (size_t)n;
 }
 

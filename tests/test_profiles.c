@@ -127,7 +127,7 @@ Test(profiles, table_order_names_and_defaults)
     cr_assert(attn_profile_is_default(profile("fp8qkv@fa3")));
     cr_assert_not(attn_profile_is_default(profile("fp8qkv@ideal")));
     /* One default per mode. */
-    int defaults[3] = {0};
+    int defaults[PG_MODE_COUNT] = {0};
     for (size_t i = 0; i < attn_profile_count(); i++) {
         const attn_profile *p = attn_profile_at(i);
         defaults[attn_profile_mode(p)] += attn_profile_is_default(p);
