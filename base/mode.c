@@ -68,6 +68,43 @@ static const pg_mode_traits modes[PG_MODE_COUNT] = {
         .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
 };
 
+/* One profile's name, mode and whether its mode's bare name means it. */
+typedef struct profile_name {
+    const char *name;
+    pg_mode mode;
+    int is_default;
+} profile_name;
+
+/* The profile names, indexed by variant_profile_id. */
+static const profile_name profile_names[VARIANT_PROFILE_COUNT] = {
+    [VARIANT_BF16] = {"bf16", PG_MODE_BF16, 1},
+    [VARIANT_FP8KV_FIXED] = {"fp8kv@fixed", PG_MODE_FP8KV, 1},
+    [VARIANT_FP8KV_VLLM_24197] = {"fp8kv@vllm-24197", PG_MODE_FP8KV, 0},
+    [VARIANT_FP8QKV_FA3] = {"fp8qkv@fa3", PG_MODE_FP8QKV, 1},
+    [VARIANT_FP8QKV_FA3_1LEVEL] = {"fp8qkv@fa3-1level", PG_MODE_FP8QKV, 0},
+    [VARIANT_FP8QKV_TRTLLM] = {"fp8qkv@trtllm", PG_MODE_FP8QKV, 0},
+    [VARIANT_FP8QKV_FLASHINFER_FA3] = {"fp8qkv@flashinfer-fa3", PG_MODE_FP8QKV, 0},
+    [VARIANT_FP8QKV_IDEAL] = {"fp8qkv@ideal", PG_MODE_FP8QKV, 0},
+    [VARIANT_FP8KV_E5M2_FIXED] = {"fp8kv_e5m2@fixed", PG_MODE_FP8KV_E5M2, 1},
+    [VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON] = {"fp8kv_per_token_head@triton",
+                                              PG_MODE_FP8KV_PER_TOKEN_HEAD, 1},
+};
+
+const char *variant_profile_name(variant_profile_id id)
+{
+    return (unsigned)id < VARIANT_PROFILE_COUNT ? profile_names[id].name : NULL;
+}
+
+pg_mode variant_profile_mode(variant_profile_id id)
+{
+    return (unsigned)id < VARIANT_PROFILE_COUNT ? profile_names[id].mode : PG_MODE_BF16;
+}
+
+int variant_profile_is_default(variant_profile_id id)
+{
+    return (unsigned)id < VARIANT_PROFILE_COUNT && profile_names[id].is_default;
+}
+
 const pg_mode_traits *pg_mode_traits_of(pg_mode m)
 {
     return &modes[(unsigned)m < PG_MODE_COUNT ? m : PG_MODE_BF16];

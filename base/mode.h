@@ -10,7 +10,8 @@
  * kernel consumes the cache, the vLLM --kv-cache-dtype value the mode
  * models, the bytes a cached element and its inline scales take, and whether
  * it is the baseline every other mode is measured against. Its profiles (the
- * kernels that run it, MODE@PROFILE) are base/variant.h's table.
+ * kernels that run it, MODE@PROFILE) are the second table here; the grammar
+ * of variant names over them is base/variant.h's.
  */
 #ifndef PG_MODE_H
 #define PG_MODE_H
@@ -98,6 +99,33 @@ typedef struct pg_mode_traits {
                                        * modes, diagnosed since issue #16); 0: only a run
                                        * that sweeps the mode runs them */
 } pg_mode_traits;
+
+/* Each mode's profiles: the kernels that run it (their rules and sources
+ * are kernels/attn_profile.c's), in table order (bf16 first). Their full names are
+ * MODE@PROFILE (bf16 alone has none); each mode has one default profile,
+ * the one its bare name means. */
+typedef enum variant_profile_id {
+    VARIANT_BF16,
+    VARIANT_FP8KV_FIXED,
+    VARIANT_FP8KV_VLLM_24197,
+    VARIANT_FP8QKV_FA3,
+    VARIANT_FP8QKV_FA3_1LEVEL,
+    VARIANT_FP8QKV_TRTLLM,
+    VARIANT_FP8QKV_FLASHINFER_FA3,
+    VARIANT_FP8QKV_IDEAL,
+    VARIANT_FP8KV_E5M2_FIXED,
+    VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON,
+    VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
+} variant_profile_id;
+
+/* Profile id's full stored name ("bf16", "fp8kv@fixed", ...); NULL out of range. */
+const char *variant_profile_name(variant_profile_id id);
+
+/* The mode profile id runs (PG_MODE_BF16 out of range). */
+pg_mode variant_profile_mode(variant_profile_id id);
+
+/* 1 when profile id is the one its mode's name alone means, else 0. */
+int variant_profile_is_default(variant_profile_id id);
 
 /* The row of mode m; the baseline's row for a value out of range. */
 const pg_mode_traits *pg_mode_traits_of(pg_mode m);

@@ -1,4 +1,4 @@
-/* variant.c: the modes, the profile names and the variant grammar (see variant.h). */
+/* variant.c: the variant grammar over the mode table's profiles (see variant.h). */
 #include "variant.h"
 
 #include <stdio.h>
@@ -7,50 +7,14 @@
 /* The separator of MODE@PROFILE. */
 #define VARIANT_SEP '@'
 
-/* One profile's name, mode and whether its mode's bare name means it. */
-typedef struct profile_name {
-    const char *name;
-    pg_mode mode;
-    int is_default;
-} profile_name;
-
-/* The profile names, indexed by variant_profile_id. */
-static const profile_name profile_names[VARIANT_PROFILE_COUNT] = {
-    [VARIANT_BF16] = {"bf16", PG_MODE_BF16, 1},
-    [VARIANT_FP8KV_FIXED] = {"fp8kv@fixed", PG_MODE_FP8KV, 1},
-    [VARIANT_FP8KV_VLLM_24197] = {"fp8kv@vllm-24197", PG_MODE_FP8KV, 0},
-    [VARIANT_FP8QKV_FA3] = {"fp8qkv@fa3", PG_MODE_FP8QKV, 1},
-    [VARIANT_FP8QKV_FA3_1LEVEL] = {"fp8qkv@fa3-1level", PG_MODE_FP8QKV, 0},
-    [VARIANT_FP8QKV_TRTLLM] = {"fp8qkv@trtllm", PG_MODE_FP8QKV, 0},
-    [VARIANT_FP8QKV_FLASHINFER_FA3] = {"fp8qkv@flashinfer-fa3", PG_MODE_FP8QKV, 0},
-    [VARIANT_FP8QKV_IDEAL] = {"fp8qkv@ideal", PG_MODE_FP8QKV, 0},
-    [VARIANT_FP8KV_E5M2_FIXED] = {"fp8kv_e5m2@fixed", PG_MODE_FP8KV_E5M2, 1},
-    [VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON] = {"fp8kv_per_token_head@triton",
-                                              PG_MODE_FP8KV_PER_TOKEN_HEAD, 1},
-};
-
-const char *variant_profile_name(variant_profile_id id)
-{
-    return (unsigned)id < VARIANT_PROFILE_COUNT ? profile_names[id].name : NULL;
-}
-
-pg_mode variant_profile_mode(variant_profile_id id)
-{
-    return (unsigned)id < VARIANT_PROFILE_COUNT ? profile_names[id].mode : PG_MODE_BF16;
-}
-
-int variant_profile_is_default(variant_profile_id id)
-{
-    return (unsigned)id < VARIANT_PROFILE_COUNT && profile_names[id].is_default;
-}
-
 pg_status variant_profile_find(const char *name, variant_profile_id *out, pg_err *err)
 {
     const char *at = strchr(name, VARIANT_SEP);
     for (int i = 0; i < VARIANT_PROFILE_COUNT; i++) {
-        const profile_name *p = &profile_names[i];
-        if (strcmp(name, p->name) == 0 ||
-            (at == NULL && p->is_default && strcmp(name, pg_mode_name(p->mode)) == 0)) {
+        const variant_profile_id id = (variant_profile_id)i;
+        if (strcmp(name, variant_profile_name(id)) == 0 ||
+            (at == NULL && variant_profile_is_default(id) &&
+             strcmp(name, pg_mode_name(variant_profile_mode(id))) == 0)) {
             *out = (variant_profile_id)i;
             return PG_OK;
         }
@@ -59,7 +23,7 @@ pg_status variant_profile_find(const char *name, variant_profile_id *out, pg_err
     size_t used = 0;
     for (int i = 0; i < VARIANT_PROFILE_COUNT && used < sizeof choices; i++) {
         int w = snprintf(choices + used, sizeof choices - used, "%s%s", i ? ", " : "",
-                         profile_names[i].name);
+                         variant_profile_name((variant_profile_id)i));
         if (w > 0) used += (size_t)w;
     }
     char modes[VARIANT_CHOICES_MAX / 2];
@@ -102,10 +66,10 @@ const char *variant_name_profile_choices(void)
     char bare[VARIANT_CHOICES_MAX] = "";
     size_t bat = 0;
     for (int i = 0; i < VARIANT_PROFILE_COUNT && at < sizeof text; i++) {
-        const char *name = profile_names[i].name;
+        const char *name = variant_profile_name((variant_profile_id)i);
         at += (size_t)snprintf(text + at, sizeof text - at, "%s%s", i ? ", " : "", name);
         const char *sep = strchr(name, VARIANT_SEP);
-        if (sep != NULL && profile_names[i].is_default && bat < sizeof bare)
+        if (sep != NULL && variant_profile_is_default((variant_profile_id)i) && bat < sizeof bare)
             bat += (size_t)snprintf(bare + bat, sizeof bare - bat, "%s%.*s = %s",
                                     bat ? ", " : "", (int)(sep - name), name, name);
     }
@@ -145,7 +109,7 @@ pg_status variant_name_parse(const char *what, const char *text, variant_name *o
             if (p != VARIANT_PROFILE_COUNT) {
                 out->kind = spec ? VARIANT_SPEC : VARIANT_PROFILE;
                 out->profile = p;
-                snprintf(out->full, sizeof out->full, "%s%s", profile_names[p].name,
+                snprintf(out->full, sizeof out->full, "%s%s", variant_profile_name(p),
                          spec ? VARIANT_SPEC_SUFFIX : "");
                 return PG_OK;
             }

@@ -1,9 +1,9 @@
 /*
- * variant.h: the precision modes, the names of the kernel profiles, and the
- * one grammar of variant names, for everything that stores, parses or orders
- * them (run --variants, the store, diff, history, the gate's config and
- * flags, reports). The names are vocabulary and live here, below every
- * folder; what each profile rounds (its rules and sources) is the kernels'
+ * variant.h: the one grammar of variant names over the mode table's
+ * profiles (base/mode.h), for everything that stores, parses or orders them
+ * (run --variants, the store, diff, history, the gate's config and flags,
+ * reports). The names are vocabulary and live here, below every folder;
+ * what each profile rounds (its rules and sources) is the kernels'
  * (kernels/attn_profile.c, whose table is indexed by variant_profile_id).
  *
  *   VARIANT := PROFILE            a kernel profile against the fp64 reference
@@ -11,8 +11,8 @@
  *                                 output (run --check-spec)
  *            | "ext:" NAME        an external implementation's output (capture
  *                                 layers.L.out.NAME)
- *   PROFILE := a name of the profile table above ("bf16",
- *              "MODE@PROFILE"), or a MODE alone ("fp8kv", "fp8qkv"),
+ *   PROFILE := a name of the profile table ("bf16",
+ *              "MODE@PROFILE", base/mode.h), or a MODE alone ("fp8kv", "fp8qkv"),
  *              which means that mode's default profile.
  *
  * What is stored and compared is always the full name (variant_name.full):
@@ -32,32 +32,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The kernel profiles, in table order (bf16 first). Their full names are
- * MODE@PROFILE (bf16 alone has none); each mode has one default profile,
- * the one its bare name means. */
-typedef enum variant_profile_id {
-    VARIANT_BF16,
-    VARIANT_FP8KV_FIXED,
-    VARIANT_FP8KV_VLLM_24197,
-    VARIANT_FP8QKV_FA3,
-    VARIANT_FP8QKV_FA3_1LEVEL,
-    VARIANT_FP8QKV_TRTLLM,
-    VARIANT_FP8QKV_FLASHINFER_FA3,
-    VARIANT_FP8QKV_IDEAL,
-    VARIANT_FP8KV_E5M2_FIXED,
-    VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON,
-    VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
-} variant_profile_id;
-
-/* Profile id's full stored name ("bf16", "fp8kv@fixed", ...); NULL out of range. */
-const char *variant_profile_name(variant_profile_id id);
-
-/* The mode profile id runs (PG_MODE_BF16 out of range). */
-pg_mode variant_profile_mode(variant_profile_id id);
-
-/* 1 when profile id is the one its mode's name alone means, else 0. */
-int variant_profile_is_default(variant_profile_id id);
 
 /* The profile a name means: a full name, or a bare mode (its default
  * profile); PG_ERR_USAGE naming the name and the choices otherwise. */
