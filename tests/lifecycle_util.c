@@ -74,7 +74,8 @@ pg_status lu_sweep(const char *cap, const char *db_path, const lu_sweep_opts *o,
                             .threads = threads, .scan_threads = (int)threads,
                             .resume = o->resume > 0 ? o->resume : -1, .force = o->force,
                             .seed = o->given_seed ? o->seed : LU_PAGE_SEED,
-                            .given_seed = o->given_seed, .out = t.f, .notes = &notes};
+                            .given_seed = o->given_seed, .attribute = o->attribute,
+                            .given_attribute = o->attribute, .out = t.f, .notes = &notes};
     /* A new run names its backend (the tests never probe for a GPU); a
      * resume takes the run's unless one is given. */
     rq.backend = o->backend != NULL ? o->backend : o->resume > 0 ? "auto" : "cpu";

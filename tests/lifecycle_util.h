@@ -38,6 +38,7 @@ typedef struct lu_sweep_opts {
     long threads;            /* --threads N; 0: every CPU */
     unsigned long long seed; /* --seed N, when given_seed */
     int given_seed;
+    int attribute;           /* --attribute */
 } lu_sweep_opts;
 
 /* The sweep lifecycle on the capture cap into db_path (o NULL: no option given):
