@@ -8,6 +8,7 @@
 
 #include "db/store.h"
 #include "evals/grade.h"
+#include "evals/openai_client.h"
 #include "harness/capture/synth.h"
 #include "harness/gate_config.h"
 #include "harness/regress.h"
@@ -104,26 +105,49 @@ int64_t lu_sweep_ok(const char *cap, const char *db_path, const lu_sweep_opts *o
     return res.run_id;
 }
 
-pg_status lu_replay(const char *traces, const char *db_path, const lu_eval_opts *o,
-                    eval_lifecycle_result *res, char **said, pg_err *err)
+void lu_eval_request(eval_lifecycle_request *rq, const char *traces, const char *db_path)
 {
-    static const lu_eval_opts none = {0};
-    if (o == NULL) o = &none;
+    *rq = (eval_lifecycle_request){.traces = traces, .db_path = db_path, .resume = -1};
+    rq->o.samples = 1;
+    rq->o.ready_deadline_s = 600.0;
+    rq->o.client.max_in_flight = 64;
+    rq->o.sampling = oa_sampling_default();
+    rq->o.sampling.return_token_ids = 1;
+    rq->o.extractor = GRADE_DEFAULT;
+    rq->o.efforts[0] = "medium";
+    rq->o.n_efforts = 1;
+}
+
+pg_status lu_eval(eval_lifecycle_request *rq, eval_lifecycle_result *res, char **said,
+                  pg_err *err)
+{
     lu_text out, errs;
     text_open(&out);
     text_open(&errs);
-    eval_lifecycle_request rq = {.traces = traces, .db_path = db_path, .label = o->label,
-                                 .replay = 1, .resume = o->resume > 0 ? o->resume : -1,
-                                 .limit = o->limit, .out = out.f, .errs = errs.f};
-    rq.o.samples = 1;
-    rq.o.extractor = GRADE_DEFAULT;
-    const pg_status st = eval_lifecycle_run(&rq, res, err);
+    rq->out = out.f;
+    rq->errs = errs.f;
+    const pg_status st = eval_lifecycle_run(rq, res, err);
+    rq->out = rq->errs = NULL;
     char *errs_text = NULL;
     text_close(&errs, &errs_text);
     fputs(errs_text, out.f);
     free(errs_text);
     text_close(&out, said);
     return st;
+}
+
+pg_status lu_replay(const char *traces, const char *db_path, const lu_eval_opts *o,
+                    eval_lifecycle_result *res, char **said, pg_err *err)
+{
+    static const lu_eval_opts none = {0};
+    if (o == NULL) o = &none;
+    eval_lifecycle_request rq;
+    lu_eval_request(&rq, traces, db_path);
+    rq.replay = 1;
+    rq.label = o->label;
+    rq.limit = o->limit;
+    if (o->resume > 0) rq.resume = o->resume;
+    return lu_eval(&rq, res, said, err);
 }
 
 int64_t lu_replay_ok(const char *traces, const char *db_path, const lu_eval_opts *o, char **said)

@@ -51,6 +51,19 @@ pg_status lu_sweep(const char *cap, const char *db_path, const lu_sweep_opts *o,
  * returns the run's id. */
 int64_t lu_sweep_ok(const char *cap, const char *db_path, const lu_sweep_opts *o);
 
+/* Fills rq as `precgate eval` does before reading its options: a new run
+ * of traces into db_path with the CLI's defaults (one sample, effort
+ * medium, 64 requests in flight a server, a 600 s ready deadline, the
+ * default sampling with token ids, the default extractor), no endpoint
+ * and no replay yet: the test adds them and changes what it gives. */
+void lu_eval_request(eval_lifecycle_request *rq, const char *traces, const char *db_path);
+
+/* The eval lifecycle on rq (its out and errs set here): its status, *res,
+ * and the run's narrative and score tables, then what errs got, into *said
+ * (malloc'd; said NULL: dropped). */
+pg_status lu_eval(eval_lifecycle_request *rq, eval_lifecycle_result *res, char **said,
+                  pg_err *err);
+
 /* What a replay is given beyond the traces and the database (`precgate
  * eval --replay`'s options); zero or NULL: not given. */
 typedef struct lu_eval_opts {
