@@ -326,6 +326,22 @@ static void expect_refused(int want_exit, const char *capture_file, lu_sweep_opt
     expect_run_as(before);
 }
 
+/* Resumes run `run` of r.db from capture_file (the run lifecycle called
+ * directly, no option given), which must be refused (PG_ERR_USAGE: the
+ * CLI's exit 2); returns the refusal's message, malloc'd. */
+static char *resume_refusal(long run, const char *capture_file)
+{
+    run_sweep_result res;
+    pg_err err = {0};
+    char *cap = strdup(tu_in_dir(capture_file));
+    cr_assert_eq(lu_sweep(cap, tu_in_dir("r.db"), &(lu_sweep_opts){.resume = run}, &res, NULL,
+                          &err), PG_ERR_USAGE, "%s", err.msg);
+    free(cap);
+    char *msg = strdup(err.msg);
+    cr_assert_not_null(msg);
+    return msg;
+}
+
 /* `run --resume 1 --capture c.safetensors` on r.db with extra options the
  * CLI refuses (exit 2, its error printer) before any lifecycle; the run
  * exactly as it was. */
@@ -399,13 +415,9 @@ Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_valu
     /* Only a sweep run continues as one. */
     cr_assert_eq(lu_replay_ok(PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl",
                               tu_in_dir("r.db"), NULL, NULL), 2);
-    run_sweep_result res;
-    pg_err err = {0};
-    char *cap = strdup(tu_in_dir("c.safetensors"));
-    cr_assert_eq(lu_sweep(cap, tu_in_dir("r.db"), &(lu_sweep_opts){.resume = 2}, &res, NULL, &err),
-                 PG_ERR_USAGE, "%s", err.msg);
-    expect_has(err.msg, "run 2 is a 'eval' run, not a sweep");
-    free(cap);
+    char *why = resume_refusal(2, "c.safetensors");
+    expect_has(why, "run 2 is a 'eval' run, not a sweep");
+    free(why);
     /* The precgate build that made the rows is part of the configuration. */
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.git_rev', 'abc123')");
@@ -477,16 +489,11 @@ Test(run_resume, a_run_whose_process_may_be_alive_needs_force)
     sqlite3_close(db);
     expect_refused(2, "c.safetensors", (lu_sweep_opts){0}, "may be alive", "--force", NULL);
     /* refused before the capture is even opened: a missing file is not named */
-    run_sweep_result res;
-    pg_err err = {0};
-    char *cap = strdup(tu_in_dir("no-such.safetensors"));
-    cr_assert_eq(lu_sweep(cap, tu_in_dir("r.db"), &(lu_sweep_opts){.resume = 1}, &res, NULL, &err),
-                 PG_ERR_USAGE, "%s", err.msg);
-    expect_has(err.msg, "may be alive");
-    cr_assert(strstr(err.msg, "no-such.safetensors") == NULL, "the capture was opened first: %s",
-              err.msg);
-    free(cap);
-    cap = strdup(tu_in_dir("c.safetensors"));
+    char *why = resume_refusal(1, "no-such.safetensors");
+    expect_has(why, "may be alive");
+    cr_assert(strstr(why, "no-such.safetensors") == NULL, "the capture was opened first: %s", why);
+    free(why);
+    char *cap = strdup(tu_in_dir("c.safetensors"));
     free(resume_ok(cap, "r.db", (lu_sweep_opts){.force = 1}, 3, 3));
     free(cap);
     /* The CLI's own refusal: --force without --resume. */
