@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "harness/eval_lifecycle.h"
 #include "harness/gate_lifecycle.h"
+#include "harness/regress.h"  /* GATE_EXIT_*, what lu_gate_exit returns */
 #include "harness/run_lifecycle.h"
 
 /* The synthetic capture to write (`precgate synth`'s options); 0 or NULL
