@@ -18,6 +18,7 @@
 #include "harness/attribute.h"
 #include "db/store.h"
 #include "kernels/numerics.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 /* K's scale is the calibrated one (amax / 448) divided by this: every |k|
@@ -227,28 +228,38 @@ Test(attribute, the_store_refuses_nan_an_unknown_tensor_and_a_bf16_variant)
 TestSuite(attribute_cli, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 120);
 
 #define CLI_LAYERS 3
-#define CLI_SYNTH "--layers 3 --seqs 1 --seq-len 16"
+#define CLI_SYNTH ((lu_synth_opts){.layers = 3, .seqs = 1, .seq_len = 16})
 /* Attribution rows of a layer with the default variants: fp8kv@fixed 4, fp8qkv@fa3 6. */
 #define ATTR_PER_LAYER 10
 
 static void synth(const char *name)
 {
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "synth -o '%s' " CLI_SYNTH, tu_in_dir(name)), 0, "%s",
-                 out);
-    free(out);
+    lu_synth(tu_in_dir(name), CLI_SYNTH);
 }
 
-/* Runs precgate run on c.safetensors into database name with extra options; expects rc 0. */
-static void sweep(const char *name, const char *extra)
+/* Sweeps c.safetensors into database name with the options o (the run
+ * lifecycle called directly); expects it to complete. */
+static void sweep(const char *name, lu_sweep_opts o)
 {
     char *cap = strdup(tu_in_dir("c.safetensors"));
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu "
-                                        "--no-progress %s", cap, tu_in_dir(name), extra),
-                 0, "%s", out);
-    free(out);
+    lu_sweep_ok(cap, tu_in_dir(name), &o);
     free(cap);
+}
+
+/* Resumes run 1 of database name from the capture cap with the options o
+ * (the run lifecycle called directly): its status, and what it said in
+ * *said (the refusal's message when it failed; malloc'd). */
+static pg_status resume(const char *cap, const char *name, lu_sweep_opts o, char **said)
+{
+    o.resume = 1;
+    run_sweep_result res;
+    pg_err err = {0};
+    const pg_status st = lu_sweep(cap, tu_in_dir(name), &o, &res, said, &err);
+    if (st != PG_OK) {
+        free(*said);
+        *said = strdup(err.msg);
+    }
+    return st;
 }
 
 static void expect_has(const char *out, const char *needle)
@@ -259,7 +270,7 @@ static void expect_has(const char *out, const char *needle)
 Test(attribute_cli, run_stores_the_rows_and_all_is_the_stored_variant_exactly)
 {
     synth("c.safetensors");
-    sweep("r.db", "--attribute");
+    sweep("r.db", (lu_sweep_opts){.attribute = 1});
     sqlite3 *db = tu_db_open("r.db");
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution WHERE run_id = 1"),
                  CLI_LAYERS * ATTR_PER_LAYER);
@@ -289,7 +300,7 @@ Test(attribute_cli, run_stores_the_rows_and_all_is_the_stored_variant_exactly)
     cr_assert_eq(tu_sql_int(db, "SELECT json_extract(config_json, '$.attribute') FROM runs"), 1);
     sqlite3_close(db);
     /* Without --attribute: no rows, and the config says so. */
-    sweep("plain.db", "");
+    sweep("plain.db", (lu_sweep_opts){0});
     db = tu_db_open("plain.db");
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM attribution"), 0);
     cr_assert_eq(tu_sql_int(db, "SELECT json_extract(config_json, '$.attribute') FROM runs"), 0);
@@ -314,14 +325,13 @@ static void drop_layers(const char *name, int from)
 Test(attribute_cli, resume_counts_the_rows_and_refuses_another_attribute)
 {
     synth("c.safetensors");
-    sweep("ref.db", "--attribute");
-    sweep("r.db", "--attribute");
+    sweep("ref.db", (lu_sweep_opts){.attribute = 1});
+    sweep("r.db", (lu_sweep_opts){.attribute = 1});
     drop_layers("r.db", 2);
     char *cap = strdup(tu_in_dir("c.safetensors"));
     char *out = NULL;
     /* Without --attribute the run's is taken: layer 2 gets its rows too. */
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  cap, tu_in_dir("r.db")), 0, "%s", out);
+    cr_assert_eq(resume(cap, "r.db", (lu_sweep_opts){0}, &out), PG_OK, "%s", out);
     expect_has(out, "(2 stored, 1 to compute)");
     free(out);
     sqlite3 *db = tu_db_open("r.db");
@@ -336,28 +346,27 @@ Test(attribute_cli, resume_counts_the_rows_and_refuses_another_attribute)
     tu_sql_exec(db, "DELETE FROM attribution WHERE layer = 1 AND variant = 'fp8kv@fixed';"
                     "UPDATE runs SET status = 'interrupted', error = 'interrupted'");
     sqlite3_close(db);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  cap, tu_in_dir("r.db")), 1, "%s", out);
+    const pg_status st = resume(cap, "r.db", (lu_sweep_opts){0}, &out);
+    cr_assert(st != PG_OK && st != PG_ERR_USAGE, "status %d: %s", st, out);  /* exit 1 */
     expect_has(out, "6 of its 10 attribution rows: not a whole layer");
     free(out);
 
     /* A run without attribution refuses --attribute, naming the field. */
-    sweep("plain.db", "");
+    sweep("plain.db", (lu_sweep_opts){0});
     drop_layers("plain.db", 2);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
-                                        "--attribute", cap, tu_in_dir("plain.db")), 2, "%s", out);
+    cr_assert_eq(resume(cap, "plain.db", (lu_sweep_opts){.attribute = 1}, &out), PG_ERR_USAGE,
+                 "%s", out);
     expect_has(out, "attribute (--attribute) differs: the run has false, this command gives true");
     free(out);
     /* A run from before --attribute (no "attribute" in its config) did not attribute. */
     db = tu_db_open("plain.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_remove(config_json, '$.attribute')");
     sqlite3_close(db);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
-                                        "--attribute", cap, tu_in_dir("plain.db")), 2, "%s", out);
+    cr_assert_eq(resume(cap, "plain.db", (lu_sweep_opts){.attribute = 1}, &out), PG_ERR_USAGE,
+                 "%s", out);
     expect_has(out, "attribute (--attribute) differs");
     free(out);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  cap, tu_in_dir("plain.db")), 0, "%s", out);
+    cr_assert_eq(resume(cap, "plain.db", (lu_sweep_opts){0}, &out), PG_OK, "%s", out);
     expect_has(out, "(2 stored, 1 to compute)");
     free(out);
     db = tu_db_open("plain.db");
@@ -369,8 +378,8 @@ Test(attribute_cli, resume_counts_the_rows_and_refuses_another_attribute)
 Test(attribute_cli, the_report_shows_the_stacked_bar_and_the_joint_beside_the_sum)
 {
     synth("c.safetensors");
-    sweep("r.db", "--attribute");
-    sweep("r.db", "");
+    sweep("r.db", (lu_sweep_opts){.attribute = 1});
+    sweep("r.db", (lu_sweep_opts){0});
     char *out = NULL;
     cr_assert_eq(tu_run_precgatef(&out, "report --run 1 --db '%s' -o '%s'", tu_in_dir("r.db"),
                                   tu_in_dir("r.html")), 0, "%s", out);
@@ -419,9 +428,9 @@ Test(attribute_cli, the_report_shows_the_stacked_bar_and_the_joint_beside_the_su
 Test(attribute_cli, diff_and_its_json_carry_the_rows_when_both_runs_have_them)
 {
     synth("c.safetensors");
-    sweep("r.db", "--attribute");
-    sweep("r.db", "--attribute --scales vllm-dynamic");
-    sweep("r.db", "");
+    sweep("r.db", (lu_sweep_opts){.attribute = 1});
+    sweep("r.db", (lu_sweep_opts){.attribute = 1, .scales = "vllm-dynamic"});
+    sweep("r.db", (lu_sweep_opts){0});
     char *out = NULL;
     cr_assert_eq(tu_run_precgatef(&out, "diff 1 2 --db '%s' --json", tu_in_dir("r.db")), 0, "%s",
                  out);

@@ -28,6 +28,7 @@
 #include "reports/junit.h"
 #include "kernels/attn_hypothesis.h"
 #include "kernels/numerics.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 TestSuite(diagnose, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
@@ -417,8 +418,7 @@ Test(diagnose, each_hypothesis_recognised_as_itself_at_calibrated_scales, .timeo
         cr_expect(strstr(line, attn_hypothesis_meaning(hy)) != NULL, "%s", line);
 
         char *gate_out = NULL;
-        const int rc = tu_run_precgatef(&gate_out, "gate --run 1 --db '%s' --junit '%s'", db,
-                                        tu_in_dir(junit));
+        const int rc = lu_gate_exit(db, 1, &(lu_gate_opts){.junit = tu_in_dir(junit)}, &gate_out);
         char *xml = tu_slurp(junit);
         cr_assert_eq(tu_run_precgatef(NULL, "report --run 1 --db '%s' -o '%s'", db,
                                       tu_in_dir(md)), 0);
@@ -513,7 +513,7 @@ Test(diagnose, at_unit_scales_the_coinciding_hypotheses_are_indistinguishable, .
         cr_expect(strstr(line, "the hypotheses coincide at these scales; record with "
                                "calibrated scales to tell them apart") != NULL, "%s", line);
         char *out = NULL;
-        const int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", db);
+        const int rc = lu_gate_exit(db, 1, NULL, &out);
         cr_expect_eq(rc, GATE_EXIT_PASS, "%s: %d\n%s", bugs[i], rc, out);
         cr_expect(strstr(out, "inconclusive layer     ext:stack, layers 0-1: indistinguishable")
                   != NULL, "%s", out);
@@ -542,7 +542,7 @@ Test(diagnose, a_random_output_is_unexplained_and_no_bug)
     cr_expect(strstr(run_out, "unexplained: no hypothesis matches within rel_l2 0.05; the "
                               "nearest is ") != NULL, "%s", run_out);
     char *out = NULL;
-    cr_expect_eq(tu_run_precgatef(&out, "gate --run 1 --db '%s'", db), GATE_EXIT_PASS, "%s", out);
+    cr_expect_eq(lu_gate_exit(db, 1, NULL, &out), GATE_EXIT_PASS, "%s", out);
     cr_expect(strstr(out, "inconclusive layer     ext:noise, layer") != NULL, "%s", out);
     free(out);
     free(run_out);
@@ -560,7 +560,7 @@ Test(diagnose, missing_diagnosis_rows_are_a_gate_error)
     cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
     tu_sql_exec(h, "DELETE FROM ext_diagnosis WHERE layer = 1");
     char *out = NULL;
-    cr_expect_eq(tu_run_precgatef(&out, "gate --run 1 --db '%s'", db), GATE_EXIT_ERROR, "%s", out);
+    cr_expect_eq(lu_gate_exit(db, 1, NULL, &out), GATE_EXIT_ERROR, "%s", out);
     cr_expect(strstr(out, "ERROR      layer     ext:vllm, layer 1: no ext_diagnosis rows") != NULL,
               "%s", out);
     cr_expect(strstr(out, "REGRESSION layer     scale bug: ext:vllm, layer 0: matches "
@@ -568,7 +568,7 @@ Test(diagnose, missing_diagnosis_rows_are_a_gate_error)
     free(out);
     tu_sql_exec(h, "DELETE FROM ext_diagnosis");  /* as a run swept before migration 13 */
     sqlite3_close(h);
-    cr_expect_eq(tu_run_precgatef(&out, "gate --run 1 --db '%s'", db), GATE_EXIT_ERROR, "%s", out);
+    cr_expect_eq(lu_gate_exit(db, 1, NULL, &out), GATE_EXIT_ERROR, "%s", out);
     cr_expect(strstr(out, "ERROR      layer     ext:vllm, layers 0-1: no ext_diagnosis rows") !=
               NULL, "%s", out);
     cr_expect(strstr(out, "sweep the capture again") != NULL, "%s", out);
@@ -701,8 +701,10 @@ Test(diagnose, the_sweep_stores_every_hypothesis_once_per_output_and_resume_coun
     snprintf(db, sizeof db, "%s/two-cli.db", tu_dir);
     free(sweep_cli(dir, db, "amax"));
     char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s'", dir, db), 0,
-                 "%s", out);
+    run_sweep_result res;
+    err = (pg_err){0};
+    cr_assert_eq(lu_sweep(dir, db, &(lu_sweep_opts){.resume = 1}, &res, &out, &err), PG_OK,
+                 "%s\n%s", err.msg, out);
     cr_expect(strstr(out, "2 layers (2 stored, 0 to compute)") != NULL, "%s", out);
     free(out);
     /* a layer missing its diagnosis rows is not whole: refused, named */
@@ -710,11 +712,9 @@ Test(diagnose, the_sweep_stores_every_hypothesis_once_per_output_and_resume_coun
     cr_assert_eq(sqlite3_open(db, &h2), SQLITE_OK);
     tu_sql_exec(h2, "DELETE FROM ext_diagnosis WHERE layer = 1");
     sqlite3_close(h2);
-    cr_expect_neq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s'", dir, db),
-                  0, "%s", out);
+    cr_expect_neq(lu_sweep(dir, db, &(lu_sweep_opts){.resume = 1}, &res, NULL, &err), PG_OK);
     char want_rows[64]; /* two outputs x the hypotheses the sweep asked */
     snprintf(want_rows, sizeof want_rows, "0 of its %lld ext_diagnosis rows",
              (long long)diag_layer_rows(2, T_SWEPT_MODES));
-    cr_expect(strstr(out, want_rows) != NULL, "%s: %s", want_rows, out);
-    free(out);
+    cr_expect(strstr(err.msg, want_rows) != NULL, "%s: %s", want_rows, err.msg);
 }

@@ -1,7 +1,8 @@
 /*
  * test_diff_cmd.c: `precgate runs`, `history` and `diff` end to end. Each
- * test builds its database with the real binary (synth + two sweeps, or eval
- * replays of the shipped demo), sets known numbers with SQL UPDATE and checks
+ * test builds its database with the lifecycles called directly
+ * (lifecycle_util.h: synth + two sweeps, or eval replays of the shipped
+ * demo), sets known numbers with SQL UPDATE and checks
  * the exact numbers and order printed, and the --json documents through
  * cJSON. The terminal helpers of reports/term.h are checked directly.
  */
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "reports/term.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 /* Most whitespace-separated tokens kept of one output line. */
@@ -36,15 +38,6 @@ static void setup(void)
 
 TestSuite(diff_cmd, .init = setup, .fini = tu_scratch_teardown);
 
-/* Runs precgate and requires exit status 0. */
-static void pg_ok(const char *args)
-{
-    char *out = NULL;
-    const int rc = tu_run_precgate(args, &out);
-    cr_assert_eq(rc, 0, "precgate %s -> %d:\n%s", args, rc, out);
-    free(out);
-}
-
 /* Executes sql on the test database. */
 static void sql(const char *text)
 {
@@ -57,19 +50,14 @@ static void sql(const char *text)
 /* Writes a 2-layer synthetic capture name in the test's directory. */
 static void synth(const char *name)
 {
-    char args[CMD_MAX];
-    snprintf(args, sizeof args, "synth -o '%s' --layers 2 --seqs 1 --seq-len 24", name);
-    pg_ok(args);
+    lu_synth(name, (lu_synth_opts){.layers = 2, .seqs = 1, .seq_len = 24});
 }
 
-/* One sweep of capture (a relative name) into the test database, labelled label. */
-static void sweep(const char *capture, const char *label)
+/* One sweep of capture cap (a relative name) into the test database,
+ * labelled label (the run lifecycle called directly). */
+static void sweep(const char *cap, const char *label)
 {
-    char args[CMD_MAX];
-    snprintf(args, sizeof args,
-             "run --capture '%s' --db '%s' --label %s --no-progress --backend cpu", capture, g_db,
-             label);
-    pg_ok(args);
+    lu_sweep_ok(cap, g_db, &(lu_sweep_opts){.label = label});
 }
 
 /* Two nightly sweeps (runs 1 and 2) of one capture, every whole-layer
@@ -83,13 +71,9 @@ static void two_sweeps(void)
 }
 
 /* One replay of the shipped demo traces into the test database. */
-static void eval_replay(void)
+static void demo_replay(void)
 {
-    char args[CMD_MAX];
-    snprintf(args, sizeof args,
-             "eval --traces '%s/evals/demo/aime-style-demo.jsonl' --replay --db '%s' --no-progress",
-             PRECGATE_SOURCE_DIR, g_db);
-    pg_ok(args);
+    lu_replay_ok(PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl", g_db, NULL, NULL);
 }
 
 /* The k-th (0-based) line of out that starts with prefix, split on blanks
@@ -312,8 +296,8 @@ Test(diff_cmd, modes_of_one_sweep_run)
 
 Test(diff_cmd, eval_runs_interval_from_two_standard_errors)
 {
-    eval_replay();
-    eval_replay();
+    demo_replay();
+    demo_replay();
     sql("UPDATE eval_scores SET accuracy = 0.8, stderr = 0.03 WHERE run_id = 1 AND mode = 'fp8kv';"
         "UPDATE eval_scores SET accuracy = 0.7, stderr = 0.04 WHERE run_id = 2 AND mode = 'fp8kv';"
         "DELETE FROM eval_scores WHERE run_id = 2 AND mode = 'fp8qkv'");
@@ -354,7 +338,7 @@ Test(diff_cmd, eval_runs_interval_from_two_standard_errors)
 
 Test(diff_cmd, modes_of_one_eval_run_carry_the_stored_pair)
 {
-    eval_replay();
+    demo_replay();
     sql("UPDATE eval_scores SET accuracy = 0.9 WHERE mode = 'bf16';"
         "UPDATE eval_scores SET accuracy = 0.85 WHERE mode = 'fp8kv';"
         "UPDATE eval_pairs SET mean_diff = -0.05, stderr = 0.02, ci_low = -0.09, ci_high = -0.01, "
@@ -546,7 +530,7 @@ Test(diff_cmd, history_newest_last_with_worst_and_mean)
 Test(diff_cmd, runs_lists_newest_last_with_duration_and_error)
 {
     two_sweeps();
-    eval_replay();
+    demo_replay();
     char long_error[400];
     memset(long_error, 'e', 300);
     long_error[300] = '\0';

@@ -3,6 +3,8 @@
  * refuses (every defining field, before anything is sent), and interrupted
  * runs: real SIGTERM / SIGINT / SIGKILL sent to a precgate eval talking to
  * loopback fake servers, what the run says afterwards, and resuming it.
+ * The refusals and --force are the eval lifecycle's, called directly
+ * (lifecycle_util.h); the signals, usage errors and `runs` use the binary.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -17,6 +19,8 @@
 #include "fake_openai_server.h"
 #include "db/store.h"
 #include "evals/traces.h"
+#include "evals/grade.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 TestSuite(eval_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
@@ -119,18 +123,56 @@ static int chats(fake_server *a, fake_server *b)
     return fs_hits(a, CHAT) + (b != NULL ? fs_hits(b, CHAT) : 0);
 }
 
-/* Runs `eval --traces T --endpoint bf16=U16 --endpoint fp8kv=U8 COMMON
- * --db DB --resume 1` and asserts exit 2 with needle in the output. */
-static void expect_refused(const char *traces, const char *u16, const char *u8, const char *common,
-                           const char *db, const char *needle)
+/* The live eval of the refusal test as the run was made (the lifecycle
+ * called directly): traces into db, bf16 at u16 and fp8kv at u8, one
+ * sample, effort low, seed 5, temperature 0.5, top-p 0.9, 100 tokens at
+ * most, eval aime (the traces' file name would change it), a 5 s ready
+ * deadline; resume: run 1 continued. */
+static void pinned_eval(eval_lifecycle_request *rq, const char *traces, const char *db,
+                        const char *u16, const char *u8, int resume)
 {
-    char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "eval --traces '%s' --endpoint bf16=%s --endpoint "
-                                    "fp8kv=%s %s --db '%s' --resume 1", traces, u16, u8, common, db);
-    cr_assert_eq(rc, 2, "want the refusal naming '%s', got exit %d: %s", needle, rc, out);
-    cr_assert_not_null(strstr(out, needle), "'%s' not named: %s", needle, out);
-    cr_assert_not_null(strstr(out, "run 1 left as it was"), "%s", out);
-    free(out);
+    lu_eval_request(rq, traces, db);
+    rq->o.modes[0] = "bf16";
+    rq->o.urls[0] = u16;
+    rq->o.modes[1] = "fp8kv";
+    rq->o.urls[1] = u8;
+    rq->o.n_endpoints = 2;
+    rq->o.efforts[0] = "low";
+    rq->o.seed_base = 5;
+    rq->o.sampling.temperature = 0.5;
+    rq->o.sampling.top_p = 0.9;
+    rq->o.sampling.max_tokens = 100;
+    rq->o.eval_name = "aime";
+    rq->o.ready_deadline_s = 5;
+    if (resume) rq->resume = 1;
+}
+
+/* Runs the resume rq and asserts its refusal (PG_ERR_USAGE: the CLI's exit
+ * 2) naming needle, and that run 1 was left as it was. */
+static void expect_refused(eval_lifecycle_request *rq, const char *needle)
+{
+    eval_lifecycle_result res;
+    pg_err err = {0};
+    char *said = NULL;
+    const pg_status st = lu_eval(rq, &res, &said, &err);
+    cr_assert_eq(st, PG_ERR_USAGE, "want the refusal naming '%s', got %d: %s\n%s", needle, st,
+                 err.msg, said);
+    cr_assert_not_null(strstr(err.msg, needle), "'%s' not named: %s", needle, err.msg);
+    cr_assert_not_null(strstr(said, "run 1 left as it was"), "%s", said);
+    free(said);
+}
+
+/* Runs rq and asserts that it completed with every sample answered (the
+ * CLI's exit 0). */
+static void expect_complete(eval_lifecycle_request *rq)
+{
+    eval_lifecycle_result res;
+    pg_err err = {0};
+    char *said = NULL;
+    cr_assert_eq(lu_eval(rq, &res, &said, &err), PG_OK, "%s\n%s", err.msg, said);
+    cr_assert_eq(res.stored_errors, 0, "%s", said);
+    cr_assert_str_eq(res.status, "complete", "%s", said);
+    free(said);
 }
 
 Test(eval_resume, every_defining_field_that_differs_is_refused_before_sending)
@@ -150,14 +192,9 @@ Test(eval_resume, every_defining_field_that_differs_is_refused_before_sending)
     snprintf(traces, sizeof traces, "%s", write_traces("t.jsonl", 3, 0, 7));
     snprintf(changed, sizeof changed, "%s", write_traces("changed.jsonl", 3, 0, 8));
     snprintf(reordered, sizeof reordered, "%s", write_traces("reordered.jsonl", 3, 1, 7));
-    /* Same file name stem as t.jsonl would change --eval's default: pin it. */
-    const char *common = "--samples 1 --effort low --seed 5 --temperature 0.5 --top-p 0.9 "
-                         "--max-tokens 100 --eval aime --no-progress --ready-timeout 5";
-    char *out = NULL;
-    int rc = tu_run_precgatef(&out, "eval --traces '%s' --endpoint bf16=%s --endpoint fp8kv=%s %s "
-                              "--db '%s'", traces, u16, u8, common, db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    eval_lifecycle_request rq;
+    pinned_eval(&rq, traces, db, u16, u8, 0);
+    expect_complete(&rq);
     cr_assert_eq(chats(&s16, &s8), 6);
     char *models = db_str(db, "SELECT json_extract(config_json, '$.models') FROM runs");
     cr_assert_str_eq(models, "{\"bf16\":\"m\",\"fp8kv\":\"m\"}");
@@ -165,45 +202,64 @@ Test(eval_resume, every_defining_field_that_differs_is_refused_before_sending)
     /* One sample goes missing, so every resume below has something to send. */
     db_exec(db, "DELETE FROM eval_samples WHERE mode = 'fp8kv' AND problem_id = 'p1'");
 
-    /* Each option changed alone (a later option overrides the earlier one). */
-    const struct { const char *field, *option; } cases[] = {
-        {"samples", "--samples 2"},         {"seed", "--seed 6"},
-        {"temperature", "--temperature 0.6"}, {"top_p", "--top-p 0.8"},
-        {"max_tokens", "--max-tokens 101"}, {"efforts", "--effort medium"},
-        {"efforts", "--effort low,high"},   {"extractor", "--extractor gpt-oss"},
-        {"eval", "--eval other"},           {"limit", "--limit 2"},
-    };
+    /* Each option changed alone: what --samples 2, --seed 6, --temperature
+     * 0.6, --top-p 0.8, --max-tokens 101, --effort medium, --effort
+     * low,high, --extractor gpt-oss, --eval other and --limit 2 give. */
+    static const char *const fields[] = {"samples", "seed", "temperature", "top_p",
+                                         "max_tokens", "efforts", "efforts", "extractor",
+                                         "eval", "limit"};
     const int hits_before = chats(&s16, &s8);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char common_changed[600], needle[64];
-        snprintf(common_changed, sizeof common_changed, "%s %s", common, cases[i].option);
-        snprintf(needle, sizeof needle, ": %s (", cases[i].field);
-        expect_refused(traces, u16, u8, common_changed, db, needle);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        pinned_eval(&rq, traces, db, u16, u8, 1);
+        pg_err err = {0};
+        switch (i) {
+        case 0: rq.o.samples = 2; break;
+        case 1: rq.o.seed_base = 6; break;
+        case 2: rq.o.sampling.temperature = 0.6; break;
+        case 3: rq.o.sampling.top_p = 0.8; break;
+        case 4: rq.o.sampling.max_tokens = 101; break;
+        case 5: rq.o.efforts[0] = "medium"; break;
+        case 6:
+            rq.o.efforts[1] = "high";
+            rq.o.n_efforts = 2;
+            break;
+        case 7:
+            cr_assert_eq(grade_extractor_parse("gpt-oss", &rq.o.extractor, &err), PG_OK, "%s",
+                         err.msg);
+            break;
+        case 8: rq.o.eval_name = "other"; break;
+        default: rq.limit = 2; break;
+        }
+        char needle[64];
+        snprintf(needle, sizeof needle, ": %s (", fields[i]);
+        expect_refused(&rq, needle);
     }
     /* Another mode set. */
-    char *out2 = NULL;
-    rc = tu_run_precgatef(&out2, "eval --traces '%s' --endpoint bf16=%s --endpoint fp8qkv=%s %s "
-                          "--db '%s' --resume 1", traces, u16, u8, common, db);
-    cr_assert_eq(rc, 2, "%s", out2);
-    cr_assert_not_null(strstr(out2, ": modes ("), "%s", out2);
-    free(out2);
+    pinned_eval(&rq, traces, db, u16, u8, 1);
+    rq.o.modes[1] = "fp8qkv";
+    expect_refused(&rq, ": modes (");
     /* The traces' content (one answer changed in a copy of the file). */
-    expect_refused(changed, u16, u8, common, db, "traces_digest");
+    pinned_eval(&rq, changed, db, u16, u8, 1);
+    expect_refused(&rq, "traces_digest");
     cr_assert_eq(chats(&s16, &s8), hits_before, "a refused resume sent requests");
 
     /* A server that now serves another model: refused after /v1/models,
      * before any chat request. */
-    expect_refused(traces, u16, u8m2, common, db, "models.fp8kv");
-    expect_refused(traces, u16, u8m2, common, db, "\"m2\"");
+    pinned_eval(&rq, traces, db, u16, u8m2, 1);
+    expect_refused(&rq, "models.fp8kv");
+    pinned_eval(&rq, traces, db, u16, u8m2, 1);
+    expect_refused(&rq, "\"m2\"");
     cr_assert_eq(fs_hits(&s8m2, CHAT), 0);
     cr_assert_gt(fs_hits(&s8m2, "/v1/models"), 0);
 
     /* A template change (the stored template is not today's) and a config
      * from before the checks are refused too. */
     db_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.prompt_template', 'old')");
-    expect_refused(traces, u16, u8, common, db, "prompt_template");
+    pinned_eval(&rq, traces, db, u16, u8, 1);
+    expect_refused(&rq, "prompt_template");
     db_exec(db, "UPDATE runs SET config_json = json_remove(config_json, '$.config_version')");
-    expect_refused(traces, u16, u8, common, db, "config_version");
+    pinned_eval(&rq, traces, db, u16, u8, 1);
+    expect_refused(&rq, "config_version");
     db_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.config_version', 2)");
     cr_assert_eq(chats(&s16, &s8) + fs_hits(&s8m2, CHAT), hits_before);
     /* Nothing was stored or changed by the refusals. */
@@ -221,10 +277,8 @@ Test(eval_resume, every_defining_field_that_differs_is_refused_before_sending)
                                      "answer within \\boxed{}.\n");
     db_exec(db, tmpl_sql);
     sqlite3_free(tmpl_sql);
-    rc = tu_run_precgatef(&out, "eval --traces '%s' --endpoint bf16=%s --endpoint fp8kv=%s %s "
-                          "--db '%s' --resume 1", reordered, u16, u8b, common, db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    pinned_eval(&rq, reordered, db, u16, u8b, 1);
+    expect_complete(&rq);
     cr_assert_eq(fs_hits(&s8b, CHAT), 1, "exactly the missing sample is sent");
     cr_assert_eq(chats(&s16, &s8), hits_before);
     cr_assert_eq(db_int(db, "SELECT count(*) FROM eval_samples"), 6);
@@ -438,43 +492,50 @@ Test(eval_resume, a_run_that_may_be_alive_needs_force)
 {
     fake_server s;
     serve(&s, MODEL_M, 0);
-    char u[64], db[512], args[1400];
+    char u[64], db[512];
     fs_url(&s, u, sizeof u);
     snprintf(db, sizeof db, "%s/e.db", tu_dir);
     const char *traces = write_traces("t.jsonl", 2, 0, 7);
-    snprintf(args, sizeof args, "eval --traces '%s' --endpoint bf16=%s --db '%s' --no-progress",
-             traces, u, db);
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "%s", args), 0, "%s", out);
-    free(out);
+    /* The eval lifecycle called directly: bf16 at u. */
+    eval_lifecycle_request rq;
+    lu_eval_request(&rq, traces, db);
+    rq.o.modes[0] = "bf16";
+    rq.o.urls[0] = u;
+    rq.o.n_endpoints = 1;
+    expect_complete(&rq);
     db_exec(db, "DELETE FROM eval_samples WHERE problem_id = 'p1'");
     char here[STORE_HOST_MAX];
     store_this_host(here, sizeof here);
-    /* Marked running by a live process on this host (this test), then by
-     * one on another host: both refused without --force, nothing sent. */
+    /* Marked running by a live process on this host (the one that started
+     * this test: the lifecycle runs in the test's own), then by one on
+     * another host: both refused without --force, nothing sent. */
     const char *hosts[] = {here, "elsewhere.example"};
     for (int i = 0; i < 2; i++) {
         char *sql = sqlite3_mprintf("UPDATE runs SET status = 'running', finished_at = NULL,"
                                     " host = %Q, pid = %d, heartbeat_at ="
-                                    " '2026-03-04T05:06:07.000Z'", hosts[i], (int)getpid());
+                                    " '2026-03-04T05:06:07.000Z'", hosts[i], (int)getppid());
         db_exec(db, sql);
         sqlite3_free(sql);
         const int contacted = fs_hits(&s, CHAT) + fs_hits(&s, "/health") +
                               fs_hits(&s, "/v1/models");
-        cr_assert_eq(tu_run_precgatef(&out, "%s --resume 1", args), 2, "%s", out);
-        cr_assert_not_null(strstr(out, "--force"), "%s", out);
-        cr_assert_not_null(strstr(out, hosts[i]), "%s", out);
-        free(out);
+        rq.resume = 1;
+        rq.force = 0;
+        eval_lifecycle_result res;
+        pg_err err = {0};
+        cr_assert_eq(lu_eval(&rq, &res, NULL, &err), PG_ERR_USAGE, "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, "--force"), "%s", err.msg);
+        cr_assert_not_null(strstr(err.msg, hosts[i]), "%s", err.msg);
         cr_assert_eq(fs_hits(&s, CHAT) + fs_hits(&s, "/health") + fs_hits(&s, "/v1/models"),
                      contacted, "a refused resume contacted the server");
+        char *out = NULL;
         cr_assert_eq(tu_run_precgatef(&out, "runs --db '%s'", db), 0);
         cr_assert_null(strstr(out, "interrupted"), "%s", out);
         if (i == 1)
             cr_assert_not_null(strstr(out, "host elsewhere.example, pid"), "%s", out);
         free(out);
     }
-    cr_assert_eq(tu_run_precgatef(&out, "%s --resume 1 --force", args), 0, "%s", out);
-    free(out);
+    rq.force = 1;
+    expect_complete(&rq);
     char *row = db_str(db, "SELECT status || '|' || host FROM runs WHERE id = 1");
     char want[STORE_HOST_MAX + 16];
     snprintf(want, sizeof want, "complete|%s", here);

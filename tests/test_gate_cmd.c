@@ -1,8 +1,7 @@
 /*
- * test_gate_cmd.c: `precgate gate` and `precgate baseline` end to end on the
- * real binary: a small synthetic capture swept twice passes against the
- * automatic baseline with the default thresholds, a layer worsened in the
- * database is caught (exit 1, flags, JUnit), a layer deleted is an error
+ * test_gate_cmd.c: `precgate gate` and `precgate baseline`: a small
+ * synthetic capture swept twice passes against the automatic baseline with
+ * the default thresholds, a layer worsened in the database is caught (exit 1, flags, JUnit), a layer deleted is an error
  * (exit 2), a first run passes on the defaults and is held to a config's
  * budgets, saturating fp8 scales fail against a baseline with calibrated
  * ones, NaN and all-zero external outputs fail a first run, named baselines
@@ -11,6 +10,12 @@
  * regress.h defines, the accuracy against the baseline run paired over the
  * same problems (live runs against loopback servers) and unpaired, saying
  * why, when the runs cannot show they are the same problems.
+ *
+ * The sweeps, replays and most gates are the lifecycles called directly
+ * (lifecycle_util.h); the binary runs where the CLI is the point: the exit
+ * statuses 0, 1 and 2 of a gate, --junit, --config files that do not load,
+ * usage errors, `baseline`, `report` and `diff`, terminal escaping, live
+ * evals, and a read-only database opened as another user.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -26,6 +31,8 @@
 #include "fake_openai_server.h"
 #include "kernels/numerics.h"
 #include "harness/capture/safetensors.h"
+#include "harness/regress.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 static char g_db[512], g_cap[512], g_cfg[512];
@@ -67,19 +74,16 @@ static void db_exec(const char *sql)
     sqlite3_close(db);
 }
 
-/* Synthesizes the small capture once per test (extra: more synth options). */
-static void synth_with(const char *extra)
+/* Synthesizes the small capture once per test (scales: with calibrated
+ * q/k/v scales, synth --scales). */
+static void synth_with(int scales)
 {
-    char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "synth -o '%s' --layers 2 --seqs 1 --seq-len 24 %s",
-                                    g_cap, extra);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    lu_synth(g_cap, (lu_synth_opts){.layers = 2, .seqs = 1, .seq_len = 24, .scales = scales});
 }
 
 static void synth(void)
 {
-    synth_with("");
+    synth_with(0);
 }
 
 /* Scales a metadata array of numbers ("[a,b,...]") by factor into out. */
@@ -150,19 +154,39 @@ static void rewrite_capture(double kv_scale_factor, int zeros, int nan)
 }
 
 /* Sweeps the capture into the database with label and more run options
- * extra; asserts success. */
-static void sweep_with(const char *label, const char *extra)
+ * o (the run lifecycle called directly); asserts success. */
+static void sweep_with(const char *label, lu_sweep_opts o)
 {
-    char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --label %s --backend cpu "
-                                          "--no-progress %s", g_cap, g_db, label, extra);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    o.label = label;
+    lu_sweep_ok(g_cap, g_db, &o);
 }
 
 static void sweep(const char *label)
 {
-    sweep_with(label, "");
+    sweep_with(label, (lu_sweep_opts){0});
+}
+
+/* Gates run in the database (the gate lifecycle called directly, o NULL:
+ * no option), its report into *out; returns the exit status it decided. */
+static int gate(long run, const lu_gate_opts *o, char **out)
+{
+    return lu_gate_exit(g_db, run, o, out);
+}
+
+/* Gates run with o, which must be refused before any verdict (what the
+ * CLI turns into exit status 2); returns the refusal's message, malloc'd. */
+static char *gate_refused(long run, const lu_gate_opts *o)
+{
+    gate_result res;
+    pg_err err = {0};
+    char *report = NULL;
+    cr_assert_eq(lu_gate(g_db, run, o, &res, &report, &err), PG_ERR_USAGE,
+                 "gate of run %ld not refused: %s\n%s", run, err.msg, report);
+    cr_assert_eq(res.exit_status, GATE_EXIT_ERROR);
+    free(report);
+    char *msg = strdup(err.msg);
+    cr_assert_not_null(msg);
+    return msg;
 }
 
 /* The JUnit file through python3's minidom: "suite=tests/failures/errors ..."
@@ -244,7 +268,7 @@ Test(gate_cmd, passes_against_the_automatic_baseline_then_catches_a_worsened_lay
     }
     const double n3 = db_num("SELECT count(*) FROM flags WHERE run_id = 3");
     /* Gating again replaces the flags instead of adding to them. */
-    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    rc = gate(3, NULL, &out);
     cr_expect_eq(rc, 1, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3"), n3);
@@ -257,7 +281,7 @@ Test(gate_cmd, a_layer_missing_from_the_run_is_an_error)
     sweep("x");
     db_exec("DELETE FROM layer_metrics WHERE run_id = 2 AND layer = 0 AND variant = 'fp8kv@fixed'");
     char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    const int rc = gate(2, NULL, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      layer     ") != NULL, "%s", out);
     cr_expect(strstr(out, "layer 0 fp8kv@fixed: in baseline run 1, missing from this run") != NULL,
@@ -280,7 +304,7 @@ Test(gate_cmd, a_first_run_passes_on_the_defaults_and_is_held_to_a_configs_budge
     synth();
     sweep("x");
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    int rc = gate(1, NULL, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: none") != NULL, "%s", out);
     cr_expect(strstr(out, "gate run 1: PASS") != NULL, "%s", out);
@@ -300,7 +324,7 @@ Test(gate_cmd, a_first_run_passes_on_the_defaults_and_is_held_to_a_configs_budge
      * (about 0.055 on this capture) above 0.01 in both scopes. */
     write_config("{\"mode_pair\": {\"abs\": {\"fp8kv\": 0.01}}, "
                  "\"layer\": {\"abs\": {\"fp8qkv\": 0.02}}}");
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, g_cfg);
+    rc = gate(1, &(lu_gate_opts){.config = g_cfg}, &out);
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "layer 0 fp8kv@fixed-bf16: rel_l2 vs fp64 reference") != NULL, "%s", out);
     free(out);
@@ -317,17 +341,15 @@ Test(gate_cmd, a_first_run_passes_on_the_defaults_and_is_held_to_a_configs_budge
 Test(gate_cmd, the_demo_shaped_capture_passes_its_own_gate)
 {
     /* scripts/demo.sh's capture, smaller: gpt-oss-120b shape, cached context. */
+    lu_synth(g_cap, (lu_synth_opts){.preset = "gpt-oss-120b", .layers = 2, .seqs = 1,
+                                    .seq_len = 64, .context = 32});
+    sweep("demo");
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "synth -o '%s' --preset gpt-oss-120b --layers 2 --seqs 1 "
-                                    "--seq-len 64 --context 32", g_cap);
+    int rc = gate(1, NULL, &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
     sweep("demo");
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
-    sweep("demo");
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    rc = gate(2, NULL, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic: the newest older complete sweep run "
                           "labelled 'demo' that passed its gate)") != NULL, "%s", out);
@@ -338,7 +360,7 @@ Test(gate_cmd, the_demo_shaped_capture_passes_its_own_gate)
 
 Test(gate_cmd, saturating_scales_fail_against_a_baseline_with_calibrated_ones)
 {
-    synth_with("--scales");
+    synth_with(1);
     sweep("s");
     /* The same capture with its k and v scales halved: e4m3 saturates at 448 x
      * scale, so every value above half of a tensor's amax is clipped (rel_l2
@@ -349,7 +371,7 @@ Test(gate_cmd, saturating_scales_fail_against_a_baseline_with_calibrated_ones)
      * same name: it is compared with the automatic baseline (that is how a
      * serving stack's scale regression shows), and the gate says so. */
     char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    const int rc = gate(2, NULL, &out);
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
     cr_expect(strstr(out, "note: baseline run 1 swept other capture content (capture_digest")
@@ -372,7 +394,7 @@ Test(gate_cmd, nan_and_all_zero_external_outputs_fail_a_first_run)
     rewrite_capture(1.0, 1, 1);
     sweep("ext");
     char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    const int rc = gate(1, NULL, &out);
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "layer 0 ext:zeros-bf16: rel_l2 vs fp64 reference 1 >= 1: no closer to "
                           "the reference than an all-zero output") != NULL, "%s", out);
@@ -415,25 +437,23 @@ Test(gate_cmd, baseline_set_and_list_round_trip)
     free(out);
 
     /* Run 3 (label y) against the named baseline of label x's run 2. */
-    rc = tu_run_precgatef(&out, "gate --run 3 --baseline golden --db '%s'", g_db);
+    rc = gate(3, &(lu_gate_opts){.baseline = "golden"}, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: run 2 (--baseline golden, by name)") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT min(baseline_run_id) = 2 AND max(baseline_run_id) = 2 "
                         "FROM flags WHERE run_id = 3 AND scope = 'layer'"), 1);
     /* A run id works too; the run itself does not. */
-    rc = tu_run_precgatef(&out, "gate --run 3 --baseline 1 --db '%s'", g_db);
+    rc = gate(3, &(lu_gate_opts){.baseline = "1"}, &out);
     cr_expect_eq(rc, 0, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT max(baseline_run_id) FROM flags WHERE run_id = 3"), 1);
-    rc = tu_run_precgatef(&out, "gate --run 3 --baseline 3 --db '%s'", g_db);
-    cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "is run 3 itself") != NULL, "%s", out);
-    free(out);
-    rc = tu_run_precgatef(&out, "gate --run 3 --baseline nosuch --db '%s'", g_db);
-    cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "--baseline nosuch: no baseline of that name") != NULL, "%s", out);
-    free(out);
+    char *why = gate_refused(3, &(lu_gate_opts){.baseline = "3"});
+    cr_expect(strstr(why, "is run 3 itself") != NULL, "%s", why);
+    free(why);
+    why = gate_refused(3, &(lu_gate_opts){.baseline = "nosuch"});
+    cr_expect(strstr(why, "--baseline nosuch: no baseline of that name") != NULL, "%s", why);
+    free(why);
 
     /* Setting a name again moves it. */
     rc = tu_run_precgatef(&out, "baseline set 3 --name golden --db '%s'", g_db);
@@ -487,24 +507,23 @@ Test(gate_cmd, bad_configs_are_refused_naming_the_key)
 Test(gate_cmd, running_failed_and_unknown_runs_are_refused)
 {
     synth();
-    char *out = NULL;
     /* Run 1 fails: the capture does not exist. */
-    int rc = tu_run_precgatef(&out, "run --capture '%s/none.safetensors' --db '%s' --backend cpu",
-                              tu_dir, g_db);
-    cr_assert_eq(rc, 1, "%s", out);
-    free(out);
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
-    cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "run 1 failed (") != NULL, "%s", out);
-    free(out);
+    run_sweep_result res;
+    pg_err err = {0};
+    cr_assert_neq(lu_sweep(tu_in_dir("none.safetensors"), g_db, NULL, &res, NULL, &err), PG_OK);
+    cr_assert(res.run_id == 1 && res.finished, "run %lld", (long long)res.run_id);
+    char *why = gate_refused(1, NULL);
+    cr_expect(strstr(why, "run 1 failed (") != NULL, "%s", why);
+    free(why);
     /* Run 2 marked running again (as if it were still going or was killed). */
     sweep("x");
     db_exec("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = 2");
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
-    cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "run 2 is still running") != NULL, "%s", out);
-    free(out);
-    rc = tu_run_precgatef(&out, "gate --run 7 --db '%s'", g_db);
+    why = gate_refused(2, NULL);
+    cr_expect(strstr(why, "run 2 is still running") != NULL, "%s", why);
+    free(why);
+    /* The CLI: a run that does not exist, and no run, are exit status 2. */
+    char *out = NULL;
+    int rc = tu_run_precgatef(&out, "gate --run 7 --db '%s'", g_db);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "no run 7") != NULL, "%s", out);
     free(out);
@@ -518,14 +537,11 @@ Test(gate_cmd, running_failed_and_unknown_runs_are_refused)
 Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
 {
     const char *traces = PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl";
+    lu_replay_ok(traces, g_db, &(lu_eval_opts){.label = "demo"}, NULL);
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label demo "
-                                    "--no-progress", traces, g_db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
     char junit[600];
     snprintf(junit, sizeof junit, "%s/eval.xml", tu_dir);
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --junit '%s'", g_db, junit);
+    int rc = gate(1, &(lu_gate_opts){.junit = junit}, &out);
     /* fp8qkv - bf16 = -6/36, interval [-0.250, -0.083]: below 0, drop >= 0.05. */
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "REGRESSION eval      aime-style-demo medium fp8qkv - bf16: mean paired "
@@ -554,11 +570,8 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
      * The same traces digest and problems: paired, every problem tied, d = 0
      * in [0, 0]; but the design's MDE (bf16: 0.202) is above 0.05, so it
      * cannot call that "no change" (inconclusive). */
-    rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label demo --no-progress",
-                          traces, g_db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    lu_replay_ok(traces, g_db, &(lu_eval_opts){.label = "demo"}, NULL);
+    rc = gate(2, NULL, &out);
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic: no older eval run labelled 'demo' passed "
                           "a gate") != NULL, "%s", out);
@@ -583,7 +596,7 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
     snprintf(cfg, sizeof cfg, "%s/wide.json", tu_dir);
     static const char wide[] = "{\"eval\": {\"min_effect\": 0.2}}";
     tu_write_file(cfg, wide, strlen(wide));
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
+    rc = gate(1, &(lu_gate_opts){.config = cfg}, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "inconclusive eval      aime-style-demo medium fp8kv - bf16") != NULL,
               "%s", out);
@@ -593,7 +606,7 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
                         "AND verdict = 'inconclusive'"), 1);
     static const char wider[] = "{\"eval\": {\"min_effect\": 0.3}}";
     tu_write_file(cfg, wider, strlen(wider));
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
+    rc = gate(1, &(lu_gate_opts){.config = cfg}, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "no change  eval      aime-style-demo medium fp8kv - bf16") != NULL,
               "%s", out);
@@ -601,7 +614,7 @@ Test(gate_cmd, eval_demo_verdicts_with_and_without_a_baseline)
     free(out);
     /* back to 0.2 for the fp8qkv check below */
     tu_write_file(cfg, wide, strlen(wide));
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
+    rc = gate(1, &(lu_gate_opts){.config = cfg}, &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND mode = 'fp8qkv' "
@@ -647,15 +660,13 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     /* 3 problems x 1 sample, every answer right in both modes. */
     write_traces(traces, 3, 1, "right", "stop", 0);
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label d3 "
-                                    "--no-progress", traces, g_db);
-    cr_assert_eq(rc, 0, "%s", out);
+    lu_replay_ok(traces, g_db, &(lu_eval_opts){.label = "d3"}, &out);
     /* The table prints the MDE floored by the rule of three (3/3: no
      * sample varied), not 0.000, and says p < 0.05 is out of reach. */
     cr_expect(strstr(out, "MDE 1.000  (3 problems)  cannot reach p < 0.05: the smallest "
                           "sign-test p with 3 problems is 0.25") != NULL, "%s", out);
     free(out);
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s'", g_db, cfg);
+    int rc = gate(1, &(lu_gate_opts){.config = cfg}, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      eval      three medium fp8kv - bf16") != NULL, "%s", out);
     cr_expect(strstr(out, "cannot reach significance at all") != NULL, "%s", out);
@@ -667,12 +678,10 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     /* 30 problems x 2 samples, all truncated at the token limit: both 0%. */
     snprintf(traces, sizeof traces, "%s/trunc.jsonl", tu_dir);
     write_traces(traces, 30, 2, NULL, "length", 30);
-    rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label dt "
-                                "--no-progress", traces, g_db);
-    cr_assert_eq(rc, 0, "%s", out);
+    lu_replay_ok(traces, g_db, &(lu_eval_opts){.label = "dt"}, &out);
     cr_expect(strstr(out, "MDE 0.100  (30 problems)") != NULL, "%s", out);  /* 3/30 */
     free(out);
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, cfg);
+    rc = gate(2, &(lu_gate_opts){.config = cfg}, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "bf16 medium: no correct answer in 60 graded samples, 60 truncated at "
                           "the token limit (over half") != NULL, "%s", out);
@@ -695,15 +704,13 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
         "\"fp8kv\", \"effort\": \"medium\", \"sample\": 0, \"content\": \"\\\\boxed{1}\", "
         "\"finish_reason\": \"stop\"}]}\n";
     tu_write_file(traces, apart, strlen(apart));
-    rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label da "
-                                "--no-progress", traces, g_db);
-    cr_assert_eq(rc, 0, "%s", out);
+    lu_replay_ok(traces, g_db, &(lu_eval_opts){.label = "da"}, &out);
     cr_expect(strstr(out, "fp8kv - bf16: no pairs (no problem scored in both modes") != NULL,
               "%s", out);
     cr_expect(strstr(out, "nan") == NULL, "%s", out);
     cr_expect(strstr(out, "[  n/a,   n/a]    n/a") != NULL, "%s", out);
     free(out);
-    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s' --config '%s'", g_db, cfg);
+    rc = gate(3, &(lu_gate_opts){.config = cfg}, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      eval      apart medium fp8kv - bf16: no pairs") != NULL,
               "%s", out);
@@ -729,17 +736,12 @@ Test(gate_cmd, degenerate_evals_are_errors_even_with_a_lenient_config)
     free(out);
 }
 
-/* Runs `precgate eval` on the shipped demo traces with label nightly and
- * the extra options. */
-static void demo_eval(const char *extra)
+/* Replays the shipped demo traces with label nightly, their first limit
+ * problems (0: all). */
+static void demo_eval(long limit)
 {
-    char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --label nightly "
-                                          "--no-progress %s",
-                                    PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl", g_db,
-                                    extra);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    lu_replay_ok(PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl", g_db,
+                 &(lu_eval_opts){.label = "nightly", .limit = limit}, NULL);
 }
 
 /* Sets run 1's config fields (json_set arguments) and expects run 3 to
@@ -752,11 +754,11 @@ static void refused_as_content(const char *set, const char *what)
              set);
     db_exec(sql);
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 3 --baseline 1 --db '%s'", g_db);
+    int rc = gate(3, &(lu_gate_opts){.baseline = "1"}, &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, what) != NULL, "%s", out);
     free(out);
-    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    rc = gate(3, NULL, &out);
     cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND baseline_run_id IS NOT "
@@ -767,10 +769,10 @@ static void refused_as_content(const char *set, const char *what)
  * never compared: not picked automatically, an error when named. */
 Test(gate_cmd, runs_of_different_content_are_not_compared)
 {
-    demo_eval("");            /* run 1: 12 problems */
-    demo_eval("--limit 6");   /* run 2: the first 6 */
+    demo_eval(0);            /* run 1: 12 problems */
+    demo_eval(6);   /* run 2: the first 6 */
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    int rc = gate(2, NULL, &out);
     cr_expect(strstr(out, "baseline: none (no older complete eval run labelled 'nightly' with "
                           "the same content: the newest, run 1, has limit none, run 2 has 6); ")
               != NULL, "%s", out);
@@ -788,7 +790,7 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
                         "NULL OR metric = 'accuracy')"), 0);
 
     /* Named, the other content is one error verdict naming field and values. */
-    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    rc = gate(2, &(lu_gate_opts){.baseline = "1"}, &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      eval      --baseline 1 is run 1, whose limit is none; run "
                           "2's is 6: runs of different content are not compared") != NULL,
@@ -799,7 +801,7 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
                         "metric = 'content' AND baseline_run_id = 1 AND mode = 'limit'"), 1);
     /* The digest alone differs too: the same traces file, other content. */
     db_exec("UPDATE runs SET config_json = json_set(config_json, '$.limit', 6) WHERE id = 1");
-    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    rc = gate(2, &(lu_gate_opts){.baseline = "1"}, &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "whose traces_digest is fnv1a64-v1:12:") != NULL, "%s", out);
     cr_expect(strstr(out, "run 2's is fnv1a64-v1:6:") != NULL, "%s", out);
@@ -807,8 +809,8 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
     db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.limit') WHERE id = 1");
 
     /* Run 3 has run 1's content: run 1 is its baseline although run 2 is newer. */
-    demo_eval("");
-    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    demo_eval(0);
+    rc = gate(3, NULL, &out);
     cr_expect(strstr(out, "baseline: run 1 (automatic:") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND metric = 'accuracy' "
@@ -821,7 +823,7 @@ Test(gate_cmd, runs_of_different_content_are_not_compared)
     /* A run recorded before digests cannot baseline one that has a digest. */
     db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.traces_digest', "
             "'$.limit') WHERE id IN (1, 2)");
-    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    rc = gate(3, NULL, &out);
     cr_expect(strstr(out, "the newest, run 2, has no traces_digest in its config (recorded "
                           "before content digests), so it cannot be an automatic baseline for "
                           "run 3 (traces_digest fnv1a64-v1:12:") != NULL, "%s", out);
@@ -838,16 +840,16 @@ Test(gate_cmd, runs_under_other_scale_policies_are_not_compared)
 {
     synth();
     sweep("s");                        /* run 1: the default without scales, amax */
-    sweep_with("s", "--scales unit");  /* run 2 */
+    sweep_with("s", (lu_sweep_opts){.scales = "unit"});  /* run 2 */
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    int rc = gate(2, NULL, &out);
     cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
     cr_expect(strstr(out, "has scales amax, run 2 has unit") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND baseline_run_id IS NOT "
                         "NULL"), 0, "the amax run 1 was taken as the unit run's baseline");
 
-    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    rc = gate(2, &(lu_gate_opts){.baseline = "1"}, &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "--baseline 1 is run 1, whose scales is amax; run 2's is unit: runs of "
                           "different content are not compared") != NULL, "%s", out);
@@ -855,8 +857,8 @@ Test(gate_cmd, runs_under_other_scale_policies_are_not_compared)
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND baseline_run_id = 1 AND "
                         "verdict = 'error' AND metric = 'content' AND scope = 'layer' AND variant = 'scales'"), 1);
 
-    sweep_with("s", "--scales amax");  /* run 3 */
-    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    sweep_with("s", (lu_sweep_opts){.scales = "amax"});  /* run 3 */
+    rc = gate(3, NULL, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
     free(out);
@@ -868,22 +870,19 @@ Test(gate_cmd, runs_under_other_scale_policies_are_not_compared)
 Test(gate_cmd, a_mode_the_baseline_run_lacks_is_an_error_unless_bounded)
 {
     synth();
-    char *out = NULL;
-    int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --label v --backend cpu "
-                                    "--variants bf16,fp8kv --no-progress", g_cap, g_db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    sweep_with("v", (lu_sweep_opts){.variants = "bf16,fp8kv"});
     sweep("v");  /* all three modes: fp8qkv@fa3 is new */
     /* Other profiles are other content to the automatic baseline: run 1 is
      * not chosen, and the gate says why. */
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    char *out = NULL;
+    int rc = gate(2, NULL, &out);
     cr_expect(strstr(out, "baseline: none (no older complete sweep run labelled 'v' with the same "
                           "content: the newest, run 1, has variants [\"bf16\",\"fp8kv@fixed\"], "
                           "run 2 has [\"bf16\",\"fp8kv@fixed\",\"fp8qkv@fa3\"])") != NULL,
               "%s", out);
     free(out);
     /* Given as the baseline, run 1 is compared, and what it lacks is an error. */
-    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    rc = gate(2, &(lu_gate_opts){.baseline = "1"}, &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "cap.safetensors layer 0 fp8qkv@fa3: rel_l2 0.0")
               != NULL, "%s", out);
@@ -902,8 +901,7 @@ Test(gate_cmd, a_mode_the_baseline_run_lacks_is_an_error_unless_bounded)
     /* Bounded in both scopes, it is judged by the bounds and the gate passes. */
     write_config("{\"layer\": {\"abs\": {\"fp8qkv\": 0.5}}, \"mode_pair\": {\"abs\": "
                  "{\"fp8qkv\": 0.5}}}");
-    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s' --config '%s'", g_db,
-                          g_cfg);
+    rc = gate(2, &(lu_gate_opts){.baseline = "1", .config = g_cfg}, &out);
     cr_expect_eq(rc, 0, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND verdict = 'error'"), 0);
@@ -915,15 +913,15 @@ Test(gate_cmd, a_mode_the_baseline_run_lacks_is_an_error_unless_bounded)
 Test(gate_cmd, runs_of_different_profiles_report_the_missing_variant)
 {
     synth();
-    sweep_with("p", "--variants bf16,fp8qkv@ideal");
-    sweep_with("p", "--variants bf16,fp8qkv");  /* fp8qkv@fa3 */
+    sweep_with("p", (lu_sweep_opts){.variants = "bf16,fp8qkv@ideal"});
+    sweep_with("p", (lu_sweep_opts){.variants = "bf16,fp8qkv"});  /* fp8qkv@fa3 */
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    int rc = gate(2, NULL, &out);
     cr_expect(strstr(out, "baseline: none (") != NULL, "%s", out);
     cr_expect(strstr(out, "run 1, has variants [\"bf16\",\"fp8qkv@ideal\"], run 2 has "
                           "[\"bf16\",\"fp8qkv@fa3\"]") != NULL, "%s", out);
     free(out);
-    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --db '%s'", g_db);
+    rc = gate(2, &(lu_gate_opts){.baseline = "1"}, &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "layer 0 fp8qkv@ideal: in baseline run 1, missing from this run") != NULL,
               "%s", out);
@@ -991,7 +989,7 @@ Test(gate_cmd, a_pass_without_a_baseline_says_so_in_the_terminal_and_the_junit)
     /* Against a baseline: no such line, no skipped testcase. */
     sweep("first");
     snprintf(junit, sizeof junit, "%s/second.xml", tu_dir);
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --junit '%s'", g_db, junit);
+    rc = gate(2, &(lu_gate_opts){.junit = junit}, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "gate run 2: PASS (") != NULL, "%s", out);
     cr_expect(strstr(out, "without a baseline") == NULL, "%s", out);
@@ -1004,8 +1002,7 @@ Test(gate_cmd, a_pass_without_a_baseline_says_so_in_the_terminal_and_the_junit)
 
     /* A first run that fails says why, not that it passed without a baseline. */
     write_config("{\"mode_pair\": {\"abs\": {\"fp8kv\": 0.01}}}");
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s' --config '%s' --junit '%s'", g_db, g_cfg,
-                          junit);
+    rc = gate(1, &(lu_gate_opts){.config = g_cfg, .junit = junit}, &out);
     cr_assert_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "without a baseline") == NULL, "%s", out);
     free(out);
@@ -1053,14 +1050,14 @@ Test(gate_cmd, require_baseline_makes_a_missing_baseline_an_error_of_every_kind)
 
     /* With a baseline the option changes nothing. */
     sweep("ci");
-    rc = tu_run_precgatef(&out, "gate --run 2 --require-baseline --db '%s'", g_db);
+    rc = gate(2, &(lu_gate_opts){.require_baseline = 1}, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'baseline'"), 0);
     /* An explicit --baseline of other content stays its own error. */
     db_exec("UPDATE runs SET config_json = json_set(config_json, '$.scales', 'unit') WHERE id = 1");
-    rc = tu_run_precgatef(&out, "gate --run 2 --baseline 1 --require-baseline --db '%s'", g_db);
+    rc = gate(2, &(lu_gate_opts){.baseline = "1", .require_baseline = 1}, &out);
     cr_expect_eq(rc, 2, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'content' AND "
@@ -1068,16 +1065,16 @@ Test(gate_cmd, require_baseline_makes_a_missing_baseline_an_error_of_every_kind)
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 2 AND metric = 'baseline'"), 0);
 
     /* An eval: the error is in the eval scope. */
-    demo_eval("");
-    rc = tu_run_precgatef(&out, "gate --run 3 --require-baseline --db '%s'", g_db);
+    demo_eval(0);
+    rc = gate(3, &(lu_gate_opts){.require_baseline = 1}, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      eval      --require-baseline: run 3 has no baseline run (no "
                           "older complete eval run of its label and content;") != NULL, "%s", out);
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 3 AND scope = 'eval' AND "
                         "metric = 'baseline' AND verdict = 'error'"), 1);
-    demo_eval("");
-    rc = tu_run_precgatef(&out, "gate --run 4 --require-baseline --db '%s'", g_db);
+    demo_eval(0);
+    rc = gate(4, &(lu_gate_opts){.require_baseline = 1}, &out);
     /* Run 3 is its baseline; the demo's fp8qkv drop against bf16 is a regression. */
     cr_expect_eq(rc, 1, "%s", out);
     free(out);
@@ -1282,7 +1279,7 @@ Test(gate_cmd, a_run_lacking_rows_its_config_implies_is_an_error)
     sweep("x");
     db_exec("DELETE FROM quant_stats WHERE run_id = 1 AND layer = 1 AND tensor = 'k'");
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    int rc = gate(1, NULL, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      layer     run 1 lacks 1 of the 2 layers its config implies: "
                           "layer 1 (quant_stats 2 of 3)") != NULL, "%s", out);
@@ -1292,18 +1289,15 @@ Test(gate_cmd, a_run_lacking_rows_its_config_implies_is_an_error)
                         "AND scope = 'layer' AND metric = 'complete'"), 1);
     /* A config without layer_rows (an older run): an error, never a pass. */
     db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.layer_rows') WHERE id = 1");
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    rc = gate(1, NULL, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "run 1: its config_json records no layer_rows") != NULL, "%s", out);
     free(out);
 
     const char *traces = PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl";
-    rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' --no-progress", traces,
-                          g_db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    lu_replay_ok(traces, g_db, NULL, NULL);
     db_exec("DELETE FROM eval_samples WHERE run_id = 2 AND problem_id = 'demo-03'");
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    rc = gate(2, NULL, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "ERROR      eval      run 2 lacks 9 of the 108 samples its config "
                           "implies: 1 of the plan's 12 problems holds no sample") != NULL,
@@ -1311,7 +1305,7 @@ Test(gate_cmd, a_run_lacking_rows_its_config_implies_is_an_error)
     free(out);
     db_exec("DELETE FROM eval_samples WHERE run_id = 2 AND problem_id = 'demo-04' AND "
             "mode = 'bf16' AND sample = 2");
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    rc = gate(2, NULL, &out);
     cr_assert_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "lacks 10 of the 108 samples its config implies: problem demo-04 "
                           "(bf16, medium): sample 2 of 3;") != NULL, "%s", out);
@@ -1329,16 +1323,13 @@ Test(gate_cmd, run_resume_records_the_layer_rows_of_an_older_run)
     sweep("x");
     db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.layer_rows') WHERE id = 1");
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    int rc = gate(1, NULL, &out);
     cr_assert_eq(rc, 2, "%s", out);
     free(out);
-    rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress", g_cap,
-                          g_db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    cr_assert_eq(lu_sweep_ok(g_cap, g_db, &(lu_sweep_opts){.resume = 1}), 1);
     cr_expect_eq(db_num("SELECT json_extract(config_json, '$.layer_rows.layer_metrics[1]') "
                         "FROM runs WHERE id = 1"), 195);
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    rc = gate(1, NULL, &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
 }
@@ -1403,7 +1394,7 @@ Test(gate_cmd, the_accuracy_against_the_baseline_is_paired_over_the_same_problem
     cr_assert_eq(db_num("SELECT count(*) FROM eval_samples WHERE run_id = 2 AND correct = 1 AND "
                         "problem_id < 'q09'"), LIVE_RUN_RIGHT);
     char *out = NULL;
-    int rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    int rc = gate(2, NULL, &out);
     cr_expect_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic:") != NULL, "%s", out);
     cr_expect(strstr(out, "REGRESSION eval      ") != NULL, "%s", out);
@@ -1419,7 +1410,7 @@ Test(gate_cmd, the_accuracy_against_the_baseline_is_paired_over_the_same_problem
 
     /* Without the digest the same ids need not be the same problems. */
     db_exec("UPDATE runs SET config_json = json_remove(config_json, '$.traces_digest')");
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    rc = gate(2, NULL, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "baseline: run 1 (automatic:") != NULL, "%s", out);
     cr_expect(strstr(out, " medium bf16: accuracy 0.300 vs 0.500 in baseline run 1, unpaired (run "
@@ -1450,12 +1441,11 @@ Test(gate_cmd, identical_replayed_modes_are_an_error_unless_the_config_expects_t
     char *out = NULL;
     const char *const files[] = {t6, t200, tdiff};
     for (int i = 0; i < 3; i++) {
-        const int rc = tu_run_precgatef(&out, "eval --traces '%s' --replay --db '%s' "
-                                              "--label same%d --no-progress", files[i], g_db, i);
-        cr_assert_eq(rc, 0, "%s", out);
-        free(out);
+        char label[16];
+        snprintf(label, sizeof label, "same%d", i);
+        lu_replay_ok(files[i], g_db, &(lu_eval_opts){.label = label}, NULL);
     }
-    int rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    int rc = gate(1, NULL, &out);
     cr_expect_eq(rc, 2, "%s", out);
     char want[1400];
     snprintf(want, sizeof want, "ERROR      eval      same6 medium bf16 = fp8kv: all 6 graded "
@@ -1464,7 +1454,7 @@ Test(gate_cmd, identical_replayed_modes_are_an_error_unless_the_config_expects_t
              "precision modes", t6);
     cr_expect(strstr(out, want) != NULL, "%s", out);
     free(out);
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db);
+    rc = gate(2, NULL, &out);
     cr_expect_eq(rc, 2, "%s", out);
     cr_expect(strstr(out, "same200 medium bf16 = fp8kv: all 200 graded samples over 200 "
                           "problems identical") != NULL, "%s", out);
@@ -1476,7 +1466,7 @@ Test(gate_cmd, identical_replayed_modes_are_an_error_unless_the_config_expects_t
     /* Expected by the config (a replica check): a pass that says why. */
     static const char replica[] = "{\"eval\": {\"identical_modes\": [[\"fp8kv\", \"bf16\"]]}}";
     tu_write_file(cfg, replica, strlen(replica));
-    rc = tu_run_precgatef(&out, "gate --run 2 --db '%s' --config '%s'", g_db, cfg);
+    rc = gate(2, &(lu_gate_opts){.config = cfg}, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "pass       eval      same200 medium bf16 = fp8kv: all 200 graded "
                           "samples over 200 problems identical (replayed from traces") != NULL,
@@ -1485,7 +1475,7 @@ Test(gate_cmd, identical_replayed_modes_are_an_error_unless_the_config_expects_t
     free(out);
 
     /* One of 200 completions differs in text: two modes, no identical flag. */
-    rc = tu_run_precgatef(&out, "gate --run 3 --db '%s'", g_db);
+    rc = gate(3, NULL, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, " = fp8kv") == NULL, "%s", out);
     free(out);
@@ -1518,7 +1508,7 @@ Test(gate_cmd, three_modes_on_one_live_server_are_an_error_naming_the_endpoints)
     fs_stop(&s);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    rc = tu_run_precgatef(&out, "gate --run 1 --db '%s'", g_db);
+    rc = gate(1, NULL, &out);
     cr_expect_eq(rc, 2, "%s", out);
     char want[600];
     snprintf(want, sizeof want, "one medium fp8kv = fp8qkv: all 8 graded samples over 8 problems "

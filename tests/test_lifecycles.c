@@ -15,6 +15,7 @@
 #include "harness/gate_lifecycle.h"
 #include "harness/merge_lifecycle.h"
 #include "harness/regress.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 TestSuite(lifecycles, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
@@ -23,22 +24,13 @@ TestSuite(lifecycles, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 #define DEMO_TRACES PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl"
 #define DEMO_SAMPLES 108
 
-/* A replay of the demo traces into db_path, its narrative into *out_text. */
+/* A replay of the demo traces into db_path (resume: the run to continue,
+ * 0 for a new one), its narrative into *out_text. */
 static pg_status replay(const char *db_path, long resume, eval_lifecycle_result *res,
                         char **out_text, pg_err *err)
 {
-    size_t len = 0, elen = 0;
-    char *errs_text = NULL;
-    FILE *out = open_memstream(out_text, &len), *errs = open_memstream(&errs_text, &elen);
-    eval_lifecycle_request rq = {.traces = DEMO_TRACES, .db_path = db_path, .replay = 1,
-                                 .resume = resume, .out = out, .errs = errs};
-    rq.o.samples = 1;
-    rq.o.extractor = GRADE_DEFAULT;
-    const pg_status st = eval_lifecycle_run(&rq, res, err);
-    fclose(out);
-    fclose(errs);
-    free(errs_text);
-    return st;
+    const lu_eval_opts o = {.resume = resume};
+    return lu_replay(DEMO_TRACES, db_path, &o, res, out_text, err);
 }
 
 Test(lifecycles, an_eval_replay_stores_every_sample_and_says_its_run)
@@ -47,7 +39,7 @@ Test(lifecycles, an_eval_replay_stores_every_sample_and_says_its_run)
     eval_lifecycle_result res;
     pg_err err = {0};
     char *out = NULL;
-    cr_assert_eq(replay(db_path, -1, &res, &out, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(replay(db_path, 0, &res, &out, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(res.run_id, 1);
     cr_assert_str_eq(res.status, "complete");
     cr_assert_eq(res.counts.stored, DEMO_SAMPLES);
@@ -66,13 +58,59 @@ Test(lifecycles, an_eval_replay_stores_every_sample_and_says_its_run)
     free((char *)db_path);
 }
 
+/* A recorded completion with no answer (null content, finish_reason stop:
+ * not truncated) is an error sample, never a wrong answer, and the replay
+ * ends incomplete, saying how many; the graded ones are stored beside it. */
+Test(lifecycles, an_eval_replay_with_a_completion_lacking_an_answer_is_incomplete)
+{
+    static const char traces[] =
+        "{\"id\": \"p0\", \"problem\": \"q0\", \"answer\": 1, \"completions\": ["
+        "{\"mode\": \"bf16\", \"effort\": \"medium\", \"sample\": 0, \"content\": "
+        "\"\\\\boxed{1}\", \"finish_reason\": \"stop\"}, "
+        "{\"mode\": \"fp8kv\", \"effort\": \"medium\", \"sample\": 0, \"content\": null, "
+        "\"finish_reason\": \"stop\"}]}\n"
+        "{\"id\": \"p1\", \"problem\": \"q1\", \"answer\": 2, \"completions\": ["
+        "{\"mode\": \"bf16\", \"effort\": \"medium\", \"sample\": 0, \"content\": "
+        "\"\\\\boxed{2}\", \"finish_reason\": \"stop\"}, "
+        "{\"mode\": \"fp8kv\", \"effort\": \"medium\", \"sample\": 0, \"content\": "
+        "\"\\\\boxed{3}\", \"finish_reason\": \"stop\"}]}\n";
+    char *path = strdup(tu_in_dir("gap.jsonl"));
+    tu_write_file(path, traces, strlen(traces));
+    const char *db_path = strdup(tu_in_dir("e.db"));
+    eval_lifecycle_result res;
+    pg_err err = {0};
+    char *out = NULL;
+    cr_assert_eq(lu_replay(path, db_path, NULL, &res, &out, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(res.run_id, 1);
+    cr_assert_not_null(res.status, "%s", out);
+    cr_assert_str_eq(res.status, "incomplete", "%s", out);
+    cr_assert_eq(res.stored_errors, 1, "%s", out);
+    cr_assert_eq(res.counts.stored, 4);
+    cr_assert_eq(res.counts.errors, 1);
+    cr_assert_eq(res.counts.ok, 3);
+    cr_assert(strstr(out, "run 1 incomplete: 1 recorded completions have no answer to grade")
+                  != NULL, "%s", out);
+    cr_assert(strstr(out, "run 1 complete") == NULL, "%s", out);
+    sqlite3 *db = tu_db_open("e.db");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM runs WHERE id = 1 AND status = "
+                                "'incomplete'"), 1, "the stored run is not incomplete");
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM eval_samples WHERE run_id = 1"), 4);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM eval_samples WHERE run_id = 1 AND "
+                                "problem_id = 'p0' AND mode = 'fp8kv' AND error LIKE "
+                                "'%%had no content and finish_reason ''stop''%%'"), 1);
+    sqlite3_close(db);
+    free(out);
+    free((char *)db_path);
+    free(path);
+}
+
 Test(lifecycles, a_resume_of_a_run_that_does_not_exist_is_refused_and_creates_none)
 {
     const char *db_path = strdup(tu_in_dir("e.db"));
     eval_lifecycle_result res;
     pg_err err = {0};
     char *out = NULL;
-    cr_assert_eq(replay(db_path, -1, &res, &out, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(replay(db_path, 0, &res, &out, &err), PG_OK, "%s", err.msg);
     free(out);
     out = NULL;
     cr_assert_eq(replay(db_path, 7, &res, &out, &err), PG_ERR_USAGE);
@@ -89,18 +127,8 @@ Test(lifecycles, a_resume_of_a_run_that_does_not_exist_is_refused_and_creates_no
 static pg_status gate(const char *db_path, long run, int require_baseline, gate_result *res,
                       char **text, pg_err *err)
 {
-    pg_store *s = NULL;
-    pg_status st = store_open(db_path, &s, err);
-    size_t len = 0;
-    FILE *out = open_memstream(text, &len);
-    gate_config cfg;
-    gate_config_default(&cfg);
-    const gate_request rq = {.run = run, .cfg = &cfg, .require_baseline = require_baseline,
-                             .out = out};
-    if (st == PG_OK) st = gate_lifecycle_run(s, db_path, &rq, res, err);
-    fclose(out);
-    store_close(s);
-    return st;
+    const lu_gate_opts o = {.require_baseline = require_baseline};
+    return lu_gate(db_path, run, &o, res, text, err);
 }
 
 Test(lifecycles, the_gate_takes_the_older_run_as_baseline_and_requires_one_when_asked)
@@ -111,7 +139,7 @@ Test(lifecycles, the_gate_takes_the_older_run_as_baseline_and_requires_one_when_
     pg_err err = {0};
     char *text = NULL;
     for (int i = 0; i < 2; i++) {
-        cr_assert_eq(replay(db_path, -1, &er, &text, &err), PG_OK, "%s", err.msg);
+        cr_assert_eq(replay(db_path, 0, &er, &text, &err), PG_OK, "%s", err.msg);
         free(text);
         text = NULL;
     }

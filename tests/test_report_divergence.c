@@ -14,6 +14,7 @@
 #include "db/store.h"
 #include "fake_divergence_server.h"
 #include "harness/div_curves.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 /* Room for one expected table row or chart point. */
@@ -97,11 +98,7 @@ static void make_runs(servers *sv)
     snprintf(e, sizeof e, "--endpoint bf16=http://127.0.0.1:%d --endpoint fp8kv=http://127.0.0.1:%d",
              sv->s_ref.port, sv->s_kv.port);
     diverge(e, g_other);
-    char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "eval --traces '%s/evals/demo/aime-style-demo.jsonl' "
-                                    "--replay --db '%s' --no-progress", PRECGATE_SOURCE_DIR, g_db);
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    lu_replay_ok(PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl", g_db, NULL, NULL);
 }
 
 /* The stored summary of (mode, role) in run. */
@@ -259,8 +256,9 @@ Test(report_divergence, markdown_tables_trend_and_gate_flags_hold_the_stored_num
     servers sv;
     make_runs(&sv);
     char *out = NULL;
-    /* Run 2 against run 1 (automatic baseline): fp8kv's KLD grew, a regression. */
-    cr_assert_eq(tu_run_precgatef(&out, "gate --run 2 --db '%s'", g_db), 1, "%s", out);
+    /* Run 2 against run 1 (automatic baseline): fp8kv's KLD grew, a regression
+     * (the gate lifecycle called directly). */
+    cr_assert_eq(lu_gate_exit(g_db, 2, NULL, &out), GATE_EXIT_REGRESSION, "%s", out);
     free(out);
     char *md = report(2, "r2.md");
     cr_assert(strstr(md, "### Teacher-forced divergence") != NULL);

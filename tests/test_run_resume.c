@@ -4,6 +4,11 @@
  * a resume computes only the layers that are missing and ends with the rows
  * of a run that was never stopped, and a resume that would mix captures or
  * configurations is refused.
+ *
+ * The resume decisions are the run lifecycle's, called directly
+ * (lifecycle_util.h); the binary runs where the CLI is the point: the
+ * signals and the exit statuses they give, the resume hint and counts it
+ * prints, and the options it refuses before any lifecycle.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -18,17 +23,18 @@
 #include <unistd.h>
 
 #include "harness/run_lifecycle.h"
+#include "lifecycle_util.h"
 #include "testutil.h"
 
 TestSuite(run_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 60);
 
 /* A gpt-oss-shaped capture whose layers take about 10 ms each on the CPU. */
 #define FAST_LAYERS 6
-#define FAST_SYNTH "--layers 6 --seqs 1 --seq-len 16"
+#define FAST_SYNTH ((lu_synth_opts){.layers = 6, .seqs = 1, .seq_len = 16})
 /* About 40 ms a layer: a signal sent once layer 0 is stored lands while
  * layer 1 computes, far from the end. */
 #define SLOW_LAYERS 10
-#define SLOW_SYNTH "--layers 10 --seqs 1 --seq-len 48"
+#define SLOW_SYNTH ((lu_synth_opts){.layers = 10, .seqs = 1, .seq_len = 48})
 /* gpt-oss-120b's query heads: a stored layer holds (heads + 1) rows per mode. */
 #define HQ 64
 #define N_MODES 3
@@ -40,12 +46,9 @@ TestSuite(run_resume, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .ti
 #define POLL_MS 2
 
 /* Writes capture name into the scratch directory (synth options opts). */
-static void synth(const char *name, const char *opts)
+static void synth(const char *name, lu_synth_opts opts)
 {
-    char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "synth -o '%s' %s", tu_in_dir(name), opts);
-    cr_assert_eq(rc, 0, "synth: %s", out);
-    free(out);
+    lu_synth(tu_in_dir(name), opts);
 }
 
 /* Opens the scratch database name. */
@@ -134,23 +137,43 @@ static void expect_resume_counts(const char *out, int stored, int computed)
     expect_has(out, want);
 }
 
-/* Sweeps capture path cap into the scratch database db on the CPU (extra:
- * more run options); asserts success. */
-static void sweep_into(const char *cap, const char *db, const char *extra)
+/* Sweeps capture path cap into the scratch database db on the CPU (the
+ * run lifecycle called directly; o: more run options); asserts success. */
+static void sweep_into(const char *cap, const char *db, lu_sweep_opts o)
 {
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
-                                        "%s", cap, tu_in_dir(db), extra), 0, "%s", out);
-    free(out);
+    lu_sweep_ok(cap, tu_in_dir(db), &o);
+}
+
+/* Resumes run 1 of the scratch database db from capture path cap (the run
+ * lifecycle called directly; o: more run options) and asserts that it
+ * completed, announced as resumed, with `stored` layers kept and
+ * `computed` computed (what `run --resume` prints as "(S stored, C to
+ * compute)" and "C layers computed, S were stored"); returns what it said. */
+static char *resume_ok(const char *cap, const char *db, lu_sweep_opts o, int stored, int computed)
+{
+    o.resume = 1;
+    run_sweep_result res;
+    pg_err err = {0};
+    char *said = NULL;
+    cr_assert_eq(lu_sweep(cap, tu_in_dir(db), &o, &res, &said, &err), PG_OK, "resume: %s\n%s",
+                 err.msg, said);
+    cr_assert_eq(res.run_id, 1);
+    cr_assert(res.finished);
+    expect_has(said, "run 1 resumed: ");
+    char want[128];
+    snprintf(want, sizeof want, "(%d stored, %d to compute)", stored, computed);
+    expect_has(said, want);
+    cr_assert_eq(res.stats.layers_skipped, stored, "%s", said);
+    cr_assert_eq(res.stats.layers_stored, computed, "%s", said);
+    return said;
 }
 
 Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run)
 {
     synth("c.safetensors", FAST_SYNTH);
     char *cap = strdup(tu_in_dir("c.safetensors")); /* tu_in_dir's buffers are reused */
-    char *out = NULL;
-    sweep_into(cap, "ref.db", "");
-    sweep_into(cap, "r.db", "--threads 2");
+    sweep_into(cap, "ref.db", (lu_sweep_opts){0});
+    sweep_into(cap, "r.db", (lu_sweep_opts){.threads = 2});
     /* The last two layers go missing, as after a kill between layers. */
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 4;"
@@ -163,12 +186,7 @@ Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run
 
     /* Another thread count is no other configuration: the CPU specification's
      * numbers do not depend on it (checked below, bit for bit). */
-    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
-                                          "--threads 1", cap, tu_in_dir("r.db"));
-    cr_assert_eq(rc, 0, "resume: %s", out);
-    expect_has(out, "run 1 resumed: ");
-    expect_resume_counts(out, 4, 2);
-    free(out);
+    free(resume_ok(cap, "r.db", (lu_sweep_opts){.threads = 1}, 4, 2));
     db = db_open("r.db");
     char *status = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
     cr_assert_str_eq(status, "complete");
@@ -182,10 +200,7 @@ Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run
     expect_same_rows("ref.db", 1, "r.db", 1);
 
     /* Resumed again, a whole run computes nothing and stays equal. */
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  cap, tu_in_dir("r.db")), 0, "%s", out);
-    expect_resume_counts(out, FAST_LAYERS, 0);
-    free(out);
+    free(resume_ok(cap, "r.db", (lu_sweep_opts){0}, FAST_LAYERS, 0));
     expect_same_rows("ref.db", 1, "r.db", 1);
     free(cap);
 }
@@ -197,8 +212,8 @@ Test(run_resume, the_lifecycle_resumes_with_the_runs_own_options)
 {
     synth("c.safetensors", FAST_SYNTH);
     char *cap = strdup(tu_in_dir("c.safetensors"));
-    sweep_into(cap, "ref.db", "--seed 7");
-    sweep_into(cap, "r.db", "--seed 7");
+    sweep_into(cap, "ref.db", (lu_sweep_opts){.seed = 7, .given_seed = 1});
+    sweep_into(cap, "r.db", (lu_sweep_opts){.seed = 7, .given_seed = 1});
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 4;"
                     "DELETE FROM quant_stats WHERE layer >= 4;"
@@ -226,8 +241,7 @@ Test(run_resume, a_run_swept_before_layer_shapes_counts_its_layers_and_gets_thei
 {
     synth("c.safetensors", FAST_SYNTH);
     char *cap = strdup(tu_in_dir("c.safetensors")); /* tu_in_dir's buffers are reused */
-    char *out = NULL;
-    sweep_into(cap, "ref.db", "");
+    sweep_into(cap, "ref.db", (lu_sweep_opts){0});
     /* The reference holds gpt-oss-120b's shape: 64 q / 8 kv heads, D 64,
      * window 128 on the even layers, sinks. */
     sqlite3 *db = db_open("ref.db");
@@ -236,7 +250,7 @@ Test(run_resume, a_run_swept_before_layer_shapes_counts_its_layers_and_gets_thei
                                 "window = CASE layer %% 2 WHEN 0 THEN 128 ELSE 0 END"),
                  FAST_LAYERS);
     sqlite3_close(db);
-    sweep_into(cap, "r.db", "");
+    sweep_into(cap, "r.db", (lu_sweep_opts){0});
     /* Layers 0-3 stored before layer_shapes existed (no shape rows), 4 and 5 missing. */
     db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_shapes;"
@@ -244,10 +258,7 @@ Test(run_resume, a_run_swept_before_layer_shapes_counts_its_layers_and_gets_thei
                     "DELETE FROM quant_stats WHERE layer >= 4;"
                     "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
     sqlite3_close(db);
-    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                    cap, tu_in_dir("r.db"));
-    cr_assert_eq(rc, 0, "resume: %s", out);
-    expect_resume_counts(out, 4, 2);
+    char *out = resume_ok(cap, "r.db", (lu_sweep_opts){0}, 4, 2);
     expect_has(out, "recorded the shapes of 4 layers stored before schema version 12");
     free(out);
     db = db_open("r.db");
@@ -261,10 +272,7 @@ Test(run_resume, a_run_swept_before_layer_shapes_counts_its_layers_and_gets_thei
 static void run_with_missing_layers(void)
 {
     synth("c.safetensors", FAST_SYNTH);
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress",
-                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
-    free(out);
+    sweep_into(tu_in_dir("c.safetensors"), "r.db", (lu_sweep_opts){0});
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
@@ -273,33 +281,81 @@ static void run_with_missing_layers(void)
     sqlite3_close(db);
 }
 
-/* Resumes run 1 of r.db with extra options; expects exit rc with an error
- * holding the needles, and the run exactly as it was. */
-static void expect_refused(int want_rc, const char *capture_file, const char *extra, const char *n1,
-                           const char *n2, const char *n3)
+/* Run 1 of r.db as a refused resume must leave it: its rows counted, and
+ * the fields a resume would change; malloc'd. */
+static char *run_state(void)
 {
     sqlite3 *db = db_open("r.db");
-    const long long rows = tu_sql_int(db, "SELECT count(*) FROM layer_metrics");
-    char *before = tu_sql_text(db, "SELECT quote(status) || quote(error) || quote(heartbeat_at) || "
-                                   "quote(finished_at) || quote(pid) FROM runs WHERE id = 1");
+    char *state = tu_sql_text(db, "SELECT (SELECT count(*) FROM layer_metrics) || quote(status) || "
+                                  "quote(error) || quote(heartbeat_at) || quote(finished_at) || "
+                                  "quote(pid) FROM runs WHERE id = 1");
     sqlite3_close(db);
-    char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress %s",
-                                    tu_in_dir(capture_file), tu_in_dir("r.db"), extra);
-    cr_assert_eq(rc, want_rc, "resume %s: exit %d, want %d: %s", extra, rc, want_rc, out);
-    expect_has(out, "precgate: error: ");
+    return state;
+}
+
+/* Asserts that run 1 of r.db is as state (run_state's) says; frees it. */
+static void expect_run_as(char *state)
+{
+    char *now = run_state();
+    cr_assert_str_eq(now, state, "the refused resume changed the run");
+    free(now);
+    free(state);
+}
+
+/* Resumes run 1 of r.db from capture_file with the options o (the run
+ * lifecycle called directly); expects a refusal of the CLI's exit status
+ * want_exit (2: PG_ERR_USAGE; 1: any other failure) with a message holding
+ * the needles, and the run exactly as it was. */
+static void expect_refused(int want_exit, const char *capture_file, lu_sweep_opts o,
+                           const char *n1, const char *n2, const char *n3)
+{
+    char *before = run_state();
+    o.resume = 1;
+    run_sweep_result res;
+    pg_err err = {0};
+    char *said = NULL;
+    char *cap = strdup(tu_in_dir(capture_file));
+    const pg_status st = lu_sweep(cap, tu_in_dir("r.db"), &o, &res, &said, &err);
+    if (want_exit == 2) cr_assert_eq(st, PG_ERR_USAGE, "status %d: %s\n%s", st, err.msg, said);
+    else cr_assert(st != PG_OK && st != PG_ERR_USAGE, "status %d: %s\n%s", st, err.msg, said);
     const char *needles[] = {n1, n2, n3};
     for (int i = 0; i < 3; i++)
-        if (needles[i] != NULL) expect_has(out, needles[i]);
+        if (needles[i] != NULL) expect_has(err.msg, needles[i]);
+    free(said);
+    free(cap);
+    expect_run_as(before);
+}
+
+/* Resumes run `run` of r.db from capture_file (the run lifecycle called
+ * directly, no option given), which must be refused (PG_ERR_USAGE: the
+ * CLI's exit 2); returns the refusal's message, malloc'd. */
+static char *resume_refusal(long run, const char *capture_file)
+{
+    run_sweep_result res;
+    pg_err err = {0};
+    char *cap = strdup(tu_in_dir(capture_file));
+    cr_assert_eq(lu_sweep(cap, tu_in_dir("r.db"), &(lu_sweep_opts){.resume = run}, &res, NULL,
+                          &err), PG_ERR_USAGE, "%s", err.msg);
+    free(cap);
+    char *msg = strdup(err.msg);
+    cr_assert_not_null(msg);
+    return msg;
+}
+
+/* `run --resume 1 --capture c.safetensors` on r.db with extra options the
+ * CLI refuses (exit 2, its error printer) before any lifecycle; the run
+ * exactly as it was. */
+static void expect_cli_refused(const char *extra, const char *needle)
+{
+    char *before = run_state();
+    char *out = NULL;
+    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress %s",
+                                    tu_in_dir("c.safetensors"), tu_in_dir("r.db"), extra);
+    cr_assert_eq(rc, 2, "resume %s: exit %d: %s", extra, rc, out);
+    expect_has(out, "precgate: error: ");
+    expect_has(out, needle);
     free(out);
-    db = db_open("r.db");
-    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics"), rows, "rows changed");
-    char *after = tu_sql_text(db, "SELECT quote(status) || quote(error) || quote(heartbeat_at) || "
-                                  "quote(finished_at) || quote(pid) FROM runs WHERE id = 1");
-    cr_assert_str_eq(after, before, "the refused resume changed the run");
-    free(before);
-    free(after);
-    sqlite3_close(db);
+    expect_run_as(before);
 }
 
 Test(run_resume, another_capture_of_the_same_shape_is_refused_naming_both_digests)
@@ -310,23 +366,21 @@ Test(run_resume, another_capture_of_the_same_shape_is_refused_naming_both_digest
     sqlite3_close(db);
     cr_assert_eq(strncmp(digest, "xxh3-128:", 9), 0, "config_json digest '%s'", digest);
     /* One bit of one value of layer 4's k: same shape, same metadata. */
-    char *out = NULL;
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tu_in_dir("c.safetensors"), tu_in_dir("d.safetensors"));
     cr_assert_eq(system(cmd), 0);
     tu_flip_tensor_bit(tu_in_dir("d.safetensors"), "layers.4.k", 6);
     char stored[128];
     snprintf(stored, sizeof stored, "the run has \"%s\", this command gives \"xxh3-128:", digest);
-    expect_refused(2, "d.safetensors", "",
+    expect_refused(2, "d.safetensors", (lu_sweep_opts){0},
                    "run: --resume 1: capture_digest (--capture's content digest) differs", stored,
                    NULL);
     /* The same content under another path is the run's capture. */
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tu_in_dir("c.safetensors"), tu_in_dir("moved.safetensors"));
     cr_assert_eq(system(cmd), 0);
-    const int rc = tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                    tu_in_dir("moved.safetensors"), tu_in_dir("r.db"));
-    cr_assert_eq(rc, 0, "%s", out);
-    expect_resume_counts(out, 3, 3);
+    char *moved = strdup(tu_in_dir("moved.safetensors"));
+    char *out = resume_ok(moved, "r.db", (lu_sweep_opts){0}, 3, 3);
+    free(moved);
     expect_has(out, "holds the content of the run's capture");
     free(out);
     db = db_open("r.db");
@@ -342,43 +396,39 @@ Test(run_resume, another_capture_of_the_same_shape_is_refused_naming_both_digest
 Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_values)
 {
     run_with_missing_layers();
-    expect_refused(2, "c.safetensors", "--variants bf16", "variants (--variants) differs",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){.variants = "bf16"}, "variants (--variants) differs",
                    "the run has [\"bf16\",\"fp8kv@fixed\",\"fp8qkv@fa3\"], this command gives "
                    "[\"bf16\"]", NULL);
     /* Another profile of a mode is another run. */
-    expect_refused(2, "c.safetensors", "--variants fp8qkv@ideal,bf16,fp8kv",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){.variants = "fp8qkv@ideal,bf16,fp8kv"},
                    "variants (--variants) differs",
                    "this command gives [\"bf16\",\"fp8kv@fixed\",\"fp8qkv@ideal\"]", NULL);
-    expect_refused(2, "c.safetensors", "--seed 7", "page_seed_decimal (--seed) differs",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){.seed = 7, .given_seed = 1}, "page_seed_decimal (--seed) differs",
                    "the run has \"24301\", this command gives \"7\"", NULL);
-    expect_refused(2, "c.safetensors", "--seed 7 --variants bf16", "variants (--variants)",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){.seed = 7, .given_seed = 1, .variants = "bf16"}, "variants (--variants)",
                    "(also differ: page_seed_decimal)", NULL);
-    expect_refused(2, "c.safetensors", "--p-rounding e4m3", "unknown option '--p-rounding'", NULL,
-                   NULL);
-    expect_refused(2, "c.safetensors", "--label other", "--label with --resume", NULL, NULL);
+    /* The CLI's own refusals: an option that does not exist, a label. */
+    expect_cli_refused("--p-rounding e4m3", "unknown option '--p-rounding'");
+    expect_cli_refused("--label other", "--label with --resume");
     /* A capture that does not load leaves the run alone too. */
-    expect_refused(1, "missing.safetensors", "", "missing.safetensors", "cannot open", NULL);
+    expect_refused(1, "missing.safetensors", (lu_sweep_opts){0}, "missing.safetensors", "cannot open", NULL);
     /* Only a sweep run continues as one. */
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "eval --traces '%s/evals/demo/aime-style-demo.jsonl' "
-                                        "--replay --db '%s'", PRECGATE_SOURCE_DIR, tu_in_dir("r.db")),
-                 0, "%s", out);
-    free(out);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 2 --capture '%s' --db '%s'",
-                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 2, "%s", out);
-    expect_has(out, "run 2 is a 'eval' run, not a sweep");
-    free(out);
+    cr_assert_eq(lu_replay_ok(PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl",
+                              tu_in_dir("r.db"), NULL, NULL), 2);
+    char *why = resume_refusal(2, "c.safetensors");
+    expect_has(why, "run 2 is a 'eval' run, not a sweep");
+    free(why);
     /* The precgate build that made the rows is part of the configuration. */
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.git_rev', 'abc123')");
     sqlite3_close(db);
-    expect_refused(2, "c.safetensors", "",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){0},
                    "git_rev (the precgate build that computed the run) differs",
                    "the run has \"abc123\"", NULL);
     db = db_open("r.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_remove(config_json, '$.capture_digest')");
     sqlite3_close(db);
-    expect_refused(2, "c.safetensors", "", "does not record its capture digest",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){0}, "does not record its capture digest",
                    "start a new run", NULL);
 }
 
@@ -389,29 +439,19 @@ Test(run_resume, another_configuration_is_refused_naming_the_field_and_both_valu
 Test(run_resume, another_scale_policy_is_refused_and_the_runs_is_kept)
 {
     run_with_missing_layers();
-    expect_refused(2, "c.safetensors", "--scales unit", "scales (--scales) differs",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){.scales = "unit"}, "scales (--scales) differs",
                    "the run has \"amax\", this command gives \"unit\"", NULL);
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress "
-                                        "--scales amax", tu_in_dir("c.safetensors"),
-                                  tu_in_dir("r.db")), 0, "%s", out);
-    expect_resume_counts(out, 3, 3);
-    free(out);
+    char *cap = strdup(tu_in_dir("c.safetensors"));
+    free(resume_ok(cap, "r.db", (lu_sweep_opts){.scales = "amax"}, 3, 3));
 
-    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
-                                        "--scales vllm-dynamic", tu_in_dir("c.safetensors"),
-                                  tu_in_dir("v.db")), 0, "%s", out);
-    free(out);
+    sweep_into(cap, "v.db", (lu_sweep_opts){.scales = "vllm-dynamic"});
     sqlite3 *db = db_open("v.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
                     "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure'");
     sqlite3_close(db);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  tu_in_dir("c.safetensors"), tu_in_dir("v.db")), 0, "%s", out);
-    expect_resume_counts(out, 3, 3);
-    free(out);
+    free(resume_ok(cap, "v.db", (lu_sweep_opts){0}, 3, 3));
     db = db_open("v.db");
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE scale_source = "
                                 "'vllm-dynamic'"), FAST_LAYERS * QUANT_PER_LAYER);
@@ -425,42 +465,39 @@ Test(run_resume, another_scale_policy_is_refused_and_the_runs_is_kept)
                     "UPDATE runs SET status = 'failed', error = 'a failure',"
                     " config_json = json_remove(config_json, '$.scales')");
     sqlite3_close(db);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
-    free(out);
+    cr_assert_eq(lu_sweep_ok(cap, tu_in_dir("r.db"), &(lu_sweep_opts){.resume = 1}), 1);
     db = db_open("r.db");
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM quant_stats WHERE scale_source = 'amax'"),
                  FAST_LAYERS * QUANT_PER_LAYER);
     sqlite3_close(db);
+    free(cap);
 }
 
 Test(run_resume, a_run_whose_process_may_be_alive_needs_force)
 {
     run_with_missing_layers();
-    /* Marked running by a process that exists on this host: this test's. */
+    /* Marked running by a process that exists on this host: the one that
+     * started this test (the lifecycle runs in the test's own process). */
     char host[256] = "";
     cr_assert_eq(gethostname(host, sizeof host - 1), 0);
     sqlite3 *db = db_open("r.db");
     char *sql = sqlite3_mprintf("UPDATE runs SET status = 'running', error = NULL, "
                                 "finished_at = NULL, host = %Q, pid = %lld", host,
-                                (long long)getpid());
+                                (long long)getppid());
     tu_sql_exec(db, sql);
     sqlite3_free(sql);
     sqlite3_close(db);
-    expect_refused(2, "c.safetensors", "", "may be alive", "--force", NULL);
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){0}, "may be alive", "--force", NULL);
     /* refused before the capture is even opened: a missing file is not named */
+    char *why = resume_refusal(1, "no-such.safetensors");
+    expect_has(why, "may be alive");
+    cr_assert(strstr(why, "no-such.safetensors") == NULL, "the capture was opened first: %s", why);
+    free(why);
+    char *cap = strdup(tu_in_dir("c.safetensors"));
+    free(resume_ok(cap, "r.db", (lu_sweep_opts){.force = 1}, 3, 3));
+    free(cap);
+    /* The CLI's own refusal: --force without --resume. */
     char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  tu_in_dir("no-such.safetensors"), tu_in_dir("r.db")), 2, "%s",
-                 out);
-    expect_has(out, "may be alive");
-    cr_assert(strstr(out, "no-such.safetensors") == NULL, "the capture was opened first: %s", out);
-    free(out);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --force --capture '%s' --db '%s' "
-                                        "--no-progress", tu_in_dir("c.safetensors"),
-                                  tu_in_dir("r.db")), 0, "%s", out);
-    expect_resume_counts(out, 3, 3);
-    free(out);
     cr_assert_eq(tu_run_precgatef(&out, "run --force --capture '%s' --db '%s'",
                                   tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 2, "%s", out);
     expect_has(out, "--force only goes with --resume RUN");
@@ -476,7 +513,7 @@ Test(run_resume, a_half_stored_layer_is_refused_not_overwritten)
     char want[64];
     snprintf(want, sizeof want, "holds %d of its %d layer_metrics rows", ROWS_PER_LAYER - HQ,
              ROWS_PER_LAYER);
-    expect_refused(1, "c.safetensors", "", "layer 1 of capture", want, "not a whole layer");
+    expect_refused(1, "c.safetensors", (lu_sweep_opts){0}, "layer 1 of capture", want, "not a whole layer");
 }
 
 /* Waits until run 1 in database name has stored a layer (its rows are
@@ -571,10 +608,7 @@ static void stop_mid_sweep_and_resume(int sig)
     cr_assert_eq(rc, 0, "resume: %s", out);
     expect_resume_counts(out, stored, SLOW_LAYERS - stored);
     free(out);
-    rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress", cap,
-                          tu_in_dir("ref.db"));
-    cr_assert_eq(rc, 0, "%s", out);
-    free(out);
+    sweep_into(cap, "ref.db", (lu_sweep_opts){0});
     expect_same_rows("ref.db", 1, "i.db", 1);
     db = db_open("i.db");
     char *final = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
@@ -608,11 +642,8 @@ Test(run_resume, kill_9_mid_sweep_resumes_without_force)
 Test(run_resume, an_old_run_with_p_rounding_is_resumed_as_fp8qkv_ideal)
 {
     synth("c.safetensors", FAST_SYNTH);
-    char *out = NULL;
-    cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --no-progress "
-                                        "--variants bf16,fp8kv,fp8qkv@ideal",
-                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
-    free(out);
+    sweep_into(tu_in_dir("c.safetensors"), "r.db",
+               (lu_sweep_opts){.variants = "bf16,fp8kv,fp8qkv@ideal"});
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
@@ -620,20 +651,19 @@ Test(run_resume, an_old_run_with_p_rounding_is_resumed_as_fp8qkv_ideal)
                     "UPDATE runs SET status = 'failed', error = 'a failure',"
                     " config_json = json_set(config_json, '$.p_rounding', 'bf16')");
     sqlite3_close(db);
-    expect_refused(2, "c.safetensors", "", "the run rounded fp8qkv's P to bf16",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){0}, "the run rounded fp8qkv's P to bf16",
                    "start a new run", NULL);
-    expect_refused(2, "c.safetensors", "--variants bf16,fp8kv,fp8qkv",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){.variants = "bf16,fp8kv,fp8qkv"},
                    "the run rounded fp8qkv's P to bf16", NULL, NULL);
     db = db_open("r.db");
     tu_sql_exec(db, "UPDATE runs SET config_json = json_set(config_json, '$.p_rounding', 'e4m3')");
     sqlite3_close(db);
-    expect_refused(2, "c.safetensors", "--variants bf16,fp8kv,fp8qkv",
+    expect_refused(2, "c.safetensors", (lu_sweep_opts){.variants = "bf16,fp8kv,fp8qkv"},
                    "variants (--variants) differs", "[\"bf16\",\"fp8kv@fixed\",\"fp8qkv@fa3\"]",
                    NULL);
-    cr_assert_eq(tu_run_precgatef(&out, "run --resume 1 --capture '%s' --db '%s' --no-progress",
-                                  tu_in_dir("c.safetensors"), tu_in_dir("r.db")), 0, "%s", out);
-    expect_resume_counts(out, 3, 3);
-    free(out);
+    char *cap = strdup(tu_in_dir("c.safetensors"));
+    free(resume_ok(cap, "r.db", (lu_sweep_opts){0}, 3, 3));
+    free(cap);
     db = db_open("r.db");
     cr_assert_eq(tu_sql_int(db, "SELECT count(DISTINCT layer) FROM layer_metrics WHERE variant = "
                                 "'fp8qkv@ideal'"), 6);
