@@ -44,7 +44,7 @@ static double run_mode(int mode, const capture *cap, const capture_layer *L, dou
                           L->window, L->sm_scale, L->sinks};
     const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
     const size_t nkv = (size_t)cap->tkv * (size_t)L->hkv * (size_t)L->d;
-    attn_fp8_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
+    attn_quant_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
                            fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv)),
                            fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)),
                            cap->block_size, 1, 0};

@@ -1,6 +1,6 @@
 /*
  * diag_match.c: the measurement behind DIAG_MATCH_REL_L2 (harness/diag_verdict.h):
- * on every layer of a capture, at the sweep's default fp8 options (the
+ * on every layer of a capture, at the sweep's default quantized-mode options (the
  * capture's scales, else amax / 448), each pair of kernel profiles of one
  * mode that run on the layer, each as the other's reference: how far a real
  * kernel of the mode sits from another profile of it. Prints the largest
@@ -71,8 +71,8 @@ int main(int argc, char **argv)
         const capture_layer *L = &cap->layers[li];
         const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
                               L->window, L->sm_scale, L->sinks};
-        attn_fp8_options fo;
-        sweep_layer_fp8_options(cap, li, &so, &fo);
+        attn_quant_options fo;
+        sweep_layer_quant_options(cap, li, &so, &fo);
         const size_t nq = (size_t)cap->tq * (size_t)L->hq * (size_t)L->d;
         uint16_t *out[MAX_PROFILES] = {NULL};
         for (size_t p = 0; p < np && rc == 0; p++) {

@@ -37,7 +37,7 @@ int main(int argc, char **argv)
         const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
                               L->window, L->sm_scale, L->sinks};
         const size_t nq = (size_t)cap->tq * L->hq * L->d, nkv = (size_t)cap->tkv * L->hkv * L->d;
-        attn_fp8_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
+        attn_quant_options fo = {1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, nq)),
                                fp8_e4m3_calibrated_scale(bf16_amax(L->k, nkv)),
                                fp8_e4m3_calibrated_scale(bf16_amax(L->v, nkv)),
                                cap->block_size, 1, 0};

@@ -395,7 +395,7 @@ const schema_migration schema_migrations[] = {
         "DROP TABLE fp8qkv_v10;\n"),
     /* Attribution per quantized tensor (run --attribute, harness/attribute.h):
      * each fp8 variant of a sweep run again with one tensor alone quantized,
-     * the others kept bf16 (attn_fp8_options.keep_bf16), on the CPU
+     * the others kept bf16 (attn_quant_options.keep_bf16), on the CPU
      * specification; 'none' keeps all four (the profile's arithmetic alone:
      * the floor), 'all' none (the variant itself: the joint error). */
     SCHEMA_MIGRATION(11,

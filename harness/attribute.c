@@ -49,7 +49,7 @@ unsigned attribute_keep_mask(int tensor)
 }
 
 pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
-                          const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
+                          const uint16_t *k, const uint16_t *v, const attn_quant_options *fo,
                           const attn_profile *const *var, int n_var, const double *joint,
                           attribute_row *rows, int *n_rows, pg_err *err)
 {
@@ -77,7 +77,7 @@ pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t
                 rows[(*n_rows)++] = (attribute_row){.p = var[i], .tensor = t, .rel_l2 = joint[i]};
                 continue;
             }
-            attn_fp8_options o = *fo;
+            attn_quant_options o = *fo;
             o.keep_bf16 = attribute_keep_mask(t);
             st = attn_backend_run_variant(cpu, var[i], b, q, k, v, &o, out, NULL, err);
             if (st == PG_OK) st = attn_backend_metrics(cpu, out, ref, tq, b->hq, b->d, m, err);

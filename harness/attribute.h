@@ -2,7 +2,7 @@
  * attribute.h: attribution per quantized tensor (run --attribute, issue #16).
  *
  * For one layer and each fp8 variant, the variant runs again on the CPU
- * specification with only one tensor quantized: attn_fp8_options.keep_bf16 =
+ * specification with only one tensor quantized: attn_quant_options.keep_bf16 =
  * ATTN_TENSORS_ALL & ~T for each tensor T its mode quantizes (fp8kv: K, V;
  * fp8qkv: Q, K, V, P), plus "none" (every tensor kept bf16: the profile's
  * arithmetic alone, e.g. its tiling and fp8 MMA accumulation rule applied to
@@ -56,14 +56,14 @@ unsigned attribute_keep_mask(int tensor);
  * rows, in attribution_tensors' order, each the profile run on cpu (a "cpu"
  * backend: attn_backend_open) with fo and the row's keep_bf16 mask, into
  * rows (room for n_var * ATTRIBUTE_MAX_ROWS); *n_rows gets how many. fo is
- * the sweep's fp8 options of the layer (its keep_bf16 is replaced per row).
+ * the sweep's quantized-mode options of the layer (its keep_bf16 is replaced per row).
  * joint (NULL, or [n_var]): where joint[i] is not NaN it is var[i]'s "all"
  * row, not run again: the whole-layer rel_l2 the sweep measured for var[i]
  * on the CPU specification with fo and the same reference (the same bits).
  * PG_ERR_USAGE when cpu is not the CPU backend; PG_ERR_NOMEM; a variant's
  * own failure as attn_variant_run reports it, naming the variant and row. */
 pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
-                          const uint16_t *k, const uint16_t *v, const attn_fp8_options *fo,
+                          const uint16_t *k, const uint16_t *v, const attn_quant_options *fo,
                           const attn_profile *const *var, int n_var, const double *joint,
                           attribute_row *rows, int *n_rows, pg_err *err);
 

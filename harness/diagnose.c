@@ -42,7 +42,7 @@ double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n)
 }
 
 pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, const attn_fp8_options *fo, unsigned swept_modes,
+                         const uint16_t *v, const attn_quant_options *fo, unsigned swept_modes,
                          int n_ext, const capture_ext_output *ext, int n_threads,
                          diag_layer *out, pg_err *err)
 {

@@ -156,7 +156,7 @@ pg_status sweep_scales_check(const capture *cap, const char *capture_name, sweep
 
 /* Layer L's q, k and v scales under policy s (not DEFAULT; CAPTURE only on a
  * layer that has them, sweep_scales_check), from the amax capture_open read. */
-static void layer_scales(const capture_layer *L, sweep_scales s, attn_fp8_options *fo)
+static void layer_scales(const capture_layer *L, sweep_scales s, attn_quant_options *fo)
 {
     switch (s) {
     case SWEEP_SCALES_CAPTURE:
@@ -248,7 +248,7 @@ typedef struct layer_ctx {
     int li;
     attn_batch b;
     size_t nq;
-    attn_fp8_options fo;
+    attn_quant_options fo;
     variant_metrics *vm;     /* [SWEEP_MAX_VARIANTS * 2 + n_ext] */
     pg_metric_values *mbuf;
     int n_vm;
@@ -709,7 +709,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     if (!c->vm || !c->mbuf) return pg_fail(err, PG_ERR_NOMEM, "cannot allocate metrics");
 
     /* The scales of opt->scales, chosen here for both backends. */
-    *scale_source = sweep_layer_fp8_options(cap, li, opt, &c->fo);
+    *scale_source = sweep_layer_quant_options(cap, li, opt, &c->fo);
     const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
@@ -759,10 +759,10 @@ static int layer_attribution_rows(const sweep_options *opt)
     return n;
 }
 
-const char *sweep_layer_fp8_options(const capture *cap, int li, const sweep_options *opt,
-                                    attn_fp8_options *fo)
+const char *sweep_layer_quant_options(const capture *cap, int li, const sweep_options *opt,
+                                    attn_quant_options *fo)
 {
-    *fo = (attn_fp8_options){.quantize = 1, .block_size = cap->block_size,
+    *fo = (attn_quant_options){.quantize = 1, .block_size = cap->block_size,
                              .page_seed = opt->page_seed + (uint64_t)li};
     const sweep_scales policy = sweep_scales_resolve(cap, opt->scales);
     layer_scales(&cap->layers[li], policy, fo);

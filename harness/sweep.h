@@ -122,12 +122,12 @@ pg_status sweep_scales_check(const capture *cap, const char *capture_name, sweep
  * one profile, and for an empty list or entry. */
 pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err);
 
-/* The fp8 options the sweep gives layer li of cap under opt (its scales
+/* The quantized-mode options the sweep gives layer li of cap under opt (its scales
  * under opt->scales, resolved; the paging seed opt->page_seed + li), into
  * *fo: what the fp8 variants and the diagnosis's hypotheses run with.
  * Returns the scale policy's name (quant_stats.scale_source). */
-const char *sweep_layer_fp8_options(const capture *cap, int li, const sweep_options *opt,
-                                    attn_fp8_options *fo);
+const char *sweep_layer_quant_options(const capture *cap, int li, const sweep_options *opt,
+                                    attn_quant_options *fo);
 
 /* The rows sweep_run stores for layer li of cap under opt (every variant's
  * whole-layer and per-head layer_metrics rows, the --check-spec rows on their

@@ -33,11 +33,11 @@
  *   P scaling and fp8 accumulation, kernels/fp8_mma.h).
  * Profiles (MODE@PROFILE), their rules and sources: attn_profile.h and
  * `precgate help profiles`; attn_variant_run runs one.
- * attn_fp8_options.quantize = 0 (for the identity tests) means no fp8 anywhere:
+ * attn_quant_options.quantize = 0 (for the identity tests) means no fp8 anywhere:
  * Q, K, V stay bf16, P is rounded to bf16 where the profile rounds it to e4m3,
  * and the scales are not used (as if 1.0). Then fp8kv@fixed, fp8kv@vllm-24197
  * and fp8qkv@ideal equal bf16 bit for bit (tests/test_attn.c holds it).
- * attn_fp8_options.keep_bf16 does the same for the tensors it names alone
+ * attn_quant_options.keep_bf16 does the same for the tensors it names alone
  * (per-tensor attribution): all four kept equals quantize = 0 bit for bit
  * (tests/test_hypothesis.c).
  */
@@ -65,7 +65,7 @@ typedef struct attn_batch {
     const float *sinks;     /* [hq] sink logits, or NULL */
 } attn_batch;
 
-/* The tensors an fp8 mode may quantize, as bits of attn_fp8_options.keep_bf16. */
+/* The tensors a quantized mode may quantize, as bits of attn_quant_options.keep_bf16. */
 typedef enum attn_tensor {
     ATTN_TENSOR_Q = PG_TENSOR_Q,
     ATTN_TENSOR_K = PG_TENSOR_K,
@@ -75,8 +75,9 @@ typedef enum attn_tensor {
 /* Every bit of attn_tensor. */
 #define ATTN_TENSORS_ALL 15u
 
-/* Options of the fp8 modes. */
-typedef struct attn_fp8_options {
+/* Options of the quantized modes, whatever their format (base/mode.h): the
+ * per-tensor scales, the paged cache's shape and what stays bf16. */
+typedef struct attn_quant_options {
     int quantize;             /* 0: keep bf16 where fp8 would go (for the identity tests) */
     float q_scale, k_scale, v_scale;
     int block_size;           /* KV page size: 16, 32 or 64 */
@@ -86,13 +87,13 @@ typedef struct attn_fp8_options {
                                * the profile kept (per-tensor attribution, run --attribute);
                                * 0: the profile as it is. The CPU specification only: other
                                * backends refuse a nonzero mask */
-} attn_fp8_options;
+} attn_quant_options;
 
-/* Checks fp8 options: present, block size 16/32/64, finite positive
+/* Checks quantized-mode options: present, block size 16/32/64, finite positive
  * scales, keep_bf16 within ATTN_TENSORS_ALL; PG_ERR_USAGE / PG_ERR_NUMERIC
  * naming what is wrong. Every backend
  * checks the same (the GPU's bf16 path needs them too, for its paged cache). */
-pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err);
+pg_status attn_quant_options_check(const attn_quant_options *opt, pg_err *err);
 
 /* What quantization did to each tensor (filled by the fp8 modes). */
 typedef struct attn_quant_report {

@@ -20,7 +20,7 @@ typedef struct backend_ops {
     pg_status (*run_layer)(attn_backend *be, const attn_layer_job *job, pg_err *err);
     pg_status (*run_variant)(attn_backend *be, const attn_profile *p, const attn_batch *b,
                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                             const attn_fp8_options *opt, uint16_t *out, attn_quant_report *rep,
+                             const attn_quant_options *opt, uint16_t *out, attn_quant_report *rep,
                              pg_err *err);
     pg_status (*reference)(attn_backend *be, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
@@ -66,7 +66,7 @@ static int cpu_supports(const attn_profile *p, const attn_batch *b, const char *
 
 static pg_status cpu_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
                                  const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                 const attn_fp8_options *opt, uint16_t *out,
+                                 const attn_quant_options *opt, uint16_t *out,
                                  attn_quant_report *rep, pg_err *err)
 {
     if (rep != NULL) memset(rep, 0, sizeof *rep);
@@ -191,7 +191,7 @@ static pg_status gpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_e
 
 static pg_status gpu_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
                                  const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                 const attn_fp8_options *opt, uint16_t *out,
+                                 const attn_quant_options *opt, uint16_t *out,
                                  attn_quant_report *rep, pg_err *err)
 {
     return cuda_variant_run(be->gpu, p, b, q, k, v, opt, out, rep, err);
@@ -294,7 +294,7 @@ pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg
 
 pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
                                    const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                   const attn_fp8_options *opt, uint16_t *out,
+                                   const attn_quant_options *opt, uint16_t *out,
                                    attn_quant_report *rep, pg_err *err)
 {
     return be->ops->run_variant(be, p, b, q, k, v, opt, out, rep, err);

@@ -30,7 +30,7 @@ typedef struct attn_backend attn_backend;
 typedef struct attn_layer_job {
     const attn_batch *b;
     const uint16_t *q, *k, *v;          /* bf16 host arrays [Tq,hq,d], [Tkv,hkv,d] */
-    const attn_fp8_options *opt;
+    const attn_quant_options *opt;
     int n_var;                          /* variants to run, each one the backend supports */
     const attn_profile *const *var;
     int n_ext;                          /* outputs computed elsewhere (bf16 [Tq,hq,d]), */
@@ -93,7 +93,7 @@ pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg
  * [Tq,hq,d]; rep may be NULL. */
 pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
                                    const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                   const attn_fp8_options *opt, uint16_t *out,
+                                   const attn_quant_options *opt, uint16_t *out,
                                    attn_quant_report *rep, pg_err *err);
 
 /* The fp64 reference of batch b (attn_reference's contract): out [Tq,hq,d]. */

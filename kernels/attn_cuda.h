@@ -54,7 +54,7 @@ int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why);
  * PG_ERR_USAGE naming p when cuda_supports says no. */
 pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                           const attn_fp8_options *opt, uint16_t *out, attn_quant_report *rep,
+                           const attn_quant_options *opt, uint16_t *out, attn_quant_report *rep,
                            pg_err *err);
 
 /* The dequant gather alone, from a host paged cache (e.g. kv_paged_write's)
@@ -86,7 +86,7 @@ pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double 
  * each variant's output in the same order, for --check-spec. Times in ms per
  * stage go to ms_ref / ms_modes[n_var] / ms_metrics when non-NULL. */
 pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                            int n_var, const attn_profile *const *var, int n_ext,
                            const uint16_t *const *ext, pg_metric_values *metrics,
                            attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
@@ -125,7 +125,7 @@ typedef struct cuda_kernel_times {
 
 /* Times each kernel of one layer reps times (after a warm-up) with events. */
 pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                            const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                             int reps, cuda_kernel_times *t, pg_err *err);
 
 #ifdef __cplusplus

@@ -62,7 +62,7 @@ int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why)
 
 pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                           const attn_fp8_options *opt, uint16_t *out, attn_quant_report *rep,
+                           const attn_quant_options *opt, uint16_t *out, attn_quant_report *rep,
                            pg_err *err)
 {
     (void)be, (void)p, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)out, (void)rep;
@@ -94,7 +94,7 @@ pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double 
 }
 
 pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                            int n_var, const attn_profile *const *var, int n_ext,
                            const uint16_t *const *ext, pg_metric_values *metrics,
                            attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
@@ -109,7 +109,7 @@ pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t
 }
 
 pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                            const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                             int reps, cuda_kernel_times *t, pg_err *err)
 {
     (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)reps, (void)t;

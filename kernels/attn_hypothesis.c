@@ -140,15 +140,15 @@ const char *attn_hypothesis_summary(const attn_hypothesis *h) { return h->summar
 const char *attn_hypothesis_meaning(const attn_hypothesis *h) { return h->meaning; }
 
 pg_status attn_hypothesis_run(const attn_hypothesis *h, const attn_batch *b, const uint16_t *q,
-                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                              const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                               uint16_t *out, int n_threads, pg_err *err)
 {
-    pg_status st = attn_fp8_options_check(opt, err);
+    pg_status st = attn_quant_options_check(opt, err);
     if (st != PG_OK) return st;
     if (opt->keep_bf16 != 0 || !opt->quantize)
         return pg_fail(err, PG_ERR_USAGE, "hypothesis %s: the options must quantize as the "
                        "stack does (quantize 1, keep_bf16 0)", h->name);
-    attn_fp8_options o = *opt;
+    attn_quant_options o = *opt;
     const attn_profile *p = NULL;
     switch (h->kind) {
     case HYP_KV_PLUMBING:

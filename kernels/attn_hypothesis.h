@@ -81,9 +81,9 @@ const char *attn_hypothesis_meaning(const attn_hypothesis *h);
 
 /* Runs hypothesis h on one layer on the CPU specification: q bf16
  * [Tq,hq,d], k/v bf16 [Tkv,hkv,d], the scales and paging of opt (required,
- * attn_fp8_options_check; keep_bf16 must be 0) -> out bf16 [Tq,hq,d]. */
+ * attn_quant_options_check; keep_bf16 must be 0) -> out bf16 [Tq,hq,d]. */
 pg_status attn_hypothesis_run(const attn_hypothesis *h, const attn_batch *b, const uint16_t *q,
-                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                              const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                               uint16_t *out, int n_threads, pg_err *err);
 
 #ifdef __cplusplus

@@ -22,7 +22,7 @@
 
 /* Where the core reads K and V, each on its own: a paged cache when
  * paged_k / paged_v != NULL, else the packed bf16 tensors [Tkv, hkv, d]
- * (one of them kept bf16 by attn_fp8_options.keep_bf16 while the other is
+ * (one of them kept bf16 by attn_quant_options.keep_bf16 while the other is
  * quantized reads the two from different places). */
 typedef struct core_kv {
     const kv_paged *paged_k, *paged_v;
@@ -464,7 +464,7 @@ pg_status attn_variant_bf16(const attn_batch *b, const uint16_t *q, const uint16
     return core_run(b, q, &kv, &par, out, n_threads, err);
 }
 
-pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err)
+pg_status attn_quant_options_check(const attn_quant_options *opt, pg_err *err)
 {
     if (opt == NULL) return pg_fail(err, PG_ERR_USAGE, "fp8 variant run without fp8 options");
     if (opt->block_size != 16 && opt->block_size != 32 && opt->block_size != 64)
@@ -482,7 +482,7 @@ pg_status attn_fp8_options_check(const attn_fp8_options *opt, pg_err *err)
 }
 
 /* The tensors opt leaves bf16: all of them without quantization (attn.h). */
-static unsigned kept_bf16(const attn_fp8_options *opt)
+static unsigned kept_bf16(const attn_quant_options *opt)
 {
     return opt->quantize ? opt->keep_bf16 : ATTN_TENSORS_ALL;
 }
@@ -502,7 +502,7 @@ static core_kv kv_sources(unsigned kept, const kv_paged *e4m3, const uint16_t *k
  * own scale; nothing (cache->block_table NULL) when kept leaves both bf16;
  * the counters of a kept tensor stay zero. */
 static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
-                                 const attn_fp8_options *opt, unsigned kept, kv_elem elem,
+                                 const attn_quant_options *opt, unsigned kept, kv_elem elem,
                                  int per_token_head, kv_paged *cache, attn_quant_report *rep,
                                  pg_err *err)
 {
@@ -530,14 +530,14 @@ attn_kv_plumbing attn_kv_plumbing_of(const attn_profile *p)
 
 pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv_format,
                                  const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                                 const uint16_t *v, const attn_fp8_options *opt, uint16_t *out,
+                                 const uint16_t *v, const attn_quant_options *opt, uint16_t *out,
                                  attn_quant_report *rep, int n_threads, pg_err *err)
 {
     if (kv_elem_of_format(kv_format) == KV_ELEM_BF16)
         return pg_fail(err, PG_ERR_INTERNAL, "fp8kv plumbing: no fp8 paged cache of %s",
                        pg_number_format_name(kv_format));
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
+    if (st == PG_OK) st = attn_quant_options_check(opt, err);
     if (st != PG_OK) return st;
     if (rep != NULL) memset(rep, 0, sizeof *rep);
     const unsigned kept = kept_bf16(opt);
@@ -567,7 +567,7 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
 /* fp8qkv: e4m3 Q, K and V (the paged cache), then the profile's core; the
  * tensors opt->keep_bf16 names stay bf16 with scale 1. */
 static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const uint16_t *q,
-                            const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                            const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                             uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
 {
     const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq * (size_t)b->d;
@@ -629,11 +629,11 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
 
 pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch *b,
                                      const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                     const attn_fp8_options *opt, uint16_t *out,
+                                     const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
+    if (st == PG_OK) st = attn_quant_options_check(opt, err);
     if (st != PG_OK) return st;
     if (rep != NULL) memset(rep, 0, sizeof *rep);
     const unsigned kept = kept_bf16(opt);
@@ -651,14 +651,14 @@ pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch 
 }
 
 pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uint16_t *q,
-                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                            uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
 {
     const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
     if (mt->kv_consumption == PG_KV_READ_AS_BF16)
         return attn_variant_bf16(b, q, k, v, out, n_threads, err);
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_fp8_options_check(opt, err);
+    if (st == PG_OK) st = attn_quant_options_check(opt, err);
     if (st != PG_OK) return st;
     if (rep != NULL) memset(rep, 0, sizeof *rep);
     if (p->no_sinks && b->sinks != NULL)
@@ -671,7 +671,7 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
          * @vllm-24197 included (there Q's bit drops q_scale from bmm1; P's
          * bit changes nothing: fp8kv's P is bf16). */
         const attn_kv_plumbing pl = attn_kv_plumbing_of(p);
-        attn_fp8_options o = *opt;
+        attn_quant_options o = *opt;
         if (o.keep_bf16 & ATTN_TENSOR_Q) o.q_scale = 1.0f;
         if (o.keep_bf16 & ATTN_TENSOR_K) o.k_scale = 1.0f;
         if (o.keep_bf16 & ATTN_TENSOR_V) o.v_scale = 1.0f;

@@ -76,7 +76,7 @@ const char *attn_profile_rules(const attn_profile *p);
  * rep (may be NULL) is filled for the fp8 modes. PG_ERR_UNSUPPORTED naming p
  * when the profile's kernel cannot take the layer (sinks on a kernel without). */
 pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uint16_t *q,
-                           const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                           const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                            uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err);
 
 #ifdef __cplusplus

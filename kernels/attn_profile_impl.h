@@ -54,7 +54,7 @@ attn_kv_plumbing attn_kv_plumbing_of(const attn_profile *p);
 pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv_format,
                                  const attn_batch *b,
                                  const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                 const attn_fp8_options *opt, uint16_t *out,
+                                 const attn_quant_options *opt, uint16_t *out,
                                  attn_quant_report *rep, int n_threads, pg_err *err);
 
 /* How a per-token-head computation uses each cached row's scale. */
@@ -79,7 +79,7 @@ typedef enum attn_row_scaling {
  * keeps everything bf16 (attn.h). Checks as attn_variant_run. */
 pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch *b,
                                      const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                     const attn_fp8_options *opt, uint16_t *out,
+                                     const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err);
 
 /* How the softmax is taken. */

@@ -564,12 +564,12 @@ struct layer_caches {
 // Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
 // b into dout, with the layer's shared caches lc; the e4m3 cache's K/V
 // counters go to dstats + CUDA_QSTAT_COUNT, Q's to dstats.
-// The fp8 options the CPU checks (attn_fp8_options_check), and none that
+// The quantized-mode options the CPU checks (attn_quant_options_check), and none that
 // keeps a tensor bf16: the GPU kernels quantize every tensor their profile
 // does (attribution runs on the CPU specification, attn.h).
-static pg_status cuda_options_check(const attn_fp8_options *opt, pg_err *err)
+static pg_status cuda_options_check(const attn_quant_options *opt, pg_err *err)
 {
-    pg_status st = attn_fp8_options_check(opt, err);
+    pg_status st = attn_quant_options_check(opt, err);
     if (st == PG_OK && opt->keep_bf16 != 0)
         st = pg_fail(err, PG_ERR_USAGE, "cuda: the GPU kernels quantize every tensor of their "
                      "profile (keep_bf16 0x%x); run attribution on the cpu backend",
@@ -580,7 +580,7 @@ static pg_status cuda_options_check(const attn_fp8_options *opt, pg_err *err)
 static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
                           const cuda_batch *cb, const attn_profile *p, gpu_kind kind,
                           const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
-                          const attn_fp8_options *opt, layer_caches *lc,
+                          const attn_quant_options *opt, layer_caches *lc,
                           unsigned long long *dstats, uint16_t *dout, pg_err *err)
 {
     cuda_paged *e4m3 = &lc->e4m3;
@@ -623,7 +623,7 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
 
 extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
                                       const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                      const attn_fp8_options *opt, uint16_t *out,
+                                      const attn_quant_options *opt, uint16_t *out,
                                       attn_quant_report *rep, pg_err *err)
 {
     const char *why = nullptr;
@@ -764,7 +764,7 @@ extern "C" pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, co
 // The whole layer on the device in one go (it fits: see cuda_sweep_layer).
 static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                                    const uint16_t *k, const uint16_t *v,
-                                   const attn_fp8_options *opt, int n_var,
+                                   const attn_quant_options *opt, int n_var,
                                    const attn_profile *const *var, const gpu_kind *kinds,
                                    int n_ext,
                                    const uint16_t *const *ext, pg_metric_values *metrics,
@@ -902,7 +902,7 @@ int cmp_double(const void *a, const void *b)
 
 extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                                        const uint16_t *k, const uint16_t *v,
-                                       const attn_fp8_options *opt, int reps,
+                                       const attn_quant_options *opt, int reps,
                                        cuda_kernel_times *t, pg_err *err)
 {
     if (reps < 1) reps = 1;
@@ -1073,7 +1073,7 @@ void add_stats(fp8_quant_stats *a, const fp8_quant_stats *b)
 // The layer in pieces: each piece's reference and mode outputs come back to
 // the host, where the metrics of the whole layer are computed.
 pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16_t *q,
-                             const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                             const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                              int n_var, const attn_profile *const *var, const gpu_kind *kinds,
                              int n_ext, const uint16_t *const *ext,
                              pg_metric_values *metrics, attn_quant_report *rep,
@@ -1179,7 +1179,7 @@ extern "C" void cuda_host_unregister(void *p)
 
 extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                                       const uint16_t *k, const uint16_t *v,
-                                      const attn_fp8_options *opt, int n_var,
+                                      const attn_quant_options *opt, int n_var,
                                       const attn_profile *const *var, int n_ext,
                                       const uint16_t *const *ext, pg_metric_values *metrics,
                                       attn_quant_report *rep, uint16_t *const *mode_out,

@@ -236,7 +236,7 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
     const int failures_before = failures;
     pg_err err = {0};
     const int threads = parallel_default_threads();
-    attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, bs, seed, 0};
+    attn_quant_options opt = {1, 1.0f, 1.0f, 1.0f, bs, seed, 0};
     if (scale_mul != 1.0f) {
         opt.q_scale = fp8_e4m3_calibrated_scale(bf16_amax(q, nq)) * scale_mul;
         opt.k_scale = fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)) * scale_mul;
@@ -409,7 +409,7 @@ static const attn_profile *sweep3[3];
 /* attn_backend_run_layer of the three default variants and n_ext external
  * outputs: metrics m, the report rep, the outputs outs (may be NULL). */
 static pg_status sweep_layer3(attn_backend *be, const attn_batch *b, const uint16_t *q,
-                              const uint16_t *k, const uint16_t *v, const attn_fp8_options *opt,
+                              const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                               int n_ext, const uint16_t *const *ext, pg_metric_values *m,
                               attn_quant_report *rep, uint16_t *const *outs, pg_err *err)
 {
@@ -433,7 +433,7 @@ static void run_pieces_case(attn_backend *be)
     for (size_t i = 0; i < nq; i++) q[i] = bf16_from_f32((float)(2.0 * gauss(&rs)));
     for (size_t i = 0; i < nkv; i++) k[i] = bf16_from_f32((float)gauss(&rs));
     for (size_t i = 0; i < nkv; i++) v[i] = bf16_from_f32((float)gauss(&rs));
-    attn_fp8_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
+    attn_quant_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
                             fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
                             fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 7, 0};
     const int per = hq + 1;
@@ -565,7 +565,7 @@ static void run_metrics_edge(attn_backend *be)
     free(ref);
 }
 
-/* The GPU refuses a per-tensor bf16 mask (attn_fp8_options.keep_bf16), in a
+/* The GPU refuses a per-tensor bf16 mask (attn_quant_options.keep_bf16), in a
  * variant run and in a layer run, rather than quantizing every tensor. */
 static void run_keep_bf16_refused(attn_backend *be)
 {
@@ -574,7 +574,7 @@ static void run_keep_bf16_refused(attn_backend *be)
     attn_batch b = {1, &sq, &skv, hq, hkv, d, 0, 0.125f, NULL};
     const size_t nq = (size_t)sq * hq * d, nkv = (size_t)skv * hkv * d;
     uint16_t *q = calloc(nq, 2), *k = calloc(nkv, 2), *v = calloc(nkv, 2), *o = malloc(nq * 2);
-    attn_fp8_options opt = {1, 1.0f, 1.0f, 1.0f, 16, 1, ATTN_TENSOR_K};
+    attn_quant_options opt = {1, 1.0f, 1.0f, 1.0f, 16, 1, ATTN_TENSOR_K};
     pg_metric_values m[2 * 3];
     pg_err e1 = {0}, e2 = {0};
     cases++;

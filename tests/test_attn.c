@@ -203,10 +203,10 @@ static double rel_l2_bf16(const uint16_t *a, const double *r, size_t n)
     return sqrt(e / z);
 }
 
-static const attn_fp8_options fp8_default = {1, 1.0f, 1.0f, 1.0f, 16, 42, 0};
+static const attn_quant_options fp8_default = {1, 1.0f, 1.0f, 1.0f, 16, 42, 0};
 
 /* Runs variant name ("fp8kv@fixed", ...) on case c into out. */
-static pg_status run_variant(const char *name, const tcase *c, const attn_fp8_options *opt,
+static pg_status run_variant(const char *name, const tcase *c, const attn_quant_options *opt,
                              uint16_t *out, attn_quant_report *rep, pg_err *err)
 {
     const attn_profile *p;
@@ -259,7 +259,7 @@ Test(attn, modes_match_their_naive_statements_bit_for_bit)
         tcase_make_shape(&c, &shapes[i], 2.0, 200 + i);
         uint16_t *o = malloc(c.nq * 2), *n = malloc(c.nq * 2);
         pg_err err = {0};
-        attn_fp8_options opt = fp8_default;
+        attn_quant_options opt = fp8_default;
         opt.block_size = shapes[i].block;
         opt.q_scale = 0.011f; /* != 1: a scale applied twice or not at all shows */
         opt.k_scale = 0.013f;
@@ -295,7 +295,7 @@ Test(attn, quantization_off_equals_bf16_bit_for_bit)
         tcase_make_shape(&c, &shapes[i], 1.0, 300 + i);
         uint16_t *ob = malloc(c.nq * 2), *o = malloc(c.nq * 2);
         pg_err err = {0};
-        attn_fp8_options opt = fp8_default;
+        attn_quant_options opt = fp8_default;
         opt.quantize = 0;
         opt.block_size = shapes[i].block;
         /* Scales != 1: unused without quantization (attn.h), so they must not show. */
@@ -431,7 +431,7 @@ Test(attn, gqa_maps_query_head_to_its_kv_head)
     double *r = malloc(c.nq * sizeof(double));
     uint16_t *o = malloc(c.nq * 2);
     pg_err err = {0};
-    attn_fp8_options opt = fp8_default;
+    attn_quant_options opt = fp8_default;
     cr_assert_eq(attn_reference(&c.b, c.q, c.k, c.v, r, 2, &err), PG_OK);
     for (size_t variant = 0; variant < attn_profile_count(); variant++) {
         const attn_profile *p = attn_profile_at(variant);
@@ -483,7 +483,7 @@ Test(attn, modes_order_by_precision)
     double *r = malloc(c.nq * sizeof(double));
     uint16_t *o = malloc(c.nq * 2);
     pg_err err = {0};
-    attn_fp8_options opt = fp8_default;
+    attn_quant_options opt = fp8_default;
     opt.q_scale = 4.5f / FP8_E4M3_MAX * 2; /* roughly amax / 448 for these tensors */
     opt.k_scale = opt.v_scale = 4.5f / FP8_E4M3_MAX;
     cr_assert_eq(attn_reference(&c.b, c.q, c.k, c.v, r, 2, &err), PG_OK);

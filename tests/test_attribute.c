@@ -50,15 +50,15 @@ static float amax(const uint16_t *x, size_t n)
 }
 
 /* Calibrated scales for all but K, whose scale forces saturation. */
-static attn_fp8_options k_saturated(const tu_layer *L)
+static attn_quant_options k_saturated(const tu_layer *L)
 {
-    return (attn_fp8_options){1, fp8_e4m3_calibrated_scale(amax(L->q, L->nq)),
+    return (attn_quant_options){1, fp8_e4m3_calibrated_scale(amax(L->q, L->nq)),
                               fp8_e4m3_calibrated_scale(amax(L->k, L->nkv)) / K_SATURATION_DIVISOR,
                               fp8_e4m3_calibrated_scale(amax(L->v, L->nkv)), 16, 5, 0};
 }
 
 /* attribute_layer of the named profiles on L under o, into rows. */
-static int attribute(const tu_layer *L, const attn_fp8_options *o, const char *const *names, int n,
+static int attribute(const tu_layer *L, const attn_quant_options *o, const char *const *names, int n,
                      attribute_row *rows)
 {
     attn_backend *cpu = NULL;
@@ -88,7 +88,7 @@ Test(attribute, only_k_saturated_makes_k_dominate_and_the_joint_follow_it)
 {
     tu_layer L;
     tu_layer_init(&L, 21, 2.0);
-    const attn_fp8_options o = k_saturated(&L);
+    const attn_quant_options o = k_saturated(&L);
     const char *names[] = {"fp8kv@fixed", "fp8qkv@fa3"};
     attribute_row rows[2 * ATTRIBUTE_MAX_ROWS];
     const int n = attribute(&L, &o, names, 2, rows);
@@ -126,7 +126,7 @@ Test(attribute, fp8kv_gives_none_k_v_all_and_fp8qkv_all_six_in_order_bf16_nothin
                  (unsigned)(ATTN_TENSOR_Q | ATTN_TENSOR_V | ATTN_TENSOR_P));
     tu_layer L;
     tu_layer_init(&L, 22, 2.0);
-    const attn_fp8_options o = k_saturated(&L);
+    const attn_quant_options o = k_saturated(&L);
     const char *names[] = {"bf16", "fp8kv@fixed", "fp8qkv@ideal"};
     attribute_row rows[3 * ATTRIBUTE_MAX_ROWS];
     const int n = attribute(&L, &o, names, 3, rows);
@@ -148,7 +148,7 @@ Test(attribute, all_computed_is_the_backends_layer_metric_bit_for_bit)
 {
     tu_layer L;
     tu_layer_init(&L, 23, 2.0);
-    const attn_fp8_options o = k_saturated(&L);
+    const attn_quant_options o = k_saturated(&L);
     const char *names[] = {"fp8kv@fixed", "fp8qkv@fa3"};
     attribute_row rows[2 * ATTRIBUTE_MAX_ROWS];
     const int n = attribute(&L, &o, names, 2, rows);

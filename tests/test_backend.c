@@ -81,7 +81,7 @@ Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
     uint64_t s = 7;
     const size_t nq = (size_t)attn_batch_tq(&b) * HQ * D, nkv = (size_t)attn_batch_tkv(&b) * HKV * D;
     uint16_t *q = fill(nq, &s), *k = fill(nkv, &s), *v = fill(nkv, &s);
-    attn_fp8_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
+    attn_quant_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
                             fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
                             fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 3, 0};
     const attn_profile *var[3] = {profile("bf16"), profile("fp8kv"), profile("fp8qkv@ideal")};

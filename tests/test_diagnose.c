@@ -191,7 +191,7 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
     for (size_t i = 0; i < sizeof k / 2; i++) k[i] = gen(2, i, 1.0);
     for (size_t i = 0; i < sizeof v / 2; i++) v[i] = gen(3, i, 1.0);
     const attn_batch b = {1, sq, sq, 2, 1, 16, 0, 0.25f, NULL};
-    const attn_fp8_options fo = {.quantize = 1, .q_scale = 1, .k_scale = 1, .v_scale = 1,
+    const attn_quant_options fo = {.quantize = 1, .q_scale = 1, .k_scale = 1, .v_scale = 1,
                                  .block_size = 16};
     pg_err err = {0};
     cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("intended-bf16"), &b, q, k, v, &fo, h, 1,
@@ -206,7 +206,7 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
     diag_layer_free(&d);
     cr_expect_eq(diag_rel_l2_bf16(twice, h, sizeof h / 2), 1.0);
     /* options no stack quantizes with are a caller's bug, never a hypothesis "not run" */
-    attn_fp8_options bad = fo;
+    attn_quant_options bad = fo;
     bad.keep_bf16 = ATTN_TENSOR_Q;
     cr_expect_eq(diag_layer_run(&b, q, k, v, &bad, 0, 1, &ext, 1, &d, &err), PG_ERR_INTERNAL);
     diag_layer_free(&d);
@@ -306,7 +306,7 @@ typedef struct ext_spec {
 
 /* Makes the capture directory dir (inputs in a.safetensors, the external
  * outputs in b.safetensors): each of ext[0..n) on every layer, computed with
- * the fp8 options a sweep under scales gives (sweep_layer_fp8_options). */
+ * the quantized-mode options a sweep under scales gives (sweep_layer_quant_options). */
 static void make_capture(const char *dir, sweep_scales scales, const ext_spec *ext, int n)
 {
     mkdir(dir, 0755);
@@ -324,8 +324,8 @@ static void make_capture(const char *dir, sweep_scales scales, const ext_spec *e
         const capture_layer *L = &cap->layers[l];
         const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
                               L->window, L->sm_scale, L->sinks};
-        attn_fp8_options fo;
-        sweep_layer_fp8_options(cap, l, &so, &fo);
+        attn_quant_options fo;
+        sweep_layer_quant_options(cap, l, &so, &fo);
         for (int e = 0; e < n; e++) {
             const attn_hypothesis *h = attn_hypothesis_find(ext[e].hypothesis);
             cr_assert_not_null(h, "%s", ext[e].hypothesis);

@@ -1,6 +1,6 @@
 /*
  * test_hypothesis.c: the scale-plumbing hypotheses (kernels/attn_hypothesis.h)
- * and the per-tensor bf16 mask (attn_fp8_options.keep_bf16), by known answers
+ * and the per-tensor bf16 mask (attn_quant_options.keep_bf16), by known answers
  * and by identities the definitions state.
  *
  * Known answers use values on the e4m3 grid and power-of-two scales, so that
@@ -37,14 +37,14 @@ static const attn_profile *profile(const char *name)
 }
 
 /* Calibrated scales of L (amax / 448), 16-token pages. */
-static attn_fp8_options calibrated(const tu_layer *L)
+static attn_quant_options calibrated(const tu_layer *L)
 {
-    return (attn_fp8_options){1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, L->nq)),
+    return (attn_quant_options){1, fp8_e4m3_calibrated_scale(bf16_amax(L->q, L->nq)),
                               fp8_e4m3_calibrated_scale(bf16_amax(L->k, L->nkv)),
                               fp8_e4m3_calibrated_scale(bf16_amax(L->v, L->nkv)), 16, 5, 0};
 }
 
-static uint16_t *run_hyp(const char *name, const tu_layer *L, const attn_fp8_options *o)
+static uint16_t *run_hyp(const char *name, const tu_layer *L, const attn_quant_options *o)
 {
     uint16_t *out = malloc(L->nq * 2);
     pg_err err = {0};
@@ -53,7 +53,7 @@ static uint16_t *run_hyp(const char *name, const tu_layer *L, const attn_fp8_opt
     return out;
 }
 
-static uint16_t *run_prof(const char *name, const tu_layer *L, const attn_fp8_options *o)
+static uint16_t *run_prof(const char *name, const tu_layer *L, const attn_quant_options *o)
 {
     uint16_t *out = malloc(L->nq * 2);
     pg_err err = {0};
@@ -100,7 +100,7 @@ Test(hypothesis, intended_ones_and_twice_are_their_profiles_bit_for_bit)
 {
     tu_layer L;
     tu_layer_init(&L, 11, 1.5);
-    const attn_fp8_options o = calibrated(&L);
+    const attn_quant_options o = calibrated(&L);
     static const char *const pairs[][2] = {{"intended-bf16", "bf16"},
                                            {"intended-fp8kv", "fp8kv@fixed"},
                                            {"intended-fp8qkv", "fp8qkv@fa3"},
@@ -112,7 +112,7 @@ Test(hypothesis, intended_ones_and_twice_are_their_profiles_bit_for_bit)
         free(b);
     }
     /* q-cast-unscaled is the default fp8qkv profile given q_scale 1. */
-    attn_fp8_options u = o;
+    attn_quant_options u = o;
     u.q_scale = 1.0f;
     uint16_t *a = run_hyp("q-cast-unscaled", &L, &o), *b = run_prof("fp8qkv@fa3", &L, &u);
     cr_assert(same_bits(a, b, L.nq));
@@ -144,7 +144,7 @@ static void two_keys_init(two_keys *t, float a, float v0, float v1)
     }
 }
 
-static double two_keys_out(const char *name, const two_keys *t, const attn_fp8_options *o)
+static double two_keys_out(const char *name, const two_keys *t, const attn_quant_options *o)
 {
     uint16_t out[D];
     pg_err err = {0};
@@ -167,7 +167,7 @@ Test(hypothesis, known_answers_place_each_scale)
      * e4m3 grid after division (k0 / 2 = 1, v0 / (1/2) = 8). */
     two_keys t;
     two_keys_init(&t, 2.0f, 4.0f, 0.0f);
-    const attn_fp8_options o = {1, 4.0f, 2.0f, 0.5f, 16, 1, 0};
+    const attn_quant_options o = {1, 4.0f, 2.0f, 0.5f, 16, 1, 0};
     const double sm = 0.5;
     /* intended: the true values, logit scale sm. */
     cr_assert_float_eq(two_keys_out("intended-fp8kv", &t, &o), expect_two(2, sm, 4, 0), 1e-6);
@@ -189,7 +189,7 @@ Test(hypothesis, at_unit_scales_the_bugs_coincide_with_an_intended_one)
 {
     tu_layer L;
     tu_layer_init(&L, 12, 1.0);
-    attn_fp8_options o = calibrated(&L);
+    attn_quant_options o = calibrated(&L);
     o.q_scale = o.k_scale = o.v_scale = 1.0f;
     uint16_t *kv = run_hyp("intended-fp8kv", &L, &o), *bf = run_hyp("intended-bf16", &L, &o),
              *qkv = run_hyp("intended-fp8qkv", &L, &o);
@@ -207,7 +207,7 @@ Test(hypothesis, at_unit_scales_the_bugs_coincide_with_an_intended_one)
     cr_assert(same_bits(x, qkv, L.nq));
     free(x);
     /* ... and at calibrated scales every bug differs from every intended one. */
-    const attn_fp8_options c = calibrated(&L);
+    const attn_quant_options c = calibrated(&L);
     uint16_t *ints[3] = {run_hyp("intended-bf16", &L, &c), run_hyp("intended-fp8kv", &L, &c),
                          run_hyp("intended-fp8qkv", &L, &c)};
     for (size_t i = 0; i < attn_hypothesis_count(); i++) {
@@ -229,7 +229,7 @@ Test(hypothesis, refuses_options_that_do_not_quantize)
 {
     tu_layer L;
     tu_layer_init(&L, 13, 1.0);
-    attn_fp8_options o = calibrated(&L);
+    attn_quant_options o = calibrated(&L);
     uint16_t *out = malloc(L.nq * 2);
     pg_err err = {0};
     o.keep_bf16 = ATTN_TENSOR_K;
@@ -253,8 +253,8 @@ Test(keep_bf16, all_kept_is_no_quantization_and_none_kept_is_the_profile)
 {
     tu_layer L;
     tu_layer_init(&L, 14, 2.0);
-    const attn_fp8_options o = calibrated(&L);
-    attn_fp8_options none = o, all = o;
+    const attn_quant_options o = calibrated(&L);
+    attn_quant_options none = o, all = o;
     none.quantize = 0;
     all.keep_bf16 = ATTN_TENSORS_ALL;
     for (size_t i = 0; i < attn_profile_count(); i++) {
@@ -284,13 +284,13 @@ Test(keep_bf16, each_tensor_alone_moves_the_output)
 {
     tu_layer L;
     tu_layer_init(&L, 15, 2.0);
-    const attn_fp8_options o = calibrated(&L);
-    attn_fp8_options none = o;
+    const attn_quant_options o = calibrated(&L);
+    attn_quant_options none = o;
     none.quantize = 0;
     uint16_t *base = run_prof("fp8qkv@fa3", &L, &none), *joint = run_prof("fp8qkv@fa3", &L, &o);
     const unsigned t[4] = {ATTN_TENSOR_Q, ATTN_TENSOR_K, ATTN_TENSOR_V, ATTN_TENSOR_P};
     for (int i = 0; i < 4; i++) {
-        attn_fp8_options only = o;
+        attn_quant_options only = o;
         only.keep_bf16 = ATTN_TENSORS_ALL & ~t[i];
         uint16_t *x = run_prof("fp8qkv@fa3", &L, &only);
         const double r = rel(x, base, L.nq);
@@ -300,13 +300,13 @@ Test(keep_bf16, each_tensor_alone_moves_the_output)
         free(x);
     }
     /* fp8kv@fixed quantizes neither Q nor P: keeping them changes nothing. */
-    attn_fp8_options kv = o;
+    attn_quant_options kv = o;
     kv.keep_bf16 = ATTN_TENSOR_Q | ATTN_TENSOR_P;
     uint16_t *a = run_prof("fp8kv@fixed", &L, &kv), *b = run_prof("fp8kv@fixed", &L, &o);
     cr_assert(same_bits(a, b, L.nq), "fp8kv quantizes neither Q nor P");
     free(a);
     free(b);
-    attn_fp8_options bad = o;
+    attn_quant_options bad = o;
     bad.keep_bf16 = 16;
     uint16_t *out = malloc(L.nq * 2);
     pg_err err = {0};

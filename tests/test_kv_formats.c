@@ -174,7 +174,7 @@ static const attn_profile *profile(const char *name)
     return p;
 }
 
-static void run(const char *name, const kcase *c, const attn_fp8_options *o, uint16_t *out)
+static void run(const char *name, const kcase *c, const attn_quant_options *o, uint16_t *out)
 {
     pg_err err = {0};
     cr_assert_eq(attn_variant_run(profile(name), &c->b, c->q, c->k, c->v, o, out, NULL, 1, &err),
@@ -193,7 +193,7 @@ Test(kv_formats, one_key_through_the_e5m2_cache_is_its_rounded_value_times_the_s
         c.k[i] = bf16_from_f32(0.5f);
         c.v[i] = bf16_from_f32(0.37f * (float)(i - 31));
     }
-    const attn_fp8_options o = {1, 1.0f, 1.25f, 0.75f, 16, 3, 0};
+    const attn_quant_options o = {1, 1.0f, 1.25f, 0.75f, 16, 3, 0};
     uint16_t e5[D], e4[D];
     run("fp8kv_e5m2", &c, &o, e5);
     run("fp8kv", &c, &o, e4);
@@ -266,7 +266,7 @@ Test(kv_formats, one_key_per_token_head_gives_bf16_of_bf16_p_times_scale_times_c
         c.k[i] = bf16_from_f32(0.25f);
         c.v[i] = bf16_from_f32((float)(i - 31) / 32.0f); /* absmax 1.0 at i = 63 */
     }
-    const attn_fp8_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
+    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
     uint16_t out[D];
     run("fp8kv_per_token_head", &c, &o, out);
     const float vs = 1.0f / (float)E4M3_MAX;
@@ -313,7 +313,7 @@ Test(kv_formats, equal_scores_over_two_tiles_average_the_values_and_a_sink_is_on
         const float ks = 2.0f / (float)E4M3_MAX;
         const float k_code = fp8_e4m3_decode(fp8_e4m3_encode(2.0f * (1.0f / ks)));
         c.sink = k_code * (0.125f * ks);
-        const attn_fp8_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
+        const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
         uint16_t out[D];
         run("fp8kv_per_token_head", &c, &o, out);
         const double l = N + with_sink;
@@ -331,7 +331,7 @@ Test(kv_formats, the_per_token_head_hypotheses_miss_and_double_the_row_scales)
 {
     tu_layer L;
     tu_layer_init(&L, 11, 1.0);
-    const attn_fp8_options o = {1, 1.0f, 1.0f, 1.0f, 16, 5, 0};
+    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 5, 0};
     uint16_t *intended = malloc(L.nq * 2), *prof = malloc(L.nq * 2), *missing = malloc(L.nq * 2),
              *twice = malloc(L.nq * 2);
     pg_err err = {0};
@@ -358,7 +358,7 @@ Test(kv_formats, quantize_0_keeps_the_new_formats_equal_to_bf16_bit_for_bit)
 {
     tu_layer L;
     tu_layer_init(&L, 3, 1.0);
-    const attn_fp8_options off = {0, 1.0f, 1.0f, 1.0f, 16, 5, 0};
+    const attn_quant_options off = {0, 1.0f, 1.0f, 1.0f, 16, 5, 0};
     uint16_t *ref = malloc(L.nq * 2), *out = malloc(L.nq * 2);
     pg_err err = {0};
     cr_assert_eq(attn_variant_bf16(&L.b, L.q, L.k, L.v, ref, 2, &err), PG_OK, "%s", err.msg);

@@ -63,7 +63,7 @@ static void hcase_free(hcase *c)
 static void set(uint16_t *row, int i, float x) { row[i] = bf16_from_f32(x); }
 
 /* Unit scales, 16-token pages. */
-static const attn_fp8_options unit_opt = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
+static const attn_quant_options unit_opt = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
 
 static const attn_profile *profile(const char *name)
 {
@@ -74,7 +74,7 @@ static const attn_profile *profile(const char *name)
 }
 
 /* Runs variant name on c; out [D]. */
-static void run(const char *name, const hcase *c, const attn_fp8_options *opt, uint16_t *out)
+static void run(const char *name, const hcase *c, const attn_quant_options *opt, uint16_t *out)
 {
     pg_err err = {0};
     cr_assert_eq(attn_variant_run(profile(name), &c->b, c->q, c->k, c->v, opt, out, NULL, 1, &err),
@@ -218,7 +218,7 @@ Test(profiles, vllm_quantizes_q_by_multiplying_with_the_inverse_scale)
     set(c.k, 0, 1.0f);
     set(c.v, 0, 1.0f);
     set(c.v + D, 1, 1.0f);
-    attn_fp8_options opt = unit_opt;
+    attn_quant_options opt = unit_opt;
     opt.q_scale = 7.0f;
     uint16_t o[D];
     const double s = (double)(float)(0.125 * M_LOG2E) * 7.0; /* scale_log2 with q_descale 7 */
@@ -268,7 +268,7 @@ Test(profiles, one_key_returns_its_value_row)
     /* With scales: v / v_scale is still on the e4m3 grid (v_scale = 2), so every
      * profile that applies v_scale once returns v again; vllm-24197 applies it
      * twice and returns 2 v. q_scale and k_scale cannot show with one key. */
-    attn_fp8_options scaled = unit_opt;
+    attn_quant_options scaled = unit_opt;
     scaled.q_scale = 0.5f;
     scaled.k_scale = 0.25f;
     scaled.v_scale = 2.0f;
@@ -532,7 +532,7 @@ static void rcase_free(rcase *c)
     free(c->v);
 }
 
-static void rrun(const char *name, const rcase *c, const attn_fp8_options *opt, uint16_t *out)
+static void rrun(const char *name, const rcase *c, const attn_quant_options *opt, uint16_t *out)
 {
     pg_err err = {0};
     cr_assert_eq(attn_variant_run(profile(name), &c->b, c->q, c->k, c->v, opt, out, NULL, 2, &err),
@@ -555,7 +555,7 @@ Test(profiles, vllm_24197_is_fixed_at_unit_scales_and_far_from_it_calibrated)
     rcase c;
     rcase_make(&c, 24197);
     uint16_t *fixed = malloc(c.nq * 2), *merged = malloc(c.nq * 2);
-    attn_fp8_options opt = unit_opt;
+    attn_quant_options opt = unit_opt;
     rrun("fp8kv@fixed", &c, &opt, fixed);
     rrun("fp8kv@vllm-24197", &c, &opt, merged);
     cr_assert_arr_eq(merged, fixed, c.nq * 2, "at scale 1.0 the double scaling cannot show");
@@ -585,7 +585,7 @@ Test(profiles, fa3_profiles_stay_close_to_ideal_on_random_layers)
      * other by that order, not by O(1). */
     rcase c;
     rcase_make(&c, 15);
-    attn_fp8_options opt = unit_opt;
+    attn_quant_options opt = unit_opt;
     opt.q_scale = fp8_e4m3_calibrated_scale(bf16_amax(c.q, c.nq));
     opt.k_scale = fp8_e4m3_calibrated_scale(bf16_amax(c.k, c.nkv));
     opt.v_scale = fp8_e4m3_calibrated_scale(bf16_amax(c.v, c.nkv));
