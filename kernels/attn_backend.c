@@ -25,7 +25,7 @@ typedef struct backend_ops {
     pg_status (*reference)(attn_backend *be, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
     pg_status (*paged_write)(attn_backend *be, const attn_batch *b, const uint16_t *k,
-                             const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                             const uint16_t *v, pg_number_format elem, float k_scale, float v_scale,
                              uint64_t page_seed, int block_size, kv_paged *out,
                              attn_quant_report *rep, pg_err *err);
     pg_status (*dequant_gather)(attn_backend *be, const kv_paged *src, float k_scale,
@@ -140,7 +140,7 @@ static pg_status cpu_reference(attn_backend *be, const attn_batch *b, const uint
 }
 
 static pg_status cpu_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
-                                 const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                 const uint16_t *v, pg_number_format elem, float k_scale, float v_scale,
                                  uint64_t page_seed, int block_size, kv_paged *out,
                                  attn_quant_report *rep, pg_err *err)
 {
@@ -210,7 +210,7 @@ static pg_status gpu_reference(attn_backend *be, const attn_batch *b, const uint
 }
 
 static pg_status gpu_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
-                                 const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                 const uint16_t *v, pg_number_format elem, float k_scale, float v_scale,
                                  uint64_t page_seed, int block_size, kv_paged *out,
                                  attn_quant_report *rep, pg_err *err)
 {
@@ -307,7 +307,7 @@ pg_status attn_backend_reference(attn_backend *be, const attn_batch *b, const ui
 }
 
 pg_status attn_backend_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
-                                   const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                   const uint16_t *v, pg_number_format elem, float k_scale, float v_scale,
                                    uint64_t page_seed, int block_size, kv_paged *out,
                                    attn_quant_report *rep, pg_err *err)
 {

@@ -104,7 +104,7 @@ pg_status attn_backend_reference(attn_backend *be, const attn_batch *b, const ui
  * into host memory (*out; kv_paged_free it); rep (may be NULL) gets the k
  * and v counters. */
 pg_status attn_backend_paged_write(attn_backend *be, const attn_batch *b, const uint16_t *k,
-                                   const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                                   const uint16_t *v, pg_number_format elem, float k_scale, float v_scale,
                                    uint64_t page_seed, int block_size, kv_paged *out,
                                    attn_quant_report *rep, pg_err *err);
 

@@ -65,7 +65,7 @@ pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, float k_sca
 /* The paged cache write alone: into out (host, same block table and size as
  * kv_paged_write with the same seed), for the bit-identity check. */
 pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t *k,
-                           const uint16_t *v, kv_elem elem, float k_scale, float v_scale,
+                           const uint16_t *v, pg_number_format elem, float k_scale, float v_scale,
                            uint64_t page_seed, int block_size, kv_paged *out,
                            attn_quant_report *rep, pg_err *err);
 

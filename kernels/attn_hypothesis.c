@@ -156,7 +156,8 @@ pg_status attn_hypothesis_run(const attn_hypothesis *h, const attn_batch *b, con
         return attn_fp8kv_plumbed_run(&h->pl, pg_mode_traits_of(h->mode)->kv_format, b, q, k, v,
                                       &o, out, NULL, n_threads, err);
     case HYP_ROW_SCALING:
-        return attn_kv_per_token_head_run(h->rs, b, q, k, v, &o, out, NULL, n_threads, err);
+        return attn_kv_per_token_head_run(h->rs, pg_mode_traits_of(h->mode)->kv_format, b, q, k,
+                                          v, &o, out, NULL, n_threads, err);
     case HYP_Q_UNSCALED:
         o.q_scale = 1.0f;
         /* fall through */

@@ -31,7 +31,7 @@ typedef struct core_kv {
 
 /* The knobs that tell the variants apart (filled from the profile). */
 typedef struct core_params {
-    kv_elem q_elem;           /* Q elements: bf16 bits or e4m3 bytes */
+    pg_number_format q_elem;           /* Q elements: bf16 bits or e4m3 bytes */
     int p_e4m3;               /* P rounded to e4m3 (else to bf16) */
     attn_softmax softmax;
     attn_accum accum;
@@ -60,15 +60,13 @@ typedef struct core_job {
     float **scratch;          /* [n_threads] blocks of kt, v, s, qrow, acc, part, ks, vs */
 } core_job;
 
-/* Exact fp32 value of element i of a bf16, e4m3 or e5m2 array. */
-static inline float elem_load(const void *base, size_t i, kv_elem e)
+/* Exact fp32 value of element i of an array of format e: bf16 and e4m3 (what
+ * the cores read in their loops) inline, any other through its codec. */
+static inline float elem_load(const void *base, size_t i, pg_number_format e)
 {
-    switch (e) {
-    case KV_ELEM_E4M3: return fp8_e4m3_decode(((const uint8_t *)base)[i]);
-    case KV_ELEM_E5M2: return fp8_e5m2_decode(((const uint8_t *)base)[i]);
-    case KV_ELEM_BF16: break;
-    }
-    return bf16_to_f32(((const uint16_t *)base)[i]);
+    if (e == PG_FORMAT_BF16) return bf16_to_f32(((const uint16_t *)base)[i]);
+    if (e == PG_FORMAT_E4M3) return fp8_e4m3_decode(((const uint8_t *)base)[i]);
+    return fp_codec_of(e)->decode(((const uint8_t *)base)[i]);
 }
 
 /* P rounded for the P.V product: e4m3 (nearest even, saturating) or bf16. */
@@ -81,10 +79,10 @@ static inline float round_p(float p, int e4m3)
  * paged c when c != NULL, else at element offset packed of the bf16 array
  * flat; *e gets the row's element type. */
 static inline const void *kv_row(const kv_paged *c, const uint16_t *flat, int which, int s,
-                                 int g, int t, size_t packed, kv_elem *e)
+                                 int g, int t, size_t packed, pg_number_format *e)
 {
     if (c == NULL) {
-        *e = KV_ELEM_BF16;
+        *e = PG_FORMAT_BF16;
         return flat + packed;
     }
     const int64_t page = c->block_table[(size_t)s * (size_t)c->pages_per_seq +
@@ -113,7 +111,7 @@ static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv, f
     const size_t packed0 = (size_t)job->lay->kv_off[s] * (size_t)b->hkv + (size_t)g;
     for (int t = 0; t < n; t++) {
         const size_t packed = (packed0 + (size_t)t * (size_t)b->hkv) * (size_t)d;
-        kv_elem ek, ev;
+        pg_number_format ek, ev;
         const void *kr = kv_row(kv->paged_k, kv->k, 0, s, g, t, packed, &ek);
         const void *vr = kv_row(kv->paged_v, kv->v, 1, s, g, t, packed, &ev);
         for (int i = 0; i < d; i++) {
@@ -450,7 +448,7 @@ static pg_status core_run(const attn_batch *b, const void *q, const core_kv *kv,
 /* The bf16 mode's knobs: bf16 Q and P, sm_scale, final row max, exact sums. */
 static core_params bf16_params(const attn_batch *b)
 {
-    return (core_params){.q_elem = KV_ELEM_BF16, .p_e4m3 = 0, .softmax = ATTN_SOFTMAX_FINAL_MAX,
+    return (core_params){.q_elem = PG_FORMAT_BF16, .p_e4m3 = 0, .softmax = ATTN_SOFTMAX_FINAL_MAX,
                          .accum = ATTN_ACCUM_EXACT, .qk_scale = b->sm_scale, .v_scale = 1.0f};
 }
 
@@ -498,11 +496,11 @@ static core_kv kv_sources(unsigned kept, const kv_paged *e4m3, const uint16_t *k
 }
 
 /* The paged fp8 cache of k and v (fp8 profiles): elem codes with the
- * per-tensor scales of opt, or (per_token_head) e4m3 codes with each row's
+ * per-tensor scales of opt, or (per_token_head) elem codes with each row's
  * own scale; nothing (cache->block_table NULL) when kept leaves both bf16;
  * the counters of a kept tensor stay zero. */
 static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
-                                 const attn_quant_options *opt, unsigned kept, kv_elem elem,
+                                 const attn_quant_options *opt, unsigned kept, pg_number_format elem,
                                  int per_token_head, kv_paged *cache, attn_quant_report *rep,
                                  pg_err *err)
 {
@@ -511,8 +509,8 @@ static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const u
     fp8_quant_stats *ks = rep ? &rep->k : NULL, *vs = rep ? &rep->v : NULL;
     pg_status st =
         per_token_head
-            ? kv_paged_write_per_token_head(b, k, v, opt->page_seed, opt->block_size, cache,
-                                            ks, vs, err)
+            ? kv_paged_write_per_token_head(b, k, v, elem, opt->page_seed, opt->block_size,
+                                            cache, ks, vs, err)
             : kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
                              opt->block_size, cache, ks, vs, err);
     if (st == PG_OK && rep != NULL) {
@@ -533,7 +531,7 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
                                  const uint16_t *v, const attn_quant_options *opt, uint16_t *out,
                                  attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    if (kv_elem_of_format(kv_format) == KV_ELEM_BF16)
+    if (kv_format == PG_FORMAT_BF16)
         return pg_fail(err, PG_ERR_INTERNAL, "fp8kv plumbing: no fp8 paged cache of %s",
                        pg_number_format_name(kv_format));
     pg_status st = attn_batch_check(b, err);
@@ -544,7 +542,7 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
     const attn_kv_plumbing fixed = {1, 0, 0, 0};
     const attn_kv_plumbing *use = opt->quantize ? pl : &fixed;
     kv_paged cache, compact = {0};
-    st = fp8_cache_write(b, k, v, opt, kept, kv_elem_of_format(kv_format), 0, &cache, rep,
+    st = fp8_cache_write(b, k, v, opt, kept, kv_format, 0, &cache, rep,
                          err);
     if (st != PG_OK) return st;
     if (cache.block_table != NULL) {
@@ -577,7 +575,7 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
     const float qs = (kept & ATTN_TENSOR_Q) ? 1.0f : opt->q_scale,
                 ks = (kept & ATTN_TENSOR_K) ? 1.0f : opt->k_scale,
                 vs = (kept & ATTN_TENSOR_V) ? 1.0f : opt->v_scale;
-    core_params par = {.q_elem = KV_ELEM_BF16, .p_e4m3 = !(kept & ATTN_TENSOR_P),
+    core_params par = {.q_elem = PG_FORMAT_BF16, .p_e4m3 = !(kept & ATTN_TENSOR_P),
                        .softmax = p->softmax, .accum = p->accum};
     switch (p->softmax) {
     case ATTN_SOFTMAX_FINAL_MAX:
@@ -614,10 +612,10 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
         (p->q_by_inverse ? fp8_e4m3_quantize_bf16_inverse : fp8_e4m3_quantize_bf16)(
             q, nq, opt->q_scale, q8, rep ? &rep->q : NULL);
         qin = q8;
-        par.q_elem = KV_ELEM_E4M3;
+        par.q_elem = PG_FORMAT_E4M3;
     }
     kv_paged cache;
-    pg_status st = fp8_cache_write(b, k, v, opt, kept, KV_ELEM_E4M3, 0, &cache, rep, err);
+    pg_status st = fp8_cache_write(b, k, v, opt, kept, PG_FORMAT_E4M3, 0, &cache, rep, err);
     if (st == PG_OK) {
         const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
         st = core_run(b, qin, &kv, &par, out, n_threads, err);
@@ -627,8 +625,8 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
     return st;
 }
 
-pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch *b,
-                                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
+pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, pg_number_format kv_format,
+                                     const attn_batch *b, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                      const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err)
 {
@@ -638,7 +636,7 @@ pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch 
     if (rep != NULL) memset(rep, 0, sizeof *rep);
     const unsigned kept = kept_bf16(opt);
     kv_paged cache;
-    st = fp8_cache_write(b, k, v, opt, kept, KV_ELEM_E4M3, 1, &cache, rep, err);
+    st = fp8_cache_write(b, k, v, opt, kept, kv_format, 1, &cache, rep, err);
     if (st != PG_OK) return st;
     const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
     core_params par = bf16_params(b);
@@ -679,8 +677,8 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
                                       err);
     }
     case PG_KV_DEQUANT_IN_REGISTERS:
-        return attn_kv_per_token_head_run(ATTN_ROW_SCALES_ON_S_AND_P, b, q, k, v, opt, out, rep,
-                                          n_threads, err);
+        return attn_kv_per_token_head_run(ATTN_ROW_SCALES_ON_S_AND_P, mt->kv_format, b, q, k, v,
+                                          opt, out, rep, n_threads, err);
     case PG_KV_FP8_MATMULS: return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
     case PG_KV_READ_AS_BF16: break;
     }

@@ -73,12 +73,12 @@ typedef enum attn_row_scaling {
 
 /* The per-token-head mode's computation (fp8kv_per_token_head@triton, rules
  * in attn_profile.c) with scaling: the cache write of vLLM's per-token-head
- * kernel (kv_cache.h), then the Triton row with bf16 Q and sm_scale; the
+ * kernel into kv_format's codes (kv_cache.h), then the Triton row with bf16 Q and sm_scale; the
  * tensors opt->keep_bf16 names stay bf16 with scale 1 (opt's per-tensor
  * scales are never used: the scales are the rows' own); opt->quantize = 0
  * keeps everything bf16 (attn.h). Checks as attn_variant_run. */
-pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, const attn_batch *b,
-                                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
+pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, pg_number_format kv_format,
+                                     const attn_batch *b, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                      const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err);
 

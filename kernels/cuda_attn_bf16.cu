@@ -225,7 +225,7 @@ extern "C" pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, cons
                                     float out_scale, uint16_t *out, cudaStream_t stream,
                                     pg_err *err)
 {
-    if (kv->elem != KV_ELEM_BF16)
+    if (kv->elem != PG_FORMAT_BF16)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_bf16: the cache must hold bf16");
     switch (b->d) {
     case 64: return launch_bf16<64>(b, q, kv, out_scale, out, stream, err);

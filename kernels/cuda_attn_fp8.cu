@@ -336,7 +336,7 @@ extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const
                                    float scale_log2, float v_descale, uint16_t *out,
                                    cudaStream_t stream, pg_err *err)
 {
-    if (kv->elem != KV_ELEM_E4M3)
+    if (kv->elem != PG_FORMAT_E4M3)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_fp8: the cache must hold e4m3");
     if (cuda_attn_fp8_block_n(b->d) == 0)
         return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: head dim %d is not supported on the GPU "

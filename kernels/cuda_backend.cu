@@ -245,13 +245,13 @@ pg_status dev_batch_make(dev_pool *pool, const attn_batch *b, cuda_batch *cb, pg
     return PG_OK;
 }
 
-size_t elem_bytes(kv_elem e)
+size_t elem_bytes(pg_number_format e)
 {
-    return e == KV_ELEM_BF16 ? 2 : 1;
+    return e == PG_FORMAT_BF16 ? 2 : 1;
 }
 
 // A NaN-filled device paged cache with the host's block table (uploaded).
-pg_status dev_paged_make(dev_pool *pool, const attn_batch *b, kv_elem elem, int block_size,
+pg_status dev_paged_make(dev_pool *pool, const attn_batch *b, pg_number_format elem, int block_size,
                          int64_t n_pages, int pages_per_seq, const int32_t *table_host,
                          cuda_paged *c, pg_err *err)
 {
@@ -269,7 +269,7 @@ pg_status dev_paged_make(dev_pool *pool, const attn_batch *b, kv_elem elem, int 
                       err);
     if (st != PG_OK) return st;
     c->block_table = (const int32_t *)table;
-    if (elem == KV_ELEM_E4M3) {
+    if (elem == PG_FORMAT_E4M3) {
         CUDA_TRY("fill cache", cudaMemsetAsync(c->data, FP8_NAN_BITS, (size_t)elems,
                                                pool->be->stream));
     } else {
@@ -282,7 +282,7 @@ pg_status dev_paged_make(dev_pool *pool, const attn_batch *b, kv_elem elem, int 
 
 // The scattered cache of kv_paged_write (same seed, same table) on the device.
 pg_status dev_paged_write(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
-                          const uint16_t *dk, const uint16_t *dv, kv_elem elem, float ks,
+                          const uint16_t *dk, const uint16_t *dv, pg_number_format elem, float ks,
                           float vs, uint64_t seed, int block_size, cuda_paged *c,
                           unsigned long long *dstats, pg_err *err)
 {
@@ -304,7 +304,7 @@ pg_status dev_gather(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
     int32_t *table = (int32_t *)malloc((size_t)B * (size_t)P * sizeof(int32_t) + 1);
     if (table == nullptr) return pg_fail(err, PG_ERR_NOMEM, "cuda: mock block table");
     for (int64_t i = 0; i < (int64_t)B * P; i++) table[i] = (int32_t)(i + 1);
-    pg_status st = dev_paged_make(pool, b, KV_ELEM_BF16, src->block_size, (int64_t)B * P + 1, P,
+    pg_status st = dev_paged_make(pool, b, PG_FORMAT_BF16, src->block_size, (int64_t)B * P + 1, P,
                                   table, out, err);
     free(table);
     if (st == PG_OK) st = cuda_kv_dequant_gather(cb, src, ks, vs, out, pool->be->stream, err);
@@ -588,14 +588,14 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
     const size_t nq = (size_t)cb->tq * cb->hq * cb->d;
     if (kind == GK_BF16) {
         cuda_paged cache;
-        st = dev_paged_write(pool, b, cb, dk, dv, KV_ELEM_BF16, 1.f, 1.f, opt->page_seed,
+        st = dev_paged_write(pool, b, cb, dk, dv, PG_FORMAT_BF16, 1.f, 1.f, opt->page_seed,
                              opt->block_size, &cache, nullptr, err);
         return st == PG_OK ? cuda_attn_bf16(cb, dq, &cache, 1.f, dout, be->stream, err) : st;
     }
     if (!opt->quantize)
         return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
     if (e4m3->data == nullptr)
-        st = dev_paged_write(pool, b, cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
+        st = dev_paged_write(pool, b, cb, dk, dv, PG_FORMAT_E4M3, opt->k_scale, opt->v_scale,
                              opt->page_seed, opt->block_size, e4m3,
                              dstats != nullptr ? dstats + CUDA_QSTAT_COUNT : nullptr, err);
     if (st != PG_OK) return st;
@@ -663,7 +663,7 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
 }
 
 extern "C" pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t *k,
-                                      const uint16_t *v, kv_elem elem, float k_scale,
+                                      const uint16_t *v, pg_number_format elem, float k_scale,
                                       float v_scale, uint64_t page_seed, int block_size,
                                       kv_paged *out, attn_quant_report *rep, pg_err *err)
 {
@@ -728,7 +728,7 @@ extern "C" pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, 
     if (st == PG_OK) st = upload(be, dsrc.data, src->data, src_bytes, "gather source", err);
     if (st == PG_OK) st = dev_gather(&pool, &b, &cb, &dsrc, k_scale, v_scale, &dout, err);
     if (st == PG_OK) {
-        *out = kv_paged{KV_ELEM_BF16, B, src->hkv, src->d, src->block_size, (int64_t)B * P + 1, P,
+        *out = kv_paged{PG_FORMAT_BF16, B, src->hkv, src->d, src->block_size, (int64_t)B * P + 1, P,
                         nullptr, nullptr, nullptr};
         const size_t bytes = (size_t)out->n_pages * 2 * src->hkv * src->block_size * src->d * 2;
         out->data = malloc(bytes + 1);
@@ -925,7 +925,7 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dout, nq * 2, "output", err);
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dq8, nq, "fp8 q", err);
     if (st == PG_OK)
-        st = dev_paged_write(&pool, b, &cb, dk, dv, KV_ELEM_E4M3, opt->k_scale, opt->v_scale,
+        st = dev_paged_write(&pool, b, &cb, dk, dv, PG_FORMAT_E4M3, opt->k_scale, opt->v_scale,
                              opt->page_seed, opt->block_size, &e4m3, nullptr, err);
     if (st == PG_OK) st = dev_gather(&pool, b, &cb, &e4m3, opt->k_scale, opt->v_scale, &compact, err);
     TIME_STAGE(&t->reference, st = cuda_attn_reference(&cb, dq, dk, dv, dref, be->stream, err));

@@ -29,7 +29,7 @@ typedef struct cuda_batch {
 
 // A paged cache on the device, the layout of kv_cache.h.
 typedef struct cuda_paged {
-    kv_elem elem;
+    pg_number_format elem;
     int block_size, pages_per_seq;
     int64_t n_pages;
     void *data;                      // [n_pages, 2, hkv, block_size, d]

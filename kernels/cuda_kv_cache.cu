@@ -276,7 +276,7 @@ extern "C" pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k,
                                          cudaStream_t stream, pg_err *err)
 {
     static const char what[] = "cuda_kv_cache_write";
-    if (c->elem != KV_ELEM_BF16 && c->elem != KV_ELEM_E4M3)
+    if (c->elem != PG_FORMAT_BF16 && c->elem != PG_FORMAT_E4M3)
         return pg_fail(err, PG_ERR_INTERNAL, "%s: unknown cache element type %d", what, (int)c->elem);
     if (b->n_seqs < 0 || b->hkv < 1 || b->d < 1 || c->block_size < 1 || b->max_kv < 0)
         return pg_fail(err, PG_ERR_SHAPE, "%s: bad shape (n_seqs %d, hkv %d, d %d, block %d)", what,
@@ -291,7 +291,7 @@ extern "C" pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k,
     if (b->n_seqs == 0 || b->max_kv == 0) return PG_OK;
     const dim3 grid(grid_stride_blocks((int64_t)b->max_kv * b->hkv * b->d), (unsigned)b->n_seqs);
     kv_write_kernel<<<grid, KV_THREADS, 0, stream>>>(
-        b->seq_kv, b->kv_off, b->hkv, b->d, k, v, k_scale, v_scale, c->elem == KV_ELEM_E4M3,
+        b->seq_kv, b->kv_off, b->hkv, b->d, k, v, k_scale, v_scale, c->elem == PG_FORMAT_E4M3,
         c->block_size, c->pages_per_seq, c->block_table, c->data, stats);
     CUDA_TRY_LAUNCH(what);
     return PG_OK;
@@ -308,10 +308,10 @@ extern "C" pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_page
                                             cudaStream_t stream, pg_err *err)
 {
     static const char what[] = "cuda_kv_dequant_gather";
-    if (src->elem != KV_ELEM_BF16 && src->elem != KV_ELEM_E4M3)
+    if (src->elem != PG_FORMAT_BF16 && src->elem != PG_FORMAT_E4M3)
         return pg_fail(err, PG_ERR_INTERNAL, "%s: unknown source element type %d", what,
                        (int)src->elem);
-    if (out->elem != KV_ELEM_BF16)
+    if (out->elem != PG_FORMAT_BF16)
         return pg_fail(err, PG_ERR_INTERNAL, "%s: the output cache must be bf16", what);
     const int64_t B = b->n_seqs, P = src->pages_per_seq;
     if (B < 0 || P < 0 || b->hkv < 1 || b->d < 1 || src->block_size < 1 ||
@@ -331,7 +331,7 @@ extern "C" pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_page
                     (uintptr_t)out->data % 8 == 0;
     const dim3 grid((unsigned)(B * P), 2);
     kv_gather_kernel<<<grid, KV_THREADS, 0, stream>>>(src->block_table, half,
-                                                      src->elem == KV_ELEM_E4M3, src->data,
+                                                      src->elem == PG_FORMAT_E4M3, src->data,
                                                       k_scale, v_scale, (uint16_t *)out->data, vec);
     CUDA_TRY_LAUNCH(what);
     return PG_OK;

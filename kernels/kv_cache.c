@@ -14,19 +14,9 @@
  * page ids are sparse as in a cache shared with other requests. */
 #define KV_SPARE_PAGE_FRACTION 4
 
-kv_elem kv_elem_of_format(pg_number_format f)
+size_t kv_elem_size(pg_number_format e)
 {
-    switch (f) {
-    case PG_FORMAT_E4M3: return KV_ELEM_E4M3;
-    case PG_FORMAT_E5M2: return KV_ELEM_E5M2;
-    case PG_FORMAT_BF16: break;
-    }
-    return KV_ELEM_BF16;
-}
-
-size_t kv_elem_size(kv_elem e)
-{
-    return e == KV_ELEM_BF16 ? 2 : 1;
+    return fp_codec_of(e)->bytes;
 }
 
 /* Elements in one page (K and V). */
@@ -44,10 +34,10 @@ const void *kv_paged_row(const kv_paged *c, int64_t page, int which, int head, i
 }
 
 /* Fills n elements at p with the NaN of elem. */
-static void fill_nan(void *p, size_t n, kv_elem elem)
+static void fill_nan(void *p, size_t n, pg_number_format elem)
 {
-    if (elem != KV_ELEM_BF16) {
-        memset(p, FP8_NAN_BITS, n); /* a NaN in e4m3 and in e5m2 (0x7F) */
+    if (elem != PG_FORMAT_BF16) {
+        memset(p, fp_codec_of(elem)->nan_code, n * fp_codec_of(elem)->bytes);
     } else {
         uint16_t *h = p;
         for (size_t i = 0; i < n; i++) h[i] = KV_BF16_NAN_BITS;
@@ -122,26 +112,24 @@ pg_status kv_block_table_build(const attn_batch *b, int block_size, uint64_t pag
 }
 
 /* Writes one (token, KV head) row of d bf16 values src into the cache row
- * dst: bits copied (bf16), the per-tensor scale's codes (e4m3, e5m2), or,
+ * dst: bits copied (bf16), the codes of x / the per-tensor scale (its codec), or,
  * with scale_out != NULL, the per-token-head codes and *scale_out. */
-static void write_row(kv_elem elem, const uint16_t *src, size_t d, float scale, void *dst,
-                      float *scale_out, fp8_quant_stats *stats)
+static void write_row(pg_number_format elem, const uint16_t *src, size_t d, float scale,
+                      void *dst, float *scale_out, fp8_quant_stats *stats)
 {
-    if (scale_out != NULL) {
-        *scale_out = fp8_e4m3_quantize_bf16_per_token_head(src, d, dst, stats);
-        return;
-    }
-    switch (elem) {
-    case KV_ELEM_E4M3: fp8_e4m3_quantize_bf16(src, d, scale, dst, stats); break;
-    case KV_ELEM_E5M2: fp8_e5m2_quantize_bf16(src, d, scale, dst, stats); break;
-    case KV_ELEM_BF16: memcpy(dst, src, d * sizeof(uint16_t)); break;
-    }
+    const fp_codec *c = fp_codec_of(elem);
+    if (scale_out != NULL)
+        *scale_out = c->quantize_bf16_per_token_head(src, d, dst, stats);
+    else if (c->quantize_bf16 != NULL)
+        c->quantize_bf16(src, d, scale, dst, stats);
+    else
+        memcpy(dst, src, d * sizeof(uint16_t));
 }
 
 /* kv_paged_write and kv_paged_write_per_token_head (per_token_head: the
  * scales are the rows' own, k_scale and v_scale unused). */
 static pg_status paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
-                             kv_elem elem, int per_token_head, float k_scale, float v_scale,
+                             pg_number_format elem, int per_token_head, float k_scale, float v_scale,
                              uint64_t page_seed, int block_size, kv_paged *out,
                              fp8_quant_stats *kstats, fp8_quant_stats *vstats, pg_err *err)
 {
@@ -185,7 +173,7 @@ static pg_status paged_write(const attn_batch *b, const uint16_t *k, const uint1
     return PG_OK;
 }
 
-pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
+pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, pg_number_format elem,
                          float k_scale, float v_scale, uint64_t page_seed, int block_size,
                          kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
                          pg_err *err)
@@ -195,11 +183,16 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
 }
 
 pg_status kv_paged_write_per_token_head(const attn_batch *b, const uint16_t *k,
-                                        const uint16_t *v, uint64_t page_seed, int block_size,
+                                        const uint16_t *v, pg_number_format elem,
+                                        uint64_t page_seed, int block_size,
                                         kv_paged *out, fp8_quant_stats *kstats,
                                         fp8_quant_stats *vstats, pg_err *err)
 {
-    return paged_write(b, k, v, KV_ELEM_E4M3, 1, 1.0f, 1.0f, page_seed, block_size, out, kstats,
+    memset(out, 0, sizeof *out);
+    if (fp_codec_of(elem)->quantize_bf16_per_token_head == NULL)
+        return pg_fail(err, PG_ERR_UNSUPPORTED, "kv cache: %s has no per-token-head cache write",
+                       pg_number_format_name(elem));
+    return paged_write(b, k, v, elem, 1, 1.0f, 1.0f, page_seed, block_size, out, kstats,
                        vstats, err);
 }
 
@@ -218,7 +211,7 @@ pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, k
         return pg_fail(err, PG_ERR_INTERNAL, "dequant gather: a per-token-head cache is read "
                        "in registers, never gathered (kv_cache.h)");
     const int B = src->n_seqs, P = src->pages_per_seq;
-    *out = (kv_paged){.elem = KV_ELEM_BF16, .n_seqs = B, .hkv = src->hkv, .d = src->d,
+    *out = (kv_paged){.elem = PG_FORMAT_BF16, .n_seqs = B, .hkv = src->hkv, .d = src->d,
                       .block_size = src->block_size, .n_pages = (int64_t)B * P + 1,
                       .pages_per_seq = P};
     pg_status st = kv_paged_alloc(out, 0, err);
@@ -234,18 +227,12 @@ pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, k
                 const float scale = which == 0 ? k_scale : v_scale;
                 uint16_t *dst = (uint16_t *)kv_paged_row(out, mock, which, 0, 0);
                 const void *from = kv_paged_row(src, orig, which, 0, 0);
-                const uint8_t *f8 = from;
-                switch (src->elem) {
-                case KV_ELEM_E4M3:
+                const uint8_t *code = from;
+                float (*decode)(uint8_t) = fp_codec_of(src->elem)->decode;
+                if (decode == NULL) memcpy(dst, from, half * sizeof(uint16_t));
+                else
                     for (size_t i = 0; i < half; i++)
-                        dst[i] = bf16_from_f32(fp8_e4m3_decode(f8[i]) * scale);
-                    break;
-                case KV_ELEM_E5M2:
-                    for (size_t i = 0; i < half; i++)
-                        dst[i] = bf16_from_f32(fp8_e5m2_decode(f8[i]) * scale);
-                    break;
-                case KV_ELEM_BF16: memcpy(dst, from, half * sizeof(uint16_t)); break;
-                }
+                        dst[i] = bf16_from_f32(decode(code[i]) * scale);
             }
         }
     }

@@ -20,16 +20,9 @@
 extern "C" {
 #endif
 
-/* What one cache element is. */
-typedef enum kv_elem {
-    KV_ELEM_BF16,  /* uint16_t bf16 bits */
-    KV_ELEM_E4M3,  /* uint8_t e4m3fn byte */
-    KV_ELEM_E5M2   /* uint8_t e5m2 byte */
-} kv_elem;
-
 /* A paged cache and its block table. */
 typedef struct kv_paged {
-    kv_elem elem;
+    pg_number_format elem;    /* what one element is: bf16 bits or a code of the format */
     int n_seqs, hkv, d, block_size;
     int64_t n_pages;          /* including page 0 */
     int pages_per_seq;        /* block-table width */
@@ -40,12 +33,8 @@ typedef struct kv_paged {
                                * unwritten); NULL for per-tensor scales */
 } kv_paged;
 
-/* The element of a cache in number format f (base/mode.h); KV_ELEM_BF16
- * for bf16 and for a format no cache element holds. */
-kv_elem kv_elem_of_format(pg_number_format f);
-
-/* Bytes of one element. */
-size_t kv_elem_size(kv_elem e);
+/* Bytes of one element of format e (numerics.h fp_codec_of). */
+size_t kv_elem_size(pg_number_format e);
 
 /* Pointer to element 0 of (page, which = 0 K / 1 V, head, slot). */
 const void *kv_paged_row(const kv_paged *c, int64_t page, int which, int head, int slot);
@@ -58,20 +47,21 @@ pg_status kv_block_table_build(const attn_batch *b, int block_size, uint64_t pag
                                pg_err *err);
 
 /* Writes packed bf16 k/v [Tkv, hkv, d] into a new paged cache of element
- * type elem (e4m3, e5m2: x / scale, saturating; bf16: bits copied, scales unused).
+ * type elem (a code format: its codec's x / scale; bf16: bits copied, scales unused).
  * Pages come from a seeded permutation of 1..n_pages-1 so neighbours are not
  * adjacent; slots past a sequence's end and page 0 hold NaN so that a read
  * outside the batch shows in the output. Adds to kstats/vstats (may be NULL). */
-pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, kv_elem elem,
+pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v, pg_number_format elem,
                          float k_scale, float v_scale, uint64_t page_seed, int block_size,
                          kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
                          pg_err *err);
 
-/* The same for vLLM's fp8_per_token_head cache: e4m3 codes, each (token,
- * KV head) row with its own scale (fp8_e4m3_quantize_bf16_per_token_head)
- * in out->scales. */
+/* The same for vLLM's per-token-head caches: codes of elem, each (token,
+ * KV head) row with its own scale (its codec's quantize_bf16_per_token_head,
+ * PG_ERR_UNSUPPORTED when it has none) in out->scales. */
 pg_status kv_paged_write_per_token_head(const attn_batch *b, const uint16_t *k,
-                                        const uint16_t *v, uint64_t page_seed, int block_size,
+                                        const uint16_t *v, pg_number_format elem,
+                                        uint64_t page_seed, int block_size,
                                         kv_paged *out, fp8_quant_stats *kstats,
                                         fp8_quant_stats *vstats, pg_err *err);
 
@@ -79,7 +69,7 @@ pg_status kv_paged_write_per_token_head(const attn_batch *b, const uint16_t *k,
  * cache; NULL when c has per-tensor scales. */
 float *kv_paged_scale_at(const kv_paged *c, int64_t page, int which, int head, int slot);
 
-/* vLLM PR #24197's dequant: from src (e4m3, e5m2 or bf16; per-tensor scales) build a compact bf16
+/* vLLM PR #24197's dequant: from src (codes of any format, or bf16; per-tensor scales) build a compact bf16
  * cache of n_seqs*pages_per_seq + 1 pages, block table arange(1, B*P+1);
  * page b*P+p+1 = bf16(decode(src page) * scale) when src id > 0, else left
  * unwritten (NaN here; uninitialised torch.empty there). */

@@ -281,6 +281,25 @@ float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t
     return scale;
 }
 
+/* Bytes of a bf16 element and of an fp8 code. */
+#define BF16_ELEMENT_BYTES 2u
+#define FP8_ELEMENT_BYTES 1u
+
+static const fp_codec codecs[] = {
+    [PG_FORMAT_BF16] = {.bytes = BF16_ELEMENT_BYTES},
+    [PG_FORMAT_E4M3] = {.bytes = FP8_ELEMENT_BYTES, .nan_code = FP8_NAN_BITS,
+                        .decode = fp8_e4m3_decode, .quantize_bf16 = fp8_e4m3_quantize_bf16,
+                        .quantize_bf16_per_token_head = fp8_e4m3_quantize_bf16_per_token_head},
+    [PG_FORMAT_E5M2] = {.bytes = FP8_ELEMENT_BYTES, .nan_code = FP8_NAN_BITS,
+                        .decode = fp8_e5m2_decode, .quantize_bf16 = fp8_e5m2_quantize_bf16},
+};
+#define N_CODECS (sizeof codecs / sizeof codecs[0])
+
+const fp_codec *fp_codec_of(pg_number_format f)
+{
+    return &codecs[(unsigned)f < N_CODECS ? f : PG_FORMAT_BF16];
+}
+
 /*
  * Works on |h| bit patterns: for non-NaN bf16 the unsigned order of the
  * magnitude bits is the order of the magnitudes (inf included, so an inf

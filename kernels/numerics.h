@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/mode.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -110,6 +112,26 @@ void fp8_e5m2_quantize_bf16(const uint16_t *x, size_t n, float scale,
  * returns the scale (numerics.c gives the source). */
 float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                             fp8_quant_stats *stats);
+
+/* One number format's codec: what the caches and the CPU specification's
+ * loads read instead of naming formats, so that a format with one-byte
+ * codes arrives as a row of fp_codec_of's table (numerics.c). */
+typedef struct fp_codec {
+    size_t bytes;               /* of one element */
+    uint8_t nan_code;           /* the code an unwritten slot holds (a NaN); 0 for bf16 */
+    float (*decode)(uint8_t b); /* the exact value of code b; NULL for bf16 */
+    /* The per-tensor cache write of n bf16 values: codes of x / scale into
+     * out (may be NULL), adding to *stats (may be NULL); NULL for bf16. */
+    void (*quantize_bf16)(const uint16_t *x, size_t n, float scale, uint8_t *out,
+                          fp8_quant_stats *stats);
+    /* The per-(token, KV head) cache write of one row, returning its scale
+     * (as fp8_e4m3_quantize_bf16_per_token_head); NULL where vLLM has none. */
+    float (*quantize_bf16_per_token_head)(const uint16_t *x, size_t n, uint8_t *out,
+                                          fp8_quant_stats *stats);
+} fp_codec;
+
+/* The codec of format f; bf16's for a value out of range. */
+const fp_codec *fp_codec_of(pg_number_format f);
 
 /* Largest |x| over n bf16 values, NaN ignored, an inf gives inf; 0 when n is 0
  * or every value is NaN or +-0. */

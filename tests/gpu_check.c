@@ -260,7 +260,7 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
 
     /* Paged write and dequant gather, bit for bit. */
     for (int e = 0; e < 2; e++) {
-        const kv_elem elem = e ? KV_ELEM_E4M3 : KV_ELEM_BF16;
+        const pg_number_format elem = e ? PG_FORMAT_E4M3 : PG_FORMAT_BF16;
         kv_paged cpu, gpu;
         fp8_quant_stats ks = {0}, vs = {0};
         attn_quant_report grep;

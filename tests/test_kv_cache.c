@@ -120,7 +120,7 @@ static size_t t_page_elems(const kv_paged *c)
 static int t_is_nan_elem(const kv_paged *c, int64_t page, size_t i)
 {
     const char *base = (const char *)c->data + (size_t)page * t_page_elems(c) * kv_elem_size(c->elem);
-    if (c->elem == KV_ELEM_E4M3) return ((const uint8_t *)base)[i] == E4M3_NAN;
+    if (c->elem == PG_FORMAT_E4M3) return ((const uint8_t *)base)[i] == E4M3_NAN;
     return ((const uint16_t *)base)[i] == BF16_NAN;
 }
 
@@ -134,15 +134,15 @@ static size_t t_page_non_nan(const kv_paged *c, int64_t page)
 
 /* Expected cache element for bf16 input x: the bits (bf16 cache) or the
  * scaled e4m3 byte (e4m3 cache), widened to unsigned. */
-static unsigned t_expect(kv_elem elem, uint16_t x, float scale)
+static unsigned t_expect(pg_number_format elem, uint16_t x, float scale)
 {
-    return elem == KV_ELEM_E4M3 ? fp8_e4m3_encode_scaled(bf16_to_f32(x), scale) : x;
+    return elem == PG_FORMAT_E4M3 ? fp8_e4m3_encode_scaled(bf16_to_f32(x), scale) : x;
 }
 
 /* The cache element at row pointer p, index j, widened to unsigned. */
-static unsigned t_elem_at(kv_elem elem, const void *p, int j)
+static unsigned t_elem_at(pg_number_format elem, const void *p, int j)
 {
-    return elem == KV_ELEM_E4M3 ? ((const uint8_t *)p)[j] : ((const uint16_t *)p)[j];
+    return elem == PG_FORMAT_E4M3 ? ((const uint8_t *)p)[j] : ((const uint16_t *)p)[j];
 }
 
 /* Writes t into a cache with kv_paged_write and checks every property of the
@@ -150,7 +150,7 @@ static unsigned t_elem_at(kv_elem elem, const void *p, int j)
  * 1..n_pages-1 and unique, table padding 0, NaN in slots past each
  * sequence's end, in page 0 and in unused pages, and the stats n. Leaves the
  * cache in *out (caller frees). */
-static void t_write_and_check(const t_batch *t, kv_elem elem, int block_size, float k_scale,
+static void t_write_and_check(const t_batch *t, pg_number_format elem, int block_size, float k_scale,
                               float v_scale, uint64_t page_seed, kv_paged *out)
 {
     const attn_batch *b = &t->b;
@@ -238,7 +238,7 @@ static void t_write_and_check(const t_batch *t, kv_elem elem, int block_size, fl
                     const void *r = kv_paged_row(out, last, which, h, slot);
                     for (int j = 0; j < b->d; j++) {
                         unsigned g = t_elem_at(elem, r, j);
-                        unsigned want = elem == KV_ELEM_E4M3 ? E4M3_NAN : BF16_NAN;
+                        unsigned want = elem == PG_FORMAT_E4M3 ? E4M3_NAN : BF16_NAN;
                         cr_assert_eq(g, want, "seq %d slot %d which %d head %d dim %d: %#x, "
                                      "not NaN %#x", s, slot, which, h, j, g, want);
                     }
@@ -254,7 +254,7 @@ static void t_write_and_check(const t_batch *t, kv_elem elem, int block_size, fl
     free(used);
 
     /* Stats: e4m3 counts every value it quantized. */
-    if (elem == KV_ELEM_E4M3) {
+    if (elem == PG_FORMAT_E4M3) {
         uint64_t n = (uint64_t)t->tkv * (uint64_t)b->hkv * (uint64_t)b->d;
         cr_assert_eq(ks.n, n, "K stats n %llu, expected %llu", (unsigned long long)ks.n,
                      (unsigned long long)n);
@@ -265,7 +265,7 @@ static void t_write_and_check(const t_batch *t, kv_elem elem, int block_size, fl
 
 /* Runs t_write_and_check over the brief's grid for one element type:
  * block sizes 16/32/64, hkv 1 and 8, d 64 and 128, ragged seq_kv {1,17,40}. */
-static void t_grid(kv_elem elem)
+static void t_grid(pg_number_format elem)
 {
     static const int32_t seq_kv[3] = {1, 17, 40};
     static const int bss[3] = {16, 32, 64}, hkvs[2] = {1, 8}, ds[2] = {64, 128};
@@ -287,12 +287,12 @@ static void t_grid(kv_elem elem)
 
 Test(kv_paged_write, e4m3_grid_roundtrip)
 {
-    t_grid(KV_ELEM_E4M3);
+    t_grid(PG_FORMAT_E4M3);
 }
 
 Test(kv_paged_write, bf16_grid_roundtrip)
 {
-    t_grid(KV_ELEM_BF16);
+    t_grid(PG_FORMAT_BF16);
 }
 
 Test(kv_paged_write, ragged_orders_and_exact_multiples)
@@ -303,7 +303,7 @@ Test(kv_paged_write, ragged_orders_and_exact_multiples)
         t_batch t;
         t_batch_make(&t, 4, seq_kv, 2, 64, 55);
         kv_paged c;
-        t_write_and_check(&t, e ? KV_ELEM_BF16 : KV_ELEM_E4M3, 16, 0.02f, 0.07f, 99, &c);
+        t_write_and_check(&t, e ? PG_FORMAT_BF16 : PG_FORMAT_E4M3, 16, 0.02f, 0.07f, 99, &c);
         kv_paged_free(&c);
         t_batch_free(&t);
     }
@@ -330,9 +330,9 @@ Test(kv_paged_write, pages_are_scattered_and_seeded)
     t_batch t;
     t_batch_make(&t, 3, seq_kv, 1, 64, 3);
     kv_paged a, a2, c;
-    t_write_and_check(&t, KV_ELEM_E4M3, 16, 0.05f, 0.15f, 1234, &a);
-    t_write_and_check(&t, KV_ELEM_E4M3, 16, 0.05f, 0.15f, 1234, &a2);
-    t_write_and_check(&t, KV_ELEM_E4M3, 16, 0.05f, 0.15f, 4321, &c);
+    t_write_and_check(&t, PG_FORMAT_E4M3, 16, 0.05f, 0.15f, 1234, &a);
+    t_write_and_check(&t, PG_FORMAT_E4M3, 16, 0.05f, 0.15f, 1234, &a2);
+    t_write_and_check(&t, PG_FORMAT_E4M3, 16, 0.05f, 0.15f, 4321, &c);
     int32_t ia[64], ia2[64], ic[64];
     int na = t_used_ids(&a, &t.b, ia, 64);
     int na2 = t_used_ids(&a2, &t.b, ia2, 64);
@@ -388,7 +388,7 @@ Test(kv_paged_write, stats_count_and_saturation)
     fp8_quant_stats ks = {0}, vs = {0};
     kv_paged c;
     pg_err err = {0};
-    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, KV_ELEM_E4M3, k_scale, v_scale, 5, 32, &c, &ks,
+    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, PG_FORMAT_E4M3, k_scale, v_scale, 5, 32, &c, &ks,
                                 &vs, &err),
                  PG_OK, "%s", err.msg);
     fp8_quant_stats ek = t_stats(t.k, n, k_scale), ev = t_stats(t.v, n, v_scale);
@@ -407,7 +407,7 @@ Test(kv_paged_write, stats_count_and_saturation)
     kv_paged_free(&c);
 
     /* Counters add up across calls; NULL stats are accepted. */
-    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, KV_ELEM_E4M3, k_scale, v_scale, 6, 16, &c, &ks,
+    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, PG_FORMAT_E4M3, k_scale, v_scale, 6, 16, &c, &ks,
                                 NULL, &err),
                  PG_OK, "%s", err.msg);
     cr_assert_eq(ks.n, 2 * (uint64_t)n);
@@ -418,7 +418,7 @@ Test(kv_paged_write, stats_count_and_saturation)
     /* A generous scale saturates nothing: |K| < 3.47 * 64 = 222 and
      * |V| < 3 * 3.47 * 64 = 666, so 2.0 keeps both under 448. */
     fp8_quant_stats k2 = {0}, v2 = {0};
-    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, KV_ELEM_E4M3, 2.0f, 2.0f, 5, 64, &c, &k2, &v2,
+    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, PG_FORMAT_E4M3, 2.0f, 2.0f, 5, 64, &c, &k2, &v2,
                                 &err),
                  PG_OK, "%s", err.msg);
     cr_assert_eq(k2.n_saturated, 0);
@@ -435,7 +435,7 @@ Test(kv_paged_write, rejects_nonpositive_block_size)
     t_batch_make(&t, 1, seq_kv, 1, 64, 9);
     kv_paged c;
     pg_err err = {0};
-    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, KV_ELEM_E4M3, 1, 1, 1, 0, &c, NULL, NULL, &err),
+    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, PG_FORMAT_E4M3, 1, 1, 1, 0, &c, NULL, NULL, &err),
                  PG_ERR_USAGE);
     cr_assert_null(c.data);
     cr_assert_null(c.block_table);
@@ -451,7 +451,7 @@ Test(kv_paged_write, rejects_nonpositive_block_size)
 static void t_check_gather(const kv_paged *src, float k_scale, float v_scale, const kv_paged *g)
 {
     const int B = src->n_seqs, P = src->pages_per_seq;
-    cr_assert_eq(g->elem, KV_ELEM_BF16);
+    cr_assert_eq(g->elem, PG_FORMAT_BF16);
     cr_assert_eq(g->n_seqs, B);
     cr_assert_eq(g->pages_per_seq, P);
     cr_assert_eq(g->hkv, src->hkv);
@@ -482,7 +482,7 @@ static void t_check_gather(const kv_paged *src, float k_scale, float v_scale, co
                 const uint16_t *dst = kv_paged_row(g, mock, which, 0, 0);
                 const void *from = kv_paged_row(src, id, which, 0, 0);
                 for (size_t i = 0; i < half; i++) {
-                    uint16_t want = src->elem == KV_ELEM_E4M3
+                    uint16_t want = src->elem == PG_FORMAT_E4M3
                                         ? bf16_from_f32(fp8_e4m3_decode(((const uint8_t *)from)[i]) *
                                                         scale)
                                         : ((const uint16_t *)from)[i];
@@ -505,7 +505,7 @@ Test(kv_dequant_gather, e4m3_from_paged_write_distinct_scales)
         t_batch_make(&t, 3, seq_kv, 8, 128, 31 + ib);
         kv_paged src, g;
         pg_err err = {0};
-        cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, KV_ELEM_E4M3, 0.01f, 0.03f, 11 + ib, bss[ib],
+        cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, PG_FORMAT_E4M3, 0.01f, 0.03f, 11 + ib, bss[ib],
                                     &src, NULL, NULL, &err),
                      PG_OK, "%s", err.msg);
         cr_assert_eq(kv_dequant_gather(&src, 0.5f, 2.0f, &g, &err), PG_OK, "%s", err.msg);
@@ -549,7 +549,7 @@ Test(kv_dequant_gather, e4m3_from_paged_write_distinct_scales)
  * block table B x P all set to `fill`. Caller frees with kv_paged_free. */
 static void t_hand_src(kv_paged *c, int64_t n_pages, int B, int P, int32_t fill)
 {
-    *c = (kv_paged){.elem = KV_ELEM_E4M3, .n_seqs = B, .hkv = 2, .d = 64, .block_size = 16,
+    *c = (kv_paged){.elem = PG_FORMAT_E4M3, .n_seqs = B, .hkv = 2, .d = 64, .block_size = 16,
                     .n_pages = n_pages, .pages_per_seq = P};
     size_t half = 2 * 16 * 64;
     c->data = malloc((size_t)n_pages * 2 * half);
@@ -607,7 +607,7 @@ Test(kv_dequant_gather, bf16_source_copies_bits)
     t_batch_make(&t, 3, seq_kv, 8, 64, 61);
     kv_paged src, g;
     pg_err err = {0};
-    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, KV_ELEM_BF16, 1, 1, 17, 16, &src, NULL, NULL,
+    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, PG_FORMAT_BF16, 1, 1, 17, 16, &src, NULL, NULL,
                                 &err),
                  PG_OK, "%s", err.msg);
     /* Knock out two real pages by hand: a 0 and a -1. */
@@ -633,7 +633,7 @@ Test(kv_dequant_gather, e4m3_write_with_hand_knockouts)
     t_batch_make(&t, 3, seq_kv, 1, 64, 83);
     kv_paged src, g;
     pg_err err = {0};
-    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, KV_ELEM_E4M3, 0.02f, 0.05f, 23, 16, &src, NULL,
+    cr_assert_eq(kv_paged_write(&t.b, t.k, t.v, PG_FORMAT_E4M3, 0.02f, 0.05f, 23, 16, &src, NULL,
                                 NULL, &err),
                  PG_OK, "%s", err.msg);
     src.block_table[0] = 0;                      /* seq 0 page 0 */

@@ -229,7 +229,7 @@ Test(kv_formats, the_per_token_head_scale_is_each_rows_absmax_over_448)
     kv_paged c;
     fp8_quant_stats ks = {0}, vs = {0};
     pg_err err = {0};
-    cr_assert_eq(kv_paged_write_per_token_head(&b, k, v, 7, 16, &c, &ks, &vs, &err), PG_OK, "%s",
+    cr_assert_eq(kv_paged_write_per_token_head(&b, k, v, PG_FORMAT_E4M3, 7, 16, &c, &ks, &vs, &err), PG_OK, "%s",
                  err.msg);
     cr_assert_not_null(c.scales);
     for (int t = 0; t < 2; t++)
