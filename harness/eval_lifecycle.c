@@ -270,15 +270,16 @@ static pg_status eval_begin(eval_lifecycle_request *rq, eval_session *es, eval_t
     return st;
 }
 
-/* Marks es's run (taken by this process) as st and stored_errors make it,
- * says how it ended to rq->out or rq->errs, and writes the results file of
- * a finished run; res->status the mark stored. Returns st, or the first
- * failure of the marking or the results file. */
+/* Marks es's run (taken by this process) as st and res->stored_errors make
+ * it, says how it ended (with res->counts) to rq->out or rq->errs, and
+ * writes the results file of a finished run; res->status the mark stored.
+ * Returns st, or the first failure of the marking or the results file. */
 static pg_status eval_finish(const eval_lifecycle_request *rq, eval_session *es, pg_status st,
-                             const eval_run_counts *c, int64_t stored_errors,
                              eval_lifecycle_result *res, pg_err *err)
 {
     const long long id = (long long)es->run_id;
+    const eval_run_counts *c = &res->counts;
+    const int64_t stored_errors = res->stored_errors;
     /* A resumed run that fails keeps what it had: incomplete, not failed. */
     char why[PG_ERR_MSG_MAX];
     snprintf(why, sizeof why, "interrupted by %s", interrupt_signal_name(interrupt_signal()));
@@ -380,7 +381,7 @@ pg_status eval_lifecycle_run(eval_lifecycle_request *rq, eval_lifecycle_result *
         st = eval_store_count_errors(es.store, es.run_id, rq->o.eval_name, &res->stored_errors,
                                      err);
     if (es.taken) {
-        st = eval_finish(rq, &es, st, &res->counts, res->stored_errors, res, err);
+        st = eval_finish(rq, &es, st, res, err);
         res->run_id = es.run_id;
     } else if (rq->resume > 0 && st != PG_OK) {
         term_printf(rq->errs, "precgate: run %lld left as it was (nothing sent to it)\n",
