@@ -77,10 +77,7 @@ cJSON *run_config_write(const run_config *c)
         return NULL;
     }
     if (c->shard_count > 0) {
-        cJSON_AddStringToObject(o, RUN_CONFIG_JOB, c->job);
-        cJSON *sh = cJSON_AddObjectToObject(o, RUN_CONFIG_SHARD);
-        cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_INDEX, c->shard_index);
-        cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_COUNT, c->shard_count);
+        run_config_add_shard(o, c->job, c->shard_index, c->shard_count);
         cJSON *layers = cJSON_AddArrayToObject(o, RUN_CONFIG_SHARD_LAYERS);
         for (int i = 0; layers != NULL && i < c->n_shard_layers; i++)
             cJSON_AddItemToArray(layers, cJSON_CreateNumber(c->shard_layers[i]));
@@ -88,11 +85,94 @@ cJSON *run_config_write(const run_config *c)
     return o;
 }
 
-/* String member key of o, or NULL (missing or no string). */
-static const char *member_string(const cJSON *o, const char *key)
+const char *run_config_string(const cJSON *o, const char *key)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+int run_config_int(const cJSON *o, const char *key, int *out)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x) || x->valuedouble < -RUN_CONFIG_INT_MAX ||
+        x->valuedouble > RUN_CONFIG_INT_MAX || x->valuedouble != (double)(int)x->valuedouble)
+        return 0;
+    *out = (int)x->valuedouble;
+    return 1;
+}
+
+pg_status run_config_read_strings(const cJSON *o, const char *key, const char ***storage,
+                                  const char *const **list, int *n, pg_err *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+    *storage = NULL;
+    *list = NULL;
+    *n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (*n <= 0) return PG_OK;
+    if ((*storage = calloc((size_t)*n, sizeof **storage)) == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "out of memory reading a run's config");
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) (*storage)[i++] = cJSON_IsString(x) ? x->valuestring : NULL;
+    *list = *storage;
+    return PG_OK;
+}
+
+/* qsort order of C strings. */
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int run_config_add_sorted(cJSON *o, const char *key, const char *const *names, int n)
+{
+    const char **sorted = calloc((size_t)n + 1, sizeof *sorted);
+    cJSON *arr = sorted != NULL ? cJSON_AddArrayToObject(o, key) : NULL;
+    int m = 0, ok = arr != NULL;
+    for (int i = 0; ok && i < n; i++)
+        if (names[i] != NULL) sorted[m++] = names[i];
+    if (ok) qsort(sorted, (size_t)m, sizeof *sorted, by_name);
+    for (int i = 0; ok && i < m; i++)
+        if (i == 0 || strcmp(sorted[i], sorted[i - 1]) != 0)
+            ok = cJSON_AddItemToArray(arr, cJSON_CreateString(sorted[i]));
+    free(sorted);
+    return ok;
+}
+
+int run_config_add_strings(cJSON *o, const char *key, const char *const *names, int n)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, key);
+    int ok = arr != NULL;
+    for (int i = 0; ok && i < n; i++) ok = cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+    return ok;
+}
+
+int run_config_add_shard(cJSON *o, const char *job, int index, int count)
+{
+    const int ok = cJSON_AddStringToObject(o, RUN_CONFIG_JOB, job) != NULL;
+    cJSON *sh = cJSON_AddObjectToObject(o, RUN_CONFIG_SHARD);
+    return ok && sh != NULL && cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_INDEX, index) &&
+           cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_COUNT, count);
+}
+
+int run_config_add_part(cJSON *o, const char *job, int index, int count, const char *owned_key,
+                        const char *const *owned, int n)
+{
+    return run_config_add_shard(o, job, index, count) &&
+           run_config_add_strings(o, owned_key, owned, n);
+}
+
+int run_config_read_shard(const cJSON *o, const char **job, int *index, int *count,
+                          int *numbers)
+{
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_SHARD);
+    const cJSON *i = cJSON_GetObjectItemCaseSensitive(sh, RUN_CONFIG_SHARD_INDEX);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(sh, RUN_CONFIG_SHARD_COUNT);
+    *job = run_config_string(o, RUN_CONFIG_JOB);
+    if (cJSON_IsNumber(i)) *index = i->valueint;
+    if (cJSON_IsNumber(c)) *count = c->valueint;
+    *numbers = cJSON_IsNumber(i) && cJSON_IsNumber(c);
+    return sh != NULL;
 }
 
 /* The stored "variants" into d (n_variants -1 unless a non-empty list of strings). */
@@ -118,17 +198,12 @@ static pg_status read_variants(run_config_doc *d, pg_err *err)
 /* The stored "job", "shard" and "shard_layers" into d. */
 static pg_status read_shard(run_config_doc *d, pg_err *err)
 {
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(d->tree, RUN_CONFIG_SHARD);
-    const cJSON *index = cJSON_GetObjectItemCaseSensitive(sh, RUN_CONFIG_SHARD_INDEX);
-    const cJSON *count = cJSON_GetObjectItemCaseSensitive(sh, RUN_CONFIG_SHARD_COUNT);
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(d->tree, RUN_CONFIG_SHARD_LAYERS);
     run_config *c = &d->c;
-    c->job = member_string(d->tree, RUN_CONFIG_JOB);
-    c->shard_known = sh != NULL;
-    c->shard_readable = cJSON_IsNumber(index) && cJSON_IsNumber(count) && c->job != NULL &&
-                        cJSON_IsArray(layers);
-    if (cJSON_IsNumber(index)) c->shard_index = index->valueint;
-    if (cJSON_IsNumber(count)) c->shard_count = count->valueint;
+    int numbers = 0;
+    c->shard_known = run_config_read_shard(d->tree, &c->job, &c->shard_index, &c->shard_count,
+                                           &numbers);
+    c->shard_readable = numbers && c->job != NULL && cJSON_IsArray(layers);
     const int n = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : 0;
     if (n == 0) return PG_OK;
     if ((d->shard_layer_ids = calloc((size_t)n, sizeof *d->shard_layer_ids)) == NULL)
@@ -141,9 +216,7 @@ static pg_status read_shard(run_config_doc *d, pg_err *err)
     return PG_OK;
 }
 
-/* Whether text (NULL: absent) is an unsigned integer as --seed takes one
- * (strtoull, base prefixes included, never negative), into *out. */
-static int read_u64_text(const char *text, unsigned long long *out)
+int run_config_u64_text(const char *text, unsigned long long *out)
 {
     if (text == NULL || text[0] == '-') return 0;
     char *end = NULL;
@@ -161,23 +234,23 @@ pg_status run_config_read(const char *json, run_config_doc *out, pg_err *err)
         return pg_fail(err, PG_ERR_USAGE, "the run has no readable config_json");
     const cJSON *t = out->tree;
     run_config *c = &out->c;
-    c->capture = member_string(t, RUN_CONFIG_CAPTURE);
-    c->capture_digest = member_string(t, RUN_CONFIG_CAPTURE_DIGEST);
-    c->model = member_string(t, RUN_CONFIG_MODEL);
-    c->backend_requested = member_string(t, RUN_CONFIG_BACKEND_REQUESTED);
-    c->backend = member_string(t, RUN_CONFIG_BACKEND);
+    c->capture = run_config_string(t, RUN_CONFIG_CAPTURE);
+    c->capture_digest = run_config_string(t, RUN_CONFIG_CAPTURE_DIGEST);
+    c->model = run_config_string(t, RUN_CONFIG_MODEL);
+    c->backend_requested = run_config_string(t, RUN_CONFIG_BACKEND_REQUESTED);
+    c->backend = run_config_string(t, RUN_CONFIG_BACKEND);
     const cJSON *check_spec = cJSON_GetObjectItemCaseSensitive(t, RUN_CONFIG_CHECK_SPEC);
     c->check_spec_known = cJSON_IsBool(check_spec);
     c->check_spec = cJSON_IsTrue(check_spec);
-    c->scales = member_string(t, RUN_CONFIG_SCALES);
+    c->scales = run_config_string(t, RUN_CONFIG_SCALES);
     const cJSON *attribute = cJSON_GetObjectItemCaseSensitive(t, RUN_CONFIG_ATTRIBUTE);
     c->attribute_known = attribute != NULL;
     c->attribute = cJSON_IsTrue(attribute);
-    c->page_seed_known = read_u64_text(member_string(t, RUN_CONFIG_PAGE_SEED_DECIMAL),
+    c->page_seed_known = run_config_u64_text(run_config_string(t, RUN_CONFIG_PAGE_SEED_DECIMAL),
                                        &c->page_seed);
-    c->git_rev = member_string(t, RUN_CONFIG_GIT_REV);
+    c->git_rev = run_config_string(t, RUN_CONFIG_GIT_REV);
     c->layer_rows_known = cJSON_HasObjectItem(t, RUN_CONFIG_LAYER_ROWS);
-    c->p_rounding = member_string(t, RUN_CONFIG_P_ROUNDING);
+    c->p_rounding = run_config_string(t, RUN_CONFIG_P_ROUNDING);
     pg_status st = read_variants(out, err);
     if (st == PG_OK) st = read_shard(out, err);
     return st;

@@ -10,9 +10,12 @@
  * take the key from these names, so that the dependency of db/ on what a
  * run records is a header the layers can see.
  *
- * A sweep's config is typed (run_config): run_config_write is its one
- * writer and run_config_read its one reader. Eval and diverge configs are
- * assembled by their commands from the key names below.
+ * Every kind's config is typed, with one writer and one reader: a sweep's
+ * here (run_config_write, run_config_read), an eval's in db/eval_config.h,
+ * a diverge run's in db/diverge_config.h. What else touches a stored
+ * config as JSON (--resume's key-by-key comparison, merge's and the gate's
+ * comparison of whole configs, the SQL below) takes its keys from the
+ * names here.
  */
 #ifndef PG_RUN_CONFIG_H
 #define PG_RUN_CONFIG_H
@@ -34,6 +37,7 @@
 #define RUN_CONFIG_MODES "modes"                /* eval and diverge modes */
 #define RUN_CONFIG_SCALES "scales"              /* a sweep's --scales policy */
 #define RUN_CONFIG_VARIANTS "variants"          /* a sweep's kernel profiles, full names */
+#define RUN_CONFIG_KIND "kind"                  /* a diverge run's "diverge" */
 
 /* ---- a sweep (precgate run) --------------------------------------------- */
 #define RUN_CONFIG_CAPTURE "capture"            /* the capture as given: its rows' name */
@@ -97,6 +101,51 @@
 /* The JSON path of top-level key ("$.KEY") into out, for a path bound as a
  * parameter; PG_ERR_INTERNAL when key is NULL or the path does not fit. */
 pg_status run_config_path(const char *key, char out[RUN_CONFIG_PATH_MAX], pg_err *err);
+
+/* Largest magnitude of a whole number the readers take as an int (a
+ * count, a K, an index); beyond it the field reads as unknown. */
+#define RUN_CONFIG_INT_MAX 1000000000
+
+/* String member key of o, or NULL (missing or no string). For the readers. */
+const char *run_config_string(const cJSON *o, const char *key);
+
+/* Whether member key of o is a whole number within +-RUN_CONFIG_INT_MAX,
+ * into *out (untouched when not). For the readers. */
+int run_config_int(const cJSON *o, const char *key, int *out);
+
+/* Whether text (NULL: absent) is an unsigned integer as --seed takes one
+ * (strtoull, base prefixes included, never negative), into *out. */
+int run_config_u64_text(const char *text, unsigned long long *out);
+
+/* The array member key of o as a list: *n its size, -1 when key is no
+ * array; (*storage)[i] the i-th entry's string, NULL where it is none.
+ * *list points at the storage (owned by the caller: free it). PG_ERR_NOMEM. */
+pg_status run_config_read_strings(const cJSON *o, const char *key, const char ***storage,
+                                  const char *const **list, int *n, pg_err *err);
+
+/* The distinct strings of names[0 .. n-1] (NULL entries skipped), sorted by
+ * strcmp, added to o as array key (lists whose order defines nothing: the
+ * modes, the efforts); 0 when out of memory. */
+int run_config_add_sorted(cJSON *o, const char *key, const char *const *names, int n);
+
+/* Adds names[0 .. n-1], in their order, to o as array key; 0 when out of memory. */
+int run_config_add_strings(cJSON *o, const char *key, const char *const *names, int n);
+
+/* Adds a shard part's "job": job and "shard": {"index", "count"} to o; 0
+ * when out of memory. Every kind's writer records a part with it. */
+int run_config_add_shard(cJSON *o, const char *job, int index, int count);
+
+/* Adds an eval or diverge part (index of count parts of job job) to o:
+ * run_config_add_shard, then owned_key, the ids owned[0 .. n-1] it owns;
+ * 0 when out of memory. */
+int run_config_add_part(cJSON *o, const char *job, int index, int count, const char *owned_key,
+                        const char *const *owned, int n);
+
+/* A stored part's place: *job ("job"), *index and *count (inside "shard",
+ * untouched where no number); returns whether "shard" exists, and sets
+ * *numbers when both index and count are numbers. */
+int run_config_read_shard(const cJSON *o, const char **job, int *index, int *count,
+                          int *numbers);
 
 /* A sweep's configuration. The writer's input: every string borrowed from
  * the caller, NULL where absent. What run_config_read fills: strings

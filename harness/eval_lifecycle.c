@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/eval_config.h"
 #include "db/eval_store.h"
 #include "db/run_config.h"
 #include "db/store.h"
@@ -33,94 +34,56 @@ static void default_eval_name(const char *path, char *buf, size_t len)
     if (dot != NULL && dot != buf) *dot = '\0';
 }
 
-/* qsort order of C strings. */
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
+/* This command's config and what it borrows that is not the request's. */
+typedef struct eval_config_now {
+    eval_run_config c;
+    eval_config_pair endpoints[EVAL_MAX_SERVERS];  /* (mode, URL) of each server */
+    const char **plan_names;                       /* a replay's plan (owned) */
+} eval_config_now;
 
-/* Adds the distinct names of names[0..n-1] (n <= EVAL_MAX_SERVERS), sorted
- * (their order defines nothing), as array key: a mode with several servers
- * is listed once. */
-static void add_sorted_names(cJSON *o, const char *key, const char *const *names, int n)
+/* The run's configuration (never the API key itself) into n: what
+ * eval_resume.h compares on --resume, plus what is only informative (traces
+ * path, URLs, --model, api_key_env). Its models stay unknown until the
+ * servers answer (eval_before_send). */
+static void eval_config_of(const eval_lifecycle_request *a, const char *traces_digest,
+                           eval_config_now *n)
 {
-    const char *sorted[EVAL_MAX_SERVERS > EVAL_MAX_EFFORTS ? EVAL_MAX_SERVERS : EVAL_MAX_EFFORTS];
-    memcpy(sorted, names, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, by_name);
-    cJSON *arr = cJSON_AddArrayToObject(o, key);
-    for (int i = 0; i < n; i++)
-        if (i == 0 || strcmp(sorted[i], sorted[i - 1]) != 0)
-            cJSON_AddItemToArray(arr, cJSON_CreateString(sorted[i]));
-}
-
-/* mode's servers as the config records them under "endpoints": its URL
- * when it has one (what runs have always recorded, so older runs read the
- * same), else the array of its URLs in the order given. NULL when out of
- * memory. */
-static cJSON *mode_endpoints(const eval_run_options *o, const char *mode)
-{
-    int n = 0, first = -1;
-    for (int i = 0; i < o->n_endpoints; i++)
-        if (strcmp(o->modes[i], mode) == 0 && n++ == 0) first = i;
-    if (n == 1) return cJSON_CreateString(o->urls[first]);
-    cJSON *arr = cJSON_CreateArray();
-    for (int i = 0; arr != NULL && i < o->n_endpoints; i++)
-        if (strcmp(o->modes[i], mode) == 0 &&
-            !cJSON_AddItemToArray(arr, cJSON_CreateString(o->urls[i]))) {
-            cJSON_Delete(arr);
-            arr = NULL;
-        }
-    return arr;
-}
-
-/* The run's configuration (never the API key itself): what eval_resume.h
- * compares on --resume, plus what is only informative (traces path, URLs,
- * --model, api_key_env). "models" stays empty until the servers answer
- * (eval_before_send). NULL when out of memory. */
-static cJSON *eval_config_json(const eval_lifecycle_request *a, const char *traces_digest)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (o == NULL) return NULL;
-    cJSON_AddNumberToObject(o, RUN_CONFIG_CONFIG_VERSION, EVAL_CONFIG_VERSION);
-    cJSON_AddStringToObject(o, RUN_CONFIG_TRACES, a->traces);
-    cJSON_AddStringToObject(o, RUN_CONFIG_TRACES_DIGEST, traces_digest);
-    cJSON_AddStringToObject(o, RUN_CONFIG_EVAL, a->o.eval_name);
-    cJSON_AddStringToObject(o, RUN_CONFIG_SOURCE, a->replay ? "replay" : "live");
-    cJSON_AddStringToObject(o, RUN_CONFIG_EXTRACTOR, grade_extractor_name(a->o.extractor));
-    if (a->limit > 0) cJSON_AddNumberToObject(o, RUN_CONFIG_LIMIT, (double)a->limit);
-    if (!a->replay) {
-        cJSON_AddStringToObject(o, RUN_CONFIG_PROMPT_TEMPLATE, oa_prompt_template());
-        add_sorted_names(o, RUN_CONFIG_MODES, a->o.modes, a->o.n_endpoints);
-        cJSON *eps = cJSON_AddObjectToObject(o, RUN_CONFIG_ENDPOINTS);
-        for (int i = 0; i < a->o.n_endpoints; i++)
-            if (!cJSON_HasObjectItem(eps, a->o.modes[i]))
-                cJSON_AddItemToObject(eps, a->o.modes[i], mode_endpoints(&a->o, a->o.modes[i]));
-        cJSON_AddObjectToObject(o, RUN_CONFIG_MODELS);
-        add_sorted_names(o, RUN_CONFIG_EFFORTS, a->o.efforts, a->o.n_efforts);
-        cJSON_AddNumberToObject(o, RUN_CONFIG_SAMPLES, a->o.samples);
-        cJSON_AddNumberToObject(o, RUN_CONFIG_TEMPERATURE, a->o.sampling.temperature);
-        if (a->o.sampling.top_p >= 0) cJSON_AddNumberToObject(o, RUN_CONFIG_TOP_P, a->o.sampling.top_p);
-        else cJSON_AddNullToObject(o, RUN_CONFIG_TOP_P);  /* the server's default */
-        /* A string: a 64-bit seed does not fit a JSON number (a double) exactly. */
-        char seed[32];
-        snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->o.seed_base);
-        cJSON_AddStringToObject(o, RUN_CONFIG_SEED, seed);
-        if (a->o.sampling.max_tokens > 0)
-            cJSON_AddNumberToObject(o, RUN_CONFIG_MAX_TOKENS, (double)a->o.sampling.max_tokens);
-        else cJSON_AddNullToObject(o, RUN_CONFIG_MAX_TOKENS);  /* the server's default */
-        if (a->o.client.model) cJSON_AddStringToObject(o, RUN_CONFIG_EVAL_MODEL, a->o.client.model);
-        if (a->o.api_key_env) cJSON_AddStringToObject(o, RUN_CONFIG_API_KEY_ENV, a->o.api_key_env);
-    }
-    return o;
+    eval_run_config *c = &n->c;
+    *c = (eval_run_config){.config_version = EVAL_CONFIG_VERSION,
+                           .traces = a->traces,
+                           .traces_digest = traces_digest,
+                           .eval = a->o.eval_name,
+                           .replay = a->replay,
+                           .extractor = grade_extractor_name(a->o.extractor),
+                           .limit = (int)a->limit};
+    if (a->replay) return;
+    c->prompt_template = oa_prompt_template();
+    c->modes = a->o.modes;
+    c->n_modes = a->o.n_endpoints;
+    for (int i = 0; i < a->o.n_endpoints; i++)
+        n->endpoints[i] = (eval_config_pair){a->o.modes[i], a->o.urls[i]};
+    c->endpoints = n->endpoints;
+    c->n_endpoints = a->o.n_endpoints;
+    c->efforts = a->o.efforts;
+    c->n_efforts = a->o.n_efforts;
+    c->samples = a->o.samples;
+    c->temperature = a->o.sampling.temperature;
+    c->top_p = a->o.sampling.top_p;
+    c->seed = (unsigned long long)a->o.seed_base;
+    c->max_tokens = a->o.sampling.max_tokens;
+    c->model = a->o.client.model;
+    c->api_key_env = a->o.api_key_env;
 }
 
 /* Makes t the problems of part a->shard (shard_problems) and records the
- * part in the config now: "job" (a->job, else the default key over now's
- * defining fields), "shard" and "shard_problems", the ids it owns. */
-static pg_status eval_shard(eval_lifecycle_request *a, eval_traces *t, cJSON *now, pg_err *err)
+ * part in the config: "job" (a->job, else the default key over *now's
+ * defining fields), "shard" and "shard_problems", the ids it owns; *now is
+ * then written again from n. */
+static pg_status eval_shard(eval_lifecycle_request *a, eval_traces *t, eval_config_now *n,
+                            cJSON **now, pg_err *err)
 {
     if (a->job == NULL) {
-        if (shard_default_job(now, a->shard.count, a->job_buf, err) != PG_OK) return err->code;
+        if (shard_default_job(*now, a->shard.count, a->job_buf, err) != PG_OK) return err->code;
         a->job = a->job_buf;
     }
     const char **ids = calloc((size_t)t->n + 1, sizeof *ids);
@@ -130,12 +93,20 @@ static pg_status eval_shard(eval_lifecycle_request *a, eval_traces *t, cJSON *no
     for (int i = 0; st == PG_OK && i < t->n; i++) ids[i] = t->problems[i].id;
     if (st == PG_OK) st = shard_problems(ids, t->n, a->shard, keep, err);
     if (st == PG_OK) {
-        shard_config_add(now, a->job, a->shard);
-        cJSON *owned = cJSON_AddArrayToObject(now, RUN_CONFIG_SHARD_PROBLEMS);
-        for (int i = 0; owned != NULL && i < t->n; i++)
-            if (keep[i]) cJSON_AddItemToArray(owned, cJSON_CreateString(ids[i]));
-        traces_keep_marked(t, keep);
+        int owned = 0;
+        for (int i = 0; i < t->n; i++)
+            if (keep[i]) ids[owned++] = ids[i];
+        n->c.job = a->job;
+        n->c.shard_index = a->shard.index;
+        n->c.shard_count = a->shard.count;
+        n->c.shard_problems = ids;
+        n->c.n_shard_problems = owned;
+        cJSON_Delete(*now);
+        *now = eval_config_write(&n->c);
+        n->c.shard_problems = NULL;  /* ids go below */
+        if (*now == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
     }
+    if (st == PG_OK) traces_keep_marked(t, keep);
     free(ids);
     free(keep);
     return st;
@@ -143,8 +114,8 @@ static pg_status eval_shard(eval_lifecycle_request *a, eval_traces *t, cJSON *no
 
 /* What a resume of a part must repeat: its place in the sharded job. */
 static const resume_field eval_shard_fields[] = {
-    {"shard", "--shard"},
-    {"job", "--job"},
+    {RUN_CONFIG_SHARD, "--shard"},
+    {RUN_CONFIG_JOB, "--job"},
 };
 
 /* What eval_before_send needs: the run, whether this process holds it yet. */
@@ -152,7 +123,7 @@ typedef struct eval_session {
     pg_store *store;
     int64_t run_id;
     const eval_lifecycle_request *a;
-    cJSON *config;   /* new run: this command's; resume: the run's stored config */
+    eval_config_doc config;  /* new run: this command's; resume: the run's stored config */
     int taken;       /* the run is this process's (begun, or reopened) */
     int plan_added;  /* resume: the run's config lacked "plan", added from this command's */
 } eval_session;
@@ -160,11 +131,62 @@ typedef struct eval_session {
 /* Stores es->config as the run's config_json. */
 static pg_status store_config(eval_session *es, pg_err *err)
 {
-    char *text = cJSON_PrintUnformatted(es->config);
+    char *text = cJSON_PrintUnformatted(es->config.tree);
     if (text == NULL) return pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
     const pg_status st = store_run_set_config(es->store, es->run_id, text, err);
     free(text);
     return st;
+}
+
+/* Whether mode is among pairs p[0 .. n-1]. */
+static int has_mode(const eval_config_pair *p, int n, const char *mode)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i].mode != NULL && strcmp(p[i].mode, mode) == 0) return 1;
+    return 0;
+}
+
+/* Whether mode's values in a[0 .. na-1] and b[0 .. nb-1] are the same, in order. */
+static int same_servers(const eval_config_pair *a, int na, const eval_config_pair *b, int nb,
+                        const char *mode)
+{
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < na && (a[i].mode == NULL || strcmp(a[i].mode, mode) != 0)) i++;
+        while (j < nb && (b[j].mode == NULL || strcmp(b[j].mode, mode) != 0)) j++;
+        if (i == na || j == nb) return i == na && j == nb;
+        if (a[i].value == NULL || b[j].value == NULL || strcmp(a[i].value, b[j].value) != 0)
+            return 0;
+        i++;
+        j++;
+    }
+}
+
+/* Where each mode is served now (now[0 .. n_now-1]) over the stored
+ * servers had[0 .. n_had-1], into merged (room for both): a stored mode
+ * served now gets its servers of now in its place, the others stay, the
+ * new modes follow. Returns whether anything moved. */
+static int merge_servers(const eval_config_pair *had, int n_had, const eval_config_pair *now,
+                         int n_now, eval_config_pair *merged, int *n_merged)
+{
+    int moved = 0;
+    *n_merged = 0;
+    for (int i = 0; i < n_had; i++) {
+        const char *mode = had[i].mode;
+        if (!has_mode(now, n_now, mode)) {
+            merged[(*n_merged)++] = had[i];
+        } else if (!has_mode(had, i, mode)) {
+            moved |= !same_servers(had, n_had, now, n_now, mode);
+            for (int j = 0; j < n_now; j++)
+                if (strcmp(now[j].mode, mode) == 0) merged[(*n_merged)++] = now[j];
+        }
+    }
+    for (int j = 0; j < n_now; j++)
+        if (!has_mode(had, n_had, now[j].mode)) {
+            merged[(*n_merged)++] = now[j];
+            moved = 1;
+        }
+    return moved;
 }
 
 /* eval_run_options.before_send: a new run records its servers' models; a
@@ -177,10 +199,18 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
     /* A signal while the servers were awaited: a resume leaves the run alone. */
     if (o->client.stop != NULL && *o->client.stop != 0)
         return pg_fail(err, PG_ERR_INTERRUPTED, "eval: interrupted before anything was sent");
-    cJSON *stored_models = cJSON_GetObjectItemCaseSensitive(es->config, RUN_CONFIG_MODELS);
-    int added = 0;
-    pg_status st = eval_resume_check_models(es->run_id, stored_models, o->n_endpoints, o->modes,
-                                            models, &added, err);
+    const eval_run_config *had = &es->config.c;
+    eval_config_pair *served = calloc((size_t)had->n_models + (size_t)o->n_endpoints + 1,
+                                      sizeof *served);
+    eval_config_pair *where = calloc((size_t)had->n_endpoints + (size_t)o->n_endpoints + 1,
+                                     sizeof *where);
+    eval_config_pair now[EVAL_MAX_SERVERS];
+    for (int i = 0; i < o->n_endpoints; i++) now[i] = (eval_config_pair){o->modes[i], o->urls[i]};
+    int n_served = 0, n_where = 0, added = 0;
+    pg_status st = served != NULL && where != NULL
+                       ? eval_resume_check_models(es->run_id, had, o->n_endpoints, o->modes,
+                                                  models, served, &n_served, &added, err)
+                       : pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
     if (st == PG_OK && !es->taken) {
         st = store_run_reopen(es->store, es->run_id, "eval", es->a->force, err);
         if (st == PG_OK) es->taken = 1;
@@ -189,45 +219,61 @@ static pg_status eval_before_send(void *ctx, const char *const *models, pg_err *
      * mode may get more of them): the stored config names where each mode
      * was served last, so --output and `runs --json` say where this resume
      * sent. */
-    int moved = 0;
-    cJSON *eps = cJSON_GetObjectItemCaseSensitive(es->config, RUN_CONFIG_ENDPOINTS);
-    for (int m = 0; st == PG_OK && cJSON_IsObject(eps) && m < o->n_endpoints; m++) {
-        const cJSON *was = cJSON_GetObjectItemCaseSensitive(eps, o->modes[m]);
-        cJSON *now = mode_endpoints(o, o->modes[m]);
-        if (now == NULL) {
-            st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
-        } else if (was != NULL && cJSON_Compare(was, now, 1)) {
-            cJSON_Delete(now);
-        } else {
-            if (was != NULL) cJSON_ReplaceItemInObjectCaseSensitive(eps, o->modes[m], now);
-            else cJSON_AddItemToObject(eps, o->modes[m], now);
-            moved = 1;
-        }
+    const int moved = st == PG_OK && had->endpoints_known &&
+                      merge_servers(had->endpoints, had->n_endpoints, now, o->n_endpoints, where,
+                                    &n_where);
+    const char *keys[2];
+    int n_keys = 0;
+    eval_run_config updated = *had;
+    if (added) {
+        updated.models = served;
+        updated.n_models = n_served;
+        keys[n_keys++] = RUN_CONFIG_MODELS;
     }
+    if (moved) {
+        updated.endpoints = where;
+        updated.n_endpoints = n_where;
+        keys[n_keys++] = RUN_CONFIG_ENDPOINTS;
+    }
+    if (st == PG_OK && n_keys > 0)
+        st = eval_config_doc_update(&es->config, &updated, keys, n_keys, err);
     if (st == PG_OK && (added || moved || es->plan_added)) st = store_config(es, err);
+    free(served);
+    free(where);
     return st;
 }
 
 /* Resume: refuses, before any server is contacted, a run that is not a
- * resumable eval or whose definition differs; es->config gets its config. */
-static pg_status check_resume(eval_session *es, const cJSON *now, pg_err *err)
+ * resumable eval or whose definition differs; es->config gets its config.
+ * now: this command's config, c its fields. */
+static pg_status check_resume(eval_session *es, const cJSON *now, const eval_run_config *c,
+                              pg_err *err)
 {
     store_run_state rs;
     pg_status st = store_run_read(es->store, es->run_id, &rs, err);
     if (st != PG_OK) return st;
     st = store_run_resumable(es->store, &rs, "eval", es->a->force, err);
-    if (st == PG_OK) st = eval_resume_check_config(es->run_id, rs.config_json, now, err);
-    if (st == PG_OK && (es->config = cJSON_Parse(rs.config_json)) == NULL)
+    /* A config that does not read is refused below, as one without config_version. */
+    pg_err unread = {0};
+    if (st == PG_OK && eval_config_read(rs.config_json, &es->config, &unread) == PG_ERR_NOMEM)
         st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    if (st == PG_OK) st = eval_resume_check_config(es->run_id, &es->config, now, err);
     if (st == PG_OK)
-        st = resume_check_fields("eval", es->run_id, es->config, now, eval_shard_fields,
+        st = resume_check_fields("eval", es->run_id, es->config.tree, now, eval_shard_fields,
                                  sizeof eval_shard_fields / sizeof eval_shard_fields[0], err);
     /* A run started before runs recorded their plan gets this command's: the
      * checks above proved the same traces and grid (run_complete.h). */
-    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(now, RUN_CONFIG_PLAN);
-    if (st == PG_OK && plan != NULL && !cJSON_HasObjectItem(es->config, RUN_CONFIG_PLAN)) {
-        if (!cJSON_AddItemToObject(es->config, "plan", cJSON_Duplicate(plan, 1)))
-            st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    if (st == PG_OK && !es->config.c.plan_known) {
+        eval_run_config with_plan = es->config.c;
+        with_plan.plan_known = 1;
+        with_plan.plan_problems = c->plan_problems;
+        with_plan.plan_modes = c->plan_modes;
+        with_plan.n_plan_modes = c->n_plan_modes;
+        with_plan.plan_efforts = c->plan_efforts;
+        with_plan.n_plan_efforts = c->n_plan_efforts;
+        with_plan.plan_samples = c->plan_samples;
+        const char *const keys[] = {RUN_CONFIG_PLAN};
+        st = eval_config_doc_update(&es->config, &with_plan, keys, 1, err);
         es->plan_added = st == PG_OK;
     }
     store_run_state_free(&rs);
@@ -245,26 +291,33 @@ static pg_status eval_begin(eval_lifecycle_request *rq, eval_session *es, eval_t
     char digest[TRACES_DIGEST_MAX];
     pg_status st = traces_digest(t, digest, sizeof digest, err);
     if (st == PG_OK) st = store_open(rq->db_path, &es->store, err);
-    *now = st == PG_OK ? eval_config_json(rq, digest) : NULL;
-    if (st == PG_OK && *now == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    eval_config_now cfg;
+    eval_config_of(rq, digest, &cfg);
     /* What the run must hold when whole (run_complete.h), over every problem. */
-    if (st == PG_OK) st = run_complete_add_eval_plan(*now, t, err);
+    cfg.plan_names = NULL;
+    if (st == PG_OK) st = run_complete_eval_plan(&cfg.c, t, &cfg.plan_names, err);
+    *now = st == PG_OK ? eval_config_write(&cfg.c) : NULL;
+    if (st == PG_OK && *now == NULL) st = pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
     *n_planned = t->n;
-    if (st == PG_OK && rq->shard.count > 0) st = eval_shard(rq, t, *now, err);
-    if (st != PG_OK) return st;
-    if (rq->resume > 0) {
+    if (st == PG_OK && rq->shard.count > 0) st = eval_shard(rq, t, &cfg, now, err);
+    if (st == PG_OK && rq->resume > 0) {
         es->run_id = rq->resume;
-        return check_resume(es, *now, err);
+        st = check_resume(es, *now, &cfg.c, err);
+        free(cfg.plan_names);
+        return st;
     }
-    es->config = *now;
+    free(cfg.plan_names);
+    if (st != PG_OK) return st;
+    char *config = cJSON_PrintUnformatted(*now);
+    cJSON_Delete(*now);
     *now = NULL;
-    char *config = cJSON_PrintUnformatted(es->config);
+    st = config != NULL ? eval_config_read(config, &es->config, err)
+                        : pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
     char host[EVAL_HOST_MAX];
     store_this_host(host, sizeof host);
     const store_run_info info = {"eval", rq->label, PRECGATE_GIT_REV, host,
                                  rq->replay ? "replay" : "openai-compatible servers", config};
-    st = config != NULL ? store_run_begin(es->store, &info, &es->run_id, err)
-                        : pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    if (st == PG_OK) st = store_run_begin(es->store, &info, &es->run_id, err);
     es->taken = st == PG_OK;
     free(config);
     return st;
@@ -324,7 +377,7 @@ static pg_status eval_finish(const eval_lifecycle_request *rq, eval_session *es,
     /* The results file says what the store says once the run is finished;
      * failing to write it fails the command, not the stored run. */
     if (st == PG_OK && rq->output != NULL) {
-        char *config = cJSON_PrintUnformatted(es->config);
+        char *config = cJSON_PrintUnformatted(es->config.tree);
         st = config != NULL ? eval_results_write_json(es->store, es->run_id, rq->o.eval_name,
                                                       status, config, rq->output, err)
                             : pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
@@ -346,7 +399,7 @@ pg_status eval_lifecycle_run(eval_lifecycle_request *rq, eval_lifecycle_result *
     if (traces_load(rq->traces, &t, err) != PG_OK) return err->code;
     const int n_in_file = t->n;
     if (rq->limit > 0) traces_keep_first(t, (int)rq->limit);
-    eval_session es = {NULL, -1, rq, NULL, 0, 0};
+    eval_session es = {NULL, -1, rq, {0}, 0, 0};
     cJSON *now = NULL;
     int n_planned = t->n;
     pg_status st = eval_begin(rq, &es, t, &now, &n_planned, err);
@@ -390,7 +443,7 @@ pg_status eval_lifecycle_run(eval_lifecycle_request *rq, eval_lifecycle_result *
     rq->o.before_send = NULL;
     rq->o.before_send_ctx = NULL;
     cJSON_Delete(now);
-    cJSON_Delete(es.config);
+    eval_config_doc_free(&es.config);
     store_close(es.store);
     traces_free(t);
     return st;

@@ -12,20 +12,20 @@
 
 /* Every field an eval resume must repeat (models: eval_resume_check_models). */
 static const resume_field defining[] = {
-    {"config_version", "the precgate that wrote the run"},
-    {"source", "live or --replay"},
-    {"eval", "--eval"},
-    {"limit", "--limit"},  /* before the digest it changes: the cause is named first */
-    {"traces_digest", "the content of --traces (after --limit)"},
-    {"extractor", "--extractor"},
-    {"prompt_template", "the prompt template"},
-    {"modes", "--endpoint MODE=URL"},
-    {"efforts", "--effort"},
-    {"samples", "--samples"},
-    {"seed", "--seed"},
-    {"temperature", "--temperature"},
-    {"top_p", "--top-p"},
-    {"max_tokens", "--max-tokens"},
+    {RUN_CONFIG_CONFIG_VERSION, "the precgate that wrote the run"},
+    {RUN_CONFIG_SOURCE, "live or --replay"},
+    {RUN_CONFIG_EVAL, "--eval"},
+    {RUN_CONFIG_LIMIT, "--limit"},  /* before the digest it changes: the cause is named first */
+    {RUN_CONFIG_TRACES_DIGEST, "the content of --traces (after --limit)"},
+    {RUN_CONFIG_EXTRACTOR, "--extractor"},
+    {RUN_CONFIG_PROMPT_TEMPLATE, "the prompt template"},
+    {RUN_CONFIG_MODES, "--endpoint MODE=URL"},
+    {RUN_CONFIG_EFFORTS, "--effort"},
+    {RUN_CONFIG_SAMPLES, "--samples"},
+    {RUN_CONFIG_SEED, "--seed"},
+    {RUN_CONFIG_TEMPERATURE, "--temperature"},
+    {RUN_CONFIG_TOP_P, "--top-p"},
+    {RUN_CONFIG_MAX_TOKENS, "--max-tokens"},
 };
 
 /* v as compact JSON, cut to RESUME_VALUE_MAX, into buf; "(absent)" for NULL. */
@@ -66,46 +66,52 @@ pg_status resume_check_fields(const char *cmd, int64_t run_id, const cJSON *stor
                    others[0] ? " (also differ: " : "", others, others[0] ? ")" : "", cmd);
 }
 
-pg_status eval_resume_check_config(int64_t run_id, const char *stored_json, const cJSON *now,
-                                   pg_err *err)
+pg_status eval_resume_check_config(int64_t run_id, const eval_config_doc *stored,
+                                   const cJSON *now, pg_err *err)
 {
-    cJSON *stored = stored_json != NULL ? cJSON_Parse(stored_json) : NULL;
-    pg_status st = PG_OK;
-    if (!cJSON_IsObject(stored) ||
-        !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(stored, "config_version"))) {
-        st = pg_fail(err, PG_ERR_USAGE,
-                     "eval: --resume %lld: the run's stored config has no config_version (it "
-                     "was started by a precgate older than the resume checks), so nothing proves "
-                     "these are its traces and settings; start a new run",
-                     (long long)run_id);
-    }
-    if (st == PG_OK)
-        st = resume_check_fields("eval", run_id, stored, now, defining,
-                                 sizeof defining / sizeof defining[0], err);
-    cJSON_Delete(stored);
-    return st;
+    if (!stored->c.config_version_known)
+        return pg_fail(err, PG_ERR_USAGE,
+                       "eval: --resume %lld: the run's stored config has no config_version (it "
+                       "was started by a precgate older than the resume checks), so nothing "
+                       "proves these are its traces and settings; start a new run",
+                       (long long)run_id);
+    return resume_check_fields("eval", run_id, stored->tree, now, defining,
+                               sizeof defining / sizeof defining[0], err);
 }
 
-pg_status eval_resume_check_models(int64_t run_id, cJSON *stored_models, int n,
+/* The model the run has for mode among merged[0 .. n-1] (its first pair), or NULL. */
+static const eval_config_pair *model_of(const eval_config_pair *merged, int n, const char *mode)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(merged[i].mode, mode) == 0) return &merged[i];
+    return NULL;
+}
+
+pg_status eval_resume_check_models(int64_t run_id, const eval_run_config *stored, int n,
                                    const char *const *modes, const char *const *models,
-                                   int *added, pg_err *err)
+                                   eval_config_pair *merged, int *n_merged, int *added,
+                                   pg_err *err)
 {
     *added = 0;
-    if (!cJSON_IsObject(stored_models))
+    *n_merged = 0;
+    if (!stored->models_known)
         return pg_fail(err, PG_ERR_USAGE, "eval: --resume %lld: the run's stored config has no "
                                           "models object", (long long)run_id);
+    for (int i = 0; i < stored->n_models; i++) merged[(*n_merged)++] = stored->models[i];
     for (int m = 0; m < n; m++) {
         if (models[m] == NULL) continue;
-        const cJSON *had = cJSON_GetObjectItemCaseSensitive(stored_models, modes[m]);
+        const eval_config_pair *had = model_of(merged, *n_merged, modes[m]);
         if (had == NULL) {
-            if (cJSON_AddStringToObject(stored_models, modes[m], models[m]) == NULL)
-                return pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+            merged[(*n_merged)++] = (eval_config_pair){modes[m], models[m]};
             *added = 1;
             continue;
         }
-        if (cJSON_IsString(had) && strcmp(had->valuestring, models[m]) == 0) continue;
+        if (had->value != NULL && strcmp(had->value, models[m]) == 0) continue;
+        cJSON *v = had->value != NULL ? cJSON_CreateString(had->value) : NULL;
         char was[RESUME_VALUE_MAX + 1];
-        show_value(had, was, sizeof was);
+        if (had->value == NULL) snprintf(was, sizeof was, "(no string)");
+        else show_value(v, was, sizeof was);
+        cJSON_Delete(v);
         return pg_fail(err, PG_ERR_USAGE,
                        "eval: --resume %lld: models.%s (the model mode %s serves) differs: the "
                        "run has %s, the server now serves \"%.*s\"; nothing was sent",

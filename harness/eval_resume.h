@@ -1,7 +1,7 @@
 /*
  * eval_resume.h: what `precgate eval --resume RUN` must find unchanged.
  *
- * A run's config_json (cmd_eval.c) records what defines the eval: the
+ * A run's config_json (db/eval_config.h) records what defines the eval: the
  * traces' content digest (traces_digest), eval name, extractor, prompt
  * template, the set of modes, efforts, samples, seed, temperature, top_p,
  * max_tokens and, once the servers have answered, each mode's served model.
@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "db/eval_config.h"
 
 /* A field of a run's config_json that a resume must repeat: its key, and
  * how the user sets it (quoted in the refusal). */
@@ -42,21 +43,23 @@ pg_status resume_check_fields(const char *cmd, int64_t run_id, const cJSON *stor
  * another (or none) is refused by eval_resume_check_config. */
 #define EVAL_CONFIG_VERSION 2
 
-/* Compares the defining fields of stored_json (run run_id's config_json;
- * NULL when it has none) with now (this command's config, same layout):
- * PG_OK when all match, else PG_ERR_USAGE naming the first differing field
- * with both values and listing the others that differ. Models are not
- * compared here (see eval_resume_check_models). */
-pg_status eval_resume_check_config(int64_t run_id, const char *stored_json, const cJSON *now,
-                                   pg_err *err);
+/* Compares the defining fields of stored (run run_id's config, read; a
+ * config that did not read has no config_version) with now (this command's
+ * config, from eval_config_write): PG_OK when all match, else PG_ERR_USAGE
+ * naming the first differing field with both values and listing the others
+ * that differ. Models are not compared here (see eval_resume_check_models). */
+pg_status eval_resume_check_config(int64_t run_id, const eval_config_doc *stored,
+                                   const cJSON *now, pg_err *err);
 
 /* Compares the model each contacted mode serves now (models[m] for
- * modes[m]; NULL: not contacted) with stored_models (the config's "models"
- * object): PG_ERR_USAGE naming the mode and both model names when one
- * differs. A mode the stored object lacks (its server never answered, so it
- * has no sample) is accepted and added to stored_models, and *added is set. */
-pg_status eval_resume_check_models(int64_t run_id, cJSON *stored_models, int n,
+ * modes[m]; NULL: not contacted) with stored's models into merged (room for
+ * stored->n_models + n pairs; *n_merged of them): stored's, then those it
+ * lacks. PG_ERR_USAGE naming the mode and both model names when one differs,
+ * or when stored has no models object. A mode stored lacks (its server never
+ * answered, so it has no sample) is accepted and added, and *added is set. */
+pg_status eval_resume_check_models(int64_t run_id, const eval_run_config *stored, int n,
                                    const char *const *modes, const char *const *models,
-                                   int *added, pg_err *err);
+                                   eval_config_pair *merged, int *n_merged, int *added,
+                                   pg_err *err);
 
 #endif /* PG_EVAL_RESUME_H */

@@ -12,6 +12,8 @@
 #include "db/divergence_store.h"
 #include "db/eval_store.h"
 #include "db/gate_store.h"
+#include "db/eval_config.h"
+#include "db/run_config.h"
 #include "db/store.h"
 #include "evals/score.h"
 #include "harness/gate_baseline.h"
@@ -213,8 +215,6 @@ static pg_status gate_completeness(pg_store *store, const char *db_path, const g
     return st;
 }
 
-/* The config field that records an eval's --traces content (after --limit). */
-#define GATE_TRACES_DIGEST_FIELD "traces_digest"
 /* Longest problem id a reason quotes. */
 #define GATE_ID_QUOTE_MAX 40
 
@@ -226,7 +226,7 @@ static pg_status has_traces_digest(pg_store *store, int64_t run_id, int *has, pg
     pg_status st = store_run_read(store, run_id, &rs, err);
     if (st == PG_OK && rs.config_json != NULL) {
         cJSON *cfg = cJSON_Parse(rs.config_json);
-        *has = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cfg, GATE_TRACES_DIGEST_FIELD));
+        *has = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_TRACES_DIGEST));
         cJSON_Delete(cfg);
     }
     store_run_state_free(&rs);
@@ -290,7 +290,7 @@ static pg_status gate_base_pairs(pg_store *store, int64_t run_id, int64_t base_i
             snprintf(p->unpaired, sizeof p->unpaired, "%s %" PRId64 "'s config records no %s "
                      "(recorded before content digests), so the same problem ids need not be "
                      "the same problems", !run_digest ? "run" : "baseline run",
-                     !run_digest ? run_id : base_id, GATE_TRACES_DIGEST_FIELD);
+                     !run_digest ? run_id : base_id, RUN_CONFIG_TRACES_DIGEST);
             continue;
         }
         eval_table t = {0}, b = {0};
@@ -307,12 +307,6 @@ static pg_status gate_base_pairs(pg_store *store, int64_t run_id, int64_t base_i
     return st;
 }
 
-/* The eval config fields that say where a run's samples came from
- * (harness/cmd_eval.c, eval_config_json). */
-#define GATE_SOURCE_FIELD "source"
-#define GATE_SOURCE_REPLAY "replay"
-#define GATE_TRACES_FIELD "traces"
-#define GATE_ENDPOINTS_FIELD "endpoints"
 /* Longest list of one mode's endpoint URLs a message quotes. */
 #define GATE_SERVED_MAX 256
 
@@ -328,11 +322,11 @@ static pg_status gate_identical(pg_store *store, int64_t run_id, const gate_conf
     store_run_state rs = {0};
     if (st == PG_OK && n > 0) st = store_run_read(store, run_id, &rs, err);
     cJSON *config = st == PG_OK && rs.config_json != NULL ? cJSON_Parse(rs.config_json) : NULL;
-    const cJSON *source = cJSON_GetObjectItemCaseSensitive(config, GATE_SOURCE_FIELD);
-    const cJSON *traces = cJSON_GetObjectItemCaseSensitive(config, GATE_TRACES_FIELD);
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(config, GATE_ENDPOINTS_FIELD);
+    const cJSON *source = cJSON_GetObjectItemCaseSensitive(config, RUN_CONFIG_SOURCE);
+    const cJSON *traces = cJSON_GetObjectItemCaseSensitive(config, RUN_CONFIG_TRACES);
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(config, RUN_CONFIG_ENDPOINTS);
     const char *replayed = NULL;
-    if (cJSON_IsString(source) && strcmp(source->valuestring, GATE_SOURCE_REPLAY) == 0)
+    if (cJSON_IsString(source) && strcmp(source->valuestring, EVAL_CONFIG_SOURCE_REPLAY) == 0)
         replayed = cJSON_IsString(traces) ? traces->valuestring : "(path not recorded)";
     const size_t n_eps = cJSON_IsObject(eps) ? (size_t)cJSON_GetArraySize(eps) : 0;
     regress_mode_source *src = n_eps > 0 ? calloc(n_eps, sizeof *src) : NULL;

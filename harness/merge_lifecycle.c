@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/diverge_config.h"
 #include "db/merge_store.h"
+#include "db/run_config.h"
 #include "db/store.h"
 #include "evals/diverge_run.h"
 #include "evals/eval_run.h"
@@ -42,10 +44,10 @@ static int is_local_key(const char *key)
 }
 
 /* Whether x is an empty "models" object: a live eval part that owns no
- * problem contacts no server, so it records none (cmd_eval.c). */
+ * problem contacts no server, so it records none (db/eval_config.h). */
 static int no_models(const cJSON *x)
 {
-    return x != NULL && strcmp(x->string, "models") == 0 && cJSON_IsObject(x) &&
+    return x != NULL && strcmp(x->string, RUN_CONFIG_MODELS) == 0 && cJSON_IsObject(x) &&
            x->child == NULL;
 }
 
@@ -227,12 +229,12 @@ static char *merged_config(const merge_part *first)
 {
     cJSON *cfg = cJSON_Parse(first->config_json);
     if (cfg == NULL) return NULL;
-    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_layers");
-    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_problems");
-    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "shard_sequences");
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, RUN_CONFIG_SHARD_LAYERS);
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, RUN_CONFIG_SHARD_PROBLEMS);
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, RUN_CONFIG_SHARD_SEQUENCES);
     cJSON *shard = cJSON_CreateObject();
-    if (shard != NULL) cJSON_AddNumberToObject(shard, "count", (double)first->count);
-    if (shard != NULL) cJSON_ReplaceItemInObjectCaseSensitive(cfg, "shard", shard);
+    if (shard != NULL) cJSON_AddNumberToObject(shard, RUN_CONFIG_SHARD_COUNT, (double)first->count);
+    if (shard != NULL) cJSON_ReplaceItemInObjectCaseSensitive(cfg, RUN_CONFIG_SHARD, shard);
     char *text = shard != NULL ? cJSON_PrintUnformatted(cfg) : NULL;
     cJSON_Delete(cfg);
     return text;
@@ -277,29 +279,29 @@ static char *config_string(const char *json, const char *key)
 }
 
 /* Computes the merged diverge run run_id of s (config its config_json:
- * "reference", "modes", "top_k") from its copied sequences and scores, as
- * an unsharded run is, and prints its results to out. */
+ * its reference, modes and K) from its copied sequences and scores, as an
+ * unsharded run is, and prints its results to out. */
 static pg_status compare_diverge(pg_store *s, int64_t run_id, const char *config, FILE *out,
                                  pg_err *err)
 {
-    cJSON *cfg = cJSON_Parse(config);
-    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(cfg, "reference");
-    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(cfg, "modes");
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(cfg, "top_k");
+    diverge_config_doc d;
+    pg_err unread = {0};
+    const pg_status rst = diverge_config_read(config, &d, &unread);
+    const diverge_run_config *c = &d.c;
     const char *names[DIV_MAX_MODES];
-    int n = 0, ok = cJSON_IsString(ref) && cJSON_IsArray(modes) && cJSON_IsNumber(k) &&
-                    k->valuedouble >= 1 && k->valuedouble <= PL_MAX_TOP_K &&
-                    k->valuedouble == (int)k->valuedouble;
-    for (const cJSON *m = ok ? modes->child : NULL; ok && m != NULL; m = m->next) {
-        ok = cJSON_IsString(m) && n < DIV_MAX_MODES;
-        if (ok) names[n++] = m->valuestring;
+    int n = 0, ok = rst == PG_OK && c->reference != NULL && c->n_modes >= 0 && c->top_k_known &&
+                    c->top_k >= 1 && c->top_k <= PL_MAX_TOP_K;
+    for (int i = 0; ok && i < c->n_modes; i++) {
+        ok = c->modes[i] != NULL && n < DIV_MAX_MODES;
+        if (ok) names[n++] = c->modes[i];
     }
-    pg_status st = ok ? diverge_compare(s, run_id, ref->valuestring, names, n, k->valueint, err)
-                      : pg_fail(err, PG_ERR_USAGE, "merge: diverge run %lld: the parts' config "
-                                "lacks a \"reference\", \"modes\" or \"top_k\" it can read",
-                                (long long)run_id);
+    pg_status st = rst == PG_ERR_NOMEM ? (*err = unread, rst)
+                   : ok ? diverge_compare(s, run_id, c->reference, names, n, c->top_k, err)
+                        : pg_fail(err, PG_ERR_USAGE, "merge: diverge run %lld: the parts' config "
+                                  "lacks a \"reference\", \"modes\" or \"top_k\" it can read",
+                                  (long long)run_id);
     if (st == PG_OK) st = divergence_results_print(s, run_id, out, err);
-    cJSON_Delete(cfg);
+    diverge_config_doc_free(&d);
     return st;
 }
 

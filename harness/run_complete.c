@@ -2,6 +2,7 @@
 #include "run_complete.h"
 
 #include "db/divergence_store.h"
+#include "db/diverge_config.h"
 #include "db/run_config.h"
 
 #include <stdarg.h>
@@ -37,53 +38,42 @@ pg_status run_complete_add_layer_rows(cJSON *o, const capture *cap, const sweep_
     return st;
 }
 
-/* Adds name to the sorted array of distinct strings a (NULL a: no-op); 0 when out of memory. */
-static int add_distinct(cJSON *a, const char *name)
+pg_status run_complete_eval_plan(eval_run_config *c, const eval_traces *t, const char ***names,
+                                 pg_err *err)
 {
-    cJSON *at = NULL, *x;
-    cJSON_ArrayForEach(x, a) {
-        const int c = strcmp(x->valuestring, name);
-        if (c == 0) return 1;
-        if (c > 0) {
-            at = x;
-            break;
-        }
-    }
-    cJSON *s = cJSON_CreateString(name);
-    if (s == NULL) return 0;
-    if (at == NULL) return cJSON_AddItemToArray(a, s);
-    int i = 0;
-    for (cJSON *y = a->child; y != at; y = y->next) i++;
-    return cJSON_InsertItemInArray(a, i, s);
-}
-
-pg_status run_complete_add_eval_plan(cJSON *o, const eval_traces *t, pg_err *err)
-{
-    cJSON *plan = cJSON_AddObjectToObject(o, RUN_CONFIG_PLAN);
-    int ok = plan != NULL && cJSON_AddNumberToObject(plan, RUN_CONFIG_PLAN_PROBLEMS, t->n) != NULL;
-    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_MODES);
-    const cJSON *efforts = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_EFFORTS);
-    const cJSON *samples = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_SAMPLES);
-    if (ok && modes != NULL && efforts != NULL && cJSON_IsNumber(samples)) {
+    *names = NULL;
+    c->plan_known = 1;
+    c->plan_problems = t->n;
+    if (!c->replay) {
         /* Live: the command's grid. */
-        ok = cJSON_AddItemToObject(plan, RUN_CONFIG_MODES, cJSON_Duplicate(modes, 1)) &&
-             cJSON_AddItemToObject(plan, RUN_CONFIG_EFFORTS, cJSON_Duplicate(efforts, 1)) &&
-             cJSON_AddNumberToObject(plan, RUN_CONFIG_SAMPLES, samples->valuedouble) != NULL;
-    } else if (ok) {
-        /* Replay: the grid of the recorded completions. */
-        cJSON *m = cJSON_AddArrayToObject(plan, RUN_CONFIG_MODES);
-        cJSON *e = cJSON_AddArrayToObject(plan, RUN_CONFIG_EFFORTS);
-        int k = 0;
-        ok = m != NULL && e != NULL;
-        for (int p = 0; ok && p < t->n; p++)
-            for (int j = 0; ok && j < t->problems[p].n_completions; j++) {
-                const eval_completion *c = &t->problems[p].completions[j];
-                ok = add_distinct(m, c->mode) && add_distinct(e, c->effort);
-                if (c->sample + 1 > k) k = c->sample + 1;
-            }
-        ok = ok && cJSON_AddNumberToObject(plan, RUN_CONFIG_SAMPLES, k) != NULL;
+        c->plan_modes = c->modes;
+        c->n_plan_modes = c->n_modes;
+        c->plan_efforts = c->efforts;
+        c->n_plan_efforts = c->n_efforts;
+        c->plan_samples = c->samples;
+        return PG_OK;
     }
-    return ok ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    /* Replay: the grid of the recorded completions (the writer keeps each
+     * name once). */
+    size_t n = 0;
+    for (int p = 0; p < t->n; p++) n += (size_t)t->problems[p].n_completions;
+    if ((*names = calloc(2 * n + 1, sizeof **names)) == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "eval: out of memory");
+    int k = 0;
+    size_t i = 0;
+    for (int p = 0; p < t->n; p++)
+        for (int j = 0; j < t->problems[p].n_completions; j++, i++) {
+            const eval_completion *e = &t->problems[p].completions[j];
+            (*names)[i] = e->mode;
+            (*names)[n + i] = e->effort;
+            if (e->sample + 1 > k) k = e->sample + 1;
+        }
+    c->plan_modes = *names;
+    c->n_plan_modes = (int)n;
+    c->plan_efforts = *names + n;
+    c->n_plan_efforts = (int)n;
+    c->plan_samples = k;
+    return PG_OK;
 }
 
 /* Appends one missing unit's text to out's list (RUN_COMPLETE_LIST_UNITS at
@@ -209,54 +199,48 @@ static void check_problem(const eval_table *t, const size_t *r, const char *id,
                   n > 1 ? "s" : "", which, k);
 }
 
-/* The eval half of run_complete_check. */
-static pg_status check_eval(pg_store *s, int64_t run_id, const cJSON *cfg, run_missing *out,
-                            pg_err *err)
+/* The eval half of run_complete_check, over run_id's config c. */
+static pg_status check_eval(pg_store *s, int64_t run_id, const eval_run_config *c,
+                            run_missing *out, pg_err *err)
 {
-    const cJSON *eval = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_EVAL);
-    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_PLAN);
-    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(plan, RUN_CONFIG_MODES);
-    const cJSON *efforts = cJSON_GetObjectItemCaseSensitive(plan, RUN_CONFIG_EFFORTS);
-    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_SHARD_PROBLEMS);
-    int n_problems = 0, k = 0;
-    if (!cJSON_IsString(eval) || !cJSON_IsArray(modes) || !cJSON_IsArray(efforts) ||
-        !config_int(plan, RUN_CONFIG_PLAN_PROBLEMS, 0, &n_problems) || !config_int(plan, RUN_CONFIG_SAMPLES, 1, &k))
+    if (c->eval == NULL || c->n_plan_modes < 0 || c->n_plan_efforts < 0 ||
+        !c->plan_problems_known || c->plan_problems < 0 || !c->plan_samples_known ||
+        c->plan_samples < 1)
         return unverifiable(out, "plan (problems, modes, efforts, samples)");
-    if (owned != NULL && !cJSON_IsArray(owned))
+    if (c->shard_problems_known && c->n_shard_problems < 0)
         return unverifiable(out, "readable shard_problems");
-    const int n_owned = owned != NULL ? cJSON_GetArraySize(owned) : n_problems;
-    out->n_expected = (int64_t)n_owned * cJSON_GetArraySize(modes) *
-                      cJSON_GetArraySize(efforts) * k;
+    const int owned = c->shard_problems_known;
+    const int n_problems = c->plan_problems, k = c->plan_samples;
+    const int n_owned = owned ? c->n_shard_problems : n_problems;
+    out->n_expected = (int64_t)n_owned * c->n_plan_modes * c->n_plan_efforts * k;
     int listed = 0;
     size_t n_stored = 0;
     pg_status st = PG_OK;
-    const cJSON *m, *e;
-    cJSON_ArrayForEach(m, modes) cJSON_ArrayForEach(e, efforts) {
-        if (st != PG_OK) break;
-        if (!cJSON_IsString(m) || !cJSON_IsString(e))
-            return unverifiable(out, "plan with mode and effort names");
-        eval_table t = {0};
-        st = eval_store_load(s, run_id, eval->valuestring, m->valuestring, e->valuestring,
-                             (size_t)k, &t, err);
-        n_stored = t.n_problems;
-        /* A whole run: every problem stored is its own; too few is said below. */
-        const int n = owned != NULL ? n_owned : (int)t.n_problems;
-        for (int i = 0; st == PG_OK && i < n; i++) {
-            const cJSON *id = owned != NULL ? cJSON_GetArrayItem(owned, i) : NULL;
-            const char *name = owned != NULL ? (cJSON_IsString(id) ? id->valuestring : "")
-                                             : t.problem_ids[i];
-            size_t r = (size_t)i;
-            const int found = owned == NULL || find_problem(&t, name, &r);
-            check_problem(&t, found ? &r : NULL, name, m->valuestring, e->valuestring, k, out,
-                          &listed);
+    for (int mi = 0; mi < c->n_plan_modes; mi++)
+        for (int ei = 0; ei < c->n_plan_efforts; ei++) {
+            if (st != PG_OK) break;
+            const char *m = c->plan_modes[mi], *e = c->plan_efforts[ei];
+            if (m == NULL || e == NULL)
+                return unverifiable(out, "plan with mode and effort names");
+            eval_table t = {0};
+            st = eval_store_load(s, run_id, c->eval, m, e, (size_t)k, &t, err);
+            n_stored = t.n_problems;
+            /* A whole run: every problem stored is its own; too few is said below. */
+            const int n = owned ? n_owned : (int)t.n_problems;
+            for (int i = 0; st == PG_OK && i < n; i++) {
+                const char *id = owned ? c->shard_problems[i] : NULL;
+                const char *name = owned ? (id != NULL ? id : "") : t.problem_ids[i];
+                size_t r = (size_t)i;
+                const int found = !owned || find_problem(&t, name, &r);
+                check_problem(&t, found ? &r : NULL, name, m, e, k, out, &listed);
+            }
+            eval_table_free(&t);
         }
-        eval_table_free(&t);
-    }
     /* A whole run's problems have no ids in its config: those short of the
      * plan are named by their number. */
-    if (st == PG_OK && owned == NULL && (int64_t)n_stored < n_problems) {
+    if (st == PG_OK && !owned && (int64_t)n_stored < n_problems) {
         const int64_t gone = n_problems - (int64_t)n_stored;
-        out->n_units += gone * cJSON_GetArraySize(modes) * cJSON_GetArraySize(efforts) * k;
+        out->n_units += gone * c->n_plan_modes * c->n_plan_efforts * k;
         list_unit(out, &listed, "%lld of the plan's %d problems %s no sample",
                   (long long)gone, n_problems, gone == 1 ? "holds" : "hold");
     }
@@ -270,55 +254,49 @@ static int by_seq_id(const void *a, const void *b)
                   ((const div_sequence_stored *)b)->seq_id);
 }
 
-/* A diverge run (harness/cmd_diverge.c's config: "reference", "modes",
- * "noise_floor"): every stored sequence scored by every mode (pass 0) and,
- * with the floor, by the reference again (pass 1); a unit is one (mode,
- * pass, sequence). A part of a sharded job ("shard_sequences": the ids it
- * owns) lacks each owned sequence it did not store; any other run that
- * stored no sequence lacks them all. */
-static pg_status check_diverge(pg_store *s, int64_t run_id, const cJSON *cfg, run_missing *out,
-                               pg_err *err)
+/* A diverge run (db/diverge_config.h: its reference, modes and noise
+ * floor): every stored sequence scored by every mode (pass 0) and, with
+ * the floor, by the reference again (pass 1); a unit is one (mode, pass,
+ * sequence). A part of a sharded job (shard_sequences: the ids it owns)
+ * lacks each owned sequence it did not store; any other run that stored no
+ * sequence lacks them all. */
+static pg_status check_diverge(pg_store *s, int64_t run_id, const diverge_run_config *c,
+                               run_missing *out, pg_err *err)
 {
-    const cJSON *modes = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_MODES);
-    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_REFERENCE);
-    const cJSON *floor_on = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_NOISE_FLOOR);
-    if (!cJSON_IsArray(modes) || !cJSON_IsString(ref) || !cJSON_IsBool(floor_on))
+    if (c->n_modes < 0 || c->reference == NULL || !c->noise_floor_known)
         return unverifiable(out, "\"modes\", \"reference\" and \"noise_floor\"");
     div_sequence_stored *seqs = NULL;
     size_t n_seq = 0;
     pg_status st = divergence_store_read_sequences(s, run_id, &seqs, &n_seq, err);
     int listed = 0;
-    const cJSON *owned = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_SHARD_SEQUENCES);
-    for (const cJSON *o = cJSON_IsArray(owned) ? owned->child : NULL; st == PG_OK && o != NULL;
-         o = o->next) {
+    for (int i = 0; st == PG_OK && i < c->n_shard_sequences; i++) {
         /* seqs come sorted by seq_id (SQLite's BINARY order: strcmp's). */
-        const div_sequence_stored key = {.seq_id = cJSON_IsString(o) ? o->valuestring : NULL};
+        const div_sequence_stored key = {.seq_id = (char *)c->shard_sequences[i]};  /* a key only */
         const int found = key.seq_id != NULL &&
                           bsearch(&key, seqs, n_seq, sizeof *seqs, by_seq_id) != NULL;
         out->n_expected++;
         if (!found) {
             out->n_units++;
             list_unit(out, &listed, "owned sequence '%s' not stored",
-                      cJSON_IsString(o) ? o->valuestring : "(not a string)");
+                      key.seq_id != NULL ? key.seq_id : "(not a string)");
         }
     }
-    if (st == PG_OK && n_seq == 0 && !cJSON_IsArray(owned)) {
+    if (st == PG_OK && n_seq == 0 && c->n_shard_sequences < 0) {
         out->n_units = out->n_expected = 1;
         list_unit(out, &listed, "no sequence stored (the run stopped before scoring)");
     }
     for (size_t i = 0; st == PG_OK && i < n_seq; i++) {
-        for (const cJSON *m = modes->child; st == PG_OK && m != NULL; m = m->next) {
-            if (!cJSON_IsString(m)) continue;
-            const int passes = cJSON_IsTrue(floor_on) && strcmp(m->valuestring, ref->valuestring) == 0
-                                   ? 2 : 1;
+        for (int mi = 0; st == PG_OK && mi < c->n_modes; mi++) {
+            const char *m = c->modes[mi];
+            if (m == NULL) continue;
+            const int passes = c->noise_floor && strcmp(m, c->reference) == 0 ? 2 : 1;
             for (int pass = 0; st == PG_OK && pass < passes; pass++) {
                 int has = 0;
-                st = divergence_store_has_scores(s, run_id, m->valuestring, pass, seqs[i].seq_id,
-                                                 &has, err);
+                st = divergence_store_has_scores(s, run_id, m, pass, seqs[i].seq_id, &has, err);
                 out->n_expected++;
                 if (st == PG_OK && !has) {
                     out->n_units++;
-                    list_unit(out, &listed, "%s%s of sequence '%s'", m->valuestring,
+                    list_unit(out, &listed, "%s%s of sequence '%s'", m,
                               pass ? " (noise floor)" : "", seqs[i].seq_id);
                 }
             }
@@ -328,17 +306,39 @@ static pg_status check_diverge(pg_store *s, int64_t run_id, const cJSON *cfg, ru
     return st;
 }
 
+/* What a config that reads as no JSON object (readers' PG_ERR_USAGE)
+ * makes of the check: unverifiable; any other failure is the caller's. */
+static pg_status unreadable(run_missing *out, pg_status read, const pg_err *why, pg_err *err)
+{
+    if (read == PG_ERR_USAGE) return unverifiable(out, "readable object");
+    *err = *why;
+    return read;
+}
+
 pg_status run_complete_check(pg_store *s, int64_t run_id, const char *kind,
                              const char *config_json, run_missing *out, pg_err *err)
 {
     memset(out, 0, sizeof *out);
-    cJSON *cfg = config_json != NULL ? cJSON_Parse(config_json) : NULL;
+    pg_err why = {0};
     pg_status st;
-    if (!cJSON_IsObject(cfg)) st = unverifiable(out, "readable object");
-    else if (kind != NULL && strcmp(kind, "eval") == 0) st = check_eval(s, run_id, cfg, out, err);
-    else if (kind != NULL && strcmp(kind, "diverge") == 0)
-        st = check_diverge(s, run_id, cfg, out, err);
-    else st = check_sweep(s, run_id, cfg, out, err);
+    if (kind != NULL && strcmp(kind, "eval") == 0) {
+        eval_config_doc d;
+        st = eval_config_read(config_json, &d, &why);
+        st = st == PG_OK ? check_eval(s, run_id, &d.c, out, err) : unreadable(out, st, &why, err);
+        eval_config_doc_free(&d);
+        return st;
+    }
+    if (kind != NULL && strcmp(kind, "diverge") == 0) {
+        diverge_config_doc d;
+        st = diverge_config_read(config_json, &d, &why);
+        st = st == PG_OK ? check_diverge(s, run_id, &d.c, out, err)
+                         : unreadable(out, st, &why, err);
+        diverge_config_doc_free(&d);
+        return st;
+    }
+    cJSON *cfg = config_json != NULL ? cJSON_Parse(config_json) : NULL;
+    st = cJSON_IsObject(cfg) ? check_sweep(s, run_id, cfg, out, err)
+                             : unverifiable(out, "readable object");
     cJSON_Delete(cfg);
     return st;
 }
@@ -347,8 +347,8 @@ int run_complete_resume(const char *kind, int64_t run_id, const char *config_jso
                         const char *db, char *buf, size_t len)
 {
     cJSON *cfg = config_json != NULL ? cJSON_Parse(config_json) : NULL;
-    const cJSON *shard = cJSON_GetObjectItemCaseSensitive(cfg, "shard");
-    const int merged = cJSON_IsObject(shard) && !cJSON_HasObjectItem(shard, "index");
+    const cJSON *shard = cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_SHARD);
+    const int merged = cJSON_IsObject(shard) && !cJSON_HasObjectItem(shard, RUN_CONFIG_SHARD_INDEX);
     cJSON_Delete(cfg);
     if (merged) {
         /* A merged run (cmd_merge.c) is no part: its parts are what resume. */

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "db/eval_config.h"
 #include "db/store.h"
 #include "evals/traces.h"
 #include "harness/capture/capture.h"
@@ -60,11 +61,13 @@ pg_status run_complete_layer_rows(const capture *cap, const sweep_options *so,
 pg_status run_complete_add_layer_rows(cJSON *o, const capture *cap, const sweep_options *so,
                                       pg_err *err);
 
-/* Adds "plan" (the top of this file) to the eval config o, from t (the
- * problems after --limit, before --shard) and o's own "modes", "efforts" and
- * "samples" when it has them (live), else t's recorded completions (replay).
+/* Sets the plan (the top of this file) of the eval config c, from t (the
+ * problems after --limit, before --shard) and c's own modes, efforts and
+ * samples when live, else t's recorded completions (replay): those names
+ * are kept in *names (NULL when live; caller frees), which c then borrows.
  * PG_ERR_NOMEM. */
-pg_status run_complete_add_eval_plan(cJSON *o, const eval_traces *t, pg_err *err);
+pg_status run_complete_eval_plan(eval_run_config *c, const eval_traces *t, const char ***names,
+                                 pg_err *err);
 
 /* Compares the rows run_id holds in s with those its config_json (kind
  * "eval" or a sweep) implies, into *out: n_units 0 when whole. A config

@@ -170,14 +170,6 @@ void shard_job_key(const char *text, int count, char out[SHARD_JOB_MAX])
              (unsigned long long)h.low64);
 }
 
-void shard_config_add(cJSON *o, const char *job, shard_spec s)
-{
-    cJSON_AddStringToObject(o, RUN_CONFIG_JOB, job);
-    cJSON *sh = cJSON_AddObjectToObject(o, RUN_CONFIG_SHARD);
-    cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_INDEX, s.index);
-    cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_COUNT, s.count);
-}
-
 pg_status shard_default_job(const cJSON *config, int count, char out[SHARD_JOB_MAX], pg_err *err)
 {
     cJSON *defining = cJSON_Duplicate(config, 1);

@@ -84,7 +84,4 @@ pg_status shard_default_job(const cJSON *config, int count, char out[SHARD_JOB_M
  * define the numbers); merge compares every other key. NULL-terminated. */
 extern const char *const shard_config_local_keys[];
 
-/* Adds "job": job and "shard": {"index", "count"} to a run's config o. */
-void shard_config_add(cJSON *o, const char *job, shard_spec s);
-
 #endif /* PG_SHARD_H */

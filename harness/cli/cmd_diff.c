@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "db/gate_store.h"
+#include "db/run_config.h"
 #include "evals/diverge_run.h"
 #include "reports/diff.h"
 #include "harness/cli/cli.h"
@@ -142,7 +143,8 @@ static pg_status diff_parse(int argc, char **argv, void *args, const char **db_o
 /* What two diverge runs must share for a mode to be paired over their
  * sequences: the sequences' content, the mode the KLD is against and K
  * (the gate's content rule for a diverge baseline, db/gate_store.h). */
-static const char *const PAIR_FIELDS[] = {"sequences_digest", "reference", "top_k"};
+static const char *const PAIR_FIELDS[] = {RUN_CONFIG_SEQUENCES_DIGEST, RUN_CONFIG_REFERENCE,
+                                           RUN_CONFIG_TOP_K};
 #define N_PAIR_FIELDS ((int)(sizeof PAIR_FIELDS / sizeof PAIR_FIELDS[0]))
 
 /* Pairs each mode of r's two diverge runs that both hold over the same

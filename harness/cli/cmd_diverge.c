@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "harness/cli/cli.h"
+#include "db/diverge_config.h"
 #include "db/eval_store.h"
 #include "db/store.h"
 #include "evals/diverge_run.h"
@@ -210,50 +211,28 @@ static pg_status load_from_eval(pg_store *s, long id, div_sequences *seqs, int64
     return st;
 }
 
-/* What defines the run, as its config_json: reference, K, modes (sorted),
- * the noise floor and the sequences' digest (before any --shard). A resume
- * must match it. NULL when out of memory. */
-static cJSON *diverge_config(const diverge_args *a, const char *sequences_digest)
+/* What defines the run, as its config_json (db/diverge_config.h):
+ * reference, K, modes, the noise floor and the sequences' digest (before
+ * any --shard). A resume must match it. */
+static diverge_run_config diverge_config(const diverge_args *a, const char *sequences_digest)
 {
-    cJSON *c = cJSON_CreateObject();
-    cJSON *modes = cJSON_CreateArray();
-    const char *names[DIV_MAX_SERVERS];
-    int n = 0;
-    for (int i = 0; i < a->o.n_endpoints; i++) {
-        int j = 0;
-        while (j < n && strcmp(names[j], a->o.modes[i]) != 0) j++;
-        if (j == n) names[n++] = a->o.modes[i];
-    }
-    for (int i = 1; i < n; i++)  /* insertion sort: a handful of names */
-        for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
-            const char *t = names[j];
-            names[j] = names[j - 1];
-            names[j - 1] = t;
-        }
-    int ok = c && modes;
-    for (int i = 0; ok && i < n; i++) ok = cJSON_AddItemToArray(modes, cJSON_CreateString(names[i]));
-    ok = ok && cJSON_AddStringToObject(c, "kind", "diverge") &&
-         cJSON_AddStringToObject(c, "reference", a->o.reference) &&
-         cJSON_AddNumberToObject(c, "top_k", a->o.top_k) &&
-         cJSON_AddBoolToObject(c, "noise_floor", a->o.noise_floor) &&
-         cJSON_AddStringToObject(c, "sequences_digest", sequences_digest);
-    ok = ok && cJSON_AddItemToObject(c, "modes", modes);
-    if (!ok && modes && cJSON_GetObjectItemCaseSensitive(c, "modes") != modes) cJSON_Delete(modes);
-    if (!ok) {
-        cJSON_Delete(c);
-        return NULL;
-    }
-    return c;
+    return (diverge_run_config){.reference = a->o.reference,
+                                .top_k = a->o.top_k,
+                                .noise_floor = a->o.noise_floor,
+                                .sequences_digest = sequences_digest,
+                                .modes = a->o.modes,
+                                .n_modes = a->o.n_endpoints};
 }
 
 /* Makes seqs the sequences of part a->shard (shard_problems over their
- * ids) and records the part in config: "job" (a->job, else the default key
- * over config's defining fields), "shard" and "shard_sequences", the ids
- * it owns. */
-static pg_status diverge_shard(diverge_args *a, div_sequences *seqs, cJSON *config, pg_err *err)
+ * ids) and records the part in c: "job" (a->job, else the default key
+ * over *config's defining fields), "shard" and "shard_sequences", the ids
+ * it owns; *config is then written again from c. */
+static pg_status diverge_shard(diverge_args *a, div_sequences *seqs, diverge_run_config *c,
+                               cJSON **config, pg_err *err)
 {
     if (a->job == NULL) {
-        if (shard_default_job(config, a->shard.count, a->job_buf, err) != PG_OK) return err->code;
+        if (shard_default_job(*config, a->shard.count, a->job_buf, err) != PG_OK) return err->code;
         a->job = a->job_buf;
     }
     const char **ids = calloc(seqs->n + 1, sizeof *ids);
@@ -263,11 +242,18 @@ static pg_status diverge_shard(diverge_args *a, div_sequences *seqs, cJSON *conf
     for (size_t i = 0; st == PG_OK && i < seqs->n; i++) ids[i] = seqs->v[i].id;
     if (st == PG_OK) st = shard_problems(ids, (int)seqs->n, a->shard, keep, err);
     if (st == PG_OK) {
-        shard_config_add(config, a->job, a->shard);
-        cJSON *owned = cJSON_AddArrayToObject(config, "shard_sequences");
-        for (size_t i = 0; owned != NULL && i < seqs->n; i++)
-            if (keep[i]) cJSON_AddItemToArray(owned, cJSON_CreateString(ids[i]));
-        if (owned == NULL) st = pg_fail(err, PG_ERR_NOMEM, "diverge: out of memory");
+        int owned = 0;
+        for (size_t i = 0; i < seqs->n; i++)
+            if (keep[i]) ids[owned++] = ids[i];
+        c->job = a->job;
+        c->shard_index = a->shard.index;
+        c->shard_count = a->shard.count;
+        c->shard_sequences = ids;
+        c->n_shard_sequences = owned;
+        cJSON_Delete(*config);
+        *config = diverge_config_write(c);
+        c->shard_sequences = NULL;  /* ids go below */
+        if (*config == NULL) st = pg_fail(err, PG_ERR_NOMEM, "diverge: out of memory");
     }
     if (st == PG_OK) div_sequences_keep(seqs, keep);
     free(ids);
@@ -275,33 +261,36 @@ static pg_status diverge_shard(diverge_args *a, div_sequences *seqs, cJSON *conf
     return st;
 }
 
-/* A resumed run's config must be config. */
-static pg_status check_resume(pg_store *s, int64_t run_id, const char *config, int force,
+/* A resumed run's config must be now's (diverge_config_write's). */
+static pg_status check_resume(pg_store *s, int64_t run_id, const cJSON *now, int force,
                               pg_err *err)
 {
     store_run_state rs;
     pg_status st = store_run_read(s, run_id, &rs, err);
     if (st != PG_OK) return st;
-    cJSON *had = rs.config_json ? cJSON_Parse(rs.config_json) : NULL;
-    cJSON *now = cJSON_Parse(config);
-    if (had == NULL || strcmp(rs.kind, "diverge") != 0)
+    diverge_config_doc had;
+    pg_err unread = {0};
+    const pg_status rst = diverge_config_read(rs.config_json, &had, &unread);
+    if (rst == PG_ERR_NOMEM) st = pg_fail(err, PG_ERR_NOMEM, "diverge: out of memory");
+    else if (rst != PG_OK || strcmp(rs.kind, "diverge") != 0)
         st = pg_fail(err, PG_ERR_USAGE, "diverge: run %lld is no divergence run", (long long)run_id);
     /* What defines the run, and the part's place in a sharded job. A run
      * stored before the sequences had a digest is held to its stored
      * sequences alone (diverge_prepare compares them). */
-    static const char *const fields[] = {"reference", "top_k", "noise_floor", "modes",
-                                         "sequences_digest", "job", "shard"};
+    static const char *const fields[] = {RUN_CONFIG_REFERENCE, RUN_CONFIG_TOP_K,
+                                         RUN_CONFIG_NOISE_FLOOR, RUN_CONFIG_MODES,
+                                         RUN_CONFIG_SEQUENCES_DIGEST, RUN_CONFIG_JOB,
+                                         RUN_CONFIG_SHARD};
     for (size_t i = 0; st == PG_OK && i < sizeof fields / sizeof fields[0]; i++)
-        if (!(strcmp(fields[i], "sequences_digest") == 0 &&
-              !cJSON_HasObjectItem(had, fields[i])) &&
-            (cJSON_HasObjectItem(had, fields[i]) || cJSON_HasObjectItem(now, fields[i])) &&
-            !cJSON_Compare(cJSON_GetObjectItemCaseSensitive(had, fields[i]),
+        if (!(strcmp(fields[i], RUN_CONFIG_SEQUENCES_DIGEST) == 0 &&
+              !cJSON_HasObjectItem(had.tree, fields[i])) &&
+            (cJSON_HasObjectItem(had.tree, fields[i]) || cJSON_HasObjectItem(now, fields[i])) &&
+            !cJSON_Compare(cJSON_GetObjectItemCaseSensitive(had.tree, fields[i]),
                            cJSON_GetObjectItemCaseSensitive(now, fields[i]), 1))
             st = pg_fail(err, PG_ERR_USAGE, "diverge: --resume %lld: '%s' differs from the run's "
                          "(a resume scores what defines the run the same way)",
                          (long long)run_id, fields[i]);
-    cJSON_Delete(had);
-    cJSON_Delete(now);
+    diverge_config_doc_free(&had);
     store_run_state_free(&rs);
     if (st == PG_OK) st = store_run_reopen(s, run_id, "diverge", force, err);
     return st;
@@ -331,15 +320,15 @@ int cmd_diverge(int argc, char **argv)
     char digest[SEQ_DIGEST_MAX];
     if (st == PG_OK) st = div_sequences_digest(&seqs, digest, sizeof digest, &err);
     const size_t n_all = seqs.n;
-    cJSON *cfg = st == PG_OK ? diverge_config(&a, digest) : NULL;
+    diverge_run_config c_now = diverge_config(&a, digest);
+    cJSON *cfg = st == PG_OK ? diverge_config_write(&c_now) : NULL;
     if (st == PG_OK && cfg == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "diverge: out of memory");
-    if (st == PG_OK && a.shard.count > 0) st = diverge_shard(&a, &seqs, cfg, &err);
+    if (st == PG_OK && a.shard.count > 0) st = diverge_shard(&a, &seqs, &c_now, &cfg, &err);
     char *config = st == PG_OK ? cJSON_PrintUnformatted(cfg) : NULL;
-    cJSON_Delete(cfg);
     if (st == PG_OK && config == NULL) st = pg_fail(&err, PG_ERR_NOMEM, "diverge: out of memory");
     if (st == PG_OK && a.resume > 0) {
         run_id = a.resume;
-        st = check_resume(s, run_id, config, a.force, &err);
+        st = check_resume(s, run_id, cfg, a.force, &err);
     } else if (st == PG_OK) {
         char host[DIVERGE_HOST_MAX];
         store_this_host(host, sizeof host);
@@ -415,6 +404,7 @@ int cmd_diverge(int argc, char **argv)
     }
     diverge_session_free(ds);
     store_close(s);
+    cJSON_Delete(cfg);
     free(config);
     div_sequences_free(&seqs);
     if (st != PG_OK) return cli_report(&err);
