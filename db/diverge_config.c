@@ -13,10 +13,10 @@ cJSON *diverge_config_write(const diverge_run_config *c)
              cJSON_AddBoolToObject(o, RUN_CONFIG_NOISE_FLOOR, c->noise_floor) &&
              cJSON_AddStringToObject(o, RUN_CONFIG_SEQUENCES_DIGEST, c->sequences_digest) &&
              run_config_add_sorted(o, RUN_CONFIG_MODES, c->modes, c->n_modes);
-    if (ok && c->shard_count > 0)
-        ok = run_config_add_part(o, c->job, c->shard_index, c->shard_count,
-                                 RUN_CONFIG_SHARD_SEQUENCES, c->shard_sequences,
-                                 c->n_shard_sequences);
+    if (ok && c->part.count > 0)
+        ok = run_config_add_part(o, &c->part) &&
+             run_config_add_strings(o, RUN_CONFIG_SHARD_SEQUENCES, c->shard_sequences,
+                                    c->n_shard_sequences);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -38,9 +38,7 @@ pg_status diverge_config_read(const char *json, diverge_config_doc *out, pg_err 
     c->noise_floor_known = cJSON_IsBool(floor_on);
     c->noise_floor = cJSON_IsTrue(floor_on);
     c->sequences_digest = run_config_string(t, RUN_CONFIG_SEQUENCES_DIGEST);
-    int numbers = 0;
-    c->shard_known = run_config_read_shard(t, &c->job, &c->shard_index, &c->shard_count, &numbers);
-    c->shard_readable = numbers;
+    run_config_read_part(t, &c->part);
     pg_status st = run_config_read_strings(t, RUN_CONFIG_MODES, &out->storage[0], &c->modes,
                                            &c->n_modes, err);
     if (st == PG_OK)

@@ -35,12 +35,10 @@ typedef struct diverge_run_config {
      * --endpoint options defines nothing); read as stored. */
     const char *const *modes;
     int n_modes;
-    /* A part of a sharded job: shard_count > 0 (written: "job", "shard" and
-     * "shard_sequences", the ids it owns). Read: shard_known when "shard"
-     * exists, shard_readable when its index and count are numbers;
-     * n_shard_sequences -1 when "shard_sequences" is no array. */
-    const char *job;
-    int shard_index, shard_count, shard_known, shard_readable;
+    /* A part of a sharded job: part.count > 0, written with
+     * "shard_sequences", the ids it owns. Read: n_shard_sequences -1 when
+     * "shard_sequences" is no array. */
+    run_config_part part;
     const char *const *shard_sequences;
     int n_shard_sequences;
 } diverge_run_config;

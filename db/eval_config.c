@@ -81,9 +81,10 @@ cJSON *eval_config_write(const eval_run_config *c)
     if (c->limit > 0) cJSON_AddNumberToObject(o, RUN_CONFIG_LIMIT, c->limit);
     int ok = c->replay || add_live(o, c);
     ok = ok && (!c->plan_known || add_plan(o, c));
-    if (ok && c->shard_count > 0)
-        ok = run_config_add_part(o, c->job, c->shard_index, c->shard_count,
-                                 RUN_CONFIG_SHARD_PROBLEMS, c->shard_problems, c->n_shard_problems);
+    if (ok && c->part.count > 0)
+        ok = run_config_add_part(o, &c->part) &&
+             run_config_add_strings(o, RUN_CONFIG_SHARD_PROBLEMS, c->shard_problems,
+                                    c->n_shard_problems);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
@@ -166,9 +167,7 @@ static pg_status read_fields(eval_config_doc *d, pg_err *err)
     c->plan_known = plan != NULL;
     c->plan_problems_known = run_config_int(plan, RUN_CONFIG_PLAN_PROBLEMS, &c->plan_problems);
     c->plan_samples_known = run_config_int(plan, RUN_CONFIG_SAMPLES, &c->plan_samples);
-    int numbers = 0;
-    c->shard_known = run_config_read_shard(t, &c->job, &c->shard_index, &c->shard_count, &numbers);
-    c->shard_readable = numbers;
+    run_config_read_part(t, &c->part);
     c->shard_problems_known =
         cJSON_GetObjectItemCaseSensitive(t, RUN_CONFIG_SHARD_PROBLEMS) != NULL;
     pg_status st = run_config_read_strings(t, RUN_CONFIG_MODES, &d->storage[0], &c->modes,

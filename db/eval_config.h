@@ -80,13 +80,10 @@ typedef struct eval_run_config {
     const char *const *plan_efforts;
     int n_plan_efforts;
     int plan_samples, plan_samples_known;
-    /* A part of a sharded job: shard_count > 0 (written: "job", "shard" and
-     * "shard_problems", the ids it owns). Read: shard_known when "shard"
-     * exists, shard_readable when index and count are numbers;
-     * shard_problems_known when "shard_problems" exists, n_shard_problems
-     * -1 when it is no array. */
-    const char *job;
-    int shard_index, shard_count, shard_known, shard_readable;
+    /* A part of a sharded job: part.count > 0, written with
+     * "shard_problems", the ids it owns. Read: shard_problems_known when
+     * "shard_problems" exists, n_shard_problems -1 when it is no array. */
+    run_config_part part;
     const char *const *shard_problems;
     int n_shard_problems, shard_problems_known;
 } eval_run_config;

@@ -76,8 +76,8 @@ cJSON *run_config_write(const run_config *c)
         cJSON_Delete(o);
         return NULL;
     }
-    if (c->shard_count > 0) {
-        run_config_add_shard(o, c->job, c->shard_index, c->shard_count);
+    if (c->part.count > 0) {
+        run_config_add_part(o, &c->part);
         cJSON *layers = cJSON_AddArrayToObject(o, RUN_CONFIG_SHARD_LAYERS);
         for (int i = 0; layers != NULL && i < c->n_shard_layers; i++)
             cJSON_AddItemToArray(layers, cJSON_CreateNumber(c->shard_layers[i]));
@@ -147,32 +147,25 @@ int run_config_add_strings(cJSON *o, const char *key, const char *const *names, 
     return ok;
 }
 
-int run_config_add_shard(cJSON *o, const char *job, int index, int count)
+int run_config_add_part(cJSON *o, const run_config_part *p)
 {
-    const int ok = cJSON_AddStringToObject(o, RUN_CONFIG_JOB, job) != NULL;
+    const int ok = cJSON_AddStringToObject(o, RUN_CONFIG_JOB, p->job) != NULL;
     cJSON *sh = cJSON_AddObjectToObject(o, RUN_CONFIG_SHARD);
-    return ok && sh != NULL && cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_INDEX, index) &&
-           cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_COUNT, count);
+    return ok && sh != NULL && cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_INDEX, p->index) &&
+           cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_COUNT, p->count);
 }
 
-int run_config_add_part(cJSON *o, const char *job, int index, int count, const char *owned_key,
-                        const char *const *owned, int n)
+void run_config_read_part(const cJSON *o, run_config_part *p)
 {
-    return run_config_add_shard(o, job, index, count) &&
-           run_config_add_strings(o, owned_key, owned, n);
-}
-
-int run_config_read_shard(const cJSON *o, const char **job, int *index, int *count,
-                          int *numbers)
-{
+    memset(p, 0, sizeof *p);
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, RUN_CONFIG_SHARD);
     const cJSON *i = cJSON_GetObjectItemCaseSensitive(sh, RUN_CONFIG_SHARD_INDEX);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(sh, RUN_CONFIG_SHARD_COUNT);
-    *job = run_config_string(o, RUN_CONFIG_JOB);
-    if (cJSON_IsNumber(i)) *index = i->valueint;
-    if (cJSON_IsNumber(c)) *count = c->valueint;
-    *numbers = cJSON_IsNumber(i) && cJSON_IsNumber(c);
-    return sh != NULL;
+    p->job = run_config_string(o, RUN_CONFIG_JOB);
+    if (cJSON_IsNumber(i)) p->index = i->valueint;
+    if (cJSON_IsNumber(c)) p->count = c->valueint;
+    p->known = sh != NULL;
+    p->readable = cJSON_IsNumber(i) && cJSON_IsNumber(c) && p->job != NULL;
 }
 
 /* The stored "variants" into d (n_variants -1 unless a non-empty list of strings). */
@@ -200,10 +193,8 @@ static pg_status read_shard(run_config_doc *d, pg_err *err)
 {
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(d->tree, RUN_CONFIG_SHARD_LAYERS);
     run_config *c = &d->c;
-    int numbers = 0;
-    c->shard_known = run_config_read_shard(d->tree, &c->job, &c->shard_index, &c->shard_count,
-                                           &numbers);
-    c->shard_readable = numbers && c->job != NULL && cJSON_IsArray(layers);
+    run_config_read_part(d->tree, &c->part);
+    c->n_shard_layers = cJSON_IsArray(layers) ? 0 : -1;
     const int n = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : 0;
     if (n == 0) return PG_OK;
     if ((d->shard_layer_ids = calloc((size_t)n, sizeof *d->shard_layer_ids)) == NULL)

@@ -131,21 +131,23 @@ int run_config_add_sorted(cJSON *o, const char *key, const char *const *names, i
 /* Adds names[0 .. n-1], in their order, to o as array key; 0 when out of memory. */
 int run_config_add_strings(cJSON *o, const char *key, const char *const *names, int n);
 
-/* Adds a shard part's "job": job and "shard": {"index", "count"} to o; 0
- * when out of memory. Every kind's writer records a part with it. */
-int run_config_add_shard(cJSON *o, const char *job, int index, int count);
+/* A stored run's place in a sharded job, one shape for every run kind.
+ * Written (run_config_add_part) when count > 0: "job" and "shard":
+ * {"index", "count"}. Read (run_config_read_part): known when "shard"
+ * exists; readable when index and count are numbers and job a string;
+ * job NULL when no string, index and count 0 where no number. */
+typedef struct run_config_part {
+    const char *job;
+    int index, count;
+    int known, readable;
+} run_config_part;
 
-/* Adds an eval or diverge part (index of count parts of job job) to o:
- * run_config_add_shard, then owned_key, the ids owned[0 .. n-1] it owns;
- * 0 when out of memory. */
-int run_config_add_part(cJSON *o, const char *job, int index, int count, const char *owned_key,
-                        const char *const *owned, int n);
+/* Adds p's "job" and "shard" to o; 0 when out of memory. Every kind's
+ * writer records a part with it. */
+int run_config_add_part(cJSON *o, const run_config_part *p);
 
-/* A stored part's place: *job ("job"), *index and *count (inside "shard",
- * untouched where no number); returns whether "shard" exists, and sets
- * *numbers when both index and count are numbers. */
-int run_config_read_shard(const cJSON *o, const char **job, int *index, int *count,
-                          int *numbers);
+/* Reads o's "job" and "shard" into *p (zeroed first). */
+void run_config_read_part(const cJSON *o, run_config_part *p);
 
 /* A sweep's configuration. The writer's input: every string borrowed from
  * the caller, NULL where absent. What run_config_read fills: strings
@@ -172,13 +174,10 @@ typedef struct run_config {
      * NULL when not written. Read: only layer_rows_known (the key exists). */
     const store_layer_rows *layer_rows;
     int layer_rows_known;
-    /* A part of a sharded job: shard_count > 0 (written: with job and the
-     * shard_layers it owns). Read: shard_known when "shard" exists,
-     * shard_readable when it has number index and count, job is a string
-     * and shard_layers an array; a shard_layers entry that is no number
-     * reads as -1. */
-    const char *job;
-    int shard_index, shard_count, shard_known, shard_readable;
+    /* A part of a sharded job: part.count > 0, written with the
+     * shard_layers it owns. Read: n_shard_layers -1 when "shard_layers" is
+     * no array; an entry that is no number reads as -1. */
+    run_config_part part;
     const int *shard_layers;
     int n_shard_layers;
     const char *p_rounding;            /* read only: runs before kernel profiles */

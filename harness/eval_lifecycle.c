@@ -96,9 +96,8 @@ static pg_status eval_shard(eval_lifecycle_request *a, eval_traces *t, eval_conf
         int owned = 0;
         for (int i = 0; i < t->n; i++)
             if (keep[i]) ids[owned++] = ids[i];
-        n->c.job = a->job;
-        n->c.shard_index = a->shard.index;
-        n->c.shard_count = a->shard.count;
+        n->c.part = (run_config_part){.job = a->job, .index = a->shard.index,
+                                      .count = a->shard.count};
         n->c.shard_problems = ids;
         n->c.n_shard_problems = owned;
         cJSON_Delete(*now);

@@ -84,8 +84,9 @@ static char *run_config_json(const run_sweep_request *a, const capture *cap, con
             .threads = a->threads, .page_seed = a->seed, .git_rev = PRECGATE_GIT_REV,
             .layers = cap->n_layers, .sequences = cap->n_seqs, .tokens_q = (long long)cap->tq,
             .tokens_kv = (long long)cap->tkv, .block_size = cap->block_size,
-            .layer_rows = rows, .job = a->job, .shard_index = a->shard.index,
-            .shard_count = a->shard.count, .shard_layers = owned, .n_shard_layers = n_owned};
+            .layer_rows = rows,
+            .part = {.job = a->job, .index = a->shard.index, .count = a->shard.count},
+            .shard_layers = owned, .n_shard_layers = n_owned};
         cJSON *o = run_config_write(&c);
         text = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
         cJSON_Delete(o);
@@ -245,27 +246,27 @@ static const resume_field run_capture_fields[] = {
 static pg_status resume_shard(run_sweep_request *a, const resume_ctx *r, pg_err *err)
 {
     const run_config *c = &r->cfg.c;
-    if (!c->shard_known) {
+    if (!c->part.known) {
         if (a->shard.count > 0 || a->job != NULL)
             return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run is no part of a "
                            "sharded job: --shard and --job do not go with its resume",
                            (long long)r->run_id);
         return PG_OK;
     }
-    if (!c->shard_readable)
+    if (!c->part.readable || c->n_shard_layers < 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: the run's config_json has no "
                        "readable job, shard and shard_layers: start a new run",
                        (long long)r->run_id);
-    const shard_spec run = {.index = c->shard_index, .count = c->shard_count};
+    const shard_spec run = {.index = c->part.index, .count = c->part.count};
     if (a->shard.count > 0 && (a->shard.index != run.index || a->shard.count != run.count))
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: shard (--shard) differs: the run "
                        "has %d/%d, this command gives %d/%d", (long long)r->run_id, run.index,
                        run.count, a->shard.index, a->shard.count);
-    if (a->job != NULL && strcmp(a->job, c->job) != 0)
+    if (a->job != NULL && strcmp(a->job, c->part.job) != 0)
         return pg_fail(err, PG_ERR_USAGE, "run: --resume %lld: job (--job) differs: the run has "
-                       "%s, this command gives %s", (long long)r->run_id, c->job, a->job);
+                       "%s, this command gives %s", (long long)r->run_id, c->part.job, a->job);
     a->shard = run;
-    snprintf(a->job_buf, sizeof a->job_buf, "%s", c->job);
+    snprintf(a->job_buf, sizeof a->job_buf, "%s", c->part.job);
     a->job = a->job_buf;
     return PG_OK;
 }

@@ -1,5 +1,5 @@
 /*
- * test_run_configs.c: the eval and diverge configs' one writer and one
+ * test_run_configs.c: the sweep, eval and diverge configs' one writer and one
  * reader (db/eval_config.h, db/diverge_config.h): what is written reads
  * back as the same fields, the keys come in the order runs have always
  * recorded them, and a missing or mistyped key reads as unknown.
@@ -10,6 +10,7 @@
 
 #include "db/diverge_config.h"
 #include "db/eval_config.h"
+#include "db/run_config.h"
 
 /* A seed beyond a double's 53 bits: only its text keeps it exact. */
 #define BIG_SEED 18446744073709551557ULL
@@ -33,8 +34,8 @@ static eval_run_config live_config(void)
                              .max_tokens = 100, .model = "served", .api_key_env = "KEY",
                              .plan_known = 1, .plan_problems = 4, .plan_modes = modes_given,
                              .n_plan_modes = 3, .plan_efforts = efforts_given,
-                             .n_plan_efforts = 2, .plan_samples = 3, .job = "jx",
-                             .shard_index = 1, .shard_count = 2, .shard_problems = owned,
+                             .n_plan_efforts = 2, .plan_samples = 3, 
+                             .part = {.job = "jx", .index = 1, .count = 2}, .shard_problems = owned,
                              .n_shard_problems = 2};
 }
 
@@ -99,9 +100,9 @@ Test(run_configs, eval_written_reads_back_the_same_fields)
     expect_strings(r->plan_modes, r->n_plan_modes, modes_sorted, 2);
     expect_strings(r->plan_efforts, r->n_plan_efforts, efforts_sorted, 2);
     cr_expect(r->plan_samples_known && r->plan_samples == 3);
-    cr_expect(r->shard_known && r->shard_readable);
-    cr_expect_str_eq(r->job, "jx");
-    cr_expect(r->shard_index == 1 && r->shard_count == 2);
+    cr_expect(r->part.known && r->part.readable);
+    cr_expect_str_eq(r->part.job, "jx");
+    cr_expect(r->part.index == 1 && r->part.count == 2);
     cr_expect(r->shard_problems_known);
     expect_strings(r->shard_problems, r->n_shard_problems, owned, 2);
     eval_config_doc_free(&d);
@@ -114,7 +115,7 @@ Test(run_configs, eval_keys_come_in_the_recorded_order)
     c.max_tokens = 0;
     c.seed = 7;
     c.n_models = 0;
-    c.shard_count = 0;
+    c.part.count = 0;
     c.plan_known = 0;
     cJSON *o = eval_config_write(&c);
     char *text = cJSON_PrintUnformatted(o);
@@ -167,7 +168,7 @@ Test(run_configs, eval_missing_or_mistyped_keys_read_as_unknown)
     cr_expect_eq(r->n_efforts, -1);
     cr_expect(r->plan_known && !r->plan_problems_known && !r->plan_samples_known);
     cr_expect_eq(r->n_plan_modes, -1);
-    cr_expect(r->shard_known && !r->shard_readable);
+    cr_expect(r->part.known && !r->part.readable);
     cr_expect(r->shard_problems_known);
     cr_expect_eq(r->n_shard_problems, -1);
     cr_expect_null(r->traces);
@@ -210,7 +211,7 @@ Test(run_configs, diverge_written_reads_back_the_same_fields)
     static const char *const seqs[] = {"s2", "s1"};
     const diverge_run_config c = {.reference = "bf16", .top_k = 20, .noise_floor = 1,
                                   .sequences_digest = "sd", .modes = modes_given, .n_modes = 3,
-                                  .job = "j", .shard_index = 0, .shard_count = 3,
+                                  .part = {.job = "j", .index = 0, .count = 3},
                                   .shard_sequences = seqs, .n_shard_sequences = 2};
     cJSON *o = diverge_config_write(&c);
     cr_assert_not_null(o);
@@ -230,8 +231,8 @@ Test(run_configs, diverge_written_reads_back_the_same_fields)
     cr_expect_str_eq(r->sequences_digest, "sd");
     static const char *const modes_sorted[] = {"bf16", "fp8kv"};
     expect_strings(r->modes, r->n_modes, modes_sorted, 2);
-    cr_expect(r->shard_known && r->shard_readable && r->shard_count == 3);
-    cr_expect_str_eq(r->job, "j");
+    cr_expect(r->part.known && r->part.readable && r->part.count == 3);
+    cr_expect_str_eq(r->part.job, "j");
     expect_strings(r->shard_sequences, r->n_shard_sequences, seqs, 2);
     free(text);
     cJSON_Delete(o);
@@ -252,10 +253,49 @@ Test(run_configs, diverge_missing_or_mistyped_keys_read_as_unknown)
     cr_expect(!r->noise_floor_known);
     cr_expect_null(r->sequences_digest);
     cr_expect_eq(r->n_modes, -1);
-    cr_expect(!r->shard_known);
+    cr_expect(!r->part.known);
     cr_assert_eq(r->n_shard_sequences, 2);
     cr_expect_null(r->shard_sequences[1]);
     diverge_config_doc_free(&d);
     cr_expect_eq(diverge_config_read("\"diverge\"", &d, &err), PG_ERR_USAGE);
     diverge_config_doc_free(&d);
+}
+
+/* The part fields every kind shares (run_config_part), through the sweep's
+ * writer and reader: what is written reads back, and a "shard" without a
+ * job string, or without "shard_layers" as an array, is known but not a
+ * part a resume can take. */
+Test(run_configs, sweep_part_reads_back_and_an_incomplete_part_is_unreadable)
+{
+    static const int layers[] = {3, 1};
+    const run_config c = {.capture = "c.pgcap", .model = "m",
+                          .part = {.job = "jobk", .index = 2, .count = 4},
+                          .shard_layers = layers, .n_shard_layers = 2};
+    cJSON *o = run_config_write(&c);
+    cr_assert_not_null(o);
+    char *text = cJSON_PrintUnformatted(o);
+    cr_assert_not_null(strstr(text, "\"job\":\"jobk\",\"shard\":{\"index\":2,\"count\":4},"
+                                    "\"shard_layers\":[3,1]"), "%s", text);
+    run_config_doc d;
+    pg_err err = {0};
+    cr_assert_eq(run_config_read(text, &d, &err), PG_OK, "%s", err.msg);
+    cr_expect(d.c.part.known && d.c.part.readable);
+    cr_expect_str_eq(d.c.part.job, "jobk");
+    cr_expect(d.c.part.index == 2 && d.c.part.count == 4);
+    cr_assert_eq(d.c.n_shard_layers, 2);
+    cr_expect(d.c.shard_layers[0] == 3 && d.c.shard_layers[1] == 1);
+    run_config_doc_free(&d);
+    free(text);
+    cJSON_Delete(o);
+
+    cr_assert_eq(run_config_read("{\"shard\":{\"index\":0,\"count\":2},\"shard_layers\":[0]}", &d,
+                                 &err),
+                 PG_OK, "%s", err.msg);
+    cr_expect(d.c.part.known && !d.c.part.readable);  /* no job */
+    run_config_doc_free(&d);
+    cr_assert_eq(run_config_read("{\"job\":\"j\",\"shard\":{\"index\":0,\"count\":2}}", &d, &err),
+                 PG_OK, "%s", err.msg);
+    cr_expect(d.c.part.readable);
+    cr_expect_eq(d.c.n_shard_layers, -1);  /* no shard_layers */
+    run_config_doc_free(&d);
 }

@@ -245,9 +245,8 @@ static pg_status diverge_shard(diverge_args *a, div_sequences *seqs, diverge_run
         int owned = 0;
         for (size_t i = 0; i < seqs->n; i++)
             if (keep[i]) ids[owned++] = ids[i];
-        c->job = a->job;
-        c->shard_index = a->shard.index;
-        c->shard_count = a->shard.count;
+        c->part = (run_config_part){.job = a->job, .index = a->shard.index,
+                                    .count = a->shard.count};
         c->shard_sequences = ids;
         c->n_shard_sequences = owned;
         cJSON_Delete(*config);
