@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "db/diagnosis_store.h"
 #include "db/divergence_store.h"
 #include "db/eval_store.h"
@@ -224,11 +222,14 @@ static pg_status has_traces_digest(pg_store *store, int64_t run_id, int *has, pg
     store_run_state rs = {0};
     *has = 0;
     pg_status st = store_run_read(store, run_id, &rs, err);
-    if (st == PG_OK && rs.config_json != NULL) {
-        cJSON *cfg = cJSON_Parse(rs.config_json);
-        *has = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cfg, RUN_CONFIG_TRACES_DIGEST));
-        cJSON_Delete(cfg);
-    }
+    eval_config_doc doc = {0};
+    pg_err read_err = {0};
+    /* An unreadable config records no digest: *has stays 0. */
+    if (st == PG_OK && rs.config_json != NULL &&
+        eval_config_read(rs.config_json, &doc, &read_err) == PG_ERR_NOMEM)
+        st = pg_fail(err, PG_ERR_NOMEM, "gate: %s", read_err.msg);
+    *has = doc.c.traces_digest != NULL;
+    eval_config_doc_free(&doc);
     store_run_state_free(&rs);
     return st;
 }
@@ -321,39 +322,40 @@ static pg_status gate_identical(pg_store *store, int64_t run_id, const gate_conf
     pg_status st = eval_store_read_mode_agreement(store, run_id, NULL, &rows, &n, err);
     store_run_state rs = {0};
     if (st == PG_OK && n > 0) st = store_run_read(store, run_id, &rs, err);
-    cJSON *config = st == PG_OK && rs.config_json != NULL ? cJSON_Parse(rs.config_json) : NULL;
-    const cJSON *source = cJSON_GetObjectItemCaseSensitive(config, RUN_CONFIG_SOURCE);
-    const cJSON *traces = cJSON_GetObjectItemCaseSensitive(config, RUN_CONFIG_TRACES);
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(config, RUN_CONFIG_ENDPOINTS);
+    /* An unreadable config records no source: its fields read as unknown. */
+    eval_config_doc doc = {0};
+    pg_err read_err = {0};
+    if (st == PG_OK && rs.config_json != NULL &&
+        eval_config_read(rs.config_json, &doc, &read_err) == PG_ERR_NOMEM)
+        st = pg_fail(err, PG_ERR_NOMEM, "gate: %s", read_err.msg);
+    const eval_run_config *ec = &doc.c;
     const char *replayed = NULL;
-    if (cJSON_IsString(source) && strcmp(source->valuestring, EVAL_CONFIG_SOURCE_REPLAY) == 0)
-        replayed = cJSON_IsString(traces) ? traces->valuestring : "(path not recorded)";
-    const size_t n_eps = cJSON_IsObject(eps) ? (size_t)cJSON_GetArraySize(eps) : 0;
+    if (ec->source_known && ec->replay)
+        replayed = ec->traces != NULL ? ec->traces : "(path not recorded)";
+    const size_t n_eps = ec->n_endpoints > 0 ? (size_t)ec->n_endpoints : 0;
     regress_mode_source *src = n_eps > 0 ? calloc(n_eps, sizeof *src) : NULL;
     char (*served)[GATE_SERVED_MAX] = n_eps > 0 ? calloc(n_eps, sizeof *served) : NULL;
     if (st == PG_OK && n_eps > 0 && (src == NULL || served == NULL))
         st = pg_fail(err, PG_ERR_NOMEM, "gate: out of memory for the modes' endpoints");
-    size_t n_src = 0;
-    for (const cJSON *e = st == PG_OK && n_eps > 0 ? eps->child : NULL; e != NULL; e = e->next) {
-        size_t len = 0;
-        if (cJSON_IsString(e)) {
-            snprintf(served[n_src], GATE_SERVED_MAX, "%s", e->valuestring);
-        } else {
-            for (const cJSON *u = cJSON_IsArray(e) ? e->child : NULL; u != NULL; u = u->next) {
-                if (!cJSON_IsString(u) || len >= GATE_SERVED_MAX) continue;
-                const int w = snprintf(served[n_src] + len, GATE_SERVED_MAX - len, "%s%s",
-                                       len > 0 ? "+" : "", u->valuestring);
-                len += w > 0 ? (size_t)w : 0;
-            }
+    /* One source per stored mode: its URLs, which the reader lists in a
+     * row (they share the stored key's string), joined by '+'. */
+    size_t n_src = 0, len = 0;
+    for (size_t i = 0; st == PG_OK && i < n_eps; i++) {
+        const eval_config_pair *e = &ec->endpoints[i];
+        if (n_src == 0 || src[n_src - 1].mode != e->mode) {
+            src[n_src++].mode = e->mode;
+            len = 0;
         }
-        src[n_src].mode = e->string;
-        src[n_src].served = served[n_src][0] != '\0' ? served[n_src] : NULL;
-        n_src++;
+        if (e->value == NULL || len >= GATE_SERVED_MAX) continue;
+        const int w = snprintf(served[n_src - 1] + len, GATE_SERVED_MAX - len, "%s%s",
+                               len > 0 ? "+" : "", e->value);
+        len += w > 0 ? (size_t)w : 0;
     }
+    for (size_t i = 0; i < n_src; i++) src[i].served = served[i][0] != '\0' ? served[i] : NULL;
     if (st == PG_OK) st = regress_identical_modes(rows, n, replayed, src, n_src, cfg, flags, err);
     free(served);
     free(src);
-    cJSON_Delete(config);
+    eval_config_doc_free(&doc);
     store_run_state_free(&rs);
     eval_store_mode_agreement_free(rows, n);
     return st;

@@ -1518,4 +1518,13 @@ Test(gate_cmd, three_modes_on_one_live_server_are_an_error_naming_the_endpoints)
     free(out);
     cr_expect_eq(db_num("SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = 'error' AND "
                         "metric LIKE 'identical_to_%'"), 3);
+
+    /* A mode given two servers names both, joined by '+', in their order. */
+    db_exec("UPDATE runs SET config_json = json_set(config_json, '$.endpoints.fp8qkv', "
+            "json_array(json_extract(config_json, '$.endpoints.fp8qkv'), 'http://other:9'))");
+    rc = gate(1, NULL, &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    snprintf(want, sizeof want, "(endpoints fp8kv=%s, fp8qkv=%s+http://other:9)", url, url);
+    cr_expect(strstr(out, want) != NULL, "%s", out);
+    free(out);
 }
