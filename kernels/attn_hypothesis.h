@@ -7,27 +7,9 @@
  * computed. Every misapplication is silent at scale 1.0: there it equals an
  * intended hypothesis bit for bit, so only calibrated scales tell them apart.
  *
- * The table, in order (attn_hypothesis_summary gives each with its source):
- *   intended-bf16      the bf16 mode
- *   intended-fp8kv     fp8kv@fixed
- *   intended-fp8qkv    the default fp8qkv profile (fp8qkv@fa3)
- *   kv-scales-twice    fp8kv@vllm-24197: dequant applies k/v scales, then
- *                      bmm1 = q*k*sm_scale and bmm2 = v again (vLLM #47847)
- *   kv-scales-missing  the e4m3 codes taken as values (no dequant scale;
- *                      FlashInfer #4979)
- *   k-scale-on-bf16    an unquantized bf16 cache, logits x k_scale and the
- *                      output x v_scale (sglang #18396; vLLM PR #37054)
- *   q-scale-on-bf16-q  fp8kv with logits x q_scale, Q never quantized
- *                      (vLLM #47847)
- *   q-cast-unscaled    the default fp8qkv profile with Q cast to e4m3
- *                      unscaled, q_scale taken as 1.0 (sglang PR #28144)
- *   intended-fp8kv_e5m2  fp8kv_e5m2@fixed
- *   e5m2-kv-scales-twice, e5m2-kv-scales-missing  the two fp8kv scale bugs
- *                      on an e5m2 cache
- *   intended-fp8kv_pth fp8kv_per_token_head@triton
- *   pth-scales-missing the per-token-head codes taken as values
- *   pth-scales-twice   the codes dequantized on load and the row scales
- *                      applied on S and P again
+ * The table is attn_hypothesis.c's, each row with its mode, what it
+ * computes and its source (attn_hypothesis_summary), so that a new one is a
+ * row there and nowhere else.
  */
 #ifndef PG_ATTN_HYPOTHESIS_H
 #define PG_ATTN_HYPOTHESIS_H

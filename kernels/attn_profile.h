@@ -2,26 +2,11 @@
  * attn_profile.h: kernel profiles of the CPU specification (issue #15).
  *
  * A profile names where one real kernel rounds. Variants are written
- * MODE@PROFILE; MODE alone means that mode's default profile. The table, in
- * order (attn_profile_rules gives each one's rules with their sources):
- *   bf16               the bf16 mode (attn.h)
- *   fp8kv@fixed        default: paged e4m3 cache, dequant once, bf16 attention
- *                      with sm_scale alone (what vLLM PR #48016 restores)
- *   fp8kv@vllm-24197   vLLM PR #24197 as merged: the same dequant, then
- *                      bmm1_scale = q_scale*k_scale*sm_scale and bmm2_scale =
- *                      v_scale applied again (K and V scaled twice)
- *   fp8qkv@fa3         default: vLLM's FlashAttention-3 fork, fp8 on Hopper
- *   fp8qkv@fa3-1level  the same with upstream FA3's single-level accumulation
- *                      and tile table
- *   fp8qkv@trtllm      TensorRT-LLM fmha_v2 fp8 context FMHA on Hopper (the open
- *                      proxy of vLLM's trtllm-gen path)
- *   fp8qkv@flashinfer-fa3  FlashInfer's FA3 fp8 prefill (P x 448; no sinks)
- *   fp8qkv@ideal       final row max, P unscaled e4m3, exact fp32 sums (the
- *                      fp8qkv of precgate before issue #15: an ideal bound)
- *   fp8kv_e5m2@fixed   default: vLLM's fp8_e5m2 cache, dequant once, bf16
- *                      attention with sm_scale (issue #29)
- *   fp8kv_per_token_head@triton  default: vLLM's fp8_per_token_head cache, a
- *                      scale per (token, KV head), Triton unified attention
+ * MODE@PROFILE; MODE alone means that mode's default profile. The table is
+ * attn_profile.c's, one row per profile in base/mode.h's variant_profile_id
+ * order, each with its rules and their sources (attn_profile_rules; the
+ * same text `precgate help profiles` prints), so that a new profile is a
+ * row there and nowhere else.
  * The profiles' knobs are private to kernels/ (attn_profile_impl.h).
  */
 #ifndef PG_ATTN_PROFILE_H
