@@ -520,8 +520,8 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
     } else if (mt->kv_consumption != PG_KV_READ_AS_BF16 &&
                (mt->kv_format != PG_FORMAT_E4M3 || mt->kv_scales != PG_SCALES_PER_TENSOR)) {
         // cuda_kv_cache.cu writes e4m3 codes with per-tensor scales only (issue #31)
-        no = "the GPU has no kernel for this mode's KV cache format (e5m2 or per-token-head "
-             "scales): the CPU specification runs it";
+        no = "the GPU's paged cache holds e4m3 codes with per-tensor scales only, not this "
+             "mode's KV cache format: the CPU specification runs it";
     } else {
         switch (mt->kv_consumption) {
         case PG_KV_READ_AS_BF16: k = GK_BF16; break;
