@@ -14,8 +14,12 @@
  *   FI     vllm/v1/attention/backends/flashinfer.py: get_fp8_dtype_for_flashinfer
  *          views the cache as float8_e5m2 for fp8_e5m2; the trtllm prefill
  *          path with a bf16 Q gathers the cache into a bf16 copy (PR #24197).
- *   TRITON vllm/v1/attention/ops/triton_unified_attention.py KV_QUANT_MODE 3:
- *          codes cast to Q's dtype in registers, scales on S and on P.
+ *   TRITON vllm/v1/attention/ops/triton_unified_attention.py KV_QUANT_MODE 3
+ *          (fp8) and 2 (int8): codes cast to Q's dtype in registers, scales
+ *          on S and on P.
+ *   PTH    vllm/v1/attention/ops/triton_quant_kv/_per_token_head_core.py:
+ *          int8_per_token_head and fp8_per_token_head share one cache-write
+ *          kernel, differing in (QUANT_MAX, QUANT_MIN) and the cache dtype.
  *   FA3    vllm/v1/attention/backends/flash_attn.py: an fp8 cache runs
  *          FlashAttention-3 with Q quantized too.
  */
@@ -24,9 +28,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Bytes of a bf16 element and of an fp8 code. */
+/* Bytes of a bf16 element, of an fp8 code and of an int8 code. */
 #define BF16_BYTES 2
 #define FP8_BYTES 1
+#define INT8_BYTES 1
 /* The per-token-head modes' scale: one float32 per (token, KV head) (KVI). */
 #define PER_TOKEN_HEAD_SCALE_BYTES 4
 
@@ -66,6 +71,14 @@ static const pg_mode_traits modes[PG_MODE_COUNT] = {
         .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS,
         .vllm_kv_cache_dtype = "fp8_per_token_head", .kv_element_bytes = FP8_BYTES,
         .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
+    /* CACHE int8_per_token_head; KVI; PTH; TRITON (KV_QUANT_MODE 2). */
+    [PG_MODE_INT8KV_PER_TOKEN_HEAD] = {
+        .name = "int8kv_per_token_head", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_INT8, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
+        .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS,
+        .vllm_kv_cache_dtype = "int8_per_token_head", .kv_element_bytes = INT8_BYTES,
+        .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
 };
 
 /* One profile's name, mode and whether its mode's bare name means it. */
@@ -88,6 +101,8 @@ static const profile_name profile_names[VARIANT_PROFILE_COUNT] = {
     [VARIANT_FP8KV_E5M2_FIXED] = {"fp8kv_e5m2@fixed", PG_MODE_FP8KV_E5M2, 1},
     [VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON] = {"fp8kv_per_token_head@triton",
                                               PG_MODE_FP8KV_PER_TOKEN_HEAD, 1},
+    [VARIANT_INT8KV_PER_TOKEN_HEAD_TRITON] = {"int8kv_per_token_head@triton",
+                                               PG_MODE_INT8KV_PER_TOKEN_HEAD, 1},
 };
 
 const char *variant_profile_name(variant_profile_id id)
@@ -157,6 +172,7 @@ const char *pg_number_format_name(pg_number_format f)
     case PG_FORMAT_BF16: return "bf16";
     case PG_FORMAT_E4M3: return "e4m3";
     case PG_FORMAT_E5M2: return "e5m2";
+    case PG_FORMAT_INT8: return "int8";
     }
     return "?";
 }

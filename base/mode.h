@@ -31,10 +31,11 @@ typedef enum pg_mode {
     PG_MODE_FP8KV,
     PG_MODE_FP8QKV,
     PG_MODE_FP8KV_E5M2,
-    PG_MODE_FP8KV_PER_TOKEN_HEAD
+    PG_MODE_FP8KV_PER_TOKEN_HEAD,
+    PG_MODE_INT8KV_PER_TOKEN_HEAD
 } pg_mode;
 /* How many modes there are. */
-#define PG_MODE_COUNT 5
+#define PG_MODE_COUNT 6
 /* The baseline mode's name: the one every other mode is measured against. */
 #define PG_MODE_BASELINE_NAME "bf16"
 
@@ -51,7 +52,8 @@ typedef enum pg_tensor_bit {
 typedef enum pg_number_format {
     PG_FORMAT_BF16,   /* not quantized */
     PG_FORMAT_E4M3,   /* OCP e4m3fn, max 448 (kernels/numerics.h) */
-    PG_FORMAT_E5M2    /* OCP e5m2, max 57344 */
+    PG_FORMAT_E5M2,   /* OCP e5m2, max 57344 */
+    PG_FORMAT_INT8    /* two's-complement int8 codes, -128 .. 127 */
 } pg_number_format;
 
 /* The granularity of the KV cache's scales. */
@@ -115,6 +117,7 @@ typedef enum variant_profile_id {
     VARIANT_FP8QKV_IDEAL,
     VARIANT_FP8KV_E5M2_FIXED,
     VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON,
+    VARIANT_INT8KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
 } variant_profile_id;
 
@@ -142,7 +145,7 @@ pg_status pg_mode_find(const char *name, pg_mode *out, pg_err *err);
 /* 1 when mode m quantizes any tensor (every mode but the baseline's kind). */
 int pg_mode_quantizes(pg_mode m);
 
-/* The format's name ("bf16", "e4m3", "e5m2"). */
+/* The format's name ("bf16", "e4m3", "e5m2", "int8"). */
 const char *pg_number_format_name(pg_number_format f);
 
 /* The granularity's words ("no", "per-tensor", "per (token, KV head)"). */

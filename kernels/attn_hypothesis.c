@@ -107,6 +107,21 @@ static const attn_hypothesis hypotheses[] = {
      "attention joined to vLLM's S/P scaling)",
      "per-token-head scales applied twice", HYP_ROW_SCALING, HYP_MODE_DEFAULT, {0}, 0,
      ATTN_ROW_SCALES_TWICE},
+    {"intended-int8kv_pth", 1, PG_MODE_INT8KV_PER_TOKEN_HEAD,
+     "int8kv_per_token_head@triton: int8 codes (truncated) with a scale per (token, KV "
+     "head), S x (sm_scale * k scale) and P x v scale in the Triton kernel",
+     "the int8kv_per_token_head mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0,
+     ATTN_ROW_SCALES_ON_S_AND_P},
+    {"int8-pth-scales-missing", 0, PG_MODE_INT8KV_PER_TOKEN_HEAD,
+     "an int8 per-token-head cache read without its row scales: the codes (up to 127) "
+     "taken as values (a kernel without KV_QUANT_MODE 2's branch)",
+     "int8 per-token-head scales never applied", HYP_ROW_SCALING, HYP_MODE_DEFAULT, {0}, 0,
+     ATTN_ROW_SCALES_IGNORED},
+    {"int8-pth-scales-twice", 0, PG_MODE_INT8KV_PER_TOKEN_HEAD,
+     "an int8 per-token-head cache dequantized on load, bf16(code * scale), by a kernel "
+     "that also applies the row scales on S and P",
+     "int8 per-token-head scales applied twice", HYP_ROW_SCALING, HYP_MODE_DEFAULT, {0}, 0,
+     ATTN_ROW_SCALES_TWICE},
 };
 #define N_HYPOTHESES (sizeof hypotheses / sizeof hypotheses[0])
 

@@ -188,6 +188,20 @@ static const char rules_fp8kv_per_token_head_triton[] =
     "  tl.sum and tl.dot choose theirs. A q block whose first tiles are fully masked for a row\n"
     "  without sinks starts that row's running max at 0 (the clamp), not modelled per block.\n";
 
+static const char rules_int8kv_per_token_head_triton[] =
+    "vLLM --kv-cache-dtype int8_per_token_head (KVQuantMode.INT8_PER_TOKEN_HEAD,\n"
+    "  vllm/v1/kv_cache_interface.py), served by TRITON_ATTN alone (Triton unified attention).\n"
+    "Cache write: fp8_per_token_head's kernel with QUANT_MAX 127, QUANT_MIN -128 (vllm/v1/\n"
+    "  attention/ops/triton_quant_kv/_per_token_head_core.py):\n"
+    "  scale = max(absmax / 127, 1e-6) in fp32, stored as float32 beside the codes;\n"
+    "  codes = trunc(clamp(x * fp32(1 / scale), -128, 127)): Triton stores fp32 to int8 with\n"
+    "  fptosi (triton/language/semantic.py cast), toward zero. The module's docstring says\n"
+    "  round(); the kernel truncates, as vLLM's own test config says (tests/quantization/\n"
+    "  test_per_token_kv_cache.py INT8_CONFIG uses_trunc). Truncation biases every code\n"
+    "  toward 0 by half a step on average and sends |x| < scale to 0.\n"
+    "Attention: fp8kv_per_token_head@triton's rules with KV_QUANT_MODE 2 (int8 codes cast to\n"
+    "  bf16 as loaded, exact: |code| <= 128 fits bf16's 8 significant bits).\n";
+
 /* The table, in the order attn_profile_at lists it. */
 static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
     [VARIANT_BF16] = {
@@ -229,6 +243,10 @@ static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
      .summary = "e4m3 KV with a scale per (token, KV head), Triton: scales on S and P",
      .rules = rules_fp8kv_per_token_head_triton, .softmax = ATTN_SOFTMAX_TRITON,
      .accum = ATTN_ACCUM_EXACT}, /* tiles: ATTN_TRITON_PREFILL_TILE at every head dim */
+    [VARIANT_INT8KV_PER_TOKEN_HEAD_TRITON] = {
+     .summary = "int8 KV (codes truncated) with a scale per (token, KV head), Triton",
+     .rules = rules_int8kv_per_token_head_triton, .softmax = ATTN_SOFTMAX_TRITON,
+     .accum = ATTN_ACCUM_EXACT}, /* tiles: as fp8kv_per_token_head@triton */
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])

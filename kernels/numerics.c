@@ -1,5 +1,5 @@
 /*
- * numerics.c: bf16 and OCP fp8 (e4m3fn, e5m2) conversions (see numerics.h).
+ * numerics.c: bf16, OCP fp8 (e4m3fn, e5m2) and int8 conversions (see numerics.h).
  *
  * All encoders work on the IEEE binary32 bit pattern with integer
  * arithmetic only: they run on every element of large tensors, and integer
@@ -64,6 +64,12 @@
 #define FP8_ABS_MASK 0x7Fu
 /* Shift that moves the binary32 sign bit onto the fp8 sign bit. */
 #define F32_TO_FP8_SIGN_SHIFT 24u
+
+/* int8 codes: 256 of them, the negatives from 0x80 (two's complement);
+ * 0x80 (-128) is what an unwritten slot holds (vLLM's write never gives it). */
+#define INT8_CODE_COUNT 256u
+#define INT8_CODES_NEGATIVE 0x80u
+#define INT8_UNWRITTEN_CODE 0x80u
 
 uint16_t bf16_from_f32(float x)
 {
@@ -281,9 +287,62 @@ float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t
     return scale;
 }
 
-/* Bytes of a bf16 element and of an fp8 code. */
+float int8_decode(uint8_t b)
+{
+    return b < INT8_CODES_NEGATIVE ? (float)b : (float)b - (float)INT8_CODE_COUNT;
+}
+
+/*
+ * vLLM's int8_per_token_head cache write, one (token, KV head) row: the
+ * same kernel as the fp8 one above (_per_token_head_core.py
+ * _reshape_cache_per_token_head_kernel) with QUANT_MAX 127, QUANT_MIN -128:
+ *   scale = tl.maximum(tl.max(tl.abs(x)) / 127, 1e-6);
+ *   q = tl.clamp(x * (1.0 / scale), -128, 127), stored to the int8 cache.
+ * The store casts fp32 to int8 as Triton casts a float to a signed integer
+ * (triton/language/semantic.py cast: fp_to_si, LLVM fptosi), which rounds
+ * toward zero: the codes are truncated, not rounded. The module's
+ * docstring says round(x / scale), and vLLM's test reference rounds too,
+ * though its own QuantConfig says "INT8 Triton stores truncate"
+ * (tests/quantization/test_per_token_kv_cache.py, uses_trunc=True; its
+ * tolerance of 0.1 cannot tell them apart). The kernel, not the docstring,
+ * is what serves. After the clamp |y| <= 127 + a few ulp, so -128 is never
+ * written (0x80 is what an unwritten slot holds). A NaN y (unreachable: a
+ * capture with NaN or Inf is refused) gives code 0 here.
+ */
+float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
+                                        fp8_quant_stats *stats)
+{
+    const float amax = bf16_amax(x, n);
+    float scale = amax / INT8_PER_TOKEN_HEAD_QUANT_MAX;
+    if (!(scale >= FP8_PER_TOKEN_HEAD_MIN_SCALE)) scale = FP8_PER_TOKEN_HEAD_MIN_SCALE;
+    const float inv = 1.0f / scale;
+    uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float xf = bf16_to_f32(x[i]);
+        float y = xf * inv;
+        if (y > INT8_PER_TOKEN_HEAD_QUANT_MAX || y < INT8_PER_TOKEN_HEAD_QUANT_MIN) {
+            y = y > 0.0f ? INT8_PER_TOKEN_HEAD_QUANT_MAX : INT8_PER_TOKEN_HEAD_QUANT_MIN;
+            n_sat++;
+        }
+        const int code = y == y ? (int)y : 0; /* C's float -> int conversion truncates */
+        if (out != NULL) out[i] = (uint8_t)(code < 0 ? code + (int)INT8_CODE_COUNT : code);
+        const int nz = (xf != 0.0f);
+        n_nz += (uint64_t)nz;
+        n_uf += (uint64_t)(nz && y == y && code == 0);
+    }
+    if (stats != NULL) {
+        stats->n += (uint64_t)n;
+        stats->n_saturated += n_sat;
+        stats->n_nonzero += n_nz;
+        stats->n_underflow += n_uf;
+    }
+    return scale;
+}
+
+/* Bytes of a bf16 element and of an fp8 or int8 code. */
 #define BF16_ELEMENT_BYTES 2u
 #define FP8_ELEMENT_BYTES 1u
+#define INT8_ELEMENT_BYTES 1u
 
 static const fp_codec codecs[] = {
     [PG_FORMAT_BF16] = {.bytes = BF16_ELEMENT_BYTES},
@@ -292,6 +351,10 @@ static const fp_codec codecs[] = {
                         .quantize_bf16_per_token_head = fp8_e4m3_quantize_bf16_per_token_head},
     [PG_FORMAT_E5M2] = {.bytes = FP8_ELEMENT_BYTES, .nan_code = FP8_NAN_BITS,
                         .decode = fp8_e5m2_decode, .quantize_bf16 = fp8_e5m2_quantize_bf16},
+    /* no per-tensor int8 cache in vLLM's menu: quantize_bf16 NULL */
+    [PG_FORMAT_INT8] = {.bytes = INT8_ELEMENT_BYTES, .nan_code = INT8_UNWRITTEN_CODE,
+                        .decode = int8_decode,
+                        .quantize_bf16_per_token_head = int8_quantize_bf16_per_token_head},
 };
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 

@@ -75,11 +75,12 @@ float fp8_e5m2_decode(uint8_t b);
  * fp32 (csrc/quantization/w8a8/fp8/nvidia/quant_utils.cuh). */
 uint8_t fp8_e4m3_encode_scaled(float x, float scale);
 
-/* Counters that describe one tensor's quantization to an fp8 format with a scale. */
+/* Counters that describe one tensor's quantization to a format with a
+ * scale (the fp8 formats, and int8 with its own bounds). */
 typedef struct fp8_quant_stats {
     uint64_t n;            /* values seen */
-    uint64_t n_saturated;  /* |x / scale| > the format's max (FP8_E4M3_MAX, FP8_E5M2_MAX)
-                            * in fp32, inf included, NaN not */
+    uint64_t n_saturated;  /* |x / scale| > the format's max (FP8_E4M3_MAX, FP8_E5M2_MAX;
+                            * int8: outside its clamp range) in fp32, inf included, NaN not */
     uint64_t n_nonzero;    /* x != 0 as an IEEE compare: a NaN counts, +-0 does not */
     uint64_t n_underflow;  /* x != 0 but encoded to +-0 (a NaN encodes to 0x7F: never) */
 } fp8_quant_stats;
@@ -113,12 +114,31 @@ void fp8_e5m2_quantize_bf16(const uint16_t *x, size_t n, float scale,
 float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                             fp8_quant_stats *stats);
 
+/* vLLM's int8_per_token_head clamp range (vllm/v1/attention/ops/
+ * triton_quant_kv/_per_token_head_core.py _INT8_QUANT_MAX, _INT8_QUANT_MIN). */
+#define INT8_PER_TOKEN_HEAD_QUANT_MAX 127.0f
+#define INT8_PER_TOKEN_HEAD_QUANT_MIN -128.0f
+
+/* The value of the int8 code b (two's complement: 0x80 is -128). */
+float int8_decode(uint8_t b);
+
+/* vLLM's int8_per_token_head cache write of one (token, KV head) row of n
+ * bf16 values: scale = max(absmax / 127, 1e-6) in fp32, codes
+ * trunc(clamp(x * fp32(1 / scale), -128, 127)), toward zero (Triton's fp32
+ * -> int8 store), into out (may be NULL); adds to *stats (may be NULL:
+ * n_saturated counts the values the clamp changed, n_underflow the nonzero
+ * ones truncated to 0); returns the scale (numerics.c gives the source). */
+float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
+                                        fp8_quant_stats *stats);
+
 /* One number format's codec: what the caches and the CPU specification's
  * loads read instead of naming formats, so that a format with one-byte
  * codes arrives as a row of fp_codec_of's table (numerics.c). */
 typedef struct fp_codec {
     size_t bytes;               /* of one element */
-    uint8_t nan_code;           /* the code an unwritten slot holds (a NaN); 0 for bf16 */
+    uint8_t nan_code;           /* the code an unwritten slot holds: a NaN where the format
+                                 * has one (0 for bf16); int8, which has none, a code its
+                                 * write never gives (the row's NaN scale marks it) */
     float (*decode)(uint8_t b); /* the exact value of code b; NULL for bf16 */
     /* The per-tensor cache write of n bf16 values: codes of x / scale into
      * out (may be NULL), adding to *stats (may be NULL); NULL for bf16. */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/mode.h"
 #include "db/diagnosis_store.h"
 #include "db/sql_util.h"
 #include "db/store.h"
@@ -30,6 +31,9 @@
 #include "kernels/numerics.h"
 #include "lifecycle_util.h"
 #include "testutil.h"
+
+/* Room for every hypothesis of the table, per layer, in the span tests. */
+#define T_HYPOTHESES_MAX 64
 
 TestSuite(diagnose, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 
@@ -98,7 +102,8 @@ static diagnosis_row drow(int layer, const char *h, double d, const char *why)
 Test(diagnose, spans_join_consecutive_layers_and_say_what_did_not_run)
 {
     const size_t nh = attn_hypothesis_count();
-    diagnosis_row rows[3 * 16];
+    diagnosis_row rows[3 * T_HYPOTHESES_MAX];
+    cr_assert_leq(nh, T_HYPOTHESES_MAX);
     size_t n = 0;
     for (int l = 0; l < 3; l++)
         for (size_t h = 0; h < nh; h++) {
@@ -151,7 +156,8 @@ Test(diagnose, spans_split_where_the_coinciding_hypotheses_change)
     /* two layers, both indistinguishable with intended-fp8kv nearest, but
      * intended-bf16 within the margin on layer 0 only */
     const size_t nh = attn_hypothesis_count();
-    diagnosis_row rows[2 * 16];
+    diagnosis_row rows[2 * T_HYPOTHESES_MAX];
+    cr_assert_leq(nh, T_HYPOTHESES_MAX);
     size_t n = 0;
     for (int l = 0; l < 2; l++)
         for (size_t h = 0; h < nh; h++) {
@@ -350,19 +356,36 @@ static void make_capture(const char *dir, sweep_scales scales, const ext_spec *e
 
 /* Runs `precgate run` on capture dir into db under scales ("amax", "unit");
  * returns the run's output. */
-/* The variants the diagnosis sweeps run: bf16 and one profile of each mode
- * whose hypotheses only a sweep of it asks (base/mode.h always_diagnosed),
- * so that every hypothesis of the table runs; T_SWEPT_MODES their bits. */
-#define T_SWEPT_VARIANTS "bf16,fp8kv_e5m2,fp8kv_per_token_head"
-#define T_SWEPT_MODES \
-    ((1u << PG_MODE_BF16) | (1u << PG_MODE_FP8KV_E5M2) | (1u << PG_MODE_FP8KV_PER_TOKEN_HEAD))
+/* The variants the diagnosis sweeps run: bf16 and every mode whose
+ * hypotheses only a sweep of it asks (base/mode.h always_diagnosed), read
+ * from the mode table so that every hypothesis of the table runs, a new
+ * format's included; t_swept_modes() their bits. */
+static const char *t_swept_variants(void)
+{
+    static char list[512];
+    size_t used = (size_t)snprintf(list, sizeof list, "%s", PG_MODE_BASELINE_NAME);
+    for (int m = 0; m < PG_MODE_COUNT; m++)
+        if (!pg_mode_traits_of((pg_mode)m)->always_diagnosed)
+            used += (size_t)snprintf(list + used, sizeof list - used, ",%s",
+                                     pg_mode_name((pg_mode)m));
+    cr_assert_lt(used, sizeof list);
+    return list;
+}
+
+static unsigned t_swept_modes(void)
+{
+    unsigned bits = 1u << PG_MODE_BF16;
+    for (int m = 0; m < PG_MODE_COUNT; m++)
+        if (!pg_mode_traits_of((pg_mode)m)->always_diagnosed) bits |= 1u << m;
+    return bits;
+}
 
 static char *sweep_cli(const char *dir, const char *db, const char *scales)
 {
     char *out = NULL;
-    const int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --variants "
-                                    T_SWEPT_VARIANTS " "
-                                    "--threads 1 --scales %s", dir, db, scales);
+    const int rc = tu_run_precgatef(&out, "run --capture '%s' --db '%s' --variants %s "
+                                    "--threads 1 --scales %s", dir, db, t_swept_variants(),
+                                    scales);
     cr_assert_eq(rc, 0, "run: %s", out);
     return out;
 }
@@ -377,7 +400,7 @@ static void one_span(const char *db_path, diag_span **s, char *line, size_t len)
     diagnosis_row *rows = NULL;
     size_t n = 0, ns = 0;
     cr_assert_eq(diagnosis_store_load(db, 1, &rows, &n, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(n, (size_t)diag_layer_rows(1, T_SWEPT_MODES) * T_LAYERS);
+    cr_assert_eq(n, (size_t)diag_layer_rows(1, t_swept_modes()) * T_LAYERS);
     cr_assert_eq(diag_spans(rows, n, s, &ns, &err), PG_OK, "%s", err.msg);
     cr_assert_eq(ns, 1, "%zu spans", ns);
     cr_assert_eq((*s)[0].first_layer, 0);
@@ -715,6 +738,6 @@ Test(diagnose, the_sweep_stores_every_hypothesis_once_per_output_and_resume_coun
     cr_expect_neq(lu_sweep(dir, db, &(lu_sweep_opts){.resume = 1}, &res, NULL, &err), PG_OK);
     char want_rows[64]; /* two outputs x the hypotheses the sweep asked */
     snprintf(want_rows, sizeof want_rows, "0 of its %lld ext_diagnosis rows",
-             (long long)diag_layer_rows(2, T_SWEPT_MODES));
+             (long long)diag_layer_rows(2, t_swept_modes()));
     cr_expect(strstr(err.msg, want_rows) != NULL, "%s: %s", want_rows, err.msg);
 }

@@ -77,7 +77,8 @@ Test(hypothesis, table_names_intended_and_sources)
                                        "q-cast-unscaled",   "intended-fp8kv_e5m2",
                                        "e5m2-kv-scales-twice", "e5m2-kv-scales-missing",
                                        "intended-fp8kv_pth", "pth-scales-missing",
-                                       "pth-scales-twice"};
+                                       "pth-scales-twice", "intended-int8kv_pth",
+                                       "int8-pth-scales-missing", "int8-pth-scales-twice"};
     cr_assert_eq(attn_hypothesis_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < attn_hypothesis_count(); i++) {
         const attn_hypothesis *h = attn_hypothesis_at(i);

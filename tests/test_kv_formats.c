@@ -39,6 +39,7 @@
 #define F32_BYTES 4
 #define BF16_BYTES 2
 #define FP8_BYTES 1
+#define INT8_BYTES 1
 
 TestSuite(kv_formats, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 
@@ -63,6 +64,9 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
          PG_SCALES_PER_TENSOR, PG_KV_DEQUANT_TO_BF16_COPY, FP8_BYTES, 0, 0},
         {"fp8kv_per_token_head", "fp8_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
          PG_FORMAT_E4M3, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, FP8_BYTES,
+         F32_BYTES, 0},
+        {"int8kv_per_token_head", "int8_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
+         PG_FORMAT_INT8, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, INT8_BYTES,
          F32_BYTES, 0},
     };
     cr_assert_eq(PG_MODE_COUNT, sizeof want / sizeof want[0]);
@@ -93,6 +97,8 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
     cr_expect_str_eq(variant_profile_name(id), "fp8kv_e5m2@fixed");
     cr_expect_eq(variant_profile_find("fp8kv_per_token_head", &id, &err), PG_OK);
     cr_expect_str_eq(variant_profile_name(id), "fp8kv_per_token_head@triton");
+    cr_expect_eq(variant_profile_find("int8kv_per_token_head", &id, &err), PG_OK);
+    cr_expect_str_eq(variant_profile_name(id), "int8kv_per_token_head@triton");
 }
 
 /* ------------------------------------------------------------ e5m2 */
@@ -372,6 +378,190 @@ Test(kv_formats, quantize_0_keeps_the_new_formats_equal_to_bf16_bit_for_bit)
     tu_layer_free(&L);
 }
 
+/* ------------------------------------------------------------ int8 per token head */
+
+/* int8 codes by two's complement, written out: code b is b below 0x80,
+ * else b - 256. */
+#define INT8_NEG_FROM 0x80
+#define INT8_CODES 256
+/* int8_per_token_head's clamp (vLLM _per_token_head_core.py _INT8_QUANT_MAX). */
+#define INT8_QMAX 127
+/* A row's absmax 127 / 16: scale = 127/16 / 127 = 2^-4 exactly, 1 / scale
+ * = 16 exactly, so y = 16 x with no rounding anywhere. */
+#define INT8_KA_SHIFT 16.0f
+
+Test(kv_formats, every_int8_code_decodes_to_its_twos_complement_value)
+{
+    for (int b = 0; b < INT8_CODES; b++) {
+        const float want = b < INT8_NEG_FROM ? (float)b : (float)(b - INT8_CODES);
+        cr_assert_eq(int8_decode((uint8_t)b), want, "code 0x%02x", b);
+        cr_assert_eq(fp_codec_of(PG_FORMAT_INT8)->decode((uint8_t)b), want);
+    }
+    cr_expect_eq(fp_codec_of(PG_FORMAT_INT8)->bytes, (size_t)INT8_BYTES);
+    cr_expect_null(fp_codec_of(PG_FORMAT_INT8)->quantize_bf16, "no per-tensor int8 cache");
+}
+
+Test(kv_formats, the_int8_cache_write_truncates_every_code_toward_zero)
+{
+    /* Row: the absmax 127/16 first, then for every code c in -127 .. 127 the
+     * value c/16 (y = c exactly) and, inside +-126, c/16 + sign(c)/32 (y =
+     * c +- 0.5): both must store c. Rounding half away would store c +- 1 for the second,
+     * rounding half to even would for every odd c. Then y = +-0.75 and
+     * +-0.25: nonzero values truncated to 0, the underflows. */
+    enum { N = 1 + 255 + 252 + 4 };
+    uint16_t x[N];
+    int want[N];
+    size_t n = 0;
+    x[n] = bf16_from_f32((float)INT8_QMAX / INT8_KA_SHIFT);
+    want[n++] = INT8_QMAX;
+    int half_way = 0;
+    for (int c = -INT8_QMAX; c <= INT8_QMAX; c++) {
+        x[n] = bf16_from_f32((float)c / INT8_KA_SHIFT);
+        want[n++] = c;
+        if (c == 0 || c == INT8_QMAX || c == -INT8_QMAX) continue; /* +-127.5: a new absmax */
+        const float y = (float)c + (c > 0 ? 0.5f : -0.5f);
+        x[n] = bf16_from_f32(y / INT8_KA_SHIFT);
+        cr_assert_eq(bf16_to_f32(x[n]) * INT8_KA_SHIFT, y, "c %d: the case needs y exact", c);
+        want[n++] = c;
+        half_way++;
+    }
+    static const float small[4] = {0.75f, -0.75f, 0.25f, -0.25f};
+    for (int i = 0; i < 4; i++) {
+        x[n] = bf16_from_f32(small[i] / INT8_KA_SHIFT);
+        want[n++] = 0;
+    }
+    cr_assert_eq(n, (size_t)N);
+    uint8_t codes[N];
+    fp8_quant_stats st = {0};
+    const float scale = int8_quantize_bf16_per_token_head(x, n, codes, &st);
+    cr_assert_eq(scale, 1.0f / INT8_KA_SHIFT);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(int8_decode(codes[i]), (float)want[i], "value %zu (%a): code %g, want %d",
+                     i, (double)bf16_to_f32(x[i]), (double)int8_decode(codes[i]), want[i]);
+    cr_expect_eq(half_way, 2 * (INT8_QMAX - 1));
+    cr_expect_eq(st.n, (uint64_t)n);
+    cr_expect_eq(st.n_saturated, 0);
+    cr_expect_eq(st.n_nonzero, (uint64_t)n - 1);  /* c = 0 once */
+    cr_expect_eq(st.n_underflow, 4);
+    /* an all-zero row: the scale's floor, codes 0, no underflow */
+    const uint16_t zeros[4] = {0};
+    fp8_quant_stats z = {0};
+    cr_expect_eq(int8_quantize_bf16_per_token_head(zeros, 4, codes, &z), PTH_MIN_SCALE);
+    cr_expect_eq(z.n_underflow, 0);
+    cr_expect_eq(codes[0], 0);
+}
+
+Test(kv_formats, the_int8_per_token_head_cache_keeps_each_rows_scale_and_marks_unwritten_slots)
+{
+    /* Two tokens, two KV heads, block 16: each row's scale fp32(absmax /
+     * 127) and codes trunc(x * fp32(1 / scale)); the 14 unwritten slots of
+     * the page hold 0x80 codes and NaN scales. */
+    static const int32_t sq[1] = {2};
+    const attn_batch b = {1, sq, sq, 2, 2, D, 0, 0.125f, NULL};
+    uint16_t k[2 * 2 * D], v[2 * 2 * D];
+    const float amax[2][2] = {{3.0f, 0.5f}, {100.0f, 0.0f}}; /* [token][head] */
+    for (int t = 0; t < 2; t++)
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < D; i++) {
+                const float frac = (float)(i + 1) / (float)D;
+                k[(t * 2 + h) * D + i] = bf16_from_f32(amax[t][h] * frac * (i % 3 ? 1 : -1));
+                v[(t * 2 + h) * D + i] = bf16_from_f32(0.25f * amax[t][h] * frac);
+            }
+    kv_paged c;
+    fp8_quant_stats ks = {0}, vs = {0};
+    pg_err err = {0};
+    cr_assert_eq(kv_paged_write_per_token_head(&b, k, v, PG_FORMAT_INT8, 7, 16, &c, &ks, &vs,
+                                               &err), PG_OK, "%s", err.msg);
+    const int64_t page = c.block_table[0];
+    for (int t = 0; t < 2; t++)
+        for (int h = 0; h < 2; h++) {
+            float want_k = amax[t][h] / (float)INT8_QMAX;
+            if (want_k < PTH_MIN_SCALE) want_k = PTH_MIN_SCALE;
+            cr_expect_eq(*kv_paged_scale_at(&c, page, 0, h, t), want_k, "token %d head %d", t, h);
+            const uint8_t *kc = kv_paged_row(&c, page, 0, h, t);
+            const float inv = 1.0f / want_k;
+            for (int i = 0; i < D; i++) {
+                float y = bf16_to_f32(k[(t * 2 + h) * D + i]) * inv;
+                if (y > INT8_QMAX) y = INT8_QMAX;
+                const double want = y < 0 ? ceil(y) : floor(y);
+                cr_assert_eq(int8_decode(kc[i]), want, "token %d head %d dim %d", t, h, i);
+            }
+        }
+    for (int slot = 2; slot < 16; slot++)
+        for (int h = 0; h < 2; h++) {
+            cr_expect(isnan(*kv_paged_scale_at(&c, page, 1, h, slot)), "slot %d", slot);
+            cr_expect_eq(((const uint8_t *)kv_paged_row(&c, page, 1, h, slot))[0], 0x80);
+        }
+    cr_expect_eq(ks.n, (uint64_t)(4 * D));
+    /* every nonzero |y| >= 127 / 64 here: none truncates to 0 */
+    cr_expect_eq(ks.n_underflow, 0);
+    cr_expect_eq(ks.n_nonzero, (uint64_t)(3 * D));  /* the zero row counts none */
+    kv_paged_free(&c);
+}
+
+Test(kv_formats, one_key_int8_per_token_head_gives_bf16_of_bf16_p_times_scale_times_truncated_code)
+{
+    /* As the fp8 case: one key, P = 1, O = bf16(bf16(v_scale) * code), now
+     * with code = trunc(v * fp32(1 / v_scale)) and v_scale = fp32(1 / 127)
+     * (the V row's absmax 1.0), which bf16 rounds. Some codes differ from
+     * the rounded ones, so the case tells truncation from rounding. */
+    kcase c;
+    kcase_init(&c, 1, 0);
+    for (int i = 0; i < D; i++) {
+        c.q[i] = bf16_from_f32(0.125f * (float)(i % 4));
+        c.k[i] = bf16_from_f32(0.25f);
+        c.v[i] = bf16_from_f32((float)(i - 31) / 32.0f); /* absmax 1.0 at i = 63 */
+    }
+    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
+    uint16_t out[D];
+    run("int8kv_per_token_head", &c, &o, out);
+    const float vs = 1.0f / (float)INT8_QMAX;
+    const float p_v = bf16_to_f32(bf16_from_f32(1.0f * vs));
+    cr_assert_neq(p_v, vs, "the case needs a scale that bf16 rounds");
+    int differs_from_rounded = 0;
+    for (int i = 0; i < D; i++) {
+        const float y = bf16_to_f32(c.v[i]) * (1.0f / vs);
+        const float code = y < 0 ? ceilf(y) : floorf(y);
+        const uint16_t want = bf16_from_f32(p_v * code);
+        cr_assert_eq(out[i], want, "dim %d: %a for %a", i, (double)bf16_to_f32(out[i]),
+                     (double)bf16_to_f32(want));
+        differs_from_rounded += want != bf16_from_f32(p_v * roundf(y));
+    }
+    cr_expect_gt(differs_from_rounded, 0, "the case cannot tell truncation from rounding");
+    kcase_free(&c);
+}
+
+Test(kv_formats, the_int8_per_token_head_hypotheses_miss_and_double_the_row_scales)
+{
+    tu_layer L;
+    tu_layer_init(&L, 13, 1.0);
+    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 5, 0};
+    uint16_t *intended = malloc(L.nq * 2), *prof = malloc(L.nq * 2), *missing = malloc(L.nq * 2),
+             *twice = malloc(L.nq * 2), *fp8 = malloc(L.nq * 2);
+    pg_err err = {0};
+    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("intended-int8kv_pth"), &L.b, L.q, L.k,
+                                     L.v, &o, intended, 2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_variant_run(profile("int8kv_per_token_head@triton"), &L.b, L.q, L.k, L.v,
+                                  &o, prof, NULL, 2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_variant_run(profile("fp8kv_per_token_head@triton"), &L.b, L.q, L.k, L.v,
+                                  &o, fp8, NULL, 2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("int8-pth-scales-missing"), &L.b, L.q,
+                                     L.k, L.v, &o, missing, 2, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("int8-pth-scales-twice"), &L.b, L.q,
+                                     L.k, L.v, &o, twice, 2, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(intended, prof, L.nq * 2), 0, "intended is the profile bit for bit");
+    cr_expect_neq(memcmp(intended, fp8, L.nq * 2), 0, "int8 codes are not e4m3 codes");
+    cr_expect_neq(memcmp(intended, missing, L.nq * 2), 0);
+    cr_expect_neq(memcmp(intended, twice, L.nq * 2), 0);
+    cr_expect_neq(memcmp(missing, twice, L.nq * 2), 0);
+    free(intended);
+    free(prof);
+    free(missing);
+    free(twice);
+    free(fp8);
+    tu_layer_free(&L);
+}
+
 /* ------------------------------------------------------------ the other paths */
 
 Test(kv_formats, the_stored_quant_rows_fold_only_the_e4m3_per_tensor_caches)
@@ -424,12 +614,15 @@ Test(kv_formats, a_sweep_stores_the_new_formats_and_says_where_they_ran, .timeou
                                         "--seq-len 64 --context 16", cap), 0, "%s", out);
     free(out);
     cr_assert_eq(tu_run_precgatef(&out, "run --capture '%s' --db '%s' --backend cpu --attribute "
-                                        "--variants bf16,fp8kv_e5m2,fp8kv_per_token_head "
+                                        "--variants bf16,fp8kv_e5m2,fp8kv_per_token_head,"
+                                        "int8kv_per_token_head "
                                         "--no-progress", cap, db), 0, "%s", out);
     free(out);
     sqlite3 *h = tu_db_open("p.db");
     cr_expect_eq(tu_sql_int(h, "SELECT count(DISTINCT variant) FROM layer_metrics WHERE head = -1"),
-                 3);
+                 4);
+    cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM layer_metrics WHERE head = -1 AND variant = "
+                               "'int8kv_per_token_head@triton' AND rel_l2 > 0"), 1);
     cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM layer_metrics WHERE head = -1 AND variant = "
                                "'fp8kv_per_token_head@triton' AND rel_l2 > 0"), 1);
     /* attribution: K and V of each new format, and its floor (none) and joint (all) */
