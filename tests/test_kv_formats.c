@@ -259,6 +259,22 @@ Test(kv_formats, the_per_token_head_scale_is_each_rows_absmax_over_448)
     kv_paged_free(&c);
 }
 
+/* The one-key case of the per-token-head tests, run through variant into
+ * out: one key of 0.25s, a q of small multiples of 1/8, and a V row of
+ * (i - 31) / 32, whose absmax 1.0 (at i = 63) makes v_scale 1 / the
+ * format's max. */
+static void one_key_run(const char *variant, kcase *c, uint16_t *out)
+{
+    kcase_init(c, 1, 0);
+    for (int i = 0; i < D; i++) {
+        c->q[i] = bf16_from_f32(0.125f * (float)(i % 4));
+        c->k[i] = bf16_from_f32(0.25f);
+        c->v[i] = bf16_from_f32((float)(i - 31) / 32.0f);
+    }
+    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
+    run(variant, c, &o, out);
+}
+
 Test(kv_formats, one_key_per_token_head_gives_bf16_of_bf16_p_times_scale_times_code)
 {
     /* One key, no sink: m = S, P = exp(0) = 1, L = 1 * exp(-inf) + 1 = 1, so
@@ -266,15 +282,8 @@ Test(kv_formats, one_key_per_token_head_gives_bf16_of_bf16_p_times_scale_times_c
      * scale fp32(1 / 448) is no bf16: bf16(P * v_scale) rounds it, which a
      * kernel scaling V (not P) would not. */
     kcase c;
-    kcase_init(&c, 1, 0);
-    for (int i = 0; i < D; i++) {
-        c.q[i] = bf16_from_f32(0.125f * (float)(i % 4));
-        c.k[i] = bf16_from_f32(0.25f);
-        c.v[i] = bf16_from_f32((float)(i - 31) / 32.0f); /* absmax 1.0 at i = 63 */
-    }
-    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
     uint16_t out[D];
-    run("fp8kv_per_token_head", &c, &o, out);
+    one_key_run("fp8kv_per_token_head", &c, out);
     const float vs = 1.0f / (float)E4M3_MAX;
     const float p_v = bf16_to_f32(bf16_from_f32(1.0f * vs));
     cr_assert_neq(p_v, vs, "the case needs a scale that bf16 rounds");
@@ -333,30 +342,41 @@ Test(kv_formats, equal_scores_over_two_tiles_average_the_values_and_a_sink_is_on
     }
 }
 
+/* Each per-token-head format's hypotheses on one layer: the intended one is
+ * its profile bit for bit; missing and doubled row scales are neither it
+ * nor each other; the int8 cache is not the e4m3 one. */
 Test(kv_formats, the_per_token_head_hypotheses_miss_and_double_the_row_scales)
 {
+    static const struct {
+        const char *profile, *intended, *missing, *twice;
+    } fmt[2] = {
+        {"fp8kv_per_token_head@triton", "intended-fp8kv_pth", "pth-scales-missing",
+         "pth-scales-twice"},
+        {"int8kv_per_token_head@triton", "intended-int8kv_pth", "int8-pth-scales-missing",
+         "int8-pth-scales-twice"},
+    };
     tu_layer L;
     tu_layer_init(&L, 11, 1.0);
     const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 5, 0};
-    uint16_t *intended = malloc(L.nq * 2), *prof = malloc(L.nq * 2), *missing = malloc(L.nq * 2),
-             *twice = malloc(L.nq * 2);
+    uint16_t *out[2][4];
     pg_err err = {0};
-    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("intended-fp8kv_pth"), &L.b, L.q, L.k,
-                                     L.v, &o, intended, 2, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(attn_variant_run(profile("fp8kv_per_token_head@triton"), &L.b, L.q, L.k, L.v,
-                                  &o, prof, NULL, 2, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("pth-scales-missing"), &L.b, L.q, L.k,
-                                     L.v, &o, missing, 2, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("pth-scales-twice"), &L.b, L.q, L.k,
-                                     L.v, &o, twice, 2, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(memcmp(intended, prof, L.nq * 2), 0, "intended is the profile bit for bit");
-    cr_expect_neq(memcmp(intended, missing, L.nq * 2), 0);
-    cr_expect_neq(memcmp(intended, twice, L.nq * 2), 0);
-    cr_expect_neq(memcmp(missing, twice, L.nq * 2), 0);
-    free(intended);
-    free(prof);
-    free(missing);
-    free(twice);
+    for (int f = 0; f < 2; f++) {
+        for (int j = 0; j < 4; j++) out[f][j] = malloc(L.nq * 2);
+        const char *hyp[3] = {fmt[f].intended, fmt[f].missing, fmt[f].twice};
+        for (int j = 0; j < 3; j++)
+            cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find(hyp[j]), &L.b, L.q, L.k, L.v, &o,
+                                             out[f][j], 2, &err), PG_OK, "%s: %s", hyp[j], err.msg);
+        cr_assert_eq(attn_variant_run(profile(fmt[f].profile), &L.b, L.q, L.k, L.v, &o,
+                                      out[f][3], NULL, 2, &err), PG_OK, "%s", err.msg);
+        cr_expect_eq(memcmp(out[f][0], out[f][3], L.nq * 2), 0, "%s: intended is the profile",
+                     fmt[f].profile);
+        cr_expect_neq(memcmp(out[f][0], out[f][1], L.nq * 2), 0, "%s", fmt[f].missing);
+        cr_expect_neq(memcmp(out[f][0], out[f][2], L.nq * 2), 0, "%s", fmt[f].twice);
+        cr_expect_neq(memcmp(out[f][1], out[f][2], L.nq * 2), 0, "%s", fmt[f].twice);
+    }
+    cr_expect_neq(memcmp(out[0][0], out[1][0], L.nq * 2), 0, "int8 codes are not e4m3 codes");
+    for (int f = 0; f < 2; f++)
+        for (int j = 0; j < 4; j++) free(out[f][j]);
     tu_layer_free(&L);
 }
 
@@ -506,15 +526,8 @@ Test(kv_formats, one_key_int8_per_token_head_gives_bf16_of_bf16_p_times_scale_ti
      * (the V row's absmax 1.0), which bf16 rounds. Some codes differ from
      * the rounded ones, so the case tells truncation from rounding. */
     kcase c;
-    kcase_init(&c, 1, 0);
-    for (int i = 0; i < D; i++) {
-        c.q[i] = bf16_from_f32(0.125f * (float)(i % 4));
-        c.k[i] = bf16_from_f32(0.25f);
-        c.v[i] = bf16_from_f32((float)(i - 31) / 32.0f); /* absmax 1.0 at i = 63 */
-    }
-    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 3, 0};
     uint16_t out[D];
-    run("int8kv_per_token_head", &c, &o, out);
+    one_key_run("int8kv_per_token_head", &c, out);
     const float vs = 1.0f / (float)INT8_QMAX;
     const float p_v = bf16_to_f32(bf16_from_f32(1.0f * vs));
     cr_assert_neq(p_v, vs, "the case needs a scale that bf16 rounds");
@@ -529,37 +542,6 @@ Test(kv_formats, one_key_int8_per_token_head_gives_bf16_of_bf16_p_times_scale_ti
     }
     cr_expect_gt(differs_from_rounded, 0, "the case cannot tell truncation from rounding");
     kcase_free(&c);
-}
-
-Test(kv_formats, the_int8_per_token_head_hypotheses_miss_and_double_the_row_scales)
-{
-    tu_layer L;
-    tu_layer_init(&L, 13, 1.0);
-    const attn_quant_options o = {1, 1.0f, 1.0f, 1.0f, 16, 5, 0};
-    uint16_t *intended = malloc(L.nq * 2), *prof = malloc(L.nq * 2), *missing = malloc(L.nq * 2),
-             *twice = malloc(L.nq * 2), *fp8 = malloc(L.nq * 2);
-    pg_err err = {0};
-    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("intended-int8kv_pth"), &L.b, L.q, L.k,
-                                     L.v, &o, intended, 2, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(attn_variant_run(profile("int8kv_per_token_head@triton"), &L.b, L.q, L.k, L.v,
-                                  &o, prof, NULL, 2, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(attn_variant_run(profile("fp8kv_per_token_head@triton"), &L.b, L.q, L.k, L.v,
-                                  &o, fp8, NULL, 2, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("int8-pth-scales-missing"), &L.b, L.q,
-                                     L.k, L.v, &o, missing, 2, &err), PG_OK, "%s", err.msg);
-    cr_assert_eq(attn_hypothesis_run(attn_hypothesis_find("int8-pth-scales-twice"), &L.b, L.q,
-                                     L.k, L.v, &o, twice, 2, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(memcmp(intended, prof, L.nq * 2), 0, "intended is the profile bit for bit");
-    cr_expect_neq(memcmp(intended, fp8, L.nq * 2), 0, "int8 codes are not e4m3 codes");
-    cr_expect_neq(memcmp(intended, missing, L.nq * 2), 0);
-    cr_expect_neq(memcmp(intended, twice, L.nq * 2), 0);
-    cr_expect_neq(memcmp(missing, twice, L.nq * 2), 0);
-    free(intended);
-    free(prof);
-    free(missing);
-    free(twice);
-    free(fp8);
-    tu_layer_free(&L);
 }
 
 /* ------------------------------------------------------------ the other paths */
