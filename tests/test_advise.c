@@ -310,7 +310,7 @@ Test(advise, the_command_says_sliding_window_and_the_memory_and_the_worst_fp8_la
     /* 4 layers of 2 x 8 x 64 elements: 8192 bytes in bf16, 2 kept: 6144, 25% saved */
     expect_has(out, "KV cache saved against all-bf16: 25.0% (fraction 0.25: 2048 of 8192 bytes "
                     "per token)");
-    expect_has(out, "not counted: the fp8 scales");
+    expect_has(out, "1 in the fp8 cache (e4m3 codes); not counted: the per-tensor scales");
     expect_has(out, "worst layer left in fp8: layer 3, rel_l2 0.07 in 'c.safetensors'");
     free(out);
 }

@@ -615,4 +615,18 @@ Test(kv_formats, a_sweep_stores_the_new_formats_and_says_where_they_ran, .timeou
     /* no stored quant rows: they describe the e4m3 per-tensor cache */
     cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM quant_stats"), 0);
     sqlite3_close(h);
+    /* advise names the mode's own --kv-cache-dtype and counts its inline scales */
+    cr_assert_eq(tu_run_precgatef(&out, "advise --run 1 --db '%s' --variant "
+                                        "int8kv_per_token_head --budget 1", db), 0, "%s", out);
+    cr_expect(strstr(out, "every layer can keep the int8_per_token_head cache") != NULL, "%s",
+              out);
+    cr_expect(strstr(out, "1 in the int8_per_token_head cache (int8 codes), and 2 x hkv scales "
+                          "of 4 bytes") != NULL, "%s", out);
+    cr_expect(strstr(out, "worst layer left in int8_per_token_head: layer 0") != NULL, "%s", out);
+    free(out);
+    cr_assert_eq(tu_run_precgatef(&out, "advise --run 1 --db '%s' --variant fp8kv_e5m2 "
+                                        "--budget 0", db), 0, "%s", out);
+    cr_expect(strstr(out, "vLLM: --kv-cache-dtype fp8_e5m2 --kv-cache-dtype-skip-layers") != NULL,
+              "%s", out);
+    free(out);
 }

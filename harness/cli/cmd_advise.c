@@ -34,12 +34,13 @@ const char cmd_advise_usage[] =
     "sliding_window when the kept layers are exactly the sliding-window ones; the KV\n"
     "cache memory saved against all-bf16, and the worst layer left in fp8.\n\n"
     "The memory counts K and V per token from the stored shapes: 2 x hkv x d elements a\n"
-    "layer, 2 bytes in bf16 and 1 in fp8 (e4m3). Not counted: the fp8 scales, block\n"
+    "layer, 2 bytes in bf16 and the mode's element bytes quantized (1 in fp8 e4m3), with\n"
+    "the inline scales of a per-token-head cache. Not counted: per-tensor scales, block\n"
     "padding, and that vLLM keeps only the window's tokens of a sliding-window layer.\n\n"
     "  --run N              the run (required; complete, swept at schema version 12 or\n"
     "                       later, or resumed since, which records the layer shapes)\n"
-    "  --variant V          an fp8 kernel profile of the run (fp8kv@fixed, fp8qkv@fa3,\n"
-    "                       ...; a mode alone is its default profile)\n"
+    "  --variant V          a quantized kernel profile of the run (fp8kv@fixed,\n"
+    "                       fp8qkv@fa3, ...; a mode alone is its default profile)\n"
     "  --budget X           the bound on the metric: a number, or config:FILE for the\n"
     "                       layer bound of a gate config (precgate gate --config FILE):\n"
     "                       layer.abs.V for rel_l2, layer.metric_abs.M.V for the others\n"
@@ -164,6 +165,9 @@ static cJSON *advice_json(const advise_args *a, const advise_result *r, const ch
 /* The advice as text. */
 static void advice_text(FILE *out, const advise_args *a, const advise_result *r, const char *flag)
 {
+    /* what the variant's mode caches, as its row says (base/mode.h) */
+    const pg_mode_traits *t = pg_mode_traits_of(variant_profile_mode(a->variant.profile));
+    const char *dtype = t->vllm_kv_cache_dtype;
     const char *m = pg_metric_name(a->metric);
     const int higher = pg_metric_higher_is_worse(a->metric);
     term_printf(out, "advise: run %ld, %s, budget %s %s %.6g (%s is worse), %zu capture%s, %zu "
@@ -172,7 +176,8 @@ static void advice_text(FILE *out, const advise_args *a, const advise_result *r,
            r->n_layers);
     if (r->n_keep == 0) {
         term_printf(out, "keep in bf16: none: every layer is within the budget in every capture\n");
-        term_printf(out, "vLLM: no %s needed: every layer can keep the fp8 cache\n", ADVISE_VLLM_FLAG);
+        term_printf(out, "vLLM: no %s needed: every layer can keep the %s cache\n",
+                    ADVISE_VLLM_FLAG, dtype);
     } else {
         term_printf(out, "keep in bf16: %zu of %zu layers\n", r->n_keep, r->n_layers);
         for (size_t i = 0; i < r->n_layers; i++) {
@@ -185,7 +190,7 @@ static void advice_text(FILE *out, const advise_args *a, const advise_result *r,
                 term_printf(out, "%s in '%s': kept, since nothing shows it is within the budget\n",
                         advise_reason_text(L->reason), L->capture);
         }
-        term_printf(out, "vLLM: --kv-cache-dtype fp8 %s%s\n", flag,
+        term_printf(out, "vLLM: --kv-cache-dtype %s %s%s\n", dtype, flag,
                 r->sliding_window ? "  (the kept layers are exactly the sliding-window layers)"
                                   : "");
     }
@@ -193,15 +198,22 @@ static void advice_text(FILE *out, const advise_args *a, const advise_result *r,
                  " bytes per token)\n",
             100.0 * r->kv_bytes_saved_fraction, r->kv_bytes_saved_fraction,
             r->kv_bytes_bf16 - r->kv_bytes_mixed, r->kv_bytes_bf16);
+    char scales[96] = "";
+    if (t->kv_scale_bytes_per_token_head > 0)
+        snprintf(scales, sizeof scales, ", and 2 x hkv scales of %d bytes (one per token and KV "
+                 "head, carved from the page)", t->kv_scale_bytes_per_token_head);
     term_printf(out, "  counted: K and V, 2 x hkv x d elements per layer and token, 2 bytes in bf16, "
-                 "1 in fp8 e4m3; not counted: the fp8 scales, block padding, and vLLM keeping "
-                 "only the window's tokens of a sliding-window layer\n");
+                 "%d in the %s cache (%s codes)%s; not counted: %sblock padding, and vLLM "
+                 "keeping only the window's tokens of a sliding-window layer\n",
+                 t->kv_element_bytes, dtype,
+                 pg_number_format_name(t->kv_format), scales,
+                 t->kv_scales == PG_SCALES_PER_TENSOR ? "the per-tensor scales, " : "");
     if (r->worst_fp8 >= 0) {
         const advise_layer *w = &r->layers[r->worst_fp8];
-        term_printf(out, "worst layer left in fp8: layer %d, %s %.4g in '%s'\n", w->layer, m,
+        term_printf(out, "worst layer left in %s: layer %d, %s %.4g in '%s'\n", dtype, w->layer, m,
                 w->value, w->capture);
     } else {
-        term_printf(out, "worst layer left in fp8: none: every layer keeps bf16\n");
+        term_printf(out, "worst layer left in %s: none: every layer keeps bf16\n", dtype);
     }
 }
 
