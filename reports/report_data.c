@@ -511,8 +511,9 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
 
 const char report_advice_counts[] =
     "NaN/Inf outputs and undefined metrics keep bf16. The saving counts K and V per token from "
-    "the stored shapes (2 x hkv x d elements a layer, 2 bytes in bf16, 1 in fp8 e4m3), not the "
-    "fp8 scales, block padding, or vLLM keeping only the window's tokens of a sliding-window "
+    "the stored shapes (2 x hkv x d elements a layer, 2 bytes in bf16, the mode's element bytes "
+    "quantized: 1 for fp8 and int8) and a per-token-head cache's inline scales, not per-tensor "
+    "scales, block padding, or vLLM keeping only the window's tokens of a sliding-window "
     "layer.";
 
 void report_data_free(report_data *d)

@@ -258,7 +258,8 @@ Test(report, a_sweep_carries_the_kv_advice_at_the_configs_bounds)
                           "<td>0</td><td class=\"t\">none</td><td class=\"t\">no flag needed"
                           "</td><td>0.5</td>") != NULL, "%s", adv);
     cr_assert(strstr(adv, "has no layer bound for fp8qkv@fa3") != NULL, "%s", adv);
-    cr_assert(strstr(adv, "not the fp8 scales") != NULL, "%s", adv);
+    cr_assert(strstr(adv, "a per-token-head cache&#39;s inline scales, not per-tensor scales") !=
+                  NULL, "%s", adv);
     free(adv);
     free(html);
     char *md = report_with_config(2, "a.md", "{\"layer\": {\"abs\": {\"fp8kv\": 0}}}");
