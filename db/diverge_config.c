@@ -14,9 +14,8 @@ cJSON *diverge_config_write(const diverge_run_config *c)
              cJSON_AddStringToObject(o, RUN_CONFIG_SEQUENCES_DIGEST, c->sequences_digest) &&
              run_config_add_sorted(o, RUN_CONFIG_MODES, c->modes, c->n_modes);
     if (ok && c->part.count > 0)
-        ok = run_config_add_part(o, &c->part) &&
-             run_config_add_strings(o, RUN_CONFIG_SHARD_SEQUENCES, c->shard_sequences,
-                                    c->n_shard_sequences);
+        ok = run_config_add_part_owning(o, &c->part, RUN_CONFIG_SHARD_SEQUENCES,
+                                        c->shard_sequences, c->n_shard_sequences);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

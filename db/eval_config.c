@@ -82,9 +82,8 @@ cJSON *eval_config_write(const eval_run_config *c)
     int ok = c->replay || add_live(o, c);
     ok = ok && (!c->plan_known || add_plan(o, c));
     if (ok && c->part.count > 0)
-        ok = run_config_add_part(o, &c->part) &&
-             run_config_add_strings(o, RUN_CONFIG_SHARD_PROBLEMS, c->shard_problems,
-                                    c->n_shard_problems);
+        ok = run_config_add_part_owning(o, &c->part, RUN_CONFIG_SHARD_PROBLEMS,
+                                        c->shard_problems, c->n_shard_problems);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

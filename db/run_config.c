@@ -155,6 +155,12 @@ int run_config_add_part(cJSON *o, const run_config_part *p)
            cJSON_AddNumberToObject(sh, RUN_CONFIG_SHARD_COUNT, p->count);
 }
 
+int run_config_add_part_owning(cJSON *o, const run_config_part *p, const char *owned_key,
+                               const char *const *owned, int n)
+{
+    return run_config_add_part(o, p) && run_config_add_strings(o, owned_key, owned, n);
+}
+
 void run_config_read_part(const cJSON *o, run_config_part *p)
 {
     memset(p, 0, sizeof *p);
@@ -171,21 +177,14 @@ void run_config_read_part(const cJSON *o, run_config_part *p)
 /* The stored "variants" into d (n_variants -1 unless a non-empty list of strings). */
 static pg_status read_variants(run_config_doc *d, pg_err *err)
 {
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(d->tree, RUN_CONFIG_VARIANTS);
-    const int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
-    d->c.n_variants = -1;
-    if (n == 0) return PG_OK;
-    if ((d->variant_names = calloc((size_t)n, sizeof *d->variant_names)) == NULL)
-        return pg_fail(err, PG_ERR_NOMEM, "run: out of memory reading a run's config");
-    int i = 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, list) {
-        if (!cJSON_IsString(x)) return PG_OK;
-        d->variant_names[i++] = x->valuestring;
-    }
-    d->c.variants = d->variant_names;
-    d->c.n_variants = n;
-    return PG_OK;
+    const char *const *list = NULL;
+    int n = 0, strings = 1;
+    const pg_status st = run_config_read_strings(d->tree, RUN_CONFIG_VARIANTS, &d->variant_names,
+                                                 &list, &n, err);
+    for (int i = 0; i < n; i++) strings = strings && list[i] != NULL;
+    d->c.variants = n > 0 && strings ? list : NULL;
+    d->c.n_variants = n > 0 && strings ? n : -1;
+    return st;
 }
 
 /* The stored "job", "shard" and "shard_layers" into d. */
@@ -237,8 +236,8 @@ pg_status run_config_read(const char *json, run_config_doc *out, pg_err *err)
     const cJSON *attribute = cJSON_GetObjectItemCaseSensitive(t, RUN_CONFIG_ATTRIBUTE);
     c->attribute_known = attribute != NULL;
     c->attribute = cJSON_IsTrue(attribute);
-    c->page_seed_known = run_config_u64_text(run_config_string(t, RUN_CONFIG_PAGE_SEED_DECIMAL),
-                                       &c->page_seed);
+    c->page_seed_known =
+        run_config_u64_text(run_config_string(t, RUN_CONFIG_PAGE_SEED_DECIMAL), &c->page_seed);
     c->git_rev = run_config_string(t, RUN_CONFIG_GIT_REV);
     c->layer_rows_known = cJSON_HasObjectItem(t, RUN_CONFIG_LAYER_ROWS);
     c->p_rounding = run_config_string(t, RUN_CONFIG_P_ROUNDING);

@@ -146,6 +146,12 @@ typedef struct run_config_part {
  * writer records a part with it. */
 int run_config_add_part(cJSON *o, const run_config_part *p);
 
+/* run_config_add_part, then owned_key: the ids owned[0 .. n-1] the part
+ * owns (an eval's problems, a diverge run's sequences); 0 when out of
+ * memory. */
+int run_config_add_part_owning(cJSON *o, const run_config_part *p, const char *owned_key,
+                               const char *const *owned, int n);
+
 /* Reads o's "job" and "shard" into *p (zeroed first). */
 void run_config_read_part(const cJSON *o, run_config_part *p);
 

@@ -299,3 +299,24 @@ Test(run_configs, sweep_part_reads_back_and_an_incomplete_part_is_unreadable)
     cr_expect_eq(d.c.n_shard_layers, -1);  /* no shard_layers */
     run_config_doc_free(&d);
 }
+
+/* The sweep's "variants": a non-empty list of strings reads as it is; an
+ * empty list, or one with an entry that is no string, reads as unknown. */
+Test(run_configs, sweep_variants_read_only_as_a_list_of_strings)
+{
+    run_config_doc d;
+    pg_err err = {0};
+    cr_assert_eq(run_config_read("{\"variants\":[\"bf16\",\"fp8kv@fixed\"]}", &d, &err), PG_OK,
+                 "%s", err.msg);
+    cr_assert_eq(d.c.n_variants, 2);
+    cr_expect_str_eq(d.c.variants[1], "fp8kv@fixed");
+    run_config_doc_free(&d);
+    static const char *const unknown[] = {"{\"variants\":[\"bf16\",3]}", "{\"variants\":[]}",
+                                          "{\"variants\":\"bf16\"}", "{}"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        cr_assert_eq(run_config_read(unknown[i], &d, &err), PG_OK, "%s", err.msg);
+        cr_expect_eq(d.c.n_variants, -1, "%s", unknown[i]);
+        cr_expect_null(d.c.variants, "%s", unknown[i]);
+        run_config_doc_free(&d);
+    }
+}
