@@ -216,21 +216,31 @@ static pg_status gate_completeness(pg_store *store, const char *db_path, const g
 /* Longest problem id a reason quotes. */
 #define GATE_ID_QUOTE_MAX 40
 
+/* Eval run run_id's stored config into *doc (zeroed first; free with
+ * eval_config_doc_free). A config that is missing or no JSON object reads
+ * as every field unknown, not as an error; PG_ERR_NOMEM and store errors
+ * are. */
+static pg_status gate_eval_config(pg_store *store, int64_t run_id, eval_config_doc *doc,
+                                  pg_err *err)
+{
+    store_run_state rs = {0};
+    memset(doc, 0, sizeof *doc);
+    pg_status st = store_run_read(store, run_id, &rs, err);
+    pg_err read_err = {0};
+    if (st == PG_OK && rs.config_json != NULL &&
+        eval_config_read(rs.config_json, doc, &read_err) == PG_ERR_NOMEM)
+        st = pg_fail(err, PG_ERR_NOMEM, "gate: %s", read_err.msg);
+    store_run_state_free(&rs);
+    return st;
+}
+
 /* 1 when run_id's config records a traces digest (a string), else 0. */
 static pg_status has_traces_digest(pg_store *store, int64_t run_id, int *has, pg_err *err)
 {
-    store_run_state rs = {0};
-    *has = 0;
-    pg_status st = store_run_read(store, run_id, &rs, err);
-    eval_config_doc doc = {0};
-    pg_err read_err = {0};
-    /* An unreadable config records no digest: *has stays 0. */
-    if (st == PG_OK && rs.config_json != NULL &&
-        eval_config_read(rs.config_json, &doc, &read_err) == PG_ERR_NOMEM)
-        st = pg_fail(err, PG_ERR_NOMEM, "gate: %s", read_err.msg);
+    eval_config_doc doc;
+    const pg_status st = gate_eval_config(store, run_id, &doc, err);
     *has = doc.c.traces_digest != NULL;
     eval_config_doc_free(&doc);
-    store_run_state_free(&rs);
     return st;
 }
 
@@ -320,14 +330,8 @@ static pg_status gate_identical(pg_store *store, int64_t run_id, const gate_conf
     eval_mode_agreement *rows = NULL;
     size_t n = 0;
     pg_status st = eval_store_read_mode_agreement(store, run_id, NULL, &rows, &n, err);
-    store_run_state rs = {0};
-    if (st == PG_OK && n > 0) st = store_run_read(store, run_id, &rs, err);
-    /* An unreadable config records no source: its fields read as unknown. */
     eval_config_doc doc = {0};
-    pg_err read_err = {0};
-    if (st == PG_OK && rs.config_json != NULL &&
-        eval_config_read(rs.config_json, &doc, &read_err) == PG_ERR_NOMEM)
-        st = pg_fail(err, PG_ERR_NOMEM, "gate: %s", read_err.msg);
+    if (st == PG_OK && n > 0) st = gate_eval_config(store, run_id, &doc, err);
     const eval_run_config *ec = &doc.c;
     const char *replayed = NULL;
     if (ec->source_known && ec->replay)
@@ -356,7 +360,6 @@ static pg_status gate_identical(pg_store *store, int64_t run_id, const gate_conf
     free(served);
     free(src);
     eval_config_doc_free(&doc);
-    store_run_state_free(&rs);
     eval_store_mode_agreement_free(rows, n);
     return st;
 }
