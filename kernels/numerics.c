@@ -212,6 +212,17 @@ uint8_t fp8_e4m3_encode_scaled(float x, float scale)
  *                0x7F, so it never counts; n_underflow <= n_nonzero.
  * The counters are added to, never reset, so one stats can span tensors.
  */
+/* Adds one row's counters to *stats (NULL: nowhere). */
+static void stats_add(fp8_quant_stats *stats, size_t n, uint64_t n_sat, uint64_t n_nz,
+                      uint64_t n_uf)
+{
+    if (stats == NULL) return;
+    stats->n += (uint64_t)n;
+    stats->n_saturated += n_sat;
+    stats->n_nonzero += n_nz;
+    stats->n_underflow += n_uf;
+}
+
 /* The loop of the quantizers: y = x / scale, or x * scale when by_inverse
  * (scale is then the inverse), encoded to e5m2 when e5m2 (its largest finite
  * value's bits are the saturation bound), else to e4m3. */
@@ -233,12 +244,7 @@ static void quantize_bf16(const uint16_t *x, size_t n, float scale, int by_inver
         n_nz += (uint64_t)nz;
         n_uf += (uint64_t)(nz && (b & FP8_ABS_MASK) == 0u);
     }
-    if (stats != NULL) {
-        stats->n += (uint64_t)n;
-        stats->n_saturated += n_sat;
-        stats->n_nonzero += n_nz;
-        stats->n_underflow += n_uf;
-    }
+    stats_add(stats, n, n_sat, n_nz, n_uf);
 }
 
 void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
@@ -264,6 +270,14 @@ void fp8_e4m3_quantize_bf16_inverse(const uint16_t *x, size_t n, float scale,
     quantize_bf16(x, n, 1.0f / scale, 1, 0, out, stats);
 }
 
+/* A per-token-head row's scale, as vLLM's cache-write kernel computes it
+ * for every such format: tl.maximum(absmax / quant_max, 1e-6) in fp32. */
+static float per_token_head_scale(const uint16_t *x, size_t n, float quant_max)
+{
+    const float scale = bf16_amax(x, n) / quant_max;
+    return scale >= FP8_PER_TOKEN_HEAD_MIN_SCALE ? scale : FP8_PER_TOKEN_HEAD_MIN_SCALE;
+}
+
 /*
  * vLLM's per-token-head cache write, one (token, KV head) row
  * (vllm/v1/attention/ops/triton_quant_kv/_per_token_head_core.py
@@ -280,9 +294,7 @@ void fp8_e4m3_quantize_bf16_inverse(const uint16_t *x, size_t n, float scale,
 float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                             fp8_quant_stats *stats)
 {
-    const float amax = bf16_amax(x, n);
-    float scale = amax / FP8_E4M3_MAX;
-    if (!(scale >= FP8_PER_TOKEN_HEAD_MIN_SCALE)) scale = FP8_PER_TOKEN_HEAD_MIN_SCALE;
+    const float scale = per_token_head_scale(x, n, FP8_E4M3_MAX);
     quantize_bf16(x, n, 1.0f / scale, 1, 0, out, stats);
     return scale;
 }
@@ -312,9 +324,7 @@ float int8_decode(uint8_t b)
 float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                         fp8_quant_stats *stats)
 {
-    const float amax = bf16_amax(x, n);
-    float scale = amax / INT8_PER_TOKEN_HEAD_QUANT_MAX;
-    if (!(scale >= FP8_PER_TOKEN_HEAD_MIN_SCALE)) scale = FP8_PER_TOKEN_HEAD_MIN_SCALE;
+    const float scale = per_token_head_scale(x, n, INT8_PER_TOKEN_HEAD_QUANT_MAX);
     const float inv = 1.0f / scale;
     uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
     for (size_t i = 0; i < n; i++) {
@@ -324,18 +334,14 @@ float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *ou
             y = y > 0.0f ? INT8_PER_TOKEN_HEAD_QUANT_MAX : INT8_PER_TOKEN_HEAD_QUANT_MIN;
             n_sat++;
         }
-        const int code = y == y ? (int)y : 0; /* C's float -> int conversion truncates */
+        const int is_number = (y == y);
+        const int code = is_number ? (int)y : 0; /* C's float -> int conversion truncates */
         if (out != NULL) out[i] = (uint8_t)(code < 0 ? code + (int)INT8_CODE_COUNT : code);
         const int nz = (xf != 0.0f);
         n_nz += (uint64_t)nz;
-        n_uf += (uint64_t)(nz && y == y && code == 0);
+        n_uf += (uint64_t)(nz && is_number && code == 0);
     }
-    if (stats != NULL) {
-        stats->n += (uint64_t)n;
-        stats->n_saturated += n_sat;
-        stats->n_nonzero += n_nz;
-        stats->n_underflow += n_uf;
-    }
+    stats_add(stats, n, n_sat, n_nz, n_uf);
     return scale;
 }
 
