@@ -22,16 +22,23 @@
  *          kernel, differing in (QUANT_MAX, QUANT_MIN) and the cache dtype.
  *   FA3    vllm/v1/attention/backends/flash_attn.py: an fp8 cache runs
  *          FlashAttention-3 with Q quantized too.
+ *   INT4   vllm/v1/attention/ops/triton_quant_kv/int4_per_token_head.py (PR
+ *          #40835): KVQuantMode.INT4_PER_TOKEN_HEAD "packed 2 x int4/byte,
+ *          RHT + asymmetric zp"; head_size / 2 code bytes and one fp32 scale
+ *          (its zero point in the low 4 bits) per (token, KV head), for K
+ *          and for V; TRITON_ATTN only (its supported_kv_cache_dtypes).
  */
 #include "mode.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* Bytes of a bf16 element, of an fp8 code and of an int8 code. */
-#define BF16_BYTES 2
-#define FP8_BYTES 1
-#define INT8_BYTES 1
+/* Bits of a bf16 element, of an fp8 code, of an int8 code and of an int4
+ * code (two per byte in vLLM's page: INT4). */
+#define BF16_BITS 16
+#define FP8_BITS 8
+#define INT8_BITS 8
+#define INT4_BITS 4
 /* The per-token-head modes' scale: one float32 per (token, KV head) (KVI). */
 #define PER_TOKEN_HEAD_SCALE_BYTES 4
 
@@ -40,7 +47,7 @@ static const pg_mode_traits modes[PG_MODE_COUNT] = {
         .name = PG_MODE_BASELINE_NAME, .quantized = 0, .q_format = PG_FORMAT_BF16,
         .kv_format = PG_FORMAT_BF16, .p_format = PG_FORMAT_BF16, .kv_scales = PG_SCALES_NONE,
         .kv_scale_source = PG_SCALES_FROM_NOWHERE, .kv_consumption = PG_KV_READ_AS_BF16,
-        .vllm_kv_cache_dtype = "auto", .kv_element_bytes = BF16_BYTES, .is_baseline = 1,
+        .vllm_kv_cache_dtype = "auto", .kv_element_bits = BF16_BITS, .is_baseline = 1,
         .always_diagnosed = 1},
     /* CACHE fp8 = fp8_e4m3; WRITE; FI: the dequant gather of PR #24197. */
     [PG_MODE_FP8KV] = {
@@ -48,28 +55,28 @@ static const pg_mode_traits modes[PG_MODE_COUNT] = {
         .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
         .kv_consumption = PG_KV_DEQUANT_TO_BF16_COPY, .vllm_kv_cache_dtype = "fp8",
-        .kv_element_bytes = FP8_BYTES, .always_diagnosed = 1},
+        .kv_element_bits = FP8_BITS, .always_diagnosed = 1},
     /* FA3: Q, K, V and P in e4m3, the matmuls in fp8. */
     [PG_MODE_FP8QKV] = {
         .name = "fp8qkv", .quantized = PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P,
         .q_format = PG_FORMAT_E4M3, .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_E4M3,
         .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
         .kv_consumption = PG_KV_FP8_MATMULS, .vllm_kv_cache_dtype = "fp8",
-        .kv_element_bytes = FP8_BYTES, .always_diagnosed = 1},
+        .kv_element_bits = FP8_BITS, .always_diagnosed = 1},
     /* CACHE fp8_e5m2; WRITE: the per-tensor scale divides as for e4m3; FI. */
     [PG_MODE_FP8KV_E5M2] = {
         .name = "fp8kv_e5m2", .quantized = PG_TENSOR_K | PG_TENSOR_V,
         .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_E5M2, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
         .kv_consumption = PG_KV_DEQUANT_TO_BF16_COPY, .vllm_kv_cache_dtype = "fp8_e5m2",
-        .kv_element_bytes = FP8_BYTES},
+        .kv_element_bits = FP8_BITS},
     /* CACHE fp8_per_token_head; KVI; WRITE (per-token-head kernel); TRITON. */
     [PG_MODE_FP8KV_PER_TOKEN_HEAD] = {
         .name = "fp8kv_per_token_head", .quantized = PG_TENSOR_K | PG_TENSOR_V,
         .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
         .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS,
-        .vllm_kv_cache_dtype = "fp8_per_token_head", .kv_element_bytes = FP8_BYTES,
+        .vllm_kv_cache_dtype = "fp8_per_token_head", .kv_element_bits = FP8_BITS,
         .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
     /* CACHE int8_per_token_head; KVI; PTH; TRITON (KV_QUANT_MODE 2). */
     [PG_MODE_INT8KV_PER_TOKEN_HEAD] = {
@@ -77,7 +84,15 @@ static const pg_mode_traits modes[PG_MODE_COUNT] = {
         .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_INT8, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
         .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS,
-        .vllm_kv_cache_dtype = "int8_per_token_head", .kv_element_bytes = INT8_BYTES,
+        .vllm_kv_cache_dtype = "int8_per_token_head", .kv_element_bits = INT8_BITS,
+        .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
+    /* CACHE int4_per_token_head; INT4; KVI. */
+    [PG_MODE_INT4KV_PER_TOKEN_HEAD] = {
+        .name = "int4kv_per_token_head", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_INT4_ZP, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
+        .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS, .kv_rotation = PG_ROTATION_RHT,
+        .vllm_kv_cache_dtype = "int4_per_token_head", .kv_element_bits = INT4_BITS,
         .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
 };
 
@@ -103,6 +118,8 @@ static const profile_name profile_names[VARIANT_PROFILE_COUNT] = {
                                               PG_MODE_FP8KV_PER_TOKEN_HEAD, 1},
     [VARIANT_INT8KV_PER_TOKEN_HEAD_TRITON] = {"int8kv_per_token_head@triton",
                                                PG_MODE_INT8KV_PER_TOKEN_HEAD, 1},
+    [VARIANT_INT4KV_PER_TOKEN_HEAD_TRITON] = {"int4kv_per_token_head@triton",
+                                               PG_MODE_INT4KV_PER_TOKEN_HEAD, 1},
 };
 
 const char *variant_profile_name(variant_profile_id id)
@@ -173,6 +190,7 @@ const char *pg_number_format_name(pg_number_format f)
     case PG_FORMAT_E4M3: return "e4m3";
     case PG_FORMAT_E5M2: return "e5m2";
     case PG_FORMAT_INT8: return "int8";
+    case PG_FORMAT_INT4_ZP: return "int4";
     }
     return "?";
 }

@@ -32,10 +32,11 @@ typedef enum pg_mode {
     PG_MODE_FP8QKV,
     PG_MODE_FP8KV_E5M2,
     PG_MODE_FP8KV_PER_TOKEN_HEAD,
-    PG_MODE_INT8KV_PER_TOKEN_HEAD
+    PG_MODE_INT8KV_PER_TOKEN_HEAD,
+    PG_MODE_INT4KV_PER_TOKEN_HEAD
 } pg_mode;
 /* How many modes there are. */
-#define PG_MODE_COUNT 6
+#define PG_MODE_COUNT 7
 /* The baseline mode's name: the one every other mode is measured against. */
 #define PG_MODE_BASELINE_NAME "bf16"
 
@@ -53,7 +54,8 @@ typedef enum pg_number_format {
     PG_FORMAT_BF16,   /* not quantized */
     PG_FORMAT_E4M3,   /* OCP e4m3fn, max 448 (kernels/numerics.h) */
     PG_FORMAT_E5M2,   /* OCP e5m2, max 57344 */
-    PG_FORMAT_INT8    /* two's-complement int8 codes, -128 .. 127 */
+    PG_FORMAT_INT8,   /* two's-complement int8 codes, -128 .. 127 */
+    PG_FORMAT_INT4_ZP /* unsigned 4-bit codes 0 .. 15 less a zero point per row */
 } pg_number_format;
 
 /* The granularity of the KV cache's scales. */
@@ -70,6 +72,14 @@ typedef enum pg_scale_source {
                                  * calibration's, or vLLM's defaults */
     PG_SCALES_AT_CACHE_WRITE    /* dynamic: computed from each written row's absmax */
 } pg_scale_source;
+
+/* The rotation a mode applies around its KV cache. */
+typedef enum pg_kv_rotation {
+    PG_ROTATION_NONE,
+    PG_ROTATION_RHT    /* vLLM's randomized Hadamard transform (kernels/rht.h) of K and V
+                        * before the cache write and of Q to match; the output
+                        * inverse-rotated */
+} pg_kv_rotation;
 
 /* How the attention kernel consumes the KV cache. */
 typedef enum pg_kv_consumption {
@@ -92,7 +102,8 @@ typedef struct pg_mode_traits {
     pg_scale_source kv_scale_source;
     pg_kv_consumption kv_consumption;
     const char *vllm_kv_cache_dtype;  /* the vLLM --kv-cache-dtype value it models */
-    int kv_element_bytes;             /* bytes of one cached K or V element */
+    pg_kv_rotation kv_rotation;
+    int kv_element_bits;              /* bits of one cached K or V element in vLLM's page */
     int kv_scale_bytes_per_token_head; /* inline scale bytes per (token, KV head) for K and
                                         * again for V, carved from the page (0: none) */
     int is_baseline;                  /* 1 for the mode every other is measured against */
@@ -118,6 +129,7 @@ typedef enum variant_profile_id {
     VARIANT_FP8KV_E5M2_FIXED,
     VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_INT8KV_PER_TOKEN_HEAD_TRITON,
+    VARIANT_INT4KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
 } variant_profile_id;
 
@@ -145,7 +157,7 @@ pg_status pg_mode_find(const char *name, pg_mode *out, pg_err *err);
 /* 1 when mode m quantizes any tensor (every mode but the baseline's kind). */
 int pg_mode_quantizes(pg_mode m);
 
-/* The format's name ("bf16", "e4m3", "e5m2", "int8"). */
+/* The format's name ("bf16", "e4m3", "e5m2", "int8", "int4"). */
 const char *pg_number_format_name(pg_number_format f);
 
 /* The granularity's words ("no", "per-tensor", "per (token, KV head)"). */

@@ -11,12 +11,17 @@
 /* Longest list of the run's variants a message names. */
 #define ADVISE_VARIANTS_MSG_MAX 256
 
+/* Bits in a byte. */
+#define BITS_PER_BYTE 8
+
 /* Bytes per token a layer's KV cache holds in mode m: K and V, hkv heads
- * of d elements, and the mode's inline scales per (token, KV head). */
+ * of d elements of the mode's bits (rounded up to whole bytes per row), and
+ * the mode's inline scales per (token, KV head). */
 static int64_t kv_bytes_per_token(pg_mode m, int hkv, int d)
 {
     const pg_mode_traits *t = pg_mode_traits_of(m);
-    return 2 * (int64_t)hkv * ((int64_t)d * t->kv_element_bytes + t->kv_scale_bytes_per_token_head);
+    const int64_t row = ((int64_t)d * t->kv_element_bits + BITS_PER_BYTE - 1) / BITS_PER_BYTE;
+    return 2 * (int64_t)hkv * (row + t->kv_scale_bytes_per_token_head);
 }
 
 /* Whether capture c holds a row of variant among rows[0..n). */
@@ -162,6 +167,7 @@ static void summarise(const advise_request *rq, advise_result *out)
         out->n_keep += (size_t)keep;
         kept_is_windowed &= keep == (L->window > 0);
         out->kv_bytes_bf16 += base;
+        out->kv_bytes_fp8 += kv_bytes_per_token(ADVISE_FP8_REFERENCE_MODE, L->hkv, L->d);
         out->kv_bytes_mixed += keep ? base : kv_bytes_per_token(rq_mode, L->hkv, L->d);
         if (!keep && (out->worst_fp8 < 0 ||
                       regress_worse(rq->metric, L->value, out->layers[out->worst_fp8].value)))
@@ -170,6 +176,8 @@ static void summarise(const advise_request *rq, advise_result *out)
     out->sliding_window = out->n_keep > 0 && kept_is_windowed;
     out->kv_bytes_saved_fraction =
         (double)(out->kv_bytes_bf16 - out->kv_bytes_mixed) / (double)out->kv_bytes_bf16;
+    out->kv_bytes_saved_vs_fp8_fraction =
+        (double)(out->kv_bytes_fp8 - out->kv_bytes_mixed) / (double)out->kv_bytes_fp8;
 }
 
 pg_status advise_compute(const advise_request *rq, const layer_metric_row *rows, size_t n_rows,

@@ -37,10 +37,14 @@
  *
  * KV memory (advise_result.kv_bytes_*): per token and layer the cache holds
  * K and V, 2 x hkv x d elements, each of the bytes its mode's row gives
- * (base/mode.h kv_element_bytes: 2 in bf16, 1 in fp8), plus, for a mode
+ * (base/mode.h kv_element_bits: 16 in bf16, 8 in fp8, 4 in int4, a row
+ * rounded up to whole bytes), plus, for a mode
  * with per-token-head scales, 2 x hkv inline scales of
  * kv_scale_bytes_per_token_head each (vLLM carves them from the page:
  * fp8_per_token_head, 4 bytes a float32 scale).
+ * kv_bytes_saved_vs_fp8_fraction compares the same mix with every layer in
+ * ADVISE_FP8_REFERENCE_MODE (vLLM's --kv-cache-dtype fp8), the format a
+ * rollout to a smaller one is weighed against.
  * kv_bytes_saved_fraction = (all_bf16 - mixed) / all_bf16 over the
  * layers of the run. Not counted: per-tensor scales (one per tensor and
  * layer), block padding, and that vLLM's hybrid KV
@@ -98,6 +102,9 @@ typedef struct advise_layer {
     const char *capture;     /* where value was (or, when kept, the reason) was seen */
 } advise_layer;
 
+/* The mode the memory is also compared with: vLLM's per-tensor e4m3 cache. */
+#define ADVISE_FP8_REFERENCE_MODE PG_MODE_FP8KV
+
 /* The advice. Free with advise_result_free. */
 typedef struct advise_result {
     advise_layer *layers;    /* by layer index */
@@ -108,6 +115,9 @@ typedef struct advise_result {
     int64_t kv_bytes_bf16;   /* per token, every layer in bf16 */
     int64_t kv_bytes_mixed;  /* per token, the kept layers in bf16, the others fp8 */
     double kv_bytes_saved_fraction;  /* (bf16 - mixed) / bf16 */
+    int64_t kv_bytes_fp8;    /* per token, every layer in ADVISE_FP8_REFERENCE_MODE */
+    double kv_bytes_saved_vs_fp8_fraction; /* (fp8 - mixed) / fp8: negative when the mix
+                                            * holds more than an all-fp8 cache */
     long worst_fp8;          /* index in layers of the worst layer left in fp8; -1: none */
 } advise_result;
 

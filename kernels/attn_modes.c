@@ -16,6 +16,7 @@
 #include "fp8_mma.h"
 #include "kv_cache.h"
 #include "parallel.h"
+#include "rht.h"
 
 #define LOG2E_F64 ATTN_LOG2E_F64
 #define LOG2E_F32 ((float)ATTN_LOG2E_F64)
@@ -45,8 +46,10 @@ typedef struct core_params {
     float p_scale;            /* FlashInfer: P * p_scale before the cast */
     float v_descale;          /* O's final scale: FA3 v_descale, TRT-LLM bmm2_scale,
                                * FlashInfer pv_scale = v_scale / p_scale */
-    /* ATTN_SOFTMAX_TRITON: how the per-token-head row scales are used. */
+    /* ATTN_SOFTMAX_TRITON: how the per-token-head row scales are used, */
     attn_row_scaling row_scaling;
+    int zero_points;          /* whether the rows' zero points are subtracted, */
+    int pv_in_fp32;           /* and P x v scale kept fp32 for P.V (else bf16) */
 } core_params;
 
 /* Everything a work item needs; scratch is per thread. */
@@ -57,7 +60,8 @@ typedef struct core_job {
     const core_kv *kv;
     const core_params *par;
     uint16_t *out;
-    float **scratch;          /* [n_threads] blocks of kt, v, s, qrow, acc, part, ks, vs */
+    float **scratch;          /* [n_threads] blocks of kt, v, s, qrow, acc, part, ks, vs,
+                               * kz, vz */
 } core_job;
 
 /* Exact fp32 value of element i of an array of format e: bf16 and e4m3 (what
@@ -91,19 +95,28 @@ static inline const void *kv_row(const kv_paged *c, const uint16_t *flat, int wh
     return kv_paged_row(c, page, which, g, t % c->block_size);
 }
 
-/* Key t's row scale in cache c (1 without a per-token-head cache). */
-static inline float kv_row_scale(const kv_paged *c, int which, int s, int g, int t)
+/* Key t's row scale in cache c into *scale and its zero point into *zero,
+ * split as the format's reader splits them (1 and 0 without a per-token-head
+ * cache). */
+static inline void kv_row_scale(const kv_paged *c, int which, int s, int g, int t,
+                                float *scale, float *zero)
 {
-    if (c == NULL || c->scales == NULL) return 1.0f;
+    *scale = 1.0f;
+    *zero = 0.0f;
+    if (c == NULL || c->scales == NULL) return;
     const int64_t page = c->block_table[(size_t)s * (size_t)c->pages_per_seq +
                                         (size_t)(t / c->block_size)];
-    return *kv_paged_scale_at(c, page, which, g, t % c->block_size);
+    const float stored = *kv_paged_scale_at(c, page, which, g, t % c->block_size);
+    void (*split)(float, float *, float *) = fp_codec_of(c->elem)->split_scale;
+    if (split != NULL) split(stored, scale, zero);
+    else *scale = stored;
 }
 
 /* Decodes sequence s, kv head g into kt [d][n] (transposed) and vv [n][d],
- * and each key's K and V row scales into ks [n] and vs [n]. */
+ * and each key's K and V row scales into ks [n] and vs [n], their zero
+ * points into kz [n] and vz [n]. */
 static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv, float *ks,
-                      float *vs)
+                      float *vs, float *kz, float *vz)
 {
     const attn_batch *b = job->b;
     const int n = b->seq_kv[s], d = b->d;
@@ -122,8 +135,9 @@ static void gather_kv(const core_job *job, int s, int g, float *kt, float *vv, f
     if (job->par->softmax != ATTN_SOFTMAX_TRITON) return; /* only its row reads ks, vs */
     const attn_row_scaling use = job->par->row_scaling;
     for (int t = 0; t < n; t++) {
-        ks[t] = use == ATTN_ROW_SCALES_IGNORED ? 1.0f : kv_row_scale(kv->paged_k, 0, s, g, t);
-        vs[t] = use == ATTN_ROW_SCALES_IGNORED ? 1.0f : kv_row_scale(kv->paged_v, 1, s, g, t);
+        kv_row_scale(kv->paged_k, 0, s, g, t, &ks[t], &kz[t]);
+        kv_row_scale(kv->paged_v, 1, s, g, t, &vs[t], &vz[t]);
+        if (use == ATTN_ROW_SCALES_IGNORED) ks[t] = vs[t] = 1.0f;
         if (use != ATTN_ROW_SCALES_TWICE) continue;
         /* the codes dequantized on load too, bf16(code * scale) */
         for (int i = 0; i < d; i++) {
@@ -146,6 +160,8 @@ typedef struct core_row {
     float *part;              /* [d] a tile's P.V partial (two-level) */
     const float *kscale;      /* [n] each key's K scale (per-token-head caches; else 1) */
     const float *vscale;      /* [n] each key's V scale (per-token-head caches; else 1) */
+    const float *kzero;       /* [n] each key's K zero point, NULL: none subtracted */
+    const float *vzero;       /* [n] each key's V zero point, NULL: none subtracted */
 } core_row;
 
 /* sc[t] = sum_d q_d k_td for t in [lo, hi]: exact fp32 products summed in d
@@ -340,12 +356,21 @@ static inline float triton_exp(float x) { return exp2f(x * LOG2E_F32); }
  * P = exp(S - m), l = sum P, alpha = exp(M - m), L = L * alpha + l, O = O *
  * alpha + sum_t bf16(P_t * vs_t) v_t in fp32; out = bf16(O / L). The sums
  * are in key order here (tl.sum and tl.dot order theirs inside a tile).
+ * With zero points (the int4 kernel, int4_per_token_head.py _attn_packed):
+ * S_t = fma(-sum(q), kz_t, q . code_t) * fp32(sm_scale * ks_t), and per tile
+ * O = O * alpha + (sum_t p_t code_t - sum_t p_t vz_t), p_t = P_t * vs_t kept
+ * fp32 when pv_in_fp32.
  */
 static void row_triton(const core_row *r, const core_params *par, uint16_t *o)
 {
     const int d = r->d, N = par->block_n;
-    float *sc = r->sc, *acc = r->acc;
+    float *sc = r->sc, *acc = r->acc, *part = r->part;
     row_scores(r, ATTN_ACCUM_EXACT);
+    if (r->kzero != NULL) {
+        float qsum = 0.0f;
+        for (int i = 0; i < d; i++) qsum += r->qrow[i];
+        for (int t = r->lo; t <= r->hi; t++) sc[t] = fmaf(-qsum, r->kzero[t], sc[t]);
+    }
     for (int t = r->lo; t <= r->hi; t++) sc[t] *= par->qk_scale * r->kscale[t];
     float m_run = r->sink != NULL ? *r->sink : -INFINITY, l_run = 1.0f;
     for (int i = 0; i < d; i++) acc[i] = 0.0f;
@@ -364,11 +389,19 @@ static void row_triton(const core_row *r, const core_params *par, uint16_t *o)
         const float alpha = triton_exp(m_run - m);
         l_run = l_run * alpha + l;
         for (int i = 0; i < d; i++) acc[i] *= alpha;
+        float *into = r->vzero != NULL ? part : acc;
+        if (r->vzero != NULL)
+            for (int i = 0; i < d; i++) part[i] = 0.0f;
+        float zsum = 0.0f;
         for (int t = t0; t <= t1; t++) {
-            const float p = bf16_to_f32(bf16_from_f32(sc[t] * r->vscale[t]));
+            const float pv = sc[t] * r->vscale[t];
+            const float p = par->pv_in_fp32 ? pv : bf16_to_f32(bf16_from_f32(pv));
             const float *vrow = r->vv + (size_t)t * (size_t)d;
-            for (int i = 0; i < d; i++) acc[i] += p * vrow[i];
+            for (int i = 0; i < d; i++) into[i] += p * vrow[i];
+            if (r->vzero != NULL) zsum += p * r->vzero[t];
         }
+        if (r->vzero != NULL)
+            for (int i = 0; i < d; i++) acc[i] += part[i] - zsum;
         m_run = m;
     }
     for (int i = 0; i < d; i++) o[i] = bf16_from_f32(acc[i] / l_run);
@@ -391,7 +424,10 @@ static void core_item(void *ctx, int item, int thread)
     float *part = acc + d;
     float *ks = part + d;
     float *vs = ks + job->lay->max_kv;
-    gather_kv(job, s, g, kt, vv, ks, vs);
+    float *kz = vs + job->lay->max_kv;
+    float *vz = kz + job->lay->max_kv;
+    gather_kv(job, s, g, kt, vv, ks, vs, kz, vz);
+    const int zp = par->softmax == ATTN_SOFTMAX_TRITON && par->zero_points;
 
     for (int hh = 0; hh < group; hh++) {
         const int h = g * group + hh;
@@ -400,7 +436,7 @@ static void core_item(void *ctx, int item, int thread)
                               (size_t)d;
             for (int i = 0; i < d; i++) qrow[i] = elem_load(job->q, qi + (size_t)i, par->q_elem);
             core_row r = {qrow, kt, vv, n, 0, 0, d, b->sinks != NULL ? &b->sinks[h] : NULL,
-                          sc, acc, part, ks, vs};
+                          sc, acc, part, ks, vs, zp ? kz : NULL, zp ? vz : NULL};
             attn_key_range(b, s, j, &r.lo, &r.hi);
             if (par->softmax == ATTN_SOFTMAX_TRITON)
                 row_triton(&r, par, job->out + qi);
@@ -423,7 +459,8 @@ static pg_status core_run(const attn_batch *b, const void *q, const core_kv *kv,
     if (n_threads > items) n_threads = items;
     if (n_threads < 1) n_threads = 1;
     float **scratch = calloc((size_t)n_threads, sizeof *scratch);
-    const size_t per = (size_t)lay.max_kv * (size_t)(2 * b->d + 3) + (size_t)(3 * b->d);
+    /* kt, vv [max_kv][d]; sc, ks, vs, kz, vz [max_kv]; qrow, acc, part [d] */
+    const size_t per = (size_t)lay.max_kv * (size_t)(2 * b->d + 5) + (size_t)(3 * b->d);
     if (scratch == NULL) {
         st = pg_fail(err, PG_ERR_NOMEM, "attention: out of memory");
     } else {
@@ -625,7 +662,35 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
     return st;
 }
 
-pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, pg_number_format kv_format,
+/* Copies of q, k and v rotated as vLLM rotates them for the int4 cache
+ * (rht.h; *qr is q itself when rd leaves Q unrotated); free with free(). */
+static pg_status rotate_qkv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                            const uint16_t *v, const attn_row_read *rd, const float *signs,
+                            uint16_t **qr, uint16_t **kr, uint16_t **vr, pg_err *err)
+{
+    const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq;
+    const size_t nkv = (size_t)attn_batch_tkv(b) * (size_t)b->hkv;
+    const size_t d = (size_t)b->d;
+    *qr = malloc(nq * d * sizeof **qr + 1);
+    *kr = malloc(nkv * d * sizeof **kr + 1);
+    *vr = malloc(nkv * d * sizeof **vr + 1);
+    if (*qr == NULL || *kr == NULL || *vr == NULL) {
+        free(*qr);
+        free(*kr);
+        free(*vr);
+        *qr = *kr = *vr = NULL;
+        return pg_fail(err, PG_ERR_NOMEM, "rotation: cannot allocate copies of Q, K and V");
+    }
+    memcpy(*qr, q, nq * d * sizeof **qr);
+    memcpy(*kr, k, nkv * d * sizeof **kr);
+    memcpy(*vr, v, nkv * d * sizeof **vr);
+    if (!rd->q_unrotated) rht_forward_bf16_rows(*qr, nq, b->d, signs);
+    rht_forward_bf16_rows(*kr, nkv, b->d, signs);
+    rht_forward_bf16_rows(*vr, nkv, b->d, signs);
+    return PG_OK;
+}
+
+pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read *rd,
                                      const attn_batch *b, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                      const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err)
@@ -634,17 +699,46 @@ pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, pg_number_format 
     if (st == PG_OK) st = attn_quant_options_check(opt, err);
     if (st != PG_OK) return st;
     if (rep != NULL) memset(rep, 0, sizeof *rep);
+    const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
+    const int rotates = mt->kv_rotation == PG_ROTATION_RHT;
+    if (rotates && !rht_dim_ok(b->d))
+        return pg_fail(err, PG_ERR_SHAPE, "variant %s: the Hadamard rotation needs a power-of-two "
+                       "head dim up to %d, and this layer's d is %d (vLLM asserts it too)",
+                       attn_profile_variant(p), RHT_MAX_DIM, b->d);
+    const attn_row_read intended = ATTN_ROW_READ_INTENDED;
+    const attn_row_read *use = opt->quantize ? rd : &intended;
+    float signs[RHT_MAX_DIM];
+    uint16_t *qr = NULL, *kr = NULL, *vr = NULL;
+    attn_batch rb = *b;
+    if (rotates) {
+        rht_signs(RHT_SIGN_SEED, b->d, signs);
+        st = rotate_qkv(b, q, k, v, use, signs, &qr, &kr, &vr, err);
+        if (st != PG_OK) return st;
+        q = qr;
+        k = kr;
+        v = vr;
+        /* the transform is unnormalized: softmax_scale / head_size (exact, d = 2^j) */
+        rb.sm_scale = b->sm_scale / (float)b->d;
+    }
     const unsigned kept = kept_bf16(opt);
     kv_paged cache;
-    st = fp8_cache_write(b, k, v, opt, kept, kv_format, 1, &cache, rep, err);
-    if (st != PG_OK) return st;
-    const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
-    core_params par = bf16_params(b);
-    par.softmax = ATTN_SOFTMAX_TRITON;
-    par.block_n = ATTN_TRITON_PREFILL_TILE;
-    par.row_scaling = opt->quantize ? scaling : ATTN_ROW_SCALES_ON_S_AND_P;
-    st = core_run(b, q, &kv, &par, out, n_threads, err);
-    if (cache.block_table != NULL) kv_paged_free(&cache);
+    st = fp8_cache_write(&rb, k, v, opt, kept, mt->kv_format, 1, &cache, rep, err);
+    if (st == PG_OK) {
+        const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
+        core_params par = bf16_params(&rb);
+        par.softmax = ATTN_SOFTMAX_TRITON;
+        par.block_n = ATTN_TRITON_PREFILL_TILE;
+        par.row_scaling = use->scaling;
+        par.zero_points = !use->zero_point_dropped;
+        par.pv_in_fp32 = p->pv_in_fp32;
+        st = core_run(&rb, q, &kv, &par, out, n_threads, err);
+        if (cache.block_table != NULL) kv_paged_free(&cache);
+    }
+    if (st == PG_OK && rotates && !use->output_unrotated)
+        rht_inverse_bf16_rows(out, (size_t)attn_batch_tq(b) * (size_t)b->hq, b->d, signs);
+    free(qr);
+    free(kr);
+    free(vr);
     return st;
 }
 
@@ -676,9 +770,10 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
         return attn_fp8kv_plumbed_run(&pl, mt->kv_format, b, q, k, v, &o, out, rep, n_threads,
                                       err);
     }
-    case PG_KV_DEQUANT_IN_REGISTERS:
-        return attn_kv_per_token_head_run(ATTN_ROW_SCALES_ON_S_AND_P, mt->kv_format, b, q, k, v,
-                                          opt, out, rep, n_threads, err);
+    case PG_KV_DEQUANT_IN_REGISTERS: {
+        const attn_row_read rd = ATTN_ROW_READ_INTENDED;
+        return attn_kv_per_token_head_run(p, &rd, b, q, k, v, opt, out, rep, n_threads, err);
+    }
     case PG_KV_FP8_MATMULS: return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
     case PG_KV_READ_AS_BF16: break;
     }

@@ -202,6 +202,29 @@ static const char rules_int8kv_per_token_head_triton[] =
     "Attention: fp8kv_per_token_head@triton's rules with KV_QUANT_MODE 2 (int8 codes cast to\n"
     "  bf16 as loaded, exact: |code| <= 128 fits bf16's 8 significant bits).\n";
 
+static const char rules_int4kv_per_token_head_triton[] =
+    "vLLM --kv-cache-dtype int4_per_token_head (KVQuantMode.INT4_PER_TOKEN_HEAD, PR #40835),\n"
+    "  served by TRITON_ATTN alone (vllm/v1/attention/ops/triton_quant_kv/int4_per_token_head.py\n"
+    "  and _hadamard.py, read at 1882959 and 3629cf0).\n"
+    "Rotation: K and V before the cache write, and Q to match, go through single_rht(x) =\n"
+    "  fwht(x * signs) in fp32, cast back to bf16; fwht is Sylvester's d x d transform,\n"
+    "  unnormalized, so the kernel's softmax scale is sm_scale / d; the output is rotated back,\n"
+    "  bf16(fwht(out) * signs / d). signs = 2 * bernoulli(0.5) - 1 from a CPU torch.Generator\n"
+    "  seeded 0x9E3779B9, the same for every layer (kernels/rht.h: MT19937, bit 23 of each\n"
+    "  draw). On CUDA vLLM runs the transform with hadacore (bf16 MMA stages, then x sqrt(d));\n"
+    "  this specification takes the fp32 butterfly of _hadamard.py's PyTorch fallback, rounded\n"
+    "  once to bf16 (inferred equivalent up to the stages' bf16 roundings, not modelled).\n"
+    "Cache write per rotated row of d values in fp32 (_reshape_cache_int4_kernel):\n"
+    "  scale = max((max - min) / 15, 1e-6); zp = clamp(round_half_away(-min / scale), 0, 15);\n"
+    "  code = clamp(round_half_away(x * (1 / scale) + zp), 0, 15) (one fma, inferred from\n"
+    "  Triton's default fp fusion); the float32 scale stores zp in its low 4 mantissa bits,\n"
+    "  which the reader clears. Two codes per byte in vLLM's page (even element low nibble).\n"
+    "Attention (_attn_packed): Q in fp32; S = fma(-sum(q), zp_k, q . code) x fp32(sm_scale / d\n"
+    "  x k scale); the online softmax of fp8kv_per_token_head@triton (tiles of 32 keys,\n"
+    "  inferred: the kernel's own tile was not read); per tile O = O x alpha + (p . code_v -\n"
+    "  sum(p x zp_v)) with p = P x v scale kept in fp32 (fp32 tl.dot: Triton's default there is\n"
+    "  TF32, which would round p to 10 bits; not modelled). Head dim: a power of two.\n";
+
 /* The table, in the order attn_profile_at lists it. */
 static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
     [VARIANT_BF16] = {
@@ -247,6 +270,10 @@ static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
      .summary = "int8 KV (codes truncated) with a scale per (token, KV head), Triton",
      .rules = rules_int8kv_per_token_head_triton, .softmax = ATTN_SOFTMAX_TRITON,
      .accum = ATTN_ACCUM_EXACT}, /* tiles: as fp8kv_per_token_head@triton */
+    [VARIANT_INT4KV_PER_TOKEN_HEAD_TRITON] = {
+     .summary = "int4 KV, Hadamard-rotated, a scale and zero point per (token, KV head), Triton",
+     .rules = rules_int4kv_per_token_head_triton, .softmax = ATTN_SOFTMAX_TRITON,
+     .pv_in_fp32 = 1, .accum = ATTN_ACCUM_EXACT}, /* tiles: as fp8kv_per_token_head@triton */
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])

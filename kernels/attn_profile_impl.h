@@ -71,13 +71,30 @@ typedef enum attn_row_scaling {
  * is_prefill; Gemma3's special case is 32 too). */
 #define ATTN_TRITON_PREFILL_TILE 32
 
-/* The per-token-head mode's computation (fp8kv_per_token_head@triton, rules
- * in attn_profile.c) with scaling: the cache write of vLLM's per-token-head
- * kernel into kv_format's codes (kv_cache.h), then the Triton row with bf16 Q and sm_scale; the
- * tensors opt->keep_bf16 names stay bf16 with scale 1 (opt's per-tensor
- * scales are never used: the scales are the rows' own); opt->quantize = 0
- * keeps everything bf16 (attn.h). Checks as attn_variant_run. */
-pg_status attn_kv_per_token_head_run(attn_row_scaling scaling, pg_number_format kv_format,
+/* How a per-token-head computation reads its cache: the row scaling and,
+ * for a mode with zero points or a rotation (base/mode.h kv_rotation),
+ * whether each is applied as the kernel intends. */
+typedef struct attn_row_read {
+    attn_row_scaling scaling;
+    int zero_point_dropped;  /* the rows' zero points read as 0 (codes taken as signed) */
+    int q_unrotated;         /* K and V rotated, Q not */
+    int output_unrotated;    /* the output left in the rotated basis */
+} attn_row_read;
+
+/* The read every per-token-head profile intends. */
+#define ATTN_ROW_READ_INTENDED ((attn_row_read){ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0})
+
+/* A per-token-head mode's computation (profile p of a mode whose KV is
+ * dequantized in registers; rules in attn_profile.c) read as rd: the mode's
+ * rotation of Q, K and V (kernels/rht.h) when it has one, the cache write
+ * of vLLM's per-token-head kernel into its format's codes (kv_cache.h),
+ * then the Triton row with bf16 Q and sm_scale, and the inverse rotation of
+ * the output; the tensors opt->keep_bf16 names stay bf16 with scale 1
+ * (opt's per-tensor scales are never used: the scales are the rows' own);
+ * opt->quantize = 0 keeps everything bf16 (attn.h), rotation included.
+ * Checks as attn_variant_run; PG_ERR_SHAPE naming the head dim when the
+ * rotation cannot take it. */
+pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read *rd,
                                      const attn_batch *b, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                      const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err);
@@ -123,6 +140,8 @@ struct attn_profile {
     int q_by_inverse;                  /* Q8 = e4m3(q * fp32(1 / q_scale)), vLLM's
                                         * scaled_fp8_quant; else e4m3(q / q_scale) */
     int no_sinks;                      /* the kernel has no attention sinks: refused */
+    int pv_in_fp32;                    /* Triton: P x v scale enters P.V in fp32 (the int4
+                                        * kernel's fp32 tl.dot), else rounded to bf16 */
     attn_accum accum;                  /* fp8qkv only */
     attn_tile_row tiles[ATTN_TILE_ROWS]; /* tiled softmaxes only */
 };

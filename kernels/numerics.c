@@ -10,6 +10,7 @@
  */
 #include "numerics.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- IEEE 754 binary32 layout ------------------------------------------ */
@@ -70,6 +71,9 @@
 #define INT8_CODE_COUNT 256u
 #define INT8_CODES_NEGATIVE 0x80u
 #define INT8_UNWRITTEN_CODE 0x80u
+/* What an unwritten int4 slot holds: above every code 0..15 (its NaN scale
+ * marks it too). */
+#define INT4_UNWRITTEN_CODE 0xFFu
 
 uint16_t bf16_from_f32(float x)
 {
@@ -345,10 +349,80 @@ float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *ou
     return scale;
 }
 
+/* int4 codes round half away from zero as vLLM's kernel writes it:
+ * (v + 0.5).to(int32) for v >= 0, (v - 0.5).to(int32) below (truncating casts). */
+static int int4_round_half_away(float v)
+{
+    return v >= 0.0f ? (int)(v + 0.5f) : (int)(v - 0.5f);
+}
+
+/* v clamped to [0, INT4_CODE_MAX]. */
+static int int4_clamp(int v)
+{
+    return v < 0 ? 0 : v > INT4_CODE_MAX ? INT4_CODE_MAX : v;
+}
+
+float int4_decode(uint8_t b) { return (float)b; }
+
+void int4_split_scale(float stored, float *scale, float *zero_point)
+{
+    const uint32_t u = f32_bits(stored);
+    *scale = f32_from_bits(u & ~INT4_ZERO_POINT_MASK);
+    *zero_point = (float)(u & INT4_ZERO_POINT_MASK);
+}
+
+/*
+ * vLLM's int4_per_token_head cache write, one (token, KV head) row of the
+ * rotated K or V (vllm/v1/attention/ops/triton_quant_kv/int4_per_token_head.py
+ * _reshape_cache_int4_kernel, PR #40835, read at 1882959):
+ *   x in fp32; scale = tl.maximum((max(x) - min(x)) / 15.0, 1e-6);
+ *   zp = clamp(round_half_away(-min / scale), 0, 15);
+ *   code = clamp(round_half_away(x * (1.0 / scale) + zp), 0, 15);
+ *   stored scale = bitcast((bits(scale) & -16) | zp) ("zero-point steganography").
+ * The codes use the unmasked scale, the reader the masked one (2^-19 apart
+ * at most). x * inv + zp is one fma here: Triton fuses a multiply and an add
+ * by default (enable_fp_fusion), inferred, not read in the compiled kernel.
+ * The divisions are correctly rounded here (Triton: div.full.f32, 2 ulp), as
+ * for the fp8 row. n_saturated counts the codes the clamp changed (a row
+ * whose min > 0 clamps zp to 0 and its top values), n_underflow the
+ * nonzero x whose code equals zp (decoded to 0).
+ */
+float int4_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
+                                        fp8_quant_stats *stats)
+{
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        const float xf = bf16_to_f32(x[i]);
+        lo = fminf(lo, xf);
+        hi = fmaxf(hi, xf);
+    }
+    if (n == 0) lo = hi = 0.0f;
+    float scale = (hi - lo) / (float)INT4_CODE_MAX;
+    if (!(scale >= FP8_PER_TOKEN_HEAD_MIN_SCALE)) scale = FP8_PER_TOKEN_HEAD_MIN_SCALE;
+    const int zp = int4_clamp(int4_round_half_away(-lo / scale));
+    const float inv = 1.0f / scale;
+    uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float xf = bf16_to_f32(x[i]);
+        const int r = int4_round_half_away(fmaf(xf, inv, (float)zp));
+        const int code = int4_clamp(r);
+        n_sat += (uint64_t)(code != r);
+        if (out != NULL) out[i] = (uint8_t)code;
+        const int nz = (xf != 0.0f);
+        n_nz += (uint64_t)nz;
+        n_uf += (uint64_t)(nz && code == zp);
+    }
+    stats_add(stats, n, n_sat, n_nz, n_uf);
+    return f32_from_bits((f32_bits(scale) & ~INT4_ZERO_POINT_MASK) | (uint32_t)zp);
+}
+
 /* Bytes of a bf16 element and of an fp8 or int8 code. */
 #define BF16_ELEMENT_BYTES 2u
 #define FP8_ELEMENT_BYTES 1u
 #define INT8_ELEMENT_BYTES 1u
+/* The emulated cache holds one int4 code per byte; vLLM packs two
+ * (base/mode.h kv_element_bits says what the page holds). */
+#define INT4_ELEMENT_BYTES 1u
 
 static const fp_codec codecs[] = {
     [PG_FORMAT_BF16] = {.bytes = BF16_ELEMENT_BYTES},
@@ -361,6 +435,10 @@ static const fp_codec codecs[] = {
     [PG_FORMAT_INT8] = {.bytes = INT8_ELEMENT_BYTES, .nan_code = INT8_UNWRITTEN_CODE,
                         .decode = int8_decode,
                         .quantize_bf16_per_token_head = int8_quantize_bf16_per_token_head},
+    [PG_FORMAT_INT4_ZP] = {.bytes = INT4_ELEMENT_BYTES, .nan_code = INT4_UNWRITTEN_CODE,
+                           .decode = int4_decode,
+                           .quantize_bf16_per_token_head = int4_quantize_bf16_per_token_head,
+                           .split_scale = int4_split_scale},
 };
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 

@@ -131,6 +131,28 @@ float int8_decode(uint8_t b);
 float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                         fp8_quant_stats *stats);
 
+/* vLLM's int4_per_token_head codes: unsigned 0 .. 15 with an asymmetric
+ * zero point (vllm/v1/attention/ops/triton_quant_kv/int4_per_token_head.py). */
+#define INT4_CODE_MAX 15
+/* The low mantissa bits of an int4 row's stored fp32 scale that hold its
+ * zero point (the kernel's `& -16` and `& 0xF`). */
+#define INT4_ZERO_POINT_MASK 0xFu
+
+/* The value of the int4 code b (0 .. 15, before its zero point). */
+float int4_decode(uint8_t b);
+
+/* An int4 row's stored scale split as vLLM's reader splits it: *scale the
+ * float with the low 4 bits cleared, *zero_point those bits (0 .. 15). */
+void int4_split_scale(float stored, float *scale, float *zero_point);
+
+/* vLLM's int4_per_token_head cache write of one (token, KV head) row of n
+ * bf16 values (already rotated, rht.h): scale = max((max - min) / 15, 1e-6),
+ * zero point and codes rounded half away from zero and clamped to 0 .. 15,
+ * into out (may be NULL); adds to *stats (may be NULL); returns the stored
+ * scale, the zero point in its low 4 bits (numerics.c gives the source). */
+float int4_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
+                                        fp8_quant_stats *stats);
+
 /* One number format's codec: what the caches and the CPU specification's
  * loads read instead of naming formats, so that a format with one-byte
  * codes arrives as a row of fp_codec_of's table (numerics.c). */
@@ -148,6 +170,9 @@ typedef struct fp_codec {
      * (as fp8_e4m3_quantize_bf16_per_token_head); NULL where vLLM has none. */
     float (*quantize_bf16_per_token_head)(const uint16_t *x, size_t n, uint8_t *out,
                                           fp8_quant_stats *stats);
+    /* A row's stored scale into the scale and the zero point the reader
+     * uses (int4_split_scale); NULL: the stored scale as it is, zero point 0. */
+    void (*split_scale)(float stored, float *scale, float *zero_point);
 } fp_codec;
 
 /* The codec of format f; bf16's for a value out of range. */

@@ -310,7 +310,11 @@ Test(advise, the_command_says_sliding_window_and_the_memory_and_the_worst_fp8_la
     /* 4 layers of 2 x 8 x 64 elements: 8192 bytes in bf16, 2 kept: 6144, 25% saved */
     expect_has(out, "KV cache saved against all-bf16: 25.0% (fraction 0.25: 2048 of 8192 bytes "
                     "per token)");
-    expect_has(out, "1 in the fp8 cache (e4m3 codes); not counted: the per-tensor scales");
+    expect_has(out, "16 bits in bf16, 8 in the fp8 cache (e4m3 codes); not counted: the "
+                    "per-tensor scales");
+    /* against all-fp8 (4096 bytes) the 2 kept bf16 layers cost 2048 more */
+    expect_has(out, "KV cache against all-fp8 (per-tensor e4m3): 6144 bytes per token where "
+                    "all-fp8 holds 4096, -50.0% saved (negative: more)");
     expect_has(out, "worst layer left in fp8: layer 3, rel_l2 0.07 in 'c.safetensors'");
     free(out);
 }
@@ -324,7 +328,8 @@ Test(advise, the_json_has_exactly_the_documented_keys)
     cJSON *o = cJSON_Parse(out);
     cr_assert_not_null(o, "not JSON: %s", out);
     static const char *const keys[] = {"variant", "budget", "metric", "keep_bf16", "vllm_flag",
-                                       "kv_bytes_saved_fraction", "worst_fp8_layer"};
+                                       "kv_bytes_saved_fraction",
+                                       "kv_bytes_saved_vs_fp8_fraction", "worst_fp8_layer"};
     const size_t n_keys = sizeof keys / sizeof keys[0];
     cr_assert_eq((size_t)cJSON_GetArraySize(o), n_keys, "%s", out);
     for (size_t i = 0; i < n_keys; i++)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mode.h"
 #include "kernels/attn.h"
 #include "kernels/attn_profile.h"
 #include "kernels/numerics.h"
@@ -435,6 +436,8 @@ Test(attn, gqa_maps_query_head_to_its_kv_head)
     cr_assert_eq(attn_reference(&c.b, c.q, c.k, c.v, r, 2, &err), PG_OK);
     for (size_t variant = 0; variant < attn_profile_count(); variant++) {
         const attn_profile *p = attn_profile_at(variant);
+        const int rotates =
+            pg_mode_traits_of(attn_profile_mode(p))->kv_rotation != PG_ROTATION_NONE;
         cr_assert_eq(attn_variant_run(p, &c.b, c.q, c.k, c.v, &opt, o, NULL, 2, &err), PG_OK,
                      "%s", err.msg);
         for (int t = 0; t < 3; t++)
@@ -442,8 +445,17 @@ Test(attn, gqa_maps_query_head_to_its_kv_head)
                 for (int i = 0; i < 64; i++) {
                     const double want = h / 4 + 1;
                     cr_assert_float_eq(r[at(t, h, 8, 64) + i], want, 1e-14);
-                    cr_assert_eq(bf16_to_f32(o[at(t, h, 8, 64) + i]), want,
-                                 "%s token %d head %d", attn_profile_variant(p), t, h);
+                    /* a rotating mode's int4 cache cannot hold the rotated
+                     * constant rows exactly (steps of about 1/5 of their range,
+                     * back-rotated: about 0.12 rms per element here): the
+                     * head's own value within 30%, which no other head's is */
+                    const double got = bf16_to_f32(o[at(t, h, 8, 64) + i]);
+                    if (rotates)
+                        cr_assert(fabs(got - want) < 0.3 * want, "%s token %d head %d: %g",
+                                  attn_profile_variant(p), t, h, got);
+                    else
+                        cr_assert_eq(got, want, "%s token %d head %d", attn_profile_variant(p),
+                                     t, h);
                 }
     }
     free(r);

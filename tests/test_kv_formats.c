@@ -35,11 +35,13 @@
 #define E5M2_MAX 57344.0
 /* vLLM's per-token-head floor on the scale (its tl.maximum with 1e-6). */
 #define PTH_MIN_SCALE 1e-6f
-/* Bytes of one fp32 scale, and of bf16 and fp8 elements (known answers). */
+/* Bytes of one fp32 scale, and bits of bf16, fp8, int8 and int4 elements
+ * (known answers). */
 #define F32_BYTES 4
-#define BF16_BYTES 2
-#define FP8_BYTES 1
-#define INT8_BYTES 1
+#define BF16_BITS 16
+#define FP8_BITS 8
+#define INT8_BITS 8
+#define INT4_BITS 4
 
 TestSuite(kv_formats, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 
@@ -53,20 +55,23 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
         pg_number_format kv;
         pg_scale_granularity scales;
         pg_kv_consumption use;
-        int elem_bytes, scale_bytes, baseline;
+        int elem_bits, scale_bytes, baseline;
     } want[] = {
-        {"bf16", "auto", 0, PG_FORMAT_BF16, PG_SCALES_NONE, PG_KV_READ_AS_BF16, BF16_BYTES, 0, 1},
+        {"bf16", "auto", 0, PG_FORMAT_BF16, PG_SCALES_NONE, PG_KV_READ_AS_BF16, BF16_BITS, 0, 1},
         {"fp8kv", "fp8", PG_TENSOR_K | PG_TENSOR_V, PG_FORMAT_E4M3, PG_SCALES_PER_TENSOR,
-         PG_KV_DEQUANT_TO_BF16_COPY, FP8_BYTES, 0, 0},
+         PG_KV_DEQUANT_TO_BF16_COPY, FP8_BITS, 0, 0},
         {"fp8qkv", "fp8", PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P, PG_FORMAT_E4M3,
-         PG_SCALES_PER_TENSOR, PG_KV_FP8_MATMULS, FP8_BYTES, 0, 0},
+         PG_SCALES_PER_TENSOR, PG_KV_FP8_MATMULS, FP8_BITS, 0, 0},
         {"fp8kv_e5m2", "fp8_e5m2", PG_TENSOR_K | PG_TENSOR_V, PG_FORMAT_E5M2,
-         PG_SCALES_PER_TENSOR, PG_KV_DEQUANT_TO_BF16_COPY, FP8_BYTES, 0, 0},
+         PG_SCALES_PER_TENSOR, PG_KV_DEQUANT_TO_BF16_COPY, FP8_BITS, 0, 0},
         {"fp8kv_per_token_head", "fp8_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
-         PG_FORMAT_E4M3, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, FP8_BYTES,
+         PG_FORMAT_E4M3, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, FP8_BITS,
          F32_BYTES, 0},
         {"int8kv_per_token_head", "int8_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
-         PG_FORMAT_INT8, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, INT8_BYTES,
+         PG_FORMAT_INT8, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, INT8_BITS,
+         F32_BYTES, 0},
+        {"int4kv_per_token_head", "int4_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
+         PG_FORMAT_INT4_ZP, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, INT4_BITS,
          F32_BYTES, 0},
     };
     cr_assert_eq(PG_MODE_COUNT, sizeof want / sizeof want[0]);
@@ -79,7 +84,7 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
         cr_expect_eq(t->kv_format, want[m].kv, "%s", t->name);
         cr_expect_eq(t->kv_scales, want[m].scales, "%s", t->name);
         cr_expect_eq(t->kv_consumption, want[m].use, "%s", t->name);
-        cr_expect_eq(t->kv_element_bytes, want[m].elem_bytes, "%s", t->name);
+        cr_expect_eq(t->kv_element_bits, want[m].elem_bits, "%s", t->name);
         cr_expect_eq(t->kv_scale_bytes_per_token_head, want[m].scale_bytes, "%s", t->name);
         cr_expect_eq(t->is_baseline, want[m].baseline, "%s", t->name);
         pg_mode found;
@@ -99,6 +104,13 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
     cr_expect_str_eq(variant_profile_name(id), "fp8kv_per_token_head@triton");
     cr_expect_eq(variant_profile_find("int8kv_per_token_head", &id, &err), PG_OK);
     cr_expect_str_eq(variant_profile_name(id), "int8kv_per_token_head@triton");
+    cr_expect_eq(variant_profile_find("int4kv_per_token_head", &id, &err), PG_OK);
+    cr_expect_str_eq(variant_profile_name(id), "int4kv_per_token_head@triton");
+    /* only int4 rotates */
+    for (int m = 0; m < PG_MODE_COUNT; m++)
+        cr_expect_eq(pg_mode_traits_of((pg_mode)m)->kv_rotation,
+                     m == PG_MODE_INT4KV_PER_TOKEN_HEAD ? PG_ROTATION_RHT : PG_ROTATION_NONE,
+                     "%s", pg_mode_name((pg_mode)m));
 }
 
 /* ------------------------------------------------------------ e5m2 */
@@ -417,7 +429,7 @@ Test(kv_formats, every_int8_code_decodes_to_its_twos_complement_value)
         cr_assert_eq(int8_decode((uint8_t)b), want, "code 0x%02x", b);
         cr_assert_eq(fp_codec_of(PG_FORMAT_INT8)->decode((uint8_t)b), want);
     }
-    cr_expect_eq(fp_codec_of(PG_FORMAT_INT8)->bytes, (size_t)INT8_BYTES);
+    cr_expect_eq(fp_codec_of(PG_FORMAT_INT8)->bytes, (size_t)(INT8_BITS / 8));
     cr_expect_null(fp_codec_of(PG_FORMAT_INT8)->quantize_bf16, "no per-tensor int8 cache");
 }
 
@@ -575,14 +587,28 @@ Test(kv_formats, advise_counts_the_per_token_head_scales_carved_from_the_page)
     pg_err err = {0};
     cr_assert_eq(advise_compute(&rq, rows, 2, s, 2, &r, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(r.n_keep, 0);
-    cr_expect_eq(r.kv_bytes_bf16, 2 * (2 * HKV * DD * BF16_BYTES));
-    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * (DD * FP8_BYTES + F32_BYTES)));
+    cr_expect_eq(r.kv_bytes_bf16, 2 * (2 * HKV * DD * BF16_BITS / 8));
+    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * (DD * FP8_BITS / 8 + F32_BYTES)));
+    /* against an all-fp8 (per-tensor e4m3) cache the scales cost 4 of 64 bytes more */
+    cr_expect_eq(r.kv_bytes_fp8, 2 * (2 * HKV * DD * FP8_BITS / 8));
+    cr_expect_float_eq(r.kv_bytes_saved_vs_fp8_fraction, -(double)F32_BYTES / DD, 1e-12);
     advise_result_free(&r);
     /* the e5m2 cache has no inline scales: half the bf16 bytes */
     for (int l = 0; l < 2; l++) rows[l].variant = "fp8kv_e5m2@fixed";
     const advise_request rq5 = {"fp8kv_e5m2@fixed", PG_METRIC_REL_L2, 0.5};
     cr_assert_eq(advise_compute(&rq5, rows, 2, s, 2, &r, &err), PG_OK, "%s", err.msg);
-    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * DD * FP8_BYTES));
+    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * DD * FP8_BITS / 8));
+    advise_result_free(&r);
+    /* int4: two codes per byte and a 4-byte scale (its zero point inside) per row:
+     * 32 + 4 bytes per row against fp8's 64 */
+    for (int l = 0; l < 2; l++) rows[l].variant = "int4kv_per_token_head@triton";
+    const advise_request rq4 = {"int4kv_per_token_head@triton", PG_METRIC_REL_L2, 0.5};
+    cr_assert_eq(advise_compute(&rq4, rows, 2, s, 2, &r, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * (DD * INT4_BITS / 8 + F32_BYTES)));
+    cr_expect_float_eq(r.kv_bytes_saved_vs_fp8_fraction,
+                       1.0 - (double)(DD / 2 + F32_BYTES) / DD, 1e-12);
+    cr_expect_float_eq(r.kv_bytes_saved_fraction,
+                       1.0 - (double)(DD / 2 + F32_BYTES) / (2 * DD), 1e-12);
     advise_result_free(&r);
 }
 
@@ -620,7 +646,7 @@ Test(kv_formats, a_sweep_stores_the_new_formats_and_says_where_they_ran, .timeou
                                         "int8kv_per_token_head --budget 1", db), 0, "%s", out);
     cr_expect(strstr(out, "every layer can keep the int8_per_token_head cache") != NULL, "%s",
               out);
-    cr_expect(strstr(out, "1 in the int8_per_token_head cache (int8 codes), and 2 x hkv scales "
+    cr_expect(strstr(out, "8 in the int8_per_token_head cache (int8 codes), and 2 x hkv scales "
                           "of 4 bytes") != NULL, "%s", out);
     cr_expect(strstr(out, "worst layer left in int8_per_token_head: layer 0") != NULL, "%s", out);
     free(out);

@@ -47,6 +47,7 @@ const char cmd_advise_usage[] =
     "  --metric M           rel_l2 (default), max_abs, mean_abs, p99_abs, cos_sim, sqnr_db\n"
     "  --json               print {\"variant\", \"budget\", \"metric\", \"keep_bf16\",\n"
     "                       \"vllm_flag\" (null: none needed), \"kv_bytes_saved_fraction\",\n"
+    "                       \"kv_bytes_saved_vs_fp8_fraction\",\n"
     "                       \"worst_fp8_layer\": {\"layer\", \"value\"} (null: none left in fp8)}\n"
     "  --db PATH            database (default $PRECGATE_DB, else ./precgate.db)\n\n"
     "exit status: 0 on success; 2 on a usage error, an unknown run, a variant the run\n"
@@ -147,6 +148,8 @@ static cJSON *advice_json(const advise_args *a, const advise_result *r, const ch
                              : cJSON_AddNullToObject(o, "vllm_flag")) != NULL;
     ok = ok && cJSON_AddNumberToObject(o, "kv_bytes_saved_fraction",
                                        r->kv_bytes_saved_fraction) != NULL;
+    ok = ok && cJSON_AddNumberToObject(o, "kv_bytes_saved_vs_fp8_fraction",
+                                       r->kv_bytes_saved_vs_fp8_fraction) != NULL;
     if (ok && r->worst_fp8 >= 0) {
         const advise_layer *w = &r->layers[r->worst_fp8];
         cJSON *wo = cJSON_AddObjectToObject(o, "worst_fp8_layer");
@@ -198,14 +201,17 @@ static void advice_text(FILE *out, const advise_args *a, const advise_result *r,
                  " bytes per token)\n",
             100.0 * r->kv_bytes_saved_fraction, r->kv_bytes_saved_fraction,
             r->kv_bytes_bf16 - r->kv_bytes_mixed, r->kv_bytes_bf16);
+    term_printf(out, "KV cache against all-fp8 (per-tensor e4m3): %" PRId64 " bytes per token "
+                 "where all-fp8 holds %" PRId64 ", %.1f%% saved (negative: more)\n",
+                 r->kv_bytes_mixed, r->kv_bytes_fp8, 100.0 * r->kv_bytes_saved_vs_fp8_fraction);
     char scales[96] = "";
     if (t->kv_scale_bytes_per_token_head > 0)
         snprintf(scales, sizeof scales, ", and 2 x hkv scales of %d bytes (one per token and KV "
                  "head, carved from the page)", t->kv_scale_bytes_per_token_head);
-    term_printf(out, "  counted: K and V, 2 x hkv x d elements per layer and token, 2 bytes in bf16, "
+    term_printf(out, "  counted: K and V, 2 x hkv x d elements per layer and token, 16 bits in bf16, "
                  "%d in the %s cache (%s codes)%s; not counted: %sblock padding, and vLLM "
                  "keeping only the window's tokens of a sliding-window layer\n",
-                 t->kv_element_bytes, dtype,
+                 t->kv_element_bits, dtype,
                  pg_number_format_name(t->kv_format), scales,
                  t->kv_scales == PG_SCALES_PER_TENSOR ? "the per-tensor scales, " : "");
     if (r->worst_fp8 >= 0) {
