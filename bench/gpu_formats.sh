@@ -2,8 +2,9 @@
 # gpu_formats.sh: the GPU machine's check of the mode table (issue #29), in one
 # call: gpu_check (every profile the GPU runs against the CPU specification),
 # then a sweep on the GPU with the KV formats the GPU has no kernel for
-# (fp8kv_e5m2, fp8kv_per_token_head, int8kv_per_token_head): they must run on
-# the CPU specification and the run must say so. Build here first with bench/gpu_build.sh, carry
+# (fp8kv_e5m2 and the per-token-head formats): they must run on the CPU
+# specification and the run must say so. Then the int4 rotation's signs
+# (kernels/rht.h) against torch's own generator, as vLLM draws them. Build here first with bench/gpu_build.sh, carry
 # .dev/gpu. Logs go to $OUT.
 source "$(dirname "$0")/gpu_common.sh"
 export PRECGATE_THREADS=${PRECGATE_THREADS:-$(nproc)}
@@ -18,7 +19,7 @@ echo "== a GPU sweep with the new formats"
 "$bin/precgate" synth -o /tmp/f.safetensors --preset gpt-oss-120b --layers 2 --seqs 2 \
   --seq-len 512 --context 128 >/dev/null
 timeout 240 "$bin/precgate" run --capture /tmp/f.safetensors --backend cuda --check-spec \
-  --variants bf16,fp8kv,fp8qkv,fp8kv_e5m2,fp8kv_per_token_head,int8kv_per_token_head \
+  --variants bf16,fp8kv,fp8qkv,fp8kv_e5m2,fp8kv_per_token_head,int8kv_per_token_head,int4kv_per_token_head \
   --db /tmp/f.db --no-progress \
   > "$out/formats_run.log" 2>&1
 echo "run exit $?"
@@ -29,4 +30,21 @@ db = sqlite3.connect("/tmp/f.db")
 for row in db.execute("SELECT layer, variant, backend, rel_l2 FROM layer_metrics WHERE head = -1 "
                       "ORDER BY layer, variant, backend"):
     print(row)
+PY
+echo "== the int4 rotation's signs against torch (vLLM _hadamard.py)"
+"$bin/rht_signs" 16 64 128 256 > /tmp/rht_c.txt
+python3 - <<'PY' | tee "$out/rht_signs.log"
+import torch
+seed = 0x9E3779B9  # 0x9E3779B9 + round_idx * 0x517CC1B7, round_idx 0
+mine = dict(l.split(": ") for l in open("/tmp/rht_c.txt").read().split("\n") if l)
+bad = 0
+for d in (16, 64, 128, 256):
+    gen = torch.Generator("cpu")
+    gen.manual_seed(seed)
+    s = 2.0 * torch.bernoulli(torch.full((d,), 0.5), generator=gen) - 1.0
+    want = "".join("+" if x > 0 else "-" for x in s.tolist())
+    ok = mine[str(d)] == want
+    bad += not ok
+    print(f"d {d}: {'same' if ok else 'DIFFERENT'} torch {want[:32]}... precgate {mine[str(d)][:32]}...")
+print("rht signs:", "all equal to torch's" if bad == 0 else f"{bad} head dims differ")
 PY

@@ -8,8 +8,9 @@
  * standard's MT19937 answers, Sylvester's matrix by its closed form
  * (-1)^popcount(i & j), the rounding rule of vLLM's kernel computed in
  * double on exact cases, and an attention taken in double from the decoded
- * cache. The first signs of vLLM's generator are checked against torch on
- * the device (bench/gpu_formats.sh), not here.
+ * cache. The signs of vLLM's generator are torch's own, printed on the GPU
+ * machine (bench/gpu_formats.sh: torch.bernoulli with the seeded CPU
+ * generator, d 16, 64, 128 and 256 all equal to rht_signs, 2026-12-07).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -31,6 +32,9 @@
 #define MT_10000TH 4123659995u
 #define MT_FIRST 3499211612u
 #define D 64
+/* vLLM's 64 signs as torch draws them (2 * bernoulli(0.5) - 1, generator
+ * seeded 0x9E3779B9), printed by torch on the GPU machine. */
+#define TORCH_SIGNS_D64 "+-++----+--++-+-++--+++-+-+--++-+---++-++-+-++---------+-------+"
 /* int4's largest code and its zero-point bits (vLLM's kernel, written out). */
 #define CODE_MAX 15
 #define ZP_BITS 0xFu
@@ -63,6 +67,8 @@ Test(kv_int4, each_sign_is_bit_23_of_its_draw_so_half_are_negative)
     float s64[D];
     rht_signs(RHT_SIGN_SEED, D, s64);
     cr_expect_arr_eq(s64, signs, sizeof s64);
+    for (int i = 0; i < D; i++)
+        cr_expect_eq(s64[i], TORCH_SIGNS_D64[i] == '+' ? 1.0f : -1.0f, "torch's sign %d", i);
 }
 
 Test(kv_int4, the_transform_is_sylvesters_matrix_and_twice_is_d_times_identity)
