@@ -27,6 +27,12 @@
  *          RHT + asymmetric zp"; head_size / 2 code bytes and one fp32 scale
  *          (its zero point in the low 4 bits) per (token, KV head), for K
  *          and for V; TRITON_ATTN only (its supported_kv_cache_dtypes).
+ *   NVFP4  csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu (PR #37332) and
+ *          vllm/v1/attention/backends/flashinfer.py (PR #40177): e2m1 codes,
+ *          two per byte, and one e4m3 scale per 16 elements of a row
+ *          (nvfp4_kv_cache_full_dim = head_size / 2 + head_size / 16), the
+ *          per-tensor k_scale / v_scale beside; FLASHINFER's trtllm-gen on
+ *          SM100 only, which needs an fp8 Q and writes an fp8 output.
  */
 #include "mode.h"
 
@@ -39,6 +45,10 @@
 #define FP8_BITS 8
 #define INT8_BITS 8
 #define INT4_BITS 4
+#define E2M1_BITS 4
+/* nvfp4's block: one e4m3 scale (1 byte) per 16 elements (NVFP4). */
+#define NVFP4_BLOCK_ELEMENTS 16
+#define NVFP4_BLOCK_SCALE_BYTES 1
 /* The per-token-head modes' scale: one float32 per (token, KV head) (KVI). */
 #define PER_TOKEN_HEAD_SCALE_BYTES 4
 
@@ -94,6 +104,15 @@ static const pg_mode_traits modes[PG_MODE_COUNT] = {
         .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS, .kv_rotation = PG_ROTATION_RHT,
         .vllm_kv_cache_dtype = "int4_per_token_head", .kv_element_bits = INT4_BITS,
         .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
+    /* CACHE nvfp4; NVFP4: Q quantized to e4m3 with q_scale (QuantFP8), the
+     * trtllm-gen kernel's matmuls in fp8, its output e4m3. */
+    [PG_MODE_NVFP4KV] = {
+        .name = "nvfp4kv", .quantized = PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P,
+        .q_format = PG_FORMAT_E4M3, .kv_format = PG_FORMAT_NVFP4, .p_format = PG_FORMAT_E4M3,
+        .kv_scales = PG_SCALES_PER_BLOCK_AND_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
+        .kv_consumption = PG_KV_FP8_MATMULS, .vllm_kv_cache_dtype = "nvfp4",
+        .kv_element_bits = E2M1_BITS, .kv_block_elements = NVFP4_BLOCK_ELEMENTS,
+        .kv_block_scale_bytes = NVFP4_BLOCK_SCALE_BYTES},
 };
 
 /* One profile's name, mode and whether its mode's bare name means it. */
@@ -120,6 +139,7 @@ static const profile_name profile_names[VARIANT_PROFILE_COUNT] = {
                                                PG_MODE_INT8KV_PER_TOKEN_HEAD, 1},
     [VARIANT_INT4KV_PER_TOKEN_HEAD_TRITON] = {"int4kv_per_token_head@triton",
                                                PG_MODE_INT4KV_PER_TOKEN_HEAD, 1},
+    [VARIANT_NVFP4KV_TRTLLM_GEN] = {"nvfp4kv@trtllm-gen", PG_MODE_NVFP4KV, 1},
 };
 
 const char *variant_profile_name(variant_profile_id id)
@@ -179,6 +199,7 @@ const char *pg_scale_granularity_name(pg_scale_granularity g)
     case PG_SCALES_NONE: return "no";
     case PG_SCALES_PER_TENSOR: return "per-tensor";
     case PG_SCALES_PER_TOKEN_HEAD: return "per (token, KV head)";
+    case PG_SCALES_PER_BLOCK_AND_TENSOR: return "per block of the head dim and per-tensor";
     }
     return "?";
 }
@@ -191,6 +212,7 @@ const char *pg_number_format_name(pg_number_format f)
     case PG_FORMAT_E5M2: return "e5m2";
     case PG_FORMAT_INT8: return "int8";
     case PG_FORMAT_INT4_ZP: return "int4";
+    case PG_FORMAT_NVFP4: return "nvfp4";
     }
     return "?";
 }

@@ -33,10 +33,11 @@ typedef enum pg_mode {
     PG_MODE_FP8KV_E5M2,
     PG_MODE_FP8KV_PER_TOKEN_HEAD,
     PG_MODE_INT8KV_PER_TOKEN_HEAD,
-    PG_MODE_INT4KV_PER_TOKEN_HEAD
+    PG_MODE_INT4KV_PER_TOKEN_HEAD,
+    PG_MODE_NVFP4KV
 } pg_mode;
 /* How many modes there are. */
-#define PG_MODE_COUNT 7
+#define PG_MODE_COUNT 8
 /* The baseline mode's name: the one every other mode is measured against. */
 #define PG_MODE_BASELINE_NAME "bf16"
 
@@ -55,14 +56,17 @@ typedef enum pg_number_format {
     PG_FORMAT_E4M3,   /* OCP e4m3fn, max 448 (kernels/numerics.h) */
     PG_FORMAT_E5M2,   /* OCP e5m2, max 57344 */
     PG_FORMAT_INT8,   /* two's-complement int8 codes, -128 .. 127 */
-    PG_FORMAT_INT4_ZP /* unsigned 4-bit codes 0 .. 15 less a zero point per row */
+    PG_FORMAT_INT4_ZP, /* unsigned 4-bit codes 0 .. 15 less a zero point per row */
+    PG_FORMAT_NVFP4    /* e2m1 codes, an e4m3 scale per 16 elements and a per-tensor scale */
 } pg_number_format;
 
 /* The granularity of the KV cache's scales. */
 typedef enum pg_scale_granularity {
     PG_SCALES_NONE,            /* no scales (bf16 cache) */
     PG_SCALES_PER_TENSOR,      /* one k_scale and one v_scale per layer */
-    PG_SCALES_PER_TOKEN_HEAD   /* one per (token, KV head), for K and for V */
+    PG_SCALES_PER_TOKEN_HEAD,  /* one per (token, KV head), for K and for V */
+    PG_SCALES_PER_BLOCK_AND_TENSOR /* one per block of kv_block_elements along the head
+                                    * dim, computed at the write, times a per-tensor one */
 } pg_scale_granularity;
 
 /* Where the KV scales come from. */
@@ -106,6 +110,8 @@ typedef struct pg_mode_traits {
     int kv_element_bits;              /* bits of one cached K or V element in vLLM's page */
     int kv_scale_bytes_per_token_head; /* inline scale bytes per (token, KV head) for K and
                                         * again for V, carved from the page (0: none) */
+    int kv_block_elements;            /* elements per block scale (0: no block scales) */
+    int kv_block_scale_bytes;         /* bytes of one block scale in the page */
     int is_baseline;                  /* 1 for the mode every other is measured against */
     int always_diagnosed;             /* 1: every diagnosis of an external output runs this
                                        * mode's hypotheses (the serving switch's first three
@@ -130,6 +136,7 @@ typedef enum variant_profile_id {
     VARIANT_FP8KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_INT8KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_INT4KV_PER_TOKEN_HEAD_TRITON,
+    VARIANT_NVFP4KV_TRTLLM_GEN,
     VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
 } variant_profile_id;
 

@@ -15,12 +15,15 @@
 #define BITS_PER_BYTE 8
 
 /* Bytes per token a layer's KV cache holds in mode m: K and V, hkv heads
- * of d elements of the mode's bits (rounded up to whole bytes per row), and
- * the mode's inline scales per (token, KV head). */
+ * of d elements of the mode's bits (rounded up to whole bytes per row), its
+ * block scales, and the mode's inline scales per (token, KV head). */
 static int64_t kv_bytes_per_token(pg_mode m, int hkv, int d)
 {
     const pg_mode_traits *t = pg_mode_traits_of(m);
-    const int64_t row = ((int64_t)d * t->kv_element_bits + BITS_PER_BYTE - 1) / BITS_PER_BYTE;
+    int64_t row = ((int64_t)d * t->kv_element_bits + BITS_PER_BYTE - 1) / BITS_PER_BYTE;
+    if (t->kv_block_elements > 0)
+        row += ((int64_t)d + t->kv_block_elements - 1) / t->kv_block_elements *
+               t->kv_block_scale_bytes;
     return 2 * (int64_t)hkv * (row + t->kv_scale_bytes_per_token_head);
 }
 

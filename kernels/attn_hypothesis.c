@@ -31,7 +31,8 @@ typedef enum hyp_kind {
     HYP_KV_PLUMBING,   /* the mode's dequant-copy computation with the plumbing pl and
                         * the tensors keep left bf16 */
     HYP_Q_UNSCALED,    /* the profile with q_scale taken as 1.0 */
-    HYP_ROW_READ       /* the per-token-head computation with the row read rd */
+    HYP_ROW_READ,      /* the per-token-head computation with the row read rd */
+    HYP_FP8_READ       /* the fp8-matmul computation with the read fr */
 } hyp_kind;
 
 /* attn_hypothesis.profile: the default profile of the hypothesis' mode (the
@@ -50,103 +51,119 @@ struct attn_hypothesis {
     attn_kv_plumbing pl;     /* HYP_KV_PLUMBING */
     unsigned keep;           /* HYP_KV_PLUMBING: attn_tensor bits left bf16 */
     attn_row_read rd;        /* HYP_ROW_READ */
+    attn_fp8_read fr;        /* HYP_FP8_READ */
 };
 
 static const attn_hypothesis hypotheses[] = {
     {"intended-bf16", 1, PG_MODE_BF16, "the bf16 mode: bf16 Q, K, V, fp32 accumulation",
-     "the bf16 mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "the bf16 mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"intended-fp8kv", 1, PG_MODE_FP8KV,
      "fp8kv@fixed: e4m3 paged cache, dequant with k/v scales, bf16 attention with sm_scale",
-     "the fp8kv mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "the fp8kv mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"intended-fp8qkv", 1, PG_MODE_FP8QKV,
      "the default fp8qkv profile: e4m3 Q, K, V with their scales",
-     "the fp8qkv mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "the fp8qkv mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"kv-scales-twice", 0, PG_MODE_FP8KV,
      "fp8kv@vllm-24197: dequant with k/v scales, then bmm1 = q*k*sm_scale and bmm2 = v_scale "
      "again (vLLM #47847, fixed by PR #48016)",
-     "k/v scales applied twice", HYP_PROFILE, VARIANT_FP8KV_VLLM_24197, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "k/v scales applied twice", HYP_PROFILE, VARIANT_FP8KV_VLLM_24197, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"kv-scales-missing", 0, PG_MODE_FP8KV,
      "an e4m3 cache read without its k/v scales: the codes taken as values (FlashInfer "
      "#4979, #1023)",
-     "k/v scales never applied", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {0, 0, 0, 0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "k/v scales never applied", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {0, 0, 0, 0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"k-scale-on-bf16", 0, PG_MODE_FP8KV,
      "an unquantized bf16 cache, logits x k_scale and output x v_scale (sglang #18396; "
      "vLLM PR #37054)",
      "k/v scales applied to an unquantized cache", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {0, 0, 1, 1},
-     ATTN_TENSOR_K | ATTN_TENSOR_V, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     ATTN_TENSOR_K | ATTN_TENSOR_V, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"q-scale-on-bf16-q", 0, PG_MODE_FP8KV,
      "fp8kv with the logits also x q_scale, Q never quantized (vLLM #47847)",
-     "q_scale applied to a bf16 Q", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {1, 1, 0, 0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "q_scale applied to a bf16 Q", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {1, 1, 0, 0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"q-cast-unscaled", 0, PG_MODE_FP8QKV,
      "the default fp8qkv profile with Q cast to e4m3 unscaled, q_scale 1.0 (sglang PR #28144)",
-     "Q cast to fp8 without its scale", HYP_Q_UNSCALED, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "Q cast to fp8 without its scale", HYP_Q_UNSCALED, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"intended-fp8kv_e5m2", 1, PG_MODE_FP8KV_E5M2,
      "fp8kv_e5m2@fixed: e5m2 paged cache, dequant with k/v scales, bf16 attention with "
      "sm_scale",
-     "the fp8kv_e5m2 mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "the fp8kv_e5m2 mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"e5m2-kv-scales-twice", 0, PG_MODE_FP8KV_E5M2,
      "fp8kv_e5m2 through the trtllm prefill path as PR #24197 merged it: dequant with k/v "
      "scales, then bmm1 = q*k*sm_scale and bmm2 = v_scale again (vLLM #47847)",
-     "e5m2 k/v scales applied twice", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {1, 1, 1, 1}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "e5m2 k/v scales applied twice", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {1, 1, 1, 1}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"e5m2-kv-scales-missing", 0, PG_MODE_FP8KV_E5M2,
      "an e5m2 cache read without its k/v scales: the codes taken as values (as FlashInfer "
      "#4979 for e4m3)",
-     "e5m2 k/v scales never applied", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {0, 0, 0, 0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "e5m2 k/v scales never applied", HYP_KV_PLUMBING, HYP_MODE_DEFAULT, {0, 0, 0, 0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"intended-fp8kv_pth", 1, PG_MODE_FP8KV_PER_TOKEN_HEAD,
      "fp8kv_per_token_head@triton: e4m3 codes with a scale per (token, KV head), S x "
      "(sm_scale * k scale) and P x v scale in the Triton kernel",
-     "the fp8kv_per_token_head mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     "the fp8kv_per_token_head mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0, {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"pth-scales-missing", 0, PG_MODE_FP8KV_PER_TOKEN_HEAD,
      "a per-token-head cache read as a per-tensor one with scale 1.0: the codes taken as "
      "values, the row scales never applied (a kernel without KV_QUANT_MODE 3's branch)",
      "per-token-head scales never applied", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_IGNORED, 0, 0, 0}},
+     {ATTN_ROW_SCALES_IGNORED, 0, 0, 0}, {0, 0}},
     {"pth-scales-twice", 0, PG_MODE_FP8KV_PER_TOKEN_HEAD,
      "a per-token-head cache dequantized on load, bf16(code * scale), by a kernel that also "
      "applies the row scales on S and P (the load-time dequant of ROCm AITER's unified "
      "attention joined to vLLM's S/P scaling)",
      "per-token-head scales applied twice", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_TWICE, 0, 0, 0}},
+     {ATTN_ROW_SCALES_TWICE, 0, 0, 0}, {0, 0}},
     {"intended-int8kv_pth", 1, PG_MODE_INT8KV_PER_TOKEN_HEAD,
      "int8kv_per_token_head@triton: int8 codes (truncated) with a scale per (token, KV "
      "head), S x (sm_scale * k scale) and P x v scale in the Triton kernel",
      "the int8kv_per_token_head mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"int8-pth-scales-missing", 0, PG_MODE_INT8KV_PER_TOKEN_HEAD,
      "an int8 per-token-head cache read without its row scales: the codes (up to 127) "
      "taken as values (a kernel without KV_QUANT_MODE 2's branch)",
      "int8 per-token-head scales never applied", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_IGNORED, 0, 0, 0}},
+     {ATTN_ROW_SCALES_IGNORED, 0, 0, 0}, {0, 0}},
     {"int8-pth-scales-twice", 0, PG_MODE_INT8KV_PER_TOKEN_HEAD,
      "an int8 per-token-head cache dequantized on load, bf16(code * scale), by a kernel "
      "that also applies the row scales on S and P",
      "int8 per-token-head scales applied twice", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_TWICE, 0, 0, 0}},
+     {ATTN_ROW_SCALES_TWICE, 0, 0, 0}, {0, 0}},
     {"intended-int4kv_pth", 1, PG_MODE_INT4KV_PER_TOKEN_HEAD,
      "int4kv_per_token_head@triton: Q, K, V rotated by the seeded Hadamard transform, int4 "
      "codes with a scale and zero point per (token, KV head), the output rotated back",
      "the int4kv_per_token_head mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}},
+     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
     {"int4-zero-point-dropped", 0, PG_MODE_INT4KV_PER_TOKEN_HEAD,
      "an int4 cache read without its zero points: code x scale instead of (code - zp) x "
      "scale, as a reader of the int8 layout would (the zero point hides in the scale's low "
      "mantissa bits)",
      "int4 zero points dropped", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_ON_S_AND_P, 1, 0, 0}},
+     {ATTN_ROW_SCALES_ON_S_AND_P, 1, 0, 0}, {0, 0}},
     {"int4-q-unrotated", 0, PG_MODE_INT4KV_PER_TOKEN_HEAD,
      "K and V rotated into the int4 cache but Q not rotated to match (a path that skips "
      "single_rht on the query)",
      "Q not rotated to match K", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 1, 0}},
+     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 1, 0}, {0, 0}},
     {"int4-output-unrotated", 0, PG_MODE_INT4KV_PER_TOKEN_HEAD,
      "the int4 path's output left in the rotated basis (the inverse transform of the "
      "output skipped)",
      "output not rotated back", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 1}},
+     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 1}, {0, 0}},
     {"int4-pth-scales-missing", 0, PG_MODE_INT4KV_PER_TOKEN_HEAD,
      "an int4 cache read without its row scales: codes less zero points taken as values",
      "int4 row scales never applied", HYP_ROW_READ, HYP_MODE_DEFAULT, {0}, 0,
-     {ATTN_ROW_SCALES_IGNORED, 0, 0, 0}},
+     {ATTN_ROW_SCALES_IGNORED, 0, 0, 0}, {0, 0}},
+    {"intended-nvfp4kv", 1, PG_MODE_NVFP4KV,
+     "nvfp4kv@trtllm-gen: e2m1 codes with an e4m3 scale per 16 and the per-tensor k/v scales, "
+     "fp8 Q and matmuls, an e4m3 output",
+     "the nvfp4kv mode as intended", HYP_PROFILE, HYP_MODE_DEFAULT, {0}, 0,
+     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 0}},
+    {"nvfp4-block-scales-lost", 0, PG_MODE_NVFP4KV,
+     "an nvfp4 cache whose e2m1 codes reach the matmuls without their block scales (the "
+     "kv_cache_sf views not passed, or read as 1.0)",
+     "nvfp4 block scales never applied", HYP_FP8_READ, HYP_MODE_DEFAULT, {0}, 0,
+     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {1, 0}},
+    {"nvfp4-kv-scales-missing", 0, PG_MODE_NVFP4KV,
+     "an nvfp4 cache written with its global scales (1 / k_scale, 1 / v_scale) but read with "
+     "bmm1 and bmm2 scales that leave k_scale and v_scale out",
+     "nvfp4 per-tensor k/v scales never applied", HYP_FP8_READ, HYP_MODE_DEFAULT, {0}, 0,
+     {ATTN_ROW_SCALES_ON_S_AND_P, 0, 0, 0}, {0, 1}},
 };
 #define N_HYPOTHESES (sizeof hypotheses / sizeof hypotheses[0])
 
@@ -199,6 +216,10 @@ pg_status attn_hypothesis_run(const attn_hypothesis *h, const attn_batch *b, con
         st = attn_profile_find(pg_mode_name(h->mode), &p, err);
         if (st != PG_OK) return st;
         return attn_kv_per_token_head_run(p, &h->rd, b, q, k, v, &o, out, NULL, n_threads, err);
+    case HYP_FP8_READ:
+        st = attn_profile_find(pg_mode_name(h->mode), &p, err);
+        if (st != PG_OK) return st;
+        return attn_fp8_matmuls_run(p, &h->fr, b, q, k, v, &o, out, NULL, n_threads, err);
     case HYP_Q_UNSCALED:
         o.q_scale = 1.0f;
         /* fall through */

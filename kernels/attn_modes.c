@@ -50,6 +50,9 @@ typedef struct core_params {
     attn_row_scaling row_scaling;
     int zero_points;          /* whether the rows' zero points are subtracted, */
     int pv_in_fp32;           /* and P x v scale kept fp32 for P.V (else bf16) */
+    /* the tiled softmaxes: O rounded to e4m3 before it becomes bf16 (a kernel
+     * with an fp8 output) */
+    int out_e4m3;
 } core_params;
 
 /* Everything a work item needs; scratch is per thread. */
@@ -71,6 +74,13 @@ static inline float elem_load(const void *base, size_t i, pg_number_format e)
     if (e == PG_FORMAT_BF16) return bf16_to_f32(((const uint16_t *)base)[i]);
     if (e == PG_FORMAT_E4M3) return fp8_e4m3_decode(((const uint8_t *)base)[i]);
     return fp_codec_of(e)->decode(((const uint8_t *)base)[i]);
+}
+
+/* One output element: bf16(x), or bf16(e4m3(x)) for a kernel whose output
+ * is e4m3 (exact: every e4m3 value is a bf16 value). */
+static inline uint16_t out_round(float x, int e4m3)
+{
+    return bf16_from_f32(e4m3 ? fp8_e4m3_decode(fp8_e4m3_encode(x)) : x);
 }
 
 /* P rounded for the P.V product: e4m3 (nearest even, saturating) or bf16. */
@@ -327,7 +337,7 @@ static void row_tiled(const core_row *r, const core_params *par, uint16_t *o)
             l += exp2f((float)((double)*r->sink * LOG2E_F64 - (double)(m * s) +
                                (double)par->max_offset));
         const float inv = l == 0.0f ? 1.0f : 1.0f / l;
-        for (int i = 0; i < d; i++) o[i] = bf16_from_f32((acc[i] * inv) * par->v_descale);
+        for (int i = 0; i < d; i++) o[i] = out_round((acc[i] * inv) * par->v_descale, par->out_e4m3);
         return;
     }
     if (kind == ATTN_SOFTMAX_FA3) {
@@ -338,7 +348,7 @@ static void row_tiled(const core_row *r, const core_params *par, uint16_t *o)
     } else {
         scale = l > 0.0f ? par->v_descale / l : 0.0f;
     }
-    for (int i = 0; i < d; i++) o[i] = bf16_from_f32(acc[i] * scale);
+    for (int i = 0; i < d; i++) o[i] = out_round(acc[i] * scale, par->out_e4m3);
 }
 
 /* exp as Triton takes it in fp32: ex2.approx.f32(x * log2e), the product
@@ -533,8 +543,9 @@ static core_kv kv_sources(unsigned kept, const kv_paged *e4m3, const uint16_t *k
 }
 
 /* The paged fp8 cache of k and v (fp8 profiles): elem codes with the
- * per-tensor scales of opt, or (per_token_head) elem codes with each row's
- * own scale; nothing (cache->block_table NULL) when kept leaves both bf16;
+ * per-tensor scales of opt, nvfp4 codes with their block scales and opt's
+ * per-tensor ones, or (per_token_head) elem codes with each row's own scale;
+ * nothing (cache->block_table NULL) when kept leaves both bf16;
  * the counters of a kept tensor stay zero. */
 static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
                                  const attn_quant_options *opt, unsigned kept, pg_number_format elem,
@@ -544,12 +555,16 @@ static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const u
     memset(cache, 0, sizeof *cache);
     if ((kept & (ATTN_TENSOR_K | ATTN_TENSOR_V)) == (ATTN_TENSOR_K | ATTN_TENSOR_V)) return PG_OK;
     fp8_quant_stats *ks = rep ? &rep->k : NULL, *vs = rep ? &rep->v : NULL;
-    pg_status st =
-        per_token_head
-            ? kv_paged_write_per_token_head(b, k, v, elem, opt->page_seed, opt->block_size,
-                                            cache, ks, vs, err)
-            : kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
-                             opt->block_size, cache, ks, vs, err);
+    pg_status st;
+    if (elem == PG_FORMAT_NVFP4)
+        st = kv_paged_write_nvfp4(b, k, v, opt->k_scale, opt->v_scale, opt->page_seed,
+                                  opt->block_size, cache, ks, vs, err);
+    else if (per_token_head)
+        st = kv_paged_write_per_token_head(b, k, v, elem, opt->page_seed, opt->block_size, cache,
+                                           ks, vs, err);
+    else
+        st = kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
+                            opt->block_size, cache, ks, vs, err);
     if (st == PG_OK && rep != NULL) {
         if (kept & ATTN_TENSOR_K) memset(&rep->k, 0, sizeof rep->k);
         if (kept & ATTN_TENSOR_V) memset(&rep->v, 0, sizeof rep->v);
@@ -599,21 +614,22 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
     return st;
 }
 
-/* fp8qkv: e4m3 Q, K and V (the paged cache), then the profile's core; the
- * tensors opt->keep_bf16 names stay bf16 with scale 1. */
-static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const uint16_t *q,
-                            const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
-                            uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err)
+pg_status attn_fp8_matmuls_run(const attn_profile *p, const attn_fp8_read *rd,
+                               const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, const attn_quant_options *opt, uint16_t *out,
+                               attn_quant_report *rep, int n_threads, pg_err *err)
 {
+    const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
     const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq * (size_t)b->d;
     uint8_t *q8 = NULL;
     /* A tensor kept bf16 (quantize = 0: all of them) has its scale unused (attn.h). */
     const unsigned kept = kept_bf16(opt);
+    const int kv_unscaled = opt->quantize && rd->kv_scales_dropped;
     const float qs = (kept & ATTN_TENSOR_Q) ? 1.0f : opt->q_scale,
-                ks = (kept & ATTN_TENSOR_K) ? 1.0f : opt->k_scale,
-                vs = (kept & ATTN_TENSOR_V) ? 1.0f : opt->v_scale;
+                ks = (kept & ATTN_TENSOR_K) || kv_unscaled ? 1.0f : opt->k_scale,
+                vs = (kept & ATTN_TENSOR_V) || kv_unscaled ? 1.0f : opt->v_scale;
     core_params par = {.q_elem = PG_FORMAT_BF16, .p_e4m3 = !(kept & ATTN_TENSOR_P),
-                       .softmax = p->softmax, .accum = p->accum};
+                       .softmax = p->softmax, .accum = p->accum, .out_e4m3 = p->out_e4m3};
     switch (p->softmax) {
     case ATTN_SOFTMAX_FINAL_MAX:
         par.qk_scale = attn_vllm_bmm1_scale(qs, ks, b->sm_scale);
@@ -652,7 +668,14 @@ static pg_status run_fp8qkv(const attn_profile *p, const attn_batch *b, const ui
         par.q_elem = PG_FORMAT_E4M3;
     }
     kv_paged cache;
-    pg_status st = fp8_cache_write(b, k, v, opt, kept, PG_FORMAT_E4M3, 0, &cache, rep, err);
+    pg_status st = fp8_cache_write(b, k, v, opt, kept, mt->kv_format, 0, &cache, rep, err);
+    if (st == PG_OK && cache.block_table != NULL && cache.elem == PG_FORMAT_NVFP4) {
+        /* the kernel converts the nvfp4 cache to its fp8 Q's type (kv_cache.h) */
+        kv_paged e4m3;
+        st = kv_nvfp4_to_e4m3(&cache, opt->quantize && rd->block_scales_dropped, &e4m3, err);
+        kv_paged_free(&cache);
+        cache = e4m3;
+    }
     if (st == PG_OK) {
         const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
         st = core_run(b, qin, &kv, &par, out, n_threads, err);
@@ -774,7 +797,10 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
         const attn_row_read rd = ATTN_ROW_READ_INTENDED;
         return attn_kv_per_token_head_run(p, &rd, b, q, k, v, opt, out, rep, n_threads, err);
     }
-    case PG_KV_FP8_MATMULS: return run_fp8qkv(p, b, q, k, v, opt, out, rep, n_threads, err);
+    case PG_KV_FP8_MATMULS: {
+        const attn_fp8_read rd = {0, 0};
+        return attn_fp8_matmuls_run(p, &rd, b, q, k, v, opt, out, rep, n_threads, err);
+    }
     case PG_KV_READ_AS_BF16: break;
     }
     return pg_fail(err, PG_ERR_INTERNAL, "variant %s: mode %s has no computation",

@@ -225,6 +225,28 @@ static const char rules_int4kv_per_token_head_triton[] =
     "  sum(p x zp_v)) with p = P x v scale kept in fp32 (fp32 tl.dot: Triton's default there is\n"
     "  TF32, which would round p to 10 bits; not modelled). Head dim: a power of two.\n";
 
+static const char rules_nvfp4kv_trtllm_gen[] =
+    "vLLM --kv-cache-dtype nvfp4 (PRs #37332, #40177), served by FLASHINFER's trtllm-gen\n"
+    "  kernels on SM100 / SM103 alone (FlashInferBackend.supports_kv_cache_dtype:\n"
+    "  is_device_capability_family(100)); on Hopper this specification is the only place to\n"
+    "  see its error.\n"
+    "Cache write (csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu reshape_and_cache_nvfp4_kernel\n"
+    "  -> quantization/fp4/nvfp4_utils.cuh cvt_warp_fp16_to_fp4, read at bde9006), per block of\n"
+    "  16 elements of a row, with SFScaleVal = 1 / k_scale (v_scale for V; k_scale = amax /\n"
+    "  448 as the tests and FlashInfer calibrate it, or 1.0 without a checkpoint scale):\n"
+    "  sf = e4m3(SFScaleVal * (amax * rcp(6))) (nearest even, satfinite); out_scale = sf != 0 ?\n"
+    "  rcp(sf * rcp(SFScaleVal)) : 0; code = e2m1(x * out_scale) (cvt.rn.satfinite, +-6).\n"
+    "  rcp.approx.ftz is modelled as the correctly rounded reciprocal. Two codes per byte, the\n"
+    "  even element in the low nibble; the sf bytes after the page's data.\n"
+    "Attention: Q quantized to e4m3 with q_scale (QuantFP8, static: q_scale, or k_scale when\n"
+    "  the checkpoint has none); bmm1_scale = sm_scale * q_scale * k_scale, bmm2_scale =\n"
+    "  v_scale. The kernel converts K and V to Q's type (transformsKv, DataTypeK != DataTypeQ):\n"
+    "  modelled as e4m3(e2m1 * sf), the product exact in fp32 then rounded once (inferred: the\n"
+    "  conversion is in closed cubins). The softmax and fp8 P.V are fp8qkv@trtllm's (the same\n"
+    "  proxy for trtllm-gen, tiles of 256 keys at d <= 128). The output is e4m3 (vLLM's\n"
+    "  _nvfp4_fp8_out, then .to(bf16) without a scale): O = bf16(e4m3(acc / l * bmm2_scale)).\n"
+    "Head dim: a multiple of 16.\n";
+
 /* The table, in the order attn_profile_at lists it. */
 static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
     [VARIANT_BF16] = {
@@ -274,6 +296,12 @@ static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
      .summary = "int4 KV, Hadamard-rotated, a scale and zero point per (token, KV head), Triton",
      .rules = rules_int4kv_per_token_head_triton, .softmax = ATTN_SOFTMAX_TRITON,
      .pv_in_fp32 = 1, .accum = ATTN_ACCUM_EXACT}, /* tiles: as fp8kv_per_token_head@triton */
+    [VARIANT_NVFP4KV_TRTLLM_GEN] = {
+     .summary = "nvfp4 KV (e2m1, e4m3 scale per 16), fp8 Q, trtllm-gen proxy, e4m3 output",
+     .rules = rules_nvfp4kv_trtllm_gen, .softmax = ATTN_SOFTMAX_TRTLLM,
+     .p_exp_offset = TRTLLM_FP8_EXP_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_1LEVEL,
+     .out_e4m3 = 1,
+     .tiles = {{64, 256, 256}, {96, 256, 256}, {128, 256, 256}, {192, 128, 128}, {256, 128, 128}}},
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])

@@ -99,6 +99,24 @@ pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read 
                                      const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err);
 
+/* How an fp8-matmul computation reads its cache, where a kernel may
+ * misapply the scales (the intended read is {0, 0}). */
+typedef struct attn_fp8_read {
+    int block_scales_dropped; /* nvfp4: e2m1 codes converted without their block scales */
+    int kv_scales_dropped;    /* k_scale left out of bmm1 and v_scale out of bmm2 */
+} attn_fp8_read;
+
+/* A mode with fp8 matmuls (fp8qkv's profiles, nvfp4kv@trtllm-gen) read as
+ * rd: Q quantized to e4m3 with q_scale, the cache written in the mode's
+ * format with opt's per-tensor scales (nvfp4: then converted to e4m3), the
+ * profile's core, its output e4m3 when the profile says so; the tensors
+ * opt->keep_bf16 names stay bf16 with scale 1; opt->quantize = 0 keeps
+ * everything bf16 and reads as intended. Checks as attn_variant_run. */
+pg_status attn_fp8_matmuls_run(const attn_profile *p, const attn_fp8_read *rd,
+                               const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                               const uint16_t *v, const attn_quant_options *opt, uint16_t *out,
+                               attn_quant_report *rep, int n_threads, pg_err *err);
+
 /* How the softmax is taken. */
 typedef enum attn_softmax {
     ATTN_SOFTMAX_FINAL_MAX,  /* two passes: final row max, P = expf(S*qk_scale - m) */
@@ -142,6 +160,7 @@ struct attn_profile {
     int no_sinks;                      /* the kernel has no attention sinks: refused */
     int pv_in_fp32;                    /* Triton: P x v scale enters P.V in fp32 (the int4
                                         * kernel's fp32 tl.dot), else rounded to bf16 */
+    int out_e4m3;                      /* tiled softmaxes: the kernel writes an e4m3 output */
     attn_accum accum;                  /* fp8qkv only */
     attn_tile_row tiles[ATTN_TILE_ROWS]; /* tiled softmaxes only */
 };

@@ -684,7 +684,7 @@ extern "C" pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, con
                              &cache, dstats, err);
     if (st == PG_OK) {
         *out = kv_paged{elem, b->n_seqs, b->hkv, b->d, block_size, cache.n_pages,
-                        cache.pages_per_seq, nullptr, nullptr, nullptr};
+                        cache.pages_per_seq, nullptr, nullptr, nullptr, 0};
         const size_t bytes = (size_t)cache.n_pages * 2 * b->hkv * block_size * b->d * elem_bytes(elem);
         const size_t tbytes = (size_t)b->n_seqs * cache.pages_per_seq * sizeof(int32_t);
         out->data = malloc(bytes + 1);
@@ -729,7 +729,7 @@ extern "C" pg_status cuda_dequant_gather(cuda_backend *be, const kv_paged *src, 
     if (st == PG_OK) st = dev_gather(&pool, &b, &cb, &dsrc, k_scale, v_scale, &dout, err);
     if (st == PG_OK) {
         *out = kv_paged{PG_FORMAT_BF16, B, src->hkv, src->d, src->block_size, (int64_t)B * P + 1, P,
-                        nullptr, nullptr, nullptr};
+                        nullptr, nullptr, nullptr, 0};
         const size_t bytes = (size_t)out->n_pages * 2 * src->hkv * src->block_size * src->d * 2;
         out->data = malloc(bytes + 1);
         out->block_table = (int32_t *)malloc((size_t)B * P * sizeof(int32_t) + 1);

@@ -45,21 +45,22 @@ static void fill_nan(void *p, size_t n, pg_number_format elem)
 }
 
 /* Allocates c's page buffer (NaN-filled), a zeroed block table and, when
- * per_token_head, one scale per row (NaN-filled). */
-static pg_status kv_paged_alloc(kv_paged *c, int per_token_head, pg_err *err)
+ * c->scales_per_row > 0, that many scales per row (NaN-filled). */
+static pg_status kv_paged_alloc(kv_paged *c, pg_err *err)
 {
     size_t n = (size_t)c->n_pages * page_elems(c);
+    const size_t n_scales = n / (size_t)c->d * (size_t)c->scales_per_row;
     c->data = malloc(n * kv_elem_size(c->elem) + 1);
     c->block_table = calloc((size_t)c->n_seqs * (size_t)c->pages_per_seq + 1, sizeof(int32_t));
-    if (per_token_head) c->scales = malloc(n / (size_t)c->d * sizeof(float) + 1);
-    if (c->data == NULL || c->block_table == NULL || (per_token_head && c->scales == NULL)) {
+    if (c->scales_per_row > 0) c->scales = malloc(n_scales * sizeof(float) + 1);
+    if (c->data == NULL || c->block_table == NULL || (c->scales_per_row > 0 && c->scales == NULL)) {
         kv_paged_free(c);
         return pg_fail(err, PG_ERR_NOMEM, "paged KV cache: cannot allocate %lld pages",
                        (long long)c->n_pages);
     }
     fill_nan(c->data, n, c->elem);
     if (c->scales != NULL) /* slots never written read a NaN scale */
-        for (size_t i = 0; i < n / (size_t)c->d; i++) c->scales[i] = f32_from_bits(KV_F32_NAN_BITS);
+        for (size_t i = 0; i < n_scales; i++) c->scales[i] = f32_from_bits(KV_F32_NAN_BITS);
     return PG_OK;
 }
 
@@ -112,13 +113,16 @@ pg_status kv_block_table_build(const attn_batch *b, int block_size, uint64_t pag
 }
 
 /* Writes one (token, KV head) row of d bf16 values src into the cache row
- * dst: bits copied (bf16), the codes of x / the per-tensor scale (its codec), or,
- * with scale_out != NULL, the per-token-head codes and *scale_out. */
+ * dst: bits copied (bf16), the codes of x / the per-tensor scale (its codec),
+ * the nvfp4 codes and block scales (global scale 1 / scale) into scale_out,
+ * or, with scale_out != NULL, the per-token-head codes and *scale_out. */
 static void write_row(pg_number_format elem, const uint16_t *src, size_t d, float scale,
                       void *dst, float *scale_out, fp8_quant_stats *stats)
 {
     const fp_codec *c = fp_codec_of(elem);
-    if (scale_out != NULL)
+    if (elem == PG_FORMAT_NVFP4)
+        nvfp4_quantize_bf16_row(src, d, 1.0f / scale, dst, scale_out, stats);
+    else if (scale_out != NULL)
         *scale_out = c->quantize_bf16_per_token_head(src, d, dst, stats);
     else if (c->quantize_bf16 != NULL)
         c->quantize_bf16(src, d, scale, dst, stats);
@@ -126,10 +130,11 @@ static void write_row(pg_number_format elem, const uint16_t *src, size_t d, floa
         memcpy(dst, src, d * sizeof(uint16_t));
 }
 
-/* kv_paged_write and kv_paged_write_per_token_head (per_token_head: the
- * scales are the rows' own, k_scale and v_scale unused). */
+/* kv_paged_write, kv_paged_write_per_token_head and kv_paged_write_nvfp4
+ * (scales_per_row > 0: the rows' own scales, k_scale and v_scale unused
+ * but for nvfp4's global scales). */
 static pg_status paged_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
-                             pg_number_format elem, int per_token_head, float k_scale, float v_scale,
+                             pg_number_format elem, int scales_per_row, float k_scale, float v_scale,
                              uint64_t page_seed, int block_size, kv_paged *out,
                              fp8_quant_stats *kstats, fp8_quant_stats *vstats, pg_err *err)
 {
@@ -140,8 +145,9 @@ static pg_status paged_write(const attn_batch *b, const uint16_t *k, const uint1
     pg_status st = kv_block_table_build(b, block_size, page_seed, &n_pages, &width, &table, err);
     if (st != PG_OK) return st;
     *out = (kv_paged){.elem = elem, .n_seqs = b->n_seqs, .hkv = b->hkv, .d = b->d,
-                      .block_size = block_size, .n_pages = n_pages, .pages_per_seq = width};
-    st = kv_paged_alloc(out, per_token_head, err);
+                      .block_size = block_size, .n_pages = n_pages, .pages_per_seq = width,
+                      .scales_per_row = scales_per_row};
+    st = kv_paged_alloc(out, err);
     if (st != PG_OK) {
         free(table);
         return st;
@@ -160,11 +166,9 @@ static pg_status paged_write(const attn_batch *b, const uint16_t *k, const uint1
                 size_t src = ((size_t)(kv_base + t) * (size_t)b->hkv + (size_t)h) * d;
                 void *kd = (void *)kv_paged_row(out, page, 0, h, slot);
                 void *vd = (void *)kv_paged_row(out, page, 1, h, slot);
-                write_row(elem, k + src, d, k_scale, kd,
-                          per_token_head ? kv_paged_scale_at(out, page, 0, h, slot) : NULL,
+                write_row(elem, k + src, d, k_scale, kd, kv_paged_scale_at(out, page, 0, h, slot),
                           kstats);
-                write_row(elem, v + src, d, v_scale, vd,
-                          per_token_head ? kv_paged_scale_at(out, page, 1, h, slot) : NULL,
+                write_row(elem, v + src, d, v_scale, vd, kv_paged_scale_at(out, page, 1, h, slot),
                           vstats);
             }
         }
@@ -180,6 +184,48 @@ pg_status kv_paged_write(const attn_batch *b, const uint16_t *k, const uint16_t 
 {
     return paged_write(b, k, v, elem, 0, k_scale, v_scale, page_seed, block_size, out, kstats,
                        vstats, err);
+}
+
+pg_status kv_paged_write_nvfp4(const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                               float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                               kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
+                               pg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (b->d % NVFP4_BLOCK != 0)
+        return pg_fail(err, PG_ERR_SHAPE, "kv cache: nvfp4 takes a head dim that is a multiple "
+                       "of %d, and this layer's d is %d", NVFP4_BLOCK, b->d);
+    return paged_write(b, k, v, PG_FORMAT_NVFP4, b->d / NVFP4_BLOCK, k_scale, v_scale, page_seed,
+                       block_size, out, kstats, vstats, err);
+}
+
+pg_status kv_nvfp4_to_e4m3(const kv_paged *src, int block_scales_dropped, kv_paged *out,
+                           pg_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (src->elem != PG_FORMAT_NVFP4 || src->scales == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "nvfp4 conversion: the source is a %s cache",
+                       pg_number_format_name(src->elem));
+    *out = (kv_paged){.elem = PG_FORMAT_E4M3, .n_seqs = src->n_seqs, .hkv = src->hkv,
+                      .d = src->d, .block_size = src->block_size, .n_pages = src->n_pages,
+                      .pages_per_seq = src->pages_per_seq};
+    pg_status st = kv_paged_alloc(out, err);
+    if (st != PG_OK) return st;
+    memcpy(out->block_table, src->block_table,
+           (size_t)src->n_seqs * (size_t)src->pages_per_seq * sizeof *src->block_table);
+    const size_t rows = (size_t)src->n_pages * page_elems(src) / (size_t)src->d;
+    const size_t d = (size_t)src->d;
+    const uint8_t *codes = src->data;
+    uint8_t *to = out->data;
+    for (size_t r = 0; r < rows; r++) {
+        const float *sf = src->scales + r * (size_t)src->scales_per_row;
+        if (sf[0] != sf[0]) continue; /* an unwritten row stays NaN */
+        for (size_t i = 0; i < d; i++) {
+            const float e = fp4_e2m1_decode(codes[r * d + i]);
+            to[r * d + i] = fp8_e4m3_encode(block_scales_dropped ? e : e * sf[i / NVFP4_BLOCK]);
+        }
+    }
+    return PG_OK;
 }
 
 pg_status kv_paged_write_per_token_head(const attn_batch *b, const uint16_t *k,
@@ -200,8 +246,9 @@ float *kv_paged_scale_at(const kv_paged *c, int64_t page, int which, int head, i
 {
     if (c->scales == NULL) return NULL;
     const size_t per_page = (size_t)2 * (size_t)c->hkv * (size_t)c->block_size;
-    return c->scales + (size_t)page * per_page +
-           ((size_t)which * (size_t)c->hkv + (size_t)head) * (size_t)c->block_size + (size_t)slot;
+    return c->scales + ((size_t)page * per_page +
+                        ((size_t)which * (size_t)c->hkv + (size_t)head) * (size_t)c->block_size +
+                        (size_t)slot) * (size_t)c->scales_per_row;
 }
 
 pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, kv_paged *out,
@@ -214,7 +261,7 @@ pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, k
     *out = (kv_paged){.elem = PG_FORMAT_BF16, .n_seqs = B, .hkv = src->hkv, .d = src->d,
                       .block_size = src->block_size, .n_pages = (int64_t)B * P + 1,
                       .pages_per_seq = P};
-    pg_status st = kv_paged_alloc(out, 0, err);
+    pg_status st = kv_paged_alloc(out, err);
     if (st != PG_OK) return st;
     const size_t half = page_elems(src) / 2; /* K or V part of one page */
     for (int b = 0; b < B; b++) {

@@ -28,9 +28,11 @@ typedef struct kv_paged {
     int pages_per_seq;        /* block-table width */
     void *data;               /* [n_pages, 2, hkv, block_size, d] */
     int32_t *block_table;     /* [n_seqs, pages_per_seq] */
-    float *scales;            /* per-token-head caches: one fp32 scale per (page, K or V,
-                               * head, slot), [n_pages, 2, hkv, block_size] (NaN where
-                               * unwritten); NULL for per-tensor scales */
+    float *scales;            /* per-token-head and block-scaled caches: scales_per_row fp32
+                               * scales per (page, K or V, head, slot), [n_pages, 2, hkv,
+                               * block_size, scales_per_row] (NaN where unwritten); NULL
+                               * for per-tensor scales */
+    int scales_per_row;       /* 1 per (token, KV head); d / NVFP4_BLOCK for nvfp4; 0: none */
 } kv_paged;
 
 /* Bytes of one element of format e (numerics.h fp_codec_of). */
@@ -65,8 +67,26 @@ pg_status kv_paged_write_per_token_head(const attn_batch *b, const uint16_t *k,
                                         kv_paged *out, fp8_quant_stats *kstats,
                                         fp8_quant_stats *vstats, pg_err *err);
 
-/* The scale of row (page, which = 0 K / 1 V, head, slot) of a per-token-head
- * cache; NULL when c has per-tensor scales. */
+/* vLLM's nvfp4 cache of packed bf16 k/v (kv_paged_write's layout and
+ * seeding): e2m1 codes with each row's e4m3 block scales (scales_per_row =
+ * d / NVFP4_BLOCK, decoded) from nvfp4_quantize_bf16_row with the global
+ * scales 1 / k_scale and 1 / v_scale; PG_ERR_SHAPE when d is no multiple of
+ * NVFP4_BLOCK. Adds to kstats/vstats (may be NULL). */
+pg_status kv_paged_write_nvfp4(const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                               float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                               kv_paged *out, fp8_quant_stats *kstats, fp8_quant_stats *vstats,
+                               pg_err *err);
+
+/* The e4m3 cache (same pages and block table, no scales) that an nvfp4
+ * cache src becomes when a kernel converts it to its fp8 Q's type: each
+ * code e4m3(e2m1 x block scale), or e4m3(e2m1) with block_scales_dropped;
+ * unwritten slots stay NaN (trtllm-gen's transformsKv, inferred: kernels
+ * /attn_profile.c nvfp4kv@trtllm-gen). */
+pg_status kv_nvfp4_to_e4m3(const kv_paged *src, int block_scales_dropped, kv_paged *out,
+                           pg_err *err);
+
+/* The first scale of row (page, which = 0 K / 1 V, head, slot) of a cache
+ * with scales (scales_per_row of them); NULL when c has per-tensor scales. */
 float *kv_paged_scale_at(const kv_paged *c, int64_t page, int which, int head, int slot);
 
 /* vLLM PR #24197's dequant: from src (codes of any format, or bf16; per-tensor scales) build a compact bf16

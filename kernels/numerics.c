@@ -74,6 +74,9 @@
 /* What an unwritten int4 slot holds: above every code 0..15 (its NaN scale
  * marks it too). */
 #define INT4_UNWRITTEN_CODE 0xFFu
+/* And of an unwritten nvfp4 slot (the codes are 0 .. 15; its NaN block
+ * scales mark it). */
+#define NVFP4_UNWRITTEN_CODE 0xFFu
 
 uint16_t bf16_from_f32(float x)
 {
@@ -416,6 +419,79 @@ float int4_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *ou
     return f32_from_bits((f32_bits(scale) & ~INT4_ZERO_POINT_MASK) | (uint32_t)zp);
 }
 
+/* e2m1's eight magnitudes by code (OCP MX v1.0 table: e = 0 is the
+ * subnormal 0.5 m; e >= 1 is 2^(e - 1) (1 + m / 2)). */
+static const float e2m1_magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+/* e2m1's sign bit in a code. */
+#define E2M1_SIGN_BIT 0x8u
+#define E2M1_MAG_MASK 0x7u
+
+float fp4_e2m1_decode(uint8_t b)
+{
+    const float m = e2m1_magnitudes[b & E2M1_MAG_MASK];
+    return (b & E2M1_SIGN_BIT) ? -m : m;
+}
+
+/*
+ * Nearest of the eight magnitudes, a tie to the even code: the midpoints
+ * 0.25, 1.25, 2.5 and 5 go down (to codes 0, 2, 4, 6), 0.75, 1.75 and 3.5
+ * up (to 2, 4, 6). The sign is kept for a zero result (-0 is code 8).
+ */
+uint8_t fp4_e2m1_encode(float x)
+{
+    if (x != x) return E2M1_MAG_MASK; /* no NaN in e2m1: saturate */
+    const float m = fabsf(x);
+    uint8_t c;
+    if (m <= 0.25f) c = 0;
+    else if (m < 0.75f) c = 1;
+    else if (m <= 1.25f) c = 2;
+    else if (m < 1.75f) c = 3;
+    else if (m <= 2.5f) c = 4;
+    else if (m < 3.5f) c = 5;
+    else if (m <= 5.0f) c = 6;
+    else c = 7;
+    return (uint8_t)(c | (signbit(x) ? E2M1_SIGN_BIT : 0u));
+}
+
+/*
+ * cvt_warp_fp16_to_fp4 (vLLM csrc/libtorch_stable/quantization/fp4/
+ * nvfp4_utils.cuh, read at bde9006; called by reshape_and_cache_nvfp4_kernel
+ * in nvfp4_kv_cache_kernels.cu with SFScaleVal = 1.0f / *k_scale_ptr):
+ *   vecMax = max |x| of the block (exact in bf16);
+ *   SFValue = SFScaleVal * (vecMax * reciprocal_approximate_ftz(6.0f));
+ *   SFValue = float(__nv_fp8_e4m3(SFValue))  (nearest even, satfinite);
+ *   outputScale = SFValue != 0 ? rcp(SFValue * rcp(SFScaleVal)) : 0;
+ *   codes = cvt.rn.satfinite.e2m1x2.f32(x * outputScale).
+ * rcp.approx.ftz.f32 is modelled as the correctly rounded reciprocal: the
+ * GPU's approximate one may differ in the last bit (only a GPU kernel can be
+ * held to it, issue #31), and ftz matters only for subnormal inputs.
+ */
+void nvfp4_quantize_bf16_row(const uint16_t *x, size_t n, float sf_scale, uint8_t *out,
+                             float *block_scales, fp8_quant_stats *stats)
+{
+    const float rcp6 = 1.0f / FP4_E2M1_MAX;
+    const float inv_sf_scale = 1.0f / sf_scale;
+    uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
+    for (size_t b0 = 0; b0 < n; b0 += NVFP4_BLOCK) {
+        const size_t len = n - b0 < NVFP4_BLOCK ? n - b0 : NVFP4_BLOCK;
+        const float vmax = bf16_amax(x + b0, len);
+        const float sf = fp8_e4m3_decode(fp8_e4m3_encode(sf_scale * (vmax * rcp6)));
+        const float out_scale = sf != 0.0f ? 1.0f / (sf * inv_sf_scale) : 0.0f;
+        if (block_scales != NULL) block_scales[b0 / NVFP4_BLOCK] = sf;
+        for (size_t i = b0; i < b0 + len; i++) {
+            const float xf = bf16_to_f32(x[i]);
+            const float y = xf * out_scale;
+            const uint8_t c = fp4_e2m1_encode(y);
+            if (out != NULL) out[i] = c;
+            n_sat += (uint64_t)(fabsf(y) > FP4_E2M1_MAX);
+            const int nz = (xf != 0.0f);
+            n_nz += (uint64_t)nz;
+            n_uf += (uint64_t)(nz && (c & E2M1_MAG_MASK) == 0);
+        }
+    }
+    stats_add(stats, n, n_sat, n_nz, n_uf);
+}
+
 /* Bytes of a bf16 element and of an fp8 or int8 code. */
 #define BF16_ELEMENT_BYTES 2u
 #define FP8_ELEMENT_BYTES 1u
@@ -423,6 +499,8 @@ float int4_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *ou
 /* The emulated cache holds one int4 code per byte; vLLM packs two
  * (base/mode.h kv_element_bits says what the page holds). */
 #define INT4_ELEMENT_BYTES 1u
+/* And one e2m1 code per byte (vLLM packs two). */
+#define E2M1_ELEMENT_BYTES 1u
 
 static const fp_codec codecs[] = {
     [PG_FORMAT_BF16] = {.bytes = BF16_ELEMENT_BYTES},
@@ -439,6 +517,9 @@ static const fp_codec codecs[] = {
                            .decode = int4_decode,
                            .quantize_bf16_per_token_head = int4_quantize_bf16_per_token_head,
                            .split_scale = int4_split_scale},
+    /* nvfp4: block scales, written by nvfp4_quantize_bf16_row (kv_cache.h) */
+    [PG_FORMAT_NVFP4] = {.bytes = E2M1_ELEMENT_BYTES, .nan_code = NVFP4_UNWRITTEN_CODE,
+                         .decode = fp4_e2m1_decode},
 };
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 

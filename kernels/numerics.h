@@ -153,6 +153,34 @@ void int4_split_scale(float stored, float *scale, float *zero_point);
 float int4_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                         fp8_quant_stats *stats);
 
+/* e2m1 (OCP Microscaling Formats v1.0, FP4 E2M1): sign, 2 exponent bits
+ * (bias 1), 1 mantissa bit; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; no inf
+ * or NaN. One code per byte here, the sign in bit 3 (codes 0 .. 15). */
+#define FP4_E2M1_MAX 6.0f
+/* The elements that share one block scale in NVIDIA's nvfp4 (vLLM's nvfp4
+ * KV cache: head_size / 16 e4m3 scales per row). */
+#define NVFP4_BLOCK 16
+
+/* The exact value of the e2m1 code b (bits 0 .. 3; higher bits ignored). */
+float fp4_e2m1_decode(uint8_t b);
+
+/* Rounds x to e2m1, nearest with ties to the even code, saturating at +-6
+ * (PTX cvt.rn.satfinite.e2m1x2.f32); NaN gives +6 (unreachable: captures
+ * with NaN are refused). */
+uint8_t fp4_e2m1_encode(float x);
+
+/* vLLM's nvfp4 cache write of one row of n bf16 values (n a multiple of
+ * NVFP4_BLOCK) with the tensor's global scale sf_scale = 1 / k_scale (or
+ * v_scale): per block of 16, sf = e4m3(sf_scale * (amax * fp32(1 / 6))),
+ * then each code e2m1(x * (1 / (sf * (1 / sf_scale)))), 0 for a block whose
+ * sf is 0 (csrc/libtorch_stable/quantization/fp4/nvfp4_utils.cuh
+ * cvt_warp_fp16_to_fp4). Codes into out (may be NULL), each block's
+ * decoded sf into block_scales[n / 16]; adds to *stats (may be NULL:
+ * n_saturated counts |x * output scale| > 6, n_underflow the nonzero x
+ * written as +-0). */
+void nvfp4_quantize_bf16_row(const uint16_t *x, size_t n, float sf_scale, uint8_t *out,
+                             float *block_scales, fp8_quant_stats *stats);
+
 /* One number format's codec: what the caches and the CPU specification's
  * loads read instead of naming formats, so that a format with one-byte
  * codes arrives as a row of fp_codec_of's table (numerics.c). */

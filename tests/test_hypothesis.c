@@ -81,7 +81,8 @@ Test(hypothesis, table_names_intended_and_sources)
                                        "int8-pth-scales-missing", "int8-pth-scales-twice",
                                        "intended-int4kv_pth", "int4-zero-point-dropped",
                                        "int4-q-unrotated", "int4-output-unrotated",
-                                       "int4-pth-scales-missing"};
+                                       "int4-pth-scales-missing", "intended-nvfp4kv",
+                                       "nvfp4-block-scales-lost", "nvfp4-kv-scales-missing"};
     cr_assert_eq(attn_hypothesis_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < attn_hypothesis_count(); i++) {
         const attn_hypothesis *h = attn_hypothesis_at(i);

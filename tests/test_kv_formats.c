@@ -73,6 +73,8 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
         {"int4kv_per_token_head", "int4_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
          PG_FORMAT_INT4_ZP, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, INT4_BITS,
          F32_BYTES, 0},
+        {"nvfp4kv", "nvfp4", PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P,
+         PG_FORMAT_NVFP4, PG_SCALES_PER_BLOCK_AND_TENSOR, PG_KV_FP8_MATMULS, INT4_BITS, 0, 0},
     };
     cr_assert_eq(PG_MODE_COUNT, sizeof want / sizeof want[0]);
     cr_expect_eq(pg_mode_baseline(), PG_MODE_BF16);
@@ -609,6 +611,12 @@ Test(kv_formats, advise_counts_the_per_token_head_scales_carved_from_the_page)
                        1.0 - (double)(DD / 2 + F32_BYTES) / DD, 1e-12);
     cr_expect_float_eq(r.kv_bytes_saved_fraction,
                        1.0 - (double)(DD / 2 + F32_BYTES) / (2 * DD), 1e-12);
+    advise_result_free(&r);
+    /* nvfp4: two codes per byte and one e4m3 byte per 16 elements: 32 + 4 per row */
+    for (int l = 0; l < 2; l++) rows[l].variant = "nvfp4kv@trtllm-gen";
+    const advise_request rqn = {"nvfp4kv@trtllm-gen", PG_METRIC_REL_L2, 0.5};
+    cr_assert_eq(advise_compute(&rqn, rows, 2, s, 2, &r, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(r.kv_bytes_mixed, 2 * (2 * HKV * (DD / 2 + DD / 16)));
     advise_result_free(&r);
 }
 

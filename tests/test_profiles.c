@@ -112,7 +112,7 @@ Test(profiles, table_order_names_and_defaults)
         "bf16",          "fp8kv@fixed",           "fp8kv@vllm-24197", "fp8qkv@fa3",
         "fp8qkv@fa3-1level", "fp8qkv@trtllm", "fp8qkv@flashinfer-fa3", "fp8qkv@ideal",
         "fp8kv_e5m2@fixed", "fp8kv_per_token_head@triton", "int8kv_per_token_head@triton",
-        "int4kv_per_token_head@triton"};
+        "int4kv_per_token_head@triton", "nvfp4kv@trtllm-gen"};
     cr_assert_eq(attn_profile_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert_str_eq(attn_profile_variant(attn_profile_at(i)), want[i]);
