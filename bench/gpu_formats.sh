@@ -48,3 +48,16 @@ for d in (16, 64, 128, 256):
     print(f"d {d}: {'same' if ok else 'DIFFERENT'} torch {want[:32]}... precgate {mine[str(d)][:32]}...")
 print("rht signs:", "all equal to torch's" if bad == 0 else f"{bad} head dims differ")
 PY
+if [ "${LONG:-0}" = 1 ]; then
+  # The long-context capture of issue #30's table: llama-3-8b shape, 512 new
+  # tokens after 32,256 cached ones (32,768 keys), every KV format.
+  echo "== every format on a 32k-key llama-3-8b capture"
+  "$bin/precgate" synth -o /tmp/long.safetensors --preset llama-3-8b --layers 2 --seqs 1 \
+    --seq-len 512 --context 32256 >/dev/null
+  /usr/bin/time -f "long run: %e s wall" timeout 500 "$bin/precgate" run \
+    --capture /tmp/long.safetensors --backend cuda --db /tmp/long.db --no-progress \
+    --variants bf16,fp8kv,fp8qkv,fp8kv_e5m2,fp8kv_per_token_head,int8kv_per_token_head,int4kv_per_token_head,nvfp4kv \
+    > "$out/long_run.log" 2>&1
+  echo "long run exit $?"
+  tail -8 "$out/long_run.log"
+fi
