@@ -29,7 +29,7 @@
 
 const char *const merge_data_tables[] = {
     "layer_metrics", "quant_stats", "layer_shapes", "attribution", "ext_diagnosis",
-    "eval_samples",  "div_sequences", "div_scores", NULL,
+    "kv_format_stats", "eval_samples",  "div_sequences", "div_scores", NULL,
 };
 
 /* The parts of one shard database: runs whose config_json names a "job" or
@@ -328,6 +328,23 @@ static const column_rule column_rules[] = {
     {"attribution", "variant", VALUE_VARIANT, 0, R_NONE},
     {"attribution", "tensor", VALUE_NAME, 0, R_NONE},
     {"attribution", "rel_l2", VALUE_REAL, 0, R_ERROR},
+
+    {"kv_format_stats", "capture", VALUE_NAME, 0, R_NONE},
+    {"kv_format_stats", "layer", VALUE_INT, 0, R_INDEX},
+    {"kv_format_stats", "mode", VALUE_NAME, 0, R_NONE},
+    {"kv_format_stats", "tensor", VALUE_NAME, 0, R_NONE},
+    {"kv_format_stats", "format", VALUE_NAME, 0, R_NONE},
+    {"kv_format_stats", "n_values", VALUE_INT, 0, R_COUNT},
+    {"kv_format_stats", "saturated_frac", VALUE_REAL, 1, R_FRACTION},
+    {"kv_format_stats", "underflow_frac", VALUE_REAL, 1, R_FRACTION},
+    {"kv_format_stats", "code_bits", VALUE_INT, 0, 1, 8},
+    {"kv_format_stats", "codes_used", VALUE_INT, 0, 0, 256},
+    {"kv_format_stats", "code_entropy_bits", VALUE_REAL, 0, 0, 8},
+    {"kv_format_stats", "n_scales", VALUE_INT, 0, R_COUNT},
+    {"kv_format_stats", "scale_floor_frac", VALUE_REAL, 1, R_FRACTION},
+    {"kv_format_stats", "scale_min", VALUE_REAL, 1, 0, DBL_MAX},
+    {"kv_format_stats", "scale_mean", VALUE_REAL, 1, 0, DBL_MAX},
+    {"kv_format_stats", "scale_max", VALUE_REAL, 1, 0, DBL_MAX},
 
     {"ext_diagnosis", "capture", VALUE_NAME, 0, R_NONE},
     {"ext_diagnosis", "layer", VALUE_INT, 0, R_INDEX},

@@ -32,6 +32,16 @@ static const char SQL_QUANT[] =
     "SELECT capture, tensor, scale_source, layer, scale, saturated_frac, underflow_frac "
     "FROM quant_stats WHERE run_id = ?1";
 
+/* kv_format_stats per mode and tensor over the run's layers (report_store.h),
+ * in the order the sweep stored them; the scale mean weighs each layer by
+ * its scales. */
+static const char SQL_KV_FORMATS[] =
+    "SELECT mode, tensor, format, code_bits, count(*), sum(n_values), avg(saturated_frac),"
+    " max(saturated_frac), avg(underflow_frac), max(underflow_frac), max(codes_used),"
+    " avg(code_entropy_bits), sum(n_scales), avg(scale_floor_frac), min(scale_min),"
+    " sum(scale_mean * n_scales) / nullif(sum(n_scales), 0), max(scale_max)"
+    " FROM kv_format_stats WHERE run_id = ?1 GROUP BY mode, tensor ORDER BY min(rowid)";
+
 /* Regressions first, then errors, then the other verdicts (report_store.h). */
 static const char SQL_FLAGS[] =
     "SELECT baseline_run_id, scope, capture, layer, variant, eval, mode, effort, metric, "
@@ -265,6 +275,44 @@ pg_status report_store_quant(pg_store *s, int64_t run_id, quant_stat_row **rows,
 void quant_stat_rows_free(quant_stat_row *rows, size_t n)
 {
     sql_rows_free(&QUANT_ROW, rows, n);
+}
+
+/* ---- kv format stats ---------------------------------------------------------- */
+
+static const sql_field KV_FORMAT_FIELDS[] = {
+    SQL_FIELD(TEXT, kv_format_summary, mode),
+    SQL_FIELD(TEXT, kv_format_summary, tensor),
+    SQL_FIELD(TEXT, kv_format_summary, format),
+    SQL_FIELD(INT, kv_format_summary, code_bits),
+    SQL_FIELD(INT, kv_format_summary, n_layers),
+    SQL_FIELD(INT64, kv_format_summary, n_values),
+    SQL_FIELD(REAL, kv_format_summary, saturated_mean),
+    SQL_FIELD(REAL, kv_format_summary, saturated_max),
+    SQL_FIELD(REAL, kv_format_summary, underflow_mean),
+    SQL_FIELD(REAL, kv_format_summary, underflow_max),
+    SQL_FIELD(INT, kv_format_summary, codes_used),
+    SQL_FIELD(REAL, kv_format_summary, entropy_bits),
+    SQL_FIELD(INT64, kv_format_summary, n_scales),
+    SQL_FIELD(REAL, kv_format_summary, scale_floor_frac),
+    SQL_FIELD(REAL, kv_format_summary, scale_min),
+    SQL_FIELD(REAL, kv_format_summary, scale_mean),
+    SQL_FIELD(REAL, kv_format_summary, scale_max),
+};
+static const sql_row_type KV_FORMAT_ROW = SQL_ROW_TYPE(kv_format_summary, KV_FORMAT_FIELDS, NULL);
+
+pg_status report_store_kv_formats(pg_store *s, int64_t run_id, kv_format_summary **rows,
+                                  size_t *n, pg_err *err)
+{
+    void *v = NULL;
+    const pg_status ps = read_run_rows(s, "report_store_kv_formats", SQL_KV_FORMATS, run_id, 0,
+                                       NULL, &KV_FORMAT_ROW, &v, n, "kv_format_stats rows", err);
+    *rows = v;
+    return ps;
+}
+
+void kv_format_summaries_free(kv_format_summary *rows, size_t n)
+{
+    sql_rows_free(&KV_FORMAT_ROW, rows, n);
 }
 
 /* ---- flags -------------------------------------------------------------------- */

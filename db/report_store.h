@@ -118,6 +118,26 @@ pg_status report_store_quant(pg_store *s, int64_t run_id, quant_stat_row **rows,
 /* Frees n rows' strings and the array; NULL is a no-op. */
 void quant_stat_rows_free(quant_stat_row *rows, size_t n);
 
+/* One mode's K or V cache over a run's layers (kv_format_stats, schema
+ * version 18). Strings malloc'd (kv_format_summaries_free); NaN where the
+ * rows hold NULL. */
+typedef struct kv_format_summary {
+    char *mode, *tensor, *format;
+    int code_bits, n_layers, codes_used;   /* codes_used: the most of any layer */
+    int64_t n_values, n_scales;
+    double saturated_mean, saturated_max, underflow_mean, underflow_max;
+    double entropy_bits;                   /* mean over the layers */
+    double scale_floor_frac, scale_min, scale_mean, scale_max;
+} kv_format_summary;
+
+/* run_id's kv_format_stats per (mode, tensor), in the order they were
+ * stored, into *rows (free with kv_format_summaries_free). */
+pg_status report_store_kv_formats(pg_store *s, int64_t run_id, kv_format_summary **rows,
+                                  size_t *n, pg_err *err);
+
+/* Frees n rows' strings and the array; NULL is a no-op. */
+void kv_format_summaries_free(kv_format_summary *rows, size_t n);
+
 /* One flags row of the gate (harness/regress.h names every verdict and
  * scope). Strings malloc'd (flag_rows_free). */
 typedef struct flag_row {

@@ -632,6 +632,31 @@ const schema_migration schema_migrations[] = {
         "INSERT INTO attribution_v17 SELECT * FROM attribution;\n"
         "DROP TABLE attribution;\n"
         "ALTER TABLE attribution_v17 RENAME TO attribution;\n"),
+    /* What each swept mode's cache write does to a layer's K and V, fitted
+     * to its format (issue #30; kernels/kv_cache.h kv_mode_code_stats):
+     * quant_stats describes the e4m3 per-tensor cache alone. */
+    SCHEMA_MIGRATION(18,
+        "CREATE TABLE kv_format_stats (\n"
+        "    run_id  INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture TEXT    NOT NULL,\n"
+        "    layer   INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    mode    TEXT    NOT NULL CHECK (mode <> ''),   -- base/mode.h's name\n"
+        "    tensor  TEXT    NOT NULL CHECK (tensor IN ('k', 'v')),\n"
+        "    format  TEXT    NOT NULL CHECK (format <> ''), -- its number format\n"
+        "    n_values INTEGER NOT NULL CHECK (n_values >= 0),\n"
+        "    saturated_frac REAL,  -- of n_values; NULL: nothing to count\n"
+        "    underflow_frac REAL,  -- of the nonzero values; NULL: none\n"
+        "    code_bits   INTEGER NOT NULL CHECK (code_bits BETWEEN 1 AND 8),\n"
+        "    codes_used  INTEGER NOT NULL CHECK (codes_used >= 0),\n"
+        "    code_entropy_bits REAL NOT NULL CHECK (code_entropy_bits >= 0),\n"
+        "    -- the row (per token and KV head) or block scales; 0 and NULLs: per-tensor\n"
+        "    n_scales    INTEGER NOT NULL CHECK (n_scales >= 0),\n"
+        "    scale_floor_frac REAL,  -- of n_scales at the format's floor (1e-6 row, 0 block)\n"
+        "    scale_min   REAL,\n"
+        "    scale_mean  REAL,\n"
+        "    scale_max   REAL,\n"
+        "    UNIQUE (run_id, capture, layer, mode, tensor)\n"
+        ");\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -44,6 +44,8 @@ typedef enum stmt_id {
     ST_RUN_SET_CONFIG,
     ST_LAYER_INSERT,
     ST_QUANT_INSERT,
+    ST_KV_FORMAT_INSERT,
+    ST_KV_FORMAT_ROWS,
     ST_LAYER_ROWS,
     ST_QUANT_ROWS,
     ST_SHAPE_INSERT,
@@ -79,9 +81,17 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_QUANT_INSERT] =
         "INSERT INTO quant_stats (run_id, capture, layer, tensor, scale, scale_source,"
         " saturated_frac, underflow_frac) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_KV_FORMAT_INSERT] =
+        "INSERT INTO kv_format_stats (run_id, capture, layer, mode, tensor, format, n_values,"
+        " saturated_frac, underflow_frac, code_bits, codes_used, code_entropy_bits, n_scales,"
+        " scale_floor_frac, scale_min, scale_mean, scale_max)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     /* Both walk the UNIQUE indexes, whose first columns are run_id, capture, layer. */
     [ST_LAYER_ROWS] =
         "SELECT layer, count(*) FROM layer_metrics WHERE run_id = ?1 AND capture = ?2"
+        " GROUP BY layer",
+    [ST_KV_FORMAT_ROWS] =
+        "SELECT layer, count(*) FROM kv_format_stats WHERE run_id = ?1 AND capture = ?2"
         " GROUP BY layer",
     [ST_QUANT_ROWS] =
         "SELECT layer, count(*) FROM quant_stats WHERE run_id = ?1 AND capture = ?2"
@@ -886,6 +896,35 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
                         run_id, str_or_null(capture), layer, str_or_null(tensor));
 }
 
+pg_status store_put_kv_format_stats(pg_store *s, int64_t run_id, const char *capture, int layer,
+                                    const store_kv_format_stats *r, pg_err *err)
+{
+    if (s == NULL || r == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_put_kv_format_stats: store or row is NULL");
+    sql_binder b = sql_bind_start(s->stmt[ST_KV_FORMAT_INSERT]);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, capture);
+    sql_bind_int64(&b, layer);
+    sql_bind_text(&b, r->mode);
+    sql_bind_text(&b, r->tensor);
+    sql_bind_text(&b, r->format);
+    sql_bind_int64(&b, r->n_values);
+    sql_bind_double(&b, r->saturated_frac);
+    sql_bind_double(&b, r->underflow_frac);
+    sql_bind_int64(&b, r->code_bits);
+    sql_bind_int64(&b, r->codes_used);
+    sql_bind_double(&b, r->code_entropy_bits);
+    sql_bind_int64(&b, r->n_scales);
+    sql_bind_double(&b, r->scale_floor_frac);
+    sql_bind_double(&b, r->scale_min);
+    sql_bind_double(&b, r->scale_mean);
+    sql_bind_double(&b, r->scale_max);
+    return finish_write(s, &b, err,
+                        "insert kv_format_stats (run %" PRId64 ", capture '%s', layer %d, mode "
+                        "'%s', tensor '%s')", run_id, str_or_null(capture), layer,
+                        str_or_null(r->mode), str_or_null(r->tensor));
+}
+
 pg_status store_put_layer_shape(pg_store *s, int64_t run_id, const char *capture, int layer,
                                 const store_layer_shape *shape, pg_err *err)
 {
@@ -916,6 +955,7 @@ static const layer_count_query layer_count_queries[] = {
     {ST_LAYER_ROWS, "layer_metrics", offsetof(store_layer_rows, metrics)},
     {ST_QUANT_ROWS, "quant_stats", offsetof(store_layer_rows, quant)},
     {ST_SHAPE_ROWS, "layer_shapes", offsetof(store_layer_rows, shapes)},
+    {ST_KV_FORMAT_ROWS, "kv_format_stats", offsetof(store_layer_rows, kv_formats)},
 };
 
 pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *capture, int n_layers,

@@ -227,6 +227,24 @@ pg_status store_put_quant_stats(pg_store *s, int64_t run_id, const char *capture
                                 const char *tensor, double scale, const char *scale_source,
                                 double saturated_frac, double underflow_frac, pg_err *err);
 
+/* One kv_format_stats row (schema version 18): what one mode's cache write
+ * did to one layer's K or V. A NaN double is stored as NULL (nothing to
+ * count, or no row scales). */
+typedef struct store_kv_format_stats {
+    const char *mode, *tensor, *format; /* tensor "k" or "v" */
+    int64_t n_values;
+    double saturated_frac, underflow_frac;
+    int code_bits, codes_used;
+    double code_entropy_bits;
+    int64_t n_scales;
+    double scale_floor_frac, scale_min, scale_mean, scale_max;
+} store_kv_format_stats;
+
+/* Inserts one kv_format_stats row. PG_ERR_DB when a CHECK, the UNIQUE (run,
+ * capture, layer, mode, tensor) or the foreign key fails. */
+pg_status store_put_kv_format_stats(pg_store *s, int64_t run_id, const char *capture, int layer,
+                                    const store_kv_format_stats *r, pg_err *err);
+
 /* One layer's attention shape, as a layer_shapes row (schema version 11). */
 typedef struct store_layer_shape {
     int hq, hkv, d;  /* query heads, key/value heads, head dimension (> 0) */
@@ -248,6 +266,7 @@ typedef struct store_layer_rows {
                          later, 0 before (the table did not exist) */
     int64_t attribution; /* attribution rows (db/attribution_store.h) */
     int64_t diagnosis;   /* ext_diagnosis rows (db/diagnosis_store.h) */
+    int64_t kv_formats;  /* kv_format_stats rows (schema version 18) */
 } store_layer_rows;
 
 /* Counts run_id's layer_metrics, quant_stats, layer_shapes, attribution and

@@ -12,6 +12,7 @@
 
 #include "kernels/attn_backend.h"
 #include "kernels/attn_profile.h"
+#include "kernels/kv_cache.h"
 #include "kernels/numerics.h"
 #include "kernels/parallel.h"
 #include "attribute.h"
@@ -205,6 +206,7 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
                              int layer, const capture_layer *L, const store_layer_shape *shape,
                              const variant_metrics *vm, int n_vm, const tensor_quant *tq,
                              const char *scale_source, const attribute_row *ar, int n_ar,
+                             const store_kv_format_stats *kfs, int n_kfs,
                              const diag_layer *diag, pg_err *err)
 {
     const int hq = shape->hq;
@@ -225,6 +227,8 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
         st = store_put_quant_stats(store, run_id, capture_name, layer, tq[i].tensor,
                                    tq[i].scale, scale_source, sat, under, err);
     }
+    for (int i = 0; st == PG_OK && i < n_kfs; i++)
+        st = store_put_kv_format_stats(store, run_id, capture_name, layer, &kfs[i], err);
     for (int i = 0; st == PG_OK && i < n_ar; i++)
         st = attribution_store_put(store, run_id, capture_name, layer,
                                    attn_profile_variant(ar[i].p),
@@ -256,6 +260,8 @@ typedef struct layer_ctx {
     const uint16_t *gq, *gk, *gv; /* what the GPU uploads: page-locked copies, or L's arrays */
     attribute_row attr[SWEEP_MAX_VARIANTS * ATTRIBUTE_MAX_ROWS]; /* run --attribute */
     int n_attr;
+    store_kv_format_stats kfs[2 * PG_MODE_COUNT]; /* each swept mode's K and V cache */
+    int n_kfs;
     diag_layer diag;         /* the external outputs' distances to the hypotheses */
 } layer_ctx;
 
@@ -281,6 +287,51 @@ static void note_quant(layer_ctx *c, const attn_quant_fold *f)
     c->tqs[1].st = f->rep.k;
     c->tqs[2].st = f->rep.v;
     c->tqs[1].present = c->tqs[2].present = f->have_kv;
+}
+
+/* A fraction num / den, NaN when den is 0 (stored NULL: nothing to count). */
+static double frac_or_nan(uint64_t num, uint64_t den)
+{
+    return den ? (double)num / (double)den : NAN;
+}
+
+/* The kv_format_stats row of one tensor of mode m's cache write. */
+static store_kv_format_stats kv_format_row(pg_mode m, const char *tensor,
+                                           const fp8_quant_stats *q, const kv_code_stats *c)
+{
+    const pg_mode_traits *t = pg_mode_traits_of(m);
+    return (store_kv_format_stats){
+        .mode = t->name, .tensor = tensor, .format = pg_number_format_name(t->kv_format),
+        .n_values = (int64_t)q->n, .saturated_frac = frac_or_nan(q->n_saturated, q->n),
+        .underflow_frac = frac_or_nan(q->n_underflow, q->n_nonzero),
+        .code_bits = t->kv_element_bits, .codes_used = kv_code_stats_used(c),
+        .code_entropy_bits = kv_code_stats_entropy_bits(c), .n_scales = (int64_t)c->n_scales,
+        .scale_floor_frac = frac_or_nan(c->n_scales_at_floor, c->n_scales),
+        .scale_min = c->n_scales ? c->scale_min : NAN,
+        .scale_mean = c->n_scales ? c->scale_sum / (double)c->n_scales : NAN,
+        .scale_max = c->n_scales ? c->scale_max : NAN};
+}
+
+/* The layer's kv_format_stats rows: each swept mode with a quantized KV
+ * cache written once more on the CPU (the variants' runs may be the GPU's),
+ * with the layer's per-tensor scales and paging. */
+static pg_status layer_kv_format_stats(layer_ctx *c, const sweep_options *opt, pg_err *err)
+{
+    const unsigned modes = sweep_modes(opt);
+    c->n_kfs = 0;
+    for (int m = 0; m < PG_MODE_COUNT; m++) {
+        if (!((modes >> m) & 1u) || pg_mode_traits_of((pg_mode)m)->kv_format == PG_FORMAT_BF16)
+            continue;
+        fp8_quant_stats kq, vq;
+        kv_code_stats kc, vc;
+        pg_status st = kv_mode_code_stats((pg_mode)m, &c->b, c->L->k, c->L->v, c->fo.k_scale,
+                                          c->fo.v_scale, c->fo.page_seed, c->fo.block_size, &kq,
+                                          &vq, &kc, &vc, err);
+        if (st != PG_OK) return st;
+        c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "k", &kq, &kc);
+        c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "v", &vq, &vc);
+    }
+    return PG_OK;
 }
 
 /* --check-spec: the backend's output of profile p against the CPU specification's,
@@ -645,7 +696,7 @@ static void *layer_write_run(void *arg)
     sweep_layer_shape(w->c.cap, w->c.li, &shape);
     w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L, &shape, w->c.vm,
                         w->c.n_vm, w->c.tqs, w->scale_source, w->c.attr, w->c.n_attr,
-                        &w->c.diag, &w->err);
+                        w->c.kfs, w->c.n_kfs, &w->c.diag, &w->err);
     if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
     w->seconds = pg_clock_mono_s() - t0;
     free(w->c.vm);
@@ -714,6 +765,7 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
     pg_status st = layer_run(c, opt, be, cpu, notes, step, err);
+    if (st == PG_OK) st = layer_kv_format_stats(c, opt, err);
     if (st == PG_OK && opt->attribute) {
         char what[64];
         snprintf(what, sizeof what, "layer %d attribution", li);
@@ -791,6 +843,11 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     /* ext_diagnosis: every hypothesis against every external output. */
     want->diagnosis = diag_layer_rows(L->n_ext, sweep_modes(opt));
     want->shapes = 1;  /* store_layer: the layer's shape */
+    /* layer_kv_format_stats: K and V of each swept mode with a quantized cache */
+    want->kv_formats = 0;
+    for (int m = 0; m < PG_MODE_COUNT; m++)
+        if ((sweep_modes(opt) >> m) & 1u && pg_mode_traits_of((pg_mode)m)->kv_format != PG_FORMAT_BF16)
+            want->kv_formats += 2;
 }
 
 void sweep_layer_shape(const capture *cap, int li, store_layer_shape *out)

@@ -542,29 +542,20 @@ static core_kv kv_sources(unsigned kept, const kv_paged *e4m3, const uint16_t *k
                      k, v};
 }
 
-/* The paged fp8 cache of k and v (fp8 profiles): elem codes with the
- * per-tensor scales of opt, nvfp4 codes with their block scales and opt's
- * per-tensor ones, or (per_token_head) elem codes with each row's own scale;
- * nothing (cache->block_table NULL) when kept leaves both bf16;
- * the counters of a kept tensor stay zero. */
+/* The paged cache of k and v in format elem at granularity g
+ * (kv_paged_write_mode with opt's per-tensor scales and paging); nothing
+ * (cache->block_table NULL) when kept leaves both bf16; the counters of a
+ * kept tensor stay zero. */
 static pg_status fp8_cache_write(const attn_batch *b, const uint16_t *k, const uint16_t *v,
                                  const attn_quant_options *opt, unsigned kept, pg_number_format elem,
-                                 int per_token_head, kv_paged *cache, attn_quant_report *rep,
+                                 pg_scale_granularity g, kv_paged *cache, attn_quant_report *rep,
                                  pg_err *err)
 {
     memset(cache, 0, sizeof *cache);
     if ((kept & (ATTN_TENSOR_K | ATTN_TENSOR_V)) == (ATTN_TENSOR_K | ATTN_TENSOR_V)) return PG_OK;
     fp8_quant_stats *ks = rep ? &rep->k : NULL, *vs = rep ? &rep->v : NULL;
-    pg_status st;
-    if (elem == PG_FORMAT_NVFP4)
-        st = kv_paged_write_nvfp4(b, k, v, opt->k_scale, opt->v_scale, opt->page_seed,
-                                  opt->block_size, cache, ks, vs, err);
-    else if (per_token_head)
-        st = kv_paged_write_per_token_head(b, k, v, elem, opt->page_seed, opt->block_size, cache,
-                                           ks, vs, err);
-    else
-        st = kv_paged_write(b, k, v, elem, opt->k_scale, opt->v_scale, opt->page_seed,
-                            opt->block_size, cache, ks, vs, err);
+    pg_status st = kv_paged_write_mode(b, k, v, elem, g, opt->k_scale, opt->v_scale,
+                                       opt->page_seed, opt->block_size, cache, ks, vs, err);
     if (st == PG_OK && rep != NULL) {
         if (kept & ATTN_TENSOR_K) memset(&rep->k, 0, sizeof rep->k);
         if (kept & ATTN_TENSOR_V) memset(&rep->v, 0, sizeof rep->v);
@@ -594,7 +585,7 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
     const attn_kv_plumbing fixed = {1, 0, 0, 0};
     const attn_kv_plumbing *use = opt->quantize ? pl : &fixed;
     kv_paged cache, compact = {0};
-    st = fp8_cache_write(b, k, v, opt, kept, kv_format, 0, &cache, rep,
+    st = fp8_cache_write(b, k, v, opt, kept, kv_format, PG_SCALES_PER_TENSOR, &cache, rep,
                          err);
     if (st != PG_OK) return st;
     if (cache.block_table != NULL) {
@@ -668,7 +659,8 @@ pg_status attn_fp8_matmuls_run(const attn_profile *p, const attn_fp8_read *rd,
         par.q_elem = PG_FORMAT_E4M3;
     }
     kv_paged cache;
-    pg_status st = fp8_cache_write(b, k, v, opt, kept, mt->kv_format, 0, &cache, rep, err);
+    pg_status st = fp8_cache_write(b, k, v, opt, kept, mt->kv_format, mt->kv_scales, &cache, rep,
+                                   err);
     if (st == PG_OK && cache.block_table != NULL && cache.elem == PG_FORMAT_NVFP4) {
         /* the kernel converts the nvfp4 cache to its fp8 Q's type (kv_cache.h) */
         kv_paged e4m3;
@@ -745,7 +737,7 @@ pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read 
     }
     const unsigned kept = kept_bf16(opt);
     kv_paged cache;
-    st = fp8_cache_write(&rb, k, v, opt, kept, mt->kv_format, 1, &cache, rep, err);
+    st = fp8_cache_write(&rb, k, v, opt, kept, mt->kv_format, mt->kv_scales, &cache, rep, err);
     if (st == PG_OK) {
         const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
         core_params par = bf16_params(&rb);

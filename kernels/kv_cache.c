@@ -1,10 +1,12 @@
 /* kv_cache.c: paged KV-cache write and vLLM PR #24197's dequant gather (see kv_cache.h). */
 #include "kv_cache.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/rng.h"
+#include "rht.h"
 
 /* bf16 bits of a quiet NaN: what unwritten cache slots hold. */
 #define KV_BF16_NAN_BITS 0x7FC0u
@@ -283,6 +285,129 @@ pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, k
             }
         }
     }
+    return PG_OK;
+}
+
+pg_status kv_paged_write_mode(const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                              pg_number_format elem, pg_scale_granularity g, float k_scale,
+                              float v_scale, uint64_t page_seed, int block_size, kv_paged *out,
+                              fp8_quant_stats *kstats, fp8_quant_stats *vstats, pg_err *err)
+{
+    switch (g) {
+    case PG_SCALES_PER_TENSOR:
+        return kv_paged_write(b, k, v, elem, k_scale, v_scale, page_seed, block_size, out, kstats,
+                              vstats, err);
+    case PG_SCALES_PER_BLOCK_AND_TENSOR:
+        return kv_paged_write_nvfp4(b, k, v, k_scale, v_scale, page_seed, block_size, out, kstats,
+                                    vstats, err);
+    case PG_SCALES_PER_TOKEN_HEAD:
+        return kv_paged_write_per_token_head(b, k, v, elem, page_seed, block_size, out, kstats,
+                                             vstats, err);
+    case PG_SCALES_NONE: break;
+    }
+    memset(out, 0, sizeof *out);
+    return pg_fail(err, PG_ERR_INTERNAL, "kv cache: a %s cache with %s scales has no write",
+                   pg_number_format_name(elem), pg_scale_granularity_name(g));
+}
+
+/* Adds one scale as the reader takes it to *st. */
+static void code_stats_scale(const kv_paged *c, float stored, kv_code_stats *st)
+{
+    float scale = stored, zero;
+    void (*split)(float, float *, float *) = fp_codec_of(c->elem)->split_scale;
+    if (split != NULL) split(stored, &scale, &zero);
+    const double x = scale;
+    if (st->n_scales == 0 || x < st->scale_min) st->scale_min = x;
+    if (st->n_scales == 0 || x > st->scale_max) st->scale_max = x;
+    st->scale_sum += x;
+    st->n_scales++;
+    /* the floors: vLLM's per-token-head tl.maximum(..., 1e-6), nvfp4's sf of 0 */
+    st->n_scales_at_floor += c->elem == PG_FORMAT_NVFP4 ? x == 0.0 : scale <= FP8_PER_TOKEN_HEAD_MIN_SCALE;
+}
+
+void kv_paged_code_stats(const kv_paged *c, const attn_batch *b, int which, kv_code_stats *st)
+{
+    const size_t d = (size_t)c->d, bytes = kv_elem_size(c->elem);
+    for (int s = 0; s < b->n_seqs && s < c->n_seqs; s++) {
+        const int32_t *row = c->block_table + (size_t)s * (size_t)c->pages_per_seq;
+        for (int t = 0; t < b->seq_kv[s]; t++) {
+            const int64_t page = row[t / c->block_size];
+            const int slot = t % c->block_size;
+            for (int h = 0; h < c->hkv; h++) {
+                const uint8_t *codes = kv_paged_row(c, page, which, h, slot);
+                if (bytes == 1)
+                    for (size_t i = 0; i < d; i++) st->hist[codes[i]]++;
+                st->n_codes += bytes == 1 ? d : 0;
+                const float *sc = kv_paged_scale_at(c, page, which, h, slot);
+                for (int j = 0; sc != NULL && j < c->scales_per_row; j++)
+                    code_stats_scale(c, sc[j], st);
+            }
+        }
+    }
+}
+
+int kv_code_stats_used(const kv_code_stats *st)
+{
+    int used = 0;
+    for (int i = 0; i < KV_CODE_VALUES; i++) used += st->hist[i] != 0;
+    return used;
+}
+
+double kv_code_stats_entropy_bits(const kv_code_stats *st)
+{
+    if (st->n_codes == 0) return 0.0;
+    double h = 0.0;
+    for (int i = 0; i < KV_CODE_VALUES; i++) {
+        if (st->hist[i] == 0) continue;
+        const double p = (double)st->hist[i] / (double)st->n_codes;
+        h -= p * log2(p);
+    }
+    return h;
+}
+
+pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                             float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                             fp8_quant_stats *kq, fp8_quant_stats *vq, kv_code_stats *kc,
+                             kv_code_stats *vc, pg_err *err)
+{
+    memset(kq, 0, sizeof *kq);
+    memset(vq, 0, sizeof *vq);
+    memset(kc, 0, sizeof *kc);
+    memset(vc, 0, sizeof *vc);
+    const pg_mode_traits *t = pg_mode_traits_of(m);
+    if (t->kv_format == PG_FORMAT_BF16)
+        return pg_fail(err, PG_ERR_USAGE, "kv statistics: mode %s keeps K and V in bf16", t->name);
+    uint16_t *kr = NULL, *vr = NULL;
+    const size_t n = (size_t)attn_batch_tkv(b) * (size_t)b->hkv * (size_t)b->d;
+    if (t->kv_rotation == PG_ROTATION_RHT) {
+        if (!rht_dim_ok(b->d))
+            return pg_fail(err, PG_ERR_SHAPE, "kv statistics: mode %s rotates by a Hadamard "
+                           "transform of a power-of-two head dim, and d is %d", t->name, b->d);
+        kr = malloc(n * sizeof *kr + 1);
+        vr = malloc(n * sizeof *vr + 1);
+        if (kr == NULL || vr == NULL) {
+            free(kr);
+            free(vr);
+            return pg_fail(err, PG_ERR_NOMEM, "kv statistics: cannot copy K and V to rotate");
+        }
+        memcpy(kr, k, n * sizeof *kr);
+        memcpy(vr, v, n * sizeof *vr);
+        float signs[RHT_MAX_DIM];
+        rht_signs(RHT_SIGN_SEED, b->d, signs);
+        rht_forward_bf16_rows(kr, n / (size_t)b->d, b->d, signs);
+        rht_forward_bf16_rows(vr, n / (size_t)b->d, b->d, signs);
+        k = kr;
+        v = vr;
+    }
+    kv_paged c;
+    pg_status st = kv_paged_write_mode(b, k, v, t->kv_format, t->kv_scales, k_scale, v_scale,
+                                       page_seed, block_size, &c, kq, vq, err);
+    free(kr);
+    free(vr);
+    if (st != PG_OK) return st;
+    kv_paged_code_stats(&c, b, 0, kc);
+    kv_paged_code_stats(&c, b, 1, vc);
+    kv_paged_free(&c);
     return PG_OK;
 }
 

@@ -96,6 +96,50 @@ float *kv_paged_scale_at(const kv_paged *c, int64_t page, int which, int head, i
 pg_status kv_dequant_gather(const kv_paged *src, float k_scale, float v_scale, kv_paged *out,
                             pg_err *err);
 
+/* The cache write of a mode whose K/V format is elem at granularity g
+ * (base/mode.h): kv_paged_write with the per-tensor scales, kv_paged_write_nvfp4
+ * with them as global scales, or kv_paged_write_per_token_head; PG_ERR_INTERNAL
+ * for a granularity without scales. */
+pg_status kv_paged_write_mode(const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                              pg_number_format elem, pg_scale_granularity g, float k_scale,
+                              float v_scale, uint64_t page_seed, int block_size, kv_paged *out,
+                              fp8_quant_stats *kstats, fp8_quant_stats *vstats, pg_err *err);
+
+/* Codes a histogram holds: every byte value. */
+#define KV_CODE_VALUES 256
+
+/* What a cache holds for one tensor, beside the write's fp8_quant_stats:
+ * how often each code was written and the spread of its row or block
+ * scales (issue #30: quant_stats fitted to the format). */
+typedef struct kv_code_stats {
+    uint64_t hist[KV_CODE_VALUES]; /* written codes, by code byte */
+    uint64_t n_codes;              /* their sum */
+    uint64_t n_scales;             /* row or block scales written (0: per-tensor) */
+    uint64_t n_scales_at_floor;    /* of them: a per-token-head row at its 1e-6 floor, or an
+                                    * nvfp4 block whose scale is 0 (an all-zero block) */
+    double scale_min, scale_max, scale_sum; /* over the scales, as the reader splits them */
+} kv_code_stats;
+
+/* Adds the codes and scales that batch b's tokens occupy in c (which = 0 K,
+ * 1 V) to *st (zeroed by the caller before the first add). */
+void kv_paged_code_stats(const kv_paged *c, const attn_batch *b, int which, kv_code_stats *st);
+
+/* Distinct codes written, and the Shannon entropy of their histogram in bits
+ * (0 when nothing was written). */
+int kv_code_stats_used(const kv_code_stats *st);
+double kv_code_stats_entropy_bits(const kv_code_stats *st);
+
+/* What mode m's cache write does to one layer's packed bf16 k and v: its
+ * rotation when it has one (rht.h), then kv_paged_write_mode with the
+ * per-tensor scales k_scale / v_scale where the mode uses them; the write's
+ * counters into *kq / *vq and its codes and scales into *kc / *vc (all
+ * zeroed first). PG_ERR_USAGE for a mode that keeps K and V bf16; the
+ * write's errors (a head dim the format or rotation cannot take). */
+pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, const uint16_t *v,
+                             float k_scale, float v_scale, uint64_t page_seed, int block_size,
+                             fp8_quant_stats *kq, fp8_quant_stats *vq, kv_code_stats *kc,
+                             kv_code_stats *vc, pg_err *err);
+
 /* Frees the cache's buffers and zeroes it. */
 void kv_paged_free(kv_paged *c);
 

@@ -500,6 +500,8 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
     if (s == PG_OK) s = load_axes(db, run_id, out, &local);
     if (s == PG_OK) s = load_metrics(db, db_name, run_id, out, &local);
     if (s == PG_OK) s = load_quant(db, run_id, out, &local);
+    if (s == PG_OK)
+        s = report_store_kv_formats(db, run_id, &out->kv_formats, &out->n_kv_formats, &local);
     if (s == PG_OK) s = load_evals(db, run_id, out, &local);
     if (s == PG_OK) s = load_divergence(db, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, run_id, out, &local);
@@ -527,6 +529,7 @@ void report_data_free(report_data *d)
     free(d->head_rel_l2);
     free(d->head_present);
     free(d->quant);
+    kv_format_summaries_free(d->kv_formats, d->n_kv_formats);
     free(d->attribution);
     attribution_rows_free(&d->attribution_rows);
     eval_store_scores_free(d->scores, d->n_scores);

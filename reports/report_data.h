@@ -203,6 +203,8 @@ typedef struct report_data {
     int n_heads;                   /* 1 + the largest head index; 0: no per-head rows */
     double *head_rel_l2;           /* [(l * n_variants + v) * n_heads + h] */
     unsigned char *head_present;   /* same index */
+    kv_format_summary *kv_formats; /* each swept mode's K and V cache (kv_format_stats) */
+    size_t n_kv_formats;
     int has_quant;                 /* any quant_stats row */
     report_quant *quant;           /* [l * REPORT_N_TENSORS + t] */
     size_t n_scores;

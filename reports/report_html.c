@@ -436,6 +436,42 @@ done:
     return s;
 }
 
+/* Each swept mode's K and V cache over the run's layers (kv_format_stats),
+ * as report_md.c's table. */
+static void put_kv_formats(FILE *out, const report_data *d)
+{
+    if (d->n_kv_formats == 0) return;
+    fputs("<section id=\"kv-formats\">\n<h2>KV cache formats</h2>\n<p class=\"note\">Each "
+          "swept mode's cache write on every layer's K and V (means over the layers, the worst "
+          "layer in brackets).</p>\n<table>\n<tr><th>mode</th><th>tensor</th><th>format</th>"
+          "<th>saturated</th><th>underflow</th><th>codes used</th><th>entropy (bits)</th>"
+          "<th>scales</th><th>at floor</th><th>scale min / mean / max</th></tr>\n", out);
+    char a[SVG_NUM_LEN], b[SVG_NUM_LEN], c[SVG_NUM_LEN], f[SVG_NUM_LEN];
+    for (size_t i = 0; i < d->n_kv_formats; i++) {
+        const kv_format_summary *r = &d->kv_formats[i];
+        fputs("<tr><td>", out);
+        svg_put_escaped(out, r->mode ? r->mode : "");
+        fputs("</td><td>", out);
+        svg_put_escaped(out, r->tensor ? r->tensor : "");
+        fputs("</td><td>", out);
+        svg_put_escaped(out, r->format ? r->format : "");
+        fprintf(out, "</td><td>%s (%s)</td>", svg_fmt_num(a, sizeof a, r->saturated_mean),
+                svg_fmt_num(b, sizeof b, r->saturated_max));
+        fprintf(out, "<td>%s (%s)</td>", svg_fmt_num(a, sizeof a, r->underflow_mean),
+                svg_fmt_num(b, sizeof b, r->underflow_max));
+        fprintf(out, "<td>%d of %d</td><td>%.2f of %d</td>", r->codes_used, 1 << r->code_bits,
+                r->entropy_bits, r->code_bits);
+        if (r->n_scales == 0)
+            fputs("<td>per tensor</td><td>-</td><td>-</td></tr>\n", out);
+        else
+            fprintf(out, "<td>%lld</td><td>%s</td><td>%s / %s / %s</td></tr>\n",
+                    (long long)r->n_scales, svg_fmt_num(f, sizeof f, r->scale_floor_frac),
+                    svg_fmt_num(a, sizeof a, r->scale_min), svg_fmt_num(b, sizeof b, r->scale_mean),
+                    svg_fmt_num(c, sizeof c, r->scale_max));
+    }
+    fputs("</table>\n</section>\n", out);
+}
+
 /* fp8 saturation and underflow per layer and tensor. */
 static void put_quant(FILE *out, const report_data *d)
 {
@@ -853,6 +889,7 @@ pg_status report_html_write(const report_data *d, FILE *out, pg_err *err)
     if (s == PG_OK) s = put_layers(out, d, err);
     if (s == PG_OK) s = put_heads(out, d, err);
     if (s == PG_OK) put_quant(out, d);
+    if (s == PG_OK) put_kv_formats(out, d);
     if (s == PG_OK) s = put_attribution(out, d, err);
     if (s == PG_OK) put_advice(out, d);
     if (s == PG_OK) s = put_evals(out, d, err);

@@ -1,6 +1,8 @@
 /* report_md.c: a run's report as Markdown for a pull-request comment (see report_md.h). */
 #include "report_md.h"
 
+#include <inttypes.h>
+
 #include "base/variant.h"
 
 #include <math.h>
@@ -394,6 +396,41 @@ static void put_quant(FILE *out, const report_data *d)
     }
 }
 
+/* What each swept mode's cache write did to K and V, fitted to its format
+ * (kv_format_stats), one row per mode and tensor over the run's layers. */
+static void put_kv_formats(FILE *out, const report_data *d)
+{
+    if (d->n_kv_formats == 0) return;
+    fputs("\n### KV cache formats\n\n"
+          "Each swept mode's cache write on every layer's K and V (means over the layers, the "
+          "worst layer in brackets): values past the format's range, nonzero values written "
+          "as zero, the codes used of the format's, the entropy of their histogram, and the "
+          "row or block scales.\n\n"
+          "| mode | tensor | format | saturated | underflow | codes used | entropy (bits) | "
+          "scales | at floor | scale min / mean / max |\n", out);
+    sep_row(out, "lllrrrrrrl", 0);
+    for (size_t i = 0; i < d->n_kv_formats; i++) {
+        const kv_format_summary *r = &d->kv_formats[i];
+        fputs("| ", out);
+        report_md_put_escaped(out, r->mode ? r->mode : "");
+        fprintf(out, " | %s | %s |", r->tensor ? r->tensor : "", r->format ? r->format : "");
+        char mean[SVG_NUM_LEN], worst[SVG_NUM_LEN];
+        fprintf(out, " %s (%s) |", svg_fmt_num(mean, sizeof mean, r->saturated_mean),
+                svg_fmt_num(worst, sizeof worst, r->saturated_max));
+        fprintf(out, " %s (%s) |", svg_fmt_num(mean, sizeof mean, r->underflow_mean),
+                svg_fmt_num(worst, sizeof worst, r->underflow_max));
+        fprintf(out, " %d of %d | %.2f of %d |", r->codes_used, 1 << r->code_bits,
+                r->entropy_bits, r->code_bits);
+        if (r->n_scales == 0) {
+            fputs(" per tensor | - | - |\n", out);
+            continue;
+        }
+        fprintf(out, " %" PRId64 " |", r->n_scales);
+        cell_num(out, r->scale_floor_frac);
+        fprintf(out, " %.3g / %.3g / %.3g |\n", r->scale_min, r->scale_mean, r->scale_max);
+    }
+}
+
 /* The attribution table (run --attribute): per fp8 variant and layer the
  * single-tensor errors, their sum and root-sum-square beside the joint. */
 static void put_attribution(FILE *out, const report_data *d)
@@ -564,6 +601,7 @@ pg_status report_md_write(const report_data *d, FILE *out, pg_err *err)
     pg_status s = put_heads(out, d, err);
     if (s != PG_OK) return s;
     put_quant(out, d);
+    put_kv_formats(out, d);
     put_attribution(out, d);
     put_advice(out, d);
     put_evals(out, d);

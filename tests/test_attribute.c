@@ -313,10 +313,11 @@ static void drop_layers(const char *name, int from)
     sqlite3 *db = tu_db_open(name);
     char *sql = sqlite3_mprintf("DELETE FROM layer_metrics WHERE layer >= %d;"
                                 "DELETE FROM quant_stats WHERE layer >= %d;"
+                                "DELETE FROM kv_format_stats WHERE layer >= %d;"
                                 "DELETE FROM attribution WHERE layer >= %d;"
                                 "DELETE FROM layer_shapes WHERE layer >= %d;"
                                 "UPDATE runs SET status = 'interrupted', error = 'interrupted'",
-                                from, from, from, from);
+                                from, from, from, from, from);
     tu_sql_exec(db, sql);
     sqlite3_free(sql);
     sqlite3_close(db);
@@ -348,7 +349,7 @@ Test(attribute_cli, resume_counts_the_rows_and_refuses_another_attribute)
     sqlite3_close(db);
     const pg_status st = resume(cap, "r.db", (lu_sweep_opts){0}, &out);
     cr_assert(st != PG_OK && st != PG_ERR_USAGE, "status %d: %s", st, out);  /* exit 1 */
-    expect_has(out, "6 of its 10 attribution rows: not a whole layer");
+    expect_has(out, "6 of its 10 attribution rows and 4 of its 4 kv_format_stats rows: not a whole layer");
     free(out);
 
     /* A run without attribution refuses --attribute, naming the field. */

@@ -648,6 +648,13 @@ Test(kv_formats, a_sweep_stores_the_new_formats_and_says_where_they_ran, .timeou
                                   "'fp8kv_per_token_head@triton' AND tensor = 'k'"), 0.0);
     /* no stored quant rows: they describe the e4m3 per-tensor cache */
     cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM quant_stats"), 0);
+    /* the format statistics: K and V of each of the three quantizing modes */
+    cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM kv_format_stats"), 6);
+    cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM kv_format_stats WHERE mode = "
+                               "'int8kv_per_token_head' AND format = 'int8' AND n_scales > 0 "
+                               "AND codes_used > 100 AND code_bits = 8"), 2);
+    cr_expect_eq(tu_sql_int(h, "SELECT count(*) FROM kv_format_stats WHERE mode = "
+                               "'fp8kv_e5m2' AND n_scales = 0 AND scale_min IS NULL"), 2);
     sqlite3_close(h);
     /* advise names the mode's own --kv-cache-dtype and counts its inline scales */
     cr_assert_eq(tu_run_precgatef(&out, "advise --run 1 --db '%s' --variant "

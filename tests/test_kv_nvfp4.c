@@ -296,3 +296,57 @@ Test(kv_nvfp4, the_hypotheses_drop_the_block_scales_or_the_global_ones)
     cr_assert_eq(attn_hypothesis_run(h, &b, q, k, v, &o, got, 1, &err), PG_OK, "%s", err.msg);
     cr_expect_arr_eq(got, want, sizeof want);
 }
+
+/* ------------------------------------------------------------ statistics */
+
+Test(kv_nvfp4, the_code_statistics_count_codes_scales_and_floors_by_mode)
+{
+    /* One token, one head, d 64: K holds the 16 e2m1 magnitudes' codes in
+     * block 0 (amax 6, sf 1), zeros in block 1 (sf 0: at the floor), and
+     * blocks 2, 3 with amax 3 (sf 0.5). V is all 1.5. */
+    static const int32_t one = 1;
+    const attn_batch b = {1, &one, &one, 1, 1, D, 0, 0.125f, NULL};
+    uint16_t k[D], v[D];
+    for (int i = 0; i < D; i++) {
+        const int blk = i / BLOCK, c = i % BLOCK;
+        const double m = (c & SIGN) ? -e2m1[c & 7] : e2m1[c & 7];
+        k[i] = bf16_from_f32(blk == 1 ? 0.0f : (float)(blk == 0 ? m : m / 2));
+        v[i] = bf16_from_f32(1.5f);
+    }
+    fp8_quant_stats kq, vq;
+    kv_code_stats kc, vc;
+    pg_err err = {0};
+    cr_assert_eq(kv_mode_code_stats(PG_MODE_NVFP4KV, &b, k, v, 1.0f, 1.0f, 1, 16, &kq, &vq, &kc,
+                                    &vc, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(kc.n_codes, D);
+    cr_expect_eq(kc.n_scales, D / BLOCK);
+    cr_expect_eq(kc.n_scales_at_floor, 1, "the zero block");
+    cr_expect_eq(kc.scale_min, 0.0);
+    cr_expect_eq(kc.scale_max, 1.0);
+    cr_expect_float_eq(kc.scale_sum, 2.0, 1e-12);
+    /* blocks 0, 2, 3 write every code once; block 1 writes +0 (code 0) 16 times */
+    for (int c = 0; c < 16; c++) cr_expect_eq(kc.hist[c], c == 0 ? 3 + 16 : 3, "code %d", c);
+    cr_expect_eq(kv_code_stats_used(&kc), 16);
+    /* V: one code (1.5 / sf 0.25 = 6: code 7) in every block: entropy 0 */
+    cr_expect_eq(kv_code_stats_used(&vc), 1);
+    cr_expect_eq(vc.hist[7], D);
+    cr_expect_eq(kv_code_stats_entropy_bits(&vc), 0.0);
+    /* a uniform histogram's entropy is log2 of its codes: K's is near 4 */
+    kv_code_stats u = {0};
+    for (int c = 0; c < 16; c++) u.hist[c] = 5;
+    u.n_codes = 80;
+    cr_expect_float_eq(kv_code_stats_entropy_bits(&u), 4.0, 1e-12);
+    /* a per-tensor mode has no scales; a bf16 one has no cache to describe */
+    cr_assert_eq(kv_mode_code_stats(PG_MODE_FP8KV, &b, k, v, 1.0f, 1.0f, 1, 16, &kq, &vq, &kc, &vc,
+                                    &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(kc.n_scales, 0);
+    cr_expect_eq(kc.n_codes, D);
+    cr_expect_eq(kv_mode_code_stats(PG_MODE_BF16, &b, k, v, 1.0f, 1.0f, 1, 16, &kq, &vq, &kc, &vc,
+                                    &err), PG_ERR_USAGE);
+    /* int4 rotates first: the zero point rides in the scale, which the
+     * statistics read as the reader splits it (the low 4 bits cleared) */
+    cr_assert_eq(kv_mode_code_stats(PG_MODE_INT4KV_PER_TOKEN_HEAD, &b, k, v, 1.0f, 1.0f, 1, 16,
+                                    &kq, &vq, &kc, &vc, &err), PG_OK, "%s", err.msg);
+    cr_expect_eq(kc.n_scales, 1);
+    cr_expect_eq(f32_bits((float)kc.scale_min) & 0xFu, 0u);
+}

@@ -178,6 +178,7 @@ Test(run_resume, missing_last_layers_are_computed_and_equal_an_uninterrupted_run
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 4;"
                     "DELETE FROM quant_stats WHERE layer >= 4;"
+                    "DELETE FROM kv_format_stats WHERE layer >= 4;"
                     "DELETE FROM layer_shapes WHERE layer >= 4;"
                     "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
     const long long kept_max = tu_sql_int(db, "SELECT max(rowid) FROM layer_metrics");
@@ -217,6 +218,7 @@ Test(run_resume, the_lifecycle_resumes_with_the_runs_own_options)
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 4;"
                     "DELETE FROM quant_stats WHERE layer >= 4;"
+                    "DELETE FROM kv_format_stats WHERE layer >= 4;"
                     "DELETE FROM layer_shapes WHERE layer >= 4;"
                     "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
     sqlite3_close(db);
@@ -256,6 +258,7 @@ Test(run_resume, a_run_swept_before_layer_shapes_counts_its_layers_and_gets_thei
     tu_sql_exec(db, "DELETE FROM layer_shapes;"
                     "DELETE FROM layer_metrics WHERE layer >= 4;"
                     "DELETE FROM quant_stats WHERE layer >= 4;"
+                    "DELETE FROM kv_format_stats WHERE layer >= 4;"
                     "UPDATE runs SET status = 'interrupted', error = 'interrupted by SIGTERM'");
     sqlite3_close(db);
     char *out = resume_ok(cap, "r.db", (lu_sweep_opts){0}, 4, 2);
@@ -276,6 +279,7 @@ static void run_with_missing_layers(void)
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM kv_format_stats WHERE layer >= 3;"
                     "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure'");
     sqlite3_close(db);
@@ -448,6 +452,7 @@ Test(run_resume, another_scale_policy_is_refused_and_the_runs_is_kept)
     sqlite3 *db = db_open("v.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM kv_format_stats WHERE layer >= 3;"
                     "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure'");
     sqlite3_close(db);
@@ -461,6 +466,7 @@ Test(run_resume, another_scale_policy_is_refused_and_the_runs_is_kept)
     db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM kv_format_stats WHERE layer >= 3;"
                     "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure',"
                     " config_json = json_remove(config_json, '$.scales')");
@@ -647,6 +653,7 @@ Test(run_resume, an_old_run_with_p_rounding_is_resumed_as_fp8qkv_ideal)
     sqlite3 *db = db_open("r.db");
     tu_sql_exec(db, "DELETE FROM layer_metrics WHERE layer >= 3;"
                     "DELETE FROM quant_stats WHERE layer >= 3;"
+                    "DELETE FROM kv_format_stats WHERE layer >= 3;"
                     "DELETE FROM layer_shapes WHERE layer >= 3;"
                     "UPDATE runs SET status = 'failed', error = 'a failure',"
                     " config_json = json_set(config_json, '$.p_rounding', 'bf16')");

@@ -25,7 +25,8 @@ TestSuite(shard, .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout
 #define RUN_OPTS "--no-progress --threads 2 --backend cpu --attribute"
 /* The tables a merged run must hold exactly as an unsharded one. */
 static const char *const data_tables[] = {"layer_metrics", "quant_stats", "layer_shapes",
-                                          "attribution",   "ext_diagnosis", "eval_samples",
+                                          "attribution",   "ext_diagnosis", "kv_format_stats",
+                                          "eval_samples",
                                           "eval_scores",   "eval_pairs"};
 #define N_DATA_TABLES (sizeof data_tables / sizeof data_tables[0])
 #define DEMO_TRACES PRECGATE_SOURCE_DIR "/evals/demo/aime-style-demo.jsonl"
@@ -427,7 +428,7 @@ Test(shard, a_resumed_part_computes_only_its_own_layers)
     sqlite3 *s = tu_db_open("s1.db");
     const long long last = tu_sql_int(s, "SELECT max(value) FROM runs, "
                                          "json_each(runs.config_json, '$.shard_layers')");
-    for (size_t t = 0; t < 5; t++) {
+    for (size_t t = 0; t < 6; t++) { /* the per-layer tables */
         char *sql = sqlite3_mprintf("DELETE FROM %s WHERE layer = %lld", data_tables[t], last);
         tu_sql_exec(s, sql);
         sqlite3_free(sql);
