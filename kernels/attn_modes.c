@@ -678,30 +678,24 @@ pg_status attn_fp8_matmuls_run(const attn_profile *p, const attn_fp8_read *rd,
 }
 
 /* Copies of q, k and v rotated as vLLM rotates them for the int4 cache
- * (rht.h; *qr is q itself when rd leaves Q unrotated); free with free(). */
+ * (rht.h; *qr is NULL, Q read as it is, when rd leaves Q unrotated); free
+ * with free(). */
 static pg_status rotate_qkv(const attn_batch *b, const uint16_t *q, const uint16_t *k,
                             const uint16_t *v, const attn_row_read *rd, const float *signs,
                             uint16_t **qr, uint16_t **kr, uint16_t **vr, pg_err *err)
 {
     const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq;
     const size_t nkv = (size_t)attn_batch_tkv(b) * (size_t)b->hkv;
-    const size_t d = (size_t)b->d;
-    *qr = malloc(nq * d * sizeof **qr + 1);
-    *kr = malloc(nkv * d * sizeof **kr + 1);
-    *vr = malloc(nkv * d * sizeof **vr + 1);
-    if (*qr == NULL || *kr == NULL || *vr == NULL) {
+    *qr = rd->q_unrotated ? NULL : rht_forward_bf16_copy(q, nq, b->d, signs);
+    *kr = rht_forward_bf16_copy(k, nkv, b->d, signs);
+    *vr = rht_forward_bf16_copy(v, nkv, b->d, signs);
+    if ((*qr == NULL && !rd->q_unrotated) || *kr == NULL || *vr == NULL) {
         free(*qr);
         free(*kr);
         free(*vr);
         *qr = *kr = *vr = NULL;
         return pg_fail(err, PG_ERR_NOMEM, "rotation: cannot allocate copies of Q, K and V");
     }
-    memcpy(*qr, q, nq * d * sizeof **qr);
-    memcpy(*kr, k, nkv * d * sizeof **kr);
-    memcpy(*vr, v, nkv * d * sizeof **vr);
-    if (!rd->q_unrotated) rht_forward_bf16_rows(*qr, nq, b->d, signs);
-    rht_forward_bf16_rows(*kr, nkv, b->d, signs);
-    rht_forward_bf16_rows(*vr, nkv, b->d, signs);
     return PG_OK;
 }
 
@@ -729,7 +723,7 @@ pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read 
         rht_signs(RHT_SIGN_SEED, b->d, signs);
         st = rotate_qkv(b, q, k, v, use, signs, &qr, &kr, &vr, err);
         if (st != PG_OK) return st;
-        q = qr;
+        if (qr != NULL) q = qr;
         k = kr;
         v = vr;
         /* the transform is unnormalized: softmax_scale / head_size (exact, d = 2^j) */

@@ -383,19 +383,15 @@ pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, 
         if (!rht_dim_ok(b->d))
             return pg_fail(err, PG_ERR_SHAPE, "kv statistics: mode %s rotates by a Hadamard "
                            "transform of a power-of-two head dim, and d is %d", t->name, b->d);
-        kr = malloc(n * sizeof *kr + 1);
-        vr = malloc(n * sizeof *vr + 1);
+        float signs[RHT_MAX_DIM];
+        rht_signs(RHT_SIGN_SEED, b->d, signs);
+        kr = rht_forward_bf16_copy(k, n / (size_t)b->d, b->d, signs);
+        vr = rht_forward_bf16_copy(v, n / (size_t)b->d, b->d, signs);
         if (kr == NULL || vr == NULL) {
             free(kr);
             free(vr);
             return pg_fail(err, PG_ERR_NOMEM, "kv statistics: cannot copy K and V to rotate");
         }
-        memcpy(kr, k, n * sizeof *kr);
-        memcpy(vr, v, n * sizeof *vr);
-        float signs[RHT_MAX_DIM];
-        rht_signs(RHT_SIGN_SEED, b->d, signs);
-        rht_forward_bf16_rows(kr, n / (size_t)b->d, b->d, signs);
-        rht_forward_bf16_rows(vr, n / (size_t)b->d, b->d, signs);
         k = kr;
         v = vr;
     }

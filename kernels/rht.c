@@ -1,6 +1,9 @@
 /* rht.c: vLLM's randomized Hadamard transform (see rht.h). */
 #include "rht.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "numerics.h"
 
 /* MT19937's parameters (Matsumoto & Nishimura, "Mersenne Twister", ACM
@@ -75,6 +78,16 @@ void rht_forward_bf16_rows(uint16_t *rows, size_t n, int d, const float *signs)
         rht_fwht_f32(x, d);
         for (int i = 0; i < d; i++) row[i] = bf16_from_f32(x[i]);
     }
+}
+
+uint16_t *rht_forward_bf16_copy(const uint16_t *rows, size_t n, int d, const float *signs)
+{
+    const size_t bytes = n * (size_t)d * sizeof *rows;
+    uint16_t *copy = malloc(bytes + 1);
+    if (copy == NULL) return NULL;
+    memcpy(copy, rows, bytes);
+    rht_forward_bf16_rows(copy, n, d, signs);
+    return copy;
 }
 
 void rht_inverse_bf16_rows(uint16_t *rows, size_t n, int d, const float *signs)

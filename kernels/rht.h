@@ -53,6 +53,10 @@ void rht_fwht_f32(float *x, int d);
  * bf16(fwht(x * signs)) in place (`single_rht(x.float()).to(x.dtype)`). */
 void rht_forward_bf16_rows(uint16_t *rows, size_t n, int d, const float *signs);
 
+/* A malloc'd copy of bf16 rows [n][d] through rht_forward_bf16_rows; NULL
+ * when it cannot be allocated. Free with free(). */
+uint16_t *rht_forward_bf16_copy(const uint16_t *rows, size_t n, int d, const float *signs);
+
 /* The output's inverse: bf16 rows [n][d] to bf16(fwht(x) * signs / d) in
  * place (`single_rht(out.float(), inverse=True) / head_size`). */
 void rht_inverse_bf16_rows(uint16_t *rows, size_t n, int d, const float *signs);
