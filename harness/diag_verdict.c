@@ -32,7 +32,7 @@ diag_judgement diag_judge(const diag_entry *e, size_t n)
     if (n > DIAG_MAX_HYPOTHESES) n = DIAG_MAX_HYPOTHESES;
     for (size_t i = 0; i < n; i++) {
         if (!ran(&e[i])) {
-            j.not_run |= 1u << i;
+            j.not_run |= (uint64_t)1 << i;
             continue;
         }
         int *side = e[i].intended ? &j.intended : &j.bug;
@@ -44,7 +44,7 @@ diag_judgement diag_judge(const diag_entry *e, size_t n)
     j.coincide = 1;
     for (size_t i = 0; i < n; i++)
         if (ran(&e[i]) && e[i].rel_l2 <= DIAG_MARGIN * dn) {
-            j.within |= 1u << i;
+            j.within |= (uint64_t)1 << i;
             if (e[i].rel_l2 != dn) j.coincide = 0;
         }
     if (dn > DIAG_MATCH_REL_L2) {
@@ -188,10 +188,10 @@ static pg_status judge_layer(const diagnosis_row *r, size_t m, layer_judged *x, 
     x->n = n_judged;
     x->j = diag_judge(x->e, x->n);
     for (size_t h = 0; h < x->n; h++) {
-        if (x->j.within & (1u << h))
+        if (x->j.within & ((uint64_t)1 << h))
             append(x->within, sizeof x->within, "%s%s", x->within[0] ? ", " : "",
                    x->e[h].hypothesis);
-        if (x->j.not_run & (1u << h))
+        if (x->j.not_run & ((uint64_t)1 << h))
             append(x->not_run, sizeof x->not_run, "%s%s (%s)", x->not_run[0] ? "; " : "",
                    x->e[h].hypothesis, x->e[h].not_run);
     }

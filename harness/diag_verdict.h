@@ -81,7 +81,7 @@ typedef struct diag_entry {
 } diag_entry;
 
 /* Most hypotheses one judgement takes (the bit masks below). */
-#define DIAG_MAX_HYPOTHESES 32
+#define DIAG_MAX_HYPOTHESES 64
 
 /* The verdict of one set of entries and what it rests on (indices into them). */
 typedef struct diag_judgement {
@@ -89,9 +89,9 @@ typedef struct diag_judgement {
     int nearest;        /* the nearest that ran (first in order on ties); -1: none ran */
     int intended;       /* the nearest intended-* that ran; -1: none */
     int bug;            /* the nearest bug hypothesis that ran; -1: none */
-    uint32_t within;    /* bit i: entry i ran and d_i <= DIAG_MARGIN * d_nearest */
+    uint64_t within;    /* bit i: entry i ran and d_i <= DIAG_MARGIN * d_nearest */
     int coincide;       /* 1: every entry in within has exactly the nearest's distance */
-    uint32_t not_run;   /* bit i: entry i did not run */
+    uint64_t not_run;   /* bit i: entry i did not run */
 } diag_judgement;
 
 /* Judges e[0..n) (n <= DIAG_MAX_HYPOTHESES; more: entries past it ignored)
