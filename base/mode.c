@@ -33,6 +33,16 @@
  *          (nvfp4_kv_cache_full_dim = head_size / 2 + head_size / 16), the
  *          per-tensor k_scale / v_scale beside; FLASHINFER's trtllm-gen on
  *          SM100 only, which needs an fp8 Q and writes an fp8 output.
+ *   TQ     vllm/model_executor/layers/quantization/turboquant/config.py
+ *          (TQ_PRESETS, TurboQuantConfig: key_packed_size, slot_size_aligned)
+ *          and vllm/v1/attention/backends/turboquant_attn.py: K as raw e4m3
+ *          (k8v4, D bytes, no scale) or as Lloyd-Max indices of the
+ *          Hadamard-rotated unit row (ceil(D * bits / 8) bytes) and its
+ *          fp16 norm (2 bytes); V as 4- or 3-bit codes with an fp16 scale and
+ *          min (ceil(D * bits / 8) + 4 bytes); one slot per (token, KV head)
+ *          holding K then V, rounded up to an even size; "_nc" presets
+ *          re-normalize the centroids; TURBOQUANT backend only (its
+ *          supported_kv_cache_dtypes), decoder attention, no MLA.
  */
 #include "mode.h"
 
@@ -41,6 +51,8 @@
 
 /* Bits of a bf16 element, of an fp8 code, of an int8 code and of an int4
  * code (two per byte in vLLM's page: INT4). */
+/* Bits in a byte. */
+#define BITS_PER_BYTE 8
 #define BF16_BITS 16
 #define FP8_BITS 8
 #define INT8_BITS 8
@@ -51,68 +63,117 @@
 #define NVFP4_BLOCK_SCALE_BYTES 1
 /* The per-token-head modes' scale: one float32 per (token, KV head) (KVI). */
 #define PER_TOKEN_HEAD_SCALE_BYTES 4
+/* TurboQuant (TQ): an fp16 norm beside a row of Lloyd-Max key indices, an
+ * fp16 scale and an fp16 min beside a row of value codes, and the slot
+ * rounded up to an even number of bytes (slot_size_aligned). */
+#define TQ_KEY_NORM_BYTES 2
+#define TQ_VALUE_SCALE_MIN_BYTES 4
+#define TQ_SLOT_ALIGN_BYTES 2
+#define TQ_3_BITS 3
 
 static const pg_mode_traits modes[PG_MODE_COUNT] = {
     [PG_MODE_BF16] = {
         .name = PG_MODE_BASELINE_NAME, .quantized = 0, .q_format = PG_FORMAT_BF16,
-        .kv_format = PG_FORMAT_BF16, .p_format = PG_FORMAT_BF16, .kv_scales = PG_SCALES_NONE,
+        .k_format = PG_FORMAT_BF16, .v_format = PG_FORMAT_BF16, .p_format = PG_FORMAT_BF16, .kv_scales = PG_SCALES_NONE,
         .kv_scale_source = PG_SCALES_FROM_NOWHERE, .kv_consumption = PG_KV_READ_AS_BF16,
-        .vllm_kv_cache_dtype = "auto", .kv_element_bits = BF16_BITS, .is_baseline = 1,
+        .vllm_kv_cache_dtype = "auto", .k_element_bits = BF16_BITS, .v_element_bits = BF16_BITS, .is_baseline = 1,
         .always_diagnosed = 1},
     /* CACHE fp8 = fp8_e4m3; WRITE; FI: the dequant gather of PR #24197. */
     [PG_MODE_FP8KV] = {
         .name = "fp8kv", .quantized = PG_TENSOR_K | PG_TENSOR_V, .q_format = PG_FORMAT_BF16,
-        .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
+        .k_format = PG_FORMAT_E4M3, .v_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
         .kv_consumption = PG_KV_DEQUANT_TO_BF16_COPY, .vllm_kv_cache_dtype = "fp8",
-        .kv_element_bits = FP8_BITS, .always_diagnosed = 1},
+        .k_element_bits = FP8_BITS, .v_element_bits = FP8_BITS, .always_diagnosed = 1},
     /* FA3: Q, K, V and P in e4m3, the matmuls in fp8. */
     [PG_MODE_FP8QKV] = {
         .name = "fp8qkv", .quantized = PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P,
-        .q_format = PG_FORMAT_E4M3, .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_E4M3,
+        .q_format = PG_FORMAT_E4M3, .k_format = PG_FORMAT_E4M3, .v_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_E4M3,
         .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
         .kv_consumption = PG_KV_FP8_MATMULS, .vllm_kv_cache_dtype = "fp8",
-        .kv_element_bits = FP8_BITS, .always_diagnosed = 1},
+        .k_element_bits = FP8_BITS, .v_element_bits = FP8_BITS, .always_diagnosed = 1},
     /* CACHE fp8_e5m2; WRITE: the per-tensor scale divides as for e4m3; FI. */
     [PG_MODE_FP8KV_E5M2] = {
         .name = "fp8kv_e5m2", .quantized = PG_TENSOR_K | PG_TENSOR_V,
-        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_E5M2, .p_format = PG_FORMAT_BF16,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_E5M2, .v_format = PG_FORMAT_E5M2, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
         .kv_consumption = PG_KV_DEQUANT_TO_BF16_COPY, .vllm_kv_cache_dtype = "fp8_e5m2",
-        .kv_element_bits = FP8_BITS},
+        .k_element_bits = FP8_BITS, .v_element_bits = FP8_BITS},
     /* CACHE fp8_per_token_head; KVI; WRITE (per-token-head kernel); TRITON. */
     [PG_MODE_FP8KV_PER_TOKEN_HEAD] = {
         .name = "fp8kv_per_token_head", .quantized = PG_TENSOR_K | PG_TENSOR_V,
-        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_E4M3, .v_format = PG_FORMAT_E4M3, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
         .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS,
-        .vllm_kv_cache_dtype = "fp8_per_token_head", .kv_element_bits = FP8_BITS,
-        .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
+        .vllm_kv_cache_dtype = "fp8_per_token_head", .k_element_bits = FP8_BITS, .v_element_bits = FP8_BITS,
+        .k_row_scale_bytes = PER_TOKEN_HEAD_SCALE_BYTES, .v_row_scale_bytes = PER_TOKEN_HEAD_SCALE_BYTES},
     /* CACHE int8_per_token_head; KVI; PTH; TRITON (KV_QUANT_MODE 2). */
     [PG_MODE_INT8KV_PER_TOKEN_HEAD] = {
         .name = "int8kv_per_token_head", .quantized = PG_TENSOR_K | PG_TENSOR_V,
-        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_INT8, .p_format = PG_FORMAT_BF16,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_INT8, .v_format = PG_FORMAT_INT8, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
         .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS,
-        .vllm_kv_cache_dtype = "int8_per_token_head", .kv_element_bits = INT8_BITS,
-        .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
+        .vllm_kv_cache_dtype = "int8_per_token_head", .k_element_bits = INT8_BITS, .v_element_bits = INT8_BITS,
+        .k_row_scale_bytes = PER_TOKEN_HEAD_SCALE_BYTES, .v_row_scale_bytes = PER_TOKEN_HEAD_SCALE_BYTES},
     /* CACHE int4_per_token_head; INT4; KVI. */
     [PG_MODE_INT4KV_PER_TOKEN_HEAD] = {
         .name = "int4kv_per_token_head", .quantized = PG_TENSOR_K | PG_TENSOR_V,
-        .q_format = PG_FORMAT_BF16, .kv_format = PG_FORMAT_INT4_ZP, .p_format = PG_FORMAT_BF16,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_INT4_ZP, .v_format = PG_FORMAT_INT4_ZP, .p_format = PG_FORMAT_BF16,
         .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
         .kv_consumption = PG_KV_DEQUANT_IN_REGISTERS, .kv_rotation = PG_ROTATION_RHT,
-        .vllm_kv_cache_dtype = "int4_per_token_head", .kv_element_bits = INT4_BITS,
-        .kv_scale_bytes_per_token_head = PER_TOKEN_HEAD_SCALE_BYTES},
+        .vllm_kv_cache_dtype = "int4_per_token_head", .k_element_bits = INT4_BITS, .v_element_bits = INT4_BITS,
+        .k_row_scale_bytes = PER_TOKEN_HEAD_SCALE_BYTES, .v_row_scale_bytes = PER_TOKEN_HEAD_SCALE_BYTES},
     /* CACHE nvfp4; NVFP4: Q quantized to e4m3 with q_scale (QuantFP8), the
      * trtllm-gen kernel's matmuls in fp8, its output e4m3. */
     [PG_MODE_NVFP4KV] = {
         .name = "nvfp4kv", .quantized = PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P,
-        .q_format = PG_FORMAT_E4M3, .kv_format = PG_FORMAT_NVFP4, .p_format = PG_FORMAT_E4M3,
+        .q_format = PG_FORMAT_E4M3, .k_format = PG_FORMAT_NVFP4, .v_format = PG_FORMAT_NVFP4, .p_format = PG_FORMAT_E4M3,
         .kv_scales = PG_SCALES_PER_BLOCK_AND_TENSOR, .kv_scale_source = PG_SCALES_FROM_RUN_POLICY,
         .kv_consumption = PG_KV_FP8_MATMULS, .vllm_kv_cache_dtype = "nvfp4",
-        .kv_element_bits = E2M1_BITS, .kv_block_elements = NVFP4_BLOCK_ELEMENTS,
+        .k_element_bits = E2M1_BITS, .v_element_bits = E2M1_BITS, .kv_block_elements = NVFP4_BLOCK_ELEMENTS,
         .kv_block_scale_bytes = NVFP4_BLOCK_SCALE_BYTES},
+    /* CACHE turboquant_k8v4; TQ: K e4m3 unscaled and unrotated, V 4-bit. */
+    [PG_MODE_TURBOQUANT_K8V4] = {
+        .name = "turboquant_k8v4", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_E4M3,
+        .v_format = PG_FORMAT_UINT_MINMAX, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
+        .kv_consumption = PG_KV_CENTROID_SCORES, .vllm_kv_cache_dtype = "turboquant_k8v4",
+        .k_element_bits = FP8_BITS, .v_element_bits = INT4_BITS,
+        .v_row_scale_bytes = TQ_VALUE_SCALE_MIN_BYTES, .kv_slot_align_bytes = TQ_SLOT_ALIGN_BYTES},
+    /* CACHE turboquant_4bit_nc; TQ: K 4-bit Lloyd-Max, V 4-bit, norm correction. */
+    [PG_MODE_TURBOQUANT_4BIT_NC] = {
+        .name = "turboquant_4bit_nc", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_LLOYD_MAX,
+        .v_format = PG_FORMAT_UINT_MINMAX, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
+        .kv_consumption = PG_KV_CENTROID_SCORES, .vllm_kv_cache_dtype = "turboquant_4bit_nc",
+        .kv_rotation = PG_ROTATION_HADAMARD_K, .k_element_bits = INT4_BITS,
+        .v_element_bits = INT4_BITS, .k_row_scale_bytes = TQ_KEY_NORM_BYTES,
+        .v_row_scale_bytes = TQ_VALUE_SCALE_MIN_BYTES, .kv_slot_align_bytes = TQ_SLOT_ALIGN_BYTES,
+        .kv_norm_correction = 1},
+    /* CACHE turboquant_k3v4_nc; TQ: K 3-bit Lloyd-Max, V 4-bit, norm correction. */
+    [PG_MODE_TURBOQUANT_K3V4_NC] = {
+        .name = "turboquant_k3v4_nc", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_LLOYD_MAX,
+        .v_format = PG_FORMAT_UINT_MINMAX, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
+        .kv_consumption = PG_KV_CENTROID_SCORES, .vllm_kv_cache_dtype = "turboquant_k3v4_nc",
+        .kv_rotation = PG_ROTATION_HADAMARD_K, .k_element_bits = TQ_3_BITS,
+        .v_element_bits = INT4_BITS, .k_row_scale_bytes = TQ_KEY_NORM_BYTES,
+        .v_row_scale_bytes = TQ_VALUE_SCALE_MIN_BYTES, .kv_slot_align_bytes = TQ_SLOT_ALIGN_BYTES,
+        .kv_norm_correction = 1},
+    /* CACHE turboquant_3bit_nc; TQ: K 3-bit Lloyd-Max, V 3-bit, norm correction. */
+    [PG_MODE_TURBOQUANT_3BIT_NC] = {
+        .name = "turboquant_3bit_nc", .quantized = PG_TENSOR_K | PG_TENSOR_V,
+        .q_format = PG_FORMAT_BF16, .k_format = PG_FORMAT_LLOYD_MAX,
+        .v_format = PG_FORMAT_UINT_MINMAX, .p_format = PG_FORMAT_BF16,
+        .kv_scales = PG_SCALES_PER_TOKEN_HEAD, .kv_scale_source = PG_SCALES_AT_CACHE_WRITE,
+        .kv_consumption = PG_KV_CENTROID_SCORES, .vllm_kv_cache_dtype = "turboquant_3bit_nc",
+        .kv_rotation = PG_ROTATION_HADAMARD_K, .k_element_bits = TQ_3_BITS,
+        .v_element_bits = TQ_3_BITS, .k_row_scale_bytes = TQ_KEY_NORM_BYTES,
+        .v_row_scale_bytes = TQ_VALUE_SCALE_MIN_BYTES, .kv_slot_align_bytes = TQ_SLOT_ALIGN_BYTES,
+        .kv_norm_correction = 1},
 };
 
 /* One profile's name, mode and whether its mode's bare name means it. */
@@ -140,6 +201,13 @@ static const profile_name profile_names[VARIANT_PROFILE_COUNT] = {
     [VARIANT_INT4KV_PER_TOKEN_HEAD_TRITON] = {"int4kv_per_token_head@triton",
                                                PG_MODE_INT4KV_PER_TOKEN_HEAD, 1},
     [VARIANT_NVFP4KV_TRTLLM_GEN] = {"nvfp4kv@trtllm-gen", PG_MODE_NVFP4KV, 1},
+    [VARIANT_TURBOQUANT_K8V4_TRITON] = {"turboquant_k8v4@triton", PG_MODE_TURBOQUANT_K8V4, 1},
+    [VARIANT_TURBOQUANT_4BIT_NC_TRITON] = {"turboquant_4bit_nc@triton",
+                                           PG_MODE_TURBOQUANT_4BIT_NC, 1},
+    [VARIANT_TURBOQUANT_K3V4_NC_TRITON] = {"turboquant_k3v4_nc@triton",
+                                           PG_MODE_TURBOQUANT_K3V4_NC, 1},
+    [VARIANT_TURBOQUANT_3BIT_NC_TRITON] = {"turboquant_3bit_nc@triton",
+                                           PG_MODE_TURBOQUANT_3BIT_NC, 1},
 };
 
 const char *variant_profile_name(variant_profile_id id)
@@ -176,7 +244,7 @@ const char *pg_mode_name(pg_mode m)
 
 pg_status pg_mode_find(const char *name, pg_mode *out, pg_err *err)
 {
-    char choices[256];
+    char choices[512];
     size_t used = 0;
     for (int i = 0; i < PG_MODE_COUNT; i++) {
         if (name != NULL && strcmp(name, modes[i].name) == 0) {
@@ -189,6 +257,26 @@ pg_status pg_mode_find(const char *name, pg_mode *out, pg_err *err)
     }
     return pg_fail(err, PG_ERR_USAGE, "'%s' is not a precision mode (%s)",
                    name != NULL ? name : "(null)", choices);
+}
+
+/* Bytes of one row of d elements of `bits` each, rounded up, with its block scales. */
+static long long row_bytes(const pg_mode_traits *t, int bits, int d)
+{
+    long long row = ((long long)d * bits + BITS_PER_BYTE - 1) / BITS_PER_BYTE;
+    if (t->kv_block_elements > 0)
+        row += ((long long)d + t->kv_block_elements - 1) / t->kv_block_elements *
+               t->kv_block_scale_bytes;
+    return row;
+}
+
+long long pg_mode_kv_bytes_per_token_head(pg_mode m, int d)
+{
+    const pg_mode_traits *t = pg_mode_traits_of(m);
+    long long slot = row_bytes(t, t->k_element_bits, d) + t->k_row_scale_bytes +
+                     row_bytes(t, t->v_element_bits, d) + t->v_row_scale_bytes;
+    if (t->kv_slot_align_bytes > 1)
+        slot = (slot + t->kv_slot_align_bytes - 1) / t->kv_slot_align_bytes * t->kv_slot_align_bytes;
+    return slot;
 }
 
 int pg_mode_quantizes(pg_mode m) { return pg_mode_traits_of(m)->quantized != 0; }
@@ -213,6 +301,8 @@ const char *pg_number_format_name(pg_number_format f)
     case PG_FORMAT_INT8: return "int8";
     case PG_FORMAT_INT4_ZP: return "int4";
     case PG_FORMAT_NVFP4: return "nvfp4";
+    case PG_FORMAT_LLOYD_MAX: return "lloyd-max";
+    case PG_FORMAT_UINT_MINMAX: return "uint-minmax";
     }
     return "?";
 }

@@ -34,10 +34,17 @@ typedef enum pg_mode {
     PG_MODE_FP8KV_PER_TOKEN_HEAD,
     PG_MODE_INT8KV_PER_TOKEN_HEAD,
     PG_MODE_INT4KV_PER_TOKEN_HEAD,
-    PG_MODE_NVFP4KV
+    PG_MODE_NVFP4KV,
+    PG_MODE_TURBOQUANT_K8V4,
+    PG_MODE_TURBOQUANT_4BIT_NC,
+    PG_MODE_TURBOQUANT_K3V4_NC,
+    PG_MODE_TURBOQUANT_3BIT_NC
 } pg_mode;
 /* How many modes there are. */
-#define PG_MODE_COUNT 8
+#define PG_MODE_COUNT 12
+/* The cache every smaller format is weighed against in memory: vLLM's
+ * --kv-cache-dtype fp8 (per-tensor e4m3). */
+#define PG_MODE_KV_FP8_REFERENCE PG_MODE_FP8KV
 /* The baseline mode's name: the one every other mode is measured against. */
 #define PG_MODE_BASELINE_NAME "bf16"
 
@@ -57,7 +64,11 @@ typedef enum pg_number_format {
     PG_FORMAT_E5M2,   /* OCP e5m2, max 57344 */
     PG_FORMAT_INT8,   /* two's-complement int8 codes, -128 .. 127 */
     PG_FORMAT_INT4_ZP, /* unsigned 4-bit codes 0 .. 15 less a zero point per row */
-    PG_FORMAT_NVFP4    /* e2m1 codes, an e4m3 scale per 16 elements and a per-tensor scale */
+    PG_FORMAT_NVFP4,   /* e2m1 codes, an e4m3 scale per 16 elements and a per-tensor scale */
+    PG_FORMAT_LLOYD_MAX, /* indices into a Lloyd-Max codebook of the rotated unit row, with
+                          * the row's fp16 norm (kernels/turboquant.h) */
+    PG_FORMAT_UINT_MINMAX /* unsigned codes 0 .. 2^bits - 1 over [min, max] of the row, an
+                           * fp16 scale and min per row (TurboQuant's values) */
 } pg_number_format;
 
 /* The granularity of the KV cache's scales. */
@@ -80,9 +91,12 @@ typedef enum pg_scale_source {
 /* The rotation a mode applies around its KV cache. */
 typedef enum pg_kv_rotation {
     PG_ROTATION_NONE,
-    PG_ROTATION_RHT    /* vLLM's randomized Hadamard transform (kernels/rht.h) of K and V
+    PG_ROTATION_RHT,   /* vLLM's randomized Hadamard transform (kernels/rht.h) of K and V
                         * before the cache write and of Q to match; the output
                         * inverse-rotated */
+    PG_ROTATION_HADAMARD_K /* Sylvester's orthonormal Hadamard matrix H / sqrt(d), no signs,
+                            * on each unit K row before the cache write and on Q to match;
+                            * V and the output unrotated (TurboQuant) */
 } pg_kv_rotation;
 
 /* How the attention kernel consumes the KV cache. */
@@ -92,7 +106,10 @@ typedef enum pg_kv_consumption {
                                   * #24197), then bf16 attention reads it */
     PG_KV_DEQUANT_IN_REGISTERS,  /* the attention kernel casts the codes as it loads them
                                   * and applies the scales itself */
-    PG_KV_FP8_MATMULS            /* the codes enter fp8 matmuls, Q quantized too */
+    PG_KV_FP8_MATMULS,           /* the codes enter fp8 matmuls, Q quantized too */
+    PG_KV_CENTROID_SCORES        /* TurboQuant's split-KV decode kernel: each key scored
+                                  * against its codebook centroids (or its fp8 codes), the
+                                  * values dequantized in registers, fp32 throughout */
 } pg_kv_consumption;
 
 /* One mode's row. */
@@ -100,16 +117,23 @@ typedef struct pg_mode_traits {
     const char *name;                 /* "bf16", "fp8kv", ... (stored, parsed, in configs) */
     unsigned quantized;               /* pg_tensor_bit bits the mode quantizes */
     pg_number_format q_format;        /* Q's format (BF16 unless Q is quantized) */
-    pg_number_format kv_format;       /* K's and V's format in the cache */
+    pg_number_format k_format;        /* K's format in the cache */
+    pg_number_format v_format;        /* V's format in the cache */
     pg_number_format p_format;        /* P's format for P.V (BF16 unless P is quantized) */
     pg_scale_granularity kv_scales;
     pg_scale_source kv_scale_source;
     pg_kv_consumption kv_consumption;
     const char *vllm_kv_cache_dtype;  /* the vLLM --kv-cache-dtype value it models */
     pg_kv_rotation kv_rotation;
-    int kv_element_bits;              /* bits of one cached K or V element in vLLM's page */
-    int kv_scale_bytes_per_token_head; /* inline scale bytes per (token, KV head) for K and
-                                        * again for V, carved from the page (0: none) */
+    int k_element_bits;               /* bits of one cached K element in vLLM's page */
+    int v_element_bits;               /* bits of one cached V element */
+    int k_row_scale_bytes;            /* inline bytes per (token, KV head) beside K's codes:
+                                       * scales, zero points, norms (0: none) */
+    int v_row_scale_bytes;            /* the same beside V's codes */
+    int kv_slot_align_bytes;          /* a (token, KV head)'s K and V bytes together rounded up
+                                       * to a multiple of it (0 or 1: not rounded) */
+    int kv_norm_correction;           /* TurboQuant's "_nc": each key's centroid vector
+                                       * re-normalized to unit length before scoring */
     int kv_block_elements;            /* elements per block scale (0: no block scales) */
     int kv_block_scale_bytes;         /* bytes of one block scale in the page */
     int is_baseline;                  /* 1 for the mode every other is measured against */
@@ -137,6 +161,10 @@ typedef enum variant_profile_id {
     VARIANT_INT8KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_INT4KV_PER_TOKEN_HEAD_TRITON,
     VARIANT_NVFP4KV_TRTLLM_GEN,
+    VARIANT_TURBOQUANT_K8V4_TRITON,
+    VARIANT_TURBOQUANT_4BIT_NC_TRITON,
+    VARIANT_TURBOQUANT_K3V4_NC_TRITON,
+    VARIANT_TURBOQUANT_3BIT_NC_TRITON,
     VARIANT_PROFILE_COUNT   /* also "no profile" (ext:NAME, ~spec, unknown) */
 } variant_profile_id;
 
@@ -164,7 +192,14 @@ pg_status pg_mode_find(const char *name, pg_mode *out, pg_err *err);
 /* 1 when mode m quantizes any tensor (every mode but the baseline's kind). */
 int pg_mode_quantizes(pg_mode m);
 
-/* The format's name ("bf16", "e4m3", "e5m2", "int8", "int4"). */
+/* Bytes one (token, KV head) takes in mode m's cache at head dim d: K's
+ * and V's codes (each row rounded up to whole bytes), their block scales
+ * and inline row bytes, the two rounded up to kv_slot_align_bytes; the
+ * per-tensor scales (one per layer) not counted. */
+long long pg_mode_kv_bytes_per_token_head(pg_mode m, int d);
+
+/* The format's name ("bf16", "e4m3", "e5m2", "int8", "int4", "nvfp4", "lloyd-max",
+ * "uint-minmax"). */
 const char *pg_number_format_name(pg_number_format f);
 
 /* The granularity's words ("no", "per-tensor", "per (token, KV head)"). */

@@ -28,7 +28,7 @@
 #include "base/variant.h"
 
 /* Most profiles the table holds (attn_profile_count checked against it). */
-#define MAX_PROFILES 16
+#define MAX_PROFILES 32
 /* Every mode's bit: the diagnosis asks every hypothesis. */
 #define ALL_MODES ((1u << PG_MODE_COUNT) - 1u)
 
@@ -53,7 +53,11 @@ int main(int argc, char **argv)
         return 1;
     }
     const size_t np = attn_profile_count();
-    if (np > MAX_PROFILES) return 1;
+    if (np > MAX_PROFILES) {
+        fprintf(stderr, "diag_match: the profile table holds %zu profiles, more than its %d\n", np,
+                MAX_PROFILES);
+        return 1;
+    }
     const sweep_options so = {.n_threads = threads};
     const attn_hypothesis *write_h = argc > 4 ? attn_hypothesis_find(argv[3]) : NULL;
     if (argc > 4 && write_h == NULL) {

@@ -11,20 +11,12 @@
 /* Longest list of the run's variants a message names. */
 #define ADVISE_VARIANTS_MSG_MAX 256
 
-/* Bits in a byte. */
-#define BITS_PER_BYTE 8
 
-/* Bytes per token a layer's KV cache holds in mode m: K and V, hkv heads
- * of d elements of the mode's bits (rounded up to whole bytes per row), its
- * block scales, and the mode's inline scales per (token, KV head). */
+/* Bytes per token a layer's KV cache holds in mode m: hkv slots of
+ * pg_mode_kv_bytes_per_token_head (base/mode.h). */
 static int64_t kv_bytes_per_token(pg_mode m, int hkv, int d)
 {
-    const pg_mode_traits *t = pg_mode_traits_of(m);
-    int64_t row = ((int64_t)d * t->kv_element_bits + BITS_PER_BYTE - 1) / BITS_PER_BYTE;
-    if (t->kv_block_elements > 0)
-        row += ((int64_t)d + t->kv_block_elements - 1) / t->kv_block_elements *
-               t->kv_block_scale_bytes;
-    return 2 * (int64_t)hkv * (row + t->kv_scale_bytes_per_token_head);
+    return (int64_t)hkv * (int64_t)pg_mode_kv_bytes_per_token_head(m, d);
 }
 
 /* Whether capture c holds a row of variant among rows[0..n). */

@@ -37,10 +37,10 @@
  *
  * KV memory (advise_result.kv_bytes_*): per token and layer the cache holds
  * K and V, 2 x hkv x d elements, each of the bytes its mode's row gives
- * (base/mode.h kv_element_bits: 16 in bf16, 8 in fp8, 4 in int4, a row
+ * (base/mode.h k_element_bits: 16 in bf16, 8 in fp8, 4 in int4, a row
  * rounded up to whole bytes), plus, for a mode
  * with per-token-head scales, 2 x hkv inline scales of
- * kv_scale_bytes_per_token_head each (vLLM carves them from the page:
+ * k_row_scale_bytes each (vLLM carves them from the page:
  * fp8_per_token_head, 4 bytes a float32 scale).
  * kv_bytes_saved_vs_fp8_fraction compares the same mix with every layer in
  * ADVISE_FP8_REFERENCE_MODE (vLLM's --kv-cache-dtype fp8), the format a
@@ -103,7 +103,7 @@ typedef struct advise_layer {
 } advise_layer;
 
 /* The mode the memory is also compared with: vLLM's per-tensor e4m3 cache. */
-#define ADVISE_FP8_REFERENCE_MODE PG_MODE_FP8KV
+#define ADVISE_FP8_REFERENCE_MODE PG_MODE_KV_FP8_REFERENCE
 
 /* The advice. Free with advise_result_free. */
 typedef struct advise_result {

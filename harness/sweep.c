@@ -300,11 +300,13 @@ static store_kv_format_stats kv_format_row(pg_mode m, const char *tensor,
                                            const fp8_quant_stats *q, const kv_code_stats *c)
 {
     const pg_mode_traits *t = pg_mode_traits_of(m);
+    const int is_v = strcmp(tensor, "v") == 0;
     return (store_kv_format_stats){
-        .mode = t->name, .tensor = tensor, .format = pg_number_format_name(t->kv_format),
+        .mode = t->name, .tensor = tensor,
+        .format = pg_number_format_name(is_v ? t->v_format : t->k_format),
         .n_values = (int64_t)q->n, .saturated_frac = frac_or_nan(q->n_saturated, q->n),
         .underflow_frac = frac_or_nan(q->n_underflow, q->n_nonzero),
-        .code_bits = t->kv_element_bits, .codes_used = kv_code_stats_used(c),
+        .code_bits = is_v ? t->v_element_bits : t->k_element_bits, .codes_used = kv_code_stats_used(c),
         .code_entropy_bits = kv_code_stats_entropy_bits(c), .n_scales = (int64_t)c->n_scales,
         .scale_floor_frac = frac_or_nan(c->n_scales_at_floor, c->n_scales),
         .scale_min = c->n_scales ? c->scale_min : NAN,
@@ -320,7 +322,7 @@ static pg_status layer_kv_format_stats(layer_ctx *c, const sweep_options *opt, p
     const unsigned modes = sweep_modes(opt);
     c->n_kfs = 0;
     for (int m = 0; m < PG_MODE_COUNT; m++) {
-        if (!((modes >> m) & 1u) || pg_mode_traits_of((pg_mode)m)->kv_format == PG_FORMAT_BF16)
+        if (!((modes >> m) & 1u) || pg_mode_traits_of((pg_mode)m)->k_format == PG_FORMAT_BF16)
             continue;
         fp8_quant_stats kq, vq;
         kv_code_stats kc, vc;
@@ -846,7 +848,7 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
     /* layer_kv_format_stats: K and V of each swept mode with a quantized cache */
     want->kv_formats = 0;
     for (int m = 0; m < PG_MODE_COUNT; m++)
-        if ((sweep_modes(opt) >> m) & 1u && pg_mode_traits_of((pg_mode)m)->kv_format != PG_FORMAT_BF16)
+        if ((sweep_modes(opt) >> m) & 1u && pg_mode_traits_of((pg_mode)m)->k_format != PG_FORMAT_BF16)
             want->kv_formats += 2;
 }
 

@@ -31,7 +31,7 @@ typedef struct sweep_stats {
 
 /* Most variants one sweep runs (room for every profile of the table;
  * sweep_variants_parse refuses a table that outgrows it). */
-#define SWEEP_MAX_VARIANTS 16
+#define SWEEP_MAX_VARIANTS 32
 /* run's default --variants: one per mode, each mode's default profile
  * (bf16, fp8kv@fixed, fp8qkv@fa3). */
 #define SWEEP_DEFAULT_VARIANTS "bf16,fp8kv,fp8qkv"

@@ -76,7 +76,7 @@ static pg_status cpu_run_variant(attn_backend *be, const attn_profile *p, const 
 int attn_quant_fold_takes_kv(const attn_profile *p)
 {
     const pg_mode_traits *t = pg_mode_traits_of(attn_profile_mode(p));
-    return (t->quantized & (ATTN_TENSOR_K | ATTN_TENSOR_V)) && t->kv_format == PG_FORMAT_E4M3 &&
+    return (t->quantized & (ATTN_TENSOR_K | ATTN_TENSOR_V)) && t->k_format == PG_FORMAT_E4M3 &&
            t->kv_scales == PG_SCALES_PER_TENSOR;
 }
 

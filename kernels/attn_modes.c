@@ -351,10 +351,6 @@ static void row_tiled(const core_row *r, const core_params *par, uint16_t *o)
     for (int i = 0; i < d; i++) o[i] = out_round(acc[i] * scale, par->out_e4m3);
 }
 
-/* exp as Triton takes it in fp32: ex2.approx.f32(x * log2e), the product
- * rounded to fp32 (triton ElementwiseOpToLLVM ExpOpConversionApprox), the
- * ex2 modelled by the C library's exp2f as for the other tiled profiles. */
-static inline float triton_exp(float x) { return exp2f(x * LOG2E_F32); }
 
 /*
  * The row as vLLM's Triton unified attention takes it with per-token-head
@@ -393,10 +389,10 @@ static void row_triton(const core_row *r, const core_params *par, uint16_t *o)
         if (m == -INFINITY) m = 0.0f; /* a row masked so far: softmax_step's clamp */
         float l = 0.0f;
         for (int t = t0; t <= t1; t++) {
-            sc[t] = triton_exp(sc[t] - m);
+            sc[t] = attn_triton_exp(sc[t] - m);
             l += sc[t];
         }
-        const float alpha = triton_exp(m_run - m);
+        const float alpha = attn_triton_exp(m_run - m);
         l_run = l_run * alpha + l;
         for (int i = 0; i < d; i++) acc[i] *= alpha;
         float *into = r->vzero != NULL ? part : acc;
@@ -526,6 +522,15 @@ pg_status attn_quant_options_check(const attn_quant_options *opt, pg_err *err)
     return PG_OK;
 }
 
+pg_status attn_quant_run_begin(const attn_batch *b, const attn_quant_options *opt,
+                               attn_quant_report *rep, pg_err *err)
+{
+    pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = attn_quant_options_check(opt, err);
+    if (st == PG_OK && rep != NULL) memset(rep, 0, sizeof *rep);
+    return st;
+}
+
 /* The tensors opt leaves bf16: all of them without quantization (attn.h). */
 static unsigned kept_bf16(const attn_quant_options *opt)
 {
@@ -577,10 +582,8 @@ pg_status attn_fp8kv_plumbed_run(const attn_kv_plumbing *pl, pg_number_format kv
     if (kv_format == PG_FORMAT_BF16)
         return pg_fail(err, PG_ERR_INTERNAL, "fp8kv plumbing: no fp8 paged cache of %s",
                        pg_number_format_name(kv_format));
-    pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_quant_options_check(opt, err);
+    pg_status st = attn_quant_run_begin(b, opt, rep, err);
     if (st != PG_OK) return st;
-    if (rep != NULL) memset(rep, 0, sizeof *rep);
     const unsigned kept = kept_bf16(opt);
     const attn_kv_plumbing fixed = {1, 0, 0, 0};
     const attn_kv_plumbing *use = opt->quantize ? pl : &fixed;
@@ -659,7 +662,7 @@ pg_status attn_fp8_matmuls_run(const attn_profile *p, const attn_fp8_read *rd,
         par.q_elem = PG_FORMAT_E4M3;
     }
     kv_paged cache;
-    pg_status st = fp8_cache_write(b, k, v, opt, kept, mt->kv_format, mt->kv_scales, &cache, rep,
+    pg_status st = fp8_cache_write(b, k, v, opt, kept, mt->k_format, mt->kv_scales, &cache, rep,
                                    err);
     if (st == PG_OK && cache.block_table != NULL && cache.elem == PG_FORMAT_NVFP4) {
         /* the kernel converts the nvfp4 cache to its fp8 Q's type (kv_cache.h) */
@@ -704,10 +707,8 @@ pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read 
                                      const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err)
 {
-    pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_quant_options_check(opt, err);
+    pg_status st = attn_quant_run_begin(b, opt, rep, err);
     if (st != PG_OK) return st;
-    if (rep != NULL) memset(rep, 0, sizeof *rep);
     const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
     const int rotates = mt->kv_rotation == PG_ROTATION_RHT;
     if (rotates && !rht_dim_ok(b->d))
@@ -731,7 +732,7 @@ pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read 
     }
     const unsigned kept = kept_bf16(opt);
     kv_paged cache;
-    st = fp8_cache_write(&rb, k, v, opt, kept, mt->kv_format, mt->kv_scales, &cache, rep, err);
+    st = fp8_cache_write(&rb, k, v, opt, kept, mt->k_format, mt->kv_scales, &cache, rep, err);
     if (st == PG_OK) {
         const core_kv kv = kv_sources(kept, cache.block_table != NULL ? &cache : NULL, k, v);
         core_params par = bf16_params(&rb);
@@ -758,10 +759,8 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
     const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
     if (mt->kv_consumption == PG_KV_READ_AS_BF16)
         return attn_variant_bf16(b, q, k, v, out, n_threads, err);
-    pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = attn_quant_options_check(opt, err);
+    pg_status st = attn_quant_run_begin(b, opt, rep, err);
     if (st != PG_OK) return st;
-    if (rep != NULL) memset(rep, 0, sizeof *rep);
     if (p->no_sinks && b->sinks != NULL)
         return pg_fail(err, PG_ERR_UNSUPPORTED,
                        "variant %s: the kernel has no attention sinks, and this layer has them",
@@ -776,7 +775,7 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
         if (o.keep_bf16 & ATTN_TENSOR_Q) o.q_scale = 1.0f;
         if (o.keep_bf16 & ATTN_TENSOR_K) o.k_scale = 1.0f;
         if (o.keep_bf16 & ATTN_TENSOR_V) o.v_scale = 1.0f;
-        return attn_fp8kv_plumbed_run(&pl, mt->kv_format, b, q, k, v, &o, out, rep, n_threads,
+        return attn_fp8kv_plumbed_run(&pl, mt->k_format, b, q, k, v, &o, out, rep, n_threads,
                                       err);
     }
     case PG_KV_DEQUANT_IN_REGISTERS: {
@@ -786,6 +785,10 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
     case PG_KV_FP8_MATMULS: {
         const attn_fp8_read rd = {0, 0};
         return attn_fp8_matmuls_run(p, &rd, b, q, k, v, opt, out, rep, n_threads, err);
+    }
+    case PG_KV_CENTROID_SCORES: {
+        const attn_tq_read rd = ATTN_TQ_READ_INTENDED;
+        return attn_turboquant_run(p, &rd, b, q, k, v, opt, out, rep, n_threads, err);
     }
     case PG_KV_READ_AS_BF16: break;
     }

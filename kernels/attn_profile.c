@@ -225,6 +225,58 @@ static const char rules_int4kv_per_token_head_triton[] =
     "  sum(p x zp_v)) with p = P x v scale kept in fp32 (fp32 tl.dot: Triton's default there is\n"
     "  TF32, which would round p to 10 bits; not modelled). Head dim: a power of two.\n";
 
+/* Shared by the TurboQuant presets. Sources, read at vllm-project/vllm:
+ * triton_turboquant_decode.py @055e47c, triton_turboquant_store.py and
+ * turboquant_attn.py @0135d08, centroids.py @06d0369, config.py @1471680. */
+#define RULES_TURBOQUANT_COMMON                                                                  \
+    "The cache (vllm/v1/attention/ops/triton_turboquant_store.py): one slot per (token, KV\n"    \
+    "  head), K then V, rounded up to an even size (config.py slot_size_aligned).\n"            \
+    "V: min, max of the fp32 row; scale = max((max - min) / (2^bits - 1), 1e-8); codes\n"         \
+    "  trunc((v - min) / scale + 0.5) clamped, packed from bit 0; fp16(scale), fp16(min) stored\n" \
+    "  (the codes use the fp32 scale).\n"                                                        \
+    "Attention: the decode kernel (triton_turboquant_decode.py) for every query row, the row's\n" \
+    "  keys [0, hi] split into 32 ranges of cdiv(hi + 1, 32) (tq_max_kv_splits_for_cuda_graph),\n" \
+    "  each an online softmax over tiles of 4 keys (BLOCK_KV = 4): m = max(tile, m), re =\n"      \
+    "  exp(m_old - m), p = exp(s - m), acc = acc * re + sum p v, l = l * re + sum p, all fp32;\n" \
+    "  each split stores acc / l and m + log l; stage 2 (triton_decode_attention.py\n"          \
+    "  _fwd_kernel_stage2) merges them by log-sum-exp; O = bf16(acc / e_sum).\n"                 \
+    "V in registers: code * fp16 scale + fp16 min (an fma: inferred, as Triton contracts it).\n" \
+    "exp = ex2.approx(x * log2e) (modelled by exp2f); log, / and sqrt IEEE (inferred: Triton may\n" \
+    "  emit approximate ones, within 2 ulp); sums in index order (tl.sum's tree order inferred).\n" \
+    "Not modelled: vLLM's first prefill chunk attends over the raw bf16 K and V (flash-attn) and\n" \
+    "  only later reads see the cache; a continuation chunk over 128 tokens dequantizes K and V\n" \
+    "  to fp16 for flash-attn. Refused: sinks and sliding windows (the kernel has neither; the\n" \
+    "  backend drops sliding_window), head dims not a power of two.\n"
+
+#define RULES_TURBOQUANT_MSE                                                                     \
+    "K: norm = sqrt(sum k^2) in fp32; y = (k / (norm + 1e-8)) . Pi^T in fp32, Pi = H / sqrt(d),\n" \
+    "  Sylvester's Hadamard matrix without signs (turboquant_attn.py _build_hadamard); each y\n"   \
+    "  indexed into the Lloyd-Max codebook of N(0, 1/d) (centroids.py solve_lloyd_max, in\n"      \
+    "  double, 200 iterations, tol 1e-10) by a binary search of the fp32 midpoints, ties up;\n"   \
+    "  indices packed from bit 0; fp16(norm) after them.\n"                                       \
+    "Scores: q_rot = q . Pi^T in fp32 (a cuBLAS GEMM: its order inferred), s = norm * (q_rot .\n" \
+    "  c) * sm_scale, c the key's centroids.\n"
+
+static const char rules_turboquant_k8v4[] =
+    "K: e4m3(k) unscaled and unrotated (Triton's fp32 -> float8e4nv, nearest even, saturating:\n"
+    "  inferred), the bf16 Q scored against it: s = (q . k8) * sm_scale in fp32.\n"
+    "V: 4-bit codes.\n" RULES_TURBOQUANT_COMMON;
+
+static const char rules_turboquant_4bit_nc[] =
+    "K: 4-bit Lloyd-Max indices; V: 4-bit codes.\n" RULES_TURBOQUANT_MSE
+    "Norm correction (_nc): c = c / sqrt(sum c^2 + 1e-16) before the dot product.\n"
+    RULES_TURBOQUANT_COMMON;
+
+static const char rules_turboquant_k3v4_nc[] =
+    "K: 3-bit Lloyd-Max indices (8 in 3 bytes); V: 4-bit codes.\n" RULES_TURBOQUANT_MSE
+    "Norm correction (_nc): c = c / sqrt(sum c^2 + 1e-16) before the dot product.\n"
+    RULES_TURBOQUANT_COMMON;
+
+static const char rules_turboquant_3bit_nc[] =
+    "K: 3-bit Lloyd-Max indices; V: 3-bit codes (8 in 3 bytes).\n" RULES_TURBOQUANT_MSE
+    "Norm correction (_nc): c = c / sqrt(sum c^2 + 1e-16) before the dot product.\n"
+    RULES_TURBOQUANT_COMMON;
+
 static const char rules_nvfp4kv_trtllm_gen[] =
     "vLLM --kv-cache-dtype nvfp4 (PRs #37332, #40177), served by FLASHINFER's trtllm-gen\n"
     "  kernels on SM100 / SM103 alone (FlashInferBackend.supports_kv_cache_dtype:\n"
@@ -302,6 +354,20 @@ static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
      .p_exp_offset = TRTLLM_FP8_EXP_OFFSET, .q_by_inverse = 1, .accum = ATTN_ACCUM_MMA_1LEVEL,
      .out_e4m3 = 1,
      .tiles = {{64, 256, 256}, {96, 256, 256}, {128, 256, 256}, {192, 128, 128}, {256, 128, 128}}},
+    /* TurboQuant: the decode kernel's knobs are its mode's traits and
+     * attn_profile_impl.h's ATTN_TQ_DECODE_*; no sinks (checked there). */
+    [VARIANT_TURBOQUANT_K8V4_TRITON] = {
+     .summary = "TurboQuant K e4m3, V 4-bit min/max, Triton split-KV decode kernel",
+     .rules = rules_turboquant_k8v4, .no_sinks = 1},
+    [VARIANT_TURBOQUANT_4BIT_NC_TRITON] = {
+     .summary = "TurboQuant K 4-bit Lloyd-Max (Hadamard, norm-corrected), V 4-bit, Triton decode",
+     .rules = rules_turboquant_4bit_nc, .no_sinks = 1},
+    [VARIANT_TURBOQUANT_K3V4_NC_TRITON] = {
+     .summary = "TurboQuant K 3-bit Lloyd-Max (Hadamard, norm-corrected), V 4-bit, Triton decode",
+     .rules = rules_turboquant_k3v4_nc, .no_sinks = 1},
+    [VARIANT_TURBOQUANT_3BIT_NC_TRITON] = {
+     .summary = "TurboQuant K 3-bit Lloyd-Max (Hadamard, norm-corrected), V 3-bit, Triton decode",
+     .rules = rules_turboquant_3bit_nc, .no_sinks = 1},
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])
@@ -329,6 +395,8 @@ int attn_profile_is_default(const attn_profile *p)
 {
     return variant_profile_is_default(attn_profile_id(p));
 }
+
+int attn_profile_takes_sinks(const attn_profile *p) { return !p->no_sinks; }
 
 const char *attn_profile_summary(const attn_profile *p) { return p->summary; }
 

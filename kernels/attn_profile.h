@@ -46,6 +46,10 @@ const char *attn_profile_variant(const attn_profile *p);
 /* The mode the profile runs. */
 pg_mode attn_profile_mode(const attn_profile *p);
 
+/* 1 when p's kernel takes attention sinks, 0 when it refuses a layer with them
+ * (fp8qkv@flashinfer-fa3, the TurboQuant decode kernel). */
+int attn_profile_takes_sinks(const attn_profile *p);
+
 /* 1 when p is the profile its mode's name alone means, else 0. */
 int attn_profile_is_default(const attn_profile *p);
 

@@ -5,6 +5,8 @@
 #ifndef PG_ATTN_PROFILE_IMPL_H
 #define PG_ATTN_PROFILE_IMPL_H
 
+#include <math.h>
+
 #include "attn_profile.h"
 
 #ifdef __cplusplus
@@ -22,6 +24,12 @@ extern "C" {
  * in FA3's finalize_aux (FORK hopper/softmax.h), TRT-LLM's fused_scale_bmm1 *
  * float(M_LOG2E) and FlashInfer's math::log2e (a float constant). */
 #define ATTN_LOG2E_F64 1.4426950408889634
+
+/* What every quantized computation does first: b and opt checked
+ * (attn_batch_check, attn_quant_options_check), then *rep zeroed (rep may
+ * be NULL). */
+pg_status attn_quant_run_begin(const attn_batch *b, const attn_quant_options *opt,
+                               attn_quant_report *rep, pg_err *err);
 
 /* fp8kv: which scales the bf16 attention after the dequant is given. */
 typedef enum attn_kv_scales {
@@ -98,6 +106,42 @@ pg_status attn_kv_per_token_head_run(const attn_profile *p, const attn_row_read 
                                      const attn_batch *b, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                      const attn_quant_options *opt, uint16_t *out,
                                      attn_quant_report *rep, int n_threads, pg_err *err);
+
+/* exp as Triton takes it in fp32: ex2.approx.f32(x * log2e), the product
+ * rounded to fp32 (triton ElementwiseOpToLLVM ExpOpConversionApprox), the
+ * ex2 modelled by the C library's exp2f as for the other tiled profiles. */
+static inline float attn_triton_exp(float x) { return exp2f(x * (float)ATTN_LOG2E_F64); }
+
+/* TurboQuant's decode kernel (vllm/v1/attention/ops/triton_turboquant_decode.py
+ * triton_turboquant_decode_attention): BLOCK_KV = 4 keys per tile, and
+ * NUM_KV_SPLITS = vllm/config/attention.py tq_max_kv_splits_for_cuda_graph,
+ * 32 by default. */
+#define ATTN_TQ_DECODE_BLOCK_KV 4
+#define ATTN_TQ_DECODE_KV_SPLITS 32
+
+/* How a TurboQuant computation reads its cache, where a kernel may
+ * misapply the preset (the intended read is all 0). */
+typedef struct attn_tq_read {
+    int q_unrotated;             /* K rotated into the codebook's basis, Q scored unrotated */
+    int key_norms_dropped;       /* the keys' fp16 norms read as 1 */
+    int norm_correction_skipped; /* an "_nc" cache scored with the raw centroids */
+    int value_min_dropped;       /* values code x scale, their fp16 min left out */
+} attn_tq_read;
+
+/* The read every TurboQuant profile intends. */
+#define ATTN_TQ_READ_INTENDED ((attn_tq_read){0, 0, 0, 0})
+
+/* A TurboQuant mode's computation (profile p; rules in attn_profile.c) read
+ * as rd: the cache write of turboquant.h, then the decode kernel for every
+ * query row, the row's keys [0, hi] split 32 ways and tiled by 4, merged by
+ * log-sum-exp; the tensors opt->keep_bf16 names stay bf16 (K: scored
+ * unrotated against the bf16 row); opt->quantize = 0 keeps both.
+ * Checks as attn_variant_run; PG_ERR_UNSUPPORTED for sinks or a window (the
+ * kernel has neither), tq_layout_of's errors for the head dim. */
+pg_status attn_turboquant_run(const attn_profile *p, const attn_tq_read *rd, const attn_batch *b,
+                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                              const attn_quant_options *opt, uint16_t *out,
+                              attn_quant_report *rep, int n_threads, pg_err *err);
 
 /* How an fp8-matmul computation reads its cache, where a kernel may
  * misapply the scales (the intended read is {0, 0}). */

@@ -518,7 +518,7 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
     if (b->d != 64 && b->d != 128) {
         no = "the GPU kernels take head dims 64 and 128";
     } else if (mt->kv_consumption != PG_KV_READ_AS_BF16 &&
-               (mt->kv_format != PG_FORMAT_E4M3 || mt->kv_scales != PG_SCALES_PER_TENSOR)) {
+               (mt->k_format != PG_FORMAT_E4M3 || mt->kv_scales != PG_SCALES_PER_TENSOR)) {
         // cuda_kv_cache.cu writes e4m3 codes with per-tensor scales only (issue #31)
         no = "the GPU's paged cache holds e4m3 codes with per-tensor scales only, not this "
              "mode's KV cache format: the CPU specification runs it";
@@ -530,6 +530,9 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
             break;
         case PG_KV_DEQUANT_IN_REGISTERS:
             no = "the GPU has no kernel that dequantizes the cache in registers";
+            break;
+        case PG_KV_CENTROID_SCORES: // refused above (no per-tensor e4m3 cache); for the switch
+            no = "the GPU has no TurboQuant decode kernel";
             break;
         case PG_KV_FP8_MATMULS:
             // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles

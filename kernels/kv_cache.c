@@ -7,6 +7,7 @@
 
 #include "base/rng.h"
 #include "rht.h"
+#include "turboquant.h"
 
 /* bf16 bits of a quiet NaN: what unwritten cache slots hold. */
 #define KV_BF16_NAN_BITS 0x7FC0u
@@ -375,8 +376,17 @@ pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, 
     memset(kc, 0, sizeof *kc);
     memset(vc, 0, sizeof *vc);
     const pg_mode_traits *t = pg_mode_traits_of(m);
-    if (t->kv_format == PG_FORMAT_BF16)
+    if (t->k_format == PG_FORMAT_BF16)
         return pg_fail(err, PG_ERR_USAGE, "kv statistics: mode %s keeps K and V in bf16", t->name);
+    if (t->kv_consumption == PG_KV_CENTROID_SCORES) {
+        tq_cache c;
+        pg_status st = tq_cache_write(m, b, k, v, &c, kq, vq, err);
+        if (st != PG_OK) return st;
+        tq_cache_code_stats(&c, 0, kc);
+        tq_cache_code_stats(&c, 1, vc);
+        tq_cache_free(&c);
+        return PG_OK;
+    }
     uint16_t *kr = NULL, *vr = NULL;
     const size_t n = (size_t)attn_batch_tkv(b) * (size_t)b->hkv * (size_t)b->d;
     if (t->kv_rotation == PG_ROTATION_RHT) {
@@ -396,7 +406,7 @@ pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, 
         v = vr;
     }
     kv_paged c;
-    pg_status st = kv_paged_write_mode(b, k, v, t->kv_format, t->kv_scales, k_scale, v_scale,
+    pg_status st = kv_paged_write_mode(b, k, v, t->k_format, t->kv_scales, k_scale, v_scale,
                                        page_seed, block_size, &c, kq, vq, err);
     free(kr);
     free(vr);

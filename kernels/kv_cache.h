@@ -129,8 +129,9 @@ void kv_paged_code_stats(const kv_paged *c, const attn_batch *b, int which, kv_c
 int kv_code_stats_used(const kv_code_stats *st);
 double kv_code_stats_entropy_bits(const kv_code_stats *st);
 
-/* What mode m's cache write does to one layer's packed bf16 k and v: its
- * rotation when it has one (rht.h), then kv_paged_write_mode with the
+/* What mode m's cache write does to one layer's packed bf16 k and v: a
+ * TurboQuant preset's slots (turboquant.h tq_cache_write, which ignores the
+ * scales and paging); else its rotation when it has one (rht.h), then kv_paged_write_mode with the
  * per-tensor scales k_scale / v_scale where the mode uses them; the write's
  * counters into *kq / *vq and its codes and scales into *kc / *vc (all
  * zeroed first). PG_ERR_USAGE for a mode that keeps K and V bf16; the

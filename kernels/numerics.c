@@ -94,6 +94,50 @@ uint16_t bf16_from_f32(float x)
     return (uint16_t)(u >> BF16_SHIFT);
 }
 
+/* binary16: 5 exponent bits (bias 15), 10 mantissa bits (IEEE 754-2008). */
+#define F16_SIGN_BIT 0x8000u
+#define F16_INF_BITS 0x7C00u
+#define F16_QUIET_BIT 0x0200u
+#define F16_MAN_BITS 10
+#define F16_MAN_MASK 0x3FFu
+#define F16_EXP_MASK 0x1Fu
+/* The binary32 patterns of 65520 (half-way between fp16's max 65504 and
+ * 2^16: it and above round to inf) and of 2^-14 (fp16's least normal). */
+#define F16_ROUNDS_TO_INF_F32_BITS 0x477FF000u
+#define F16_MIN_NORMAL_F32_BITS 0x38800000u
+/* binary32's exponent bias less binary16's, in the exponent field. */
+#define F32_TO_F16_REBIAS ((uint32_t)(127 - 15) << 23)
+/* 2^24: an fp16 subnormal's code is its value over 2^-24. */
+#define F16_SUBNORMAL_UNITS 16777216.0f
+
+uint16_t fp16_from_f32(float x)
+{
+    const uint32_t u = f32_bits(x);
+    const uint16_t sign = (uint16_t)((u >> 16) & F16_SIGN_BIT);
+    const uint32_t a = u & F32_ABS_MASK;
+    if (a > F32_INF_BITS) return (uint16_t)(sign | F16_INF_BITS | F16_QUIET_BIT | ((a >> 13) & F16_MAN_MASK));
+    if (a >= F16_ROUNDS_TO_INF_F32_BITS) return (uint16_t)(sign | F16_INF_BITS);
+    if (a >= F16_MIN_NORMAL_F32_BITS) {
+        /* rebias, then nearest even on the 13 dropped bits (a carry bumps the exponent) */
+        uint32_t r = a - F32_TO_F16_REBIAS;
+        r += 0xFFFu + ((r >> 13) & 1u);
+        return (uint16_t)(sign | (r >> 13));
+    }
+    /* subnormal or zero: |x| * 2^24 is exact; rintf rounds it to nearest even (a
+     * result of 1024 is the least normal's code, which is right) */
+    return (uint16_t)(sign | (uint16_t)rintf(f32_from_bits(a) * F16_SUBNORMAL_UNITS));
+}
+
+float fp16_to_f32(uint16_t h)
+{
+    const unsigned e = (h >> F16_MAN_BITS) & F16_EXP_MASK, m = h & F16_MAN_MASK;
+    const float sign = (h & F16_SIGN_BIT) ? -1.0f : 1.0f;
+    if (e == 0) return sign * ((float)m / F16_SUBNORMAL_UNITS);
+    if (e == F16_EXP_MASK) return m ? NAN : sign * INFINITY;
+    return f32_from_bits(((uint32_t)(h & F16_SIGN_BIT) << 16) |
+                         ((e + 127u - 15u) << 23) | ((uint32_t)m << 13));
+}
+
 /*
  * Rounds the binary32 pattern u to an OCP fp8 format with man_bits
  * significand bits and exponent bias `bias`, to nearest even, saturating
@@ -497,7 +541,7 @@ void nvfp4_quantize_bf16_row(const uint16_t *x, size_t n, float sf_scale, uint8_
 #define FP8_ELEMENT_BYTES 1u
 #define INT8_ELEMENT_BYTES 1u
 /* The emulated cache holds one int4 code per byte; vLLM packs two
- * (base/mode.h kv_element_bits says what the page holds). */
+ * (base/mode.h k_element_bits says what the page holds). */
 #define INT4_ELEMENT_BYTES 1u
 /* And one e2m1 code per byte (vLLM packs two). */
 #define E2M1_ELEMENT_BYTES 1u
@@ -520,6 +564,10 @@ static const fp_codec codecs[] = {
     /* nvfp4: block scales, written by nvfp4_quantize_bf16_row (kv_cache.h) */
     [PG_FORMAT_NVFP4] = {.bytes = E2M1_ELEMENT_BYTES, .nan_code = NVFP4_UNWRITTEN_CODE,
                          .decode = fp4_e2m1_decode},
+    /* TurboQuant's codes live in its slots, packed, and are read through its
+     * codebook and row scales (kernels/turboquant.h), never through a codec */
+    [PG_FORMAT_LLOYD_MAX] = {.bytes = 1},
+    [PG_FORMAT_UINT_MINMAX] = {.bytes = 1},
 };
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 

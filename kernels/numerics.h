@@ -59,6 +59,13 @@ static inline float bf16_to_f32(uint16_t h)
     return f;
 }
 
+/* Rounds x to IEEE binary16, nearest even, subnormals kept, |x| >= 65520
+ * to +-inf (PTX cvt.rn.f16.f32, Triton's fp32 -> fp16); NaN stays NaN. */
+uint16_t fp16_from_f32(float x);
+
+/* The exact fp32 value of the binary16 bits h. */
+float fp16_to_f32(uint16_t h);
+
 /* Rounds x to e4m3fn, ties to even, saturating at +-448; NaN -> 0x7F. */
 uint8_t fp8_e4m3_encode(float x);
 

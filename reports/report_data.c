@@ -1,7 +1,9 @@
 /* report_data.c: a run's numbers from the store into structs (see report_data.h). */
 #include "report_data.h"
 
+#include "base/mode.h"
 #include "base/variant.h"
+#include "db/shape_store.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -484,6 +486,44 @@ int report_cell_outputs(const report_cell *c, char *buf, size_t len)
     return 1;
 }
 
+/* d->kv_memory: each distinct mode of d->kv_formats that the mode table
+ * knows, summed over run_id's layer_shapes rows (none without them). */
+static pg_status load_kv_memory(pg_store *db, int64_t run_id, report_data *d, pg_err *err)
+{
+    if (d->n_kv_formats == 0) return PG_OK;
+    shape_row *shapes = NULL;
+    size_t ns = 0;
+    pg_status st = shape_store_load(db, run_id, &shapes, &ns, err);
+    if (st != PG_OK || ns == 0) {
+        shape_rows_free(shapes, ns);
+        return st;
+    }
+    d->kv_memory = calloc(d->n_kv_formats, sizeof *d->kv_memory);
+    if (d->kv_memory == NULL) {
+        shape_rows_free(shapes, ns);
+        return pg_fail(err, PG_ERR_NOMEM, "report: out of memory for the KV memory table");
+    }
+    for (size_t i = 0; i < d->n_kv_formats; i++) {
+        const char *name = d->kv_formats[i].mode;
+        pg_mode m;
+        int seen = 0;
+        for (size_t j = 0; j < d->n_kv_memory && !seen; j++)
+            seen = strcmp(d->kv_memory[j].mode, name) == 0;
+        if (seen || name == NULL || pg_mode_find(name, &m, NULL) != PG_OK) continue;
+        report_kv_memory *r = &d->kv_memory[d->n_kv_memory++];
+        r->mode = name;
+        for (size_t l = 0; l < ns; l++) {
+            const long long hkv = shapes[l].shape.hkv;
+            const int hd = shapes[l].shape.d;
+            r->bytes += hkv * pg_mode_kv_bytes_per_token_head(m, hd);
+            r->bytes_bf16 += hkv * pg_mode_kv_bytes_per_token_head(pg_mode_baseline(), hd);
+            r->bytes_fp8 += hkv * pg_mode_kv_bytes_per_token_head(PG_MODE_KV_FP8_REFERENCE, hd);
+        }
+    }
+    shape_rows_free(shapes, ns);
+    return PG_OK;
+}
+
 pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, int trend_n,
                            report_data *out, pg_err *err)
 {
@@ -502,6 +542,7 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
     if (s == PG_OK) s = load_quant(db, run_id, out, &local);
     if (s == PG_OK)
         s = report_store_kv_formats(db, run_id, &out->kv_formats, &out->n_kv_formats, &local);
+    if (s == PG_OK) s = load_kv_memory(db, run_id, out, &local);
     if (s == PG_OK) s = load_evals(db, run_id, out, &local);
     if (s == PG_OK) s = load_divergence(db, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, run_id, out, &local);
@@ -509,6 +550,20 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
     if (s == PG_OK) s = load_attribution(db, run_id, out, &local);
     if (s != PG_OK) pg_fail(err, local.code, "%s", local.msg);
     return s;
+}
+
+const char report_kv_memory_caption[] =
+    "K and V of every layer per token (hkv slots of the mode's per (token, KV head) bytes: "
+    "codes, block scales, inline scales, zero points and norms, TurboQuant's slot rounded up "
+    "to even bytes), against the same layers all bf16 and all fp8 (per-tensor e4m3). Not "
+    "counted: per-tensor scales, block padding, and vLLM keeping only the window's tokens of "
+    "a sliding-window layer.";
+
+const char *report_kv_scales_word(const char *mode)
+{
+    pg_mode m;
+    if (mode == NULL || pg_mode_find(mode, &m, NULL) != PG_OK) return "?";
+    return pg_mode_traits_of(m)->kv_scales == PG_SCALES_PER_TENSOR ? "per tensor" : "none";
 }
 
 const char report_advice_counts[] =
@@ -530,6 +585,7 @@ void report_data_free(report_data *d)
     free(d->head_present);
     free(d->quant);
     kv_format_summaries_free(d->kv_formats, d->n_kv_formats);
+    free(d->kv_memory);
     free(d->attribution);
     attribution_rows_free(&d->attribution_rows);
     eval_store_scores_free(d->scores, d->n_scores);

@@ -127,6 +127,13 @@ typedef struct report_advice {
 } report_advice;
 
 /* What the advice's memory saving counts and leaves out, for both writers. */
+/* The caption of the KV cache memory table (what is counted). */
+extern const char report_kv_memory_caption[];
+
+/* What a kv_formats row without row scales has: "per tensor" for a mode
+ * with per-tensor scales, else "none" (TurboQuant's raw e4m3 keys). */
+const char *report_kv_scales_word(const char *mode);
+
 extern const char report_advice_counts[];
 
 /* One span of layers of an external output in the scale-plumbing diagnosis,
@@ -192,6 +199,14 @@ typedef struct report_divergence {
 } report_divergence;
 
 /* Everything a report shows. Zero-initialise, load, free. */
+/* One mode's KV cache per token over the run's layers (layer_shapes: hkv
+ * x base/mode.h pg_mode_kv_bytes_per_token_head), beside bf16's and the
+ * fp8 reference's (PG_MODE_KV_FP8_REFERENCE) on the same layers. */
+typedef struct report_kv_memory {
+    const char *mode;        /* the kv_formats row's string */
+    long long bytes, bytes_bf16, bytes_fp8;
+} report_kv_memory;
+
 typedef struct report_data {
     char *db_name;                 /* the database path, for the footer */
     run_row run;
@@ -205,6 +220,8 @@ typedef struct report_data {
     unsigned char *head_present;   /* same index */
     kv_format_summary *kv_formats; /* each swept mode's K and V cache (kv_format_stats) */
     size_t n_kv_formats;
+    report_kv_memory *kv_memory;   /* each of those modes' cache size (none: no layer_shapes) */
+    size_t n_kv_memory;
     int has_quant;                 /* any quant_stats row */
     report_quant *quant;           /* [l * REPORT_N_TENSORS + t] */
     size_t n_scores;

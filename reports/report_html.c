@@ -462,12 +462,31 @@ static void put_kv_formats(FILE *out, const report_data *d)
         fprintf(out, "<td>%d of %d</td><td>%.2f of %d</td>", r->codes_used, 1 << r->code_bits,
                 r->entropy_bits, r->code_bits);
         if (r->n_scales == 0)
-            fputs("<td>per tensor</td><td>-</td><td>-</td></tr>\n", out);
+            fprintf(out, "<td>%s</td><td>-</td><td>-</td></tr>\n", report_kv_scales_word(r->mode));
         else
             fprintf(out, "<td>%lld</td><td>%s</td><td>%s / %s / %s</td></tr>\n",
                     (long long)r->n_scales, svg_fmt_num(f, sizeof f, r->scale_floor_frac),
                     svg_fmt_num(a, sizeof a, r->scale_min), svg_fmt_num(b, sizeof b, r->scale_mean),
                     svg_fmt_num(c, sizeof c, r->scale_max));
+    }
+    fputs("</table>\n</section>\n", out);
+}
+
+/* Each swept mode's KV cache size per token, as report_md.c's table. */
+static void put_kv_memory(FILE *out, const report_data *d)
+{
+    if (d->n_kv_memory == 0) return;
+    fputs("<section id=\"kv-memory\">\n<h2>KV cache memory</h2>\n<p class=\"note\">", out);
+    svg_put_escaped(out, report_kv_memory_caption);
+    fputs("</p>\n<table>\n<tr><th>mode</th><th>bytes per token</th><th>saved vs bf16</th>"
+          "<th>saved vs fp8</th></tr>\n", out);
+    for (size_t i = 0; i < d->n_kv_memory; i++) {
+        const report_kv_memory *r = &d->kv_memory[i];
+        fputs("<tr><td>", out);
+        svg_put_escaped(out, r->mode);
+        fprintf(out, "</td><td>%lld</td><td>%.1f%%</td><td>%.1f%%</td></tr>\n", r->bytes,
+                100.0 * (double)(r->bytes_bf16 - r->bytes) / (double)r->bytes_bf16,
+                100.0 * (double)(r->bytes_fp8 - r->bytes) / (double)r->bytes_fp8);
     }
     fputs("</table>\n</section>\n", out);
 }
@@ -890,6 +909,7 @@ pg_status report_html_write(const report_data *d, FILE *out, pg_err *err)
     if (s == PG_OK) s = put_heads(out, d, err);
     if (s == PG_OK) put_quant(out, d);
     if (s == PG_OK) put_kv_formats(out, d);
+    if (s == PG_OK) put_kv_memory(out, d);
     if (s == PG_OK) s = put_attribution(out, d, err);
     if (s == PG_OK) put_advice(out, d);
     if (s == PG_OK) s = put_evals(out, d, err);

@@ -422,12 +422,31 @@ static void put_kv_formats(FILE *out, const report_data *d)
         fprintf(out, " %d of %d | %.2f of %d |", r->codes_used, 1 << r->code_bits,
                 r->entropy_bits, r->code_bits);
         if (r->n_scales == 0) {
-            fputs(" per tensor | - | - |\n", out);
+            fprintf(out, " %s | - | - |\n", report_kv_scales_word(r->mode));
             continue;
         }
         fprintf(out, " %" PRId64 " |", r->n_scales);
         cell_num(out, r->scale_floor_frac);
         fprintf(out, " %.3g / %.3g / %.3g |\n", r->scale_min, r->scale_mean, r->scale_max);
+    }
+}
+
+/* Each swept mode's KV cache size per token over the run's layers, against
+ * bf16 and fp8 (report_data.h report_kv_memory). */
+static void put_kv_memory(FILE *out, const report_data *d)
+{
+    if (d->n_kv_memory == 0) return;
+    fputs("\n### KV cache memory\n\n", out);
+    report_md_put_escaped(out, report_kv_memory_caption);
+    fputs("\n\n| mode | bytes per token | saved vs bf16 | saved vs fp8 |\n", out);
+    sep_row(out, "lrrr", 0);
+    for (size_t i = 0; i < d->n_kv_memory; i++) {
+        const report_kv_memory *r = &d->kv_memory[i];
+        fputs("| ", out);
+        report_md_put_escaped(out, r->mode);
+        fprintf(out, " | %lld | %.1f%% | %.1f%% |\n", r->bytes,
+                100.0 * (double)(r->bytes_bf16 - r->bytes) / (double)r->bytes_bf16,
+                100.0 * (double)(r->bytes_fp8 - r->bytes) / (double)r->bytes_fp8);
     }
 }
 
@@ -602,6 +621,7 @@ pg_status report_md_write(const report_data *d, FILE *out, pg_err *err)
     if (s != PG_OK) return s;
     put_quant(out, d);
     put_kv_formats(out, d);
+    put_kv_memory(out, d);
     put_attribution(out, d);
     put_advice(out, d);
     put_evals(out, d);

@@ -310,8 +310,8 @@ Test(advise, the_command_says_sliding_window_and_the_memory_and_the_worst_fp8_la
     /* 4 layers of 2 x 8 x 64 elements: 8192 bytes in bf16, 2 kept: 6144, 25% saved */
     expect_has(out, "KV cache saved against all-bf16: 25.0% (fraction 0.25: 2048 of 8192 bytes "
                     "per token)");
-    expect_has(out, "16 bits in bf16, 8 in the fp8 cache (e4m3 codes); not counted: the "
-                    "per-tensor scales");
+    expect_has(out, "16 bits in bf16, 8 (K, e4m3 codes) and 8 (V, e4m3 codes) in the fp8 "
+                    "cache; not counted: the per-tensor scales");
     /* against all-fp8 (4096 bytes) the 2 kept bf16 layers cost 2048 more */
     expect_has(out, "KV cache against all-fp8 (per-tensor e4m3): 6144 bytes per token where "
                     "all-fp8 holds 4096, -50.0% saved (negative: more)");

@@ -44,11 +44,22 @@ static attn_quant_options calibrated(const tu_layer *L)
                               fp8_e4m3_calibrated_scale(bf16_amax(L->v, L->nkv)), 16, 5, 0};
 }
 
+/* L's batch as profile p's kernel takes it: without the sinks for a kernel
+ * that has none (TurboQuant's decode kernel; test_kv_turboquant holds its
+ * refusal). */
+static attn_batch batch_for(const tu_layer *L, const attn_profile *p)
+{
+    attn_batch b = L->b;
+    if (!attn_profile_takes_sinks(p)) b.sinks = NULL;
+    return b;
+}
+
 static uint16_t *run_hyp(const char *name, const tu_layer *L, const attn_quant_options *o)
 {
     uint16_t *out = malloc(L->nq * 2);
     pg_err err = {0};
-    cr_assert_eq(attn_hypothesis_run(hyp(name), &L->b, L->q, L->k, L->v, o, out, 2, &err), PG_OK,
+    const attn_batch b = batch_for(L, profile(pg_mode_name(attn_hypothesis_mode(hyp(name)))));
+    cr_assert_eq(attn_hypothesis_run(hyp(name), &b, L->q, L->k, L->v, o, out, 2, &err), PG_OK,
                  "%s: %s", name, err.msg);
     return out;
 }
@@ -57,7 +68,8 @@ static uint16_t *run_prof(const char *name, const tu_layer *L, const attn_quant_
 {
     uint16_t *out = malloc(L->nq * 2);
     pg_err err = {0};
-    cr_assert_eq(attn_variant_run(profile(name), &L->b, L->q, L->k, L->v, o, out, NULL, 2, &err),
+    const attn_batch b = batch_for(L, profile(name));
+    cr_assert_eq(attn_variant_run(profile(name), &b, L->q, L->k, L->v, o, out, NULL, 2, &err),
                  PG_OK, "%s: %s", name, err.msg);
     return out;
 }
@@ -82,7 +94,11 @@ Test(hypothesis, table_names_intended_and_sources)
                                        "intended-int4kv_pth", "int4-zero-point-dropped",
                                        "int4-q-unrotated", "int4-output-unrotated",
                                        "int4-pth-scales-missing", "intended-nvfp4kv",
-                                       "nvfp4-block-scales-lost", "nvfp4-kv-scales-missing"};
+                                       "nvfp4-block-scales-lost", "nvfp4-kv-scales-missing",
+                                       "intended-tq_k8v4", "intended-tq_4bit_nc",
+                                       "intended-tq_k3v4_nc", "intended-tq_3bit_nc",
+                                       "tq-q-unrotated", "tq-key-norms-dropped",
+                                       "tq-nc-skipped", "tq-value-min-dropped"};
     cr_assert_eq(attn_hypothesis_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < attn_hypothesis_count(); i++) {
         const attn_hypothesis *h = attn_hypothesis_at(i);
@@ -221,6 +237,16 @@ Test(hypothesis, at_unit_scales_the_bugs_coincide_with_an_intended_one)
         uint16_t *y = run_hyp(attn_hypothesis_name(h), &L, &c);
         for (int j = 0; j < 3; j++)
             cr_assert_not(same_bits(y, ints[j], L.nq), "%s", attn_hypothesis_name(h));
+        /* ... its own mode's intended one included */
+        for (size_t k = 0; k < attn_hypothesis_count(); k++) {
+            const attn_hypothesis *g = attn_hypothesis_at(k);
+            if (!attn_hypothesis_is_intended(g) || attn_hypothesis_mode(g) != attn_hypothesis_mode(h))
+                continue;
+            uint16_t *z = run_hyp(attn_hypothesis_name(g), &L, &c);
+            cr_assert_not(same_bits(y, z, L.nq), "%s = %s", attn_hypothesis_name(h),
+                          attn_hypothesis_name(g));
+            free(z);
+        }
         free(y);
     }
     for (int j = 0; j < 3; j++) free(ints[j]);
@@ -264,7 +290,6 @@ Test(keep_bf16, all_kept_is_no_quantization_and_none_kept_is_the_profile)
     all.keep_bf16 = ATTN_TENSORS_ALL;
     for (size_t i = 0; i < attn_profile_count(); i++) {
         const char *name = attn_profile_variant(attn_profile_at(i));
-        if (strcmp(name, "fp8qkv@flashinfer-fa3") == 0) continue; /* no sinks */
         uint16_t *a = run_prof(name, &L, &all), *b = run_prof(name, &L, &none);
         cr_assert(same_bits(a, b, L.nq), "%s: keep all != quantize 0", name);
         free(a);

@@ -42,6 +42,8 @@
 #define FP8_BITS 8
 #define INT8_BITS 8
 #define INT4_BITS 4
+#define INT3_BITS 3
+#define F16_BYTES 2
 
 TestSuite(kv_formats, .init = tu_scratch_setup, .fini = tu_scratch_teardown);
 
@@ -56,25 +58,46 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
         pg_scale_granularity scales;
         pg_kv_consumption use;
         int elem_bits, scale_bytes, baseline;
+        /* V where it differs from K (TurboQuant): format, bits, row bytes; the slot's
+         * alignment and norm correction */
+        pg_number_format v;
+        int v_bits, v_scale_bytes, align, nc;
     } want[] = {
-        {"bf16", "auto", 0, PG_FORMAT_BF16, PG_SCALES_NONE, PG_KV_READ_AS_BF16, BF16_BITS, 0, 1},
+        {"bf16", "auto", 0, PG_FORMAT_BF16, PG_SCALES_NONE, PG_KV_READ_AS_BF16, BF16_BITS, 0, 1,
+         PG_FORMAT_BF16, BF16_BITS, 0, 0, 0},
         {"fp8kv", "fp8", PG_TENSOR_K | PG_TENSOR_V, PG_FORMAT_E4M3, PG_SCALES_PER_TENSOR,
-         PG_KV_DEQUANT_TO_BF16_COPY, FP8_BITS, 0, 0},
+         PG_KV_DEQUANT_TO_BF16_COPY, FP8_BITS, 0, 0, PG_FORMAT_E4M3, FP8_BITS, 0, 0, 0},
         {"fp8qkv", "fp8", PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P, PG_FORMAT_E4M3,
-         PG_SCALES_PER_TENSOR, PG_KV_FP8_MATMULS, FP8_BITS, 0, 0},
+         PG_SCALES_PER_TENSOR, PG_KV_FP8_MATMULS, FP8_BITS, 0, 0, PG_FORMAT_E4M3, FP8_BITS, 0, 0,
+         0},
         {"fp8kv_e5m2", "fp8_e5m2", PG_TENSOR_K | PG_TENSOR_V, PG_FORMAT_E5M2,
-         PG_SCALES_PER_TENSOR, PG_KV_DEQUANT_TO_BF16_COPY, FP8_BITS, 0, 0},
+         PG_SCALES_PER_TENSOR, PG_KV_DEQUANT_TO_BF16_COPY, FP8_BITS, 0, 0, PG_FORMAT_E5M2,
+         FP8_BITS, 0, 0, 0},
         {"fp8kv_per_token_head", "fp8_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
          PG_FORMAT_E4M3, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, FP8_BITS,
-         F32_BYTES, 0},
+         F32_BYTES, 0, PG_FORMAT_E4M3, FP8_BITS, F32_BYTES, 0, 0},
         {"int8kv_per_token_head", "int8_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
          PG_FORMAT_INT8, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, INT8_BITS,
-         F32_BYTES, 0},
+         F32_BYTES, 0, PG_FORMAT_INT8, INT8_BITS, F32_BYTES, 0, 0},
         {"int4kv_per_token_head", "int4_per_token_head", PG_TENSOR_K | PG_TENSOR_V,
          PG_FORMAT_INT4_ZP, PG_SCALES_PER_TOKEN_HEAD, PG_KV_DEQUANT_IN_REGISTERS, INT4_BITS,
-         F32_BYTES, 0},
+         F32_BYTES, 0, PG_FORMAT_INT4_ZP, INT4_BITS, F32_BYTES, 0, 0},
         {"nvfp4kv", "nvfp4", PG_TENSOR_Q | PG_TENSOR_K | PG_TENSOR_V | PG_TENSOR_P,
-         PG_FORMAT_NVFP4, PG_SCALES_PER_BLOCK_AND_TENSOR, PG_KV_FP8_MATMULS, INT4_BITS, 0, 0},
+         PG_FORMAT_NVFP4, PG_SCALES_PER_BLOCK_AND_TENSOR, PG_KV_FP8_MATMULS, INT4_BITS, 0, 0,
+         PG_FORMAT_NVFP4, INT4_BITS, 0, 0, 0},
+        /* TurboQuant (config.py TQ_PRESETS): fp16 norm 2 bytes, fp16 scale + min 4 */
+        {"turboquant_k8v4", "turboquant_k8v4", PG_TENSOR_K | PG_TENSOR_V, PG_FORMAT_E4M3,
+         PG_SCALES_PER_TOKEN_HEAD, PG_KV_CENTROID_SCORES, FP8_BITS, 0, 0, PG_FORMAT_UINT_MINMAX,
+         INT4_BITS, 2 * F16_BYTES, 2, 0},
+        {"turboquant_4bit_nc", "turboquant_4bit_nc", PG_TENSOR_K | PG_TENSOR_V,
+         PG_FORMAT_LLOYD_MAX, PG_SCALES_PER_TOKEN_HEAD, PG_KV_CENTROID_SCORES, INT4_BITS,
+         F16_BYTES, 0, PG_FORMAT_UINT_MINMAX, INT4_BITS, 2 * F16_BYTES, 2, 1},
+        {"turboquant_k3v4_nc", "turboquant_k3v4_nc", PG_TENSOR_K | PG_TENSOR_V,
+         PG_FORMAT_LLOYD_MAX, PG_SCALES_PER_TOKEN_HEAD, PG_KV_CENTROID_SCORES, INT3_BITS,
+         F16_BYTES, 0, PG_FORMAT_UINT_MINMAX, INT4_BITS, 2 * F16_BYTES, 2, 1},
+        {"turboquant_3bit_nc", "turboquant_3bit_nc", PG_TENSOR_K | PG_TENSOR_V,
+         PG_FORMAT_LLOYD_MAX, PG_SCALES_PER_TOKEN_HEAD, PG_KV_CENTROID_SCORES, INT3_BITS,
+         F16_BYTES, 0, PG_FORMAT_UINT_MINMAX, INT3_BITS, 2 * F16_BYTES, 2, 1},
     };
     cr_assert_eq(PG_MODE_COUNT, sizeof want / sizeof want[0]);
     cr_expect_eq(pg_mode_baseline(), PG_MODE_BF16);
@@ -83,12 +106,17 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
         cr_expect_str_eq(t->name, want[m].name);
         cr_expect_str_eq(t->vllm_kv_cache_dtype, want[m].vllm, "%s", t->name);
         cr_expect_eq(t->quantized, want[m].quantized, "%s", t->name);
-        cr_expect_eq(t->kv_format, want[m].kv, "%s", t->name);
+        cr_expect_eq(t->k_format, want[m].kv, "%s", t->name);
         cr_expect_eq(t->kv_scales, want[m].scales, "%s", t->name);
         cr_expect_eq(t->kv_consumption, want[m].use, "%s", t->name);
-        cr_expect_eq(t->kv_element_bits, want[m].elem_bits, "%s", t->name);
-        cr_expect_eq(t->kv_scale_bytes_per_token_head, want[m].scale_bytes, "%s", t->name);
+        cr_expect_eq(t->k_element_bits, want[m].elem_bits, "%s", t->name);
+        cr_expect_eq(t->k_row_scale_bytes, want[m].scale_bytes, "%s", t->name);
         cr_expect_eq(t->is_baseline, want[m].baseline, "%s", t->name);
+        cr_expect_eq(t->v_format, want[m].v, "%s", t->name);
+        cr_expect_eq(t->v_element_bits, want[m].v_bits, "%s", t->name);
+        cr_expect_eq(t->v_row_scale_bytes, want[m].v_scale_bytes, "%s", t->name);
+        cr_expect_eq(t->kv_slot_align_bytes, want[m].align, "%s", t->name);
+        cr_expect_eq(t->kv_norm_correction, want[m].nc, "%s", t->name);
         pg_mode found;
         pg_err err = {0};
         cr_expect_eq(pg_mode_find(want[m].name, &found, &err), PG_OK, "%s", err.msg);
@@ -108,11 +136,16 @@ Test(kv_formats, the_mode_table_says_what_each_mode_is)
     cr_expect_str_eq(variant_profile_name(id), "int8kv_per_token_head@triton");
     cr_expect_eq(variant_profile_find("int4kv_per_token_head", &id, &err), PG_OK);
     cr_expect_str_eq(variant_profile_name(id), "int4kv_per_token_head@triton");
-    /* only int4 rotates */
+    /* only int4 rotates by the seeded transform, TurboQuant's Lloyd-Max keys by H / sqrt(d) */
     for (int m = 0; m < PG_MODE_COUNT; m++)
         cr_expect_eq(pg_mode_traits_of((pg_mode)m)->kv_rotation,
-                     m == PG_MODE_INT4KV_PER_TOKEN_HEAD ? PG_ROTATION_RHT : PG_ROTATION_NONE,
+                     m == PG_MODE_INT4KV_PER_TOKEN_HEAD                          ? PG_ROTATION_RHT
+                     : pg_mode_traits_of((pg_mode)m)->k_format == PG_FORMAT_LLOYD_MAX
+                         ? PG_ROTATION_HADAMARD_K
+                         : PG_ROTATION_NONE,
                      "%s", pg_mode_name((pg_mode)m));
+    cr_expect_eq(variant_profile_find("turboquant_3bit_nc", &id, &err), PG_OK);
+    cr_expect_str_eq(variant_profile_name(id), "turboquant_3bit_nc@triton");
 }
 
 /* ------------------------------------------------------------ e5m2 */
@@ -661,8 +694,9 @@ Test(kv_formats, a_sweep_stores_the_new_formats_and_says_where_they_ran, .timeou
                                         "int8kv_per_token_head --budget 1", db), 0, "%s", out);
     cr_expect(strstr(out, "every layer can keep the int8_per_token_head cache") != NULL, "%s",
               out);
-    cr_expect(strstr(out, "8 in the int8_per_token_head cache (int8 codes), and 2 x hkv scales "
-                          "of 4 bytes") != NULL, "%s", out);
+    cr_expect(strstr(out, "8 (K, int8 codes) and 8 (V, int8 codes) in the int8_per_token_head "
+                          "cache, and per token and KV head 4 bytes beside K's codes and 4 beside "
+                          "V's") != NULL, "%s", out);
     cr_expect(strstr(out, "worst layer left in int8_per_token_head: layer 0") != NULL, "%s", out);
     free(out);
     cr_assert_eq(tu_run_precgatef(&out, "advise --run 1 --db '%s' --variant fp8kv_e5m2 "

@@ -112,7 +112,8 @@ Test(profiles, table_order_names_and_defaults)
         "bf16",          "fp8kv@fixed",           "fp8kv@vllm-24197", "fp8qkv@fa3",
         "fp8qkv@fa3-1level", "fp8qkv@trtllm", "fp8qkv@flashinfer-fa3", "fp8qkv@ideal",
         "fp8kv_e5m2@fixed", "fp8kv_per_token_head@triton", "int8kv_per_token_head@triton",
-        "int4kv_per_token_head@triton", "nvfp4kv@trtllm-gen"};
+        "int4kv_per_token_head@triton", "nvfp4kv@trtllm-gen", "turboquant_k8v4@triton",
+        "turboquant_4bit_nc@triton", "turboquant_k3v4_nc@triton", "turboquant_3bit_nc@triton"};
     cr_assert_eq(attn_profile_count(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert_str_eq(attn_profile_variant(attn_profile_at(i)), want[i]);
@@ -244,8 +245,8 @@ Test(profiles, vllm_quantizes_q_by_multiplying_with_the_inverse_scale)
 static int e4m3_per_tensor(const attn_profile *p)
 {
     const pg_mode_traits *t = pg_mode_traits_of(attn_profile_mode(p));
-    return t->kv_format == PG_FORMAT_BF16 ||
-           (t->kv_format == PG_FORMAT_E4M3 && t->kv_scales == PG_SCALES_PER_TENSOR);
+    return t->k_format == PG_FORMAT_BF16 ||
+           (t->k_format == PG_FORMAT_E4M3 && t->kv_scales == PG_SCALES_PER_TENSOR);
 }
 
 Test(profiles, one_key_returns_its_value_row)

@@ -683,11 +683,11 @@ Test(sweep, a_profile_its_kernel_cannot_run_on_a_layer_is_unsupported_not_a_usag
 Test(sweep, stored_layers_are_skipped_and_rows_are_what_sweep_layer_rows_says)
 {
     capture *cap = small_capture(4, 1, 12, 3);
-    /* ... and every profile of the table at once, but fp8qkv@flashinfer-fa3:
-     * that kernel has no attention sinks, and this capture has them. */
+    /* ... and every profile of the table at once, but those whose kernel has
+     * no attention sinks (fp8qkv@flashinfer-fa3, TurboQuant's): this capture has them. */
     char all[512] = "";
     for (size_t i = 0, at = 0; i < attn_profile_count(); i++)
-        if (strcmp(attn_profile_variant(attn_profile_at(i)), "fp8qkv@flashinfer-fa3") != 0)
+        if (attn_profile_takes_sinks(attn_profile_at(i)))
             at += (size_t)snprintf(all + at, sizeof all - at, "%s%s", at ? "," : "",
                                    attn_profile_variant(attn_profile_at(i)));
     const char *const modes[] = {"fp8kv", "bf16,fp8qkv@ideal,fp8kv@vllm-24197",

@@ -204,18 +204,20 @@ static void advice_text(FILE *out, const advise_args *a, const advise_result *r,
     term_printf(out, "KV cache against all-fp8 (per-tensor e4m3): %" PRId64 " bytes per token "
                  "where all-fp8 holds %" PRId64 ", %.1f%% saved (negative: more)\n",
                  r->kv_bytes_mixed, r->kv_bytes_fp8, 100.0 * r->kv_bytes_saved_vs_fp8_fraction);
-    char scales[128] = "";
-    if (t->kv_scale_bytes_per_token_head > 0)
-        snprintf(scales, sizeof scales, ", and 2 x hkv scales of %d bytes (one per token and KV "
-                 "head, carved from the page)", t->kv_scale_bytes_per_token_head);
+    char scales[192] = "";
+    if (t->k_row_scale_bytes > 0 || t->v_row_scale_bytes > 0)
+        snprintf(scales, sizeof scales, ", and per token and KV head %d bytes beside K's codes "
+                 "and %d beside V's (scales, zero points, norms, carved from the page)%s",
+                 t->k_row_scale_bytes, t->v_row_scale_bytes,
+                 t->kv_slot_align_bytes > 1 ? ", the slot rounded up to even bytes" : "");
     else if (t->kv_block_elements > 0)
         snprintf(scales, sizeof scales, ", and a %d-byte scale per %d elements of each row (in "
                  "the page)", t->kv_block_scale_bytes, t->kv_block_elements);
     term_printf(out, "  counted: K and V, 2 x hkv x d elements per layer and token, 16 bits in bf16, "
-                 "%d in the %s cache (%s codes)%s; not counted: %sblock padding, and vLLM "
-                 "keeping only the window's tokens of a sliding-window layer\n",
-                 t->kv_element_bits, dtype,
-                 pg_number_format_name(t->kv_format), scales,
+                 "%d (K, %s codes) and %d (V, %s codes) in the %s cache%s; not counted: %sblock "
+                 "padding, and vLLM keeping only the window's tokens of a sliding-window layer\n",
+                 t->k_element_bits, pg_number_format_name(t->k_format), t->v_element_bits,
+                 pg_number_format_name(t->v_format), dtype, scales,
                  t->kv_scales == PG_SCALES_PER_TENSOR ? "the per-tensor scales, " : "");
     if (r->worst_fp8 >= 0) {
         const advise_layer *w = &r->layers[r->worst_fp8];

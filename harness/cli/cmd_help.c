@@ -36,9 +36,15 @@ static void help_profiles(FILE *out)
                 attn_profile_is_default(p) ? " (default)" : "");
         put_indented(out, attn_profile_summary(p), 2);
         const pg_mode_traits *t = pg_mode_traits_of(attn_profile_mode(p));
-        fprintf(out, "  mode %s: vLLM --kv-cache-dtype %s; KV %s, %s scales\n", t->name,
-                t->vllm_kv_cache_dtype, pg_number_format_name(t->kv_format),
-                pg_scale_granularity_name(t->kv_scales));
+        if (t->k_format == t->v_format)
+            fprintf(out, "  mode %s: vLLM --kv-cache-dtype %s; KV %s, %s scales\n", t->name,
+                    t->vllm_kv_cache_dtype, pg_number_format_name(t->k_format),
+                    pg_scale_granularity_name(t->kv_scales));
+        else
+            fprintf(out, "  mode %s: vLLM --kv-cache-dtype %s; K %d-bit %s, V %d-bit %s, %s "
+                    "scales\n", t->name, t->vllm_kv_cache_dtype, t->k_element_bits,
+                    pg_number_format_name(t->k_format), t->v_element_bits,
+                    pg_number_format_name(t->v_format), pg_scale_granularity_name(t->kv_scales));
         put_indented(out, attn_profile_rules(p), 4);
     }
 }
