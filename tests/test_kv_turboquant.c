@@ -282,6 +282,20 @@ Test(kv_turboquant, a_one_hot_key_rotates_to_a_flat_row_and_keeps_its_norm)
     const float n = tq_read_key(&lay, slot, idx);
     cr_expect_eq(n, fp16_to_f32(fp16_from_f32(sqrtf(18.0f))));
     for (int i = 0; i < D; i++) cr_assert_eq(idx[i], i % 2 ? 4 : 6, "dim %d", i);
+    /* the 1e-8 of k / (norm + 1e-8) on tiny keys: k = 1e-8 e_0 gives a unit row
+     * of about 0.5, y = 0.0442 just under the midpoint 0.0443 (index 4, where a
+     * bare k / norm gives 5); k = 1e-7 e_0 gives 0.91, y = 0.080 (index 5) */
+    memset(k, 0, sizeof k);
+    k[0] = bf16_from_f32(1e-8f);
+    tq_store_key(&lay, &cb, k, slot, NULL);
+    tq_read_key(&lay, slot, idx);
+    cr_expect_eq(idx[0], 4);
+    cr_expect_eq(idx[D - 1], 4);
+    k[0] = bf16_from_f32(1e-7f);
+    tq_store_key(&lay, &cb, k, slot, NULL);
+    tq_read_key(&lay, slot, idx);
+    cr_expect_eq(idx[0], 5);
+    cr_expect_eq(idx[D - 1], 5);
 }
 
 Test(kv_turboquant, round_trips_meet_vllms_own_cosine_bounds)
