@@ -51,12 +51,14 @@ PY
 if [ "${LONG:-0}" = 1 ]; then
   # The long-context capture of issue #30's table: llama-3-8b shape, 512 new
   # tokens after 32,256 cached ones (32,768 keys), every KV format.
+  # LONG_LAYERS and LONG_VARIANTS narrow it (layer 0 is the same at any count):
+  # the TurboQuant presets run on the CPU specification, about 20 s a layer each.
   echo "== every format on a 32k-key llama-3-8b capture"
-  "$bin/precgate" synth -o /tmp/long.safetensors --preset llama-3-8b --layers 2 --seqs 1 \
-    --seq-len 512 --context 32256 >/dev/null
+  "$bin/precgate" synth -o /tmp/long.safetensors --preset llama-3-8b --layers "${LONG_LAYERS:-2}" \
+    --seqs 1 --seq-len 512 --context 32256 >/dev/null
   /usr/bin/time -f "long run: %e s wall" timeout 500 "$bin/precgate" run \
     --capture /tmp/long.safetensors --backend cuda --db /tmp/long.db --no-progress \
-    --variants bf16,fp8kv,fp8qkv,fp8kv_e5m2,fp8kv_per_token_head,int8kv_per_token_head,int4kv_per_token_head,nvfp4kv \
+    --variants "${LONG_VARIANTS:-bf16,fp8kv,fp8qkv,fp8kv_e5m2,fp8kv_per_token_head,int8kv_per_token_head,int4kv_per_token_head,nvfp4kv}" \
     > "$out/long_run.log" 2>&1
   echo "long run exit $?"
   tail -8 "$out/long_run.log"
