@@ -50,6 +50,10 @@
 #define E4M3_NAN_MAG 0x7Fu
 /* binary32 pattern of 448.0f = 1.75 * 2^8. */
 #define E4M3_MAX_F32_BITS 0x43E00000u
+/* 464 = 448 + half of e4m3's step of 32 there: nearest-even rounding on an
+ * unbounded e4m3 grid takes every |y| <= 464 to 448 (464 is a tie, 448 the
+ * even side), so only past it does the encoder's saturation change a code. */
+#define E4M3_CLIPS_ABOVE_F32_BITS 0x43E80000u
 
 /* e5m2: 2 significand bits, bias 15, max 57344 = 0x7B, inf = S.11111.00,
  * NaN = S.11111.{01,10,11}. */
@@ -278,16 +282,15 @@ static void stats_add(fp8_quant_stats *stats, size_t n, uint64_t n_sat, uint64_t
  * (scale is then the inverse), encoded to e5m2 when e5m2 (its largest finite
  * value's bits are the saturation bound), else to e4m3. */
 static void quantize_bf16(const uint16_t *x, size_t n, float scale, int by_inverse, int e5m2,
-                          uint8_t *out, fp8_quant_stats *stats)
+                          uint32_t max_bits, uint8_t *out, fp8_quant_stats *stats)
 {
     uint64_t n_sat = 0, n_nz = 0, n_uf = 0;
-    const uint32_t max_bits = e5m2 ? E5M2_MAX_F32_BITS : E4M3_MAX_F32_BITS;
     for (size_t i = 0; i < n; i++) {
         const float xf = bf16_to_f32(x[i]);
         const float y = by_inverse ? xf * scale : xf / scale;
         const uint8_t b = e5m2 ? fp8_e5m2_encode(y) : fp8_e4m3_encode(y);
         if (out != NULL) out[i] = b;
-        /* |y| > the format's max on the bit pattern: NaN patterns exceed
+        /* |y| > max_bits' value on the bit pattern: NaN patterns exceed
          * inf's and are excluded by the upper bound. */
         const uint32_t ay = f32_bits(y) & F32_ABS_MASK;
         n_sat += (ay > max_bits && ay <= F32_INF_BITS);
@@ -301,13 +304,13 @@ static void quantize_bf16(const uint16_t *x, size_t n, float scale, int by_inver
 void fp8_e4m3_quantize_bf16(const uint16_t *x, size_t n, float scale,
                             uint8_t *out, fp8_quant_stats *stats)
 {
-    quantize_bf16(x, n, scale, 0, 0, out, stats);
+    quantize_bf16(x, n, scale, 0, 0, E4M3_MAX_F32_BITS, out, stats);
 }
 
 void fp8_e5m2_quantize_bf16(const uint16_t *x, size_t n, float scale,
                             uint8_t *out, fp8_quant_stats *stats)
 {
-    quantize_bf16(x, n, scale, 0, 1, out, stats);
+    quantize_bf16(x, n, scale, 0, 1, E5M2_MAX_F32_BITS, out, stats);
 }
 
 /*
@@ -318,7 +321,7 @@ void fp8_e5m2_quantize_bf16(const uint16_t *x, size_t n, float scale,
 void fp8_e4m3_quantize_bf16_inverse(const uint16_t *x, size_t n, float scale,
                                     uint8_t *out, fp8_quant_stats *stats)
 {
-    quantize_bf16(x, n, 1.0f / scale, 1, 0, out, stats);
+    quantize_bf16(x, n, 1.0f / scale, 1, 0, E4M3_MAX_F32_BITS, out, stats);
 }
 
 /* A per-token-head row's scale, as vLLM's cache-write kernel computes it
@@ -339,14 +342,16 @@ static float per_token_head_scale(const uint16_t *x, size_t n, float quant_max)
  * The two divisions are binary32 divisions here, correctly rounded; Triton
  * lowers an fp32 '/' to div.full.f32 (at most 2 ulp off), which only the
  * GPU check can hold to this (issue #31). The clamp changes nothing the
- * saturating encode would not: it is the statistic's y that it bounds, and
- * y is counted before it, as for the other quantizers.
+ * saturating encode would not. n_saturated counts |y| > 464, the values the
+ * saturation changes (E4M3_CLIPS_ABOVE_F32_BITS): the row's own absmax
+ * lands within rounding of 448, on either side, and is no clipping, so a
+ * row scale never saturates its row (only a value past 464 would count).
  */
 float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                             fp8_quant_stats *stats)
 {
     const float scale = per_token_head_scale(x, n, FP8_E4M3_MAX);
-    quantize_bf16(x, n, 1.0f / scale, 1, 0, out, stats);
+    quantize_bf16(x, n, 1.0f / scale, 1, 0, E4M3_CLIPS_ABOVE_F32_BITS, out, stats);
     return scale;
 }
 
@@ -381,10 +386,12 @@ float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *ou
     for (size_t i = 0; i < n; i++) {
         const float xf = bf16_to_f32(x[i]);
         float y = xf * inv;
-        if (y > INT8_PER_TOKEN_HEAD_QUANT_MAX || y < INT8_PER_TOKEN_HEAD_QUANT_MIN) {
+        /* the clamp changes a truncated code only from 128 up or -129 down: the
+         * row's absmax, within rounding of +-127, is no clipping */
+        n_sat += (uint64_t)(y >= INT8_PER_TOKEN_HEAD_QUANT_MAX + 1.0f ||
+                            y <= INT8_PER_TOKEN_HEAD_QUANT_MIN - 1.0f);
+        if (y > INT8_PER_TOKEN_HEAD_QUANT_MAX || y < INT8_PER_TOKEN_HEAD_QUANT_MIN)
             y = y > 0.0f ? INT8_PER_TOKEN_HEAD_QUANT_MAX : INT8_PER_TOKEN_HEAD_QUANT_MIN;
-            n_sat++;
-        }
         const int is_number = (y == y);
         const int code = is_number ? (int)y : 0; /* C's float -> int conversion truncates */
         if (out != NULL) out[i] = (uint8_t)(code < 0 ? code + (int)INT8_CODE_COUNT : code);

@@ -116,8 +116,10 @@ void fp8_e5m2_quantize_bf16(const uint16_t *x, size_t n, float scale,
 
 /* vLLM's fp8_per_token_head cache write of one (token, KV head) row of n
  * bf16 values: scale = max(absmax / 448, 1e-6) in fp32, codes e4m3(x *
- * fp32(1 / scale)) into out (may be NULL); adds to *stats (may be NULL);
- * returns the scale (numerics.c gives the source). */
+ * fp32(1 / scale)) into out (may be NULL); adds to *stats (may be NULL:
+ * n_saturated counts |x * (1 / scale)| > 464, where the saturation changes a
+ * code, never the absmax's own rounding); returns the scale (numerics.c
+ * gives the source). */
 float fp8_e4m3_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                             fp8_quant_stats *stats);
 
@@ -133,8 +135,8 @@ float int8_decode(uint8_t b);
  * bf16 values: scale = max(absmax / 127, 1e-6) in fp32, codes
  * trunc(clamp(x * fp32(1 / scale), -128, 127)), toward zero (Triton's fp32
  * -> int8 store), into out (may be NULL); adds to *stats (may be NULL:
- * n_saturated counts the values the clamp changed, n_underflow the nonzero
- * ones truncated to 0); returns the scale (numerics.c gives the source). */
+ * n_saturated counts the codes the clamp changed, y >= 128 or y <= -129,
+ * n_underflow the nonzero ones truncated to 0); returns the scale (numerics.c gives the source). */
 float int8_quantize_bf16_per_token_head(const uint16_t *x, size_t n, uint8_t *out,
                                         fp8_quant_stats *stats);
 
