@@ -454,6 +454,29 @@ static void core_item(void *ctx, int item, int thread)
     }
 }
 
+pg_status attn_scratch_alloc(int n_threads, size_t per, float ***out, pg_err *err)
+{
+    float **scratch = calloc((size_t)n_threads, sizeof *scratch);
+    if (scratch == NULL) return pg_fail(err, PG_ERR_NOMEM, "attention: out of memory");
+    for (int t = 0; t < n_threads; t++) {
+        scratch[t] = malloc(per * sizeof(float));
+        if (scratch[t] == NULL) {
+            attn_scratch_free(scratch, n_threads);
+            return pg_fail(err, PG_ERR_NOMEM, "attention: cannot allocate %zu floats of scratch",
+                           per);
+        }
+    }
+    *out = scratch;
+    return PG_OK;
+}
+
+void attn_scratch_free(float **scratch, int n_threads)
+{
+    if (scratch != NULL)
+        for (int t = 0; t < n_threads; t++) free(scratch[t]);
+    free(scratch);
+}
+
 /* Runs the fp32 core over the whole batch into out (bf16 [Tq, hq, d]). */
 static pg_status core_run(const attn_batch *b, const void *q, const core_kv *kv,
                           const core_params *par, uint16_t *out, int n_threads, pg_err *err)
@@ -464,26 +487,15 @@ static pg_status core_run(const attn_batch *b, const void *q, const core_kv *kv,
     const int items = b->n_seqs * b->hkv;
     if (n_threads > items) n_threads = items;
     if (n_threads < 1) n_threads = 1;
-    float **scratch = calloc((size_t)n_threads, sizeof *scratch);
     /* kt, vv [max_kv][d]; sc, ks, vs, kz, vz [max_kv]; qrow, acc, part [d] */
     const size_t per = (size_t)lay.max_kv * (size_t)(2 * b->d + 5) + (size_t)(3 * b->d);
-    if (scratch == NULL) {
-        st = pg_fail(err, PG_ERR_NOMEM, "attention: out of memory");
-    } else {
-        for (int t = 0; t < n_threads && st == PG_OK; t++) {
-            scratch[t] = malloc(per * sizeof(float));
-            if (scratch[t] == NULL)
-                st = pg_fail(err, PG_ERR_NOMEM, "attention: cannot allocate %zu floats of scratch",
-                             per);
-        }
-    }
+    float **scratch = NULL;
+    st = attn_scratch_alloc(n_threads, per, &scratch, err);
     if (st == PG_OK) {
         core_job job = {b, &lay, q, kv, par, out, scratch};
         st = parallel_for(items, n_threads, core_item, &job, err);
     }
-    if (scratch != NULL)
-        for (int t = 0; t < n_threads; t++) free(scratch[t]);
-    free(scratch);
+    attn_scratch_free(scratch, n_threads);
     attn_layout_free(&lay);
     return st;
 }

@@ -31,6 +31,13 @@ extern "C" {
 pg_status attn_quant_run_begin(const attn_batch *b, const attn_quant_options *opt,
                                attn_quant_report *rep, pg_err *err);
 
+/* n_threads blocks of per floats each into *out (free with attn_scratch_free);
+ * PG_ERR_NOMEM, nothing left allocated. */
+pg_status attn_scratch_alloc(int n_threads, size_t per, float ***out, pg_err *err);
+
+/* Frees what attn_scratch_alloc gave (NULL: nothing). */
+void attn_scratch_free(float **scratch, int n_threads);
+
 /* fp8kv: which scales the bf16 attention after the dequant is given. */
 typedef enum attn_kv_scales {
     ATTN_KV_SCALES_FIXED,  /* sm_scale alone (the dequant already applied k/v scales) */

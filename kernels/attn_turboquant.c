@@ -222,18 +222,9 @@ pg_status attn_turboquant_run(const attn_profile *p, const attn_tq_read *rd, con
     if (n_threads < 1) n_threads = 1;
     const size_t per = (size_t)al.max_kv * (size_t)(2 * b->d + 1) + (size_t)(4 * b->d) +
                        (size_t)ATTN_TQ_DECODE_KV_SPLITS * (size_t)(b->d + 1);
-    job.scratch = calloc((size_t)n_threads, sizeof *job.scratch);
-    if (job.scratch == NULL) st = pg_fail(err, PG_ERR_NOMEM, "TurboQuant attention: out of memory");
-    for (int t = 0; st == PG_OK && t < n_threads; t++) {
-        job.scratch[t] = malloc(per * sizeof(float));
-        if (job.scratch[t] == NULL)
-            st = pg_fail(err, PG_ERR_NOMEM, "TurboQuant attention: cannot allocate %zu floats "
-                         "of scratch", per);
-    }
+    st = attn_scratch_alloc(n_threads, per, &job.scratch, err);
     if (st == PG_OK) st = parallel_for(items, n_threads, tq_item, &job, err);
-    if (job.scratch != NULL)
-        for (int t = 0; t < n_threads; t++) free(job.scratch[t]);
-    free(job.scratch);
+    attn_scratch_free(job.scratch, n_threads);
     attn_layout_free(&al);
     tq_cache_free(&cache);
     return st;

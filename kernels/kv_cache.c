@@ -317,13 +317,19 @@ static void code_stats_scale(const kv_paged *c, float stored, kv_code_stats *st)
     float scale = stored, zero;
     void (*split)(float, float *, float *) = fp_codec_of(c->elem)->split_scale;
     if (split != NULL) split(stored, &scale, &zero);
-    const double x = scale;
+    /* the floors: vLLM's per-token-head tl.maximum(..., 1e-6), nvfp4's sf of 0 */
+    kv_code_stats_add_scale(st, scale, c->elem == PG_FORMAT_NVFP4
+                                           ? scale == 0.0f
+                                           : scale <= FP8_PER_TOKEN_HEAD_MIN_SCALE);
+}
+
+void kv_code_stats_add_scale(kv_code_stats *st, double x, int at_floor)
+{
     if (st->n_scales == 0 || x < st->scale_min) st->scale_min = x;
     if (st->n_scales == 0 || x > st->scale_max) st->scale_max = x;
     st->scale_sum += x;
     st->n_scales++;
-    /* the floors: vLLM's per-token-head tl.maximum(..., 1e-6), nvfp4's sf of 0 */
-    st->n_scales_at_floor += c->elem == PG_FORMAT_NVFP4 ? x == 0.0 : scale <= FP8_PER_TOKEN_HEAD_MIN_SCALE;
+    st->n_scales_at_floor += at_floor != 0;
 }
 
 void kv_paged_code_stats(const kv_paged *c, const attn_batch *b, int which, kv_code_stats *st)

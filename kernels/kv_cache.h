@@ -120,6 +120,10 @@ typedef struct kv_code_stats {
     double scale_min, scale_max, scale_sum; /* over the scales, as the reader splits them */
 } kv_code_stats;
 
+/* Adds one row or block scale x to *st's count, min, max and sum, and to
+ * its floor count when at_floor. */
+void kv_code_stats_add_scale(kv_code_stats *st, double x, int at_floor);
+
 /* Adds the codes and scales that batch b's tokens occupy in c (which = 0 K,
  * 1 V) to *st (zeroed by the caller before the first add). */
 void kv_paged_code_stats(const kv_paged *c, const attn_batch *b, int which, kv_code_stats *st);

@@ -97,15 +97,7 @@ int tq_codebook_index(const tq_codebook *cb, float y)
 }
 
 /* popcount(i & j) is odd: Sylvester's H[i][j] is -1. */
-static int hadamard_negative(int i, int j)
-{
-    unsigned x = (unsigned)(i & j), odd = 0;
-    while (x) {
-        odd ^= x & 1u;
-        x >>= 1;
-    }
-    return (int)odd;
-}
+static inline int hadamard_negative(int i, int j) { return __builtin_parity((unsigned)(i & j)); }
 
 void tq_rotate_row(const float *x, int d, float *y)
 {
@@ -283,16 +275,6 @@ pg_status tq_cache_write(pg_mode m, const attn_batch *b, const uint16_t *k, cons
     return PG_OK;
 }
 
-/* Adds one row scale to st (at the floor when at_floor). */
-static void add_scale(kv_code_stats *st, double x, int at_floor)
-{
-    if (st->n_scales == 0 || x < st->scale_min) st->scale_min = x;
-    if (st->n_scales == 0 || x > st->scale_max) st->scale_max = x;
-    st->n_scales++;
-    st->scale_sum += x;
-    st->n_scales_at_floor += at_floor != 0;
-}
-
 void tq_cache_code_stats(const tq_cache *c, int which, kv_code_stats *st)
 {
     uint8_t codes[TQ_MAX_DIM];
@@ -301,11 +283,11 @@ void tq_cache_code_stats(const tq_cache *c, int which, kv_code_stats *st)
         const uint8_t *slot = tq_cache_slot(c, r);
         if (which == 0) {
             const float norm = tq_read_key(&c->lay, slot, codes);
-            if (!c->lay.key_fp8) add_scale(st, norm, norm == 0.0f);
+            if (!c->lay.key_fp8) kv_code_stats_add_scale(st, norm, norm == 0.0f);
         } else {
             float scale, min;
             tq_read_value(&c->lay, slot, codes, &scale, &min);
-            add_scale(st, scale, scale <= floor16);
+            kv_code_stats_add_scale(st, scale, scale <= floor16);
         }
         for (int i = 0; i < c->lay.d; i++) st->hist[codes[i]]++;
         st->n_codes += (uint64_t)c->lay.d;

@@ -559,6 +559,11 @@ const char report_kv_memory_caption[] =
     "counted: per-tensor scales, block padding, and vLLM keeping only the window's tokens of "
     "a sliding-window layer.";
 
+double report_kv_saved_fraction(long long bytes, long long base)
+{
+    return base != 0 ? (double)(base - bytes) / (double)base : 0.0;
+}
+
 const char *report_kv_scales_word(const char *mode)
 {
     pg_mode m;

@@ -130,6 +130,9 @@ typedef struct report_advice {
 /* The caption of the KV cache memory table (what is counted). */
 extern const char report_kv_memory_caption[];
 
+/* The fraction of base bytes that bytes saves (negative: more); 0 when base is 0. */
+double report_kv_saved_fraction(long long bytes, long long base);
+
 /* What a kv_formats row without row scales has: "per tensor" for a mode
  * with per-tensor scales, else "none" (TurboQuant's raw e4m3 keys). */
 const char *report_kv_scales_word(const char *mode);

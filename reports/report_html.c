@@ -485,8 +485,8 @@ static void put_kv_memory(FILE *out, const report_data *d)
         fputs("<tr><td>", out);
         svg_put_escaped(out, r->mode);
         fprintf(out, "</td><td>%lld</td><td>%.1f%%</td><td>%.1f%%</td></tr>\n", r->bytes,
-                100.0 * (double)(r->bytes_bf16 - r->bytes) / (double)r->bytes_bf16,
-                100.0 * (double)(r->bytes_fp8 - r->bytes) / (double)r->bytes_fp8);
+                100.0 * report_kv_saved_fraction(r->bytes, r->bytes_bf16),
+                100.0 * report_kv_saved_fraction(r->bytes, r->bytes_fp8));
     }
     fputs("</table>\n</section>\n", out);
 }

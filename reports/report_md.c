@@ -445,8 +445,8 @@ static void put_kv_memory(FILE *out, const report_data *d)
         fputs("| ", out);
         report_md_put_escaped(out, r->mode);
         fprintf(out, " | %lld | %.1f%% | %.1f%% |\n", r->bytes,
-                100.0 * (double)(r->bytes_bf16 - r->bytes) / (double)r->bytes_bf16,
-                100.0 * (double)(r->bytes_fp8 - r->bytes) / (double)r->bytes_fp8);
+                100.0 * report_kv_saved_fraction(r->bytes, r->bytes_bf16),
+                100.0 * report_kv_saved_fraction(r->bytes, r->bytes_fp8));
     }
 }
 
