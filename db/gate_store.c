@@ -323,7 +323,7 @@ pg_status gate_store_load(pg_store *s, int64_t run_id, gate_rows *out, pg_err *e
 static const char *const scope_names[GATE_SCOPE_COUNT] = {"layer", "mode_pair", "eval",
                                                            "divergence"};
 static const char *const verdict_names[GATE_VERDICT_COUNT] = {
-    "pass", "regression", "improvement", "no change", "inconclusive", "error"};
+    "pass", "regression", "improvement", "no change", "inconclusive", "error", "skipped"};
 
 const char *gate_scope_name(gate_scope s)
 {

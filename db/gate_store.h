@@ -44,6 +44,7 @@ extern "C" {
 #define GATE_METRIC_SCALE_BUG "scale_bug"
 #define GATE_METRIC_BASELINE "baseline"  /* gate --require-baseline: none was found */
 #define GATE_METRIC_COMPLETE "complete"   /* a run lacking rows its config implies */
+#define GATE_METRIC_SUPPORTED "supported" /* cells the kernel cannot compute (skipped) */
 #define GATE_METRIC_IDENTICAL_PREFIX "identical_to_"  /* + mode_b: two modes answered alike */
 /* The divergence scope's metrics (harness/regress.h, regress_divergence). */
 #define GATE_METRIC_KLD_MEAN "kld_mean"
@@ -72,14 +73,15 @@ typedef enum gate_verdict {
     GATE_VERDICT_NO_CHANGE,
     GATE_VERDICT_INCONCLUSIVE,
     GATE_VERDICT_ERROR,
+    GATE_VERDICT_SKIPPED,   /* schema version 19: a cell the kernel cannot compute */
     GATE_VERDICT_COUNT
 } gate_verdict;
 
 /* "layer", "mode_pair", "eval", "divergence" (the flags.scope values); "?" outside the enum. */
 const char *gate_scope_name(gate_scope s);
 
-/* "pass", "regression", "improvement", "no change", "inconclusive", "error"
- * (the flags.verdict values); "?" outside the enum. */
+/* "pass", "regression", "improvement", "no change", "inconclusive", "error",
+ * "skipped" (the flags.verdict values); "?" outside the enum. */
 const char *gate_verdict_name(gate_verdict v);
 
 /* One verdict, as a flags row. Strings are owned (gate_flags_free). */

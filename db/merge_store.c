@@ -29,7 +29,8 @@
 
 const char *const merge_data_tables[] = {
     "layer_metrics", "quant_stats", "layer_shapes", "attribution", "ext_diagnosis",
-    "kv_format_stats", "eval_samples",  "div_sequences", "div_scores", NULL,
+    "kv_format_stats", "unsupported_cells", "eval_samples",  "div_sequences", "div_scores",
+    NULL,
 };
 
 /* The parts of one shard database: runs whose config_json names a "job" or
@@ -345,6 +346,11 @@ static const column_rule column_rules[] = {
     {"kv_format_stats", "scale_min", VALUE_REAL, 1, 0, DBL_MAX},
     {"kv_format_stats", "scale_mean", VALUE_REAL, 1, 0, DBL_MAX},
     {"kv_format_stats", "scale_max", VALUE_REAL, 1, 0, DBL_MAX},
+
+    {"unsupported_cells", "capture", VALUE_NAME, 0, R_NONE},
+    {"unsupported_cells", "layer", VALUE_INT, 0, R_INDEX},
+    {"unsupported_cells", "variant", VALUE_VARIANT, 0, R_NONE},
+    {"unsupported_cells", "reason", VALUE_TEXT, 0, R_NONE},
 
     {"ext_diagnosis", "capture", VALUE_NAME, 0, R_NONE},
     {"ext_diagnosis", "layer", VALUE_INT, 0, R_INDEX},

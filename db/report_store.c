@@ -42,6 +42,16 @@ static const char SQL_KV_FORMATS[] =
     " sum(scale_mean * n_scales) / nullif(sum(n_scales), 0), max(scale_max)"
     " FROM kv_format_stats WHERE run_id = ?1 GROUP BY mode, tensor ORDER BY min(rowid)";
 
+/* unsupported_cells per (capture, variant, reason) (report_store.h), in the
+ * order stored; the layers ascending, comma-separated. */
+static const char SQL_UNSUPPORTED[] =
+    "SELECT capture, variant, reason, count(*), min(layer),"
+    " (SELECT group_concat(layer, ',') FROM (SELECT u2.layer FROM unsupported_cells u2"
+    "   WHERE u2.run_id = u.run_id AND u2.capture = u.capture AND u2.variant = u.variant"
+    "   AND u2.reason = u.reason ORDER BY u2.layer))"
+    " FROM unsupported_cells u WHERE run_id = ?1 GROUP BY capture, variant, reason"
+    " ORDER BY min(rowid)";
+
 /* Regressions first, then errors, then the other verdicts (report_store.h). */
 static const char SQL_FLAGS[] =
     "SELECT baseline_run_id, scope, capture, layer, variant, eval, mode, effort, metric, "
@@ -313,6 +323,35 @@ pg_status report_store_kv_formats(pg_store *s, int64_t run_id, kv_format_summary
 void kv_format_summaries_free(kv_format_summary *rows, size_t n)
 {
     sql_rows_free(&KV_FORMAT_ROW, rows, n);
+}
+
+/* ---- unsupported cells ------------------------------------------------------- */
+
+static const sql_field UNSUPPORTED_FIELDS[] = {
+    SQL_FIELD(TEXT, unsupported_summary, capture),
+    SQL_FIELD(TEXT, unsupported_summary, variant),
+    SQL_FIELD(TEXT, unsupported_summary, reason),
+    SQL_FIELD(INT, unsupported_summary, n_layers),
+    SQL_FIELD(INT, unsupported_summary, first_layer),
+    SQL_FIELD(TEXT, unsupported_summary, layers),
+};
+static const sql_row_type UNSUPPORTED_ROW =
+    SQL_ROW_TYPE(unsupported_summary, UNSUPPORTED_FIELDS, NULL);
+
+pg_status report_store_unsupported(pg_store *s, int64_t run_id, unsupported_summary **rows,
+                                   size_t *n, pg_err *err)
+{
+    void *v = NULL;
+    const pg_status ps = read_run_rows(s, "report_store_unsupported", SQL_UNSUPPORTED, run_id, 0,
+                                       NULL, &UNSUPPORTED_ROW, &v, n, "unsupported_cells rows",
+                                       err);
+    *rows = v;
+    return ps;
+}
+
+void unsupported_summaries_free(unsupported_summary *rows, size_t n)
+{
+    sql_rows_free(&UNSUPPORTED_ROW, rows, n);
 }
 
 /* ---- flags -------------------------------------------------------------------- */

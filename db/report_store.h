@@ -138,6 +138,23 @@ pg_status report_store_kv_formats(pg_store *s, int64_t run_id, kv_format_summary
 /* Frees n rows' strings and the array; NULL is a no-op. */
 void kv_format_summaries_free(kv_format_summary *rows, size_t n);
 
+/* The cells of one variant that its kernel cannot compute, for one reason,
+ * over a capture's layers (unsupported_cells, schema version 19). Strings
+ * malloc'd (unsupported_summaries_free). */
+typedef struct unsupported_summary {
+    char *capture, *variant, *reason;
+    int n_layers, first_layer;
+    char *layers;   /* "0,1,5": every such layer, ascending */
+} unsupported_summary;
+
+/* run_id's unsupported_cells per (capture, variant, reason), in the order
+ * stored, into *rows (free with unsupported_summaries_free). */
+pg_status report_store_unsupported(pg_store *s, int64_t run_id, unsupported_summary **rows,
+                                   size_t *n, pg_err *err);
+
+/* Frees n rows' strings and the array; NULL is a no-op. */
+void unsupported_summaries_free(unsupported_summary *rows, size_t n);
+
 /* One flags row of the gate (harness/regress.h names every verdict and
  * scope). Strings malloc'd (flag_rows_free). */
 typedef struct flag_row {

@@ -10,11 +10,12 @@
 #define RUN_CONFIG_U64_TEXT_MAX 24
 
 const run_config_layer_table run_config_layer_tables[RUN_CONFIG_LAYER_TABLES] = {
-    {"layer_metrics", offsetof(store_layer_rows, metrics)},
-    {"quant_stats", offsetof(store_layer_rows, quant)},
-    {"layer_shapes", offsetof(store_layer_rows, shapes)},
-    {"attribution", offsetof(store_layer_rows, attribution)},
-    {"ext_diagnosis", offsetof(store_layer_rows, diagnosis)},
+    {"layer_metrics", offsetof(store_layer_rows, metrics), 0},
+    {"quant_stats", offsetof(store_layer_rows, quant), 0},
+    {"layer_shapes", offsetof(store_layer_rows, shapes), 0},
+    {"attribution", offsetof(store_layer_rows, attribution), 0},
+    {"ext_diagnosis", offsetof(store_layer_rows, diagnosis), 0},
+    {"unsupported_cells", offsetof(store_layer_rows, unsupported), 19},
 };
 
 pg_status run_config_path(const char *key, char out[RUN_CONFIG_PATH_MAX], pg_err *err)

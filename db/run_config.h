@@ -194,8 +194,11 @@ typedef struct run_config {
 typedef struct run_config_layer_table {
     const char *table;
     size_t offset;  /* of its int64_t count in store_layer_rows */
+    int since_schema; /* 0, or the schema version that made the table: a config
+                         written before it has no array for it, and its count
+                         is then not checked */
 } run_config_layer_table;
-#define RUN_CONFIG_LAYER_TABLES 5
+#define RUN_CONFIG_LAYER_TABLES 6
 extern const run_config_layer_table run_config_layer_tables[RUN_CONFIG_LAYER_TABLES];
 
 /* Adds "layer_rows" to o from rows[0 .. n_layers-1] (one array per

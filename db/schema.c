@@ -657,6 +657,50 @@ const schema_migration schema_migrations[] = {
         "    scale_max   REAL,\n"
         "    UNIQUE (run_id, capture, layer, mode, tensor)\n"
         ");\n"),
+    /* A cell the kernel cannot compute is data, not a failure (issue #31):
+     * a variant whose kernel refuses a layer's shape (no sinks, no window:
+     * kernels/attn_profile.h attn_profile_computes) is stored with the
+     * reason, the run completes, and the gate says 'skipped', never a pass.
+     * The flags CHECK is rebuilt to take that verdict, as in migration 16. */
+    SCHEMA_MIGRATION(19,
+        "CREATE TABLE unsupported_cells (\n"
+        "    run_id  INTEGER NOT NULL REFERENCES runs (id),\n"
+        "    capture TEXT    NOT NULL,\n"
+        "    layer   INTEGER NOT NULL CHECK (layer >= 0),\n"
+        "    variant TEXT    NOT NULL CHECK (variant <> ''),  -- the profile refused\n"
+        "    reason  TEXT    NOT NULL CHECK (reason <> ''),   -- what the kernel lacks\n"
+        "    UNIQUE (run_id, capture, layer, variant)\n"
+        ");\n"
+        "CREATE TABLE flags_v19 (\n"
+        "    id              INTEGER PRIMARY KEY,\n"
+        "    run_id          INTEGER NOT NULL REFERENCES runs (id),   -- the gated run\n"
+        "    baseline_run_id INTEGER REFERENCES runs (id),   -- NULL: no baseline run\n"
+        "    -- layer: against the baseline run; mode_pair: a mode against bf16 in the\n"
+        "    -- same run; eval: end-task accuracy (within the run and against the baseline);\n"
+        "    -- divergence: a diverge run's mode against its reference (mode, variant).\n"
+        "    scope           TEXT NOT NULL CHECK (scope IN ('layer', 'mode_pair', 'eval',\n"
+        "                                                'divergence')),\n"
+        "    capture         TEXT,     -- layer and mode_pair scopes\n"
+        "    layer           INTEGER,\n"
+        "    variant         TEXT,     -- 'fp8kv', or 'fp8kv-bf16' for a pair\n"
+        "    eval            TEXT,     -- eval scope\n"
+        "    mode            TEXT,\n"
+        "    effort          TEXT,\n"
+        "    metric          TEXT NOT NULL,  -- 'rel_l2', 'nonfinite', 'present', 'accuracy',\n"
+        "                                    -- 'diff_vs_bf16', 'supported', ...\n"
+        "    value           REAL,     -- this run's value (eval diff_vs_*: the difference)\n"
+        "    baseline_value  REAL,     -- what it was compared with\n"
+        "    threshold       REAL,     -- the bound applied (eval: min_effect)\n"
+        "    -- skipped: the kernel cannot compute the cell (unsupported_cells)\n"
+        "    verdict         TEXT NOT NULL CHECK (verdict IN ('pass', 'regression', 'improvement',\n"
+        "                                                     'no change', 'inconclusive',\n"
+        "                                                     'error', 'skipped')),\n"
+        "    message         TEXT NOT NULL   -- the numbers and why, as printed\n"
+        ");\n"
+        "INSERT INTO flags_v19 SELECT * FROM flags;\n"
+        "DROP TABLE flags;\n"
+        "ALTER TABLE flags_v19 RENAME TO flags;\n"
+        "CREATE INDEX flags_run ON flags (run_id, verdict);\n"),
 };
 
 const int schema_migration_count = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -50,6 +50,8 @@ typedef enum stmt_id {
     ST_QUANT_ROWS,
     ST_SHAPE_INSERT,
     ST_SHAPE_ROWS,
+    ST_UNSUPPORTED_INSERT,
+    ST_UNSUPPORTED_ROWS,
     ST_COUNT
 } stmt_id;
 
@@ -101,6 +103,12 @@ static const char *const stmt_sql[ST_COUNT] = {
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_SHAPE_ROWS] =
         "SELECT layer, count(*) FROM layer_shapes WHERE run_id = ?1 AND capture = ?2"
+        " GROUP BY layer",
+    [ST_UNSUPPORTED_INSERT] =
+        "INSERT INTO unsupported_cells (run_id, capture, layer, variant, reason)"
+        " VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_UNSUPPORTED_ROWS] =
+        "SELECT layer, count(*) FROM unsupported_cells WHERE run_id = ?1 AND capture = ?2"
         " GROUP BY layer",
 };
 
@@ -925,6 +933,32 @@ pg_status store_put_kv_format_stats(pg_store *s, int64_t run_id, const char *cap
                         str_or_null(r->mode), str_or_null(r->tensor));
 }
 
+pg_status store_put_unsupported_cell(pg_store *s, int64_t run_id, const char *capture,
+                                     int layer, const char *variant, const char *reason,
+                                     pg_err *err)
+{
+    if (s == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "store_put_unsupported_cell: store is NULL");
+    variant_name vn;
+    pg_err why = {0};
+    if (variant == NULL || variant_name_parse("variant", variant, &vn, &why) != PG_OK ||
+        strcmp(vn.full, variant) != 0 || vn.kind != VARIANT_PROFILE)
+        return pg_fail(err, PG_ERR_DB,
+                       "%s: unsupported_cells (run %" PRId64 ", capture '%s', layer %d): "
+                       "variant '%s' is no kernel profile's name%s%s%s", s->path, run_id,
+                       str_or_null(capture), layer, str_or_null(variant), why.msg[0] ? " (" : "",
+                       why.msg, why.msg[0] ? ")" : "");
+    sql_binder b = sql_bind_start(s->stmt[ST_UNSUPPORTED_INSERT]);
+    sql_bind_int64(&b, run_id);
+    sql_bind_text(&b, capture);
+    sql_bind_int64(&b, layer);
+    sql_bind_text(&b, variant);
+    sql_bind_text(&b, reason);
+    return finish_write(s, &b, err,
+                        "insert unsupported_cells (run %" PRId64 ", capture '%s', layer %d, "
+                        "variant '%s')", run_id, str_or_null(capture), layer, variant);
+}
+
 pg_status store_put_layer_shape(pg_store *s, int64_t run_id, const char *capture, int layer,
                                 const store_layer_shape *shape, pg_err *err)
 {
@@ -956,6 +990,7 @@ static const layer_count_query layer_count_queries[] = {
     {ST_QUANT_ROWS, "quant_stats", offsetof(store_layer_rows, quant)},
     {ST_SHAPE_ROWS, "layer_shapes", offsetof(store_layer_rows, shapes)},
     {ST_KV_FORMAT_ROWS, "kv_format_stats", offsetof(store_layer_rows, kv_formats)},
+    {ST_UNSUPPORTED_ROWS, "unsupported_cells", offsetof(store_layer_rows, unsupported)},
 };
 
 pg_status store_sweep_layer_rows(pg_store *s, int64_t run_id, const char *capture, int n_layers,

@@ -258,6 +258,15 @@ typedef struct store_layer_shape {
 pg_status store_put_layer_shape(pg_store *s, int64_t run_id, const char *capture, int layer,
                                 const store_layer_shape *shape, pg_err *err);
 
+/* Inserts one unsupported_cells row (schema version 19): variant, a kernel
+ * profile's stored name (base/variant.h), cannot be computed on the layer,
+ * for reason (kernels/attn_profile.h attn_profile_computes). PG_ERR_DB when
+ * the name is not a profile's, reason is empty or NULL, or the UNIQUE (run,
+ * capture, layer, variant) or the foreign key fails. */
+pg_status store_put_unsupported_cell(pg_store *s, int64_t run_id, const char *capture,
+                                     int layer, const char *variant, const char *reason,
+                                     pg_err *err);
+
 /* The rows a run holds for one layer of one capture. */
 typedef struct store_layer_rows {
     int64_t metrics;  /* layer_metrics rows, per-head ones included */
@@ -267,10 +276,11 @@ typedef struct store_layer_rows {
     int64_t attribution; /* attribution rows (db/attribution_store.h) */
     int64_t diagnosis;   /* ext_diagnosis rows (db/diagnosis_store.h) */
     int64_t kv_formats;  /* kv_format_stats rows (schema version 18) */
+    int64_t unsupported; /* unsupported_cells rows (schema version 19) */
 } store_layer_rows;
 
-/* Counts run_id's layer_metrics, quant_stats, layer_shapes, attribution and
- * ext_diagnosis rows of capture, layer by layer, into rows[0 .. n_layers-1]
+/* Counts run_id's layer_metrics, quant_stats, layer_shapes, kv_format_stats,
+ * unsupported_cells, attribution and ext_diagnosis rows of capture, layer by layer, into rows[0 .. n_layers-1]
  * (zeroed first), for `run --resume`: the sweep writes each layer's rows in
  * one transaction, so a layer holds all of them or none. PG_ERR_DB when a
  * read fails or a row names a layer outside 0 .. n_layers-1 (the message

@@ -116,6 +116,7 @@ static const char *loud(gate_verdict v)
     case GATE_VERDICT_IMPROVEMENT: return "improvement";
     case GATE_VERDICT_NO_CHANGE: return "no change";
     case GATE_VERDICT_INCONCLUSIVE: return "inconclusive";
+    case GATE_VERDICT_SKIPPED: return "skipped";
     default: return "pass";
     }
 }
@@ -143,10 +144,12 @@ static void print_summary(FILE *out, const gate_flags *f)
             f->v[i].verdict != GATE_VERDICT_ERROR)
             term_printf(out, "%-10s %-9s %s\n", loud(f->v[i].verdict), "divergence",
                         f->v[i].message);
-    /* The diagnosis's inconclusive verdicts say why no bug was named. */
+    /* The diagnosis's inconclusive verdicts say why no bug was named; the
+     * skipped ones what was not computed. */
     for (size_t i = 0; i < f->n; i++)
-        if (f->v[i].verdict == GATE_VERDICT_INCONCLUSIVE &&
-            strcmp(f->v[i].metric, GATE_METRIC_SCALE_BUG) == 0)
+        if ((f->v[i].verdict == GATE_VERDICT_INCONCLUSIVE &&
+             strcmp(f->v[i].metric, GATE_METRIC_SCALE_BUG) == 0) ||
+            f->v[i].verdict == GATE_VERDICT_SKIPPED)
             term_printf(out, "%-10s %-9s %s\n", loud(f->v[i].verdict), "layer", f->v[i].message);
     for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
         size_t c[GATE_VERDICT_COUNT] = {0}, total = 0;
@@ -181,6 +184,17 @@ static pg_status gate_diagnosis(pg_store *store, int64_t run_id, const gate_rows
         st = regress_diagnosis(spans, n_spans, rows->layers, rows->n_layers, flags, err);
     diag_spans_free(spans, n_spans);
     diagnosis_rows_free(dr, n);
+    return st;
+}
+
+/* Appends the skipped flags of run_id's unsupported cells (regress.h). */
+static pg_status gate_unsupported(pg_store *store, int64_t run_id, gate_flags *flags, pg_err *err)
+{
+    unsupported_summary *u = NULL;
+    size_t n = 0;
+    pg_status st = report_store_unsupported(store, run_id, &u, &n, err);
+    if (st == PG_OK) st = regress_unsupported(u, n, flags, err);
+    unsupported_summaries_free(u, n);
     return st;
 }
 
@@ -409,6 +423,7 @@ static pg_status gate_compare(pg_store *store, const gate_run *run, int64_t base
         st = regress_mode_pairs(rows->layers, rows->n_layers, base->layers, base->n_layers,
                                 base_id, cfg, flags, err);
     if (st == PG_OK) st = gate_diagnosis(store, run->id, rows, flags, err);
+    if (st == PG_OK) st = gate_unsupported(store, run->id, flags, err);
     regress_base_pair *bp = NULL;
     size_t n_bp = 0;
     if (st == PG_OK && base_id >= 0)
@@ -503,11 +518,15 @@ pg_status gate_lifecycle_run(pg_store *store, const char *db_path, const gate_re
         print_summary(a->out, &flags);
         size_t c[GATE_VERDICT_COUNT];
         regress_count(&flags, c);
-        term_printf(a->out, "gate run %" PRId64 ": %s (%zu regression%s, %zu error%s; %zu flags %s%s%s)\n",
+        char skipped[64] = "";
+        if (c[GATE_VERDICT_SKIPPED] > 0)
+            snprintf(skipped, sizeof skipped, ", %zu skipped (not computed)",
+                     c[GATE_VERDICT_SKIPPED]);
+        term_printf(a->out, "gate run %" PRId64 ": %s (%zu regression%s, %zu error%s%s; %zu flags %s%s%s)\n",
                run.id, rc == GATE_EXIT_PASS ? "PASS" : rc == GATE_EXIT_REGRESSION ? "REGRESSION"
                                                                                   : "ERROR",
                c[GATE_VERDICT_REGRESSION], c[GATE_VERDICT_REGRESSION] == 1 ? "" : "s", c[GATE_VERDICT_ERROR],
-               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", flags.n,
+               c[GATE_VERDICT_ERROR] == 1 ? "" : "s", skipped, flags.n,
                store_flags ? "stored" : "not stored: the database is read-only",
                a->junit ? ", JUnit: " : "",
                a->junit ? a->junit : "");

@@ -1012,6 +1012,25 @@ pg_status regress_incomplete(gate_scope scope, int64_t run_id, int unverifiable,
                 (long long)n_missing, (long long)n_expected, unit, list, remedy);
 }
 
+pg_status regress_unsupported(const unsupported_summary *u, size_t n, gate_flags *out,
+                              pg_err *err)
+{
+    if ((u == NULL && n > 0) || out == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "regress_unsupported: NULL argument");
+    pg_status st = PG_OK;
+    for (size_t i = 0; st == PG_OK && i < n; i++) {
+        const flag_spec s = {.scope = GATE_SCOPE_LAYER, .capture = u[i].capture,
+                             .layer = u[i].first_layer, .variant = u[i].variant,
+                             .metric = GATE_METRIC_SUPPORTED, .value = (double)u[i].n_layers,
+                             .baseline_value = NAN, .threshold = NAN,
+                             .verdict = GATE_VERDICT_SKIPPED};
+        st = push(out, &s, err, "%s %s layer%s %s: not computed, %s: skipped, never a pass",
+                  u[i].capture, u[i].variant, u[i].n_layers == 1 ? "" : "s", u[i].layers,
+                  u[i].reason);
+    }
+    return st;
+}
+
 /* The gate verdict of a diagnosis verdict (regress.h). */
 static gate_verdict diagnosis_verdict(diag_verdict v)
 {

@@ -30,6 +30,12 @@
  *     message: set a baseline run that has the key, or bound it in the
  *     config), since a baseline run exists and nothing judges the key.
  *
+ * layer, metric "supported": one flag per (capture, variant, reason) of the
+ *   run's unsupported_cells (a cell the variant's kernel cannot compute:
+ *   kernels/attn_profile.h attn_profile_computes), verdict skipped, keyed by
+ *   the first such layer, the message naming the layers and the reason:
+ *   never a pass, and no exit status of its own (nothing was computed).
+ *
  * completeness (every run, with or without a baseline run, whatever the
  *   config says): one error flag, metric "complete" (regress_incomplete),
  *   when the run lacks a row its config implies (harness/run_complete.h:
@@ -199,6 +205,7 @@
 #include "db/divergence_store.h"
 #include "evals/diverge_run.h"
 #include "db/eval_store.h"
+#include "db/report_store.h"
 #include "db/gate_store.h"
 #include "base/status.h"
 
@@ -391,6 +398,15 @@ pg_status regress_divergence(const div_summary_stored *sm, size_t n,
  * count > 0; PG_ERR_NOMEM. */
 pg_status regress_diagnosis(const diag_span *spans, size_t n_spans, const layer_metric_row *run,
                             size_t n_run, gate_flags *out, pg_err *err);
+
+/* Appends one layer-scope flag per row of u[0..n) (report_store_unsupported
+ * of the run: a variant's cells its kernel cannot compute, for one reason):
+ * metric "supported", verdict skipped (never a pass, never a regression:
+ * nothing was computed), keyed by the first such layer, value the number of
+ * layers, the message naming the layers and the reason. PG_ERR_INTERNAL for
+ * a NULL argument with n > 0; PG_ERR_NOMEM. */
+pg_status regress_unsupported(const unsupported_summary *u, size_t n, gate_flags *out,
+                              pg_err *err);
 
 /* counts[v] = flags of f with verdict v (counts has GATE_VERDICT_COUNT entries). */
 void regress_count(const gate_flags *f, size_t *counts);

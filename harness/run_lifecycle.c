@@ -419,6 +419,7 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
         sweep_layer_rows(cap, l, so, &want);
         stored[l] = rows[l].metrics == want.metrics && rows[l].quant == want.quant &&
                     rows[l].kv_formats == want.kv_formats &&
+                    rows[l].unsupported == want.unsupported &&
                     rows[l].attribution == want.attribution &&
                     rows[l].diagnosis == want.diagnosis &&
                     (rows[l].shapes == want.shapes || rows[l].shapes == 0);
@@ -426,13 +427,13 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
         *n_stored += stored[l];
         if (!stored[l] && (rows[l].metrics != 0 || rows[l].quant != 0 || rows[l].shapes != 0 ||
                            rows[l].attribution != 0 || rows[l].diagnosis != 0 ||
-                           rows[l].kv_formats != 0))
+                           rows[l].kv_formats != 0 || rows[l].unsupported != 0))
             st = pg_fail(err, PG_ERR_DB,
                          "run: --resume %lld: layer %d of capture '%s' holds %lld of its %lld "
                          "layer_metrics rows, %lld of its %lld quant_stats rows, %lld of its "
                          "%lld layer_shapes rows, %lld of its %lld ext_diagnosis rows, %lld "
-                         "of its %lld attribution rows and %lld of its %lld kv_format_stats "
-                         "rows: not a whole layer (a layer is stored in "
+                         "of its %lld attribution rows, %lld of its %lld kv_format_stats "
+                         "rows and %lld of its %lld unsupported_cells rows: not a whole layer (a layer is stored in "
                          "one transaction, so rows were changed by hand, or the layer was swept "
                          "before the diagnosis existed); nothing was changed: start a new run",
                          (long long)r->run_id, l, r->capture_name, (long long)rows[l].metrics,
@@ -441,7 +442,8 @@ static pg_status resume_stored_layers(pg_store *store, const resume_ctx *r, cons
                          (long long)want.shapes, (long long)rows[l].diagnosis,
                          (long long)want.diagnosis, (long long)rows[l].attribution,
                          (long long)want.attribution, (long long)rows[l].kv_formats,
-                         (long long)want.kv_formats);
+                         (long long)want.kv_formats, (long long)rows[l].unsupported,
+                         (long long)want.unsupported);
     }
     free(rows);
     return st;

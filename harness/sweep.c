@@ -44,6 +44,32 @@ static unsigned sweep_modes(const sweep_options *opt)
     return modes;
 }
 
+/* One variant whose kernel refuses a layer (attn_profile_computes). */
+typedef struct sweep_refusal {
+    const attn_profile *p;
+    char why[ATTN_REFUSAL_MAX];
+} sweep_refusal;
+
+/* opt's variants whose kernels compute layer li, in opt's order, into *run;
+ * the others, with their reasons, into refused[0 .. *n_refused): a cell the
+ * kernel cannot compute is stored as such (unsupported_cells), not run. */
+static void layer_variants(const capture *cap, int li, const sweep_options *opt,
+                           sweep_variants *run, sweep_refusal *refused, int *n_refused)
+{
+    const attn_batch b = layer_batch(cap, li);
+    run->n = 0;
+    *n_refused = 0;
+    for (int i = 0; i < opt->variants.n; i++) {
+        sweep_refusal *r = &refused[*n_refused];
+        if (attn_profile_computes(opt->variants.p[i], &b, r->why, sizeof r->why)) {
+            run->p[run->n++] = opt->variants.p[i];
+        } else {
+            r->p = opt->variants.p[i];
+            (*n_refused)++;
+        }
+    }
+}
+
 pg_status sweep_variants_parse(const char *list, sweep_variants *out, pg_err *err)
 {
     if (attn_profile_count() > SWEEP_MAX_VARIANTS)
@@ -207,11 +233,15 @@ static pg_status store_layer(pg_store *store, int64_t run_id, const char *captur
                              const variant_metrics *vm, int n_vm, const tensor_quant *tq,
                              const char *scale_source, const attribute_row *ar, int n_ar,
                              const store_kv_format_stats *kfs, int n_kfs,
+                             const sweep_refusal *refused, int n_refused,
                              const diag_layer *diag, pg_err *err)
 {
     const int hq = shape->hq;
     pg_status st = store_begin(store, err);
     if (st == PG_OK) st = store_put_layer_shape(store, run_id, capture_name, layer, shape, err);
+    for (int i = 0; st == PG_OK && i < n_refused; i++)
+        st = store_put_unsupported_cell(store, run_id, capture_name, layer,
+                                        attn_profile_variant(refused[i].p), refused[i].why, err);
     for (int i = 0; st == PG_OK && i < n_vm; i++) {
         const int heads = vm[i].n_heads > 0 ? vm[i].n_heads : hq;
         for (int h = -1; st == PG_OK && h < heads; h++) {
@@ -263,6 +293,9 @@ typedef struct layer_ctx {
     store_kv_format_stats kfs[2 * PG_MODE_COUNT]; /* each swept mode's K and V cache */
     int n_kfs;
     diag_layer diag;         /* the external outputs' distances to the hypotheses */
+    sweep_variants run;      /* the variants whose kernels compute the layer */
+    sweep_refusal refused[SWEEP_MAX_VARIANTS]; /* the others: unsupported_cells */
+    int n_refused;
 } layer_ctx;
 
 /* The next variant_metrics slot, named name, run on backend, covering
@@ -398,8 +431,8 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     uint16_t *outs[SWEEP_MAX_VARIANTS] = {NULL}, *cpu_outs[SWEEP_MAX_VARIANTS] = {NULL};
     int n_be = 0, n_cpu = 0;
     pg_status st = PG_OK;
-    for (int i = 0; i < opt->variants.n; i++) {
-        const attn_profile *p = opt->variants.p[i];
+    for (int i = 0; i < c->run.n; i++) {
+        const attn_profile *p = c->run.p[i];
         if (!offload || attn_backend_supports(be, p, &c->b, NULL)) {
             if (offload && opt->check_spec && (outs[n_be] = malloc(c->nq * 2)) == NULL)
                 st = pg_fail(err, PG_ERR_NOMEM, "--check-spec: output copies");
@@ -439,8 +472,8 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
         /* in table order: each CPU profile its own report, the backend's the
          * fold of its variants (those come in table order too) */
         attn_quant_fold fold = {0};
-        for (int i = 0, ic = 0; i < opt->variants.n; i++) {
-            const attn_profile *p = opt->variants.p[i];
+        for (int i = 0, ic = 0; i < c->run.n; i++) {
+            const attn_profile *p = c->run.p[i];
             if (ic < n_cpu && on_cpu[ic] == p) attn_quant_fold_add(&fold, p, &cpu_rep[ic++]);
             else attn_quant_fold_add(&fold, p, &rep);
         }
@@ -698,7 +731,8 @@ static void *layer_write_run(void *arg)
     sweep_layer_shape(w->c.cap, w->c.li, &shape);
     w->st = store_layer(w->store, w->run_id, w->capture_name, w->c.li, w->c.L, &shape, w->c.vm,
                         w->c.n_vm, w->c.tqs, w->scale_source, w->c.attr, w->c.n_attr,
-                        w->c.kfs, w->c.n_kfs, &w->c.diag, &w->err);
+                        w->c.kfs, w->c.n_kfs, w->c.refused, w->c.n_refused, &w->c.diag,
+                        &w->err);
     if (w->st != PG_OK) err_name_layer(&w->err, w->c.li);
     w->seconds = pg_clock_mono_s() - t0;
     free(w->c.vm);
@@ -766,6 +800,8 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     const tensor_quant tq0[3] = {{"q", c->fo.q_scale, {0}, 0}, {"k", c->fo.k_scale, {0}, 0},
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
+    layer_variants(cap, li, opt, &c->run, c->refused, &c->n_refused);
+    *step += c->n_refused;  /* each refused cell is done: stored, not run */
     pg_status st = layer_run(c, opt, be, cpu, notes, step, err);
     if (st == PG_OK) st = layer_kv_format_stats(c, opt, err);
     if (st == PG_OK && opt->attribute) {
@@ -777,16 +813,16 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
          * backend even its CPU variants were measured against that
          * backend's reference, so attribution computes its own. */
         double joint[SWEEP_MAX_VARIANTS];
-        for (int i = 0; i < opt->variants.n; i++) {
+        for (int i = 0; i < c->run.n; i++) {
             joint[i] = NAN;
             for (int j = 0; be == cpu && j < c->n_vm; j++)
                 if (c->vm[j].n_heads == 0 && strcmp(c->vm[j].backend, "cpu") == 0 &&
-                    strcmp(c->vm[j].name, attn_profile_variant(opt->variants.p[i])) == 0)
+                    strcmp(c->vm[j].name, attn_profile_variant(c->run.p[i])) == 0)
                     joint[i] = c->vm[j].m[0].rel_l2;
         }
         const double t0 = pg_clock_mono_s();
-        st = attribute_layer(cpu, &c->b, L->q, L->k, L->v, &c->fo, opt->variants.p,
-                             opt->variants.n, joint, c->attr, &c->n_attr, err);
+        st = attribute_layer(cpu, &c->b, L->q, L->k, L->v, &c->fo, c->run.p, c->run.n, joint,
+                             c->attr, &c->n_attr, err);
         if (opt->stats != NULL) opt->stats->attribute_s += pg_clock_mono_s() - t0;
         *step += c->n_attr;
     }
@@ -804,12 +840,12 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     return st;
 }
 
-/* The attribution rows of one layer under opt (0 without --attribute). */
-static int layer_attribution_rows(const sweep_options *opt)
+/* The attribution rows of variants under opt (0 without --attribute). */
+static int layer_attribution_rows(const sweep_options *opt, const sweep_variants *variants)
 {
     int n = 0;
-    for (int i = 0; opt->attribute && i < opt->variants.n; i++)
-        n += attribute_row_count(opt->variants.p[i]);
+    for (int i = 0; opt->attribute && i < variants->n; i++)
+        n += attribute_row_count(variants->p[i]);
     return n;
 }
 
@@ -828,20 +864,24 @@ void sweep_layer_rows(const capture *cap, int li, const sweep_options *opt,
 {
     const capture_layer *L = &cap->layers[li];
     const int64_t whole_and_heads = (int64_t)L->hq + 1;
-    want->metrics = (opt->variants.n + L->n_ext) * whole_and_heads;
+    sweep_variants run;
+    sweep_refusal refused[SWEEP_MAX_VARIANTS];
+    int n_refused = 0;
+    layer_variants(cap, li, opt, &run, refused, &n_refused);
+    want->unsupported = n_refused;  /* store_layer: one row per refused cell */
+    want->metrics = (run.n + L->n_ext) * whole_and_heads;
     const attn_batch b = layer_batch(cap, li);
     int fold_kv = 0, fold_q = 0, on_gpu = 0;
-    for (int i = 0; i < opt->variants.n; i++) {
-        fold_kv |= attn_quant_fold_takes_kv(opt->variants.p[i]);
-        fold_q |= attn_quant_fold_takes_q(opt->variants.p[i]);
-        on_gpu += sweep_offloads(opt) &&
-                  attn_backend_supports(opt->backend, opt->variants.p[i], &b, NULL);
+    for (int i = 0; i < run.n; i++) {
+        fold_kv |= attn_quant_fold_takes_kv(run.p[i]);
+        fold_q |= attn_quant_fold_takes_q(run.p[i]);
+        on_gpu += sweep_offloads(opt) && attn_backend_supports(opt->backend, run.p[i], &b, NULL);
     }
     if (sweep_offloads(opt) && opt->check_spec)  /* spec_check: one GQA group of heads */
         want->metrics += on_gpu * ((int64_t)(L->hq / L->hkv) + 1);
     /* note_quant: the rows the fold keeps (attn_quant_fold_takes_kv / _q). */
     want->quant = (fold_kv ? 2 : 0) + (fold_q ? 1 : 0);
-    want->attribution = layer_attribution_rows(opt);
+    want->attribution = layer_attribution_rows(opt, &run);
     /* ext_diagnosis: every hypothesis against every external output. */
     want->diagnosis = diag_layer_rows(L->n_ext, sweep_modes(opt));
     want->shapes = 1;  /* store_layer: the layer's shape */
@@ -874,7 +914,7 @@ static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_
         for (int li = 0; li < cap->n_layers; li++) {
             const attn_batch b = layer_batch(cap, li);
             const char *w = NULL;
-            if (!attn_backend_supports(be, p, &b, &w)) {
+            if (attn_profile_computes(p, &b, NULL, 0) && !attn_backend_supports(be, p, &b, &w)) {
                 n_cpu++;
                 if (why == NULL) why = w;
             }
@@ -896,6 +936,27 @@ static void say_cpu_profiles(const capture *cap, const sweep_options *opt, attn_
     if (at > 0) pg_note_warning(notes, "on backend %s: %s", attn_backend_name(be), on_be);
 }
 
+/* Says through notes, per variant of opt whose kernel refuses some of cap's
+ * layers, on how many and why (the first layer's reason): those cells are
+ * stored as unsupported, the rest of the run goes on. */
+static void say_refused_cells(const capture *cap, const sweep_options *opt, const pg_notes *notes)
+{
+    for (int i = 0; i < opt->variants.n; i++) {
+        const attn_profile *p = opt->variants.p[i];
+        char why[ATTN_REFUSAL_MAX] = "", w[ATTN_REFUSAL_MAX];
+        int n = 0;
+        for (int li = 0; li < cap->n_layers; li++) {
+            const attn_batch b = layer_batch(cap, li);
+            if (!attn_profile_computes(p, &b, w, sizeof w) && n++ == 0) memcpy(why, w, sizeof w);
+        }
+        if (n > 0)
+            pg_note_warning(notes, "%s cannot compute %d of the %d layers (%s layer: %s): those "
+                            "cells are stored as not supported, with the reason",
+                            attn_profile_variant(p), n, cap->n_layers,
+                            n == cap->n_layers ? "every" : "first", why);
+    }
+}
+
 /* Whether opt marks layer li stored. */
 static int layer_stored(const sweep_options *opt, int li)
 {
@@ -907,7 +968,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
 {
     pg_status st = sweep_scales_check(cap, capture_name, opt->scales, err);
     if (st != PG_OK) return st;
-    const int per_layer = opt->variants.n + layer_attribution_rows(opt);
+    const int per_layer = opt->variants.n + layer_attribution_rows(opt, &opt->variants);
     /* The variants the backend does not run go to the CPU specification. */
     attn_backend *cpu = NULL;
     st = attn_backend_open("cpu", opt->n_threads, &cpu, NULL, 0, err);
@@ -915,10 +976,11 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     attn_backend *be = sweep_offloads(opt) ? opt->backend : cpu;
     const pg_notes *notes = opt->notes;
     if (be != cpu) say_cpu_profiles(cap, opt, be, notes);
+    say_refused_cells(cap, opt, notes);
     if (be != cpu && opt->attribute)
         pg_note_warning(notes, "--attribute runs on the CPU specification (backend %s does "
                         "not take a per-tensor bf16 mask): %d more profile runs a layer",
-                attn_backend_name(be), layer_attribution_rows(opt));
+                attn_backend_name(be), layer_attribution_rows(opt, &opt->variants));
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
     pg_note_progress_begin(notes, (int64_t)n_todo * per_layer);

@@ -773,10 +773,9 @@ pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uin
         return attn_variant_bf16(b, q, k, v, out, n_threads, err);
     pg_status st = attn_quant_run_begin(b, opt, rep, err);
     if (st != PG_OK) return st;
-    if (p->no_sinks && b->sinks != NULL)
-        return pg_fail(err, PG_ERR_UNSUPPORTED,
-                       "variant %s: the kernel has no attention sinks, and this layer has them",
-                       attn_profile_variant(p));
+    char why[ATTN_REFUSAL_MAX];
+    if (!attn_profile_computes(p, b, why, sizeof why))
+        return pg_fail(err, PG_ERR_UNSUPPORTED, "variant %s: %s", attn_profile_variant(p), why);
     switch (mt->kv_consumption) {
     case PG_KV_DEQUANT_TO_BF16_COPY: {
         /* A kept tensor has its scale unused everywhere, the bmm scales of

@@ -355,19 +355,22 @@ static const attn_profile profiles[VARIANT_PROFILE_COUNT] = {
      .out_e4m3 = 1,
      .tiles = {{64, 256, 256}, {96, 256, 256}, {128, 256, 256}, {192, 128, 128}, {256, 128, 128}}},
     /* TurboQuant: the decode kernel's knobs are its mode's traits and
-     * attn_profile_impl.h's ATTN_TQ_DECODE_*; no sinks (checked there). */
+     * attn_profile_impl.h's ATTN_TQ_DECODE_*. Neither sinks nor a window:
+     * the decode kernel takes no sinks, and its backend takes sliding_window
+     * and drops it (vllm/v1/attention/backends/turboquant_attn.py at the
+     * commit of rules_turboquant_k8v4). */
     [VARIANT_TURBOQUANT_K8V4_TRITON] = {
      .summary = "TurboQuant K e4m3, V 4-bit min/max, Triton split-KV decode kernel",
-     .rules = rules_turboquant_k8v4, .no_sinks = 1},
+     .rules = rules_turboquant_k8v4, .no_sinks = 1, .no_window = 1},
     [VARIANT_TURBOQUANT_4BIT_NC_TRITON] = {
      .summary = "TurboQuant K 4-bit Lloyd-Max (Hadamard, norm-corrected), V 4-bit, Triton decode",
-     .rules = rules_turboquant_4bit_nc, .no_sinks = 1},
+     .rules = rules_turboquant_4bit_nc, .no_sinks = 1, .no_window = 1},
     [VARIANT_TURBOQUANT_K3V4_NC_TRITON] = {
      .summary = "TurboQuant K 3-bit Lloyd-Max (Hadamard, norm-corrected), V 4-bit, Triton decode",
-     .rules = rules_turboquant_k3v4_nc, .no_sinks = 1},
+     .rules = rules_turboquant_k3v4_nc, .no_sinks = 1, .no_window = 1},
     [VARIANT_TURBOQUANT_3BIT_NC_TRITON] = {
      .summary = "TurboQuant K 3-bit Lloyd-Max (Hadamard, norm-corrected), V 3-bit, Triton decode",
-     .rules = rules_turboquant_3bit_nc, .no_sinks = 1},
+     .rules = rules_turboquant_3bit_nc, .no_sinks = 1, .no_window = 1},
 };
 
 #define N_PROFILES (sizeof profiles / sizeof profiles[0])
@@ -397,6 +400,26 @@ int attn_profile_is_default(const attn_profile *p)
 }
 
 int attn_profile_takes_sinks(const attn_profile *p) { return !p->no_sinks; }
+
+int attn_profile_computes(const attn_profile *p, const attn_batch *b, char *why, size_t why_len)
+{
+    char none[1];
+    if (why == NULL || why_len == 0) {
+        why = none;
+        why_len = sizeof none;
+    }
+    why[0] = '\0';
+    if (p->no_sinks && b->sinks != NULL) {
+        snprintf(why, why_len, "the kernel has no attention sinks, and this layer has them");
+        return 0;
+    }
+    if (p->no_window && b->window > 0) {
+        snprintf(why, why_len, "the kernel has no sliding window, and this layer has a window "
+                 "of %d keys", b->window);
+        return 0;
+    }
+    return 1;
+}
 
 const char *attn_profile_summary(const attn_profile *p) { return p->summary; }
 

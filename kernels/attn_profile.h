@@ -50,6 +50,15 @@ pg_mode attn_profile_mode(const attn_profile *p);
  * (fp8qkv@flashinfer-fa3, the TurboQuant decode kernel). */
 int attn_profile_takes_sinks(const attn_profile *p);
 
+/* Bytes that hold any reason attn_profile_computes gives, with its NUL. */
+#define ATTN_REFUSAL_MAX 128
+
+/* 1 when p's kernel computes a layer of b's shape (its sinks and window);
+ * else 0 with why (why_len bytes; NULL allowed) saying what the kernel lacks
+ * and the layer has, e.g. "the kernel has no attention sinks, and this layer
+ * has them". attn_variant_run refuses exactly these (PG_ERR_UNSUPPORTED). */
+int attn_profile_computes(const attn_profile *p, const attn_batch *b, char *why, size_t why_len);
+
 /* 1 when p is the profile its mode's name alone means, else 0. */
 int attn_profile_is_default(const attn_profile *p);
 
@@ -63,7 +72,7 @@ const char *attn_profile_rules(const attn_profile *p);
 /* Runs variant p on one layer: q bf16 [Tq,hq,d], k/v bf16 [Tkv,hkv,d] -> out
  * bf16 [Tq,hq,d]. opt is required for the fp8 modes (NULL allowed for bf16);
  * rep (may be NULL) is filled for the fp8 modes. PG_ERR_UNSUPPORTED naming p
- * when the profile's kernel cannot take the layer (sinks on a kernel without). */
+ * and the reason when attn_profile_computes says no. */
 pg_status attn_variant_run(const attn_profile *p, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                            uint16_t *out, attn_quant_report *rep, int n_threads, pg_err *err);

@@ -209,6 +209,7 @@ struct attn_profile {
     int q_by_inverse;                  /* Q8 = e4m3(q * fp32(1 / q_scale)), vLLM's
                                         * scaled_fp8_quant; else e4m3(q / q_scale) */
     int no_sinks;                      /* the kernel has no attention sinks: refused */
+    int no_window;                     /* the kernel has no sliding window: refused */
     int pv_in_fp32;                    /* Triton: P x v scale enters P.V in fp32 (the int4
                                         * kernel's fp32 tl.dot), else rounded to bf16 */
     int out_e4m3;                      /* tiled softmaxes: the kernel writes an e4m3 output */

@@ -186,13 +186,9 @@ pg_status attn_turboquant_run(const attn_profile *p, const attn_tq_read *rd, con
     pg_status st = attn_quant_run_begin(b, opt, rep, err);
     if (st != PG_OK) return st;
     const pg_mode m = attn_profile_mode(p);
-    if (b->sinks != NULL)
-        return pg_fail(err, PG_ERR_UNSUPPORTED, "variant %s: TurboQuant's decode kernel has no "
-                       "attention sinks, and this layer has them", attn_profile_variant(p));
-    if (b->window > 0)
-        return pg_fail(err, PG_ERR_UNSUPPORTED, "variant %s: TurboQuant's decode kernel has no "
-                       "sliding window (its backend takes sliding_window and drops it), and this "
-                       "layer has a window of %d", attn_profile_variant(p), b->window);
+    char why[ATTN_REFUSAL_MAX];
+    if (!attn_profile_computes(p, b, why, sizeof why))
+        return pg_fail(err, PG_ERR_UNSUPPORTED, "variant %s: %s", attn_profile_variant(p), why);
     tq_layout lay;
     st = tq_layout_of(m, b->d, &lay, err);
     if (st != PG_OK) return st;

@@ -78,13 +78,15 @@ static int flag_ptr_cmp(const void *a, const void *b)
 /* What a testcase's flags add up to. */
 typedef struct tc_state {
     const gate_flag *first_error, *first_regression;
+    const gate_flag *first_skipped;  /* a cell not computed: JUnit's <skipped> */
 } tc_state;
 
 /* The first error and first regression among the n flags g[0..n) (NULL when none). */
 static tc_state testcase_state(const gate_flag *const *g, size_t n)
 {
-    tc_state t = {NULL, NULL};
+    tc_state t = {NULL, NULL, NULL};
     for (size_t i = 0; i < n; i++) {
+        if (g[i]->verdict == GATE_VERDICT_SKIPPED && t.first_skipped == NULL) t.first_skipped = g[i];
         if (g[i]->verdict == GATE_VERDICT_ERROR && t.first_error == NULL) t.first_error = g[i];
         /* A scale bug names the cause of the layer's other regressions: it leads. */
         if (g[i]->verdict == GATE_VERDICT_REGRESSION &&
@@ -129,6 +131,10 @@ static void write_testcase(FILE *out, const gate_flag *const *g, size_t n)
             fputc('\n', out);
         }
         fprintf(out, "</%s>\n", tag);
+    } else if (t.first_skipped != NULL) {
+        fputs("      <skipped message=\"", out);
+        junit_escape(out, t.first_skipped->message, 1);
+        fputs("\"/>\n", out);
     }
     fputs("      <system-out>", out);
     for (size_t i = 0; i < n; i++) {
@@ -141,14 +147,14 @@ static void write_testcase(FILE *out, const gate_flag *const *g, size_t n)
 
 /* Testcase counts of one suite. */
 typedef struct suite_counts {
-    size_t tests, failures, errors;
+    size_t tests, failures, errors, skipped;
 } suite_counts;
 
 /* Counts the testcases of p[lo..hi) (flags of one scope, sorted), writing each
  * one to out when out is non-NULL. */
 static suite_counts walk_suite(FILE *out, const gate_flag *const *p, size_t lo, size_t hi)
 {
-    suite_counts c = {0, 0, 0};
+    suite_counts c = {0, 0, 0, 0};
     for (size_t i = lo; i < hi;) {
         size_t j = i + 1;
         while (j < hi && testcase_cmp(p[i], p[j]) == 0) j++;
@@ -156,6 +162,7 @@ static suite_counts walk_suite(FILE *out, const gate_flag *const *p, size_t lo, 
         c.tests++;
         if (t.first_error != NULL) c.errors++;
         else if (t.first_regression != NULL) c.failures++;
+        else if (t.first_skipped != NULL) c.skipped++;
         if (out != NULL) write_testcase(out, p + i, j - i);
         i = j;
     }
@@ -187,7 +194,7 @@ static void write_document(FILE *out, const gate_flag *const *p, size_t n, int64
 {
     const int has_skip = skip->message != NULL;
     size_t lo[GATE_SCOPE_COUNT + 1];
-    suite_counts sc[GATE_SCOPE_COUNT], total = {0, 0, 0};
+    suite_counts sc[GATE_SCOPE_COUNT], total = {0, 0, 0, 0};
     size_t i = 0;
     for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
         lo[s] = i;
@@ -196,19 +203,22 @@ static void write_document(FILE *out, const gate_flag *const *p, size_t n, int64
         total.tests += sc[s].tests;
         total.failures += sc[s].failures;
         total.errors += sc[s].errors;
+        total.skipped += sc[s].skipped;
     }
     lo[GATE_SCOPE_COUNT] = i;
     fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", out);
     fprintf(out, "<testsuites name=\"precgate gate run %" PRId64 "\" tests=\"%zu\" failures=\"%zu\""
                  " errors=\"%zu\"", run_id, total.tests + (size_t)has_skip, total.failures,
             total.errors);
-    if (has_skip) fputs(" skipped=\"1\"", out);
+    if (has_skip || total.skipped > 0)
+        fprintf(out, " skipped=\"%zu\"", total.skipped + (size_t)has_skip);
     fputs(">\n", out);
     for (int s = 0; s < GATE_SCOPE_COUNT; s++) {
         const int skip_here = has_skip && (int)skip->scope == s;
         fprintf(out, "  <testsuite name=\"%s\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\""
-                     " skipped=\"%d\">\n", gate_scope_name((gate_scope)s),
-                sc[s].tests + (size_t)skip_here, sc[s].failures, sc[s].errors, skip_here);
+                     " skipped=\"%zu\">\n", gate_scope_name((gate_scope)s),
+                sc[s].tests + (size_t)skip_here, sc[s].failures, sc[s].errors,
+                sc[s].skipped + (size_t)skip_here);
         fprintf(out, "    <properties>\n      <property name=\"run_id\" value=\"%" PRId64 "\"/>\n",
                 run_id);
         if (base_id >= 0)

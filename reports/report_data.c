@@ -543,6 +543,8 @@ pg_status report_data_load(pg_store *db, const char *db_name, int64_t run_id, in
     if (s == PG_OK)
         s = report_store_kv_formats(db, run_id, &out->kv_formats, &out->n_kv_formats, &local);
     if (s == PG_OK) s = load_kv_memory(db, run_id, out, &local);
+    if (s == PG_OK)
+        s = report_store_unsupported(db, run_id, &out->unsupported, &out->n_unsupported, &local);
     if (s == PG_OK) s = load_evals(db, run_id, out, &local);
     if (s == PG_OK) s = load_divergence(db, run_id, out, &local);
     if (s == PG_OK) s = load_flags(db, run_id, out, &local);
@@ -558,6 +560,11 @@ const char report_kv_memory_caption[] =
     "to even bytes), against the same layers all bf16 and all fp8 (per-tensor e4m3). Not "
     "counted: per-tensor scales, block padding, and vLLM keeping only the window's tokens of "
     "a sliding-window layer.";
+
+const char report_unsupported_caption[] =
+    "Variants whose kernel cannot compute these layers, as its source states (no attention "
+    "sinks, no sliding window): stored as not supported with the reason, measured nowhere, "
+    "and skipped by the gate (never a pass).";
 
 double report_kv_saved_fraction(long long bytes, long long base)
 {
@@ -590,6 +597,7 @@ void report_data_free(report_data *d)
     free(d->head_present);
     free(d->quant);
     kv_format_summaries_free(d->kv_formats, d->n_kv_formats);
+    unsupported_summaries_free(d->unsupported, d->n_unsupported);
     free(d->kv_memory);
     free(d->attribution);
     attribution_rows_free(&d->attribution_rows);

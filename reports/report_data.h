@@ -133,6 +133,9 @@ extern const char report_kv_memory_caption[];
 /* The fraction of base bytes that bytes saves (negative: more); 0 when base is 0. */
 double report_kv_saved_fraction(long long bytes, long long base);
 
+/* The caption of the report's "Not computed" table (d->unsupported). */
+extern const char report_unsupported_caption[];
+
 /* What a kv_formats row without row scales has: "per tensor" for a mode
  * with per-tensor scales, else "none" (TurboQuant's raw e4m3 keys). */
 const char *report_kv_scales_word(const char *mode);
@@ -221,6 +224,8 @@ typedef struct report_data {
     int n_heads;                   /* 1 + the largest head index; 0: no per-head rows */
     double *head_rel_l2;           /* [(l * n_variants + v) * n_heads + h] */
     unsigned char *head_present;   /* same index */
+    unsupported_summary *unsupported; /* cells a kernel cannot compute (unsupported_cells) */
+    size_t n_unsupported;
     kv_format_summary *kv_formats; /* each swept mode's K and V cache (kv_format_stats) */
     size_t n_kv_formats;
     report_kv_memory *kv_memory;   /* each of those modes' cache size (none: no layer_shapes) */

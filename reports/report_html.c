@@ -13,7 +13,7 @@
 #define LABEL_LEN 96
 /* Verdicts the gate writes, in the order the summary counts them. */
 static const char *const VERDICTS[] = {"regression", "error",   "inconclusive",
-                                       "improvement", "no change", "pass"};
+                                       "improvement", "no change", "pass", "skipped"};
 #define N_VERDICTS (sizeof VERDICTS / sizeof VERDICTS[0])
 
 /* The page's whole style sheet. */
@@ -35,7 +35,8 @@ static const char CSS[] =
     ".v-regression,.v-error{background:#fde0e0;color:#a40000}"
     ".v-pass,.v-nochange{background:#e3f4e3;color:#1d6b1d}"
     ".v-improvement{background:#e0ecfb;color:#0b4f9c}"
-    ".v-inconclusive{background:#fff3d6;color:#7a5600}.v-other{background:#eee}"
+    ".v-inconclusive{background:#fff3d6;color:#7a5600}.v-skipped{background:#e8ecf4;color:#3a4a6a}"
+    ".v-other{background:#eee}"
     ".st-complete{color:#1d6b1d}.st-failed,.st-incomplete{color:#a40000}"
     "svg.chart{display:block;max-width:100%;height:auto;margin:8px 0}"
     ".scroll{overflow-x:auto}"
@@ -102,6 +103,7 @@ static const char *verdict_class(const char *v)
     if (strcmp(v, "no change") == 0) return "v-nochange";
     if (strcmp(v, "improvement") == 0) return "v-improvement";
     if (strcmp(v, "inconclusive") == 0) return "v-inconclusive";
+    if (strcmp(v, "skipped") == 0) return "v-skipped";
     return "v-other";
 }
 
@@ -487,6 +489,29 @@ static void put_kv_memory(FILE *out, const report_data *d)
         fprintf(out, "</td><td>%lld</td><td>%.1f%%</td><td>%.1f%%</td></tr>\n", r->bytes,
                 100.0 * report_kv_saved_fraction(r->bytes, r->bytes_bf16),
                 100.0 * report_kv_saved_fraction(r->bytes, r->bytes_fp8));
+    }
+    fputs("</table>\n</section>\n", out);
+}
+
+/* The cells a kernel cannot compute (report_data.h d->unsupported). */
+static void put_unsupported(FILE *out, const report_data *d)
+{
+    if (d->n_unsupported == 0) return;
+    fputs("<section id=\"not-computed\">\n<h2>Not computed</h2>\n<p class=\"note\">", out);
+    svg_put_escaped(out, report_unsupported_caption);
+    fputs("</p>\n<table>\n<tr><th>capture</th><th>variant</th><th>layers</th><th>why</th>"
+          "</tr>\n", out);
+    for (size_t i = 0; i < d->n_unsupported; i++) {
+        const unsupported_summary *u = &d->unsupported[i];
+        fputs("<tr><td>", out);
+        svg_put_escaped(out, u->capture);
+        fputs("</td><td>", out);
+        svg_put_escaped(out, u->variant);
+        fprintf(out, "</td><td>%d: ", u->n_layers);
+        svg_put_escaped(out, u->layers);
+        fputs("</td><td>", out);
+        svg_put_escaped(out, u->reason);
+        fputs("</td></tr>\n", out);
     }
     fputs("</table>\n</section>\n", out);
 }
@@ -906,6 +931,7 @@ pg_status report_html_write(const report_data *d, FILE *out, pg_err *err)
     put_diagnosis(out, d);
     pg_status s = report_divergence_html(out, d, err);
     if (s == PG_OK) s = put_layers(out, d, err);
+    if (s == PG_OK) put_unsupported(out, d);
     if (s == PG_OK) s = put_heads(out, d, err);
     if (s == PG_OK) put_quant(out, d);
     if (s == PG_OK) put_kv_formats(out, d);

@@ -16,7 +16,7 @@
 
 /* Verdicts the gate writes, in the order the summary counts them. */
 static const char *const VERDICTS[] = {"regression", "error",   "inconclusive",
-                                       "improvement", "no change", "pass"};
+                                       "improvement", "no change", "pass", "skipped"};
 #define N_VERDICTS (sizeof VERDICTS / sizeof VERDICTS[0])
 
 void report_md_put_escaped(FILE *out, const char *s)
@@ -431,6 +431,28 @@ static void put_kv_formats(FILE *out, const report_data *d)
     }
 }
 
+/* The cells a kernel cannot compute (report_data.h d->unsupported). */
+static void put_unsupported(FILE *out, const report_data *d)
+{
+    if (d->n_unsupported == 0) return;
+    fputs("\n### Not computed\n\n", out);
+    report_md_put_escaped(out, report_unsupported_caption);
+    fputs("\n\n| capture | variant | layers | why |\n", out);
+    sep_row(out, "llll", 0);
+    for (size_t i = 0; i < d->n_unsupported; i++) {
+        const unsupported_summary *u = &d->unsupported[i];
+        fputs("| ", out);
+        report_md_put_escaped(out, u->capture);
+        fputs(" | ", out);
+        report_md_put_escaped(out, u->variant);
+        fprintf(out, " | %d: ", u->n_layers);
+        report_md_put_escaped(out, u->layers);
+        fputs(" | ", out);
+        report_md_put_escaped(out, u->reason);
+        fputs(" |\n", out);
+    }
+}
+
 /* Each swept mode's KV cache size per token over the run's layers, against
  * bf16 and fp8 (report_data.h report_kv_memory). */
 static void put_kv_memory(FILE *out, const report_data *d)
@@ -617,6 +639,7 @@ pg_status report_md_write(const report_data *d, FILE *out, pg_err *err)
     put_diagnosis(out, d);
     report_divergence_md(out, d);
     put_layers(out, d);
+    put_unsupported(out, d);
     pg_status s = put_heads(out, d, err);
     if (s != PG_OK) return s;
     put_quant(out, d);

@@ -826,39 +826,98 @@ static void copy_capture_without(const char *src, const char *dst, const char *d
     st_close(f);
 }
 
-/* A variant the kernel cannot run on a layer (fp8qkv@flashinfer-fa3 has no
- * attention sinks; layer 1 has them, layer 0 not) fails the run like any
- * other failure: exit 1 (the README's "failed run"), not 2 (a usage error),
- * the run marked failed with the reason, and layer 0's rows kept. */
-Test(cli, a_variant_unsupported_on_a_layer_fails_the_run_with_exit_1_and_keeps_its_layers)
+/* A cell the kernel cannot compute is data (issue #31): fp8qkv@flashinfer-fa3
+ * has no attention sinks; layer 1 has them, layer 0 not. The run completes
+ * (exit 0) with layer 0's rows of both variants and layer 1's bf16 rows, and
+ * layer 1's cell stored as not supported with the reason; --resume counts
+ * the layer done; the gate says skipped (never a pass) and exits 0; the
+ * reports show it; a sharded job's merge carries it. */
+Test(cli, a_variant_unsupported_on_a_layer_is_stored_as_not_computed_and_the_run_completes)
 {
     synth_small("s.safetensors", "");
     copy_capture_without("s.safetensors", "c.safetensors", "layers.0.sinks");
     proc p = PG_IN_DIR("run --capture c.safetensors --variants bf16,fp8qkv@flashinfer-fa3 "
                        "--backend cpu --db d.db --no-progress");
-    cr_assert_eq(p.rc, 1, "exit %d (%s)", p.rc, p.err);
-    cr_assert_not_null(strstr(p.err, "precgate: error: layer 1: variant fp8qkv@flashinfer-fa3: "
-                                     "the kernel has no attention sinks, and this layer has them"),
-                       "%s", p.err);
-    cr_assert_not_null(strstr(p.err, "run 1 marked failed in d.db"), "%s", p.err);
+    cr_assert_eq(p.rc, 0, "exit %d (%s)", p.rc, p.err);
+    cr_assert_not_null(strstr(p.err, "precgate: fp8qkv@flashinfer-fa3 cannot compute 1 of the 2 "
+                                     "layers (first layer: the kernel has no attention sinks, "
+                                     "and this layer has them): those cells are stored as not "
+                                     "supported, with the reason"), "%s", p.err);
     sqlite3 *db = db_open(tu_in_dir("d.db"));
     char *status = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
-    cr_assert_str_eq(status, "failed");
+    cr_assert_str_eq(status, "complete");
     free(status);
-    char *why = tu_sql_text(db, "SELECT error FROM runs WHERE id = 1");
-    cr_assert_not_null(why);
-    cr_assert_not_null(strstr(why, "fp8qkv@flashinfer-fa3: the kernel has no attention sinks"),
-                       "%s", why);
+    char *why = tu_sql_text(db, "SELECT reason FROM unsupported_cells WHERE run_id = 1 AND "
+                                "layer = 1 AND variant = 'fp8qkv@flashinfer-fa3'");
+    cr_assert_str_eq(why, "the kernel has no attention sinks, and this layer has them");
     free(why);
-    /* layer 0 (no sinks): both variants, whole layer and every head, stored and kept */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM unsupported_cells"), 1);
+    /* layer 0 (no sinks): both variants, whole layer and every head */
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1 AND layer = 0"),
                  2 * (SMALL_HQ + 1));
     cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE run_id = 1 AND layer = 0 "
                                 "AND variant = 'fp8qkv@flashinfer-fa3' AND head = -1 AND "
                                 "rel_l2 > 0"), 1);
-    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 1"), 0);
+    /* layer 1: bf16 only */
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 1"), SMALL_HQ + 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE layer = 1 AND "
+                                "variant <> 'bf16'"), 0);
     sqlite3_close(db);
     proc_free(&p);
+
+    proc r = PG_IN_DIR("run --capture c.safetensors --variants bf16,fp8qkv@flashinfer-fa3 "
+                       "--backend cpu --db d.db --no-progress --resume 1");
+    cr_assert_eq(r.rc, 0, "exit %d (%s)", r.rc, r.err);
+    cr_assert_not_null(strstr(r.out, "0 layers computed, 2 were stored"), "%s", r.out);
+    proc_free(&r);
+
+    proc g = PG_IN_DIR("gate --db d.db --run 1 --junit j.xml");
+    cr_assert_eq(g.rc, 0, "exit %d (%s %s)", g.rc, g.out, g.err);
+    cr_assert_not_null(strstr(g.out, "skipped    layer     c.safetensors fp8qkv@flashinfer-fa3 "
+                                     "layer 1: not computed, the kernel has no attention sinks, "
+                                     "and this layer has them: skipped, never a pass"), "%s", g.out);
+    cr_assert_not_null(strstr(g.out, "1 skipped (not computed)"), "%s", g.out);
+    proc_free(&g);
+    db = db_open(tu_in_dir("d.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM flags WHERE run_id = 1 AND verdict = "
+                                "'skipped' AND metric = 'supported' AND layer = 1 AND variant = "
+                                "'fp8qkv@flashinfer-fa3' AND value = 1"), 1);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM flags WHERE run_id = 1 AND layer = 1 AND "
+                                "variant = 'fp8qkv@flashinfer-fa3' AND verdict <> 'skipped'"), 0);
+    sqlite3_close(db);
+    char *junit = slurp(tu_in_dir("j.xml"));
+    cr_assert_not_null(junit);
+    cr_assert_not_null(strstr(junit, "name=\"c.safetensors layer 1 fp8qkv@flashinfer-fa3\">\n"
+                                     "      <skipped message="), "%s", junit);
+    free(junit);
+
+    proc m = PG_IN_DIR("report --db d.db --run 1 -o r.md");
+    cr_assert_eq(m.rc, 0, "exit %d (%s)", m.rc, m.err);
+    char *md = slurp(tu_in_dir("r.md"));
+    cr_assert_not_null(strstr(md, "### Not computed"), "%s", md);
+    cr_assert_not_null(strstr(md, "| c.safetensors | fp8qkv@flashinfer-fa3 | 1: 1 | the kernel "
+                                  "has no attention sinks, and this layer has them |"), "%s", md);
+    free(md);
+    proc_free(&m);
+
+    /* a sharded job: the part owning layer 1 holds the cell, the merge carries it */
+    for (int i = 0; i < 2; i++) {
+        proc s = PG_IN_DIR("run --capture c.safetensors --variants bf16,fp8qkv@flashinfer-fa3 "
+                           "--backend cpu --db p%d.db --shard %d/2 --no-progress", i, i);
+        cr_assert_eq(s.rc, 0, "exit %d (%s)", s.rc, s.err);
+        proc_free(&s);
+    }
+    proc mg = PG_IN_DIR("merge --into m.db p0.db p1.db");
+    cr_assert_eq(mg.rc, 0, "exit %d (%s)", mg.rc, mg.err);
+    proc_free(&mg);
+    db = db_open(tu_in_dir("m.db"));
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM unsupported_cells WHERE layer = 1 AND "
+                                "variant = 'fp8qkv@flashinfer-fa3'"), 1);
+    sqlite3_close(db);
+    proc gm = PG_IN_DIR("gate --db m.db --run 1");
+    cr_assert_eq(gm.rc, 0, "exit %d (%s %s)", gm.rc, gm.out, gm.err);
+    cr_assert_not_null(strstr(gm.out, "1 skipped (not computed)"), "%s", gm.out);
+    proc_free(&gm);
 }
 
 /* ---- synth usage errors -------------------------------------------------- */

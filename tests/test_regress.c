@@ -1040,3 +1040,36 @@ Test(regress, identical_modes_are_an_error_unless_the_config_expects_them)
                  PG_ERR_INTERNAL);
     gate_flags_free(&f);
 }
+
+/* Each (capture, variant, reason) of unsupported cells is one skipped flag,
+ * never a pass, keyed by its first layer, and the exit status stays a pass:
+ * nothing was computed to judge. */
+Test(regress, unsupported_cells_are_skipped_never_passed)
+{
+    unsupported_summary u[2] = {
+        {.capture = "c", .variant = "turboquant_k8v4@triton", .reason = "no sinks",
+         .n_layers = 3, .first_layer = 1, .layers = "1,3,5"},
+        {.capture = "c", .variant = "fp8qkv@flashinfer-fa3", .reason = "no sinks",
+         .n_layers = 1, .first_layer = 0, .layers = "0"}};
+    gate_flags f = {0};
+    pg_err err = {0};
+    cr_assert_eq(regress_unsupported(u, 2, &f, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(f.n, 2);
+    cr_expect_eq(f.v[0].verdict, GATE_VERDICT_SKIPPED);
+    cr_expect_eq(f.v[0].scope, GATE_SCOPE_LAYER);
+    cr_expect_eq(f.v[0].layer, 1);
+    cr_expect_eq(f.v[0].value, 3.0);
+    cr_expect_str_eq(f.v[0].metric, GATE_METRIC_SUPPORTED);
+    cr_expect_str_eq(f.v[0].message, "c turboquant_k8v4@triton layers 1,3,5: not computed, "
+                                     "no sinks: skipped, never a pass");
+    cr_expect_str_eq(f.v[1].message, "c fp8qkv@flashinfer-fa3 layer 0: not computed, no sinks: "
+                                     "skipped, never a pass");
+    cr_expect_str_eq(gate_verdict_name(f.v[1].verdict), "skipped");
+    size_t counts[GATE_VERDICT_COUNT];
+    regress_count(&f, counts);
+    cr_expect_eq(counts[GATE_VERDICT_SKIPPED], 2);
+    cr_expect_eq(counts[GATE_VERDICT_PASS], 0);
+    cr_expect_eq(regress_exit_status(&f), GATE_EXIT_PASS);
+    gate_flags_free(&f);
+    cr_assert_eq(regress_unsupported(NULL, 1, &f, &err), PG_ERR_INTERNAL);
+}

@@ -1376,3 +1376,44 @@ Test(store, history_reads_one_metric_of_complete_runs_in_run_then_layer_order)
     history_rows_free(NULL, 0);
     store_close(s);
 }
+
+/* unsupported_cells (schema version 19): a profile's cell round-trips with
+ * its reason, counts into store_sweep_layer_rows' unsupported, and a name
+ * that is no kernel profile's (an external output, a ~spec check, a typo),
+ * an empty reason and a second row for the same cell are refused, nothing
+ * stored. The flags table takes the gate's 'skipped' verdict. */
+Test(store, unsupported_cells_round_trip_count_and_refuse_what_is_no_profile)
+{
+    pg_store *s = open_ok();
+    sqlite3 *db = store_handle(s);
+    const int64_t run = begin_run(s);
+    pg_err err = {0};
+    cr_assert_eq(store_put_unsupported_cell(s, run, "cap0", 1, "turboquant_k8v4@triton",
+                                            "the kernel has no attention sinks", &err),
+                 PG_OK, "%s", err.msg);
+    char *reason = q_text(db, "SELECT reason FROM unsupported_cells WHERE layer = 1 AND variant = "
+                              "'turboquant_k8v4@triton'");
+    cr_assert_str_eq(reason, "the kernel has no attention sinks");
+    free(reason);
+    store_layer_rows rows[2];
+    cr_assert_eq(store_sweep_layer_rows(s, run, "cap0", 2, rows, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(rows[0].unsupported, 0);
+    cr_assert_eq(rows[1].unsupported, 1);
+    const char *const bad[] = {"ext:x", "fp8qkv@fa3~spec", "fp8kv@nosuch", "fp8kv"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = (pg_err){0};
+        cr_assert_eq(store_put_unsupported_cell(s, run, "cap0", 0, bad[i], "why", &err),
+                     PG_ERR_DB, "%s", bad[i]);
+        cr_assert_not_null(strstr(err.msg, "is no kernel profile's name"), "%s", err.msg);
+    }
+    cr_assert_eq(store_put_unsupported_cell(s, run, "cap0", 0, "bf16", "", &err), PG_ERR_DB);
+    cr_assert_eq(store_put_unsupported_cell(s, run, "cap0", 1, "turboquant_k8v4@triton", "again",
+                                            &err), PG_ERR_DB);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM unsupported_cells"), 1);
+    char *sql = sqlite3_mprintf("INSERT INTO flags (run_id, scope, metric, verdict, message) "
+                                "VALUES (%lld, 'layer', 'supported', 'skipped', 'm')",
+                                (long long)run);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_free(sql);
+    store_close(s);
+}

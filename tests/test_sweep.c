@@ -658,24 +658,60 @@ Test(sweep, capture_scales_without_metadata_are_refused)
     capture_close(cap);
 }
 
-/* A profile whose kernel cannot take a layer (fp8qkv@flashinfer-fa3 has no
- * attention sinks; this capture has them) is PG_ERR_UNSUPPORTED naming the
- * layer and the variant: a failed run (exit 1), not a usage error (exit 2). */
-Test(sweep, a_profile_its_kernel_cannot_run_on_a_layer_is_unsupported_not_a_usage_error)
+/* A profile whose kernel cannot take a layer (fp8qkv@flashinfer-fa3 and
+ * TurboQuant have no attention sinks; this capture has them on both layers)
+ * is a cell stored as not supported with the reason, not a failure: the
+ * sweep completes with bf16's rows, and each layer holds exactly the rows
+ * sweep_layer_rows says (what --resume counts). */
+Test(sweep, a_cell_its_kernel_cannot_compute_is_stored_with_the_reason_and_the_run_goes_on)
 {
     capture *cap = small_capture(2, 1, 12, 3);
     pg_store *s = open_store("unsupported.db");
     const int64_t run = begin_run(s);
-    const sweep_options so = options("bf16,fp8qkv@flashinfer-fa3");
+    const sweep_options so = options("bf16,fp8qkv@flashinfer-fa3,turboquant_k8v4");
     pg_err err = {0};
-    cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_ERR_UNSUPPORTED, "%d: %s",
-                 err.code, err.msg);
-    cr_assert_str_eq(err.msg, "layer 0: variant fp8qkv@flashinfer-fa3: the kernel has no "
-                              "attention sinks, and this layer has them");
-    cr_assert_eq(cli_exit_code(err.code), 1);
-    cr_assert_eq(tu_sql_int(store_handle(s), "SELECT count(*) FROM layer_metrics"), 0);
+    cr_assert_eq(sweep_run(s, run, cap, "c.safetensors", &so, &err), PG_OK, "%d: %s", err.code,
+                 err.msg);
+    sqlite3 *db = store_handle(s);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM unsupported_cells"), 4);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM unsupported_cells WHERE reason = 'the kernel "
+                                "has no attention sinks, and this layer has them'"), 4);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE variant <> 'bf16'"), 0);
+    cr_assert_eq(tu_sql_int(db, "SELECT count(*) FROM layer_metrics WHERE head = -1"), 2);
+    store_layer_rows have[2], want;
+    cr_assert_eq(store_sweep_layer_rows(s, run, "c.safetensors", 2, have, &err), PG_OK, "%s",
+                 err.msg);
+    for (int l = 0; l < 2; l++) {
+        sweep_layer_rows(cap, l, &so, &want);
+        cr_expect_eq(want.unsupported, 2);
+        cr_expect_eq(have[l].unsupported, want.unsupported);
+        cr_expect_eq(have[l].metrics, want.metrics);
+        cr_expect_eq(have[l].kv_formats, want.kv_formats);
+    }
     store_close(s);
     capture_close(cap);
+}
+
+/* A window refuses TurboQuant as sinks do, with its own reason; a layer
+ * without either is computed. */
+Test(sweep, a_window_refuses_turboquant_with_its_reason)
+{
+    const attn_profile *tq = NULL, *fi = NULL;
+    pg_err err = {0};
+    cr_assert_eq(attn_profile_find("turboquant_3bit_nc", &tq, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_profile_find("fp8qkv@flashinfer-fa3", &fi, &err), PG_OK, "%s", err.msg);
+    const float sinks[1] = {0};
+    attn_batch b = {.n_seqs = 1, .hq = 1, .hkv = 1, .d = 16, .window = 8};
+    char why[ATTN_REFUSAL_MAX];
+    cr_assert_eq(attn_profile_computes(tq, &b, why, sizeof why), 0);
+    cr_assert_str_eq(why, "the kernel has no sliding window, and this layer has a window of 8 keys");
+    cr_assert_eq(attn_profile_computes(fi, &b, why, sizeof why), 1);
+    cr_assert_str_eq(why, "");
+    b.window = 0;
+    cr_assert_eq(attn_profile_computes(tq, &b, NULL, 0), 1);
+    b.sinks = sinks;
+    cr_assert_eq(attn_profile_computes(tq, &b, why, sizeof why), 0);
+    cr_assert_str_eq(why, "the kernel has no attention sinks, and this layer has them");
 }
 
 /* ---- resume and stop ------------------------------------------------------ */
