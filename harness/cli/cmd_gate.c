@@ -54,6 +54,9 @@ const char cmd_gate_usage[] =
     "             layer_rows records them, an eval every (problem, mode, effort, sample)\n"
     "             of its plan; a missing row, or a config that records neither (an older\n"
     "             run), is one error naming the missing units and the resume command\n"
+    "  supported  (layer scope) each variant's cells its kernel cannot compute (no\n"
+    "             sinks, no window: precgate run stores them with the reason): one\n"
+    "             flag per variant and reason, skipped, never a pass (JUnit <skipped>)\n"
     "Regressions are printed first, then the counts. A PASS without a baseline run\n"
     "(a first run) says so on its own line, and the JUnit file has a skipped\n"
     "testcase \"baseline comparison\" saying it.\n\n"
@@ -77,10 +80,11 @@ const char cmd_gate_usage[] =
     "  --db PATH        database (default $PRECGATE_DB, else ./precgate.db); one this\n"
     "                   user cannot write is read-only: the verdicts are printed and\n"
     "                   set the exit status, but not stored (a note says so)\n\n"
-    "exit status: 0 pass (inconclusive and no change included; also without a baseline\n"
-    "run unless --require-baseline); 1 regression; 2 an error verdict (e.g. a layer\n"
-    "missing from the run, a degenerate eval, no baseline under --require-baseline), a\n"
-    "run that is running, failed or incomplete, or any other error.\n";
+    "exit status: 0 pass (inconclusive, no change and skipped included; also without\n"
+    "a baseline run unless --require-baseline); 1 regression; 2 an error verdict (e.g.\n"
+    "a layer missing from the run, a degenerate eval, no baseline under\n"
+    "--require-baseline), a run that is running, failed or incomplete, or any other\n"
+    "error.\n";
 
 /* What gate parses argv into: the lifecycle's request and the database. */
 typedef struct gate_args {
