@@ -118,7 +118,16 @@ pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err 
     pg_status st = report_store_variants(store, run_id, REPORT_VARIANTS_WHOLE_LAYER, &names,
                                          &n_names, err);
     if (st == PG_OK) st = report_store_whole_layers(store, run_id, NULL, &rows, &n_rows, err);
+    unsupported_summary *u = NULL;
+    size_t n_u = 0;
+    if (st == PG_OK) st = report_store_unsupported(store, run_id, &u, &n_u, err);
     if (st == PG_OK) print_table(out, names, n_names, rows, n_rows);
+    /* The cells no kernel computed, which the table has no column for. */
+    for (size_t i = 0; st == PG_OK && i < n_u; i++)
+        fprintf(out, "not computed: %s on %d layer%s of %s (%s): %s\n", u[i].variant,
+                u[i].n_layers, u[i].n_layers == 1 ? "" : "s", u[i].capture, u[i].layers,
+                u[i].reason);
+    unsupported_summaries_free(u, n_u);
     report_names_free(names, n_names);
     layer_metric_rows_free(rows, n_rows);
     return st;

@@ -16,8 +16,9 @@
 /* Narrowest value column (a longer variant name widens its own). */
 #define TABLE_COL_WIDTH 12
 
-/* Prints run_id's layer x variant rel_l2 table (head = -1 rows) and a
- * worst-layer summary to out; PG_ERR_DB on a query failure (nothing is
+/* Prints run_id's layer x variant rel_l2 table (head = -1 rows), a
+ * worst-layer summary and a "not computed" line per variant and reason of
+ * its unsupported_cells to out; PG_ERR_DB on a query failure (nothing is
  * printed then); PG_ERR_NOMEM. */
 pg_status report_sweep_table(pg_store *store, int64_t run_id, FILE *out, pg_err *err);
 

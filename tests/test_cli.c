@@ -843,6 +843,9 @@ Test(cli, a_variant_unsupported_on_a_layer_is_stored_as_not_computed_and_the_run
                                      "layers (first layer: the kernel has no attention sinks, "
                                      "and this layer has them): those cells are stored as not "
                                      "supported, with the reason"), "%s", p.err);
+    cr_assert_not_null(strstr(p.out, "\nnot computed: fp8qkv@flashinfer-fa3 on 1 layer of "
+                                     "c.safetensors (1): the kernel has no attention sinks, and "
+                                     "this layer has them\n"), "%s", p.out);
     sqlite3 *db = db_open(tu_in_dir("d.db"));
     char *status = tu_sql_text(db, "SELECT status FROM runs WHERE id = 1");
     cr_assert_str_eq(status, "complete");
