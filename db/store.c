@@ -838,6 +838,17 @@ pg_status store_run_set_config(pg_store *s, int64_t run_id, const char *config_j
     return ps;
 }
 
+/* 1 when variant is a name as stored (base/variant.h: a full name, a bare
+ * mode expanded) and, with profile_only, a kernel profile's (not ext:NAME
+ * or PROFILE~spec); else 0, *why (zeroed by the caller) saying what the
+ * grammar refused, if it did. */
+static int stored_variant_ok(const char *variant, int profile_only, pg_err *why)
+{
+    variant_name vn;
+    return variant != NULL && variant_name_parse("variant", variant, &vn, why) == PG_OK &&
+           strcmp(vn.full, variant) == 0 && (!profile_only || vn.kind == VARIANT_PROFILE);
+}
+
 pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *capture, int layer,
                                   int head, const char *variant, const char *backend,
                                   const pg_metric_values *m, pg_err *err)
@@ -846,10 +857,8 @@ pg_status store_put_layer_metrics(pg_store *s, int64_t run_id, const char *captu
         return pg_fail(err, PG_ERR_INTERNAL, "store_put_layer_metrics: store or metrics is NULL");
     /* The name is the grammar's, as stored (base/variant.h): the schema no
      * longer lists the modes (migration 17). */
-    variant_name vn;
     pg_err why = {0};
-    if (variant == NULL || variant_name_parse("variant", variant, &vn, &why) != PG_OK ||
-        strcmp(vn.full, variant) != 0)
+    if (!stored_variant_ok(variant, 0, &why))
         return pg_fail(err, PG_ERR_INTERNAL,
                        "%s: layer_metrics (run %" PRId64 ", capture '%s', layer %d): variant "
                        "'%s' is no stored variant name (%s)", s->path, run_id,
@@ -939,10 +948,8 @@ pg_status store_put_unsupported_cell(pg_store *s, int64_t run_id, const char *ca
 {
     if (s == NULL)
         return pg_fail(err, PG_ERR_INTERNAL, "store_put_unsupported_cell: store is NULL");
-    variant_name vn;
     pg_err why = {0};
-    if (variant == NULL || variant_name_parse("variant", variant, &vn, &why) != PG_OK ||
-        strcmp(vn.full, variant) != 0 || vn.kind != VARIANT_PROFILE)
+    if (!stored_variant_ok(variant, 1, &why))
         return pg_fail(err, PG_ERR_DB,
                        "%s: unsupported_cells (run %" PRId64 ", capture '%s', layer %d): "
                        "variant '%s' is no kernel profile's name%s%s%s", s->path, run_id,

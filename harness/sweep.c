@@ -801,7 +801,10 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
                                  {"v", c->fo.v_scale, {0}, 0}};
     memcpy(c->tqs, tq0, sizeof tq0);
     layer_variants(cap, li, opt, &c->run, c->refused, &c->n_refused);
-    *step += c->n_refused;  /* each refused cell is done: stored, not run */
+    /* each refused cell is done, stored and not run: its steps and those of
+     * its attribution (sweep_run counts both for every variant) */
+    for (int i = 0; i < c->n_refused; i++)
+        *step += 1 + (opt->attribute ? attribute_row_count(c->refused[i].p) : 0);
     pg_status st = layer_run(c, opt, be, cpu, notes, step, err);
     if (st == PG_OK) st = layer_kv_format_stats(c, opt, err);
     if (st == PG_OK && opt->attribute) {
