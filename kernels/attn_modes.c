@@ -636,30 +636,16 @@ pg_status attn_fp8_matmuls_run(const attn_profile *p, const attn_fp8_read *rd,
                 vs = (kept & ATTN_TENSOR_V) || kv_unscaled ? 1.0f : opt->v_scale;
     core_params par = {.q_elem = PG_FORMAT_BF16, .p_e4m3 = !(kept & ATTN_TENSOR_P),
                        .softmax = p->softmax, .accum = p->accum, .out_e4m3 = p->out_e4m3};
-    switch (p->softmax) {
-    case ATTN_SOFTMAX_FINAL_MAX:
+    attn_tiled_scales ts;
+    if (attn_tiled_scales_of(p, b->sm_scale, qs, ks, vs, &ts)) {
+        par.scale_log2 = ts.scale_log2;
+        par.max_offset = ts.max_offset;
+        par.p_scale = ts.p_scale;
+        par.v_descale = ts.v_descale;
+    } else if (p->softmax == ATTN_SOFTMAX_FINAL_MAX) {
         par.qk_scale = attn_vllm_bmm1_scale(qs, ks, b->sm_scale);
         par.v_scale = vs;
-        break;
-    case ATTN_SOFTMAX_FA3:
-        par.scale_log2 = attn_fa3_scale_log2(b->sm_scale, qs, ks);
-        par.max_offset = p->p_exp_offset;
-        par.v_descale = vs;
-        break;
-    case ATTN_SOFTMAX_TRTLLM:
-        /* fmha_v2_run.cu: set_alpha(scale_bmm1, fused_scale_bmm1 * float(M_LOG2E)), fp32. */
-        par.scale_log2 = attn_vllm_bmm1_scale(qs, ks, b->sm_scale) * LOG2E_F32;
-        par.max_offset = p->p_exp_offset;
-        par.v_descale = vs; /* bmm2_scale */
-        break;
-    case ATTN_SOFTMAX_FLASHINFER:
-        /* variants.cuh StandardFP8Attention: q_scale * k_scale * sm_scale * math::log2e
-         * and v_scale / p_scale, fp32 left to right. */
-        par.scale_log2 = qs * ks * b->sm_scale * LOG2E_F32;
-        par.p_scale = p->p_scale;
-        par.v_descale = vs / p->p_scale;
-        break;
-    case ATTN_SOFTMAX_TRITON:
+    } else {
         return pg_fail(err, PG_ERR_INTERNAL, "variant %s: the Triton row takes a bf16 Q "
                        "(attn_kv_per_token_head_run), not fp8 matmuls", attn_profile_variant(p));
     }
@@ -817,4 +803,33 @@ float attn_fa3_scale_log2(float sm_scale, float q_descale, float k_descale)
     float s = (float)((double)sm_scale * LOG2E_F64);
     s *= q_descale * k_descale;
     return s;
+}
+
+int attn_tiled_scales_of(const attn_profile *p, float sm_scale, float q_scale, float k_scale,
+                         float v_scale, attn_tiled_scales *out)
+{
+    memset(out, 0, sizeof *out);
+    switch (p->softmax) {
+    case ATTN_SOFTMAX_FA3:
+        out->scale_log2 = attn_fa3_scale_log2(sm_scale, q_scale, k_scale);
+        out->max_offset = p->p_exp_offset;
+        out->v_descale = v_scale;
+        return 1;
+    case ATTN_SOFTMAX_TRTLLM:
+        /* fmha_v2_run.cu: set_alpha(scale_bmm1, fused_scale_bmm1 * float(M_LOG2E)), fp32. */
+        out->scale_log2 = attn_vllm_bmm1_scale(q_scale, k_scale, sm_scale) * LOG2E_F32;
+        out->max_offset = p->p_exp_offset;
+        out->v_descale = v_scale; /* bmm2_scale */
+        return 1;
+    case ATTN_SOFTMAX_FLASHINFER:
+        /* variants.cuh StandardFP8Attention: q_scale * k_scale * sm_scale * math::log2e
+         * and v_scale / p_scale, fp32 left to right. */
+        out->scale_log2 = q_scale * k_scale * sm_scale * LOG2E_F32;
+        out->p_scale = p->p_scale;
+        out->v_descale = v_scale / p->p_scale;
+        return 1;
+    case ATTN_SOFTMAX_FINAL_MAX:
+    case ATTN_SOFTMAX_TRITON: break;
+    }
+    return 0;
 }

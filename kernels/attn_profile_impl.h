@@ -231,6 +231,25 @@ float attn_vllm_bmm1_scale(float q_scale, float k_scale, float sm_scale);
  * hopper/flash_fwd_kernel_sm90.h). The CPU and the GPU use this one. */
 float attn_fa3_scale_log2(float sm_scale, float q_descale, float k_descale);
 
+/* What a tiled fp8-matmul core (a profile with softmax FA3, TRTLLM or
+ * FLASHINFER) multiplies by, from the per-tensor scales as the run applies
+ * them (rules and sources: attn_modes.c row_tiled, attn_fp8_matmuls_run).
+ * The CPU specification and the GPU kernel (cuda_attn_fp8.cu) both take
+ * them from attn_tiled_scales_of. */
+typedef struct attn_tiled_scales {
+    float scale_log2; /* s: the raw fp8 S times s is the logit in log2 units */
+    float max_offset; /* FA3 / TRT-LLM: P = 2^(S s - m s + max_offset) */
+    float p_scale;    /* FlashInfer: P multiplied by it before the cast (else 0) */
+    float v_descale;  /* O's last factor: FA3 v_descale, TRT-LLM bmm2_scale,
+                       * FlashInfer pv_scale = v_scale / p_scale */
+} attn_tiled_scales;
+
+/* 1 and *out filled when p's softmax is tiled (FA3, TRTLLM, FLASHINFER),
+ * given sm_scale and the q/k/v scales the core uses (1 for a tensor kept
+ * bf16); else 0 and *out zeroed. */
+int attn_tiled_scales_of(const attn_profile *p, float sm_scale, float q_scale, float k_scale,
+                         float v_scale, attn_tiled_scales *out);
+
 #ifdef __cplusplus
 }
 #endif
