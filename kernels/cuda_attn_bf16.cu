@@ -1,14 +1,20 @@
 // cuda_attn_bf16.cu: bf16 prefill attention reading K/V through a paged
-// cache's block table (the bf16 and fp8kv modes of kernels/attn.h on the GPU).
+// cache's block table (the bf16 and fp8kv modes of kernels/attn.h on the GPU,
+// and fp8qkv@ideal on the e4m3 codes' values).
 //
-// FlashAttention-2 structure (Dao, arXiv 2307.08691): a block of warps takes
+// FlashAttention-2's tiling (Dao, arXiv 2307.08691): a block of warps takes
 // ATTN_BM query rows of one (sequence, query head); each warp owns 16 or 32
-// rows (bf16_shape); key tiles of ATTN_BN rows stream through shared memory two stages
-// deep (cp.async); S = Q.K^T and O += P.V run on bf16 tensor cores
-// (mma.sync m16n8k16, fp32 accumulators). Softmax is online (running max),
-// where the CPU specification uses the final max: the two differ only in P's
-// bf16 rounding, which the agreement test bounds. The sink joins at the end as
-// one more logit with no value vector.
+// rows (bf16_shape); key tiles of ATTN_BN rows stream through shared memory
+// two stages deep (cp.async); S = Q.K^T and O += P.V run on bf16 tensor cores
+// (mma.sync m16n8k16, fp32 accumulators). The softmax is the CPU
+// specification's (attn_modes.c row_final_max), not an online one: a first
+// pass over the K tiles takes each row's final max (the sink included), a
+// second computes P = expf(S * qk_scale - m) against it, sums l over the
+// unrounded P, rounds P to bf16 (e4m3 for @ideal) for P.V, and stores
+// bf16((O * out_scale) / l). A running max would rescale O and round P
+// against a different max: that was the largest part of this kernel's
+// distance to the specification (issue #31 item 4), and S costs a second
+// Q.K^T here instead.
 #include <math.h>
 
 #include "cuda_common.cuh"
@@ -50,7 +56,9 @@ struct bf16_smem {
 
 // One block (attn_block_of): query rows m0..m0+ATTN_BM-1 of sequence s, head h;
 // warp w owns rows 16 (w MT + i) .. + 15 for i < MT (its "row tiles").
-template <int D>
+// P_E4M3: P rounded to e4m3 (satfinite, nearest even: fp8_e4m3_encode) for
+// P.V, as fp8qkv@ideal's specification; else to bf16.
+template <int D, bool P_E4M3>
 __global__ void __launch_bounds__(bf16_shape<D>::threads, bf16_shape<D>::min_blocks)
 attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                  const uint16_t *__restrict__ cache, const int32_t *__restrict__ block_table,
@@ -81,7 +89,8 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 
     const int64_t page_elems_half = (int64_t)b.hkv * block_size * D;  // K (or V) part of a page
 
-    auto load_kv = [&](int tile, int stage) {
+    // Tile `tile`'s K (and its V when with_v) into stage `stage`.
+    auto load_kv = [&](int tile, int stage, bool with_v) {
         const int n0 = n_begin + tile * ATTN_BN;
         for (int c = tid; c < ATTN_BN * CH; c += THREADS) {
             const int r = c / CH, cc = c % CH, t = n0 + r;
@@ -92,48 +101,28 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                                  (int64_t)(tt % block_size) * D + cc * 8;
             cp_async_16(sKV + 2 * stage * sm::kv_elems + r * sm::stride + cc * 8, cache + base,
                         ok ? 16 : 0);
-            cp_async_16(sKV + (2 * stage + 1) * sm::kv_elems + r * sm::stride + cc * 8,
-                        cache + base + page_elems_half,
-                        ok ? 16 : 0);
+            if (with_v)
+                cp_async_16(sKV + (2 * stage + 1) * sm::kv_elems + r * sm::stride + cc * 8,
+                            cache + base + page_elems_half, ok ? 16 : 0);
         }
     };
-
-    load_kv(0, 0);
-    cp_async_commit();
-
-    const float scale_log2 = b.sm_scale * SOFTMAX_LOG2E;
-    softmax_rows sm_rows[MT];
-    float o[MT][D / 8][4];
-    uint32_t qf[MT][D / 16][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        sm_rows[mt] = softmax_rows{{-INFINITY, -INFINITY}, {0.f, 0.f}};
-#pragma unroll
-        for (int i = 0; i < D / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-    }
-
-    for (int tile = 0; tile < n_tiles; tile++) {
-        const int stage = tile & 1;
+    // Waits for tile `tile` (stage tile & 1) after issuing the next one's load;
+    // in pass 2 only V is loaded with K.
+    auto next_tile = [&](int tile, bool with_v) {
         if (tile + 1 < n_tiles) {
-            load_kv(tile + 1, stage ^ 1);
+            load_kv(tile + 1, (tile + 1) & 1, with_v);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (tile == 0) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int kk = 0; kk < D / 16; kk++)
-                    ldmatrix_x4(qf[mt][kk],
-                                sQ + ((warp * MT + mt) * ATTN_MMA_M + lane % 16) * sm::stride +
-                                    kk * 16 + (lane / 16) * 8);
-        }
+    };
 
-        // S = Q.K^T for this warp's row tiles and the tile's ATTN_BN keys.
-        float sc[MT][ATTN_BN / 8][4];
+    uint32_t qf[MT][D / 16][4];
+    // S = Q.K^T for this warp's row tiles and the tile's ATTN_BN keys, then
+    // scaled and masked (softmax_scale_mask).
+    auto scores = [&](int stage, int n0, float (&sc)[MT][ATTN_BN / 8][4]) {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -145,8 +134,9 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
             for (int np = 0; np < ATTN_BN / 16; np++) {
                 uint32_t kb[4];
                 const int mi = lane / 8;
-                ldmatrix_x4(kb, sKV + 2 * stage * sm::kv_elems + (np * 16 + (mi >> 1) * 8 + lane % 8) * sm::stride +
-                                    kk * 16 + (mi & 1) * 8);
+                ldmatrix_x4(kb, sKV + 2 * stage * sm::kv_elems +
+                                    (np * 16 + (mi >> 1) * 8 + lane % 8) * sm::stride + kk * 16 +
+                                    (mi & 1) * 8);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     mma_bf16_16816(sc[mt][2 * np], qf[mt][kk], kb[0], kb[1]);
@@ -154,17 +144,64 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
                 }
             }
         }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            softmax_scale_mask<ATTN_BN>(sc[mt], b, m0, warp * MT + mt, lane, n0, sq, ctx,
+                                        b.sm_scale);
+    };
 
-        // Mask, online softmax (in log2 units), per row tile; then P as bf16
-        // A operands (the accumulator layout is the A operand's layout).
-        const int n0 = n_begin + tile * ATTN_BN;
+    // Pass 1: each row's final max over its keys and the sink.
+    load_kv(0, 0, false);
+    cp_async_commit();
+    float m[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = -INFINITY;
+    for (int tile = 0; tile < n_tiles; tile++) {
+        next_tile(tile, false);
+        if (tile == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    ldmatrix_x4(qf[mt][kk],
+                                sQ + ((warp * MT + mt) * ATTN_MMA_M + lane % 16) * sm::stride +
+                                    kk * 16 + (lane / 16) * 8);
+        }
+        float sc[MT][ATTN_BN / 8][4];
+        scores(tile & 1, n_begin + tile * ATTN_BN, sc);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) softmax_tile_max<ATTN_BN>(sc[mt], m[mt]);
+        __syncthreads();  // the stage is overwritten by the load two tiles on
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) softmax_final_max(m[mt], b.sinks, h);
+
+    // Pass 2: P against the final max, l, O += round(P).V.
+    load_kv(0, 0, true);
+    cp_async_commit();
+    float l[MT][2];
+    float o[MT][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    }
+    for (int tile = 0; tile < n_tiles; tile++) {
+        const int stage = tile & 1;
+        next_tile(tile, true);
+        float sc[MT][ATTN_BN / 8][4];
+        scores(stage, n_begin + tile * ATTN_BN, sc);
+        // P as bf16 A operands (the accumulator layout is the A operand's layout).
         uint32_t pa[MT][ATTN_BN / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            float alpha[2];
-            softmax_tile<ATTN_BN>(sc[mt], sm_rows[mt], alpha, b, m0, warp * MT + mt, lane, n0, sq,
-                                  ctx, scale_log2);
-            softmax_rescale<D>(o[mt], alpha);
+            softmax_tile_exp<ATTN_BN>(sc[mt], m[mt], l[mt]);
+            if (P_E4M3)
+#pragma unroll
+                for (int i = 0; i < ATTN_BN / 8; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) sc[mt][i][e] = e4m3_round(sc[mt][i][e]);
 #pragma unroll
             for (int kk = 0; kk < ATTN_BN / 16; kk++) {
                 pa[mt][kk][0] = pack_bf16x2(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
@@ -174,7 +211,7 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
             }
         }
 
-        // O += bf16(P).V, each V fragment read once for the warp's row tiles.
+        // O += P.V, each V fragment read once for the warp's row tiles.
 #pragma unroll
         for (int kk = 0; kk < ATTN_BN / 16; kk++) {
 #pragma unroll
@@ -196,23 +233,27 @@ attn_bf16_kernel(const cuda_batch b, const uint16_t *__restrict__ q,
 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
-        store_rows<D>(out, o[mt], sm_rows[mt], out_scale, b, s, h,
-                      m0 + (warp * MT + mt) * ATTN_MMA_M + lane / 4, sq);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float lr = softmax_row_sum(l[mt], m[mt], r, b.sinks, h);  // all lanes: shuffles
+            store_row<D>(out, o[mt], r, out_scale, 1.f, lr, b, s, h,
+                         m0 + (warp * MT + mt) * ATTN_MMA_M + lane / 4, sq);
+        }
 }
 
 // Launches attn_bf16_kernel for head dim D.
-template <int D>
+template <int D, bool P_E4M3>
 pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
                       float out_scale, uint16_t *out, cudaStream_t stream, pg_err *err)
 {
     const size_t smem = bf16_smem<D>::bytes;
-    CUDA_TRY("attn_bf16", cudaFuncSetAttribute(attn_bf16_kernel<D>,
+    CUDA_TRY("attn_bf16", cudaFuncSetAttribute(attn_bf16_kernel<D, P_E4M3>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
     dim3 grid;
     const pg_status st = attn_grid(b, ATTN_BM, "attn_bf16", &grid, err);
     if (st != PG_OK) return st;
-    attn_bf16_kernel<D><<<grid, bf16_shape<D>::threads, smem, stream>>>(
+    attn_bf16_kernel<D, P_E4M3><<<grid, bf16_shape<D>::threads, smem, stream>>>(
         *b, q, static_cast<const uint16_t *>(kv->data), kv->block_table, kv->block_size,
         kv->pages_per_seq, out, out_scale);
     CUDA_TRY_LAUNCH("attn_bf16");
@@ -222,14 +263,18 @@ pg_status launch_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *
 }  // namespace
 
 extern "C" pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
-                                    float out_scale, uint16_t *out, cudaStream_t stream,
-                                    pg_err *err)
+                                    float out_scale, int p_e4m3, uint16_t *out,
+                                    cudaStream_t stream, pg_err *err)
 {
     if (kv->elem != PG_FORMAT_BF16)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_bf16: the cache must hold bf16");
     switch (b->d) {
-    case 64: return launch_bf16<64>(b, q, kv, out_scale, out, stream, err);
-    case 128: return launch_bf16<128>(b, q, kv, out_scale, out, stream, err);
+    case 64:
+        return p_e4m3 ? launch_bf16<64, true>(b, q, kv, out_scale, out, stream, err)
+                      : launch_bf16<64, false>(b, q, kv, out_scale, out, stream, err);
+    case 128:
+        return p_e4m3 ? launch_bf16<128, true>(b, q, kv, out_scale, out, stream, err)
+                      : launch_bf16<128, false>(b, q, kv, out_scale, out, stream, err);
     default:
         return pg_fail(err, PG_ERR_SHAPE, "attn_bf16: head dim %d is not supported on the GPU "
                                           "(64 or 128)", b->d);

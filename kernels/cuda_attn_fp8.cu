@@ -1,25 +1,34 @@
-// cuda_attn_fp8.cu: fp8 (e4m3) prefill attention on the GPU, the fp8qkv@fa3
-// profile of kernels/attn_profile.h: vLLM's FlashAttention-3 fork on Hopper
-// (vllm-project/flash-attention hopper/, read at 617264c1; the CPU
-// specification's row_tiled in attn_modes.c states the same rules):
+// cuda_attn_fp8.cu: fp8 (e4m3) prefill attention on the GPU, the tiled
+// fp8qkv profiles of kernels/attn_profile.h (@fa3, @fa3-1level, @trtllm,
+// @flashinfer-fa3), one kernel templated on what they differ in. The CPU
+// specification's row_tiled (attn_modes.c) states the same rules, with their
+// sources (attn_profile.c); common to all of them:
 //   - S = Q8.K8^T on Hopper's fp8 tensor cores (wgmma m64nNk32 e4m3, fp32
 //     accumulators, one chain of k = 32 steps over d from zero; the hardware's
 //     accumulation is the rule of kernels/fp8_mma.h);
-//   - key tiles of kBlockN keys aligned at key 0 (hopper/tile_size.h
-//     tile_size_fwd_sm90, fp8, two-level build: 128 keys for d <= 64, 192 for
-//     d <= 128), visited
-//     from the last to the first (mainloop_fwd_sm90_tma_gmma_ws.hpp mma:
-//     n_block from n_block_max - 1 down);
-//   - a running max m of the raw scores over the tiles seen; P =
-//     exp2(S*s - (m*s - 8)) in [0, 256] (hopper/softmax.h scale_apply_exp2,
-//     Max_offset 8 for fp8), s = sm_scale*log2(e)*q_descale*k_descale; the
-//     row sum l over the fp32 P before the cast; O and l rescaled by
-//     exp2((m_old - m_new)*s) when the max grows;
-//   - P cast to e4m3 (cvt.rn.satfinite), O_tile = P8.V8 as a wgmma chain from
-//     zero, then O += O_tile in fp32: the fork's two-level accumulation
-//     (hopper/utils.h gemm);
-//   - a sink joins l only, against the final max (finalize_aux); O =
-//     acc * ((1 / l) * v_descale).
+//   - key tiles of the profile's kBlockN keys aligned at key 0
+//     (attn_profile_block_n: FA3 128 / 192, upstream FA3 160, TRT-LLM 256,
+//     FlashInfer 128 at d 64 / 128), 160 and 256 issued as column pieces
+//     (cuda_wgmma.cuh wgmma_e4m3_cols: no result bit changes);
+//   - a running max m of the raw scores over the tiles seen; O and l
+//     rescaled by corr = exp2((m_old - m_new) * s) when it grows;
+//   - P cast to e4m3 (cvt.rn.satfinite) for O += P8.V8.
+// What the template arguments choose (attn_softmax KIND, TWO_LEVEL):
+//   - FA3 (vllm-project/flash-attention hopper/, read at 617264c1): tiles
+//     last to first (mainloop_fwd_sm90_tma_gmma_ws.hpp mma: n_block from
+//     n_block_max - 1 down); P = exp2(S*s - (m*s - 8)) in [0, 256]
+//     (hopper/softmax.h scale_apply_exp2, Max_offset 8, both a*b - c fused);
+//     the sink joins l only, against the final max (finalize_aux); O =
+//     acc * ((1 / l) * v_descale). @fa3 is the fork's two-level P.V
+//     (hopper/utils.h gemm: each tile's O_tile from zero, then O += O_tile in
+//     fp32); @fa3-1level chains O through every tile's wgmma.
+//   - TRT-LLM (fmha_v2 warpspec/epilogue.h): tiles first to last; P =
+//     exp2(fma.rz(S, s, -fma(m, s, -8))); l = fma(l, corr, tile sum); the
+//     sink term exp2(sink log2e - m s + 8) in double; O = (acc (1 / l))
+//     bmm2_scale; single-level.
+//   - FlashInfer (hopper/attention_updater.cuh, variants.cuh): tiles last to
+//     first; P = exp2(S*s - m*s) in [0, 1] summed into l, then P * p_scale
+//     cast; O = acc * (pv_scale / l); no sinks; single-level.
 // K and V come straight from the paged e4m3 cache through the block table. A
 // block is two warpgroups (128 query rows); each issues its own wgmma with A
 // (Q, then P) from registers and B (K, then V^T) from the shared-memory stage
@@ -50,14 +59,7 @@ constexpr int F8_BM = 128;                // query rows per block (8 warps share
 constexpr int F8_WARPS = F8_BM / 16;      // 16 rows per warp, 4 warps per warpgroup
 constexpr int F8_THREADS = F8_WARPS * 32;
 constexpr int F8_KCHUNK = 32;             // k of one e4m3 mma
-// FA3's fp8 kBlockN for d <= 64 in vLLM's fork with two-level accumulation
-// (hopper/tile_size.h tile_size_fwd_sm90, since fork commit 29210221), and
-// for d <= 128; cuda_attn_fp8_block_n says them to the backend, which holds
-// them to the CPU profile's tile table (attn_profile.c).
-constexpr int F8_FA3_BN_D64 = 128;
-constexpr int F8_FA3_BN_D128 = 192;
-constexpr float F8_FA3_MAX_OFFSET = ATTN_FA3_FP8_MAX_OFFSET;
-// log2(e) as the fork's finalize_aux multiplies the sink by it (float(M_LOG2E)).
+// log2(e) as FA3's finalize_aux multiplies the sink by it (float(M_LOG2E)).
 constexpr float F8_LOG2E_F32 = (float)ATTN_LOG2E_F64;
 
 // Key (within a 16-key group) that k slot s of the P.V product stands for.
@@ -120,21 +122,22 @@ struct fp8_smem {
     static constexpr size_t bytes = (size_t)q_bytes + 4 * kv_bytes;
 };
 
-// FA3's online softmax on one key tile of raw scores sc (wgmma m64nN
-// accumulator layout, cuda_softmax.cuh): masks keys outside each row's range
-// to -inf, takes the tile max tm of each row (quad-reduced), and when it
-// exceeds the running max m rescales the row's O accumulators and partial
-// sum by corr = exp2((m - tm) * s) (0 for a row's first keys: m = -inf);
-// then replaces sc by P = exp2(S*s - (m*s - 8)) and adds P to the partial
-// sums (hopper/softmax.h online_softmax, max_get_scale, scale_apply_exp2:
-// both a*b - c fused).
-template <int BN, int D>
-__device__ __forceinline__ void fa3_softmax_tile(float (&sc)[BN / 8][4], float (&m)[2],
+// The online softmax of profile kind KIND on one key tile of raw scores sc
+// (wgmma m64nN accumulator layout, cuda_softmax.cuh): masks keys outside each
+// row's range to -inf, takes the tile max tm of each row (quad-reduced), and
+// when it exceeds the running max m rescales the row's O accumulators and
+// partial sum by corr = exp2((m - tm) * s) (0 for a row's first keys: m =
+// -inf); then replaces sc by P (the kind's rule, in the header) and adds it
+// to the partial sums l (TRT-LLM: l = fma(l, corr, tile sum)); FlashInfer's
+// P leaves multiplied by p_scale, after the sum.
+template <attn_softmax KIND, int BN, int D>
+__device__ __forceinline__ void fp8_softmax_tile(float (&sc)[BN / 8][4], float (&m)[2],
                                                  float (&l)[2], float (&o)[D / 8][4],
                                                  const cuda_batch &b, int row0, int n0, int sq,
-                                                 int ctx, float s)
+                                                 int ctx, const attn_tiled_scales &ts)
 {
     const int lane = threadIdx.x % 32;
+    const float s = ts.scale_log2;
     float tm[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < BN / 8; nt++)
@@ -145,31 +148,73 @@ __device__ __forceinline__ void fa3_softmax_tile(float (&sc)[BN / 8][4], float (
             if (!softmax_key_visible(b, j, t, sq, ctx)) sc[nt][e] = -INFINITY;
             tm[e / 2] = fmaxf(tm[e / 2], sc[nt][e]);
         }
-    float max_scaled[2];
+    float max_scaled[2], corr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 1));
         tm[r] = fmaxf(tm[r], __shfl_xor_sync(0xffffffffu, tm[r], 2));
+        corr[r] = 1.f;
         if (tm[r] > m[r]) {
-            const float corr = fast_exp2((m[r] - tm[r]) * s);  // m = -inf: 0
-            l[r] *= corr;
+            corr[r] = fast_exp2((m[r] - tm[r]) * s);  // m = -inf: 0
 #pragma unroll
             for (int i = 0; i < D / 8; i++) {
-                o[i][2 * r] *= corr;
-                o[i][2 * r + 1] *= corr;
+                o[i][2 * r] *= corr[r];
+                o[i][2 * r + 1] *= corr[r];
             }
             m[r] = tm[r];
         }
+        if (KIND != ATTN_SOFTMAX_TRTLLM) l[r] *= corr[r];
         // a row with no key yet: every P of this tile is exp2(-inf) = 0
-        max_scaled[r] = __fmaf_rn(m[r] == -INFINITY ? 0.f : m[r], s, -F8_FA3_MAX_OFFSET);
+        const float mr = m[r] == -INFINITY ? 0.f : m[r];
+        max_scaled[r] = KIND == ATTN_SOFTMAX_FLASHINFER ? mr * s : __fmaf_rn(mr, s, -ts.max_offset);
     }
+    float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            sc[nt][e] = fast_exp2(__fmaf_rn(sc[nt][e], s, -max_scaled[e / 2]));
-            l[e / 2] += sc[nt][e];
+            float p;
+            if (KIND == ATTN_SOFTMAX_TRTLLM) {
+                p = fast_exp2(__fmaf_rz(sc[nt][e], s, -max_scaled[e / 2]));
+                tile_sum[e / 2] += p;
+            } else {
+                p = fast_exp2(__fmaf_rn(sc[nt][e], s, -max_scaled[e / 2]));
+                l[e / 2] += p;
+            }
+            sc[nt][e] = KIND == ATTN_SOFTMAX_FLASHINFER ? p * ts.p_scale : p;
         }
+    if (KIND == ATTN_SOFTMAX_TRTLLM)
+#pragma unroll
+        for (int r = 0; r < 2; r++) l[r] = __fmaf_rn(l[r], corr[r], tile_sum[r]);
+}
+
+// Row r's output factors (store_row's mul and mul2) from this thread's
+// partial sum l and the final max m, the kind's finalize (header): the
+// quad's sums, the sink (FA3, TRT-LLM), then 1 / l and the V descale.
+template <attn_softmax KIND>
+__device__ __forceinline__ void fp8_finish(const float (&l)[2], const float (&m)[2], int r,
+                                           const float *sinks, int h,
+                                           const attn_tiled_scales &ts, float *mul, float *mul2)
+{
+    float lr = l[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    const float mr = m[r] == -INFINITY ? 0.f : m[r];
+    const float s = ts.scale_log2;
+    *mul2 = 1.f;
+    if (KIND == ATTN_SOFTMAX_FA3) {
+        if (sinks != nullptr)
+            lr += fast_exp2(__fmaf_rn(F8_LOG2E_F32, sinks[h], -__fmaf_rn(mr, s, -ts.max_offset)));
+        *mul = ((lr == 0.f || lr != lr) ? 0.f : 1.f / lr) * ts.v_descale;
+    } else if (KIND == ATTN_SOFTMAX_TRTLLM) {
+        if (sinks != nullptr)
+            lr += fast_exp2((float)((double)sinks[h] * ATTN_LOG2E_F64 - (double)(mr * s) +
+                                    (double)ts.max_offset));
+        *mul = lr == 0.f ? 1.f : 1.f / lr;
+        *mul2 = ts.v_descale;
+    } else {
+        *mul = lr > 0.f ? ts.v_descale / lr : 0.f;
+    }
 }
 
 // Two floats to packed e4m3 (low byte first), saturating, nearest even.
@@ -178,16 +223,20 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi)
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
 }
 
-// One block: 128 query rows of one (sequence, head), every key tile they see.
-template <int D, int BN>
+// One block: 128 query rows of one (sequence, head), every key tile they see,
+// by profile kind KIND with BN-key tiles; TWO_LEVEL: each tile's P.V from
+// zero, added into O in fp32 (else chained through O).
+template <int D, int BN, attn_softmax KIND, bool TWO_LEVEL>
 __global__ void __launch_bounds__(F8_THREADS, 1)
 attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
                 const uint8_t *__restrict__ cache, const uint8_t *__restrict__ vt,
                 const int32_t *__restrict__ block_table,
-                const int block_size, const int pages_per_seq, const float scale_log2,
-                const float v_descale, uint16_t *__restrict__ out)
+                const int block_size, const int pages_per_seq, const attn_tiled_scales ts,
+                uint16_t *__restrict__ out)
 {
     using sm = fp8_smem<D, BN>;
+    // the kinds that visit their tiles from the last to the first
+    constexpr bool DESCENDING = KIND != ATTN_SOFTMAX_TRTLLM;
     constexpr int CH = D / 16;  // 16-byte chunks per row
     const attn_block blk = attn_block_of(b.hq);
     const int s = blk.s, h = blk.h, m0 = blk.qb * F8_BM;
@@ -207,8 +256,8 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
     const int n_begin = kt.n_begin, n_end = kt.n_end, n_tiles = kt.n_tiles;
 
     constexpr int VT_CH = BN / F8_GROUP;  // 16-key chunks per V^T row
-    // the i-th tile visited: from the last to the first (FA3's n_block order)
-    auto tile_n0 = [&](int i) { return n_begin + (n_tiles - 1 - i) * BN; };
+    // the i-th tile visited (FA3 and FlashInfer: from the last to the first)
+    auto tile_n0 = [&](int i) { return n_begin + (DESCENDING ? n_tiles - 1 - i : i) * BN; };
     auto load_kv = [&](int i, int stage) {
         const int n0 = tile_n0(i);
         uint8_t *sK = sK2 + stage * sm::kv_bytes;
@@ -265,9 +314,10 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
         // S = Q8.K8^T: one m64nBNk32 per 32 dims, chained from zero.
         float sc[BN / 8][4];
         wgmma_e4m3_tile(sc, qf, sK, CH, 0);
-        fa3_softmax_tile<BN, D>(sc, m, l, o, b, row0, tile_n0(tile), sq, ctx, scale_log2);
+        fp8_softmax_tile<KIND, BN, D>(sc, m, l, o, b, row0, tile_n0(tile), sq, ctx, ts);
 
-        // O_tile = e4m3(P).V8 from zero, one 32-key chunk per wgmma; O += O_tile.
+        // e4m3(P).V8, one 32-key chunk per wgmma: two-level O_tile from zero,
+        // then O += O_tile; else chained through O.
         uint32_t pa[BN / F8_KCHUNK][4];
 #pragma unroll
         for (int kc = 0; kc < BN / F8_KCHUNK; kc++) {
@@ -281,66 +331,100 @@ attn_fp8_kernel(const cuda_batch b, const uint8_t *__restrict__ q8,
             pa[kc][3] = pack_e4m3x2(sc[t0 + 2][2], sc[t0 + 2][3]) |
                         pack_e4m3x2(sc[t0 + 3][2], sc[t0 + 3][3]) << 16;
         }
-        float ot[D / 8][4];
-        wgmma_e4m3_tile(ot, pa, sVt, VT_CH, 0);
+        if (TWO_LEVEL) {
+            float ot[D / 8][4];
+            wgmma_e4m3_tile(ot, pa, sVt, VT_CH, 0);
 #pragma unroll
-        for (int i = 0; i < D / 8; i++)
+            for (int i = 0; i < D / 8; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) o[i][e] += ot[i][e];
+                for (int e = 0; e < 4; e++) o[i][e] += ot[i][e];
+        } else {
+            wgmma_e4m3_tile(o, pa, sVt, VT_CH, 1);
+        }
         __syncthreads();  // the stage is overwritten by the load two tiles on
     }
 
-    // finalize: l over the quad, the sink against the final max, then
-    // O * ((1 / l) * v_descale) (hopper/softmax.h finalize, finalize_aux).
+    // finalize (fp8_finish), then bf16((O * mul) * mul2)
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-        if (b.sinks != nullptr)
-            lr += fast_exp2(__fmaf_rn(F8_LOG2E_F32, b.sinks[h],
-                                      -__fmaf_rn(m[r] == -INFINITY ? 0.f : m[r], scale_log2,
-                                                 -F8_FA3_MAX_OFFSET)));
-        const float inv = (lr == 0.f || lr != lr) ? 0.f : 1.f / lr;
-        store_row<D>(out, o, r, inv * v_descale, b, s, h, row0, sq);
+        float mul, mul2;
+        fp8_finish<KIND>(l, m, r, b.sinks, h, ts, &mul, &mul2);  // all lanes: shuffles
+        store_row<D>(out, o, r, mul, mul2, 1.f, b, s, h, row0, sq);
     }
 }
 
-template <int D, int BN>
+template <int D, int BN, attn_softmax KIND, bool TWO_LEVEL>
 pg_status launch_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
-                     const uint8_t *vt, float scale_log2, float v_descale, uint16_t *out,
+                     const uint8_t *vt, const attn_tiled_scales &ts, uint16_t *out,
                      cudaStream_t stream, pg_err *err)
 {
     const size_t smem = fp8_smem<D, BN>::bytes;
-    CUDA_TRY("attn_fp8", cudaFuncSetAttribute(attn_fp8_kernel<D, BN>,
+    CUDA_TRY("attn_fp8", cudaFuncSetAttribute(attn_fp8_kernel<D, BN, KIND, TWO_LEVEL>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)smem));
     dim3 grid;
     const pg_status st = attn_grid(b, F8_BM, "attn_fp8", &grid, err);
     if (st != PG_OK) return st;
-    attn_fp8_kernel<D, BN><<<grid, F8_THREADS, smem, stream>>>(
+    attn_fp8_kernel<D, BN, KIND, TWO_LEVEL><<<grid, F8_THREADS, smem, stream>>>(
         *b, q8, static_cast<const uint8_t *>(kv->data), vt, kv->block_table, kv->block_size,
-        kv->pages_per_seq, scale_log2, v_descale, out);
+        kv->pages_per_seq, ts, out);
     CUDA_TRY_LAUNCH("attn_fp8");
     return PG_OK;
 }
 
+using fp8_launcher = pg_status (*)(const cuda_batch *, const uint8_t *, const cuda_paged *,
+                                   const uint8_t *, const attn_tiled_scales &, uint16_t *,
+                                   cudaStream_t, pg_err *);
+
+// The compiled instances: each tiled profile's core at head dims 64 and 128
+// with its kBlockN there (attn_profile.c's tile tables; cuda_supports holds
+// a profile to this list through cuda_attn_fp8_supports).
+struct fp8_instance {
+    int d, block_n;
+    attn_softmax softmax;
+    int two_level;
+    fp8_launcher launch;
+};
+#define FP8_INSTANCE(D, BN, KIND, TWO)                                                         \
+    {D, BN, KIND, TWO, launch_fp8<D, BN, KIND, TWO>}
+const fp8_instance fp8_instances[] = {
+    FP8_INSTANCE(64, 128, ATTN_SOFTMAX_FA3, true),          // @fa3
+    FP8_INSTANCE(128, 192, ATTN_SOFTMAX_FA3, true),
+    FP8_INSTANCE(64, 160, ATTN_SOFTMAX_FA3, false),         // @fa3-1level
+    FP8_INSTANCE(128, 160, ATTN_SOFTMAX_FA3, false),
+    FP8_INSTANCE(64, 256, ATTN_SOFTMAX_TRTLLM, false),      // @trtllm
+    FP8_INSTANCE(128, 256, ATTN_SOFTMAX_TRTLLM, false),
+    FP8_INSTANCE(64, 128, ATTN_SOFTMAX_FLASHINFER, false),  // @flashinfer-fa3
+    FP8_INSTANCE(128, 128, ATTN_SOFTMAX_FLASHINFER, false),
+};
+#undef FP8_INSTANCE
+
+const fp8_instance *fp8_instance_of(int d, const cuda_fp8_core *core)
+{
+    for (const fp8_instance &in : fp8_instances)
+        if (in.d == d && in.block_n == core->block_n && in.softmax == core->softmax &&
+            in.two_level == core->two_level)
+            return &in;
+    return nullptr;
+}
+
 }  // namespace
 
-int cuda_attn_fp8_block_n(int d)
+int cuda_attn_fp8_supports(int d, const cuda_fp8_core *core)
 {
-    return d == 64 ? F8_FA3_BN_D64 : d == 128 ? F8_FA3_BN_D128 : 0;
+    return fp8_instance_of(d, core) != nullptr;
 }
 
 extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
-                                   float scale_log2, float v_descale, uint16_t *out,
+                                   const cuda_fp8_core *core, uint16_t *out,
                                    cudaStream_t stream, pg_err *err)
 {
     if (kv->elem != PG_FORMAT_E4M3)
         return pg_fail(err, PG_ERR_INTERNAL, "attn_fp8: the cache must hold e4m3");
-    if (cuda_attn_fp8_block_n(b->d) == 0)
-        return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: head dim %d is not supported on the GPU "
-                                          "(64 or 128)", b->d);
+    const fp8_instance *in = fp8_instance_of(b->d, core);
+    if (in == nullptr)
+        return pg_fail(err, PG_ERR_SHAPE, "attn_fp8: no kernel for head dim %d with %d-key "
+                       "tiles of this softmax", b->d, core->block_n);
     // V^T in slot order (fp8_vt_kernel), one byte per cached V element.
     uint8_t *vt = nullptr;
     const size_t vt_bytes = (size_t)kv->n_pages * b->hkv * kv->block_size * b->d;
@@ -353,11 +437,7 @@ extern "C" pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const
     if (rc != cudaSuccess)
         st = pg_fail(err, PG_ERR_DEVICE, "attn_fp8: fp8_vt_kernel launch: %s",
                      cudaGetErrorString(rc));
-    if (st == PG_OK)
-        st = b->d == 64 ? launch_fp8<64, F8_FA3_BN_D64>(b, q8, kv, vt, scale_log2, v_descale, out,
-                                                         stream, err)
-                        : launch_fp8<128, F8_FA3_BN_D128>(b, q8, kv, vt, scale_log2, v_descale,
-                                                          out, stream, err);
+    if (st == PG_OK) st = in->launch(b, q8, kv, vt, core->scales, out, stream, err);
     cudaFreeAsync(vt, stream);
     return st;
 }

@@ -54,12 +54,15 @@ __device__ __forceinline__ void load_q_tile(uint8_t *dst, int stride, const uint
 }
 
 // Writes row r (0: row0, 1: row0 + 8) of this thread's O accumulators, each
-// value multiplied by mul, as bf16 into out (packed [tq, hq, D]); a row past
-// the sequence is skipped.
+// value as bf16(((o * mul) * mul2) / div), into out (packed [tq, hq, D]); a
+// row past the sequence is skipped. Each kernel's finalize is one form of it:
+// the bf16 kernel's bf16((acc * v_scale) / l) (mul2 = 1), FA3's acc * ((1 /
+// l) * v_descale) and TRT-LLM's (acc * (1 / l)) * bmm2_scale (div = 1); a
+// factor or divisor of 1 changes no bit.
 template <int D>
 __device__ __forceinline__ void store_row(uint16_t *out, const float (&o)[D / 8][4], int r,
-                                          float mul, const cuda_batch &b, int s, int h, int row0,
-                                          int sq)
+                                          float mul, float mul2, float div, const cuda_batch &b,
+                                          int s, int h, int row0, int sq)
 {
     const int j = row0 + r * 8;
     if (j >= sq) return;
@@ -67,21 +70,8 @@ __device__ __forceinline__ void store_row(uint16_t *out, const float (&o)[D / 8]
 #pragma unroll
     for (int nt = 0; nt < D / 8; nt++)
         *reinterpret_cast<uint32_t *>(dst + nt * 8) =
-            pack_bf16x2(o[nt][2 * r] * mul, o[nt][2 * r + 1] * mul);
-}
-
-// Writes this thread's two rows (row0, row0 + 8) of the O accumulators, each
-// multiplied by its softmax_finish factor times out_scale (store_row).
-template <int D>
-__device__ __forceinline__ void store_rows(uint16_t *out, const float (&o)[D / 8][4],
-                                           const softmax_rows &st, float out_scale,
-                                           const cuda_batch &b, int s, int h, int row0, int sq)
-{
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float mul = softmax_finish(st, r, b.sinks, h) * out_scale;  // all lanes: shuffles
-        store_row<D>(out, o, r, mul, b, s, h, row0, sq);
-    }
+            pack_bf16x2(((o[nt][2 * r] * mul) * mul2) / div,
+                        ((o[nt][2 * r + 1] * mul) * mul2) / div);
 }
 
 #endif  // PG_CUDA_ATTN_TILE_CUH

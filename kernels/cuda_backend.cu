@@ -8,6 +8,7 @@
 #include <string.h>
 
 
+#include "attn_backend.h"
 #include "attn_cuda.h"
 #include "attn_profile_impl.h"
 #include "cuda_common.cuh"
@@ -81,7 +82,7 @@ __global__ void fill_u16_kernel(uint16_t *p, int64_t n, uint16_t value)
 // Device allocations of one call, freed together.
 struct dev_pool {
     cuda_backend *be;
-    void *ptr[32];
+    void *ptr[48];
     int n;
 };
 
@@ -269,9 +270,9 @@ pg_status dev_paged_make(dev_pool *pool, const attn_batch *b, pg_number_format e
                       err);
     if (st != PG_OK) return st;
     c->block_table = (const int32_t *)table;
-    if (elem == PG_FORMAT_E4M3) {
-        CUDA_TRY("fill cache", cudaMemsetAsync(c->data, FP8_NAN_BITS, (size_t)elems,
-                                               pool->be->stream));
+    if (elem != PG_FORMAT_BF16) {  // one byte per code (elem_bytes)
+        CUDA_TRY("fill cache", cudaMemsetAsync(c->data, fp_codec_of(elem)->nan_code,
+                                               (size_t)elems, pool->be->stream));
     } else {
         fill_u16_kernel<<<1024, CUDA_FILL_THREADS, 0, pool->be->stream>>>(
             (uint16_t *)c->data, elems, CUDA_BF16_NAN_BITS);
@@ -506,45 +507,89 @@ extern "C" pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const
     return st;
 }
 
-// What the GPU runs of a profile (cuda_supports).
-enum gpu_kind { GK_NONE, GK_BF16, GK_FP8KV_FIXED, GK_FP8KV_TWICE, GK_FP8QKV_FA3 };
+// What the GPU runs of a profile (cuda_supports), read from its mode's
+// traits (base/mode.h: kv_consumption, formats, scale granularity) and its
+// profile's knobs (attn_profile_impl.h).
+enum gpu_kind {
+    GK_NONE,
+    GK_BF16,           // a bf16 cache read as it is: the bf16 kernel
+    GK_FP8KV_DEQUANT,  // an e4m3 / e5m2 cache, the dequant gather, the bf16 kernel
+                       // with the profile's plumbing (attn_kv_plumbing_of)
+    GK_FP8QKV_TILED,   // fp8 matmuls with a tiled online softmax: cuda_attn_fp8
+    GK_FP8QKV_IDEAL    // fp8 codes with the final-max softmax: the bf16 kernel on the
+                       // codes' values, P rounded to e4m3
+};
 
-// The GPU path of profile p on batch b, or GK_NONE with why set.
+// The GPU caches of a fp8 KV format with per-tensor scales: 0 e4m3, 1 e5m2,
+// -1 a format the GPU's cache write does not take.
+static int fp8_cache_index(pg_number_format f)
+{
+    return f == PG_FORMAT_E4M3 ? 0 : f == PG_FORMAT_E5M2 ? 1 : -1;
+}
+
+// The fp8 core of tiled profile p at batch b's shape, given the per-tensor
+// scales q_scale, k_scale and v_scale.
+static cuda_fp8_core fp8_core_of(const attn_profile *p, const attn_batch *b, float q_scale,
+                                 float k_scale, float v_scale)
+{
+    cuda_fp8_core c = {};
+    c.softmax = p->softmax;
+    c.two_level = p->accum == ATTN_ACCUM_MMA_2LEVEL;
+    c.block_n = attn_profile_block_n(p, b->d, b->window);
+    attn_tiled_scales_of(p, b->sm_scale, q_scale, k_scale, v_scale, &c.scales);
+    return c;
+}
+
+// The GPU path of profile p on batch b, or GK_NONE with why set: the reason
+// `precgate help profiles` prints (attn_backend_gpu_runs) and the CPU runs
+// the profile beside the GPU.
 static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const char **why)
 {
     const char *no = nullptr;
     gpu_kind k = GK_NONE;
     const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
+    const bool per_tensor = mt->kv_scales == PG_SCALES_PER_TENSOR;
     if (b->d != 64 && b->d != 128) {
         no = "the GPU kernels take head dims 64 and 128";
-    } else if (mt->kv_consumption != PG_KV_READ_AS_BF16 &&
-               (mt->k_format != PG_FORMAT_E4M3 || mt->kv_scales != PG_SCALES_PER_TENSOR)) {
-        // cuda_kv_cache.cu writes e4m3 codes with per-tensor scales only (issue #31)
-        no = "the GPU's paged cache holds e4m3 codes with per-tensor scales only, not this "
-             "mode's KV cache format: the CPU specification runs it";
     } else {
         switch (mt->kv_consumption) {
         case PG_KV_READ_AS_BF16: k = GK_BF16; break;
         case PG_KV_DEQUANT_TO_BF16_COPY:
-            k = p->kv_scales == ATTN_KV_SCALES_TWICE ? GK_FP8KV_TWICE : GK_FP8KV_FIXED;
+            if (per_tensor && fp8_cache_index(mt->k_format) >= 0 && mt->v_format == mt->k_format)
+                k = GK_FP8KV_DEQUANT;
+            else
+                no = "the GPU's cache write and dequant gather take e4m3 and e5m2 codes with "
+                     "per-tensor scales only";
             break;
         case PG_KV_DEQUANT_IN_REGISTERS:
-            no = "the GPU has no kernel that dequantizes the cache in registers";
+            // the per-token-head caches: Triton's row, its scales per (token, head)
+            no = "the GPU has no kernel that dequantizes a per-token-head cache in registers "
+                 "(vLLM's Triton unified attention)";
             break;
-        case PG_KV_CENTROID_SCORES: // refused above (no per-tensor e4m3 cache); for the switch
+        case PG_KV_CENTROID_SCORES:
             no = "the GPU has no TurboQuant decode kernel";
             break;
         case PG_KV_FP8_MATMULS:
-            // cuda_attn_fp8.cu is FA3's two-level fp8 path with 128-key tiles
-            if (p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL &&
-                p->p_exp_offset == ATTN_FA3_FP8_MAX_OFFSET &&
-                cuda_attn_fp8_block_n(b->d) != 0 &&
-                attn_profile_block_n(p, b->d, b->window) == cuda_attn_fp8_block_n(b->d))
-                k = GK_FP8QKV_FA3;
-            else
-                no = p->softmax == ATTN_SOFTMAX_FA3 && p->accum == ATTN_ACCUM_MMA_2LEVEL
-                         ? "the GPU's FA3 kernel has 128-key tiles at d 64 and 192 at d 128"
-                         : "the GPU has no kernel for this profile's rounding";
+            if (!per_tensor || mt->k_format != PG_FORMAT_E4M3 || mt->v_format != PG_FORMAT_E4M3) {
+                no = "the GPU's fp8 kernels read e4m3 codes with per-tensor scales only (no "
+                     "nvfp4 cache write or conversion on the GPU)";
+            } else if (p->out_e4m3) {
+                no = "the GPU's fp8 kernels write bf16 outputs, not e4m3";
+            } else if (p->softmax == ATTN_SOFTMAX_FINAL_MAX) {
+                if (p->accum == ATTN_ACCUM_EXACT && mt->p_format == PG_FORMAT_E4M3)
+                    k = GK_FP8QKV_IDEAL;
+                else
+                    no = "the GPU's final-max kernel sums exactly with P in e4m3 only";
+            } else if (p->softmax == ATTN_SOFTMAX_TRITON) {
+                no = "the GPU has no kernel for the Triton row";
+            } else {
+                const cuda_fp8_core c = fp8_core_of(p, b, 1.f, 1.f, 1.f);
+                if (cuda_attn_fp8_supports(b->d, &c))
+                    k = GK_FP8QKV_TILED;
+                else
+                    no = "the GPU's fp8 kernel is not compiled for this profile's tile width "
+                         "and accumulation at this head dim (cuda_attn_fp8.cu fp8_instances)";
+            }
             break;
         }
     }
@@ -557,16 +602,18 @@ extern "C" int cuda_supports(const attn_profile *p, const attn_batch *b, const c
     return gpu_kind_of(p, b, why) != GK_NONE;
 }
 
-// The e4m3 paged cache of a layer and its dequant gather, made on first use
-// (data == nullptr) and shared by every fp8 variant of the layer: one of
-// each per layer, as the memory plan (CUDA_BYTES_PER_KV) counts them.
+// A layer's buffers that its variants share, made on first use (data ==
+// nullptr) and kept to the layer's end, as the memory plan (layer_bytes)
+// counts them: the fp8 paged cache of each format (e4m3, e5m2), its dequant
+// gather with the k/v scales (scaled) and without (codes: @ideal), the fp8
+// Q and @ideal's Q values.
 struct layer_caches {
-    cuda_paged e4m3, compact;
+    cuda_paged fp8[2];
+    cuda_paged gathered[2][2];  // [format][scaled]
+    uint8_t *q8;
+    uint16_t *q_values;
 };
 
-// Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
-// b into dout, with the layer's shared caches lc; the e4m3 cache's K/V
-// counters go to dstats + CUDA_QSTAT_COUNT, Q's to dstats.
 // The quantized-mode options the CPU checks (attn_quant_options_check), and none that
 // keeps a tensor bf16: the GPU kernels quantize every tensor their profile
 // does (attribution runs on the CPU specification, attn.h).
@@ -580,48 +627,89 @@ static pg_status cuda_options_check(const attn_quant_options *opt, pg_err *err)
     return st;
 }
 
+// The layer's fp8 cache of format f (lc->fp8), written on first use; its K/V
+// counters added to kvstats (may be NULL) when written now.
+static pg_status fp8_cache(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
+                           const uint16_t *dk, const uint16_t *dv, pg_number_format f,
+                           const attn_quant_options *opt, layer_caches *lc,
+                           unsigned long long *kvstats, cuda_paged **out, pg_err *err)
+{
+    cuda_paged *c = &lc->fp8[fp8_cache_index(f)];
+    *out = c;
+    if (c->data != nullptr) return PG_OK;
+    return dev_paged_write(pool, b, cb, dk, dv, f, opt->k_scale, opt->v_scale, opt->page_seed,
+                           opt->block_size, c, kvstats, err);
+}
+
+// The dequant gather of cache src (format f) with the k/v scales (scaled) or
+// scales 1 (the codes' values), made on first use.
+static pg_status gathered(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
+                          const cuda_paged *src, pg_number_format f, int scaled,
+                          const attn_quant_options *opt, layer_caches *lc, cuda_paged **out,
+                          pg_err *err)
+{
+    cuda_paged *c = &lc->gathered[fp8_cache_index(f)][scaled ? 1 : 0];
+    *out = c;
+    if (c->data != nullptr) return PG_OK;
+    return dev_gather(pool, b, cb, src, scaled ? opt->k_scale : 1.f, scaled ? opt->v_scale : 1.f,
+                      c, err);
+}
+
+// Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
+// b into dout, with the layer's shared buffers lc. Counters (device, may be
+// NULL): Q's go to qstats when this run quantizes Q; K's and V's to kvstats
+// when this run writes its fp8 cache (once per layer and format).
 static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
                           const cuda_batch *cb, const attn_profile *p, gpu_kind kind,
                           const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
                           const attn_quant_options *opt, layer_caches *lc,
-                          unsigned long long *dstats, uint16_t *dout, pg_err *err)
+                          unsigned long long *qstats, unsigned long long *kvstats,
+                          uint16_t *dout, pg_err *err)
 {
-    cuda_paged *e4m3 = &lc->e4m3;
     pg_status st = PG_OK;
     const size_t nq = (size_t)cb->tq * cb->hq * cb->d;
     if (kind == GK_BF16) {
         cuda_paged cache;
         st = dev_paged_write(pool, b, cb, dk, dv, PG_FORMAT_BF16, 1.f, 1.f, opt->page_seed,
                              opt->block_size, &cache, nullptr, err);
-        return st == PG_OK ? cuda_attn_bf16(cb, dq, &cache, 1.f, dout, be->stream, err) : st;
+        return st == PG_OK ? cuda_attn_bf16(cb, dq, &cache, 1.f, 0, dout, be->stream, err) : st;
     }
     if (!opt->quantize)
         return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
-    if (e4m3->data == nullptr)
-        st = dev_paged_write(pool, b, cb, dk, dv, PG_FORMAT_E4M3, opt->k_scale, opt->v_scale,
-                             opt->page_seed, opt->block_size, e4m3,
-                             dstats != nullptr ? dstats + CUDA_QSTAT_COUNT : nullptr, err);
+    const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
+    cuda_paged *cache, *compact;
+    st = fp8_cache(pool, b, cb, dk, dv, mt->k_format, opt, lc, kvstats, &cache, err);
     if (st != PG_OK) return st;
-    if (kind == GK_FP8KV_FIXED || kind == GK_FP8KV_TWICE) {
-        if (lc->compact.data == nullptr)
-            st = dev_gather(pool, b, cb, e4m3, opt->k_scale, opt->v_scale, &lc->compact, err);
+    if (kind == GK_FP8KV_DEQUANT) {
+        // attn_fp8kv_plumbed_run's scales: the gather's, bmm1's and bmm2's
+        const attn_kv_plumbing pl = attn_kv_plumbing_of(p);
+        st = gathered(pool, b, cb, cache, mt->k_format, pl.dequant_scaled, opt, lc, &compact, err);
         if (st != PG_OK) return st;
-        if (kind == GK_FP8KV_FIXED)
-            return cuda_attn_bf16(cb, dq, &lc->compact, 1.f, dout, be->stream, err);
-        // PR #24197 as merged: bmm1_scale = q*k*sm_scale, bmm2_scale = v_scale
-        cuda_batch twice = *cb;
-        twice.sm_scale = attn_vllm_bmm1_scale(opt->q_scale, opt->k_scale, b->sm_scale);
-        return cuda_attn_bf16(&twice, dq, &lc->compact, opt->v_scale, dout, be->stream, err);
+        cuda_batch scaled = *cb;
+        scaled.sm_scale = attn_vllm_bmm1_scale(pl.bmm1_q ? opt->q_scale : 1.f,
+                                               pl.bmm1_k ? opt->k_scale : 1.f, b->sm_scale);
+        return cuda_attn_bf16(&scaled, dq, compact, pl.bmm2_v ? opt->v_scale : 1.f, 0, dout,
+                              be->stream, err);
     }
-    uint8_t *dq8;
-    st = dev_alloc(pool, (void **)&dq8, nq, "fp8 q", err);
+    if (lc->q8 == nullptr) st = dev_alloc(pool, (void **)&lc->q8, nq, "fp8 q", err);
     if (st == PG_OK)
-        st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, p->q_by_inverse, dq8, dstats,
+        st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, p->q_by_inverse, lc->q8, qstats,
                                 be->stream, err);
-    if (st == PG_OK)
-        st = cuda_attn_fp8(cb, dq8, e4m3, attn_fa3_scale_log2(b->sm_scale, opt->q_scale, opt->k_scale),
-                           opt->v_scale, dout, be->stream, err);
-    return st;
+    if (st != PG_OK) return st;
+    if (kind == GK_FP8QKV_TILED) {
+        const cuda_fp8_core core = fp8_core_of(p, b, opt->q_scale, opt->k_scale, opt->v_scale);
+        return cuda_attn_fp8(cb, lc->q8, cache, &core, dout, be->stream, err);
+    }
+    // GK_FP8QKV_IDEAL (attn_fp8_matmuls_run, final max): the codes' values,
+    // bmm1 = q*k*sm_scale, v_scale on the output, P rounded to e4m3
+    if (lc->q_values == nullptr)
+        st = dev_alloc(pool, (void **)&lc->q_values, nq * 2, "fp8 q values", err);
+    if (st == PG_OK) st = cuda_e4m3_values_bf16(lc->q8, (int64_t)nq, lc->q_values, be->stream, err);
+    if (st == PG_OK) st = gathered(pool, b, cb, cache, mt->k_format, 0, opt, lc, &compact, err);
+    if (st != PG_OK) return st;
+    cuda_batch scaled = *cb;
+    scaled.sm_scale = attn_vllm_bmm1_scale(opt->q_scale, opt->k_scale, b->sm_scale);
+    return cuda_attn_bf16(&scaled, lc->q_values, compact, opt->v_scale, 1, dout, be->stream, err);
 }
 
 extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
@@ -649,13 +737,14 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, CUDA_STATS_BYTES, "stats", err);
     CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, CUDA_STATS_BYTES, be->stream));
     if (st == PG_OK)
-        st = run_kind(&pool, be, b, &cb, p, kind, dq, dk, dv, opt, &lc, dstats, dout, err);
+        st = run_kind(&pool, be, b, &cb, p, kind, dq, dk, dv, opt, &lc, dstats,
+                      dstats + CUDA_QSTAT_COUNT, dout, err);
     unsigned long long hs[3 * CUDA_QSTAT_COUNT];
     if (st == PG_OK) st = download(be, out, dout, nq * 2, "output", err);
     if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
     if (st == PG_OK && rep != nullptr) {
         memset(rep, 0, sizeof *rep);
-        if (kind == GK_FP8QKV_FA3) stats_to_host(hs, &rep->q);
+        if (kind == GK_FP8QKV_TILED || kind == GK_FP8QKV_IDEAL) stats_to_host(hs, &rep->q);
         if (kind != GK_BF16) {
             stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
             stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
@@ -822,10 +911,16 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
 
     int slot = 0;
     layer_caches lc = {};
+    bool q_counted = false;  // the fold's rule (attn_quant_fold): the first variant's Q
     for (int mi = 0; st == PG_OK && mi < n_var; mi++) {
+        // K/V: the e4m3 cache's (written once); Q: the first fp8qkv variant's
+        const bool count_q = !q_counted && attn_quant_fold_takes_q(var[mi]);
+        q_counted = q_counted || count_q;
         CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
         if (st == PG_OK)
-            st = run_kind(&pool, be, b, &cb, var[mi], kinds[mi], dq, dk, dv, opt, &lc, dstats,
+            st = run_kind(&pool, be, b, &cb, var[mi], kinds[mi], dq, dk, dv, opt, &lc,
+                          count_q ? dstats : nullptr,
+                          attn_quant_fold_takes_kv(var[mi]) ? dstats + CUDA_QSTAT_COUNT : nullptr,
                           dout, err);
         CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
         if (st == PG_OK && ms_modes) ms_modes[mi] = event_ms(ev[0], ev[1]);
@@ -938,15 +1033,14 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
     TIME_STAGE(&t->dequant_gather, st = cuda_kv_dequant_gather(&cb, &e4m3, opt->k_scale,
                                                                opt->v_scale, &compact,
                                                                be->stream, err));
-    TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, 1.f, dout, be->stream, err));
+    TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, 1.f, 0, dout, be->stream, err));
     const attn_profile *fa3 = nullptr;  // the profile the fp8 kernel implements
     if (st == PG_OK) st = attn_profile_find(variant_profile_name(VARIANT_FP8QKV_FA3), &fa3, err);
     TIME_STAGE(&t->quantize_q, st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale,
                                                        fa3->q_by_inverse, dq8, nullptr,
                                                        be->stream, err));
-    const float scale_log2 = attn_fa3_scale_log2(b->sm_scale, opt->q_scale, opt->k_scale);
-    TIME_STAGE(&t->attn_fp8, st = cuda_attn_fp8(&cb, dq8, &e4m3, scale_log2, opt->v_scale, dout,
-                                                be->stream, err));
+    const cuda_fp8_core core = fp8_core_of(fa3, b, opt->q_scale, opt->k_scale, opt->v_scale);
+    TIME_STAGE(&t->attn_fp8, st = cuda_attn_fp8(&cb, dq8, &e4m3, &core, dout, be->stream, err));
     pg_metric_values *m = (pg_metric_values *)calloc((size_t)b->hq + 1, sizeof *m);
     if (m == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "metrics");
     TIME_STAGE(&t->metrics, st = cuda_metrics(dout, dref, cb.tq, cb.hq, cb.d, m, be->stream, err));
@@ -966,20 +1060,62 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
 // Share of the free device memory a layer may plan to use (the rest is the
 // allocator's slack and the kernels' own buffers).
 #define CUDA_PLAN_FRACTION 0.8
-// Bytes per query element and per kv element a layer holds at its peak:
-// q 2 + reference 8 + output 2 + fp8 q 1 + metric keys 4 per query element;
-// k and v 2 + 2, the bf16 paged cache 4, the e4m3 one 2, the compact cache 4,
-// V^T 1, each with the cache's spare pages (kv_cache.c), per kv element; and
+// Bytes per query element and per kv element a layer holds at its peak, by
+// what its variants use (layer_plan_of): per query element q 2 + reference 8
+// + output 2 + metric keys 4, the fp8 Q 1 and @ideal's Q values 2 where used;
+// per kv element k and v 2 + 2, and each cache the variants make (the bf16
+// paged cache 4, an fp8 cache 2 per format, each gathered bf16 copy 4, the
+// fp8 kernel's V^T 1) times CUDA_CACHE_SLACK for the caches' spare pages (a
+// quarter, kv_cache.c) and the rounding of each sequence to whole pages; and
 // the reference's own scratch (cuda_attn_reference_scratch).
-#define CUDA_BYTES_PER_Q 17.0
-#define CUDA_BYTES_PER_KV 21.0
+#define CUDA_BYTES_PER_Q 16.0
+#define CUDA_BYTES_PER_Q_FP8 1.0
+#define CUDA_BYTES_PER_Q_VALUES 2.0
+#define CUDA_BYTES_PER_KV 4.0
+#define CUDA_BYTES_PER_KV_BF16_CACHE 4.0
+#define CUDA_BYTES_PER_KV_FP8_CACHE 2.0
+#define CUDA_BYTES_PER_KV_GATHERED 4.0
+#define CUDA_BYTES_PER_KV_VT 1.0
+#define CUDA_CACHE_SLACK 1.5
 
 namespace {
 
-double layer_bytes(const attn_batch *b)
+// Bytes per query and per kv element of a layer's variants (the rule above).
+struct layer_plan {
+    double per_q, per_kv;
+};
+
+layer_plan layer_plan_of(int n_var, const attn_profile *const *var, const gpu_kind *kinds)
 {
-    return CUDA_BYTES_PER_Q * (double)attn_batch_tq(b) * b->hq * b->d +
-           CUDA_BYTES_PER_KV * (double)attn_batch_tkv(b) * b->hkv * b->d +
+    bool bf16 = false, fp8[2] = {false, false}, gath[2][2] = {}, q8 = false, qval = false,
+         vt = false;
+    for (int i = 0; i < n_var; i++) {
+        const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(var[i]));
+        const int f = fp8_cache_index(mt->k_format);
+        switch (kinds[i]) {
+        case GK_BF16: bf16 = true; break;
+        case GK_FP8KV_DEQUANT:
+            fp8[f] = true;
+            gath[f][attn_kv_plumbing_of(var[i]).dequant_scaled ? 1 : 0] = true;
+            break;
+        case GK_FP8QKV_TILED: fp8[f] = q8 = vt = true; break;
+        case GK_FP8QKV_IDEAL: fp8[f] = q8 = qval = gath[f][0] = true; break;
+        case GK_NONE: break;
+        }
+    }
+    double caches = (bf16 ? CUDA_BYTES_PER_KV_BF16_CACHE : 0) + (vt ? CUDA_BYTES_PER_KV_VT : 0);
+    for (int f = 0; f < 2; f++)
+        caches += (fp8[f] ? CUDA_BYTES_PER_KV_FP8_CACHE : 0) +
+                  CUDA_BYTES_PER_KV_GATHERED * ((gath[f][0] ? 1 : 0) + (gath[f][1] ? 1 : 0));
+    return layer_plan{CUDA_BYTES_PER_Q + (q8 ? CUDA_BYTES_PER_Q_FP8 : 0) +
+                          (qval ? CUDA_BYTES_PER_Q_VALUES : 0),
+                      CUDA_BYTES_PER_KV + CUDA_CACHE_SLACK * caches};
+}
+
+double layer_bytes(const attn_batch *b, const layer_plan &plan)
+{
+    return plan.per_q * (double)attn_batch_tq(b) * b->hq * b->d +
+           plan.per_kv * (double)attn_batch_tkv(b) * b->hkv * b->d +
            cuda_attn_reference_scratch(attn_batch_tkv(b), b->n_seqs, b->hkv, b->d);
 }
 
@@ -1001,7 +1137,8 @@ struct piece {
 };
 
 // Splits the batch into pieces whose planned bytes fit budget; *out malloc'd.
-pg_status plan_pieces(const attn_batch *b, double budget, piece **out, int *n_out, pg_err *err)
+pg_status plan_pieces(const attn_batch *b, const layer_plan &plan, double budget, piece **out,
+                      int *n_out, pg_err *err)
 {
     int cap = 16, n = 0;
     piece *ps = (piece *)malloc((size_t)cap * sizeof *ps);
@@ -1023,7 +1160,7 @@ pg_status plan_pieces(const attn_batch *b, double budget, piece **out, int *n_ou
         while (e < b->n_seqs) {
             const attn_batch sub = {e + 1 - s, b->seq_q + s, b->seq_kv + s, b->hq, b->hkv, b->d,
                                     b->window, b->sm_scale, b->sinks};
-            if (layer_bytes(&sub) > budget) break;
+            if (layer_bytes(&sub, plan) > budget) break;
             e++;
         }
         if (e > s) {
@@ -1041,13 +1178,13 @@ pg_status plan_pieces(const attn_batch *b, double budget, piece **out, int *n_ou
                     const int32_t q1 = j1 - j0, kv1 = ctx + j1;
                     const attn_batch sub = {1, &q1, &kv1, b->hq, b->hkv, b->d, b->window,
                                             b->sm_scale, b->sinks};
-                    if (layer_bytes(&sub) <= budget) break;
+                    if (layer_bytes(&sub, plan) <= budget) break;
                     if (j1 - j0 == 1) {
                         free(ps);
                         return pg_fail(err, PG_ERR_NOMEM,
                                        "sequence %d: one query row with its %d keys needs %.2f GiB "
                                        "on the GPU, more than the %.2f GiB planned",
-                                       s, kv1, layer_bytes(&sub) / (1 << 30), budget / (1 << 30));
+                                       s, kv1, layer_bytes(&sub, plan) / (1 << 30), budget / (1 << 30));
                     }
                     j1 = j0 + (j1 - j0) / 2;
                 }
@@ -1077,7 +1214,7 @@ void add_stats(fp8_quant_stats *a, const fp8_quant_stats *b)
 // the host, where the metrics of the whole layer are computed.
 pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                              const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
-                             int n_var, const attn_profile *const *var, const gpu_kind *kinds,
+                             int n_var, const attn_profile *const *var,
                              int n_ext, const uint16_t *const *ext,
                              pg_metric_values *metrics, attn_quant_report *rep,
                              uint16_t *const *mode_out, const piece *ps, int n_pieces,
@@ -1094,11 +1231,13 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
     for (int mi = 0; st == PG_OK && mi < n_var; mi++)
         if ((outs[mi] = (uint16_t *)malloc(nq * 2)) == nullptr)
             st = pg_fail(err, PG_ERR_NOMEM, "pieces: host outputs");
-    // the fp8 kinds share one e4m3 cache per layer: count its K/V once, from
-    // the first fp8 kind; Q from the fp8qkv kind
-    int kv_counter = -1;
-    for (int mi = 0; mi < n_var && kv_counter < 0; mi++)
-        if (kinds[mi] != GK_BF16) kv_counter = mi;
+    // the fold's rule (attn_quant_fold): K/V of the first variant with the
+    // e4m3 cache, counted once per layer; Q of the first fp8qkv variant
+    int kv_counter = -1, q_counter = -1;
+    for (int mi = n_var - 1; mi >= 0; mi--) {
+        if (attn_quant_fold_takes_kv(var[mi])) kv_counter = mi;
+        if (attn_quant_fold_takes_q(var[mi])) q_counter = mi;
+    }
     attn_quant_report total = {};
     int64_t *q_off = (int64_t *)malloc(((size_t)b->n_seqs + 1) * 2 * sizeof(int64_t));
     if (st == PG_OK && q_off == nullptr) st = pg_fail(err, PG_ERR_NOMEM, "pieces: offsets");
@@ -1138,7 +1277,7 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
                     add_stats(&total.k, &r.k);
                     add_stats(&total.v, &r.v);
                 }
-                if (kinds[mi] == GK_FP8QKV_FA3) add_stats(&total.q, &r.q);
+                if (mi == q_counter) add_stats(&total.q, &r.q);
             }
         }
     }
@@ -1205,7 +1344,8 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
     double budget = 0;
     st = plan_budget(be, &budget, err);
     if (st != PG_OK) return st;
-    const double need = layer_bytes(b);
+    const layer_plan plan = layer_plan_of(n_var, var, kinds);
+    const double need = layer_bytes(b, plan);
     if (need <= budget) {
         st = sweep_layer_whole(be, b, q, k, v, opt, n_var, var, kinds, n_ext, ext, metrics, rep,
                                mode_out, ms_ref, ms_modes, ms_metrics, err);
@@ -1221,7 +1361,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
         }
         piece *ps = nullptr;
         int n = 0;
-        st = plan_pieces(b, budget, &ps, &n, err);
+        st = plan_pieces(b, plan, budget, &ps, &n, err);
         if (st == PG_OK) {
             pg_note_warning(notes, "layer needs %.2f GiB on the GPU, %.2f GiB planned: running "
                                    "it in %d pieces, metrics on the host",
@@ -1229,7 +1369,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
             if (ms_ref) *ms_ref = 0;
             if (ms_metrics) *ms_metrics = 0;
             for (int i = 0; ms_modes != nullptr && i < n_var; i++) ms_modes[i] = 0;
-            st = sweep_layer_pieces(be, b, q, k, v, opt, n_var, var, kinds, n_ext, ext, metrics,
+            st = sweep_layer_pieces(be, b, q, k, v, opt, n_var, var, n_ext, ext, metrics,
                                     rep, mode_out, ps, n, err);
         }
         free(ps);

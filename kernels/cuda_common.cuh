@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "attn_profile_impl.h"
 #include "kv_cache.h"
 #include "metrics.h"
 #include "base/status.h"
@@ -108,8 +109,8 @@ __device__ __forceinline__ attn_block attn_block_of(int hq)
 extern "C" {
 
 // kv cache write (cuda_kv_cache.cu): packed bf16 k/v [tkv, hkv, d] into c
-// through c->block_table; e4m3: x / scale with SATFINITE, nearest even;
-// bf16: bits copied. stats (may be NULL): 2 x CUDA_QSTAT_COUNT counters, K then V,
+// through c->block_table; e4m3 / e5m2: x / scale with SATFINITE, nearest
+// even; bf16: bits copied. stats (may be NULL): 2 x CUDA_QSTAT_COUNT counters, K then V,
 // added to. Slots the batch does not fill are left as they were.
 pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k, const uint16_t *v,
                               float k_scale, float v_scale, cuda_paged *c,
@@ -119,6 +120,11 @@ pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k, const uint
 // out (bf16) = bf16(decode(src page) * scale) for src ids > 0; other pages untouched.
 pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_paged *src, float k_scale,
                                  float v_scale, cuda_paged *out, cudaStream_t stream, pg_err *err);
+
+// The e4m3 codes x [n] as their values in bf16 (cuda_kv_cache.cu): out[i] =
+// bf16(fp8_e4m3_decode(x[i])), exact (fp8qkv@ideal's Q on the bf16 kernel).
+pg_status cuda_e4m3_values_bf16(const uint8_t *x, int64_t n, uint16_t *out, cudaStream_t stream,
+                                pg_err *err);
 
 // e4m3 quantization of n bf16 values with a scale (cuda_kv_cache.cu): x / scale,
 // or x * (1.0f / scale) when by_inverse (fp8_e4m3_quantize_bf16_inverse, vLLM's
@@ -136,23 +142,34 @@ pg_status cuda_attn_reference(const cuda_batch *b, const uint16_t *q, const uint
 // with tkv keys in all, hkv kv heads of dim d (its fp64 K/V).
 double cuda_attn_reference_scratch(int64_t tkv, int n_seqs, int hkv, int d);
 
-// bf16 prefill attention through a bf16 paged cache (cuda_attn_bf16.cu): S
-// scaled by b->sm_scale, O multiplied by out_scale (1 but for
-// fp8kv@vllm-24197's bmm2_scale); out bf16 [tq,hq,d].
+// bf16 prefill attention through a bf16 paged cache (cuda_attn_bf16.cu), the
+// specification's row_final_max: S scaled by b->sm_scale, P rounded to e4m3
+// when p_e4m3 (fp8qkv@ideal) else bf16, out bf16((O * out_scale) / l)
+// [tq,hq,d] (out_scale: 1 but for a bmm2_scale).
 pg_status cuda_attn_bf16(const cuda_batch *b, const uint16_t *q, const cuda_paged *kv,
-                         float out_scale, uint16_t *out, cudaStream_t stream, pg_err *err);
+                         float out_scale, int p_e4m3, uint16_t *out, cudaStream_t stream,
+                         pg_err *err);
 
-// Keys per tile of cuda_attn_fp8 at head dim d (FA3's fp8 kBlockN: 128 at d
-// 64, 192 at d 128); 0 for a head dim it has no kernel for.
-int cuda_attn_fp8_block_n(int d);
+// The fp8-matmul core a tiled fp8qkv profile runs (cuda_attn_fp8.cu): its
+// softmax kind (FA3, TRTLLM or FLASHINFER), P.V accumulation, kBlockN at the
+// batch's head dim, and its scales (attn_tiled_scales_of).
+struct cuda_fp8_core {
+    attn_softmax softmax;
+    int two_level;       // ATTN_ACCUM_MMA_2LEVEL, else single-level
+    int block_n;         // attn_profile_block_n
+    attn_tiled_scales scales;
+};
 
-// fp8qkv@fa3 prefill attention (cuda_attn_fp8.cu): e4m3 q8 [tq,hq,d] and e4m3
-// paged cache, head dims 64 and 128 (cuda_attn_fp8_block_n); scale_log2 = FA3's
-// softmax_scale_log2 with the q/k descales folded in, v_descale FA3's; out
-// bf16. PG_ERR_SHAPE for another d.
+// Whether cuda_attn_fp8 has a kernel for head dim d and core's softmax,
+// accumulation and tile width.
+int cuda_attn_fp8_supports(int d, const cuda_fp8_core *core);
+
+// Tiled fp8qkv prefill attention (cuda_attn_fp8.cu): e4m3 q8 [tq,hq,d] and an
+// e4m3 paged cache, by core (cuda_attn_fp8_supports); out bf16. PG_ERR_SHAPE
+// where no kernel is compiled for it.
 pg_status cuda_attn_fp8(const cuda_batch *b, const uint8_t *q8, const cuda_paged *kv,
-                        float scale_log2, float v_descale, uint16_t *out,
-                        cudaStream_t stream, pg_err *err);
+                        const cuda_fp8_core *core, uint16_t *out, cudaStream_t stream,
+                        pg_err *err);
 
 // Error metrics of out (bf16) against ref (fp64), [tq, hq, d] both
 // (cuda_metrics.cu): m[0] whole layer, m[1 + h] head h, the definitions of

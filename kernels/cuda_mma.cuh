@@ -5,6 +5,8 @@
 #ifndef PG_CUDA_MMA_CUH
 #define PG_CUDA_MMA_CUH
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 // Shared-memory address of a generic pointer, for ldmatrix / cp.async.
@@ -75,6 +77,14 @@ __device__ __forceinline__ float fast_exp2(float x)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+// x rounded to e4m3 and back (cvt.rn.satfinite: fp8_e4m3_encode's rounding;
+// every e4m3 value is exact in fp16 and fp32).
+__device__ __forceinline__ float e4m3_round(float x)
+{
+    const __nv_fp8_storage_t b = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)));
 }
 
 #endif  // PG_CUDA_MMA_CUH

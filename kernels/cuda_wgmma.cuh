@@ -69,6 +69,20 @@ __device__ __forceinline__ void fence_proxy_async()
 
 #define WGMMA_F4(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 
+// d (+)= a * B, m64n32k32 e4m3; accumulate = 0 overwrites d: the 32-key
+// piece of a 160-key tile (wgmma_e4m3_cols).
+__device__ __forceinline__ void wgmma_e4m3_m64n32k32(float (&d)[4][4], const uint32_t (&a)[4],
+                                                     uint64_t b_desc, int accumulate)
+{
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, %20, p, 1, 1;\n}\n"
+        : WGMMA_F4(d, 0), WGMMA_F4(d, 1), WGMMA_F4(d, 2), WGMMA_F4(d, 3)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
+}
+
 // d (+)= a * B, m64n64k32 e4m3; accumulate = 0 overwrites d.
 __device__ __forceinline__ void wgmma_e4m3_m64n64k32(float (&d)[8][4], const uint32_t (&a)[4],
                                                      uint64_t b_desc, int accumulate)
@@ -133,6 +147,12 @@ template <int NT>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[NT][4], const uint32_t (&a)[4],
                                            uint64_t b_desc, int accumulate);
 template <>
+__device__ __forceinline__ void wgmma_e4m3<4>(float (&d)[4][4], const uint32_t (&a)[4],
+                                              uint64_t b_desc, int accumulate)
+{
+    wgmma_e4m3_m64n32k32(d, a, b_desc, accumulate);
+}
+template <>
 __device__ __forceinline__ void wgmma_e4m3<8>(float (&d)[8][4], const uint32_t (&a)[4],
                                               uint64_t b_desc, int accumulate)
 {
@@ -152,10 +172,37 @@ __device__ __forceinline__ void wgmma_e4m3<24>(float (&d)[24][4], const uint32_t
     wgmma_e4m3_m64n192k32(d, a, b_desc, accumulate);
 }
 
+// The widest wgmma shape the kernels issue for NT column tiles (N = 8 NT):
+// 192, 128, 64 or 32 columns; wider tiles are issued as pieces of it.
+template <int NT>
+struct wgmma_piece {
+    static constexpr int nt = NT == 24 ? 24 : NT >= 16 ? 16 : NT >= 8 ? 8 : 4;
+};
+
+// Columns OFF*8 .. of d (+)= a * B for k step a, in pieces (wgmma_piece):
+// column c of d is its own accumulation chain over k, and the wgmma of a
+// piece sums exactly the products of a full-width one for its columns, so
+// splitting N changes no result bit. B's rows (K-major: keys for S, head
+// dims for P.V) are in row groups of 8 at `chunks` core matrices each
+// (wgmma_tile_offset); the piece's rows start at group OFF.
+template <int NT, int OFF>
+__device__ __forceinline__ void wgmma_e4m3_cols(float (&d)[NT][4], const uint32_t (&a)[4],
+                                                const uint8_t *kstep, int chunks, int accumulate)
+{
+    if constexpr (OFF < NT) {
+        constexpr int P = wgmma_piece<NT - OFF>::nt;
+        wgmma_e4m3<P>(*reinterpret_cast<float(*)[P][4]>(&d[OFF]), a,
+                      wgmma_desc(kstep + OFF * chunks * WGMMA_CORE_BYTES, WGMMA_CORE_BYTES,
+                                 chunks * WGMMA_CORE_BYTES),
+                      accumulate);
+        wgmma_e4m3_cols<NT, OFF + P>(d, a, kstep, chunks, accumulate);
+    }
+}
+
 // d (+)= A.B over KS k32 steps, waited for: A's fragments a[k] from
 // registers, B the K-major tile at tile (rows of `chunks` 16-byte chunks,
 // wgmma_tile_offset) whose k bytes 32k .. 32k+31 step k reads. accumulate = 0
-// overwrites d.
+// overwrites d. N = 8 NT columns, in pieces where no single shape has them.
 template <int NT, int KS>
 __device__ __forceinline__ void wgmma_e4m3_tile(float (&d)[NT][4], const uint32_t (&a)[KS][4],
                                                 const uint8_t *tile, int chunks, int accumulate)
@@ -163,10 +210,8 @@ __device__ __forceinline__ void wgmma_e4m3_tile(float (&d)[NT][4], const uint32_
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < KS; k++)
-        wgmma_e4m3<NT>(d, a[k],
-                       wgmma_desc(tile + k * 2 * WGMMA_CORE_BYTES, WGMMA_CORE_BYTES,
-                                  chunks * WGMMA_CORE_BYTES),
-                       accumulate || k > 0);
+        wgmma_e4m3_cols<NT, 0>(d, a[k], tile + k * 2 * WGMMA_CORE_BYTES, chunks,
+                               accumulate || k > 0);
     wgmma_commit();
     wgmma_wait<0>();
 }
