@@ -281,6 +281,13 @@ int attn_backend_supports(const attn_backend *be, const attn_profile *p, const a
     return be->ops->supports(p, b, why);
 }
 
+int attn_backend_gpu_runs(const attn_profile *p, int d, const char **why)
+{
+    int32_t one = 1;
+    const attn_batch b = {1, &one, &one, 1, 1, d, 0, 1.0f, NULL};
+    return cuda_supports(p, &b, why);
+}
+
 pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err)
 {
     for (int i = 0; i < job->n_var; i++) {

@@ -84,6 +84,12 @@ const char *attn_backend_name(const attn_backend *be);
 int attn_backend_supports(const attn_backend *be, const attn_profile *p, const attn_batch *b,
                           const char **why);
 
+/* Whether the GPU backend as built runs profile p at head dim d (on a layer
+ * without sinks or window; no GPU needed to ask): 1, or 0 with *why (may be
+ * NULL) saying why the CPU specification runs it beside the GPU instead.
+ * The answer reads the mode table's traits and the profile's knobs. */
+int attn_backend_gpu_runs(const attn_profile *p, int d, const char **why);
+
 /* The fp64 reference, every variant of job and the metrics of each variant
  * and external output against the reference, for one layer. PG_ERR_USAGE
  * naming a variant the backend does not support. */

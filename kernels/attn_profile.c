@@ -46,9 +46,9 @@ static const char rules_fp8kv_vllm24197[] =
     "  products in double left to right, passed to trtllm_batch_context_with_kv_cache as float).\n"
     "S = (sum_d q*k in fp32) * bmm1_scale: K scaled twice, q_scale on a Q never quantized.\n"
     "O = bf16((sum_t bf16(P) v in fp32) * bmm2_scale / l): V scaled twice.\n"
-    "trtllm-gen's kernels are closed cubins: where bmm2_scale is applied is not public; the CPU\n"
-    "  specification multiplies the fp32 sum before / l, the GPU kernel the final (1 / l) factor\n"
-    "  (both exact at scale 1.0, so @vllm-24197 = @fixed there).\n"
+    "trtllm-gen's kernels are closed cubins: where bmm2_scale is applied is not public; this\n"
+    "  profile multiplies the fp32 sum before / l (exact at scale 1.0, so @vllm-24197 = @fixed\n"
+    "  there).\n"
     "Reported as vLLM issue #47847, fixed by PR #48016.\n";
 
 /* Rules shared by the FA3 profiles (FORK and UP agree here). */

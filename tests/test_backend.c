@@ -63,6 +63,46 @@ Test(backend, cuda_without_a_gpu_is_a_device_error_with_the_reason)
     cr_assert_gt(strlen(err.msg), 0);
 }
 
+/* Where --backend cuda runs each profile (attn_backend_gpu_runs), from the
+ * mode table's traits and the profile knobs: a build with CUDA runs the
+ * bf16 cache, the e4m3 / e5m2 dequant-to-bf16 caches and the fp8 matmuls
+ * of e4m3 caches (each tiled profile's compiled kernel, @ideal on the bf16
+ * kernel) at d 64 and 128, nothing at another head dim, and names a reason
+ * for the rest (per-token-head, nvfp4, TurboQuant); a build without CUDA
+ * runs none and says so. */
+Test(backend, the_gpu_placement_of_each_profile_follows_its_traits)
+{
+    static const char *const on_gpu[] = {
+        "bf16", "fp8kv@fixed", "fp8kv@vllm-24197", "fp8kv_e5m2@fixed", "fp8qkv@fa3",
+        "fp8qkv@fa3-1level", "fp8qkv@trtllm", "fp8qkv@flashinfer-fa3", "fp8qkv@ideal"};
+    size_t n_on = 0;
+    for (size_t i = 0; i < attn_profile_count(); i++) {
+        const attn_profile *p = attn_profile_at(i);
+        int expect = 0;
+        for (size_t j = 0; j < sizeof on_gpu / sizeof on_gpu[0]; j++)
+            expect |= strcmp(attn_profile_variant(p), on_gpu[j]) == 0;
+#ifndef PG_HAVE_CUDA
+        expect = 0;
+#endif
+        n_on += (size_t)expect;
+        for (int d = 64; d <= 128; d += 64) {
+            const char *why = NULL;
+            const int runs = attn_backend_gpu_runs(p, d, &why);
+            cr_expect_eq(runs, expect, "%s at d %d: runs %d (%s)", attn_profile_variant(p), d,
+                         runs, why ? why : "-");
+            if (!runs)
+                cr_expect(why != NULL && strlen(why) > 10, "%s: no reason given",
+                          attn_profile_variant(p));
+        }
+        const char *why = NULL;
+        cr_expect_eq(attn_backend_gpu_runs(p, 96, &why), 0, "%s at d 96", attn_profile_variant(p));
+        cr_expect_not_null(why);
+    }
+#ifdef PG_HAVE_CUDA
+    cr_expect_eq(n_on, sizeof on_gpu / sizeof on_gpu[0], "a profile of the list was renamed");
+#endif
+}
+
 Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
 {
     attn_backend *be;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/attn_backend.h"
 #include "kernels/attn_profile.h"
 #include "harness/cli/cli.h"
 
@@ -22,6 +23,24 @@ static void put_indented(FILE *out, const char *text, int indent)
         text += n;
         if (*text == '\n') text++;
     }
+}
+
+/* Head dims the GPU kernels are built for (kernels/cuda_backend.cu gpu_kind_of). */
+static const int gpu_head_dims[] = {64, 128};
+
+/* Where `--backend cuda` runs profile p (attn_backend_gpu_runs), one line. */
+static void put_gpu_placement(FILE *out, const attn_profile *p)
+{
+    const char *why = NULL;
+    int runs = 1;
+    for (size_t i = 0; runs && i < sizeof gpu_head_dims / sizeof gpu_head_dims[0]; i++)
+        runs = attn_backend_gpu_runs(p, gpu_head_dims[i], &why);
+    if (runs)
+        fprintf(out, "  GPU (--backend cuda): its CUDA kernel at head dims %d and %d; other head "
+                "dims on the CPU specification\n", gpu_head_dims[0], gpu_head_dims[1]);
+    else
+        fprintf(out, "  GPU (--backend cuda): the CPU specification runs it beside the GPU: %s\n",
+                why != NULL ? why : "no reason given");
 }
 
 /* `help profiles`: the profile table, in its order. */
@@ -46,6 +65,7 @@ static void help_profiles(FILE *out)
                     pg_number_format_name(t->k_format), t->v_element_bits,
                     pg_number_format_name(t->v_format), pg_scale_granularity_name(t->kv_scales));
         put_indented(out, attn_profile_rules(p), 4);
+        put_gpu_placement(out, p);
     }
 }
 
