@@ -68,6 +68,19 @@ for i in 1 2; do
   echo "GPU profiles and formats #$i: exit $rc, wall $wall_ms ms"
 done
 grep -E "runs on|s in all|not computed" "$out/big_all2.log" | head -6
+# --attribute where every row runs on the GPU (fp8kv, @ideal), against its plain sweep
+attr_vars=bf16,fp8kv@fixed,fp8qkv@ideal
+timed_run 120 "$out/big_plain3.log" "$bin/precgate" run --capture /tmp/bench.safetensors \
+  --backend cuda --variants "$attr_vars" --db /tmp/big_plain3.db --no-progress
+echo "plain $attr_vars: exit $rc, wall $wall_ms ms"
+timed_run 300 "$out/big_attr3.log" "$bin/precgate" run --capture /tmp/bench.safetensors \
+  --backend cuda --variants "$attr_vars" --attribute --db /tmp/big_attr3.db --no-progress
+echo "--attribute $attr_vars: exit $rc, wall $wall_ms ms"
+grep -E "attribution|s in all" "$out/big_attr3.log" | head -4
+timed_run 300 "$out/demo_attr.log" "$bin/precgate" run --capture /tmp/demo4.safetensors \
+  --backend cuda --attribute --db /tmp/demo_attr.db --no-progress
+echo "demo --attribute, default variants: exit $rc, wall $wall_ms ms"
+grep -E "attribution" "$out/demo_attr.log" | head -4
 if python3 -c 'import torch' 2>/dev/null; then
   timeout 200 python3 bench/torch_sweep.py /tmp/bench.safetensors 3 > "$out/torch.log" 2>&1
   echo "torch_sweep: exit $?"; tail -4 "$out/torch.log"

@@ -48,27 +48,39 @@ unsigned attribute_keep_mask(int tensor)
     return ATTN_TENSORS_ALL & ~tensor_bit[tensor];
 }
 
-pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
-                          const uint16_t *k, const uint16_t *v, const attn_quant_options *fo,
-                          const attn_profile *const *var, int n_var, const double *joint,
-                          attribute_row *rows, int *n_rows, pg_err *err)
+int attribute_rows_off(const attn_backend *be, const attn_profile *p, const attn_batch *b,
+                       const char **why)
+{
+    int n = 0;
+    for (int t = 0; t < ATTRIBUTION_N_TENSORS; t++)
+        if (t != ATTRIBUTION_ALL && mode_quantizes(attn_profile_mode(p), t) &&
+            !attn_backend_supports_kept(be, p, b, attribute_keep_mask(t), why))
+            n++;
+    return n;
+}
+
+pg_status attribute_layer(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                          const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                          const attn_quant_options *fo, const attn_profile *const *var, int n_var,
+                          const double *ref, const double *joint, attribute_row *rows,
+                          int *n_rows, pg_err *err)
 {
     *n_rows = 0;
     if (cpu == NULL || strcmp(attn_backend_name(cpu), "cpu") != 0)
-        return pg_fail(err, PG_ERR_USAGE, "attribution runs on the CPU specification (keep_bf16 "
-                       "is CPU only); backend %s given", cpu ? attn_backend_name(cpu) : "NULL");
+        return pg_fail(err, PG_ERR_USAGE, "attribution: rows the backend cannot run go to the "
+                       "CPU specification; backend %s given for it",
+                       cpu ? attn_backend_name(cpu) : "NULL");
+    if (be == NULL) be = cpu;
     int any = 0;
     for (int i = 0; i < n_var; i++) any |= attribute_row_count(var[i]) > 0;
     if (!any) return PG_OK;
     const int64_t tq = attn_batch_tq(b);
     const size_t nq = (size_t)tq * (size_t)b->hq * (size_t)b->d;
-    double *ref = malloc(nq * sizeof *ref);
     uint16_t *out = malloc(nq * sizeof *out);
     pg_metric_values *m = malloc(((size_t)b->hq + 1) * sizeof *m);
-    pg_status st = ref && out && m ? PG_OK
-                                   : pg_fail(err, PG_ERR_NOMEM, "attribution: cannot allocate a "
-                                             "layer of %zu values", nq);
-    if (st == PG_OK) st = attn_backend_reference(cpu, b, q, k, v, ref, err);
+    pg_status st = out && m ? PG_OK
+                            : pg_fail(err, PG_ERR_NOMEM, "attribution: cannot allocate a "
+                                      "layer of %zu values", nq);
     for (int i = 0; st == PG_OK && i < n_var; i++) {
         const pg_mode mode = attn_profile_mode(var[i]);
         for (int t = 0; st == PG_OK && t < ATTRIBUTION_N_TENSORS; t++) {
@@ -79,8 +91,10 @@ pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t
             }
             attn_quant_options o = *fo;
             o.keep_bf16 = attribute_keep_mask(t);
-            st = attn_backend_run_variant(cpu, var[i], b, q, k, v, &o, out, NULL, err);
-            if (st == PG_OK) st = attn_backend_metrics(cpu, out, ref, tq, b->hq, b->d, m, err);
+            attn_backend *on = attn_backend_supports_kept(be, var[i], b, o.keep_bf16, NULL) ? be
+                                                                                          : cpu;
+            st = attn_backend_run_variant(on, var[i], b, q, k, v, &o, out, NULL, err);
+            if (st == PG_OK) st = attn_backend_metrics(be, out, ref, tq, b->hq, b->d, m, err);
             if (st != PG_OK) {
                 name_row(err, var[i], t);
                 break;
@@ -88,7 +102,6 @@ pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t
             rows[(*n_rows)++] = (attribute_row){.p = var[i], .tensor = t, .rel_l2 = m[0].rel_l2};
         }
     }
-    free(ref);
     free(out);
     free(m);
     return st;

@@ -18,9 +18,13 @@
  * mask or amplify another's rounding, so readers show the joint error beside
  * the sum of the parts, never the parts as its fractions.
  *
- * The CPU specification only (the CUDA backend refuses a keep_bf16 mask), so
- * a GPU sweep runs its attribution on the CPU beside it; on the CPU backend
- * "all" is the variant's layer_metrics rel_l2 bit for bit.
+ * Every row is measured against the layer's one reference, the one the
+ * sweep's variants were measured against, so "all" is the variant's
+ * layer_metrics rel_l2 bit for bit on either backend. The GPU runs the rows
+ * its kernels compute as the specification states (fp8kv's and @ideal's,
+ * whose sums are exact fp32); a tiled fp8 profile's rows with a tensor kept
+ * bf16 apply the fp8 tensor cores' accumulation rule to bf16 values, which
+ * no GPU instruction computes, and run on the CPU specification beside it.
  */
 #ifndef PG_ATTRIBUTE_H
 #define PG_ATTRIBUTE_H
@@ -51,20 +55,30 @@ int attribute_row_count(const attn_profile *p);
  * ATTN_TENSORS_ALL for "none", 0 for "all", else every tensor but that one. */
 unsigned attribute_keep_mask(int tensor);
 
-/* Attributes one layer: the fp64 reference of batch b once, then for each
- * of the n_var profiles var (bf16 ones give nothing) its attribute_row_count
- * rows, in attribution_tensors' order, each the profile run on cpu (a "cpu"
- * backend: attn_backend_open) with fo and the row's keep_bf16 mask, into
- * rows (room for n_var * ATTRIBUTE_MAX_ROWS); *n_rows gets how many. fo is
- * the sweep's quantized-mode options of the layer (its keep_bf16 is replaced per row).
- * joint (NULL, or [n_var]): where joint[i] is not NaN it is var[i]'s "all"
- * row, not run again: the whole-layer rel_l2 the sweep measured for var[i]
- * on the CPU specification with fo and the same reference (the same bits).
+/* How many of profile p's attribution rows (its "all" row aside, which the
+ * sweep measures) backend be cannot run on a batch of b's shape, so that
+ * attribute_layer gives them to the CPU specification; *why (may be NULL)
+ * gets be's reason for the last of them. */
+int attribute_rows_off(const attn_backend *be, const attn_profile *p, const attn_batch *b,
+                       const char **why);
+
+/* Attributes one layer against ref, the layer's one fp64 reference (the
+ * sweep's layer run gives it: attn_layer_job.ref_out): for each of the n_var
+ * profiles var (bf16 ones give nothing) its attribute_row_count rows, in
+ * attribution_tensors' order, each the profile run with fo and the row's
+ * keep_bf16 mask on be where be runs it (attn_backend_supports_kept), else
+ * on cpu (a "cpu" backend: attn_backend_open), and measured by be's
+ * metrics, into rows (room for n_var * ATTRIBUTE_MAX_ROWS); *n_rows gets
+ * how many. fo is the sweep's quantized-mode options of the layer (its
+ * keep_bf16 is replaced per row). joint (NULL, or [n_var]): where joint[i]
+ * is not NaN it is var[i]'s "all" row, not run again: the whole-layer
+ * rel_l2 the sweep measured for var[i] with fo against the same ref.
  * PG_ERR_USAGE when cpu is not the CPU backend; PG_ERR_NOMEM; a variant's
- * own failure as attn_variant_run reports it, naming the variant and row. */
-pg_status attribute_layer(attn_backend *cpu, const attn_batch *b, const uint16_t *q,
-                          const uint16_t *k, const uint16_t *v, const attn_quant_options *fo,
-                          const attn_profile *const *var, int n_var, const double *joint,
-                          attribute_row *rows, int *n_rows, pg_err *err);
+ * own failure as its backend reports it, naming the variant and row. */
+pg_status attribute_layer(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                          const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                          const attn_quant_options *fo, const attn_profile *const *var, int n_var,
+                          const double *ref, const double *joint, attribute_row *rows,
+                          int *n_rows, pg_err *err);
 
 #endif /* PG_ATTRIBUTE_H */

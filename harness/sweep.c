@@ -296,6 +296,8 @@ typedef struct layer_ctx {
     sweep_variants run;      /* the variants whose kernels compute the layer */
     sweep_refusal refused[SWEEP_MAX_VARIANTS]; /* the others: unsupported_cells */
     int n_refused;
+    double *ref;             /* run --attribute: the layer's one reference, from its
+                              * backend's layer run, shared with attribution */
 } layer_ctx;
 
 /* The next variant_metrics slot, named name, run on backend, covering
@@ -462,7 +464,8 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     pg_note_progress_step(notes, *step, what);
     const attn_layer_job job = {&c->b, offload ? c->gq : L->q, offload ? c->gk : L->k,
                                 offload ? c->gv : L->v, &c->fo, n_be, on_be, n_cpu + L->n_ext,
-                                ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, notes};
+                                ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, notes,
+                                c->ref};
     /* Called with no variant too: it takes the prefetched copies. */
     if (st == PG_OK) st = attn_backend_run_layer(be, &job, err);
     if (st == PG_OK) {
@@ -805,30 +808,34 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
      * its attribution (sweep_run counts both for every variant) */
     for (int i = 0; i < c->n_refused; i++)
         *step += 1 + (opt->attribute ? attribute_row_count(c->refused[i].p) : 0);
-    pg_status st = layer_run(c, opt, be, cpu, notes, step, err);
+    pg_status st = PG_OK;
+    if (opt->attribute && (c->ref = malloc(c->nq * sizeof *c->ref)) == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "attribution: the layer's reference (%zu values)", c->nq);
+    if (st == PG_OK) st = layer_run(c, opt, be, cpu, notes, step, err);
     if (st == PG_OK) st = layer_kv_format_stats(c, opt, err);
     if (st == PG_OK && opt->attribute) {
         char what[64];
         snprintf(what, sizeof what, "layer %d attribution", li);
         pg_note_progress_step(notes, *step, what);
-        /* On the CPU specification a variant is its own "all" row (the same
-         * options and the same reference): found, not run again. On another
-         * backend even its CPU variants were measured against that
-         * backend's reference, so attribution computes its own. */
+        /* Attribution is measured against the layer run's own reference
+         * (c->ref), so a variant is its own "all" row, whichever backend ran
+         * it (the same options, the same reference): found, not run again. */
         double joint[SWEEP_MAX_VARIANTS];
         for (int i = 0; i < c->run.n; i++) {
             joint[i] = NAN;
-            for (int j = 0; be == cpu && j < c->n_vm; j++)
-                if (c->vm[j].n_heads == 0 && strcmp(c->vm[j].backend, "cpu") == 0 &&
+            for (int j = 0; j < c->n_vm; j++)
+                if (c->vm[j].n_heads == 0 &&
                     strcmp(c->vm[j].name, attn_profile_variant(c->run.p[i])) == 0)
                     joint[i] = c->vm[j].m[0].rel_l2;
         }
         const double t0 = pg_clock_mono_s();
-        st = attribute_layer(cpu, &c->b, L->q, L->k, L->v, &c->fo, c->run.p, c->run.n, joint,
-                             c->attr, &c->n_attr, err);
+        st = attribute_layer(be, cpu, &c->b, L->q, L->k, L->v, &c->fo, c->run.p, c->run.n,
+                             c->ref, joint, c->attr, &c->n_attr, err);
         if (opt->stats != NULL) opt->stats->attribute_s += pg_clock_mono_s() - t0;
         *step += c->n_attr;
     }
+    free(c->ref);
+    c->ref = NULL;
     if (st == PG_OK && L->n_ext > 0) {
         /* Every hypothesis once on the CPU specification, shared by the
          * layer's external outputs, with the fp8 variants' options. */
@@ -841,6 +848,25 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
         if (opt->stats != NULL) opt->stats->diagnose_s += pg_clock_mono_s() - t0;
     }
     return st;
+}
+
+/* Says which attribution rows backend be leaves to the CPU specification
+ * (attribute_rows_off, on the first layer's shape), per variant with any. */
+static void say_cpu_attribution(const capture *cap, const sweep_options *opt,
+                                const attn_backend *be, const pg_notes *notes)
+{
+    if (cap->n_layers == 0) return;
+    const attn_batch b = layer_batch(cap, 0);
+    for (int i = 0; i < opt->variants.n; i++) {
+        const char *why = NULL;
+        const attn_profile *p = opt->variants.p[i];
+        const int n = attribute_rows_off(be, p, &b, &why);
+        if (n > 0)
+            pg_note_warning(notes, "--attribute: %d of %s's %d attribution runs a layer go to "
+                            "the CPU specification beside %s: %s", n, attn_profile_variant(p),
+                            attribute_row_count(p) - 1, attn_backend_name(be),
+                            why != NULL ? why : "no reason given");
+    }
 }
 
 /* The attribution rows of variants under opt (0 without --attribute). */
@@ -980,10 +1006,7 @@ pg_status sweep_run(pg_store *store, int64_t run_id, const capture *cap,
     const pg_notes *notes = opt->notes;
     if (be != cpu) say_cpu_profiles(cap, opt, be, notes);
     say_refused_cells(cap, opt, notes);
-    if (be != cpu && opt->attribute)
-        pg_note_warning(notes, "--attribute runs on the CPU specification (backend %s does "
-                        "not take a per-tensor bf16 mask): %d more profile runs a layer",
-                attn_backend_name(be), layer_attribution_rows(opt, &opt->variants));
+    if (be != cpu && opt->attribute) say_cpu_attribution(cap, opt, be, notes);
     int n_todo = 0;
     for (int li = 0; li < cap->n_layers; li++) n_todo += !layer_stored(opt, li);
     pg_note_progress_begin(notes, (int64_t)n_todo * per_layer);

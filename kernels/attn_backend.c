@@ -16,7 +16,8 @@ typedef struct backend_ops {
     const char *name;
     pg_status (*open)(attn_backend *be, char *desc, size_t desc_len, pg_err *err);
     void (*close)(attn_backend *be);
-    int (*supports)(const attn_profile *p, const attn_batch *b, const char **why);
+    int (*supports)(const attn_profile *p, const attn_batch *b, unsigned keep_bf16,
+                    const char **why);
     pg_status (*run_layer)(attn_backend *be, const attn_layer_job *job, pg_err *err);
     pg_status (*run_variant)(attn_backend *be, const attn_profile *p, const attn_batch *b,
                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
@@ -57,9 +58,10 @@ static pg_status cpu_open(attn_backend *be, char *desc, size_t desc_len, pg_err 
 
 static void cpu_close(attn_backend *be) { (void)be; }
 
-static int cpu_supports(const attn_profile *p, const attn_batch *b, const char **why)
+static int cpu_supports(const attn_profile *p, const attn_batch *b, unsigned keep_bf16,
+                        const char **why)
 {
-    (void)p, (void)b;
+    (void)p, (void)b, (void)keep_bf16;
     if (why != NULL) *why = NULL;
     return 1; /* the specification defines every profile; a batch it refuses is an error */
 }
@@ -127,6 +129,7 @@ static pg_status cpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_e
         metrics_compare_heads(job->ext[e], ref, tq, b->hq, b->d, scratch,
                               job->metrics + (size_t)(job->n_var + e) * per);
     if (st == PG_OK && job->rep != NULL) *job->rep = fold.rep;
+    if (st == PG_OK && job->ref_out != NULL) memcpy(job->ref_out, ref, nq * sizeof *ref);
     free(ref);
     free(scratch);
     free(own);
@@ -186,7 +189,7 @@ static pg_status gpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_e
 {
     return cuda_sweep_layer(be->gpu, job->b, job->q, job->k, job->v, job->opt, job->n_var,
                             job->var, job->n_ext, job->ext, job->metrics, job->rep, job->out,
-                            NULL, NULL, NULL, job->notes, err);
+                            job->ref_out, NULL, NULL, NULL, job->notes, err);
 }
 
 static pg_status gpu_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
@@ -278,21 +281,27 @@ const char *attn_backend_name(const attn_backend *be) { return be->ops->name; }
 int attn_backend_supports(const attn_backend *be, const attn_profile *p, const attn_batch *b,
                           const char **why)
 {
-    return be->ops->supports(p, b, why);
+    return be->ops->supports(p, b, 0, why);
+}
+
+int attn_backend_supports_kept(const attn_backend *be, const attn_profile *p,
+                               const attn_batch *b, unsigned keep_bf16, const char **why)
+{
+    return be->ops->supports(p, b, keep_bf16, why);
 }
 
 int attn_backend_gpu_runs(const attn_profile *p, int d, const char **why)
 {
     int32_t one = 1;
     const attn_batch b = {1, &one, &one, 1, 1, d, 0, 1.0f, NULL};
-    return cuda_supports(p, &b, why);
+    return cuda_supports(p, &b, 0, why);
 }
 
 pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err)
 {
     for (int i = 0; i < job->n_var; i++) {
         const char *why = NULL;
-        if (!be->ops->supports(job->var[i], job->b, &why))
+        if (!be->ops->supports(job->var[i], job->b, job->opt->keep_bf16, &why))
             return pg_fail(err, PG_ERR_USAGE, "backend %s does not run %s: %s", be->ops->name,
                            attn_profile_variant(job->var[i]), why);
     }

@@ -43,6 +43,9 @@ typedef struct attn_layer_job {
     uint16_t *const *out;               /* NULL, or [n_var] NULL or host copies of each
                                          * variant's output */
     const pg_notes *notes;              /* where a backend's warnings go (NULL: nowhere) */
+    double *ref_out;                    /* NULL, or out: a host copy of the layer's fp64
+                                         * reference [Tq,hq,d], the one every metric of the
+                                         * job is measured against */
 } attn_layer_job;
 
 /* Quantization reports folded by the rule the stored rows follow: k and v of
@@ -83,6 +86,11 @@ const char *attn_backend_name(const attn_backend *be);
  * else 0 with *why (may be NULL) saying what it lacks. */
 int attn_backend_supports(const attn_backend *be, const attn_profile *p, const attn_batch *b,
                           const char **why);
+
+/* The same with the tensors of keep_bf16 (attn_tensor bits) kept bf16, as
+ * attribution runs them (attn_quant_options.keep_bf16). */
+int attn_backend_supports_kept(const attn_backend *be, const attn_profile *p,
+                               const attn_batch *b, unsigned keep_bf16, const char **why);
 
 /* Whether the GPU backend as built runs profile p at head dim d (on a layer
  * without sinks or window; no GPU needed to ask): 1, or 0 with *why (may be

@@ -44,10 +44,13 @@ void cuda_backend_limit_memory(cuda_backend *be, double bytes);
 pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                          const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
 
-/* Whether the GPU runs profile p on batch b as the profile states (bf16,
- * fp8kv@fixed, fp8kv@vllm-24197; fp8qkv@fa3 at head dims 64 and 128): 1, else 0 with
- * *why (may be NULL) saying what it lacks. Needs no GPU. */
-int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why);
+/* Whether the GPU runs profile p on batch b as the profile states, with the
+ * tensors of keep_bf16 kept bf16 (attribution; 0: none), read from the mode
+ * table's traits and the profile's knobs (`precgate help profiles` prints
+ * the answer): 1, else 0 with *why (may be NULL) saying what it lacks. Needs
+ * no GPU. */
+int cuda_supports(const attn_profile *p, const attn_batch *b, unsigned keep_bf16,
+                  const char **why);
 
 /* Profile p on the GPU with host arrays in and out (as attn_variant_run):
  * out bf16 [Tq, hq, d]; rep (may be NULL) gets the quantization counters.
@@ -83,13 +86,15 @@ pg_status cuda_metrics_host(cuda_backend *be, const uint16_t *out, const double 
  * compares each (and each external output ext[i], bf16 [Tq, hq, d] on the
  * host) with the reference on the device. metrics: (var in order, then ext)
  * x (hq + 1). mode_out (may be NULL; entries may be NULL): host copies of
- * each variant's output in the same order, for --check-spec. Times in ms per
+ * each variant's output in the same order, for --check-spec. ref_out (may be
+ * NULL): a host copy of the layer's reference [Tq, hq, d]. Times in ms per
  * stage go to ms_ref / ms_modes[n_var] / ms_metrics when non-NULL. */
 pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                            int n_var, const attn_profile *const *var, int n_ext,
                            const uint16_t *const *ext, pg_metric_values *metrics,
-                           attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
+                           attn_quant_report *rep, uint16_t *const *mode_out, double *ref_out,
+                           double *ms_ref,
                            double *ms_modes, double *ms_metrics, const pg_notes *notes,
                            pg_err *err);
 

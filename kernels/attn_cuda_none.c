@@ -53,9 +53,10 @@ pg_status cuda_reference(cuda_backend *be, const attn_batch *b, const uint16_t *
     return no_cuda(err);
 }
 
-int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why)
+int cuda_supports(const attn_profile *p, const attn_batch *b, unsigned keep_bf16,
+                  const char **why)
 {
-    (void)p, (void)b;
+    (void)p, (void)b, (void)keep_bf16;
     if (why != NULL) *why = "precgate was built without CUDA";
     return 0;
 }
@@ -97,11 +98,11 @@ pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, const uint16_t
                            const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                            int n_var, const attn_profile *const *var, int n_ext,
                            const uint16_t *const *ext, pg_metric_values *metrics,
-                           attn_quant_report *rep, uint16_t *const *mode_out, double *ms_ref,
-                           double *ms_modes, double *ms_metrics, const pg_notes *notes,
-                           pg_err *err)
+                           attn_quant_report *rep, uint16_t *const *mode_out, double *ref_out,
+                           double *ms_ref, double *ms_modes, double *ms_metrics,
+                           const pg_notes *notes, pg_err *err)
 {
-    (void)notes;
+    (void)notes, (void)ref_out;
     (void)be, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)n_var, (void)var, (void)n_ext;
     (void)ext;
     (void)metrics, (void)rep, (void)mode_out, (void)ms_ref, (void)ms_modes, (void)ms_metrics;

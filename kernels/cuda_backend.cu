@@ -297,9 +297,12 @@ pg_status dev_paged_write(dev_pool *pool, const attn_batch *b, const cuda_batch 
     return st;
 }
 
-// The compact cache of the dequant gather (B*P + 1 pages, table 1..B*P) on the device.
-pg_status dev_gather(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
-                     const cuda_paged *src, float ks, float vs, cuda_paged *out, pg_err *err)
+// The compact cache of the dequant gather (B*P + 1 pages, table 1..B*P) on
+// the device: the halves of kept (CUDA_HALF_K, CUDA_HALF_V) copied from the
+// bf16 cache kept_src (same block table), the others gathered from src.
+pg_status dev_gather_mixed(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
+                           const cuda_paged *src, const cuda_paged *kept_src, unsigned kept,
+                           float ks, float vs, cuda_paged *out, pg_err *err)
 {
     const int B = b->n_seqs, P = src->pages_per_seq;
     int32_t *table = (int32_t *)malloc((size_t)B * (size_t)P * sizeof(int32_t) + 1);
@@ -308,8 +311,20 @@ pg_status dev_gather(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
     pg_status st = dev_paged_make(pool, b, PG_FORMAT_BF16, src->block_size, (int64_t)B * P + 1, P,
                                   table, out, err);
     free(table);
-    if (st == PG_OK) st = cuda_kv_dequant_gather(cb, src, ks, vs, out, pool->be->stream, err);
+    const unsigned all = CUDA_HALF_K | CUDA_HALF_V;
+    if (st == PG_OK && (kept & all) != all)
+        st = cuda_kv_dequant_gather(cb, src, ks, vs, all & ~kept, out, pool->be->stream, err);
+    if (st == PG_OK && (kept & all) != 0)
+        st = cuda_kv_dequant_gather(cb, kept_src, 1.f, 1.f, kept & all, out, pool->be->stream,
+                                    err);
     return st;
+}
+
+// The compact cache of the dequant gather of src alone.
+pg_status dev_gather(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
+                     const cuda_paged *src, float ks, float vs, cuda_paged *out, pg_err *err)
+{
+    return dev_gather_mixed(pool, b, cb, src, nullptr, 0, ks, vs, out, err);
 }
 
 void stats_to_host(const unsigned long long *s, fp8_quant_stats *out)
@@ -597,9 +612,27 @@ static gpu_kind gpu_kind_of(const attn_profile *p, const attn_batch *b, const ch
     return k;
 }
 
-extern "C" int cuda_supports(const attn_profile *p, const attn_batch *b, const char **why)
+// Why the GPU cannot run kind with the tensors of keep_bf16 kept bf16
+// (attribution), or NULL when it can.
+static const char *keep_refusal(gpu_kind kind, unsigned keep_bf16)
 {
-    return gpu_kind_of(p, b, why) != GK_NONE;
+    if (keep_bf16 == 0 || kind != GK_FP8QKV_TILED) return nullptr;
+    // the specification runs the Hopper fp8 accumulation rule (fp8_mma.h) on
+    // the bf16 values of a kept tensor: no tensor-core instruction takes a
+    // bf16 operand into an e4m3 wgmma, so no GPU kernel computes it
+    return "a tiled fp8 profile with a tensor kept bf16 applies the fp8 tensor cores' "
+           "accumulation rule to bf16 values, which no GPU instruction computes: the CPU "
+           "specification runs its attribution";
+}
+
+extern "C" int cuda_supports(const attn_profile *p, const attn_batch *b, unsigned keep_bf16,
+                             const char **why)
+{
+    const gpu_kind kind = gpu_kind_of(p, b, why);
+    if (kind == GK_NONE) return 0;
+    const char *no = keep_refusal(kind, keep_bf16);
+    if (why != nullptr) *why = no;
+    return no == nullptr;
 }
 
 // A layer's buffers that its variants share, made on first use (data ==
@@ -608,23 +641,27 @@ extern "C" int cuda_supports(const attn_profile *p, const attn_batch *b, const c
 // gather with the k/v scales (scaled) and without (codes: @ideal), the fp8
 // Q and @ideal's Q values.
 struct layer_caches {
+    cuda_paged bf16;                // the bf16 paged cache (bf16 mode; kept K or V)
     cuda_paged fp8[2];
-    cuda_paged gathered[2][2];  // [format][scaled]
+    cuda_paged gathered[2][2][4];   // [format][scaled][kept halves: CUDA_HALF_K | _V]
     uint8_t *q8;
     uint16_t *q_values;
 };
 
-// The quantized-mode options the CPU checks (attn_quant_options_check), and none that
-// keeps a tensor bf16: the GPU kernels quantize every tensor their profile
-// does (attribution runs on the CPU specification, attn.h).
+// The quantized-mode options the CPU checks (attn_quant_options_check).
 static pg_status cuda_options_check(const attn_quant_options *opt, pg_err *err)
 {
-    pg_status st = attn_quant_options_check(opt, err);
-    if (st == PG_OK && opt->keep_bf16 != 0)
-        st = pg_fail(err, PG_ERR_USAGE, "cuda: the GPU kernels quantize every tensor of their "
-                     "profile (keep_bf16 0x%x); run attribution on the cpu backend",
-                     opt->keep_bf16);
-    return st;
+    return attn_quant_options_check(opt, err);
+}
+
+// The layer's bf16 paged cache (lc->bf16), written on first use.
+static pg_status bf16_cache(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
+                            const uint16_t *dk, const uint16_t *dv, const attn_quant_options *opt,
+                            layer_caches *lc, pg_err *err)
+{
+    if (lc->bf16.data != nullptr) return PG_OK;
+    return dev_paged_write(pool, b, cb, dk, dv, PG_FORMAT_BF16, 1.f, 1.f, opt->page_seed,
+                           opt->block_size, &lc->bf16, nullptr, err);
 }
 
 // The layer's fp8 cache of format f (lc->fp8), written on first use; its K/V
@@ -642,23 +679,35 @@ static pg_status fp8_cache(dev_pool *pool, const attn_batch *b, const cuda_batch
 }
 
 // The dequant gather of cache src (format f) with the k/v scales (scaled) or
-// scales 1 (the codes' values), made on first use.
+// scales 1 (the codes' values), the halves of kept (CUDA_HALF_*) copied from
+// the layer's bf16 cache instead; made on first use.
 static pg_status gathered(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
-                          const cuda_paged *src, pg_number_format f, int scaled,
+                          const uint16_t *dk, const uint16_t *dv, const cuda_paged *src,
+                          pg_number_format f, int scaled, unsigned kept,
                           const attn_quant_options *opt, layer_caches *lc, cuda_paged **out,
                           pg_err *err)
 {
-    cuda_paged *c = &lc->gathered[fp8_cache_index(f)][scaled ? 1 : 0];
+    cuda_paged *c = &lc->gathered[fp8_cache_index(f)][scaled ? 1 : 0][kept];
     *out = c;
     if (c->data != nullptr) return PG_OK;
-    return dev_gather(pool, b, cb, src, scaled ? opt->k_scale : 1.f, scaled ? opt->v_scale : 1.f,
-                      c, err);
+    pg_status st = kept != 0 ? bf16_cache(pool, b, cb, dk, dv, opt, lc, err) : PG_OK;
+    if (st != PG_OK) return st;
+    return dev_gather_mixed(pool, b, cb, src, &lc->bf16, kept, scaled ? opt->k_scale : 1.f,
+                            scaled ? opt->v_scale : 1.f, c, err);
+}
+
+// The CUDA_HALF_* bits of the attn_tensor bits kept.
+static unsigned kept_halves(unsigned kept)
+{
+    return ((kept & ATTN_TENSOR_K) ? CUDA_HALF_K : 0u) | ((kept & ATTN_TENSOR_V) ? CUDA_HALF_V : 0u);
 }
 
 // Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
-// b into dout, with the layer's shared buffers lc. Counters (device, may be
-// NULL): Q's go to qstats when this run quantizes Q; K's and V's to kvstats
-// when this run writes its fp8 cache (once per layer and format).
+// b into dout, with the layer's shared buffers lc and opt->keep_bf16's
+// tensors kept bf16 (cuda_supports said yes), their scales 1 as the CPU
+// takes them (attn_variant_run). Counters (device, may be NULL): Q's go to
+// qstats when this run quantizes Q; K's and V's to kvstats when this run
+// writes its fp8 cache (once per layer and format).
 static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
                           const cuda_batch *cb, const attn_profile *p, gpu_kind kind,
                           const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
@@ -669,13 +718,19 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
     pg_status st = PG_OK;
     const size_t nq = (size_t)cb->tq * cb->hq * cb->d;
     if (kind == GK_BF16) {
-        cuda_paged cache;
-        st = dev_paged_write(pool, b, cb, dk, dv, PG_FORMAT_BF16, 1.f, 1.f, opt->page_seed,
-                             opt->block_size, &cache, nullptr, err);
-        return st == PG_OK ? cuda_attn_bf16(cb, dq, &cache, 1.f, 0, dout, be->stream, err) : st;
+        st = bf16_cache(pool, b, cb, dk, dv, opt, lc, err);
+        return st == PG_OK ? cuda_attn_bf16(cb, dq, &lc->bf16, 1.f, 0, dout, be->stream, err) : st;
     }
     if (!opt->quantize)
         return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
+    const char *no = keep_refusal(kind, opt->keep_bf16);
+    if (no != nullptr)
+        return pg_fail(err, PG_ERR_USAGE, "cuda: %s (keep_bf16 0x%x): %s", attn_profile_variant(p),
+                       opt->keep_bf16, no);
+    const unsigned kept = opt->keep_bf16;
+    const float qs = (kept & ATTN_TENSOR_Q) ? 1.f : opt->q_scale,
+                ks = (kept & ATTN_TENSOR_K) ? 1.f : opt->k_scale,
+                vs = (kept & ATTN_TENSOR_V) ? 1.f : opt->v_scale;
     const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
     cuda_paged *cache, *compact;
     st = fp8_cache(pool, b, cb, dk, dv, mt->k_format, opt, lc, kvstats, &cache, err);
@@ -683,33 +738,45 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
     if (kind == GK_FP8KV_DEQUANT) {
         // attn_fp8kv_plumbed_run's scales: the gather's, bmm1's and bmm2's
         const attn_kv_plumbing pl = attn_kv_plumbing_of(p);
-        st = gathered(pool, b, cb, cache, mt->k_format, pl.dequant_scaled, opt, lc, &compact, err);
+        st = gathered(pool, b, cb, dk, dv, cache, mt->k_format, pl.dequant_scaled,
+                      kept_halves(kept), opt, lc, &compact, err);
         if (st != PG_OK) return st;
         cuda_batch scaled = *cb;
-        scaled.sm_scale = attn_vllm_bmm1_scale(pl.bmm1_q ? opt->q_scale : 1.f,
-                                               pl.bmm1_k ? opt->k_scale : 1.f, b->sm_scale);
-        return cuda_attn_bf16(&scaled, dq, compact, pl.bmm2_v ? opt->v_scale : 1.f, 0, dout,
-                              be->stream, err);
+        scaled.sm_scale = attn_vllm_bmm1_scale(pl.bmm1_q ? qs : 1.f, pl.bmm1_k ? ks : 1.f,
+                                               b->sm_scale);
+        return cuda_attn_bf16(&scaled, dq, compact, pl.bmm2_v ? vs : 1.f, 0, dout, be->stream,
+                              err);
     }
-    if (lc->q8 == nullptr) st = dev_alloc(pool, (void **)&lc->q8, nq, "fp8 q", err);
-    if (st == PG_OK)
-        st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, p->q_by_inverse, lc->q8, qstats,
-                                be->stream, err);
-    if (st != PG_OK) return st;
-    if (kind == GK_FP8QKV_TILED) {
-        const cuda_fp8_core core = fp8_core_of(p, b, opt->q_scale, opt->k_scale, opt->v_scale);
+    if (!(kept & ATTN_TENSOR_Q)) {
+        if (lc->q8 == nullptr) st = dev_alloc(pool, (void **)&lc->q8, nq, "fp8 q", err);
+        if (st == PG_OK)
+            st = cuda_quantize_e4m3(dq, (int64_t)nq, opt->q_scale, p->q_by_inverse, lc->q8, qstats,
+                                    be->stream, err);
+        if (st != PG_OK) return st;
+    }
+    if (kind == GK_FP8QKV_TILED) {  // nothing kept (keep_refusal)
+        const cuda_fp8_core core = fp8_core_of(p, b, qs, ks, vs);
         return cuda_attn_fp8(cb, lc->q8, cache, &core, dout, be->stream, err);
     }
-    // GK_FP8QKV_IDEAL (attn_fp8_matmuls_run, final max): the codes' values,
-    // bmm1 = q*k*sm_scale, v_scale on the output, P rounded to e4m3
-    if (lc->q_values == nullptr)
-        st = dev_alloc(pool, (void **)&lc->q_values, nq * 2, "fp8 q values", err);
-    if (st == PG_OK) st = cuda_e4m3_values_bf16(lc->q8, (int64_t)nq, lc->q_values, be->stream, err);
-    if (st == PG_OK) st = gathered(pool, b, cb, cache, mt->k_format, 0, opt, lc, &compact, err);
+    // GK_FP8QKV_IDEAL (attn_fp8_matmuls_run, final max): the codes' values
+    // (a kept tensor's bf16 values), bmm1 = q*k*sm_scale, v_scale on the
+    // output, P rounded to e4m3 unless kept
+    const uint16_t *qin = dq;
+    if (!(kept & ATTN_TENSOR_Q)) {
+        if (lc->q_values == nullptr)
+            st = dev_alloc(pool, (void **)&lc->q_values, nq * 2, "fp8 q values", err);
+        if (st == PG_OK)
+            st = cuda_e4m3_values_bf16(lc->q8, (int64_t)nq, lc->q_values, be->stream, err);
+        qin = lc->q_values;
+    }
+    if (st == PG_OK)
+        st = gathered(pool, b, cb, dk, dv, cache, mt->k_format, 0, kept_halves(kept), opt, lc,
+                      &compact, err);
     if (st != PG_OK) return st;
     cuda_batch scaled = *cb;
-    scaled.sm_scale = attn_vllm_bmm1_scale(opt->q_scale, opt->k_scale, b->sm_scale);
-    return cuda_attn_bf16(&scaled, lc->q_values, compact, opt->v_scale, 1, dout, be->stream, err);
+    scaled.sm_scale = attn_vllm_bmm1_scale(qs, ks, b->sm_scale);
+    return cuda_attn_bf16(&scaled, qin, compact, vs, !(kept & ATTN_TENSOR_P), dout, be->stream,
+                          err);
 }
 
 extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
@@ -725,6 +792,7 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     if (kind == GK_NONE)
         return pg_fail(err, PG_ERR_USAGE, "cuda: %s does not run on the GPU: %s",
                        attn_profile_variant(p), why);
+    const unsigned kept = opt->keep_bf16;
     dev_pool pool = {be, {}, 0};
     cuda_batch cb = {};
     uint16_t *dq, *dk, *dv, *dout;
@@ -744,10 +812,12 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     if (st == PG_OK) st = download(be, hs, dstats, sizeof hs, "stats", err);
     if (st == PG_OK && rep != nullptr) {
         memset(rep, 0, sizeof *rep);
-        if (kind == GK_FP8QKV_TILED || kind == GK_FP8QKV_IDEAL) stats_to_host(hs, &rep->q);
+        // as the CPU reports (fp8_cache_write): a kept tensor's counters zero
+        if ((kind == GK_FP8QKV_TILED || kind == GK_FP8QKV_IDEAL) && !(kept & ATTN_TENSOR_Q))
+            stats_to_host(hs, &rep->q);
         if (kind != GK_BF16) {
-            stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
-            stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
+            if (!(kept & ATTN_TENSOR_K)) stats_to_host(hs + CUDA_QSTAT_COUNT, &rep->k);
+            if (!(kept & ATTN_TENSOR_V)) stats_to_host(hs + 2 * CUDA_QSTAT_COUNT, &rep->v);
         }
     }
     dev_pool_free(&pool);
@@ -861,8 +931,8 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
                                    int n_ext,
                                    const uint16_t *const *ext, pg_metric_values *metrics,
                                    attn_quant_report *rep, uint16_t *const *mode_out,
-                                   double *ms_ref, double *ms_modes, double *ms_metrics,
-                                   pg_err *err)
+                                   double *ref_out, double *ms_ref, double *ms_modes,
+                                   double *ms_metrics, pg_err *err)
 {
     dev_pool pool = {be, {}, 0};
     cuda_batch cb = {};
@@ -908,6 +978,7 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     if (st == PG_OK) st = cuda_attn_reference(&cb, dq, dk, dv, dref, be->stream, err);
     CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
     if (st == PG_OK && ms_ref) *ms_ref = event_ms(ev[0], ev[1]);
+    if (st == PG_OK && ref_out != nullptr) st = download(be, ref_out, dref, nq * 8, "reference", err);
 
     int slot = 0;
     layer_caches lc = {};
@@ -1031,7 +1102,8 @@ extern "C" pg_status cuda_time_kernels(cuda_backend *be, const attn_batch *b, co
                                                               opt->v_scale, &e4m3, nullptr,
                                                               be->stream, err));
     TIME_STAGE(&t->dequant_gather, st = cuda_kv_dequant_gather(&cb, &e4m3, opt->k_scale,
-                                                               opt->v_scale, &compact,
+                                                               opt->v_scale,
+                                                               CUDA_HALF_K | CUDA_HALF_V, &compact,
                                                                be->stream, err));
     TIME_STAGE(&t->attn_bf16, st = cuda_attn_bf16(&cb, dq, &compact, 1.f, 0, dout, be->stream, err));
     const attn_profile *fa3 = nullptr;  // the profile the fp8 kernel implements
@@ -1217,8 +1289,8 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
                              int n_var, const attn_profile *const *var,
                              int n_ext, const uint16_t *const *ext,
                              pg_metric_values *metrics, attn_quant_report *rep,
-                             uint16_t *const *mode_out, const piece *ps, int n_pieces,
-                             pg_err *err)
+                             uint16_t *const *mode_out, double *ref_out, const piece *ps,
+                             int n_pieces, pg_err *err)
 {
     const int64_t tq = attn_batch_tq(b);
     const size_t nq = (size_t)tq * b->hq * b->d;
@@ -1291,6 +1363,7 @@ pg_status sweep_layer_pieces(cuda_backend *be, const attn_batch *b, const uint16
     for (int e = 0; st == PG_OK && e < n_ext; e++, slot++)
         metrics_compare_heads(ext[e], ref, tq, b->hq, b->d, scratch, metrics + (size_t)slot * per);
     if (st == PG_OK && rep != nullptr) *rep = total;
+    if (st == PG_OK && ref_out != nullptr) memcpy(ref_out, ref, nq * sizeof(double));
     free(q_off);
     for (int mi = 0; outs != nullptr && mi < n_var; mi++) free(outs[mi]);
     free(outs);
@@ -1325,8 +1398,8 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                                       const attn_profile *const *var, int n_ext,
                                       const uint16_t *const *ext, pg_metric_values *metrics,
                                       attn_quant_report *rep, uint16_t *const *mode_out,
-                                      double *ms_ref, double *ms_modes, double *ms_metrics,
-                                      const pg_notes *notes, pg_err *err)
+                                      double *ref_out, double *ms_ref, double *ms_modes,
+                                      double *ms_metrics, const pg_notes *notes, pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
     if (st == PG_OK) st = cuda_options_check(opt, err);
@@ -1337,7 +1410,8 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
     gpu_kind kinds[CUDA_MAX_VARIANTS];
     for (int i = 0; i < n_var; i++) {
         const char *why = nullptr;
-        if ((kinds[i] = gpu_kind_of(var[i], b, &why)) == GK_NONE)
+        if ((kinds[i] = gpu_kind_of(var[i], b, &why)) == GK_NONE ||
+            (why = keep_refusal(kinds[i], opt->keep_bf16)) != nullptr)
             return pg_fail(err, PG_ERR_USAGE, "cuda: %s does not run on the GPU: %s",
                            attn_profile_variant(var[i]), why);
     }
@@ -1348,7 +1422,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
     const double need = layer_bytes(b, plan);
     if (need <= budget) {
         st = sweep_layer_whole(be, b, q, k, v, opt, n_var, var, kinds, n_ext, ext, metrics, rep,
-                               mode_out, ms_ref, ms_modes, ms_metrics, err);
+                               mode_out, ref_out, ms_ref, ms_modes, ms_metrics, err);
     } else {
         // Copies prefetched for these arrays are not used in pieces: let
         // them end (the caller may reuse the host arrays) and free the slot.
@@ -1370,7 +1444,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
             if (ms_metrics) *ms_metrics = 0;
             for (int i = 0; ms_modes != nullptr && i < n_var; i++) ms_modes[i] = 0;
             st = sweep_layer_pieces(be, b, q, k, v, opt, n_var, var, n_ext, ext, metrics,
-                                    rep, mode_out, ps, n, err);
+                                    rep, mode_out, ref_out, ps, n, err);
         }
         free(ps);
     }

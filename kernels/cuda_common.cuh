@@ -118,8 +118,13 @@ pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k, const uint
 
 // vLLM PR #24197's dequant gather (cuda_kv_cache.cu): mock page b*P+p+1 of
 // out (bf16) = bf16(decode(src page) * scale) for src ids > 0; other pages untouched.
+// halves: which parts are written, CUDA_HALF_K | CUDA_HALF_V (a compact copy
+// mixed from two caches, for a tensor kept bf16).
+#define CUDA_HALF_K 1u
+#define CUDA_HALF_V 2u
 pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_paged *src, float k_scale,
-                                 float v_scale, cuda_paged *out, cudaStream_t stream, pg_err *err);
+                                 float v_scale, unsigned halves, cuda_paged *out,
+                                 cudaStream_t stream, pg_err *err);
 
 // The e4m3 codes x [n] as their values in bf16 (cuda_kv_cache.cu): out[i] =
 // bf16(fp8_e4m3_decode(x[i])), exact (fp8qkv@ideal's Q on the bf16 kernel).

@@ -237,16 +237,17 @@ kv_write_kernel(const int32_t *__restrict__ seq_kv, const int64_t *__restrict__ 
 // returns early). Else out page b*P + p + 1, half y = dequant (e4m3, e5m2:
 // mode KV_CODES_*) or copy (bf16) of src page id, half y; half_elems = hkv * bs * d. vec: half_elems %
 // KV_VEC == 0 and both buffers 8-byte aligned, so 4-element vectors are
-// aligned everywhere; else one element per step.
+// aligned everywhere; else one element per step. Only the halves whose bit
+// is set in halves (1 K, 2 V) are written.
 __global__ void __launch_bounds__(KV_THREADS)
 kv_gather_kernel(const int32_t *__restrict__ src_bt, int64_t half_elems, int mode,
-                 const void *__restrict__ src, float k_scale, float v_scale,
+                 const void *__restrict__ src, float k_scale, float v_scale, unsigned halves,
                  uint16_t *__restrict__ dst, int vec)
 {
     const int64_t bp = blockIdx.x;
     const int which = blockIdx.y;
     const int64_t id = src_bt[bp];
-    if (id <= 0) return;
+    if (id <= 0 || !((halves >> which) & 1u)) return;
     const int64_t from = (id * 2 + which) * half_elems;
     const int64_t to = ((bp + 1) * 2 + which) * half_elems;
     const float scale = which == 0 ? k_scale : v_scale;
@@ -369,13 +370,13 @@ extern "C" pg_status cuda_kv_cache_write(const cuda_batch *b, const uint16_t *k,
 
 // Contract (cuda_common.cuh): src e4m3, e5m2 or bf16 with block table [n_seqs,
 // P = src->pages_per_seq] (ids < src->n_pages); out bf16, same block size,
-// pages_per_seq P, n_pages >= n_seqs*P + 1. Writes page b*P+p+1 of out for
-// every src id > 0 and nothing else. out->block_table is NOT written here: the
+// pages_per_seq P, n_pages >= n_seqs*P + 1. Writes the K (halves bit 1) and V
+// (bit 2) parts of page b*P+p+1 of out for every src id > 0 and nothing else. out->block_table is NOT written here: the
 // caller fills it with arange(1, n_seqs*P + 1) (the host builds it, as the CPU
 // kv_dequant_gather does). Asynchronous on stream.
 extern "C" pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_paged *src,
-                                            float k_scale, float v_scale, cuda_paged *out,
-                                            cudaStream_t stream, pg_err *err)
+                                            float k_scale, float v_scale, unsigned halves,
+                                            cuda_paged *out, cudaStream_t stream, pg_err *err)
 {
     static const char what[] = "cuda_kv_dequant_gather";
     const int mode = kv_codes_of(src->elem);
@@ -402,8 +403,8 @@ extern "C" pg_status cuda_kv_dequant_gather(const cuda_batch *b, const cuda_page
                     (uintptr_t)out->data % 8 == 0;
     const dim3 grid((unsigned)(B * P), 2);
     kv_gather_kernel<<<grid, KV_THREADS, 0, stream>>>(src->block_table, half,
-                                                      mode, src->data,
-                                                      k_scale, v_scale, (uint16_t *)out->data, vec);
+                                                      mode, src->data, k_scale, v_scale,
+                                                      halves, (uint16_t *)out->data, vec);
     CUDA_TRY_LAUNCH(what);
     return PG_OK;
 }

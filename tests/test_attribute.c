@@ -57,20 +57,35 @@ static attn_quant_options k_saturated(const tu_layer *L)
                               fp8_e4m3_calibrated_scale(amax(L->v, L->nkv)), 16, 5, 0};
 }
 
-/* attribute_layer of the named profiles on L under o, into rows. */
-static int attribute(const tu_layer *L, const attn_quant_options *o, const char *const *names, int n,
-                     attribute_row *rows)
+/* attribute_layer of the named profiles on L under o on the CPU backend,
+ * against the layer's reference times ref_mul (1: the reference itself),
+ * into rows. */
+static int attribute_against(const tu_layer *L, const attn_quant_options *o,
+                             const char *const *names, int n, double ref_mul,
+                             attribute_row *rows)
 {
     attn_backend *cpu = NULL;
     pg_err err = {0};
     cr_assert_eq(attn_backend_open("cpu", 2, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
     const attn_profile *p[4];
     for (int i = 0; i < n; i++) p[i] = profile(names[i]);
+    double *ref = malloc(L->nq * sizeof *ref);
+    cr_assert_eq(attn_backend_reference(cpu, &L->b, L->q, L->k, L->v, ref, &err), PG_OK, "%s",
+                 err.msg);
+    for (size_t i = 0; i < L->nq; i++) ref[i] *= ref_mul;
     int n_rows = -1;
-    cr_assert_eq(attribute_layer(cpu, &L->b, L->q, L->k, L->v, o, p, n, NULL, rows, &n_rows, &err),
+    cr_assert_eq(attribute_layer(cpu, cpu, &L->b, L->q, L->k, L->v, o, p, n, ref, NULL, rows,
+                                 &n_rows, &err),
                  PG_OK, "%s", err.msg);
+    free(ref);
     attn_backend_close(cpu);
     return n_rows;
+}
+
+static int attribute(const tu_layer *L, const attn_quant_options *o, const char *const *names, int n,
+                     attribute_row *rows)
+{
+    return attribute_against(L, o, names, n, 1.0, rows);
 }
 
 /* The rel_l2 of the row of tensor name among rows[0 .. n) of profile p; NaN when absent. */
@@ -157,7 +172,7 @@ Test(attribute, all_computed_is_the_backends_layer_metric_bit_for_bit)
     cr_assert_eq(attn_backend_open("cpu", 2, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
     const attn_profile *p[2] = {profile(names[0]), profile(names[1])};
     pg_metric_values *m = calloc(2 * ((size_t)L.b.hq + 1), sizeof *m);
-    const attn_layer_job job = {&L.b, L.q, L.k, L.v, &o, 2, p, 0, NULL, m, NULL, NULL, NULL};
+    const attn_layer_job job = {&L.b, L.q, L.k, L.v, &o, 2, p, 0, NULL, m, NULL, NULL, NULL, NULL};
     cr_assert_eq(attn_backend_run_layer(cpu, &job, &err), PG_OK, "%s", err.msg);
     for (int i = 0; i < 2; i++) {
         const double all = row_of(rows, n, p[i], "all"), want = m[(size_t)i * (L.b.hq + 1)].rel_l2;
@@ -168,13 +183,36 @@ Test(attribute, all_computed_is_the_backends_layer_metric_bit_for_bit)
     tu_layer_free(&L);
 }
 
+/* The rows are measured against the reference given (the layer run's, one
+ * per layer: issue #31 item 3), never one of their own: against the
+ * reference times 1.5, every row's rel_l2 is about 1/3 (|o - 1.5 r| / |1.5 r|
+ * with o within a few percent of r), where against r itself it is small. */
+Test(attribute, the_rows_are_measured_against_the_reference_given)
+{
+    tu_layer L;
+    tu_layer_init(&L, 24, 2.0);
+    attn_quant_options o = k_saturated(&L);
+    o.k_scale *= K_SATURATION_DIVISOR; /* calibrated: every row small against r */
+    const char *names[] = {"fp8kv@fixed"};
+    attribute_row own[ATTRIBUTE_MAX_ROWS], off[ATTRIBUTE_MAX_ROWS];
+    const int n = attribute_against(&L, &o, names, 1, 1.0, own);
+    cr_assert_eq(attribute_against(&L, &o, names, 1, 1.5, off), n);
+    for (int i = 0; i < n; i++) {
+        cr_expect_lt(own[i].rel_l2, 0.1, "row %d against the reference", i);
+        cr_expect(fabs(off[i].rel_l2 - 1.0 / 3.0) < 0.05, "row %d against 1.5 x the reference: %.4f",
+                  i, off[i].rel_l2);
+    }
+    tu_layer_free(&L);
+}
+
 Test(attribute, a_backend_other_than_the_cpu_specification_is_refused)
 {
     attn_backend *cpu = NULL;
     pg_err err = {0};
     int n = -1;
     const attn_profile *p = profile("fp8kv");
-    cr_assert_eq(attribute_layer(cpu, NULL, NULL, NULL, NULL, NULL, &p, 1, NULL, NULL, &n, &err),
+    cr_assert_eq(attribute_layer(NULL, cpu, NULL, NULL, NULL, NULL, NULL, &p, 1, NULL, NULL, NULL,
+                                 &n, &err),
                  PG_ERR_USAGE);
     cr_assert_not_null(strstr(err.msg, "CPU specification"), "%s", err.msg);
 }

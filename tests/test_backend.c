@@ -142,7 +142,8 @@ Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
     const uint16_t *ext[1] = {want_out[0]};
     pg_metric_values got[4][HQ + 1];
     attn_quant_report rep;
-    const attn_layer_job job = {&b, q, k, v, &opt, 3, var, 1, ext, &got[0][0], &rep, outs, NULL};
+    const attn_layer_job job = {&b, q, k, v, &opt, 3, var, 1, ext, &got[0][0], &rep, outs, NULL,
+                                NULL};
     cr_assert_eq(attn_backend_run_layer(be, &job, &err), PG_OK, "%s", err.msg);
     for (int i = 0; i < 3; i++)
         for (int h = 0; h <= HQ; h++) {
