@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "kernels/attn.h"
+#include "kernels/attn_backend.h"
 #include "kernels/attn_hypothesis.h"
 #include "kernels/attn_profile.h"
 #include "harness/capture/capture.h"
@@ -59,6 +60,17 @@ int main(int argc, char **argv)
         return 1;
     }
     const sweep_options so = {.n_threads = threads};
+    /* The hypotheses on the CPU specification, or on the GPU where it runs
+     * them when DIAG_BACKEND=cuda. */
+    attn_backend *cpu = NULL, *be = NULL;
+    const char *be_name = getenv("DIAG_BACKEND") != NULL ? getenv("DIAG_BACKEND") : "cpu";
+    if (attn_backend_open("cpu", threads, &cpu, NULL, 0, &err) != PG_OK ||
+        (strcmp(be_name, "cpu") != 0 &&
+         attn_backend_open(be_name, threads, &be, NULL, 0, &err) != PG_OK)) {
+        fprintf(stderr, "diag_match: %s\n", err.msg);
+        return 1;
+    }
+    if (be == NULL) be = cpu;
     const attn_hypothesis *write_h = argc > 4 ? attn_hypothesis_find(argv[3]) : NULL;
     if (argc > 4 && write_h == NULL) {
         fprintf(stderr, "diag_match: no hypothesis '%s'\n", argv[3]);
@@ -114,8 +126,8 @@ int main(int argc, char **argv)
         const capture_ext_output ext = {"bench", out[0]};
         diag_layer dl = {0};
         const double t0 = now();
-        if (rc == 0 && diag_layer_run(&b, L->q, L->k, L->v, &fo, ALL_MODES, 1, &ext, threads, &dl, &err) !=
-                           PG_OK) {
+        if (rc == 0 && diag_layer_run(be, cpu, &b, L->q, L->k, L->v, &fo, ALL_MODES, 1, &ext, &dl,
+                                      &err) != PG_OK) {
             fprintf(stderr, "diag_match: layer %d diagnosis: %s\n", li, err.msg);
             rc = 1;
         }
@@ -141,7 +153,8 @@ int main(int argc, char **argv)
                worst_what[m][0] ? worst_what[m] : "one profile runs");
     if (rc == 0)
         printf("diagnosis of one external output: %.3f s for %d layers (%.1f ms a layer, %d "
-               "threads)\n", diag_s, cap->n_layers, 1e3 * diag_s / cap->n_layers, threads);
+               "threads, hypotheses on %s where it runs them)\n", diag_s, cap->n_layers,
+               1e3 * diag_s / cap->n_layers, threads, be_name);
     if (rc == 0 && w != NULL && st_writer_write(w, argv[4], &err) != PG_OK) {
         fprintf(stderr, "diag_match: %s\n", err.msg);
         rc = 1;
@@ -150,5 +163,7 @@ int main(int argc, char **argv)
     for (int li = 0; li < cap->n_layers; li++) free(keep[li]);
     free(keep);
     capture_close(cap);
+    if (be != cpu) attn_backend_close(be);
+    attn_backend_close(cpu);
     return rc;
 }

@@ -85,3 +85,6 @@ if python3 -c 'import torch' 2>/dev/null; then
   timeout 200 python3 bench/torch_sweep.py /tmp/bench.safetensors 3 > "$out/torch.log" 2>&1
   echo "torch_sweep: exit $?"; tail -4 "$out/torch.log"
 fi
+
+echo "== diagnosis and attribution on the GPU against the CPU (bench/gpu_diagnose.sh, 4 layers)"
+LAYERS=4 BACKENDS="cuda cpu" OUT="$out/diagnose" bash bench/gpu_diagnose.sh 2>&1 | tail -30

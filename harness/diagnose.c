@@ -41,13 +41,16 @@ double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n)
     return m.rel_l2;
 }
 
-pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, const attn_quant_options *fo, unsigned swept_modes,
-                         int n_ext, const capture_ext_output *ext, int n_threads,
-                         diag_layer *out, pg_err *err)
+pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                         const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                         const attn_quant_options *fo, unsigned swept_modes, int n_ext,
+                         const capture_ext_output *ext, diag_layer *out, pg_err *err)
 {
     memset(out, 0, sizeof *out);
     if (n_ext <= 0) return PG_OK;
+    if (cpu == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis: no CPU backend for the hypotheses "
+                       "the backend does not run");
     /* Options the stack's quantization cannot have are the caller's bug, not
      * a layer a hypothesis refuses (which PG_ERR_USAGE below means). */
     if (fo == NULL || !fo->quantize || fo->keep_bf16 != 0)
@@ -75,7 +78,8 @@ pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t 
             continue;
         }
         pg_err why = {0};
-        const pg_status hs = attn_hypothesis_run(hy, b, q, k, v, fo, h_out, n_threads, &why);
+        attn_backend *on = be != NULL && attn_backend_supports_hypothesis(be, hy, b, NULL) ? be : cpu;
+        const pg_status hs = attn_backend_run_hypothesis(on, hy, b, q, k, v, fo, h_out, &why);
         if (hs == PG_ERR_USAGE || hs == PG_ERR_UNSUPPORTED) {
             /* It refuses this layer: said in the row, never skipped. */
             snprintf(out->why[h], sizeof out->why[h], "%.*s", DIAG_WHY_MAX - 1, why.msg);

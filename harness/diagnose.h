@@ -19,6 +19,7 @@
 
 #include "db/store.h"
 #include "kernels/attn.h"
+#include "kernels/attn_backend.h"
 #include "harness/capture/capture.h"
 #include "base/status.h"
 
@@ -49,17 +50,19 @@ int64_t diag_layer_rows(int n_ext, unsigned swept_modes);
 
 /* Runs every hypothesis asked for a run sweeping swept_modes
  * (attn_hypothesis_is_asked; the others are marked not asked) on layer b
- * (q, k, v; fo the sweep's quantized-mode options for it) and measures ext[0..n_ext)'s outputs ([Tq,hq,d] bf16 each) against each,
+ * (q, k, v; fo the sweep's quantized-mode options for it), each on backend
+ * be where be runs it (attn_backend_supports_hypothesis), else on cpu (a
+ * "cpu" backend), and measures ext[0..n_ext)'s outputs ([Tq,hq,d] bf16 each) against each,
  * into *out (zeroed first; free with diag_layer_free, also after a failure).
  * A hypothesis that refuses the layer (attn_hypothesis_run's PG_ERR_USAGE or
  * PG_ERR_UNSUPPORTED, e.g. a kernel without sinks on a layer with them) is recorded in why[h],
  * never skipped silently; any other failure is returned. A hypothesis output
  * or an external output with NaN/Inf gives +inf. n_ext 0: nothing runs.
  * fo NULL, not quantizing or with a keep_bf16 mask is PG_ERR_INTERNAL. */
-pg_status diag_layer_run(const attn_batch *b, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, const attn_quant_options *fo, unsigned swept_modes,
-                         int n_ext, const capture_ext_output *ext, int n_threads,
-                         diag_layer *out, pg_err *err);
+pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                         const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                         const attn_quant_options *fo, unsigned swept_modes, int n_ext,
+                         const capture_ext_output *ext, diag_layer *out, pg_err *err);
 
 /* Frees what diag_layer_run allocated in d; NULL-safe. */
 void diag_layer_free(diag_layer *d);

@@ -837,14 +837,15 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
     free(c->ref);
     c->ref = NULL;
     if (st == PG_OK && L->n_ext > 0) {
-        /* Every hypothesis once on the CPU specification, shared by the
-         * layer's external outputs, with the fp8 variants' options. */
+        /* Every hypothesis once, on the backend where it runs it (else the
+         * CPU specification), shared by the layer's external outputs, with
+         * the fp8 variants' options. */
         char what[64];
         snprintf(what, sizeof what, "layer %d diagnosis", li);
         pg_note_progress_step(notes, *step, what);
         const double t0 = pg_clock_mono_s();
-        st = diag_layer_run(&c->b, L->q, L->k, L->v, &c->fo, sweep_modes(opt), L->n_ext,
-                            L->ext, opt->n_threads, &c->diag, err);
+        st = diag_layer_run(be, cpu, &c->b, L->q, L->k, L->v, &c->fo, sweep_modes(opt), L->n_ext,
+                            L->ext, &c->diag, err);
         if (opt->stats != NULL) opt->stats->diagnose_s += pg_clock_mono_s() - t0;
     }
     return st;

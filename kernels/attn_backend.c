@@ -23,6 +23,10 @@ typedef struct backend_ops {
                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const attn_quant_options *opt, uint16_t *out, attn_quant_report *rep,
                              pg_err *err);
+    int (*supports_hypothesis)(const attn_hypothesis *h, const attn_batch *b, const char **why);
+    pg_status (*run_hypothesis)(attn_backend *be, const attn_hypothesis *h, const attn_batch *b,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                const attn_quant_options *opt, uint16_t *out, pg_err *err);
     pg_status (*reference)(attn_backend *be, const attn_batch *b, const uint16_t *q,
                            const uint16_t *k, const uint16_t *v, double *out, pg_err *err);
     pg_status (*paged_write)(attn_backend *be, const attn_batch *b, const uint16_t *k,
@@ -64,6 +68,22 @@ static int cpu_supports(const attn_profile *p, const attn_batch *b, unsigned kee
     (void)p, (void)b, (void)keep_bf16;
     if (why != NULL) *why = NULL;
     return 1; /* the specification defines every profile; a batch it refuses is an error */
+}
+
+static int cpu_supports_hypothesis(const attn_hypothesis *h, const attn_batch *b,
+                                   const char **why)
+{
+    (void)h, (void)b;
+    if (why != NULL) *why = NULL;
+    return 1;
+}
+
+static pg_status cpu_run_hypothesis(attn_backend *be, const attn_hypothesis *h,
+                                    const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                                    const uint16_t *v, const attn_quant_options *opt,
+                                    uint16_t *out, pg_err *err)
+{
+    return attn_hypothesis_run(h, b, q, k, v, opt, out, be->n_threads, err);
 }
 
 static pg_status cpu_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,
@@ -172,9 +192,10 @@ static pg_status cpu_metrics(attn_backend *be, const uint16_t *out, const double
 }
 
 static const backend_ops cpu_ops = {
-    "cpu",         cpu_open,        cpu_close,          cpu_supports, cpu_run_layer,
-    cpu_run_variant, cpu_reference, cpu_paged_write, cpu_dequant_gather, cpu_metrics,
-    NULL,          NULL,            NULL,               NULL};
+    "cpu",           cpu_open,        cpu_close,          cpu_supports,
+    cpu_run_layer,   cpu_run_variant, cpu_supports_hypothesis, cpu_run_hypothesis,
+    cpu_reference,   cpu_paged_write, cpu_dequant_gather, cpu_metrics,
+    NULL,            NULL,            NULL,               NULL};
 
 /* ---- cuda: our kernels ------------------------------------------------------ */
 
@@ -198,6 +219,14 @@ static pg_status gpu_run_variant(attn_backend *be, const attn_profile *p, const 
                                  attn_quant_report *rep, pg_err *err)
 {
     return cuda_variant_run(be->gpu, p, b, q, k, v, opt, out, rep, err);
+}
+
+static pg_status gpu_run_hypothesis(attn_backend *be, const attn_hypothesis *h,
+                                    const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                                    const uint16_t *v, const attn_quant_options *opt,
+                                    uint16_t *out, pg_err *err)
+{
+    return cuda_hypothesis_run(be->gpu, h, b, q, k, v, opt, out, err);
 }
 
 static pg_status gpu_prefetch(attn_backend *be, const attn_batch *b, const uint16_t *q,
@@ -239,9 +268,10 @@ static void gpu_limit_memory(attn_backend *be, double bytes)
 }
 
 static const backend_ops gpu_ops = {
-    "cuda",        gpu_open,        gpu_close,          cuda_supports, gpu_run_layer,
-    gpu_run_variant, gpu_reference, gpu_paged_write, gpu_dequant_gather, gpu_metrics,
-    gpu_prefetch,  cuda_host_register, cuda_host_unregister, gpu_limit_memory};
+    "cuda",          gpu_open,        gpu_close,          cuda_supports,
+    gpu_run_layer,   gpu_run_variant, cuda_hypothesis_supports, gpu_run_hypothesis,
+    gpu_reference,   gpu_paged_write, gpu_dequant_gather, gpu_metrics,
+    gpu_prefetch,    cuda_host_register, cuda_host_unregister, gpu_limit_memory};
 
 /* ---- the interface ---------------------------------------------------------- */
 
@@ -306,6 +336,20 @@ pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg
                            attn_profile_variant(job->var[i]), why);
     }
     return be->ops->run_layer(be, job, err);
+}
+
+int attn_backend_supports_hypothesis(const attn_backend *be, const attn_hypothesis *h,
+                                     const attn_batch *b, const char **why)
+{
+    return be->ops->supports_hypothesis(h, b, why);
+}
+
+pg_status attn_backend_run_hypothesis(attn_backend *be, const attn_hypothesis *h,
+                                      const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                                      const uint16_t *v, const attn_quant_options *opt,
+                                      uint16_t *out, pg_err *err)
+{
+    return be->ops->run_hypothesis(be, h, b, q, k, v, opt, out, err);
 }
 
 pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, const attn_batch *b,

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "attn_hypothesis.h"
 #include "attn_profile.h"
 #include "kv_cache.h"
 #include "metrics.h"
@@ -109,6 +110,17 @@ pg_status attn_backend_run_variant(attn_backend *be, const attn_profile *p, cons
                                    const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                    const attn_quant_options *opt, uint16_t *out,
                                    attn_quant_report *rep, pg_err *err);
+
+/* 1 when be runs scale-plumbing hypothesis h (attn_hypothesis.h) on a batch
+ * of b's shape, else 0 with *why (may be NULL). */
+int attn_backend_supports_hypothesis(const attn_backend *be, const attn_hypothesis *h,
+                                     const attn_batch *b, const char **why);
+
+/* Hypothesis h's output on batch b (as attn_hypothesis_run): out bf16 [Tq,hq,d]. */
+pg_status attn_backend_run_hypothesis(attn_backend *be, const attn_hypothesis *h,
+                                      const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                                      const uint16_t *v, const attn_quant_options *opt,
+                                      uint16_t *out, pg_err *err);
 
 /* The fp64 reference of batch b (attn_reference's contract): out [Tq,hq,d]. */
 pg_status attn_backend_reference(attn_backend *be, const attn_batch *b, const uint16_t *q,

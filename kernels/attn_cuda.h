@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "attn.h"
+#include "attn_hypothesis.h"
 #include "attn_profile.h"
 #include "kv_cache.h"
 #include "metrics.h"
@@ -59,6 +60,18 @@ pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_b
                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
                            const attn_quant_options *opt, uint16_t *out, attn_quant_report *rep,
                            pg_err *err);
+
+/* Whether the GPU runs scale-plumbing hypothesis h (attn_hypothesis.h) on
+ * batch b: those that are a GPU profile's run with a forced fp8kv plumbing
+ * or q_scale; 0 with *why (may be NULL) for the others. Needs no GPU. */
+int cuda_hypothesis_supports(const attn_hypothesis *h, const attn_batch *b, const char **why);
+
+/* Hypothesis h on the GPU with host arrays in and out (as
+ * attn_hypothesis_run); PG_ERR_USAGE naming h when cuda_hypothesis_supports
+ * says no. */
+pg_status cuda_hypothesis_run(cuda_backend *be, const attn_hypothesis *h, const attn_batch *b,
+                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                              const attn_quant_options *opt, uint16_t *out, pg_err *err);
 
 /* The dequant gather alone, from a host paged cache (e.g. kv_paged_write's)
  * into out (host, allocated here like kv_dequant_gather's, NaN where unwritten). */

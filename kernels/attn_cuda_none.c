@@ -61,6 +61,21 @@ int cuda_supports(const attn_profile *p, const attn_batch *b, unsigned keep_bf16
     return 0;
 }
 
+int cuda_hypothesis_supports(const attn_hypothesis *h, const attn_batch *b, const char **why)
+{
+    (void)h, (void)b;
+    if (why != NULL) *why = "precgate was built without CUDA";
+    return 0;
+}
+
+pg_status cuda_hypothesis_run(cuda_backend *be, const attn_hypothesis *h, const attn_batch *b,
+                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                              const attn_quant_options *opt, uint16_t *out, pg_err *err)
+{
+    (void)be, (void)h, (void)b, (void)q, (void)k, (void)v, (void)opt, (void)out;
+    return no_cuda(err);
+}
+
 pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
                            const attn_quant_options *opt, uint16_t *out, attn_quant_report *rep,

@@ -241,6 +241,35 @@ const char *attn_hypothesis_summary(const attn_hypothesis *h) { return h->summar
 
 const char *attn_hypothesis_meaning(const attn_hypothesis *h) { return h->meaning; }
 
+int attn_hypothesis_profile_run(const attn_hypothesis *h, const attn_quant_options *opt,
+                                const attn_profile **p, attn_kv_plumbing *pl, int *has_pl,
+                                attn_quant_options *o, const char **why)
+{
+    *o = *opt;
+    *has_pl = 0;
+    *p = NULL;
+    if (why != NULL) *why = NULL;
+    const char *name = h->profile == HYP_MODE_DEFAULT ? pg_mode_name(h->mode)
+                                                      : variant_profile_name(h->profile);
+    switch (h->kind) {
+    case HYP_KV_PLUMBING:
+        o->keep_bf16 = h->keep;
+        *pl = h->pl;
+        *has_pl = 1;
+        break;
+    case HYP_Q_UNSCALED: o->q_scale = 1.0f; break;
+    case HYP_PROFILE: break;
+    case HYP_ROW_READ:
+    case HYP_FP8_READ:
+    case HYP_TQ_READ:
+        if (why != NULL)
+            *why = "a misread of a per-token-head, nvfp4 or TurboQuant cache: only the CPU "
+                   "specification models it";
+        return 0;
+    }
+    return attn_profile_find(name, p, NULL) == PG_OK;
+}
+
 pg_status attn_hypothesis_run(const attn_hypothesis *h, const attn_batch *b, const uint16_t *q,
                               const uint16_t *k, const uint16_t *v, const attn_quant_options *opt,
                               uint16_t *out, int n_threads, pg_err *err)

@@ -250,6 +250,18 @@ typedef struct attn_tiled_scales {
 int attn_tiled_scales_of(const attn_profile *p, float sm_scale, float q_scale, float k_scale,
                          float v_scale, attn_tiled_scales *out);
 
+/* A scale-plumbing hypothesis (attn_hypothesis.h) as a run of a kernel
+ * profile, for a backend other than the CPU specification: *p its profile,
+ * *pl the fp8kv plumbing it forces where *has_pl (else the profile's own),
+ * *o opt as it adjusts it (keep_bf16, q_scale), with the kept tensors'
+ * scales taken as they are (attn_fp8kv_plumbed_run). 1 for the hypotheses
+ * that are such runs; 0 for the reads only the CPU specification models
+ * (per-token-head rows, nvfp4, TurboQuant), with *why saying so. */
+struct attn_hypothesis;
+int attn_hypothesis_profile_run(const struct attn_hypothesis *h, const attn_quant_options *opt,
+                                const attn_profile **p, attn_kv_plumbing *pl, int *has_pl,
+                                attn_quant_options *o, const char **why);
+
 #ifdef __cplusplus
 }
 #endif

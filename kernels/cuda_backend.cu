@@ -10,6 +10,7 @@
 
 #include "attn_backend.h"
 #include "attn_cuda.h"
+#include "attn_hypothesis.h"
 #include "attn_profile_impl.h"
 #include "cuda_common.cuh"
 
@@ -702,16 +703,26 @@ static unsigned kept_halves(unsigned kept)
     return ((kept & ATTN_TENSOR_K) ? CUDA_HALF_K : 0u) | ((kept & ATTN_TENSOR_V) ? CUDA_HALF_V : 0u);
 }
 
+// How a run applies its options beyond its profile: the fp8kv plumbing a
+// hypothesis forces (has_pl; else the profile's own, attn_kv_plumbing_of),
+// and whether a kept tensor's scale is 1 (a variant, as attn_variant_run
+// takes it) or taken as it is (a hypothesis, as attn_fp8kv_plumbed_run).
+struct run_rules {
+    bool has_pl;
+    attn_kv_plumbing pl;
+    bool kept_scale_one;
+};
+static const run_rules VARIANT_RULES = {false, {0, 0, 0, 0}, true};
+
 // Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
 // b into dout, with the layer's shared buffers lc and opt->keep_bf16's
-// tensors kept bf16 (cuda_supports said yes), their scales 1 as the CPU
-// takes them (attn_variant_run). Counters (device, may be NULL): Q's go to
+// tensors kept bf16 (cuda_supports said yes), by rules. Counters (device, may be NULL): Q's go to
 // qstats when this run quantizes Q; K's and V's to kvstats when this run
 // writes its fp8 cache (once per layer and format).
 static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
                           const cuda_batch *cb, const attn_profile *p, gpu_kind kind,
-                          const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
-                          const attn_quant_options *opt, layer_caches *lc,
+                          const run_rules &rules, const uint16_t *dq, const uint16_t *dk,
+                          const uint16_t *dv, const attn_quant_options *opt, layer_caches *lc,
                           unsigned long long *qstats, unsigned long long *kvstats,
                           uint16_t *dout, pg_err *err)
 {
@@ -727,17 +738,17 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
     if (no != nullptr)
         return pg_fail(err, PG_ERR_USAGE, "cuda: %s (keep_bf16 0x%x): %s", attn_profile_variant(p),
                        opt->keep_bf16, no);
-    const unsigned kept = opt->keep_bf16;
-    const float qs = (kept & ATTN_TENSOR_Q) ? 1.f : opt->q_scale,
-                ks = (kept & ATTN_TENSOR_K) ? 1.f : opt->k_scale,
-                vs = (kept & ATTN_TENSOR_V) ? 1.f : opt->v_scale;
+    const unsigned kept = opt->keep_bf16, one = rules.kept_scale_one ? kept : 0u;
+    const float qs = (one & ATTN_TENSOR_Q) ? 1.f : opt->q_scale,
+                ks = (one & ATTN_TENSOR_K) ? 1.f : opt->k_scale,
+                vs = (one & ATTN_TENSOR_V) ? 1.f : opt->v_scale;
     const pg_mode_traits *mt = pg_mode_traits_of(attn_profile_mode(p));
     cuda_paged *cache, *compact;
     st = fp8_cache(pool, b, cb, dk, dv, mt->k_format, opt, lc, kvstats, &cache, err);
     if (st != PG_OK) return st;
     if (kind == GK_FP8KV_DEQUANT) {
         // attn_fp8kv_plumbed_run's scales: the gather's, bmm1's and bmm2's
-        const attn_kv_plumbing pl = attn_kv_plumbing_of(p);
+        const attn_kv_plumbing pl = rules.has_pl ? rules.pl : attn_kv_plumbing_of(p);
         st = gathered(pool, b, cb, dk, dv, cache, mt->k_format, pl.dequant_scaled,
                       kept_halves(kept), opt, lc, &compact, err);
         if (st != PG_OK) return st;
@@ -779,10 +790,12 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
                           err);
 }
 
-extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
-                                      const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                      const attn_quant_options *opt, uint16_t *out,
-                                      attn_quant_report *rep, pg_err *err)
+// cuda_variant_run and cuda_hypothesis_run: profile p by rules on one batch
+// with host arrays in and out.
+static pg_status run_one(cuda_backend *be, const attn_profile *p, const run_rules &rules,
+                         const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, const attn_quant_options *opt, uint16_t *out,
+                         attn_quant_report *rep, pg_err *err)
 {
     const char *why = nullptr;
     pg_status st = attn_batch_check(b, err);
@@ -792,6 +805,13 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     if (kind == GK_NONE)
         return pg_fail(err, PG_ERR_USAGE, "cuda: %s does not run on the GPU: %s",
                        attn_profile_variant(p), why);
+    char refusal[ATTN_REFUSAL_MAX];
+    if (!attn_profile_computes(p, b, refusal, sizeof refusal))  // as attn_variant_run
+        return pg_fail(err, PG_ERR_UNSUPPORTED, "variant %s: %s", attn_profile_variant(p),
+                       refusal);
+    if (rules.has_pl && kind != GK_FP8KV_DEQUANT)
+        return pg_fail(err, PG_ERR_INTERNAL, "cuda: a forced fp8kv plumbing on %s, which has "
+                       "no dequant gather", attn_profile_variant(p));
     const unsigned kept = opt->keep_bf16;
     dev_pool pool = {be, {}, 0};
     cuda_batch cb = {};
@@ -805,7 +825,7 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     if (st == PG_OK) st = dev_alloc(&pool, (void **)&dstats, CUDA_STATS_BYTES, "stats", err);
     CUDA_STEP(st, "stats", cudaMemsetAsync(dstats, 0, CUDA_STATS_BYTES, be->stream));
     if (st == PG_OK)
-        st = run_kind(&pool, be, b, &cb, p, kind, dq, dk, dv, opt, &lc, dstats,
+        st = run_kind(&pool, be, b, &cb, p, kind, rules, dq, dk, dv, opt, &lc, dstats,
                       dstats + CUDA_QSTAT_COUNT, dout, err);
     unsigned long long hs[3 * CUDA_QSTAT_COUNT];
     if (st == PG_OK) st = download(be, out, dout, nq * 2, "output", err);
@@ -822,6 +842,53 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     }
     dev_pool_free(&pool);
     return st;
+}
+
+extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, const attn_batch *b,
+                                      const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                      const attn_quant_options *opt, uint16_t *out,
+                                      attn_quant_report *rep, pg_err *err)
+{
+    return run_one(be, p, VARIANT_RULES, b, q, k, v, opt, out, rep, err);
+}
+
+extern "C" int cuda_hypothesis_supports(const attn_hypothesis *h, const attn_batch *b,
+                                        const char **why)
+{
+    const attn_profile *p;
+    attn_kv_plumbing pl;
+    int has_pl;
+    attn_quant_options o;
+    const attn_quant_options unit = {1, 1.f, 1.f, 1.f, 16, 0, 0};
+    if (!attn_hypothesis_profile_run(h, &unit, &p, &pl, &has_pl, &o, why)) return 0;
+    const gpu_kind kind = gpu_kind_of(p, b, why);
+    if (kind == GK_NONE) return 0;
+    const char *no = has_pl && kind != GK_FP8KV_DEQUANT
+                         ? "its plumbing is of a dequant-to-bf16 cache, which this profile has not"
+                         : keep_refusal(kind, o.keep_bf16);
+    if (why != nullptr) *why = no;
+    return no == nullptr;
+}
+
+extern "C" pg_status cuda_hypothesis_run(cuda_backend *be, const attn_hypothesis *h,
+                                         const attn_batch *b, const uint16_t *q,
+                                         const uint16_t *k, const uint16_t *v,
+                                         const attn_quant_options *opt, uint16_t *out, pg_err *err)
+{
+    const char *why = nullptr;
+    if (!cuda_hypothesis_supports(h, b, &why))
+        return pg_fail(err, PG_ERR_USAGE, "cuda: hypothesis %s does not run on the GPU: %s",
+                       attn_hypothesis_name(h), why);
+    if (opt->keep_bf16 != 0 || !opt->quantize)
+        return pg_fail(err, PG_ERR_USAGE, "hypothesis %s: the options must quantize as the "
+                       "stack does (quantize 1, keep_bf16 0)", attn_hypothesis_name(h));
+    const attn_profile *p;
+    run_rules rules = {false, {0, 0, 0, 0}, false};
+    int has_pl;
+    attn_quant_options o;
+    attn_hypothesis_profile_run(h, opt, &p, &rules.pl, &has_pl, &o, nullptr);
+    rules.has_pl = has_pl != 0;
+    return run_one(be, p, rules, b, q, k, v, &o, out, nullptr, err);
 }
 
 extern "C" pg_status cuda_paged_write(cuda_backend *be, const attn_batch *b, const uint16_t *k,
@@ -989,7 +1056,7 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
         q_counted = q_counted || count_q;
         CUDA_STEP(st, "events", cudaEventRecord(ev[0], be->stream));
         if (st == PG_OK)
-            st = run_kind(&pool, be, b, &cb, var[mi], kinds[mi], dq, dk, dv, opt, &lc,
+            st = run_kind(&pool, be, b, &cb, var[mi], kinds[mi], VARIANT_RULES, dq, dk, dv, opt, &lc,
                           count_q ? dstats : nullptr,
                           attn_quant_fold_takes_kv(var[mi]) ? dstats + CUDA_QSTAT_COUNT : nullptr,
                           dout, err);

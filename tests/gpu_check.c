@@ -27,6 +27,7 @@
 
 #include "kernels/attn.h"
 #include "kernels/attn_backend.h"
+#include "kernels/attn_hypothesis.h"
 #include "kernels/attn_profile.h"
 #include "kernels/kv_cache.h"
 #include "kernels/metrics.h"
@@ -136,6 +137,7 @@ static void explain_difference(const attn_batch *b, const uint16_t *gpu, const u
 static double worst_dist[GPU_MAX_PROFILES], worst_ratio[GPU_MAX_PROFILES];
 static size_t steps_seen[GPU_MAX_PROFILES], elems_seen[GPU_MAX_PROFILES];
 static double worst_kept_ratio[GPU_MAX_PROFILES]; /* attribution's runs (keep_bf16) */
+static double worst_hyp_ratio; /* the hypotheses the GPU runs */
 
 static double gauss(uint64_t *s)
 {
@@ -231,20 +233,27 @@ static void fill_qkv(uint16_t *q, uint16_t *k, uint16_t *v, size_t nq, int64_t t
 }
 
 /* One case of the sweep. */
-/* Profile p with options o on the CPU specification (into spec) and on the
- * GPU (into gout), held to agreement_of's criterion and equal counters; id
+/* Profile p (or hypothesis h when not NULL) with options o on the CPU
+ * specification (into spec) and on the GPU (into gout), held to
+ * agreement_of's criterion and equal counters; id
  * names the case in FAIL lines. 0 when a run failed (counted as a failure). */
-static int agree_one(attn_backend *be, const attn_profile *p, const attn_batch *b,
-                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                     const attn_quant_options *o, uint16_t *spec, uint16_t *gout,
-                     const double *ref, size_t nq, int threads, const char *id, agreement *ag)
+static int agree_one(attn_backend *be, const attn_profile *p, const attn_hypothesis *h,
+                     const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                     const uint16_t *v, const attn_quant_options *o, uint16_t *spec,
+                     uint16_t *gout, const double *ref, size_t nq, int threads, const char *id,
+                     agreement *ag)
 {
     pg_err err = {0};
     attn_quant_report rc = {0}, rg = {0};
-    pg_status s1 = attn_variant_run(p, b, q, k, v, o, spec, &rc, threads, &err);
-    pg_status s2 = s1 == PG_OK ? attn_backend_run_variant(be, p, b, q, k, v, o, gout, &rg, &err)
-                               : s1;
-    const char *name = attn_profile_variant(p);
+    pg_status s1, s2;
+    if (h != NULL) {  /* a hypothesis: no counters */
+        s1 = attn_hypothesis_run(h, b, q, k, v, o, spec, threads, &err);
+        s2 = s1 == PG_OK ? attn_backend_run_hypothesis(be, h, b, q, k, v, o, gout, &err) : s1;
+    } else {
+        s1 = attn_variant_run(p, b, q, k, v, o, spec, &rc, threads, &err);
+        s2 = s1 == PG_OK ? attn_backend_run_variant(be, p, b, q, k, v, o, gout, &rg, &err) : s1;
+    }
+    const char *name = h != NULL ? attn_hypothesis_name(h) : attn_profile_variant(p);
     if (s1 != PG_OK || s2 != PG_OK) {
         failures++;
         printf("FAIL %s: %s: %s\n", id, name, err.msg);
@@ -365,7 +374,8 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
         if (!attn_profile_computes(p, &b, NULL, 0) || !attn_backend_supports(be, p, &b, NULL))
             continue;
         agreement ag;
-        if (!agree_one(be, p, &b, q, k, v, &opt, spec, gout, ref, nq, threads, id, &ag)) continue;
+        if (!agree_one(be, p, NULL, &b, q, k, v, &opt, spec, gout, ref, nq, threads, id, &ag))
+            continue;
         if (pi < GPU_MAX_PROFILES) {
             if (ag.dist > worst_dist[pi]) worst_dist[pi] = ag.dist;
             if (ag.ratio > worst_ratio[pi]) worst_ratio[pi] = ag.ratio;
@@ -388,10 +398,19 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
             char kid[128];
             snprintf(kid, sizeof kid, "%s keep 0x%x", id, keep);
             agreement ka;
-            if (agree_one(be, p, &b, q, k, v, &ko, spec, gout, ref, nq, threads, kid, &ka) &&
+            if (agree_one(be, p, NULL, &b, q, k, v, &ko, spec, gout, ref, nq, threads, kid, &ka) &&
                 pi < GPU_MAX_PROFILES && ka.ratio > worst_kept_ratio[pi])
                 worst_kept_ratio[pi] = ka.ratio;
         }
+    }
+    /* Each scale-plumbing hypothesis the GPU runs (diagnosis) likewise. */
+    for (size_t hi = 0; hi < attn_hypothesis_count(); hi++) {
+        const attn_hypothesis *h = attn_hypothesis_at(hi);
+        if (!attn_backend_supports_hypothesis(be, h, &b, NULL)) continue;
+        agreement ha;
+        if (agree_one(be, NULL, h, &b, q, k, v, &opt, spec, gout, ref, nq, threads, id, &ha) &&
+            ha.ratio > worst_hyp_ratio)
+            worst_hyp_ratio = ha.ratio;
     }
     if (failures == failures_before) printf("ok  %s (ref %.1e) %s\n", line, ref_err, id);
 done:
@@ -699,8 +718,9 @@ int main(int argc, char **argv)
     run_pieces_case(be);
     run_keep_bf16_refused(be);
     attn_backend_close(be);
-    printf("gpu_check: %d cases, %d failed checks; GPU reference within %.2e of the CPU's\n",
-           cases, failures, worst_ref_err);
+    printf("gpu_check: %d cases, %d failed checks; GPU reference within %.2e of the CPU's; "
+           "hypotheses on the GPU at worst %.4f of their own error\n",
+           cases, failures, worst_ref_err, worst_hyp_ratio);
     for (size_t pi = 0; pi < attn_profile_count() && pi < GPU_MAX_PROFILES; pi++)
         if (elems_seen[pi] > 0)
             printf("gpu_check: %s: worst distance to the CPU %.3e, worst ratio to its own error "

@@ -205,7 +205,10 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
     for (size_t i = 0; i < sizeof h / 2; i++) twice[i] = bf16_from_f32(2 * bf16_to_f32(h[i]));
     const capture_ext_output ext = {(char *)"x", twice};
     diag_layer d;
-    cr_assert_eq(diag_layer_run(&b, q, k, v, &fo, 0, 1, &ext, 1, &d, &err), PG_OK, "%s", err.msg);
+    attn_backend *cpu = NULL;
+    cr_assert_eq(attn_backend_open("cpu", 1, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(diag_layer_run(cpu, cpu, &b, q, k, v, &fo, 0, 1, &ext, &d, &err), PG_OK, "%s",
+                 err.msg);
     cr_assert_eq(d.n_hyp, (int)attn_hypothesis_count());
     cr_expect_eq(d.rel_l2[0], 1.0);  /* intended-bf16 is the table's first */
     cr_expect_str_eq(d.why[0], "");
@@ -214,8 +217,10 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
     /* options no stack quantizes with are a caller's bug, never a hypothesis "not run" */
     attn_quant_options bad = fo;
     bad.keep_bf16 = ATTN_TENSOR_Q;
-    cr_expect_eq(diag_layer_run(&b, q, k, v, &bad, 0, 1, &ext, 1, &d, &err), PG_ERR_INTERNAL);
+    cr_expect_eq(diag_layer_run(cpu, cpu, &b, q, k, v, &bad, 0, 1, &ext, &d, &err),
+                 PG_ERR_INTERNAL);
     diag_layer_free(&d);
+    attn_backend_close(cpu);
 }
 
 Test(diagnose, junit_leads_a_testcase_with_its_scale_bug)
