@@ -320,11 +320,18 @@ int attn_backend_supports_kept(const attn_backend *be, const attn_profile *p,
     return be->ops->supports(p, b, keep_bf16, why);
 }
 
-int attn_backend_gpu_runs(const attn_profile *p, int d, const char **why)
+int attn_backend_gpu_runs(const attn_profile *p, int d, unsigned keep_bf16, const char **why)
 {
     int32_t one = 1;
     const attn_batch b = {1, &one, &one, 1, 1, d, 0, 1.0f, NULL};
-    return cuda_supports(p, &b, 0, why);
+    return cuda_supports(p, &b, keep_bf16, why);
+}
+
+int attn_backend_gpu_runs_hypothesis(const attn_hypothesis *h, int d, const char **why)
+{
+    int32_t one = 1;
+    const attn_batch b = {1, &one, &one, 1, 1, d, 0, 1.0f, NULL};
+    return cuda_hypothesis_supports(h, &b, why);
 }
 
 pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err)

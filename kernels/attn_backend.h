@@ -96,8 +96,12 @@ int attn_backend_supports_kept(const attn_backend *be, const attn_profile *p,
 /* Whether the GPU backend as built runs profile p at head dim d (on a layer
  * without sinks or window; no GPU needed to ask): 1, or 0 with *why (may be
  * NULL) saying why the CPU specification runs it beside the GPU instead.
- * The answer reads the mode table's traits and the profile's knobs. */
-int attn_backend_gpu_runs(const attn_profile *p, int d, const char **why);
+ * The answer reads the mode table's traits and the profile's knobs;
+ * keep_bf16: with those tensors kept bf16, as attribution runs them. */
+int attn_backend_gpu_runs(const attn_profile *p, int d, unsigned keep_bf16, const char **why);
+
+/* The same for scale-plumbing hypothesis h (diagnosis). */
+int attn_backend_gpu_runs_hypothesis(const attn_hypothesis *h, int d, const char **why);
 
 /* The fp64 reference, every variant of job and the metrics of each variant
  * and external output against the reference, for one layer. PG_ERR_USAGE

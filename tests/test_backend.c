@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/attn_backend.h"
+#include "kernels/attn_hypothesis.h"
 #include "kernels/metrics.h"
 #include "kernels/numerics.h"
 #include "base/rng.h"
@@ -87,7 +88,7 @@ Test(backend, the_gpu_placement_of_each_profile_follows_its_traits)
         n_on += (size_t)expect;
         for (int d = 64; d <= 128; d += 64) {
             const char *why = NULL;
-            const int runs = attn_backend_gpu_runs(p, d, &why);
+            const int runs = attn_backend_gpu_runs(p, d, 0, &why);
             cr_expect_eq(runs, expect, "%s at d %d: runs %d (%s)", attn_profile_variant(p), d,
                          runs, why ? why : "-");
             if (!runs)
@@ -95,12 +96,68 @@ Test(backend, the_gpu_placement_of_each_profile_follows_its_traits)
                           attn_profile_variant(p));
         }
         const char *why = NULL;
-        cr_expect_eq(attn_backend_gpu_runs(p, 96, &why), 0, "%s at d 96", attn_profile_variant(p));
+        cr_expect_eq(attn_backend_gpu_runs(p, 96, 0, &why), 0, "%s at d 96",
+                     attn_profile_variant(p));
         cr_expect_not_null(why);
     }
 #ifdef PG_HAVE_CUDA
     cr_expect_eq(n_on, sizeof on_gpu / sizeof on_gpu[0], "a profile of the list was renamed");
 #endif
+}
+
+/* With a tensor kept bf16 (attribution) the GPU runs what its kernels compute
+ * as the specification states: fp8kv's and @ideal's rows (exact fp32 sums),
+ * not a tiled fp8 profile's (the fp8 accumulation rule on bf16 values); the
+ * scale-plumbing hypotheses that are GPU profiles' runs likewise, never the
+ * misreads only the CPU models. The CPU runs everything. Needs no GPU. */
+Test(backend, attribution_and_hypotheses_go_where_their_kernels_run)
+{
+    int32_t one = 1;
+    const attn_batch b = {1, &one, &one, 1, 1, 64, 0, 1.0f, NULL};
+    attn_backend *cpu = NULL;
+    pg_err err = {0};
+    cr_assert_eq(attn_backend_open("cpu", 1, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
+    const unsigned k_alone = ATTN_TENSORS_ALL & ~(unsigned)ATTN_TENSOR_K;
+    static const struct {
+        const char *name;
+        int on_gpu;
+    } kept[] = {{"fp8kv@fixed", 1}, {"fp8kv@vllm-24197", 1}, {"fp8kv_e5m2@fixed", 1},
+                {"fp8qkv@ideal", 1}, {"fp8qkv@fa3", 0}, {"fp8qkv@trtllm", 0},
+                {"fp8qkv@flashinfer-fa3", 0}, {"fp8kv_per_token_head@triton", 0}};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        const attn_profile *p = profile(kept[i].name);
+        cr_expect(attn_backend_supports_kept(cpu, p, &b, k_alone, NULL), "cpu: %s", kept[i].name);
+#ifdef PG_HAVE_CUDA
+        const char *why = NULL;
+        const int runs = attn_backend_gpu_runs(p, 64, k_alone, &why);
+        cr_expect_eq(runs, kept[i].on_gpu, "%s with K alone quantized: %d (%s)", kept[i].name,
+                     runs, why ? why : "-");
+        if (!runs) cr_expect(why != NULL && strlen(why) > 10, "%s: no reason", kept[i].name);
+        cr_expect_eq(attn_backend_gpu_runs(p, 64, 0, NULL),
+                     strstr(kept[i].name, "per_token") == NULL,
+                     "%s unkept", kept[i].name);
+#endif
+    }
+    static const struct {
+        const char *name;
+        int on_gpu;
+    } hyp[] = {{"intended-fp8kv", 1}, {"kv-scales-twice", 1}, {"kv-scales-missing", 1},
+               {"k-scale-on-bf16", 1}, {"q-scale-on-bf16-q", 1}, {"q-cast-unscaled", 1},
+               {"e5m2-kv-scales-twice", 1}, {"pth-scales-missing", 0},
+               {"nvfp4-block-scales-lost", 0}, {"tq-q-unrotated", 0}};
+    for (size_t i = 0; i < sizeof hyp / sizeof hyp[0]; i++) {
+        const attn_hypothesis *h = attn_hypothesis_find(hyp[i].name);
+        cr_assert_not_null(h, "%s", hyp[i].name);
+        cr_expect(attn_backend_supports_hypothesis(cpu, h, &b, NULL), "cpu: %s", hyp[i].name);
+#ifdef PG_HAVE_CUDA
+        const char *why = NULL;
+        const int runs = attn_backend_gpu_runs_hypothesis(h, 64, &why);
+        cr_expect_eq(runs, hyp[i].on_gpu, "hypothesis %s: %d (%s)", hyp[i].name, runs,
+                     why ? why : "-");
+        if (!runs) cr_expect(why != NULL && strlen(why) > 10, "%s: no reason", hyp[i].name);
+#endif
+    }
+    attn_backend_close(cpu);
 }
 
 Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)

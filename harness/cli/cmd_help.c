@@ -34,11 +34,20 @@ static void put_gpu_placement(FILE *out, const attn_profile *p)
     const char *why = NULL;
     int runs = 1;
     for (size_t i = 0; runs && i < sizeof gpu_head_dims / sizeof gpu_head_dims[0]; i++)
-        runs = attn_backend_gpu_runs(p, gpu_head_dims[i], &why);
-    if (runs)
+        runs = attn_backend_gpu_runs(p, gpu_head_dims[i], 0, &why);
+    if (runs) {
         fprintf(out, "  GPU (--backend cuda): its CUDA kernel at head dims %d and %d; other head "
                 "dims on the CPU specification\n", gpu_head_dims[0], gpu_head_dims[1]);
-    else
+        /* attribution's rows keep every tensor but one bf16: K alone stands for them */
+        if (pg_mode_quantizes(attn_profile_mode(p))) {
+            const unsigned k_alone = ATTN_TENSORS_ALL & ~(unsigned)ATTN_TENSOR_K;
+            if (attn_backend_gpu_runs(p, gpu_head_dims[0], k_alone, &why))
+                fputs("  GPU --attribute: its rows with tensors kept bf16 run on the GPU too\n",
+                      out);
+            else
+                fprintf(out, "  GPU --attribute: %s\n", why != NULL ? why : "no reason given");
+        }
+    } else
         fprintf(out, "  GPU (--backend cuda): the CPU specification runs it beside the GPU: %s\n",
                 why != NULL ? why : "no reason given");
 }
