@@ -362,8 +362,8 @@ static pg_status layer_kv_format_stats(layer_ctx *c, const sweep_options *opt, p
         fp8_quant_stats kq, vq;
         kv_code_stats kc, vc;
         pg_status st = kv_mode_code_stats((pg_mode)m, &c->b, c->L->k, c->L->v, c->fo.k_scale,
-                                          c->fo.v_scale, c->fo.page_seed, c->fo.block_size, &kq,
-                                          &vq, &kc, &vc, err);
+                                          c->fo.v_scale, c->fo.page_seed, c->fo.block_size,
+                                          opt->n_threads, &kq, &vq, &kc, &vc, err);
         if (st != PG_OK) return st;
         c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "k", &kq, &kc);
         c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "v", &vq, &vc);

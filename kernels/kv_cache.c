@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "parallel.h"
 #include "rht.h"
 #include "turboquant.h"
 
@@ -372,10 +373,77 @@ double kv_code_stats_entropy_bits(const kv_code_stats *st)
     return h;
 }
 
+/* Values one work item of flat_code_stats quantizes. */
+#define KV_STATS_CHUNK ((size_t)1 << 16)
+
+/* flat_code_stats's work: K (which 0) and V (1) in chunks, each thread its
+ * own counters and code buffer. */
+typedef struct flat_stats_job {
+    const uint16_t *x[2];
+    float scale[2];
+    size_t n;
+    int n_chunks;
+    const fp_codec *codec;
+    fp8_quant_stats *q; /* [thread * 2 + which] */
+    kv_code_stats *c;   /* [thread * 2 + which] */
+    uint8_t *codes;     /* [thread * KV_STATS_CHUNK] */
+} flat_stats_job;
+
+static void flat_stats_item(void *ctx, int item, int thread)
+{
+    const flat_stats_job *j = ctx;
+    const int which = item % 2;
+    const size_t start = (size_t)(item / 2) * KV_STATS_CHUNK;
+    const size_t len = j->n - start < KV_STATS_CHUNK ? j->n - start : KV_STATS_CHUNK;
+    uint8_t *codes = j->codes + (size_t)thread * KV_STATS_CHUNK;
+    j->codec->quantize_bf16(j->x[which] + start, len, j->scale[which], codes,
+                            &j->q[thread * 2 + which]);
+    kv_code_stats *st = &j->c[thread * 2 + which];
+    for (size_t i = 0; i < len; i++) st->hist[codes[i]]++;
+    st->n_codes += len;
+}
+
+/* kv_mode_code_stats of a per-tensor one-byte format: the codes of every
+ * value of k and v (n each) with its scale, counted without a cache. */
+static pg_status flat_code_stats(const fp_codec *codec, const uint16_t *k, const uint16_t *v,
+                                 size_t n, float k_scale, float v_scale, int n_threads,
+                                 fp8_quant_stats *kq, fp8_quant_stats *vq, kv_code_stats *kc,
+                                 kv_code_stats *vc, pg_err *err)
+{
+    if (n_threads < 1) n_threads = 1;
+    const size_t chunks = (n + KV_STATS_CHUNK - 1) / KV_STATS_CHUNK;
+    if (chunks > (size_t)INT32_MAX / 2)
+        return pg_fail(err, PG_ERR_SHAPE, "kv statistics: %zu values exceed the work items", n);
+    flat_stats_job j = {{k, v}, {k_scale, v_scale}, n, (int)chunks, codec,
+                        calloc((size_t)n_threads * 2, sizeof(fp8_quant_stats)),
+                        calloc((size_t)n_threads * 2, sizeof(kv_code_stats)),
+                        malloc((size_t)n_threads * KV_STATS_CHUNK)};
+    pg_status st = j.q && j.c && j.codes
+                       ? parallel_for(2 * j.n_chunks, n_threads, flat_stats_item, &j, err)
+                       : pg_fail(err, PG_ERR_NOMEM, "kv statistics: per-thread counters");
+    for (int t = 0; st == PG_OK && t < n_threads; t++)
+        for (int w = 0; w < 2; w++) {
+            const fp8_quant_stats *a = &j.q[t * 2 + w];
+            const kv_code_stats *c = &j.c[t * 2 + w];
+            fp8_quant_stats *qo = w == 0 ? kq : vq;
+            kv_code_stats *co = w == 0 ? kc : vc;
+            qo->n += a->n;
+            qo->n_saturated += a->n_saturated;
+            qo->n_nonzero += a->n_nonzero;
+            qo->n_underflow += a->n_underflow;
+            for (int b = 0; b < KV_CODE_VALUES; b++) co->hist[b] += c->hist[b];
+            co->n_codes += c->n_codes;
+        }
+    free(j.q);
+    free(j.c);
+    free(j.codes);
+    return st;
+}
+
 pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, const uint16_t *v,
                              float k_scale, float v_scale, uint64_t page_seed, int block_size,
-                             fp8_quant_stats *kq, fp8_quant_stats *vq, kv_code_stats *kc,
-                             kv_code_stats *vc, pg_err *err)
+                             int n_threads, fp8_quant_stats *kq, fp8_quant_stats *vq,
+                             kv_code_stats *kc, kv_code_stats *vc, pg_err *err)
 {
     memset(kq, 0, sizeof *kq);
     memset(vq, 0, sizeof *vq);
@@ -395,6 +463,14 @@ pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, 
     }
     uint16_t *kr = NULL, *vr = NULL;
     const size_t n = (size_t)attn_batch_tkv(b) * (size_t)b->hkv * (size_t)b->d;
+    const fp_codec *codec = fp_codec_of(t->k_format);
+    if (t->kv_scales == PG_SCALES_PER_TENSOR && t->kv_rotation == PG_ROTATION_NONE &&
+        t->v_format == t->k_format && codec->quantize_bf16 != NULL && codec->bytes == 1) {
+        if (block_size <= 0)  /* as the cache write would refuse it */
+            return pg_fail(err, PG_ERR_USAGE, "paged KV cache: block size %d must be positive",
+                           block_size);
+        return flat_code_stats(codec, k, v, n, k_scale, v_scale, n_threads, kq, vq, kc, vc, err);
+    }
     if (t->kv_rotation == PG_ROTATION_RHT) {
         if (!rht_dim_ok(b->d))
             return pg_fail(err, PG_ERR_SHAPE, "kv statistics: mode %s rotates by a Hadamard "

@@ -138,12 +138,15 @@ double kv_code_stats_entropy_bits(const kv_code_stats *st);
  * scales and paging); else its rotation when it has one (rht.h), then kv_paged_write_mode with the
  * per-tensor scales k_scale / v_scale where the mode uses them; the write's
  * counters into *kq / *vq and its codes and scales into *kc / *vc (all
- * zeroed first). PG_ERR_USAGE for a mode that keeps K and V bf16; the
- * write's errors (a head dim the format or rotation cannot take). */
+ * zeroed first). A per-tensor format without rotation (e4m3, e5m2) is
+ * counted straight from k and v on n_threads threads, without a cache: the
+ * same numbers as the write's (its codes do not depend on the paging).
+ * PG_ERR_USAGE for a mode that keeps K and V bf16; the write's errors (a
+ * head dim the format or rotation cannot take); PG_ERR_NOMEM. */
 pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, const uint16_t *v,
                              float k_scale, float v_scale, uint64_t page_seed, int block_size,
-                             fp8_quant_stats *kq, fp8_quant_stats *vq, kv_code_stats *kc,
-                             kv_code_stats *vc, pg_err *err);
+                             int n_threads, fp8_quant_stats *kq, fp8_quant_stats *vq,
+                             kv_code_stats *kc, kv_code_stats *vc, pg_err *err);
 
 /* Frees the cache's buffers and zeroes it. */
 void kv_paged_free(kv_paged *c);

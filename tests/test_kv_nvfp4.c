@@ -20,6 +20,7 @@
 #include "kernels/attn_profile.h"
 #include "kernels/kv_cache.h"
 #include "kernels/numerics.h"
+#include "base/rng.h"
 
 #define D 64
 /* e2m1's magnitudes (OCP MX v1.0, FP4 E2M1), by code 0 .. 7. */
@@ -316,7 +317,7 @@ Test(kv_nvfp4, the_code_statistics_count_codes_scales_and_floors_by_mode)
     fp8_quant_stats kq, vq;
     kv_code_stats kc, vc;
     pg_err err = {0};
-    cr_assert_eq(kv_mode_code_stats(PG_MODE_NVFP4KV, &b, k, v, 1.0f, 1.0f, 1, 16, &kq, &vq, &kc,
+    cr_assert_eq(kv_mode_code_stats(PG_MODE_NVFP4KV, &b, k, v, 1.0f, 1.0f, 1, 16, 1, &kq, &vq, &kc,
                                     &vc, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(kc.n_codes, D);
     cr_expect_eq(kc.n_scales, D / BLOCK);
@@ -337,16 +338,60 @@ Test(kv_nvfp4, the_code_statistics_count_codes_scales_and_floors_by_mode)
     u.n_codes = 80;
     cr_expect_float_eq(kv_code_stats_entropy_bits(&u), 4.0, 1e-12);
     /* a per-tensor mode has no scales; a bf16 one has no cache to describe */
-    cr_assert_eq(kv_mode_code_stats(PG_MODE_FP8KV, &b, k, v, 1.0f, 1.0f, 1, 16, &kq, &vq, &kc, &vc,
+    cr_assert_eq(kv_mode_code_stats(PG_MODE_FP8KV, &b, k, v, 1.0f, 1.0f, 1, 16, 1, &kq, &vq, &kc, &vc,
                                     &err), PG_OK, "%s", err.msg);
     cr_expect_eq(kc.n_scales, 0);
     cr_expect_eq(kc.n_codes, D);
-    cr_expect_eq(kv_mode_code_stats(PG_MODE_BF16, &b, k, v, 1.0f, 1.0f, 1, 16, &kq, &vq, &kc, &vc,
+    cr_expect_eq(kv_mode_code_stats(PG_MODE_BF16, &b, k, v, 1.0f, 1.0f, 1, 16, 1, &kq, &vq, &kc, &vc,
                                     &err), PG_ERR_USAGE);
     /* int4 rotates first: the zero point rides in the scale, which the
      * statistics read as the reader splits it (the low 4 bits cleared) */
     cr_assert_eq(kv_mode_code_stats(PG_MODE_INT4KV_PER_TOKEN_HEAD, &b, k, v, 1.0f, 1.0f, 1, 16,
-                                    &kq, &vq, &kc, &vc, &err), PG_OK, "%s", err.msg);
+                                    1, &kq, &vq, &kc, &vc, &err), PG_OK, "%s", err.msg);
     cr_expect_eq(kc.n_scales, 1);
     cr_expect_eq(f32_bits((float)kc.scale_min) & 0xFu, 0u);
+}
+
+/* A per-tensor format's statistics are counted from the values on several
+ * threads, without a cache (kv_mode_code_stats's fast path): the very
+ * numbers of the cache write and its code statistics, on a ragged batch
+ * whose values span saturation, underflow and zeros, for e4m3 and e5m2. */
+Test(kv_nvfp4, per_tensor_statistics_equal_the_cache_writes)
+{
+    static const int32_t sq[3] = {70, 5, 300}, skv[3] = {70, 133, 300};
+    const attn_batch b = {3, sq, skv, 4, 2, D, 0, 0.125f, NULL};
+    const size_t n = (size_t)attn_batch_tkv(&b) * 2 * D;
+    uint16_t *k = malloc(n * 2), *v = malloc(n * 2);
+    uint64_t rs = 99;
+    for (size_t i = 0; i < n; i++) {
+        const double u = (double)(rng_splitmix64(&rs) >> 11) / 9007199254740992.0;
+        k[i] = bf16_from_f32(i % 97 == 0 ? 0.0f : (float)((u - 0.5) * 1e3 * (double)(i % 5)));
+        v[i] = bf16_from_f32((float)((u - 0.3) * 1e-4));
+    }
+    const pg_mode modes[2] = {PG_MODE_FP8KV, PG_MODE_FP8KV_E5M2};
+    /* K's scale saturates some values and V's underflows some, in each format */
+    const float ks[2] = {0.5f, 0.005f}, vs[2] = {3e-6f, 1.0f};
+    for (int mi = 0; mi < 2; mi++) {
+        const pg_mode_traits *t = pg_mode_traits_of(modes[mi]);
+        fp8_quant_stats kq, vq, kq2 = {0}, vq2 = {0};
+        kv_code_stats kc, vc, kc2 = {0}, vc2 = {0};
+        pg_err err = {0};
+        cr_assert_eq(kv_mode_code_stats(modes[mi], &b, k, v, ks[mi], vs[mi], 7, 16, 4, &kq, &vq,
+                                        &kc, &vc, &err), PG_OK, "%s", err.msg);
+        kv_paged c;
+        cr_assert_eq(kv_paged_write(&b, k, v, t->k_format, ks[mi], vs[mi], 7, 16, &c, &kq2, &vq2,
+                                    &err), PG_OK, "%s", err.msg);
+        kv_paged_code_stats(&c, &b, 0, &kc2);
+        kv_paged_code_stats(&c, &b, 1, &vc2);
+        kv_paged_free(&c);
+        cr_expect(memcmp(&kq, &kq2, sizeof kq) == 0 && memcmp(&vq, &vq2, sizeof vq) == 0,
+                  "%s: quantization counters (saturated %llu / %llu)", t->name,
+                  (unsigned long long)kq.n_saturated, (unsigned long long)kq2.n_saturated);
+        cr_expect(kq.n_saturated > 0 && vq.n_underflow > 0, "%s: the values reach both ends",
+                  t->name);
+        cr_expect(memcmp(&kc, &kc2, sizeof kc) == 0 && memcmp(&vc, &vc2, sizeof vc) == 0,
+                  "%s: code statistics", t->name);
+    }
+    free(k);
+    free(v);
 }
