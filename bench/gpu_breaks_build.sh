@@ -24,7 +24,7 @@ breaks=(
   "tile_order|kernels/cuda_attn_fp8.cu|s/constexpr bool DESCENDING = KIND != ATTN_SOFTMAX_TRTLLM;/constexpr bool DESCENDING = true;/"
   "p_scale_dropped|kernels/cuda_attn_fp8.cu|s/KIND == ATTN_SOFTMAX_FLASHINFER ? p \* ts.p_scale : p;/p;/"
   "ideal_p_bf16|kernels/cuda_attn_bf16.cu|s/if (P_E4M3)$/if (false)/"
-  "bf16_no_sink|kernels/cuda_softmax.cuh|s/if (sinks != nullptr) s += expf(sinks\[h\] - m\[r\]);/(void)sinks;/"
+  "bf16_no_sink|kernels/cuda_softmax.cuh|s/if (sinks != nullptr) s += attn_final_max_exp(sinks\[h\] - m\[r\]);/(void)sinks;/"
 )
 for entry in "${breaks[@]}"; do
   IFS='|' read -r name file expr <<<"$entry"

@@ -59,7 +59,7 @@ PY
 echo "== 36 x 8192 gpt-oss-120b-shaped capture"
 "$bin/precgate" synth -o /tmp/bench.safetensors --preset gpt-oss-120b --layers 36 --seqs 1 \
   --seq-len 8192 --seed 1 | tail -1
-for i in 1 2; do
+for i in $(seq 1 "${BIG_REPS:-2}"); do
   timed_run 120 "$out/big_default$i.log" "$bin/precgate" run --capture /tmp/bench.safetensors \
     --backend cuda --db /tmp/big_default$i.db --no-progress
   echo "default #$i: exit $rc, wall $wall_ms ms"
@@ -67,7 +67,7 @@ for i in 1 2; do
     --backend cuda --variants "$gpu_all" --db /tmp/big_all$i.db --no-progress
   echo "GPU profiles and formats #$i: exit $rc, wall $wall_ms ms"
 done
-grep -E "runs on|s in all|not computed" "$out/big_all2.log" | head -6
+grep -E "runs on|s in all|not computed" "$out/big_all${BIG_REPS:-2}.log" | head -6
 # --attribute where every row runs on the GPU (fp8kv, @ideal), against its plain sweep
 attr_vars=bf16,fp8kv@fixed,fp8qkv@ideal
 timed_run 120 "$out/big_plain3.log" "$bin/precgate" run --capture /tmp/bench.safetensors \
@@ -81,10 +81,11 @@ timed_run 300 "$out/demo_attr.log" "$bin/precgate" run --capture /tmp/demo4.safe
   --backend cuda --attribute --db /tmp/demo_attr.db --no-progress
 echo "demo --attribute, default variants: exit $rc, wall $wall_ms ms"
 grep -E "attribution" "$out/demo_attr.log" | head -4
-if python3 -c 'import torch' 2>/dev/null; then
+if [ "${SKIP_TORCH:-0}" != 1 ] && python3 -c 'import torch' 2>/dev/null; then
   timeout 200 python3 bench/torch_sweep.py /tmp/bench.safetensors 3 > "$out/torch.log" 2>&1
   echo "torch_sweep: exit $?"; tail -4 "$out/torch.log"
 fi
 
+[ "${SKIP_DIAGNOSE:-0}" = 1 ] && exit 0
 echo "== diagnosis and attribution on the GPU against the CPU (bench/gpu_diagnose.sh, 4 layers)"
 LAYERS=4 BACKENDS="cuda cpu" OUT="$out/diagnose" bash bench/gpu_diagnose.sh 2>&1 | tail -30

@@ -197,7 +197,8 @@ static void row_scores(const core_row *r, attn_accum accum)
 }
 
 /* The row with the final row max (two passes: all scores, then exponentials):
- * m = max(sink, S), P = expf(S * qk_scale - m), exact fp32 sums. */
+ * m = max(sink, S), P = exp(S * qk_scale - m) (attn_final_max_exp), exact
+ * fp32 sums. */
 static void row_final_max(const core_row *r, const core_params *par, uint16_t *o)
 {
     const int d = r->d;
@@ -208,9 +209,9 @@ static void row_final_max(const core_row *r, const core_params *par, uint16_t *o
         sc[t] *= par->qk_scale;
         m = fmaxf(m, sc[t]);
     }
-    float l = r->sink != NULL ? expf(*r->sink - m) : 0.0f;
+    float l = r->sink != NULL ? attn_final_max_exp(*r->sink - m) : 0.0f;
     for (int t = r->lo; t <= r->hi; t++) {
-        sc[t] = expf(sc[t] - m);
+        sc[t] = attn_final_max_exp(sc[t] - m);
         l += sc[t];
     }
     float *acc = r->acc;

@@ -28,7 +28,10 @@ static const char rules_bf16[] =
     "Q, K, V bf16; S = (sum_d q*k in fp32, d ascending) * sm_scale in fp32.\n"
     "Softmax with the final row max (two passes); the gpt-oss sink enters the max and the sum\n"
     "  (openai/gpt-oss gpt_oss/torch/model.py sdpa).\n"
-    "P = expf(S - m) in fp32, rounded to bf16 for P.V; l summed in fp32 over the unrounded P.\n"
+    "P = exp(S - m) in double rounded once to fp32 (the correctly rounded expf but within\n"
+    "  2^-29 of a rounding boundary: one rule for the CPU and the GPU, where the C library's\n"
+    "  and CUDA's expf differ by an ulp now and then), rounded to bf16 for P.V; l summed in\n"
+    "  fp32 over the unrounded P.\n"
     "O = bf16((sum_t bf16(P) v in fp32, t ascending) / l).\n";
 
 static const char rules_fp8kv_fixed[] =
@@ -143,7 +146,8 @@ static const char rules_fp8qkv_ideal[] =
     "The ideal bound (precgate's fp8qkv before issue #15); no kernel rounds like this.\n"
     "Q, K, V e4m3 as in @fa3; S = (sum_d q8 k8 in fp32, exact products, d ascending) *\n"
     "  float(q_scale * k_scale * sm_scale in double).\n"
-    "Softmax with the final row max; P = expf(S - m) rounded to e4m3 unscaled.\n"
+    "Softmax with the final row max; P = exp(S - m) as bf16's (double, rounded once to fp32),\n"
+    "  rounded to e4m3 unscaled.\n"
     "O = bf16((sum_t p8 v8 in fp32, t ascending) * v_scale / l): exact fp32 accumulation.\n";
 
 static const char rules_fp8kv_e5m2_fixed[] =

@@ -19,6 +19,27 @@ extern "C" {
  * (cuda_attn_fp8.cu) both use it. */
 #define ATTN_FA3_FP8_MAX_OFFSET 8.0f
 
+/* Functions both the CPU specification and the CUDA kernels compile. */
+#ifdef __CUDACC__
+#define ATTN_HOST_DEVICE __host__ __device__
+#else
+#define ATTN_HOST_DEVICE
+#endif
+
+/* The exponential of the final-max softmax (the bf16 and fp8kv modes,
+ * fp8qkv@ideal), as the specification (attn_modes.c row_final_max) and the
+ * GPU kernel (cuda_softmax.cuh) both take it: exp in double, rounded once to
+ * fp32. A double exp within an ulp of double rounds to the correctly rounded
+ * fp32 exp except within 2^-29 of an fp32 rounding boundary, so the two
+ * sides' P agree bit for bit, where the C library's expf and CUDA's (up to 2
+ * ulp) differ now and then and flip P's bf16 rounding: an error as large as
+ * the mode's own at an element, which no summation order causes (issue #31
+ * item 4, measured on an H100). */
+static inline ATTN_HOST_DEVICE float attn_final_max_exp(float x)
+{
+    return (float)exp((double)x);
+}
+
 /* log2(e) as the kernels use it: M_LOG2E (a double constant, math.h) in FA3's
  * double product of softmax_scale_log2 and TRT-LLM's sink term, float(M_LOG2E)
  * in FA3's finalize_aux (FORK hopper/softmax.h), TRT-LLM's fused_scale_bmm1 *

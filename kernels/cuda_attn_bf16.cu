@@ -9,8 +9,9 @@
 // (mma.sync m16n8k16, fp32 accumulators). The softmax is the CPU
 // specification's (attn_modes.c row_final_max), not an online one: a first
 // pass over the K tiles takes each row's final max (the sink included), a
-// second computes P = expf(S * qk_scale - m) against it, sums l over the
-// unrounded P, rounds P to bf16 (e4m3 for @ideal) for P.V, and stores
+// second computes P = exp(S * qk_scale - m) against it (attn_final_max_exp:
+// the specification's exp bit for bit), sums l over the unrounded P, rounds
+// P to bf16 (e4m3 for @ideal) for P.V, and stores
 // bf16((O * out_scale) / l). A running max would rescale O and round P
 // against a different max: that was the largest part of this kernel's
 // distance to the specification (issue #31 item 4), and S costs a second

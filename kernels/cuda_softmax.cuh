@@ -1,7 +1,7 @@
 // cuda_softmax.cuh: the softmax of the bf16 tensor-core attention kernel
 // (cuda_attn_bf16.cu) on its fp32 score accumulators, as the CPU
 // specification takes it (attn_modes.c row_final_max): the final row max
-// first (a pass over the scores alone), then P = expf(S * qk_scale - m) in
+// first (a pass over the scores alone), then P = exp(S * qk_scale - m) in
 // natural units against it, l the fp32 sum of the unrounded P. The fp8
 // kernel (cuda_attn_fp8.cu) keeps its own online softmax, as FA3 does, and
 // shares only the visibility rule.
@@ -14,6 +14,7 @@
 
 #include <math.h>
 
+#include "attn_profile_impl.h"
 #include "cuda_common.cuh"
 #include "cuda_mma.cuh"
 
@@ -77,9 +78,10 @@ __device__ __forceinline__ void softmax_final_max(float (&mx)[2], const float *s
     }
 }
 
-// Replaces the tile's scaled scores by P = expf(sc - m) (IEEE expf, as the
-// specification; masked keys give 0) and adds them to this thread's partial
-// row sums l. m: the rows' final max, finite (every row sees its own key).
+// Replaces the tile's scaled scores by P = attn_final_max_exp(sc - m) (the
+// specification's exp, attn_profile_impl.h; masked keys give 0) and adds
+// them to this thread's partial row sums l. m: the rows' final max, finite
+// (every row sees its own key).
 template <int BN>
 __device__ __forceinline__ void softmax_tile_exp(float (&sc)[BN / 8][4], const float (&m)[2],
                                                  float (&l)[2])
@@ -88,20 +90,21 @@ __device__ __forceinline__ void softmax_tile_exp(float (&sc)[BN / 8][4], const f
     for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            sc[nt][e] = expf(sc[nt][e] - m[e / 2]);
+            sc[nt][e] = attn_final_max_exp(sc[nt][e] - m[e / 2]);
             l[e / 2] += sc[nt][e];
         }
 }
 
 // Row r's whole sum: the quad's partial sums, then the sink's term
-// expf(sink - m) (the specification starts l with it). Every lane must call it.
+// attn_final_max_exp(sink - m) (the specification starts l with it). Every
+// lane must call it.
 __device__ __forceinline__ float softmax_row_sum(const float (&l)[2], const float (&m)[2], int r,
                                                  const float *sinks, int h)
 {
     float s = l[r];
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
-    if (sinks != nullptr) s += expf(sinks[h] - m[r]);
+    if (sinks != nullptr) s += attn_final_max_exp(sinks[h] - m[r]);
     return s;
 }
 
