@@ -50,17 +50,32 @@ static double worst_ref_err; /* largest GPU reference rel_l2 vs CPU over the cas
  * reference), so that a kernel bug as large as a quarter of the mode's
  * error fails it. */
 #define AGREE_OWN_ERROR_FRACTION 0.25
-/* Per element, beside it: |gpu - cpu| at most that share of the element's
- * own error |cpu - ref|, or the two at most this many bf16 steps apart. The
- * kernels sum the same products in another order (tensor-core fragments
- * against the specification's index order) and take exp as the SFU computes
- * it: a few fp32 ulps in O, which move an output across a bf16 rounding
- * boundary now and then. No kernel with another summation order can avoid
- * that one step, and for the bf16 mode it is as large as the element's own
- * error (its output rounding), so the share alone cannot hold there. */
+/* Per element, beside it, in two parts. The bf16 kernel sums S = Q.K^T in
+ * the tensor cores' order, not the specification's d-ascending fp32 sum, so
+ * S differs by fp32 ulps; a P = exp(S - m) within those ulps of a bf16
+ * rounding boundary then rounds the other way (measured on an H100: a few
+ * dozen of each case's P), and moves the outputs of its row by one bf16 step
+ * of that P times its V: as large as the element's own error where one key
+ * dominates. (The exp is the same on both sides: attn_final_max_exp.)
+ *  - Outliers: elements whose |gpu - cpu| exceeds both a quarter of their
+ *    own error |cpu - ref| and AGREE_ELEMENT_BF16_STEPS output steps are at
+ *    most AGREE_ELEMENT_OUTLIER_FRACTION of the case (measured: at most 8 of
+ *    144,896; a bug at a tile edge or a row moves far more).
+ *  - No element beyond one such flip: |gpu - cpu| <= a quarter of its own
+ *    error, or its steps, or AGREE_FLIPS_BOUND (2^-7, the bf16 step of a
+ *    weight <= 1) times the largest |v| of its dim among its sequence's keys
+ *    times the run's V scale (a @vllm-24197 bmm2). */
 #define AGREE_ELEMENT_BF16_STEPS 1
-
-/* bf16 bits as a position on the number line (adjacent finite values one
+#define AGREE_ELEMENT_OUTLIER_FRACTION 0x1p-10
+#define AGREE_FLIPS_BOUND 0x1p-7
+/* And all but a few elements are the specification's to the bit: it models
+ * the kernels' tiles, their order and every rounding, so an element differs
+ * only by the flips above or an output rounding flip of the fp32 sums'
+ * order (measured on an H100: at most 5.1e-4 of a case's elements, the bf16
+ * kernel's; 2.6e-5 to 2.9e-5 for the fp8 ones). A wrong tile width, order
+ * or accumulation changes far more, even where its error is below a
+ * quarter of the mode's. */
+#define AGREE_DIFFERING_FRACTION 0x1p-9/* bf16 bits as a position on the number line (adjacent finite values one
  * apart, +0 and -0 the same). */
 static int32_t bf16_ordinal(uint16_t h)
 {
@@ -72,15 +87,57 @@ typedef struct agreement {
     double dist;        /* ||gpu - cpu|| / ||cpu|| */
     double own;         /* ||cpu - ref|| / ||ref||: the variant's own error */
     double ratio;       /* dist / own */
-    size_t n_outside;   /* elements outside the per-element criterion */
-    size_t n_step;      /* elements one or more bf16 steps apart within it */
+    size_t n_outliers;  /* elements beyond a quarter of their own error and the steps */
+    size_t n_outside;   /* of them, beyond one P flip too (flip_bound) */
+    size_t n;           /* elements */
+    size_t n_step;      /* elements one or more bf16 steps apart, within the steps */
     size_t worst;       /* the element with the largest |gpu - cpu| */
 } agreement;
 
+/* The outputs agree on a case (the criteria above). */
+static int agreement_holds(const agreement *a)
+{
+    return a->ratio <= AGREE_OWN_ERROR_FRACTION && a->n_outside == 0 &&
+           (double)a->n_outliers <= AGREE_ELEMENT_OUTLIER_FRACTION * (double)a->n &&
+           (double)(a->n_outliers + a->n_step) <= AGREE_DIFFERING_FRACTION * (double)a->n;
+}
+
+/* flip[i]: what one P flip may move output element i by (AGREE_FLIPS_BOUND
+ * times its dim's largest |v| among its sequence's keys, of its kv head,
+ * times v_mul), for batch b's packed v; malloc'd [tq, hq, d]. */
+static double *flip_bounds(const attn_batch *b, const uint16_t *v, double v_mul)
+{
+    const int d = b->d, group = b->hq / b->hkv;
+    double *f = malloc((size_t)attn_batch_tq(b) * b->hq * d * sizeof *f);
+    double *vmax = malloc((size_t)b->hkv * d * sizeof *vmax);
+    if (f == NULL || vmax == NULL) {
+        free(f);
+        free(vmax);
+        return NULL;
+    }
+    int64_t q0 = 0, k0 = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        for (int i = 0; i < b->hkv * d; i++) vmax[i] = 0;
+        for (int t = 0; t < b->seq_kv[s]; t++)
+            for (int i = 0; i < b->hkv * d; i++)
+                vmax[i] = fmax(vmax[i], fabs((double)bf16_to_f32(v[(k0 + t) * b->hkv * d + i])));
+        for (int j = 0; j < b->seq_q[s]; j++)
+            for (int h = 0; h < b->hq; h++)
+                for (int i = 0; i < d; i++)
+                    f[((q0 + j) * b->hq + h) * d + i] =
+                        AGREE_FLIPS_BOUND * vmax[(h / group) * d + i] * v_mul;
+        q0 += b->seq_q[s];
+        k0 += b->seq_kv[s];
+    }
+    free(vmax);
+    return f;
+}
+
 static agreement agreement_of(const uint16_t *gpu, const uint16_t *cpu, const double *ref,
-                              size_t n)
+                              const double *flip, size_t n)
 {
     agreement a = {0};
+    a.n = n;
     double num = 0, den = 0, err = 0, rr = 0, wd = -1;
     for (size_t i = 0; i < n; i++) {
         const double g = bf16_to_f32(gpu[i]), c = bf16_to_f32(cpu[i]);
@@ -90,10 +147,12 @@ static agreement agreement_of(const uint16_t *gpu, const uint16_t *cpu, const do
         err += (c - ref[i]) * (c - ref[i]);
         rr += ref[i] * ref[i];
         const int32_t steps = abs(bf16_ordinal(gpu[i]) - bf16_ordinal(cpu[i]));
-        if (gap > AGREE_OWN_ERROR_FRACTION * own && steps > AGREE_ELEMENT_BF16_STEPS)
-            a.n_outside++;
-        else if (steps > 0)
+        if (gap > AGREE_OWN_ERROR_FRACTION * own && steps > AGREE_ELEMENT_BF16_STEPS) {
+            a.n_outliers++;
+            if (!(gap <= flip[i])) a.n_outside++;  /* a NaN gap too */
+        } else if (steps > 0) {
             a.n_step++;
+        }
         if (gap > wd || gap != gap) {
             wd = gap;
             a.worst = i;
@@ -136,6 +195,7 @@ static void explain_difference(const attn_batch *b, const uint16_t *gpu, const u
 #define GPU_MAX_PROFILES 32
 static double worst_dist[GPU_MAX_PROFILES], worst_ratio[GPU_MAX_PROFILES];
 static size_t steps_seen[GPU_MAX_PROFILES], elems_seen[GPU_MAX_PROFILES];
+static size_t outliers_seen[GPU_MAX_PROFILES]; /* elements past the quarter and the steps */
 static double worst_kept_ratio[GPU_MAX_PROFILES]; /* attribution's runs (keep_bf16) */
 static double worst_hyp_ratio; /* the hypotheses the GPU runs */
 
@@ -240,8 +300,8 @@ static void fill_qkv(uint16_t *q, uint16_t *k, uint16_t *v, size_t nq, int64_t t
 static int agree_one(attn_backend *be, const attn_profile *p, const attn_hypothesis *h,
                      const attn_batch *b, const uint16_t *q, const uint16_t *k,
                      const uint16_t *v, const attn_quant_options *o, uint16_t *spec,
-                     uint16_t *gout, const double *ref, size_t nq, int threads, const char *id,
-                     agreement *ag)
+                     uint16_t *gout, const double *ref, const double *flip, size_t nq,
+                     int threads, const char *id, agreement *ag)
 {
     pg_err err = {0};
     attn_quant_report rc = {0}, rg = {0};
@@ -259,16 +319,21 @@ static int agree_one(attn_backend *be, const attn_profile *p, const attn_hypothe
         printf("FAIL %s: %s: %s\n", id, name, err.msg);
         return 0;
     }
-    *ag = agreement_of(gout, spec, ref, nq);
+    *ag = agreement_of(gout, spec, ref, flip, nq);
     char what[160];
     snprintf(what, sizeof what, "%s GPU vs CPU distance %.3e over its own error %.3e", name,
              ag->dist, ag->own);
     check(ag->ratio <= AGREE_OWN_ERROR_FRACTION, id, what, ag->ratio, AGREE_OWN_ERROR_FRACTION);
-    snprintf(what, sizeof what, "%s elements beyond %g of their own error and %d bf16 step",
-             name, AGREE_OWN_ERROR_FRACTION, AGREE_ELEMENT_BF16_STEPS);
+    snprintf(what, sizeof what, "%s elements beyond %g of their own error and %d bf16 step, "
+             "of %zu", name, AGREE_OWN_ERROR_FRACTION, AGREE_ELEMENT_BF16_STEPS, ag->n);
+    check((double)ag->n_outliers <= AGREE_ELEMENT_OUTLIER_FRACTION * (double)ag->n, id, what,
+          (double)ag->n_outliers, AGREE_ELEMENT_OUTLIER_FRACTION * (double)ag->n);
+    snprintf(what, sizeof what, "%s elements beyond one P flip", name);
     check(ag->n_outside == 0, id, what, (double)ag->n_outside, 0);
-    if (ag->ratio > AGREE_OWN_ERROR_FRACTION || ag->n_outside > 0)
-        explain_difference(b, gout, spec, ref);
+    snprintf(what, sizeof what, "%s elements not the specification's bits, of %zu", name, ag->n);
+    check((double)(ag->n_outliers + ag->n_step) <= AGREE_DIFFERING_FRACTION * (double)ag->n, id,
+          what, (double)(ag->n_outliers + ag->n_step), AGREE_DIFFERING_FRACTION * (double)ag->n);
+    if (!agreement_holds(ag)) explain_difference(b, gout, spec, ref);
     snprintf(what, sizeof what, "%s quantization counters equal the CPU's", name);
     check(memcmp(&rc, &rg, sizeof rc) == 0, id, what, (double)rg.k.n_saturated,
           (double)rc.k.n_saturated);
@@ -366,6 +431,12 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
     }
 
     /* Each profile the GPU runs: its output against the specification's. */
+    double *flip = flip_bounds(&b, v, fmax(1.0, (double)opt.v_scale));
+    if (flip == NULL) {
+        failures++;
+        printf("FAIL %s: out of memory\n", id);
+        goto done;
+    }
     char line[1024] = "";
     size_t at = 0;
     for (size_t pi = 0; pi < attn_profile_count(); pi++) {
@@ -374,12 +445,14 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
         if (!attn_profile_computes(p, &b, NULL, 0) || !attn_backend_supports(be, p, &b, NULL))
             continue;
         agreement ag;
-        if (!agree_one(be, p, NULL, &b, q, k, v, &opt, spec, gout, ref, nq, threads, id, &ag))
+        if (!agree_one(be, p, NULL, &b, q, k, v, &opt, spec, gout, ref, flip, nq, threads, id,
+                       &ag))
             continue;
         if (pi < GPU_MAX_PROFILES) {
             if (ag.dist > worst_dist[pi]) worst_dist[pi] = ag.dist;
             if (ag.ratio > worst_ratio[pi]) worst_ratio[pi] = ag.ratio;
             steps_seen[pi] += ag.n_step;
+            outliers_seen[pi] += ag.n_outliers;
             elems_seen[pi] += nq;
         }
         const char *name = attn_profile_variant(p);
@@ -398,7 +471,8 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
             char kid[128];
             snprintf(kid, sizeof kid, "%s keep 0x%x", id, keep);
             agreement ka;
-            if (agree_one(be, p, NULL, &b, q, k, v, &ko, spec, gout, ref, nq, threads, kid, &ka) &&
+            if (agree_one(be, p, NULL, &b, q, k, v, &ko, spec, gout, ref, flip, nq, threads, kid,
+                          &ka) &&
                 pi < GPU_MAX_PROFILES && ka.ratio > worst_kept_ratio[pi])
                 worst_kept_ratio[pi] = ka.ratio;
         }
@@ -408,10 +482,12 @@ static void run_case(attn_backend *be, int d, int bs, int gqa, int window, int s
         const attn_hypothesis *h = attn_hypothesis_at(hi);
         if (!attn_backend_supports_hypothesis(be, h, &b, NULL)) continue;
         agreement ha;
-        if (agree_one(be, NULL, h, &b, q, k, v, &opt, spec, gout, ref, nq, threads, id, &ha) &&
+        if (agree_one(be, NULL, h, &b, q, k, v, &opt, spec, gout, ref, flip, nq, threads, id,
+                      &ha) &&
             ha.ratio > worst_hyp_ratio)
             worst_hyp_ratio = ha.ratio;
     }
+    free(flip);
     if (failures == failures_before) printf("ok  %s (ref %.1e) %s\n", line, ref_err, id);
 done:
     free(q);
@@ -724,10 +800,11 @@ int main(int argc, char **argv)
     for (size_t pi = 0; pi < attn_profile_count() && pi < GPU_MAX_PROFILES; pi++)
         if (elems_seen[pi] > 0)
             printf("gpu_check: %s: worst distance to the CPU %.3e, worst ratio to its own error "
-                   "%.4f (bound %.2f), with a tensor kept bf16 %.4f; %.2e of its elements one "
-                   "bf16 step apart\n",
+                   "%.4f (bound %.2f), with a tensor kept bf16 %.4f; of its elements %.2e one "
+                   "bf16 step apart, %.2e past a quarter of their own error (a P flip)\n",
                    attn_profile_variant(attn_profile_at(pi)), worst_dist[pi], worst_ratio[pi],
                    AGREE_OWN_ERROR_FRACTION, worst_kept_ratio[pi],
-                   (double)steps_seen[pi] / (double)elems_seen[pi]);
+                   (double)steps_seen[pi] / (double)elems_seen[pi],
+                   (double)outliers_seen[pi] / (double)elems_seen[pi]);
     return failures ? 1 : 0;
 }
