@@ -320,17 +320,23 @@ int attn_backend_supports_kept(const attn_backend *be, const attn_profile *p,
     return be->ops->supports(p, b, keep_bf16, why);
 }
 
+/* A layer of head dim d and no sinks or window, as the GPU's placement is
+ * asked about without one (one token: the shape alone decides). */
+static const int32_t probe_tokens = 1;
+static attn_batch probe_batch(int d)
+{
+    return (attn_batch){1, &probe_tokens, &probe_tokens, 1, 1, d, 0, 1.0f, NULL};
+}
+
 int attn_backend_gpu_runs(const attn_profile *p, int d, unsigned keep_bf16, const char **why)
 {
-    int32_t one = 1;
-    const attn_batch b = {1, &one, &one, 1, 1, d, 0, 1.0f, NULL};
+    const attn_batch b = probe_batch(d);
     return cuda_supports(p, &b, keep_bf16, why);
 }
 
 int attn_backend_gpu_runs_hypothesis(const attn_hypothesis *h, int d, const char **why)
 {
-    int32_t one = 1;
-    const attn_batch b = {1, &one, &one, 1, 1, d, 0, 1.0f, NULL};
+    const attn_batch b = probe_batch(d);
     return cuda_hypothesis_supports(h, &b, why);
 }
 

@@ -626,14 +626,23 @@ static const char *keep_refusal(gpu_kind kind, unsigned keep_bf16)
            "specification runs its attribution";
 }
 
+// The GPU path of profile p on batch b with the tensors of keep_bf16 kept
+// bf16, or GK_NONE with why set (gpu_kind_of, keep_refusal): the one check
+// every entry point makes before it runs p.
+static gpu_kind gpu_kind_kept(const attn_profile *p, const attn_batch *b, unsigned keep_bf16,
+                              const char **why)
+{
+    const char *no = nullptr;
+    gpu_kind kind = gpu_kind_of(p, b, &no);
+    if (kind != GK_NONE && (no = keep_refusal(kind, keep_bf16)) != nullptr) kind = GK_NONE;
+    if (why != nullptr) *why = no;
+    return kind;
+}
+
 extern "C" int cuda_supports(const attn_profile *p, const attn_batch *b, unsigned keep_bf16,
                              const char **why)
 {
-    const gpu_kind kind = gpu_kind_of(p, b, why);
-    if (kind == GK_NONE) return 0;
-    const char *no = keep_refusal(kind, keep_bf16);
-    if (why != nullptr) *why = no;
-    return no == nullptr;
+    return gpu_kind_kept(p, b, keep_bf16, why) != GK_NONE;
 }
 
 // A layer's buffers that its variants share, made on first use (data ==
@@ -648,12 +657,6 @@ struct layer_caches {
     uint8_t *q8;
     uint16_t *q_values;
 };
-
-// The quantized-mode options the CPU checks (attn_quant_options_check).
-static pg_status cuda_options_check(const attn_quant_options *opt, pg_err *err)
-{
-    return attn_quant_options_check(opt, err);
-}
 
 // The layer's bf16 paged cache (lc->bf16), written on first use.
 static pg_status bf16_cache(dev_pool *pool, const attn_batch *b, const cuda_batch *cb,
@@ -716,7 +719,7 @@ static const run_rules VARIANT_RULES = {false, {0, 0, 0, 0}, true};
 
 // Runs profile p (its GPU path kind) on the device arrays dq/dk/dv of batch
 // b into dout, with the layer's shared buffers lc and opt->keep_bf16's
-// tensors kept bf16 (cuda_supports said yes), by rules. Counters (device, may be NULL): Q's go to
+// tensors kept bf16 (kind from gpu_kind_kept), by rules. Counters (device, may be NULL): Q's go to
 // qstats when this run quantizes Q; K's and V's to kvstats when this run
 // writes its fp8 cache (once per layer and format).
 static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
@@ -734,10 +737,6 @@ static pg_status run_kind(dev_pool *pool, cuda_backend *be, const attn_batch *b,
     }
     if (!opt->quantize)
         return pg_fail(err, PG_ERR_USAGE, "cuda: the fp8 modes always quantize on the GPU");
-    const char *no = keep_refusal(kind, opt->keep_bf16);
-    if (no != nullptr)
-        return pg_fail(err, PG_ERR_USAGE, "cuda: %s (keep_bf16 0x%x): %s", attn_profile_variant(p),
-                       opt->keep_bf16, no);
     const unsigned kept = opt->keep_bf16, one = rules.kept_scale_one ? kept : 0u;
     const float qs = (one & ATTN_TENSOR_Q) ? 1.f : opt->q_scale,
                 ks = (one & ATTN_TENSOR_K) ? 1.f : opt->k_scale,
@@ -799,12 +798,12 @@ static pg_status run_one(cuda_backend *be, const attn_profile *p, const run_rule
 {
     const char *why = nullptr;
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = cuda_options_check(opt, err);
+    if (st == PG_OK) st = attn_quant_options_check(opt, err);
     if (st != PG_OK) return st;
-    const gpu_kind kind = gpu_kind_of(p, b, &why);
+    const gpu_kind kind = gpu_kind_kept(p, b, opt->keep_bf16, &why);
     if (kind == GK_NONE)
-        return pg_fail(err, PG_ERR_USAGE, "cuda: %s does not run on the GPU: %s",
-                       attn_profile_variant(p), why);
+        return pg_fail(err, PG_ERR_USAGE, "cuda: %s (keep_bf16 0x%x) does not run on the GPU: %s",
+                       attn_profile_variant(p), opt->keep_bf16, why);
     char refusal[ATTN_REFUSAL_MAX];
     if (!attn_profile_computes(p, b, refusal, sizeof refusal))  // as attn_variant_run
         return pg_fail(err, PG_ERR_UNSUPPORTED, "variant %s: %s", attn_profile_variant(p),
@@ -852,22 +851,37 @@ extern "C" pg_status cuda_variant_run(cuda_backend *be, const attn_profile *p, c
     return run_one(be, p, VARIANT_RULES, b, q, k, v, opt, out, rep, err);
 }
 
+// Hypothesis h as a GPU run: its profile *p, the rules (a forced plumbing;
+// kept tensors' scales as they are) and opt adjusted into *o
+// (attn_hypothesis_profile_run); 0 with *why when the GPU cannot run it.
+static int hypothesis_gpu_run(const attn_hypothesis *h, const attn_batch *b,
+                              const attn_quant_options *opt, const attn_profile **p,
+                              run_rules *rules, attn_quant_options *o, const char **why)
+{
+    int has_pl = 0;
+    *rules = run_rules{false, {0, 0, 0, 0}, false};
+    if (!attn_hypothesis_profile_run(h, opt, p, &rules->pl, &has_pl, o, why)) return 0;
+    rules->has_pl = has_pl != 0;
+    const gpu_kind kind = gpu_kind_kept(*p, b, o->keep_bf16, why);
+    if (kind == GK_NONE) return 0;
+    if (rules->has_pl && kind != GK_FP8KV_DEQUANT) {
+        if (why != nullptr)
+            *why = "its plumbing is of a dequant-to-bf16 cache, which this profile has not";
+        return 0;
+    }
+    return 1;
+}
+
+// The options hypothesis_gpu_run is asked with when only the answer counts.
+static const attn_quant_options HYPOTHESIS_PROBE_OPTIONS = {1, 1.f, 1.f, 1.f, 16, 0, 0};
+
 extern "C" int cuda_hypothesis_supports(const attn_hypothesis *h, const attn_batch *b,
                                         const char **why)
 {
     const attn_profile *p;
-    attn_kv_plumbing pl;
-    int has_pl;
+    run_rules rules;
     attn_quant_options o;
-    const attn_quant_options unit = {1, 1.f, 1.f, 1.f, 16, 0, 0};
-    if (!attn_hypothesis_profile_run(h, &unit, &p, &pl, &has_pl, &o, why)) return 0;
-    const gpu_kind kind = gpu_kind_of(p, b, why);
-    if (kind == GK_NONE) return 0;
-    const char *no = has_pl && kind != GK_FP8KV_DEQUANT
-                         ? "its plumbing is of a dequant-to-bf16 cache, which this profile has not"
-                         : keep_refusal(kind, o.keep_bf16);
-    if (why != nullptr) *why = no;
-    return no == nullptr;
+    return hypothesis_gpu_run(h, b, &HYPOTHESIS_PROBE_OPTIONS, &p, &rules, &o, why);
 }
 
 extern "C" pg_status cuda_hypothesis_run(cuda_backend *be, const attn_hypothesis *h,
@@ -875,19 +889,16 @@ extern "C" pg_status cuda_hypothesis_run(cuda_backend *be, const attn_hypothesis
                                          const uint16_t *k, const uint16_t *v,
                                          const attn_quant_options *opt, uint16_t *out, pg_err *err)
 {
-    const char *why = nullptr;
-    if (!cuda_hypothesis_supports(h, b, &why))
-        return pg_fail(err, PG_ERR_USAGE, "cuda: hypothesis %s does not run on the GPU: %s",
-                       attn_hypothesis_name(h), why);
     if (opt->keep_bf16 != 0 || !opt->quantize)
         return pg_fail(err, PG_ERR_USAGE, "hypothesis %s: the options must quantize as the "
                        "stack does (quantize 1, keep_bf16 0)", attn_hypothesis_name(h));
+    const char *why = nullptr;
     const attn_profile *p;
-    run_rules rules = {false, {0, 0, 0, 0}, false};
-    int has_pl;
+    run_rules rules;
     attn_quant_options o;
-    attn_hypothesis_profile_run(h, opt, &p, &rules.pl, &has_pl, &o, nullptr);
-    rules.has_pl = has_pl != 0;
+    if (!hypothesis_gpu_run(h, b, opt, &p, &rules, &o, &why))
+        return pg_fail(err, PG_ERR_USAGE, "cuda: hypothesis %s does not run on the GPU: %s",
+                       attn_hypothesis_name(h), why);
     return run_one(be, p, rules, b, q, k, v, &o, out, nullptr, err);
 }
 
@@ -1045,7 +1056,6 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     if (st == PG_OK) st = cuda_attn_reference(&cb, dq, dk, dv, dref, be->stream, err);
     CUDA_STEP(st, "events", cudaEventRecord(ev[1], be->stream));
     if (st == PG_OK && ms_ref) *ms_ref = event_ms(ev[0], ev[1]);
-    if (st == PG_OK && ref_out != nullptr) st = download(be, ref_out, dref, nq * 8, "reference", err);
 
     int slot = 0;
     layer_caches lc = {};
@@ -1088,6 +1098,8 @@ static pg_status sweep_layer_whole(cuda_backend *be, const attn_batch *b, const 
     // timings, or an external output over CUDA_STAGE_MAX_BYTES came up from
     // pageable memory: each of those waits too).
     CUDA_STEP(st, "layer", cudaStreamSynchronize(be->stream));
+    // the reference for attribution, once the layer's kernels are all enqueued and done
+    if (st == PG_OK && ref_out != nullptr) st = download(be, ref_out, dref, nq * 8, "reference", err);
     for (int c = 0; st == PG_OK && c < n_cmp; c++)
         st = cuda_metrics_collect(results + (size_t)c * result_bytes, cb.tq, cb.hq, cb.d,
                                   metrics + (size_t)c * per, err);
@@ -1469,7 +1481,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
                                       double *ms_metrics, const pg_notes *notes, pg_err *err)
 {
     pg_status st = attn_batch_check(b, err);
-    if (st == PG_OK) st = cuda_options_check(opt, err);
+    if (st == PG_OK) st = attn_quant_options_check(opt, err);
     if (st != PG_OK) return st;
     if (n_var < 0 || n_var > CUDA_MAX_VARIANTS)
         return pg_fail(err, PG_ERR_USAGE, "cuda: %d variants in one layer (at most %d)", n_var,
@@ -1477,8 +1489,7 @@ extern "C" pg_status cuda_sweep_layer(cuda_backend *be, const attn_batch *b, con
     gpu_kind kinds[CUDA_MAX_VARIANTS];
     for (int i = 0; i < n_var; i++) {
         const char *why = nullptr;
-        if ((kinds[i] = gpu_kind_of(var[i], b, &why)) == GK_NONE ||
-            (why = keep_refusal(kinds[i], opt->keep_bf16)) != nullptr)
+        if ((kinds[i] = gpu_kind_kept(var[i], b, opt->keep_bf16, &why)) == GK_NONE)
             return pg_fail(err, PG_ERR_USAGE, "cuda: %s does not run on the GPU: %s",
                            attn_profile_variant(var[i]), why);
     }

@@ -18,9 +18,6 @@
 #include "cuda_common.cuh"
 #include "cuda_mma.cuh"
 
-// log2(e): exp(x) = 2^(x log2 e).
-#define SOFTMAX_LOG2E 1.4426950408889634f
-
 // Whether query row j (of a sequence with sq new tokens after ctx cached
 // ones) sees key t: causal, and within the window when b has one.
 __device__ __forceinline__ bool softmax_key_visible(const cuda_batch &b, int j, int t, int sq,
