@@ -351,22 +351,36 @@ static store_kv_format_stats kv_format_row(pg_mode m, const char *tensor,
 
 /* The layer's kv_format_stats rows: each swept mode with a quantized KV
  * cache written once more on the CPU (the variants' runs may be the GPU's),
- * with the layer's per-tensor scales and paging. */
+ * with the layer's per-tensor scales and paging; a mode whose cache write is
+ * an earlier one's (kv_mode_same_cache_write: fp8kv and fp8qkv) takes its
+ * numbers instead of counting them again. */
 static pg_status layer_kv_format_stats(layer_ctx *c, const sweep_options *opt, pg_err *err)
 {
     const unsigned modes = sweep_modes(opt);
+    fp8_quant_stats kq[PG_MODE_COUNT], vq[PG_MODE_COUNT];
+    kv_code_stats kc[PG_MODE_COUNT], vc[PG_MODE_COUNT];
     c->n_kfs = 0;
     for (int m = 0; m < PG_MODE_COUNT; m++) {
         if (!((modes >> m) & 1u) || pg_mode_traits_of((pg_mode)m)->k_format == PG_FORMAT_BF16)
             continue;
-        fp8_quant_stats kq, vq;
-        kv_code_stats kc, vc;
-        pg_status st = kv_mode_code_stats((pg_mode)m, &c->b, c->L->k, c->L->v, c->fo.k_scale,
-                                          c->fo.v_scale, c->fo.page_seed, c->fo.block_size,
-                                          opt->n_threads, &kq, &vq, &kc, &vc, err);
-        if (st != PG_OK) return st;
-        c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "k", &kq, &kc);
-        c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "v", &vq, &vc);
+        int same = -1;
+        for (int e = 0; e < m && same < 0; e++)
+            if (((modes >> e) & 1u) && pg_mode_traits_of((pg_mode)e)->k_format != PG_FORMAT_BF16 &&
+                kv_mode_same_cache_write((pg_mode)e, (pg_mode)m))
+                same = e;
+        if (same >= 0) {
+            kq[m] = kq[same];
+            vq[m] = vq[same];
+            kc[m] = kc[same];
+            vc[m] = vc[same];
+        } else {
+            pg_status st = kv_mode_code_stats((pg_mode)m, &c->b, c->L->k, c->L->v, c->fo.k_scale,
+                                              c->fo.v_scale, c->fo.page_seed, c->fo.block_size,
+                                              opt->n_threads, &kq[m], &vq[m], &kc[m], &vc[m], err);
+            if (st != PG_OK) return st;
+        }
+        c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "k", &kq[m], &kc[m]);
+        c->kfs[c->n_kfs++] = kv_format_row((pg_mode)m, "v", &vq[m], &vc[m]);
     }
     return PG_OK;
 }

@@ -440,6 +440,15 @@ static pg_status flat_code_stats(const fp_codec *codec, const uint16_t *k, const
     return st;
 }
 
+int kv_mode_same_cache_write(pg_mode a, pg_mode b)
+{
+    const pg_mode_traits *x = pg_mode_traits_of(a), *y = pg_mode_traits_of(b);
+    if (x->kv_consumption == PG_KV_CENTROID_SCORES || y->kv_consumption == PG_KV_CENTROID_SCORES)
+        return a == b;
+    return x->k_format == y->k_format && x->v_format == y->v_format &&
+           x->kv_scales == y->kv_scales && x->kv_rotation == y->kv_rotation;
+}
+
 pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, const uint16_t *v,
                              float k_scale, float v_scale, uint64_t page_seed, int block_size,
                              int n_threads, fp8_quant_stats *kq, fp8_quant_stats *vq,

@@ -148,6 +148,11 @@ pg_status kv_mode_code_stats(pg_mode m, const attn_batch *b, const uint16_t *k, 
                              int n_threads, fp8_quant_stats *kq, fp8_quant_stats *vq,
                              kv_code_stats *kc, kv_code_stats *vc, pg_err *err);
 
+/* 1 when kv_mode_code_stats gives modes a and b the same numbers for the
+ * same inputs: their cache writes are one (format, scale granularity,
+ * rotation; a TurboQuant preset only itself), e.g. fp8kv and fp8qkv. */
+int kv_mode_same_cache_write(pg_mode a, pg_mode b);
+
 /* Frees the cache's buffers and zeroes it. */
 void kv_paged_free(kv_paged *c);
 

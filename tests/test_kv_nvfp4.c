@@ -395,3 +395,33 @@ Test(kv_nvfp4, per_tensor_statistics_equal_the_cache_writes)
     free(k);
     free(v);
 }
+
+/* Modes whose cache writes are one share their statistics in a sweep
+ * (kv_mode_same_cache_write): fp8kv and fp8qkv write the same e4m3
+ * per-tensor cache, and their numbers are equal; a format, a granularity or
+ * a TurboQuant preset of its own is not the same write. */
+Test(kv_nvfp4, modes_with_one_cache_write_have_one_set_of_statistics)
+{
+    cr_expect(kv_mode_same_cache_write(PG_MODE_FP8KV, PG_MODE_FP8QKV));
+    cr_expect(kv_mode_same_cache_write(PG_MODE_FP8QKV, PG_MODE_FP8KV));
+    cr_expect(!kv_mode_same_cache_write(PG_MODE_FP8KV, PG_MODE_FP8KV_E5M2));
+    cr_expect(!kv_mode_same_cache_write(PG_MODE_FP8KV, PG_MODE_FP8KV_PER_TOKEN_HEAD));
+    cr_expect(!kv_mode_same_cache_write(PG_MODE_FP8KV_PER_TOKEN_HEAD, PG_MODE_INT8KV_PER_TOKEN_HEAD));
+    cr_expect(!kv_mode_same_cache_write(PG_MODE_TURBOQUANT_K8V4, PG_MODE_TURBOQUANT_4BIT_NC));
+    cr_expect(kv_mode_same_cache_write(PG_MODE_TURBOQUANT_K8V4, PG_MODE_TURBOQUANT_K8V4));
+    static const int32_t sq = 40;
+    const attn_batch b = {1, &sq, &sq, 2, 1, D, 0, 0.125f, NULL};
+    uint16_t k[40 * D], v[40 * D];
+    for (int i = 0; i < 40 * D; i++) {
+        k[i] = bf16_from_f32((float)((i * 37) % 101) - 50.0f);
+        v[i] = bf16_from_f32(((float)((i * 53) % 89) - 44.0f) / 8.0f);
+    }
+    fp8_quant_stats q[2][2];
+    kv_code_stats c[2][2];
+    const pg_mode m[2] = {PG_MODE_FP8KV, PG_MODE_FP8QKV};
+    pg_err err = {0};
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(kv_mode_code_stats(m[i], &b, k, v, 0.05f, 0.02f, 3, 16, 2, &q[i][0],
+                                        &q[i][1], &c[i][0], &c[i][1], &err), PG_OK, "%s", err.msg);
+    cr_expect(memcmp(q[0], q[1], sizeof q[0]) == 0 && memcmp(c[0], c[1], sizeof c[0]) == 0);
+}
