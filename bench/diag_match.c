@@ -114,7 +114,7 @@ int main(int argc, char **argv)
                 if (a == c || out[a] == NULL || out[c] == NULL) continue;
                 const pg_mode m = attn_profile_mode(attn_profile_at(a));
                 if (m != attn_profile_mode(attn_profile_at(c))) continue;
-                const double d = diag_rel_l2_bf16(out[a], out[c], nq);
+                const double d = metrics_rel_l2_bf16(out[a], out[c], nq);
                 if (d > worst[m]) {
                     worst[m] = d;
                     snprintf(worst_what[m], sizeof worst_what[m], "%s against %s, layer %d",

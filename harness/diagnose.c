@@ -28,19 +28,6 @@ void diag_layer_free(diag_layer *d)
     memset(d, 0, sizeof *d);
 }
 
-double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n)
-{
-    metrics_sums s = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (size_t i = 0; i < n; i++) {
-        const double y = bf16_to_f32(h[i]);
-        if (!isfinite(y)) return INFINITY;
-        metrics_add_element(&s, bf16_to_f32(x[i]), y);
-    }
-    pg_metric_values m;
-    metrics_from_sums(&s, (int64_t)n, 0, &m);
-    return m.rel_l2;
-}
-
 pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *b,
                          const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const attn_quant_options *fo, unsigned swept_modes, int n_ext,
@@ -92,7 +79,7 @@ pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *
             break;
         }
         for (int e = 0; e < n_ext; e++)
-            out->rel_l2[(size_t)e * n_hyp + h] = diag_rel_l2_bf16(ext[e].out, h_out, nq);
+            out->rel_l2[(size_t)e * n_hyp + h] = metrics_rel_l2_bf16(ext[e].out, h_out, nq);
     }
     free(h_out);
     return st;

@@ -38,11 +38,6 @@ typedef struct diag_layer {
                              * 0: not asked for this run, nothing stored */
 } diag_layer;
 
-/* rel_l2 of output x against reference h (n bf16 each), with
- * harness/metrics.h's per-element sums and rules (+inf for a non-finite x);
- * +inf too when h itself is not finite (no output is near it). */
-double diag_rel_l2_bf16(const uint16_t *x, const uint16_t *h, size_t n);
-
 /* The ext_diagnosis rows a layer with n_ext external outputs holds in a run
  * sweeping the modes of swept_modes (bits 1u << pg_mode): n_ext x the
  * hypotheses asked (attn_hypothesis_is_asked); 0 without external outputs. */

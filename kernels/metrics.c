@@ -61,7 +61,7 @@ void metrics_from_sums(const metrics_sums *s, int64_t n, double p99, pg_metric_v
         return;
     }
     const double e_norm = sqrt(s->err2), r_norm = sqrt(s->ref2), o_norm = sqrt(s->out2);
-    m->rel_l2 = r_norm > 0 ? e_norm / r_norm : (e_norm > 0 ? INFINITY : 0);
+    m->rel_l2 = metrics_rel_l2_of(s->err2, s->ref2, 0);
     m->max_abs = s->max_abs;
     m->mean_abs = s->sum_abs / (double)n;
     m->p99_abs = p99;
@@ -97,4 +97,23 @@ void metrics_compare_heads(const uint16_t *out, const double *ref, int64_t tq, i
     for (int h = 0; h < hq; h++)
         metrics_compare_bf16(out + (size_t)h * (size_t)d, row, ref + (size_t)h * (size_t)d, row,
                              (size_t)tq, (size_t)d, scratch, &m[1 + h]);
+}
+
+double metrics_rel_l2_of(double err2, double ref2, int64_t n_nonfinite)
+{
+    if (n_nonfinite > 0) return INFINITY;
+    const double e_norm = sqrt(err2), r_norm = sqrt(ref2);
+    return r_norm > 0 ? e_norm / r_norm : (e_norm > 0 ? INFINITY : 0);
+}
+
+double metrics_rel_l2_bf16(const uint16_t *x, const uint16_t *y, size_t n)
+{
+    metrics_sums s = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double xi = bf16_to_f32(x[i]), yi = bf16_to_f32(y[i]);
+        nonfinite += !isfinite(xi) || !isfinite(yi);
+        metrics_add_element(&s, xi, yi);
+    }
+    return metrics_rel_l2_of(s.err2, s.ref2, nonfinite);
 }

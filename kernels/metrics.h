@@ -81,6 +81,18 @@ void metrics_compare_bf16(const uint16_t *out, size_t out_stride, const double *
 void metrics_compare_heads(const uint16_t *out, const double *ref, int64_t tq, int hq, int d,
                            double *scratch, pg_metric_values *m);
 
+/* rel_l2 of bf16 output x against bf16 reference y (n elements each; the
+ * scale-plumbing diagnosis measures an external output against a
+ * hypothesis's output), from metrics_add_element's err2 and ref2 by
+ * metrics_rel_l2_of. */
+double metrics_rel_l2_bf16(const uint16_t *x, const uint16_t *y, size_t n);
+
+/* The rel_l2 of sums err2 and ref2 when n_nonfinite elements of x or y were
+ * NaN or Inf: +inf then (no output is near a non-finite one, nor a
+ * non-finite output near anything), else metrics_from_sums's rule (0 / 0
+ * is 0, e / 0 is +inf). One rule for the CPU and the GPU's sums. */
+double metrics_rel_l2_of(double err2, double ref2, int64_t n_nonfinite);
+
 #ifdef __cplusplus
 }
 #endif

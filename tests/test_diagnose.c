@@ -213,7 +213,7 @@ Test(diagnose, distance_takes_the_hypothesis_as_the_reference)
     cr_expect_eq(d.rel_l2[0], 1.0);  /* intended-bf16 is the table's first */
     cr_expect_str_eq(d.why[0], "");
     diag_layer_free(&d);
-    cr_expect_eq(diag_rel_l2_bf16(twice, h, sizeof h / 2), 1.0);
+    cr_expect_eq(metrics_rel_l2_bf16(twice, h, sizeof h / 2), 1.0);
     /* options no stack quantizes with are a caller's bug, never a hypothesis "not run" */
     attn_quant_options bad = fo;
     bad.keep_bf16 = ATTN_TENSOR_Q;

@@ -448,3 +448,28 @@ Test(metrics, empty_input)
     cr_assert_eq(m.max_abs, 0.0);
     cr_assert_eq(m.p99_abs, 0.0);
 }
+
+/* rel_l2 of one bf16 output against another (the diagnosis's distance), by
+ * hand: x = (3, 0), y = (0, 4) gives |x - y| / |y| = 5 / 4; x = y gives 0;
+ * a zero y gives +inf unless x is zero too (0); any NaN or Inf on either
+ * side gives +inf. */
+Test(metrics, rel_l2_bf16_known_answers_and_non_finite_sides)
+{
+    const uint16_t x[2] = {bf16_from_f32(3.0f), bf16_from_f32(0.0f)};
+    const uint16_t y[2] = {bf16_from_f32(0.0f), bf16_from_f32(4.0f)};
+    const uint16_t zero[2] = {0, 0};
+    cr_assert_eq(metrics_rel_l2_bf16(x, y, 2), 1.25);
+    cr_assert_eq(metrics_rel_l2_bf16(y, y, 2), 0.0);
+    cr_assert_eq(metrics_rel_l2_bf16(x, zero, 2), INFINITY);
+    cr_assert_eq(metrics_rel_l2_bf16(zero, zero, 2), 0.0);
+    cr_assert_eq(metrics_rel_l2_bf16(x, y, 0), 0.0);
+    const uint16_t special[3] = {bf16_from_f32(NAN), bf16_from_f32(INFINITY),
+                                 bf16_from_f32(-INFINITY)};
+    for (int i = 0; i < 3; i++) {
+        const uint16_t bad[2] = {special[i], y[1]};
+        cr_assert_eq(metrics_rel_l2_bf16(bad, y, 2), INFINITY, "x special %d", i);
+        cr_assert_eq(metrics_rel_l2_bf16(y, bad, 2), INFINITY, "y special %d", i);
+    }
+    cr_assert_eq(metrics_rel_l2_of(25.0, 16.0, 0), 1.25);
+    cr_assert_eq(metrics_rel_l2_of(25.0, 16.0, 1), INFINITY);
+}
