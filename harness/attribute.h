@@ -1,8 +1,8 @@
 /*
  * attribute.h: attribution per quantized tensor (run --attribute, issue #16).
  *
- * For one layer and each fp8 variant, the variant runs again on the CPU
- * specification with only one tensor quantized: attn_quant_options.keep_bf16 =
+ * For one layer and each fp8 variant, the variant runs again with only one
+ * tensor quantized: attn_quant_options.keep_bf16 =
  * ATTN_TENSORS_ALL & ~T for each tensor T its mode quantizes (fp8kv: K, V;
  * fp8qkv: Q, K, V, P), plus "none" (every tensor kept bf16: the profile's
  * arithmetic alone, e.g. its tiling and fp8 MMA accumulation rule applied to
@@ -22,9 +22,12 @@
  * sweep's variants were measured against, so "all" is the variant's
  * layer_metrics rel_l2 bit for bit on either backend. The GPU runs the rows
  * its kernels compute as the specification states (fp8kv's and @ideal's,
- * whose sums are exact fp32); a tiled fp8 profile's rows with a tensor kept
- * bf16 apply the fp8 tensor cores' accumulation rule to bf16 values, which
- * no GPU instruction computes, and run on the CPU specification beside it.
+ * whose sums are exact fp32) inside the layer's own run, as extra runs of
+ * its job (attn_layer_extra): on the layer's caches and reference already
+ * on the device, only each row's rel_l2 coming back. A tiled fp8 profile's
+ * rows with a tensor kept bf16 apply the fp8 tensor cores' accumulation
+ * rule to bf16 values, which no GPU instruction computes, and run on the
+ * CPU specification after the layer run, against its reference.
  */
 #ifndef PG_ATTRIBUTE_H
 #define PG_ATTRIBUTE_H
@@ -43,6 +46,7 @@
 /* One attribution result. */
 typedef struct attribute_row {
     const attn_profile *p;   /* the fp8 variant */
+    int var;                 /* its index in the var[] it was planned from */
     int tensor;              /* index into attribution_tensors */
     double rel_l2;           /* whole layer, against the fp64 reference */
 } attribute_row;
@@ -62,19 +66,50 @@ unsigned attribute_keep_mask(int tensor);
 int attribute_rows_off(const attn_backend *be, const attn_profile *p, const attn_batch *b,
                        const char **why);
 
-/* Attributes one layer against ref, the layer's one fp64 reference (the
- * sweep's layer run gives it: attn_layer_job.ref_out): for each of the n_var
- * profiles var (bf16 ones give nothing) its attribute_row_count rows, in
- * attribution_tensors' order, each the profile run with fo and the row's
- * keep_bf16 mask on be where be runs it (attn_backend_supports_kept), else
- * on cpu (a "cpu" backend: attn_backend_open), and measured by be's
- * metrics, into rows (room for n_var * ATTRIBUTE_MAX_ROWS); *n_rows gets
- * how many. fo is the sweep's quantized-mode options of the layer (its
- * keep_bf16 is replaced per row). joint (NULL, or [n_var]): where joint[i]
- * is not NaN it is var[i]'s "all" row, not run again: the whole-layer
- * rel_l2 the sweep measured for var[i] with fo against the same ref.
- * PG_ERR_USAGE when cpu is not the CPU backend; PG_ERR_NOMEM; a variant's
- * own failure as its backend reports it, naming the variant and row. */
+/* The rows of one layer's attribution, in three steps around the layer's
+ * run (attn_backend_run_layer), so that a backend that takes extra runs
+ * (attn_backend_takes_extras) computes its rows in the layer's own pass, on
+ * its caches and against its one reference:
+ *   attribute_plan    every row of the n_var profiles var (bf16 ones give
+ *                     none) in attribution_tensors' order, into rows (room
+ *                     for n_var * ATTRIBUTE_MAX_ROWS; *n_rows), rel_l2 NaN.
+ *                     Where be (may be NULL: none) takes extras, each row but
+ *                     "all" that be runs (attn_backend_supports_kept) becomes
+ *                     an extra run of the layer's job: extra[0 .. *n_extra)
+ *                     (room for n_var * ATTRIBUTE_MAX_ROWS), row_of[j] its row.
+ *   (the layer's job, with those extras)
+ *   attribute_finish  var[i]'s "all" row is joint[i] where joint (NULL, or
+ *                     [n_var]) has it (not NaN): the whole-layer rel_l2 the
+ *                     layer run measured for var[i] with fo against ref, not
+ *                     run again; the extras' results go into their rows; every
+ *                     row still NaN runs with fo and the row's keep_bf16 mask
+ *                     on be where be runs it (attn_backend_supports_kept), else
+ *                     on cpu (a "cpu" backend), measured against ref (the layer
+ *                     run's reference, attn_layer_job.ref_out; NULL only when
+ *                     attribute_left is 0) by be's metrics (cpu's without be).
+ * fo is the sweep's quantized-mode options of the layer (its keep_bf16 is
+ * replaced per row). PG_ERR_USAGE when cpu is not the CPU backend or ref is
+ * missing; PG_ERR_UNSUPPORTED naming the row when an extra refused the layer
+ * (a variant the layer ran refuses none of its rows); PG_ERR_NOMEM; a row's
+ * own failure, naming the variant and row. */
+void attribute_plan(const attn_backend *be, const attn_batch *b, const attn_profile *const *var,
+                    int n_var, attribute_row *rows, int *n_rows, attn_layer_extra *extra,
+                    int *row_of, int *n_extra);
+
+/* How many of rows[0 .. n_rows) attribute_finish runs itself: those neither
+ * among the n_extra extras attribute_plan made of them nor an "all" row that
+ * joint (may be NULL) gives. */
+int attribute_left(const attribute_row *rows, int n_rows, int n_extra, const double *joint);
+
+pg_status attribute_finish(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                           const attn_quant_options *fo, const double *joint, const double *ref,
+                           attribute_row *rows, int n_rows, const attn_layer_extra *extra,
+                           const int *row_of, int n_extra, pg_err *err);
+
+/* Attributes one layer against ref with no layer job: attribute_plan
+ * without extras, then attribute_finish (each row on be where be runs it,
+ * else on cpu). */
 pg_status attribute_layer(attn_backend *be, attn_backend *cpu, const attn_batch *b,
                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
                           const attn_quant_options *fo, const attn_profile *const *var, int n_var,

@@ -25,52 +25,85 @@ void diag_layer_free(diag_layer *d)
     free(d->rel_l2);
     free(d->why);
     free(d->asked);
+    free(d->planned);
     memset(d, 0, sizeof *d);
 }
 
-pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *b,
-                         const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                         const attn_quant_options *fo, unsigned swept_modes, int n_ext,
-                         const capture_ext_output *ext, diag_layer *out, pg_err *err)
+pg_status diag_layer_plan(const attn_backend *be, const attn_batch *b,
+                          const attn_quant_options *fo, unsigned swept_modes, int n_ext,
+                          diag_layer *out, attn_layer_extra *extra, int *hyp_of, int *n_extra,
+                          pg_err *err)
 {
     memset(out, 0, sizeof *out);
+    *n_extra = 0;
     if (n_ext <= 0) return PG_OK;
-    if (cpu == NULL)
-        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis: no CPU backend for the hypotheses "
-                       "the backend does not run");
     /* Options the stack's quantization cannot have are the caller's bug, not
-     * a layer a hypothesis refuses (which PG_ERR_USAGE below means). */
+     * a layer a hypothesis refuses (which PG_ERR_USAGE means). */
     if (fo == NULL || !fo->quantize || fo->keep_bf16 != 0)
         return pg_fail(err, PG_ERR_INTERNAL, "diagnosis: the fp8 options must quantize as the "
                        "fp8 variants do (quantize 1, keep_bf16 0)");
     const int n_hyp = (int)attn_hypothesis_count();
-    size_t tq = 0;
-    for (int i = 0; i < b->n_seqs; i++) tq += (size_t)b->seq_q[i];
-    const size_t nq = tq * (size_t)b->hq * (size_t)b->d;
     out->n_ext = n_ext;
     out->n_hyp = n_hyp;
     out->rel_l2 = malloc((size_t)n_ext * (size_t)n_hyp * sizeof *out->rel_l2);
+    out->planned = malloc((size_t)n_ext * (size_t)n_hyp * sizeof *out->planned);
     out->why = calloc((size_t)n_hyp, sizeof *out->why);
     out->asked = calloc((size_t)n_hyp, sizeof *out->asked);
-    uint16_t *h_out = malloc(nq * sizeof *h_out);
-    pg_status st = PG_OK;
-    if (out->rel_l2 == NULL || out->why == NULL || out->asked == NULL || h_out == NULL)
-        st = pg_fail(err, PG_ERR_NOMEM, "diagnosis: cannot allocate a hypothesis output of %zu "
-                     "elements", nq);
-    for (int h = 0; st == PG_OK && h < n_hyp; h++) {
+    if (out->rel_l2 == NULL || out->planned == NULL || out->why == NULL || out->asked == NULL)
+        return pg_fail(err, PG_ERR_NOMEM, "diagnosis: %d hypotheses x %d outputs", n_hyp, n_ext);
+    for (int h = 0; h < n_hyp; h++) {
         const attn_hypothesis *hy = attn_hypothesis_at((size_t)h);
         out->asked[h] = (unsigned char)attn_hypothesis_is_asked(hy, swept_modes);
-        if (!out->asked[h]) {
-            for (int e = 0; e < n_ext; e++) out->rel_l2[(size_t)e * n_hyp + h] = NAN;
+        for (int e = 0; e < n_ext; e++) out->rel_l2[(size_t)e * n_hyp + h] = NAN;
+        if (!out->asked[h] || be == NULL || !attn_backend_takes_extras(be) ||
+            !attn_backend_supports_hypothesis(be, hy, b, NULL))
+            continue;
+        extra[*n_extra] = (attn_layer_extra){.h = hy, .ext_rel_l2 = out->planned + (size_t)h * n_ext};
+        hyp_of[(*n_extra)++] = h;
+    }
+    return PG_OK;
+}
+
+pg_status diag_layer_finish(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                            const attn_quant_options *fo, int n_ext,
+                            const capture_ext_output *ext, diag_layer *out,
+                            const attn_layer_extra *extra, const int *hyp_of, int n_extra,
+                            pg_err *err)
+{
+    if (n_ext <= 0) return PG_OK;
+    if (cpu == NULL)
+        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis: no CPU backend for the hypotheses "
+                       "the backend does not run");
+    if (out->n_ext != n_ext)
+        return pg_fail(err, PG_ERR_INTERNAL, "diagnosis: planned for %d outputs, given %d",
+                       out->n_ext, n_ext);
+    const int n_hyp = out->n_hyp;
+    unsigned char *done = calloc((size_t)n_hyp, 1);
+    const size_t nq = (size_t)attn_batch_tq(b) * (size_t)b->hq * (size_t)b->d;
+    uint16_t *h_out = malloc(nq * sizeof *h_out);
+    pg_status st = PG_OK;
+    if (done == NULL || h_out == NULL)
+        st = pg_fail(err, PG_ERR_NOMEM, "diagnosis: cannot allocate a hypothesis output of %zu "
+                     "elements", nq);
+    for (int j = 0; st == PG_OK && j < n_extra; j++) {
+        const int h = hyp_of[j];
+        done[h] = 1;
+        if (extra[j].refused) {
+            snprintf(out->why[h], sizeof out->why[h], "%.*s", DIAG_WHY_MAX - 1, extra[j].why);
             continue;
         }
+        for (int e = 0; e < n_ext; e++) out->rel_l2[(size_t)e * n_hyp + h] = extra[j].ext_rel_l2[e];
+    }
+    for (int h = 0; st == PG_OK && h < n_hyp; h++) {
+        if (!out->asked[h] || done[h]) continue;
         pg_err why = {0};
+        const attn_hypothesis *hy = attn_hypothesis_at((size_t)h);
         attn_backend *on = be != NULL && attn_backend_supports_hypothesis(be, hy, b, NULL) ? be : cpu;
         const pg_status hs = attn_backend_run_hypothesis(on, hy, b, q, k, v, fo, h_out, &why);
         if (hs == PG_ERR_USAGE || hs == PG_ERR_UNSUPPORTED) {
             /* It refuses this layer: said in the row, never skipped. */
             snprintf(out->why[h], sizeof out->why[h], "%.*s", DIAG_WHY_MAX - 1, why.msg);
-            for (int e = 0; e < n_ext; e++) out->rel_l2[(size_t)e * n_hyp + h] = NAN;
             continue;
         }
         if (hs != PG_OK) {
@@ -82,6 +115,19 @@ pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *
             out->rel_l2[(size_t)e * n_hyp + h] = metrics_rel_l2_bf16(ext[e].out, h_out, nq);
     }
     free(h_out);
+    free(done);
+    return st;
+}
+
+pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                         const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                         const attn_quant_options *fo, unsigned swept_modes, int n_ext,
+                         const capture_ext_output *ext, diag_layer *out, pg_err *err)
+{
+    int n_extra = 0;
+    pg_status st = diag_layer_plan(NULL, b, fo, swept_modes, n_ext, out, NULL, NULL, &n_extra, err);
+    if (st == PG_OK)
+        st = diag_layer_finish(be, cpu, b, q, k, v, fo, n_ext, ext, out, NULL, NULL, 0, err);
     return st;
 }
 

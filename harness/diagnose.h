@@ -36,6 +36,8 @@ typedef struct diag_layer {
     char (*why)[DIAG_WHY_MAX];
     unsigned char *asked;   /* [n_hyp] 1 where h ran or refused (attn_hypothesis_is_asked);
                              * 0: not asked for this run, nothing stored */
+    double *planned;        /* [n_hyp * n_ext]: where a hypothesis run inside the layer's
+                             * job puts its distances (diag_layer_plan) */
 } diag_layer;
 
 /* The ext_diagnosis rows a layer with n_ext external outputs holds in a run
@@ -53,11 +55,39 @@ int64_t diag_layer_rows(int n_ext, unsigned swept_modes);
  * PG_ERR_UNSUPPORTED, e.g. a kernel without sinks on a layer with them) is recorded in why[h],
  * never skipped silently; any other failure is returned. A hypothesis output
  * or an external output with NaN/Inf gives +inf. n_ext 0: nothing runs.
- * fo NULL, not quantizing or with a keep_bf16 mask is PG_ERR_INTERNAL. */
+ * fo NULL, not quantizing or with a keep_bf16 mask is PG_ERR_INTERNAL.
+ * It is diag_layer_plan without extras, then diag_layer_finish. */
 pg_status diag_layer_run(attn_backend *be, attn_backend *cpu, const attn_batch *b,
                          const uint16_t *q, const uint16_t *k, const uint16_t *v,
                          const attn_quant_options *fo, unsigned swept_modes, int n_ext,
                          const capture_ext_output *ext, diag_layer *out, pg_err *err);
+
+/* diag_layer_run in steps around a layer's job, so that a backend that
+ * takes extra runs (attn_backend_takes_extras) computes its hypotheses in
+ * the layer's own pass, on its caches:
+ *   diag_layer_plan    sizes *out (zeroed first) for n_ext outputs and
+ *                      marks the hypotheses asked; where be (may be NULL:
+ *                      none) takes extras, each asked hypothesis be runs
+ *                      becomes an extra run of the job, extra[0 .. *n_extra)
+ *                      (room for attn_hypothesis_count()), hyp_of[j] its
+ *                      hypothesis, compared with the job's last n_ext
+ *                      external outputs (attn_layer_job.n_diag_ext = n_ext;
+ *                      they must be ext's, in order). fo's checks and
+ *                      PG_ERR_NOMEM.
+ *   (the layer's job, with those extras)
+ *   diag_layer_finish  takes the extras' distances and refusals into *out
+ *                      and runs every other asked hypothesis on be where be
+ *                      runs it, else on cpu. */
+pg_status diag_layer_plan(const attn_backend *be, const attn_batch *b,
+                          const attn_quant_options *fo, unsigned swept_modes, int n_ext,
+                          diag_layer *out, attn_layer_extra *extra, int *hyp_of, int *n_extra,
+                          pg_err *err);
+pg_status diag_layer_finish(attn_backend *be, attn_backend *cpu, const attn_batch *b,
+                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                            const attn_quant_options *fo, int n_ext,
+                            const capture_ext_output *ext, diag_layer *out,
+                            const attn_layer_extra *extra, const int *hyp_of, int n_extra,
+                            pg_err *err);
 
 /* Frees what diag_layer_run allocated in d; NULL-safe. */
 void diag_layer_free(diag_layer *d);

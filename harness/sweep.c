@@ -300,6 +300,19 @@ typedef struct layer_ctx {
                               * backend's layer run, shared with attribution */
 } layer_ctx;
 
+/* The attribution rows and hypotheses a layer's job runs beside its
+ * variants (on the GPU: on the layer's caches, against its reference, only
+ * numbers coming back); x[0 .. n_attr) are attribution rows (attr_row_of:
+ * each one's row of layer_ctx.attr), x[n_attr .. n_attr + n_hyp) hypotheses
+ * (hyp_of: each one's index in the hypothesis table). */
+typedef struct layer_extras {
+    attn_layer_extra x[ATTN_LAYER_MAX_EXTRAS];
+    int attr_row_of[SWEEP_MAX_VARIANTS * ATTRIBUTE_MAX_ROWS];
+    int n_attr;
+    int hyp_of[ATTN_LAYER_MAX_EXTRAS];
+    int n_hyp;
+} layer_extras;
+
 /* The next variant_metrics slot, named name, run on backend, covering
  * n_heads (0 = all). */
 static variant_metrics *next_vm(layer_ctx *c, const char *name, const char *backend, int n_heads)
@@ -439,7 +452,8 @@ static pg_status spec_check(layer_ctx *c, const attn_profile *p, const uint16_t 
  * more external output, so that all are measured against the backend's
  * reference, and stored with backend "cpu". */
 static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend *be,
-                           attn_backend *cpu, const pg_notes *notes, int64_t *step, pg_err *err)
+                           attn_backend *cpu, layer_extras *lx, const pg_notes *notes,
+                           int64_t *step, pg_err *err)
 {
     const capture_layer *L = c->L;
     const int offload = be != cpu;
@@ -476,10 +490,23 @@ static pg_status layer_run(layer_ctx *c, const sweep_options *opt, attn_backend 
     for (int e = 0; e < L->n_ext && ext != NULL; e++) ext[n_cpu + e] = L->ext[e].out;
     snprintf(what, sizeof what, "layer %d on %s", c->li, attn_backend_name(be));
     pg_note_progress_step(notes, *step, what);
-    const attn_layer_job job = {&c->b, offload ? c->gq : L->q, offload ? c->gk : L->k,
-                                offload ? c->gv : L->v, &c->fo, n_be, on_be, n_cpu + L->n_ext,
-                                ext, c->mbuf, &rep, opt->check_spec ? outs : NULL, notes,
-                                c->ref};
+    const attn_layer_job job = {.b = &c->b,
+                                .q = offload ? c->gq : L->q,
+                                .k = offload ? c->gk : L->k,
+                                .v = offload ? c->gv : L->v,
+                                .opt = &c->fo,
+                                .n_var = n_be,
+                                .var = on_be,
+                                .n_ext = n_cpu + L->n_ext,
+                                .ext = ext,
+                                .metrics = c->mbuf,
+                                .rep = &rep,
+                                .out = opt->check_spec ? outs : NULL,
+                                .notes = notes,
+                                .ref_out = c->ref,
+                                .n_extra = lx->n_attr + lx->n_hyp,
+                                .extra = lx->x,
+                                .n_diag_ext = lx->n_hyp > 0 ? L->n_ext : 0};
     /* Called with no variant too: it takes the prefetched copies. */
     if (st == PG_OK) st = attn_backend_run_layer(be, &job, err);
     if (st == PG_OK) {
@@ -787,6 +814,14 @@ static int layer_write_join(layer_write *w, sweep_stats *stats, pg_status *st, p
     return committed;
 }
 
+/* The wall seconds backends timed for extra runs x[0 .. n) (attn_layer_extra.seconds). */
+static double extras_seconds(const attn_layer_extra *x, int n)
+{
+    double t = 0;
+    for (int i = 0; i < n; i++) t += x[i].seconds;
+    return t;
+}
+
 /* Computes the reference, every selected mode and every external output of
  * layer li into *c (c->vm and c->mbuf allocated here, the caller's to free);
  * *scale_source says where the fp8 scales came from. */
@@ -822,10 +857,27 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
      * its attribution (sweep_run counts both for every variant) */
     for (int i = 0; i < c->n_refused; i++)
         *step += 1 + (opt->attribute ? attribute_row_count(c->refused[i].p) : 0);
-    pg_status st = PG_OK;
-    if (opt->attribute && (c->ref = malloc(c->nq * sizeof *c->ref)) == NULL)
-        st = pg_fail(err, PG_ERR_NOMEM, "attribution: the layer's reference (%zu values)", c->nq);
-    if (st == PG_OK) st = layer_run(c, opt, be, cpu, notes, step, err);
+    /* The attribution rows and hypotheses the backend runs go into the
+     * layer's job beside its variants where it takes extra runs
+     * (attn_backend_takes_extras: on its caches, against its reference);
+     * every other row and hypothesis runs after the job, on the backend
+     * where it runs it, else on the CPU specification. */
+    layer_extras *lx = calloc(1, sizeof *lx);
+    pg_status st = lx != NULL ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "a layer's extra runs");
+    if (st == PG_OK && opt->attribute) {
+        attribute_plan(be, &c->b, c->run.p, c->run.n, c->attr, &c->n_attr, lx->x,
+                       lx->attr_row_of, &lx->n_attr);
+        /* every variant's "all" row is the layer run's own metric (below) */
+        static const double measured[SWEEP_MAX_VARIANTS];
+        if (attribute_left(c->attr, c->n_attr, lx->n_attr, measured) > 0 &&
+            (c->ref = malloc(c->nq * sizeof *c->ref)) == NULL)
+            st = pg_fail(err, PG_ERR_NOMEM, "attribution: the layer's reference (%zu values)",
+                         c->nq);
+    }
+    if (st == PG_OK && L->n_ext > 0)
+        st = diag_layer_plan(be, &c->b, &c->fo, sweep_modes(opt), L->n_ext, &c->diag,
+                             lx->x + lx->n_attr, lx->hyp_of, &lx->n_hyp, err);
+    if (st == PG_OK) st = layer_run(c, opt, be, cpu, lx, notes, step, err);
     if (st == PG_OK) st = layer_kv_format_stats(c, opt, err);
     if (st == PG_OK && opt->attribute) {
         char what[64];
@@ -843,25 +895,29 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
                     joint[i] = c->vm[j].m[0].rel_l2;
         }
         const double t0 = pg_clock_mono_s();
-        st = attribute_layer(be, cpu, &c->b, L->q, L->k, L->v, &c->fo, c->run.p, c->run.n,
-                             c->ref, joint, c->attr, &c->n_attr, err);
-        if (opt->stats != NULL) opt->stats->attribute_s += pg_clock_mono_s() - t0;
+        st = attribute_finish(be, cpu, &c->b, L->q, L->k, L->v, &c->fo, joint, c->ref, c->attr,
+                              c->n_attr, lx->x, lx->attr_row_of, lx->n_attr, err);
+        if (opt->stats != NULL)
+            opt->stats->attribute_s += pg_clock_mono_s() - t0 + extras_seconds(lx->x, lx->n_attr);
         *step += c->n_attr;
     }
     free(c->ref);
     c->ref = NULL;
     if (st == PG_OK && L->n_ext > 0) {
-        /* Every hypothesis once, on the backend where it runs it (else the
-         * CPU specification), shared by the layer's external outputs, with
-         * the fp8 variants' options. */
+        /* Every hypothesis once, shared by the layer's external outputs, with
+         * the fp8 variants' options: those in the layer's job are done, the
+         * others run here. */
         char what[64];
         snprintf(what, sizeof what, "layer %d diagnosis", li);
         pg_note_progress_step(notes, *step, what);
         const double t0 = pg_clock_mono_s();
-        st = diag_layer_run(be, cpu, &c->b, L->q, L->k, L->v, &c->fo, sweep_modes(opt), L->n_ext,
-                            L->ext, &c->diag, err);
-        if (opt->stats != NULL) opt->stats->diagnose_s += pg_clock_mono_s() - t0;
+        st = diag_layer_finish(be, cpu, &c->b, L->q, L->k, L->v, &c->fo, L->n_ext, L->ext,
+                               &c->diag, lx->x + lx->n_attr, lx->hyp_of, lx->n_hyp, err);
+        if (opt->stats != NULL)
+            opt->stats->diagnose_s +=
+                pg_clock_mono_s() - t0 + extras_seconds(lx->x + lx->n_attr, lx->n_hyp);
     }
+    free(lx);
     return st;
 }
 

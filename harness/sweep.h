@@ -22,11 +22,12 @@ typedef struct sweep_stats {
     double compute_s;   /* reference, modes and metrics (CPU or GPU, uploads included) */
     double lock_s;      /* of compute_s, page-locking the GPU's upload buffers */
     double diagnose_s;  /* of compute_s, the external outputs' scale-plumbing diagnosis
-                         * (harness/diagnose.h, on the CPU specification) */
+                         * (harness/diagnose.h): its runs after the layer runs, and
+                         * those inside them where the backend times them apart */
     double store_s;     /* SQLite transactions (a layer is stored while the next computes) */
     int layers_stored;  /* layers this sweep_run computed and committed */
     int layers_skipped; /* layers it left alone: already stored (sweep_options.stored) */
-    double attribute_s; /* of compute_s, --attribute's runs on the CPU specification */
+    double attribute_s; /* of compute_s, --attribute's runs, counted as diagnose_s is */
 } sweep_stats;
 
 /* Most variants one sweep runs (room for every profile of the table;

@@ -4,12 +4,14 @@
  * CUDA kernels (attn_cuda.h; in a build without CUDA its open fails with
  * the reason).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn_backend.h"
 #include "attn_cuda.h"
+#include "base/clock.h"
 
 /* What each backend provides. */
 typedef struct backend_ops {
@@ -42,6 +44,7 @@ typedef struct backend_ops {
     pg_status (*pin)(void *p, size_t bytes, pg_err *err);                    /* NULL: none */
     void (*unpin)(void *p);
     void (*limit_memory)(attn_backend *be, double bytes);                    /* NULL: none */
+    int takes_extras;   /* 1: run_layer computes attn_layer_job's extra runs */
 } backend_ops;
 
 struct attn_backend {
@@ -123,6 +126,53 @@ void attn_quant_fold_add(attn_quant_fold *f, const attn_profile *p, const attn_q
     }
 }
 
+void attn_layer_extra_refuse(attn_layer_extra *x, int n_diag_ext, const char *why)
+{
+    x->refused = 1;
+    snprintf(x->why, sizeof x->why, "%.*s", (int)sizeof x->why - 1, why);
+    x->rel_l2 = NAN;
+    for (int e = 0; x->ext_rel_l2 != NULL && e < n_diag_ext; e++) x->ext_rel_l2[e] = NAN;
+}
+
+/* Extra run x of job on the CPU specification into o (nq bf16), measured
+ * against ref (scratch: nq doubles). */
+static pg_status cpu_run_extra(attn_backend *be, const attn_layer_job *job, attn_layer_extra *x,
+                               uint16_t *o, const double *ref, double *scratch, pg_err *err)
+{
+    const attn_batch *b = job->b;
+    const int64_t tq = attn_batch_tq(b);
+    const size_t row = (size_t)b->hq * (size_t)b->d, nq = (size_t)tq * row;
+    pg_err why = {0};
+    pg_status st;
+    const double t0 = pg_clock_mono_s();
+    x->refused = 0;
+    x->why[0] = '\0';
+    if (x->p != NULL) {
+        attn_quant_options o_kept = *job->opt;
+        o_kept.keep_bf16 = x->keep_bf16;
+        st = cpu_run_variant(be, x->p, b, job->q, job->k, job->v, &o_kept, o, NULL, &why);
+    } else {
+        st = cpu_run_hypothesis(be, x->h, b, job->q, job->k, job->v, job->opt, o, &why);
+    }
+    if (st == PG_ERR_USAGE || st == PG_ERR_UNSUPPORTED) {
+        attn_layer_extra_refuse(x, job->n_diag_ext, why.msg);
+        x->seconds = pg_clock_mono_s() - t0;
+        return PG_OK;
+    }
+    if (st != PG_OK) {
+        if (err != NULL) *err = why;
+        return st;
+    }
+    pg_metric_values m;
+    metrics_compare_bf16(o, row, ref, row, (size_t)tq, row, scratch, &m);
+    x->rel_l2 = m.rel_l2;
+    for (int e = 0; x->ext_rel_l2 != NULL && e < job->n_diag_ext; e++)
+        x->ext_rel_l2[e] =
+            metrics_rel_l2_bf16(job->ext[job->n_ext - job->n_diag_ext + e], o, nq);
+    x->seconds = pg_clock_mono_s() - t0;
+    return PG_OK;
+}
+
 static pg_status cpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err)
 {
     const attn_batch *b = job->b;
@@ -148,6 +198,8 @@ static pg_status cpu_run_layer(attn_backend *be, const attn_layer_job *job, pg_e
     for (int e = 0; st == PG_OK && e < job->n_ext; e++)
         metrics_compare_heads(job->ext[e], ref, tq, b->hq, b->d, scratch,
                               job->metrics + (size_t)(job->n_var + e) * per);
+    for (int x = 0; st == PG_OK && x < job->n_extra; x++)
+        st = cpu_run_extra(be, job, &job->extra[x], own, ref, scratch, err);
     if (st == PG_OK && job->rep != NULL) *job->rep = fold.rep;
     if (st == PG_OK && job->ref_out != NULL) memcpy(job->ref_out, ref, nq * sizeof *ref);
     free(ref);
@@ -195,7 +247,8 @@ static const backend_ops cpu_ops = {
     "cpu",           cpu_open,        cpu_close,          cpu_supports,
     cpu_run_layer,   cpu_run_variant, cpu_supports_hypothesis, cpu_run_hypothesis,
     cpu_reference,   cpu_paged_write, cpu_dequant_gather, cpu_metrics,
-    NULL,            NULL,            NULL,               NULL};
+    NULL,            NULL,            NULL,               NULL,
+    1};
 
 /* ---- cuda: our kernels ------------------------------------------------------ */
 
@@ -271,7 +324,10 @@ static const backend_ops gpu_ops = {
     "cuda",          gpu_open,        gpu_close,          cuda_supports,
     gpu_run_layer,   gpu_run_variant, cuda_hypothesis_supports, gpu_run_hypothesis,
     gpu_reference,   gpu_paged_write, gpu_dequant_gather, gpu_metrics,
-    gpu_prefetch,    cuda_host_register, cuda_host_unregister, gpu_limit_memory};
+    gpu_prefetch,    cuda_host_register, cuda_host_unregister, gpu_limit_memory,
+    /* its rows and hypotheses run one call each (attn_backend_run_variant,
+     * attn_backend_run_hypothesis), their outputs measured on its metrics */
+    0};
 
 /* ---- the interface ---------------------------------------------------------- */
 
@@ -348,8 +404,30 @@ pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg
             return pg_fail(err, PG_ERR_USAGE, "backend %s does not run %s: %s", be->ops->name,
                            attn_profile_variant(job->var[i]), why);
     }
+    if (job->n_extra > 0 && !be->ops->takes_extras)
+        return pg_fail(err, PG_ERR_USAGE, "backend %s takes no extra runs in a layer job (%d "
+                       "given): run them one by one", be->ops->name, job->n_extra);
+    if (job->n_diag_ext < 0 || job->n_diag_ext > job->n_ext || job->n_extra < 0 ||
+        job->n_extra > ATTN_LAYER_MAX_EXTRAS || (job->n_extra > 0 && job->extra == NULL))
+        return pg_fail(err, PG_ERR_INTERNAL, "layer job: %d extra runs, %d of %d external "
+                       "outputs diagnosed", job->n_extra, job->n_diag_ext, job->n_ext);
+    for (int i = 0; i < job->n_extra; i++) {
+        const attn_layer_extra *x = &job->extra[i];
+        const char *why = NULL;
+        if ((x->p == NULL) == (x->h == NULL))
+            return pg_fail(err, PG_ERR_INTERNAL, "layer job: extra run %d must name a profile "
+                           "or a hypothesis, not %s", i, x->p == NULL ? "neither" : "both");
+        if (x->p != NULL ? !be->ops->supports(x->p, job->b, x->keep_bf16, &why)
+                         : !be->ops->supports_hypothesis(x->h, job->b, &why))
+            return pg_fail(err, PG_ERR_USAGE, "backend %s does not run %s (%s 0x%x): %s",
+                           be->ops->name,
+                           x->p != NULL ? attn_profile_variant(x->p) : attn_hypothesis_name(x->h),
+                           x->p != NULL ? "keep_bf16" : "hypothesis", x->keep_bf16, why);
+    }
     return be->ops->run_layer(be, job, err);
 }
+
+int attn_backend_takes_extras(const attn_backend *be) { return be->ops->takes_extras; }
 
 int attn_backend_supports_hypothesis(const attn_backend *be, const attn_hypothesis *h,
                                      const attn_batch *b, const char **why)

@@ -27,6 +27,43 @@ extern "C" {
 
 typedef struct attn_backend attn_backend;
 
+/* Most extra runs one layer job takes: every attribution row of 32 fp8
+ * variants (5 each beside "all", which the sweep measures) and every
+ * hypothesis fit. */
+#define ATTN_LAYER_MAX_EXTRAS 192
+
+/* Longest reason an extra run of a layer job refused the layer, NUL included. */
+#define ATTN_EXTRA_WHY_MAX 192
+
+/* One more run of a layer job beside its variants, on the same layer and
+ * measured against the same reference: profile p with the job's options but
+ * keep_bf16 (an attribution row: those tensors kept bf16), or, p NULL,
+ * scale-plumbing hypothesis h with the job's options as they are (a
+ * diagnosis; they must quantize, keep_bf16 0). A backend that takes extras
+ * (attn_backend_takes_extras) computes them where it computes the variants,
+ * with the layer's caches and reference already there, and gives back only
+ * their results. */
+typedef struct attn_layer_extra {
+    const attn_profile *p;
+    unsigned keep_bf16;
+    const attn_hypothesis *h;
+    double rel_l2;          /* out: whole-layer rel_l2 against the reference */
+    double *ext_rel_l2;     /* NULL, or out [the job's n_diag_ext]: metrics_rel_l2_bf16 of
+                             * each of the job's last n_diag_ext external outputs against
+                             * this run's output */
+    int refused;            /* out: 1 when the run refuses the layer (attn_variant_run's or
+                             * attn_hypothesis_run's PG_ERR_USAGE / PG_ERR_UNSUPPORTED, e.g.
+                             * a kernel without sinks on a layer with them): why says why,
+                             * rel_l2 and ext_rel_l2 are NaN; else 0 */
+    char why[ATTN_EXTRA_WHY_MAX];
+    double seconds;         /* out: the run's wall seconds where the backend times runs
+                             * apart (the CPU does), else 0 */
+} attn_layer_extra;
+
+/* Marks x refused for reason why (attn_layer_extra.refused): its results NaN,
+ * the n_diag_ext entries of ext_rel_l2 included. */
+void attn_layer_extra_refuse(attn_layer_extra *x, int n_diag_ext, const char *why);
+
 /* One layer for attn_backend_run_layer. */
 typedef struct attn_layer_job {
     const attn_batch *b;
@@ -47,6 +84,12 @@ typedef struct attn_layer_job {
     double *ref_out;                    /* NULL, or out: a host copy of the layer's fp64
                                          * reference [Tq,hq,d], the one every metric of the
                                          * job is measured against */
+    int n_extra;                        /* runs beside the variants (attribution rows, */
+    attn_layer_extra *extra;            /* hypotheses), each one the backend supports:
+                                         * attn_backend_supports_kept /
+                                         * attn_backend_supports_hypothesis */
+    int n_diag_ext;                     /* how many of ext, the last ones, each hypothesis
+                                         * extra is compared with (ext_rel_l2) */
 } attn_layer_job;
 
 /* Quantization reports folded by the rule the stored rows follow: k and v of
@@ -103,9 +146,17 @@ int attn_backend_gpu_runs(const attn_profile *p, int d, unsigned keep_bf16, cons
 /* The same for scale-plumbing hypothesis h (diagnosis). */
 int attn_backend_gpu_runs_hypothesis(const attn_hypothesis *h, int d, const char **why);
 
-/* The fp64 reference, every variant of job and the metrics of each variant
- * and external output against the reference, for one layer. PG_ERR_USAGE
- * naming a variant the backend does not support. */
+/* 1 when be's run_layer computes a job's extra runs (attn_layer_job.extra)
+ * in the layer's own pass; 0 when a job with extras is refused and its
+ * caller runs them one by one (attn_backend_run_variant /
+ * attn_backend_run_hypothesis). The CPU takes them; the CUDA backend does
+ * not. */
+int attn_backend_takes_extras(const attn_backend *be);
+
+/* The fp64 reference, every variant and extra run of job and the metrics of
+ * each variant and external output against the reference, and the extras'
+ * results, for one layer. PG_ERR_USAGE naming a variant or extra the backend
+ * does not support, or for extras given to a backend that takes none. */
 pg_status attn_backend_run_layer(attn_backend *be, const attn_layer_job *job, pg_err *err);
 
 /* Profile p's output alone on batch b (as attn_variant_run): out bf16

@@ -579,7 +579,9 @@ static pg_status sweep_layer3(attn_backend *be, const attn_batch *b, const uint1
                               int n_ext, const uint16_t *const *ext, pg_metric_values *m,
                               attn_quant_report *rep, uint16_t *const *outs, pg_err *err)
 {
-    const attn_layer_job job = {b, q, k, v, opt, 3, sweep3, n_ext, ext, m, rep, outs, NULL, NULL};
+    const attn_layer_job job = {.b = b, .q = q, .k = k, .v = v, .opt = opt, .n_var = 3,
+                                .var = sweep3, .n_ext = n_ext, .ext = ext, .metrics = m,
+                                .rep = rep, .out = outs};
     return attn_backend_run_layer(be, &job, err);
 }
 
@@ -748,7 +750,8 @@ static void run_keep_bf16_refused(attn_backend *be)
     pg_err e1 = {0}, e2 = {0};
     cases++;
     const pg_status s1 = attn_backend_run_variant(be, sweep3[2], &b, q, k, v, &opt, o, NULL, &e1);
-    const attn_layer_job job = {&b, q, k, v, &opt, 1, &sweep3[2], 0, NULL, m, NULL, NULL, NULL, NULL};
+    const attn_layer_job job = {.b = &b, .q = q, .k = k, .v = v, .opt = &opt, .n_var = 1,
+                                .var = &sweep3[2], .metrics = m};
     const pg_status s2 = attn_backend_run_layer(be, &job, &e2);
     check(s1 == PG_ERR_USAGE && strstr(e1.msg, "kept bf16") != NULL, "keep_bf16", "run_variant",
           (double)s1, (double)PG_ERR_USAGE);

@@ -16,6 +16,8 @@
 #include "kernels/attn_backend.h"
 #include "kernels/attn_profile.h"
 #include "harness/attribute.h"
+#include "harness/capture/capture.h"
+#include "harness/sweep.h"
 #include "db/store.h"
 #include "kernels/numerics.h"
 #include "lifecycle_util.h"
@@ -172,7 +174,8 @@ Test(attribute, all_computed_is_the_backends_layer_metric_bit_for_bit)
     cr_assert_eq(attn_backend_open("cpu", 2, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
     const attn_profile *p[2] = {profile(names[0]), profile(names[1])};
     pg_metric_values *m = calloc(2 * ((size_t)L.b.hq + 1), sizeof *m);
-    const attn_layer_job job = {&L.b, L.q, L.k, L.v, &o, 2, p, 0, NULL, m, NULL, NULL, NULL, NULL};
+    const attn_layer_job job = {.b = &L.b, .q = L.q, .k = L.k, .v = L.v, .opt = &o, .n_var = 2,
+                                .var = p, .metrics = m};
     cr_assert_eq(attn_backend_run_layer(cpu, &job, &err), PG_OK, "%s", err.msg);
     for (int i = 0; i < 2; i++) {
         const double all = row_of(rows, n, p[i], "all"), want = m[(size_t)i * (L.b.hq + 1)].rel_l2;
@@ -498,4 +501,60 @@ Test(attribute_cli, diff_and_its_json_carry_the_rows_when_both_runs_have_them)
     for (const char *p = out; (p = strstr(p, "\"type\":\t\"attribution\"")) != NULL; p++) n++;
     cr_assert_eq(n, CLI_LAYERS * 4, "%s", out);
     free(out);
+}
+
+/* The sweep computes its rows inside each layer's job where the backend
+ * takes extra runs (the CPU does): every stored row must be what
+ * attribute_layer gives for the same layer, options and reference on its
+ * own, bit for bit, in the same row. */
+Test(attribute_cli, the_rows_of_the_layer_job_are_attribute_layers_bit_for_bit)
+{
+    synth("c.safetensors");
+    pg_err err = {0};
+    capture *cap = NULL;
+    cr_assert_eq(capture_open(tu_in_dir("c.safetensors"), &cap, &err), PG_OK, "%s", err.msg);
+    pg_store *s = NULL;
+    cr_assert_eq(store_open(tu_in_dir("job.db"), &s, &err), PG_OK, "%s", err.msg);
+    const store_run_info info = {.kind = "sweep"};
+    int64_t run = 0;
+    cr_assert_eq(store_run_begin(s, &info, &run, &err), PG_OK, "%s", err.msg);
+    sweep_options so = {.n_threads = 2, .scales = SWEEP_SCALES_AMAX, .attribute = 1};
+    cr_assert_eq(sweep_variants_parse("fp8kv@fixed,fp8qkv@fa3,fp8qkv@ideal", &so.variants, &err),
+                 PG_OK);
+    cr_assert_eq(sweep_run(s, run, cap, "c", &so, &err), PG_OK, "%s", err.msg);
+    store_close(s);
+    attn_backend *cpu = NULL;
+    cr_assert_eq(attn_backend_open("cpu", 2, &cpu, NULL, 0, &err), PG_OK, "%s", err.msg);
+    sqlite3 *db = tu_db_open("job.db");
+    int checked = 0;
+    for (int li = 0; li < cap->n_layers; li++) {
+        const capture_layer *L = &cap->layers[li];
+        const attn_batch b = {cap->n_seqs, cap->seq_q, cap->seq_kv, L->hq, L->hkv, L->d,
+                              L->window, L->sm_scale, L->sinks};
+        attn_quant_options fo;
+        sweep_layer_quant_options(cap, li, &so, &fo);
+        const size_t nq = (size_t)attn_batch_tq(&b) * L->hq * L->d;
+        double *ref = malloc(nq * sizeof *ref);
+        cr_assert_eq(attn_backend_reference(cpu, &b, L->q, L->k, L->v, ref, &err), PG_OK);
+        attribute_row rows[3 * ATTRIBUTE_MAX_ROWS];
+        int n = 0;
+        cr_assert_eq(attribute_layer(cpu, cpu, &b, L->q, L->k, L->v, &fo, so.variants.p,
+                                     so.variants.n, ref, NULL, rows, &n, &err),
+                     PG_OK, "%s", err.msg);
+        for (int r = 0; r < n; r++) {
+            const double got = tu_sql_double(db, "SELECT rel_l2 FROM attribution WHERE layer = %d "
+                                                 "AND variant = '%s' AND tensor = '%s'",
+                                             li, attn_profile_variant(rows[r].p),
+                                             attribution_tensors[rows[r].tensor]);
+            cr_assert(got == rows[r].rel_l2, "layer %d %s %s: stored %.17g, alone %.17g", li,
+                      attn_profile_variant(rows[r].p), attribution_tensors[rows[r].tensor], got,
+                      rows[r].rel_l2);
+            checked++;
+        }
+        free(ref);
+    }
+    cr_assert_eq(checked, CLI_LAYERS * (4 + 6 + 6));
+    sqlite3_close(db);
+    attn_backend_close(cpu);
+    capture_close(cap);
 }

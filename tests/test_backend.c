@@ -199,8 +199,9 @@ Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
     const uint16_t *ext[1] = {want_out[0]};
     pg_metric_values got[4][HQ + 1];
     attn_quant_report rep;
-    const attn_layer_job job = {&b, q, k, v, &opt, 3, var, 1, ext, &got[0][0], &rep, outs, NULL,
-                                NULL};
+    const attn_layer_job job = {.b = &b, .q = q, .k = k, .v = v, .opt = &opt, .n_var = 3,
+                                .var = var, .n_ext = 1, .ext = ext, .metrics = &got[0][0],
+                                .rep = &rep, .out = outs};
     cr_assert_eq(attn_backend_run_layer(be, &job, &err), PG_OK, "%s", err.msg);
     for (int i = 0; i < 3; i++)
         for (int h = 0; h <= HQ; h++) {
@@ -232,6 +233,95 @@ Test(backend, the_cpu_runs_every_profile_and_a_layer_is_the_specification)
     }
     free(ref);
     free(scratch);
+    free(q);
+    free(k);
+    free(v);
+    attn_backend_close(be);
+}
+
+/* A layer job's extra runs (attribution rows, hypotheses) are measured as
+ * attribution and diagnosis measure them on their own: each row's rel_l2 is
+ * the kept run's whole-layer metric against the layer's reference, each
+ * hypothesis's distances are metrics_rel_l2_bf16 of the diagnosed outputs
+ * against its output, bit for bit; a hypothesis that refuses the layer (a
+ * TurboQuant kernel has no sinks) is marked so with the reason, its results
+ * NaN; the variants' metrics do not move. */
+Test(backend, extra_runs_of_a_layer_job_are_attribution_rows_and_hypotheses)
+{
+    attn_backend *be;
+    pg_err err = {0};
+    cr_assert_eq(attn_backend_open("cpu", 2, &be, NULL, 0, &err), PG_OK, "%s", err.msg);
+    const float sinks[HQ] = {0.5f, 1.0f, -0.5f, 2.0f};
+    const attn_batch b = {NSEQ, seq_q, seq_kv, HQ, HKV, D, 0, 0.125f, sinks};
+    uint64_t s = 11;
+    const int64_t tq = attn_batch_tq(&b);
+    const size_t row = (size_t)HQ * D, nq = (size_t)tq * row, nkv = (size_t)attn_batch_tkv(&b) * HKV * D;
+    uint16_t *q = fill(nq, &s), *k = fill(nkv, &s), *v = fill(nkv, &s);
+    const attn_quant_options opt = {1, fp8_e4m3_calibrated_scale(bf16_amax(q, nq)),
+                                    fp8_e4m3_calibrated_scale(bf16_amax(k, nkv)),
+                                    fp8_e4m3_calibrated_scale(bf16_amax(v, nkv)), 16, 3, 0};
+    const attn_profile *var[1] = {profile("fp8kv")};
+    /* two diagnosed outputs: the bf16 mode's and the fp8kv mode's, beside one not diagnosed */
+    uint16_t *o_bf16 = malloc(nq * 2), *o_fp8 = malloc(nq * 2);
+    cr_assert_eq(attn_variant_run(profile("bf16"), &b, q, k, v, &opt, o_bf16, NULL, 2, &err), PG_OK);
+    cr_assert_eq(attn_variant_run(var[0], &b, q, k, v, &opt, o_fp8, NULL, 2, &err), PG_OK);
+    const uint16_t *ext[3] = {o_fp8, o_bf16, o_fp8};
+    double dist[3][2];
+    attn_layer_extra x[5] = {
+        {.p = var[0], .keep_bf16 = ATTN_TENSORS_ALL & ~ATTN_TENSOR_V},
+        {.p = profile("fp8qkv@ideal"), .keep_bf16 = ATTN_TENSORS_ALL},
+        {.h = attn_hypothesis_find("intended-bf16"), .ext_rel_l2 = dist[0]},
+        {.h = attn_hypothesis_find("kv-scales-twice"), .ext_rel_l2 = dist[1]},
+        {.h = attn_hypothesis_find("intended-tq_k8v4"), .ext_rel_l2 = dist[2]},
+    };
+    pg_metric_values got[4][HQ + 1];
+    double *ref = malloc(nq * sizeof *ref);
+    const attn_layer_job job = {.b = &b, .q = q, .k = k, .v = v, .opt = &opt, .n_var = 1,
+                                .var = var, .n_ext = 3, .ext = ext, .metrics = &got[0][0],
+                                .ref_out = ref, .n_extra = 5, .extra = x, .n_diag_ext = 2};
+    cr_assert_eq(attn_backend_run_layer(be, &job, &err), PG_OK, "%s", err.msg);
+    double *scratch = malloc(nq * sizeof *scratch);
+    uint16_t *o = malloc(nq * 2);
+    pg_metric_values want;
+    for (int i = 0; i < 2; i++) {
+        attn_quant_options kept = opt;
+        kept.keep_bf16 = x[i].keep_bf16;
+        cr_assert_eq(attn_variant_run(x[i].p, &b, q, k, v, &kept, o, NULL, 2, &err), PG_OK);
+        metrics_compare_bf16(o, row, ref, row, (size_t)tq, row, scratch, &want);
+        cr_assert_eq(x[i].refused, 0);
+        cr_assert(x[i].rel_l2 == want.rel_l2, "row %d: %.17g, alone %.17g", i, x[i].rel_l2,
+                  want.rel_l2);
+    }
+    /* V alone quantized is far from bf16; every tensor kept, @ideal is bf16's own error */
+    cr_assert_gt(x[0].rel_l2, 4 * x[1].rel_l2);
+    for (int h = 2; h < 4; h++) {
+        cr_assert_eq(attn_hypothesis_run(x[h].h, &b, q, k, v, &opt, o, 2, &err), PG_OK, "%s",
+                     err.msg);
+        cr_assert_eq(x[h].refused, 0);
+        for (int e = 0; e < 2; e++)
+            cr_assert(dist[h - 2][e] == metrics_rel_l2_bf16(ext[1 + e], o, nq), "hyp %d ext %d", h, e);
+    }
+    /* the bf16 output is intended-bf16's own, the fp8kv output is not */
+    cr_assert_eq(dist[0][0], 0.0);
+    cr_assert_gt(dist[0][1], 0.01);
+    cr_assert_eq(x[4].refused, 1);
+    cr_assert_not_null(strstr(x[4].why, "sinks"), "%s", x[4].why);
+    cr_assert(isnan(x[4].rel_l2) && isnan(dist[2][0]) && isnan(dist[2][1]));
+    /* the variant's metric is the one it has without extras */
+    pg_metric_values heads[HQ + 1];
+    metrics_compare_heads(o_fp8, ref, tq, HQ, D, scratch, heads);
+    cr_assert_eq(got[0][0].rel_l2, heads[0].rel_l2);
+    /* an extra naming neither a profile nor a hypothesis is the caller's bug */
+    attn_layer_extra bad = {.keep_bf16 = 0};
+    const attn_layer_job bad_job = {.b = &b, .q = q, .k = k, .v = v, .opt = &opt,
+                                    .metrics = &got[0][0], .n_extra = 1, .extra = &bad};
+    cr_assert_eq(attn_backend_run_layer(be, &bad_job, &err), PG_ERR_INTERNAL);
+    cr_assert_not_null(strstr(err.msg, "neither"), "%s", err.msg);
+    free(o);
+    free(scratch);
+    free(ref);
+    free(o_bf16);
+    free(o_fp8);
     free(q);
     free(k);
     free(v);
