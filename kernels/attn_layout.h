@@ -29,4 +29,13 @@ static inline void attn_key_range(const attn_batch *b, int s, int j, int *lo, in
     *lo = (b->window > 0 && *hi - b->window + 1 > 0) ? *hi - b->window + 1 : 0;
 }
 
+/* The threads for work items of one (sequence, kv head) each, as the
+ * references split a layer: n_threads within [1, n_seqs * hkv]. */
+static inline int attn_item_threads(const attn_batch *b, int n_threads)
+{
+    const int items = b->n_seqs * b->hkv;
+    if (n_threads > items) n_threads = items;
+    return n_threads < 1 ? 1 : n_threads;
+}
+
 #endif /* PG_ATTN_LAYOUT_H */

@@ -247,8 +247,7 @@ pg_status attn_reference(const attn_batch *b, const uint16_t *q, const uint16_t 
     st = attn_layout_make(b, &lay, err);
     if (st != PG_OK) return st;
     const int items = b->n_seqs * b->hkv;
-    if (n_threads > items) n_threads = items;
-    if (n_threads < 1) n_threads = 1;
+    n_threads = attn_item_threads(b, n_threads);
     int max_q = 0;
     for (int i = 0; i < b->n_seqs; i++)
         if (b->seq_q[i] > max_q) max_q = b->seq_q[i];

@@ -1,0 +1,248 @@
+/* attn_reference_sliced.c: the fp64 reference by int8 slices with exact int32 sums (see attn_reference_sliced.h). */
+#include "attn_reference_sliced.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_layout.h"
+#include "numerics.h"
+#include "parallel.h"
+
+/* Bits of one slice: an int8 holds [-127, 127] after truncation. */
+#define SLICE_BITS 7
+#define SLICE_RADIX 128.0
+
+const attn_sliced_config ATTN_SLICED_DEFAULT = {4, 5, 5, 4, 6, 64};
+
+pg_status attn_sliced_config_check(const attn_sliced_config *c, pg_err *err)
+{
+    if (c == NULL) return pg_fail(err, PG_ERR_USAGE, "sliced reference: no configuration");
+    const struct {
+        const char *name;
+        int value, lo, hi;
+    } f[] = {
+        {"qk_slices", c->qk_slices, 1, ATTN_SLICED_MAX_SLICES},
+        {"p_slices", c->p_slices, 1, ATTN_SLICED_MAX_SLICES},
+        {"v_slices", c->v_slices, 1, ATTN_SLICED_MAX_SLICES},
+        {"qk_max_order", c->qk_max_order, 2, 2 * ATTN_SLICED_MAX_SLICES},
+        {"pv_max_order", c->pv_max_order, 2, 2 * ATTN_SLICED_MAX_SLICES},
+        {"key_tile", c->key_tile, 1, ATTN_SLICED_MAX_KEY_TILE},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].value < f[i].lo || f[i].value > f[i].hi)
+            return pg_fail(err, PG_ERR_USAGE, "sliced reference: %s is %d, expected %d .. %d",
+                           f[i].name, f[i].value, f[i].lo, f[i].hi);
+    return PG_OK;
+}
+
+/* Cuts x[0..n) into n_slices int8 slices, out[s * n + i] for slice s + 1,
+ * on the exponent it returns: e with every |x| < 2^e (0 for an all-zero x,
+ * whose slices are zero); x = 2^e sum_s out_s 2^(-7 (s + 1)) + r by
+ * truncation. Every step is exact in fp64 (scalings by powers of two, the
+ * subtraction of a value's own integer part). */
+static int slice_values(const double *x, int n, int n_slices, int8_t *out)
+{
+    double mx = 0;
+    for (int i = 0; i < n; i++) mx = fmax(mx, fabs(x[i]));
+    if (mx == 0) {
+        memset(out, 0, (size_t)n_slices * (size_t)n);
+        return 0;
+    }
+    const int e = ilogb(mx) + 1;
+    for (int i = 0; i < n; i++) {
+        double r = ldexp(x[i], -e);
+        for (int s = 0; s < n_slices; s++) {
+            r *= SLICE_RADIX;
+            const double a = trunc(r);
+            out[(size_t)s * (size_t)n + (size_t)i] = (int8_t)a;
+            r -= a;
+        }
+    }
+    return e;
+}
+
+/* The sum over slice pairs (s, t) of orders (1-based s + t) <= max_order,
+ * the highest order first and s ascending within one, of
+ * 2^(e - 7 (s + t)) dot(s, t): dot gives the exact int32 sum of slice s of
+ * one operand times slice t of the other (0-based indices). */
+typedef int32_t (*pair_dot_fn)(const void *ctx, int s, int t);
+static double pairs_sum(int na, int nb, int max_order, int e, pair_dot_fn dot, const void *ctx)
+{
+    double sum = 0;
+    for (int order = max_order; order >= 2; order--)
+        for (int s = 1; s <= na; s++) {
+            const int t = order - s;
+            if (t < 1 || t > nb) continue;
+            const int32_t I = dot(ctx, s - 1, t - 1);
+            if (I != 0) sum += ldexp((double)I, e - SLICE_BITS * order);
+        }
+    return sum;
+}
+
+/* Two operands' slices, [slices][n] each: a Q row's and a K row's (n = d),
+ * or a tile's P row's and one channel's V (n = key_tile). */
+typedef struct slice_pair {
+    const int8_t *a, *b;
+    int n;
+} slice_pair;
+
+/* pair_dot_fn of a slice_pair: slice s of a times slice t of b, in int32. */
+static int32_t slice_dot(const void *ctx, int s, int t)
+{
+    const slice_pair *p = ctx;
+    const int8_t *a = p->a + (size_t)s * (size_t)p->n, *b = p->b + (size_t)t * (size_t)p->n;
+    int32_t I = 0;
+    for (int i = 0; i < p->n; i++) I += (int32_t)a[i] * (int32_t)b[i];
+    return I;
+}
+
+typedef struct sliced_scratch {
+    int8_t *ks;    /* [keys][qk_slices][d] */
+    int *ek;       /* [keys] */
+    int8_t *vs;    /* [tiles][d][v_slices][key_tile] */
+    int *ev;       /* [tiles][d] */
+    double *col;   /* [key_tile] one channel of V in a tile; then P of one tile */
+    int8_t *ps;    /* [p_slices][key_tile] */
+    int8_t *qs;    /* [qk_slices][d] */
+    double *row;   /* [d] one Q or K row in fp64; then the output accumulator */
+    double *x;     /* [keys] one query row's scaled scores, then its weights */
+} sliced_scratch;
+
+typedef struct sliced_job {
+    const attn_batch *b;
+    const attn_layout *lay;
+    const uint16_t *q, *k, *v;
+    const attn_sliced_config *c;
+    double *out;
+    sliced_scratch *scratch;
+} sliced_job;
+
+/* Work item: sequence item / hkv, kv head item % hkv. */
+static void sliced_item(void *ctx, int item, int thread)
+{
+    const sliced_job *job = ctx;
+    const attn_batch *b = job->b;
+    const attn_sliced_config *c = job->c;
+    sliced_scratch *sc = &job->scratch[thread];
+    const int s = item / b->hkv, g = item % b->hkv, d = b->d, n = b->seq_kv[s];
+    const int kt = c->key_tile, n_tiles = (n + kt - 1) / kt;
+    const size_t kv_row0 = (size_t)job->lay->kv_off[s];
+    /* K rows' slices */
+    for (int j = 0; j < n; j++) {
+        const uint16_t *kr = job->k + ((kv_row0 + (size_t)j) * (size_t)b->hkv + (size_t)g) * (size_t)d;
+        for (int i = 0; i < d; i++) sc->row[i] = bf16_to_f32(kr[i]);
+        sc->ek[j] = slice_values(sc->row, d, c->qk_slices,
+                                 sc->ks + (size_t)j * (size_t)c->qk_slices * (size_t)d);
+    }
+    /* V's slices per (tile, channel); keys past n are zero */
+    for (int tile = 0; tile < n_tiles; tile++)
+        for (int ch = 0; ch < d; ch++) {
+            for (int jj = 0; jj < kt; jj++) {
+                const int j = tile * kt + jj;
+                sc->col[jj] = j < n ? bf16_to_f32(job->v[((kv_row0 + (size_t)j) * (size_t)b->hkv +
+                                                          (size_t)g) * (size_t)d + (size_t)ch])
+                                    : 0.0;
+            }
+            const size_t at = (size_t)tile * (size_t)d + (size_t)ch;
+            sc->ev[at] = slice_values(sc->col, kt, c->v_slices,
+                                      sc->vs + at * (size_t)c->v_slices * (size_t)kt);
+        }
+    const int group = b->hq / b->hkv;
+    for (int hh = 0; hh < group; hh++) {
+        const int h = g * group + hh;
+        const double sink = b->sinks != NULL ? (double)b->sinks[h] : -INFINITY;
+        for (int j = 0; j < b->seq_q[s]; j++) {
+            const size_t orow = ((size_t)(job->lay->q_off[s] + j) * (size_t)b->hq + (size_t)h) *
+                                (size_t)d;
+            for (int i = 0; i < d; i++) sc->row[i] = bf16_to_f32(job->q[orow + (size_t)i]);
+            const int eq = slice_values(sc->row, d, c->qk_slices, sc->qs);
+            int lo, hi;
+            attn_key_range(b, s, j, &lo, &hi);
+            /* scores, scaled, and the final row max with the sink */
+            double m = sink;
+            for (int t = lo; t <= hi; t++) {
+                const slice_pair pr = {sc->qs, sc->ks + (size_t)t * (size_t)c->qk_slices * (size_t)d, d};
+                const double S = pairs_sum(c->qk_slices, c->qk_slices, c->qk_max_order,
+                                           eq + sc->ek[t], slice_dot, &pr);
+                sc->x[t] = S * (double)b->sm_scale;
+                if (sc->x[t] > m) m = sc->x[t];
+            }
+            double l = b->sinks != NULL ? exp(sink - m) : 0.0;
+            for (int t = lo; t <= hi; t++) {
+                sc->x[t] = exp(sc->x[t] - m);
+                l += sc->x[t];
+            }
+            /* P.V tile by tile */
+            double *acc = sc->row;
+            for (int i = 0; i < d; i++) acc[i] = 0;
+            for (int tile = lo / kt; tile <= hi / kt; tile++) {
+                for (int jj = 0; jj < kt; jj++) {
+                    const int t = tile * kt + jj;
+                    sc->col[jj] = t >= lo && t <= hi ? sc->x[t] : 0.0;
+                }
+                const int ep = slice_values(sc->col, kt, c->p_slices, sc->ps);
+                for (int ch = 0; ch < d; ch++) {
+                    const size_t at = (size_t)tile * (size_t)d + (size_t)ch;
+                    const slice_pair pr = {sc->ps, sc->vs + at * (size_t)c->v_slices * (size_t)kt, kt};
+                    acc[ch] += pairs_sum(c->p_slices, c->v_slices, c->pv_max_order,
+                                         ep + sc->ev[at], slice_dot, &pr);
+                }
+            }
+            const double inv_l = 1.0 / l;
+            for (int i = 0; i < d; i++) job->out[orow + (size_t)i] = acc[i] * inv_l;
+        }
+    }
+}
+
+static void scratch_free(sliced_scratch *sc)
+{
+    free(sc->ks);
+    free(sc->ek);
+    free(sc->vs);
+    free(sc->ev);
+    free(sc->col);
+    free(sc->ps);
+    free(sc->qs);
+    free(sc->row);
+    free(sc->x);
+}
+
+pg_status attn_reference_sliced(const attn_batch *b, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const attn_sliced_config *c, double *out,
+                                int n_threads, pg_err *err)
+{
+    pg_status st = attn_batch_check(b, err);
+    if (st == PG_OK) st = attn_sliced_config_check(c, err);
+    if (st != PG_OK) return st;
+    attn_layout lay;
+    st = attn_layout_make(b, &lay, err);
+    if (st != PG_OK) return st;
+    const int items = b->n_seqs * b->hkv;
+    n_threads = attn_item_threads(b, n_threads);
+    const size_t keys = (size_t)lay.max_kv, d = (size_t)b->d, kt = (size_t)c->key_tile;
+    const size_t tiles = (keys + kt - 1) / kt;
+    sliced_job job = {b, &lay, q, k, v, c, out, calloc((size_t)n_threads, sizeof(sliced_scratch))};
+    if (job.scratch == NULL) st = pg_fail(err, PG_ERR_NOMEM, "sliced reference: out of memory");
+    for (int t = 0; st == PG_OK && t < n_threads; t++) {
+        sliced_scratch *sc = &job.scratch[t];
+        sc->ks = malloc(keys * (size_t)c->qk_slices * d + 1);
+        sc->ek = malloc((keys + 1) * sizeof *sc->ek);
+        sc->vs = malloc(tiles * d * (size_t)c->v_slices * kt + 1);
+        sc->ev = malloc((tiles * d + 1) * sizeof *sc->ev);
+        sc->col = malloc(kt * sizeof *sc->col);
+        sc->ps = malloc((size_t)c->p_slices * kt);
+        sc->qs = malloc((size_t)c->qk_slices * d + 1);
+        sc->row = malloc((d + 1) * sizeof *sc->row);
+        sc->x = malloc((keys + 1) * sizeof *sc->x);
+        if (!sc->ks || !sc->ek || !sc->vs || !sc->ev || !sc->col || !sc->ps || !sc->qs ||
+            !sc->row || !sc->x)
+            st = pg_fail(err, PG_ERR_NOMEM, "sliced reference: cannot allocate scratch for %d "
+                         "keys", lay.max_kv);
+    }
+    if (st == PG_OK) st = parallel_for(items, n_threads, sliced_item, &job, err);
+    for (int t = 0; job.scratch != NULL && t < n_threads; t++) scratch_free(&job.scratch[t]);
+    free(job.scratch);
+    attn_layout_free(&lay);
+    return st;
+}
