@@ -53,10 +53,21 @@ static inline float cut_sum(float s)
     return f32_from_bits(f32_bits(s) & ~SUM_CLEAR_MASK);
 }
 
+/* x * 2^n, as ldexpf gives it: a product with a normal power of two is
+ * correctly rounded, as ldexpf's result is (identical bits, subnormal and
+ * overflowing results included); ldexpf itself only where 2^n is not a
+ * normal float. ldexpf's library call was 30% of an @fa3 row's time. */
+static inline float scale_pow2(float x, int n)
+{
+    return n >= 1 - F32_BIAS && n <= F32_BIAS ? x * pow2f(n) : ldexpf(x, n);
+}
+
 /* The reference exponent of an incoming accumulator c != 0: floor(log2 |c|),
- * subnormal floats included. */
+ * subnormal floats included (ilogbf: the exponent field of a normal one). */
 static inline int acc_exp(float c)
 {
+    const int field = (int)((f32_bits(c) >> F32_MAN_BITS) & 0xFFu);
+    if (field != 0) return field - F32_BIAS;
     return ilogbf(c);
 }
 
@@ -84,7 +95,7 @@ void fp8_mma_e4m3_accumulate_many(const float *a, int n, const float *b, size_t 
              * whose products are all zero, where inv is not used. */
             const int sh = emax[j] == NO_EXP ? 0 : FP8_MMA_ALIGN_BITS - emax[j];
             inv[j] = pow2f(sh < -126 ? -126 : sh > 127 ? 127 : sh);
-            sum[j] = c[j] != 0.0f ? truncf(ldexpf(c[j], sh)) : 0.0f;
+            sum[j] = c[j] != 0.0f ? truncf(scale_pow2(c[j], sh)) : 0.0f;
         }
         for (int k = 0; k < n; k++) {
             const float ak = a[k];
@@ -96,7 +107,7 @@ void fp8_mma_e4m3_accumulate_many(const float *a, int n, const float *b, size_t 
             for (int j = 0; j < w; j++) sum[j] += (float)(int32_t)((ak * bk[j]) * inv[j]);
         }
         for (int j = 0; j < w; j++)
-            if (emax[j] != NO_EXP) c[j] = cut_sum(ldexpf(sum[j], emax[j] - FP8_MMA_ALIGN_BITS));
+            if (emax[j] != NO_EXP) c[j] = cut_sum(scale_pow2(sum[j], emax[j] - FP8_MMA_ALIGN_BITS));
     }
 }
 
