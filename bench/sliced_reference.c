@@ -25,19 +25,26 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The schemes measured: the default, then each operand with less. */
-static const struct {
-    const char *name;
-    attn_sliced_config c;
-} schemes[] = {
-    {"default (qk 4 / order 5, p 5 x v 4 / order 6)", {4, 5, 5, 4, 6, 64}},
-    {"notes' scheme A (p 4 x v 3 / order 5)", {4, 5, 4, 3, 5, 64}},
-    {"p 4 slices", {4, 5, 4, 4, 6, 64}},
-    {"v 3 slices, order 7", {4, 5, 5, 3, 7, 64}},
-    {"p.v order 5", {4, 5, 5, 4, 5, 64}},
-    {"qk 3 slices, order 4", {3, 4, 5, 4, 6, 64}},
-    {"qk order 4", {4, 4, 5, 4, 6, 64}},
-};
+/* The schemes measured: the default (ATTN_SLICED_DEFAULT), then each
+ * operand with less (the fields that differ from it). */
+enum { N_SCHEMES = 7 };
+static void schemes_of(attn_sliced_config *c, const char **name)
+{
+    for (int s = 0; s < N_SCHEMES; s++) c[s] = ATTN_SLICED_DEFAULT;
+    name[0] = "default (qk 4 / order 5, p 5 x v 4 / order 6)";
+    name[1] = "notes' scheme A (p 4 x v 3 / order 5)";
+    c[1].p_slices = 4, c[1].v_slices = 3, c[1].pv_max_order = 5;
+    name[2] = "p 4 slices";
+    c[2].p_slices = 4;
+    name[3] = "v 3 slices, order 7";
+    c[3].v_slices = 3, c[3].pv_max_order = 7;
+    name[4] = "p.v order 5";
+    c[4].pv_max_order = 5;
+    name[5] = "qk 3 slices, order 4";
+    c[5].qk_slices = 3, c[5].qk_max_order = 4;
+    name[6] = "qk order 4";
+    c[6].qk_max_order = 4;
+}
 
 int main(int argc, char **argv)
 {
@@ -52,8 +59,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "sliced_reference: %s\n", err.msg);
         return 1;
     }
-    const int n_schemes = (int)(sizeof schemes / sizeof schemes[0]);
-    double worst[sizeof schemes / sizeof schemes[0]] = {0};
+    attn_sliced_config scheme[N_SCHEMES];
+    const char *name[N_SCHEMES];
+    schemes_of(scheme, name);
+    const int n_schemes = N_SCHEMES;
+    double worst[N_SCHEMES] = {0};
     double t_ref = 0, t_sliced = 0;
     int rc = 0;
     for (int li = 0; li < cap->n_layers && rc == 0; li++) {
@@ -72,7 +82,7 @@ int main(int argc, char **argv)
         printf("layer %d (window %d%s):", li, L->window, L->sinks ? ", sinks" : "");
         for (int s = 0; s < n_schemes && rc == 0; s++) {
             t0 = now();
-            if (attn_reference_sliced(&b, L->q, L->k, L->v, &schemes[s].c, sl, threads, &err) !=
+            if (attn_reference_sliced(&b, L->q, L->k, L->v, &scheme[s], sl, threads, &err) !=
                 PG_OK) {
                 fprintf(stderr, "sliced_reference: layer %d: %s\n", li, err.msg);
                 rc = 1;
@@ -95,7 +105,7 @@ int main(int argc, char **argv)
         free(sl);
     }
     for (int s = 0; s < n_schemes && rc == 0; s++)
-        printf("worst layer rel_l2, %s: %.3e\n", schemes[s].name, worst[s]);
+        printf("worst layer rel_l2, %s: %.3e\n", name[s], worst[s]);
     if (rc == 0)
         printf("CPU time on %d threads: fp64 reference %.2f s, sliced (default) %.2f s\n", threads,
                t_ref, t_sliced);

@@ -96,10 +96,10 @@ static int joint_gives(const attribute_row *r, const double *joint)
     return r->tensor == ATTRIBUTION_ALL && joint != NULL && !isnan(joint[r->var]);
 }
 
-int attribute_left(const attribute_row *rows, int n_rows, int n_extra, const double *joint)
+int attribute_left(const attribute_row *rows, int n_rows, int n_extra)
 {
     int n = 0;
-    for (int r = 0; r < n_rows; r++) n += !joint_gives(&rows[r], joint);
+    for (int r = 0; r < n_rows; r++) n += rows[r].tensor != ATTRIBUTION_ALL;
     return n - n_extra; /* an extra is never an "all" row */
 }
 

@@ -96,10 +96,10 @@ void attribute_plan(const attn_backend *be, const attn_batch *b, const attn_prof
                     int n_var, attribute_row *rows, int *n_rows, attn_layer_extra *extra,
                     int *row_of, int *n_extra);
 
-/* How many of rows[0 .. n_rows) attribute_finish runs itself: those neither
- * among the n_extra extras attribute_plan made of them nor an "all" row that
- * joint (may be NULL) gives. */
-int attribute_left(const attribute_row *rows, int n_rows, int n_extra, const double *joint);
+/* How many of rows[0 .. n_rows) attribute_finish runs itself when the layer
+ * run measures every variant (so joint gives every "all" row): those that
+ * are neither "all" nor among the n_extra extras attribute_plan made. */
+int attribute_left(const attribute_row *rows, int n_rows, int n_extra);
 
 pg_status attribute_finish(attn_backend *be, attn_backend *cpu, const attn_batch *b,
                            const uint16_t *q, const uint16_t *k, const uint16_t *v,

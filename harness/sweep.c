@@ -864,12 +864,16 @@ static pg_status layer_compute(const capture *cap, int li, const sweep_options *
      * where it runs it, else on the CPU specification. */
     layer_extras *lx = calloc(1, sizeof *lx);
     pg_status st = lx != NULL ? PG_OK : pg_fail(err, PG_ERR_NOMEM, "a layer's extra runs");
+    /* room for every row but "all" of each variant, and every hypothesis */
+    const size_t most = (size_t)c->run.n * (ATTRIBUTE_MAX_ROWS - 1) + attn_hypothesis_count();
+    if (st == PG_OK && most > ATTN_LAYER_MAX_EXTRAS)
+        st = pg_fail(err, PG_ERR_INTERNAL, "layer %d: up to %zu extra runs, more than a layer "
+                     "job's %d", li, most, ATTN_LAYER_MAX_EXTRAS);
     if (st == PG_OK && opt->attribute) {
         attribute_plan(be, &c->b, c->run.p, c->run.n, c->attr, &c->n_attr, lx->x,
                        lx->attr_row_of, &lx->n_attr);
         /* every variant's "all" row is the layer run's own metric (below) */
-        static const double measured[SWEEP_MAX_VARIANTS];
-        if (attribute_left(c->attr, c->n_attr, lx->n_attr, measured) > 0 &&
+        if (attribute_left(c->attr, c->n_attr, lx->n_attr) > 0 &&
             (c->ref = malloc(c->nq * sizeof *c->ref)) == NULL)
             st = pg_fail(err, PG_ERR_NOMEM, "attribution: the layer's reference (%zu values)",
                          c->nq);

@@ -28,9 +28,9 @@ extern "C" {
 typedef struct attn_backend attn_backend;
 
 /* Most extra runs one layer job takes: every attribution row of 32 fp8
- * variants (5 each beside "all", which the sweep measures) and every
- * hypothesis fit. */
-#define ATTN_LAYER_MAX_EXTRAS 192
+ * variants (5 each beside "all", which the sweep measures: 160) and every
+ * hypothesis of the table (33) fit. */
+#define ATTN_LAYER_MAX_EXTRAS 256
 
 /* Longest reason an extra run of a layer job refused the layer, NUL included. */
 #define ATTN_EXTRA_WHY_MAX 192

@@ -62,39 +62,31 @@ static int slice_values(const double *x, int n, int n_slices, int8_t *out)
     return e;
 }
 
-/* The sum over slice pairs (s, t) of orders (1-based s + t) <= max_order,
- * the highest order first and s ascending within one, of
- * 2^(e - 7 (s + t)) dot(s, t): dot gives the exact int32 sum of slice s of
- * one operand times slice t of the other (0-based indices). */
-typedef int32_t (*pair_dot_fn)(const void *ctx, int s, int t);
-static double pairs_sum(int na, int nb, int max_order, int e, pair_dot_fn dot, const void *ctx)
+/* Slices a[s] of one operand against slices b[t] of the other, [slices][n]
+ * each: a Q row's and a K row's (n = d), or a tile's P row's and one V
+ * channel's (n = key_tile); na and nb slices. */
+typedef struct slice_pair {
+    const int8_t *a, *b;
+    int n, na, nb;
+} slice_pair;
+
+/* The sum over slice pairs (s, t) of p with orders (1-based s + t) <=
+ * max_order, the highest order first and s ascending within one, of
+ * 2^(e - 7 (s + t)) I_st, I_st the exact int32 sum of a[s] times b[t]. */
+static double pairs_sum(const slice_pair *p, int max_order, int e)
 {
     double sum = 0;
     for (int order = max_order; order >= 2; order--)
-        for (int s = 1; s <= na; s++) {
+        for (int s = 1; s <= p->na; s++) {
             const int t = order - s;
-            if (t < 1 || t > nb) continue;
-            const int32_t I = dot(ctx, s - 1, t - 1);
+            if (t < 1 || t > p->nb) continue;
+            const int8_t *a = p->a + (size_t)(s - 1) * (size_t)p->n;
+            const int8_t *b = p->b + (size_t)(t - 1) * (size_t)p->n;
+            int32_t I = 0;
+            for (int i = 0; i < p->n; i++) I += (int32_t)a[i] * (int32_t)b[i];
             if (I != 0) sum += ldexp((double)I, e - SLICE_BITS * order);
         }
     return sum;
-}
-
-/* Two operands' slices, [slices][n] each: a Q row's and a K row's (n = d),
- * or a tile's P row's and one channel's V (n = key_tile). */
-typedef struct slice_pair {
-    const int8_t *a, *b;
-    int n;
-} slice_pair;
-
-/* pair_dot_fn of a slice_pair: slice s of a times slice t of b, in int32. */
-static int32_t slice_dot(const void *ctx, int s, int t)
-{
-    const slice_pair *p = ctx;
-    const int8_t *a = p->a + (size_t)s * (size_t)p->n, *b = p->b + (size_t)t * (size_t)p->n;
-    int32_t I = 0;
-    for (int i = 0; i < p->n; i++) I += (int32_t)a[i] * (int32_t)b[i];
-    return I;
 }
 
 typedef struct sliced_scratch {
@@ -162,9 +154,9 @@ static void sliced_item(void *ctx, int item, int thread)
             /* scores, scaled, and the final row max with the sink */
             double m = sink;
             for (int t = lo; t <= hi; t++) {
-                const slice_pair pr = {sc->qs, sc->ks + (size_t)t * (size_t)c->qk_slices * (size_t)d, d};
-                const double S = pairs_sum(c->qk_slices, c->qk_slices, c->qk_max_order,
-                                           eq + sc->ek[t], slice_dot, &pr);
+                const slice_pair pr = {sc->qs, sc->ks + (size_t)t * (size_t)c->qk_slices * (size_t)d,
+                                       d, c->qk_slices, c->qk_slices};
+                const double S = pairs_sum(&pr, c->qk_max_order, eq + sc->ek[t]);
                 sc->x[t] = S * (double)b->sm_scale;
                 if (sc->x[t] > m) m = sc->x[t];
             }
@@ -184,9 +176,9 @@ static void sliced_item(void *ctx, int item, int thread)
                 const int ep = slice_values(sc->col, kt, c->p_slices, sc->ps);
                 for (int ch = 0; ch < d; ch++) {
                     const size_t at = (size_t)tile * (size_t)d + (size_t)ch;
-                    const slice_pair pr = {sc->ps, sc->vs + at * (size_t)c->v_slices * (size_t)kt, kt};
-                    acc[ch] += pairs_sum(c->p_slices, c->v_slices, c->pv_max_order,
-                                         ep + sc->ev[at], slice_dot, &pr);
+                    const slice_pair pr = {sc->ps, sc->vs + at * (size_t)c->v_slices * (size_t)kt,
+                                           kt, c->p_slices, c->v_slices};
+                    acc[ch] += pairs_sum(&pr, c->pv_max_order, ep + sc->ev[at]);
                 }
             }
             const double inv_l = 1.0 / l;
