@@ -7,7 +7,11 @@
  * kernel's). Per layer: rel_l2 over the layer and the largest |diff| over
  * the layer's largest |ref|.
  *
- * usage: sliced_reference CAPTURE [threads]
+ * usage: sliced_reference CAPTURE [threads [SCHEME...]]
+ *   SCHEME: QK/ORDER:PxV/ORDER:TILE:ROUNDING:PEAKS, the fields of
+ *   attn_sliced_config in order, ROUNDING t (truncate) or n (nearest);
+ *   without any, the default (4/5:4x4/5:64:n:1) and schemes with a part
+ *   less (default_schemes).
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,45 +29,101 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The schemes measured: the default (ATTN_SLICED_DEFAULT), then each
- * operand with less (the fields that differ from it). */
-enum { N_SCHEMES = 7 };
-static void schemes_of(attn_sliced_config *c, const char **name)
+/* The schemes measured without SCHEME arguments: the default
+ * (ATTN_SLICED_DEFAULT), then with one of its parts less (the fields that
+ * differ from it; V in 3 is notes-reference.md's scheme A as this file's
+ * rules take it), and 87ba427's default (truncation, no peak key, P 5 x V 4
+ * / 6). */
+enum { N_DEFAULT_SCHEMES = 10, MAX_SCHEMES = 32 };
+static void default_schemes(attn_sliced_config *c)
 {
-    for (int s = 0; s < N_SCHEMES; s++) c[s] = ATTN_SLICED_DEFAULT;
-    name[0] = "default (qk 4 / order 5, p 5 x v 4 / order 6)";
-    name[1] = "notes' scheme A (p 4 x v 3 / order 5)";
-    c[1].p_slices = 4, c[1].v_slices = 3, c[1].pv_max_order = 5;
-    name[2] = "p 4 slices";
-    c[2].p_slices = 4;
-    name[3] = "v 3 slices, order 7";
-    c[3].v_slices = 3, c[3].pv_max_order = 7;
-    name[4] = "p.v order 5";
-    c[4].pv_max_order = 5;
-    name[5] = "qk 3 slices, order 4";
-    c[5].qk_slices = 3, c[5].qk_max_order = 4;
-    name[6] = "qk order 4";
-    c[6].qk_max_order = 4;
+    for (int s = 0; s < N_DEFAULT_SCHEMES; s++) c[s] = ATTN_SLICED_DEFAULT;
+    c[1].peak_keys = 0;
+    c[2].rounding = ATTN_SLICE_TRUNCATE;
+    c[3].p_slices = 3;
+    c[4].v_slices = 3; /* notes' scheme A: P 4 x V 3, the 9 pairs of order <= 5 */
+    c[5].v_slices = 2;
+    c[6].pv_max_order = 4;
+    c[7].qk_max_order = 4;
+    c[8].qk_slices = 3;
+    c[9] = (attn_sliced_config){4, 5, 5, 4, 6, 64, ATTN_SLICE_TRUNCATE, 0};
+}
+
+/* Parses "QK/ORDER:PxV/ORDER:TILE:ROUNDING:PEAKS" (ROUNDING t or n) into c;
+ * 0 on success. */
+static int scheme_parse(const char *text, attn_sliced_config *c)
+{
+    char r = 0;
+    int used = 0;
+    if (sscanf(text, "%d/%d:%dx%d/%d:%d:%c:%d%n", &c->qk_slices, &c->qk_max_order, &c->p_slices,
+               &c->v_slices, &c->pv_max_order, &c->key_tile, &r, &c->peak_keys, &used) != 8 ||
+        text[used] != '\0' || (r != 't' && r != 'n'))
+        return 1;
+    c->rounding = r == 'n' ? ATTN_SLICE_NEAREST : ATTN_SLICE_TRUNCATE;
+    return 0;
+}
+
+/* Slice pairs (s, t), 1-based, of na x nb slices with s + t <= order: the
+ * int8 MMAs one element takes. */
+static int pair_count(int na, int nb, int order)
+{
+    int n = 0;
+    for (int s = 1; s <= na; s++)
+        for (int t = 1; t <= nb; t++) n += s + t <= order;
+    return n;
+}
+
+/* Distinct orders among those pairs: the int32 accumulators one element
+ * takes into fp64 (attn_reference_sliced.h). */
+static int order_count(int na, int nb, int order)
+{
+    const int hi = na + nb < order ? na + nb : order;
+    return hi - 1;
+}
+
+static void scheme_print(FILE *f, const attn_sliced_config *c)
+{
+    fprintf(f, "%d/%d:%dx%d/%d:%d:%c:%d (%d + %d MMAs, %d + %d orders)", c->qk_slices,
+            c->qk_max_order, c->p_slices, c->v_slices, c->pv_max_order, c->key_tile,
+            c->rounding == ATTN_SLICE_NEAREST ? 'n' : 't', c->peak_keys,
+            pair_count(c->qk_slices, c->qk_slices, c->qk_max_order),
+            pair_count(c->p_slices, c->v_slices, c->pv_max_order),
+            order_count(c->qk_slices, c->qk_slices, c->qk_max_order),
+            order_count(c->p_slices, c->v_slices, c->pv_max_order));
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: sliced_reference CAPTURE [threads]\n");
+    if (argc < 2 || argc > 3 + MAX_SCHEMES) {
+        fprintf(stderr, "usage: sliced_reference CAPTURE [threads [SCHEME...]] (at most %d)\n",
+                MAX_SCHEMES);
         return 2;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a layer's line as it is measured */
     const int threads = argc > 2 ? atoi(argv[2]) : 2;
+    attn_sliced_config scheme[MAX_SCHEMES];
+    int n_schemes = N_DEFAULT_SCHEMES;
+    default_schemes(scheme);
+    if (argc > 3) {
+        n_schemes = argc - 3;
+        for (int s = 0; s < n_schemes; s++) {
+            pg_err perr = {0};
+            scheme[s] = ATTN_SLICED_DEFAULT;
+            if (scheme_parse(argv[3 + s], &scheme[s]) != 0 ||
+                attn_sliced_config_check(&scheme[s], &perr) != PG_OK) {
+                fprintf(stderr, "sliced_reference: scheme '%s': %s\n", argv[3 + s],
+                        perr.msg[0] ? perr.msg : "expected QK/ORDER:PxV/ORDER:TILE:t|n:PEAKS");
+                return 2;
+            }
+        }
+    }
     capture *cap = NULL;
     pg_err err = {0};
     if (capture_open(argv[1], &cap, &err) != PG_OK) {
         fprintf(stderr, "sliced_reference: %s\n", err.msg);
         return 1;
     }
-    attn_sliced_config scheme[N_SCHEMES];
-    const char *name[N_SCHEMES];
-    schemes_of(scheme, name);
-    const int n_schemes = N_SCHEMES;
-    double worst[N_SCHEMES] = {0};
+    double worst[MAX_SCHEMES] = {0};
     double t_ref = 0, t_sliced = 0;
     int rc = 0;
     for (int li = 0; li < cap->n_layers && rc == 0; li++) {
@@ -88,7 +148,7 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            if (s == 0) t_sliced += now() - t0;
+            if (s == 0) t_sliced += now() - t0; /* the first scheme */
             double num = 0, den = 0, mx = 0, big = 0;
             for (size_t i = 0; i < nq; i++) {
                 num += (sl[i] - ref[i]) * (sl[i] - ref[i]);
@@ -104,10 +164,13 @@ int main(int argc, char **argv)
         free(ref);
         free(sl);
     }
-    for (int s = 0; s < n_schemes && rc == 0; s++)
-        printf("worst layer rel_l2, %s: %.3e\n", name[s], worst[s]);
+    for (int s = 0; s < n_schemes && rc == 0; s++) {
+        printf("worst layer rel_l2 %.3e: ", worst[s]);
+        scheme_print(stdout, &scheme[s]);
+        printf("\n");
+    }
     if (rc == 0)
-        printf("CPU time on %d threads: fp64 reference %.2f s, sliced (default) %.2f s\n", threads,
+        printf("CPU time on %d threads: fp64 reference %.2f s, sliced (first scheme) %.2f s\n", threads,
                t_ref, t_sliced);
     capture_close(cap);
     return rc;

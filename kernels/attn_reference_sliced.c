@@ -11,9 +11,11 @@
 
 /* Bits of one slice: an int8 holds [-127, 127] after truncation. */
 #define SLICE_BITS 7
-#define SLICE_RADIX 128.0
+#define SLICE_RADIX_INT 128
+/* A balanced digit's offset: digits below the top one in [-64, 63]. */
+#define SLICE_HALF 64
 
-const attn_sliced_config ATTN_SLICED_DEFAULT = {4, 5, 5, 4, 6, 64};
+const attn_sliced_config ATTN_SLICED_DEFAULT = {4, 5, 4, 4, 5, 64, ATTN_SLICE_NEAREST, 1};
 
 pg_status attn_sliced_config_check(const attn_sliced_config *c, pg_err *err)
 {
@@ -28,6 +30,8 @@ pg_status attn_sliced_config_check(const attn_sliced_config *c, pg_err *err)
         {"qk_max_order", c->qk_max_order, 2, 2 * ATTN_SLICED_MAX_SLICES},
         {"pv_max_order", c->pv_max_order, 2, 2 * ATTN_SLICED_MAX_SLICES},
         {"key_tile", c->key_tile, 1, ATTN_SLICED_MAX_KEY_TILE},
+        {"rounding", (int)c->rounding, ATTN_SLICE_TRUNCATE, ATTN_SLICE_NEAREST},
+        {"peak_keys", c->peak_keys, 0, ATTN_SLICED_MAX_PEAK_KEYS},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].value < f[i].lo || f[i].value > f[i].hi)
@@ -37,26 +41,57 @@ pg_status attn_sliced_config_check(const attn_sliced_config *c, pg_err *err)
 }
 
 /* Cuts x[0..n) into n_slices int8 slices, out[s * n + i] for slice s + 1,
- * on the exponent it returns: e with every |x| < 2^e (0 for an all-zero x,
- * whose slices are zero); x = 2^e sum_s out_s 2^(-7 (s + 1)) + r by
- * truncation. Every step is exact in fp64 (scalings by powers of two, the
- * subtraction of a value's own integer part). */
-static int slice_values(const double *x, int n, int n_slices, int8_t *out)
+ * on the exponent it returns (0 for an all-zero x, whose slices are zero):
+ * x = 2^e sum_s out_s 2^(-7 (s + 1)) + r. Each x becomes one integer
+ * N = x 2^(7 n_slices - e), cut toward zero (ATTN_SLICE_TRUNCATE) or to
+ * nearest, ties to even (ATTN_SLICE_NEAREST), and N's digits are the slices:
+ *   truncation: e is the smallest with every |x| < 2^e; the digits are the
+ *     base-128 digits of |N| with x's sign, in [-127, 127], and
+ *     |r| < 2^(e - 7 n) with x's sign;
+ *   nearest: the digits are balanced, each below the top one in [-64, 63]
+ *     (a = ((N + 64) mod 128) - 64, then N = (N - a) / 128), and the top one
+ *     what is left; e is one more when the largest |N| would exceed
+ *     127 * 128^(n - 1), which keeps the top one within [-127, 127] (the
+ *     digits below it add up to within half of one top unit); |r| <=
+ *     2^(e - 7 n - 1), of either sign.
+ * One scaling by a power of two and one rounding to an integer per value,
+ * then integer steps: what a kernel can do to P in registers (one cvt and a
+ * few integer instructions per value, where a digit at a time in fp64 takes
+ * three fp64 instructions per digit). An Inf or NaN in x sets *nonfinite
+ * (and every slice zero). */
+static int slice_values(const double *x, int n, int n_slices, attn_slice_rounding rounding,
+                        int8_t *out, int *nonfinite)
 {
     double mx = 0;
-    for (int i = 0; i < n; i++) mx = fmax(mx, fabs(x[i]));
-    if (mx == 0) {
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(x[i])) *nonfinite = 1; /* then every slice zero: the call fails */
+        mx = fmax(mx, fabs(x[i]));
+    }
+    if (mx == 0 || *nonfinite) {
         memset(out, 0, (size_t)n_slices * (size_t)n);
         return 0;
     }
-    const int e = ilogb(mx) + 1;
+    const int bits = SLICE_BITS * n_slices;
+    int e = ilogb(mx) + 1;
+    if (rounding == ATTN_SLICE_NEAREST &&
+        nearbyint(ldexp(mx, bits - e)) > ldexp(INT8_MAX, bits - SLICE_BITS))
+        e++;
     for (int i = 0; i < n; i++) {
-        double r = ldexp(x[i], -e);
-        for (int s = 0; s < n_slices; s++) {
-            r *= SLICE_RADIX;
-            const double a = trunc(r);
-            out[(size_t)s * (size_t)n + (size_t)i] = (int8_t)a;
-            r -= a;
+        const double scaled = ldexp(x[i], bits - e);
+        if (rounding == ATTN_SLICE_NEAREST) {
+            int64_t N = (int64_t)nearbyint(scaled);
+            for (int s = n_slices - 1; s > 0; s--) {
+                const int64_t a = ((N + SLICE_HALF) & (SLICE_RADIX_INT - 1)) - SLICE_HALF;
+                out[(size_t)s * (size_t)n + (size_t)i] = (int8_t)a;
+                N = (N - a) / SLICE_RADIX_INT;
+            }
+            out[i] = (int8_t)N;
+        } else {
+            const int64_t N = (int64_t)trunc(scaled), mag = N < 0 ? -N : N;
+            for (int s = 0; s < n_slices; s++) {
+                const int64_t a = (mag >> (SLICE_BITS * (n_slices - 1 - s))) & (SLICE_RADIX_INT - 1);
+                out[(size_t)s * (size_t)n + (size_t)i] = (int8_t)(N < 0 ? -a : a);
+            }
         }
     }
     return e;
@@ -71,21 +106,24 @@ typedef struct slice_pair {
 } slice_pair;
 
 /* The sum over slice pairs (s, t) of p with orders (1-based s + t) <=
- * max_order, the highest order first and s ascending within one, of
- * 2^(e - 7 (s + t)) I_st, I_st the exact int32 sum of a[s] times b[t]. */
+ * max_order of 2^(e - 7 (s + t)) I_st, I_st the exact int32 sum of a[s]
+ * times b[t]: the pairs of one order summed in int32 (one accumulator a
+ * kernel chains their MMAs into), each order's sum scaled into fp64 and
+ * added from the highest order down. */
 static double pairs_sum(const slice_pair *p, int max_order, int e)
 {
     double sum = 0;
-    for (int order = max_order; order >= 2; order--)
+    for (int order = max_order; order >= 2; order--) {
+        int32_t I = 0;
         for (int s = 1; s <= p->na; s++) {
             const int t = order - s;
             if (t < 1 || t > p->nb) continue;
             const int8_t *a = p->a + (size_t)(s - 1) * (size_t)p->n;
             const int8_t *b = p->b + (size_t)(t - 1) * (size_t)p->n;
-            int32_t I = 0;
             for (int i = 0; i < p->n; i++) I += (int32_t)a[i] * (int32_t)b[i];
-            if (I != 0) sum += ldexp((double)I, e - SLICE_BITS * order);
         }
+        if (I != 0) sum += ldexp((double)I, e - SLICE_BITS * order);
+    }
     return sum;
 }
 
@@ -94,11 +132,11 @@ typedef struct sliced_scratch {
     int *ek;       /* [keys] */
     int8_t *vs;    /* [tiles][d][v_slices][key_tile] */
     int *ev;       /* [tiles][d] */
-    double *col;   /* [key_tile] one channel of V in a tile; then P of one tile */
+    double *col;   /* [key_tile] one channel of V in a tile; then a tile's scores, weights */
     int8_t *ps;    /* [p_slices][key_tile] */
     int8_t *qs;    /* [qk_slices][d] */
     double *row;   /* [d] one Q or K row in fp64; then the output accumulator */
-    double *x;     /* [keys] one query row's scaled scores, then its weights */
+    int nonfinite; /* set once an operand held an Inf or NaN */
 } sliced_scratch;
 
 typedef struct sliced_job {
@@ -124,8 +162,9 @@ static void sliced_item(void *ctx, int item, int thread)
     for (int j = 0; j < n; j++) {
         const uint16_t *kr = job->k + ((kv_row0 + (size_t)j) * (size_t)b->hkv + (size_t)g) * (size_t)d;
         for (int i = 0; i < d; i++) sc->row[i] = bf16_to_f32(kr[i]);
-        sc->ek[j] = slice_values(sc->row, d, c->qk_slices,
-                                 sc->ks + (size_t)j * (size_t)c->qk_slices * (size_t)d);
+        sc->ek[j] = slice_values(sc->row, d, c->qk_slices, c->rounding,
+                                 sc->ks + (size_t)j * (size_t)c->qk_slices * (size_t)d,
+                                 &sc->nonfinite);
     }
     /* V's slices per (tile, channel); keys past n are zero */
     for (int tile = 0; tile < n_tiles; tile++)
@@ -137,8 +176,8 @@ static void sliced_item(void *ctx, int item, int thread)
                                     : 0.0;
             }
             const size_t at = (size_t)tile * (size_t)d + (size_t)ch;
-            sc->ev[at] = slice_values(sc->col, kt, c->v_slices,
-                                      sc->vs + at * (size_t)c->v_slices * (size_t)kt);
+            sc->ev[at] = slice_values(sc->col, kt, c->v_slices, c->rounding,
+                                      sc->vs + at * (size_t)c->v_slices * (size_t)kt, &sc->nonfinite);
         }
     const int group = b->hq / b->hkv;
     for (int hh = 0; hh < group; hh++) {
@@ -148,32 +187,58 @@ static void sliced_item(void *ctx, int item, int thread)
             const size_t orow = ((size_t)(job->lay->q_off[s] + j) * (size_t)b->hq + (size_t)h) *
                                 (size_t)d;
             for (int i = 0; i < d; i++) sc->row[i] = bf16_to_f32(job->q[orow + (size_t)i]);
-            const int eq = slice_values(sc->row, d, c->qk_slices, sc->qs);
+            const int eq = slice_values(sc->row, d, c->qk_slices, c->rounding, sc->qs,
+                                        &sc->nonfinite);
             int lo, hi;
             attn_key_range(b, s, j, &lo, &hi);
-            /* scores, scaled, and the final row max with the sink */
-            double m = sink;
-            for (int t = lo; t <= hi; t++) {
-                const slice_pair pr = {sc->qs, sc->ks + (size_t)t * (size_t)c->qk_slices * (size_t)d,
-                                       d, c->qk_slices, c->qk_slices};
-                const double S = pairs_sum(&pr, c->qk_max_order, eq + sc->ek[t]);
-                sc->x[t] = S * (double)b->sm_scale;
-                if (sc->x[t] > m) m = sc->x[t];
-            }
-            double l = b->sinks != NULL ? exp(sink - m) : 0.0;
-            for (int t = lo; t <= hi; t++) {
-                sc->x[t] = exp(sc->x[t] - m);
-                l += sc->x[t];
-            }
-            /* P.V tile by tile */
+            /* one pass over the row's key tiles, ascending: a sink is an
+             * initial logit (m = sink, l = exp(sink - m) = 1) */
+            double m = sink, l = b->sinks != NULL ? 1.0 : 0.0;
             double *acc = sc->row;
             for (int i = 0; i < d; i++) acc[i] = 0;
             for (int tile = lo / kt; tile <= hi / kt; tile++) {
+                /* the tile's scores, scaled (keys outside [lo, hi] -inf) */
+                double tmax = -INFINITY;
                 for (int jj = 0; jj < kt; jj++) {
                     const int t = tile * kt + jj;
-                    sc->col[jj] = t >= lo && t <= hi ? sc->x[t] : 0.0;
+                    sc->col[jj] = -INFINITY;
+                    if (t < lo || t > hi) continue;
+                    const slice_pair pr = {sc->qs,
+                                           sc->ks + (size_t)t * (size_t)c->qk_slices * (size_t)d,
+                                           d, c->qk_slices, c->qk_slices};
+                    sc->col[jj] = pairs_sum(&pr, c->qk_max_order, eq + sc->ek[t]) *
+                                  (double)b->sm_scale;
+                    tmax = fmax(tmax, sc->col[jj]);
                 }
-                const int ep = slice_values(sc->col, kt, c->p_slices, sc->ps);
+                /* the lazy maximum: m moves to the tile's only past the
+                 * margin (from -inf always: alpha = 0) */
+                if (tmax - m > ATTN_SLICED_RESCALE_MARGIN) {
+                    const double alpha = exp(m - tmax);
+                    l *= alpha;
+                    for (int i = 0; i < d; i++) acc[i] *= alpha;
+                    m = tmax;
+                }
+                /* weights, l in key order */
+                for (int jj = 0; jj < kt; jj++) {
+                    sc->col[jj] = sc->col[jj] == -INFINITY ? 0.0 : exp(sc->col[jj] - m);
+                    l += sc->col[jj];
+                }
+                /* the tile's peak_keys largest weights (the first of equal
+                 * ones), each times its value row in fp64 into acc, in the
+                 * order taken, then zero for the slices */
+                for (int pk = 0; pk < c->peak_keys; pk++) {
+                    int at = -1;
+                    for (int jj = 0; jj < kt; jj++)
+                        if (sc->col[jj] > 0 && (at < 0 || sc->col[jj] > sc->col[at])) at = jj;
+                    if (at < 0) break;
+                    const uint16_t *vr = job->v + ((kv_row0 + (size_t)(tile * kt + at)) *
+                                                   (size_t)b->hkv + (size_t)g) * (size_t)d;
+                    for (int i = 0; i < d; i++) acc[i] += sc->col[at] * (double)bf16_to_f32(vr[i]);
+                    sc->col[at] = 0;
+                }
+                /* P.V: the tile's slice pairs, one int32 sum per order */
+                const int ep = slice_values(sc->col, kt, c->p_slices, c->rounding, sc->ps,
+                                            &sc->nonfinite);
                 for (int ch = 0; ch < d; ch++) {
                     const size_t at = (size_t)tile * (size_t)d + (size_t)ch;
                     const slice_pair pr = {sc->ps, sc->vs + at * (size_t)c->v_slices * (size_t)kt,
@@ -197,7 +262,6 @@ static void scratch_free(sliced_scratch *sc)
     free(sc->ps);
     free(sc->qs);
     free(sc->row);
-    free(sc->x);
 }
 
 pg_status attn_reference_sliced(const attn_batch *b, const uint16_t *q, const uint16_t *k,
@@ -226,13 +290,16 @@ pg_status attn_reference_sliced(const attn_batch *b, const uint16_t *q, const ui
         sc->ps = malloc((size_t)c->p_slices * kt);
         sc->qs = malloc((size_t)c->qk_slices * d + 1);
         sc->row = malloc((d + 1) * sizeof *sc->row);
-        sc->x = malloc((keys + 1) * sizeof *sc->x);
         if (!sc->ks || !sc->ek || !sc->vs || !sc->ev || !sc->col || !sc->ps || !sc->qs ||
-            !sc->row || !sc->x)
+            !sc->row)
             st = pg_fail(err, PG_ERR_NOMEM, "sliced reference: cannot allocate scratch for %d "
                          "keys", lay.max_kv);
     }
     if (st == PG_OK) st = parallel_for(items, n_threads, sliced_item, &job, err);
+    for (int t = 0; st == PG_OK && t < n_threads; t++)
+        if (job.scratch[t].nonfinite)
+            st = pg_fail(err, PG_ERR_NUMERIC, "sliced reference: an Inf or NaN in Q, K or V (or "
+                         "a score or weight from them); the reference takes finite inputs only");
     for (int t = 0; job.scratch != NULL && t < n_threads; t++) scratch_free(&job.scratch[t]);
     free(job.scratch);
     attn_layout_free(&lay);

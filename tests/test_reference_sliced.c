@@ -3,9 +3,9 @@
  * against the fp64 reference: exact where its grid holds the values, within
  * ATTN_SLICED_TARGET of it (issue #31 item 5: 1e-7 relative per layer) on
  * the data that stress it (outlier K channels, a massive first token,
- * sinks, windows, GQA, contexts, d 128), and past it once a slice is
- * dropped, as notes-reference.md models; a configuration out of range is
- * refused naming its field.
+ * sinks, windows, GQA, contexts, d 128), and past it once a slice, a pair
+ * order or the peak key is dropped; each rounding and the peak key by known
+ * answers; a configuration out of range is refused naming its field.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -151,7 +151,7 @@ Test(reference_sliced, within_1e7_of_fp64_with_outliers_sinks_windows_and_gqa)
 
 /* Each slice the default keeps is needed: with one fewer the distance leaves
  * the target. Q/K: two slices (notes-reference.md models 1.6e-5 to 6e-5).
- * V: three, where one value row is large. (P: below.) */
+ * V: two, where one value row is large. (P: below.) */
 Test(reference_sliced, dropping_a_qk_or_v_slice_leaves_the_target)
 {
     layer L;
@@ -161,19 +161,19 @@ Test(reference_sliced, dropping_a_qk_or_v_slice_leaves_the_target)
     c.qk_max_order = 4;
     const double qk = distance(&L, &c);
     c = ATTN_SLICED_DEFAULT;
-    c.v_slices = 3;
-    c.pv_max_order = 7;
+    c.v_slices = 2;
     const double vv = distance(&L, &c);
     layer_free(&L);
     cr_assert_gt(qk, ATTN_SLICED_TARGET, "two Q/K slices: %.3e", qk);
-    cr_assert_gt(vv, ATTN_SLICED_TARGET, "three V slices: %.3e", vv);
+    cr_assert_gt(vv, ATTN_SLICED_TARGET, "two V slices: %.3e", vv);
 }
 
-/* P's slices and the P.V order, on the synthetic llama-3-8b layer (RoPE'd,
- * queries correlated with keys: peaked rows, whose weights in one key tile
- * span many orders of magnitude): the default within the target, four P
- * slices or P.V order 5 past it. */
-Test(reference_sliced_synth, p_needs_five_slices_and_order_six_on_peaked_rows,
+/* P, on the synthetic llama-3-8b layer (RoPE'd, a massive first token that
+ * takes most rows' weight and has a small value row): the default within the
+ * target; past it with the peak key left in the slices (the massive key sets
+ * its tile's grid and the tile's other weights keep too few bits), with
+ * three P slices, or with P.V order 4. */
+Test(reference_sliced_synth, p_needs_four_slices_order_five_and_the_peak_key_out,
      .init = tu_scratch_setup, .fini = tu_scratch_teardown, .timeout = 300)
 {
     const char *path = tu_in_dir("l.safetensors");
@@ -189,25 +189,153 @@ Test(reference_sliced_synth, p_needs_five_slices_and_order_six_on_peaked_rows,
     L.nq = (size_t)attn_batch_tq(&L.b) * cl->hq * cl->d;
     const double full = distance(&L, &ATTN_SLICED_DEFAULT);
     attn_sliced_config c = ATTN_SLICED_DEFAULT;
-    c.p_slices = 4;
+    c.peak_keys = 0;
+    const double no_peak = distance(&L, &c);
+    c = ATTN_SLICED_DEFAULT;
+    c.p_slices = 3;
     const double p = distance(&L, &c);
     c = ATTN_SLICED_DEFAULT;
-    c.pv_max_order = 5;
+    c.pv_max_order = 4;
     const double order = distance(&L, &c);
     capture_close(cap);
     cr_assert_leq(full, ATTN_SLICED_TARGET, "the default: %.3e", full);
-    cr_assert_gt(p, ATTN_SLICED_TARGET, "four P slices: %.3e", p);
-    cr_assert_gt(order, ATTN_SLICED_TARGET, "P.V order 5: %.3e", order);
+    cr_assert_gt(no_peak, ATTN_SLICED_TARGET, "the peak key in the slices: %.3e", no_peak);
+    cr_assert_gt(p, ATTN_SLICED_TARGET, "three P slices: %.3e", p);
+    cr_assert_gt(order, ATTN_SLICED_TARGET, "P.V order 4: %.3e", order);
+}
+
+/* One slice per operand and a 2-key tile, on two keys of equal score (P = 1
+ * and 1, exact on any grid) with no peak key taken: V's channel 0 holds 1
+ * and 0.625 * 2^-6, on the grid 2^1 with one 7-bit digit, 64 and 0.625.
+ * Truncation drops the second (out (1 + 0) / 2), nearest rounds it to one
+ * digit, 2^-6 (out (1 + 2^-6) / 2). Channel 1 holds 127.5 / 128 twice:
+ * on the grid 2^0 that is the digit 127.5, which truncation makes 127 (out
+ * 127 / 128) and nearest would round to 128 (ties to even), so nearest's
+ * grid moves up one, to the digit 64 (out 1). */
+Test(reference_sliced, each_rounding_gives_its_known_answer)
+{
+    int32_t sq[1] = {2}, skv[1] = {2};
+    const int d = 64;
+    const attn_batch b = {1, sq, skv, 1, 1, d, 0, 0.125f, NULL};
+    uint16_t q[2 * 64] = {0}, k[2 * 64] = {0}, v[2 * 64] = {0};
+    v[0] = bf16_from_f32(1.0f);
+    v[d] = bf16_from_f32(0.625f / 64.0f);
+    v[1] = bf16_from_f32(127.5f / 128.0f); /* 8 significant bits: exact in bf16 */
+    v[d + 1] = bf16_from_f32(127.5f / 128.0f);
+    attn_sliced_config c = {1, 2, 1, 1, 2, 2, ATTN_SLICE_TRUNCATE, 0};
+    double out[2 * 64];
+    pg_err err = {0};
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(out[d], 0.5, "truncation: %.17g", out[d]);
+    cr_assert_eq(out[d + 1], 127.0 / 128.0, "truncation, the top value: %.17g", out[d + 1]);
+    c.rounding = ATTN_SLICE_NEAREST;
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(out[d], 0.5 * (1.0 + 1.0 / 64.0), "nearest: %.17g", out[d]);
+    cr_assert_eq(out[d + 1], 1.0, "nearest, the top value: %.17g", out[d + 1]);
+    for (int i = 2; i < d; i++) cr_assert_eq(out[d + i], 0.0, "channel %d", i);
+    /* Four slices and every pair: the digits of each rounding add back up to
+     * the bf16 values exactly, at the top of the grid (where nearest moves
+     * it), with mixed signs and with values far below a channel's largest. */
+    const float pair[][2] = {{127.5f / 128, -127.5f / 128}, {-1.0f, 0.0078125f},
+                             {1.9921875f, -1.984375f},     {-3.0f, 1.5e-5f},
+                             {0.75f, 0.7421875f},          {-0.5f, -0.50390625f}};
+    const int n_pairs = (int)(sizeof pair / sizeof pair[0]);
+    for (int i = 0; i < n_pairs; i++) {
+        v[i] = bf16_from_f32(pair[i][0]);
+        v[d + i] = bf16_from_f32(pair[i][1]);
+    }
+    for (int r = 0; r < 2; r++) {
+        c = (attn_sliced_config){1, 2, 4, 4, 8, 2, r ? ATTN_SLICE_NEAREST : ATTN_SLICE_TRUNCATE, 0};
+        cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+        for (int i = 0; i < n_pairs; i++)
+            cr_assert_eq(out[d + i], 0.5 * ((double)bf16_to_f32(v[i]) + bf16_to_f32(v[d + i])),
+                         "rounding %d, channel %d: %.17g", r, i, out[d + i]);
+    }
+}
+
+/* Two keys whose scores differ by 16 (x 0.125 scaled: P 1 and e^-2): with one
+ * P slice on the tile's grid 2^1 the small weight, 0.135 * 64 = 8.66, keeps
+ * one digit (8 by truncation, 9 to nearest); with the peak key (weight 1)
+ * taken out in fp64 the small weight is alone on its grid 2^-2 (0.135 * 512
+ * = 69.3: 69); with two peaks, or one per tile of one key, both are exact. Known answers for row 1, whose V rows are 1 and 0 (channel 0)
+ * and 0 and 1 (channel 1), l = 1 + e^-2 exact in fp64 from the scores. */
+Test(reference_sliced, the_peak_key_is_taken_exactly_and_out_of_the_slices)
+{
+    int32_t sq[1] = {2}, skv[1] = {2};
+    const int d = 64;
+    const attn_batch b = {1, sq, skv, 1, 1, d, 0, 0.125f, NULL};
+    uint16_t q[2 * 64] = {0}, k[2 * 64] = {0}, v[2 * 64] = {0};
+    q[d] = bf16_from_f32(4.0f);   /* row 1: scores 16 and 0 */
+    k[0] = bf16_from_f32(4.0f);
+    v[0] = bf16_from_f32(1.0f);
+    v[d + 1] = bf16_from_f32(1.0f);
+    const double p1 = exp(0.0 * 0.125 - 16.0 * 0.125), l = 1.0 + p1;
+    attn_sliced_config c = {4, 5, 1, 1, 2, 64, ATTN_SLICE_TRUNCATE, 0};
+    double out[2 * 64];
+    pg_err err = {0};
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(out[d], 1.0 * (1.0 / l), "no peak, truncation, channel 0: %.17g", out[d]);
+    cr_assert_eq(out[d + 1], 8.0 / 64.0 * (1.0 / l), "no peak, truncation: %.17g", out[d + 1]);
+    c.rounding = ATTN_SLICE_NEAREST;
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(out[d + 1], 9.0 / 64.0 * (1.0 / l), "no peak, nearest: %.17g", out[d + 1]);
+    c.peak_keys = 1;
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(out[d], 1.0 * (1.0 / l), "peak: channel 0 is the peak's, exact: %.17g", out[d]);
+    cr_assert_eq(out[d + 1], 69.0 / 512.0 * (1.0 / l), "peak: %.17g", out[d + 1]);
+    c.peak_keys = 2; /* both keys exact: the fp64 reference's weights */
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(out[d + 1], p1 * (1.0 / l), "two peaks: %.17g", out[d + 1]);
+    c.peak_keys = 1; /* one key per tile: each is its tile's peak, exact */
+    c.key_tile = 1;
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(out[d + 1], p1 * (1.0 / l), "a peak per tile: %.17g", out[d + 1]);
+}
+
+/* One key per tile and scaled scores 0, 300 and 1088 (q 16 on channel 0,
+ * keys 0, 150 and 544, x 0.125): each rise passes the lazy maximum's margin,
+ * so l and acc are rescaled (by e^-300, then e^-788 = 0 in fp64). Row 2's
+ * output is key 2's value row exactly, as the fp64 reference's; without the
+ * rescale its weight e^1088 overflows, and with l alone rescaled key 0's
+ * and 1's value rows stay in it. */
+Test(reference_sliced, scores_rising_past_the_margin_rescale_l_and_the_output)
+{
+    int32_t sq[1] = {3}, skv[1] = {3};
+    const int d = 64;
+    const attn_batch b = {1, sq, skv, 1, 1, d, 0, 0.125f, NULL};
+    uint16_t q[3 * 64] = {0}, k[3 * 64] = {0}, v[3 * 64];
+    const float key[3] = {0.0f, 150.0f, 544.0f};
+    for (int r = 0; r < 3; r++) {
+        q[r * d] = bf16_from_f32(16.0f);
+        k[r * d] = bf16_from_f32(key[r]);
+        for (int i = 0; i < d; i++) v[r * d + i] = bf16_from_f32((float)(r + 1) + 0.25f * (float)i);
+    }
+    const attn_sliced_config c = {4, 5, 4, 4, 5, 1, ATTN_SLICE_NEAREST, 0};
+    double out[3 * 64], ref[3 * 64];
+    pg_err err = {0};
+    cr_assert_eq(attn_reference_sliced(&b, q, k, v, &c, out, 1, &err), PG_OK, "%s", err.msg);
+    cr_assert_eq(attn_reference(&b, q, k, v, ref, 1, &err), PG_OK, "%s", err.msg);
+    for (int i = 0; i < d; i++) {
+        cr_assert_eq(out[2 * d + i], (double)bf16_to_f32(v[2 * d + i]), "row 2, %d: %.17g", i,
+                     out[2 * d + i]);
+        cr_assert_eq(out[2 * d + i], ref[2 * d + i], "row 2, %d", i);
+        cr_assert_eq(out[d + i], ref[d + i], "row 1, %d: %.17g against %.17g", i, out[d + i],
+                     ref[d + i]);
+    }
 }
 
 Test(reference_sliced, a_configuration_out_of_range_is_refused_naming_its_field)
 {
+    const attn_slice_rounding n = ATTN_SLICE_NEAREST;
     const attn_sliced_config bad[] = {
-        {0, 5, 4, 3, 5, 64}, {6, 5, 4, 3, 5, 64}, {4, 1, 4, 3, 5, 64},
-        {4, 5, 4, 3, 11, 64}, {4, 5, 4, 3, 5, 0},  {4, 5, 4, 3, 5, ATTN_SLICED_MAX_KEY_TILE + 1},
+        {0, 5, 4, 3, 5, 64, n, 1},  {6, 5, 4, 3, 5, 64, n, 1},
+        {4, 1, 4, 3, 5, 64, n, 1},  {4, 5, 4, 3, 11, 64, n, 1},
+        {4, 5, 4, 3, 5, 0, n, 1},   {4, 5, 4, 3, 5, ATTN_SLICED_MAX_KEY_TILE + 1, n, 1},
+        {4, 5, 4, 3, 5, 64, (attn_slice_rounding)2, 1},
+        {4, 5, 4, 3, 5, 64, n, -1}, {4, 5, 4, 3, 5, 64, n, ATTN_SLICED_MAX_PEAK_KEYS + 1},
     };
     const char *field[] = {"qk_slices", "qk_slices", "qk_max_order", "pv_max_order", "key_tile",
-                           "key_tile"};
+                           "key_tile", "rounding", "peak_keys", "peak_keys"};
     int32_t sq[1] = {1}, skv[1] = {1};
     const attn_batch b = {1, sq, skv, 1, 1, 64, 0, 0.125f, NULL};
     uint16_t x[64] = {0};
@@ -220,6 +348,18 @@ Test(reference_sliced, a_configuration_out_of_range_is_refused_naming_its_field)
     }
     pg_err err = {0};
     cr_assert_eq(attn_reference_sliced(&b, x, x, x, NULL, out, 1, &err), PG_ERR_USAGE);
+    /* an Inf or a NaN in any operand, alone among finite values */
+    const uint16_t bad_value[2] = {0x7F80 /* +Inf */, 0x7FC0 /* NaN */};
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 2; i++) {
+            uint16_t y[3][64];
+            for (int j = 0; j < 64; j++) y[0][j] = y[1][j] = y[2][j] = bf16_from_f32(0.5f);
+            y[w][5] = bad_value[i];
+            pg_err e2 = {0};
+            cr_assert_eq(attn_reference_sliced(&b, y[0], y[1], y[2], &ATTN_SLICED_DEFAULT, out, 1,
+                                               &e2), PG_ERR_NUMERIC, "operand %d value %d", w, i);
+            cr_assert_not_null(strstr(e2.msg, "Inf or NaN"), "%s", e2.msg);
+        }
     const attn_batch no_heads = {1, sq, skv, 0, 1, 64, 0, 0.125f, NULL};
     cr_assert_neq(attn_reference_sliced(&no_heads, x, x, x, &ATTN_SLICED_DEFAULT, out, 1, &err),
                   PG_OK);
