@@ -16,18 +16,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "harness/capture/capture.h"
 #include "kernels/attn.h"
 #include "kernels/attn_reference_sliced.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "base/clock.h"
 
 /* The schemes measured without SCHEME arguments: the default
  * (ATTN_SLICED_DEFAULT), then with one of its parts less (the fields that
@@ -132,23 +125,23 @@ int main(int argc, char **argv)
                               L->sm_scale, L->sinks};
         const size_t nq = (size_t)attn_batch_tq(&b) * (size_t)L->hq * (size_t)L->d;
         double *ref = malloc(nq * sizeof *ref), *sl = malloc(nq * sizeof *sl);
-        double t0 = now();
+        double t0 = pg_clock_mono_s();
         if (ref == NULL || sl == NULL ||
             attn_reference(&b, L->q, L->k, L->v, ref, threads, &err) != PG_OK) {
             fprintf(stderr, "sliced_reference: layer %d: %s\n", li, err.msg);
             rc = 1;
         }
-        t_ref += now() - t0;
+        t_ref += pg_clock_mono_s() - t0;
         printf("layer %d (window %d%s):", li, L->window, L->sinks ? ", sinks" : "");
         for (int s = 0; s < n_schemes && rc == 0; s++) {
-            t0 = now();
+            t0 = pg_clock_mono_s();
             if (attn_reference_sliced(&b, L->q, L->k, L->v, &scheme[s], sl, threads, &err) !=
                 PG_OK) {
                 fprintf(stderr, "sliced_reference: layer %d: %s\n", li, err.msg);
                 rc = 1;
                 break;
             }
-            if (s == 0) t_sliced += now() - t0; /* the first scheme */
+            if (s == 0) t_sliced += pg_clock_mono_s() - t0; /* the first scheme */
             double num = 0, den = 0, mx = 0, big = 0;
             for (size_t i = 0; i < nq; i++) {
                 num += (sl[i] - ref[i]) * (sl[i] - ref[i]);

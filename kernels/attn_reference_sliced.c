@@ -9,7 +9,7 @@
 #include "numerics.h"
 #include "parallel.h"
 
-/* Bits of one slice: an int8 holds [-127, 127] after truncation. */
+/* Bits of one slice: a digit in [-127, 127] (slice_values). */
 #define SLICE_BITS 7
 #define SLICE_RADIX_INT 128
 /* A balanced digit's offset: digits below the top one in [-64, 63]. */
@@ -148,6 +148,14 @@ typedef struct sliced_job {
     sliced_scratch *scratch;
 } sliced_job;
 
+/* Key j's row (d values) of kv head g in x (K or V, [tkv, hkv, d]) for the
+ * sequence whose first row is kv_row0. */
+static const uint16_t *kv_row(const attn_batch *b, const uint16_t *x, size_t kv_row0, int j,
+                              int g)
+{
+    return x + ((kv_row0 + (size_t)j) * (size_t)b->hkv + (size_t)g) * (size_t)b->d;
+}
+
 /* Work item: sequence item / hkv, kv head item % hkv. */
 static void sliced_item(void *ctx, int item, int thread)
 {
@@ -160,7 +168,7 @@ static void sliced_item(void *ctx, int item, int thread)
     const size_t kv_row0 = (size_t)job->lay->kv_off[s];
     /* K rows' slices */
     for (int j = 0; j < n; j++) {
-        const uint16_t *kr = job->k + ((kv_row0 + (size_t)j) * (size_t)b->hkv + (size_t)g) * (size_t)d;
+        const uint16_t *kr = kv_row(b, job->k, kv_row0, j, g);
         for (int i = 0; i < d; i++) sc->row[i] = bf16_to_f32(kr[i]);
         sc->ek[j] = slice_values(sc->row, d, c->qk_slices, c->rounding,
                                  sc->ks + (size_t)j * (size_t)c->qk_slices * (size_t)d,
@@ -171,9 +179,7 @@ static void sliced_item(void *ctx, int item, int thread)
         for (int ch = 0; ch < d; ch++) {
             for (int jj = 0; jj < kt; jj++) {
                 const int j = tile * kt + jj;
-                sc->col[jj] = j < n ? bf16_to_f32(job->v[((kv_row0 + (size_t)j) * (size_t)b->hkv +
-                                                          (size_t)g) * (size_t)d + (size_t)ch])
-                                    : 0.0;
+                sc->col[jj] = j < n ? bf16_to_f32(kv_row(b, job->v, kv_row0, j, g)[ch]) : 0.0;
             }
             const size_t at = (size_t)tile * (size_t)d + (size_t)ch;
             sc->ev[at] = slice_values(sc->col, kt, c->v_slices, c->rounding,
@@ -231,8 +237,7 @@ static void sliced_item(void *ctx, int item, int thread)
                     for (int jj = 0; jj < kt; jj++)
                         if (sc->col[jj] > 0 && (at < 0 || sc->col[jj] > sc->col[at])) at = jj;
                     if (at < 0) break;
-                    const uint16_t *vr = job->v + ((kv_row0 + (size_t)(tile * kt + at)) *
-                                                   (size_t)b->hkv + (size_t)g) * (size_t)d;
+                    const uint16_t *vr = kv_row(b, job->v, kv_row0, tile * kt + at, g);
                     for (int i = 0; i < d; i++) acc[i] += sc->col[at] * (double)bf16_to_f32(vr[i]);
                     sc->col[at] = 0;
                 }

@@ -81,12 +81,20 @@ static void layer_free(layer *L)
     free(L->v);
 }
 
-/* rel_l2 of the sliced reference under c against the fp64 one on L. */
-static double distance(const layer *L, const attn_sliced_config *c)
+/* L's fp64 reference (L->nq values, the caller's to free). */
+static double *reference_of(const layer *L)
 {
-    double *ref = malloc(L->nq * sizeof *ref), *sl = malloc(L->nq * sizeof *sl);
+    double *ref = malloc(L->nq * sizeof *ref);
     pg_err err = {0};
     cr_assert_eq(attn_reference(&L->b, L->q, L->k, L->v, ref, 2, &err), PG_OK, "%s", err.msg);
+    return ref;
+}
+
+/* rel_l2 of the sliced reference under c against L's fp64 one, ref. */
+static double distance(const layer *L, const double *ref, const attn_sliced_config *c)
+{
+    double *sl = malloc(L->nq * sizeof *sl);
+    pg_err err = {0};
     cr_assert_eq(attn_reference_sliced(&L->b, L->q, L->k, L->v, c, sl, 2, &err), PG_OK, "%s",
                  err.msg);
     double num = 0, den = 0;
@@ -95,7 +103,6 @@ static double distance(const layer *L, const attn_sliced_config *c)
         num += (sl[i] - ref[i]) * (sl[i] - ref[i]);
         den += ref[i] * ref[i];
     }
-    free(ref);
     free(sl);
     return sqrt(num / den);
 }
@@ -143,8 +150,10 @@ Test(reference_sliced, within_1e7_of_fp64_with_outliers_sinks_windows_and_gqa)
         layer L;
         layer_make(&L, shapes[i].n_seqs, shapes[i].sq, shapes[i].ctx, shapes[i].hq, shapes[i].hkv,
                    shapes[i].d, shapes[i].window, shapes[i].sinks, 100 + i);
-        const double dist = distance(&L, &ATTN_SLICED_DEFAULT);
+        double *ref = reference_of(&L);
+        const double dist = distance(&L, ref, &ATTN_SLICED_DEFAULT);
         cr_assert_leq(dist, ATTN_SLICED_TARGET, "shape %zu: %.3e", i, dist);
+        free(ref);
         layer_free(&L);
     }
 }
@@ -156,13 +165,15 @@ Test(reference_sliced, dropping_a_qk_or_v_slice_leaves_the_target)
 {
     layer L;
     layer_make(&L, 1, 160, 0, 4, 1, 64, 0, 1, 7);
+    double *ref = reference_of(&L);
     attn_sliced_config c = ATTN_SLICED_DEFAULT;
     c.qk_slices = 2;
     c.qk_max_order = 4;
-    const double qk = distance(&L, &c);
+    const double qk = distance(&L, ref, &c);
     c = ATTN_SLICED_DEFAULT;
     c.v_slices = 2;
-    const double vv = distance(&L, &c);
+    const double vv = distance(&L, ref, &c);
+    free(ref);
     layer_free(&L);
     cr_assert_gt(qk, ATTN_SLICED_TARGET, "two Q/K slices: %.3e", qk);
     cr_assert_gt(vv, ATTN_SLICED_TARGET, "two V slices: %.3e", vv);
@@ -187,16 +198,18 @@ Test(reference_sliced_synth, p_needs_four_slices_order_five_and_the_peak_key_out
                      cl->sm_scale, cl->sinks},
                .q = (uint16_t *)cl->q, .k = (uint16_t *)cl->k, .v = (uint16_t *)cl->v};
     L.nq = (size_t)attn_batch_tq(&L.b) * cl->hq * cl->d;
-    const double full = distance(&L, &ATTN_SLICED_DEFAULT);
+    double *ref = reference_of(&L);
+    const double full = distance(&L, ref, &ATTN_SLICED_DEFAULT);
     attn_sliced_config c = ATTN_SLICED_DEFAULT;
     c.peak_keys = 0;
-    const double no_peak = distance(&L, &c);
+    const double no_peak = distance(&L, ref, &c);
     c = ATTN_SLICED_DEFAULT;
     c.p_slices = 3;
-    const double p = distance(&L, &c);
+    const double p = distance(&L, ref, &c);
     c = ATTN_SLICED_DEFAULT;
     c.pv_max_order = 4;
-    const double order = distance(&L, &c);
+    const double order = distance(&L, ref, &c);
+    free(ref);
     capture_close(cap);
     cr_assert_leq(full, ATTN_SLICED_TARGET, "the default: %.3e", full);
     cr_assert_gt(no_peak, ATTN_SLICED_TARGET, "the peak key in the slices: %.3e", no_peak);
